@@ -1,0 +1,64 @@
+"""`cryocube convert` and `cryocube download`."""
+from __future__ import annotations
+
+import json
+
+from ..catalog import dataset_ids
+
+
+def add_cluster_args(p) -> None:
+    """Cluster options shared by every command that runs Dask work."""
+    p.add_argument("--cluster", default="local", help="local | cuda | k8s | gateway | tcp://host:port | scheduler-file:PATH")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (local/cuda) or workers to scale to")
+    p.add_argument("--threads-per-worker", type=int, default=None)
+    p.add_argument("--memory-limit", default=None, help="per worker, e.g. 4GB")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("convert", help="convert a dataset's published raw layout into a Zarr cube")
+    p.add_argument("dataset", choices=dataset_ids(), help="catalog id")
+    p.add_argument("--raw", required=True, help="root of the raw download (path or fsspec URL)")
+    p.add_argument("--out", required=True, help="cube path or URL (e.g. s3://bucket/gsdd.zarr)")
+    p.add_argument("--layout", default="auto", help="cryobench | original | auto (detect)")
+    p.add_argument("--tile", type=int, default=None, help="tile size (default: the catalog's)")
+    p.add_argument("--block", type=int, default=16, help="samples per write task")
+    p.add_argument("--shard", type=int, default=None, help="samples per Zarr shard (few large objects on object stores)")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="skip: record bad samples in the cube's attrs and go on")
+    p.add_argument("--overwrite", action="store_true", help="replace a cube made from other inputs/options")
+    p.add_argument("--storage-options", type=json.loads, default=None, help="JSON fsspec options for --out")
+    p.add_argument("--raw-storage-options", type=json.loads, default=None, help="JSON fsspec options for --raw")
+    p.add_argument("--quiet", action="store_true")
+    add_cluster_args(p)
+    p.set_defaults(func=_convert)
+
+    d = sub.add_parser("download", help="download and extract a dataset's published archive (checksum verified)")
+    d.add_argument("dataset", choices=dataset_ids())
+    d.add_argument("--dest", required=True)
+    d.add_argument("--source", default="cryobench", help="cryobench (Hugging Face archives) | original")
+    d.add_argument("--no-extract", action="store_true")
+    d.set_defaults(func=_download)
+
+
+def _convert(args) -> int:
+    from ..engine.cluster import open_cluster
+    from .writer import convert
+
+    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
+                      memory_limit=args.memory_limit) as client:
+        r = convert(args.dataset, args.raw, args.out, layout=args.layout, client=client, tile_size=args.tile,
+                    block_samples=args.block, shard_samples=args.shard, on_error=args.on_error,
+                    overwrite=args.overwrite, raw_storage_options=args.raw_storage_options,
+                    storage_options=args.storage_options, progress=not args.quiet)
+    what = "already complete" if r.blocks_written == 0 else f"wrote {r.blocks_written}/{r.blocks_total} blocks"
+    mb = r.read_bytes / 1e6
+    print(f"{args.out}: {r.n_samples} samples, {what} in {r.seconds:.1f} s ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), "
+          f"checksum {r.marker['checksum'][:16]}" + (f", skipped {r.skipped} bad samples" if r.skipped else ""))
+    return 0
+
+
+def _download(args) -> int:
+    from .download import download
+
+    root = download(args.dataset, args.dest, source=args.source, extract=not args.no_extract)
+    print(f"{args.dataset}: raw data at {root}")
+    return 0

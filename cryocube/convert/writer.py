@@ -1,0 +1,378 @@
+"""The shared cube writer: plan tiles on the client, write fixed blocks of samples on Dask workers.
+
+Every block task opens the store itself, reads only the raw windows it needs, validates and remaps
+them, writes image/label/class_fraction with zarr region writes, then its digest and a progress flag.
+A killed conversion therefore resumes by redoing only the blocks whose flag is not set, and the cube
+is marked complete (by `cube.finalize`) only when every flag is set.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+
+from .. import __version__, store as _store
+from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
+from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, template
+from ..errors import UserError
+from .base import READERS, ConvertError, Reader, SourceItem
+
+DEFAULT_BLOCK_SAMPLES = 16
+
+
+@dataclass
+class Plan:
+    """Samples of a cube in order (split, item, tile row, tile col) and the items they come from."""
+
+    items: list[SourceItem]
+    item_of: np.ndarray  # (n,) index into items
+    tile_y: np.ndarray
+    tile_x: np.ndarray
+    tile: int
+    dropped: list[dict] = field(default_factory=list)  # items refused at scan time (with --on-error skip)
+
+    @property
+    def n(self) -> int:
+        return int(self.item_of.size)
+
+    def coords(self) -> dict[str, np.ndarray]:
+        it = self.items
+        io = self.item_of
+        tf = np.full((self.n, 6), np.nan)
+        for s in range(self.n):
+            t = it[io[s]].transform
+            if t is not None:
+                a, b, c, d, e, f = t
+                x0, y0 = self.tile_x[s], self.tile_y[s]
+                tf[s] = (a, b, c + a * x0 + b * y0, d, e, f + d * x0 + e * y0)
+        return {
+            "split": np.array([it[i].split for i in io]),
+            "scene": np.array([it[i].scene for i in io]),
+            "source": np.array([it[i].image.rsplit("/", 1)[-1] for i in io]),
+            "crs": np.array([it[i].crs or "" for i in io]),
+            "tile_y": self.tile_y,
+            "tile_x": self.tile_x,
+            "transform": tf,
+        }
+
+    def fingerprint(self, extra: dict) -> str:
+        h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode())
+        for it in self.items:
+            h.update(f"{it.split}|{it.scene}|{it.image}|{it.label}|{it.height}|{it.width}|{it.bands}".encode())
+        return h.hexdigest()
+
+
+def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
+    """Cut every item into non-overlapping tile x tile windows (edge tiles padded later)."""
+    item_of, ty, tx = [], [], []
+    for i, it in enumerate(items):
+        for y in range(0, it.height, tile):
+            for x in range(0, it.width, tile):
+                item_of.append(i)
+                ty.append(y)
+                tx.append(x)
+    return Plan(items, np.array(item_of, dtype=np.int64), np.array(ty, dtype=np.int32), np.array(tx, dtype=np.int32), tile)
+
+
+# -- per-sample validation --------------------------------------------------------------------
+
+
+def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
+    """Raw label values -> class indices (int16), ignore values -> -1; unknown values are an error."""
+    raw = np.asarray(raw)
+    if raw.dtype.kind == "f":
+        if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
+            raise ConvertError(f"{where}: label has non-integer or non-finite values")
+        raw = raw.astype(np.int64)
+    out = np.full(raw.shape, CUBE_IGNORE_INDEX, dtype=np.int16)
+    keys = np.array(sorted(layout.label_map), dtype=np.int64)
+    vals = np.array([layout.label_map[k] for k in keys], dtype=np.int16)
+    flat = raw.astype(np.int64)
+    pos = np.clip(np.searchsorted(keys, flat), 0, len(keys) - 1)
+    known = keys[pos] == flat
+    ignored = np.isin(flat, np.array(layout.ignore_values, dtype=np.int64)) if layout.ignore_values else np.zeros(flat.shape, bool)
+    bad = ~(known | ignored)
+    if bad.any():
+        values = np.unique(flat[bad])[:10].tolist()
+        raise ConvertError(
+            f"{where}: label values {values} are not in the {layout.name} mapping {dict(layout.label_map)}"
+            + (f" (ignore values {list(layout.ignore_values)})" if layout.ignore_values else "")
+        )
+    out[known] = vals[pos[known]]
+    return out
+
+
+def check_image(img: np.ndarray, spec: DatasetSpec, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validated image in the cube dtype, and a mask of no-data pixels (NaN with nan_policy 'fill')."""
+    if img.ndim != 3 or img.shape[0] != len(spec.bands):
+        raise ConvertError(f"{where}: expected {len(spec.bands)} bands ({', '.join(spec.band_names)}), got shape {img.shape}")
+    nodata = np.zeros(img.shape[1:], dtype=bool)
+    if img.dtype.kind == "f":
+        bad = ~np.isfinite(img)
+        if bad.any():
+            if spec.nan_policy == "error":
+                b = int(np.flatnonzero(bad.any(axis=(1, 2)))[0])
+                raise ConvertError(f"{where}: {int(bad.sum())} NaN/inf pixels (first in band {spec.bands[b].name})")
+            nodata = bad.any(axis=0)
+            img = np.where(bad, spec.nan_fill, img)
+    target = np.dtype(spec.dtype)
+    if target.kind in "ui" and img.dtype != target:
+        info = np.iinfo(target)
+        if img.min() < info.min or img.max() > info.max:
+            raise ConvertError(f"{where}: values {img.min()}..{img.max()} do not fit the dataset dtype {target}")
+    return img.astype(target, copy=False), nodata
+
+
+def _tile_from(window_img: np.ndarray, window_lbl: np.ndarray, oy: int, ox: int, tile: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    img = window_img[:, oy : oy + tile, ox : ox + tile]
+    lbl = window_lbl[oy : oy + tile, ox : ox + tile]
+    h, w = lbl.shape
+    if h == tile and w == tile:
+        return img, lbl
+    pi = np.zeros((img.shape[0], tile, tile), dtype=dtype)
+    pl = np.full((tile, tile), CUBE_IGNORE_INDEX, dtype=np.int16)
+    pi[:, :h, :w] = img
+    pl[:h, :w] = lbl
+    return pi, pl
+
+
+def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
+    """Area fraction of each class among valid pixels of each sample (zeros if none valid)."""
+    lab = label.reshape(label.shape[0], -1)
+    out = np.zeros((lab.shape[0], k), dtype=np.float32)
+    for i, row in enumerate(lab):
+        v = row[row >= 0]
+        if v.size:
+            out[i] = np.bincount(v, minlength=k)[:k] / v.size
+    return out
+
+
+# -- the block task (runs on a worker) ----------------------------------------------------------
+
+
+def write_block(task: dict[str, Any]) -> dict[str, Any]:
+    """Read, validate, tile and write samples [s0, s1) of the cube; return timing and skip info."""
+    t0 = time.perf_counter()
+    spec: DatasetSpec = load_dataset(task["dataset"])
+    layout = spec.layout(task["layout"])
+    reader: Reader = READERS[(spec.id, task["layout"])](spec, task["raw_storage_options"])
+    tile = task["tile"]
+    s0, s1 = task["range"]
+    items: list[SourceItem] = task["items"]
+    samples = task["samples"]  # list of (item_index_in_items, tile_y, tile_x)
+    n = s1 - s0
+    dtype = np.dtype(spec.dtype)
+    images = np.zeros((n, len(spec.bands), tile, tile), dtype=dtype)
+    labels = np.full((n, tile, tile), CUBE_IGNORE_INDEX, dtype=np.int16)
+    reasons = [""] * n
+    read_bytes = 0
+    # one windowed read per item: the bounding box of this block's tiles of that item
+    by_item: dict[int, list[int]] = {}
+    for j, (ii, _, _) in enumerate(samples):
+        by_item.setdefault(ii, []).append(j)
+    for ii, js in by_item.items():
+        it = items[ii]
+        ys = [samples[j][1] for j in js]
+        xs = [samples[j][2] for j in js]
+        win = (min(ys), min(max(ys) + tile, it.height), min(xs), min(max(xs) + tile, it.width))
+        try:
+            img, raw = reader.read(it, win)
+            where = it.image
+            if img.shape[1:] != raw.shape:
+                raise ConvertError(f"{it.image}: image {img.shape[1:]} and mask {it.label} {raw.shape} differ in size")
+            read_bytes += img.nbytes + raw.nbytes
+            img, nodata = check_image(img, spec, where)
+            lbl = remap_labels(raw, layout, it.label)
+            lbl[nodata] = CUBE_IGNORE_INDEX
+        except ConvertError as e:
+            if task["on_error"] != "skip":
+                raise
+            for j in js:
+                reasons[j] = str(e)
+            continue
+        for j in js:
+            images[j], labels[j] = _tile_from(img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype)
+    cf = class_fractions(labels, spec.num_classes)
+    g = _store.open_group(task["out"], "r+", task["out_storage_options"])
+    g["image"][s0:s1] = images
+    g["label"][s0:s1] = labels
+    g["class_fraction"][s0:s1] = cf
+    g["skip_reason"][s0:s1] = np.array(reasons, dtype=object)
+    g["block_digest"][task["block"]] = block_digest(images, labels)
+    g["progress"][task["block"]] = 1  # last: the block counts as written only now
+    return {"block": task["block"], "samples": n, "read_bytes": read_bytes, "seconds": time.perf_counter() - t0,
+            "skipped": sum(1 for r in reasons if r)}
+
+
+# -- orchestration (client side) -----------------------------------------------------------------
+
+
+def detect_layout(spec: DatasetSpec, raw: str, storage_options: dict | None) -> str:
+    candidates = [lay for (ds, lay), cls in READERS.items() if ds == spec.id and cls.detect(raw, storage_options)]
+    if not candidates:
+        known = sorted(lay for (ds, lay) in READERS if ds == spec.id)
+        raise ConvertError(f"{raw}: does not look like any known {spec.id} layout ({', '.join(known)}); pass --layout")
+    return sorted(candidates)[0]
+
+
+@dataclass
+class ConvertResult:
+    url: str
+    n_samples: int
+    blocks_written: int
+    blocks_total: int
+    read_bytes: int
+    seconds: float
+    marker: dict
+    skipped: int
+
+
+def convert(
+    dataset: str,
+    raw: str,
+    out: str,
+    layout: str = "auto",
+    client=None,
+    tile_size: int | None = None,
+    block_samples: int = DEFAULT_BLOCK_SAMPLES,
+    shard_samples: int | None = None,
+    on_error: str = "raise",
+    overwrite: bool = False,
+    raw_storage_options: dict | None = None,
+    storage_options: dict | None = None,
+    progress: bool = True,
+) -> ConvertResult:
+    """Convert one dataset's raw layout into a cube at `out`; resumes an interrupted conversion.
+
+    Uses `client` (a distributed Client) or the default one; blocks are written in parallel.
+    """
+    from ..engine.cluster import get_client
+
+    t0 = time.perf_counter()
+    spec = load_dataset(dataset)
+    raw_opts = _store.storage_options_from_env(raw, raw_storage_options)
+    out_opts = _store.storage_options_from_env(out, storage_options)
+    if layout == "auto":
+        layout = detect_layout(spec, raw, raw_opts)
+    if (spec.id, layout) not in READERS:
+        raise UserError(f"no reader for dataset {spec.id!r} layout {layout!r}")
+    if on_error not in ("raise", "skip"):
+        raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+    tile = int(tile_size or spec.tile_size)
+    if shard_samples:
+        block_samples = shard_samples  # a Dask task must write whole shards, never part of one
+    reader = READERS[(spec.id, layout)](spec, raw_opts)
+    items = reader.scan(raw)
+    if not items:
+        raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
+    plan = plan_tiles(items, tile)
+    lay = CubeLayout(plan.n, len(spec.bands), tile, spec.num_classes, spec.dtype, block_samples, shard_samples)
+    fingerprint = plan.fingerprint({"dataset": spec.id, "layout": layout, "tile": tile, "block": block_samples,
+                                    "shard": shard_samples, "on_error": on_error, "schema": SCHEMA_VERSION})
+    g = _prepare_store(out, out_opts, spec, layout, plan, lay, fingerprint, overwrite, raw)
+    if COMPLETE_ATTR in g.attrs:
+        return ConvertResult(out, plan.n, 0, lay.n_blocks, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
+    done = np.asarray(g["progress"][:]).astype(bool)
+    tasks = [_block_task(b, spec, layout, plan, lay, raw_opts, out, out_opts, on_error) for b in range(lay.n_blocks) if not done[b]]
+    client = get_client(client)
+    results = _run_blocks(client, tasks, progress, f"convert {spec.id}")
+    marker = finalize(out, out_opts)
+    return ConvertResult(
+        url=out, n_samples=plan.n, blocks_written=len(tasks), blocks_total=lay.n_blocks,
+        read_bytes=sum(r["read_bytes"] for r in results), seconds=time.perf_counter() - t0, marker=marker,
+        skipped=sum(r["skipped"] for r in results),
+    )
+
+
+def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, raw_opts, out, out_opts, on_error) -> dict:
+    s0, s1 = lay.block_range(b)
+    iidx = plan.item_of[s0:s1]
+    uniq = list(dict.fromkeys(iidx.tolist()))
+    local = {ii: k for k, ii in enumerate(uniq)}
+    return {
+        "block": b, "range": (s0, s1), "dataset": spec.id, "layout": layout, "tile": lay.tile,
+        "items": [plan.items[i] for i in uniq],
+        "samples": [(local[int(ii)], int(y), int(x)) for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])],
+        "raw_storage_options": raw_opts, "out": out, "out_storage_options": out_opts, "on_error": on_error,
+    }
+
+
+def _run_blocks(client, tasks: list[dict], progress: bool, label: str) -> list[dict]:
+    from distributed import as_completed
+
+    from ..progress import progress_bar
+
+    if not tasks:
+        return []
+    futures = client.map(write_block, tasks, pure=False, key=[f"write-block-{t['out'][-24:]}-{t['block']}" for t in tasks])
+    results = []
+    try:
+        with progress_bar(label, total=sum(t["range"][1] - t["range"][0] for t in tasks), enabled=progress) as bar:
+            for fut in as_completed(futures):
+                r = fut.result()  # re-raises a worker's ConvertError with its message
+                results.append(r)
+                bar.advance(r["samples"])
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+    return results
+
+
+def _prepare_store(out, out_opts, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLayout, fingerprint: str,
+                   overwrite: bool, raw: str):
+    """Create the cube's metadata, or reopen it to resume when the plan is the same."""
+    if _store.exists(out, out_opts):
+        if overwrite:
+            _store.remove(out, out_opts)
+        else:
+            g = _store.open_group(out, "r+", out_opts)
+            old = g.attrs.get(PLAN_ATTR)
+            if old is None and COMPLETE_ATTR not in g.attrs:
+                _store.remove(out, out_opts)  # killed while writing metadata: nothing written yet
+                return _prepare_store(out, out_opts, spec, layout, plan, lay, fingerprint, overwrite, raw)
+            if old != fingerprint:
+                raise UserError(
+                    f"{out}: a cube from different inputs or options is already there; pass --overwrite to replace it"
+                )
+            return g
+    attrs = {
+        "dataset": spec.id,
+        "title": spec.name,
+        "description": spec.description,
+        "doi": spec.doi,
+        "licence": spec.licence,
+        "layout": layout,
+        "raw_source": raw,
+        "classes": [{"name": c.name, "colour": c.colour} for c in spec.classes],
+        "class_distribution_published": list(spec.class_distribution),
+        "ignore_index": CUBE_IGNORE_INDEX,
+        "tile_size": lay.tile,
+        "block_samples": lay.block_size,
+        "shard_samples": lay.shard_size,
+        "schema_version": SCHEMA_VERSION,
+        "converter": f"cryocube {__version__}",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "scan_dropped": plan.dropped,
+    }
+    crs = sorted({it.crs for it in plan.items if it.crs})
+    if len(crs) == 1:
+        attrs["proj:code"] = crs[0] if crs[0].upper().startswith("EPSG:") else None
+        attrs["proj:wkt2"] = None if crs[0].upper().startswith("EPSG:") else crs[0]
+    ds = template(spec, lay, plan.coords(), attrs)
+    try:
+        ds.to_zarr(_store.make_store(out, out_opts), mode="w", compute=False, zarr_format=3,
+                   encoding=encoding(lay), consolidated=True)
+    except (PermissionError, OSError) as e:
+        raise UserError(f"{out}: cannot write the cube: {e}") from None
+    g = _store.open_group(out, "r+", out_opts)
+    g.attrs[PLAN_ATTR] = fingerprint  # only now is the store a resumable cube
+    zarr.consolidate_metadata(g.store)
+    return g

@@ -1,0 +1,307 @@
+"""The cube: one Zarr v3 group per dataset, `image(sample, band, y, x)` + `label(sample, y, x)`.
+
+Everything a protocol needs to pick samples (split, scene, tile position, stratum, class fractions)
+and to normalise (train-split band statistics) lives in coordinates, so no label has to be read to
+plan a run. A cube is complete only when the `cryocube_complete` attribute exists; it is written last.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+import zarr
+
+from . import store as _store
+from .catalog import CUBE_IGNORE_INDEX, DatasetSpec
+from .errors import UserError
+
+SCHEMA_VERSION = 1
+COMPLETE_ATTR = "cryocube_complete"
+PLAN_ATTR = "cryocube_plan"
+INTERNAL_VARS = ("progress", "block_digest", "skip_reason")
+
+
+class IncompleteCubeError(UserError):
+    """The cube has no completion marker: a conversion is still running or was interrupted."""
+
+
+@dataclass(frozen=True)
+class CubeLayout:
+    """Shape facts of a cube, fixed at creation (so a resumed conversion can check it)."""
+
+    n_samples: int
+    n_bands: int
+    tile: int
+    n_classes: int
+    dtype: str
+    block_size: int
+    shard_size: int | None = None
+
+    @property
+    def n_blocks(self) -> int:
+        return math.ceil(self.n_samples / self.block_size)
+
+    def block_range(self, b: int) -> tuple[int, int]:
+        return b * self.block_size, min((b + 1) * self.block_size, self.n_samples)
+
+
+def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
+    """Few-shot stratum of each sample, as the reference sampler builds it.
+
+    Per class: bin = ceil(ratio * bins) - 1 (so 0 -> -1, (0, 1/3] -> 0, ...); the key is the bin
+    integers concatenated as a string ("2-1" = all background in a binary task).
+    """
+    cf = np.asarray(class_fraction, dtype=np.float64)
+    b = np.ceil(np.round(cf * bins, 9)).astype(int) - 1
+    return _text("".join(str(v) for v in row) for row in b)
+
+
+def _text(values) -> np.ndarray:
+    """Strings as object arrays: zarr v3 stores them as variable-length UTF-8 (a specified type)."""
+    return np.array([str(v) for v in values], dtype=object)
+
+
+def template(
+    spec: DatasetSpec,
+    layout: CubeLayout,
+    coords: dict[str, np.ndarray],
+    attrs: dict[str, Any],
+) -> xr.Dataset:
+    """Lazy dataset that fixes the cube's metadata; data variables are filled by region writes."""
+    import dask.array as da
+
+    n, c, t, k = layout.n_samples, layout.n_bands, layout.tile, layout.n_classes
+    bs = layout.shard_size or 1
+    image = da.zeros((n, c, t, t), dtype=layout.dtype, chunks=(bs, c, t, t))
+    label = da.full((n, t, t), CUBE_IGNORE_INDEX, dtype="int16", chunks=(bs, t, t))
+    cf = da.zeros((n, k), dtype="float32", chunks=(layout.block_size, k))
+    nb = layout.n_blocks
+    bands = spec.bands
+    ds = xr.Dataset(
+        data_vars={
+            "image": (("sample", "band", "y", "x"), image),
+            "label": (("sample", "y", "x"), label),
+            "class_fraction": (("sample", "class"), cf),
+            "progress": (("block",), da.zeros((nb,), dtype="uint8", chunks=1)),
+            "block_digest": (("block", "digest_byte"), da.zeros((nb, 32), dtype="uint8", chunks=(1, 32))),
+            "skip_reason": (("sample",), da.full((n,), "", dtype=object, chunks=layout.block_size)),
+        },
+        coords={
+            "split": ("sample", _text(coords["split"])),
+            "scene": ("sample", _text(coords["scene"])),
+            "tile_y": ("sample", coords["tile_y"].astype("int32")),
+            "tile_x": ("sample", coords["tile_x"].astype("int32")),
+            "source": ("sample", _text(coords["source"])),
+            "crs": ("sample", _text(coords["crs"])),
+            "transform": (("sample", "affine"), coords["transform"].astype("float64")),
+            "stratum": ("sample", _text(np.full(n, ""))),
+            "band": ("band", _text([b.name for b in bands])),
+            "alias": ("band", _text([b.alias for b in bands])),
+            "role": ("band", _text([b.role for b in bands])),
+            "wavelength_um": ("band", np.array([b.wavelength_um for b in bands], dtype="float64")),
+            "sensor": ("band", _text([b.sensor for b in bands])),
+            "units": ("band", _text([b.units for b in bands])),
+            "published_mean": ("band", np.array([b.mean for b in bands], dtype="float64")),
+            "published_std": ("band", np.array([b.std for b in bands], dtype="float64")),
+            "band_mean": ("band", np.full(c, np.nan)),
+            "band_std": ("band", np.full(c, np.nan)),
+            "band_min": ("band", np.full(c, np.nan)),
+            "band_max": ("band", np.full(c, np.nan)),
+            "class": ("class", _text([cl.name for cl in spec.classes])),
+        },
+        attrs=attrs,
+    )
+    ds["image"].attrs.update(long_name="image", grid_mapping_note="per-sample crs/transform coordinates")
+    ds["label"].attrs.update(long_name="class index", ignore_index=CUBE_IGNORE_INDEX)
+    return ds
+
+
+def encoding(layout: CubeLayout) -> dict[str, dict]:
+    c, t = layout.n_bands, layout.tile
+    enc = {
+        "image": {"chunks": (1, c, t, t)},
+        "label": {"chunks": (1, t, t)},
+        "class_fraction": {"chunks": (layout.block_size, layout.n_classes)},
+        "progress": {"chunks": (1,)},
+        "block_digest": {"chunks": (1, 32)},
+        "skip_reason": {"chunks": (layout.block_size,)},
+    }
+    if layout.shard_size:
+        enc["image"]["shards"] = (layout.shard_size, c, t, t)
+        enc["label"]["shards"] = (layout.shard_size, t, t)
+    return enc
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+
+def open_cube(url: str, storage_options: dict | None = None, allow_incomplete: bool = False) -> xr.Dataset:
+    """The cube as an xarray Dataset (lazy). Refuses an incomplete cube unless asked."""
+    if not _store.exists(url, storage_options):
+        raise UserError(f"{url}: no cube here (no zarr.json)")
+    st = _store.make_store(url, storage_options, read_only=True)
+    ds = xr.open_zarr(st, decode_coords="all", consolidated=None, chunks={})
+    if COMPLETE_ATTR not in ds.attrs and not allow_incomplete:
+        raise IncompleteCubeError(
+            f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); rerun `cryocube convert` with the same "
+            "arguments to resume it"
+        )
+    return ds.drop_vars([v for v in INTERNAL_VARS if v in ds.variables])
+
+
+def cube_checksum(block_digests: np.ndarray) -> str:
+    """Content checksum of a cube: sha256 over the per-block sha256 digests, in block order."""
+    return hashlib.sha256(np.ascontiguousarray(block_digests, dtype=np.uint8).tobytes()).hexdigest()
+
+
+def block_digest(image: np.ndarray, label: np.ndarray) -> np.ndarray:
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(image).tobytes())
+    h.update(np.ascontiguousarray(label).tobytes())
+    return np.frombuffer(h.digest(), dtype=np.uint8)
+
+
+# -- statistics and finalisation --------------------------------------------------------------
+
+
+def train_statistics(url: str, storage_options: dict | None = None, split: str = "train") -> dict[str, np.ndarray]:
+    """Per-band mean/std/min/max over valid (label != ignore) pixels of one split, as a Dask reduction.
+
+    Runs on the current Dask scheduler (the distributed Client when one is active).
+    """
+    import dask
+    import dask.array as da
+
+    g = _store.open_group(url, "r", storage_options)
+    splits = np.asarray(g["split"][:]).astype(str)
+    idx = np.flatnonzero(splits == split)
+    nb = int(g["image"].shape[1])
+    if idx.size == 0:
+        nan = np.full(nb, np.nan)
+        return {"mean": nan, "std": nan, "min": nan, "max": nan, "count": np.zeros(nb)}
+    img = da.from_zarr(g["image"])
+    lab = da.from_zarr(g["label"])
+    # the split is a contiguous run of samples (samples are ordered by split), so slicing stays chunk-aligned
+    sel = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
+    x = img[sel].astype("float64")
+    valid = (lab[sel] != CUBE_IGNORE_INDEX)[:, None, :, :]
+    axes = (0, 2, 3)
+    count = da.broadcast_to(valid, x.shape).sum(axis=axes)
+    s = da.where(valid, x, 0.0).sum(axis=axes)
+    ss = da.where(valid, x * x, 0.0).sum(axis=axes)
+    mn = da.where(valid, x, np.inf).min(axis=axes)
+    mx = da.where(valid, x, -np.inf).max(axis=axes)
+    count, s, ss, mn, mx = dask.compute(count, s, ss, mn, mx)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = s / count
+        var = np.maximum(ss / count - mean * mean, 0.0)
+    return {"mean": mean, "std": np.sqrt(var), "min": np.where(count > 0, mn, np.nan),
+            "max": np.where(count > 0, mx, np.nan), "count": count.astype(np.float64)}
+
+
+def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | None = None) -> dict:
+    """Write strata, train statistics, checksum and (last) the completion marker.
+
+    Idempotent: safe to call again on a complete cube or after a crash inside finalisation.
+    """
+    g = _store.open_group(url, "r+", storage_options)
+    progress = np.asarray(g["progress"][:])
+    missing = np.flatnonzero(progress == 0)
+    if missing.size:
+        raise IncompleteCubeError(f"{url}: {missing.size} of {progress.size} sample blocks not written yet (first: {missing[:5].tolist()})")
+    cf = np.asarray(g["class_fraction"][:])
+    g["stratum"][:] = stratum_keys(cf)
+    reasons = np.asarray(g["skip_reason"][:]).astype(str)
+    skipped = np.flatnonzero(reasons != "")
+    if skipped.size:
+        split = np.asarray(g["split"][:]).astype(object)
+        split[skipped] = "skipped"
+        g["split"][:] = split
+    stats = train_statistics(url, storage_options)
+    for k in ("mean", "std", "min", "max"):
+        g[f"band_{k}"][:] = stats[k]
+    checksum = cube_checksum(np.asarray(g["block_digest"][:]))
+    source = np.asarray(g["source"][:]).astype(str)
+    attrs = dict(extra_attrs or {})
+    attrs["skipped_samples"] = [
+        {"sample": int(i), "source": str(source[i]), "reason": str(reasons[i])} for i in skipped
+    ]
+    attrs["statistics_split"] = "train"
+    attrs["statistics_valid_pixels"] = stats["count"].tolist()
+    g.attrs.update(attrs)
+    marker = {
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "n_samples": int(cf.shape[0]),
+        "checksum": checksum,
+        "schema_version": SCHEMA_VERSION,
+    }
+    g.attrs[COMPLETE_ATTR] = marker
+    zarr.consolidate_metadata(g.store)
+    return marker
+
+
+# -- inspect ------------------------------------------------------------------------------------
+
+
+def summary(url: str, storage_options: dict | None = None) -> str:
+    """Human summary: samples per split, class balance, band stats beside the published ones, chunking, size."""
+    ds = open_cube(url, storage_options, allow_incomplete=True)
+    lines = []
+    a = ds.attrs
+    state = "complete" if COMPLETE_ATTR in a else "INCOMPLETE (resume with `cryocube convert`)"
+    lines.append(f"cube {url}  [{state}]")
+    lines.append(f"dataset {a.get('dataset')}: {a.get('title', '')}  layout={a.get('layout')}  schema v{a.get('schema_version')}")
+    if COMPLETE_ATTR in a:
+        lines.append(f"checksum {a[COMPLETE_ATTR]['checksum'][:16]}…  written {a[COMPLETE_ATTR]['time']}")
+    split = ds["split"].values.astype(str)
+    names, counts = np.unique(split, return_counts=True)
+    lines.append("samples: " + ", ".join(f"{n}={c}" for n, c in zip(names, counts)) + f" (total {split.size})")
+    scenes = ds["scene"].values.astype(str)
+    lines.append(f"scenes: {len(np.unique(scenes))}  tile: {ds.sizes['y']}x{ds.sizes['x']}  bands: {ds.sizes['band']}  dtype: {ds['image'].dtype}")
+    cf = ds["class_fraction"].values
+    lines.append("class balance (mean area fraction per split):")
+    for n in names:
+        m = cf[split == n].mean(axis=0) if (split == n).any() else np.zeros(cf.shape[1])
+        lines.append(f"  {n:<8} " + "  ".join(f"{c}={v:.3f}" for c, v in zip(ds["class"].values, m)))
+    lines.append(f"{'band':<14}{'alias':<8}{'role':<11}{'mean':>12}{'pub.mean':>12}{'std':>12}{'pub.std':>12}{'min':>10}{'max':>10}")
+    for i in range(ds.sizes["band"]):
+        lines.append(
+            f"{str(ds['band'].values[i]):<14}{str(ds['alias'].values[i]):<8}{str(ds['role'].values[i]):<11}"
+            f"{ds['band_mean'].values[i]:>12.4g}{ds['published_mean'].values[i]:>12.4g}"
+            f"{ds['band_std'].values[i]:>12.4g}{ds['published_std'].values[i]:>12.4g}"
+            f"{ds['band_min'].values[i]:>10.4g}{ds['band_max'].values[i]:>10.4g}"
+        )
+    enc = ds["image"].encoding
+    lines.append(f"image chunks {enc.get('chunks')} shards {enc.get('shards')}  size on disk {_store.size_on_disk(url, storage_options) / 1e6:.1f} MB")
+    skipped = a.get("skipped_samples") or []
+    if skipped:
+        lines.append(f"skipped {len(skipped)} samples for bad input, e.g. {skipped[0]['source']}: {skipped[0]['reason']}")
+    return "\n".join(lines)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("inspect", help="summarise a cube, or print a model/dataset band-matching table")
+    p.add_argument("url", nargs="?", help="cube path or URL")
+    p.add_argument("--bands", nargs=2, metavar=("MODEL", "DATASET"), help="band-matching table of MODEL on DATASET (catalog id or cube URL)")
+    p.add_argument("--cross-sensor", action="store_true", help="with --bands: the cross-sensor rule (SAR/grey into RGB)")
+    p.add_argument("--storage-options", type=json.loads, default=None, help="JSON fsspec options for remote URLs")
+    p.set_defaults(func=_inspect_cmd)
+
+
+def _inspect_cmd(args) -> int:
+    if args.bands:
+        from .models import bands_table
+
+        model, dataset = args.bands
+        print(bands_table(model, dataset, "cross_sensor" if args.cross_sensor else "protocol"))
+        return 0
+    if not args.url:
+        raise UserError("inspect needs a cube URL or --bands MODEL DATASET")
+    print(summary(args.url, args.storage_options))
+    return 0
