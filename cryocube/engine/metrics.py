@@ -1,0 +1,74 @@
+"""Confusion matrices (int64, map side) and the metrics computed from their sum (reduce side).
+
+Fixes of the reference evaluator kept here: int64 counts (no overflow on large test sets),
+precision = TP / predicted and recall = TP / ground truth (the reference swaps the names), both
+overall accuracy (oAcc) and mean per-class accuracy (mAcc), and a class absent from both prediction
+and ground truth is left out of the means instead of counting as IoU 0.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+def confusion_matrix(pred, target, num_classes: int, ignore_index: int = -1) -> np.ndarray:
+    """K x K int64 matrix, rows = ground truth, columns = prediction; ignore pixels dropped."""
+    p = np.asarray(pred).reshape(-1).astype(np.int64)
+    t = np.asarray(target).reshape(-1).astype(np.int64)
+    keep = t != ignore_index
+    p, t = p[keep], t[keep]
+    if t.size and (t.min() < 0 or t.max() >= num_classes):
+        raise ValueError(f"target values outside 0..{num_classes - 1}: {np.unique(t[(t < 0) | (t >= num_classes)])[:5]}")
+    return np.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def tree_sum(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Pairwise (tree) sum, the same order of additions wherever it runs."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("nothing to sum")
+    while len(parts) > 1:
+        parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def tree_reduce_futures(client, futures: list, fn=np.add, resources: dict | None = None):
+    """Reduce futures pairwise on the workers (log-depth), returning one future."""
+    level = list(futures)
+    while len(level) > 1:
+        nxt = [client.submit(fn, level[i], level[i + 1], pure=False, resources=resources) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def metrics_from_confusion(cm: np.ndarray, class_names: Iterable[str] | None = None) -> dict:
+    """Per-class IoU/F1/precision/recall and their means, in percent."""
+    cm = np.asarray(cm, dtype=np.int64)
+    k = cm.shape[0]
+    names = list(class_names) if class_names is not None else [str(i) for i in range(k)]
+    tp = np.diag(cm).astype(np.float64)
+    gt = cm.sum(axis=1).astype(np.float64)
+    pr = cm.sum(axis=0).astype(np.float64)
+    union = gt + pr - tp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = np.where(union > 0, tp / union, np.nan)
+        precision = np.where(pr > 0, tp / pr, np.where(gt > 0, 0.0, np.nan))
+        recall = np.where(gt > 0, tp / gt, np.nan)
+        f1 = np.where(union > 0, 2 * tp / (gt + pr), np.nan)
+    total = cm.sum()
+    pct = lambda a: {n: (None if np.isnan(v) else float(100 * v)) for n, v in zip(names, a)}  # noqa: E731
+    mean = lambda a: float(100 * np.nanmean(a)) if np.any(~np.isnan(a)) else float("nan")  # noqa: E731
+    return {
+        "mIoU": mean(iou),
+        "mF1": mean(f1),
+        "oAcc": float(100 * tp.sum() / total) if total else float("nan"),
+        "mAcc": mean(recall),
+        "IoU": pct(iou),
+        "F1": pct(f1),
+        "precision": pct(precision),
+        "recall": pct(recall),
+        "pixels": int(total),
+    }
