@@ -1,0 +1,282 @@
+"""`build_report`: results (and/or a published table) -> tables, figures and one HTML file.
+
+Layout of OUT:
+  report.html                      self-contained (tables, embedded PNGs, run metadata)
+  report.md                        every table in one Markdown file (when "md" is a format)
+  <group>/leaderboard.{md,csv,json,tex}, robustness.*, cost.*, per_class_iou_<dataset>.*,
+          published_comparison.*   (group = protocol, or protocol-<pct>pct when it ran at several fractions)
+  compare/fewshot_retention[_<group>].*, compare/finetune_gain.*
+  published/leaderboard.*, published/consistency.*   (with `published`)
+  failures.*                       runs with status "error"
+  figures/*.png, *.svg
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..errors import UserError
+from . import analysis, plots
+from .html import FigureRef, Section, write_html
+from .leaderboard import Leaderboard, leaderboard_from_runs
+from .names import PROTOCOL_TITLES, protocol_sort_key
+from .published import Mismatch, check_consistency, load_leaderboard_csv, published_leaderboard
+from .qualitative import find_predictions, qualitative_panels
+from .records import Results, Run, load_results
+from .tables import RENDERERS, Table, to_markdown, write_table
+
+TABLE_FORMATS = tuple(RENDERERS)  # md, csv, json, tex
+ALL_FORMATS = TABLE_FORMATS + ("html",)
+
+
+class ReportError(UserError, ValueError):
+    """Nothing to report, or an option the report cannot honour."""
+
+
+@dataclass
+class Report:
+    out: Path
+    files: list[Path] = field(default_factory=list)
+    html: Path | None = None
+    leaderboards: dict[str, Leaderboard] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)  # "<group>/<name>" -> table
+    figures: list[Path] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
+    results: Results | None = None
+
+
+def _group_key(protocol: str, fraction: float, fractions: set[float]) -> str:
+    if len(fractions) == 1:
+        return protocol
+    return f"{protocol}-{round(fraction * 100):g}pct"
+
+
+def _title(protocol: str, fraction: float) -> str:
+    t = PROTOCOL_TITLES.get(protocol, protocol)
+    return t if math.isclose(fraction, 1.0) else f"{t}, {fraction * 100:g}% labels"
+
+
+def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
+    groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
+    for r in runs:
+        groups[(r.protocol, r.fraction)].append(r)
+    return dict(sorted(groups.items(), key=lambda kv: (protocol_sort_key(kv[0][0]), -kv[0][1])))
+
+
+def _parse_formats(formats: Iterable[str] | None) -> list[str]:
+    if formats is None:
+        return list(ALL_FORMATS)
+    fs = [f.strip().lower() for x in formats for f in str(x).split(",") if f.strip()]
+    bad = [f for f in fs if f not in ALL_FORMATS]
+    if bad:
+        raise ReportError(f"unknown format(s) {', '.join(bad)} (known: {', '.join(ALL_FORMATS)})")
+    return fs
+
+
+def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    if res is not None:
+        runs = res.runs + res.failures
+        meta["results files"] = ", ".join(map(str, res.sources))
+        meta["runs"] = f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates replaced"
+        meta["protocols"] = ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key))
+        meta["seeds"] = ", ".join(map(str, sorted({r.seed for r in runs})))
+        meta["devices"] = ", ".join(sorted({r.device for r in runs if r.device})) or "–"
+        created = sorted(r.created for r in runs if r.created)
+        if created:
+            meta["run times"] = f"{created[0]} … {created[-1]}"
+        gpu = sum(r.total_s or 0 for r in res.runs if r.device.startswith("cuda")) / 3600
+        cpu = sum(r.total_s or 0 for r in res.runs if not r.device.startswith("cuda")) / 3600
+        meta["compute"] = f"{gpu:.3f} GPU hours, {cpu:.3f} CPU hours (successful runs)"
+        cubes = {}
+        versions: dict[str, set[str]] = defaultdict(set)
+        for r in runs:
+            if r.cube.get("url"):
+                cubes[str(r.cube["url"])] = str(r.cube.get("checksum", ""))
+            v = r.record.get("versions")
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    versions[str(k)].add(str(x))
+        for u, c in sorted(cubes.items()):
+            meta[f"cube {u}"] = f"checksum {c}" if c else "no checksum recorded"
+        if versions:
+            meta["versions"] = "; ".join(f"{k} {' / '.join(sorted(v))}" for k, v in sorted(versions.items()))
+    meta.update(extra)
+    meta["report files"] = str(rep.out)
+    return meta
+
+
+class _Writer:
+    """Writes tables and figures, remembering them for the HTML/Markdown summary."""
+
+    def __init__(self, rep: Report, formats: list[str]):
+        self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
+        self.sections: list[Section] = []
+
+    def section(self, title: str, level: int = 2, text: str = "") -> Section:
+        s = Section(title, level=level, text=text)
+        self.sections.append(s)
+        return s
+
+    def table(self, sec: Section, group: str, t: Table) -> Table:
+        t.group = group
+        self.rep.files += write_table(t, self.rep.out / group, self.formats)
+        self.rep.tables[f"{group}/{t.name}"] = t
+        sec.tables.append(t)
+        return t
+
+    def figure(self, sec: Section, paths: list[Path], caption: str) -> None:
+        self.rep.files += paths
+        self.rep.figures += paths
+        png = next(p for p in paths if p.suffix == ".png")
+        sec.figures.append(FigureRef(png, caption))
+
+    def stem(self, name: str) -> Path:
+        return self.rep.out / "figures" / name
+
+
+def _protocol_sections(w: _Writer, res: Results, protocols: set[str] | None) -> dict[tuple[str, float], Leaderboard]:
+    groups = group_runs(res.runs)
+    fractions = defaultdict(set)
+    for p, f in groups:
+        fractions[p].add(f)
+    lbs = {}
+    for (proto, frac), runs in groups.items():
+        if protocols and proto not in protocols:
+            continue
+        key = _group_key(proto, frac, fractions[proto])
+        lb = leaderboard_from_runs(runs, key=key, title=_title(proto, frac), protocol=proto, fraction=frac)
+        lbs[(proto, frac)] = lb
+        w.rep.leaderboards[key] = lb
+        cost = analysis.costs(runs)
+        sec = w.section(lb.title)
+        w.table(sec, key, analysis.leaderboard_table(lb, cost))
+        w.table(sec, key, analysis.robustness_table(lb))
+        w.figure(sec, plots.radar_chart(lb, w.stem(f"{key}_radar")), f"{lb.title}: mIoU per dataset")
+        w.table(sec, key, analysis.cost_table(lb, cost))
+        pts = [(r.name, cost[r.name].gflops, r.avg) for r in lb.rows
+               if r.name in cost and cost[r.name].gflops and r.avg is not None]
+        if pts:
+            w.figure(sec, plots.cost_scatter(pts, w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost"),
+                     "Average mIoU against GFLOPs per forward pass")
+        pc = analysis.per_class_tables(lb, runs)
+        for t in pc:
+            w.table(sec, key, t)
+        if pc:
+            w.figure(sec, plots.per_class_heatmap(pc, w.stem(f"{key}_per_class_iou"), f"{lb.title}: per-class IoU"),
+                     "Per-class IoU (%) per model and dataset")
+    return lbs
+
+
+def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> None:
+    frozen = next((lb for (p, f), lb in lbs.items() if p == "frozen" and math.isclose(f, 1.0)), None)
+    if frozen is None:
+        return
+    few = [lb for (p, f), lb in lbs.items() if p == "fewshot" and f < 1.0]
+    ft = next((lb for (p, f), lb in lbs.items() if p == "finetune" and math.isclose(f, 1.0)), None)
+    if few or ft:
+        sec = w.section("Across protocols")
+    for lb in few:
+        t = analysis.retention_table(frozen, lb)
+        if len(few) > 1:
+            t.name = f"fewshot_retention_{lb.key}"
+        w.table(sec, "compare", t)
+        w.figure(sec, plots.retention_bars(t, w.stem(t.name)), t.title)
+    if ft is not None:
+        w.table(sec, "compare", analysis.finetune_gain_table(frozen, ft))
+    paper = published_leaderboard()
+    if any(paper.row(m) for m in frozen.model_names):
+        sec = w.section("Our runs against the paper")
+        w.table(sec, frozen.key, analysis.published_comparison_table(frozen, paper))
+
+
+def _published_section(w: _Writer, path: str | Path | None) -> None:
+    lb = load_leaderboard_csv(path) if path else published_leaderboard()
+    mism = check_consistency(lb)
+    w.rep.mismatches = mism
+    w.rep.leaderboards["published"] = lb
+    sec = w.section(lb.title, text=("The printed table re-rendered from its per-dataset numbers; averages and "
+                                    f"ranks recomputed. {len(mism)} printed value(s) disagree."))
+    w.table(sec, "published", analysis.leaderboard_table(lb, mismatches=mism))
+    w.table(sec, "published", analysis.consistency_table(lb, mism))
+    w.figure(sec, plots.radar_chart(lb, w.stem("published_radar")), f"{lb.title}: mIoU per dataset")
+
+
+def _qualitative_section(w: _Writer, res: Results | None, cube_urls: Sequence[str],
+                         samples: Sequence[int] | None) -> None:
+    sec = w.section("Qualitative examples")
+    for k, url in enumerate(cube_urls):
+        best: tuple[float, Run, Path] | None = None
+        for r in (res.runs if res else []):
+            if str(r.cube.get("url", "")).rstrip("/") != str(url).rstrip("/"):
+                continue
+            p = find_predictions(r, res.sources)
+            if p is not None and (best is None or (r.miou or 0) > best[0]):
+                best = (r.miou or 0, r, p)
+        name = Path(str(url).rstrip("/")).stem or f"cube{k}"
+        title = f"{name}: test tiles" + (f", prediction of {best[1].model_name} ({best[1].protocol}, seed "
+                                         f"{best[1].seed})" if best else ", no stored prediction")
+        paths = qualitative_panels(str(url), str(best[2]) if best else None, samples,
+                                   w.stem(f"qualitative_{k}_{name}"), title=title)
+        w.figure(sec, paths, title)
+
+
+def build_report(results: str | Path | Iterable[str | Path] | Results | None = None, out: str | Path = "report", *,
+                 protocols: Iterable[str] | None = None, formats: Iterable[str] | None = None,
+                 cube_urls: Sequence[str] = (), samples: Sequence[int] | None = None,
+                 published: bool | str | Path = False, title: str = "cryocube report") -> Report:
+    """Write the report for results files/directories (or a loaded `Results`) into `out`.
+
+    published: True renders the bundled Cryo-Bench table (with its consistency check); a path renders
+    that CSV instead. Our frozen leaderboard is compared with the paper's table whenever it shares models.
+    """
+    fmts = _parse_formats(formats)
+    if results is None and not published:
+        raise ReportError("nothing to report: give results files/directories, or published=True (--published)")
+    res = results if isinstance(results, Results) or results is None else load_results(results)
+    rep = Report(out=Path(out), results=res)
+    rep.out.mkdir(parents=True, exist_ok=True)
+    w = _Writer(rep, fmts)
+    wanted = set(protocols) if protocols else None
+    if res is not None:
+        if not res.runs and not res.failures:
+            raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
+        lbs = _protocol_sections(w, res, wanted)
+        if wanted and not lbs and not published:
+            known = sorted({r.protocol for r in res.runs})
+            raise ReportError(f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found: {', '.join(known)})")
+        _compare_sections(w, lbs)
+    if published:
+        _published_section(w, None if published is True else published)
+    if cube_urls:
+        _qualitative_section(w, res, cube_urls, samples)
+    if res is not None and (res.failures or res.replaced):
+        sec = w.section("Failures")
+        t = analysis.failures_table(res)
+        rep.files += write_table(t, rep.out, w.formats)
+        rep.tables["failures"] = t
+        sec.tables.append(t)
+    meta = _metadata(res, rep, {"published table": str(published)} if published and published is not True else {})
+    if "md" in fmts:
+        md = [f"# {title}", ""]
+        for s in w.sections:
+            md += [f"{'#' * s.level} {s.title}", ""] + ([s.text, ""] if s.text else [])
+            md += [to_markdown(t) for t in s.tables]
+            md += [f"![{f.caption}]({f.path.relative_to(rep.out).as_posix()})\n" for f in s.figures]
+        md += ["## Run metadata", ""] + [f"- **{k}**: {v}" for k, v in meta.items()]
+        p = rep.out / "report.md"
+        p.write_text("\n".join(md) + "\n", encoding="utf-8")
+        rep.files.append(p)
+    if "html" in fmts:
+        rep.html = write_html(rep.out / "report.html", title, w.sections, meta)
+        rep.files.append(rep.html)
+    return rep
+
+
+def render_published(out: str | Path, path: str | Path | None = None, *,
+                     formats: Iterable[str] | None = None) -> Report:
+    """The paper's (or an imported) table through the same code, with its consistency check."""
+    return build_report(None, out, formats=formats, published=path or True, title="Cryo-Bench published leaderboard")

@@ -1,0 +1,91 @@
+"""One self-contained HTML file: tables, figures embedded as data: URIs, run metadata.
+
+Nothing is linked from outside the file (no CDN, no external CSS or images), so the report can be
+mailed, archived next to the results, or opened offline.
+"""
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .tables import Table, to_html
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:1400px;
+padding:0 1rem;color:#1b1b1b;line-height:1.4}
+h1{font-size:1.6rem}h2{font-size:1.3rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.2rem}
+h3{font-size:1.05rem;margin-top:1.6rem}
+table.report{border-collapse:collapse;margin:.8rem 0;font-size:.82rem;font-variant-numeric:tabular-nums}
+table.report caption{text-align:left;font-weight:600;padding:.3rem 0}
+table.report th,table.report td{border-bottom:1px solid #ddd;padding:.25rem .5rem}
+table.report th{background:#f2f4f7;position:sticky;top:0}
+td.num,th.num{text-align:right}td{white-space:nowrap}td.txt,th.txt{text-align:left}td.missing{color:#999}
+tbody tr:hover{background:#fafafa}
+.scroll{overflow-x:auto}ul.notes{font-size:.78rem;color:#555;margin-top:.2rem}
+figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.8rem;color:#555}
+dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;font-size:.85rem}
+dl.meta dt{font-weight:600}dl.meta dd{margin:0;word-break:break-all}
+nav ul{columns:2;font-size:.9rem}
+"""
+
+
+@dataclass
+class FigureRef:
+    path: Path  # a PNG; embedded as base64
+    caption: str
+
+
+@dataclass
+class Section:
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    figures: list[FigureRef] = field(default_factory=list)
+    text: str = ""
+    level: int = 2
+
+    @property
+    def anchor(self) -> str:
+        return "".join(ch if ch.isalnum() else "-" for ch in self.title.lower()).strip("-")
+
+
+def data_uri(path: Path) -> str:
+    mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}.get(path.suffix.lower())
+    if mime is None:
+        raise ValueError(f"{path}: cannot embed a {path.suffix} file")
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str:
+    e = html.escape
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
+           f"<h1>{e(title)}</h1>", f'<p class="generated">Generated {e(now)} by cryocube.</p>',
+           "<nav><ul>" + "".join(f'<li><a href="#{s.anchor}">{e(s.title)}</a></li>' for s in sections if s.level == 2)
+           + "</ul></nav>"]
+    for s in sections:
+        out.append(f'<h{s.level} id="{s.anchor}">{e(s.title)}</h{s.level}>')
+        if s.text:
+            out.append(f"<p>{e(s.text)}</p>")
+        for t in s.tables:
+            out.append(f'<div class="scroll">{to_html(t)}</div>')
+        for f in s.figures:
+            out.append(f'<figure><img src="{data_uri(f.path)}" alt="{e(f.caption)}">'
+                       f"<figcaption>{e(f.caption)}</figcaption></figure>")
+    if metadata:
+        out.append('<h2 id="run-metadata">Run metadata</h2><dl class="meta">')
+        out += [f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in metadata.items()]
+        out.append("</dl>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def write_html(path: Path, title: str, sections: list[Section], metadata: dict[str, str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(title, sections, metadata), encoding="utf-8")
+    return path

@@ -1,0 +1,136 @@
+"""The report's figures (matplotlib), each written as PNG and SVG.
+
+Figures are built with `matplotlib.figure.Figure`, not pyplot: no global backend switch and no
+figure registry, so importing the report inside a notebook leaves its plotting state alone.
+
+Every function takes what it plots and an output stem, and returns the written paths, so the
+HTML report and the CLI list exactly what was produced.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from .leaderboard import Leaderboard
+from .names import dataset_display_name
+from .tables import Table
+
+FORMATS = ("png", "svg")
+DPI = 110
+
+
+def save(fig, stem: Path) -> list[Path]:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in FORMATS:
+        p = stem.with_suffix(f".{ext}")
+        with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text: searchable, editable
+            fig.savefig(p, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        paths.append(p)
+    return paths
+
+
+def _subplots(figsize):
+    fig = Figure(figsize=figsize)
+    return fig, fig.add_subplot()
+
+
+def _colours(n: int):
+    cmap = matplotlib.colormaps["tab20" if n > 10 else "tab10"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def radar_chart(lb: Leaderboard, stem: Path) -> list[Path]:
+    """Models across datasets (mean mIoU), one polygon per model; a missing cell breaks its line."""
+    ds = lb.datasets
+    if len(ds) < 3:  # a radar needs three axes; fall back to grouped bars
+        return _grouped_bars(lb, stem)
+    angles = np.linspace(0, 2 * math.pi, len(ds), endpoint=False).tolist()
+    fig = Figure(figsize=(7.5, 6.5))
+    ax = fig.add_subplot(polar=True)
+    for row, colour in zip(lb.rows, _colours(len(lb.rows))):
+        vals = [row.cells[d].mean if d in row.cells else np.nan for d in ds]
+        ax.plot(angles + angles[:1], vals + vals[:1], color=colour, lw=1.4, label=row.name, marker="o", ms=3)
+    ax.set_xticks(angles)
+    ax.set_xticklabels([dataset_display_name(d) for d in ds])
+    ax.set_ylim(0, 100)
+    ax.set_rlabel_position(180 / len(ds))  # radial tick labels between the first two axes, off the data
+    ax.set_title(f"{lb.title}: mIoU per dataset", pad=18)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.08, 1.0), fontsize=8, frameon=False)
+    return save(fig, stem)
+
+
+def _grouped_bars(lb: Leaderboard, stem: Path) -> list[Path]:
+    fig, ax = _subplots(figsize=(max(5, 0.5 * len(lb.rows) * len(lb.datasets)), 4))
+    w = 0.8 / max(1, len(lb.datasets))
+    x = np.arange(len(lb.rows))
+    for k, d in enumerate(lb.datasets):
+        ax.bar(x + k * w, [r.cells[d].mean if d in r.cells else 0 for r in lb.rows], w, label=dataset_display_name(d))
+    ax.set_xticks(x + w * (len(lb.datasets) - 1) / 2, [r.name for r in lb.rows], rotation=45, ha="right")
+    ax.set_ylabel("mIoU (%)")
+    ax.legend(frameon=False)
+    ax.set_title(f"{lb.title}: mIoU per dataset")
+    return save(fig, stem)
+
+
+def retention_bars(t: Table, stem: Path) -> list[Path]:
+    """Few-shot retention (%) per model, from the retention table."""
+    names = t.column_values("model")
+    vals = t.column_values("retention")
+    keep = [(n, v) for n, v in zip(names, vals) if v is not None]
+    fig, ax = _subplots(figsize=(max(5, 0.45 * len(keep) + 2), 4))
+    if keep:
+        x = np.arange(len(keep))
+        bars = ax.bar(x, [v for _, v in keep], color="#4C72B0")
+        ax.bar_label(bars, labels=[f"{v:.1f}" for _, v in keep], fontsize=7, padding=2)
+        ax.set_xticks(x, [n for n, _ in keep], rotation=45, ha="right")
+    ax.axhline(100, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("few-shot mIoU / full mIoU (%)")
+    ax.set_title(t.title)
+    return save(fig, stem)
+
+
+def cost_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str) -> list[Path]:
+    """Average mIoU against GFLOPs (log axis when they span a decade), one labelled point per model."""
+    fig, ax = _subplots(figsize=(6.5, 4.5))
+    for (name, g, m), colour in zip(points, _colours(len(points))):
+        ax.scatter([g], [m], color=colour, s=36, zorder=3)
+        ax.annotate(name, (g, m), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    gs = [g for _, g, _ in points]
+    if gs and min(gs) > 0 and max(gs) / min(gs) > 10:  # GFLOPs span decades across the catalog
+        ax.set_xscale("log")
+    ax.set_xlabel("GFLOPs per forward pass")
+    ax.set_ylabel("average mIoU (%)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    return save(fig, stem)
+
+
+def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[Path]:
+    """One panel per dataset: models × classes, colour = IoU (%), value written in each cell."""
+    n = len(tables)
+    heights = [max(1.5, 0.3 * len(t.rows) + 1) for t in tables]
+    widths = [max(2.5, 1.0 * (len(t.columns) - 1) + 1.5) for t in tables]
+    fig = Figure(figsize=(sum(widths) + 1, max(heights) + 0.8), layout="constrained")
+    axes = fig.subplots(1, n, squeeze=False, gridspec_kw={"width_ratios": widths})
+    same_rows = len({tuple(row[0] for row in t.rows) for t in tables}) == 1  # label models once
+    im = None
+    for k, (ax, t) in enumerate(zip(axes[0], tables)):
+        classes = [c.header for c in t.columns[1:]]
+        data = np.array([[np.nan if v is None else v for v in row[1:]] for row in t.rows], dtype=float)
+        im = ax.imshow(data, vmin=0, vmax=100, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right", fontsize=8)
+        ax.set_yticks(range(len(t.rows)), [row[0] for row in t.rows] if k == 0 or not same_rows else [], fontsize=8)
+        for (i, j), v in np.ndenumerate(data):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color="white" if v < 60 else "black")
+        ax.set_title(t.title.rsplit(" on ", 1)[-1])
+    if im is not None:
+        fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="IoU (%)", pad=0.01)
+    fig.suptitle(title)
+    return save(fig, stem)

@@ -1,0 +1,209 @@
+"""Reading run records (results.jsonl) written by the engine.
+
+One JSON object per line and per run. The reader keeps what the report needs, ignores keys it does
+not know (the engine may add more), keeps only the latest record of a repeated run, and separates
+failed runs so that they are listed, never averaged.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import UserError
+from .names import model_display_name
+
+RESULTS_FILE = "results.jsonl"
+REQUIRED = ("model", "dataset", "protocol", "seed", "status")
+
+
+class ResultsError(UserError, ValueError):
+    """A results file is missing, unreadable, or holds a record without a required field."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run record, flattened to what tables and plots read."""
+
+    run_id: str
+    model: str  # catalog id
+    model_name: str  # display name (row of the leaderboard)
+    dataset: str
+    protocol: str
+    fraction: float
+    seed: int
+    status: str
+    error: str | None
+    metrics: dict[str, Any]
+    created: str
+    source: str  # "file:line", for error messages and the failures table
+    record: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def miou(self) -> float | None:
+        return _num(self.metrics.get("mIoU"))
+
+    @property
+    def class_iou(self) -> dict[str, float]:
+        iou = self.metrics.get("IoU") or {}
+        return {str(k): float(v) for k, v in iou.items() if _num(v) is not None} if isinstance(iou, dict) else {}
+
+    @property
+    def gflops(self) -> float | None:
+        return _num(self.record.get("gflops"))
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return _num(self.record.get("samples_per_s"))
+
+    @property
+    def params(self) -> tuple[int | None, int | None]:
+        p = self.record.get("params") or {}
+        enc, dec = (_num(p.get("encoder")), _num(p.get("decoder"))) if isinstance(p, dict) else (None, None)
+        return (int(enc) if enc is not None else None, int(dec) if dec is not None else None)
+
+    @property
+    def total_s(self) -> float | None:
+        t = self.record.get("timings") or {}
+        return _num(t.get("total_s")) if isinstance(t, dict) else None
+
+    @property
+    def device(self) -> str:
+        return str(self.record.get("device") or "")
+
+    @property
+    def peak_memory_mb(self) -> float | None:
+        return _num(self.record.get("peak_memory_mb"))
+
+    @property
+    def cube(self) -> dict[str, Any]:
+        c = self.record.get("cube")
+        return c if isinstance(c, dict) else {}
+
+    @property
+    def key(self) -> tuple:
+        return (self.model, self.dataset, self.protocol, self.fraction, self.seed)
+
+
+@dataclass
+class Results:
+    """Runs from one or more results files after de-duplication."""
+
+    runs: list[Run]  # status ok with a numeric mIoU
+    failures: list[Run]  # status error (or "ok" without a usable mIoU)
+    sources: list[Path]
+    replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
+
+    def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
+        return [r for r in self.runs if (protocol is None or r.protocol == protocol)
+                and (fraction is None or math.isclose(r.fraction, fraction))]
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def result_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand directories to the results.jsonl files they hold (the run directory's own file first)."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = [p / RESULTS_FILE] if (p / RESULTS_FILE).is_file() else sorted(p.rglob(RESULTS_FILE))
+            if not found:
+                raise ResultsError(f"{p}: no {RESULTS_FILE} in this directory or below it")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ResultsError(f"{p}: no such results file or directory")
+    seen: set[Path] = set()
+    return [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+
+
+def parse_record(d: Any, where: str) -> Run:
+    if not isinstance(d, dict):
+        raise ResultsError(f"{where}: a record must be a JSON object, got {type(d).__name__}")
+    missing = [k for k in REQUIRED if k not in d]
+    if missing:
+        raise ResultsError(f"{where}: record lacks {', '.join(missing)}")
+    metrics = d.get("metrics") if isinstance(d.get("metrics"), dict) else {}
+    try:
+        seed = int(d["seed"])
+        fraction = float(d.get("fraction", 1.0) if d.get("fraction") is not None else 1.0)
+    except (TypeError, ValueError) as e:
+        raise ResultsError(f"{where}: seed/fraction must be numbers ({e})") from None
+    status = str(d["status"])
+    error = d.get("error")
+    if status == "ok" and _num(metrics.get("mIoU")) is None:
+        status, error = "error", error or "record has status ok but no numeric metrics.mIoU"
+    model = str(d["model"])
+    return Run(
+        run_id=str(d.get("run_id") or ""), model=model,
+        model_name=model_display_name(model, d.get("model_name")), dataset=str(d["dataset"]).lower(),
+        protocol=str(d["protocol"]), fraction=fraction, seed=seed, status=status,
+        error=None if error is None else str(error), metrics=metrics, created=str(d.get("created") or ""),
+        source=where, record=d,
+    )
+
+
+def _created_key(run: Run, order: int) -> tuple:
+    try:
+        t = datetime.fromisoformat(run.created.replace("Z", "+00:00"))
+        stamp = t.timestamp() if t.tzinfo else t.replace(tzinfo=None).timestamp()
+    except ValueError:
+        stamp = float("-inf")
+    return (stamp, order)  # same time (or none): the later line wins
+
+
+def read_runs(paths: Iterable[str | Path]) -> list[Run]:
+    runs: list[Run] = []
+    for f in result_files(paths):
+        try:
+            lines = f.read_text().splitlines()
+        except OSError as e:
+            raise ResultsError(f"{f}: cannot read ({e})") from None
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
+            runs.append(parse_record(d, f"{f}:{i}"))
+    return runs
+
+
+def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """Keep the latest record (by `created`, then by read order) per (model, dataset, protocol, fraction, seed)."""
+    latest: dict[tuple, tuple[tuple, Run]] = {}
+    replaced: list[Run] = []
+    for order, r in enumerate(runs):
+        k = _created_key(r, order)
+        prev = latest.get(r.key)
+        if prev is None or k >= prev[0]:
+            if prev is not None:
+                replaced.append(prev[1])
+            latest[r.key] = (k, r)
+        else:
+            replaced.append(r)
+    return [v[1] for v in latest.values()], replaced
+
+
+def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
+    """Read results.jsonl files (or directories holding them) into de-duplicated runs and failures."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = list(paths)
+    kept, replaced = dedupe(read_runs(paths))
+    ok = [r for r in kept if r.status == "ok"]
+    failed = [r for r in kept if r.status != "ok"]
+    return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced)
