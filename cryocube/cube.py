@@ -62,6 +62,11 @@ def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
     return _text("".join(str(v) for v in row) for row in b)
 
 
+def as_text(a) -> np.ndarray:
+    """Strings read back from zarr/xarray (numpy StringDType or object) as an object array of str."""
+    return np.array([str(v) for v in np.asarray(a).ravel()], dtype=object).reshape(np.shape(a))
+
+
 def _text(values) -> np.ndarray:
     """Strings as object arrays: zarr v3 stores them as variable-length UTF-8 (a specified type)."""
     return np.array([str(v) for v in values], dtype=object)
@@ -90,7 +95,6 @@ def template(
             "class_fraction": (("sample", "class"), cf),
             "progress": (("block",), da.zeros((nb,), dtype="uint8", chunks=1)),
             "block_digest": (("block", "digest_byte"), da.zeros((nb, 32), dtype="uint8", chunks=(1, 32))),
-            "skip_reason": (("sample",), da.full((n,), "", dtype=object, chunks=layout.block_size)),
         },
         coords={
             "split": ("sample", _text(coords["split"])),
@@ -101,6 +105,7 @@ def template(
             "crs": ("sample", _text(coords["crs"])),
             "transform": (("sample", "affine"), coords["transform"].astype("float64")),
             "stratum": ("sample", _text(np.full(n, ""))),
+            "skip_reason": ("sample", _text(np.full(n, ""))),
             "band": ("band", _text([b.name for b in bands])),
             "alias": ("band", _text([b.alias for b in bands])),
             "role": ("band", _text([b.role for b in bands])),
@@ -179,14 +184,16 @@ def train_statistics(url: str, storage_options: dict | None = None, split: str =
     import dask.array as da
 
     g = _store.open_group(url, "r", storage_options)
-    splits = np.asarray(g["split"][:]).astype(str)
+    splits = as_text(g["split"][:])
     idx = np.flatnonzero(splits == split)
     nb = int(g["image"].shape[1])
     if idx.size == 0:
         nan = np.full(nb, np.nan)
         return {"mean": nan, "std": nan, "min": nan, "max": nan, "count": np.zeros(nb)}
-    img = da.from_zarr(g["image"])
-    lab = da.from_zarr(g["label"])
+    # a few large Dask chunks (~64 MB), not one task per stored sample
+    per = max(1, int(64e6 // max(1, np.prod(g["image"].shape[1:]) * 8)))
+    img = da.from_zarr(g["image"], chunks=(per,) + tuple(g["image"].shape[1:]))
+    lab = da.from_zarr(g["label"], chunks=(per,) + tuple(g["label"].shape[1:]))
     # the split is a contiguous run of samples (samples are ordered by split), so slicing stays chunk-aligned
     sel = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
     x = img[sel].astype("float64")
@@ -217,7 +224,7 @@ def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | 
         raise IncompleteCubeError(f"{url}: {missing.size} of {progress.size} sample blocks not written yet (first: {missing[:5].tolist()})")
     cf = np.asarray(g["class_fraction"][:])
     g["stratum"][:] = stratum_keys(cf)
-    reasons = np.asarray(g["skip_reason"][:]).astype(str)
+    reasons = as_text(g["skip_reason"][:])
     skipped = np.flatnonzero(reasons != "")
     if skipped.size:
         split = np.asarray(g["split"][:]).astype(object)
@@ -227,7 +234,7 @@ def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | 
     for k in ("mean", "std", "min", "max"):
         g[f"band_{k}"][:] = stats[k]
     checksum = cube_checksum(np.asarray(g["block_digest"][:]))
-    source = np.asarray(g["source"][:]).astype(str)
+    source = as_text(g["source"][:])
     attrs = dict(extra_attrs or {})
     attrs["skipped_samples"] = [
         {"sample": int(i), "source": str(source[i]), "reason": str(reasons[i])} for i in skipped
@@ -259,20 +266,20 @@ def summary(url: str, storage_options: dict | None = None) -> str:
     lines.append(f"dataset {a.get('dataset')}: {a.get('title', '')}  layout={a.get('layout')}  schema v{a.get('schema_version')}")
     if COMPLETE_ATTR in a:
         lines.append(f"checksum {a[COMPLETE_ATTR]['checksum'][:16]}…  written {a[COMPLETE_ATTR]['time']}")
-    split = ds["split"].values.astype(str)
+    split = as_text(ds["split"].values)
     names, counts = np.unique(split, return_counts=True)
     lines.append("samples: " + ", ".join(f"{n}={c}" for n, c in zip(names, counts)) + f" (total {split.size})")
-    scenes = ds["scene"].values.astype(str)
+    scenes = as_text(ds["scene"].values)
     lines.append(f"scenes: {len(np.unique(scenes))}  tile: {ds.sizes['y']}x{ds.sizes['x']}  bands: {ds.sizes['band']}  dtype: {ds['image'].dtype}")
     cf = ds["class_fraction"].values
     lines.append("class balance (mean area fraction per split):")
     for n in names:
         m = cf[split == n].mean(axis=0) if (split == n).any() else np.zeros(cf.shape[1])
         lines.append(f"  {n:<8} " + "  ".join(f"{c}={v:.3f}" for c, v in zip(ds["class"].values, m)))
-    lines.append(f"{'band':<14}{'alias':<8}{'role':<11}{'mean':>12}{'pub.mean':>12}{'std':>12}{'pub.std':>12}{'min':>10}{'max':>10}")
+    lines.append(f"{'band':<17}{'alias':<17}{'role':<11}{'mean':>12}{'pub.mean':>12}{'std':>12}{'pub.std':>12}{'min':>10}{'max':>10}")
     for i in range(ds.sizes["band"]):
         lines.append(
-            f"{str(ds['band'].values[i]):<14}{str(ds['alias'].values[i]):<8}{str(ds['role'].values[i]):<11}"
+            f"{str(ds['band'].values[i]):<17}{str(ds['alias'].values[i]):<17}{str(ds['role'].values[i]):<11}"
             f"{ds['band_mean'].values[i]:>12.4g}{ds['published_mean'].values[i]:>12.4g}"
             f"{ds['band_std'].values[i]:>12.4g}{ds['published_std'].values[i]:>12.4g}"
             f"{ds['band_min'].values[i]:>10.4g}{ds['band_max'].values[i]:>10.4g}"

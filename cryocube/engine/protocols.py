@@ -100,7 +100,7 @@ def get_protocol(name: str) -> Protocol:
 def stratified_subset(strata: np.ndarray, fraction: float, seed: int) -> np.ndarray:
     """Few-shot subset as the reference samples it: from each stratum (in order of first appearance)
     max(1, int(n * fraction)) samples without replacement. Indices are positions in `strata`."""
-    strata = np.asarray(strata).astype(str)
+    strata = np.array([str(v) for v in np.asarray(strata).ravel()], dtype=object)
     if fraction >= 1.0:
         return np.arange(strata.size)
     rng = np.random.default_rng(seed)

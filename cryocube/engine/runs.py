@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import __version__
 from ..catalog import Band
-from ..cube import COMPLETE_ATTR, open_cube
+from ..cube import COMPLETE_ATTR, as_text, open_cube
 from ..errors import UserError
 from .data import InputMap
 from .protocols import TrainConfig, get_protocol, stratified_subset
@@ -67,7 +67,7 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
     return CubeInfo(
         url=url, dataset=str(ds.attrs["dataset"]), checksum=str(ds.attrs[COMPLETE_ATTR]["checksum"]),
         tile=int(ds.sizes["y"]), bands=bands, class_names=[str(c) for c in ds["class"].values],
-        splits=ds["split"].values.astype(str), strata=ds["stratum"].values.astype(str),
+        splits=as_text(ds["split"].values), strata=as_text(ds["stratum"].values),
         mean=ds["band_mean"].values.astype(float), std=ds["band_std"].values.astype(float),
         published_mean=ds["published_mean"].values.astype(float), published_std=ds["published_std"].values.astype(float),
         storage_options=storage_options,
