@@ -1,0 +1,167 @@
+"""Band matching: which cube band feeds which encoder input slot.
+
+The reference (PANGAEA BandFilter + BandPadding) matches by the band *names* of the dataset
+configs, after normalisation, and fills missing slots with 0 (= the band mean). Cryo-Bench gives
+non-spectral layers S2 names (GLD's slope is "B5"), so the cube keeps that name as each band's
+`alias` and matching here keys on it. The result is an explicit, printable table instead of a
+silent tensor reshuffle, and a pairing with no shared band at all is an error, not an all-zero input.
+
+Modes:
+- "protocol": as the reference configs do it (alias matching; SAR-only data gives an optical-only
+  encoder nothing, which is an error here).
+- "cross_sensor": like protocol, except that an optical-only encoder that would get no band from a
+  dataset without optical bands gets the dataset's SAR/grey bands in its RGB slots (B4, B3, B2),
+  cycled in cube order (CaFFe's one band three times; SICD's HH, HV, incidence as B4, B3, B2), as the
+  Cryo-Bench `zone_mapping_optical` / `ai4arctic_rgb` configs do.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import cycle, islice
+from typing import Sequence
+
+from ..catalog import Band
+from ..errors import UserError
+from .spec import RGB_SLOTS, S2_BANDS, SAR_BANDS, ModelSpec
+
+MODES = ("protocol", "cross_sensor")
+
+
+class BandMatchError(UserError):
+    """The dataset has no band any input slot of the encoder can take."""
+
+
+def reference_modality(band: Band) -> str | None:
+    """The PANGAEA modality a band would be declared under in a Cryo-Bench dataset config."""
+    if band.alias in SAR_BANDS:
+        return "sar"
+    if band.alias in S2_BANDS:
+        return "optical"
+    return None  # not a Cryo-Bench band name: no reference config declares it
+
+
+@dataclass(frozen=True)
+class BandMatch:
+    model_id: str
+    mode: str
+    slots: list[str]  # encoder input slots, in input-channel order
+    index: list[int]  # cube band index per slot, -1 = zero-filled (the mean after normalisation)
+    replicated: bool  # the cross-sensor rule put SAR/grey bands into RGB slots
+    bands: tuple[Band, ...]  # the cube's bands (all of them)
+    slot_modality: list[str] = field(default_factory=list)  # "optical" / "sar" per slot
+    unused_reasons: dict[int, str] = field(default_factory=dict)  # cube band index -> why it is not fed
+
+    @property
+    def in_chans(self) -> int:
+        return len(self.index)
+
+    @property
+    def zero_slots(self) -> list[str]:
+        return [s for s, i in zip(self.slots, self.index) if i < 0]
+
+    def slot_band(self, k: int) -> Band | None:
+        i = self.index[k]
+        return self.bands[i] if i >= 0 else None
+
+    def table(self) -> str:
+        rows = [("slot", "cube band", "alias", "role", "wavelength_um")]
+        for k, (slot, i) in enumerate(zip(self.slots, self.index)):
+            if i < 0:
+                rows.append((slot, "(zero = band mean)", "", "", ""))
+            else:
+                b = self.bands[i]
+                wl = "" if math.isnan(b.wavelength_um) else f"{b.wavelength_um:g}"
+                rows.append((slot, f"[{i}] {b.name}", b.alias, b.role, wl))
+        widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        lines = [f"band match: {self.model_id}, mode={self.mode}"
+                 + (" (cross-sensor: SAR/grey bands replicated into RGB slots)" if self.replicated else "")]
+        lines += [fmt.format(*r).rstrip() for r in rows]
+        used = {i for i in self.index if i >= 0}
+        for i, b in enumerate(self.bands):
+            if i not in used:
+                why = self.unused_reasons.get(i, "no encoder slot takes it")
+                lines.append(f"not fed: [{i}] {b.name} (alias {b.alias}, {b.role}): {why}")
+        z = self.zero_slots
+        if z:
+            lines.append(f"zero-filled slots ({len(z)}/{len(self.slots)}): {', '.join(z)}")
+        return "\n".join(lines)
+
+
+def _error(spec: ModelSpec, bands: Sequence[Band], mode: str, slots: Sequence[str], hint: str) -> BandMatchError:
+    desc = ", ".join(f"{b.name} (alias {b.alias}, {b.role})" for b in bands) or "none"
+    return BandMatchError(
+        f"model {spec.id!r} cannot take any band of this dataset (mode={mode}): dataset bands: {desc}; "
+        f"encoder slots: {', '.join(slots) if slots else 'the dataset bands of modalities ' + '/'.join(spec.dataset_modalities)}. {hint}"
+    )
+
+
+def _cross_sensor_rgb(spec: ModelSpec, bands: Sequence[Band], slots: list[str]) -> tuple[list[int], dict[int, str]] | None:
+    """RGB replication for an optical-only encoder on a dataset without optical bands."""
+    if any(reference_modality(b) == "optical" for b in bands):
+        return None  # the dataset has optical bands: protocol matching applies
+    if not all(s in slots for s in RGB_SLOTS):
+        return None
+    src = [i for i, b in enumerate(bands) if b.role != "optical"]
+    if not src:
+        return None
+    fill = dict(zip(RGB_SLOTS, islice(cycle(src), len(RGB_SLOTS))))
+    index = [fill.get(s, -1) for s in slots]
+    reasons = {i: "more non-optical bands than RGB slots" for i in range(len(bands)) if i not in index}
+    return index, reasons
+
+
+def match_bands(spec: ModelSpec, bands: Sequence[Band], mode: str = "protocol") -> BandMatch:
+    """Which cube band feeds each encoder slot (see the module docstring for the rules)."""
+    if mode not in MODES:
+        raise UserError(f"unknown band-matching mode {mode!r}; use one of {MODES}")
+    bands = tuple(bands)
+    if spec.takes_dataset_bands:
+        return _match_dataset(spec, bands, mode)
+    slots = spec.slots
+    modality = ["sar" if s in SAR_BANDS else "optical" for s in slots]
+    by_alias: dict[str, int] = {}
+    for i, b in enumerate(bands):
+        by_alias.setdefault(b.alias, i)
+    index = [by_alias.get(s, -1) for s in slots]
+    reasons: dict[int, str] = {}
+    for i, b in enumerate(bands):
+        if i not in index:
+            reasons[i] = f"alias {b.alias!r} is not one of the encoder's slots"
+    if all(i < 0 for i in index):
+        if mode == "cross_sensor" and spec.optical_only:
+            rep = _cross_sensor_rgb(spec, bands, slots)
+            if rep is not None:
+                index, reasons = rep
+                return BandMatch(spec.id, mode, slots, index, True, bands, modality, reasons)
+        hint = ("Use mode='cross_sensor' to feed SAR/grey bands into the RGB slots of an optical-only encoder."
+                if mode == "protocol" and spec.optical_only and not any(reference_modality(b) == "optical" for b in bands)
+                else "Choose an encoder that takes these bands.")
+        raise _error(spec, bands, mode, slots, hint)
+    return BandMatch(spec.id, mode, slots, index, False, bands, modality, reasons)
+
+
+def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], mode: str) -> BandMatch:
+    """Encoders configured with `${dataset.bands}` take every band a Cryo-Bench config would declare."""
+    index, slots, modality, reasons = [], [], [], {}
+    for i, b in enumerate(bands):
+        m = reference_modality(b)
+        if m is None:
+            reasons[i] = f"alias {b.alias!r} is not a Cryo-Bench band name (no reference config declares it)"
+        elif m not in spec.dataset_modalities:
+            reasons[i] = f"the reference encoder reads only the {'/'.join(spec.dataset_modalities)} modality"
+        else:
+            index.append(i)
+            slots.append(b.alias)
+            modality.append(m)
+    if not index:
+        if mode == "cross_sensor" and spec.optical_only:
+            rep = _cross_sensor_rgb(spec, bands, list(RGB_SLOTS))
+            if rep is not None:
+                idx, reasons = rep
+                return BandMatch(spec.id, mode, list(RGB_SLOTS), idx, True, bands, ["optical"] * 3, reasons)
+        hint = ("Use mode='cross_sensor' to feed SAR/grey bands into RGB slots."
+                if mode == "protocol" and spec.optical_only else "Choose an encoder that takes these bands.")
+        raise _error(spec, bands, mode, [], hint)
+    return BandMatch(spec.id, mode, slots, index, False, bands, modality, reasons)

@@ -1,0 +1,159 @@
+"""Model specs: the facts of catalogs/models/<id>.yaml as typed, validated objects.
+
+An encoder's architecture arguments, input bands, output layers and weights source live in the
+catalog, not in code, so `cryocube inspect`, the band matcher and the engine all read one truth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..catalog import CATALOG_DIR, CatalogError, load_yaml
+
+# Names the Cryo-Bench / PANGAEA configs use for bands; the band matcher keys on these.
+S2_BANDS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B8A", "B9", "B10", "B11", "B12")
+SAR_BANDS = ("VV", "VH", "HH", "HV")
+RGB_SLOTS = ("B4", "B3", "B2")
+
+
+@dataclass(frozen=True)
+class WeightsSpec:
+    url: str | None  # None: no public URL (fetch by hand, then pass a local path)
+    sha256: str | None  # None: not published; fetch prints the digest it computed
+    key_map: str  # name of the checkpoint key map (cryocube.models.keymap registry)
+    filename: str | None = None
+    allow_pickle: bool = False  # checkpoint holds non-tensor objects (args, configs): needs full unpickling
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str
+    family: str
+    display_name: str
+    input_size: int | None  # None: the dataset tile size
+    input_bands: list[str] | str  # Cryo-Bench band names, or "dataset" (all usable cube bands)
+    sar_bands: list[str]
+    output_layers: list[int]
+    output_channels: list[int]
+    pyramid: bool
+    pretrained: bool
+    weights: WeightsSpec | None
+    params_m: float | None  # published (measured on the reference code, pangaea-models.md 1.5)
+    gflops: float | None
+    licence: str
+    arch: dict[str, Any] = field(default_factory=dict)
+    benchmark_entry: str = ""
+    dataset_modalities: tuple[str, ...] = ("optical", "sar")  # for input_bands == "dataset"
+    reference_config: str = ""
+    notes: str = ""
+    path: str = ""
+
+    @property
+    def takes_dataset_bands(self) -> bool:
+        return self.input_bands == "dataset"
+
+    @property
+    def optical_only(self) -> bool:
+        """No SAR slot: such encoders get SAR/grey data only through the cross-sensor rule."""
+        return not self.sar_bands
+
+    @property
+    def slots(self) -> list[str]:
+        """Fixed encoder input slots (optical first, then SAR); empty for dataset-band encoders."""
+        if self.takes_dataset_bands:
+            return []
+        return list(self.input_bands) + list(self.sar_bands)
+
+
+def _need(d: dict, key: str, where: str, kind=None):
+    if key not in d:
+        raise CatalogError(f"{where}: missing field {key!r}")
+    v = d[key]
+    if kind is not None and not isinstance(v, kind):
+        raise CatalogError(f"{where}: field {key!r} should be {kind}, got {type(v).__name__} ({v!r})")
+    return v
+
+
+def _band_list(v, where: str, key: str) -> list[str]:
+    if not isinstance(v, list) or not all(isinstance(b, str) for b in v):
+        raise CatalogError(f"{where}: {key} must be a list of band names, got {v!r}")
+    unknown = [b for b in v if b not in S2_BANDS + SAR_BANDS]
+    if unknown:
+        raise CatalogError(f"{where}: {key} has names that are not Cryo-Bench band names: {unknown}")
+    return list(v)
+
+
+def parse_model(d: dict, where: str) -> ModelSpec:
+    ib = _need(d, "input_bands", where)
+    if ib != "dataset":
+        ib = _band_list(ib, where, "input_bands")
+    sar = _band_list(d.get("sar_bands", []) or [], where, "sar_bands")
+    layers = _need(d, "output_layers", where, list)
+    chans = _need(d, "output_channels", where, list)
+    if len(layers) != len(chans):
+        raise CatalogError(f"{where}: output_layers {layers} and output_channels {chans} differ in length")
+    size = d.get("input_size")
+    if size is not None and not isinstance(size, int):
+        raise CatalogError(f"{where}: input_size must be an integer or null (the dataset tile size), got {size!r}")
+    w = d.get("weights")
+    weights = None
+    if w is not None:
+        if not isinstance(w, dict):
+            raise CatalogError(f"{where}: weights must be a mapping")
+        weights = WeightsSpec(
+            url=w.get("url"),
+            sha256=w.get("sha256"),
+            key_map=str(_need(w, "key_map", f"{where}: weights")),
+            filename=w.get("filename"),
+            allow_pickle=bool(w.get("allow_pickle", False)),
+            notes=str(w.get("notes", "")).strip(),
+        )
+    pretrained = bool(d.get("pretrained", True))
+    if pretrained and weights is None:
+        raise CatalogError(f"{where}: a pretrained model needs a weights section")
+    pub = d.get("published", {}) or {}
+    mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
+    return ModelSpec(
+        id=str(_need(d, "id", where)),
+        family=str(_need(d, "family", where)),
+        display_name=str(_need(d, "display_name", where)),
+        input_size=size,
+        input_bands=ib,
+        sar_bands=sar,
+        output_layers=[int(x) for x in layers],
+        output_channels=[int(x) for x in chans],
+        pyramid=bool(d.get("pyramid", False)),
+        pretrained=pretrained,
+        weights=weights,
+        params_m=pub.get("params_m"),
+        gflops=pub.get("gflops"),
+        licence=str(d.get("licence", "")),
+        arch=dict(d.get("arch", {}) or {}),
+        benchmark_entry=str(d.get("benchmark_entry", d["id"])),
+        dataset_modalities=mods,
+        reference_config=str(d.get("reference_config", "")),
+        notes=str(d.get("notes", "")).strip(),
+        path=where,
+    )
+
+
+def list_models(catalog_dir: str | None = None) -> list[str]:
+    """Ids of every model in catalogs/models/."""
+    return sorted(p.stem for p in (Path(catalog_dir or CATALOG_DIR) / "models").glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def model_spec(model_id: str, catalog_dir: str | None = None) -> ModelSpec:
+    """The spec of a model by id (catalogs/models/<id>.yaml) or by a YAML path."""
+    known = list_models(catalog_dir)
+    if not model_id.endswith((".yaml", ".yml")) and model_id not in known:
+        raise CatalogError(f"unknown model {model_id!r}; known models: {', '.join(known)}")
+    d = load_yaml("models", model_id, catalog_dir)
+    where = model_id if model_id.endswith((".yaml", ".yml")) else str(Path(catalog_dir or CATALOG_DIR) / "models" / f"{model_id}.yaml")
+    spec = parse_model(d, where)
+    if not model_id.endswith((".yaml", ".yml")) and spec.id != model_id:
+        raise CatalogError(f"{where}: id {spec.id!r} does not match the file name {model_id!r}")
+    return spec
