@@ -1,0 +1,73 @@
+"""Segmentation heads that take an encoder's feature list: `build_decoder(kind, encoder, num_classes)`.
+
+A decoder's forward is `(features, out_size) -> logits (B, K, *out_size)`, so the engine can cache
+frozen-encoder features and train the head on them alone.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor, nn
+
+from ..errors import UserError
+from .linear import LinearHead
+from .unet import UNetDecoder
+from .upernet import Feature2Pyramid, UPerNet
+
+_DECODERS: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register_decoder(name: str):
+    def deco(fn):
+        _DECODERS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_decoder("upernet")
+def _upernet(encoder, num_classes: int, **kw) -> nn.Module:
+    return UPerNet(list(encoder.output_channels), num_classes, pyramid=bool(encoder.pyramid), **kw)
+
+
+@register_decoder("linear")
+def _linear(encoder, num_classes: int, **kw) -> nn.Module:
+    return LinearHead(list(encoder.output_channels), num_classes, **kw)
+
+
+@register_decoder("unet")
+def _unet(encoder, num_classes: int, **kw) -> nn.Module:
+    if encoder.spec.family != "unet":
+        raise UserError(f"the U-Net decoder needs the U-Net encoder's skip maps; {encoder.spec.id!r} is a {encoder.spec.family} encoder")
+    return UNetDecoder(list(encoder.output_channels), num_classes, **kw)
+
+
+def decoder_kinds() -> list[str]:
+    return sorted(_DECODERS)
+
+
+def build_decoder(kind: str, encoder, num_classes: int, **kw) -> nn.Module:
+    """A head of `kind` ("upernet", "linear", "unet") sized for `encoder`'s outputs."""
+    if kind not in _DECODERS:
+        raise UserError(f"unknown decoder {kind!r}; known: {decoder_kinds()}")
+    if num_classes < 1:
+        raise UserError(f"num_classes must be >= 1, got {num_classes}")
+    dec = _DECODERS[kind](encoder, num_classes, **kw)
+    dec.kind = kind
+    dec.build_kwargs = dict(kw)  # saved with decoder checkpoints so load_decoder can rebuild the head
+    return dec
+
+
+class Segmenter(nn.Module):
+    """Encoder + decoder end to end (fine-tuning and scratch baselines): logits at the input size."""
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.decoder(self.encoder(x), tuple(x.shape[-2:]))
+
+
+__all__ = ["build_decoder", "decoder_kinds", "register_decoder", "Segmenter", "UPerNet", "LinearHead", "UNetDecoder", "Feature2Pyramid"]

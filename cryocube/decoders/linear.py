@@ -1,0 +1,22 @@
+"""Linear probe head: a 1x1 conv on the last feature map, bilinear upsampling to the target size.
+
+The reference (`seg_linear`) sizes the conv from output_dim[0] but applies it to feat[-1], which
+crashes on pyramid encoders whose widths differ (GFM-Swin 256 vs 1024). Here the width is that of
+the map actually used, so the head works for every encoder.
+"""
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class LinearHead(nn.Module):
+    def __init__(self, in_channels: list[int], num_classes: int, layer: int = -1):
+        super().__init__()
+        self.layer = layer
+        self.num_classes = num_classes
+        self.conv_seg = nn.Conv2d(in_channels[layer], num_classes, 1)
+
+    def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:
+        x = self.conv_seg(features[self.layer])
+        return F.interpolate(x, size=tuple(out_size), mode="bilinear", align_corners=False)

@@ -1,0 +1,58 @@
+"""U-Net up path for the U-Net baseline encoder (pangaea-models.md 2.3).
+
+Each level: ConvTranspose 2x2/2 (C -> C), pad to the skip's size, concatenate the skip, DoubleConv
+(conv3x3-BN-ReLU x2) to the next skip's width; a final 1x1 conv to the classes. The output is at
+the input resolution already; it is resized only if `out_size` differs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def double_conv(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+        nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+    )
+
+
+class Up(nn.Module):
+    def __init__(self, cin: int, cskip: int, cout: int):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(cin, cin, 2, stride=2)
+        self.conv = double_conv(cin + cskip, cout)
+
+    def forward(self, x: Tensor, skip: Tensor) -> Tensor:
+        x = self.up(x)
+        dy, dx = skip.shape[2] - x.shape[2], skip.shape[3] - x.shape[3]
+        x = F.pad(x, (dx // 2, dx - dx // 2, dy // 2, dy - dy // 2))
+        return self.conv(torch.cat([skip, x], dim=1))
+
+
+class UNetDecoder(nn.Module):
+    """Takes the encoder's maps coarsest first: [(C4, H/16), (C3, H/8), ..., (C0, H)]."""
+
+    def __init__(self, in_channels: list[int], num_classes: int):
+        super().__init__()
+        if len(in_channels) < 2:
+            raise ValueError("the U-Net decoder needs at least two feature maps")
+        skips = list(in_channels[1:])
+        ups, cur = [], in_channels[0]
+        for k, s in enumerate(skips):
+            out = skips[k + 1] if k + 1 < len(skips) else skips[-1]
+            ups.append(Up(cur, s, out))
+            cur = out
+        self.up_seq = nn.ModuleList(ups)
+        self.conv_seg = nn.Conv2d(cur, num_classes, 1)
+        self.num_classes = num_classes
+
+    def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:
+        x = features[0]
+        for up, skip in zip(self.up_seq, features[1:]):
+            x = up(x, skip)
+        x = self.conv_seg(x)
+        if tuple(x.shape[-2:]) != tuple(out_size):
+            x = F.interpolate(x, size=tuple(out_size), mode="bilinear", align_corners=False)
+        return x

@@ -1,0 +1,98 @@
+"""UPerNet head (PPM + FPN) with the Feature2Pyramid neck, as the PANGAEA/Cryo-Bench protocol uses it.
+
+Facts carried over (pangaea-models.md 2.1): 512 channels, pool scales (1, 2, 3, 6), neck rescales
+[4, 2, 1, 0.5][int(i / L * 4)] for non-pyramid encoders (identity for Swin-type pyramids),
+Dropout2d(0.1), 1x1 classifier, bilinear upsampling (align_corners=False) to the requested size.
+Norms are BatchNorm2d; wrap with torch.nn.SyncBatchNorm.convert_sync_batchnorm for DDP.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NECK_SCALES = (4, 2, 1, 0.5)
+
+
+def conv_bn_relu(cin: int, cout: int, k: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, k, padding=k // 2), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+def neck_rescales(n: int, pyramid: bool) -> list[float]:
+    return [1] * n if pyramid else [NECK_SCALES[int(i / n * 4)] for i in range(n)]
+
+
+class Feature2Pyramid(nn.Module):
+    """Turns same-resolution ViT maps into a 4-level pyramid (x4, x2, x1, x0.5)."""
+
+    def __init__(self, channels: list[int], rescales: list[float]):
+        super().__init__()
+        self.rescales = list(rescales)
+        ops = []
+        for c, k in zip(channels, rescales):
+            if k == 4:
+                ops.append(nn.Sequential(nn.ConvTranspose2d(c, c, 2, 2), nn.BatchNorm2d(c), nn.GELU(), nn.ConvTranspose2d(c, c, 2, 2)))
+            elif k == 2:
+                ops.append(nn.Sequential(nn.ConvTranspose2d(c, c, 2, 2)))
+            elif k == 1:
+                ops.append(nn.Identity())
+            elif k == 0.5:
+                ops.append(nn.MaxPool2d(2, 2))
+            elif k == 0.25:
+                ops.append(nn.MaxPool2d(4, 4))
+            else:
+                raise ValueError(f"invalid neck rescale {k}")
+        self.ops = nn.ModuleList(ops)
+
+    def forward(self, feats: list[Tensor]) -> list[Tensor]:
+        if len(feats) != len(self.ops):
+            raise ValueError(f"neck expects {len(self.ops)} feature maps, got {len(feats)}")
+        return [op(f) for op, f in zip(self.ops, feats)]
+
+
+class PPM(nn.ModuleList):
+    def __init__(self, pool_scales, cin: int, channels: int):
+        super().__init__(
+            nn.Sequential(nn.AdaptiveAvgPool2d(s), nn.Conv2d(cin, channels, 1), nn.BatchNorm2d(channels), nn.ReLU(inplace=True))
+            for s in pool_scales
+        )
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        return [F.interpolate(m(x), size=x.shape[2:], mode="bilinear", align_corners=False) for m in self]
+
+
+class UPerNet(nn.Module):
+    def __init__(
+        self,
+        in_channels: list[int],
+        num_classes: int,
+        pyramid: bool = False,
+        channels: int = 512,
+        pool_scales=(1, 2, 3, 6),
+        dropout: float = 0.1,
+        neck: bool = True,
+    ):
+        super().__init__()
+        self.in_channels = list(in_channels)
+        self.num_classes = num_classes
+        self.neck = Feature2Pyramid(self.in_channels, neck_rescales(len(in_channels), pyramid)) if neck else None
+        self.psp_modules = PPM(pool_scales, self.in_channels[-1], channels)
+        self.bottleneck = conv_bn_relu(self.in_channels[-1] + len(pool_scales) * channels, channels, 3)
+        self.lateral_convs = nn.ModuleList(conv_bn_relu(c, channels, 1) for c in self.in_channels[:-1])
+        self.fpn_convs = nn.ModuleList(conv_bn_relu(channels, channels, 3) for _ in self.in_channels[:-1])
+        self.fpn_bottleneck = conv_bn_relu(len(self.in_channels) * channels, channels, 3)
+        self.dropout = nn.Dropout2d(dropout)
+        self.conv_seg = nn.Conv2d(channels, num_classes, 1)
+
+    def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:
+        feats = list(self.neck(features) if self.neck is not None else features)
+        laterals = [conv(feats[i]) for i, conv in enumerate(self.lateral_convs)]
+        top = feats[-1]
+        laterals.append(self.bottleneck(torch.cat([top, *self.psp_modules(top)], dim=1)))
+        for i in range(len(laterals) - 1, 0, -1):
+            laterals[i - 1] = laterals[i - 1] + F.interpolate(laterals[i], size=laterals[i - 1].shape[2:], mode="bilinear", align_corners=False)
+        outs = [self.fpn_convs[i](laterals[i]) for i in range(len(laterals) - 1)] + [laterals[-1]]
+        outs = [outs[0]] + [F.interpolate(o, size=outs[0].shape[2:], mode="bilinear", align_corners=False) for o in outs[1:]]
+        x = self.fpn_bottleneck(torch.cat(outs, dim=1))
+        x = self.conv_seg(self.dropout(x))
+        return F.interpolate(x, size=tuple(out_size), mode="bilinear", align_corners=False)

@@ -1,0 +1,137 @@
+"""Decoders: UPerNet/linear/U-Net sizes against the reference, shapes, end-to-end training, decoder-only checkpoints."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cryocube.catalog import Band
+from cryocube.errors import UserError
+from cryocube.models import Segmenter, build_decoder, build_encoder
+from cryocube.models.base import count_params
+from cryocube.models.weights import WeightsError, load_decoder, save_decoder
+
+torch.set_num_threads(2)
+
+
+def bands(n: int) -> list[Band]:
+    return [Band(name=f"b{i}", alias=a, role="optical") for i, a in enumerate(["B4", "B3", "B2", "B8", "B11"][:n])]
+
+
+# UPerNet parameters (M, 2 classes) measured on the reference, pangaea-models.md 1.5.
+@pytest.mark.parametrize("model_id,published,kw", [
+    ("croma_optical", 46.95, {}),
+    ("dofa", 39.35, {"bands": bands(3)}),
+    ("gfmswin", 33.71, {}),
+    ("prithvi", 21.64, {}),
+    ("satlasnet_si", 33.25, {}),
+    ("spectralgpt", 164.40, {}),
+    ("ssl4eo_moco", 30.89, {}),
+    ("terramind_large", 46.95, {}),
+])
+def test_upernet_size_matches_reference(model_id, published, kw):
+    with torch.device("meta"):
+        enc = build_encoder(model_id, **kw)
+        dec = build_decoder("upernet", enc, num_classes=2)
+    n = count_params(dec)
+    assert abs(n / (published * 1e6) - 1) < 0.001, f"{n:,} vs {published} M"
+
+
+class FakeEncoder(torch.nn.Module):
+    """Only the attributes decoders read; features are made directly."""
+
+    def __init__(self, channels, pyramid, family="vit"):
+        super().__init__()
+        self.output_channels, self.pyramid = channels, pyramid
+        self.spec = type("S", (), {"family": family, "id": "fake"})()
+
+
+def test_upernet_neck_and_output_size():
+    dec = build_decoder("upernet", FakeEncoder([32] * 4, False), num_classes=3, channels=16).eval()
+    assert dec.neck.rescales == [4, 2, 1, 0.5]
+    feats = [torch.randn(2, 32, 14, 14) for _ in range(4)]
+    out = dec(feats, (224, 224))
+    assert out.shape == (2, 3, 224, 224)
+    single = build_decoder("upernet", FakeEncoder([32], False), num_classes=2, channels=16).eval()
+    assert single.neck.rescales == [4]  # the fork's one-layer Prithvi: upsampled x4
+    assert single([torch.randn(1, 32, 14, 14)], (100, 120)).shape == (1, 2, 100, 120)
+    pyr = build_decoder("upernet", FakeEncoder([8, 16, 32, 32], True), num_classes=2, channels=16).eval()
+    assert pyr.neck.rescales == [1, 1, 1, 1]
+    feats = [torch.randn(1, c, s, s) for c, s in zip([8, 16, 32, 32], [24, 12, 6, 6])]
+    assert pyr(feats, (192, 192)).shape == (1, 2, 192, 192)
+
+
+def test_linear_head_works_on_pyramid_encoders():
+    enc = FakeEncoder([256, 512, 1024, 1024], True)  # GFM-Swin widths: the reference head crashes here
+    dec = build_decoder("linear", enc, num_classes=4)
+    assert count_params(dec) == 1024 * 4 + 4
+    feats = [torch.randn(1, c, s, s) for c, s in zip([256, 512, 1024, 1024], [24, 12, 6, 6])]
+    assert dec(feats, (192, 192)).shape == (1, 4, 192, 192)
+    vit = build_decoder("linear", FakeEncoder([768] * 4, False), num_classes=2)
+    assert count_params(vit) == 1538  # as the reference's seg_linear on a ViT-B
+
+
+def test_unet_matches_reference_size_and_resolution():
+    enc = build_encoder("unet", bands=bands(3), input_size=64)
+    dec = build_decoder("unet", enc, num_classes=2)
+    assert abs((count_params(enc) + count_params(dec)) / 14.79e6 - 1) < 0.001  # full U-Net, 3 bands
+    model = Segmenter(enc, dec)
+    x = torch.randn(2, 3, 64, 64)
+    assert model(x).shape == (2, 2, 64, 64)
+    with pytest.raises(UserError, match="U-Net encoder"):
+        build_decoder("unet", build_encoder("ssl4eo_mae_sar", depth=1, output_layers=[0]), num_classes=2)
+
+
+def test_segmenter_trains_end_to_end():
+    torch.manual_seed(0)
+    enc = build_encoder("vit_scratch", bands=bands(3), embed_dim=32, depth=2, num_heads=2, output_layers=[0, 1], input_size=32, patch_size=8)
+    model = Segmenter(enc, build_decoder("upernet", enc, num_classes=2, channels=16))
+    x = torch.randn(4, 3, 32, 32)
+    y = (x[:, 0] > 0).long()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(15):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert enc.vit.blocks[0].attn.qkv.weight.grad is not None  # fine-tuning reaches the encoder
+
+
+def test_decoder_trains_on_cached_frozen_features(tmp_path):
+    torch.manual_seed(0)
+    enc = build_encoder("ssl4eo_mae_sar", embed_dim=32, depth=2, num_heads=2, output_layers=[0, 1], input_size=64).eval()
+    x = torch.randn(4, 2, 64, 64)
+    with torch.no_grad():
+        feats = enc(x)  # computed once, reused every step
+    dec = build_decoder("upernet", enc, num_classes=2, channels=16)
+    opt = torch.optim.AdamW(dec.parameters(), lr=1e-3)
+    y = (x[:, 0] > 0).long()
+    for _ in range(3):
+        loss = F.cross_entropy(dec(feats, (64, 64)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert all(p.grad is None for p in enc.parameters())
+    path = save_decoder(dec, tmp_path / "decoder.pt", meta={"model": "ssl4eo_mae_sar", "epoch": 3})
+    saved = torch.load(path, weights_only=True)["state_dict"]
+    assert set(saved) == set(dec.state_dict())  # the frozen encoder is not written again
+    dec.eval()
+    loaded, meta = load_decoder(path, encoder=enc)
+    loaded.eval()
+    assert meta == {"model": "ssl4eo_mae_sar", "epoch": 3} and loaded.kind == "upernet"
+    assert torch.equal(loaded(feats, (64, 64)), dec(feats, (64, 64)))
+    other = build_decoder("upernet", enc, num_classes=3, channels=16)
+    with pytest.raises(WeightsError, match="does not fit the decoder"):
+        load_decoder(path, decoder=other)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    with pytest.raises(WeightsError, match="decoder.pt: cannot read"):
+        load_decoder(path, encoder=enc)
+
+
+def test_unknown_decoder_kind():
+    with pytest.raises(UserError, match="unknown decoder 'fcn'"):
+        build_decoder("fcn", FakeEncoder([8], False), num_classes=2)
