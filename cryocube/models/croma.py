@@ -1,0 +1,105 @@
+"""CROMA (optical and SAR) ViT encoders: linear 8x8 patch projection, no position embedding, 2-D ALiBi.
+
+The transformer blocks are timm Blocks (pre-norm, bias-free qkv, GELU MLP); ALiBi is an additive
+attention bias passed as `attn_mask`, which is exactly CROMA's `scores * scale + bias` softmax.
+The final LayerNorm is applied to the last returned map, as the reference does.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from timm.models.vision_transformer import Block
+from torch import Tensor, nn
+
+from .base import Encoder, tokens_to_map
+from .keymap import KeyMap, Rename, register_keymap
+from .registry import register_family
+
+
+def alibi_slopes(n: int) -> list[float]:
+    """ALiBi head slopes (Press et al.), including the non-power-of-two interleaving."""
+
+    def pow2(k: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(k) - 3)))
+        return [start * start**i for i in range(k)]
+
+    if math.log2(n).is_integer():
+        return pow2(n)
+    p = 2 ** math.floor(math.log2(n))
+    return pow2(p) + alibi_slopes(2 * p)[0::2][: n - p]
+
+
+def alibi_2d(num_heads: int, grid: int) -> Tensor:
+    """(1, heads, N, N) bias = -slope_h * euclidean distance between patch centres (row-major)."""
+    rr, cc = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+    pts = torch.stack([rr.reshape(-1), cc.reshape(-1)], dim=1).double()
+    dist = torch.cdist(pts, pts)
+    slopes = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
+    return (-slopes[:, None, None] * dist[None]).float().unsqueeze(0)
+
+
+class CromaEncoder(Encoder):
+    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=1024, depth=24, num_heads=16, patch_size=8,
+                 mlp_ratio=4.0, norm_eps=1e-5):
+        super().__init__(spec, in_chans, input_size, match)
+        self.patch_size = patch_size
+        self.grid = input_size // patch_size
+        self.patch_embed = nn.Linear(patch_size * patch_size * in_chans, embed_dim)
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=False, norm_layer=partial(nn.LayerNorm, eps=norm_eps))
+            for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.register_buffer("attn_bias", alibi_2d(num_heads, self.grid), persistent=False)
+        self.output_channels = [embed_dim] * len(spec.output_layers)
+        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+
+    def patchify(self, x: Tensor) -> Tensor:
+        """(B, C, H, W) -> (B, N, C*p*p), channel-major inside a patch as CROMA's rearrange."""
+        b, c, h, w = x.shape
+        p = self.patch_size
+        return x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        t = self.patch_embed(self.patchify(x))
+        bias = self.attn_bias.to(t.dtype)
+        wanted, last = set(self.output_layers), max(self.output_layers)
+        outs = []
+        for i, blk in enumerate(self.blocks):
+            t = blk(t, attn_mask=bias)
+            if i in wanted:
+                outs.append(t)
+            if i == last:
+                break
+        outs[-1] = self.norm(outs[-1])
+        return [tokens_to_map(o, self.grid) for o in outs]
+
+
+def _croma_keymap(name: str, container: str) -> KeyMap:
+    L = "transformer.layers.{i}."
+    return KeyMap(
+        name=name,
+        container=(container,),
+        renames=(
+            Rename("linear_input.", "patch_embed."),
+            Rename(L + "0.input_norm.", "blocks.{i}.norm1."),
+            Rename(L + "0.to_qkv.", "blocks.{i}.attn.qkv."),
+            Rename(L + "0.to_out.", "blocks.{i}.attn.proj."),
+            Rename(L + "1.input_norm.", "blocks.{i}.norm2."),
+            Rename(L + "1.net.0.", "blocks.{i}.mlp.fc1."),
+            Rename(L + "1.net.3.", "blocks.{i}.mlp.fc2."),
+            Rename("transformer.norm_out.", "norm."),
+        ),
+        notes=f"CROMA_large.pt holds s1_encoder / s2_encoder / joint_encoder sub-dicts; this map reads {container!r}",
+    )
+
+
+register_keymap(_croma_keymap("croma_optical", "s2_encoder"))
+register_keymap(_croma_keymap("croma_sar", "s1_encoder"))
+
+
+@register_family("croma")
+def build_croma(spec, in_chans, input_size, match=None, **arch):
+    return CromaEncoder(spec, in_chans, input_size, match, **arch)

@@ -1,0 +1,136 @@
+"""DOFA ViT-B/16 with its wavelength-conditioned (dynamic) patch embedding.
+
+Each input band's central wavelength (µm, x1000, 1-D sin-cos, 128 wide) goes through a residual MLP
+and a one-layer transformer with 128 learned weight tokens and a bias token; linear heads turn the
+outputs into a 16x16 conv kernel per band and a bias (both scaled by 0.01), applied with stride 16
+and padding 1 as in the reference. The body is timm Blocks; the final LayerNorm follows the last
+block. Module names equal the reference's, so the key map only selects the encoder's keys.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import Block
+from torch import Tensor, nn
+
+from ..errors import UserError
+from .base import Encoder, sincos_2d, tokens_to_map
+from .keymap import KeyMap, register_keymap
+from .registry import register_family
+
+# Central wavelengths (µm) of the DOFA config, keyed by Cryo-Bench band name; every SAR band is 3.75.
+DOFA_WAVELENGTHS = {
+    "B1": 0.44, "B2": 0.49, "B3": 0.56, "B4": 0.665, "B5": 0.705, "B6": 0.74, "B7": 0.783, "B8": 0.832,
+    "B8A": 0.864, "B9": 0.945, "B10": 1.373, "B11": 1.61, "B12": 2.20,
+    "VV": 3.75, "VH": 3.75, "HH": 3.75, "HV": 3.75,
+}
+
+
+def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
+    """The reference's float32 1-D sin-cos (kept in float32 so pretrained kernels see the same inputs)."""
+    omega = torch.arange(dim // 2, dtype=torch.float32, device=pos.device) / (dim / 2.0)
+    omega = 1.0 / 10000**omega
+    out = pos.reshape(-1).float()[:, None] * omega[None]
+    return torch.cat([torch.sin(out), torch.cos(out)], dim=1)
+
+
+class TransformerWeightGenerator(nn.Module):
+    def __init__(self, input_dim: int, output_dim: int, embed_dim: int, num_heads: int = 4, num_layers: int = 1, wt_num: int = 128):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model=input_dim, nhead=num_heads, activation="gelu", norm_first=False, batch_first=False, dropout=0.0)
+        self.transformer_encoder = nn.TransformerEncoder(layer, num_layers=num_layers, enable_nested_tensor=False)
+        self.fc_weight = nn.Linear(input_dim, output_dim)
+        self.fc_bias = nn.Linear(input_dim, embed_dim)
+        self.wt_num = wt_num
+        self.weight_tokens = nn.Parameter(torch.empty(wt_num, input_dim).normal_(std=0.02))
+        self.bias_token = nn.Parameter(torch.empty(1, input_dim).normal_(std=0.02))
+
+    def forward(self, waves: Tensor) -> tuple[Tensor, Tensor]:
+        x = torch.cat([self.weight_tokens, waves, self.bias_token], dim=0)
+        out = self.transformer_encoder(x)
+        weights = self.fc_weight(out[self.wt_num:-1] + waves)
+        bias = self.fc_bias(out[-1])
+        return weights, bias
+
+
+class FCResLayer(nn.Module):
+    def __init__(self, size: int = 128):
+        super().__init__()
+        self.w1 = nn.Linear(size, size)
+        self.w2 = nn.Linear(size, size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + F.relu(self.w2(F.relu(self.w1(x))))
+
+
+class DynamicPatchEmbed(nn.Module):
+    def __init__(self, wv_planes: int = 128, kernel_size: int = 16, embed_dim: int = 768, scaler: float = 0.01):
+        super().__init__()
+        self.wv_planes, self.kernel_size, self.embed_dim, self.scaler = wv_planes, kernel_size, embed_dim, scaler
+        self.weight_generator = TransformerWeightGenerator(wv_planes, kernel_size * kernel_size * embed_dim, embed_dim)
+        self.fclayer = FCResLayer(wv_planes)
+        for m in list(self.weight_generator.modules()) + list(self.fclayer.modules()):
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                m.bias.data.fill_(0.01)
+
+    def forward(self, img: Tensor, wavelengths_um: Tensor) -> Tensor:
+        waves = self.fclayer(sincos_1d_f32(self.wv_planes, wavelengths_um * 1000))
+        weight, bias = self.weight_generator(waves)
+        k = self.kernel_size
+        kernel = weight.view(len(wavelengths_um), k, k, self.embed_dim).permute(3, 0, 1, 2) * self.scaler
+        out = F.conv2d(img, kernel, bias=bias.view(self.embed_dim) * self.scaler, stride=k, padding=1)
+        return out.flatten(2).transpose(1, 2)
+
+
+class DofaEncoder(Encoder):
+    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=768, depth=12, num_heads=12, patch_size=16,
+                 mlp_ratio=4.0, wv_planes=128, norm_eps=1e-6, wavelengths_um: list[float] | None = None):
+        super().__init__(spec, in_chans, input_size, match)
+        if wavelengths_um is None:
+            if match is None:
+                raise UserError("dofa needs each input band's wavelength: pass bands= (or wavelengths_um=)")
+            wavelengths_um = [DOFA_WAVELENGTHS[s] for s in match.slots]
+        if len(wavelengths_um) != in_chans:
+            raise UserError(f"dofa: {len(wavelengths_um)} wavelengths for {in_chans} input channels")
+        self.register_buffer("wavelengths_um", torch.tensor(wavelengths_um, dtype=torch.float32), persistent=False)
+        self.grid = input_size // patch_size
+        self.patch_embed = DynamicPatchEmbed(wv_planes, patch_size, embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(sincos_2d(embed_dim, self.grid, cls_token=True), requires_grad=False)
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True, norm_layer=partial(nn.LayerNorm, eps=norm_eps)) for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.output_channels = [embed_dim] * len(spec.output_layers)
+        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        t = self.patch_embed(x, self.wavelengths_um) + self.pos_embed[:, 1:]
+        cls = (self.cls_token + self.pos_embed[:, :1]).expand(t.shape[0], -1, -1)
+        t = torch.cat([cls, t], dim=1)
+        wanted, last = set(self.output_layers), max(self.output_layers)
+        outs = []
+        for i, blk in enumerate(self.blocks):
+            t = blk(t)
+            if i == len(self.blocks) - 1:
+                t = self.norm(t)
+            if i in wanted:
+                outs.append(tokens_to_map(t[:, 1:], self.grid))
+            if i == last:
+                break
+        return outs
+
+
+register_keymap(KeyMap(
+    name="dofa",
+    include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)",
+    notes="DOFA_ViT_base_e100.pth is a plain state dict; fc_norm and the classification head are not part of the encoder",
+))
+
+
+@register_family("dofa")
+def build_dofa(spec, in_chans, input_size, match=None, **arch):
+    return DofaEncoder(spec, in_chans, input_size, match, **arch)

@@ -1,0 +1,167 @@
+"""RAMEN mono-temporal encoder: per-pixel spectral embedding, scale resampler, timm ViT-B blocks.
+
+No patches: each pixel's band vector is multiplied by a per-band embedding (optical: wavelength in
+nm -> 1-D sin-cos -> MLP; SAR: a learned vector per polarisation -> MLP), giving a 768-d map that a
+bilinear resize by input_res/res plus a mixture of four 1x1-conv experts turns into g x g tokens
+(g = int(input_size * input_res / res)). Modalities are separate token sequences sharing the
+GSD-scaled 2-D sin-cos positions; the outputs concatenate them on channels (768 x modalities).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import Block
+from torch import Tensor, nn
+
+from ..errors import UserError
+from .base import Encoder, sincos_2d, tokens_to_map
+from .dofa import sincos_1d_f32
+from .keymap import KeyMap, register_keymap
+from .registry import register_family
+
+RAMEN_WAVELENGTHS_NM = {
+    "B1": 440.0, "B2": 490.0, "B3": 560.0, "B4": 665.0, "B5": 705.0, "B6": 740.0, "B7": 783.0, "B8": 832.0,
+    "B8A": 865.0, "B9": 945.0, "B10": 1373.0, "B11": 1610.0, "B12": 2200.0,
+}
+RAMEN_POLARISATIONS = {"VV": "asc_vv", "VH": "asc_vh"}
+POLS = ("asc_vv", "asc_vh", "asc_hv", "asc_hh", "des_vv", "des_vh", "des_hv", "des_hh")
+MODALITY_ORDER = ("optical", "sar")
+
+
+def _mlp(dim: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.LayerNorm(dim))
+
+
+class SpectralProjector(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.mlp = _mlp(dim, hidden)
+
+    def forward(self, wavelengths_nm: Tensor) -> Tensor:
+        return self.mlp(sincos_1d_f32(self.mlp[0].in_features, wavelengths_nm))
+
+
+class RadarProjector(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        for p in POLS:
+            self.register_parameter(f"{p}_param", nn.Parameter(torch.empty(dim).normal_(0.0, 0.02)))
+        self.mlp = _mlp(dim, hidden)
+
+    def forward(self, pols: list[str]) -> Tensor:
+        return self.mlp(torch.stack([getattr(self, f"{p}_param") for p in pols], dim=0))
+
+
+class ScaleResampler(nn.Module):
+    def __init__(self, dim: int, num_experts: int = 4):
+        super().__init__()
+        self.experts = nn.ModuleList(nn.Conv2d(dim, dim, 1) for _ in range(num_experts))
+        self.mlp = nn.Sequential(nn.Linear(dim, dim // 4), nn.GELU(), nn.Linear(dim // 4, num_experts))
+        self.temperature = nn.Parameter(torch.tensor(0.7))
+        self.dim = dim
+
+    def forward(self, x: Tensor, scale: float) -> Tensor:
+        x = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
+        emb = sincos_1d_f32(self.dim, torch.log(torch.tensor([scale], device=x.device, dtype=torch.float32))).to(x.dtype)
+        w = (self.mlp(emb) / self.temperature.clamp(min=1e-3)).softmax(dim=-1)
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            out = out + w[0, i] * expert(x)
+        return x + out
+
+
+class RamenEncoder(Encoder):
+    fixed_size = True
+
+    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0,
+                 input_res: float = 10.0, res: float = 40.0, band_slots: list[str] | None = None):
+        super().__init__(spec, in_chans, input_size, match)
+        slots = band_slots or (match.slots if match is not None else None)
+        if slots is None:
+            raise UserError("ramen needs the band of each input channel: pass bands= (or band_slots=)")
+        if len(slots) != in_chans:
+            raise UserError(f"ramen: {len(slots)} band slots for {in_chans} channels")
+        groups: dict[str, list[int]] = {}
+        for k, s in enumerate(slots):
+            if s in RAMEN_WAVELENGTHS_NM:
+                groups.setdefault("optical", []).append(k)
+            elif s in RAMEN_POLARISATIONS:
+                groups.setdefault("sar", []).append(k)
+            else:
+                raise UserError(f"ramen has no embedding for band {s!r} (known: {sorted(RAMEN_WAVELENGTHS_NM) + sorted(RAMEN_POLARISATIONS)})")
+        self.modalities = [m for m in MODALITY_ORDER if m in groups]
+        for m in self.modalities:
+            self.register_buffer(f"idx_{m}", torch.tensor(groups[m]), persistent=False)
+        self.register_buffer("wavelengths_nm", torch.tensor([RAMEN_WAVELENGTHS_NM[slots[k]] for k in groups.get("optical", [])], dtype=torch.float32), persistent=False)
+        self.pols = [RAMEN_POLARISATIONS[slots[k]] for k in groups.get("sar", [])]
+        self.input_res, self.res = float(input_res), float(res)
+        self.scale = self.input_res / self.res
+        self.grid = int(input_size * self.scale)
+        if self.grid < 1:
+            raise UserError(f"ramen: input_size {input_size} x input_res {input_res} / res {res} leaves no token")
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.spectral_projector = SpectralProjector(embed_dim, embed_dim * 2)
+        if "sar" in self.modalities:
+            self.radar_projector = RadarProjector(embed_dim, embed_dim * 2)
+        self.resampler = ScaleResampler(embed_dim)
+        self.in_norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True) for _ in range(depth))
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.register_buffer("pos_embed", sincos_2d(embed_dim, self.grid, scale=self.res, cls_token=True), persistent=False)
+        m = len(self.modalities)
+        self.output_channels = [embed_dim * m] * len(spec.output_layers)
+        self.output_reductions = [self.res / self.input_res] * len(spec.output_layers)
+        # checkpoint parts this instance does not build (other modalities, the multi-temporal L-TAE)
+        self.unused_checkpoint_keys = r"(dem_projector|ltae)\..*" + ("" if "sar" in self.modalities else r"|radar_projector\..*")
+
+    def feature_shapes(self, size: int | None = None):
+        return [(c, self.grid, self.grid) for c in self.output_channels]
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        b = x.shape[0]
+        tokens = []
+        for m in self.modalities:
+            xm = x.index_select(1, getattr(self, f"idx_{m}")).permute(0, 2, 3, 1)  # (B, H, W, Cm)
+            enc = self.spectral_projector(self.wavelengths_nm) if m == "optical" else self.radar_projector(self.pols)
+            f = (xm @ enc.to(xm.dtype)).permute(0, 3, 1, 2)  # (B, D, H, W)
+            f = self.resampler(f, self.scale)
+            if f.shape[-1] != self.grid or f.shape[-2] != self.grid:
+                f = F.interpolate(f, size=(self.grid, self.grid), mode="bilinear")
+            tokens.append(self.in_norm(f.flatten(2).transpose(1, 2)))
+        pos = self.pos_embed.to(x.dtype)
+        t = torch.cat(tokens, dim=1) + pos[:, 1:].repeat(1, len(self.modalities), 1)
+        cls = (self.cls_token + pos[:, :1]).expand(b, -1, -1)
+        t = torch.cat([cls, t], dim=1)
+        n = self.grid**2
+        wanted, last = set(self.output_layers), max(self.output_layers)
+        outs = []
+        for j, blk in enumerate(self.blocks):
+            t = blk(t)
+            if j == len(self.blocks) - 1:
+                t = self.norm(t)
+            if j in wanted:
+                parts = [t[:, 1 + i * n: 1 + (i + 1) * n] for i in range(len(self.modalities))]
+                outs.append(tokens_to_map(torch.cat(parts, dim=-1), self.grid))
+            if j == last:
+                break
+        return outs
+
+
+register_keymap(KeyMap(
+    name="ramen",
+    container=("state_dict",),
+    prefix=("model.encoder.", "encoder."),
+    require_prefix=True,
+    notes="Lightning checkpoint: encoder keys under 'model.encoder.' (or 'encoder.'); the MAE decoder is set aside. "
+          "The reference strips these prefixes from its own (unprefixed) names instead, so it likely never loaded them.",
+))
+
+
+@register_family("ramen")
+def build_ramen(spec, in_chans, input_size, match=None, **arch):
+    return RamenEncoder(spec, in_chans, input_size, match, **arch)
+
+
+def ramen_grid(input_size: int, input_res: float = 10.0, res: float = 40.0) -> int:
+    return int(input_size * input_res / res)
+

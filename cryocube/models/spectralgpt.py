@@ -1,0 +1,69 @@
+"""SpectralGPT+ encoder: 3-D spectral-spatial tokens (groups of 3 bands x 8x8 px) and timm Blocks.
+
+The reference attention has separate q/k/v linears; timm's fused qkv is the same computation, so
+the key map concatenates them. Separate learned spatial and spectral position embeddings are summed.
+The outputs concatenate the spectral groups on channels (768 x 4 = 3072), channel = c * groups + g.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from timm.models.vision_transformer import Block
+from torch import Tensor, nn
+
+from .base import Encoder, drop_path_schedule
+from .keymap import KeyMap, merge_qkv_transform, register_keymap
+from .registry import register_family
+
+
+class SpectralGptEncoder(Encoder):
+    def __init__(self, spec, in_chans, input_size, match=None, patch_size=8, t_patch_size=3, embed_dim=768, depth=12,
+                 num_heads=12, mlp_ratio=4.0, drop_path_rate=0.5, norm_eps=1e-5):
+        super().__init__(spec, in_chans, input_size, match)
+        if in_chans % t_patch_size:
+            raise ValueError(f"spectralgpt: {in_chans} bands do not split into groups of {t_patch_size}")
+        self.grid = input_size // patch_size
+        self.groups = in_chans // t_patch_size
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv3d(1, embed_dim, kernel_size=(t_patch_size, patch_size, patch_size), stride=(t_patch_size, patch_size, patch_size))
+        self.pos_embed_spatial = nn.Parameter(torch.zeros(1, self.grid**2, embed_dim).normal_(std=0.02))
+        self.pos_embed_temporal = nn.Parameter(torch.zeros(1, self.groups, embed_dim).normal_(std=0.02))
+        dpr = drop_path_schedule(drop_path_rate, depth)
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True, drop_path=dpr[i], norm_layer=partial(nn.LayerNorm, eps=norm_eps))
+            for i in range(depth)
+        )
+        self.output_channels = [embed_dim * self.groups] * len(spec.output_layers)
+        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        b = x.shape[0]
+        t = self.patch_embed.proj(x.unsqueeze(1))  # (B, D, G, g, g)
+        d = t.shape[1]
+        t = t.flatten(3).permute(0, 2, 3, 1).reshape(b, -1, d)  # (B, G*g*g, D), group-major
+        pos = self.pos_embed_spatial.repeat(1, self.groups, 1) + torch.repeat_interleave(self.pos_embed_temporal, self.grid**2, dim=1)
+        t = t + pos
+        wanted, last = set(self.output_layers), max(self.output_layers)
+        outs = []
+        for i, blk in enumerate(self.blocks):
+            t = blk(t)
+            if i in wanted:
+                outs.append(t.transpose(1, 2).reshape(b, d * self.groups, self.grid, self.grid))
+            if i == last:
+                break
+        return outs
+
+
+register_keymap(KeyMap(
+    name="spectralgpt",
+    container=("model",),
+    include=r"(patch_embed\.proj\..*|pos_embed_spatial|pos_embed_temporal|blocks\..*)",
+    transforms=(merge_qkv_transform("blocks.{i}.attn.q", "blocks.{i}.attn.k", "blocks.{i}.attn.v", "blocks.{i}.attn.qkv"),),
+    notes="SpectralGPT+ MAE checkpoint: decoder, mask token and norm are not part of the encoder; q/k/v are fused",
+))
+
+
+@register_family("spectralgpt")
+def build_spectralgpt(spec, in_chans, input_size, match=None, **arch):
+    return SpectralGptEncoder(spec, in_chans, input_size, match, **arch)

@@ -1,0 +1,98 @@
+"""TerraMind v1 encoders (base / large; S2L2A or S1GRD input) on timm Blocks.
+
+TerraMind's blocks are pre-norm ViT blocks without any bias (qkv, projection, MLP, LayerNorm) and a
+SwiGLU feed-forward (hidden = int(2/3 * 4 * dim), SiLU gate): timm's Block with proj_bias=False
+and its SwiGLU layer are that computation. The per-modality patch embedding is a bias-free linear
+map of (16*16*C) pixels (pixel-major, channel-minor) plus a modality embedding and MoCo-v3 2-D
+sin-cos positions. The final LayerNorm replaces the last returned map, as in the reference.
+"""
+from __future__ import annotations
+
+import re
+from functools import partial
+
+import torch
+from timm.layers import SwiGLU
+from timm.models.vision_transformer import Block
+from torch import Tensor, nn
+
+from .base import Encoder, drop_path_schedule, sincos_2d_mocov3, tokens_to_map
+from .keymap import KeyMap, Rename, register_keymap
+from .registry import register_family
+
+
+def terramind_mlp(in_features: int, hidden_features: int | None = None, act_layer=nn.SiLU, bias: bool = False, drop: float = 0.0, **_):
+    """SwiGLU with TerraMind's width rule: 2/3 of the nominal 4x hidden width."""
+    return SwiGLU(in_features=in_features, hidden_features=int(2 * hidden_features / 3), act_layer=act_layer, bias=bias, drop=drop)
+
+
+class PatchEmbedLinear(nn.Module):
+    def __init__(self, in_chans: int, patch_size: int, embed_dim: int):
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Linear(in_chans * patch_size * patch_size, embed_dim, bias=False)
+        self.mod_emb = nn.Parameter(torch.zeros(1, 1, embed_dim).normal_(std=0.02))
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, c, h, w = x.shape
+        p = self.patch_size
+        x = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), p * p * c)
+        return self.proj(x)
+
+
+class TerraMindEncoder(Encoder):
+    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=1024, depth=24, num_heads=16, patch_size=16,
+                 mlp_ratio=4.0, modality: str = "untok_sen2l2a@224", drop_path_rate=0.0):
+        super().__init__(spec, in_chans, input_size, match)
+        self.modality = modality
+        self.grid = input_size // patch_size
+        self.embed = PatchEmbedLinear(in_chans, patch_size, embed_dim)
+        self.register_buffer("pos_emb", sincos_2d_mocov3(embed_dim, self.grid), persistent=False)
+        norm = partial(nn.LayerNorm, eps=1e-6, bias=False)
+        dpr = drop_path_schedule(drop_path_rate, depth)
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=False, proj_bias=False, act_layer=nn.SiLU, norm_layer=norm,
+                  mlp_layer=terramind_mlp, drop_path=dpr[i])
+            for i in range(depth)
+        )
+        self.norm = norm(embed_dim)
+        self.output_channels = [embed_dim] * len(spec.output_layers)
+        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        t = self.embed(x) + (self.pos_emb.to(x.dtype) + self.embed.mod_emb)
+        wanted = set(self.output_layers)
+        outs = []
+        for i, blk in enumerate(self.blocks):
+            t = blk(t)
+            if i in wanted:
+                outs.append(t)
+        outs[-1] = self.norm(t)  # the reference replaces the last output by the final-normed last block
+        return [tokens_to_map(o, self.grid) for o in outs]
+
+
+def _terramind_keymap(name: str, modality: str) -> KeyMap:
+    emb = f"encoder_embeddings.{modality}."
+    return KeyMap(
+        name=name,
+        include=rf"({re.escape(emb)}(proj\.weight|mod_emb)|encoder\.\d+\..*|encoder_norm\..*)",
+        checks_zero=r"(encoder\.\d+\.norm[12]|encoder_norm)\.bias",
+        renames=(
+            Rename(emb, "embed."),
+            Rename("encoder.{i}.mlp.fc1.", "blocks.{i}.mlp.fc1_g."),
+            Rename("encoder.{i}.mlp.fc3.", "blocks.{i}.mlp.fc1_x."),
+            Rename("encoder.{i}.", "blocks.{i}."),
+            Rename("encoder_norm.", "norm."),
+        ),
+        notes=f"TerraMind backbone state dict: reads the {modality} patch embedding; other modalities' embeddings and the "
+              f"position buffers (recomputed) are set aside; the zero bias buffers of its bias-free LayerNorms are checked and dropped",
+    )
+
+
+register_keymap(_terramind_keymap("terramind_s2l2a", "untok_sen2l2a@224"))
+register_keymap(_terramind_keymap("terramind_s1grd", "untok_sen1grd@224"))
+
+
+@register_family("terramind")
+def build_terramind(spec, in_chans, input_size, match=None, **arch):
+    return TerraMindEncoder(spec, in_chans, input_size, match, **arch)
