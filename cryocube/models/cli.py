@@ -1,0 +1,71 @@
+"""`cryocube weights fetch|list` and the band table behind `cryocube inspect --bands MODEL DATASET`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..catalog import Band, load_dataset
+from .bands import MODES, match_bands
+from .spec import list_models, model_spec
+
+
+def bands_table(model_id: str, dataset_id_or_bands: str | Sequence[Band], mode: str = "protocol") -> str:
+    """The band-matching table of a model on a dataset (id, catalog path, or a list of Bands)."""
+    if isinstance(dataset_id_or_bands, (str, Path)):
+        ds = load_dataset(str(dataset_id_or_bands))
+        bands, title = ds.bands, f"dataset {ds.id}"
+    else:
+        bands, title = tuple(dataset_id_or_bands), "given bands"
+    spec = model_spec(model_id)
+    m = match_bands(spec, bands, mode)
+    return f"{spec.display_name} ({spec.id}) <- {title}\n{m.table()}"
+
+
+def weights_table() -> str:
+    rows = [("model", "name", "file", "sha256", "licence", "source")]
+    for mid in list_models():
+        s = model_spec(mid)
+        w = s.weights
+        if not s.pretrained or w is None:
+            rows.append((mid, s.display_name, "-", "-", s.licence or "-", "trained from scratch"))
+            continue
+        src = w.url or "no public URL (see notes)"
+        rows.append((mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], s.licence or "-", src))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+
+
+def _fetch(args) -> int:
+    from .weights import fetch_weights
+
+    for mid in args.models:
+        path = fetch_weights(mid, args.dest, force=args.force)
+        print(f"{mid}: {path}")
+    return 0
+
+
+def _list(args) -> int:
+    print(weights_table())
+    return 0
+
+
+def _bands(args) -> int:
+    print(bands_table(args.model, args.dataset, args.mode))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("weights", help="fetch and list pretrained encoder weights")
+    sub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
+    f = sub.add_parser("fetch", help="download a model's published checkpoint (sha256-verified when known)")
+    f.add_argument("models", nargs="+", metavar="MODEL", help=f"model id(s): {', '.join(list_models())}")
+    f.add_argument("--dest", default=None, help="directory (default: $CRYOCUBE_WEIGHTS or ~/.cache/cryocube/weights)")
+    f.add_argument("--force", action="store_true", help="download again even if the file exists")
+    f.set_defaults(func=_fetch)
+    ls = sub.add_parser("list", help="models, checkpoint files, checksums, licences and sources")
+    ls.set_defaults(func=_list)
+    b = sub.add_parser("bands", help="print the band-matching table of MODEL on DATASET")
+    b.add_argument("model")
+    b.add_argument("dataset")
+    b.add_argument("--mode", choices=MODES, default="protocol")
+    b.set_defaults(func=_bands)

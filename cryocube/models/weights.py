@@ -1,0 +1,269 @@
+"""Pretrained weights: fetch from the published URLs, verify sha256, load strictly through key maps.
+
+Unlike the reference (which warns about missing keys and loads with strict=False), a checkpoint
+must cover every parameter of the encoder and every encoder key it holds must exist in the model,
+with the same shape; otherwise the error lists the keys. What the key map declares as "not part
+of the encoder" (decoders, heads, other modalities) is set aside and reported, not silently used.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import torch
+from torch import nn
+
+from ..errors import UserError
+from .keymap import get_keymap
+from .spec import model_spec
+
+CHUNK = 8 << 20
+
+
+def cache_dir() -> Path:
+    """Where fetched checkpoints go: $CRYOCUBE_WEIGHTS, else ~/.cache/cryocube/weights."""
+    return Path(os.environ.get("CRYOCUBE_WEIGHTS") or Path.home() / ".cache" / "cryocube" / "weights")
+
+
+class WeightsError(UserError):
+    """A checkpoint is missing, corrupt, has the wrong checksum or does not fit the model."""
+
+
+@dataclass
+class LoadReport:
+    path: str
+    loaded: int
+    set_aside: list[str] = field(default_factory=list)
+    computed: list[str] = field(default_factory=list)
+    sha256: str | None = None
+
+    def summary(self) -> str:
+        return (f"{self.path}: loaded {self.loaded} tensors; {len(self.set_aside)} checkpoint keys are not part of the "
+                f"encoder; {len(self.computed)} recomputed at build time")
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_sha(path: Path, sha256: str | None) -> str:
+    digest = sha256_file(path)
+    if sha256 and digest.lower() != sha256.lower():
+        raise WeightsError(f"{path}: sha256 {digest} does not match the expected {sha256}; the file is corrupt, "
+                           f"truncated or a different release: delete it and fetch again")
+    return digest
+
+
+def _download(url: str, dest: Path, sha256: str | None, progress: bool = True) -> Path:
+    """Stream `url` (any fsspec URL) to `dest` through a .part file; checks HTML pages and sha256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    h = hashlib.sha256()
+    n = 0
+    try:
+        with fsspec.open(url, "rb") as src, open(part, "wb") as out:
+            first = True
+            while chunk := src.read(CHUNK):
+                if first and chunk[:512].lstrip().lower().startswith((b"<!doctype html", b"<html")):
+                    raise WeightsError(f"{url} returned an HTML page, not a checkpoint (a sign-in or download-confirmation "
+                                       f"page, e.g. Google Drive or OneDrive): download it in a browser and pass the local path")
+                first = False
+                h.update(chunk)
+                out.write(chunk)
+                n += len(chunk)
+                if progress and n % (256 << 20) < CHUNK:
+                    print(f"  {dest.name}: {n / 2**20:.0f} MiB", flush=True)
+    except WeightsError:
+        part.unlink(missing_ok=True)
+        raise
+    except (OSError, ValueError) as e:
+        part.unlink(missing_ok=True)
+        raise WeightsError(f"cannot download {url}: {e}") from None
+    digest = h.hexdigest()
+    if n == 0:
+        part.unlink(missing_ok=True)
+        raise WeightsError(f"{url}: empty download")
+    if sha256 and digest.lower() != sha256.lower():
+        part.unlink(missing_ok=True)
+        raise WeightsError(f"{url}: sha256 {digest} does not match the catalog's {sha256}")
+    part.replace(dest)
+    if progress:
+        print(f"  {dest} ({n / 2**20:.1f} MiB) sha256 {digest}", flush=True)
+    return dest
+
+
+def fetch_weights(model_id: str, dest_dir: str | Path | None = None, force: bool = False, progress: bool = True,
+                  url: str | None = None, sha256: str | None = None) -> Path:
+    """Download the published checkpoint of `model_id` into `dest_dir` (verified when a sha256 is known).
+
+    `url` replaces the catalog's source (a mirror, an object store: any fsspec URL); `sha256` the
+    catalog's checksum.
+    """
+    spec = model_spec(model_id)
+    w = spec.weights
+    if w is None or not spec.pretrained:
+        raise WeightsError(f"model {model_id!r} is trained from scratch: it has no pretrained weights")
+    src = url or w.url
+    if not src:
+        raise WeightsError(f"model {model_id!r} has no public download URL. {w.notes}".strip())
+    sha = sha256 or w.sha256
+    dest = Path(dest_dir or cache_dir()) / (w.filename or Path(src.split("?")[0]).name)
+    if dest.exists() and not force:
+        _check_sha(dest, sha)
+        return dest
+    return _download(src, dest, sha, progress)
+
+
+def _local(path_or_url: str | Path, sha256: str | None) -> Path:
+    s = str(path_or_url)
+    if _is_remote(s):
+        dest = cache_dir() / "by-url" / hashlib.sha1(s.encode()).hexdigest()[:16] / Path(s.split("?")[0]).name
+        if not dest.exists():
+            _download(s, dest, sha256, progress=False)
+        return dest
+    p = Path(s[7:] if s.startswith("file://") else s)
+    if not p.exists():
+        raise WeightsError(f"checkpoint {p} does not exist")
+    return p
+
+
+def read_checkpoint(path: Path, allow_pickle: bool = False) -> Any:
+    """torch.load with clear errors for truncated/corrupt files and pickled non-tensor content."""
+    try:
+        with open(path, "rb") as f:
+            return torch.load(f, map_location="cpu", weights_only=not allow_pickle)
+    except pickle.UnpicklingError as e:
+        if "weights only" in str(e).lower() or "weights_only" in str(e):
+            raise WeightsError(f"{path}: the checkpoint holds pickled Python objects besides tensors; load it with "
+                               f"allow_pickle=True only if you trust its source ({str(e).splitlines()[0]})") from None
+        raise WeightsError(f"{path}: corrupt or truncated checkpoint ({path.stat().st_size} bytes): {e}") from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as e:
+        raise WeightsError(f"{path}: cannot read the checkpoint ({path.stat().st_size} bytes; truncated or not a torch "
+                           f"file?): {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def _fmt_keys(keys: list, n: int = 25) -> str:
+    shown = ", ".join(map(str, keys[:n]))
+    return shown + (f", ... ({len(keys) - n} more)" if len(keys) > n else "")
+
+
+def load_weights(encoder: nn.Module, path_or_url: str | Path, sha256: str | None = None, key_map: str | None = None,
+                 allow_pickle: bool | None = None) -> LoadReport:
+    """Load a checkpoint into `encoder` strictly through its key map (the catalog's, or `key_map`)."""
+    spec = getattr(encoder, "spec", None)
+    w = spec.weights if spec is not None else None
+    km = get_keymap(key_map or (w.key_map if w is not None else "native"))
+    if sha256 is None and w is not None and str(path_or_url) in (w.url, w.filename) and w.sha256:
+        sha256 = w.sha256
+    path = _local(path_or_url, sha256)
+    digest = _check_sha(path, sha256) if sha256 else None
+    if allow_pickle is None:
+        allow_pickle = bool(w.allow_pickle) if w is not None and km.name == w.key_map else False
+    ckpt = read_checkpoint(path, allow_pickle)
+    try:
+        sd, aside = km.to_model(ckpt, where=str(path))
+    except (KeyError, ValueError) as e:
+        raise WeightsError(str(e).strip("'\"")) from None
+    unused = getattr(encoder, "unused_checkpoint_keys", None)
+    if unused:
+        for k in [k for k in sd if re.fullmatch(unused, k)]:
+            sd.pop(k)
+            aside.append(k)
+    model_sd = encoder.state_dict()
+    computed = [k for k in model_sd if any(re.fullmatch(c, k) for c in km.computed) and k not in sd]
+    missing = sorted(set(model_sd) - set(sd) - set(computed))
+    unexpected = sorted(set(sd) - set(model_sd))
+    shapes = [f"{k} {tuple(sd[k].shape)} vs model {tuple(model_sd[k].shape)}"
+              for k in sorted(set(sd) & set(model_sd)) if tuple(sd[k].shape) != tuple(model_sd[k].shape)]
+    if missing or unexpected or shapes:
+        who = spec.id if spec is not None else type(encoder).__name__
+        parts = [f"{path} does not fit {who} (key map {km.name!r})"]
+        if missing:
+            parts.append(f"missing {len(missing)} keys: {_fmt_keys(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}")
+        if shapes:
+            parts.append(f"{len(shapes)} shape mismatches: {_fmt_keys(shapes, 10)}")
+        raise WeightsError("; ".join(parts))
+    encoder.load_state_dict({**model_sd, **sd}, strict=True)
+    return LoadReport(str(path), len(sd), aside, computed, digest)
+
+
+def save_encoder(encoder: nn.Module, path: str | Path) -> Path:
+    """Save a (fine-tuned) encoder in this package's layout; reload with load_weights(..., key_map='native')."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(encoder.state_dict(), path)
+    return path
+
+
+DECODER_FORMAT = "cryocube-decoder/1"
+
+
+def save_decoder(decoder: nn.Module, path: str | Path, meta: dict | None = None) -> Path:
+    """Save only the decoder (for frozen-encoder runs the 300M encoder is not written again)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": DECODER_FORMAT,
+        "kind": getattr(decoder, "kind", type(decoder).__name__),
+        "num_classes": getattr(decoder, "num_classes", None),
+        "build_kwargs": dict(getattr(decoder, "build_kwargs", {}) or {}),
+        "meta": dict(meta or {}),
+        "state_dict": decoder.state_dict(),
+    }
+    tmp = path.with_name(path.name + ".part")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_decoder(path: str | Path, decoder: nn.Module | None = None, encoder: nn.Module | None = None) -> tuple[nn.Module, dict]:
+    """(decoder, meta) from a save_decoder file: loads into `decoder`, or builds one for `encoder`."""
+    path = Path(path)
+    if not path.exists():
+        raise WeightsError(f"decoder checkpoint {path} does not exist")
+    try:
+        with open(path, "rb") as f:
+            payload = torch.load(f, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as e:
+        raise WeightsError(f"{path}: cannot read the decoder checkpoint (truncated?): {str(e).splitlines()[0]}") from None
+    if not isinstance(payload, dict) or payload.get("format") != DECODER_FORMAT:
+        raise WeightsError(f"{path}: not a cryocube decoder checkpoint (format {payload.get('format') if isinstance(payload, dict) else None!r})")
+    if decoder is None:
+        if encoder is None:
+            raise WeightsError("load_decoder needs the decoder to fill or the encoder to build one for")
+        from ..decoders import build_decoder
+
+        decoder = build_decoder(payload["kind"], encoder, int(payload["num_classes"]), **payload.get("build_kwargs", {}))
+    sd = payload["state_dict"]
+    model_sd = decoder.state_dict()
+    missing, unexpected = sorted(set(model_sd) - set(sd)), sorted(set(sd) - set(model_sd))
+    shapes = [f"{k} {tuple(sd[k].shape)} vs {tuple(model_sd[k].shape)}" for k in set(sd) & set(model_sd) if sd[k].shape != model_sd[k].shape]
+    if missing or unexpected or shapes:
+        parts = [f"{path} does not fit the decoder"]
+        parts += [f"missing {len(missing)} keys: {_fmt_keys(missing)}"] if missing else []
+        parts += [f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}"] if unexpected else []
+        parts += [f"{len(shapes)} shape mismatches: {_fmt_keys(sorted(shapes), 10)}"] if shapes else []
+        raise WeightsError("; ".join(parts))
+    decoder.load_state_dict(sd, strict=True)
+    return decoder, dict(payload.get("meta", {}))
+
+
+__all__ = ["WeightsError", "LoadReport", "fetch_weights", "load_weights", "read_checkpoint", "save_decoder",
+           "load_decoder", "save_encoder", "sha256_file"]
