@@ -210,7 +210,7 @@ def _base_record(p: PlannedRun) -> dict:
     return {"run_id": p.run_id, "model": p.spec.model, "model_name": p.model_name, "dataset": p.cube.dataset,
             "protocol": p.spec.protocol, "fraction": p.fraction, "seed": p.spec.seed, "kind": p.kind,
             "cube": {"url": p.cube.url, "checksum": p.cube.checksum}, "config": p.config.as_dict(),
-            "input_size": p.input_size, "band_index": list(p.inputs.index),
+            "input_size": p.input_size, "band_mode": p.mode, "band_index": list(p.inputs.index),
             "subset": p.train_samples.tolist() if p.fraction < 1 else None, "versions": versions()}
 
 

@@ -30,9 +30,12 @@ def get_encoder(model: str, bands: tuple[Band, ...], input_size: int | None, wei
     """The encoder for these inputs, built once per worker process (in eval mode: frozen means frozen)."""
     from ..models import build_encoder
 
-    key = (model, bands, input_size, weights, mode, device)
+    key = (model, repr(bands), input_size, weights, mode, device)  # repr: Band fields may be NaN (NaN != NaN)
     enc = _ENCODERS.get(key)
     if enc is None:
+        # the same initial weights on every worker: without pretrained weights, features must not
+        # depend on which worker computed them
+        torch.manual_seed(int(hashlib.sha256(f"{model}|{weights}".encode()).hexdigest()[:8], 16))
         enc = build_encoder(model, bands=list(bands), weights=weights, input_size=input_size, mode=mode)
         enc.eval().requires_grad_(False).to(device)
         _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
@@ -149,6 +152,9 @@ def extract_block(task: dict[str, Any]) -> dict[str, Any]:
         for b in range(0, len(xs), batch):
             feats = enc(torch.stack(xs[b : b + batch]).to(device))
             outs.append([f.to(torch.float32).cpu().numpy().astype(spec.feature_dtype) for f in feats])
+            if not all(np.isfinite(o).all() for o in outs[-1]):
+                raise FloatingPointError(f"{spec.model}: non-finite features for samples {samples[b // per : (b + batch) // per + 1].tolist()} "
+                                         f"of {spec.cube_url} (input range {float(x.min()):.3g}..{float(x.max()):.3g})")
     n = len(xs)
     for lvl in range(len(outs[0])):
         g[f"f{lvl}"][i0 : i0 + n] = np.concatenate([o[lvl] for o in outs])
