@@ -1,0 +1,151 @@
+"""`evaluate` end to end on generated cubes with a LocalCluster of 2 worker processes."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+import zarr
+
+from cryocube import store
+from cryocube.convert.writer import convert
+from cryocube.cube import COMPLETE_ATTR, IncompleteCubeError
+from cryocube.engine.evaluate import evaluate, runs_from_grid
+from cryocube.engine.metrics import confusion_matrix, metrics_from_confusion
+from cryocube.engine.protocols import load_config
+from cryocube.engine.runs import RunSpec, read_results
+from cryocube.errors import UserError
+from cryocube.testing import make_raw
+
+FAST = ["epochs=4", "decoder_channels=32", "input_size=32", "val_every=2", "crops_per_sample=2", "batch_size=4"]
+
+
+@pytest.fixture(scope="module")
+def cubes(tmp_path_factory, client):
+    root = tmp_path_factory.mktemp("cubes")
+    out = {}
+    for ds, n in (("glid", {"train": 16, "val": 4, "test": 4}), ("caffe", {"train": 3, "val": 1, "test": 1})):
+        m = make_raw(ds, root / "raw" / ds, n=n, seed=11)
+        out[ds] = str(root / f"{ds}.zarr")
+        convert(ds, str(root / "raw" / ds), out[ds], client=client, tile_size=m.tile_size, progress=False)
+    return out
+
+
+def _cube_labels(url, samples):
+    return np.asarray(store.open_group(url, "r")["label"].get_orthogonal_selection((np.asarray(samples),)))
+
+
+def test_protocols_and_learning(tmp_path, client, cubes):
+    """Every protocol produces a record; U-Net learns the lakes far above chance."""
+    cfg = load_config(None, FAST)
+    runs = [RunSpec("unet", cubes["glid"], "frozen"),  # scratch baseline: trained end to end
+            RunSpec("ssl4eo_moco", cubes["glid"], "frozen"),
+            RunSpec("ssl4eo_moco", cubes["glid"], "fewshot", fraction=0.5),
+            RunSpec("ssl4eo_moco", cubes["glid"], "finetune"),
+            RunSpec("ssl4eo_moco", cubes["caffe"], "cross_sensor")]
+    res = evaluate(runs, str(tmp_path), cfg.replace(epochs=6), client=client, progress=False)
+    recs = {(r["model"], r["protocol"], r["dataset"]): r for r in res.records}
+    assert all(r["status"] == "ok" for r in res.records), [r.get("error") for r in res.records]
+    assert len(recs) == 5
+    unet = recs[("unet", "frozen", "glid")]
+    assert unet["kind"] == "finetune" and unet["metrics"]["mIoU"] > 75  # chance is ~50 on two balanced classes
+    few = recs[("ssl4eo_moco", "fewshot", "glid")]
+    assert few["subset"] and len(few["subset"]) < 16 and few["fraction"] == 0.5
+    assert recs[("ssl4eo_moco", "cross_sensor", "caffe")]["band_mode"] == "cross_sensor"
+    assert recs[("ssl4eo_moco", "finetune", "glid")]["kind"] == "finetune"
+    for r in res.records:
+        assert {"mIoU", "mF1", "oAcc", "mAcc", "IoU"} <= set(r["metrics"]) and r["val_curve"] and r["versions"]["torch"]
+        assert r["cube"]["checksum"] and r["samples_per_s"] > 0 and r["peak_memory_mb"] > 0
+    assert len(read_results(str(tmp_path))) == 5 and (tmp_path / "results.parquet").exists()
+
+    # the map-reduced confusion matrix equals one computed on the whole test split at once
+    g = zarr.open_group(unet["predictions"], mode="r")
+    preds, samples = np.asarray(g["pred"][:]), np.asarray(g["sample"][:])
+    labels = _cube_labels(cubes["glid"], samples)
+    whole = confusion_matrix(preds, labels, 2)
+    np.testing.assert_array_equal(whole, np.asarray(unet["confusion_matrix"]))
+    # and the metrics equal torchmetrics' on the same predictions
+    from torchmetrics.classification import MulticlassF1Score, MulticlassJaccardIndex
+
+    p, t = torch.from_numpy(preds.astype(np.int64)), torch.from_numpy(labels.astype(np.int64))
+    iou = MulticlassJaccardIndex(2, average=None, ignore_index=-1)(p, t).numpy() * 100
+    f1 = MulticlassF1Score(2, average=None, ignore_index=-1)(p, t).numpy() * 100
+    np.testing.assert_allclose([unet["metrics"]["IoU"][c] for c in ("background", "glacial_lake")], iou, rtol=1e-5)
+    np.testing.assert_allclose([unet["metrics"]["F1"][c] for c in ("background", "glacial_lake")], f1, rtol=1e-5)
+
+
+def test_cache_determinism_and_resume(tmp_path, client, cubes):
+    """Same seed -> same mIoU; finished runs are skipped; features are reused by new runs; a worker
+    killed during training loses nothing."""
+    cfg = load_config(None, FAST)
+    run = [RunSpec("ssl4eo_mae_optical", cubes["glid"], "frozen", seed=0)]
+    a = evaluate(run, str(tmp_path / "a"), cfg, client=client, progress=False)
+    assert a.records[0]["encoder_forward_items"] > 0
+    again = evaluate(run, str(tmp_path / "a"), cfg, client=client, progress=False)
+    assert again.records == [] and again.skipped == [a.records[0]["run_id"]]
+    # a new seed reuses the feature cache: the encoder runs on nothing
+    s1 = evaluate([RunSpec("ssl4eo_mae_optical", cubes["glid"], "frozen", seed=1)], str(tmp_path / "a"), cfg, client=client, progress=False)
+    assert s1.records[0]["encoder_forward_items"] == 0 and sum(s1.encoder_items.values()) == 0
+
+    # the same run elsewhere, with a worker killed while it trains
+    out_b = str(tmp_path / "b")
+    result = {}
+    th = threading.Thread(target=lambda: result.setdefault("r", evaluate(run, out_b, cfg.replace(epochs=12), client=client, progress=False)))
+    th.start()
+    killed = None
+    deadline = time.time() + 120
+    while th.is_alive() and time.time() < deadline and killed is None:
+        for addr, keys in client.processing().items():
+            if any(str(k).startswith("train-") for k in keys):
+                pid = client.run(os.getpid, workers=[addr])[addr]
+                os.kill(pid, signal.SIGKILL)
+                killed = addr
+                break
+        time.sleep(0.05)
+    th.join(300)
+    assert killed, "no training task was caught running"
+    c = evaluate(run, str(tmp_path / "c"), cfg.replace(epochs=12), client=client, progress=False)
+    b = result["r"]
+    assert b.records[0]["status"] == "ok"
+    assert b.records[0]["metrics"]["mIoU"] == pytest.approx(c.records[0]["metrics"]["mIoU"], abs=1e-9)
+    assert b.records[0]["confusion_matrix"] == c.records[0]["confusion_matrix"]
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_failures_are_recorded_or_refused(tmp_path, client, cubes):
+    cfg = load_config(None, FAST)
+    # a diverging run is recorded as an error; the other run goes on
+    runs = [RunSpec("ssl4eo_moco", cubes["glid"], "frozen", seed=5), RunSpec("unet", cubes["glid"], "frozen", seed=5)]
+    res = evaluate(runs[:1], str(tmp_path), cfg.replace(lr=1e25), client=client, progress=False)
+    ok = evaluate(runs[1:], str(tmp_path), cfg.replace(epochs=1), client=client, progress=False)
+    assert res.records[0]["status"] == "error" and "non-finite loss" in res.records[0]["error"]
+    assert ok.records[0]["status"] == "ok"
+    # a model that cannot see any band of the cube is refused before any work
+    with pytest.raises(UserError, match="croma_sar"):
+        evaluate([RunSpec("croma_sar", cubes["glid"], "frozen")], str(tmp_path / "x"), cfg, client=client, progress=False)
+    assert not (tmp_path / "x" / "features").exists()
+    # an incomplete cube is refused
+    g = store.open_group(cubes["caffe"], "r+")
+    marker = g.attrs[COMPLETE_ATTR]
+    del g.attrs[COMPLETE_ATTR]
+    zarr.consolidate_metadata(g.store)
+    try:
+        with pytest.raises(IncompleteCubeError):
+            evaluate([RunSpec("unet", cubes["caffe"], "frozen")], str(tmp_path / "y"), cfg, client=client, progress=False)
+    finally:
+        g.attrs[COMPLETE_ATTR] = marker
+        zarr.consolidate_metadata(g.store)
+
+
+def test_grid_and_metrics_from_cm():
+    runs = runs_from_grid(["a", "b"], ["c1"], ["frozen", "fewshot"], [None], [0, 1])
+    assert len(runs) == 8
+    cm = np.array([[5, 1], [2, 2]])
+    m = metrics_from_confusion(cm, ["bg", "fg"])
+    assert m["IoU"]["bg"] == pytest.approx(100 * 5 / 8) and m["IoU"]["fg"] == pytest.approx(100 * 2 / 5)
+    assert m["precision"]["fg"] == pytest.approx(100 * 2 / 3) and m["recall"]["fg"] == pytest.approx(50)
+    assert m["oAcc"] == pytest.approx(70) and m["mAcc"] == pytest.approx(100 * (5 / 6 + 0.5) / 2)
