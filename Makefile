@@ -1,4 +1,5 @@
 # One-command set-up: `make test` builds .venv from nothing and runs the suite; `make quickstart` runs the sample benchmark.
+# .ci/constraints.txt pins the versions last tested together (pyproject stays open-ended for users).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_PIN)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c .ci/constraints.txt -e '.[test]'
 	touch $@
 
 venv: $(BIN)/.installed
