@@ -9,10 +9,11 @@
 from ..decoders import Segmenter, build_decoder
 from .bands import MODES, BandMatch, BandMatchError, match_bands
 from .base import Encoder
+from .cli import bands_table
 from .registry import build_encoder, families
 from .spec import ModelSpec, WeightsSpec, list_models, model_spec
 
 __all__ = [
     "ModelSpec", "WeightsSpec", "list_models", "model_spec", "match_bands", "BandMatch", "BandMatchError", "MODES",
-    "build_encoder", "build_decoder", "Segmenter", "Encoder", "families",
+    "build_encoder", "build_decoder", "Segmenter", "Encoder", "families", "bands_table",
 ]

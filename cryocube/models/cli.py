@@ -1,19 +1,25 @@
-"""`cryocube weights fetch|list` and the band table behind `cryocube inspect --bands MODEL DATASET`."""
+"""`cryocube weights fetch|list`, and `bands_table` behind `cryocube inspect --bands MODEL DATASET`."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
 
-from ..catalog import Band, load_dataset
-from .bands import MODES, match_bands
+from ..catalog import Band, dataset_ids, load_dataset
+from .bands import match_bands
 from .spec import list_models, model_spec
 
 
 def bands_table(model_id: str, dataset_id_or_bands: str | Sequence[Band], mode: str = "protocol") -> str:
-    """The band-matching table of a model on a dataset (id, catalog path, or a list of Bands)."""
+    """The band-matching table of a model on a dataset (catalog id or YAML, a cube path/URL, or Bands)."""
     if isinstance(dataset_id_or_bands, (str, Path)):
-        ds = load_dataset(str(dataset_id_or_bands))
-        bands, title = ds.bands, f"dataset {ds.id}"
+        name = str(dataset_id_or_bands)
+        if name.lower() in dataset_ids() or name.endswith((".yaml", ".yml")):
+            ds = load_dataset(name)
+            bands, title = ds.bands, f"dataset {ds.id}"
+        else:  # a converted cube: its own band coordinates
+            from ..engine.runs import cube_info
+
+            bands, title = cube_info(name).bands, f"cube {name}"
     else:
         bands, title = tuple(dataset_id_or_bands), "given bands"
     spec = model_spec(model_id)
@@ -49,11 +55,6 @@ def _list(args) -> int:
     return 0
 
 
-def _bands(args) -> int:
-    print(bands_table(args.model, args.dataset, args.mode))
-    return 0
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser("weights", help="fetch and list pretrained encoder weights")
     sub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
@@ -64,8 +65,3 @@ def register(subparsers) -> None:
     f.set_defaults(func=_fetch)
     ls = sub.add_parser("list", help="models, checkpoint files, checksums, licences and sources")
     ls.set_defaults(func=_list)
-    b = sub.add_parser("bands", help="print the band-matching table of MODEL on DATASET")
-    b.add_argument("model")
-    b.add_argument("dataset")
-    b.add_argument("--mode", choices=MODES, default="protocol")
-    b.set_defaults(func=_bands)

@@ -82,6 +82,7 @@ def build_encoder(
     overrides.pop("in_chans", None)
     if spec.family not in _FAMILIES:
         raise UserError(f"{spec.path}: unknown family {spec.family!r}; known: {sorted(_FAMILIES)}")
+    allow_pickle = overrides.pop("allow_pickle", None)
     layers = overrides.pop("output_layers", None)
     if layers is not None:  # e.g. Prithvi's upstream [3, 5, 7, 11], or shallow test models
         spec = dataclasses.replace(spec, output_layers=[int(i) for i in layers], output_channels=[])
@@ -92,5 +93,5 @@ def build_encoder(
     if weights is not None:
         from .weights import load_weights
 
-        load_weights(enc, weights, sha256=sha256)
+        load_weights(enc, weights, sha256=sha256, allow_pickle=allow_pickle)
     return enc

@@ -150,7 +150,8 @@ def read_checkpoint(path: Path, allow_pickle: bool = False) -> Any:
     except pickle.UnpicklingError as e:
         if "weights only" in str(e).lower() or "weights_only" in str(e):
             raise WeightsError(f"{path}: the checkpoint holds pickled Python objects besides tensors; load it with "
-                               f"allow_pickle=True only if you trust its source ({str(e).splitlines()[0]})") from None
+                               f"allow_pickle=True (or set weights.allow_pickle in the model catalog) only if you trust "
+                               f"its source ({str(e).splitlines()[0]})") from None
         raise WeightsError(f"{path}: corrupt or truncated checkpoint ({path.stat().st_size} bytes): {e}") from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as e:
         raise WeightsError(f"{path}: cannot read the checkpoint ({path.stat().st_size} bytes; truncated or not a torch "
