@@ -151,7 +151,7 @@ register_keymap(KeyMap(
     name="ramen",
     container=("state_dict",),
     prefix=("model.encoder.", "encoder."),
-    require_prefix=True,
+    include=r"(cls_token|(spectral|radar|dem)_projector\..*|resampler\..*|ltae\..*|in_norm\..*|blocks\..*|norm\..*)",
     notes="Lightning checkpoint: encoder keys under 'model.encoder.' (or 'encoder.'); the MAE decoder is set aside. "
           "The reference strips these prefixes from its own (unprefixed) names instead, so it likely never loaded them.",
 ))

@@ -15,12 +15,12 @@ VIT_PARTS = r"(patch_embed\..*|cls_token|pos_embed|blocks\..*)"
 TIMM = (Rename("", "vit."),)
 
 register_keymap(KeyMap(
-    name="ssl4eo_moco", container=("state_dict",), prefix=("module.base_encoder.",), require_prefix=True,
+    name="ssl4eo_moco", container=("state_dict",), prefix=("module.base_encoder.",),
     include=VIT_PARTS, renames=TIMM,
     notes="MoCo-v3 checkpoint: the momentum encoder, predictor, final norm and projection head are not part of the encoder",
 ))
 register_keymap(KeyMap(
-    name="ssl4eo_dino", container=("teacher",), prefix=("backbone.",), require_prefix=True,
+    name="ssl4eo_dino", container=("teacher",), prefix=("backbone.",),
     include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)", renames=TIMM,
     notes="DINO teacher backbone; the projection head is not part of the encoder",
 ))
