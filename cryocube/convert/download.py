@@ -91,7 +91,10 @@ def safe_extract(archive: str | Path, target: str | Path) -> Path:
     except tarfile.TarError as e:
         raise DownloadError(f"{archive}: not a readable tar or zip archive ({e})") from None
     with tf:
-        members = tf.getmembers()
+        try:
+            members = tf.getmembers()
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise DownloadError(f"{archive}: cannot list members ({e}); the archive is truncated or corrupt") from None
         for m in members:
             if m.name.startswith("/") or not _inside(root, m.name):
                 raise DownloadError(f"{archive}: member {m.name!r} would be written outside {target}")
