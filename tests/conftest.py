@@ -13,7 +13,7 @@ def client():
     """LocalCluster with 2 worker processes (1 thread each), shared by the session's tests."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                       memory_limit="4GB") as cluster, Client(cluster) as c:
         yield c
 

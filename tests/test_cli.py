@@ -29,7 +29,7 @@ def test_inspect_evaluate_report(tmp_path, client, capsys):
 
     res = str(tmp_path / "results")
     rc = main(["evaluate", "--cubes", "gld", "--data-root", str(tmp_path), "--models", "unet", "--out", res,
-               "--set", "input_size=60", "--set", "decoder_channels=16", "--epochs", "1", "--cluster", client.scheduler.address,
+               "--set", "decoder_channels=16", "--epochs", "1", "--cluster", client.scheduler.address,
                "--quiet"])
     assert rc == 0
     printed = capsys.readouterr().out

@@ -131,7 +131,8 @@ def plan_run(spec: RunSpec, cube: CubeInfo, cfg: TrainConfig) -> PlannedRun:
             raise
         mode = "cross_sensor"
         match = match_bands(mspec, cube.bands, mode)
-    size = cfg.input_size or mspec.input_size or cube.tile
+    # encoders that take the whole tile (U-Net, RAMEN) get it padded to a multiple of 32 (GLD: 300 -> 320)
+    size = cfg.input_size or mspec.input_size or -(-cube.tile // 32) * 32
     for split in ("train", "val", "test"):
         if not cube.samples(split).size:
             raise UserError(f"{cube.url}: split {split!r} is empty; {spec.model} cannot be trained/evaluated on it")
