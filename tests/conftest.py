@@ -13,9 +13,14 @@ def client():
     """LocalCluster with 2 worker processes (1 thread each), shared by the session's tests."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      memory_limit="4GB") as cluster, Client(cluster) as c:
-        yield c
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit="4GB")
+    c = Client(cluster)
+    yield c
+    c.close()
+    try:  # on a loaded 2-core machine workers can take longer than the default to stop
+        cluster.close(timeout=120)
+    except TimeoutError:
+        pass
 
 
 @pytest.fixture(scope="session")

@@ -164,7 +164,7 @@ def _fit(module: nn.Module, batches: Callable[[int], Iterable[tuple[Any, torch.T
             loss.backward()
             opt.step()
             sched.step()
-            losses.append(float(loss))
+            losses.append(loss.detach().item())
             step += 1
     _validate(cfg.epochs)
     return curve, best_state, best_epoch, step
