@@ -87,7 +87,7 @@ class DatasetSpec:
         return self.layouts[name]
 
 
-def _need(d: dict, key: str, where: str, kind: type | tuple[type, ...] | None = None):
+def need(d: dict, key: str, where: str, kind: type | tuple[type, ...] | None = None):
     if key not in d:
         raise CatalogError(f"{where}: missing field {key!r}")
     v = d[key]
@@ -108,10 +108,10 @@ def _float(v, where: str) -> float:
 def _band(d: Any, where: str) -> Band:
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: a band must be a mapping, got {d!r}")
-    role = _need(d, "role", where, str)
+    role = need(d, "role", where, str)
     if role not in ROLES:
         raise CatalogError(f"{where}: role {role!r} is not one of {ROLES}")
-    name = str(_need(d, "name", where))
+    name = str(need(d, "name", where))
     return Band(
         name=name,
         alias=str(d.get("alias", name)),
@@ -129,7 +129,7 @@ def _band(d: Any, where: str) -> Band:
 def _layout(name: str, d: Any, where: str) -> Layout:
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: layout must be a mapping")
-    lm = _need(d, "label_map", where, dict)
+    lm = need(d, "label_map", where, dict)
     try:
         label_map = {int(k): int(v) for k, v in lm.items()}
     except (TypeError, ValueError):
@@ -142,18 +142,18 @@ def _layout(name: str, d: Any, where: str) -> Layout:
 def parse_dataset(d: Any, where: str) -> DatasetSpec:
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: top level must be a mapping")
-    bands = _need(d, "bands", where, list)
-    classes = _need(d, "classes", where, list)
-    layouts = _need(d, "layouts", where, dict)
+    bands = need(d, "bands", where, list)
+    classes = need(d, "classes", where, list)
+    layouts = need(d, "layouts", where, dict)
     spec = DatasetSpec(
-        id=str(_need(d, "id", where)),
-        name=str(_need(d, "name", where)),
+        id=str(need(d, "id", where)),
+        name=str(need(d, "name", where)),
         task=str(d.get("task", "segmentation")),
-        tile_size=int(_need(d, "tile_size", where, int)),
-        dtype=str(_need(d, "dtype", where, str)),
+        tile_size=int(need(d, "tile_size", where, int)),
+        dtype=str(need(d, "dtype", where, str)),
         bands=tuple(_band(b, f"{where}: bands[{i}]") for i, b in enumerate(bands)),
         classes=tuple(
-            ClassSpec(str(_need(c, "name", f"{where}: classes[{i}]")), str(c.get("colour", "#808080")))
+            ClassSpec(str(need(c, "name", f"{where}: classes[{i}]")), str(c.get("colour", "#808080")))
             for i, c in enumerate(classes)
         ),
         layouts={k: _layout(k, v, f"{where}: layouts.{k}") for k, v in layouts.items()},

@@ -48,3 +48,21 @@ def s3_bucket(s3_server):
     boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=name)
     opts = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": s3_server, "region_name": "us-east-1"}}
     return name, opts
+
+
+@pytest.fixture()
+def http_dir(tmp_path):
+    """A real HTTP server on 127.0.0.1 serving tmp_path/www; returns (folder, base URL)."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()

@@ -2,29 +2,13 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import tarfile
-import threading
 import zipfile
-from functools import partial
 
 import pytest
 
 from cryocube.convert.download import DownloadError, fetch, safe_extract
-
-
-@pytest.fixture()
-def http_root(tmp_path):
-    root = tmp_path / "www"
-    root.mkdir()
-    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield root, f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
 
 
 def _tar(path, members: dict[str, bytes], links: dict[str, str] | None = None):
@@ -40,8 +24,8 @@ def _tar(path, members: dict[str, bytes], links: dict[str, str] | None = None):
             tf.addfile(info)
 
 
-def test_fetch_verifies_and_extracts(tmp_path, http_root):
-    root, base = http_root
+def test_fetch_verifies_and_extracts(tmp_path, http_dir):
+    root, base = http_dir
     _tar(root / "GLD.tar.gz", {"GLD/GLNet/train/image/a.tif": b"x" * 1000, "GLD/GLNet/train/mask/a.tif": b"y"})
     sha = hashlib.sha256((root / "GLD.tar.gz").read_bytes()).hexdigest()
     dest = tmp_path / "dl"
@@ -55,16 +39,16 @@ def test_fetch_verifies_and_extracts(tmp_path, http_root):
     assert p.stat().st_mtime_ns == mtime
 
 
-def test_checksum_mismatch_keeps_nothing(tmp_path, http_root):
-    root, base = http_root
+def test_checksum_mismatch_keeps_nothing(tmp_path, http_dir):
+    root, base = http_dir
     (root / "x.tar.gz").write_bytes(b"not what was published")
     with pytest.raises(DownloadError, match="checksum mismatch"):
         fetch(f"{base}/x.tar.gz", tmp_path / "x.tar.gz", sha256="0" * 64, progress=False)
     assert not (tmp_path / "x.tar.gz").exists() and not (tmp_path / "x.tar.gz.part").exists()
 
 
-def test_missing_url(tmp_path, http_root):
-    _, base = http_root
+def test_missing_url(tmp_path, http_dir):
+    _, base = http_dir
     with pytest.raises(DownloadError, match="missing.tar.gz"):
         fetch(f"{base}/missing.tar.gz", tmp_path / "m.tar.gz", progress=False)
 

@@ -3,10 +3,7 @@ corrupt, mismatched and incomplete checkpoints fail with errors that name the fi
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
-import http.server
-import threading
 
 import fsspec
 import pytest
@@ -229,20 +226,6 @@ def test_load_from_fsspec_url(tmp_path, monkeypatch):
     assert rep.path.startswith(str(tmp_path / "cache"))
     for g, w in zip(outputs(b), outputs(a)):
         assert torch.equal(g, w)
-
-
-@pytest.fixture
-def http_dir(tmp_path):
-    root = tmp_path / "www"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a, **k: None
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield root, f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
 
 
 def test_fetch_over_http_verifies_sha256(http_dir, tmp_path):

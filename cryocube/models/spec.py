@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..catalog import CATALOG_DIR, CatalogError, load_yaml
+from ..catalog import CATALOG_DIR, CatalogError, load_yaml, need
 
 # Names the Cryo-Bench / PANGAEA configs use for bands; the band matcher keys on these.
 S2_BANDS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B8A", "B9", "B10", "B11", "B12")
@@ -68,15 +68,6 @@ class ModelSpec:
         return list(self.input_bands) + list(self.sar_bands)
 
 
-def _need(d: dict, key: str, where: str, kind=None):
-    if key not in d:
-        raise CatalogError(f"{where}: missing field {key!r}")
-    v = d[key]
-    if kind is not None and not isinstance(v, kind):
-        raise CatalogError(f"{where}: field {key!r} should be {kind}, got {type(v).__name__} ({v!r})")
-    return v
-
-
 def _band_list(v, where: str, key: str) -> list[str]:
     if not isinstance(v, list) or not all(isinstance(b, str) for b in v):
         raise CatalogError(f"{where}: {key} must be a list of band names, got {v!r}")
@@ -87,12 +78,12 @@ def _band_list(v, where: str, key: str) -> list[str]:
 
 
 def parse_model(d: dict, where: str) -> ModelSpec:
-    ib = _need(d, "input_bands", where)
+    ib = need(d, "input_bands", where)
     if ib != "dataset":
         ib = _band_list(ib, where, "input_bands")
     sar = _band_list(d.get("sar_bands", []) or [], where, "sar_bands")
-    layers = _need(d, "output_layers", where, list)
-    chans = _need(d, "output_channels", where, list)
+    layers = need(d, "output_layers", where, list)
+    chans = need(d, "output_channels", where, list)
     if len(layers) != len(chans):
         raise CatalogError(f"{where}: output_layers {layers} and output_channels {chans} differ in length")
     size = d.get("input_size")
@@ -106,7 +97,7 @@ def parse_model(d: dict, where: str) -> ModelSpec:
         weights = WeightsSpec(
             url=w.get("url"),
             sha256=w.get("sha256"),
-            key_map=str(_need(w, "key_map", f"{where}: weights")),
+            key_map=str(need(w, "key_map", f"{where}: weights")),
             filename=w.get("filename"),
             allow_pickle=bool(w.get("allow_pickle", False)),
             notes=str(w.get("notes", "")).strip(),
@@ -117,9 +108,9 @@ def parse_model(d: dict, where: str) -> ModelSpec:
     pub = d.get("published", {}) or {}
     mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
     return ModelSpec(
-        id=str(_need(d, "id", where)),
-        family=str(_need(d, "family", where)),
-        display_name=str(_need(d, "display_name", where)),
+        id=str(need(d, "id", where)),
+        family=str(need(d, "family", where)),
+        display_name=str(need(d, "display_name", where)),
         input_size=size,
         input_bands=ib,
         sar_bands=sar,

@@ -20,6 +20,7 @@ import fsspec
 import torch
 from torch import nn
 
+from ..convert.download import file_digest
 from ..errors import UserError
 from .keymap import get_keymap
 from .spec import model_spec
@@ -54,11 +55,7 @@ def _is_remote(path: str) -> bool:
 
 
 def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_digest(path, "sha256")
 
 
 def _check_sha(path: Path, sha256: str | None) -> str:
