@@ -21,7 +21,7 @@ import zarr
 from .. import __version__, store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
 from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, template
-from ..errors import UserError
+from ..errors import UserError, task_boundary
 from .base import READERS, ConvertError, Reader, SourceItem
 
 DEFAULT_BLOCK_SAMPLES = 16
@@ -157,6 +157,7 @@ def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
 # -- the block task (runs on a worker) ----------------------------------------------------------
 
 
+@task_boundary
 def write_block(task: dict[str, Any]) -> dict[str, Any]:
     """Read, validate, tile and write samples [s0, s1) of the cube; return timing and skip info."""
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ import torch
 
 from .. import store as _store
 from ..catalog import Band
+from ..errors import task_boundary
 from .data import InputMap, pad_to, read_samples
 from .protocols import sliding_offsets
 
@@ -122,6 +123,7 @@ def create_split(url: str, split: str, samples: np.ndarray, spec: CacheSpec, fea
     return {"complete": False, "n_items": n_items, "per": per, "blocks": blocks, "n_blocks": n_blocks}
 
 
+@task_boundary
 def extract_block(task: dict[str, Any]) -> dict[str, Any]:
     """Run the frozen encoder over one block of samples and write their items' features."""
     from .cluster import device_for_worker

@@ -21,6 +21,7 @@ from torch import nn
 
 from .. import store as _store
 from ..catalog import CUBE_IGNORE_INDEX
+from ..errors import task_boundary
 from .data import pad_to, read_samples
 from .features import get_encoder, window_offsets
 from .metrics import confusion_matrix, metrics_from_confusion
@@ -170,6 +171,7 @@ def _fit(module: nn.Module, batches: Callable[[int], Iterable[tuple[Any, torch.T
     return curve, best_state, best_epoch, step
 
 
+@task_boundary
 def train_run(task: dict) -> dict:
     """One run's training on a worker: returns the validation curve; the best checkpoint goes to the run dir."""
     from .cluster import device_for_worker
@@ -247,6 +249,7 @@ def train_run(task: dict) -> dict:
             "encoder_params": encoder_params}
 
 
+@task_boundary
 def test_block(task: dict) -> np.ndarray:
     """Confusion matrix of the best checkpoint on one block of test tiles (predictions saved alongside)."""
     from .cluster import device_for_worker
