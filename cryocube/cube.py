@@ -24,7 +24,8 @@ from .errors import UserError
 SCHEMA_VERSION = 1
 COMPLETE_ATTR = "cryocube_complete"
 PLAN_ATTR = "cryocube_plan"
-INTERNAL_VARS = ("progress", "block_digest", "skip_reason")
+INTERNAL_VARS = ("progress", "block_digest", "block_stats", "skip_reason")
+STATS = ("count", "sum", "sumsq", "min", "max")  # per-block partial statistics, reduced at finalize
 
 
 class IncompleteCubeError(UserError):
@@ -95,6 +96,7 @@ def template(
             "class_fraction": (("sample", "class"), cf),
             "progress": (("block",), da.zeros((nb,), dtype="uint8", chunks=1)),
             "block_digest": (("block", "digest_byte"), da.zeros((nb, 32), dtype="uint8", chunks=(1, 32))),
+            "block_stats": (("block", "stat", "band"), da.zeros((nb, len(STATS), c), dtype="float64", chunks=(1, len(STATS), c))),
         },
         coords={
             "split": ("sample", _text(coords["split"])),
@@ -129,12 +131,16 @@ def template(
 
 def encoding(layout: CubeLayout) -> dict[str, dict]:
     c, t = layout.n_bands, layout.tile
+    from zarr.codecs import BloscCodec
+
+    fast = (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)  # ~GB/s: compression must not dominate convert
     enc = {
-        "image": {"chunks": (1, c, t, t)},
-        "label": {"chunks": (1, t, t)},
+        "image": {"chunks": (1, c, t, t), "compressors": fast},
+        "label": {"chunks": (1, t, t), "compressors": fast},
         "class_fraction": {"chunks": (layout.block_size, layout.n_classes)},
         "progress": {"chunks": (1,)},
         "block_digest": {"chunks": (1, 32)},
+        "block_stats": {"chunks": (1, len(STATS), c)},
         "skip_reason": {"chunks": (layout.block_size,)},
     }
     if layout.shard_size:
@@ -175,41 +181,41 @@ def block_digest(image: np.ndarray, label: np.ndarray) -> np.ndarray:
 # -- statistics and finalisation --------------------------------------------------------------
 
 
-def train_statistics(url: str, storage_options: dict | None = None, split: str = "train") -> dict[str, np.ndarray]:
-    """Per-band mean/std/min/max over valid (label != ignore) pixels of one split, as a Dask reduction.
+def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np.ndarray:
+    """(len(STATS), bands) partial statistics over valid (label != ignore) pixels of the samples in `use`.
 
-    Runs on the current Dask scheduler (the distributed Client when one is active).
+    The map side of the train-split statistics: each block task computes its part while the pixels are
+    in memory, so finalisation never reads the cube again.
     """
-    import dask
-    import dask.array as da
+    c = images.shape[1]
+    out = np.zeros((len(STATS), c))
+    out[3], out[4] = np.inf, -np.inf
+    for img, lab in zip(images[use], labels[use]):
+        v = lab >= 0
+        if not v.any():
+            continue
+        px = img[:, v].astype(np.float64)
+        out[0] += v.sum()
+        out[1] += px.sum(axis=1)
+        out[2] += (px * px).sum(axis=1)
+        out[3] = np.minimum(out[3], px.min(axis=1))
+        out[4] = np.maximum(out[4], px.max(axis=1))
+    return out
 
-    g = _store.open_group(url, "r", storage_options)
-    splits = as_text(g["split"][:])
-    idx = np.flatnonzero(splits == split)
-    nb = int(g["image"].shape[1])
-    if idx.size == 0:
-        nan = np.full(nb, np.nan)
-        return {"mean": nan, "std": nan, "min": nan, "max": nan, "count": np.zeros(nb)}
-    # a few large Dask chunks (~64 MB), not one task per stored sample
-    per = max(1, int(64e6 // max(1, np.prod(g["image"].shape[1:]) * 8)))
-    img = da.from_zarr(g["image"], chunks=(per,) + tuple(g["image"].shape[1:]))
-    lab = da.from_zarr(g["label"], chunks=(per,) + tuple(g["label"].shape[1:]))
-    # the split is a contiguous run of samples (samples are ordered by split), so slicing stays chunk-aligned
-    sel = slice(int(idx[0]), int(idx[-1]) + 1) if idx[-1] - idx[0] + 1 == idx.size else idx
-    x = img[sel].astype("float64")
-    valid = (lab[sel] != CUBE_IGNORE_INDEX)[:, None, :, :]
-    axes = (0, 2, 3)
-    count = da.broadcast_to(valid, x.shape).sum(axis=axes)
-    s = da.where(valid, x, 0.0).sum(axis=axes)
-    ss = da.where(valid, x * x, 0.0).sum(axis=axes)
-    mn = da.where(valid, x, np.inf).min(axis=axes)
-    mx = da.where(valid, x, -np.inf).max(axis=axes)
-    count, s, ss, mn, mx = dask.compute(count, s, ss, mn, mx)
+
+def combine_stats(parts: np.ndarray) -> dict[str, np.ndarray]:
+    """Reduce per-block partials (blocks, len(STATS), bands) to mean/std/min/max (population std)."""
+    from .engine.metrics import tree_sum
+
+    parts = np.asarray(parts, dtype=np.float64)
+    count, s, ss = tree_sum(list(parts[:, :3]))
+    mn, mx = parts[:, 3].min(axis=0), parts[:, 4].max(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = s / count
         var = np.maximum(ss / count - mean * mean, 0.0)
-    return {"mean": mean, "std": np.sqrt(var), "min": np.where(count > 0, mn, np.nan),
-            "max": np.where(count > 0, mx, np.nan), "count": count.astype(np.float64)}
+    has = count > 0
+    return {"mean": np.where(has, mean, np.nan), "std": np.where(has, np.sqrt(var), np.nan),
+            "min": np.where(has, mn, np.nan), "max": np.where(has, mx, np.nan), "count": count}
 
 
 def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | None = None) -> dict:
@@ -230,7 +236,7 @@ def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | 
         split = np.asarray(g["split"][:]).astype(object)
         split[skipped] = "skipped"
         g["split"][:] = split
-    stats = train_statistics(url, storage_options)
+    stats = combine_stats(np.asarray(g["block_stats"][:]))
     for k in ("mean", "std", "min", "max"):
         g[f"band_{k}"][:] = stats[k]
     checksum = cube_checksum(np.asarray(g["block_digest"][:]))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,7 @@ import zarr
 
 from .. import __version__, store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
-from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, template
+from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, partial_stats, template
 from ..errors import UserError, task_boundary
 from .base import READERS, ConvertError, Reader, SourceItem
 
@@ -207,6 +206,7 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
     g["class_fraction"][s0:s1] = cf
     g["skip_reason"][s0:s1] = np.array(reasons, dtype=object)
     g["block_digest"][task["block"]] = block_digest(images, labels)
+    g["block_stats"][task["block"]] = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
     g["progress"][task["block"]] = 1  # last: the block counts as written only now
     return {"block": task["block"], "samples": n, "read_bytes": read_bytes, "seconds": time.perf_counter() - t0,
             "skipped": sum(1 for r in reasons if r)}
@@ -302,6 +302,7 @@ def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, raw_opts, out, out
         "items": [plan.items[i] for i in uniq],
         "samples": [(local[int(ii)], int(y), int(x)) for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])],
         "raw_storage_options": raw_opts, "out": out, "out_storage_options": out_opts, "on_error": on_error,
+        "train": [plan.items[i].split == "train" for i in iidx],
     }
 
 
