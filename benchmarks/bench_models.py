@@ -114,7 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", help="comma-separated model ids (default: all)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=None, help="timed forwards per model (default 3, --short 2)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: on a shared machine multi-thread OpenMP barriers stall on busy cores)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -135,12 +136,12 @@ def main(argv=None) -> int:
         print(f"  {m}: {r['gflops']:.2f} GFLOPs/sample, {r['sps']:.3f} samples/s (built in {r['build_s']:.1f}s)", flush=True)
     print()
     print(table(rows))
-    print("\nGFLOPs: FlopCounterMode, 2 FLOPs per multiply-add, batch 1. 'published': measured on the reference code "
-          "(pangaea-models.md 1.5). CROMA-optical stops after block 11 (the reference runs all 24 blocks); RemoteCLIP's "
-          "reference uses nn.MultiheadAttention, whose fused inference kernel FlopCounterMode does not count (q/k/v/out "
-          "projections missing); the other reference figures that agree exactly also come from fused-attention-free code "
-          "paths or miss attention the same way (see the report). 'matmul': torch.matmul GFLOP/s measured just before "
-          "each model's timing; '% peak' = achieved / that.")
+    print("\nGFLOPs: FlopCounterMode at batch 1, 2 FLOPs per multiply-add, attention counted (math SDPA backend). "
+          "'published': pangaea-models.md 1.5, measured on the reference code. ratio != 1: CROMA-optical stops after "
+          "block 11 (the reference runs all 24); the reference figures of encoders built on timm Blocks (fused SDPA: "
+          "MoCo, MAE, DOFA, Prithvi, Scale-MAE, ViT, RAMEN) or nn.MultiheadAttention (RemoteCLIP) miss what runs inside "
+          "the fused attention kernels. 'matmul': torch.matmul GFLOP/s measured just before each model's timing "
+          "(same threads); '% peak' = achieved / that.")
     print(f"total {time.perf_counter() - t_start:.0f} s")
     return 0
 
