@@ -36,7 +36,8 @@ def weights_table() -> str:
             rows.append((mid, s.display_name, "-", "-", s.licence or "-", "trained from scratch"))
             continue
         src = w.url or "no public URL (see notes)"
-        rows.append((mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], s.licence or "-", src))
+        lic = "unverified" if s.licence.startswith("not verified") else (s.licence or "-")
+        rows.append((mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], lic, src))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
 
