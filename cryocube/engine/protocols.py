@@ -34,6 +34,7 @@ class TrainConfig:
     block_samples: int = 8  # samples per Dask task when extracting features / testing
     threads: int | None = None  # torch threads per task (default: the worker's threads)
     max_val_samples: int | None = None  # cap validation cost on big datasets (None = all)
+    cache_in_memory_mb: float = 1024  # cached features smaller than this are read once per run, else streamed
     encoder_weights: dict[str, str] = field(default_factory=dict)  # model id -> path/URL
 
     def replace(self, **kw) -> TrainConfig:

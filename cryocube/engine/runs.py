@@ -141,7 +141,7 @@ def plan_run(spec: RunSpec, cube: CubeInfo, cfg: TrainConfig) -> PlannedRun:
     subset = train_all[stratified_subset(cube.strata[train_all], fraction, derive_seed("subset", cube.checksum, fraction, spec.seed))]
     weights = cfg.encoder_weights.get(spec.model)
     ident = {"model": spec.model, "cube": cube.checksum, "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
-             "config": {k: v for k, v in cfg.as_dict().items() if k not in ("threads", "block_samples", "encoder_weights")},
+             "config": {k: v for k, v in cfg.as_dict().items() if k not in ("threads", "block_samples", "encoder_weights", "cache_in_memory_mb")},
              "weights": weights, "input_size": size, "v": 1}
     run_id = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
     return PlannedRun(

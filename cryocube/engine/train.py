@@ -71,6 +71,33 @@ def load_state(module: nn.Module, url: str) -> None:
     module.load_state_dict(state, strict=True)
 
 
+class FeatureSplit:
+    """Cached features of one split: held in memory when they fit `budget_mb`, else read per batch.
+
+    Small caches (most datasets at most encoders) then cost one read per run instead of one zarr
+    request per item and epoch; large ones stream, so memory stays bounded whatever the dataset size.
+    """
+
+    def __init__(self, group, budget_mb: float):
+        self.group = group
+        self.attrs = group.attrs
+        self.levels = int(group.attrs["levels"])
+        names = [f"f{i}" for i in range(self.levels)] + ["label"]
+        size = sum(group[n].nbytes for n in names)
+        self.arrays = {n: np.asarray(group[n][:]) for n in names} if size <= budget_mb * 2**20 else None
+
+    def take(self, items: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Features (per level) and labels of the given sorted item indices."""
+        if self.arrays is not None:
+            return [self.arrays[f"f{i}"][items] for i in range(self.levels)], self.arrays["label"][items]
+        if items.size and np.all(np.diff(items) == 1):
+            sl = slice(int(items[0]), int(items[-1]) + 1)
+            return [np.asarray(self.group[f"f{i}"][sl]) for i in range(self.levels)], np.asarray(self.group["label"][sl])
+        sel = (items,)
+        return ([np.asarray(self.group[f"f{i}"].get_orthogonal_selection(sel)) for i in range(self.levels)],
+                np.asarray(self.group["label"].get_orthogonal_selection(sel)))
+
+
 # -- sliding-window evaluation ----------------------------------------------------------------------
 
 
@@ -83,20 +110,18 @@ def stitch_predict(logits: torch.Tensor, offsets: np.ndarray, side: int) -> torc
     return acc.argmax(0)
 
 
-def eval_feature_tiles(decoder: nn.Module, group, positions: np.ndarray, tile: int, S: int, num_classes: int,
+def eval_feature_tiles(decoder: nn.Module, group: FeatureSplit, positions: np.ndarray, tile: int, S: int, num_classes: int,
                        device: str, predictions: list | None = None) -> np.ndarray:
     """Confusion matrix of the decoder over cached windows of the tiles at cache `positions`."""
     per = int(group.attrs["per_sample"])
-    levels = int(group.attrs["levels"])
     side = max(tile, S)
     cm = np.zeros((num_classes, num_classes), dtype=np.int64)
     offs = window_offsets(tile, S)
     decoder.eval()
     with torch.inference_mode():
         for p in positions:
-            sl = slice(int(p) * per, (int(p) + 1) * per)
-            feats = [torch.from_numpy(np.asarray(group[f"f{i}"][sl])).float().to(device) for i in range(levels)]
-            labels = np.asarray(group["label"][sl])
+            arrays, labels = group.take(np.arange(int(p) * per, (int(p) + 1) * per))
+            feats = [torch.from_numpy(a).float().to(device) for a in arrays]
             logits = decoder(feats, (S, S))
             pred = stitch_predict(logits, offs, side).numpy()
             tl = np.full((side, side), CUBE_IGNORE_INDEX, dtype=np.int16)
@@ -196,10 +221,9 @@ def train_run(task: dict) -> dict:
 
     if task["kind"] == "frozen":
         root = _store.open_group(task["cache_url"], "r")
-        tg, vg = root["train"], root["val"]
+        tg, vg = FeatureSplit(root["train"], cfg.cache_in_memory_mb), FeatureSplit(root["val"], cfg.cache_in_memory_mb)
         K = int(tg.attrs["per_sample"])
-        levels = int(tg.attrs["levels"])
-        pos = np.searchsorted(np.asarray(tg["sample"][::K]), train_idx)
+        pos = np.searchsorted(np.asarray(root["train"]["sample"][::K]), train_idx)
         val_pos = np.arange(int(vg.attrs["n_items"]) // int(vg.attrs["per_sample"]))
         if cfg.max_val_samples:
             val_pos = val_pos[: cfg.max_val_samples]
@@ -210,9 +234,9 @@ def train_run(task: dict) -> dict:
             for b in range(iters):
                 chosen = order[b * bs : (b + 1) * bs] if n >= bs else order
                 items = np.sort(chosen * K + epoch % K)
-                feats = [torch.from_numpy(np.asarray(tg[f"f{i}"].get_orthogonal_selection((items,)))).float().to(device) for i in range(levels)]
+                arrays, labels = tg.take(items)
                 seen += items.size
-                yield feats, torch.from_numpy(np.asarray(tg["label"].get_orthogonal_selection((items,))))
+                yield [torch.from_numpy(a).float().to(device) for a in arrays], torch.from_numpy(labels)
 
         forward = lambda feats: module(feats, (S, S))  # noqa: E731
         validate = lambda: eval_feature_tiles(module, vg, val_pos, task["tile"], S, task["num_classes"], device)  # noqa: E731
@@ -261,7 +285,7 @@ def test_block(task: dict) -> np.ndarray:
     load_state(module, task["checkpoint"])
     preds: list = []
     if task["kind"] == "frozen":
-        g = _store.open_group(task["cache_url"], "r")["test"]
+        g = FeatureSplit(_store.open_group(task["cache_url"], "r")["test"], 0)  # stream: each task reads only its block
         cm = eval_feature_tiles(module, g, np.asarray(task["positions"]), task["tile"], task["input_size"],
                                 task["num_classes"], device, preds)
     else:
