@@ -11,13 +11,6 @@ from cryocube.models import Segmenter, build_decoder, build_encoder
 from cryocube.models.base import count_params
 from cryocube.models.weights import WeightsError, load_decoder, save_decoder
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on shared cores two OpenMP threads stall at every op barrier (measured 1.7x slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def bands(n: int) -> list[Band]:

@@ -10,13 +10,6 @@ from cryocube.errors import UserError
 from cryocube.models import build_encoder, list_models, model_spec
 from cryocube.models.base import count_params
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on shared cores two OpenMP threads stall at every op barrier (measured 1.7x slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 PUBLISHED_ROWS = {"CROMA", "DOFA", "GFM-Swin", "Prithvi", "RemoteCLIP", "SatlasNet", "Scale-MAE", "SpectralGPT", "S12-MoCo",
                   "S12-DINO", "S12-MAE", "S12-Data2Vec", "TerraMind", "RAMEN", "U-Net", "ViT"}

@@ -15,13 +15,6 @@ from cryocube.models import build_encoder, list_models, model_spec
 from cryocube.models.keymap import get_keymap
 from cryocube.models.weights import WeightsError, fetch_weights, load_weights, sha256_file
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: on shared cores two OpenMP threads stall at every op barrier (measured 1.7x slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 GLD = load_dataset("gld").bands
 TINY_VIT = dict(embed_dim=64, depth=2, num_heads=4, output_layers=[0, 1])
 # Shallow versions of every pretrained model: same module names (so the same key maps), seconds to run.
