@@ -29,9 +29,9 @@ def register(sub) -> None:
 
     q = sub.add_parser("quickstart", help="generate sample datasets, convert, evaluate a few models, print the leaderboard")
     q.add_argument("--out", default="quickstart-out")
-    q.add_argument("--datasets", default="glid,gld,caffe")
+    q.add_argument("--datasets", default="glid,caffe")
     q.add_argument("--models", default="unet,vit_scratch,ssl4eo_moco")
-    q.add_argument("--epochs", type=int, default=10)
+    q.add_argument("--epochs", type=int, default=5)
     q.add_argument("--quiet", action="store_true")
     add_cluster_args(q)
     q.set_defaults(func=_quickstart)
@@ -116,11 +116,12 @@ def _quickstart(args) -> int:
                                cubes, ["fewshot"], [None], [0])
         res = evaluate(runs, str(out / "results"), cfg, client=client, progress=not args.quiet)
     _print_records(res.records, res.skipped)
-    try:
-        from ..report import build_report
+    from ..report import build_report
+    from ..report.tables import to_markdown
 
-        html = build_report([str(out / "results")], str(out / "report"))
-        print(f"report: {html}")
-    except ImportError:
-        pass
+    rep = build_report([str(out / "results")], str(out / "report"))
+    for name, table in rep.tables.items():
+        if name.endswith("/leaderboard"):
+            print("\n" + to_markdown(table))
+    print(f"\nreport: {rep.html}")
     return 0
