@@ -233,7 +233,8 @@ def _record(p, cm, tr, test_s, total_s, features_s, encoder_items, encoder_param
         "timings": {"features_s": features_s, "train_s": tr["train_s"], "test_s": test_s, "total_s": total_s},
         "samples_per_s": tr["train_samples_per_s"], "peak_memory_mb": tr["peak_memory_mb"], "device": tr["device"],
         "encoder_forward_items": encoder_items, "steps": tr["steps"],
-        "params": {"encoder": encoder_params, "trainable": tr["trainable_params"]},
+        "params": {"encoder": encoder_params, "trainable": tr["trainable_params"],
+                   "decoder": tr["trainable_params"] - (tr["encoder_params"] if p.kind == "finetune" else 0)},
         "gflops": spec.gflops, "cluster": cluster_info(client),
         "predictions": f"{run_dir(out, p.run_id)}/predictions.zarr",
     }
