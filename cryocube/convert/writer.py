@@ -307,25 +307,12 @@ def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, raw_opts, out, out
 
 
 def _run_blocks(client, tasks: list[dict], progress: bool, label: str) -> list[dict]:
-    from distributed import as_completed
-
-    from ..progress import progress_bar
+    from ..progress import gather
 
     if not tasks:
         return []
     futures = client.map(write_block, tasks, pure=False, key=[f"write-block-{t['out'][-24:]}-{t['block']}" for t in tasks])
-    results = []
-    try:
-        with progress_bar(label, total=sum(t["range"][1] - t["range"][0] for t in tasks), enabled=progress) as bar:
-            for fut in as_completed(futures):
-                r = fut.result()  # re-raises a worker's ConvertError with its message
-                results.append(r)
-                bar.advance(r["samples"])
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        raise
-    return results
+    return gather(futures, label, sum(t["range"][1] - t["range"][0] for t in tasks), progress, lambda i, r: r["samples"])
 
 
 def _prepare_store(out, out_opts, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLayout, fingerprint: str,

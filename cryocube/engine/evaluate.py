@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import store as _store
 from ..errors import UserError
-from ..progress import progress_bar
+from ..progress import gather, progress_bar
 from .features import CacheSpec, block_tasks, cache_url, create_split, extract_block, mark_complete
 from .metrics import metrics_from_confusion, tree_reduce_futures
 from .protocols import TrainConfig
@@ -99,10 +99,11 @@ def evaluate(runs: list[RunSpec], out: str, config: TrainConfig | None = None, c
                     owners.append((key, split))
     if tasks:
         futs = client.map(extract_block, tasks, pure=False, resources=resources)
-        _gather(futs, "extract features", sum(t["samples"].size for t in tasks), progress,
-                lambda i, r: (res.encoder_items.__setitem__(owners[i][0], res.encoder_items[owners[i][0]] + r["items"]),
-                              feat_time.__setitem__(owners[i][0], feat_time.get(owners[i][0], 0.0) + r["seconds"]),
-                              tasks[i]["samples"].size)[-1])
+        done = gather(futs, "extract features", sum(t["samples"].size for t in tasks), progress,
+                      lambda i, r: tasks[i]["samples"].size)
+        for (key, _), r in zip(owners, done):
+            res.encoder_items[key] += r["items"]
+            feat_time[key] = feat_time.get(key, 0.0) + r["seconds"]
     for key, (cs, url, p) in caches.items():
         for split in ("train", "val", "test"):
             g = _store.open_group(url, "r")[split]
@@ -158,20 +159,6 @@ def evaluate(runs: list[RunSpec], out: str, config: TrainConfig | None = None, c
 def _worker_threads(client) -> int:
     info = client.scheduler_info()["workers"]
     return max(1, min(w.get("nthreads", 1) for w in info.values())) if info else 1
-
-
-def _gather(futs, label, total, progress, on_result):
-    from distributed import as_completed
-
-    with progress_bar(label, total=total, enabled=progress) as bar:
-        index = {f: i for i, f in enumerate(futs)}
-        try:
-            for f in as_completed(futs):
-                bar.advance(on_result(index[f], f.result()))
-        except BaseException:
-            for f in futs:
-                f.cancel()
-            raise
 
 
 def _train_task(p: PlannedRun, out: str, caches, threads: int, save_predictions: bool) -> dict:
