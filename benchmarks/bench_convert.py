@@ -29,17 +29,20 @@ def plain_read(dataset: str, raw: str) -> tuple[float, int]:
     return time.perf_counter() - t, nbytes
 
 
-def timed_convert(dataset: str, raw: str, out: str, workers: int, tile: int) -> float:
+def timed_convert(dataset: str, raw: str, out: str, workers: int, tile: int, compressor: str = "lz4") -> float:
     from distributed import Client, LocalCluster
 
     from cryocube.convert.writer import convert
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cl, Client(cl) as c:
         c.run(lambda: __import__("cryocube.convert.writer"))  # warm the workers' imports: measure conversion, not start-up
-        shutil.rmtree(out, ignore_errors=True)
-        t = time.perf_counter()
-        convert(dataset, raw, out, client=c, tile_size=tile, progress=False)
-        return time.perf_counter() - t
+        best = float("inf")
+        for _ in range(2):  # best of two, as for the plain read: the first also pays one-time imports
+            shutil.rmtree(out, ignore_errors=True)
+            t = time.perf_counter()
+            convert(dataset, raw, out, client=c, tile_size=tile, compressor=compressor, progress=False)
+            best = min(best, time.perf_counter() - t)
+        return best
 
 
 def main(argv=None) -> dict:
@@ -63,13 +66,15 @@ def main(argv=None) -> dict:
         read_s = min(read_s, read_s2)
         t1 = timed_convert(a.dataset, str(tmp / "raw"), str(tmp / "c1.zarr"), 1, tile)
         t2 = timed_convert(a.dataset, str(tmp / "raw"), str(tmp / "c2.zarr"), 2, tile)
+        t0 = timed_convert(a.dataset, str(tmp / "raw"), str(tmp / "c0.zarr"), 1, tile, compressor="none")
         mb = nbytes / 1e6
         res = {"dataset": a.dataset, "items": len(m.items), "raw_MB": mb, "plain_read_s": read_s,
                "convert_1w_s": t1, "convert_2w_s": t2, "MBps_1w": mb / t1, "MBps_2w": mb / t2,
-               "convert_over_read_1w": t1 / read_s, "speedup_2w": t1 / t2}
+               "convert_over_read_1w": t1 / read_s, "speedup_2w": t1 / t2, "convert_1w_uncompressed_s": t0}
         print(f"convert benchmark: {a.dataset}, {len(m.items)} files, {mb:.0f} MB of raw pixels")
         print(f"  plain read (1 process)   {read_s:7.2f} s  {mb / read_s:8.1f} MB/s")
         print(f"  convert, 1 worker        {t1:7.2f} s  {mb / t1:8.1f} MB/s  = {t1 / read_s:.2f}x the plain read (target <= 1.5x)")
+        print(f"  convert, 1 worker, --compressor none {t0:5.2f} s  = {t0 / read_s:.2f}x the plain read (where lz4 costs go)")
         print(f"  convert, 2 workers       {t2:7.2f} s  {mb / t2:8.1f} MB/s  = {t1 / t2:.2f}x faster than 1 worker (target >= 1.7x)")
         return res
     finally:

@@ -219,3 +219,52 @@ def test_different_inputs_refused_without_overwrite(tmp_path, client):
         convert("glid", str(tmp_path / "raw"), url, client=client, tile_size=m.tile_size, block_samples=1, progress=False)
     r = convert("glid", str(tmp_path / "raw"), url, client=client, tile_size=m.tile_size, block_samples=1, overwrite=True, progress=False)
     assert r.blocks_written == r.blocks_total
+
+
+def test_block_statistics_merge_exactly_even_for_low_contrast_bands():
+    """Moments per sample (float32 passes) merged in float64 keep a band of 10000 +- 0.5 exact:
+    sum/sum-of-squares in float32 would lose its variance to cancellation."""
+    from cryocube.cube import combine_stats, partial_stats
+
+    rng = np.random.default_rng(0)
+    img = (10000 + rng.uniform(-0.5, 0.5, size=(12, 2, 64, 64))).astype(np.float32)
+    img[:, 1] = rng.normal(3, 2, size=(12, 64, 64))
+    lbl = rng.integers(0, 2, size=(12, 64, 64)).astype(np.int16)
+    lbl[3, :10] = CUBE_IGNORE_INDEX  # partly valid sample
+    lbl[5] = CUBE_IGNORE_INDEX  # no valid pixel at all
+    use = np.ones(12, bool)
+    use[7] = False  # not train
+    blocks = [partial_stats(img[s], lbl[s], use[s]) for s in (slice(0, 5), slice(5, 9), slice(9, 12))]
+    st = combine_stats(np.stack(blocks))
+    px = np.concatenate([img[i][:, lbl[i] >= 0].astype(np.float64) for i in range(12) if use[i]], axis=1)
+    assert st["count"][0] == px.shape[1]
+    np.testing.assert_allclose(st["mean"], px.mean(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(st["std"], px.std(axis=1), rtol=1e-6)
+    np.testing.assert_array_equal(st["min"], px.min(axis=1))
+    np.testing.assert_array_equal(st["max"], px.max(axis=1))
+
+
+@pytest.mark.parametrize("compressor", ["none", "zstd"])
+def test_compressor_changes_bytes_not_content(tmp_path, client, compressor):
+    import zarr
+
+    make_raw("glid", tmp_path / "raw", n={"train": 3, "val": 1, "test": 1}, seed=2)
+    a = convert("glid", str(tmp_path / "raw"), str(tmp_path / "lz4.zarr"), client=client, progress=False)
+    b = convert("glid", str(tmp_path / "raw"), str(tmp_path / "b.zarr"), client=client, compressor=compressor, progress=False)
+    assert a.marker["checksum"] == b.marker["checksum"]  # the checksum is over pixels, not stored bytes
+    xr.testing.assert_equal(open_cube(str(tmp_path / "lz4.zarr"))[["image", "label"]],
+                            open_cube(str(tmp_path / "b.zarr"))[["image", "label"]])
+    codecs = [type(c).__name__ for c in zarr.open_array(str(tmp_path / "b.zarr" / "image")).compressors]
+    assert codecs == ([] if compressor == "none" else ["BloscCodec"])
+    assert open_cube(str(tmp_path / "b.zarr")).attrs["compressor"] == compressor
+    with pytest.raises(UserError, match="different inputs or options"):  # resuming must not mix codecs
+        convert("glid", str(tmp_path / "raw"), str(tmp_path / "b.zarr"), client=client, progress=False)
+
+
+def test_workers_tune_malloc_for_large_buffers(client):
+    """Dask's MALLOC_TRIM_THRESHOLD_ freezes glibc's mmap threshold on workers; block tasks lift it."""
+    from cryocube.engine.cluster import tune_malloc
+
+    env = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+    assert set(env.values()) == {"65536"}  # what distributed sets: the reason tune_malloc exists
+    assert all(client.run(tune_malloc).values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from ..catalog import dataset_ids
+from ..cube import COMPRESSORS
 
 
 def add_cluster_args(p) -> None:
@@ -23,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--tile", type=int, default=None, help="tile size (default: the catalog's)")
     p.add_argument("--block", type=int, default=16, help="samples per write task")
     p.add_argument("--shard", type=int, default=None, help="samples per Zarr shard (few large objects on object stores)")
+    p.add_argument("--compressor", choices=list(COMPRESSORS), default="lz4",
+                   help="image/label codec: lz4 (fast), zstd (smaller, for paid object storage), none (local scratch)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="skip: record bad samples in the cube's attrs and go on")
     p.add_argument("--overwrite", action="store_true", help="replace a cube made from other inputs/options")
     p.add_argument("--storage-options", type=json.loads, default=None, help="JSON fsspec options for --out")
@@ -47,7 +50,7 @@ def _convert(args) -> int:
                       memory_limit=args.memory_limit) as client:
         r = convert(args.dataset, args.raw, args.out, layout=args.layout, client=client, tile_size=args.tile,
                     block_samples=args.block, shard_samples=args.shard, on_error=args.on_error,
-                    overwrite=args.overwrite, raw_storage_options=args.raw_storage_options,
+                    compressor=args.compressor, overwrite=args.overwrite, raw_storage_options=args.raw_storage_options,
                     storage_options=args.storage_options, progress=not args.quiet)
     what = "already complete" if r.blocks_written == 0 else f"wrote {r.blocks_written}/{r.blocks_total} blocks"
     mb = r.read_bytes / 1e6

@@ -198,11 +198,11 @@ def read_raster(reader: Reader, url: str, window: Window | None = None, bands: i
         raise _unreadable(url, e, "pixels") from None
 
 
-def map_threads(fn: Callable, items: list) -> list:
-    """`[fn(x) for x in items]` on a thread pool (header reads wait on I/O, not on the CPU)."""
-    if len(items) <= 1:
+def map_threads(fn: Callable, items: list, threads: int = HEADER_THREADS) -> list:
+    """`[fn(x) for x in items]` on a thread pool (remote header reads wait on the network, not the CPU)."""
+    if len(items) <= 1 or threads <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(min(HEADER_THREADS, len(items))) as pool:
+    with ThreadPoolExecutor(min(threads, len(items))) as pool:
         return list(pool.map(fn, items))
 
 
@@ -275,7 +275,8 @@ class PairedRasterReader(Reader):
                 f"{root}: no {self.dataset} files in the {self.layout!r} layout "
                 f"(expected {self.image_dir.format(folder='<split>')}/* and {self.label_dir.format(folder='<split>')}/*)"
             )
-        items = map_threads(self._item, jobs)
+        # local headers cost CPU (GDAL's open), where threads only contend: 0.30 s vs 0.51 s for 320 files
+        items = map_threads(self._item, jobs, HEADER_THREADS if is_remote(root) else 1)
         return order_items(self.assign_splits(items))
 
     def assign_splits(self, items: list[SourceItem]) -> list[SourceItem]:

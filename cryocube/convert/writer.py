@@ -113,14 +113,13 @@ def check_image(img: np.ndarray, spec: DatasetSpec, where: str) -> tuple[np.ndar
     if img.ndim != 3 or img.shape[0] != len(spec.bands):
         raise ConvertError(f"{where}: expected {len(spec.bands)} bands ({', '.join(spec.band_names)}), got shape {img.shape}")
     nodata = np.zeros(img.shape[1:], dtype=bool)
-    if img.dtype.kind == "f":
+    if img.dtype.kind == "f" and not np.isfinite(img).all():  # one pass in the usual all-finite case
         bad = ~np.isfinite(img)
-        if bad.any():
-            if spec.nan_policy == "error":
-                b = int(np.flatnonzero(bad.any(axis=(1, 2)))[0])
-                raise ConvertError(f"{where}: {int(bad.sum())} NaN/inf pixels (first in band {spec.bands[b].name})")
-            nodata = bad.any(axis=0)
-            img = np.where(bad, spec.nan_fill, img)
+        if spec.nan_policy == "error":
+            b = int(np.flatnonzero(bad.any(axis=(1, 2)))[0])
+            raise ConvertError(f"{where}: {int(bad.sum())} NaN/inf pixels (first in band {spec.bands[b].name})")
+        nodata = bad.any(axis=0)
+        img = np.where(bad, spec.nan_fill, img)
     target = np.dtype(spec.dtype)
     if target.kind in "ui" and img.dtype != target:
         info = np.iinfo(target)
@@ -159,7 +158,10 @@ def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
 @task_boundary
 def write_block(task: dict[str, Any]) -> dict[str, Any]:
     """Read, validate, tile and write samples [s0, s1) of the cube; return timing and skip info."""
+    from ..engine.cluster import tune_malloc
+
     t0 = time.perf_counter()
+    tune_malloc()
     spec: DatasetSpec = load_dataset(task["dataset"])
     layout = spec.layout(task["layout"])
     reader: Reader = READERS[(spec.id, task["layout"])](spec, task["raw_storage_options"])
@@ -200,14 +202,18 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
         for j in js:
             images[j], labels[j] = _tile_from(img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype)
     cf = class_fractions(labels, spec.num_classes)
-    g = _store.open_group(task["out"], "r+", task["out_storage_options"])
-    g["image"][s0:s1] = images
-    g["label"][s0:s1] = labels
-    g["class_fraction"][s0:s1] = cf
-    g["skip_reason"][s0:s1] = np.array(reasons, dtype=object)
-    g["block_digest"][task["block"]] = block_digest(images, labels)
-    g["block_stats"][task["block"]] = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
-    g["progress"][task["block"]] = 1  # last: the block counts as written only now
+    digest = block_digest(images, labels)
+    stats = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
+    # every chunk is written whole, so zarr need not compare each one with the fill value first
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        g = _store.open_group(task["out"], "r+", task["out_storage_options"])
+        g["image"][s0:s1] = images
+        g["label"][s0:s1] = labels
+        g["class_fraction"][s0:s1] = cf
+        g["skip_reason"][s0:s1] = np.array(reasons, dtype=object)
+        g["block_digest"][task["block"]] = digest
+        g["block_stats"][task["block"]] = stats
+        g["progress"][task["block"]] = 1  # last: the block counts as written only now
     return {"block": task["block"], "samples": n, "read_bytes": read_bytes, "seconds": time.perf_counter() - t0,
             "skipped": sum(1 for r in reasons if r)}
 
@@ -245,6 +251,7 @@ def convert(
     block_samples: int = DEFAULT_BLOCK_SAMPLES,
     shard_samples: int | None = None,
     on_error: str = "raise",
+    compressor: str = "lz4",
     overwrite: bool = False,
     raw_storage_options: dict | None = None,
     storage_options: dict | None = None,
@@ -274,9 +281,10 @@ def convert(
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
     plan = plan_tiles(items, tile)
-    lay = CubeLayout(plan.n, len(spec.bands), tile, spec.num_classes, spec.dtype, block_samples, shard_samples)
+    lay = CubeLayout(plan.n, len(spec.bands), tile, spec.num_classes, spec.dtype, block_samples, shard_samples, compressor)
     fingerprint = plan.fingerprint({"dataset": spec.id, "layout": layout, "tile": tile, "block": block_samples,
-                                    "shard": shard_samples, "on_error": on_error, "schema": SCHEMA_VERSION})
+                                    "shard": shard_samples, "on_error": on_error, "compressor": compressor,
+                                    "schema": SCHEMA_VERSION})
     g = _prepare_store(out, out_opts, spec, layout, plan, lay, fingerprint, overwrite, raw)
     if COMPLETE_ATTR in g.attrs:
         return ConvertResult(out, plan.n, 0, lay.n_blocks, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
@@ -346,6 +354,7 @@ def _prepare_store(out, out_opts, spec: DatasetSpec, layout: str, plan: Plan, la
         "tile_size": lay.tile,
         "block_samples": lay.block_size,
         "shard_samples": lay.shard_size,
+        "compressor": lay.compressor,
         "schema_version": SCHEMA_VERSION,
         "converter": f"cryocube {__version__}",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),

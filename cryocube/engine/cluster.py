@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import functools
 import importlib
 import importlib.util
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS", "ClusterError", "ManifestError", "TorchThreads", "cluster_info", "device_for_worker",
-    "get_client", "gpu_resources", "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec",
+    "get_client", "gpu_resources", "tune_malloc", "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec",
     "read_gateway_options", "read_k8s_manifests", "validate_k8s_manifest",
 ]
 
@@ -121,6 +122,29 @@ def _dashboard_link(client: "Client") -> str | None:
         return client.dashboard_link
     except (KeyError, AttributeError):  # scheduler without a dashboard (no bokeh, or disabled)
         return None
+
+
+MALLOC_MMAP_THRESHOLD = 32 * 2**20  # glibc's ceiling: per-sample arrays come from the reusable heap
+MALLOC_TRIM_THRESHOLD = 256 * 2**20  # freed heap a worker may keep instead of faulting it in again
+
+
+@functools.cache
+def tune_malloc() -> bool:
+    """Let glibc reuse freed memory for this worker's large, short-lived numpy/torch buffers.
+
+    Dask starts workers with MALLOC_TRIM_THRESHOLD_=64KiB, which also freezes glibc's adaptive mmap
+    threshold: every array over 128 KiB becomes a fresh mmap whose pages are faulted in and zeroed,
+    then unmapped. Conversion blocks ran 2x slower for it (benchmarks/bench_convert.py). Called at
+    the start of heavy tasks, so it also holds on clusters cryocube did not create. False off glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    return bool(libc.mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)) and bool(libc.mallopt(m_trim_threshold, MALLOC_TRIM_THRESHOLD))
 
 
 class TorchThreads(WorkerPlugin):
