@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS", "ClusterError", "ManifestError", "TorchThreads", "cluster_info", "device_for_worker",
-    "get_client", "gpu_resources", "tune_malloc", "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec",
+    "get_client", "gpu_resources", "prepare_torch_task", "tune_malloc", "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec",
     "read_gateway_options", "read_k8s_manifests", "validate_k8s_manifest",
 ]
 
@@ -96,6 +96,16 @@ def device_for_worker() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def prepare_torch_task(threads: int | None) -> str:
+    """What every torch task does first on its worker: malloc tuning, torch threads; returns its device."""
+    import torch
+
+    tune_malloc()
+    if threads:
+        torch.set_num_threads(threads)
+    return device_for_worker()
 
 
 def cluster_info(client: "Client") -> dict:

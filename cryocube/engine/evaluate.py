@@ -16,7 +16,7 @@ import numpy as np
 from .. import store as _store
 from ..errors import UserError
 from ..progress import gather, progress_bar
-from .features import CacheSpec, block_tasks, cache_url, create_split, extract_block, mark_complete
+from .features import CacheSpec, block_tasks, cache_url, create_split, encoder_facts, extract_block, mark_complete
 from .metrics import metrics_from_confusion, tree_reduce_futures
 from .protocols import TrainConfig
 from .runs import PlannedRun, RunSpec, cube_info, load_record, plan_run, run_dir, versions, write_record
@@ -45,17 +45,6 @@ def _cache_spec(p: PlannedRun) -> CacheSpec:
     return CacheSpec(model=p.spec.model, cube_url=p.cube.url, cube_checksum=p.cube.checksum, bands=p.cube.bands,
                      inputs=p.inputs, mode=p.mode, input_size=p.input_size, tile=p.cube.tile,
                      crops_per_sample=p.config.crops_per_sample, feature_dtype=p.config.feature_dtype, weights=p.weights)
-
-
-def _feature_shapes(p: PlannedRun):
-    from .features import get_encoder
-
-    enc = get_encoder(p.spec.model, p.cube.bands, p.input_size, p.weights, p.mode, "cpu")
-    import torch
-
-    with torch.inference_mode():
-        x = torch.zeros((1, len(p.inputs.index), p.input_size, p.input_size))
-        return [tuple(f.shape[1:]) for f in enc(x)], int(sum(q.numel() for q in enc.parameters()))
 
 
 def evaluate(runs: list[RunSpec], out: str, config: TrainConfig | None = None, client=None, progress: bool = True,
@@ -87,8 +76,11 @@ def evaluate(runs: list[RunSpec], out: str, config: TrainConfig | None = None, c
     encoder_params: dict[str, int] = {}
     feat_time: dict[str, float] = {}
     tasks, owners = [], []
+    t_feat = time.perf_counter()
+    facts = {key: client.submit(encoder_facts, {"spec": cs, "threads": threads}, pure=False, resources=resources)
+             for key, (cs, _, _) in caches.items()}
     for key, (cs, url, p) in caches.items():
-        shapes, encoder_params[key] = _feature_shapes(p)
+        shapes, encoder_params[key] = facts[key].result()
         res.encoder_items[key] = 0
         for split in ("train", "val", "test"):
             samples = p.cube.samples(split)
@@ -104,6 +96,7 @@ def evaluate(runs: list[RunSpec], out: str, config: TrainConfig | None = None, c
         for (key, _), r in zip(owners, done):
             res.encoder_items[key] += r["items"]
             feat_time[key] = feat_time.get(key, 0.0) + r["seconds"]
+    features_wall = time.perf_counter() - t_feat if tasks else 0.0  # all caches of this call, on all workers
     for key, (cs, url, p) in caches.items():
         for split in ("train", "val", "test"):
             g = _store.open_group(url, "r")[split]
@@ -149,7 +142,8 @@ def evaluate(runs: list[RunSpec], out: str, config: TrainConfig | None = None, c
                 ck = _cache_spec(p).key if p.kind == "frozen" else None
                 rec = _record(p, cm, tr, test_s, time.perf_counter() - started[i], feat_time.get(ck, 0.0) if ck else 0.0,
                               res.encoder_items.get(ck, 0) if ck else 0,
-                              encoder_params.get(ck) if ck else tr.get("encoder_params"), client, out)
+                              encoder_params.get(ck) if ck else tr.get("encoder_params"), client, out,
+                              features_wall if ck else 0.0)
                 write_record(out, rec)
                 res.records.append(rec)
                 bar.advance(1)
@@ -208,7 +202,7 @@ def _error_record(p: PlannedRun, e: BaseException, out: str) -> dict:
     return rec
 
 
-def _record(p, cm, tr, test_s, total_s, features_s, encoder_items, encoder_params, client, out) -> dict:
+def _record(p, cm, tr, test_s, total_s, features_s, encoder_items, encoder_params, client, out, features_wall_s=0.0) -> dict:
     from ..models import model_spec
     from .cluster import cluster_info
 
@@ -217,7 +211,9 @@ def _record(p, cm, tr, test_s, total_s, features_s, encoder_items, encoder_param
     return _base_record(p) | {
         "status": "ok", "error": None, "metrics": metrics, "confusion_matrix": cm.tolist(),
         "val_curve": tr["val_curve"], "best_epoch": tr["best_epoch"],
-        "timings": {"features_s": features_s, "train_s": tr["train_s"], "test_s": test_s, "total_s": total_s},
+        # features_s: worker seconds spent on this run's cache; features_wall_s: the extraction phase's wall time
+        "timings": {"features_s": features_s, "features_wall_s": features_wall_s, "train_s": tr["train_s"],
+                    "test_s": test_s, "total_s": total_s},
         "samples_per_s": tr["train_samples_per_s"], "peak_memory_mb": tr["peak_memory_mb"], "device": tr["device"],
         "encoder_forward_items": encoder_items, "steps": tr["steps"],
         "params": {"encoder": encoder_params, "trainable": tr["trainable_params"],

@@ -44,6 +44,18 @@ def get_encoder(model: str, bands: tuple[Band, ...], input_size: int | None, wei
     return enc
 
 
+@task_boundary
+def encoder_facts(task: dict[str, Any]) -> tuple[list[tuple[int, int, int]], int]:
+    """Feature shapes and parameter count of a cache's encoder, from a worker: the worker keeps the
+    encoder for the extraction that follows, and the client never builds (or loads weights of) it."""
+    from .cluster import prepare_torch_task
+
+    spec: CacheSpec = task["spec"]
+    device = prepare_torch_task(task.get("threads"))
+    enc = get_encoder(spec.model, spec.bands, spec.input_size, spec.weights, spec.mode, device)
+    return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(sum(q.numel() for q in enc.parameters()))
+
+
 @dataclass(frozen=True)
 class CacheSpec:
     """Everything that defines a feature cache; its hash names the cache."""
@@ -126,13 +138,11 @@ def create_split(url: str, split: str, samples: np.ndarray, spec: CacheSpec, fea
 @task_boundary
 def extract_block(task: dict[str, Any]) -> dict[str, Any]:
     """Run the frozen encoder over one block of samples and write their items' features."""
-    from .cluster import device_for_worker
+    from .cluster import prepare_torch_task
 
     t0 = time.perf_counter()
     spec: CacheSpec = task["spec"]
-    if task.get("threads"):
-        torch.set_num_threads(task["threads"])
-    device = device_for_worker()
+    device = prepare_torch_task(task.get("threads"))
     samples = task["samples"]
     per, S = task["per"], spec.input_size
     g = _store.open_group(task["url"], "r+")[task["split"]]

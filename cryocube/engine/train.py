@@ -199,14 +199,12 @@ def _fit(module: nn.Module, batches: Callable[[int], Iterable[tuple[Any, torch.T
 @task_boundary
 def train_run(task: dict) -> dict:
     """One run's training on a worker: returns the validation curve; the best checkpoint goes to the run dir."""
-    from .cluster import device_for_worker
+    from .cluster import prepare_torch_task
 
     t0 = time.perf_counter()
     cfg: TrainConfig = task["config"]
-    if task.get("threads"):
-        torch.set_num_threads(task["threads"])
+    device = prepare_torch_task(task.get("threads"))
     torch.use_deterministic_algorithms(True, warn_only=True)
-    device = device_for_worker()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     module, frozen_encoder = build_model(task, device)
@@ -276,11 +274,9 @@ def train_run(task: dict) -> dict:
 @task_boundary
 def test_block(task: dict) -> np.ndarray:
     """Confusion matrix of the best checkpoint on one block of test tiles (predictions saved alongside)."""
-    from .cluster import device_for_worker
+    from .cluster import prepare_torch_task
 
-    if task.get("threads"):
-        torch.set_num_threads(task["threads"])
-    device = device_for_worker()
+    device = prepare_torch_task(task.get("threads"))
     module, _ = build_model(task, device)
     load_state(module, task["checkpoint"])
     preds: list = []
