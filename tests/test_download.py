@@ -76,3 +76,12 @@ def test_unsafe_zip_refused_and_truncated_tar(tmp_path):
     (tmp_path / "t.tar.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(DownloadError, match="t.tar.gz"):
         safe_extract(tmp_path / "t.tar.gz", tmp_path / "out2")
+
+
+def test_html_page_instead_of_archive_is_refused(tmp_path, http_dir):
+    """Hosts answer with a sign-in/confirmation page at the archive's URL: never keep it as the archive."""
+    root, base = http_dir
+    (root / "GLID.zip").write_text("<!DOCTYPE html><html><body>Sign in to continue</body></html>")
+    with pytest.raises(DownloadError, match="HTML page"):
+        fetch(f"{base}/GLID.zip", tmp_path / "GLID.zip", progress=False)
+    assert not list(tmp_path.glob("GLID.zip*"))

@@ -1,72 +1,23 @@
 """Fetch a dataset's published archive (Hugging Face / Zenodo / PANGAEA), verify it, extract it safely.
 
-Downloads stream through fsspec (http(s), s3, file, ...) into a `.part` file that is renamed only after
-its checksum matches, so a crash never leaves a file that looks complete. Extraction refuses any
+Downloads go through `cryocube.fetch` (fsspec, a `.part` file renamed once its checksum matches).
+Extraction refuses any
 archive member that would land outside the target folder (absolute paths, `..`, links pointing out).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import tarfile
 import zipfile
 from pathlib import Path
 
-import fsspec
-
 from ..catalog import load_dataset
-from ..errors import UserError
+from ..fetch import DownloadError, fetch
+
+__all__ = ["DownloadError", "download", "fetch", "safe_extract"]
 
 CHUNK = 1 << 20
-
-
-class DownloadError(UserError):
-    pass
-
-
-def file_digest(path: str | Path, algo: str = "sha256") -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def fetch(url: str, dest: str | Path, sha256: str | None = None, md5: str | None = None, progress: bool = True) -> Path:
-    """Download `url` to `dest` unless a verified copy is already there; returns the path."""
-    from ..progress import progress_bar
-
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists() and _verified(dest, sha256, md5):
-        return dest
-    part = dest.with_name(dest.name + ".part")
-    try:
-        with fsspec.open(url, "rb") as src:
-            total = getattr(src, "size", None) or 0
-            with open(part, "wb") as out, progress_bar(f"download {dest.name}", total or 1, progress) as bar:
-                for block in iter(lambda: src.read(CHUNK), b""):
-                    out.write(block)
-                    bar.advance(len(block) if total else 0)
-    except FileNotFoundError:
-        raise DownloadError(f"{url}: not found") from None
-    except OSError as e:
-        raise DownloadError(f"{url}: download failed: {e}") from None
-    if not _verified(part, sha256, md5):
-        got = file_digest(part, "sha256" if sha256 else "md5")
-        part.unlink()
-        raise DownloadError(f"{url}: checksum mismatch (expected {sha256 or md5}, got {got}); the file was discarded")
-    os.replace(part, dest)
-    return dest
-
-
-def _verified(path: Path, sha256: str | None, md5: str | None) -> bool:
-    if sha256:
-        return file_digest(path, "sha256") == sha256.lower()
-    if md5:
-        return file_digest(path, "md5") == md5.lower()
-    return True  # nothing published to check against
 
 
 def _inside(root: Path, name: str) -> bool:

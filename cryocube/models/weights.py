@@ -16,16 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import torch
 from torch import nn
 
-from ..convert.download import file_digest
 from ..errors import UserError
+from ..fetch import fetch, file_digest
 from .keymap import get_keymap
 from .spec import model_spec
-
-CHUNK = 8 << 20
 
 
 def cache_dir() -> Path:
@@ -66,44 +63,6 @@ def _check_sha(path: Path, sha256: str | None) -> str:
     return digest
 
 
-def _download(url: str, dest: Path, sha256: str | None, progress: bool = True) -> Path:
-    """Stream `url` (any fsspec URL) to `dest` through a .part file; checks HTML pages and sha256."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    h = hashlib.sha256()
-    n = 0
-    try:
-        with fsspec.open(url, "rb") as src, open(part, "wb") as out:
-            first = True
-            while chunk := src.read(CHUNK):
-                if first and chunk[:512].lstrip().lower().startswith((b"<!doctype html", b"<html")):
-                    raise WeightsError(f"{url} returned an HTML page, not a checkpoint (a sign-in or download-confirmation "
-                                       f"page, e.g. Google Drive or OneDrive): download it in a browser and pass the local path")
-                first = False
-                h.update(chunk)
-                out.write(chunk)
-                n += len(chunk)
-                if progress and n % (256 << 20) < CHUNK:
-                    print(f"  {dest.name}: {n / 2**20:.0f} MiB", flush=True)
-    except WeightsError:
-        part.unlink(missing_ok=True)
-        raise
-    except (OSError, ValueError) as e:
-        part.unlink(missing_ok=True)
-        raise WeightsError(f"cannot download {url}: {e}") from None
-    digest = h.hexdigest()
-    if n == 0:
-        part.unlink(missing_ok=True)
-        raise WeightsError(f"{url}: empty download")
-    if sha256 and digest.lower() != sha256.lower():
-        part.unlink(missing_ok=True)
-        raise WeightsError(f"{url}: sha256 {digest} does not match the catalog's {sha256}")
-    part.replace(dest)
-    if progress:
-        print(f"  {dest} ({n / 2**20:.1f} MiB) sha256 {digest}", flush=True)
-    return dest
-
-
 def fetch_weights(model_id: str, dest_dir: str | Path | None = None, force: bool = False, progress: bool = True,
                   url: str | None = None, sha256: str | None = None) -> Path:
     """Download the published checkpoint of `model_id` into `dest_dir` (verified when a sha256 is known).
@@ -123,7 +82,7 @@ def fetch_weights(model_id: str, dest_dir: str | Path | None = None, force: bool
     if dest.exists() and not force:
         _check_sha(dest, sha)
         return dest
-    return _download(src, dest, sha, progress)
+    return fetch(src, dest, sha256=sha, progress=progress, force=True, error=WeightsError)
 
 
 def _local(path_or_url: str | Path, sha256: str | None) -> Path:
@@ -131,7 +90,7 @@ def _local(path_or_url: str | Path, sha256: str | None) -> Path:
     if _is_remote(s):
         dest = cache_dir() / "by-url" / hashlib.sha1(s.encode()).hexdigest()[:16] / Path(s.split("?")[0]).name
         if not dest.exists():
-            _download(s, dest, sha256, progress=False)
+            fetch(s, dest, sha256=sha256, progress=False, error=WeightsError)
         return dest
     p = Path(s[7:] if s.startswith("file://") else s)
     if not p.exists():

@@ -1,0 +1,80 @@
+"""Downloads: any fsspec URL streamed into a `.part` file, renamed only once its checksum matches.
+
+One implementation for dataset archives (`cryocube download`) and model checkpoints (`cryocube
+weights fetch`): a crash never leaves a file that looks complete, a sign-in page served instead of
+the file is refused, and a checksum mismatch discards the download.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import fsspec
+
+from .errors import UserError
+
+CHUNK = 8 << 20
+
+
+class DownloadError(UserError):
+    """A download failed, was not the file (an HTML page), or its checksum did not match."""
+
+
+def file_digest(path: str | Path, algo: str = "sha256") -> str:
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _expected(sha256: str | None, md5: str | None) -> tuple[str, str | None]:
+    return ("sha256", sha256.lower()) if sha256 else ("md5", md5.lower()) if md5 else ("sha256", None)
+
+
+def fetch(url: str, dest: str | Path, sha256: str | None = None, md5: str | None = None, progress: bool = True,
+          force: bool = False, error: type[UserError] = DownloadError) -> Path:
+    """Download `url` to `dest` unless a verified copy is there (or `force`); returns the path.
+
+    The checksum is computed while streaming; errors are raised as `error` (callers' own types).
+    """
+    from .progress import progress_bar
+
+    algo, want = _expected(sha256, md5)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and not force and (want is None or file_digest(dest, algo) == want):
+        return dest
+    part = dest.with_name(dest.name + ".part")
+    h = hashlib.new(algo)
+    n = 0
+    try:
+        with fsspec.open(url, "rb") as src, open(part, "wb") as out:
+            total = getattr(src, "size", None) or 0
+            with progress_bar(f"download {dest.name}", total or 1, progress) as bar:
+                while block := src.read(CHUNK):
+                    if n == 0 and block[:512].lstrip().lower().startswith((b"<!doctype html", b"<html")):
+                        raise error(f"{url} returned an HTML page, not the file (a sign-in or download-confirmation page, "
+                                    f"e.g. Google Drive or OneDrive): download it in a browser and pass the local path")
+                    h.update(block)
+                    out.write(block)
+                    n += len(block)
+                    bar.advance(len(block) if total else 0)
+        if n == 0:
+            raise error(f"{url}: empty download")
+    except UserError:
+        part.unlink(missing_ok=True)
+        raise
+    except FileNotFoundError:
+        part.unlink(missing_ok=True)
+        raise error(f"{url}: not found") from None
+    except (OSError, ValueError) as e:
+        part.unlink(missing_ok=True)
+        raise error(f"{url}: download failed: {e}") from None
+    got = h.hexdigest()
+    if want is not None and got != want:
+        part.unlink()
+        raise error(f"{url}: checksum mismatch: {algo} {got} does not match the catalog's {want}; the file was discarded")
+    os.replace(part, dest)
+    return dest
