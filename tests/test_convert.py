@@ -268,3 +268,19 @@ def test_workers_tune_malloc_for_large_buffers(client):
     env = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
     assert set(env.values()) == {"65536"}  # what distributed sets: the reason tune_malloc exists
     assert all(client.run(tune_malloc).values())
+
+
+def test_label_lookup_table_matches_the_general_remap():
+    """The one-pass table lookup (integer labels) and the searchsorted path agree, errors included."""
+    from cryocube.catalog import Layout
+    from cryocube.convert.writer import remap_labels
+
+    lay = Layout(name="t", label_map={0: 0, 64: 1, 127: 2, 254: 3}, ignore_values=(255,))
+    raw = np.array([[0, 64, 127], [254, 255, 0]], dtype=np.uint8)
+    want = np.array([[0, 1, 2], [3, CUBE_IGNORE_INDEX, 0]], dtype=np.int16)
+    np.testing.assert_array_equal(remap_labels(raw, lay, "x.png"), want)  # table path
+    np.testing.assert_array_equal(remap_labels(raw.astype(np.int64) - 0, lay, "x.png"), want)
+    np.testing.assert_array_equal(remap_labels(raw.astype(np.float32), lay, "x.png"), want)  # float labels
+    for bad in (np.array([[0, 65]], np.uint8), np.array([[0, 300]], np.int32), np.array([[-3, 0]], np.int32)):
+        with pytest.raises(ConvertError, match=r"x\.png: label values \[(65|300|-3)\] are not in the t mapping"):
+            remap_labels(bad, lay, "x.png")

@@ -83,6 +83,19 @@ def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
 # -- per-sample validation --------------------------------------------------------------------
 
 
+LUT_MAX = 1 << 16  # integer labels below this are remapped by table lookup (one pass)
+
+
+def _lookup_table(layout: Layout) -> np.ndarray:
+    """raw value -> class index; ignore values -> -1; unknown values -> -2 (an error)."""
+    top = max([*layout.label_map, *layout.ignore_values, 0]) + 1
+    lut = np.full(top, -2, dtype=np.int16)
+    lut[list(layout.ignore_values)] = CUBE_IGNORE_INDEX
+    for k, v in layout.label_map.items():
+        lut[k] = v
+    return lut
+
+
 def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
     """Raw label values -> class indices (int16), ignore values -> -1; unknown values are an error."""
     raw = np.asarray(raw)
@@ -90,6 +103,14 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
         if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
             raise ConvertError(f"{where}: label has non-integer or non-finite values")
         raw = raw.astype(np.int64)
+    if min(layout.label_map, default=0) >= 0 and min(layout.ignore_values, default=0) >= 0 and raw.size:
+        lo, hi = int(raw.min()), int(raw.max())
+        if lo >= 0 and hi < LUT_MAX:
+            lut = _lookup_table(layout)
+            out = np.take(np.pad(lut, (0, max(0, hi + 1 - lut.size)), constant_values=-2), raw)
+            if (out == -2).any():
+                _unknown(np.unique(raw[out == -2]), layout, where)
+            return out
     out = np.full(raw.shape, CUBE_IGNORE_INDEX, dtype=np.int16)
     keys = np.array(sorted(layout.label_map), dtype=np.int64)
     vals = np.array([layout.label_map[k] for k in keys], dtype=np.int16)
@@ -99,13 +120,16 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
     ignored = np.isin(flat, np.array(layout.ignore_values, dtype=np.int64)) if layout.ignore_values else np.zeros(flat.shape, bool)
     bad = ~(known | ignored)
     if bad.any():
-        values = np.unique(flat[bad])[:10].tolist()
-        raise ConvertError(
-            f"{where}: label values {values} are not in the {layout.name} mapping {dict(layout.label_map)}"
-            + (f" (ignore values {list(layout.ignore_values)})" if layout.ignore_values else "")
-        )
+        _unknown(np.unique(flat[bad]), layout, where)
     out[known] = vals[pos[known]]
     return out
+
+
+def _unknown(values: np.ndarray, layout: Layout, where: str):
+    raise ConvertError(
+        f"{where}: label values {values[:10].tolist()} are not in the {layout.name} mapping {dict(layout.label_map)}"
+        + (f" (ignore values {list(layout.ignore_values)})" if layout.ignore_values else "")
+    )
 
 
 def check_image(img: np.ndarray, spec: DatasetSpec, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +195,7 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
     samples = task["samples"]  # list of (item_index_in_items, tile_y, tile_x)
     n = s1 - s0
     dtype = np.dtype(spec.dtype)
-    images = np.zeros((n, len(spec.bands), tile, tile), dtype=dtype)
+    images = np.empty((n, len(spec.bands), tile, tile), dtype=dtype)  # every row is written below
     labels = np.full((n, tile, tile), CUBE_IGNORE_INDEX, dtype=np.int16)
     reasons = [""] * n
     read_bytes = 0
@@ -198,6 +222,7 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
                 raise
             for j in js:
                 reasons[j] = str(e)
+                images[j] = 0  # a skipped sample is stored as zeros with ignore labels
             continue
         for j in js:
             images[j], labels[j] = _tile_from(img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype)
