@@ -149,3 +149,22 @@ def test_grid_and_metrics_from_cm():
     assert m["IoU"]["bg"] == pytest.approx(100 * 5 / 8) and m["IoU"]["fg"] == pytest.approx(100 * 2 / 5)
     assert m["precision"]["fg"] == pytest.approx(100 * 2 / 3) and m["recall"]["fg"] == pytest.approx(50)
     assert m["oAcc"] == pytest.approx(70) and m["mAcc"] == pytest.approx(100 * (5 / 6 + 0.5) / 2)
+
+
+def test_decoder_init_does_not_depend_on_a_cached_encoder(cubes):
+    """A training task that finds the encoder already built (cached by extraction on that worker) and
+    one that builds it must start from the same decoder weights, or seeds stop being reproducible."""
+    from cryocube.engine import features
+    from cryocube.engine.evaluate import plan
+    from cryocube.engine.train import build_model
+
+    cfg = load_config(None, FAST)
+    p = plan([RunSpec("ssl4eo_moco", cubes["glid"], "frozen")], cfg)[0]
+    task = {"kind": "frozen", "model": "ssl4eo_moco", "bands": p.cube.bands, "input_size": p.input_size, "weights": None,
+            "mode": p.mode, "num_classes": 2, "config": cfg, "run_seed": p.run_seed}
+    features._ENCODERS.clear()
+    fresh, _ = build_model(task, "cpu")  # builds the encoder
+    cached, _ = build_model(task, "cpu")  # finds it
+    assert len(features._ENCODERS) == 1
+    for (k, a), (_, b) in zip(fresh.state_dict().items(), cached.state_dict().items()):
+        assert torch.equal(a, b), k

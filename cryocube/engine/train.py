@@ -48,11 +48,13 @@ def build_model(task: dict, device: str) -> tuple[nn.Module, nn.Module | None]:
     cfg: TrainConfig = task["config"]
     kind = decoder_kind(task["model"], cfg)
     kw = {"channels": cfg.decoder_channels} if kind == "upernet" else {}
-    torch.manual_seed(task["run_seed"])
     if task["kind"] == "frozen":
         enc = get_encoder(task["model"], task["bands"], task["input_size"], task["weights"], task["mode"], device)
+        # seeded after the encoder: whether this worker built it now or earlier must not change the decoder
+        torch.manual_seed(task["run_seed"])
         dec = build_decoder(kind, enc, task["num_classes"], **kw)
         return dec.to(device), enc
+    torch.manual_seed(task["run_seed"])
     enc = build_encoder(task["model"], bands=list(task["bands"]), weights=task["weights"], input_size=task["input_size"], mode=task["mode"])
     dec = build_decoder(kind, enc, task["num_classes"], **kw)
     return Segmenter(enc, dec).to(device), None
