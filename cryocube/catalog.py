@@ -6,6 +6,7 @@ malformed entry fails once, at load, with the file and field named.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -15,7 +16,15 @@ import yaml
 
 from .errors import UserError
 
-CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalogs"
+def packaged_dir(packaged: str, in_repo: str) -> Path:
+    """A data folder of the repository (`in_repo`, relative to its root) or, in an installed wheel,
+    its copy inside the package (`packaged`, see pyproject's package-dir)."""
+    here = Path(__file__).resolve().parent
+    return here / packaged if (here / packaged).is_dir() else here.parent / in_repo
+
+
+# $CRYOCUBE_CATALOGS points at another catalog tree (e.g. a lab's own datasets and models)
+CATALOG_DIR = Path(os.environ.get("CRYOCUBE_CATALOGS") or packaged_dir("catalogs", "catalogs"))
 # Band roles the cube and the band matcher understand.
 ROLES = ("optical", "sar", "coherence", "elevation", "slope", "velocity", "thermal", "incidence", "ancillary")
 CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whatever the source used

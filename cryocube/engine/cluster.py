@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..catalog import packaged_dir
 from ..errors import UserError
 
 if TYPE_CHECKING:
@@ -42,8 +43,7 @@ __all__ = [
     "read_gateway_options", "read_k8s_manifests", "validate_k8s_manifest",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_K8S_MANIFEST = REPO_ROOT / "deployments" / "k8s" / "daskcluster.yaml"
+DEFAULT_K8S_MANIFEST = packaged_dir("k8s", "deployments/k8s") / "daskcluster.yaml"
 DEFAULT_IMAGE = "cryocube:0.1.0"  # built from deployments/docker/Dockerfile; push it and use its registry ref
 STORAGE_SECRET = "cryocube-storage"  # optional k8s Secret with AWS_ACCESS_KEY_ID/... for s3:// cubes
 GPU = "GPU"  # the abstract worker resource that GPU tasks request

@@ -16,7 +16,7 @@ from .leaderboard import Leaderboard, build_leaderboard
 from .names import dataset_id_from_name
 from .records import ResultsError
 
-PUBLISHED_CSV = Path(__file__).resolve().parent / "published" / "cryobench-published.csv"
+PUBLISHED_CSV = Path(__file__).resolve().parent / "data" / "cryobench-published.csv"
 AVG_COLUMN, RANK_COLUMN = "avg_miou_published", "avg_rank_published"
 SOURCE = "Cryo-Bench (arXiv 2603.01576), README table: frozen encoder, 100 % labels, UPerNet, test mIoU"
 
