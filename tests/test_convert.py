@@ -284,3 +284,15 @@ def test_label_lookup_table_matches_the_general_remap():
     for bad in (np.array([[0, 65]], np.uint8), np.array([[0, 300]], np.int32), np.array([[-3, 0]], np.int32)):
         with pytest.raises(ConvertError, match=r"x\.png: label values \[(65|300|-3)\] are not in the t mapping"):
             remap_labels(bad, lay, "x.png")
+
+
+def test_header_reads_spread_over_workers_keep_order_and_errors(tmp_path, client, monkeypatch):
+    from cryocube.convert import READERS, writer
+
+    m = make_raw("gld", tmp_path / "raw", n={"train": 6, "val": 2, "test": 3}, seed=4)
+    r = READERS[("gld", "cryobench")](load_dataset("gld"))
+    monkeypatch.setattr(writer, "HEADERS_PER_TASK", 2)  # 11 files, 2 workers: 5 chunks on the workers
+    assert r.scan(str(m.root), map_headers=writer.worker_mapper(client)) == r.scan(str(m.root))
+    bad = corrupt(m, "header", index=5)
+    with pytest.raises(ConvertError, match=os.path.basename(bad)):
+        r.scan(str(m.root), map_headers=writer.worker_mapper(client))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import posixpath
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import fsspec
 import numpy as np
@@ -39,6 +39,7 @@ class SourceItem:
     transform: tuple[float, ...] | None = None  # affine (a, b, c, d, e, f) of the scene's pixel (0, 0)
 
 
+Mapper = Callable[[Callable[[Any], Any], list, int], list]  # (fn, jobs, threads per process) -> [fn(job)]
 Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, inside the image
 
 
@@ -56,9 +57,12 @@ class Reader:
         """Whether `root` looks like this layout (used by --layout auto)."""
         raise NotImplementedError
 
-    def scan(self, root: str) -> list[SourceItem]:
+    def scan(self, root: str, map_headers: "Mapper | None" = None) -> list[SourceItem]:
         """All items under `root`, sorted by (split order, name). Raises ConvertError on
-        unpaired files or header-level problems (shape mismatch, band count)."""
+        unpaired files or header-level problems (shape mismatch, band count).
+
+        Listing happens here; per-file header reads go through `map_headers(fn, jobs, threads)`
+        (default: this process; `convert` passes one that spreads them over the Dask workers)."""
         raise NotImplementedError
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar
 import fsspec
 import numpy as np
 
-from .base import SPLITS, ConvertError, Reader, SourceItem, Window, pair_by_stem
+from .base import SPLITS, ConvertError, Mapper, Reader, SourceItem, Window, pair_by_stem
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp")
 HEADER_THREADS = 16  # header reads are I/O bound (one small GET each on object stores)
@@ -198,6 +198,12 @@ def read_raster(reader: Reader, url: str, window: Window | None = None, bands: i
         raise _unreadable(url, e, "pixels") from None
 
 
+def header_threads(root: str) -> int:
+    """Threads per process for header reads: remote reads wait on the network; local ones cost CPU
+    (GDAL's open), where threads only contend (0.30 s with 1 thread vs 0.51 s with 16, 320 files)."""
+    return HEADER_THREADS if is_remote(root) else 1
+
+
 def map_threads(fn: Callable, items: list, threads: int = HEADER_THREADS) -> list:
     """`[fn(x) for x in items]` on a thread pool (remote header reads wait on the network, not the CPU)."""
     if len(items) <= 1 or threads <= 1:
@@ -259,7 +265,7 @@ class PairedRasterReader(Reader):
                 found[split] = folder
         return [(folder, split) for split, folder in found.items()]
 
-    def scan(self, root: str) -> list[SourceItem]:
+    def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
         jobs = []
         for folder, split in self._folders(root):
             img_dir = join(root, self.image_dir.format(folder=folder))
@@ -275,8 +281,7 @@ class PairedRasterReader(Reader):
                 f"{root}: no {self.dataset} files in the {self.layout!r} layout "
                 f"(expected {self.image_dir.format(folder='<split>')}/* and {self.label_dir.format(folder='<split>')}/*)"
             )
-        # local headers cost CPU (GDAL's open), where threads only contend: 0.30 s vs 0.51 s for 320 files
-        items = map_threads(self._item, jobs, HEADER_THREADS if is_remote(root) else 1)
+        items = (map_headers or map_threads)(self._item, jobs, header_threads(root))
         return order_items(self.assign_splits(items))
 
     def assign_splits(self, items: list[SourceItem]) -> list[SourceItem]:

@@ -18,8 +18,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .base import ConvertError, Reader, SourceItem, Window, register
-from .rawio import PairedRasterReader, check_window, is_remote, join, order_items, url_fs, val_from_train
+from .base import ConvertError, Mapper, Reader, SourceItem, Window, register
+from .rawio import (PairedRasterReader, check_window, header_threads, is_remote, join, map_threads, order_items, url_fs,
+                    val_from_train)
 
 # catalog band name -> ready-to-train variable (the catalog's band order is the cube's)
 NC_VARIABLES = {"HH": "nersc_sar_primary", "HV": "nersc_sar_secondary", "incidence_angle": "sar_incidenceangle"}
@@ -115,8 +116,8 @@ class SICDOriginal(Reader):
             raise ConvertError(f"{self.spec.path}: bands {missing} have no AI4Arctic variable (known: {NC_VARIABLES})")
         return [NC_VARIABLES[b] for b in self.spec.band_names]
 
-    def scan(self, root: str) -> list[SourceItem]:
-        items = []
+    def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
+        jobs = []
         for split in self.splits_on_disk:
             folder = join(root, split)
             scenes, refs = {}, {}
@@ -128,13 +129,17 @@ class SICDOriginal(Reader):
             lonely = sorted(set(refs) - set(scenes))
             if lonely:
                 raise ConvertError(f"{folder}: charts without a scene file: " + ", ".join(refs[s] for s in lonely[:10]))
-            items += [self._item(split, s, scenes[s], refs.get(s)) for s in sorted(scenes)]
+            jobs += [(split, s, scenes[s], refs.get(s)) for s in sorted(scenes)]
+        items = (map_headers or map_threads)(self._scene_item, jobs, header_threads(root))
         if not items:
             raise ConvertError(f"{root}: no AI4Arctic scenes (expected train/*_prep.nc and test/*_prep.nc)")
         opts = self.spec.layout(self.layout).options
         train = [it.scene for it in items if it.split == "train"]
         val = draw_val_scenes(train, int(opts.get("val_scenes", 10)), int(opts.get("val_seed", 0)))
         return order_items(val_from_train(items, val))
+
+    def _scene_item(self, job: tuple[str, str, str, str | None]) -> SourceItem:
+        return self._item(*job)
 
     def _item(self, split: str, scene: str, url: str, ref: str | None) -> SourceItem:
         with open_nc(self, url) as ds:

@@ -245,6 +245,37 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
 
 # -- orchestration (client side) -----------------------------------------------------------------
 
+HEADERS_PER_TASK = 64  # below this many files per worker, header reads stay on the client
+
+
+@task_boundary
+def _map_chunk(fn, jobs: list, threads: int) -> list:
+    from .rawio import map_threads
+
+    return map_threads(fn, jobs, threads)
+
+
+def worker_mapper(client):
+    """A `Mapper` that reads headers on the Dask workers, a few chunks per worker (for datasets of many
+    files, or on object stores, where the client alone would wait on thousands of GETs)."""
+    from .rawio import map_threads
+
+    def run(fn, jobs: list, threads: int) -> list:
+        workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+        if len(jobs) < HEADERS_PER_TASK * workers:
+            return map_threads(fn, jobs, threads)
+        n = min(len(jobs) // HEADERS_PER_TASK, 4 * workers)
+        chunks = [jobs[i::n] for i in range(n)]
+        futures = client.map(_map_chunk, [fn] * n, chunks, [threads] * n, pure=False)
+        parts = client.gather(futures)
+        out = [None] * len(jobs)
+        for i, part in enumerate(parts):
+            out[i::n] = part  # chunks were strided: put every result back at its job's position
+        return out
+
+    return run
+
+
 
 def detect_layout(spec: DatasetSpec, raw: str, storage_options: dict | None) -> str:
     candidates = [lay for (ds, lay), cls in READERS.items() if ds == spec.id and cls.detect(raw, storage_options)]
@@ -301,8 +332,9 @@ def convert(
     tile = int(tile_size or spec.tile_size)
     if shard_samples:
         block_samples = shard_samples  # a Dask task must write whole shards, never part of one
+    client = get_client(client)
     reader = READERS[(spec.id, layout)](spec, raw_opts)
-    items = reader.scan(raw)
+    items = reader.scan(raw, map_headers=worker_mapper(client))
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
     plan = plan_tiles(items, tile)
@@ -315,7 +347,6 @@ def convert(
         return ConvertResult(out, plan.n, 0, lay.n_blocks, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
     done = np.asarray(g["progress"][:]).astype(bool)
     tasks = [_block_task(b, spec, layout, plan, lay, raw_opts, out, out_opts, on_error) for b in range(lay.n_blocks) if not done[b]]
-    client = get_client(client)
     results = _run_blocks(client, tasks, progress, f"convert {spec.id}")
     marker = finalize(out, out_opts)
     return ConvertResult(
