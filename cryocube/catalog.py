@@ -16,6 +16,7 @@ import yaml
 
 from .errors import UserError
 
+
 def packaged_dir(packaged: str, in_repo: str) -> Path:
     """A data folder of the repository (`in_repo`, relative to its root) or, in an installed wheel,
     its copy inside the package (`packaged`, see pyproject's package-dir)."""

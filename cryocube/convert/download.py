@@ -1,8 +1,8 @@
 """Fetch a dataset's published archive (Hugging Face / Zenodo / PANGAEA), verify it, extract it safely.
 
 Downloads go through `cryocube.fetch` (fsspec, a `.part` file renamed once its checksum matches).
-Extraction refuses any
-archive member that would land outside the target folder (absolute paths, `..`, links pointing out).
+Extraction refuses any archive member that would land outside the target folder (absolute paths,
+`..`, links pointing out).
 """
 from __future__ import annotations
 

@@ -86,10 +86,9 @@ def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
 LUT_MAX = 1 << 16  # integer labels below this are remapped by table lookup (one pass)
 
 
-def _lookup_table(layout: Layout) -> np.ndarray:
-    """raw value -> class index; ignore values -> -1; unknown values -> -2 (an error)."""
-    top = max([*layout.label_map, *layout.ignore_values, 0]) + 1
-    lut = np.full(top, -2, dtype=np.int16)
+def _lookup_table(layout: Layout, size: int) -> np.ndarray:
+    """raw value (0..size-1 at least) -> class index; ignore values -> -1; unknown values -> -2 (an error)."""
+    lut = np.full(max(size, *layout.label_map, *layout.ignore_values, 0) + 1, -2, dtype=np.int16)
     lut[list(layout.ignore_values)] = CUBE_IGNORE_INDEX
     for k, v in layout.label_map.items():
         lut[k] = v
@@ -106,8 +105,7 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
     if min(layout.label_map, default=0) >= 0 and min(layout.ignore_values, default=0) >= 0 and raw.size:
         lo, hi = int(raw.min()), int(raw.max())
         if lo >= 0 and hi < LUT_MAX:
-            lut = _lookup_table(layout)
-            out = np.take(np.pad(lut, (0, max(0, hi + 1 - lut.size)), constant_values=-2), raw)
+            out = np.take(_lookup_table(layout, hi), raw)
             if (out == -2).any():
                 _unknown(np.unique(raw[out == -2]), layout, where)
             return out

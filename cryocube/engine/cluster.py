@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS", "ClusterError", "ManifestError", "TorchThreads", "cluster_info", "device_for_worker",
-    "get_client", "gpu_resources", "prepare_torch_task", "tune_malloc", "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec",
+    "get_client", "gpu_resources", "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec",
+    "prepare_torch_task", "tune_malloc",
     "read_gateway_options", "read_k8s_manifests", "validate_k8s_manifest",
 ]
 

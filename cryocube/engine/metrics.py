@@ -7,7 +7,7 @@ and ground truth is left out of the means instead of counting as IoU 0.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -21,16 +21,6 @@ def confusion_matrix(pred, target, num_classes: int, ignore_index: int = -1) -> 
     if t.size and (t.min() < 0 or t.max() >= num_classes):
         raise ValueError(f"target values outside 0..{num_classes - 1}: {np.unique(t[(t < 0) | (t >= num_classes)])[:5]}")
     return np.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
-
-
-def tree_sum(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """Pairwise (tree) sum, the same order of additions wherever it runs."""
-    parts = list(parts)
-    if not parts:
-        raise ValueError("nothing to sum")
-    while len(parts) > 1:
-        parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-    return parts[0]
 
 
 def tree_reduce_futures(client, futures: list, fn=np.add, resources: dict | None = None):
