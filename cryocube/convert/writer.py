@@ -22,6 +22,7 @@ from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
 from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, partial_stats, template
 from ..errors import UserError, task_boundary
 from .base import READERS, ConvertError, Reader, SourceItem
+from .rawio import map_threads
 
 DEFAULT_BLOCK_SAMPLES = 16
 
@@ -248,15 +249,12 @@ HEADERS_PER_TASK = 64  # below this many files per worker, header reads stay on 
 
 @task_boundary
 def _map_chunk(fn, jobs: list, threads: int) -> list:
-    from .rawio import map_threads
-
     return map_threads(fn, jobs, threads)
 
 
 def worker_mapper(client):
     """A `Mapper` that reads headers on the Dask workers, a few chunks per worker (for datasets of many
     files, or on object stores, where the client alone would wait on thousands of GETs)."""
-    from .rawio import map_threads
 
     def run(fn, jobs: list, threads: int) -> list:
         workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
