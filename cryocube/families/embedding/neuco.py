@@ -1,0 +1,277 @@
+"""NeuCo-Bench (Embed2Scale challenge) scoring: the numbers that turn per-fold probe scores into Q.
+
+Everything here is a pure function over arrays and dicts, so the same protocol runs in one process
+for a test and fold by fold on a Dask cluster for a full run. The probes themselves live in
+`probes.py`; the submission CSV in `submission.py`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, NamedTuple
+
+import numpy as np
+
+from cryocube.errors import UserError
+
+Q_EPS = 0.02  # the FAQ's epsilon: Q_t = 2 * A_t / (0.02 + dA_t), capped at 100 when A_t = 1
+_TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "regr"}
+
+
+class NeuCoError(UserError):
+    """A task name, embedding matrix or score table that the NeuCo-Bench protocol cannot use."""
+
+
+# --- embeddings and labels ---------------------------------------------------------------------
+
+
+def standardize(X: np.ndarray) -> np.ndarray:
+    """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values."""
+    X = np.asarray(X, dtype=np.float64)
+    X = np.where(np.isnan(X), 0.0, X)
+    if X.size == 0:
+        return X.astype(np.float32)
+    mu = X.mean()
+    sigma = X.std()
+    if sigma == 0 or not np.isfinite(sigma):
+        sigma = 1.0
+    return ((X - mu) / sigma).astype(np.float32)
+
+
+def pad_to(X: np.ndarray, dim: int) -> np.ndarray:
+    """Zero-pad the columns of X on the right to `dim`; a wider matrix is an error."""
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise NeuCoError(f"embeddings must be a 2-D matrix (samples x dims), got shape {X.shape}.")
+    if X.shape[1] > dim:
+        raise NeuCoError(f"embeddings have {X.shape[1]} dimensions, more than the expected {dim}.")
+    if X.shape[1] == dim:
+        return X
+    return np.pad(X, ((0, 0), (0, dim - X.shape[1])))
+
+
+def scale_labels(y: np.ndarray) -> np.ndarray:
+    """Min-max labels to [0, 1] per task (per column of a 2-D y); constant labels become 0, NaN stays."""
+    y = np.asarray(y, dtype=np.float64)
+    cols = y.reshape(y.shape[0], -1) if y.ndim > 1 else y.reshape(-1, 1)
+    out = np.full(cols.shape, np.nan)
+    for j in range(cols.shape[1]):
+        c = cols[:, j]
+        ok = ~np.isnan(c)
+        if not ok.any():
+            continue
+        lo, hi = c[ok].min(), c[ok].max()
+        out[ok, j] = (c[ok] - lo) / (hi - lo) if hi > lo else 0.0
+    return out.reshape(y.shape)
+
+
+def split_task_name(name: str) -> tuple[str, str]:
+    """`<task>__<type>[.csv]` (a file name or path) -> (task, "cls" | "regr")."""
+    stem = Path(str(name)).name
+    if stem.lower().endswith(".csv"):
+        stem = stem[: -len(".csv")]
+    task, sep, suffix = stem.rpartition("__")
+    kind = _TYPES.get(suffix.lower()) if sep else None
+    if kind is None or not task:
+        raise NeuCoError(
+            f"task {name!r} must end in __cls, __classification, __regr or __regression "
+            "(e.g. landcover_forest__regr.csv)."
+        )
+    return task, kind
+
+
+def task_type(name: str) -> str:
+    """"cls" or "regr" from a task file/name suffix (`__cls`, `__classification`, `__regr`, `__regression`)."""
+    return split_task_name(name)[1]
+
+
+# --- splits --------------------------------------------------------------------------------------
+
+
+def shuffle_splits(n: int, k: int, test_size: float = 0.1, seed: int = 42) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Repeated random train/test splits, index for index those of sklearn's ShuffleSplit(k, test_size, seed)."""
+    n, k = int(n), int(k)
+    if k < 1:
+        raise NeuCoError(f"the number of probe splits must be at least 1, got {k}.")
+    if not 0 < test_size < 1:
+        raise NeuCoError(f"test_size must lie strictly between 0 and 1, got {test_size}.")
+    n_test = math.ceil(test_size * n)  # same float expression as sklearn, so ceil(0.1 * 30) == 4 there too
+    n_train = n - n_test
+    if n_train < 1 or n_test < 1:
+        raise NeuCoError(f"{n} labelled samples are too few for a {1 - test_size:.0%}/{test_size:.0%} split.")
+    rng = np.random.RandomState(seed)
+    out = []
+    for _ in range(k):
+        perm = rng.permutation(n)
+        out.append((perm[n_test : n_test + n_train], perm[:n_test]))
+    return out
+
+
+# --- per-task aggregation ------------------------------------------------------------------------
+
+
+def _scores(scores: Iterable[float]) -> np.ndarray:
+    """Fold scores as a float64 vector (None -> NaN)."""
+    return np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
+
+
+def task_stats(scores: Iterable[float]) -> tuple[float, float, float]:
+    """(A_t, dA_t, Q_t): nanmean, population nanstd and 2*A/(0.02+dA) of a task's fold scores."""
+    s = _scores(scores)
+    s = s[~np.isnan(s)]
+    if s.size == 0:
+        return math.nan, math.nan, math.nan
+    a, da = float(s.mean()), float(s.std())
+    return a, da, 2.0 * a / (Q_EPS + da)
+
+
+def q_score(scores: Iterable[float]) -> float:
+    """Q_t = 2 * nanmean / (0.02 + nanstd) (ddof 0); NaN if every fold is NaN."""
+    return task_stats(scores)[2]
+
+
+def nan_rule(scores: Iterable[float], max_nan_fraction: float = 0.3) -> bool:
+    """True if few enough folds failed: at most floor(fraction * k) NaN (3 of 10 in the challenge)."""
+    s = _scores(scores)
+    allowed = math.floor(max_nan_fraction * s.size + 1e-9)
+    return int(np.isnan(s).sum()) <= allowed
+
+
+def _mean(values: Iterable[float]) -> float:
+    """Plain mean over tasks: one NaN task makes the run's overall score NaN, visibly."""
+    v = list(values)
+    return float(np.mean(v)) if v else math.nan
+
+
+def summarize(task_scores: dict[str, list[float]]) -> dict[str, Any]:
+    """The `results_summary.json` content: overall and per-task Q and A, plus per-task std and fold scores."""
+    q, a, sd, folds, failing = {}, {}, {}, {}, []
+    for task, scores in task_scores.items():
+        a[task], sd[task], q[task] = task_stats(scores)
+        folds[task] = [float(x) for x in _scores(scores)]
+        if not nan_rule(scores):
+            failing.append(task)
+    return {
+        "overall_q_score": _mean(q.values()),
+        "overall_acc_score": _mean(a.values()),
+        "task_q_scores": q,
+        "task_acc_scores": a,
+        "task_std_scores": sd,
+        "task_fold_scores": folds,
+        "tasks_failing_nan_rule": failing,
+    }
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain-JSON copy: NaN/inf -> None, numpy scalars and arrays -> Python."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.bool_, bool)):
+        return bool(obj)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically: a temporary file beside the target, then os.replace."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(_jsonable(obj), f, indent=2, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _check_task_dir(task: str) -> None:
+    """A task name becomes a folder name: refuse empty names and path separators."""
+    if not task or task in (".", "..") or "/" in task or "\\" in task or os.sep in task:
+        raise NeuCoError(f"task name {task!r} cannot be used as a folder name in the results.")
+
+
+def write_results(out_dir: str | os.PathLike, task_scores: dict[str, list[float]], meta: dict | None = None) -> Path:
+    """Write `results_summary.json` and `<task>/<task>_result.json` (q_stat, mean_score, std_dev, q_t)."""
+    out = Path(out_dir)
+    for task in task_scores:
+        _check_task_dir(task)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(task_scores)
+    for task in task_scores:
+        (out / task).mkdir(exist_ok=True)
+        _write_json(
+            out / task / f"{task}_result.json",
+            {
+                "q_stat": summary["task_q_scores"][task],
+                "mean_score": summary["task_acc_scores"][task],
+                "std_dev": summary["task_std_scores"][task],
+                "q_t": summary["task_fold_scores"][task],
+            },
+        )
+    if meta:
+        summary["meta"] = dict(meta)
+    path = out / "results_summary.json"
+    _write_json(path, summary)
+    return path
+
+
+# --- leaderboard ---------------------------------------------------------------------------------
+
+
+class Leaderboard(NamedTuple):
+    """Rows best first, the runs dropped for a NaN Q, and the task weights used."""
+
+    rows: list[dict[str, Any]]
+    dropped: list[str]
+    weights: dict[str, float]
+
+
+def rank_min(values: np.ndarray) -> np.ndarray:
+    """Ascending ranks from 1 with ties at their minimum rank (scipy's rankdata(method="min"))."""
+    v = np.asarray(values, dtype=np.float64)
+    return np.searchsorted(np.sort(v), v, side="left") + 1
+
+
+def leaderboard(q: dict[str, dict[str, float]]) -> Leaderboard:
+    """NeuCo-Bench's dynamic rank aggregation over runs x tasks of Q (std-weighted mean task rank)."""
+    tasks: list[str] = []
+    for scores in q.values():
+        tasks += [t for t in scores if t not in tasks]
+    if not tasks:
+        raise NeuCoError("the leaderboard needs at least one task with a Q score.")
+    kept, dropped = [], []
+    for run, scores in q.items():
+        vals = [scores.get(t) for t in tasks]
+        if any(v is None or not math.isfinite(float(v)) for v in vals):
+            dropped.append(run)
+        else:
+            kept.append((run, [float(v) for v in vals]))
+    if not kept:
+        return Leaderboard([], dropped, {t: 1.0 / len(tasks) for t in tasks})
+    Q = np.array([v for _, v in kept])  # runs x tasks
+    ranks = np.stack([rank_min(-Q[:, j]) for j in range(len(tasks))], axis=1)
+    stds = Q.std(axis=0, ddof=1) if len(kept) > 1 else np.zeros(len(tasks))
+    w = stds / stds.sum() if stds.sum() > 0 else np.full(len(tasks), 1.0 / len(tasks))
+    weighted = ranks @ w
+    # Round before ranking so that mathematically equal sums (same ranks, other task order) tie.
+    agg = rank_min(np.round(weighted, 12))
+    rows = [
+        {
+            "run": run,
+            "mean_score": float(Q[i].mean()),
+            "weighted_score": float(weighted[i]),
+            "aggregated_rank": int(agg[i]),
+            "task_ranks": {t: int(ranks[i, j]) for j, t in enumerate(tasks)},
+        }
+        for i, (run, _) in enumerate(kept)
+    ]
+    rows.sort(key=lambda r: (r["aggregated_rank"], -r["mean_score"], r["run"]))
+    return Leaderboard(rows, dropped, {t: float(w[j]) for j, t in enumerate(tasks)})

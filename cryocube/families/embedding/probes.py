@@ -1,0 +1,250 @@
+"""Cheap probes that score frozen embeddings on one scalar task, one train/test split at a time.
+
+Each probe is `fit_score(Xtr, ytr, Xte, yte, kind, *, seed, **params) -> float` and returns the
+split's metric (binary F1 for "cls", R² for "regr"). A split is self-contained and seeded by its
+own argument, so a fold gives the same score in this process or on any Dask worker.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from cryocube.errors import UserError
+from cryocube.families.embedding.neuco import NeuCoError, scale_labels, shuffle_splits
+
+KINDS = ("cls", "regr")
+
+
+class ProbeError(UserError):
+    """A task's labels, embeddings or probe settings that a probe cannot work with."""
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+def binary_f1(preds: np.ndarray, target: np.ndarray, threshold: float = 0.5) -> float:
+    """torchmetrics' BinaryF1Score: sigmoid if any value is outside [0,1], then `> threshold`."""
+    p = np.asarray(preds, dtype=np.float64).ravel()
+    t = np.asarray(target).ravel() > 0.5
+    if not np.all((p >= 0) & (p <= 1)):
+        with np.errstate(over="ignore"):
+            p = 1.0 / (1.0 + np.exp(-p))
+    hard = p > threshold
+    tp = int(np.sum(hard & t))
+    fp = int(np.sum(hard & ~t))
+    fn = int(np.sum(~hard & t))
+    denom = 2 * tp + fp + fn
+    return 2 * tp / denom if denom else 0.0
+
+
+def r2(preds: np.ndarray, target: np.ndarray) -> float:
+    """R² = 1 - SS_res / SS_tot; NaN when the targets are constant (SS_tot = 0) or predictions are NaN."""
+    p = np.asarray(preds, dtype=np.float64).ravel()
+    t = np.asarray(target, dtype=np.float64).ravel()
+    ss_tot = float(np.sum((t - t.mean()) ** 2)) if t.size else 0.0
+    if ss_tot == 0:
+        return math.nan
+    return 1.0 - float(np.sum((t - p) ** 2)) / ss_tot
+
+
+def _check_kind(kind: str) -> None:
+    """Refuse a task kind other than "cls" or "regr"."""
+    if kind not in KINDS:
+        raise ProbeError(f"task kind {kind!r} is neither 'cls' nor 'regr'.")
+
+
+def metric(preds: np.ndarray, target: np.ndarray, kind: str) -> float:
+    """The task kind's metric: binary F1 for "cls", R² for "regr"."""
+    _check_kind(kind)
+    return binary_f1(preds, target) if kind == "cls" else r2(preds, target)
+
+
+# --- probes --------------------------------------------------------------------------------------
+
+
+def linear_probe(
+    Xtr: np.ndarray,
+    ytr: np.ndarray,
+    Xte: np.ndarray,
+    yte: np.ndarray,
+    kind: str,
+    *,
+    seed: int = 0,
+    epochs: int = 10,
+    lr: float = 1e-3,
+    weight_decay: float = 0.01,
+    batch_size: int = 64,
+) -> float:
+    """NeuCo-Bench's probe: Linear(D, 1) + AdamW, scored on the test rows after every epoch; the best epoch counts."""
+    _check_kind(kind)
+    g = torch.Generator().manual_seed(int(seed))
+    xtr = torch.as_tensor(np.ascontiguousarray(Xtr, dtype=np.float32))
+    xte = torch.as_tensor(np.ascontiguousarray(Xte, dtype=np.float32))
+    ttr = torch.as_tensor(np.asarray(ytr, dtype=np.float32).reshape(-1, 1))
+    yte = np.asarray(yte, dtype=np.float64)
+    d = xtr.shape[1]
+    layer = torch.nn.utils.skip_init(torch.nn.Linear, d, 1)  # leaves the global RNG untouched
+    bound = 1.0 / math.sqrt(d) if d else 0.0  # torch's default init, drawn from our generator
+    with torch.no_grad():
+        layer.weight.uniform_(-bound, bound, generator=g)
+        layer.bias.uniform_(-bound, bound, generator=g)
+    opt = torch.optim.AdamW(layer.parameters(), lr=lr, weight_decay=weight_decay)
+    loss_fn = torch.nn.BCEWithLogitsLoss() if kind == "cls" else torch.nn.MSELoss()
+    best = math.nan
+    for _ in range(int(epochs)):
+        order = torch.randperm(xtr.shape[0], generator=g)  # a random-subset sampler over the train rows
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(layer(xtr[idx]), ttr[idx])
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            out = layer(xte).numpy().ravel()
+        score = metric(out, yte, kind)
+        if not math.isnan(score) and (math.isnan(best) or score > best):
+            best = score
+    return best
+
+
+def _l2_rows(X: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero)."""
+    X = np.asarray(X, dtype=np.float32)
+    n = np.linalg.norm(X, axis=1, keepdims=True)
+    return X / np.maximum(n, 1e-12)
+
+
+def knn_probe(
+    Xtr: np.ndarray,
+    ytr: np.ndarray,
+    Xte: np.ndarray,
+    yte: np.ndarray,
+    kind: str,
+    *,
+    seed: int = 0,
+    k: int = 200,
+    temperature: float = 0.1,
+    chunk: int = 1024,
+) -> float:
+    """PANGAEA-style weighted kNN on cosine similarity: top-k train rows, weights exp(sim / T)."""
+    del seed  # deterministic; accepted for a uniform probe signature
+    a, b = _l2_rows(Xte), _l2_rows(Xtr)
+    ytr = np.asarray(ytr, dtype=np.float64).ravel()
+    kk = max(1, min(int(k), b.shape[0]))
+    preds = np.empty(a.shape[0])
+    for s in range(0, a.shape[0], chunk):
+        sim = a[s : s + chunk] @ b.T
+        top = np.argpartition(-sim, kk - 1, axis=1)[:, :kk]
+        st = np.take_along_axis(sim, top, axis=1).astype(np.float64)
+        w = np.exp((st - st.max(axis=1, keepdims=True)) / temperature)  # shift cancels in the normalised vote
+        preds[s : s + chunk] = (w * ytr[top]).sum(axis=1) / w.sum(axis=1)
+    # cls: the weighted vote for class 1 is a probability in [0, 1], so F1 thresholds it at 0.5 directly
+    return metric(preds, yte, kind)
+
+
+def svm_probe(
+    Xtr: np.ndarray,
+    ytr: np.ndarray,
+    Xte: np.ndarray,
+    yte: np.ndarray,
+    kind: str,
+    *,
+    seed: int = 0,
+    C: float = 1.0,
+    max_iter: int = 10_000,
+    loss: str = "squared_epsilon_insensitive",
+) -> float:
+    """scikit-learn LinearSVC (cls, hard predictions -> F1) or LinearSVR (regr -> R²).
+
+    LinearSVR defaults to the squared epsilon-insensitive loss: liblinear then solves the primal
+    when rows outnumber dims and converges in a few iterations, where the L1 loss's dual needs
+    tens of thousands on a few thousand rows.
+    """
+    from sklearn.svm import LinearSVC, LinearSVR
+
+    ytr = np.asarray(ytr, dtype=np.float64).ravel()
+    if kind == "cls":
+        yb = (ytr > 0.5).astype(int)
+        if np.unique(yb).size < 2:  # one class in the train rows: predict it
+            return metric(np.full(len(Xte), float(yb[0])), yte, kind)
+        model = LinearSVC(C=C, random_state=int(seed), max_iter=max_iter, dual="auto")
+        model.fit(Xtr, yb)
+        return metric(model.predict(Xte).astype(np.float64), yte, kind)
+    model = LinearSVR(C=C, loss=loss, random_state=int(seed), max_iter=max_iter, dual="auto")
+    model.fit(Xtr, ytr)
+    return metric(model.predict(Xte), yte, kind)
+
+
+ProbeFn = Callable[..., float]
+PROBES: dict[str, ProbeFn] = {"linear": linear_probe, "knn": knn_probe, "svm": svm_probe}
+
+
+# --- the protocol for one task -------------------------------------------------------------------
+
+
+def _prepare(X: np.ndarray, y: np.ndarray, kind: str, probe: str, task: str) -> tuple[np.ndarray, np.ndarray, ProbeFn]:
+    """Check one task's inputs and return (X float32, labels scaled to [0,1], probe function)."""
+    if kind not in KINDS:
+        raise ProbeError(f"task {task!r} has kind {kind!r}; expected 'cls' or 'regr'.")
+    fn = PROBES.get(probe)
+    if fn is None:
+        raise ProbeError(f"unknown probe {probe!r} for task {task!r}; choose one of {sorted(PROBES)}.")
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if X.ndim != 2 or X.shape[0] != y.shape[0]:
+        raise ProbeError(f"task {task!r}: embeddings of shape {X.shape} do not match {y.shape[0]} labels.")
+    n_nan = int(np.isnan(y).sum())
+    if n_nan:
+        raise ProbeError(f"task {task!r} has {n_nan} empty labels; drop those rows before probing.")
+    ys = scale_labels(y)
+    if kind == "cls":
+        extra = np.setdiff1d(np.unique(ys), [0.0, 1.0])
+        if extra.size:
+            raise ProbeError(
+                f"classification task {task!r} has {np.unique(y).size} distinct labels; binary F1 needs two."
+            )
+    return X, ys, fn
+
+
+def fold_score(
+    X: np.ndarray,
+    y: np.ndarray,
+    kind: str,
+    train_idx: np.ndarray,
+    test_idx: np.ndarray,
+    probe: str = "linear",
+    seed: int = 42,
+    *,
+    task: str = "task",
+    **params,
+) -> float:
+    """One split of one task (raw labels in, min-max scaled over all rows of y) -> the fold's metric."""
+    X, ys, fn = _prepare(X, y, kind, probe, task)
+    return float(fn(X[train_idx], ys[train_idx], X[test_idx], ys[test_idx], kind, seed=seed, **params))
+
+
+def probe_task_scores(
+    X: np.ndarray,
+    y: np.ndarray,
+    kind: str,
+    probe: str = "linear",
+    k: int = 10,
+    seed: int = 42,
+    *,
+    task: str = "task",
+    test_size: float = 0.1,
+    **params,
+) -> list[float]:
+    """The whole per-task protocol in-process: scale labels, k ShuffleSplits, one probe per split (seed + fold)."""
+    X, ys, fn = _prepare(X, y, kind, probe, task)
+    try:
+        splits = shuffle_splits(len(ys), k, test_size=test_size, seed=seed)
+    except NeuCoError as e:
+        raise ProbeError(f"task {task!r}: {e}") from None
+    out = []
+    for fold, (tr, te) in enumerate(splits):
+        out.append(float(fn(X[tr], ys[tr], X[te], ys[te], kind, seed=seed + fold, **params)))
+    return out

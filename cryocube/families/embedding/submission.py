@@ -1,0 +1,172 @@
+"""The Embed2Scale submission CSV: `id,0,1,...,D-1`, one embedding per sample.
+
+Writing produces what the challenge accepted; reading either applies the challenge's
+pre-submission checks (strict) or mirrors NeuCo-Bench as released (lenient), so a file that
+would have been rejected says why, with the first offending id and column.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from cryocube.errors import UserError
+
+_SUFFIXES = (".zarr.zip", ".zarr")
+_DIGITS = re.compile(r"^[0-9]+$")
+
+
+class SubmissionError(UserError):
+    """A submission CSV that the challenge's validator (or NeuCo-Bench) would not accept."""
+
+
+def strip_id(name: str) -> str:
+    """Sample id from a cube file name: drop `.zarr.zip`, then `.zarr`."""
+    name = str(name)
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def _fmt_ids(ids: Sequence[str], limit: int = 5) -> str:
+    """Up to `limit` ids, quoted, for a message."""
+    shown = ", ".join(repr(i) for i in ids[:limit])
+    return shown + (", ..." if len(ids) > limit else "")
+
+
+def _quote(field: str) -> str:
+    """A CSV field, quoted only when it holds a comma, quote or line break."""
+    if any(ch in field for ch in ',"\r\n'):
+        return '"' + field.replace('"', '""') + '"'
+    return field
+
+
+def write_submission(path: str | os.PathLike, ids: Iterable[str], X: np.ndarray) -> Path:
+    """Write `id,0,...,D-1` with one row per id (ids stripped of .zarr.zip), atomically."""
+    path = Path(path)
+    ids = [strip_id(i) for i in ids]
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim != 2 or X.shape[0] != len(ids):
+        raise SubmissionError(f"{path}: {len(ids)} ids do not match an embedding matrix of shape {X.shape}.")
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise SubmissionError(f"{path}: id {i!r} appears more than once.")
+        seen.add(i)
+    bad = ~np.isfinite(X)
+    if bad.any():
+        r, c = map(int, np.argwhere(bad)[0])
+        raise SubmissionError(f"{path}: the embedding of id {ids[r]!r} has a non-finite value in column {c}.")
+    row_fmt = ",".join(["%.9g"] * X.shape[1])  # 9 significant digits round-trip float32 exactly
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(",".join(["id"] + [str(j) for j in range(X.shape[1])]) + "\n")
+            for i, row in zip(ids, X.astype(np.float64)):
+                f.write(f"{_quote(i)},{row_fmt % tuple(row)}\n")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _value_columns(cols: list[str], lenient: bool) -> list[str]:
+    """Embedding columns: all-digit names sorted numerically (lenient: else every non-id column)."""
+    digits = [c for c in cols if _DIGITS.match(c)]
+    if lenient:
+        return sorted(digits, key=int) if digits else cols
+    return sorted(cols, key=int) if len(digits) == len(cols) else cols
+
+
+def read_submission(
+    path: str | os.PathLike,
+    expected_ids: Iterable[str] | None = None,
+    dim: int | None = 1024,
+    strict: bool = True,
+) -> tuple[list[str], np.ndarray, dict[str, Any]]:
+    """Read a submission CSV -> (ids, float32 matrix, notes); strict applies the challenge's checks in order."""
+    import pandas as pd
+
+    path = Path(path)
+    try:
+        header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    except FileNotFoundError:
+        raise SubmissionError(f"submission file {path} does not exist.") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise SubmissionError(f"{path} is not a readable CSV file ({e}).") from None
+    # 1. the id column
+    if "id" not in header:
+        raise SubmissionError(f"{path} has no 'id' column (its first columns are {_fmt_ids(header, 3)}).")
+    try:
+        df = pd.read_csv(path, dtype={"id": str})
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise SubmissionError(f"{path} is not a readable CSV file ({e}).") from None
+    df.columns = [str(c) for c in df.columns]
+    raw_ids = df["id"].fillna("").astype(str).tolist()
+    ids = [strip_id(i) for i in raw_ids]
+    notes: dict[str, Any] = {
+        "zarr_zip_not_removed_from_id_column": any(r != i for r, i in zip(raw_ids, ids)),
+    }
+    # 2. every expected id present
+    expected = None if expected_ids is None else [strip_id(i) for i in expected_ids]
+    if expected is not None:
+        have = set(ids)
+        missing = [i for i in expected if i not in have]
+        notes["n_missing_ids"] = len(missing)
+        if missing and strict:
+            raise SubmissionError(
+                f"{path} lacks {len(missing)} expected ids, among them {_fmt_ids(missing)}."
+            )
+    # 3. the number of value columns
+    others = [c for c in df.columns if c != "id"]
+    cols = _value_columns(others, lenient=not strict)
+    if strict and dim is not None and len(cols) != dim:
+        extra = f" (the first beyond {dim} is {cols[dim]!r})" if len(cols) > dim else ""
+        raise SubmissionError(f"{path} has {len(cols)} value columns after 'id', expected {dim}{extra}.")
+    if not strict and dim is not None and len(cols) > dim:
+        raise SubmissionError(f"{path} has {len(cols)} embedding columns, more than the expected {dim}.")
+    frame = df[cols]
+    values = np.empty(frame.shape, dtype=np.float64)
+    uncastable = np.zeros(frame.shape, dtype=bool)
+    for j, c in enumerate(cols):
+        col = frame.iloc[:, j]
+        if col.dtype.kind in "fiub":
+            values[:, j] = col.to_numpy(dtype=np.float64)
+        else:
+            num = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+            uncastable[:, j] = np.isnan(num) & col.notna().to_numpy()
+            values[:, j] = num
+    nan = np.isnan(values) & ~uncastable
+    if strict:
+        # 4. every value casts to float, 5. no NaN (first offending row, then column, in file order)
+        for mask, what in ((uncastable, "a value that is not a number"), (nan, "a NaN (or empty) value")):
+            if mask.any():
+                r, c = map(int, np.argwhere(mask)[0])
+                raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has {what} in column {cols[c]!r}.")
+        inf = np.isinf(values)
+        if inf.any():  # not a challenge rule, but an infinity poisons the global standardisation
+            r, c = map(int, np.argwhere(inf)[0])
+            raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has an infinite value in column {cols[c]!r}.")
+    else:
+        bad = uncastable | nan
+        notes["n_values_set_to_zero"] = int(bad.sum())
+        values[bad] = 0.0
+        if dim is not None and len(cols) < dim:
+            notes["n_padded_columns"] = dim - len(cols)
+            values = np.pad(values, ((0, 0), (0, dim - len(cols))))
+    seen: dict[str, int] = {}
+    for r, i in enumerate(ids):
+        if i in seen:
+            raise SubmissionError(f"{path}: id {i!r} appears more than once (rows {seen[i] + 2} and {r + 2}).")
+        seen[i] = r
+    keep = np.arange(len(ids))
+    if expected is not None:
+        wanted = set(expected)
+        keep = np.array([r for r, i in enumerate(ids) if i in wanted], dtype=int)
+    notes["n_dropped_ids"] = len(ids) - len(keep)
+    return [ids[r] for r in keep], values[keep].astype(np.float32), notes

@@ -1,0 +1,427 @@
+"""NeuCo-Bench scoring, probes and the Embed2Scale submission CSV, checked by hand and against references."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import numpy as np
+import pytest
+import torch
+
+from cryocube.errors import UserError
+from cryocube.families.embedding import neuco, probes, submission
+from cryocube.families.embedding.neuco import NeuCoError
+from cryocube.families.embedding.probes import ProbeError
+from cryocube.families.embedding.submission import SubmissionError
+
+torch.set_num_threads(1)
+
+
+# --- neuco: embeddings, labels, splits -----------------------------------------------------------
+
+
+def test_standardize_is_one_global_scalar_after_nan_to_zero():
+    X = np.array([[1.0, np.nan, 3.0], [10.0, 20.0, 30.0]])
+    Z = neuco.standardize(X)
+    X0 = np.array([[1.0, 0.0, 3.0], [10.0, 20.0, 30.0]])
+    assert Z.dtype == np.float32
+    np.testing.assert_allclose(Z, (X0 - X0.mean()) / X0.std(), rtol=1e-6)
+    assert abs(Z.mean()) < 1e-6 and abs(Z.std() - 1) < 1e-6
+    assert not np.allclose(Z.mean(axis=0), 0)  # not per dimension
+    np.testing.assert_array_equal(neuco.standardize(np.full((2, 3), 7.0)), np.zeros((2, 3), np.float32))
+
+
+def test_pad_to_zero_pads_and_refuses_wider():
+    X = np.ones((2, 3), np.float32)
+    P = neuco.pad_to(X, 5)
+    assert P.shape == (2, 5) and P[:, 3:].sum() == 0 and P[:, :3].sum() == 6
+    assert neuco.pad_to(X, 3) is X
+    with pytest.raises(NeuCoError, match="3 dimensions, more than the expected 2"):
+        neuco.pad_to(X, 2)
+
+
+def test_scale_labels_min_max_per_task():
+    np.testing.assert_allclose(neuco.scale_labels([2.0, 4.0, 3.0]), [0.0, 1.0, 0.5])
+    np.testing.assert_array_equal(neuco.scale_labels([5.0, 5.0]), [0.0, 0.0])  # constant: no 0/0
+    y = np.array([[0.0, 1.0], [10.0, 1.0], [5.0, np.nan]])
+    out = neuco.scale_labels(y)
+    np.testing.assert_allclose(out[:, 0], [0.0, 1.0, 0.5])
+    assert out[0, 1] == 0 and out[1, 1] == 0 and np.isnan(out[2, 1])
+
+
+@pytest.mark.parametrize(
+    "name,kind",
+    [("forest__regr", "regr"), ("a__b__regression", "regr"), ("cloud__cls", "cls"),
+     ("labels/cloud__classification.csv", "cls"), ("x__CLS.csv", "cls")],
+)
+def test_task_type_from_suffix(name, kind):
+    assert neuco.task_type(name) == kind
+
+
+@pytest.mark.parametrize("name", ["forest", "forest_regr", "forest__seg", "__cls", "forest__regr.txt"])
+def test_task_type_rejects_unknown_suffix(name):
+    with pytest.raises(NeuCoError, match="must end in __cls"):
+        neuco.task_type(name)
+
+
+def test_split_task_name():
+    assert neuco.split_task_name("labels/landcover_forest__regr.csv") == ("landcover_forest", "regr")
+
+
+@pytest.mark.parametrize("n", [10, 30, 57, 100, 1001])
+@pytest.mark.parametrize("seed", [42, 7])
+def test_shuffle_splits_reproduce_sklearn(n, seed):
+    from sklearn.model_selection import ShuffleSplit
+
+    ours = neuco.shuffle_splits(n, 5, test_size=0.1, seed=seed)
+    theirs = list(ShuffleSplit(n_splits=5, test_size=0.1, random_state=seed).split(np.zeros((n, 1))))
+    assert len(ours) == len(theirs) == 5
+    for (a_tr, a_te), (b_tr, b_te) in zip(ours, theirs):
+        np.testing.assert_array_equal(a_tr, b_tr)
+        np.testing.assert_array_equal(a_te, b_te)
+
+
+def test_shuffle_splits_too_few_rows():
+    with pytest.raises(NeuCoError, match="1 labelled samples are too few"):
+        neuco.shuffle_splits(1, 3)
+
+
+# --- neuco: Q and the NaN rule -------------------------------------------------------------------
+
+
+def test_q_score_by_hand():
+    assert neuco.q_score([1.0, 1.0, 1.0]) == pytest.approx(100.0)  # the FAQ's cap
+    assert neuco.q_score([0.8, 0.8]) == pytest.approx(80.0)
+    assert neuco.q_score([0.5, 0.7]) == pytest.approx(2 * 0.6 / (0.02 + 0.1))  # population std 0.1
+    assert neuco.q_score([0.5, np.nan, 0.7, None]) == pytest.approx(10.0)  # NaN folds ignored
+    assert neuco.q_score([-0.2, -0.4]) == pytest.approx(-5.0)  # negative R² -> negative Q
+    assert math.isnan(neuco.q_score([np.nan, np.nan]))
+
+
+def test_nan_rule_three_and_four_of_ten():
+    three = [0.5] * 7 + [np.nan] * 3
+    four = [0.5] * 6 + [np.nan] * 4
+    assert neuco.nan_rule(three) is True
+    assert neuco.nan_rule(four) is False
+    assert neuco.nan_rule([0.5] * 10) is True
+
+
+def test_summarize_and_write_results(tmp_path):
+    scores = {"forest__regr": [0.5, 0.7], "cloud__cls": [0.9, np.nan] + [0.9] * 2, "dead__regr": [np.nan] * 4}
+    s = neuco.summarize({k: v for k, v in scores.items() if k != "dead__regr"})
+    assert s["task_q_scores"] == {"forest__regr": pytest.approx(10.0), "cloud__cls": pytest.approx(90.0)}
+    assert s["task_acc_scores"] == {"forest__regr": pytest.approx(0.6), "cloud__cls": pytest.approx(0.9)}
+    assert s["overall_q_score"] == pytest.approx(50.0) and s["overall_acc_score"] == pytest.approx(0.75)
+    assert s["task_std_scores"]["forest__regr"] == pytest.approx(0.1)
+
+    path = neuco.write_results(tmp_path / "run", scores, {"model": "m1"})
+    strict = dict(parse_constant=lambda c: pytest.fail(f"{c} written into JSON"))
+    summary = json.loads(path.read_text(), **strict)
+    assert summary["overall_q_score"] is None  # a task with no valid fold makes the run's Q NaN
+    assert summary["task_q_scores"]["dead__regr"] is None
+    assert summary["task_fold_scores"]["cloud__cls"] == [0.9, None, 0.9, 0.9]
+    assert summary["tasks_failing_nan_rule"] == ["dead__regr"]
+    assert summary["meta"] == {"model": "m1"}
+    task = json.loads((tmp_path / "run" / "forest__regr" / "forest__regr_result.json").read_text(), **strict)
+    assert task == {"q_stat": pytest.approx(10.0), "mean_score": pytest.approx(0.6),
+                    "std_dev": pytest.approx(0.1), "q_t": [0.5, 0.7]}
+    assert not [p for p in (tmp_path / "run").rglob("*") if ".tmp" in p.name]
+
+
+def test_write_results_refuses_a_task_name_that_is_a_path(tmp_path):
+    with pytest.raises(NeuCoError, match="cannot be used as a folder name"):
+        neuco.write_results(tmp_path, {"../evil": [0.5]})
+
+
+# --- neuco: leaderboard --------------------------------------------------------------------------
+
+
+def test_leaderboard_ties_take_the_minimum_rank():
+    lb = neuco.leaderboard({"a": {"t1": 10.0, "t2": 5.0}, "b": {"t1": 10.0, "t2": 4.0}, "c": {"t1": 1.0, "t2": 6.0}})
+    ranks = {r["run"]: r["task_ranks"] for r in lb.rows}
+    assert ranks["a"]["t1"] == ranks["b"]["t1"] == 1 and ranks["c"]["t1"] == 3
+    assert (ranks["c"]["t2"], ranks["a"]["t2"], ranks["b"]["t2"]) == (1, 2, 3)
+    np.testing.assert_array_equal(neuco.rank_min([3.0, 1.0, 3.0, 2.0]), [3, 1, 3, 2])
+
+
+def test_leaderboard_rank_disagrees_with_mean_q():
+    # A edges out B on the task where a bad run C spreads the scores (large std, large weight);
+    # B wins the low-spread task by a wide margin and has the higher mean Q, yet ranks second.
+    q = {"A": {"t1": 11.0, "t2": 5.0}, "B": {"t1": 10.0, "t2": 20.0}, "C": {"t1": -50.0, "t2": 0.0}}
+    lb = neuco.leaderboard(q)
+    s1, s2 = statistics.stdev([11, 10, -50]), statistics.stdev([5, 20, 0])
+    w1, w2 = s1 / (s1 + s2), s2 / (s1 + s2)
+    assert lb.weights == {"t1": pytest.approx(w1), "t2": pytest.approx(w2)}
+    assert [r["run"] for r in lb.rows] == ["A", "B", "C"]
+    a, b, c = lb.rows
+    assert a["weighted_score"] == pytest.approx(1 * w1 + 2 * w2)
+    assert b["weighted_score"] == pytest.approx(2 * w1 + 1 * w2)
+    assert c["weighted_score"] == pytest.approx(3.0)
+    assert [r["aggregated_rank"] for r in lb.rows] == [1, 2, 3]
+    assert a["mean_score"] == pytest.approx(8.0) and b["mean_score"] == pytest.approx(15.0)
+
+
+def test_leaderboard_drops_nan_runs_and_handles_a_single_run():
+    lb = neuco.leaderboard({"ok": {"t1": 3.0, "t2": -1.0}, "bad": {"t1": 5.0, "t2": float("nan")}, "short": {"t1": 9.0}})
+    assert lb.dropped == ["bad", "short"]
+    assert len(lb.rows) == 1
+    row = lb.rows[0]
+    assert row["run"] == "ok" and row["aggregated_rank"] == 1 and row["mean_score"] == pytest.approx(1.0)
+    assert lb.weights == {"t1": 0.5, "t2": 0.5}  # single run: uniform
+    assert row["weighted_score"] == pytest.approx(1.0)
+    rows, dropped, _ = lb  # unpacks like a tuple
+
+
+def test_leaderboard_zero_spread_gives_uniform_weights_and_shared_rank():
+    lb = neuco.leaderboard({"a": {"t1": 2.0, "t2": 1.0, "t3": 0.0}, "b": {"t1": 2.0, "t2": 1.0, "t3": 0.0}})
+    assert lb.weights == {t: pytest.approx(1 / 3) for t in ("t1", "t2", "t3")}
+    assert [r["aggregated_rank"] for r in lb.rows] == [1, 1]
+    # equal spread, swapped ranks: the same weighted score (1.5) in a different summation order ties
+    lb = neuco.leaderboard({"a": {"t1": 2.0, "t2": 1.0}, "b": {"t1": 1.0, "t2": 2.0}})
+    assert [r["weighted_score"] for r in lb.rows] == [pytest.approx(1.5)] * 2
+    assert [r["aggregated_rank"] for r in lb.rows] == [1, 1]
+
+
+# --- probes: metrics -----------------------------------------------------------------------------
+
+
+def test_binary_f1_matches_torchmetrics():
+    from torchmetrics.classification import BinaryF1Score
+
+    g = torch.Generator().manual_seed(0)
+    for preds in (torch.randn(200, generator=g) * 3, torch.rand(200, generator=g)):  # logits, probabilities
+        target = (torch.rand(200, generator=g) > 0.6).int()
+        expected = float(BinaryF1Score()(preds, target))
+        assert probes.binary_f1(preds.numpy(), target.numpy()) == pytest.approx(expected, abs=1e-6)
+    assert probes.binary_f1(np.full(5, -3.0), np.zeros(5)) == 0.0  # no positives anywhere
+    assert probes.binary_f1(np.array([0.2, 0.7]), np.array([0, 1])) == 1.0  # in [0,1]: no sigmoid
+
+
+def test_r2_matches_torchmetrics_and_is_nan_for_constant_targets():
+    from torchmetrics.regression import R2Score
+
+    g = torch.Generator().manual_seed(1)
+    target = torch.randn(100, generator=g, dtype=torch.float64)
+    preds = target + 0.7 * torch.randn(100, generator=g, dtype=torch.float64)
+    assert probes.r2(preds.numpy(), target.numpy()) == pytest.approx(float(R2Score()(preds, target)), abs=1e-9)
+    assert probes.r2(np.array([-5.0, 5.0]), np.array([0.0, 1.0])) < 0
+    assert math.isnan(probes.r2(np.array([0.1, 0.2]), np.array([0.5, 0.5])))
+
+
+# --- probes: the protocol on planted and random signals ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """~500 rows, D=32, y = X @ w + small noise; cls labels threshold it at 0; plus random labels."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, 32)).astype(np.float32)
+    w = rng.standard_normal(32) / np.sqrt(32)
+    y = X @ w + 0.05 * rng.standard_normal(500)
+    return neuco.standardize(X), y, (y > 0).astype(float), rng.standard_normal(500)
+
+
+# Few hundred rows give ~140 AdamW steps in 20 epochs; lr 1e-2 converges there (lr 1e-3 needs the
+# ~1000 steps that 8000 challenge rows give in 10 epochs).
+FAST = dict(epochs=20, lr=1e-2)
+
+
+def test_linear_probe_scores_the_planted_regression_signal(planted):
+    X, y, _, _ = planted
+    scores = probes.probe_task_scores(X, y, "regr", probe="linear", k=10, **FAST)
+    assert len(scores) == 10
+    assert neuco.q_score(scores) > 20 and np.mean(scores) > 0.9
+
+
+def test_linear_probe_scores_the_planted_classification_signal(planted):
+    X, _, yc, _ = planted
+    scores = probes.probe_task_scores(X, yc, "cls", probe="linear", k=10, **FAST)
+    assert all(0 <= s <= 1 for s in scores)
+    assert neuco.q_score(scores) > 20 and np.mean(scores) > 0.9
+
+
+def test_random_labels_score_near_zero(planted):
+    X, _, _, noise = planted
+    for probe, params in (("linear", FAST), ("knn", {}), ("svm", {})):
+        scores = probes.probe_task_scores(X, noise, "regr", probe=probe, k=10, **params)
+        assert abs(np.mean(scores)) < 0.3, probe
+        assert abs(neuco.q_score(scores)) < 5, probe
+
+
+def test_linear_probe_is_deterministic_and_ignores_the_global_seed(planted):
+    X, y, _, _ = planted
+    (tr, te), = neuco.shuffle_splits(len(y), 1)
+    torch.manual_seed(0)
+    a = probes.fold_score(X, y, "regr", tr, te, "linear", seed=3, epochs=3)
+    torch.manual_seed(12345)
+    torch.randn(100)
+    b = probes.fold_score(X, y, "regr", tr, te, "linear", seed=3, epochs=3)
+    c = probes.fold_score(X, y, "regr", tr, te, "linear", seed=4, epochs=3)
+    assert a == b and a != c
+
+
+def test_linear_probe_keeps_the_best_epoch(planted):
+    # Same seed: the first epoch is the same run, so the best of three cannot be worse than the first.
+    X, y, _, _ = planted
+    (tr, te), = neuco.shuffle_splits(len(y), 1)
+    one = probes.fold_score(X, y, "regr", tr, te, "linear", seed=0, epochs=1)
+    three = probes.fold_score(X, y, "regr", tr, te, "linear", seed=0, epochs=3)
+    assert three >= one
+
+
+def test_fold_score_matches_the_in_process_protocol(planted):
+    X, y, _, _ = planted
+    scores = probes.probe_task_scores(X, y, "regr", probe="linear", k=3, seed=5, epochs=2)
+    tr, te = neuco.shuffle_splits(len(y), 3, seed=5)[2]
+    assert probes.fold_score(X, y, "regr", tr, te, "linear", seed=5 + 2, epochs=2) == scores[2]
+
+
+def test_knn_and_svm_score_the_planted_signal(planted):
+    X, y, yc, _ = planted
+    knn_cls = probes.probe_task_scores(X, yc, "cls", probe="knn", k=10)
+    knn_regr = probes.probe_task_scores(X, y, "regr", probe="knn", k=10)
+    assert np.mean(knn_cls) > 0.8 and np.mean(knn_regr) > 0.3  # kNN in 32-D with 450 rows: smooth, not exact
+    svm_cls = probes.probe_task_scores(X, yc, "cls", probe="svm", k=10)
+    svm_regr = probes.probe_task_scores(X, y, "regr", probe="svm", k=10)
+    assert neuco.q_score(svm_cls) > 20 and neuco.q_score(svm_regr) > 20
+    # k is capped at the number of training rows
+    assert 0 <= probes.knn_probe(X[:20], yc[:20], X[20:40], yc[20:40], "cls") <= 1
+
+
+def test_probe_inputs_are_checked():
+    X = np.zeros((20, 4), np.float32)
+    with pytest.raises(ProbeError, match="unknown probe 'mlp' for task 'cloud'"):
+        probes.probe_task_scores(X, np.zeros(20), "cls", probe="mlp", task="cloud")
+    with pytest.raises(ProbeError, match="kind 'seg'"):
+        probes.probe_task_scores(X, np.zeros(20), "seg")
+    with pytest.raises(ProbeError, match="task 'forest' has 1 empty labels"):
+        probes.probe_task_scores(X, np.r_[np.zeros(19), np.nan], "regr", task="forest")
+    with pytest.raises(ProbeError, match="has 3 distinct labels"):
+        probes.probe_task_scores(X, np.arange(20) % 3, "cls")
+    with pytest.raises(ProbeError, match="task 'tiny'.*too few"):
+        probes.probe_task_scores(X[:1], np.zeros(1), "regr", task="tiny")
+    assert issubclass(ProbeError, UserError) and issubclass(SubmissionError, UserError)
+
+
+# --- submission ----------------------------------------------------------------------------------
+
+
+def _csv(tmp_path, text, name="sub.csv"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_strip_id():
+    assert submission.strip_id("abc.zarr.zip") == "abc"
+    assert submission.strip_id("abc.zarr") == "abc"
+    assert submission.strip_id("abc") == "abc"
+    assert submission.strip_id("abc.zip") == "abc.zip"
+
+
+def test_round_trip(tmp_path):
+    rng = np.random.default_rng(3)
+    X = (rng.standard_normal((4, 6)) * 10.0 ** rng.integers(-8, 8, (4, 6))).astype(np.float32)
+    ids = ["a1.zarr.zip", "b2", "0033", 'd,"4".zarr']
+    path = submission.write_submission(tmp_path / "sub.csv", ids, X)
+    assert path.read_text().splitlines()[0] == "id,0,1,2,3,4,5"
+    got_ids, got, notes = submission.read_submission(path, dim=6)
+    assert got_ids == ["a1", "b2", "0033", 'd,"4"']
+    np.testing.assert_array_equal(got, X)
+    assert got.dtype == np.float32
+    assert notes["zarr_zip_not_removed_from_id_column"] is False
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_write_refuses_nan_and_mismatch(tmp_path):
+    with pytest.raises(SubmissionError, match="id 'b' has a non-finite value in column 1"):
+        submission.write_submission(tmp_path / "s.csv", ["a", "b"], np.array([[0, 0], [0, np.nan]]))
+    with pytest.raises(SubmissionError, match="3 ids do not match"):
+        submission.write_submission(tmp_path / "s.csv", ["a", "b", "c"], np.zeros((2, 2)))
+
+
+def test_rule_1_missing_id_column(tmp_path):
+    p = _csv(tmp_path, "name,0,1\na,1,2\n")
+    with pytest.raises(SubmissionError, match=r"sub\.csv has no 'id' column"):
+        submission.read_submission(p, dim=2)
+
+
+def test_rule_2_missing_expected_ids(tmp_path):
+    p = _csv(tmp_path, "id,0,1\na,1,2\n")
+    expected = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    with pytest.raises(SubmissionError, match=r"lacks 7 expected ids, among them 'b', 'c', 'd', 'e', 'f', \.\.\.") as e:
+        submission.read_submission(p, expected_ids=expected, dim=2)
+    assert "'g'" not in str(e.value) and "sub.csv" in str(e.value)
+
+
+def test_rule_3_value_column_count(tmp_path):
+    p = _csv(tmp_path, "id,0,1,2\na,1,2,3\n")
+    with pytest.raises(SubmissionError, match="has 3 value columns after 'id', expected 2 .the first beyond 2 is '2'"):
+        submission.read_submission(p, dim=2)
+    with pytest.raises(SubmissionError, match="has 3 value columns after 'id', expected 1024"):
+        submission.read_submission(p)
+
+
+def test_rule_4_value_that_is_not_a_number(tmp_path):
+    p = _csv(tmp_path, "id,0,1\na,1,2\nb,3,x7\nc,oops,1\n")
+    with pytest.raises(SubmissionError, match="row of id 'b' has a value that is not a number in column '1'"):
+        submission.read_submission(p, dim=2)
+
+
+def test_rule_5_nan(tmp_path):
+    p = _csv(tmp_path, "id,0,1\na,1,2\nb,,2\nc,nan,1\n")
+    with pytest.raises(SubmissionError, match="row of id 'b' has a NaN .or empty. value in column '0'"):
+        submission.read_submission(p, dim=2)
+
+
+def test_rules_apply_in_order(tmp_path):
+    # missing ids (rule 2) beat the wrong width (rule 3)
+    p = _csv(tmp_path, "id,0,1,2\na,1,2,3\n")
+    with pytest.raises(SubmissionError, match="lacks 1 expected ids"):
+        submission.read_submission(p, expected_ids=["a", "z"], dim=2)
+    # a text value (rule 4) beats a NaN in an earlier row (rule 5)
+    p = _csv(tmp_path, "id,0,1\na,nan,2\nb,3,x7\n")
+    with pytest.raises(SubmissionError, match="not a number"):
+        submission.read_submission(p, dim=2)
+    # no id column (rule 1) beats everything
+    p = _csv(tmp_path, "ID,0\na,x\n")
+    with pytest.raises(SubmissionError, match="no 'id' column"):
+        submission.read_submission(p, expected_ids=["q"], dim=2)
+
+
+def test_suffix_note_and_expected_ids_with_suffix(tmp_path):
+    p = _csv(tmp_path, "id,0,1\na.zarr.zip,1,2\nb,3,4\nextra,5,6\n")
+    ids, X, notes = submission.read_submission(p, expected_ids=["a.zarr.zip", "b"], dim=2)
+    assert ids == ["a", "b"] and notes["zarr_zip_not_removed_from_id_column"] is True
+    np.testing.assert_array_equal(X, [[1, 2], [3, 4]])
+    assert notes["n_dropped_ids"] == 1
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    p = _csv(tmp_path, "id,0\na,1\na.zarr.zip,2\n")
+    with pytest.raises(SubmissionError, match="id 'a' appears more than once .rows 2 and 3"):
+        submission.read_submission(p, dim=1)
+
+
+def test_lenient_mode_follows_neuco_bench(tmp_path):
+    p = _csv(tmp_path, "note,id,10,2,0\nx,a,1,2,3\ny,b,nan,oops,6\nz,c,7,8,9\n")
+    ids, X, notes = submission.read_submission(p, expected_ids=["a", "b", "missing"], dim=5, strict=False)
+    assert ids == ["a", "b"]  # 'c' is not expected: dropped; 'missing' is tolerated
+    # digit columns sorted numerically (0, 2, 10), 'note' ignored, NaN/text -> 0, padded to 5
+    np.testing.assert_array_equal(X, [[3, 2, 1, 0, 0], [6, 0, 0, 0, 0]])
+    assert notes["n_values_set_to_zero"] == 2 and notes["n_padded_columns"] == 2
+    assert notes["n_missing_ids"] == 1 and notes["n_dropped_ids"] == 1
+    # no digit columns: every non-id column, in file order
+    p = _csv(tmp_path, "id,f_b,f_a\na,1,2\n", "named.csv")
+    assert submission.read_submission(p, dim=2, strict=False)[1].tolist() == [[1.0, 2.0]]
+    # wider than dim is an error
+    with pytest.raises(SubmissionError, match="3 embedding columns, more than the expected 2"):
+        submission.read_submission(_csv(tmp_path, "id,0,1,2\na,1,2,3\n", "wide.csv"), dim=2, strict=False)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(SubmissionError, match="does not exist"):
+        submission.read_submission(tmp_path / "nope.csv")
+    with pytest.raises(SubmissionError, match="not a readable CSV"):
+        submission.read_submission(_csv(tmp_path, ""))
