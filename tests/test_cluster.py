@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 import yaml
 
-from cryocube.engine.cluster import (
+from cryocube.cluster import (
     ClusterError,
     ManifestError,
     cluster_info,
@@ -97,7 +97,7 @@ def test_local_cluster_has_worker_processes_cpu_device_and_torch_threads():
 def test_get_client_returns_given_client_and_refuses_to_start_one(client):
     assert get_client(client) is client
     code = textwrap.dedent("""
-        from cryocube.engine.cluster import get_client
+        from cryocube.cluster import get_client
         from cryocube.errors import UserError
         try:
             get_client()
@@ -153,9 +153,9 @@ def test_connect_by_scheduler_file(gpu_annotated_cluster):
 
 
 def test_unreachable_scheduler_and_unknown_specs_are_user_errors(monkeypatch):
-    from cryocube.engine import cluster
+    from cryocube.cluster import remote
 
-    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", "2s")  # Dask retries a refused connection until then
+    monkeypatch.setattr(remote, "CONNECT_TIMEOUT", "2s")  # Dask retries a refused connection until then
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]

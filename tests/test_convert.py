@@ -263,7 +263,7 @@ def test_compressor_changes_bytes_not_content(tmp_path, client, compressor):
 
 def test_workers_tune_malloc_for_large_buffers(client):
     """Dask's MALLOC_TRIM_THRESHOLD_ freezes glibc's mmap threshold on workers; block tasks lift it."""
-    from cryocube.engine.cluster import tune_malloc
+    from cryocube.cluster import tune_malloc
 
     env = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
     assert set(env.values()) == {"65536"}  # what distributed sets: the reason tune_malloc exists

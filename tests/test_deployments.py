@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cryocube.engine.cluster import (
+from cryocube.cluster import (
     ManifestError,
     k8s_cluster_spec,
     parse_cluster_spec,

@@ -40,7 +40,7 @@ def test_wheel_carries_the_data(wheel):
 def test_installed_wheel_finds_its_catalogs_outside_the_repository(wheel, tmp_path):
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     code = ("from cryocube.catalog import CATALOG_DIR, load_dataset; from cryocube.models import model_spec; "
-            "from cryocube.engine.cluster import DEFAULT_K8S_MANIFEST; from cryocube.report.published import PUBLISHED_CSV; "
+            "from cryocube.cluster import DEFAULT_K8S_MANIFEST; from cryocube.report.published import PUBLISHED_CSV; "
             "print(CATALOG_DIR); assert load_dataset('gld').tile_size and model_spec('dofa'); "
             "assert DEFAULT_K8S_MANIFEST.is_file() and PUBLISHED_CSV.is_file(), (DEFAULT_K8S_MANIFEST, PUBLISHED_CSV)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,

@@ -43,7 +43,7 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
-    from ..engine.cluster import open_cluster
+    from ..cluster import open_cluster
     from .writer import convert
 
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,

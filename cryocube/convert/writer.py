@@ -181,7 +181,7 @@ def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
 @task_boundary
 def write_block(task: dict[str, Any]) -> dict[str, Any]:
     """Read, validate, tile and write samples [s0, s1) of the cube; return timing and skip info."""
-    from ..engine.cluster import tune_malloc
+    from ..cluster.runtime import tune_malloc
 
     t0 = time.perf_counter()
     tune_malloc()
@@ -313,7 +313,7 @@ def convert(
 
     Uses `client` (a distributed Client) or the default one; blocks are written in parallel.
     """
-    from ..engine.cluster import get_client
+    from ..cluster.client import get_client
 
     t0 = time.perf_counter()
     spec = load_dataset(dataset)

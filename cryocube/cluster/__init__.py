@@ -1,0 +1,77 @@
+"""Where Dask work runs: one registry of cluster backends, and what tasks need to know about workers.
+
+Only the CLI creates and owns clusters, through `open_cluster(spec)`, a context manager:
+
+    local                  LocalCluster of worker processes (laptop, CI)
+    cuda                   dask_cuda.LocalCUDACluster: one worker per GPU, resources {"GPU": 1}
+    k8s[:MANIFEST]         dask-kubernetes operator KubeCluster from a DaskCluster manifest
+    gateway[:OPTIONS]      dask-gateway cluster (Pangeo hubs); options from a YAML file
+    tcp://host:port, ...   an existing scheduler (never shut down on exit)
+    scheduler-file:PATH    an existing scheduler by its scheduler file (or any PATH.json)
+
+Library functions take the caller's Client (`client.get_client`). Inside tasks, `runtime` tunes
+malloc and divides the host's cores among the torch tasks running on it.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import TYPE_CHECKING, Iterator
+
+from . import gateway, k8s, local, remote  # noqa: F401  (each registers its backend)
+from .client import cluster_info, dashboard_link, get_client, gpu_resources
+from .k8s import (DEFAULT_IMAGE, DEFAULT_K8S_MANIFEST, ManifestError, k8s_cluster_spec, load_k8s_cluster_spec,
+                  read_k8s_manifests, validate_k8s_manifest)
+from .gateway import read_gateway_options
+from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
+from .runtime import CoreShare, TorchThreads, device_for_worker, torch_task, tune_malloc
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = [
+    "BACKENDS", "ClusterError", "ClusterRequest", "CoreShare", "DEFAULT_IMAGE", "DEFAULT_K8S_MANIFEST", "ManifestError",
+    "TorchThreads", "cluster_info", "dashboard_link", "device_for_worker", "get_client", "gpu_resources",
+    "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec", "read_gateway_options",
+    "read_k8s_manifests", "torch_task", "tune_malloc", "validate_k8s_manifest",
+]
+
+
+@contextlib.contextmanager
+def open_cluster(
+    spec: str = "local",
+    n_workers: int | None = None,
+    threads_per_worker: int | None = None,
+    memory_limit: str | None = None,
+    gateway_options: dict | None = None,
+    k8s_spec: str | None = None,
+    dashboard: bool = True,
+    torch_threads: int | None = None,
+    quiet: bool = False,
+) -> Iterator["Client"]:
+    """Yield a Client on the cluster named by `spec`; on exit close only what was created here.
+
+    n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the
+    manifest/options of k8s and gateway clusters. torch_threads fixes torch's threads per worker
+    (default: tasks divide the host's cores among themselves at run time). quiet: no cluster line.
+    """
+    for label, v in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker), ("torch_threads", torch_threads)):
+        if v is not None and v < 1:
+            raise ClusterError(f"{label} must be >= 1, got {v}")
+    if memory_limit is not None and memory_limit != "auto":
+        from dask.utils import parse_bytes
+
+        try:
+            parse_bytes(memory_limit)
+        except (ValueError, TypeError):
+            raise ClusterError(f"--memory-limit {memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or auto)") from None
+    name, target = parse_cluster_spec(spec)
+    req = ClusterRequest(name, target, n_workers, threads_per_worker, memory_limit, gateway_options, k8s_spec,
+                         dashboard, torch_threads)
+    with contextlib.ExitStack() as stack:
+        client = BACKENDS[name](req, stack)
+        if not quiet:
+            n = len(client.scheduler_info(n_workers=-1)["workers"])
+            print(f"cryocube: {name} cluster, {n} workers, dashboard {dashboard_link(client) or '(none)'}",
+                  file=sys.stderr)
+        yield client

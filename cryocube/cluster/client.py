@@ -1,0 +1,67 @@
+"""The client side of a cluster: which Client to use, what its workers offer, what a record says of it.
+
+Library functions take `client: Client | None` and resolve it with `get_client`, never starting a
+cluster behind the user's back (in a hub notebook that would bypass the user's gateway cluster).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import UserError
+from .runtime import GPU
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def get_client(client: "Client | None" = None) -> "Client":
+    """The given client, else the default one (the Client a notebook or `open_cluster` holds)."""
+    if client is not None:
+        return client
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        raise UserError(
+            "no Dask client: pass client=Client(...) (e.g. the one your notebook or hub created), "
+            "or run through the `cryocube` CLI, which starts a cluster with --cluster local|cuda|k8s|gateway|tcp://..."
+        ) from None
+
+
+def gpu_resources(client: "Client") -> dict | None:
+    """{"GPU": 1} to annotate tasks with when every worker advertises a GPU, else None.
+
+    A task that requests a resource no worker offers waits in `no-worker` forever, so this asks the
+    scheduler instead of guessing from the backend.
+    """
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    if workers and all(w.get("resources", {}).get(GPU, 0) >= 1 for w in workers.values()):
+        return {GPU: 1}
+    return None
+
+
+def dashboard_link(client: "Client") -> str | None:
+    try:
+        return client.dashboard_link
+    except (KeyError, AttributeError):  # scheduler without a dashboard (no bokeh, or disabled)
+        return None
+
+
+def cluster_info(client: "Client") -> dict:
+    """What the run ran on, for result records: worker count, threads, memory, resources, dashboard."""
+    info = client.scheduler_info(n_workers=-1)
+    workers = list(info["workers"].values())
+    resources: dict[str, float] = {}
+    for w in workers:
+        for k, v in (w.get("resources") or {}).items():
+            resources[k] = resources.get(k, 0) + v
+    return {
+        "n_workers": len(workers),
+        "threads": sum(w.get("nthreads", 0) for w in workers),
+        "memory": int(sum(w.get("memory_limit") or 0 for w in workers)),
+        "resources": resources,
+        "gpu": gpu_resources(client) is not None,
+        "scheduler": info.get("address"),
+        "dashboard": dashboard_link(client),
+    }

@@ -1,0 +1,96 @@
+"""The registry of cluster backends (`--cluster NAME[:TARGET]`) and the pieces every backend shares."""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from ..errors import UserError
+from .runtime import TorchThreads
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+CONNECT_TIMEOUT = "10s"  # to an existing scheduler
+WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, node scale-up)
+
+
+class ClusterError(UserError):
+    """A cluster could not be created or reached; the message says which and what to install/fix."""
+
+
+@dataclass(frozen=True)
+class ClusterRequest:
+    """What `open_cluster` was asked for; `target` is what follows "NAME:" in the spec (or the address)."""
+
+    backend: str
+    target: str
+    n_workers: int | None
+    threads_per_worker: int | None
+    memory_limit: str | None
+    gateway_options: dict | None
+    k8s_spec: str | None
+    dashboard: bool
+    torch_threads: int | None
+
+
+Backend = Callable[[ClusterRequest, contextlib.ExitStack], "Client"]
+BACKENDS: dict[str, Backend] = {}
+
+
+def backend(name: str) -> Callable[[Backend], Backend]:
+    def register(fn: Backend) -> Backend:
+        BACKENDS[name] = fn
+        return fn
+
+    return register
+
+
+def parse_cluster_spec(spec: str) -> tuple[str, str]:
+    """(backend name, target) for a --cluster value."""
+    spec = spec.strip()
+    if "://" in spec:
+        return "address", spec
+    name, _, target = spec.partition(":")
+    if name in BACKENDS and name != "address":
+        return name, target
+    if spec.endswith(".json"):
+        return "scheduler-file", spec
+    raise ClusterError(
+        f"unknown cluster {spec!r}: use one of local, cuda, k8s[:MANIFEST.yaml], gateway[:OPTIONS.yaml], "
+        "tcp://HOST:PORT (or tls://...), scheduler-file:PATH"
+    )
+
+
+def require(module: str, extra: str, what: str):
+    """Import an optional backend package, or say which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ClusterError(f"--cluster {what} needs the {module.split('.')[0]} package: "
+                           f"pip install 'cryocube[{extra}]'") from e
+
+
+def dashboard_kwargs(dashboard: bool) -> dict:
+    """Dashboard on the usual port (Dask moves it if taken), or none, with the scheduler's HTTP
+    endpoints on a free port (else every extra cluster warns that 8787 is taken)."""
+    if dashboard:
+        return {"dashboard_address": ":8787"}
+    return {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
+
+
+def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) -> "Client":
+    from distributed import Client
+
+    client = stack.enter_context(Client(cluster))
+    client.register_plugin(TorchThreads(torch_threads), name=TorchThreads.name)
+    return client
+
+
+def wait_first_worker(client: "Client", what: str, timeout: float = WORKER_WAIT_S) -> None:
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise ClusterError(f"{what}: no worker joined within {timeout:.0f} s (image pull, quota or "
+                           "scheduling problem? see the dashboard / kubectl describe)") from None

@@ -1,0 +1,51 @@
+"""Existing schedulers: `--cluster tcp://host:port` (or any distributed protocol) and `scheduler-file:PATH`.
+
+The Client is ours to close; the scheduler and its workers are not.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .registry import CONNECT_TIMEOUT, ClusterError, ClusterRequest, backend
+from .runtime import TorchThreads
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def _connected(stack: contextlib.ExitStack, client: "Client", req: ClusterRequest) -> "Client":
+    stack.callback(client.close)
+    if req.torch_threads:  # someone else's workers: only when asked
+        client.register_plugin(TorchThreads(req.torch_threads), name=TorchThreads.name)
+    return client
+
+
+@backend("address")
+def address(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+    from distributed import Client
+    from distributed.comm.registry import backends as comm_backends
+
+    scheme = req.target.split("://", 1)[0]
+    if scheme not in comm_backends:
+        raise ClusterError(f"--cluster {req.target}: unknown protocol {scheme!r} (known: {', '.join(sorted(comm_backends))})")
+    try:
+        client = Client(req.target, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as e:
+        raise ClusterError(f"no Dask scheduler answers at {req.target} within {CONNECT_TIMEOUT} ({e})") from e
+    return _connected(stack, client, req)
+
+
+@backend("scheduler-file")
+def scheduler_file(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+    from distributed import Client
+
+    path = Path(req.target).expanduser()
+    if not path.is_file():
+        raise ClusterError(f"scheduler file {path} does not exist (written by `dask scheduler --scheduler-file`)")
+    try:
+        client = Client(scheduler_file=str(path), timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as e:
+        raise ClusterError(f"the scheduler named in {path} does not answer within {CONNECT_TIMEOUT} ({e})") from e
+    return _connected(stack, client, req)
