@@ -1,7 +1,9 @@
-"""Typed specs for the YAML catalogs (datasets, models, benchmarks).
+"""Typed specs for the YAML catalogs (datasets, models, protocols, benchmarks, the band vocabulary).
 
-The catalogs are facts (bands, classes, sources); code reads them only through these specs so a
-malformed entry fails once, at load, with the file and field named.
+The catalogs are facts (bands, classes, sources, layouts, orders, recipes); code reads them only
+through these specs so a malformed entry fails once, at load, with the file and field named.
+Catalog files are looked up in the folders of $CRYOCUBE_CATALOGS (os.pathsep-separated: a lab's own
+datasets and models) first, then in the catalogs shipped with cryocube.
 """
 from __future__ import annotations
 
@@ -24,11 +26,16 @@ def packaged_dir(packaged: str, in_repo: str) -> Path:
     return here / packaged if (here / packaged).is_dir() else here.parent / in_repo
 
 
-# $CRYOCUBE_CATALOGS points at another catalog tree (e.g. a lab's own datasets and models)
-CATALOG_DIR = Path(os.environ.get("CRYOCUBE_CATALOGS") or packaged_dir("catalogs", "catalogs"))
+CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with cryocube
 # Band roles the cube and the band matcher understand.
 ROLES = ("optical", "sar", "coherence", "elevation", "slope", "velocity", "thermal", "incidence", "ancillary")
 CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whatever the source used
+
+
+def catalog_dirs() -> list[Path]:
+    """Folders searched for catalog files, first match wins: $CRYOCUBE_CATALOGS, then the shipped catalogs."""
+    extra = [Path(p) for p in os.environ.get("CRYOCUBE_CATALOGS", "").split(os.pathsep) if p]
+    return extra + [CATALOG_DIR]
 
 
 class CatalogError(UserError, ValueError):
@@ -57,7 +64,10 @@ class ClassSpec:
 
 @dataclass(frozen=True)
 class Layout:
+    """One published raw layout of a dataset: which reader reads it (cryocube.convert), its options, its labels."""
+
     name: str
+    reader: str  # reader name (see `cryocube list readers`)
     label_map: dict[int, int]  # raw label value -> class index
     ignore_values: tuple[int, ...] = ()  # raw values that become CUBE_IGNORE_INDEX
     options: dict[str, Any] = field(default_factory=dict)
@@ -67,6 +77,7 @@ class Layout:
 class DatasetSpec:
     id: str
     name: str
+    short_name: str  # as tables print it (GLID, CaFFe, ...)
     task: str
     tile_size: int
     dtype: str
@@ -145,8 +156,9 @@ def _layout(name: str, d: Any, where: str) -> Layout:
     except (TypeError, ValueError):
         raise CatalogError(f"{where}: label_map must map integers to integers, got {lm!r}") from None
     ignore = tuple(int(v) for v in d.get("ignore_values", []) or [])
-    opts = {k: v for k, v in d.items() if k not in ("label_map", "ignore_values")}
-    return Layout(name=name, label_map=label_map, ignore_values=ignore, options=opts)
+    reader = need(d, "reader", where, str)
+    opts = {k: v for k, v in d.items() if k not in ("label_map", "ignore_values", "reader")}
+    return Layout(name=name, reader=reader, label_map=label_map, ignore_values=ignore, options=opts)
 
 
 def parse_dataset(d: Any, where: str) -> DatasetSpec:
@@ -158,6 +170,7 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
     spec = DatasetSpec(
         id=str(need(d, "id", where)),
         name=str(need(d, "name", where)),
+        short_name=str(d.get("short_name") or d["id"]),
         task=str(d.get("task", "segmentation")),
         tile_size=int(need(d, "tile_size", where, int)),
         dtype=str(need(d, "dtype", where, str)),
@@ -194,31 +207,163 @@ def _read_yaml(path: Path) -> Any:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise CatalogError(f"{path}: not valid YAML: {e}") from None
+    except OSError as e:
+        raise CatalogError(f"{path}: cannot read ({e.strerror})") from None
 
 
-@lru_cache(maxsize=None)
-def load_dataset(dataset_id: str, catalog_dir: str | None = None) -> DatasetSpec:
-    """The spec of a dataset by id (file catalogs/datasets/<id>.yaml) or by a YAML path."""
-    p = Path(dataset_id)
-    if p.suffix not in (".yaml", ".yml"):
-        p = Path(catalog_dir or CATALOG_DIR) / "datasets" / f"{dataset_id.lower()}.yaml"
-    if not p.exists():
-        raise CatalogError(f"unknown dataset {dataset_id!r}: no catalog file {p} (known: {', '.join(dataset_ids())})")
-    return parse_dataset(_read_yaml(p), str(p))
-
-
-def dataset_ids(catalog_dir: str | None = None) -> list[str]:
-    return sorted(p.stem for p in (Path(catalog_dir or CATALOG_DIR) / "datasets").glob("*.yaml"))
-
-
-def load_yaml(kind: str, name: str, catalog_dir: str | None = None) -> dict:
-    """Raw mapping of catalogs/<kind>/<name>.yaml (models and benchmarks parse their own fields)."""
+def find(kind: str, name: str) -> Path:
+    """The catalog file of `name` under catalogs/<kind>/ (or `name` itself when it is a YAML path)."""
     p = Path(name)
-    if p.suffix not in (".yaml", ".yml"):
-        p = Path(catalog_dir or CATALOG_DIR) / kind / f"{name}.yaml"
-    if not p.exists():
-        raise CatalogError(f"unknown {kind[:-1]} {name!r}: no catalog file {p}")
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise CatalogError(f"catalog file {p} does not exist")
+        return p
+    for d in catalog_dirs():
+        q = d / kind / f"{name}.yaml"
+        if q.is_file():
+            return q
+    singular = kind[:-1] if kind.endswith("s") else kind
+    raise CatalogError(f"unknown {singular} {name!r} (known: {', '.join(ids(kind)) or 'none'}; "
+                       f"searched {', '.join(str(d / kind) for d in catalog_dirs())})")
+
+
+def ids(kind: str) -> list[str]:
+    """Every id under catalogs/<kind>/ in the search path."""
+    return sorted({p.stem for d in catalog_dirs() for p in (d / kind).glob("*.yaml")})
+
+
+def load_yaml(kind: str, name: str) -> dict:
+    """Raw mapping of catalogs/<kind>/<name>.yaml (models parse their own fields)."""
+    p = find(kind, name)
     d = _read_yaml(p)
     if not isinstance(d, dict):
         raise CatalogError(f"{p}: top level must be a mapping")
     return d
+
+
+@lru_cache(maxsize=None)
+def load_dataset(dataset_id: str) -> DatasetSpec:
+    """The spec of a dataset by id (catalogs/datasets/<id>.yaml) or by a YAML path."""
+    p = find("datasets", dataset_id if dataset_id.endswith((".yaml", ".yml")) else dataset_id.lower())
+    spec = parse_dataset(_read_yaml(p), str(p))
+    if p.stem != spec.id and not dataset_id.endswith((".yaml", ".yml")):
+        raise CatalogError(f"{p}: id {spec.id!r} does not match the file name")
+    return spec
+
+
+def dataset_ids() -> list[str]:
+    return ids("datasets")
+
+
+def _top_file(name: str) -> Path:
+    for d in catalog_dirs():
+        if (d / name).is_file():
+            return d / name
+    raise CatalogError(f"no {name} in {', '.join(map(str, catalog_dirs()))}")
+
+
+# -- the band vocabulary ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BandNames:
+    """Names the Cryo-Bench / PANGAEA configs give bands; encoder slots and band aliases use them."""
+
+    optical: tuple[str, ...]
+    sar: tuple[str, ...]
+    rgb_slots: tuple[str, ...]
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return self.optical + self.sar
+
+
+@lru_cache(maxsize=None)
+def band_names() -> BandNames:
+    p = _top_file("bands.yaml")
+    d = _read_yaml(p)
+    where = str(p)
+    return BandNames(*(tuple(str(b) for b in need(d, k, where, list)) for k in ("optical", "sar", "rgb_slots")))
+
+
+# -- protocols and benchmarks ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    name: str
+    family: str  # the evaluation family that runs it (cryocube.families)
+    title: str
+    fraction: float = 1.0  # default share of training labels
+    trains_encoder: bool = False  # True: fine-tuning; the encoder runs in the training loop
+    bands: str = "named"  # band-matching rule, see cryocube.models.bands
+    description: str = ""
+
+
+@lru_cache(maxsize=None)
+def protocols() -> dict[str, ProtocolSpec]:
+    """catalogs/protocols.yaml, in file order."""
+    p = _top_file("protocols.yaml")
+    raw = _read_yaml(p)
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{p}: top level must be a mapping of protocol names")
+    out = {}
+    for name, d in raw.items():
+        where = f"{p}: {name}"
+        if not isinstance(d, dict):
+            raise CatalogError(f"{where}: a protocol must be a mapping")
+        unknown = set(d) - {"family", "title", "fraction", "trains_encoder", "bands", "description"}
+        if unknown:
+            raise CatalogError(f"{where}: unknown fields {sorted(unknown)}")
+        out[name] = ProtocolSpec(name=name, family=str(need(d, "family", where, str)), title=str(d.get("title", name)),
+                                 fraction=_float(d.get("fraction", 1.0), where), trains_encoder=bool(d.get("trains_encoder", False)),
+                                 bands=str(d.get("bands", "named")), description=str(d.get("description", "")).strip())
+    return out
+
+
+def protocol(name: str) -> ProtocolSpec:
+    ps = protocols()
+    if name not in ps:
+        raise UserError(f"unknown protocol {name!r}; known: {', '.join(ps)}")
+    return ps[name]
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    datasets: tuple[str, ...]  # in the paper's column order
+    models: dict[str, dict[str, str]]  # row name -> {"default": model id, <dataset>: model id}, in row order
+    protocols: dict[str, dict[str, Any]]  # protocol -> {"fraction": f, "datasets": [...]}
+    recipe: dict[str, Any]  # recipe fields of the benchmark's training protocol
+    path: str = ""
+
+    def model_for(self, row: str, dataset: str) -> str:
+        m = self.models[row]
+        return m.get(dataset, m["default"])
+
+    def model_order(self) -> list[str]:
+        return list(self.models)
+
+
+@lru_cache(maxsize=None)
+def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
+    p = find("benchmarks", name)
+    d = _read_yaml(p)
+    where = str(p)
+    if not isinstance(d, dict):
+        raise CatalogError(f"{where}: top level must be a mapping")
+    models = {}
+    for row, m in need(d, "models", where, dict).items():
+        if isinstance(m, str):
+            models[str(row)] = {"default": m}
+        elif isinstance(m, dict) and "default" in m:
+            models[str(row)] = {str(k): str(v) for k, v in m.items()}
+        else:
+            raise CatalogError(f"{where}: models.{row} must be a model id or a mapping with a 'default' id")
+    protos = need(d, "protocols", where, dict)
+    for k, v in protos.items():
+        if not isinstance(v, dict):
+            raise CatalogError(f"{where}: protocols.{k} must be a mapping (fraction, datasets)")
+    return BenchmarkSpec(name=str(d.get("name", p.stem)), datasets=tuple(need(d, "datasets", where, list)), models=models,
+                         protocols={str(k): dict(v) for k, v in protos.items()}, recipe=dict(d.get("recipe") or {}),
+                         path=where)

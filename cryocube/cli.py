@@ -1,56 +1,58 @@
 """The `cryocube` command. Each concept module registers its own sub-commands.
 
 A module listed in COMMAND_MODULES exposes `register(subparsers)`, which adds its parsers and sets
-`func` (called with the parsed args; returns an exit code or None).
+`func` (called with the parsed args; returns an exit code or None). User errors print one line and
+exit 2; warnings print one line each; a closed pipe (`| head`) ends the command quietly.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import warnings
 
 COMMAND_MODULES = [
     "cryocube.convert.cli",  # convert, download
-    "cryocube.cube",  # inspect
-    "cryocube.models.cli",  # weights, (inspect --bands is handled by cryocube.cube)
+    "cryocube.inspect",  # inspect, list
+    "cryocube.models.cli",  # weights
     "cryocube.engine.cli",  # evaluate, quickstart
     "cryocube.report.cli",  # report
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="cryocube", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"cryocube {_version()}")
+    parser.add_argument("--version", action="version", version=f"cryocube {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:  # module not written yet; any other missing import is a real error
-                continue
-            raise
-        mod.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
-def _version() -> str:
-    from . import __version__
-
-    return __version__
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> str:
+    return f"cryocube: warning: {message}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     from .errors import UserError
 
+    args = build_parser().parse_args(argv)
+    warnings.formatwarning = _one_line_warning
     try:
         rc = args.func(args)
+        sys.stdout.flush()
     except UserError as e:
         print(f"cryocube {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"cryocube {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`cryocube inspect X | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return int(rc or 0)
 
 

@@ -1,12 +1,37 @@
-"""Console progress for long work (rich), quiet when not wanted or not a terminal."""
+"""Progress of long work, on a terminal and when piped to a log.
+
+On a terminal: rich bars, and a live table with each training run's epoch, loss and validation mIoU.
+Piped (not a TTY): plain timestamped lines, one per 10 % of a phase and per few epochs of a run, so a
+log shows movement as it happens. `enabled=False` (--quiet) prints nothing.
+"""
 from __future__ import annotations
 
 import contextlib
 import sys
+import threading
+import time
+
+STEPS = 10  # piped output: lines per phase / per run
+
+
+def mode(enabled: bool = True) -> str:
+    if not enabled:
+        return "quiet"
+    return "tty" if sys.stderr.isatty() else "plain"
+
+
+def _stamp() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+def say(text: str, enabled: bool = True) -> None:
+    """One progress line on stderr (not in quiet mode)."""
+    if enabled:
+        print(f"[{_stamp()}] {text}", file=sys.stderr, flush=True)
 
 
 class _Bar:
-    def __init__(self, progress, task):
+    def __init__(self, progress=None, task=None):
         self._p, self._t = progress, task
 
     def advance(self, n: float = 1) -> None:
@@ -14,15 +39,34 @@ class _Bar:
             self._p.advance(self._t, n)
 
 
+class _PlainBar:
+    """Prints `label: 40% (12/30), 8 s` at each tenth of the total and at the end."""
+
+    def __init__(self, label: str, total: float):
+        self.label, self.total, self.done, self.t0, self.next = label, max(total, 1e-9), 0.0, time.perf_counter(), 1
+
+    def advance(self, n: float = 1) -> None:
+        self.done += n
+        while self.next <= STEPS and self.done >= self.total * self.next / STEPS - 1e-9:
+            pct = 100 * self.next // STEPS
+            say(f"{self.label}: {pct}% ({self.done:g}/{self.total:g}), {time.perf_counter() - self.t0:.0f} s")
+            self.next += 1
+
+
 @contextlib.contextmanager
 def progress_bar(label: str, total: float, enabled: bool = True):
-    if not enabled:
-        yield _Bar(None, None)
+    m = mode(enabled)
+    if m == "quiet" or total <= 0:
+        yield _Bar()
+        return
+    if m == "plain":
+        say(f"{label}: started ({total:g})")
+        yield _PlainBar(label, total)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*cols, transient=not sys.stderr.isatty()) as p:
+    with Progress(*cols, transient=False) as p:
         yield _Bar(p, p.add_task(label, total=total))
 
 
@@ -44,3 +88,83 @@ def gather(futures: list, label: str, total: float, enabled: bool, weight) -> li
             f.cancel()
         raise
     return results
+
+
+class RunBoard:
+    """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU).
+
+    Terminal: a live table (one row per run). Piped: a line every ~10 % of a run's epochs and at every
+    validation, and one when it finishes. Events arrive on the Dask client's thread; the board is
+    thread-safe.
+    """
+
+    def __init__(self, labels: dict[str, str], enabled: bool = True):
+        self.labels = dict(labels)
+        self.mode = mode(enabled)
+        self.state: dict[str, dict] = {k: {"epoch": 0, "epochs": None, "loss": None, "val": None, "status": "queued"}
+                                       for k in labels}
+        self._lock = threading.Lock()
+        self._live = None
+
+    def __enter__(self) -> "RunBoard":
+        if self.mode == "tty":
+            from rich.live import Live
+
+            self._live = Live(self._table(), refresh_per_second=2, transient=False)
+            self._live.__enter__()
+        elif self.mode == "plain":
+            say(f"training {len(self.labels)} run(s)")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+            self._live.__exit__(*exc)
+
+    def _table(self):
+        from rich.table import Table
+
+        t = Table("run", "epoch", "loss", "val mIoU", "state", box=None, pad_edge=False)
+        done = sum(1 for s in self.state.values() if s["status"] in ("done", "failed"))
+        t.title = f"train + test: {done}/{len(self.state)} runs finished"
+        for k, s in self.state.items():
+            ep = f"{s['epoch']}/{s['epochs']}" if s["epochs"] else "-"
+            t.add_row(self.labels[k], ep, f"{s['loss']:.4f}" if s["loss"] is not None else "-",
+                      f"{s['val']:.2f}" if s["val"] is not None else "-", s["status"])
+        return t
+
+    def event(self, ev: dict) -> None:
+        run = ev.get("run")
+        if run not in self.state:
+            return
+        with self._lock:
+            s = self.state[run]
+            s.update(epoch=ev.get("epoch", s["epoch"]), epochs=ev.get("epochs", s["epochs"]), status="training")
+            if ev.get("loss") is not None:
+                s["loss"] = ev["loss"]
+            if ev.get("val_mIoU") is not None:
+                s["val"] = ev["val_mIoU"]
+            if ev.get("done"):
+                s["status"] = "testing"
+            self._show(run, ev)
+
+    def _show(self, run: str, ev: dict) -> None:
+        if self._live is not None:
+            self._live.update(self._table())
+        elif self.mode == "plain":
+            epochs, e = ev.get("epochs") or 1, ev.get("epoch", 0)
+            step = max(1, epochs // STEPS)
+            if ev.get("done") or ev.get("val_mIoU") is not None or e % step == 0:
+                s = self.state[run]
+                loss = f" loss {s['loss']:.4f}" if s["loss"] is not None else ""
+                val = f" val mIoU {s['val']:.2f}" if s["val"] is not None else ""
+                say(f"{self.labels[run]}: epoch {e}/{epochs}{loss}{val}" + (" (best state kept, testing)" if ev.get("done") else ""))
+
+    def finish(self, run: str, text: str, failed: bool = False) -> None:
+        with self._lock:
+            if run in self.state:
+                self.state[run]["status"] = "failed" if failed else "done"
+            if self._live is not None:
+                self._live.update(self._table())
+            elif self.mode == "plain":
+                say(f"{self.labels.get(run, run)}: {text}")

@@ -1,43 +1,123 @@
-"""One way to reach a Zarr store from a path or URL (local, file://, s3://, any fsspec protocol).
+"""One way to reach storage from a path or URL (local, file://, s3://, any fsspec protocol).
 
-Every module opens cubes and caches through here so storage options and read-only mode are handled
-once, and the same URL works on the client and on Dask workers.
+Every module reads and writes cubes, caches, records and reports through here, so storage options
+are resolved once and the same URL works on the client and on Dask workers. Options come from, in
+order: those passed to a call, those registered for the URL's bucket (`register_options`, which the
+engine also installs on the workers with `share_with`), and $CRYOCUBE_STORAGE_OPTIONS for remote URLs.
+Options never enter task graphs, records or messages: workers receive them once, in a worker plugin.
 """
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from typing import Any
 
 import fsspec
 import zarr
 import zarr.storage
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .errors import UserError
 
 StorageOptions = dict[str, Any]
+ENV = "CRYOCUBE_STORAGE_OPTIONS"
+_REGISTERED: dict[str, StorageOptions] = {}  # "proto://bucket" or "proto://" -> options, in this process
 
 
 def is_remote(url: str) -> bool:
     return "://" in str(url) and not str(url).startswith("file://")
 
 
-def storage_options_from_env(url: str, given: StorageOptions | None = None) -> StorageOptions:
-    """Storage options: those given, else $CRYOCUBE_STORAGE_OPTIONS (JSON) for remote URLs.
+def local_path(url: str) -> str:
+    return str(url).removeprefix("file://")
 
-    Workers read the same variable, so credentials never travel inside task graphs.
-    """
+
+def join(url: str, *parts: str) -> str:
+    return "/".join([str(url).rstrip("/"), *[p.strip("/") for p in parts]])
+
+
+def _prefix(url: str) -> str:
+    """"s3://bucket" for s3://bucket/a/b (the scope options are registered under)."""
+    proto, _, rest = str(url).partition("://")
+    return f"{proto}://{rest.split('/', 1)[0]}"
+
+
+def parse_options(text: str, what: str = "--storage-options") -> StorageOptions:
+    """JSON storage options from the command line, with an error that never echoes the value (it may hold secrets)."""
+    try:
+        v = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{what} is not valid JSON ({e.msg} at character {e.pos}); the value is not shown "
+                        "because it may hold credentials") from None
+    if not isinstance(v, dict):
+        raise UserError(f"{what} must be a JSON object of fsspec options, got a {type(v).__name__}")
+    return v
+
+
+def options_arg(text: str) -> StorageOptions:
+    """argparse type for --storage-options (its error never echoes the value)."""
+    import argparse
+
+    try:
+        return parse_options(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def register_options(url: str, options: StorageOptions | None) -> None:
+    """Use `options` for every URL in the bucket of `url` (or for the whole protocol if `url` is "proto://")."""
+    if options and is_remote(url):
+        _REGISTERED[_prefix(url) if not str(url).endswith("://") else str(url)] = dict(options)
+
+
+def registered() -> dict[str, StorageOptions]:
+    return dict(_REGISTERED)
+
+
+def options_for(url: str, given: StorageOptions | None = None) -> StorageOptions:
+    """Storage options for `url`: given, else registered for its bucket/protocol, else $CRYOCUBE_STORAGE_OPTIONS."""
     if given:
         return dict(given)
-    if is_remote(url) and os.environ.get("CRYOCUBE_STORAGE_OPTIONS"):
-        return json.loads(os.environ["CRYOCUBE_STORAGE_OPTIONS"])
+    if not is_remote(url):
+        return {}
+    for key in (_prefix(url), str(url).split("://", 1)[0] + "://"):
+        if key in _REGISTERED:
+            return dict(_REGISTERED[key])
+    if os.environ.get(ENV):
+        return parse_options(os.environ[ENV], f"${ENV}")
     return {}
+
+
+class StorageCredentials(WorkerPlugin):
+    """Installs registered storage options in each worker process (once per worker, not per task)."""
+
+    name = "cryocube-storage-options"
+
+    def __init__(self, options: dict[str, StorageOptions]):
+        self.options = options
+
+    def setup(self, worker) -> None:
+        _REGISTERED.update(self.options)
+
+    def __repr__(self) -> str:  # never show the options themselves
+        return f"StorageCredentials({sorted(self.options)})"
+
+
+def share_with(client) -> None:
+    """Give the client's workers the options registered in this process (no-op when none)."""
+    if _REGISTERED:
+        client.register_plugin(StorageCredentials(registered()), name=StorageCredentials.name)
+
+
+# -- zarr -------------------------------------------------------------------------------------
 
 
 def make_store(url: str, storage_options: StorageOptions | None = None, read_only: bool = False):
     url = str(url)
     if is_remote(url):
-        opts = storage_options_from_env(url, storage_options)
-        return zarr.storage.FsspecStore.from_url(url, storage_options=opts, read_only=read_only)
-    path = url.removeprefix("file://")
+        return zarr.storage.FsspecStore.from_url(url, storage_options=options_for(url, storage_options), read_only=read_only)
+    path = local_path(url)
     if not read_only:
         os.makedirs(path, exist_ok=True)
     return zarr.storage.LocalStore(path, read_only=read_only)
@@ -49,19 +129,80 @@ def open_group(url: str, mode: str = "r", storage_options: StorageOptions | None
 
 
 def exists(url: str, storage_options: StorageOptions | None = None) -> bool:
-    url = str(url)
-    fs, path = fsspec.core.url_to_fs(url, **storage_options_from_env(url, storage_options))
-    return fs.exists(path.rstrip("/") + "/zarr.json")
+    """Whether a Zarr group is at `url`."""
+    return file_exists(join(url, "zarr.json"), storage_options)
 
 
 def remove(url: str, storage_options: StorageOptions | None = None) -> None:
-    url = str(url)
-    fs, path = fsspec.core.url_to_fs(url, **storage_options_from_env(url, storage_options))
+    fs, path = fs_path(url, storage_options)
     if fs.exists(path):
         fs.rm(path, recursive=True)
 
 
 def size_on_disk(url: str, storage_options: StorageOptions | None = None) -> int:
-    url = str(url)
-    fs, path = fsspec.core.url_to_fs(url, **storage_options_from_env(url, storage_options))
+    fs, path = fs_path(url, storage_options)
     return int(fs.du(path)) if fs.exists(path) else 0
+
+
+# -- files (records, logs, summaries) ------------------------------------------------------------
+
+
+def fs_path(url: str, storage_options: StorageOptions | None = None):
+    url = str(url)
+    return fsspec.core.url_to_fs(url, **options_for(url, storage_options))
+
+
+def file_exists(url: str, storage_options: StorageOptions | None = None) -> bool:
+    fs, path = fs_path(url, storage_options)
+    return fs.exists(path)
+
+
+def read_bytes(url: str, storage_options: StorageOptions | None = None) -> bytes:
+    fs, path = fs_path(url, storage_options)
+    return fs.cat_file(path)
+
+
+def read_text(url: str, storage_options: StorageOptions | None = None) -> str:
+    return read_bytes(url, storage_options).decode("utf-8")
+
+
+def write_atomic(url: str, data: bytes | str, storage_options: StorageOptions | None = None) -> None:
+    """Write a whole file so a reader sees the old content or the new one, never half of it.
+
+    Local files go through a temporary sibling and os.replace; an object-store PUT is atomic already.
+    """
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    if not is_remote(url):
+        path = local_path(url)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.part"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return
+    fs, path = fs_path(url, storage_options)
+    fs.pipe_file(path, data)
+
+
+def append_text(url: str, text: str, storage_options: StorageOptions | None = None) -> None:
+    """Append to a file: a real append (flushed, fsynced) locally; a rewrite on object stores, which cannot append."""
+    if not is_remote(url):
+        path = local_path(url)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        return
+    old = read_text(url, storage_options) if file_exists(url, storage_options) else ""
+    write_atomic(url, old + text, storage_options)
+
+
+def list_dir(url: str, storage_options: StorageOptions | None = None) -> list[str]:
+    """Names directly under `url` (empty when it does not exist)."""
+    fs, path = fs_path(url, storage_options)
+    if not fs.exists(path):
+        return []
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))

@@ -30,11 +30,19 @@ if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = [
-    "BACKENDS", "ClusterError", "ClusterRequest", "CoreShare", "DEFAULT_IMAGE", "DEFAULT_K8S_MANIFEST", "ManifestError",
+    "BACKENDS", "add_cluster_args", "ClusterError", "ClusterRequest", "CoreShare", "DEFAULT_IMAGE", "DEFAULT_K8S_MANIFEST", "ManifestError",
     "TorchThreads", "cluster_info", "dashboard_link", "device_for_worker", "get_client", "gpu_resources",
     "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec", "read_gateway_options",
     "read_k8s_manifests", "torch_task", "tune_malloc", "validate_k8s_manifest",
 ]
+
+
+def add_cluster_args(p) -> None:
+    """The cluster options of every command that runs Dask work."""
+    p.add_argument("--cluster", default="local", help="local | cuda | k8s | gateway | tcp://host:port | scheduler-file:PATH")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (local/cuda) or workers to scale to")
+    p.add_argument("--threads-per-worker", type=int, default=None)
+    p.add_argument("--memory-limit", default=None, help="per worker, e.g. 4GB")
 
 
 @contextlib.contextmanager

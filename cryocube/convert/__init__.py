@@ -1,3 +1,2 @@
-"""Raw published layouts -> Zarr cubes. Readers register themselves on import."""
-from .base import READERS, ConvertError, Reader, SourceItem, register  # noqa: F401
-from . import caffe, gld, glid, gsdd, sicd  # noqa: F401  (registration)
+"""Raw published layouts -> Zarr cubes: readers (one per kind of layout, chosen by the catalog) and the writer."""
+from .base import READERS, ConvertError, Reader, SourceItem, open_reader, readers, register  # noqa: F401

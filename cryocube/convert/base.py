@@ -1,8 +1,12 @@
-"""The reader contract: one reader per published raw layout, registered by (dataset, layout).
+"""The reader contract: one reader per kind of published raw layout, chosen by the catalog.
 
-A reader only knows its layout: `scan` lists the source images (headers only, cheap, on the
-client) and `read` returns raw pixels and raw label values for one image (on a worker). Tiling,
-label remapping, validation, statistics and writing are the shared writer's job.
+A dataset's layout names its reader (`reader: paired_raster`) and gives it options (folder
+templates, suffixes, variable names), so a dataset whose files follow a layout cryocube already
+reads is one YAML. A reader only knows its layout: `scan` lists the source images (headers only,
+cheap) and `read` returns raw pixels and raw label values for one image (on a worker); `write`
+puts an image where `scan` will find it (the sample-data generator uses it, so generated trees
+follow the reader's own declarations). Tiling, label remapping, validation, statistics and writing
+the cube are the shared writer's job.
 """
 from __future__ import annotations
 
@@ -11,13 +15,14 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-import fsspec
 import numpy as np
 
-from ..catalog import DatasetSpec
+from .. import plugins, store
+from ..catalog import DatasetSpec, Layout
 from ..errors import UserError
 
 SPLITS = ("train", "val", "test")
+BUILTIN_READERS = ("cryocube.convert.paired", "cryocube.convert.ai4arctic")
 
 
 class ConvertError(UserError, ValueError):
@@ -44,20 +49,39 @@ Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, i
 
 
 class Reader:
-    dataset: ClassVar[str]
-    layout: ClassVar[str]
+    name: ClassVar[str]  # what a catalog layout's `reader:` field names
+    options_doc: ClassVar[str] = ""  # the layout options it reads (shown by `cryocube list readers`)
 
-    def __init__(self, spec: DatasetSpec, storage_options: dict[str, Any] | None = None):
+    def __init__(self, spec: DatasetSpec, layout: str, storage_options: dict[str, Any] | None = None):
         self.spec = spec
+        self.layout: Layout = spec.layout(layout)
         self.storage_options = dict(storage_options or {})
 
+    @property
+    def options(self) -> dict:
+        return self.layout.options
+
+    @property
+    def where(self) -> str:
+        return f"{self.spec.path}: layouts.{self.layout.name}"
+
+    def option(self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None) -> Any:
+        """A layout option, checked; a missing required one names the catalog file and field."""
+        if key not in self.options:
+            if default is ...:
+                raise ConvertError(f"{self.where}: reader {self.name!r} needs the option {key!r}")
+            return default
+        v = self.options[key]
+        if kind is not None and not isinstance(v, kind):
+            raise ConvertError(f"{self.where}: option {key!r} should be {kind}, got {v!r}")
+        return v
+
     # -- contract -------------------------------------------------------------------------
-    @classmethod
-    def detect(cls, root: str, storage_options: dict | None = None) -> bool:
+    def detect(self, root: str) -> bool:
         """Whether `root` looks like this layout (used by --layout auto)."""
         raise NotImplementedError
 
-    def scan(self, root: str, map_headers: "Mapper | None" = None) -> list[SourceItem]:
+    def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
         """All items under `root`, sorted by (split order, name). Raises ConvertError on
         unpaired files or header-level problems (shape mismatch, band count).
 
@@ -69,10 +93,18 @@ class Reader:
         """(image (C, h, w) in the source dtype, raw label (h, w)) for the window (whole image if None)."""
         raise NotImplementedError
 
+    def disk_split(self, split: str) -> str:
+        """Where files of `split` live on disk: itself, or "train" where val is drawn from train."""
+        return "train" if split == "val" and self.options.get("val_from_train") else split
+
+    def write(self, root: str, split: str, scene: str, image: np.ndarray, raw_label: np.ndarray,
+              crs: str | None = None, transform: tuple | None = None) -> tuple[str, str]:
+        """Write one image and its raw label where `scan` finds them; returns (image path, label path)."""
+        raise NotImplementedError
+
     # -- shared helpers ---------------------------------------------------------------------
     def fs(self, url: str):
-        fs, path = fsspec.core.url_to_fs(url, **self.storage_options)
-        return fs, path
+        return store.fs_path(url, self.storage_options)
 
     def listdir(self, url: str, suffixes: tuple[str, ...] | None = None) -> dict[str, str]:
         """{stem: url} of the files directly in `url` (empty if the folder is missing)."""
@@ -80,7 +112,7 @@ class Reader:
         if not fs.isdir(path):
             return {}
         out = {}
-        proto = url.split("://")[0] + "://" if "://" in url else ""
+        proto = url.split("://")[0] + "://" if store.is_remote(url) else ""
         for p in sorted(fs.ls(path, detail=False)):
             name = posixpath.basename(p.rstrip("/"))
             if name.startswith("."):
@@ -90,6 +122,10 @@ class Reader:
                 continue
             out[stem] = (proto + p) if proto and not p.startswith(proto) else p
         return out
+
+    def isdir(self, url: str) -> bool:
+        fs, path = self.fs(url)
+        return fs.isdir(path)
 
     def open_bytes(self, url: str) -> bytes:
         fs, path = self.fs(url)
@@ -101,17 +137,34 @@ class Reader:
 
     def open_file(self, url: str):
         """A file object or local path suitable for rasterio/PIL/netCDF readers."""
-        if "://" not in url or url.startswith("file://"):
-            return url.removeprefix("file://")
+        if not store.is_remote(url):
+            return store.local_path(url)
         return io.BytesIO(self.open_bytes(url))
 
 
-READERS: dict[tuple[str, str], type[Reader]] = {}
+READERS: dict[str, type[Reader]] = {}
 
 
 def register(cls: type[Reader]) -> type[Reader]:
-    READERS[(cls.dataset, cls.layout)] = cls
+    if cls.name in READERS and READERS[cls.name] is not cls:
+        raise ValueError(f"reader {cls.name!r} registered twice")
+    READERS[cls.name] = cls
     return cls
+
+
+def readers() -> dict[str, type[Reader]]:
+    """Every reader: the built-in ones and those of installed plug-ins (entry points `cryocube.readers`)."""
+    plugins.load("cryocube.readers", BUILTIN_READERS)
+    return READERS
+
+
+def open_reader(spec: DatasetSpec, layout: str, storage_options: dict | None = None) -> Reader:
+    """The reader a dataset's layout names, configured by that layout."""
+    lay = spec.layout(layout)
+    known = readers()
+    if lay.reader not in known:
+        raise ConvertError(f"{spec.path}: layouts.{layout} names reader {lay.reader!r}; known: {', '.join(sorted(known))}")
+    return known[lay.reader](spec, layout, storage_options)
 
 
 def pair_by_stem(images: dict[str, str], labels: dict[str, str], where: str) -> list[tuple[str, str, str]]:

@@ -1,23 +1,17 @@
 """`cryocube convert` and `cryocube download`."""
 from __future__ import annotations
 
-import json
-
 from ..catalog import dataset_ids
 from ..cube import COMPRESSORS
-
-
-def add_cluster_args(p) -> None:
-    """Cluster options shared by every command that runs Dask work."""
-    p.add_argument("--cluster", default="local", help="local | cuda | k8s | gateway | tcp://host:port | scheduler-file:PATH")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (local/cuda) or workers to scale to")
-    p.add_argument("--threads-per-worker", type=int, default=None)
-    p.add_argument("--memory-limit", default=None, help="per worker, e.g. 4GB")
+from ..errors import UserError
 
 
 def register(sub) -> None:
+    from ..cluster import add_cluster_args
+    from ..store import options_arg
+
     p = sub.add_parser("convert", help="convert a dataset's published raw layout into a Zarr cube")
-    p.add_argument("dataset", choices=dataset_ids(), help="catalog id")
+    p.add_argument("dataset", help=f"catalog id ({', '.join(dataset_ids())}) or a dataset YAML file")
     p.add_argument("--raw", required=True, help="root of the raw download (path or fsspec URL)")
     p.add_argument("--out", required=True, help="cube path or URL (e.g. s3://bucket/gsdd.zarr)")
     p.add_argument("--layout", default="auto", help="cryobench | original | auto (detect)")
@@ -28,14 +22,14 @@ def register(sub) -> None:
                    help="image/label codec: lz4 (fast), zstd (smaller, for paid object storage), none (local scratch)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="skip: record bad samples in the cube's attrs and go on")
     p.add_argument("--overwrite", action="store_true", help="replace a cube made from other inputs/options")
-    p.add_argument("--storage-options", type=json.loads, default=None, help="JSON fsspec options for --out")
-    p.add_argument("--raw-storage-options", type=json.loads, default=None, help="JSON fsspec options for --raw")
+    p.add_argument("--storage-options", type=options_arg, default=None, help="JSON fsspec options for --out")
+    p.add_argument("--raw-storage-options", type=options_arg, default=None, help="JSON fsspec options for --raw")
     p.add_argument("--quiet", action="store_true")
     add_cluster_args(p)
     p.set_defaults(func=_convert)
 
     d = sub.add_parser("download", help="download and extract a dataset's published archive (checksum verified)")
-    d.add_argument("dataset", choices=dataset_ids())
+    d.add_argument("dataset", help=f"catalog id ({', '.join(dataset_ids())})")
     d.add_argument("--dest", required=True)
     d.add_argument("--source", default="cryobench", help="cryobench (Hugging Face archives) | original")
     d.add_argument("--no-extract", action="store_true")
@@ -43,12 +37,17 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
+    from ..catalog import load_dataset
     from ..cluster import open_cluster
     from .writer import convert
 
+    spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
+    for what, v in (("--tile", args.tile), ("--block", args.block), ("--shard", args.shard)):
+        if v is not None and v < 1:
+            raise UserError(f"{what} must be a positive number, got {v}")
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit) as client:
-        r = convert(args.dataset, args.raw, args.out, layout=args.layout, client=client, tile_size=args.tile,
+                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
+        r = convert(spec, args.raw, args.out, layout=args.layout, client=client, tile_size=args.tile,
                     block_samples=args.block, shard_samples=args.shard, on_error=args.on_error,
                     compressor=args.compressor, overwrite=args.overwrite, raw_storage_options=args.raw_storage_options,
                     storage_options=args.storage_options, progress=not args.quiet)

@@ -1,9 +1,7 @@
-"""Raster I/O shared by the readers: header-only opens, windowed reads, paired-folder layouts.
+"""Raster file I/O shared by the readers: header-only opens, windowed reads, and writers for sample data.
 
-Why a module of its own: four of the five datasets publish "image file + mask file in split
-folders" (GeoTIFF or PNG) and differ only in folder names, so one `PairedRasterReader` driven by
-class attributes serves them all. File formats are chosen by suffix through `BACKENDS`
-(rasterio for GeoTIFF, PIL for PNG/JPEG, which reads a PNG header without decoding pixels).
+File formats are chosen by suffix through `FORMATS` (rasterio for GeoTIFF, PIL for PNG/JPEG, which
+reads a PNG header without decoding pixels).
 
 Remote files (s3://, memory://, ...) are opened lazily through fsspec, so a header read or a
 window read fetches only the bytes it needs (rasterio >= 1.4 accepts an fsspec filesystem as
@@ -16,12 +14,13 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar
+from pathlib import Path
+from typing import Any, Callable
 
-import fsspec
 import numpy as np
 
-from .base import SPLITS, ConvertError, Mapper, Reader, SourceItem, Window, pair_by_stem
+from ..store import is_remote
+from .base import SPLITS, ConvertError, Reader, SourceItem, Window
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp")
 HEADER_THREADS = 16  # header reads are I/O bound (one small GET each on object stores)
@@ -37,23 +36,6 @@ class Header:
     dtype: str
     crs: str | None = None
     transform: tuple[float, ...] | None = None
-
-
-def is_remote(url: str) -> bool:
-    return "://" in url and not url.startswith("file://")
-
-
-def url_fs(url: str, storage_options: dict | None = None):
-    return fsspec.core.url_to_fs(url, **(storage_options or {}))
-
-
-def join(root: str, *parts: str) -> str:
-    return posixpath.join(root.rstrip("/"), *parts)
-
-
-def isdir(url: str, storage_options: dict | None = None) -> bool:
-    fs, path = url_fs(url, storage_options)
-    return fs.isdir(path)
 
 
 class WindowError(ValueError):
@@ -77,10 +59,10 @@ def _crs_string(crs) -> str | None:
     return f"EPSG:{epsg}" if epsg else crs.to_wkt()
 
 
-# -- format backends ---------------------------------------------------------------------------
+# -- file formats ---------------------------------------------------------------------------
 
 
-class RasterioBackend:
+class RasterioFormat:
     """GeoTIFF (and anything GDAL opens): true windowed reads, CRS and transform from the file."""
 
     @staticmethod
@@ -117,7 +99,7 @@ class RasterioBackend:
                 return ds.read(idx, window=RWindow(c0, r0, c1 - c0, r1 - r0))
 
 
-class PILBackend:
+class PILFormat:
     """PNG/JPEG/BMP: PIL reads the header lazily; pixels are decoded whole, then cut (PNG has no
     random access), which is fine for tiles and for CaFFe's few-thousand-pixel scenes."""
 
@@ -156,18 +138,18 @@ def _pil_dtype(mode: str) -> str:
     return {"1": "uint8", "I;16": "uint16", "I;16B": "uint16", "I": "int32", "F": "float32"}.get(mode, "uint8")
 
 
-BACKENDS: dict[str, Any] = {
-    ".tif": RasterioBackend(),
-    ".tiff": RasterioBackend(),
-    ".png": PILBackend(),
-    ".jpg": PILBackend(),
-    ".jpeg": PILBackend(),
-    ".bmp": PILBackend(),
+FORMATS: dict[str, Any] = {
+    ".tif": RasterioFormat(),
+    ".tiff": RasterioFormat(),
+    ".png": PILFormat(),
+    ".jpg": PILFormat(),
+    ".jpeg": PILFormat(),
+    ".bmp": PILFormat(),
 }
 
 
-def backend(url: str):
-    return BACKENDS.get(posixpath.splitext(url)[1].lower(), BACKENDS[".tif"])
+def file_format(url: str):
+    return FORMATS.get(posixpath.splitext(url)[1].lower(), FORMATS[".tif"])
 
 
 def _unreadable(url: str, e: Exception, what: str) -> ConvertError:
@@ -177,7 +159,7 @@ def _unreadable(url: str, e: Exception, what: str) -> ConvertError:
 def raster_header(reader: Reader, url: str) -> Header:
     """The header of a raster file; ConvertError naming the file if it cannot be parsed."""
     try:
-        return backend(url).header(reader, url)
+        return file_format(url).header(reader, url)
     except ConvertError:
         raise
     except FileNotFoundError:
@@ -189,7 +171,7 @@ def raster_header(reader: Reader, url: str) -> Header:
 def read_raster(reader: Reader, url: str, window: Window | None = None, bands: int | None = None) -> np.ndarray:
     """(C, h, w) pixels of the first `bands` bands (all if None) in the window, source dtype."""
     try:
-        return backend(url).read(reader, url, window, bands)
+        return file_format(url).read(reader, url, window, bands)
     except (ConvertError, WindowError):
         raise
     except FileNotFoundError:
@@ -221,92 +203,29 @@ def val_from_train(items: list[SourceItem], chosen: set[str]) -> list[SourceItem
     return [replace(it, split="val") if it.split == "train" and it.scene in chosen else it for it in items]
 
 
-# -- the paired-folder layout ------------------------------------------------------------------
+# -- writers (sample data) ------------------------------------------------------------------------
 
 
-class PairedRasterReader(Reader):
-    """Image and label rasters in parallel folders, paired by file stem.
+def write_geotiff(path: str | Path, arr: np.ndarray, crs: str | None = None, transform: tuple | None = None) -> None:
+    import rasterio
+    from rasterio.transform import Affine
 
-    Subclasses set the folder templates (`{folder}` is a split folder name on disk) and how split
-    folders map to splits. `band_policy` "exact" requires the catalog's band count; "first"
-    keeps the first N bands of files with at least N (GLID, as Cryo-Bench does).
-    """
+    arr = arr[None] if arr.ndim == 2 else arr
+    profile = dict(driver="GTiff", count=arr.shape[0], height=arr.shape[1], width=arr.shape[2], dtype=arr.dtype.name)
+    if crs is not None:
+        profile.update(crs=crs, transform=Affine(*transform))
+    with rasterio.open(path, "w", **profile) as ds:
+        ds.write(arr)
 
-    image_dir: ClassVar[str] = "{folder}/image"
-    label_dir: ClassVar[str] = "{folder}/mask"
-    split_folders: ClassVar[dict[str, str]] = {s: s for s in SPLITS}  # folder on disk -> split
-    label_stem_suffix: ClassVar[str] = ""  # e.g. "_zones": label stem = image stem + suffix
-    suffixes: ClassVar[tuple[str, ...]] = (".tif", ".tiff")
-    band_policy: ClassVar[str] = "exact"
 
-    @property
-    def options(self) -> dict:
-        return self.spec.layout(self.layout).options
+def write_png(path: str | Path, arr: np.ndarray, crs=None, transform=None) -> None:
+    from PIL import Image
 
-    @classmethod
-    def detect(cls, root: str, storage_options: dict | None = None) -> bool:
-        return any(
-            isdir(join(root, cls.image_dir.format(folder=f)), storage_options)
-            and isdir(join(root, cls.label_dir.format(folder=f)), storage_options)
-            for f in cls.split_folders
-        )
+    arr = arr[None] if arr.ndim == 2 else arr
+    if arr.shape[0] not in (1, 2, 3, 4):
+        raise ValueError(f"{path}: a PNG holds 1-4 bands, not {arr.shape[0]}")
+    data = arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, -1)  # L, LA, RGB, RGBA
+    Image.fromarray(np.ascontiguousarray(data.astype(np.uint8))).save(path)
 
-    def _folders(self, root: str) -> list[tuple[str, str]]:
-        """[(folder, split)] present under root; two folders for one split is ambiguous."""
-        found: dict[str, str] = {}
-        for folder, split in self.split_folders.items():
-            if isdir(join(root, self.image_dir.format(folder=folder)), self.storage_options) or isdir(
-                join(root, self.label_dir.format(folder=folder)), self.storage_options
-            ):
-                if split in found:
-                    raise ConvertError(
-                        f"{root}: both {found[split]!r} and {folder!r} look like the {split} split; keep one"
-                    )
-                found[split] = folder
-        return [(folder, split) for split, folder in found.items()]
 
-    def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
-        jobs = []
-        for folder, split in self._folders(root):
-            img_dir = join(root, self.image_dir.format(folder=folder))
-            lbl_dir = join(root, self.label_dir.format(folder=folder))
-            images = self.listdir(img_dir, self.suffixes)
-            labels = self.listdir(lbl_dir, self.suffixes)
-            if self.label_stem_suffix:
-                labels = {s.removesuffix(self.label_stem_suffix): u for s, u in labels.items()}
-            for stem, img, lbl in pair_by_stem(images, labels, f"{img_dir} vs {lbl_dir}"):
-                jobs.append((split, stem, img, lbl))
-        if not jobs:
-            raise ConvertError(
-                f"{root}: no {self.dataset} files in the {self.layout!r} layout "
-                f"(expected {self.image_dir.format(folder='<split>')}/* and {self.label_dir.format(folder='<split>')}/*)"
-            )
-        items = (map_headers or map_threads)(self._item, jobs, header_threads(root))
-        return order_items(self.assign_splits(items))
-
-    def assign_splits(self, items: list[SourceItem]) -> list[SourceItem]:
-        """Hook for layouts whose val split is drawn from train (CaFFe original)."""
-        return items
-
-    def _item(self, job: tuple[str, str, str, str]) -> SourceItem:
-        split, stem, img, lbl = job
-        hi = raster_header(self, img)
-        hl = raster_header(self, lbl)
-        want = len(self.spec.bands)
-        if hi.bands != want and not (self.band_policy == "first" and hi.bands > want):
-            need = f"at least {want}" if self.band_policy == "first" else str(want)
-            raise ConvertError(
-                f"{img}: {hi.bands} band(s), but {self.dataset} needs {need} ({', '.join(self.spec.band_names)})"
-            )
-        if (hi.height, hi.width) != (hl.height, hl.width):
-            raise ConvertError(
-                f"{img} is {hi.height}x{hi.width} but its mask {lbl} is {hl.height}x{hl.width}"
-            )
-        return SourceItem(split, stem, img, lbl, hi.height, hi.width, want, hi.crs, hi.transform)
-
-    def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
-        image = read_raster(self, item.image, window, bands=len(self.spec.bands))
-        label = read_raster(self, item.label, window, bands=1)[0]
-        if image.shape[1:] != label.shape:
-            raise ConvertError(f"{item.image} is {image.shape[1:]} but its mask {item.label} is {label.shape}")
-        return image, label
+WRITERS: dict[str, Callable] = {".tif": write_geotiff, ".tiff": write_geotiff, ".png": write_png}

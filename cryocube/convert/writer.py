@@ -19,9 +19,9 @@ import zarr
 
 from .. import __version__, store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
-from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, partial_stats, template
+from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, partial_stats, sample_digests, template
 from ..errors import UserError, task_boundary
-from .base import READERS, ConvertError, Reader, SourceItem
+from .base import ConvertError, Reader, SourceItem, open_reader
 from .rawio import map_threads
 
 DEFAULT_BLOCK_SAMPLES = 16
@@ -185,9 +185,9 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     tune_malloc()
-    spec: DatasetSpec = load_dataset(task["dataset"])
+    spec: DatasetSpec = task["spec"]
     layout = spec.layout(task["layout"])
-    reader: Reader = READERS[(spec.id, task["layout"])](spec, task["raw_storage_options"])
+    reader: Reader = open_reader(spec, task["layout"])
     tile = task["tile"]
     s0, s1 = task["range"]
     items: list[SourceItem] = task["items"]
@@ -226,13 +226,15 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
         for j in js:
             images[j], labels[j] = _tile_from(img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype)
     cf = class_fractions(labels, spec.num_classes)
-    digest = block_digest(images, labels)
+    digests = sample_digests(images, labels)
+    digest = block_digest(digests, images[0].nbytes, labels[0].nbytes)
     stats = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
     # every chunk is written whole, so zarr need not compare each one with the fill value first
     with zarr.config.set({"array.write_empty_chunks": True}):
-        g = _store.open_group(task["out"], "r+", task["out_storage_options"])
+        g = _store.open_group(task["out"], "r+")
         g["image"][s0:s1] = images
         g["label"][s0:s1] = labels
+        g["sample_digest"][s0:s1] = digests
         g["class_fraction"][s0:s1] = cf
         g["skip_reason"][s0:s1] = np.array(reasons, dtype=object)
         g["block_digest"][task["block"]] = digest
@@ -273,12 +275,12 @@ def worker_mapper(client):
 
 
 
-def detect_layout(spec: DatasetSpec, raw: str, storage_options: dict | None) -> str:
-    candidates = [lay for (ds, lay), cls in READERS.items() if ds == spec.id and cls.detect(raw, storage_options)]
+def detect_layout(spec: DatasetSpec, raw: str) -> str:
+    """The first of the dataset's catalog layouts (in name order) whose reader recognises `raw`."""
+    candidates = [lay for lay in sorted(spec.layouts) if open_reader(spec, lay).detect(raw)]
     if not candidates:
-        known = sorted(lay for (ds, lay) in READERS if ds == spec.id)
-        raise ConvertError(f"{raw}: does not look like any known {spec.id} layout ({', '.join(known)}); pass --layout")
-    return sorted(candidates)[0]
+        raise ConvertError(f"{raw}: does not look like any known {spec.id} layout ({', '.join(sorted(spec.layouts))}); pass --layout")
+    return candidates[0]
 
 
 @dataclass
@@ -294,7 +296,7 @@ class ConvertResult:
 
 
 def convert(
-    dataset: str,
+    dataset: str | DatasetSpec,
     raw: str,
     out: str,
     layout: str = "auto",
@@ -316,20 +318,24 @@ def convert(
     from ..cluster.client import get_client
 
     t0 = time.perf_counter()
-    spec = load_dataset(dataset)
-    raw_opts = _store.storage_options_from_env(raw, raw_storage_options)
-    out_opts = _store.storage_options_from_env(out, storage_options)
+    spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
+    _store.register_options(raw, raw_storage_options)
+    _store.register_options(out, storage_options)
     if layout == "auto":
-        layout = detect_layout(spec, raw, raw_opts)
-    if (spec.id, layout) not in READERS:
-        raise UserError(f"no reader for dataset {spec.id!r} layout {layout!r}")
+        layout = detect_layout(spec, raw)
+    if layout not in spec.layouts:
+        raise UserError(f"dataset {spec.id!r} has no layout {layout!r}; known: {', '.join(sorted(spec.layouts))}")
     if on_error not in ("raise", "skip"):
         raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-    tile = int(tile_size or spec.tile_size)
+    tile = int(spec.tile_size if tile_size is None else tile_size)
     if shard_samples:
         block_samples = shard_samples  # a Dask task must write whole shards, never part of one
+    for what, v in (("--tile", tile), ("--block", block_samples), ("--shard", shard_samples)):
+        if v is not None and v < 1:
+            raise UserError(f"{what} must be a positive number, got {v}")
     client = get_client(client)
-    reader = READERS[(spec.id, layout)](spec, raw_opts)
+    _store.share_with(client)
+    reader = open_reader(spec, layout)
     items = reader.scan(raw, map_headers=worker_mapper(client))
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
@@ -338,13 +344,13 @@ def convert(
     fingerprint = plan.fingerprint({"dataset": spec.id, "layout": layout, "tile": tile, "block": block_samples,
                                     "shard": shard_samples, "on_error": on_error, "compressor": compressor,
                                     "schema": SCHEMA_VERSION})
-    g = _prepare_store(out, out_opts, spec, layout, plan, lay, fingerprint, overwrite, raw)
+    g = _prepare_store(out, spec, layout, plan, lay, fingerprint, overwrite, raw)
     if COMPLETE_ATTR in g.attrs:
         return ConvertResult(out, plan.n, 0, lay.n_blocks, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
     done = np.asarray(g["progress"][:]).astype(bool)
-    tasks = [_block_task(b, spec, layout, plan, lay, raw_opts, out, out_opts, on_error) for b in range(lay.n_blocks) if not done[b]]
+    tasks = [_block_task(b, spec, layout, plan, lay, out, on_error) for b in range(lay.n_blocks) if not done[b]]
     results = _run_blocks(client, tasks, progress, f"convert {spec.id}")
-    marker = finalize(out, out_opts)
+    marker = finalize(out)
     return ConvertResult(
         url=out, n_samples=plan.n, blocks_written=len(tasks), blocks_total=lay.n_blocks,
         read_bytes=sum(r["read_bytes"] for r in results), seconds=time.perf_counter() - t0, marker=marker,
@@ -352,16 +358,16 @@ def convert(
     )
 
 
-def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, raw_opts, out, out_opts, on_error) -> dict:
+def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, out, on_error) -> dict:
     s0, s1 = lay.block_range(b)
     iidx = plan.item_of[s0:s1]
     uniq = list(dict.fromkeys(iidx.tolist()))
     local = {ii: k for k, ii in enumerate(uniq)}
     return {
-        "block": b, "range": (s0, s1), "dataset": spec.id, "layout": layout, "tile": lay.tile,
+        "block": b, "range": (s0, s1), "spec": spec, "layout": layout, "tile": lay.tile,
         "items": [plan.items[i] for i in uniq],
         "samples": [(local[int(ii)], int(y), int(x)) for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])],
-        "raw_storage_options": raw_opts, "out": out, "out_storage_options": out_opts, "on_error": on_error,
+        "out": out, "on_error": on_error,
         "train": [plan.items[i].split == "train" for i in iidx],
     }
 
@@ -375,18 +381,18 @@ def _run_blocks(client, tasks: list[dict], progress: bool, label: str) -> list[d
     return gather(futures, label, sum(t["range"][1] - t["range"][0] for t in tasks), progress, lambda i, r: r["samples"])
 
 
-def _prepare_store(out, out_opts, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLayout, fingerprint: str,
+def _prepare_store(out, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLayout, fingerprint: str,
                    overwrite: bool, raw: str):
     """Create the cube's metadata, or reopen it to resume when the plan is the same."""
-    if _store.exists(out, out_opts):
+    if _store.exists(out):
         if overwrite:
-            _store.remove(out, out_opts)
+            _store.remove(out)
         else:
-            g = _store.open_group(out, "r+", out_opts)
+            g = _store.open_group(out, "r+")
             old = g.attrs.get(PLAN_ATTR)
             if old is None and COMPLETE_ATTR not in g.attrs:
-                _store.remove(out, out_opts)  # killed while writing metadata: nothing written yet
-                return _prepare_store(out, out_opts, spec, layout, plan, lay, fingerprint, overwrite, raw)
+                _store.remove(out)  # killed while writing metadata: nothing written yet
+                return _prepare_store(out, spec, layout, plan, lay, fingerprint, overwrite, raw)
             if old != fingerprint:
                 raise UserError(
                     f"{out}: a cube from different inputs or options is already there; pass --overwrite to replace it"
@@ -418,11 +424,11 @@ def _prepare_store(out, out_opts, spec: DatasetSpec, layout: str, plan: Plan, la
         attrs["proj:wkt2"] = None if crs[0].upper().startswith("EPSG:") else crs[0]
     ds = template(spec, lay, plan.coords(), attrs)
     try:
-        ds.to_zarr(_store.make_store(out, out_opts), mode="w", compute=False, zarr_format=3,
+        ds.to_zarr(_store.make_store(out), mode="w", compute=False, zarr_format=3,
                    encoding=encoding(lay), consolidated=True)
     except (PermissionError, OSError) as e:
         raise UserError(f"{out}: cannot write the cube: {e}") from None
-    g = _store.open_group(out, "r+", out_opts)
+    g = _store.open_group(out, "r+")
     g.attrs[PLAN_ATTR] = fingerprint  # only now is the store a resumable cube
     zarr.consolidate_metadata(g.store)
     return g

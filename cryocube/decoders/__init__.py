@@ -15,17 +15,26 @@ from .unet import UNetDecoder
 from .upernet import Feature2Pyramid, UPerNet
 
 _DECODERS: dict[str, Callable[..., nn.Module]] = {}
+_OPTIONS: dict[str, tuple[str, ...]] = {}  # recipe-driven keyword arguments each decoder takes
 
 
-def register_decoder(name: str):
+def register_decoder(name: str, options: tuple[str, ...] = ()):
     def deco(fn):
         _DECODERS[name] = fn
+        _OPTIONS[name] = tuple(options)
         return fn
 
     return deco
 
 
-@register_decoder("upernet")
+def decoder_options(kind: str) -> tuple[str, ...]:
+    """The keyword arguments (e.g. "channels") a decoder kind takes from the recipe."""
+    if kind not in _DECODERS:
+        raise UserError(f"unknown decoder {kind!r}; known: {decoder_kinds()}")
+    return _OPTIONS[kind]
+
+
+@register_decoder("upernet", options=("channels",))
 def _upernet(encoder, num_classes: int, **kw) -> nn.Module:
     return UPerNet(list(encoder.output_channels), num_classes, pyramid=bool(encoder.pyramid), **kw)
 
@@ -37,8 +46,10 @@ def _linear(encoder, num_classes: int, **kw) -> nn.Module:
 
 @register_decoder("unet")
 def _unet(encoder, num_classes: int, **kw) -> nn.Module:
-    if encoder.spec.family != "unet":
-        raise UserError(f"the U-Net decoder needs the U-Net encoder's skip maps; {encoder.spec.id!r} is a {encoder.spec.family} encoder")
+    red = list(getattr(encoder, "output_reductions", []))
+    if len(red) < 2 or any(a != 2 * b for a, b in zip(red, red[1:])):
+        raise UserError(f"the U-Net decoder needs skip maps coarsest first, each twice the resolution of the one before; "
+                        f"{encoder.spec.id!r} returns maps at reductions {red}")
     return UNetDecoder(list(encoder.output_channels), num_classes, **kw)
 
 
@@ -70,4 +81,4 @@ class Segmenter(nn.Module):
         return self.decoder(self.encoder(x), tuple(x.shape[-2:]))
 
 
-__all__ = ["build_decoder", "decoder_kinds", "register_decoder", "Segmenter", "UPerNet", "LinearHead", "UNetDecoder", "Feature2Pyramid"]
+__all__ = ["build_decoder", "decoder_kinds", "decoder_options", "register_decoder", "Segmenter", "UPerNet", "LinearHead", "UNetDecoder", "Feature2Pyramid"]

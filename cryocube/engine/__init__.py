@@ -1,1 +1,1 @@
-"""The engine: where Dask work runs (cluster.py), and how runs are planned, trained and scored."""
+"""The engine: planning runs (plan.py), scheduling their work on Dask (evaluate.py), run records (records.py)."""

@@ -1,29 +1,45 @@
 """`cryocube evaluate` and `cryocube quickstart`."""
 from __future__ import annotations
 
-import json
+import argparse
+import sys
 from pathlib import Path
 
 from ..errors import UserError
 
 
+def fractions_arg(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fraction takes comma-separated numbers in (0, 1], got {text!r}") from None
+
+
 def register(sub) -> None:
-    from ..convert.cli import add_cluster_args
+    from ..cluster import add_cluster_args
+    from ..store import options_arg
 
     p = sub.add_parser("evaluate", help="evaluate models on cubes under the benchmark protocols (cached, resumable)")
     p.add_argument("--cubes", help="comma-separated cube paths/URLs, or catalog dataset ids with --data-root")
     p.add_argument("--data-root", help="folder/URL holding <dataset>.zarr cubes")
-    p.add_argument("--models", help="comma-separated model ids (see `cryocube weights list`)")
-    p.add_argument("--protocol", default="frozen", help="comma-separated: frozen, fewshot, finetune, cross_sensor")
-    p.add_argument("--fraction", type=float, default=None, help="share of training labels (default: the protocol's)")
+    p.add_argument("--models", help="comma-separated model ids (see `cryocube list models`)")
+    p.add_argument("--protocol", default="frozen", help="comma-separated protocols (see `cryocube list protocols`)")
+    p.add_argument("--fraction", type=fractions_arg, default=None,
+                   help="share(s) of training labels, comma-separated for a label-fraction curve (default: the protocol's)")
     p.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
     p.add_argument("--benchmark", help="plan the grid of catalogs/benchmarks/<name>.yaml (e.g. cryobench)")
     p.add_argument("--config", help="YAML file of recipe fields (epochs, lr, batch_size, ...)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one recipe field")
     p.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
-    p.add_argument("--out", required=True, help="results folder/URL (results.jsonl, runs/, features/)")
-    p.add_argument("--storage-options", type=json.loads, default=None)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--weights", default=None, metavar="DIR",
+                   help="folder of checkpoints (default: where `cryocube weights fetch` puts them)")
+    p.add_argument("--allow-random-weights", action="store_true",
+                   help="run pretrained models without a checkpoint (random init; every record and report says so)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (runs, cache hits, weights, steps) and stop")
+    p.add_argument("--out", required=True, help="results folder/URL (results.jsonl, runs/, features/, logs/)")
+    p.add_argument("--storage-options", type=options_arg, default=None,
+                   help="JSON fsspec options for remote cubes and --out (or $CRYOCUBE_STORAGE_OPTIONS)")
+    p.add_argument("--quiet", action="store_true", help="no progress output (results are still printed)")
     add_cluster_args(p)
     p.set_defaults(func=_evaluate)
 
@@ -31,7 +47,7 @@ def register(sub) -> None:
     q.add_argument("--out", default="quickstart-out")
     q.add_argument("--datasets", default="glid,caffe")
     q.add_argument("--models", default="unet,vit_scratch,ssl4eo_moco")
-    q.add_argument("--epochs", type=int, default=5)
+    q.add_argument("--epochs", type=int, default=8)
     q.add_argument("--quiet", action="store_true")
     add_cluster_args(q)
     q.set_defaults(func=_quickstart)
@@ -51,71 +67,121 @@ def resolve_cubes(cubes: str, data_root: str | None) -> list[str]:
     return out
 
 
-def _evaluate(args) -> int:
-    from .benchmark import runs_from_benchmark
-    from .cluster import open_cluster
-    from .evaluate import evaluate, runs_from_grid
-    from .protocols import load_config
+def _specs(args):
+    from .plan import runs_from_benchmark, runs_from_grid
 
-    sets = list(args.set) + ([f"epochs={args.epochs}"] if args.epochs else [])
-    cfg = load_config(args.config, sets)
+    protocols = [p.strip() for p in args.protocol.split(",") if p.strip()]
+    if args.seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     if args.benchmark:
-        runs = runs_from_benchmark(args.benchmark, args.data_root, seeds=args.seeds,
+        return runs_from_benchmark(args.benchmark, args.data_root, seeds=args.seeds,
                                    models=args.models.split(",") if args.models else None,
-                                   protocols=args.protocol.split(",") if args.protocol != "frozen" else None)
-    else:
-        if not args.cubes or not args.models:
-            raise UserError("evaluate needs --cubes and --models (or --benchmark)")
-        runs = runs_from_grid(args.models.split(","), resolve_cubes(args.cubes, args.data_root),
-                              args.protocol.split(","), [args.fraction], list(range(args.seeds)))
+                                   protocols=protocols if args.protocol != "frozen" else None)
+    if not args.cubes or not args.models:
+        raise UserError("evaluate needs --cubes and --models (or --benchmark)")
+    return runs_from_grid([m.strip() for m in args.models.split(",") if m.strip()], resolve_cubes(args.cubes, args.data_root),
+                          protocols, args.fraction or [None], list(range(args.seeds)))
+
+
+def _evaluate(args) -> int:
+    from .. import store
+    from ..cluster import open_cluster
+    from ..families import PlanContext
+    from ..families.segmentation.recipe import load_recipe
+    from .evaluate import dry_run, evaluate
+    from .plan import plan_runs
+
+    sets = list(args.set) + ([f"epochs={args.epochs}"] if args.epochs is not None else [])
+    recipe = load_recipe(args.config, sets)
+    specs = _specs(args)
+    for url in [args.out, *{s.cube for s in specs}]:
+        store.register_options(url, args.storage_options)
+    # plan on this machine first: every user error surfaces before a cluster starts
+    ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights)
+    planned = plan_runs(specs, recipe, ctx)
+    if args.dry_run:
+        print(dry_run(planned, args.out, lambda key: store.exists(f"{args.out.rstrip('/')}/features/{key}.zarr")))
+        print("(precision auto is decided by the workers' device; this plan assumed this machine's)")
+        return 0
+    _warn_random(planned, args.quiet)
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit) as client:
-        res = evaluate(runs, args.out, cfg, client=client, progress=not args.quiet, storage_options=args.storage_options)
-    _print_records(res.records, res.skipped)
+                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
+        res = evaluate(specs, args.out, recipe, client=client, progress=not args.quiet, weights_dir=args.weights,
+                       allow_random_weights=args.allow_random_weights)
+    print_records(res.records, res.skipped)
     return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
 
-def _print_records(records: list[dict], skipped: list[str]) -> None:
+def _warn_random(planned, quiet: bool) -> None:
+    rnd = sorted({p.spec.model for p in planned if p.record["weights"]["random_init"] and p.record["weights"]["pretrained"]})
+    if rnd:
+        print(f"cryocube: WARNING: {', '.join(rnd)} run with RANDOM weights (--allow-random-weights): the results measure "
+              "the pipeline, not the pretrained models; records and reports mark them random_init", file=sys.stderr)
+
+
+def print_records(records: list[dict], skipped: list[str]) -> None:
     for r in sorted(records, key=lambda r: (r["dataset"], r["protocol"], r["model"], r["seed"])):
+        tag = " (random init)" if (r.get("weights") or {}).get("random_init") and (r.get("weights") or {}).get("pretrained") else ""
         if r.get("status") == "ok":
             m = r["metrics"]
-            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['fraction']:<4g} {r['model']:<18} seed {r['seed']}: "
+            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['fraction']:<4g} {r['model'] + tag:<32} seed {r['seed']}: "
                   f"mIoU {m['mIoU']:6.2f}  mF1 {m['mF1']:6.2f}  oAcc {m['oAcc']:6.2f}  ({r['timings']['total_s']:.0f} s)")
         else:
-            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['model']:<18} seed {r['seed']}: FAILED {r['error']}")
+            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['model']:<32} seed {r['seed']}: FAILED {r['error']}")
     if skipped:
         print(f"{len(skipped)} runs already done (cached), not recomputed")
 
 
+QUICKSTART_TILES = {"train": 80, "val": 16, "test": 16}  # enough for a 10 % few-shot subset of 8 tiles
+QUICKSTART_SCENES = {"train": 8, "val": 2, "test": 2}
+
+
+def chance_miou(cube: str) -> float:
+    """mIoU of predicting every pixel as the test split's most frequent class (what any model must beat)."""
+
+    from ..cube import as_text, open_cube
+
+    ds = open_cube(cube)
+    test = as_text(ds["split"].values) == "test"
+    frac = ds["class_fraction"].values[test].mean(axis=0)
+    return float(100 * frac.max() / frac.size) if frac.size else float("nan")
+
+
 def _quickstart(args) -> int:
+    from ..cluster import open_cluster
     from ..convert.writer import convert
-    from ..testing import make_raw
-    from .cluster import open_cluster
-    from .evaluate import evaluate, runs_from_grid
-    from .protocols import load_config
+    from ..families.segmentation.recipe import load_recipe
+    from ..models import model_spec
+    from ..synthetic import RECIPES, make_raw
+    from .evaluate import evaluate
+    from .plan import runs_from_grid
 
     out = Path(args.out)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    cfg = load_config(None, [f"epochs={args.epochs}", "decoder_channels=64", "input_size=64", "val_every=2",
-                             "batch_size=8", "crops_per_sample=2"])
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    recipe = load_recipe(None, [f"epochs={args.epochs}", "decoder_channels=64", "input_size=64", "val_every=2",
+                                "batch_size=8", "crops_per_sample=2", "normalization=cube"])
+    pretrained = [m for m in models if model_spec(m).pretrained]
+    if not args.quiet:
+        print(f"cryocube quickstart: sample data, {args.epochs} epochs, 64 px crops. The pretrained models "
+              f"({', '.join(pretrained) or 'none'}) run with RANDOM weights here (no downloads): the numbers measure the "
+              "pipeline on learnable synthetic data, not the models.", file=sys.stderr)
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit) as client:
+                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
         cubes = []
         for d in datasets:
             raw = out / "raw" / d
             if not raw.exists():
-                from ..testing import RECIPES
-
-                scenes = RECIPES[d].scenes  # whole scenes (SICD, CaFFe) hold many tiles each
-                make_raw(d, raw, n={"train": 6, "val": 2, "test": 2} if scenes else {"train": 32, "val": 8, "test": 8}, seed=1)
+                make_raw(d, raw, n=QUICKSTART_SCENES if RECIPES[d].scenes else QUICKSTART_TILES, seed=1)
             cube = str(out / "cubes" / f"{d}.zarr")
             convert(d, str(raw), cube, client=client, tile_size=64, progress=not args.quiet)
             cubes.append(cube)
-        runs = runs_from_grid(args.models.split(","), cubes, ["frozen"], [None], [0])
-        runs += runs_from_grid([m for m in args.models.split(",") if m not in ("unet", "vit_scratch")] or args.models.split(","),
-                               cubes, ["fewshot"], [None], [0])
-        res = evaluate(runs, str(out / "results"), cfg, client=client, progress=not args.quiet)
-    _print_records(res.records, res.skipped)
+        runs = runs_from_grid(models, cubes, ["frozen"], [None], [0])
+        runs += runs_from_grid(pretrained or models, cubes, ["fewshot"], [None], [0])
+        res = evaluate(runs, str(out / "results"), recipe, client=client, progress=not args.quiet, allow_random_weights=True)
+    print_records(res.records, res.skipped)
+    for d, c in zip(datasets, cubes):
+        print(f"{d}: predicting every pixel as the most frequent class scores mIoU {chance_miou(c):.2f} (chance level)")
     from ..report import build_report
     from ..report.tables import to_markdown
 

@@ -1,236 +1,223 @@
-"""`evaluate`: plan runs, fill the feature caches, train every run, map-reduce test confusion matrices.
+"""`evaluate`: the scheduler. It plans runs through their families, runs each family's shared work,
+fits groups of runs, map-reduces their scores on the workers, and writes one record per run. It
+knows no family: what a kind of evaluation needs is `cryocube.families`.
 
-Everything runs on the Dask client given (or the default one). Unit of work: a block of samples x one
-model for feature extraction and testing; one run for training. Finished runs are skipped; cached
-feature blocks are not recomputed; a run that fails (e.g. non-finite loss) is recorded as an error
-and the others go on.
+Everything runs on the Dask client given (or the default one). Finished runs are skipped; a run that
+fails (e.g. non-finite loss) is recorded as an error, its traceback goes to OUT/logs/errors.log, the
+console gets one line, and the other runs go on.
 """
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import Any, Callable
 
 from .. import store as _store
-from ..errors import UserError
-from ..progress import gather, progress_bar
-from .features import CacheSpec, block_tasks, cache_url, create_split, encoder_facts, extract_block, mark_complete
-from .metrics import metrics_from_confusion, tree_reduce_futures
-from .protocols import TrainConfig
-from .runs import PlannedRun, RunSpec, cube_info, load_record, plan_run, run_dir, versions, write_record
-from .train import test_block, train_run
+from ..families import PlanContext, PlannedRun, RunSpec, get
+from ..families.base import Task
+from ..precision import DeviceInfo, this_device, weakest
+from ..progress import RunBoard, gather
+from .plan import plan_runs
+from .records import load_record, write_parquet, write_record
+
+PROGRESS_TOPIC = "cryocube-progress"
+KEY = "cryocube"  # prefix of every task key (their worker-side failure logs are silenced: we log them)
 
 
 @dataclass
 class EvaluateResult:
     records: list[dict] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # run ids already done
-    encoder_items: dict[str, int] = field(default_factory=dict)  # cache key -> items encoded now
+    planned: list[PlannedRun] = field(default_factory=list)
+    prepared: dict[str, dict] = field(default_factory=dict)  # prep key -> facts (encoder items, timings)
+
+    @property
+    def encoder_items(self) -> dict[str, int]:
+        return {k: v.get("encoder_items", 0) for k, v in self.prepared.items()}
 
 
-def plan(runs: list[RunSpec], cfg: TrainConfig, storage_options: dict | None = None) -> list[PlannedRun]:
-    """Plan every run up front: an incomplete cube or a model that does not fit fails before any work."""
-    cubes = {}
-    planned = []
-    for r in runs:
-        if r.cube not in cubes:
-            cubes[r.cube] = cube_info(r.cube, storage_options)
-        planned.append(plan_run(r, cubes[r.cube], cfg))
-    return planned
+class Runner:
+    """What families see of the cluster: task submission with GPU annotations, keys and progress."""
+
+    def __init__(self, client, resources: dict | None, progress: bool):
+        self.client, self.resources, self.progress = client, resources, progress
+
+    def submit(self, fn: Callable, arg: Any, key: str):
+        return self.client.submit(fn, arg, pure=False, resources=self.resources, key=f"{key}-{time.time_ns()}")
+
+    def result(self, fut):
+        return fut.result()
+
+    def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
+        keys = [f"{key}-{time.time_ns()}-{i}" for i in range(len(args))]
+        futs = self.client.map(fn, args, pure=False, resources=self.resources, key=keys)
+        return gather(futs, label, sum(weights), self.progress, lambda i, r: weights[i])
 
 
-def _cache_spec(p: PlannedRun) -> CacheSpec:
-    return CacheSpec(model=p.spec.model, cube_url=p.cube.url, cube_checksum=p.cube.checksum, bands=p.cube.bands,
-                     inputs=p.inputs, mode=p.mode, input_size=p.input_size, tile=p.cube.tile,
-                     crops_per_sample=p.config.crops_per_sample, feature_dtype=p.config.feature_dtype, weights=p.weights)
+def tree_reduce(client, futures: list, fn, resources: dict | None = None):
+    """Reduce futures pairwise on the workers (log-depth), returning one future."""
+    level = list(futures)
+    while len(level) > 1:
+        nxt = [client.submit(fn, level[i], level[i + 1], pure=False, resources=resources,
+                             key=f"{KEY}-reduce-{time.time_ns()}-{i}") for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
 
 
-def evaluate(runs: list[RunSpec], out: str, config: TrainConfig | None = None, client=None, progress: bool = True,
-             storage_options: dict | None = None, save_predictions: bool = True) -> EvaluateResult:
-    """Run (or resume) the given runs; returns the records written to `out`/results.jsonl."""
-    from .cluster import get_client, gpu_resources
+def _device_info() -> DeviceInfo:
+    return this_device()
 
-    cfg = config or TrainConfig()
+
+def cluster_device(client) -> DeviceInfo:
+    """The device that decides `precision: auto` for this cluster (the weakest of its workers)."""
+    return weakest(list(client.run(_device_info).values()))
+
+
+class _QuietTaskFailures(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not ("Compute Failed" in msg and f"{KEY}-" in msg)
+
+
+def _silence_task_failures() -> None:
+    """On a worker: drop the multi-KB 'Compute Failed' logs of cryocube's tasks (the client logs them)."""
+    lg = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _QuietTaskFailures) for f in lg.filters):
+        lg.addFilter(_QuietTaskFailures())
+
+
+def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
+    url = f"{out.rstrip('/')}/logs/errors.log"
+    tb = "".join(traceback.format_exception(e))
+    _store.append_text(url, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.label} (run {run.run_id})\n{tb}\n")
+    return url
+
+
+def _worker_count(client) -> int:
+    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+
+
+def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, client=None, progress: bool = True,
+             storage_options: dict | None = None, weights_dir: str | None = None, allow_random_weights: bool = False,
+             ) -> EvaluateResult:
+    """Run (or resume) the given runs; returns the records written to `out`/results.jsonl.
+
+    `runs` may be RunSpecs (planned here with the workers' device) or runs planned already.
+    """
+    from ..cluster.client import cluster_info, get_client, gpu_resources
+    from ..families.segmentation.recipe import default_recipe
+
+    recipe = config or default_recipe()
     client = get_client(client)
+    _store.register_options(out, storage_options)
+    _store.share_with(client)
+    client.run(_silence_task_failures)
     resources = gpu_resources(client)
-    threads = cfg.threads or _worker_threads(client)
-    planned = plan(runs, cfg, storage_options)
-    res = EvaluateResult()
+    ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights, device=cluster_device(client))
+    planned = [r for r in runs if isinstance(r, PlannedRun)]
+    if len(planned) != len(runs):
+        planned = plan_runs([r for r in runs if isinstance(r, RunSpec)], recipe, ctx)
+    res = EvaluateResult(planned=planned)
     todo = []
     for p in planned:
-        if (rec := load_record(out, p.run_id)) is not None and rec.get("status") == "ok":
+        rec = load_record(out, p.run_id)
+        if rec is not None and rec.get("status") == "ok":
             res.skipped.append(p.run_id)
         else:
             todo.append(p)
     if not todo:
         return res
-
-    # 1. feature caches for frozen runs (shared by all runs with the same model, cube and inputs)
-    caches: dict[str, tuple[CacheSpec, str, PlannedRun]] = {}
+    runner = Runner(client, resources, progress)
+    info = cluster_info(client)
+    by_family: dict[str, list[PlannedRun]] = {}
     for p in todo:
-        if p.kind == "frozen":
-            cs = _cache_spec(p)
-            caches.setdefault(cs.key, (cs, cache_url(out, cs), p))
-    encoder_params: dict[str, int] = {}
-    feat_time: dict[str, float] = {}
-    tasks, owners = [], []
-    t_feat = time.perf_counter()
-    facts = {key: client.submit(encoder_facts, {"spec": cs, "threads": threads}, pure=False, resources=resources)
-             for key, (cs, _, _) in caches.items()}
-    for key, (cs, url, p) in caches.items():
-        shapes, encoder_params[key] = facts[key].result()
-        res.encoder_items[key] = 0
-        for split in ("train", "val", "test"):
-            samples = p.cube.samples(split)
-            pl = create_split(url, split, samples, cs, shapes, cfg.block_samples)
-            if not pl["complete"]:
-                for t in block_tasks(url, split, samples, cs, pl, cfg.block_samples, threads):
-                    tasks.append(t)
-                    owners.append((key, split))
-    if tasks:
-        futs = client.map(extract_block, tasks, pure=False, resources=resources)
-        done = gather(futs, "extract features", sum(t["samples"].size for t in tasks), progress,
-                      lambda i, r: tasks[i]["samples"].size)
-        for (key, _), r in zip(owners, done):
-            res.encoder_items[key] += r["items"]
-            feat_time[key] = feat_time.get(key, 0.0) + r["seconds"]
-    features_wall = time.perf_counter() - t_feat if tasks else 0.0  # all caches of this call, on all workers
-    for key, (cs, url, p) in caches.items():
-        for split in ("train", "val", "test"):
-            g = _store.open_group(url, "r")[split]
-            if "cryocube_features_complete" not in g.attrs:
-                mark_complete(url, split, res.encoder_items[key])
+        by_family.setdefault(p.family, []).append(p)
 
-    # 2. train every run (one task each), then 3. test blocks reduced to one confusion matrix per run
-    train_tasks = [_train_task(p, out, caches, threads, save_predictions) for p in todo]
-    train_futs = {client.submit(train_run, t, pure=False, resources=resources, key=f"train-{t['run_id']}"): i
-                  for i, t in enumerate(train_tasks)}
+    # 1. shared work (feature caches), then 2. fit groups, 3. map-reduce scores, 4. records
+    for name, members in by_family.items():
+        res.prepared.update(get(name).prepare(runner, members))
+    groups = [(name, g) for name, members in by_family.items() for g in get(name).group(members, _worker_count(client))]
+    started = time.perf_counter()
+    fits = {}
+    for gi, (name, g) in enumerate(groups):
+        fn, task = get(name).fit(g)
+        fits[client.submit(fn, task, pure=False, resources=resources, key=f"{KEY}-fit-{g[0].run_id}-{gi}")] = (name, g)
     from distributed import as_completed
 
-    started = {i: time.perf_counter() for i in range(len(todo))}
-    ac = as_completed(list(train_futs))
-    test_futs: dict = {}
-    with progress_bar("train + test runs", total=len(todo), enabled=progress) as bar:
-        for fut in ac:
-            if fut in train_futs:
-                i = train_futs[fut]
-                p, t = todo[i], train_tasks[i]
-                try:
-                    tr = fut.result()
-                except Exception as e:  # a failed run is recorded; the others go on
-                    res.records.append(_error_record(p, e, out))
-                    bar.advance(1)
-                    continue
-                t0 = time.perf_counter()
-                blocks = _test_tasks(p, t, out, save_predictions)
-                parts = client.map(test_block, blocks, pure=False, resources=resources)
-                total = tree_reduce_futures(client, parts)
-                test_futs[total] = (i, tr, t0)
-                ac.add(total)
-            else:
-                i, tr, t0 = test_futs.pop(fut)
-                p = todo[i]
-                try:
-                    cm = np.asarray(fut.result())
-                except Exception as e:
-                    res.records.append(_error_record(p, e, out))
-                    bar.advance(1)
-                    continue
-                test_s = time.perf_counter() - t0
-                ck = _cache_spec(p).key if p.kind == "frozen" else None
-                rec = _record(p, cm, tr, test_s, time.perf_counter() - started[i], feat_time.get(ck, 0.0) if ck else 0.0,
-                              res.encoder_items.get(ck, 0) if ck else 0,
-                              encoder_params.get(ck) if ck else tr.get("encoder_params"), client, out,
-                              features_wall if ck else 0.0)
-                write_record(out, rec)
-                res.records.append(rec)
-                bar.advance(1)
+    ac = as_completed(list(fits))
+    scoring: dict = {}
+    board = RunBoard({p.run_id: p.label for p in todo}, progress)
+    client.subscribe_topic(PROGRESS_TOPIC, lambda ev: board.event(ev[1] if isinstance(ev, tuple) else ev))
+
+    def fail(p: PlannedRun, e: BaseException) -> None:
+        log = _log_failure(out, p, e)
+        rec = write_record(out, p.record | {"status": "error", "error": f"{type(e).__name__}: {e}", "error_log": log,
+                                            "cluster": info})
+        res.records.append(rec)
+        first = str(e).splitlines()[0] if str(e) else ""
+        board.finish(p.run_id, f"FAILED {type(e).__name__}: {first[:300]} (traceback in {log})", failed=True)
+
+    try:
+        with board:
+            for fut in ac:
+                if fut in fits:
+                    name, g = fits.pop(fut)
+                    try:
+                        fitted = fut.result()
+                    except Exception as e:  # a failed group is recorded run by run; the others go on
+                        for p in g:
+                            fail(p, e)
+                        continue
+                    fam = get(name)
+                    for p, f in zip(g, fitted):
+                        tasks: list[Task] = fam.score(p, f)
+                        parts = [client.submit(fn, t, pure=False, resources=resources, key=f"{KEY}-score-{p.run_id}-{i}")
+                                 for i, (fn, t) in enumerate(tasks)]
+                        total = tree_reduce(client, parts, fam.reduce, resources)
+                        scoring[total] = (name, p, f)
+                        ac.add(total)
+                else:
+                    name, p, f = scoring.pop(fut)
+                    try:
+                        fields = get(name).finish(p, f, fut.result(), res.prepared)
+                    except Exception as e:
+                        fail(p, e)
+                        continue
+                    rec = p.record | fields | {"status": "ok", "error": None, "cluster": info}
+                    rec["timings"] = {**fields.get("timings", {}), "total_s": time.perf_counter() - started}
+                    rec = write_record(out, rec)
+                    res.records.append(rec)
+                    m = fields["metrics"].get(fields.get("primary_metric", "mIoU"))
+                    board.finish(p.run_id, f"done: {fields.get('primary_metric', 'mIoU')} {m:.2f}" if m is not None else "done")
+    finally:
+        client.unsubscribe_topic(PROGRESS_TOPIC)
+        if res.records:
+            write_parquet(out)
     return res
 
 
-def _worker_threads(client) -> int:
-    info = client.scheduler_info()["workers"]
-    return max(1, min(w.get("nthreads", 1) for w in info.values())) if info else 1
-
-
-def _train_task(p: PlannedRun, out: str, caches, threads: int, save_predictions: bool) -> dict:
-    t = {
-        "run_id": p.run_id, "kind": p.kind, "model": p.spec.model, "bands": p.cube.bands, "inputs": p.inputs,
-        "mode": p.mode, "input_size": p.input_size, "tile": p.cube.tile, "num_classes": len(p.cube.class_names),
-        "class_names": p.cube.class_names, "cube_url": p.cube.url, "weights": p.weights, "config": p.config,
-        "run_seed": p.run_seed, "train_samples": p.train_samples, "val_samples": p.cube.samples("val"),
-        "threads": threads, "checkpoint": f"{run_dir(out, p.run_id)}/best.pt",
-    }
-    if p.kind == "frozen":
-        t["cache_url"] = cache_url(out, _cache_spec(p))
-    return t
-
-
-def _test_tasks(p: PlannedRun, t: dict, out: str, save_predictions: bool) -> list[dict]:
-    test = p.cube.samples("test")
-    bs = p.config.block_samples
-    purl = f"{run_dir(out, p.run_id)}/predictions.zarr" if save_predictions else None
-    if purl:
-        g = _store.open_group(purl, "w")
-        g.create_array("pred", shape=(test.size, p.cube.tile, p.cube.tile), chunks=(1, p.cube.tile, p.cube.tile),
-                       dtype="int16", fill_value=-1, dimension_names=("sample", "y", "x"))
-        g.create_array("sample", data=test.astype(np.int64), dimension_names=("sample",))
-        g.attrs.update({"cube": p.cube.url, "run_id": p.run_id, "classes": p.cube.class_names})
-    tasks = []
-    for b0 in range(0, test.size, bs):
-        tt = dict(t)
-        tt.update({"positions": np.arange(b0, min(b0 + bs, test.size)), "samples": test[b0 : b0 + bs],
-                   "predictions_url": purl, "pred_range": (b0, min(b0 + bs, test.size))})
-        tasks.append(tt)
-    return tasks
-
-
-def _base_record(p: PlannedRun) -> dict:
-    return {"run_id": p.run_id, "model": p.spec.model, "model_name": p.model_name, "dataset": p.cube.dataset,
-            "protocol": p.spec.protocol, "fraction": p.fraction, "seed": p.spec.seed, "kind": p.kind,
-            "cube": {"url": p.cube.url, "checksum": p.cube.checksum}, "config": p.config.as_dict(),
-            "input_size": p.input_size, "band_mode": p.mode, "band_index": list(p.inputs.index),
-            "subset": p.train_samples.tolist() if p.fraction < 1 else None, "versions": versions()}
-
-
-def _error_record(p: PlannedRun, e: BaseException, out: str) -> dict:
-    rec = _base_record(p) | {"status": "error", "error": f"{type(e).__name__}: {e}",
-                             "traceback": "".join(traceback.format_exception(e))[-4000:]}
-    write_record(out, rec)
-    return rec
-
-
-def _record(p, cm, tr, test_s, total_s, features_s, encoder_items, encoder_params, client, out, features_wall_s=0.0) -> dict:
-    from ..models import model_spec
-    from .cluster import cluster_info
-
-    metrics = metrics_from_confusion(cm, p.cube.class_names)
-    spec = model_spec(p.spec.model)
-    return _base_record(p) | {
-        "status": "ok", "error": None, "metrics": metrics, "confusion_matrix": cm.tolist(),
-        "val_curve": tr["val_curve"], "best_epoch": tr["best_epoch"],
-        # features_s: worker seconds spent on this run's cache; features_wall_s: the extraction phase's wall time
-        "timings": {"features_s": features_s, "features_wall_s": features_wall_s, "train_s": tr["train_s"],
-                    "test_s": test_s, "total_s": total_s},
-        "samples_per_s": tr["train_samples_per_s"], "peak_memory_mb": tr["peak_memory_mb"], "device": tr["device"],
-        "encoder_forward_items": encoder_items, "steps": tr["steps"],
-        "params": {"encoder": encoder_params, "trainable": tr["trainable_params"],
-                   "decoder": tr["trainable_params"] - (tr["encoder_params"] if p.kind == "finetune" else 0)},
-        "gflops": spec.gflops, "cluster": cluster_info(client),
-        "predictions": f"{run_dir(out, p.run_id)}/predictions.zarr",
-    }
-
-
-def runs_from_grid(models: list[str], cubes: list[str], protocols: list[str], fractions: list[float | None], seeds: list[int]) -> list[RunSpec]:
-    out = []
-    for c in cubes:
-        for m in models:
-            for pr in protocols:
-                for f in fractions:
-                    for s in seeds:
-                        out.append(RunSpec(model=m, cube=c, protocol=pr, fraction=f, seed=s))
-    if not out:
-        raise UserError("no runs selected")
-    return out
+def dry_run(planned: list[PlannedRun], out: str, prepared_exists: Callable[[str], bool] | None = None) -> str:
+    """What `evaluate` would do: runs (cached or to do), weights, precision, estimated steps and encoder items."""
+    lines, todo, items = [], 0, {}
+    for p in planned:
+        cached = (rec := load_record(out, p.run_id)) is not None and rec.get("status") == "ok"
+        todo += not cached
+        w = p.record.get("weights", {})
+        wtxt = "random init" if w.get("random_init") and w.get("pretrained") else ("scratch" if not w.get("pretrained") else w.get("source"))
+        prec = p.record.get("precision", {})
+        est = p.estimate
+        if p.prep_key and not cached:
+            items[p.prep_key] = est.get("encoder_items", 0)
+        lines.append(f"{'cached ' if cached else 'to run '} {p.run_id}  {p.label:<48} {est.get('steps', '?'):>6} steps  "
+                     f"weights {wtxt}  precision {prec.get('requested')}->{prec.get('effective')}")
+    cache_txt = ""
+    if items:
+        have = [k for k in items if prepared_exists and prepared_exists(k)]
+        cache_txt = (f"; {len(items)} feature cache(s), {len(have)} already built, "
+                     f"{sum(v for k, v in items.items() if k not in have)} encoder items to compute")
+    head = f"{len(planned)} runs: {todo} to run, {len(planned) - todo} cached{cache_txt}"
+    return "\n".join([head, *lines])

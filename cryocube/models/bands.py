@@ -6,10 +6,10 @@ non-spectral layers S2 names (GLD's slope is "B5"), so the cube keeps that name 
 `alias` and matching here keys on it. The result is an explicit, printable table instead of a
 silent tensor reshuffle, and a pairing with no shared band at all is an error, not an all-zero input.
 
-Modes:
-- "protocol": as the reference configs do it (alias matching; SAR-only data gives an optical-only
+Rules (a protocol's `bands:` field in catalogs/protocols.yaml):
+- "named": as the reference configs do it (alias matching; SAR-only data gives an optical-only
   encoder nothing, which is an error here).
-- "cross_sensor": like protocol, except that an optical-only encoder that would get no band from a
+- "cross_sensor": like named, except that an optical-only encoder that would get no band from a
   dataset without optical bands gets the dataset's SAR/grey bands in its RGB slots (B4, B3, B2),
   cycled in cube order (CaFFe's one band three times; SICD's HH, HV, incidence as B4, B3, B2), as the
   Cryo-Bench `zone_mapping_optical` / `ai4arctic_rgb` configs do.
@@ -23,9 +23,10 @@ from typing import Sequence
 
 from ..catalog import Band
 from ..errors import UserError
-from .spec import RGB_SLOTS, S2_BANDS, SAR_BANDS, ModelSpec
+from ..catalog import band_names
+from .spec import ModelSpec
 
-MODES = ("protocol", "cross_sensor")
+RULES = ("named", "cross_sensor")
 
 
 class BandMatchError(UserError):
@@ -34,9 +35,10 @@ class BandMatchError(UserError):
 
 def reference_modality(band: Band) -> str | None:
     """The PANGAEA modality a band would be declared under in a Cryo-Bench dataset config."""
-    if band.alias in SAR_BANDS:
+    names = band_names()
+    if band.alias in names.sar:
         return "sar"
-    if band.alias in S2_BANDS:
+    if band.alias in names.optical:
         return "optical"
     return None  # not a Cryo-Bench band name: no reference config declares it
 
@@ -44,7 +46,7 @@ def reference_modality(band: Band) -> str | None:
 @dataclass(frozen=True)
 class BandMatch:
     model_id: str
-    mode: str
+    rule: str
     slots: list[str]  # encoder input slots, in input-channel order
     index: list[int]  # cube band index per slot, -1 = zero-filled (the mean after normalisation)
     replicated: bool  # the cross-sensor rule put SAR/grey bands into RGB slots
@@ -75,7 +77,7 @@ class BandMatch:
                 rows.append((slot, f"[{i}] {b.name}", b.alias, b.role, wl))
         widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        lines = [f"band match: {self.model_id}, mode={self.mode}"
+        lines = [f"band match: {self.model_id}, rule={self.rule}"
                  + (" (cross-sensor: SAR/grey bands replicated into RGB slots)" if self.replicated else "")]
         lines += [fmt.format(*r).rstrip() for r in rows]
         used = {i for i in self.index if i >= 0}
@@ -89,10 +91,10 @@ class BandMatch:
         return "\n".join(lines)
 
 
-def _error(spec: ModelSpec, bands: Sequence[Band], mode: str, slots: Sequence[str], hint: str) -> BandMatchError:
+def _error(spec: ModelSpec, bands: Sequence[Band], rule: str, slots: Sequence[str], hint: str) -> BandMatchError:
     desc = ", ".join(f"{b.name} (alias {b.alias}, {b.role})" for b in bands) or "none"
     return BandMatchError(
-        f"model {spec.id!r} cannot take any band of this dataset (mode={mode}): dataset bands: {desc}; "
+        f"model {spec.id!r} cannot take any band of this dataset (bands rule {rule}): dataset bands: {desc}; "
         f"encoder slots: {', '.join(slots) if slots else 'the dataset bands of modalities ' + '/'.join(spec.dataset_modalities)}. {hint}"
     )
 
@@ -101,26 +103,26 @@ def _cross_sensor_rgb(spec: ModelSpec, bands: Sequence[Band], slots: list[str]) 
     """RGB replication for an optical-only encoder on a dataset without optical bands."""
     if any(reference_modality(b) == "optical" for b in bands):
         return None  # the dataset has optical bands: protocol matching applies
-    if not all(s in slots for s in RGB_SLOTS):
+    if not all(s in slots for s in band_names().rgb_slots):
         return None
     src = [i for i, b in enumerate(bands) if b.role != "optical"]
     if not src:
         return None
-    fill = dict(zip(RGB_SLOTS, islice(cycle(src), len(RGB_SLOTS))))
+    fill = dict(zip(band_names().rgb_slots, islice(cycle(src), len(band_names().rgb_slots))))
     index = [fill.get(s, -1) for s in slots]
     reasons = {i: "more non-optical bands than RGB slots" for i in range(len(bands)) if i not in index}
     return index, reasons
 
 
-def match_bands(spec: ModelSpec, bands: Sequence[Band], mode: str = "protocol") -> BandMatch:
+def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named") -> BandMatch:
     """Which cube band feeds each encoder slot (see the module docstring for the rules)."""
-    if mode not in MODES:
-        raise UserError(f"unknown band-matching mode {mode!r}; use one of {MODES}")
+    if rule not in RULES:
+        raise UserError(f"unknown band-matching rule {rule!r}; use one of {RULES}")
     bands = tuple(bands)
     if spec.takes_dataset_bands:
-        return _match_dataset(spec, bands, mode)
+        return _match_dataset(spec, bands, rule)
     slots = spec.slots
-    modality = ["sar" if s in SAR_BANDS else "optical" for s in slots]
+    modality = ["sar" if s in band_names().sar else "optical" for s in slots]
     by_alias: dict[str, int] = {}
     for i, b in enumerate(bands):
         by_alias.setdefault(b.alias, i)
@@ -130,19 +132,19 @@ def match_bands(spec: ModelSpec, bands: Sequence[Band], mode: str = "protocol") 
         if i not in index:
             reasons[i] = f"alias {b.alias!r} is not one of the encoder's slots"
     if all(i < 0 for i in index):
-        if mode == "cross_sensor" and spec.optical_only:
+        if rule == "cross_sensor" and spec.optical_only:
             rep = _cross_sensor_rgb(spec, bands, slots)
             if rep is not None:
                 index, reasons = rep
-                return BandMatch(spec.id, mode, slots, index, True, bands, modality, reasons)
-        hint = ("Use mode='cross_sensor' to feed SAR/grey bands into the RGB slots of an optical-only encoder."
-                if mode == "protocol" and spec.optical_only and not any(reference_modality(b) == "optical" for b in bands)
+                return BandMatch(spec.id, rule, slots, index, True, bands, modality, reasons)
+        hint = ("Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into the RGB slots of an optical-only encoder."
+                if rule == "named" and spec.optical_only and not any(reference_modality(b) == "optical" for b in bands)
                 else "Choose an encoder that takes these bands.")
-        raise _error(spec, bands, mode, slots, hint)
-    return BandMatch(spec.id, mode, slots, index, False, bands, modality, reasons)
+        raise _error(spec, bands, rule, slots, hint)
+    return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
 
 
-def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], mode: str) -> BandMatch:
+def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], rule: str) -> BandMatch:
     """Encoders configured with `${dataset.bands}` take every band a Cryo-Bench config would declare."""
     index, slots, modality, reasons = [], [], [], {}
     for i, b in enumerate(bands):
@@ -156,12 +158,12 @@ def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], mode: str) -> BandM
             slots.append(b.alias)
             modality.append(m)
     if not index:
-        if mode == "cross_sensor" and spec.optical_only:
-            rep = _cross_sensor_rgb(spec, bands, list(RGB_SLOTS))
+        if rule == "cross_sensor" and spec.optical_only:
+            rep = _cross_sensor_rgb(spec, bands, list(band_names().rgb_slots))
             if rep is not None:
                 idx, reasons = rep
-                return BandMatch(spec.id, mode, list(RGB_SLOTS), idx, True, bands, ["optical"] * 3, reasons)
-        hint = ("Use mode='cross_sensor' to feed SAR/grey bands into RGB slots."
-                if mode == "protocol" and spec.optical_only else "Choose an encoder that takes these bands.")
-        raise _error(spec, bands, mode, [], hint)
-    return BandMatch(spec.id, mode, slots, index, False, bands, modality, reasons)
+                return BandMatch(spec.id, rule, list(band_names().rgb_slots), idx, True, bands, ["optical"] * 3, reasons)
+        hint = ("Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into RGB slots."
+                if rule == "named" and spec.optical_only else "Choose an encoder that takes these bands.")
+        raise _error(spec, bands, rule, [], hint)
+    return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)

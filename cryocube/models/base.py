@@ -61,6 +61,26 @@ class Encoder(nn.Module):
         return f"model={self.spec.id}, in_chans={self.in_chans}, input_size={self.input_size}"
 
 
+def collect_layers(blocks, t: Tensor, layers: list[int], *, norm: nn.Module | None = None, norm_after_final: bool = False,
+                   stop_early: bool = True, **block_kwargs) -> tuple[list[Tensor], Tensor]:
+    """Run transformer `blocks` on tokens `t`, keeping the tokens after each block index in `layers`.
+
+    norm_after_final: apply `norm` right after the network's final block (DOFA, RAMEN); stop_early: stop
+    after the deepest requested block. Returns (kept token tensors in order, the last tokens computed).
+    """
+    wanted, last = set(layers), max(layers)
+    outs = []
+    for i, blk in enumerate(blocks):
+        t = blk(t, **block_kwargs)
+        if norm_after_final and i == len(blocks) - 1:
+            t = norm(t)
+        if i in wanted:
+            outs.append(t)
+        if stop_early and i == last:
+            break
+    return outs, t
+
+
 def tokens_to_map(tokens: Tensor, grid: int) -> Tensor:
     """(B, N, C) patch tokens -> (B, C, grid, grid) in row-major patch order."""
     b, n, c = tokens.shape

@@ -9,7 +9,7 @@ from .bands import match_bands
 from .spec import list_models, model_spec
 
 
-def bands_table(model_id: str, dataset_id_or_bands: str | Sequence[Band], mode: str = "protocol") -> str:
+def bands_table(model_id: str, dataset_id_or_bands: str | Sequence[Band], rule: str = "named") -> str:
     """The band-matching table of a model on a dataset (catalog id or YAML, a cube path/URL, or Bands)."""
     if isinstance(dataset_id_or_bands, (str, Path)):
         name = str(dataset_id_or_bands)
@@ -17,13 +17,13 @@ def bands_table(model_id: str, dataset_id_or_bands: str | Sequence[Band], mode: 
             ds = load_dataset(name)
             bands, title = ds.bands, f"dataset {ds.id}"
         else:  # a converted cube: its own band coordinates
-            from ..engine.runs import cube_info
+            from ..cube import cube_info
 
             bands, title = cube_info(name).bands, f"cube {name}"
     else:
         bands, title = tuple(dataset_id_or_bands), "given bands"
     spec = model_spec(model_id)
-    m = match_bands(spec, bands, mode)
+    m = match_bands(spec, bands, rule)
     return f"{spec.display_name} ({spec.id}) <- {title}\n{m.table()}"
 
 

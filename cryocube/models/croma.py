@@ -13,9 +13,9 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from .base import Encoder, tokens_to_map
-from .keymap import KeyMap, Rename, register_keymap
-from .registry import register_family
+from .base import Encoder, collect_layers, tokens_to_map
+from .keymap import KeyMap, Rename
+from .registry import register_family, register_keymap
 
 
 def alibi_slopes(n: int) -> list[float]:
@@ -64,15 +64,7 @@ class CromaEncoder(Encoder):
 
     def features(self, x: Tensor) -> list[Tensor]:
         t = self.patch_embed(self.patchify(x))
-        bias = self.attn_bias.to(t.dtype)
-        wanted, last = set(self.output_layers), max(self.output_layers)
-        outs = []
-        for i, blk in enumerate(self.blocks):
-            t = blk(t, attn_mask=bias)
-            if i in wanted:
-                outs.append(t)
-            if i == last:
-                break
+        outs, _ = collect_layers(self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype))
         outs[-1] = self.norm(outs[-1])
         return [tokens_to_map(o, self.grid) for o in outs]
 

@@ -16,17 +16,9 @@ from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, sincos_2d, tokens_to_map
-from .keymap import KeyMap, register_keymap
-from .registry import register_family
-
-# Central wavelengths (µm) of the DOFA config, keyed by Cryo-Bench band name; every SAR band is 3.75.
-DOFA_WAVELENGTHS = {
-    "B1": 0.44, "B2": 0.49, "B3": 0.56, "B4": 0.665, "B5": 0.705, "B6": 0.74, "B7": 0.783, "B8": 0.832,
-    "B8A": 0.864, "B9": 0.945, "B10": 1.373, "B11": 1.61, "B12": 2.20,
-    "VV": 3.75, "VH": 3.75, "HH": 3.75, "HV": 3.75,
-}
-
+from .base import Encoder, collect_layers, sincos_2d, tokens_to_map
+from .keymap import KeyMap
+from .registry import register_family, register_keymap
 
 def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
     """The reference's float32 1-D sin-cos (kept in float32 so pretrained kernels see the same inputs)."""
@@ -87,12 +79,17 @@ class DynamicPatchEmbed(nn.Module):
 
 class DofaEncoder(Encoder):
     def __init__(self, spec, in_chans, input_size, match=None, embed_dim=768, depth=12, num_heads=12, patch_size=16,
-                 mlp_ratio=4.0, wv_planes=128, norm_eps=1e-6, wavelengths_um: list[float] | None = None):
+                 mlp_ratio=4.0, wv_planes=128, norm_eps=1e-6, wavelengths_um: list[float] | dict[str, float] | None = None):
         super().__init__(spec, in_chans, input_size, match)
-        if wavelengths_um is None:
+        if isinstance(wavelengths_um, dict):  # the catalog's table, keyed by Cryo-Bench band name
             if match is None:
-                raise UserError("dofa needs each input band's wavelength: pass bands= (or wavelengths_um=)")
-            wavelengths_um = [DOFA_WAVELENGTHS[s] for s in match.slots]
+                raise UserError("dofa needs each input band's name to look up its wavelength: pass bands=")
+            missing = [s for s in match.slots if s not in wavelengths_um]
+            if missing:
+                raise UserError(f"{spec.path}: arch.wavelengths_um has no wavelength for bands {missing}")
+            wavelengths_um = [float(wavelengths_um[s]) for s in match.slots]
+        if wavelengths_um is None:
+            raise UserError(f"{spec.path}: dofa needs arch.wavelengths_um (a table by band name, or one per input channel)")
         if len(wavelengths_um) != in_chans:
             raise UserError(f"dofa: {len(wavelengths_um)} wavelengths for {in_chans} input channels")
         self.register_buffer("wavelengths_um", torch.tensor(wavelengths_um, dtype=torch.float32), persistent=False)
@@ -111,17 +108,8 @@ class DofaEncoder(Encoder):
         t = self.patch_embed(x, self.wavelengths_um) + self.pos_embed[:, 1:]
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(t.shape[0], -1, -1)
         t = torch.cat([cls, t], dim=1)
-        wanted, last = set(self.output_layers), max(self.output_layers)
-        outs = []
-        for i, blk in enumerate(self.blocks):
-            t = blk(t)
-            if i == len(self.blocks) - 1:
-                t = self.norm(t)
-            if i in wanted:
-                outs.append(tokens_to_map(t[:, 1:], self.grid))
-            if i == last:
-                break
-        return outs
+        outs, _ = collect_layers(self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True)
+        return [tokens_to_map(o[:, 1:], self.grid) for o in outs]
 
 
 register_keymap(KeyMap(

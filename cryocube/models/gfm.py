@@ -10,8 +10,8 @@ from timm.models.swin_transformer import SwinTransformer
 from torch import Tensor
 
 from .base import Encoder
-from .keymap import KeyMap, Rename, register_keymap
-from .registry import register_family
+from .keymap import KeyMap, Rename
+from .registry import register_family, register_keymap
 
 
 class GfmSwinEncoder(Encoder):

@@ -13,6 +13,7 @@ from a model and load it back (`to_reference` then `to_model`). Steps, in load o
 6. `renames`: ordered (reference, ours) prefix templates with `{i}` standing for an integer.
 
 Anything left must equal the model's state dict exactly: that is checked by weights.load_weights.
+Key maps are declared by their family modules and registered with `registry.register_keymap`.
 """
 from __future__ import annotations
 
@@ -137,29 +138,8 @@ class KeyMap:
         return key
 
 
-# ---- registry ---------------------------------------------------------------------------------
-_KEYMAPS: dict[str, KeyMap] = {}
-
-
-def register_keymap(km: KeyMap) -> KeyMap:
-    if km.name in _KEYMAPS:
-        raise ValueError(f"key map {km.name!r} registered twice")
-    _KEYMAPS[km.name] = km
-    return km
-
-
-def get_keymap(name: str) -> KeyMap:
-    from .registry import load_families
-
-    load_families()  # families register their key maps on import
-
-    if name not in _KEYMAPS:
-        raise KeyError(f"unknown key map {name!r}; known: {sorted(_KEYMAPS)}")
-    return _KEYMAPS[name]
-
-
 # A checkpoint written by this package (a fine-tuned encoder): our own names, no rewriting.
-register_keymap(KeyMap(name="native"))
+NATIVE = KeyMap(name="native")
 
 
 # ---- reusable transforms -------------------------------------------------------------------------

@@ -14,16 +14,11 @@ from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, sincos_2d, tokens_to_map
+from .base import Encoder, collect_layers, sincos_2d, tokens_to_map
 from .dofa import sincos_1d_f32
-from .keymap import KeyMap, register_keymap
-from .registry import register_family
+from .keymap import KeyMap
+from .registry import register_family, register_keymap
 
-RAMEN_WAVELENGTHS_NM = {
-    "B1": 440.0, "B2": 490.0, "B3": 560.0, "B4": 665.0, "B5": 705.0, "B6": 740.0, "B7": 783.0, "B8": 832.0,
-    "B8A": 865.0, "B9": 945.0, "B10": 1373.0, "B11": 1610.0, "B12": 2200.0,
-}
-RAMEN_POLARISATIONS = {"VV": "asc_vv", "VH": "asc_vh"}
 POLS = ("asc_vv", "asc_vh", "asc_hv", "asc_hh", "des_vv", "des_vh", "des_hv", "des_hh")
 MODALITY_ORDER = ("optical", "sar")
 
@@ -74,26 +69,33 @@ class RamenEncoder(Encoder):
     fixed_size = True
 
     def __init__(self, spec, in_chans, input_size, match=None, embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0,
-                 input_res: float = 10.0, res: float = 40.0, band_slots: list[str] | None = None):
+                 input_res: float = 10.0, res: float = 40.0, band_slots: list[str] | None = None,
+                 wavelengths_nm: dict[str, float] | None = None, polarisations: dict[str, str] | None = None):
         super().__init__(spec, in_chans, input_size, match)
         slots = band_slots or (match.slots if match is not None else None)
         if slots is None:
             raise UserError("ramen needs the band of each input channel: pass bands= (or band_slots=)")
         if len(slots) != in_chans:
             raise UserError(f"ramen: {len(slots)} band slots for {in_chans} channels")
+        wavelengths_nm, polarisations = dict(wavelengths_nm or {}), dict(polarisations or {})
+        if not wavelengths_nm and not polarisations:
+            raise UserError(f"{spec.path}: ramen needs arch.wavelengths_nm and arch.polarisations (band name -> embedding)")
+        bad = sorted(set(polarisations.values()) - set(POLS))
+        if bad:
+            raise UserError(f"{spec.path}: arch.polarisations names {bad}, not among the projector's {POLS}")
         groups: dict[str, list[int]] = {}
         for k, s in enumerate(slots):
-            if s in RAMEN_WAVELENGTHS_NM:
+            if s in wavelengths_nm:
                 groups.setdefault("optical", []).append(k)
-            elif s in RAMEN_POLARISATIONS:
+            elif s in polarisations:
                 groups.setdefault("sar", []).append(k)
             else:
-                raise UserError(f"ramen has no embedding for band {s!r} (known: {sorted(RAMEN_WAVELENGTHS_NM) + sorted(RAMEN_POLARISATIONS)})")
+                raise UserError(f"ramen has no embedding for band {s!r} (known: {sorted(wavelengths_nm) + sorted(polarisations)})")
         self.modalities = [m for m in MODALITY_ORDER if m in groups]
         for m in self.modalities:
             self.register_buffer(f"idx_{m}", torch.tensor(groups[m]), persistent=False)
-        self.register_buffer("wavelengths_nm", torch.tensor([RAMEN_WAVELENGTHS_NM[slots[k]] for k in groups.get("optical", [])], dtype=torch.float32), persistent=False)
-        self.pols = [RAMEN_POLARISATIONS[slots[k]] for k in groups.get("sar", [])]
+        self.register_buffer("wavelengths_nm", torch.tensor([float(wavelengths_nm[slots[k]]) for k in groups.get("optical", [])], dtype=torch.float32), persistent=False)
+        self.pols = [str(polarisations[slots[k]]) for k in groups.get("sar", [])]
         self.input_res, self.res = float(input_res), float(res)
         self.scale = self.input_res / self.res
         self.grid = int(input_size * self.scale)
@@ -133,18 +135,12 @@ class RamenEncoder(Encoder):
         cls = (self.cls_token + pos[:, :1]).expand(b, -1, -1)
         t = torch.cat([cls, t], dim=1)
         n = self.grid**2
-        wanted, last = set(self.output_layers), max(self.output_layers)
-        outs = []
-        for j, blk in enumerate(self.blocks):
-            t = blk(t)
-            if j == len(self.blocks) - 1:
-                t = self.norm(t)
-            if j in wanted:
-                parts = [t[:, 1 + i * n: 1 + (i + 1) * n] for i in range(len(self.modalities))]
-                outs.append(tokens_to_map(torch.cat(parts, dim=-1), self.grid))
-            if j == last:
-                break
-        return outs
+        outs, _ = collect_layers(self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True)
+        maps = []
+        for o in outs:  # each modality's token run, side by side on channels
+            parts = [o[:, 1 + i * n: 1 + (i + 1) * n] for i in range(len(self.modalities))]
+            maps.append(tokens_to_map(torch.cat(parts, dim=-1), self.grid))
+        return maps
 
 
 register_keymap(KeyMap(

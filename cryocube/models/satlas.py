@@ -9,8 +9,8 @@ import torchvision
 from torch import Tensor, nn
 
 from .base import Encoder
-from .keymap import KeyMap, register_keymap
-from .registry import register_family
+from .keymap import KeyMap
+from .registry import register_family, register_keymap
 
 
 class SatlasSwinEncoder(Encoder):

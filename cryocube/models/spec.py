@@ -7,15 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from ..catalog import CATALOG_DIR, CatalogError, load_yaml, need
-
-# Names the Cryo-Bench / PANGAEA configs use for bands; the band matcher keys on these.
-S2_BANDS = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B8A", "B9", "B10", "B11", "B12")
-SAR_BANDS = ("VV", "VH", "HH", "HV")
-RGB_SLOTS = ("B4", "B3", "B2")
+from ..catalog import CatalogError, band_names, find, ids, load_yaml, need
 
 
 @dataclass(frozen=True)
@@ -45,6 +39,7 @@ class ModelSpec:
     gflops: float | None
     licence: str
     arch: dict[str, Any] = field(default_factory=dict)
+    decoder: str | None = None  # a decoder this encoder always takes (U-Net's up path), else the recipe's
     benchmark_entry: str = ""
     dataset_modalities: tuple[str, ...] = ("optical", "sar")  # for input_bands == "dataset"
     reference_config: str = ""
@@ -71,7 +66,7 @@ class ModelSpec:
 def _band_list(v, where: str, key: str) -> list[str]:
     if not isinstance(v, list) or not all(isinstance(b, str) for b in v):
         raise CatalogError(f"{where}: {key} must be a list of band names, got {v!r}")
-    unknown = [b for b in v if b not in S2_BANDS + SAR_BANDS]
+    unknown = [b for b in v if b not in band_names().all]
     if unknown:
         raise CatalogError(f"{where}: {key} has names that are not Cryo-Bench band names: {unknown}")
     return list(v)
@@ -123,6 +118,7 @@ def parse_model(d: dict, where: str) -> ModelSpec:
         gflops=pub.get("gflops"),
         licence=str(d.get("licence", "")),
         arch=dict(d.get("arch", {}) or {}),
+        decoder=(str(d["decoder"]) if d.get("decoder") else None),
         benchmark_entry=str(d.get("benchmark_entry", d["id"])),
         dataset_modalities=mods,
         reference_config=str(d.get("reference_config", "")),
@@ -131,20 +127,16 @@ def parse_model(d: dict, where: str) -> ModelSpec:
     )
 
 
-def list_models(catalog_dir: str | None = None) -> list[str]:
-    """Ids of every model in catalogs/models/."""
-    return sorted(p.stem for p in (Path(catalog_dir or CATALOG_DIR) / "models").glob("*.yaml"))
+def list_models() -> list[str]:
+    """Ids of every model in the catalogs."""
+    return ids("models")
 
 
 @lru_cache(maxsize=None)
-def model_spec(model_id: str, catalog_dir: str | None = None) -> ModelSpec:
+def model_spec(model_id: str) -> ModelSpec:
     """The spec of a model by id (catalogs/models/<id>.yaml) or by a YAML path."""
-    known = list_models(catalog_dir)
-    if not model_id.endswith((".yaml", ".yml")) and model_id not in known:
-        raise CatalogError(f"unknown model {model_id!r}; known models: {', '.join(known)}")
-    d = load_yaml("models", model_id, catalog_dir)
-    where = model_id if model_id.endswith((".yaml", ".yml")) else str(Path(catalog_dir or CATALOG_DIR) / "models" / f"{model_id}.yaml")
-    spec = parse_model(d, where)
+    path = find("models", model_id)
+    spec = parse_model(load_yaml("models", str(path)), str(path))
     if not model_id.endswith((".yaml", ".yml")) and spec.id != model_id:
-        raise CatalogError(f"{where}: id {spec.id!r} does not match the file name {model_id!r}")
+        raise CatalogError(f"{path}: id {spec.id!r} does not match the file name {model_id!r}")
     return spec

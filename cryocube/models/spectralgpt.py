@@ -12,9 +12,9 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from .base import Encoder, drop_path_schedule
-from .keymap import KeyMap, merge_qkv_transform, register_keymap
-from .registry import register_family
+from .base import Encoder, collect_layers, drop_path_schedule
+from .keymap import KeyMap, merge_qkv_transform
+from .registry import register_family, register_keymap
 
 
 class SpectralGptEncoder(Encoder):
@@ -44,15 +44,8 @@ class SpectralGptEncoder(Encoder):
         t = t.flatten(3).permute(0, 2, 3, 1).reshape(b, -1, d)  # (B, G*g*g, D), group-major
         pos = self.pos_embed_spatial.repeat(1, self.groups, 1) + torch.repeat_interleave(self.pos_embed_temporal, self.grid**2, dim=1)
         t = t + pos
-        wanted, last = set(self.output_layers), max(self.output_layers)
-        outs = []
-        for i, blk in enumerate(self.blocks):
-            t = blk(t)
-            if i in wanted:
-                outs.append(t.transpose(1, 2).reshape(b, d * self.groups, self.grid, self.grid))
-            if i == last:
-                break
-        return outs
+        outs, _ = collect_layers(self.blocks, t, self.output_layers)
+        return [o.transpose(1, 2).reshape(b, d * self.groups, self.grid, self.grid) for o in outs]
 
 
 register_keymap(KeyMap(

@@ -16,9 +16,9 @@ from timm.layers import SwiGLU
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from .base import Encoder, drop_path_schedule, sincos_2d_mocov3, tokens_to_map
-from .keymap import KeyMap, Rename, register_keymap
-from .registry import register_family
+from .base import Encoder, collect_layers, drop_path_schedule, sincos_2d_mocov3, tokens_to_map
+from .keymap import KeyMap, Rename
+from .registry import register_family, register_keymap
 
 
 def terramind_mlp(in_features: int, hidden_features: int | None = None, act_layer=nn.SiLU, bias: bool = False, drop: float = 0.0, **_):
@@ -61,12 +61,7 @@ class TerraMindEncoder(Encoder):
 
     def features(self, x: Tensor) -> list[Tensor]:
         t = self.embed(x) + (self.pos_emb.to(x.dtype) + self.embed.mod_emb)
-        wanted = set(self.output_layers)
-        outs = []
-        for i, blk in enumerate(self.blocks):
-            t = blk(t)
-            if i in wanted:
-                outs.append(t)
+        outs, t = collect_layers(self.blocks, t, self.output_layers, stop_early=False)
         outs[-1] = self.norm(t)  # the reference replaces the last output by the final-normed last block
         return [tokens_to_map(o, self.grid) for o in outs]
 

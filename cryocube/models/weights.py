@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from .. import store
 from ..fetch import fetch, file_digest
-from .keymap import get_keymap
+from .registry import get_keymap
 from .spec import model_spec
 
 
@@ -45,10 +46,6 @@ class LoadReport:
     def summary(self) -> str:
         return (f"{self.path}: loaded {self.loaded} tensors; {len(self.set_aside)} checkpoint keys are not part of the "
                 f"encoder; {len(self.computed)} recomputed at build time")
-
-
-def _is_remote(path: str) -> bool:
-    return "://" in str(path) and not str(path).startswith("file://")
 
 
 def sha256_file(path: str | Path) -> str:
@@ -87,10 +84,9 @@ def fetch_weights(model_id: str, dest_dir: str | Path | None = None, force: bool
 
 def _local(path_or_url: str | Path, sha256: str | None) -> Path:
     s = str(path_or_url)
-    if _is_remote(s):
+    if store.is_remote(s):
         dest = cache_dir() / "by-url" / hashlib.sha1(s.encode()).hexdigest()[:16] / Path(s.split("?")[0]).name
-        if not dest.exists():
-            fetch(s, dest, sha256=sha256, progress=False, error=WeightsError)
+        fetch(s, dest, sha256=sha256, progress=False, error=WeightsError)  # re-checks a cached copy's checksum
         return dest
     p = Path(s[7:] if s.startswith("file://") else s)
     if not p.exists():
@@ -222,5 +218,91 @@ def load_decoder(path: str | Path, decoder: nn.Module | None = None, encoder: nn
     return decoder, dict(payload.get("meta", {}))
 
 
-__all__ = ["WeightsError", "LoadReport", "fetch_weights", "load_weights", "read_checkpoint", "save_decoder",
+@dataclass(frozen=True)
+class WeightsInfo:
+    """What a run's encoder starts from; every record carries it."""
+
+    source: str  # checkpoint path/URL, "scratch" (trained from scratch by design) or "random" (a GFM without weights)
+    sha256: str | None
+    random_init: bool
+    pretrained: bool  # the catalog calls this a pretrained model
+
+    @property
+    def path(self) -> str | None:
+        return None if self.random_init else self.source
+
+    def as_record(self) -> dict:
+        return {"source": self.source, "sha256": self.sha256, "random_init": self.random_init, "pretrained": self.pretrained}
+
+
+def checkpoint_digest(path: Path) -> str:
+    """sha256 of a checkpoint, remembered beside it (keyed by size and mtime) so planning hashes it once."""
+    st = path.stat()
+    side = path.with_name(path.name + ".sha256")
+    key = f"{st.st_size}:{st.st_mtime_ns}"
+    try:
+        k, digest = side.read_text().split()
+        if k == key:
+            return digest
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(path)
+    try:
+        side.write_text(f"{key} {digest}\n")
+    except OSError:  # a read-only weights folder: hash again next time
+        pass
+    return digest
+
+
+def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> Path | None:
+    """A fetched checkpoint of `model_id`: in `weights_dir` (--weights), else where `cryocube weights fetch` puts it."""
+    spec = model_spec(model_id)
+    w = spec.weights
+    if w is None or not spec.pretrained:
+        return None
+    name = w.filename or (Path(w.url.split("?")[0]).name if w.url else None)
+    if not name:
+        return None
+    for d in [Path(weights_dir)] if weights_dir else [cache_dir()]:
+        if (d / name).is_file():
+            return d / name
+    return None
+
+
+def resolve_weights(model_id: str, explicit: str | None = None, weights_dir: str | Path | None = None,
+                    allow_random: bool = False) -> WeightsInfo:
+    """The checkpoint a run of `model_id` loads: the recipe's `encoder_weights` entry, else one found in
+    `weights_dir` or the weights cache; a pretrained model without one is refused unless `allow_random`."""
+    spec = model_spec(model_id)
+    if not spec.pretrained and explicit is None:
+        return WeightsInfo("scratch", None, True, False)
+    if explicit is not None:
+        if store.is_remote(explicit):
+            path = _local(explicit, spec.weights.sha256 if spec.weights and explicit == spec.weights.url else None)
+        else:
+            path = Path(store.local_path(explicit))
+            if not path.is_file():
+                raise WeightsError(f"checkpoint {path} for {model_id} (recipe field encoder_weights) does not exist")
+        digest = checkpoint_digest(path)
+        if spec.weights and spec.weights.sha256 and digest != spec.weights.sha256.lower() and path.name == spec.weights.filename:
+            raise WeightsError(f"{path}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for {model_id}")
+        return WeightsInfo(str(explicit) if store.is_remote(explicit) else str(path.resolve()), digest, False, spec.pretrained)
+    found = find_checkpoint(model_id, weights_dir)
+    if found is not None:
+        digest = checkpoint_digest(found)
+        if spec.weights.sha256 and digest != spec.weights.sha256.lower():
+            raise WeightsError(f"{found}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for {model_id}; "
+                               f"fetch it again: cryocube weights fetch {model_id} --force")
+        return WeightsInfo(str(found.resolve()), digest, False, True)
+    if allow_random:
+        return WeightsInfo("random", None, True, True)
+    where = weights_dir or cache_dir()
+    how = (f"`cryocube weights fetch {model_id}`" if spec.weights and spec.weights.url
+           else f"downloading it by hand ({spec.weights.notes or 'no public URL'}) into {where}")
+    raise WeightsError(f"{model_id} is a pretrained model but no checkpoint was found in {where}: get it with {how}, "
+                       f"pass --weights DIR or --set encoder_weights={{{model_id}: PATH}}, or pass --allow-random-weights "
+                       "to measure the pipeline with random weights (results then say random_init)")
+
+
+__all__ = ["WeightsError", "WeightsInfo", "resolve_weights", "find_checkpoint", "checkpoint_digest", "LoadReport", "fetch_weights", "load_weights", "read_checkpoint", "save_decoder",
            "load_decoder", "save_encoder", "sha256_file"]

@@ -12,7 +12,7 @@ from typing import Sequence
 from .leaderboard import Leaderboard, best_two
 from .names import dataset_display_name, model_sort_key
 from .published import Mismatch
-from .records import Results, Run
+from .records import RANDOM_INIT, Results, Run
 from .tables import MISSING, Column, Table, fmt
 
 RANK_NOTE = ("Rank: competition ranking per dataset (ties share the best rank), averaged over the datasets a "
@@ -43,6 +43,7 @@ class Cost:
     gpu_hours: float
     cpu_hours: float
     n_runs: int
+    precision: str = "fp32"
 
     @property
     def params_m(self) -> float | None:
@@ -74,7 +75,8 @@ def costs(runs: Sequence[Run]) -> dict[str, Cost]:
         mem = [r.peak_memory_mb for r in rs if r.peak_memory_mb is not None]
         out[m] = Cost(_median_int([r.params[0] for r in rs]), _median_int([r.params[1] for r in rs]),
                       _mean([r.gflops for r in rs]), _mean([r.samples_per_s for r in rs]),
-                      max(mem) if mem else None, hours["cuda"], hours["cpu"], len(rs))
+                      max(mem) if mem else None, hours["cuda"], hours["cpu"], len(rs),
+                      ", ".join(sorted({r.precision for r in rs})))
     return out
 
 
@@ -109,7 +111,7 @@ def leaderboard_table(lb: Leaderboard, cost: dict[str, Cost] | None = None,
         cols += [Column("avg_mIoU_published", "Avg (printed)"), Column("avg_rank_published", "Rank (printed)")]
     if cost is not None:
         cols += COST_COLUMNS
-    t = Table(f"leaderboard", f"{lb.title}: mIoU (%)", cols)
+    t = Table("leaderboard", f"{lb.title}: mIoU (%)", cols)
     bad = {(m.model, m.field) for m in mismatches}
     n = len(lb.datasets)
     for r in lb.rows:
@@ -130,6 +132,9 @@ def leaderboard_table(lb: Leaderboard, cost: dict[str, Cost] | None = None,
                         decimals=lb.decimals), d)
     _mark_complete(t, lb, "avg_mIoU", {i: r.avg for i, r in enumerate(lb.rows)}, True)
     _mark_complete(t, lb, "avg_rank", {i: r.avg_rank for i, r in enumerate(lb.rows)}, False)
+    if any(r.name.endswith(RANDOM_INIT) for r in lb.rows):
+        t.notes.append(f"Rows marked{RANDOM_INIT} ran a pretrained model WITHOUT its checkpoint (--allow-random-weights): "
+                       "they measure the pipeline, not the model.")
     t.notes += [RANK_NOTE, MARK_NOTE,
                 f"A missing cell is shown as {MISSING}; an average over fewer than the {n} datasets says (k/{n})."]
     if len(lb.seeds) > 1:
@@ -287,7 +292,8 @@ def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
     cols = [Column("model", "Model", numeric=False), Column("avg_mIoU", "Avg mIoU"),
             Column("params_encoder_M", "Encoder params (M)"), Column("params_decoder_M", "Decoder params (M)"),
             Column("gflops", "GFLOPs"), Column("samples_per_s", "samples/s"), Column("peak_memory_mb", "Peak MB"),
-            Column("gpu_hours", "GPU h"), Column("cpu_hours", "CPU h"), Column("n_runs", "runs")]
+            Column("gpu_hours", "GPU h"), Column("cpu_hours", "CPU h"), Column("n_runs", "runs"),
+            Column("precision", "precision", numeric=False)]
     t = Table("cost", f"{lb.title}: accuracy against cost", cols)
     for r in lb.rows:
         c = cost.get(r.name)
@@ -295,10 +301,11 @@ def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
             continue
         pe = c.params_encoder / 1e6 if c.params_encoder is not None else None
         pd_ = c.params_decoder / 1e6 if c.params_decoder is not None else None
-        raw = [r.name, r.avg, pe, pd_, c.gflops, c.samples_per_s, c.peak_memory_mb, c.gpu_hours, c.cpu_hours, c.n_runs]
+        raw = [r.name, r.avg, pe, pd_, c.gflops, c.samples_per_s, c.peak_memory_mb, c.gpu_hours, c.cpu_hours, c.n_runs,
+               c.precision]
         t.add(raw, [r.name, _avg_text(r.avg, r.n_avg, len(lb.datasets)), fmt(pe, 2), fmt(pd_, 2), fmt(c.gflops, 1),
                     fmt(c.samples_per_s, 1), fmt(c.peak_memory_mb, 0), fmt(c.gpu_hours, 3), fmt(c.cpu_hours, 3),
-                    str(c.n_runs)])
+                    str(c.n_runs), c.precision])
     t.notes.append("GFLOPs as recorded by the engine per run (forward pass); hours = sum of the runs' total time.")
     return t
 

@@ -22,7 +22,7 @@ from ..errors import UserError
 from . import analysis, plots
 from .html import FigureRef, Section, write_html
 from .leaderboard import Leaderboard, leaderboard_from_runs
-from .names import PROTOCOL_TITLES, protocol_sort_key
+from .names import protocol_sort_key, protocol_title
 from .published import Mismatch, check_consistency, load_leaderboard_csv, published_leaderboard
 from .qualitative import find_predictions, qualitative_panels
 from .records import Results, Run, load_results
@@ -55,7 +55,7 @@ def _group_key(protocol: str, fraction: float, fractions: set[float]) -> str:
 
 
 def _title(protocol: str, fraction: float) -> str:
-    t = PROTOCOL_TITLES.get(protocol, protocol)
+    t = protocol_title(protocol)
     return t if math.isclose(fraction, 1.0) else f"{t}, {fraction * 100:g}% labels"
 
 
@@ -85,6 +85,9 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         meta["protocols"] = ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key))
         meta["seeds"] = ", ".join(map(str, sorted({r.seed for r in runs})))
         meta["devices"] = ", ".join(sorted({r.device for r in runs if r.device})) or "–"
+        meta["precision"] = ", ".join(sorted({r.precision for r in runs})) or "–"
+        rnd = sorted({r.model for r in runs if r.random_init})
+        meta["random-init models"] = ", ".join(rnd) if rnd else "none (every pretrained model loaded its checkpoint)"
         created = sorted(r.created for r in runs if r.created)
         if created:
             meta["run times"] = f"{created[0]} … {created[-1]}"

@@ -1,7 +1,6 @@
 """Qualitative panels: image, label and (when a run stored them) prediction for chosen test tiles.
 
-Reads the cube (Zarr v3 group: `image(sample, band, y, x)`, `label(sample, y, x)` with -1 = ignore,
-coords `split`/`scene`/`band`, attrs `classes`) and optionally a run's `predictions.zarr`
+Reads the cube (through `cube.open_cube`, any store) and optionally a run's `predictions.zarr`
 (`pred(sample, y, x)` plus a `sample` array giving the cube index of each row). Only the few chosen
 samples are read, so xarray's convenience costs nothing here.
 """
@@ -30,12 +29,14 @@ class CubeReadError(UserError, ValueError):
 
 
 def open_cube(url: str):
-    import xarray as xr
+    from .. import cube
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # "not consolidated" fallback is fine here
-            ds = xr.open_zarr(url, decode_coords="all", consolidated=None)
+            ds = cube.open_cube(url, allow_incomplete=True)
+    except UserError:
+        raise
     except Exception as e:  # zarr/fsspec raise many kinds; the user needs the URL and the reason
         raise CubeReadError(f"{url}: cannot open the cube ({type(e).__name__}: {e})") from None
     for var in ("image", "label"):
@@ -96,10 +97,10 @@ def to_display(image: np.ndarray, band_names: Sequence[str]) -> np.ndarray:
 def _predictions(url: str | None):
     if url is None:
         return None, {}
-    import zarr
+    from .. import store
 
     try:
-        g = zarr.open_group(str(url), mode="r")
+        g = store.open_group(str(url), "r")
         pred, index = g["pred"], np.asarray(g["sample"][:]).astype(int)
     except Exception as e:
         raise CubeReadError(f"{url}: cannot read predictions (needs arrays 'pred' and 'sample'): {e}") from None
@@ -153,17 +154,19 @@ def qualitative_panels(cube_url: str, predictions_url: str | None, samples: Sequ
     return save(fig, Path(out))
 
 
-def find_predictions(run: Run, sources: Sequence[Path]) -> Path | None:
-    """Where a run's predictions.zarr lives: a path in the record, or <results dir>[/runs]/<run_id>/."""
+def find_predictions(run: Run, sources: Sequence[str]) -> str | None:
+    """Where a run's predictions.zarr lives: a URL in the record, or <results dir>[/runs]/<run_id>/."""
+    from .. import store
+
     rec = run.record
     cands = [rec.get("predictions"), rec.get("predictions_url")]
     if rec.get("run_dir"):
-        cands.append(Path(str(rec["run_dir"])) / "predictions.zarr")
+        cands.append(store.join(str(rec["run_dir"]), "predictions.zarr"))
     for src in sources:
-        base = Path(src).parent
+        base = str(src).rsplit("/", 1)[0]
         if run.run_id:
-            cands += [base / run.run_id / "predictions.zarr", base / "runs" / run.run_id / "predictions.zarr"]
+            cands += [store.join(base, run.run_id, "predictions.zarr"), store.join(base, "runs", run.run_id, "predictions.zarr")]
     for c in cands:
-        if c and Path(str(c)).exists():
-            return Path(str(c))
+        if c and store.exists(str(c)):
+            return str(c)
     return None

@@ -2,21 +2,26 @@
 
 One JSON object per line and per run. The reader keeps what the report needs, ignores keys it does
 not know (the engine may add more), keeps only the latest record of a repeated run, and separates
-failed runs so that they are listed, never averaged.
+failed runs so that they are listed, never averaged. Results may live on any store (s3://...).
+A pretrained model run without its checkpoint is a different row ("S12-MoCo (random init)"), so
+every table and plot says so and never averages it with real-weight runs.
 """
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from .. import store
+from ..engine.records import RESULTS_FILE
 from ..errors import UserError
 from .names import model_display_name
 
-RESULTS_FILE = "results.jsonl"
+RANDOM_INIT = " (random init)"
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
 
 
@@ -79,6 +84,16 @@ class Run:
         return _num(self.record.get("peak_memory_mb"))
 
     @property
+    def random_init(self) -> bool:
+        w = self.record.get("weights")
+        return bool(isinstance(w, dict) and w.get("random_init") and w.get("pretrained"))
+
+    @property
+    def precision(self) -> str:
+        p = self.record.get("precision")
+        return str(p.get("effective")) if isinstance(p, dict) else str(p or "fp32")
+
+    @property
     def cube(self) -> dict[str, Any]:
         c = self.record.get("cube")
         return c if isinstance(c, dict) else {}
@@ -94,7 +109,7 @@ class Results:
 
     runs: list[Run]  # status ok with a numeric mIoU
     failures: list[Run]  # status error (or "ok" without a usable mIoU)
-    sources: list[Path]
+    sources: list[str]
     replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
@@ -112,21 +127,33 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def result_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand directories to the results.jsonl files they hold (the run directory's own file first)."""
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = [p / RESULTS_FILE] if (p / RESULTS_FILE).is_file() else sorted(p.rglob(RESULTS_FILE))
+def result_files(paths: Iterable[str | Path]) -> list[str]:
+    """Expand directories (local or remote) to the results.jsonl files they hold (the folder's own file first)."""
+    files: list[str] = []
+    for p in map(str, paths):
+        if store.is_remote(p):
+            if p.endswith(".jsonl"):
+                if not store.file_exists(p):
+                    raise ResultsError(f"{p}: no such results file")
+                files.append(p)
+            elif store.file_exists(store.join(p, RESULTS_FILE)):
+                files.append(store.join(p, RESULTS_FILE))
+            else:
+                raise ResultsError(f"{p}: no {RESULTS_FILE} there")
+            continue
+        q = Path(p)
+        if q.is_dir():
+            found = [q / RESULTS_FILE] if (q / RESULTS_FILE).is_file() else sorted(q.rglob(RESULTS_FILE))
             if not found:
-                raise ResultsError(f"{p}: no {RESULTS_FILE} in this directory or below it")
-            files.extend(found)
-        elif p.is_file():
-            files.append(p)
+                raise ResultsError(f"{q}: no {RESULTS_FILE} in this directory or below it")
+            files.extend(str(f) for f in found)
+        elif q.is_file():
+            files.append(str(q))
         else:
-            raise ResultsError(f"{p}: no such results file or directory")
-    seen: set[Path] = set()
-    return [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+            raise ResultsError(f"{q}: no such results file or directory")
+    seen: set[str] = set()
+    key = lambda f: f if store.is_remote(f) else str(Path(f).resolve())  # noqa: E731
+    return [f for f in files if not (key(f) in seen or seen.add(key(f)))]
 
 
 def parse_record(d: Any, where: str) -> Run:
@@ -146,9 +173,11 @@ def parse_record(d: Any, where: str) -> Run:
     if status == "ok" and _num(metrics.get("mIoU")) is None:
         status, error = "error", error or "record has status ok but no numeric metrics.mIoU"
     model = str(d["model"])
+    w = d.get("weights") if isinstance(d.get("weights"), dict) else {}
+    random_init = bool(w.get("random_init") and w.get("pretrained"))
     return Run(
         run_id=str(d.get("run_id") or ""), model=model,
-        model_name=model_display_name(model, d.get("model_name")), dataset=str(d["dataset"]).lower(),
+        model_name=model_display_name(model, d.get("model_name")) + (RANDOM_INIT if random_init else ""), dataset=str(d["dataset"]).lower(),
         protocol=str(d["protocol"]), fraction=fraction, seed=seed, status=status,
         error=None if error is None else str(error), metrics=metrics, created=str(d.get("created") or ""),
         source=where, record=d,
@@ -168,7 +197,7 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
     runs: list[Run] = []
     for f in result_files(paths):
         try:
-            lines = f.read_text().splitlines()
+            lines = store.read_text(f).splitlines()
         except OSError as e:
             raise ResultsError(f"{f}: cannot read ({e})") from None
         for i, line in enumerate(lines, 1):
@@ -177,6 +206,9 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
             try:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
+                if i == len(lines):  # a torn last line (an interrupted write): the engine moves it aside next time
+                    warnings.warn(f"{f}:{i}: torn last line skipped", stacklevel=2)
+                    continue
                 raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
             runs.append(parse_record(d, f"{f}:{i}"))
     return runs

@@ -23,17 +23,6 @@ def confusion_matrix(pred, target, num_classes: int, ignore_index: int = -1) -> 
     return np.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
 
 
-def tree_reduce_futures(client, futures: list, fn=np.add, resources: dict | None = None):
-    """Reduce futures pairwise on the workers (log-depth), returning one future."""
-    level = list(futures)
-    while len(level) > 1:
-        nxt = [client.submit(fn, level[i], level[i + 1], pure=False, resources=resources) for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return level[0]
-
-
 def metrics_from_confusion(cm: np.ndarray, class_names: Iterable[str] | None = None) -> dict:
     """Per-class IoU/F1/precision/recall and their means, in percent."""
     cm = np.asarray(cm, dtype=np.int64)

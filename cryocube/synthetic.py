@@ -1,18 +1,19 @@
-"""Small raw datasets in each published layout, for tests and `cryocube quickstart`.
+"""Sample datasets: small raw trees in each published layout, for tests and `cryocube quickstart`.
 
 The files are real (GeoTIFF with a CRS through rasterio, PNG through PIL, AI4Arctic netCDF through
-netCDF4) and the pixels carry structure a model can learn: glacial lakes are dark smooth blobs,
-debris is bright textured ground, sea-ice stages have distinct HH/HV backscatter with speckle,
-CaFFe zones are dark ocean / bright glacier / textured rock / black N/A.
+netCDF4), written by the layout's own reader (`Reader.write`, so paths follow the reader's
+declarations in the catalog), and the pixels carry structure a model can learn: glacial lakes are
+dark smooth blobs, debris is bright textured ground, sea-ice stages have distinct HH/HV backscatter
+with speckle, CaFFe zones are dark ocean / bright glacier / textured rock / black N/A.
 
 `make_raw(dataset, root, layout)` writes one dataset and returns a `RawManifest`: per item the
 split, scene, file paths, the image as written and the label as class indices (after the layout's
 label_map), so a test can compare a converted cube with what was generated. `corrupt(manifest,
-kind)` damages one file for bad-input tests. Everything is numpy-only (no scipy) and seeded.
+kind)` damages one file for bad-input tests. Pixel recipes are keyed by dataset id (`RECIPES`); a
+catalog dataset without one can still be converted, just not generated. Everything is seeded.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from .catalog import CUBE_IGNORE_INDEX, Layout, load_dataset
+from .catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
+from .convert.base import open_reader
+from .convert.splits import draw_val
 
 # -- the manifest --------------------------------------------------------------------------------
 
@@ -222,153 +225,6 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-# -- file writers ----------------------------------------------------------------------------------
-
-
-def write_geotiff(path: str | Path, arr: np.ndarray, crs: str | None = None, transform: tuple | None = None) -> None:
-    import rasterio
-    from rasterio.transform import Affine
-
-    arr = arr[None] if arr.ndim == 2 else arr
-    profile = dict(driver="GTiff", count=arr.shape[0], height=arr.shape[1], width=arr.shape[2], dtype=arr.dtype.name)
-    if crs is not None:
-        profile.update(crs=crs, transform=Affine(*transform))
-    with rasterio.open(path, "w", **profile) as ds:
-        ds.write(arr)
-
-
-def write_png(path: str | Path, arr: np.ndarray, crs=None, transform=None) -> None:
-    from PIL import Image
-
-    arr = arr[None] if arr.ndim == 2 else arr
-    if arr.shape[0] not in (1, 2, 3, 4):
-        raise ValueError(f"{path}: a PNG holds 1-4 bands, not {arr.shape[0]}")
-    data = arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, -1)  # L, LA, RGB, RGBA
-    Image.fromarray(np.ascontiguousarray(data.astype(np.uint8))).save(path)
-
-
-FILE_WRITERS: dict[str, Callable] = {".tif": write_geotiff, ".png": write_png}
-
-AI4ARCTIC_VARIABLES = ("nersc_sar_primary", "nersc_sar_secondary", "sar_incidenceangle")
-
-
-def write_ai4arctic(path: str | Path, scene: str, image: np.ndarray | None, charts: dict[str, np.ndarray] | None) -> None:
-    """A ready-to-train AI4Arctic netCDF: SAR on (sar_lines, sar_samples), charts uint8 with
-    chart_fill_value 255, an AMSR2 variable on the 2 km grid, and the global attributes."""
-    import netCDF4
-
-    shape = (image if image is not None else next(iter(charts.values()))).shape[-2:]
-    with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
-        ds.createDimension("sar_lines", shape[0])
-        ds.createDimension("sar_samples", shape[1])
-        ds.scene_id = f"S1B_EW_GRDM_1SDH_{scene.split('_')[0]}_synthetic"
-        ds.original_id = ds.scene_id
-        ds.ice_service = scene.rsplit("_", 1)[-1]
-        ds.flip = 0
-        ds.pixel_spacing = 80
-        if image is not None:
-            for name, band in zip(AI4ARCTIC_VARIABLES, image):
-                v = ds.createVariable(name, "f4", ("sar_lines", "sar_samples"), fill_value=np.float32(np.nan), zlib=True,
-                                      chunksizes=(min(64, shape[0]), min(64, shape[1])))
-                v[:] = band
-            ds.createDimension("2km_grid_lines", math.ceil(shape[0] / 25))
-            ds.createDimension("2km_grid_samples", math.ceil(shape[1] / 25))
-            amsr = ds.createVariable("btemp_6_9h", "f4", ("2km_grid_lines", "2km_grid_samples"))
-            amsr[:] = np.zeros((math.ceil(shape[0] / 25), math.ceil(shape[1] / 25)), np.float32)
-        for name, chart in (charts or {}).items():
-            v = ds.createVariable(name, "u1", ("sar_lines", "sar_samples"), zlib=True)
-            v.chart_fill_value = 255
-            v.set_auto_maskandscale(False)
-            v[:] = chart
-
-
-def ai4arctic_charts(sod: np.ndarray) -> dict[str, np.ndarray]:
-    """SOD plus SIC and FLOE derived from it (open water 0, ice 100 % / medium floes)."""
-    fill = sod == 255
-    sic = np.where(fill, 255, np.where(sod == 0, 0, 10)).astype(np.uint8)
-    floe = np.where(fill, 255, np.where(sod == 0, 0, 3)).astype(np.uint8)
-    return {"SOD": sod.astype(np.uint8), "SIC": sic, "FLOE": floe}
-
-
-# -- layouts: where files go and how they are written ------------------------------------------
-
-
-def _val_rule(dataset: str, layout: str) -> Callable[[list[str], dict], set[str]]:
-    """The reader's own rule for drawing val from train (imported lazily: readers import rasterio)."""
-    if dataset == "caffe":
-        from .convert.caffe import shuffle_split_val
-
-        return lambda names, o: shuffle_split_val(names, float(o.get("val_fraction", 0.1)), int(o.get("val_seed", 1)))
-    from .convert.sicd import draw_val_scenes
-
-    return lambda names, o: draw_val_scenes(names, int(o.get("val_scenes", 10)), int(o.get("val_seed", 0)))
-
-
-@dataclass(frozen=True)
-class FolderLayout:
-    """Image and label rasters in parallel folders (`{folder}` = the split's folder on disk)."""
-
-    image_dir: str
-    label_dir: str
-    ext: str
-    folders: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "val", "test": "test"})
-    label_suffix: str = ""
-    val_from_train: bool = False  # val lives in the train folder, drawn by the reader's rule
-
-    def paths(self, root: Path, split: str, scene: str) -> tuple[str, str]:
-        folder = self.folders[split]
-        img = root / self.image_dir.format(folder=folder) / f"{scene}{self.ext}"
-        lbl = root / self.label_dir.format(folder=folder) / f"{scene}{self.label_suffix}{self.ext}"
-        return str(img), str(lbl)
-
-    def write_image(self, item: RawItem, image: np.ndarray) -> None:
-        os.makedirs(os.path.dirname(item.image_path), exist_ok=True)
-        FILE_WRITERS[self.ext](item.image_path, image, item.crs, item.transform)
-
-    def write_label(self, item: RawItem, raw: np.ndarray) -> None:
-        os.makedirs(os.path.dirname(item.label_path), exist_ok=True)
-        FILE_WRITERS[self.ext](item.label_path, raw.astype(np.uint8), item.crs, item.transform)
-
-
-@dataclass(frozen=True)
-class AI4ArcticLayout:
-    """`train/<scene>_prep.nc` with charts inside; `test/<scene>_prep.nc` + `_prep_reference.nc`."""
-
-    folders: dict[str, str] = field(default_factory=lambda: {"train": "train", "val": "train", "test": "test"})
-    val_from_train: bool = True
-    ext: str = ".nc"
-
-    def paths(self, root: Path, split: str, scene: str) -> tuple[str, str]:
-        folder = root / self.folders[split]
-        img = folder / f"{scene}_prep.nc"
-        return str(img), str(folder / f"{scene}_prep_reference.nc") if split == "test" else str(img)
-
-    def write_image(self, item: RawItem, image: np.ndarray) -> None:
-        os.makedirs(os.path.dirname(item.image_path), exist_ok=True)
-        inside = ai4arctic_charts(item.raw_label) if item.label_path == item.image_path else None
-        write_ai4arctic(item.image_path, item.scene, image, inside)
-
-    def write_label(self, item: RawItem, raw: np.ndarray) -> None:
-        if item.label_path == item.image_path:
-            write_ai4arctic(item.image_path, item.scene, item.image, ai4arctic_charts(raw))
-        else:
-            write_ai4arctic(item.label_path, item.scene, None, ai4arctic_charts(raw))
-
-
-LAYOUTS: dict[tuple[str, str], object] = {
-    ("gsdd", "cryobench"): FolderLayout("{folder}/image", "{folder}/mask", ".tif"),
-    ("gld", "cryobench"): FolderLayout("{folder}/image", "{folder}/mask", ".tif"),
-    ("glid", "cryobench"): FolderLayout("{folder}/images", "{folder}/masks", ".png"),
-    # the Zenodo release names its training folder GLID (the reader also accepts train)
-    ("glid", "original"): FolderLayout("{folder}/images", "{folder}/labels", ".png",
-                                       folders={"train": "GLID", "val": "val", "test": "test"}),
-    ("sicd", "cryobench"): FolderLayout("{folder}/images", "{folder}/masks", ".tif"),
-    ("sicd", "original"): AI4ArcticLayout(),
-    ("caffe", "cryobench"): FolderLayout("images/{folder}", "labels/{folder}", ".png"),
-    ("caffe", "original"): FolderLayout("sar_images/{folder}", "zones/{folder}", ".png", label_suffix="_zones",
-                                        folders={"train": "train", "val": "train", "test": "test"}, val_from_train=True),
-}
-
 
 def encode_labels(classes: np.ndarray, layout: Layout) -> np.ndarray:
     """Class indices -> the raw values the layout stores (inverse of label_map; ignore -> the
@@ -384,95 +240,54 @@ def encode_labels(classes: np.ndarray, layout: Layout) -> np.ndarray:
     return raw
 
 
-# -- generators ---------------------------------------------------------------------------------------
-
-
-def _generate(dataset: str, root: str | Path, layout: str, n: dict[str, int] | None, size: int | None, seed: int) -> RawManifest:
-    if (dataset, layout) not in LAYOUTS:
-        known = sorted(f"{d}/{l}" for d, l in LAYOUTS)
-        raise ValueError(f"no generator for {dataset}/{layout}; known: {', '.join(known)}")
-    recipe, where = RECIPES[dataset], LAYOUTS[(dataset, layout)]
-    spec = load_dataset(dataset)
+def make_raw(dataset: str | DatasetSpec, root: str | Path, layout: str = "cryobench", n: dict[str, int] | None = None,
+             size: int | None = None, seed: int = 0, recipe: str | None = None) -> RawManifest:
+    """Write a small `dataset` in `layout` under `root`. `n` = items per split (defaults: 4/2/2
+    tiles or 3/1/1 scenes; where the layout draws val from train, train+val items are written to
+    train/ and the manifest records the reader's draw). `size` = tile side, or scene height for
+    whole-scene datasets. `recipe`: the pixel recipe (default: the dataset's id)."""
+    spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
+    name = recipe or spec.id
+    if name not in RECIPES:
+        raise ValueError(f"no sample-data recipe for dataset {name!r}; known: {', '.join(sorted(RECIPES))}")
+    rec = RECIPES[name]
+    reader = open_reader(spec, layout)
     lay = spec.layout(layout)
     root = Path(root)
-    counts = {**recipe.n, **(n or {})}
-    size = int(size or recipe.size)
+    counts = {**rec.n, **(n or {})}
+    size = int(size or rec.size)
     rng = np.random.default_rng(seed)
 
     plan: list[tuple[str, str]] = []  # (split, scene) in generation order, names unique
     for split in ("train", "val", "test"):
         for _ in range(counts.get(split, 0)):
-            name = recipe.name(rng, len(plan))
-            while name in {s for _, s in plan}:
-                name = recipe.name(rng, len(plan))
-            plan.append((split, name))
-    if where.val_from_train:  # val is whatever the reader's rule draws from the train folder
+            scene = rec.name(rng, len(plan))
+            while scene in {s for _, s in plan}:
+                scene = rec.name(rng, len(plan))
+            plan.append((split, scene))
+    if lay.options.get("val_from_train"):  # val is whatever the reader's rule draws from the train folder
         on_train = [s for sp, s in plan if sp != "test"]
-        val = _val_rule(dataset, layout)(on_train, lay.options)
+        val = draw_val(on_train, lay.options["val_from_train"], reader.where)
         plan = [(("val" if s in val else "train") if sp != "test" else sp, s) for sp, s in plan]
 
-    manifest = RawManifest(dataset, layout, root, recipe.tile_size, seed)
+    manifest = RawManifest(spec.id, layout, root, rec.tile_size, seed)
     for i, (split, scene) in enumerate(plan):
         h, w = size, size
-        if recipe.scenes:
+        if rec.scenes:
             h = size + int(rng.integers(-size // 20, size // 20 + 1))
-            w = round(size * recipe.aspect) + int(rng.integers(-size // 15, size // 15 + 1))
-        image, classes = recipe.synth(rng, h, w)
+            w = round(size * rec.aspect) + int(rng.integers(-size // 15, size // 15 + 1))
+        image, classes = rec.synth(rng, h, w)
         crs = transform = None
-        if recipe.crs and where.ext == ".tif":
-            crs = recipe.crs
-            transform = (recipe.pixel_m, 0.0, 400000.0 + i * (w + 7) * recipe.pixel_m, 0.0, -recipe.pixel_m, 3100000.0)
-        img_path, lbl_path = where.paths(root, split, scene)
-        item = RawItem(split, scene, img_path, lbl_path, image, classes, encode_labels(classes, lay), crs, transform)
-        where.write_image(item, image)
-        if lbl_path != img_path:
-            where.write_label(item, item.raw_label)
-        manifest.items.append(item)
+        if rec.crs:
+            crs = rec.crs
+            transform = (rec.pixel_m, 0.0, 400000.0 + i * (w + 7) * rec.pixel_m, 0.0, -rec.pixel_m, 3100000.0)
+        raw = encode_labels(classes, lay)
+        img_path, lbl_path = reader.write(str(root), split, scene, image, raw, crs, transform)
+        georef = img_path.endswith((".tif", ".tiff"))
+        manifest.items.append(RawItem(split, scene, img_path, lbl_path, image, classes, raw,
+                                      crs if georef else None, transform if georef else None))
     manifest.items.sort(key=lambda it: (("train", "val", "test").index(it.split), it.scene))
     return manifest
-
-
-def make_gsdd(root, layout="cryobench", n=None, size=None, seed=0) -> RawManifest:
-    """GSDD tiles: 10-band float32 GeoTIFF (EPSG:32645, 10 m), masks 0/1."""
-    return _generate("gsdd", root, layout, n, size, seed)
-
-
-def make_glid(root, layout="cryobench", n=None, size=None, seed=0) -> RawManifest:
-    """GLID tiles: RGB PNG; masks 0/1 (cryobench) or 0/255 under GLID/val/test (original)."""
-    return _generate("glid", root, layout, n, size, seed)
-
-
-def make_gld(root, layout="cryobench", n=None, size=None, seed=0) -> RawManifest:
-    """GLD tiles: 10-band float32 GeoTIFF in the GLNet DN ranges, masks 0/1."""
-    return _generate("gld", root, layout, n, size, seed)
-
-
-def make_sicd(root, layout="cryobench", n=None, size=None, seed=0) -> RawManifest:
-    """SICD scenes: 3-band float32 GeoTIFF (cryobench) or ready-to-train netCDF (original);
-    SOD 0..5 with 255 on a NaN swath edge. `size` is the scene height (width ~1.3x)."""
-    return _generate("sicd", root, layout, n, size, seed)
-
-
-def make_caffe(root, layout="cryobench", n=None, size=None, seed=0) -> RawManifest:
-    """CaFFe scenes: 8-bit grey PNG; zones 0..3 (cryobench) or 0/64/127/254 `_zones` (original).
-    `size` is the scene height (width ~1.5x)."""
-    return _generate("caffe", root, layout, n, size, seed)
-
-
-GENERATORS: dict[str, Callable[..., RawManifest]] = {
-    "gsdd": make_gsdd, "glid": make_glid, "gld": make_gld, "sicd": make_sicd, "caffe": make_caffe,
-}
-
-
-def make_raw(dataset: str, root: str | Path, layout: str = "cryobench", n: dict[str, int] | None = None,
-             size: int | None = None, seed: int = 0) -> RawManifest:
-    """Write a small `dataset` in `layout` under `root`. `n` = items per split (defaults: 4/2/2
-    tiles or 3/1/1 scenes; where val is drawn from train by the reader, train+val scenes are
-    written to train/ and the manifest records the reader's draw). `size` = tile side, or scene
-    height for SICD/CaFFe."""
-    if dataset not in GENERATORS:
-        raise ValueError(f"no generator for dataset {dataset!r}; known: {', '.join(sorted(GENERATORS))}")
-    return GENERATORS[dataset](root, layout, n, size, seed)
 
 
 # -- damage for bad-input tests ----------------------------------------------------------------------
@@ -483,6 +298,13 @@ def _separate_label_item(m: RawManifest) -> RawItem:
         if it.label_path != it.image_path:
             return it
     raise ValueError(f"{m.dataset}/{m.layout}: no item with a separate label file")
+
+
+def _rewrite(m: RawManifest, it: RawItem, image: np.ndarray | None = None, raw: np.ndarray | None = None) -> None:
+    """Write an item again through its reader, with a damaged image and/or label."""
+    open_reader(load_dataset(m.dataset), m.layout).write(str(m.root), it.split, it.scene,
+                                                         it.image if image is None else image,
+                                                         it.raw_label if raw is None else raw, it.crs, it.transform)
 
 
 def _truncate(m, it):
@@ -512,14 +334,13 @@ def _missing_image(m, it):
 
 def _size_mismatch(m, it):
     it = _separate_label_item(m)
-    LAYOUTS[(m.dataset, m.layout)].write_label(it, it.raw_label[:-3, :-2])
+    _rewrite(m, it, raw=it.raw_label[:-3, :-2])
     return it.label_path
 
 
 def _band_count(m, it):
     img = it.image
-    wrong = img[:-1] if img.shape[0] > 1 else np.repeat(img, 3, axis=0)
-    LAYOUTS[(m.dataset, m.layout)].write_image(it, wrong)
+    _rewrite(m, it, image=img[:-1] if img.shape[0] > 1 else np.repeat(img, 3, axis=0))
     return it.image_path
 
 
@@ -528,7 +349,7 @@ def _label_value(m, it):
     bad = min(set(range(256)) - set(lay.label_map) - set(lay.ignore_values))
     raw = it.raw_label.copy()
     raw[1, 1] = bad
-    LAYOUTS[(m.dataset, m.layout)].write_label(it, raw)
+    _rewrite(m, it, raw=raw)
     return it.label_path
 
 
@@ -537,7 +358,7 @@ def _nan(m, it):
         raise ValueError(f"{m.dataset} images are {it.image.dtype}: NaN cannot be stored")
     img = it.image.copy()
     img[0, 1, 1] = np.nan
-    LAYOUTS[(m.dataset, m.layout)].write_image(replace(it, image=img), img)
+    _rewrite(m, replace(it, image=img), image=img)
     return it.image_path
 
 

@@ -1,4 +1,4 @@
-"""SSL4EO-S12 ViT-S/16 encoders: MoCo-v3, DINO, MAE (optical and SAR) on timm's ViT, Data2Vec on timm's BEiT."""
+"""SSL4EO-S12 Data2Vec ViT-S/16 on timm's BEiT (shared relative position bias, no absolute position)."""
 from __future__ import annotations
 
 from functools import partial
@@ -7,38 +7,15 @@ from timm.models.beit import Beit
 from torch import Tensor, nn
 
 from .base import Encoder
-from .keymap import KeyMap, Rename, register_keymap
-from .registry import register_family
-from .vit import TimmViTEncoder
+from .keymap import KeyMap, Rename
+from .registry import register_family, register_keymap
 
-VIT_PARTS = r"(patch_embed\..*|cls_token|pos_embed|blocks\..*)"
-TIMM = (Rename("", "vit."),)
-
-register_keymap(KeyMap(
-    name="ssl4eo_moco", container=("state_dict",), prefix=("module.base_encoder.",),
-    include=VIT_PARTS, renames=TIMM,
-    notes="MoCo-v3 checkpoint: the momentum encoder, predictor, final norm and projection head are not part of the encoder",
-))
-register_keymap(KeyMap(
-    name="ssl4eo_dino", container=("teacher",), prefix=("backbone.",),
-    include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)", renames=TIMM,
-    notes="DINO teacher backbone; the projection head is not part of the encoder",
-))
-register_keymap(KeyMap(
-    name="ssl4eo_mae", container=("model",), include=VIT_PARTS, renames=TIMM,
-    notes="MAE checkpoint: mask token, final norm and decoder are not part of the encoder",
-))
 register_keymap(KeyMap(
     name="ssl4eo_data2vec", container=("model",),
     include=r"(patch_embed\..*|cls_token|rel_pos_bias\.relative_position_bias_table|blocks\..*|norm\..*)",
     renames=(Rename("", "beit."),),
     notes="BEiT-style checkpoint; mask token and the relative-position index buffer (recomputed) are set aside",
 ))
-
-
-@register_family("ssl4eo_vit")
-def build_ssl4eo_vit(spec, in_chans, input_size, match=None, **arch):
-    return TimmViTEncoder(spec, in_chans, input_size, match, **arch)
 
 
 class Data2VecEncoder(Encoder):

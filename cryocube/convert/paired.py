@@ -1,0 +1,137 @@
+"""The paired-folder layout: an image raster and a label raster per item, in split folders, paired by name.
+
+Four of the five datasets publish their files this way (GeoTIFF or PNG) and differ only in folder
+names, so this one reader serves them all, driven by the layout's options in the dataset catalog:
+
+    images: "{folder}/images"      folder template; {folder} is a split folder name on disk
+    labels: "{folder}/masks"
+    suffixes: [.tif, .tiff]        file suffixes to read (default GeoTIFF)
+    bands: exact | first           the catalog's band count exactly, or the first N bands (GLID)
+    split_folders: {GLID: train}   folder on disk -> split (default train/val/test)
+    label_suffix: _zones           label stem = image stem + suffix (CaFFe original)
+    val_from_train: {rule: ...}    val drawn from the train folder (cryocube.convert.splits)
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..store import join
+from .base import SPLITS, ConvertError, Mapper, Reader, SourceItem, Window, pair_by_stem, register
+from .rawio import WRITERS, header_threads, map_threads, order_items, raster_header, read_raster, val_from_train
+from .splits import draw_val
+
+
+@register
+class PairedRasterReader(Reader):
+    name = "paired_raster"
+    options_doc = "images, labels (folder templates with {folder}), suffixes, bands (exact|first), split_folders, label_suffix, val_from_train"
+
+    @property
+    def image_dir(self) -> str:
+        return self.option("images", kind=str)
+
+    @property
+    def label_dir(self) -> str:
+        return self.option("labels", kind=str)
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        return tuple(s.lower() for s in self.option("suffixes", [".tif", ".tiff"], list))
+
+    @property
+    def split_folders(self) -> dict[str, str]:
+        folders = self.option("split_folders", {s: s for s in SPLITS}, dict)
+        bad = sorted(set(folders.values()) - set(SPLITS))
+        if bad:
+            raise ConvertError(f"{self.where}: split_folders maps to {bad}, not one of {SPLITS}")
+        return {str(k): str(v) for k, v in folders.items()}
+
+    @property
+    def label_suffix(self) -> str:
+        return self.option("label_suffix", "", str)
+
+    @property
+    def band_policy(self) -> str:
+        p = self.option("bands", "exact", str)
+        if p not in ("exact", "first"):
+            raise ConvertError(f"{self.where}: option bands must be 'exact' or 'first', got {p!r}")
+        return p
+
+    def detect(self, root: str) -> bool:
+        return any(self.isdir(join(root, self.image_dir.format(folder=f))) and self.isdir(join(root, self.label_dir.format(folder=f)))
+                   for f in self.split_folders)
+
+    def _folders(self, root: str) -> list[tuple[str, str]]:
+        """[(folder, split)] present under root; two folders for one split is ambiguous."""
+        found: dict[str, str] = {}
+        for folder, split in self.split_folders.items():
+            if self.isdir(join(root, self.image_dir.format(folder=folder))) or self.isdir(join(root, self.label_dir.format(folder=folder))):
+                if split in found:
+                    raise ConvertError(f"{root}: both {found[split]!r} and {folder!r} look like the {split} split; keep one")
+                found[split] = folder
+        return [(folder, split) for split, folder in found.items()]
+
+    def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
+        jobs = []
+        for folder, split in self._folders(root):
+            img_dir = join(root, self.image_dir.format(folder=folder))
+            lbl_dir = join(root, self.label_dir.format(folder=folder))
+            images = self.listdir(img_dir, self.suffixes)
+            labels = self.listdir(lbl_dir, self.suffixes)
+            if self.label_suffix:
+                labels = {s.removesuffix(self.label_suffix): u for s, u in labels.items()}
+            for stem, img, lbl in pair_by_stem(images, labels, f"{img_dir} vs {lbl_dir}"):
+                jobs.append((split, stem, img, lbl))
+        if not jobs:
+            raise ConvertError(
+                f"{root}: no {self.spec.id} files in the {self.layout.name!r} layout "
+                f"(expected {self.image_dir.format(folder='<split>')}/* and {self.label_dir.format(folder='<split>')}/*)"
+            )
+        items = (map_headers or map_threads)(self._item, jobs, header_threads(root))
+        val = draw_val([it.scene for it in items if it.split == "train"], self.options.get("val_from_train"), self.where)
+        return order_items(val_from_train(items, val))
+
+    def _item(self, job: tuple[str, str, str, str]) -> SourceItem:
+        split, stem, img, lbl = job
+        hi = raster_header(self, img)
+        hl = raster_header(self, lbl)
+        want = len(self.spec.bands)
+        if hi.bands != want and not (self.band_policy == "first" and hi.bands > want):
+            need = f"at least {want}" if self.band_policy == "first" else str(want)
+            raise ConvertError(f"{img}: {hi.bands} band(s), but {self.spec.id} needs {need} ({', '.join(self.spec.band_names)})")
+        if (hi.height, hi.width) != (hl.height, hl.width):
+            raise ConvertError(f"{img} is {hi.height}x{hi.width} but its mask {lbl} is {hl.height}x{hl.width}")
+        return SourceItem(split, stem, img, lbl, hi.height, hi.width, want, hi.crs, hi.transform)
+
+    def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
+        image = read_raster(self, item.image, window, bands=len(self.spec.bands))
+        label = read_raster(self, item.label, window, bands=1)[0]
+        if image.shape[1:] != label.shape:
+            raise ConvertError(f"{item.image} is {image.shape[1:]} but its mask {item.label} is {label.shape}")
+        return image, label
+
+    # -- sample data ---------------------------------------------------------------------------
+    def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
+        disk = self.disk_split(split)
+        folder = next(f for f, s in self.split_folders.items() if s == disk)
+        ext = self.suffixes[0]
+        return (join(str(root), self.image_dir.format(folder=folder), f"{scene}{ext}"),
+                join(str(root), self.label_dir.format(folder=folder), f"{scene}{self.label_suffix}{ext}"))
+
+    def write_image(self, path: str, image: np.ndarray, crs=None, transform=None) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        WRITERS[os.path.splitext(path)[1]](path, image, crs, transform)
+
+    def write_label(self, path: str, raw_label: np.ndarray, crs=None, transform=None) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        WRITERS[os.path.splitext(path)[1]](path, raw_label.astype(np.uint8), crs, transform)
+
+    def write(self, root, split, scene, image, raw_label, crs=None, transform=None) -> tuple[str, str]:
+        img, lbl = self.paths(root, split, scene)
+        if not img.endswith((".tif", ".tiff")):
+            crs = transform = None  # PNG carries no georeferencing
+        self.write_image(img, image, crs, transform)
+        self.write_label(lbl, raw_label, crs, transform)
+        return img, lbl

@@ -1,0 +1,61 @@
+"""Rules for drawing a validation split from the training files of releases that publish none.
+
+A layout names its rule in the catalog (`val_from_train: {rule: ..., <options>}`); the readers and
+the sample-data generator both draw through here, so generated trees and conversions agree.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .base import ConvertError
+
+ValRule = Callable[[list[str], dict], set[str]]
+VAL_RULES: dict[str, ValRule] = {}
+
+
+def val_rule(name: str):
+    def register(fn: ValRule) -> ValRule:
+        VAL_RULES[name] = fn
+        return fn
+
+    return register
+
+
+@val_rule("shuffle_split")
+def shuffle_split(names: list[str], options: dict) -> set[str]:
+    """The names sklearn's train_test_split(test_size=fraction, random_state=seed) holds out (CaFFe's
+    reference preprocessing): a permutation of a RandomState, the first ceil(fraction n) are val, over
+    the names sorted (the reference listed its files in an order we cannot see)."""
+    names = sorted(names)
+    n = len(names)
+    if n < 2:
+        return set()
+    n_val = min(math.ceil(float(options.get("fraction", 0.1)) * n), n - 1)
+    perm = np.random.RandomState(int(options.get("seed", 1))).permutation(n)
+    return {names[i] for i in perm[:n_val]}
+
+
+@val_rule("choice")
+def choice(names: list[str], options: dict) -> set[str]:
+    """RandomState(seed).choice over the sorted names, without replacement, of min(scenes, max(1, n // 5))
+    (the AutoICE starter kit's 10 scenes on the real 512-scene train set; the n // 5 cap keeps most
+    of a tiny set for training)."""
+    names = sorted(names)
+    n = len(names)
+    k = min(int(options.get("scenes", 10)), max(1, n // 5)) if n >= 2 else 0
+    if k == 0:
+        return set()
+    return {str(s) for s in np.random.RandomState(int(options.get("seed", 0))).choice(np.array(names), size=k, replace=False)}
+
+
+def draw_val(names: list[str], spec: dict | None, where: str) -> set[str]:
+    """The train names that become val under a layout's `val_from_train` spec (none without one)."""
+    if not spec:
+        return set()
+    rule = spec.get("rule")
+    if rule not in VAL_RULES:
+        raise ConvertError(f"{where}: val_from_train rule {rule!r} is not one of {sorted(VAL_RULES)}")
+    return VAL_RULES[rule](names, spec)

@@ -1,0 +1,114 @@
+"""The contract between the scheduler (`cryocube.engine`) and an evaluation family.
+
+A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names the
+family that plans and executes it. The scheduler knows no family: it asks the family to
+
+1. `plan` each run (check everything, fix what its tasks need, derive its content-hash id);
+2. `prepare` what runs share (a frozen-feature cache, embeddings), once per `prep_key`;
+3. `group` runs that one task fits together (several decoders over one pass of the features);
+4. `fit` a group in one Dask task, then `score` each run with map tasks whose partial results
+   `reduce` pairwise on the workers;
+5. `finish` a run: metrics from the reduced total, and the fields of its record.
+
+Records and reports key on the family's `primary_metric`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+from ..precision import DeviceInfo
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: str
+    cube: str
+    protocol: str = "frozen"
+    fraction: float | None = None  # None: the protocol's default
+    seed: int = 0
+    overrides: tuple[tuple[str, Any], ...] = ()  # recipe fields of this run only (e.g. a study's trial)
+
+    @property
+    def label(self) -> str:
+        f = "" if self.fraction is None else f"@{self.fraction:g}"
+        o = "".join(f",{k}={v}" for k, v in self.overrides)
+        return f"{self.model}/{self.cube.rstrip('/').rsplit('/', 1)[-1]}/{self.protocol}{f}/seed{self.seed}{o}"
+
+
+@dataclass
+class PlanContext:
+    """What planning needs beyond the run and the cube: where checkpoints are, what the workers are."""
+
+    out: str = ""  # results root (run dirs, caches)
+    weights_dir: str | None = None
+    allow_random_weights: bool = False
+    device: DeviceInfo | None = None  # None: not known yet (no cluster); planning assumes this machine's
+
+
+@dataclass
+class PlannedRun:
+    spec: RunSpec
+    family: str
+    run_id: str
+    identity: dict[str, Any]  # everything the run id hashes (kept in the record)
+    dataset: str
+    model_name: str
+    fraction: float
+    record: dict[str, Any]  # fields every record of this run carries (config, weights, cube, ...)
+    work: Any  # the family's typed description of the run's tasks
+    cube: Any = None  # the CubeInfo the run reads
+    prep_key: str | None = None  # runs with the same key share one `prepare`
+    estimate: dict[str, Any] = field(default_factory=dict)  # what `--dry-run` prints (steps, items)
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+
+Task = tuple[Callable, Any]  # (a function the workers run, its one argument)
+
+
+class Family:
+    """Base of the evaluation families (see the module docstring for the order of the hooks)."""
+
+    name: ClassVar[str]
+    primary_metric: ClassVar[str]
+    higher_is_better: ClassVar[bool] = True
+    variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
+
+    def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
+        raise NotImplementedError
+
+    def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
+        """Shared work of runs with one prep_key (returns facts per key for the records)."""
+        return {}
+
+    def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
+        """Runs fitted together in one task (default: each alone)."""
+        return [[r] for r in runs]
+
+    def fit(self, group: list[PlannedRun]) -> Task:
+        raise NotImplementedError
+
+    def score(self, run: PlannedRun, fitted: dict) -> list[Task]:
+        raise NotImplementedError
+
+    @staticmethod
+    def reduce(a, b):
+        raise NotImplementedError
+
+    def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        raise NotImplementedError
+
+
+def content_hash(identity: dict, n: int = 20) -> str:
+    """The run id: a sha256 of everything that defines the run's result."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def derive_seed(*parts: Any) -> int:
+    """A run's own seed from what defines it (so runs never share random streams by accident)."""
+    return int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:8], 16)

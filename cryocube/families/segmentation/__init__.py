@@ -1,0 +1,241 @@
+"""The segmentation family: dense prediction under the Cryo-Bench protocols (frozen encoder + decoder,
+few-shot, fine-tuning, cross-sensor), scored by mIoU from map-reduced int64 confusion matrices."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ... import store as _store
+from ...catalog import protocol as protocol_spec
+from ...errors import UserError
+from .. import register
+from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, derive_seed
+from .data import InputMap, stratified_subset, window_offsets
+from .metrics import metrics_from_confusion
+from .recipe import EXECUTION_FIELDS, Recipe, load_recipe
+from .work import CacheSpec, EncoderSpec, FitTask, SegRun, TestTask
+
+IDENTITY_VERSION = 2
+
+
+def input_map(cube, index: list[int], normalization: str) -> InputMap:
+    if normalization == "published":
+        mean, std = cube.published_mean, cube.published_std
+    else:
+        mean, std = cube.mean, cube.std
+    bad = [cube.bands[i].name for i in range(len(cube.bands)) if i in index and (not np.isfinite(mean[i]) or not std[i] > 0)]
+    if bad:
+        hint = ("the dataset catalog gives no published mean/std for them: use --set normalization=cube"
+                if normalization == "published" else "an empty train split or a constant band?")
+        raise UserError(f"{cube.url}: bands {bad} have no usable {normalization} mean/std ({hint})")
+    return InputMap(tuple(int(i) for i in index), tuple(map(float, mean)), tuple(map(float, std)))
+
+
+def run_dir(out: str, run_id: str) -> str:
+    return f"{out.rstrip('/')}/runs/{run_id}"
+
+
+@register
+class Segmentation(Family):
+    name = "segmentation"
+    primary_metric = "mIoU"
+    variables = ("image", "label")
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan(self, spec: RunSpec, cube, recipe: Recipe, ctx: PlanContext) -> PlannedRun:
+        from ...decoders import decoder_kinds, decoder_options
+        from ...models import BandMatchError, match_bands, model_spec
+        from ...models.weights import resolve_weights
+        from ...precision import resolve, this_device
+
+        proto = protocol_spec(spec.protocol)
+        if spec.overrides:
+            recipe = load_recipe(overrides=dict(spec.overrides), base=recipe)
+        mspec = model_spec(spec.model)
+        fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
+        where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
+        if not 0 < fraction <= 1:
+            raise UserError(f"{where}: the label fraction must be in (0, 1], got {fraction}")
+        rule = proto.bands
+        try:
+            match = match_bands(mspec, cube.bands, rule)  # raises when nothing fits
+        except BandMatchError:
+            # SAR-only cube, optical-only encoder: the benchmark feeds SAR as RGB (cross-sensor rule)
+            if rule != "named" or any(b.role == "optical" for b in cube.bands):
+                raise
+            rule = "cross_sensor"
+            match = match_bands(mspec, cube.bands, rule)
+        # encoders that take the whole tile (U-Net, RAMEN) get it padded to a multiple of 32 (GLD: 300 -> 320)
+        size = recipe.input_size or mspec.input_size or -(-cube.tile // 32) * 32
+        patch = int(mspec.arch.get("patch_size", 1) or 1)
+        if size % patch:
+            raise UserError(f"{where}: input_size {size} is not a multiple of the encoder's patch size {patch}")
+        for split in ("train", "val", "test"):
+            if not cube.samples(split).size:
+                raise UserError(f"{cube.url}: split {split!r} is empty; {spec.model} cannot be trained/evaluated on it")
+            if not cube.labelled[cube.samples(split)].any():
+                raise UserError(f"{cube.url}: split {split!r} has no labelled pixel (every label is ignore); nothing to "
+                                f"{'train on' if split == 'train' else 'score'}")
+        decoder = mspec.decoder or recipe.decoder
+        if decoder not in decoder_kinds():
+            raise UserError(f"recipe field decoder must be one of {', '.join(decoder_kinds())}, got {decoder!r}")
+        dkw = tuple((k, getattr(recipe, f"decoder_{k}")) for k in decoder_options(decoder))
+        trains_encoder = proto.trains_encoder or not mspec.pretrained
+        train_all = cube.samples("train")
+        subset = train_all[stratified_subset(cube.strata[train_all], fraction,
+                                             derive_seed("subset", cube.checksum, fraction, spec.seed))]
+        if not cube.labelled[subset].any():
+            raise UserError(f"{where}: the {fraction:g} subset of the training split has no labelled pixel; raise the fraction")
+        weights = resolve_weights(spec.model, recipe.encoder_weights.get(spec.model), ctx.weights_dir, ctx.allow_random_weights)
+        device = ctx.device or this_device()
+        precision = resolve(recipe.precision, device)
+        memory_format = recipe.memory_format
+        if memory_format == "auto":  # measured: faster on CUDA tensor cores, slower on this project's AVX2 CPUs
+            memory_format = "channels_last" if device.type == "cuda" else "contiguous"
+        inputs = input_map(cube, match.index, recipe.normalization)
+        run_seed = derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed)
+        identity = {"family": self.name, "model": spec.model, "arch": mspec.arch, "cube": cube.checksum,
+                    "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
+                    "recipe": {k: v for k, v in recipe.as_dict().items() if k not in EXECUTION_FIELDS},
+                    "weights": weights.sha256 or weights.source, "input_size": size, "precision": precision,
+                    "band_rule": rule, "v": IDENTITY_VERSION}
+        run_id = content_hash(identity)
+        enc = EncoderSpec(mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision)
+        cache = None if trains_encoder else CacheSpec(enc, cube.url, cube.checksum, inputs, cube.tile, recipe.crops_per_sample,
+                                                      recipe.feature_dtype, ctx.out)
+        rdir = run_dir(ctx.out, run_id)
+        work = SegRun(run_id=run_id, label=spec.label, trains_encoder=trains_encoder, encoder=enc, decoder=decoder,
+                      decoder_kwargs=dkw, num_classes=len(cube.class_names), class_names=tuple(cube.class_names),
+                      tile=cube.tile, cube_url=cube.url, inputs=inputs, train_samples=subset,
+                      val_samples=cube.samples("val"), test_samples=cube.samples("test"), recipe=recipe, seed=run_seed,
+                      checkpoint=f"{rdir}/best.pt", cache=cache, memory_format=memory_format)
+        iters = max(1, subset.size // recipe.batch_size)
+        windows = len(window_offsets(cube.tile, int(size)))
+        estimate = {"train_samples": int(subset.size), "steps": iters * recipe.epochs,
+                    "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1, "windows_per_tile": windows,
+                    "encoder_items": 0 if trains_encoder else int(train_all.size * recipe.crops_per_sample
+                                                                 + (cube.samples("val").size + cube.samples("test").size) * windows)}
+        record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": mspec.display_name,
+                  "dataset": cube.dataset, "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
+                  "trains_encoder": trains_encoder,
+                  "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
+                  "config": recipe.as_dict(), "input_size": int(size), "band_rule": rule, "band_index": list(inputs.index),
+                  "normalization": recipe.normalization, "decoder": decoder,
+                  "precision": {"requested": recipe.precision, "effective": precision, "device": device.describe()},
+                  "memory_format": memory_format, "weights": weights.as_record(),
+                  "subset": subset.tolist() if fraction < 1 else None, "identity": identity,
+                  "overrides": dict(spec.overrides) or None}
+        return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
+                          model_name=mspec.display_name, fraction=fraction, record=record, work=work, cube=cube,
+                          prep_key=cache.key if cache else None, estimate=estimate)
+
+    # -- shared work: the feature caches -------------------------------------------------------------
+    def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
+        from .features import block_tasks, create_split, encoder_facts, extract_block, mark_complete
+
+        caches: dict[str, tuple[CacheSpec, PlannedRun]] = {}
+        for p in runs:
+            if p.work.cache is not None:
+                caches.setdefault(p.work.cache.key, (p.work.cache, p))
+        if not caches:
+            return {}
+        t0 = time.perf_counter()
+        facts = {k: runner.submit(encoder_facts, c.encoder, key=f"cryocube-encoder-{k}") for k, (c, _) in caches.items()}
+        out: dict[str, dict] = {}
+        tasks, owners = [], []
+        for k, (c, p) in caches.items():
+            shapes, params = runner.result(facts[k])
+            out[k] = {"encoder_params": params, "encoder_items": 0, "features_s": 0.0, "threads": set()}
+            cfg = p.work.recipe
+            for split in ("train", "val", "test"):
+                samples = p.cube.samples(split)
+                plan = create_split(c, split, samples, shapes, cfg.block_samples)
+                if not plan["complete"]:
+                    for t in block_tasks(c, split, samples, plan, cfg.block_samples, cfg.extract_batch, cfg.threads):
+                        tasks.append(t)
+                        owners.append(k)
+        if tasks:
+            done = runner.map(extract_block, tasks, "extract features", [t.samples.size for t in tasks],
+                              key="cryocube-extract")
+            for k, r in zip(owners, done):
+                out[k]["encoder_items"] += r["items"]
+                out[k]["features_s"] += r["seconds"]
+                out[k]["threads"] |= set(r["threads"])
+        wall = time.perf_counter() - t0 if tasks else 0.0
+        for k, (c, _) in caches.items():
+            g = _store.open_group(c.url, "r")
+            for split in ("train", "val", "test"):
+                if "cryocube_features_complete" not in g[split].attrs:
+                    mark_complete(c, split, out[k]["encoder_items"])
+            out[k]["features_wall_s"] = wall
+            out[k]["threads"] = sorted(out[k]["threads"])
+        return out
+
+    # -- fitting and scoring ------------------------------------------------------------------------
+    def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
+        """Frozen runs on one feature cache train together (one pass over the features, up to
+        decoders_per_task decoders per task, spread over the workers); fine-tuning runs alone."""
+        groups: list[list[PlannedRun]] = []
+        by_cache: dict[tuple, list[PlannedRun]] = {}
+        for p in runs:
+            w = p.work
+            if w.trains_encoder:
+                groups.append([p])
+            else:
+                by_cache.setdefault((w.cache.key, w.recipe.threads, w.recipe.cache_in_memory_mb), []).append(p)
+        for members in by_cache.values():
+            cap = members[0].work.recipe.decoders_per_task
+            n = len(members)
+            g = max(math.ceil(n / cap), min(n, max(1, workers)))
+            groups += [members[i::g] for i in range(g)]
+        return groups
+
+    def fit(self, group: list[PlannedRun]):
+        from .train import fit
+
+        return fit, FitTask(tuple(p.work for p in group))
+
+    def score(self, run: PlannedRun, fitted: dict):
+        from .train import test_block
+
+        w: SegRun = run.work
+        test = w.test_samples
+        bs = w.recipe.block_samples
+        purl = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
+        g = _store.open_group(purl, "w")
+        g.create_array("pred", shape=(test.size, w.tile, w.tile), chunks=(1, w.tile, w.tile), dtype="int16", fill_value=-1,
+                       dimension_names=("sample", "y", "x"))
+        g.create_array("sample", data=test.astype(np.int64), dimension_names=("sample",))
+        g.attrs.update({"cube": w.cube_url, "run_id": run.run_id, "classes": list(w.class_names)})
+        return [(test_block, TestTask(w, np.arange(b0, min(b0 + bs, test.size)), test[b0 : b0 + bs], purl,
+                                      (b0, min(b0 + bs, test.size))))
+                for b0 in range(0, test.size, bs)]
+
+    @staticmethod
+    def reduce(a, b):
+        return np.add(a, b)
+
+    def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        cm = np.asarray(total, dtype=np.int64)
+        w: SegRun = run.work
+        if cm.sum() == 0:
+            raise UserError(f"{run.label}: the test split has no labelled pixel to score")
+        metrics = metrics_from_confusion(cm, w.class_names)
+        prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
+        encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
+        return {
+            "metrics": metrics, "primary_metric": self.primary_metric, "confusion_matrix": cm.tolist(),
+            "val_curve": fitted["val_curve"], "best_epoch": fitted["best_epoch"], "steps": fitted["steps"],
+            "samples_per_s": fitted["train_samples_per_s"], "peak_memory_mb": fitted["peak_memory_mb"],
+            "device": fitted["device"], "threads": {"fit": fitted["threads"], "features": prep.get("threads", [])},
+            "decoders_in_task": fitted["decoders_in_task"],
+            "encoder_forward_items": prep.get("encoder_items", 0),
+            "params": {"encoder": encoder_params, "trainable": fitted["trainable_params"],
+                       "decoder": fitted["trainable_params"] - (fitted["encoder_params"] if w.trains_encoder else 0)},
+            "gflops": w.encoder.model.gflops,
+            "predictions": w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr",
+            "timings": {"features_s": prep.get("features_s", 0.0), "features_wall_s": prep.get("features_wall_s", 0.0),
+                        "train_s": fitted["train_s"], "setup_s": fitted["setup_s"]},
+        }

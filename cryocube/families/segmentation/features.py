@@ -1,0 +1,239 @@
+"""Frozen-encoder feature cache: encoder outputs computed once per (model, cube, band rule, window set,
+precision) and reused by every epoch, validation pass and seed.
+
+Training items are a fixed bank of `crops_per_sample` random crops per train sample (epoch e uses
+crop e mod K, as the reference draws one fresh crop per sample per epoch); validation/test items are
+the deterministic sliding windows of each tile. Items are written by block tasks with a progress flag
+each, like the cube writer, so an interrupted extraction resumes where it stopped. Unwritten or lost
+chunks read as NaN features / label -2, which `FeatureSplit` refuses: never read as fill values.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ... import store as _store
+from ...cube import read_samples
+from ...errors import UserError, task_boundary
+from ...precision import autocast
+from .data import crop_offsets, pad_to, window_offsets
+from .work import CacheSpec, EncoderSpec, ExtractTask
+
+COMPLETE = "cryocube_features_complete"
+MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never written (or was lost)
+_ENCODERS: dict[tuple, torch.nn.Module] = {}  # per worker process: built once, reused by every task
+
+
+class DamagedCacheError(UserError):
+    """A feature cache holds unwritten or damaged items; it is rebuilt once removed."""
+
+
+def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
+    """The encoder for these inputs, built once per worker process (in eval mode: frozen means frozen)."""
+    from ...models import build_encoder
+
+    key = spec.key + (device,)
+    enc = _ENCODERS.get(key)
+    if enc is None:
+        # the same initial weights on every worker: without pretrained weights, features must not
+        # depend on which worker computed them
+        torch.manual_seed(int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16))
+        enc = build_encoder(spec.model, bands=list(spec.bands), weights=spec.weights, sha256=spec.weights_sha256,
+                            input_size=spec.input_size, rule=spec.rule)
+        enc.eval().requires_grad_(False).to(device)
+        _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
+        _ENCODERS[key] = enc
+    return enc
+
+
+def extract_batch_size(enc: torch.nn.Module, spec: EncoderSpec, device: str, fixed: int | None) -> int:
+    """Encoder batch for extraction and inference: fixed, or sized to the device's free memory."""
+    if fixed:
+        return fixed
+    if not device.startswith("cuda"):
+        return 16  # CPU: throughput is flat beyond this, memory is not
+    free, _ = torch.cuda.mem_get_info()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    x = torch.zeros(2, enc.in_chans, spec.input_size, spec.input_size, device=device)
+    with torch.inference_mode(), autocast(device, spec.precision):
+        enc(x)
+    per_sample = max(1, (torch.cuda.max_memory_allocated() - base) // 2)
+    return int(max(1, min(512, 0.6 * free // per_sample)))
+
+
+@task_boundary
+def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
+    """Feature shapes and parameter count of a cache's encoder, from a worker: the worker keeps the
+    encoder for the extraction that follows, and the client never builds (or loads weights of) it."""
+    from ...cluster.runtime import torch_task
+
+    with torch_task() as (device, _):
+        enc = get_encoder(spec, device)
+        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(sum(q.numel() for q in enc.parameters()))
+
+
+def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes, block_samples: int) -> dict:
+    """Create (or reopen) one split's arrays; returns the plan the block tasks need."""
+    g = _store.open_group(cache.url, "a")
+    if split in g and COMPLETE in g[split].attrs:
+        return {"complete": True, "n_items": int(g[split]["sample"].shape[0])}
+    S = cache.encoder.input_size
+    per = cache.crops_per_sample if split == "train" else len(window_offsets(cache.tile, S))
+    n_items = samples.size * per
+    if split == "train":
+        offsets = crop_offsets(samples.size, per, cache.tile, S, cache.seed)
+    else:
+        offsets = np.tile(window_offsets(cache.tile, S), (samples.size, 1))
+    n_blocks = int(np.ceil(samples.size / block_samples)) if samples.size else 0
+    if split in g and g[split].attrs.get("n_items") == n_items and g[split].attrs.get("block_samples") == block_samples \
+            and "progress" in g[split]:
+        sg = g[split]
+    else:
+        if split in g:
+            del g[split]
+        sg = g.create_group(split)
+        sg.create_array("sample", data=np.repeat(samples.astype(np.int64), per))
+        sg.create_array("offset", data=offsets)
+        sg.create_array("label", shape=(n_items, S, S), chunks=(1, S, S), dtype="int16", fill_value=MISSING_LABEL)
+        for i, (c, h, w) in enumerate(feature_shapes):
+            sg.create_array(f"f{i}", shape=(n_items, c, h, w), chunks=(1, c, h, w), dtype=cache.feature_dtype,
+                            fill_value=float("nan"))
+        sg.create_array("progress", shape=(max(n_blocks, 1),), chunks=(1,), dtype="uint8", fill_value=0)
+        sg.attrs.update({"n_items": n_items, "per_sample": per, "tile": cache.tile, "input_size": S,
+                         "levels": len(feature_shapes), "block_samples": block_samples})
+    done = np.asarray(sg["progress"][:]).astype(bool)
+    blocks = [b for b in range(n_blocks) if not done[b]]
+    return {"complete": False, "n_items": n_items, "per": per, "blocks": blocks, "n_blocks": n_blocks}
+
+
+def block_tasks(cache: CacheSpec, split: str, samples: np.ndarray, plan: dict, block_samples: int,
+                batch: int | None, threads: int | None = None) -> list[ExtractTask]:
+    per = plan["per"]
+    return [ExtractTask(cache, split, samples[b * block_samples : (b + 1) * block_samples], per, b * block_samples * per, b,
+                        batch, threads) for b in plan["blocks"]]
+
+
+def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
+    """Read, normalise, pad and cut the items of `samples` (a chunk of a block)."""
+    S = cache.encoder.input_size
+    image, label = read_samples(cache.cube_url, samples)
+    x, label = pad_to(cache.inputs.apply(image), label, S)
+    xs, ys = [], []
+    for j in range(samples.size):
+        for k in range(per):
+            oy, ox = offsets[j * per + k]
+            xs.append(x[j, :, oy : oy + S, ox : ox + S])
+            ys.append(label[j, oy : oy + S, ox : ox + S])
+    return torch.stack(xs), np.stack(ys), int(image.nbytes)
+
+
+@task_boundary
+def extract_block(task: ExtractTask) -> dict[str, Any]:
+    """Run the frozen encoder over one block of samples and write their items' features.
+
+    The next chunk of the block is read and prepared on a second thread while the encoder runs on
+    the current one; on GPU, batches go through pinned memory with non-blocking copies.
+    """
+    from ...cluster.runtime import torch_task
+
+    t0 = time.perf_counter()
+    cache, per = task.cache, task.per
+    with torch_task(task.threads) as (device, share):
+        g = _store.open_group(cache.url, "r+")[task.split]
+        offsets = np.asarray(g["offset"][task.item0 : task.item0 + task.samples.size * per])
+        enc = get_encoder(cache.encoder, device)
+        batch = extract_batch_size(enc, cache.encoder, device, task.batch)
+        chunk = max(1, batch // per)
+        starts = list(range(0, task.samples.size, chunk))
+        cuda = device.startswith("cuda")
+        outs: list[list[np.ndarray]] = []
+        labels, bytes_in = [], 0
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            nxt = pool.submit(_windows, cache, task.samples[:chunk], offsets[: chunk * per], per)
+            for i, s0 in enumerate(starts):
+                x, y, nb = nxt.result()
+                if i + 1 < len(starts):
+                    s1 = starts[i + 1]
+                    nxt = pool.submit(_windows, cache, task.samples[s1 : s1 + chunk], offsets[s1 * per : (s1 + chunk) * per], per)
+                share.refresh()
+                bytes_in += nb
+                labels.append(y)
+                x = x.pin_memory().to(device, non_blocking=True) if cuda else x
+                with torch.inference_mode(), autocast(device, cache.encoder.precision):
+                    for b in range(0, x.shape[0], batch):
+                        feats = enc(x[b : b + batch])
+                        outs.append([f.float().cpu().numpy().astype(cache.feature_dtype) for f in feats])
+                        if not all(np.isfinite(o).all() for o in outs[-1]):
+                            raise FloatingPointError(
+                                f"{cache.encoder.model.id}: non-finite features for samples {task.samples[s0 : s0 + chunk].tolist()} "
+                                f"of {cache.cube_url} (precision {cache.encoder.precision}; input range "
+                                f"{float(x.min()):.3g}..{float(x.max()):.3g})")
+        n = sum(o[0].shape[0] for o in outs)
+        for lvl in range(len(outs[0])):
+            g[f"f{lvl}"][task.item0 : task.item0 + n] = np.concatenate([o[lvl] for o in outs])
+        g["label"][task.item0 : task.item0 + n] = np.concatenate(labels)
+        g["progress"][task.block] = 1
+        return {"items": n, "seconds": time.perf_counter() - t0, "bytes_in": bytes_in, "threads": sorted(share.used),
+                "device": device}
+
+
+def mark_complete(cache: CacheSpec, split: str, forwards: int) -> None:
+    g = _store.open_group(cache.url, "r+")[split]
+    if not np.all(np.asarray(g["progress"][:]) == 1) and g.attrs["n_items"] > 0:
+        raise RuntimeError(f"{cache.url}/{split}: feature blocks missing")
+    g.attrs[COMPLETE] = {"time": time.time(), "encoder_items": forwards}
+
+
+class FeatureSplit:
+    """Cached features of one split: held in memory when they fit `budget_mb`, else read per batch.
+
+    Small caches (most datasets at most encoders) then cost one read per task instead of one zarr
+    request per item and epoch, shared by every decoder the task trains; large ones stream, so memory
+    stays bounded whatever the dataset size. Unwritten or damaged items are refused on read.
+    """
+
+    def __init__(self, group, budget_mb: float, where: str):
+        self.group = group
+        self.where = where
+        self.attrs = group.attrs
+        self.levels = int(group.attrs["levels"])
+        self.per = int(group.attrs["per_sample"])
+        names = [f"f{i}" for i in range(self.levels)] + ["label"]
+        size = sum(group[n].nbytes for n in names)
+        self.arrays = None
+        if size <= budget_mb * 2**20:
+            self.arrays = {n: self._read(n, slice(None)) for n in names}
+            self._check([self.arrays[f"f{i}"] for i in range(self.levels)], self.arrays["label"], None)
+
+    def _read(self, name: str, sel):
+        try:
+            a = self.group[name]
+            return np.asarray(a[sel] if isinstance(sel, slice) else a.get_orthogonal_selection((sel,)))
+        except Exception as e:  # a truncated chunk fails in its codec
+            raise DamagedCacheError(f"{self.where}: feature cache chunk of {name} cannot be read ({type(e).__name__}: {e}); "
+                                    "remove the cache folder and run again to rebuild it") from None
+
+    def _check(self, feats: list[np.ndarray], labels: np.ndarray, items: np.ndarray | None) -> None:
+        bad_l = np.flatnonzero((labels == MISSING_LABEL).reshape(labels.shape[0], -1).any(axis=1))
+        bad_f = np.flatnonzero(np.isnan(feats[0].reshape(feats[0].shape[0], -1)).any(axis=1))
+        bad = np.union1d(bad_l, bad_f)
+        if bad.size:
+            it = int(bad[0] if items is None else items[bad[0]])
+            raise DamagedCacheError(f"{self.where}: {bad.size} cached items (first: item {it}) were never written or are "
+                                    "damaged; remove the cache folder and run again to rebuild it")
+
+    def take(self, items: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """Features (per level) and labels of the given sorted item indices."""
+        if self.arrays is not None:
+            return [self.arrays[f"f{i}"][items] for i in range(self.levels)], self.arrays["label"][items]
+        sel = slice(int(items[0]), int(items[-1]) + 1) if items.size and np.all(np.diff(items) == 1) else items
+        feats = [self._read(f"f{i}", sel) for i in range(self.levels)]
+        labels = self._read("label", sel)
+        self._check(feats, labels, items)
+        return feats, labels

@@ -1,0 +1,388 @@
+"""Fitting segmentation runs (one Dask task per group of runs) and testing them (map tasks returning
+confusion matrices).
+
+Frozen runs train decoders on cached features; a group of frozen runs on one cache trains in one
+task: the features are read once (held in memory up to `cache_in_memory_mb`) and every decoder is
+stepped in turn, each with its own seed, batch order, optimiser and random-number state, so each
+ends exactly as it would trained alone. Fine-tuning and scratch baselines train encoder + decoder
+on crops streamed from the cube (read a batch ahead on a second thread). All share the recipe
+(AdamW, per-iteration multi-step LR, validation before epochs 0, val_every, ... and after the last,
+best state by val mIoU), autocast in the run's precision, and sliding-window evaluation.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import math
+import queue
+import resource
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from ... import store as _store
+from ...catalog import CUBE_IGNORE_INDEX
+from ...cube import read_samples
+from ...errors import task_boundary
+from ...precision import autocast, grad_scaler
+from .data import pad_to, window_offsets
+from .features import FeatureSplit, get_encoder
+from .metrics import confusion_matrix, metrics_from_confusion
+from .work import FitTask, SegRun, TestTask
+
+PROGRESS_TOPIC = "cryocube-progress"
+
+
+class NonFiniteLoss(FloatingPointError):
+    pass
+
+
+def publish(event: dict) -> None:
+    """Send a progress event to the client (a no-op outside a Dask worker)."""
+    try:
+        from distributed import get_worker
+
+        get_worker().log_event(PROGRESS_TOPIC, event)
+    except ValueError:
+        pass
+
+
+# -- models -----------------------------------------------------------------------------------------
+
+
+def _decoder(run: SegRun, enc: nn.Module) -> nn.Module:
+    from ...decoders import build_decoder
+
+    return build_decoder(run.decoder, enc, run.num_classes, **dict(run.decoder_kwargs))
+
+
+def build_model(run: SegRun, device: str) -> tuple[nn.Module, nn.Module | None]:
+    """(trainable module, frozen encoder or None). Frozen: the decoder; otherwise a Segmenter."""
+    from ...decoders import Segmenter
+    from ...models import build_encoder
+
+    if not run.trains_encoder:
+        enc = get_encoder(run.encoder, device)
+        # seeded after the encoder: whether this worker built it now or earlier must not change the decoder
+        torch.manual_seed(run.seed)
+        module = _decoder(run, enc).to(device)
+        frozen = enc
+    else:
+        torch.manual_seed(run.seed)
+        e = run.encoder
+        enc = build_encoder(e.model, bands=list(e.bands), weights=e.weights, sha256=e.weights_sha256, input_size=e.input_size,
+                            rule=e.rule)
+        module = Segmenter(enc, _decoder(run, enc)).to(device)
+        frozen = None
+    if run.memory_format == "channels_last":
+        module = module.to(memory_format=torch.channels_last)
+    return module, frozen
+
+
+def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if run.memory_format == "channels_last" and x.ndim == 4 else x
+
+
+def save_state(module: nn.Module, url: str) -> None:
+    buf = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, buf)
+    _store.write_atomic(url, buf.getvalue())
+
+
+def load_state(module: nn.Module, url: str) -> None:
+    state = torch.load(io.BytesIO(_store.read_bytes(url)), map_location="cpu", weights_only=True)
+    module.load_state_dict(state, strict=True)
+
+
+def prefetched(it: Iterable, depth: int = 2) -> Iterator:
+    """Iterate `it` on a background thread, `depth` items ahead (zarr reads and crops overlap compute)."""
+    q: queue.Queue = queue.Queue(depth)
+    done = object()
+
+    def run():
+        try:
+            for x in it:
+                q.put(x)
+        except BaseException as e:  # re-raised in the consumer
+            q.put(e)
+        q.put(done)
+
+    threading.Thread(target=run, daemon=True).start()
+    while (x := q.get()) is not done:
+        if isinstance(x, BaseException):
+            raise x
+        yield x
+
+
+# -- sliding-window evaluation ----------------------------------------------------------------------
+
+
+def stitch_predict(logits: torch.Tensor, offsets: np.ndarray, side: int) -> torch.Tensor:
+    """Sum window logits (W, K, S, S) into the tile (averaging does not change the argmax) -> (side, side)."""
+    k, s = logits.shape[1], logits.shape[-1]
+    acc = torch.zeros((k, side, side), dtype=torch.float32)
+    for w, (oy, ox) in enumerate(offsets):
+        acc[:, oy : oy + s, ox : ox + s] += logits[w].float().cpu()
+    return acc.argmax(0)
+
+
+def eval_feature_tiles(decoder: nn.Module, run: SegRun, split: FeatureSplit, positions: np.ndarray, device: str,
+                       predictions: list | None = None) -> np.ndarray:
+    """Confusion matrix of the decoder over cached windows of the tiles at cache `positions`."""
+    S, tile, k = run.encoder.input_size, run.tile, run.num_classes
+    per = split.per
+    side = max(tile, S)
+    cm = np.zeros((k, k), dtype=np.int64)
+    offs = window_offsets(tile, S)
+    decoder.eval()
+    with torch.inference_mode():
+        for p in positions:
+            arrays, labels = split.take(np.arange(int(p) * per, (int(p) + 1) * per))
+            feats = [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays]
+            with autocast(device, run.encoder.precision):
+                logits = decoder(feats, (S, S))
+            pred = stitch_predict(logits, offs, side).numpy()
+            tl = np.full((side, side), CUBE_IGNORE_INDEX, dtype=np.int16)
+            for w, (oy, ox) in enumerate(offs):
+                tl[oy : oy + S, ox : ox + S] = labels[w]
+            cm += confusion_matrix(pred[:tile, :tile], tl[:tile, :tile], k)
+            if predictions is not None:
+                predictions.append(pred[:tile, :tile].astype(np.int16))
+    return cm
+
+
+def eval_cube_tiles(model: nn.Module, run: SegRun, samples: np.ndarray, device: str, predictions: list | None = None,
+                    chunk: int = 4) -> np.ndarray:
+    """Confusion matrix of an end-to-end model over cube tiles (sliding windows, summed logits)."""
+    S, tile, k = run.encoder.input_size, run.tile, run.num_classes
+    side = max(tile, S)
+    offs = window_offsets(tile, S)
+    cm = np.zeros((k, k), dtype=np.int64)
+    model.eval()
+    with torch.inference_mode():
+        for c0 in range(0, samples.size, chunk):
+            image, label = read_samples(run.cube_url, samples[c0 : c0 + chunk])
+            x, lab = pad_to(run.inputs.apply(image), label, S)
+            for j in range(x.shape[0]):
+                wins = _fmt(torch.stack([x[j, :, oy : oy + S, ox : ox + S] for oy, ox in offs]).to(device), run)
+                with autocast(device, run.encoder.precision):
+                    logits = model(wins)
+                pred = stitch_predict(logits, offs, side).numpy()
+                cm += confusion_matrix(pred[:tile, :tile], lab[j, :tile, :tile], k)
+                if predictions is not None:
+                    predictions.append(pred[:tile, :tile].astype(np.int16))
+    return cm
+
+
+# -- one run's training state -----------------------------------------------------------------------
+
+
+class Trainer:
+    """One run's optimiser, schedule, curve and random state, advanced an epoch at a time.
+
+    The global torch RNG (dropout) is swapped in and out around each epoch, so runs stepped in turn in
+    one process draw exactly the numbers they would alone.
+    """
+
+    def __init__(self, run: SegRun, module: nn.Module, device: str, batches: Callable[[int], Iterable],
+                 forward: Callable, validate: Callable[[], np.ndarray], iters_per_epoch: int):
+        cfg = run.recipe
+        self.run, self.module, self.device = run, module, device
+        self.batches, self.forward, self.validate_fn = batches, forward, validate
+        self.epochs, self.val_every = cfg.epochs, cfg.val_every
+        params = [p for p in module.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+        total = max(1, iters_per_epoch * cfg.epochs)
+        self.sched = torch.optim.lr_scheduler.MultiStepLR(self.opt, milestones=[int(m * total) for m in cfg.milestones],
+                                                          gamma=cfg.gamma)
+        self.scaler = grad_scaler(device, run.encoder.precision)
+        self.loss_fn = nn.CrossEntropyLoss(ignore_index=CUBE_IGNORE_INDEX)
+        self.curve: list[dict] = []
+        self.best, self.best_state, self.best_epoch = -math.inf, None, -1
+        self.steps, self.seen, self.losses = 0, 0, []
+        self.rng_state = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
+
+    def _swap_in(self) -> None:
+        torch.set_rng_state(self.rng_state)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state(self.cuda_rng)
+
+    def _swap_out(self) -> None:
+        self.rng_state = torch.get_rng_state()
+        if self.cuda_rng is not None:
+            self.cuda_rng = torch.cuda.get_rng_state()
+
+    def _validate(self, epoch: int) -> float:
+        m = metrics_from_confusion(self.validate_fn(), self.run.class_names)
+        loss = float(np.mean(self.losses)) if self.losses else None
+        self.curve.append({"epoch": epoch, "mIoU": m["mIoU"], "mF1": m["mF1"], "loss": loss})
+        if m["mIoU"] > self.best or self.best_state is None:  # strictly better, as the reference
+            self.best, self.best_epoch = m["mIoU"], epoch
+            self.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in self.module.state_dict().items()})
+        return m["mIoU"]
+
+    def epoch(self, epoch: int) -> None:
+        """Validate if due, then train one epoch."""
+        self._swap_in()
+        val = self._validate(epoch) if epoch % self.val_every == 0 else None
+        self.module.train()
+        self.losses = []
+        for inputs, target in self.batches(epoch):
+            with autocast(self.device, self.run.encoder.precision):
+                logits = self.forward(inputs)
+            loss = self.loss_fn(logits.float(), target.to(self.device).long())
+            if not torch.isfinite(loss):
+                raise NonFiniteLoss(f"run {self.run.label}: non-finite loss ({loss.item()}) at epoch {epoch}, step {self.steps}")
+            self.opt.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+            self.sched.step()
+            self.losses.append(loss.detach().item())
+            self.seen += int(target.shape[0])
+            self.steps += 1
+        self._swap_out()
+        if self.run.events:
+            publish({"run": self.run.run_id, "label": self.run.label, "epoch": epoch + 1, "epochs": self.epochs,
+                     "loss": float(np.mean(self.losses)) if self.losses else None, "val_mIoU": val, "t": time.time()})
+
+    def finish(self) -> None:
+        self._swap_in()
+        val = self._validate(self.epochs)
+        self._swap_out()
+        if self.run.events:
+            publish({"run": self.run.run_id, "label": self.run.label, "epoch": self.epochs, "epochs": self.epochs,
+                     "loss": None, "val_mIoU": val, "best": self.best, "done": True, "t": time.time()})
+
+
+def _pairs(chosen: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """BatchNorm needs two values per channel: a batch of one sample takes it twice (two crops)."""
+    return np.repeat(chosen, 2) if chosen.size == 1 else chosen
+
+
+def frozen_trainer(run: SegRun, device: str, train: FeatureSplit, val: FeatureSplit, train_sample_of_pos: np.ndarray) -> Trainer:
+    module, _ = build_model(run, device)
+    rng = np.random.default_rng(run.seed)
+    S, bs = run.encoder.input_size, run.recipe.batch_size
+    K = train.per
+    pos = np.searchsorted(train_sample_of_pos, np.asarray(run.train_samples))
+    n = pos.size
+    iters = max(1, n // bs)  # drop_last, as the reference; at least one step
+    val_pos = np.arange(int(val.attrs["n_items"]) // val.per)
+    if run.recipe.max_val_samples:
+        val_pos = val_pos[: run.recipe.max_val_samples]
+
+    def batches(epoch):
+        order = rng.permutation(pos)
+        for b in range(iters):
+            chosen = _pairs(order[b * bs : (b + 1) * bs] if n >= bs else order, rng)
+            crop = np.where(np.arange(chosen.size) % 2 == 1, (epoch + 1) % K, epoch % K) if n == 1 else epoch % K
+            items = np.sort(chosen * K + crop)
+            arrays, labels = train.take(items)
+            yield [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays], torch.from_numpy(labels)
+
+    return Trainer(run, module, device, batches, lambda feats: module(feats, (S, S)),
+                   lambda: eval_feature_tiles(module, run, val, val_pos, device), iters)
+
+
+def finetune_trainer(run: SegRun, device: str) -> Trainer:
+    module, _ = build_model(run, device)
+    rng = np.random.default_rng(run.seed)
+    S, bs = run.encoder.input_size, run.recipe.batch_size
+    train_idx = np.asarray(run.train_samples)
+    n = train_idx.size
+    iters = max(1, n // bs)
+    val_idx = np.asarray(run.val_samples)
+    if run.recipe.max_val_samples:
+        val_idx = val_idx[: run.recipe.max_val_samples]
+    side = max(run.tile, S)
+
+    def epoch_batches(epoch):
+        order = rng.permutation(train_idx)
+        for b in range(iters):
+            chosen = _pairs(np.sort(order[b * bs : (b + 1) * bs] if n >= bs else order), rng)
+            image, label = read_samples(run.cube_url, chosen)
+            x, lab = pad_to(run.inputs.apply(image), label, S)
+            ys, xs = rng.integers(0, side - S + 1, size=(2, chosen.size))
+            xb = torch.stack([x[j, :, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)])
+            lb = torch.from_numpy(np.stack([lab[j, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)]))
+            yield xb, lb
+
+    def batches(epoch):
+        for xb, lb in prefetched(epoch_batches(epoch)):
+            yield _fmt(xb.to(device), run), lb
+
+    return Trainer(run, module, device, batches, module, lambda: eval_cube_tiles(module, run, val_idx, device), iters)
+
+
+@task_boundary
+def fit(task: FitTask) -> list[dict[str, Any]]:
+    """Train every run of the group on one worker; each best state goes to its run dir. Returns one
+    result per run (validation curve, steps, timings, device, threads)."""
+    from ...cluster.runtime import torch_task
+
+    t0 = time.perf_counter()
+    runs = task.runs
+    with torch_task(runs[0].recipe.threads) as (device, share):
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        trainers = []
+        if not runs[0].trains_encoder:
+            cache = runs[0].cache
+            root = _store.open_group(cache.url, "r")
+            budget = runs[0].recipe.cache_in_memory_mb
+            train = FeatureSplit(root["train"], budget, f"{cache.url}/train")
+            val = FeatureSplit(root["val"], budget, f"{cache.url}/val")
+            sample_of_pos = np.asarray(root["train"]["sample"][:: train.per])
+            trainers = [frozen_trainer(r, device, train, val, sample_of_pos) for r in runs]
+        else:
+            trainers = [finetune_trainer(r, device) for r in runs]
+        built = time.perf_counter()
+        for epoch in range(max(t.epochs for t in trainers)):
+            for t in trainers:
+                if epoch < t.epochs:
+                    share.refresh()
+                    t.epoch(epoch)
+        for t in trainers:
+            t.finish()
+            t.module.load_state_dict(t.best_state)
+            save_state(t.module, t.run.checkpoint)
+        elapsed = time.perf_counter() - t0
+        peak = (torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda")
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        out = []
+        for t in trainers:
+            enc = t.module.encoder if t.run.trains_encoder else get_encoder(t.run.encoder, device)
+            out.append({"val_curve": t.curve, "best_epoch": t.best_epoch, "train_s": elapsed, "setup_s": built - t0,
+                        "steps": t.steps, "train_samples_per_s": t.seen / max(elapsed, 1e-9), "peak_memory_mb": peak,
+                        "device": device, "threads": sorted(share.used), "decoders_in_task": len(trainers),
+                        "trainable_params": int(sum(p.numel() for p in t.module.parameters() if p.requires_grad)),
+                        "encoder_params": int(sum(p.numel() for p in enc.parameters()))})
+        return out
+
+
+@task_boundary
+def test_block(task: TestTask) -> np.ndarray:
+    """Confusion matrix of the best state on one block of test tiles (predictions saved alongside)."""
+    from ...cluster.runtime import torch_task
+
+    run = task.run
+    with torch_task(run.recipe.threads) as (device, _):
+        module, _ = build_model(run, device)
+        load_state(module, run.checkpoint)
+        preds: list = []
+        if not run.trains_encoder:
+            split = FeatureSplit(_store.open_group(run.cache.url, "r")["test"], 0, f"{run.cache.url}/test")  # stream
+            cm = eval_feature_tiles(module, run, split, np.asarray(task.positions), device, preds)
+        else:
+            cm = eval_cube_tiles(module, run, np.asarray(task.samples), device, preds)
+        if task.predictions_url and preds:
+            g = _store.open_group(task.predictions_url, "r+")
+            g["pred"][task.pred_range[0] : task.pred_range[1]] = np.stack(preds)
+        return cm

@@ -1,0 +1,127 @@
+"""Typed descriptions of segmentation work: what each Dask task receives (no untyped dicts).
+
+They carry whole specs (the model's catalog entry, the cube's bands) so workers need no catalog
+of their own: a lab's YAML-only model or dataset runs on any cluster.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...catalog import Band
+from ...models.spec import ModelSpec
+from .data import InputMap
+from .recipe import Recipe
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """An encoder as tasks build it: the model, the inputs it sees, its checkpoint, the arithmetic."""
+
+    model: ModelSpec
+    bands: tuple[Band, ...]
+    rule: str  # band-matching rule
+    input_size: int
+    weights: str | None  # checkpoint path/URL; None = random init
+    weights_sha256: str | None
+    precision: str  # effective: bf16 | fp16 | fp32
+
+    @property
+    def key(self) -> tuple:
+        # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse another's module
+        return (self.model.id, json.dumps(self.model.arch, sort_keys=True, default=str), repr(self.bands), self.input_size,
+                self.weights, self.weights_sha256, self.rule)
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Everything that defines a frozen-feature cache; its hash names the cache."""
+
+    encoder: EncoderSpec
+    cube_url: str
+    cube_checksum: str
+    inputs: InputMap
+    tile: int
+    crops_per_sample: int
+    feature_dtype: str
+    root: str  # results root the cache lives under
+
+    @property
+    def key(self) -> str:
+        e = self.encoder
+        ident = {"model": e.model.id, "arch": e.model.arch, "cube": self.cube_checksum, "index": self.inputs.index,
+                 "mean": self.inputs.mean, "std": self.inputs.std, "rule": e.rule, "S": e.input_size,
+                 "K": self.crops_per_sample, "dtype": self.feature_dtype, "weights": e.weights_sha256 or e.weights,
+                 "precision": e.precision, "v": 2}
+        h = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return f"{e.model.id}-{e.rule}-{h}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root.rstrip('/')}/features/{self.key}.zarr"
+
+    @property
+    def seed(self) -> int:
+        """Seed of the bank of training crops. It hashes the cache identity of cryocube 0.1 (band rule
+        "named" was called "protocol" then), so the crops, and with them every frozen run's metrics,
+        stayed the same when the engine moved into evaluation families."""
+        e = self.encoder
+        ident = {"model": e.model.id, "cube": self.cube_checksum, "index": self.inputs.index, "mean": self.inputs.mean,
+                 "std": self.inputs.std, "mode": {"named": "protocol"}.get(e.rule, e.rule), "S": e.input_size,
+                 "K": self.crops_per_sample, "dtype": self.feature_dtype, "weights": e.weights, "v": 1}
+        return int(hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8], 16)
+
+
+@dataclass(frozen=True)
+class SegRun:
+    """One planned segmentation run, as its fit and test tasks see it."""
+
+    run_id: str
+    label: str
+    trains_encoder: bool  # fine-tuning and scratch baselines: encoder + decoder on crops from the cube
+    encoder: EncoderSpec
+    decoder: str
+    decoder_kwargs: tuple[tuple[str, object], ...]
+    num_classes: int
+    class_names: tuple[str, ...]
+    tile: int
+    cube_url: str
+    inputs: InputMap
+    train_samples: np.ndarray
+    val_samples: np.ndarray
+    test_samples: np.ndarray
+    recipe: Recipe
+    seed: int  # the run's own seed: decoder init, batch order, crops
+    checkpoint: str  # where the best state goes
+    cache: CacheSpec | None  # frozen runs: the feature cache they train on
+    memory_format: str  # effective: channels_last | contiguous
+    events: bool = True  # publish per-epoch progress to the client
+
+
+@dataclass(frozen=True)
+class ExtractTask:
+    cache: CacheSpec
+    split: str
+    samples: np.ndarray
+    per: int  # items per sample (crops or windows)
+    item0: int
+    block: int
+    batch: int | None
+    threads: int | None = None  # fixed torch threads (recipe), else the host's cores divided among tasks
+
+
+@dataclass(frozen=True)
+class FitTask:
+    runs: tuple[SegRun, ...]
+
+
+@dataclass(frozen=True)
+class TestTask:
+    run: SegRun
+    positions: np.ndarray  # positions of the tiles in the cache's test split
+    samples: np.ndarray  # their cube sample indices
+    predictions_url: str | None
+    pred_range: tuple[int, int]

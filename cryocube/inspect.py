@@ -1,0 +1,91 @@
+"""`cryocube inspect` (a cube, its integrity, or a band-matching table) and `cryocube list` (what exists)."""
+from __future__ import annotations
+
+from .errors import UserError
+
+LISTS = ("datasets", "models", "protocols", "readers", "families", "benchmarks")
+
+
+def register(sub) -> None:
+    from .store import options_arg
+
+    p = sub.add_parser("inspect", help="summarise a cube (--verify: check every chunk), or print a band-matching table")
+    p.add_argument("url", nargs="?", help="cube path or URL")
+    p.add_argument("--bands", nargs=2, metavar=("MODEL", "DATASET"), help="band-matching table of MODEL on DATASET (catalog id or cube URL)")
+    p.add_argument("--cross-sensor", action="store_true", help="with --bands: the cross-sensor rule (SAR/grey into RGB)")
+    p.add_argument("--verify", action="store_true", help="read every sample and check it against the digests written at conversion")
+    p.add_argument("--storage-options", type=options_arg, default=None, help="JSON fsspec options for remote URLs")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_inspect)
+
+    ls = sub.add_parser("list", help="what exists: datasets, models, protocols, readers, families, benchmarks")
+    ls.add_argument("what", choices=LISTS)
+    ls.set_defaults(func=_list)
+
+
+def _inspect(args) -> int:
+    from . import cube, store
+
+    if args.bands:
+        from .models.cli import bands_table
+
+        model, dataset = args.bands
+        print(bands_table(model, dataset, "cross_sensor" if args.cross_sensor else "named"))
+        return 0
+    if not args.url:
+        raise UserError("inspect needs a cube URL or --bands MODEL DATASET")
+    store.register_options(args.url, args.storage_options)
+    if args.verify:
+        rep = cube.verify(args.url, progress=not args.quiet)
+        for d in rep.damaged[:50]:
+            print(f"DAMAGED sample {d['sample']} ({d['source']}): {d['what']}")
+        if len(rep.damaged) > 50:
+            print(f"... and {len(rep.damaged) - 50} more")
+        state = "ok" if rep.ok else "DAMAGED"
+        print(f"{args.url}: {rep.n_samples} samples read, {len(rep.damaged)} damaged, checksum "
+              f"{'matches' if rep.checksum_ok else 'DOES NOT match'} the marker: {state}"
+              + ("" if rep.digests else " (schema without per-sample digests: checked per block)"))
+        return 0 if rep.ok else 1
+    print(cube.summary(args.url))
+    return 0
+
+
+def _rows(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+
+
+def _list(args) -> int:
+    from . import catalog
+
+    if args.what == "datasets":
+        rows = [("id", "name", "tile", "bands", "classes", "layouts (reader)")]
+        for d in catalog.dataset_ids():
+            s = catalog.load_dataset(d)
+            lays = ", ".join(f"{k} ({v.reader})" for k, v in s.layouts.items())
+            rows.append((s.id, s.short_name, str(s.tile_size), str(len(s.bands)), str(s.num_classes), lays))
+    elif args.what == "models":
+        from .models import list_models, model_spec
+
+        rows = [("id", "name", "family", "input", "bands", "weights")]
+        for m in list_models():
+            s = model_spec(m)
+            bands = "dataset" if s.takes_dataset_bands else ",".join(s.slots)
+            rows.append((s.id, s.display_name, s.family, str(s.input_size or "tile"), bands,
+                         "pretrained" if s.pretrained else "from scratch"))
+    elif args.what == "protocols":
+        rows = [("name", "family", "fraction", "encoder", "description")]
+        for p in catalog.protocols().values():
+            rows.append((p.name, p.family, f"{p.fraction:g}", "trained" if p.trains_encoder else "frozen", p.description))
+    elif args.what == "readers":
+        from .convert import readers
+
+        rows = [("reader", "layout options")] + [(n, r.options_doc) for n, r in sorted(readers().items())]
+    elif args.what == "families":
+        from . import families
+
+        rows = [("family", "primary metric")] + [(n, families.get(n).primary_metric) for n in families.names()]
+    else:
+        rows = [("benchmark", "datasets")] + [(b, ", ".join(catalog.load_benchmark(b).datasets)) for b in catalog.ids("benchmarks")]
+    print(_rows(rows))
+    return 0

@@ -1,0 +1,64 @@
+"""`build_encoder`: a catalog model spec (or id) + the cube's bands -> an encoder module, weights loaded."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from ..catalog import Band
+from ..errors import UserError
+from .bands import BandMatch, match_bands
+from .registry import families
+from .spec import ModelSpec, model_spec
+
+
+def build_encoder(
+    model: str | ModelSpec,
+    bands: Sequence[Band] | None = None,
+    weights: str | None = None,
+    input_size: int | None = None,
+    rule: str = "named",
+    match: BandMatch | None = None,
+    sha256: str | None = None,
+    **overrides,
+):
+    """Build the encoder `model` (random init unless `weights`, a local path or fsspec URL).
+
+    `bands` (the cube's bands) decide the input channels through the band match (`rule`, or an
+    explicit `match`); without bands the spec's own slots are used (dataset-band encoders then need
+    `in_chans=`). `input_size` is required for encoders whose catalog input_size is null (the tile
+    size). `overrides` change architecture arguments of the catalog (e.g. `drop_path_rate=0`).
+    """
+    spec: ModelSpec = model if isinstance(model, ModelSpec) else model_spec(model)
+    if match is None and bands is not None:
+        match = match_bands(spec, bands, rule)
+    size = input_size or spec.input_size
+    if size is None:
+        raise UserError(f"model {spec.id!r} takes the dataset tile size: pass input_size=")
+    if match is not None:
+        in_chans = match.in_chans
+    elif "in_chans" in overrides:
+        in_chans = int(overrides.pop("in_chans"))
+    elif spec.takes_dataset_bands:
+        raise UserError(f"model {spec.id!r} takes the dataset's bands: pass bands= (or in_chans=)")
+    else:
+        in_chans = len(spec.slots)
+    overrides.pop("in_chans", None)
+    known = families()
+    if spec.family not in known:
+        raise UserError(f"{spec.path}: unknown family {spec.family!r}; known: {sorted(known)}")
+    allow_pickle = overrides.pop("allow_pickle", None)
+    layers = overrides.pop("output_layers", None)
+    if layers is not None:  # e.g. Prithvi's upstream [3, 5, 7, 11], or shallow test models
+        spec = dataclasses.replace(spec, output_layers=[int(i) for i in layers], output_channels=[])
+    arch = {**spec.arch, **overrides}
+    try:
+        enc = known[spec.family](spec=spec, in_chans=in_chans, input_size=int(size), match=match, **arch)
+    except TypeError as e:  # an architecture argument the family does not take
+        raise UserError(f"{spec.path}: arch does not fit family {spec.family!r}: {e}") from None
+    if layers is not None:
+        enc.spec = dataclasses.replace(spec, output_channels=list(enc.output_channels))
+    if weights is not None:
+        from .weights import load_weights
+
+        load_weights(enc, weights, sha256=sha256, allow_pickle=allow_pickle)
+    return enc

@@ -1,0 +1,88 @@
+"""Numeric precision: what a device computes fast, and the autocast/scaler that use it.
+
+`precision: auto` is bf16 where the device has matrix units for it (CUDA compute capability >= 8.0;
+a CPU with AMX or AVX512-BF16, as torch reports them) and fp32 elsewhere; bf16 and fp16 are autocast
+with fp32 master weights, optimiser state and loss (fp16 with a gradient scaler). `resolve` takes
+the device's reported capability as input, so both answers are testable on any machine.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from .errors import UserError
+
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a worker's device can do, as torch reports it."""
+
+    type: str  # "cpu" | "cuda"
+    name: str = ""
+    cuda_capability: tuple[int, int] | None = None
+    cpu_bf16: bool = False  # AMX tiles or AVX512-BF16 (oneDNN's fast bf16 paths)
+    memory_bytes: int | None = None
+
+    def describe(self) -> str:
+        if self.type == "cuda":
+            return f"cuda {self.name} (compute capability {'.'.join(map(str, self.cuda_capability or ()))})"
+        return f"cpu {self.name}" + (" with AMX/AVX512-BF16" if self.cpu_bf16 else " without bf16 matrix units")
+
+
+def fast_bf16(info: DeviceInfo) -> bool:
+    if info.type == "cuda":
+        return info.cuda_capability is not None and tuple(info.cuda_capability) >= (8, 0)
+    return bool(info.cpu_bf16)
+
+
+def resolve(requested: str, info: DeviceInfo) -> str:
+    """The precision a run computes in: `requested`, with auto decided by the device."""
+    if requested not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {requested!r}")
+    if requested == "auto":
+        return "bf16" if fast_bf16(info) else "fp32"
+    if requested == "fp16" and info.type == "cpu":
+        raise UserError("precision fp16 needs a GPU (CPU autocast computes in bf16); use bf16 or auto")
+    return requested
+
+
+def this_device(device: str | None = None) -> DeviceInfo:
+    """DeviceInfo of this process's torch device (the one tasks use: cuda when visible)."""
+    import platform
+
+    import torch
+
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.startswith("cuda"):
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return DeviceInfo("cuda", p.name, (p.major, p.minor), False, int(p.total_memory))
+    cpu = torch.cpu
+    bf16 = any(getattr(cpu, f, lambda: False)() for f in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"))
+    return DeviceInfo("cpu", platform.processor() or platform.machine(), None, bool(bf16), None)
+
+
+def weakest(infos: list[DeviceInfo]) -> DeviceInfo:
+    """The device that decides `auto` for a cluster: one without fast bf16 if any worker lacks it."""
+    if not infos:
+        raise UserError("no workers to ask for their device")
+    slow = [i for i in infos if not fast_bf16(i)]
+    return (slow or infos)[0]
+
+
+def autocast(device: str, precision: str):
+    """The autocast context of a precision (a no-op for fp32)."""
+    import torch
+
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast("cuda" if device.startswith("cuda") else "cpu", dtype=getattr(torch, DTYPES[precision]))
+
+
+def grad_scaler(device: str, precision: str):
+    """A gradient scaler for fp16 (bf16 has fp32's range and needs none)."""
+    import torch
+
+    return torch.amp.GradScaler("cuda" if device.startswith("cuda") else "cpu", enabled=(precision == "fp16"))
