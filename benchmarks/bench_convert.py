@@ -66,7 +66,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--tiles", type=int, default=None)
     ap.add_argument("--size", type=int, default=None)
     a = ap.parse_args(argv)
-    from cryocube.testing import make_raw
+    from cryocube.synthetic import make_raw
 
     tiles = a.tiles or (40 if a.short else 160)
     size = a.size or 300

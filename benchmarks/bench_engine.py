@@ -24,7 +24,7 @@ def make_cube(root: Path, n_train: int, tile: int = 64, name: str = "glid") -> s
     from distributed import Client, LocalCluster
 
     from cryocube.convert.writer import convert
-    from cryocube.testing import make_raw
+    from cryocube.synthetic import make_raw
 
     make_raw(name, root / f"raw{n_train}", n={"train": n_train, "val": max(4, n_train // 8), "test": max(4, n_train // 8)}, size=tile, seed=3)
     url = str(root / f"{name}{n_train}.zarr")

@@ -1,8 +1,30 @@
-"""cryocube: evaluate geospatial foundation models on cryosphere benchmarks over Zarr cubes with Dask."""
-__version__ = "0.1.0"
+"""cryocube: evaluate geospatial foundation models on cryosphere benchmarks over Zarr cubes with Dask.
+
+The notebook API (names load on first use, so `import cryocube` stays light):
+
+    from cryocube import evaluate, load_recipe, runs_from_grid, build_report
+    runs = runs_from_grid(["dofa"], ["s3://bucket/glid.zarr"], ["frozen"], [None], [0, 1, 2])
+    res = evaluate(runs, "s3://bucket/results", load_recipe(overrides=["epochs=80"]), client=client)
+"""
+__version__ = "0.2.0"
 
 import warnings as _warnings
+from importlib import import_module as _import
 
 # zarr warns on every consolidated-metadata write for v3 stores; cubes rely on it deliberately
 # (one GET for all metadata on object stores) and xarray/zarr both read it.
 _warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part", category=UserWarning)
+
+_API = {
+    "evaluate": "cryocube.engine.evaluate", "plan_runs": "cryocube.engine.plan", "runs_from_grid": "cryocube.engine.plan",
+    "runs_from_benchmark": "cryocube.engine.plan", "RunSpec": "cryocube.families", "load_recipe": "cryocube.families.segmentation.recipe",
+    "convert": "cryocube.convert.writer", "open_cube": "cryocube.cube", "build_report": "cryocube.report",
+    "cluster_info": "cryocube.cluster", "gpu_resources": "cryocube.cluster",
+}
+__all__ = ["__version__", *sorted(_API)]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(_import(_API[name]), name)
+    raise AttributeError(f"module 'cryocube' has no attribute {name!r}")

@@ -21,23 +21,23 @@ CAFFE_OPTICAL = ("gfmswin", "prithvi", "remoteclip", "satlasnet_si", "scalemae",
 CAFFE_SAR = ("croma_sar", "dofa", "ssl4eo_mae_sar", "terramind_large_sar", "ramen", "unet")
 
 GRID = (
-    [(m, d, "protocol") for d in OPTICAL_DATASETS for m in ALL_ENCODERS]
+    [(m, d, "named") for d in OPTICAL_DATASETS for m in ALL_ENCODERS]
     + [(m, "sicd", "cross_sensor") for m in SICD_OPTICAL]
-    + [(m, "sicd", "protocol") for m in SICD_SAR]
+    + [(m, "sicd", "named") for m in SICD_SAR]
     + [(m, "caffe", "cross_sensor") for m in CAFFE_OPTICAL]
-    + [(m, "caffe", "protocol") for m in CAFFE_SAR]
+    + [(m, "caffe", "named") for m in CAFFE_SAR]
 )
 
 
-def _match(model, dataset, mode="protocol"):
-    return match_bands(model_spec(model), load_dataset(dataset).bands, mode)
+def _match(model, dataset, rule="named"):
+    return match_bands(model_spec(model), load_dataset(dataset).bands, rule)
 
 
-@pytest.mark.parametrize("model,dataset,mode", GRID)
-def test_grid_pair_matches(model, dataset, mode):
+@pytest.mark.parametrize("model,dataset,rule", GRID)
+def test_grid_pair_matches(model, dataset, rule):
     spec = model_spec(model)
     bands = load_dataset(dataset).bands
-    m = match_bands(spec, bands, mode)
+    m = match_bands(spec, bands, rule)
     assert len(m.slots) == len(m.index) == m.in_chans > 0
     assert any(i >= 0 for i in m.index), "no slot fed"
     assert all(-1 <= i < len(bands) for i in m.index)
@@ -47,7 +47,7 @@ def test_grid_pair_matches(model, dataset, mode):
     assert model in text and text.count("\n") >= len(m.slots)
     # the cross-sensor rule applies exactly when a dataset without optical bands meets an optical-only encoder
     no_optical = not any(b.alias.startswith("B") for b in bands)
-    assert m.replicated == (mode == "cross_sensor" and no_optical and spec.optical_only)
+    assert m.replicated == (rule == "cross_sensor" and no_optical and spec.optical_only)
 
 
 def test_grid_covers_every_model():
@@ -105,21 +105,21 @@ def test_cross_sensor_on_optical_data_is_protocol():
     assert not _match("remoteclip", "glid", "cross_sensor").replicated
 
 
-@pytest.mark.parametrize("model,dataset,mode", [
-    ("remoteclip", "caffe", "protocol"),  # optical encoder, SAR data, no cross-sensor rule asked
-    ("terramind_large", "sicd", "protocol"),  # the reference would feed 12 zero channels
-    ("croma_sar", "glid", "protocol"),
+@pytest.mark.parametrize("model,dataset,rule", [
+    ("remoteclip", "caffe", "named"),  # optical encoder, SAR data, no cross-sensor rule asked
+    ("terramind_large", "sicd", "named"),  # the reference would feed 12 zero channels
+    ("croma_sar", "glid", "named"),
     ("ssl4eo_mae_sar", "gsdd", "cross_sensor"),  # no rule feeds optical bands to a SAR encoder
-    ("vit_scratch", "sicd", "protocol"),
+    ("vit_scratch", "sicd", "named"),
 ])
-def test_impossible_pairing_is_a_clear_error(model, dataset, mode):
+def test_impossible_pairing_is_a_clear_error(model, dataset, rule):
     with pytest.raises(BandMatchError) as e:
-        _match(model, dataset, mode)
+        _match(model, dataset, rule)
     msg = str(e.value)
     assert model in msg and "dataset bands" in msg
     for b in load_dataset(dataset).bands:
         assert b.name in msg
-    if mode == "protocol" and dataset in ("caffe", "sicd") and model_spec(model).optical_only:
+    if rule == "named" and dataset in ("caffe", "sicd") and model_spec(model).optical_only:
         assert "cross_sensor" in msg
 
 
@@ -131,6 +131,6 @@ def test_bands_table_cli_helper_and_explicit_bands():
     assert "[0] nir" in bands_table("ssl4eo_moco", custom)
 
 
-def test_unknown_mode_is_rejected():
-    with pytest.raises(Exception, match="unknown band-matching mode"):
+def test_unknown_rule_is_rejected():
+    with pytest.raises(Exception, match="unknown band-matching rule"):
         _match("dofa", "gld", "best_effort")

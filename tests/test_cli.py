@@ -7,7 +7,7 @@ import pytest
 
 from cryocube.cli import build_parser, main
 from cryocube.convert.writer import convert
-from cryocube.testing import make_raw
+from cryocube.synthetic import make_raw
 
 
 def test_every_command_is_registered():
@@ -47,5 +47,5 @@ def test_bad_arguments_are_clear(tmp_path, capsys):
     assert "no cube here" in capsys.readouterr().err
     assert main(["evaluate", "--out", str(tmp_path), "--models", "unet", "--cubes", "glid"]) == 2
     assert "--data-root" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["convert", "not-a-dataset", "--raw", "x", "--out", "y"])
+    assert main(["convert", "not-a-dataset", "--raw", "x", "--out", "y"]) == 2
+    assert "unknown dataset 'not-a-dataset'" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from cryocube.convert.base import ConvertError
 from cryocube.convert.writer import convert
 from cryocube.cube import COMPLETE_ATTR, IncompleteCubeError, open_cube, stratum_keys, summary
 from cryocube.errors import UserError
-from cryocube.testing import corrupt, make_raw
+from cryocube.synthetic import corrupt, make_raw
 
 CASES = [("gsdd", "cryobench"), ("glid", "cryobench"), ("glid", "original"), ("gld", "cryobench"),
          ("sicd", "cryobench"), ("sicd", "original"), ("caffe", "cryobench"), ("caffe", "original")]
@@ -275,7 +275,7 @@ def test_label_lookup_table_matches_the_general_remap():
     from cryocube.catalog import Layout
     from cryocube.convert.writer import remap_labels
 
-    lay = Layout(name="t", label_map={0: 0, 64: 1, 127: 2, 254: 3}, ignore_values=(255,))
+    lay = Layout(name="t", reader="paired_raster", label_map={0: 0, 64: 1, 127: 2, 254: 3}, ignore_values=(255,))
     raw = np.array([[0, 64, 127], [254, 255, 0]], dtype=np.uint8)
     want = np.array([[0, 1, 2], [3, CUBE_IGNORE_INDEX, 0]], dtype=np.int16)
     np.testing.assert_array_equal(remap_labels(raw, lay, "x.png"), want)  # table path
@@ -287,10 +287,10 @@ def test_label_lookup_table_matches_the_general_remap():
 
 
 def test_header_reads_spread_over_workers_keep_order_and_errors(tmp_path, client, monkeypatch):
-    from cryocube.convert import READERS, writer
+    from cryocube.convert import open_reader, writer
 
     m = make_raw("gld", tmp_path / "raw", n={"train": 6, "val": 2, "test": 3}, seed=4)
-    r = READERS[("gld", "cryobench")](load_dataset("gld"))
+    r = open_reader(load_dataset("gld"), "cryobench")
     monkeypatch.setattr(writer, "HEADERS_PER_TASK", 2)  # 11 files, 2 workers: 5 chunks on the workers
     assert r.scan(str(m.root), map_headers=writer.worker_mapper(client)) == r.scan(str(m.root))
     bad = corrupt(m, "header", index=5)

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 from cryocube.catalog import Band
 from cryocube.errors import UserError
-from cryocube.models import Segmenter, build_decoder, build_encoder
+from cryocube.decoders import Segmenter, build_decoder
+from cryocube.models import build_encoder
 from cryocube.models.base import count_params
 from cryocube.models.weights import WeightsError, load_decoder, save_decoder
 
@@ -77,7 +78,7 @@ def test_unet_matches_reference_size_and_resolution():
     model = Segmenter(enc, dec)
     x = torch.randn(2, 3, 64, 64)
     assert model(x).shape == (2, 2, 64, 64)
-    with pytest.raises(UserError, match="U-Net encoder"):
+    with pytest.raises(UserError, match="U-Net decoder needs skip maps coarsest first"):
         build_decoder("unet", build_encoder("ssl4eo_mae_sar", depth=1, output_layers=[0]), num_classes=2)
 
 

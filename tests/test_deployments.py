@@ -149,7 +149,9 @@ def test_dockerfile_builds_from_this_repository():
 
 
 def test_manifests_use_the_image_tag_of_this_version():
-    tag = f"cryocube:{PYPROJECT['project']['version']}"
+    from cryocube import __version__
+
+    tag = f"cryocube:{__version__}"
     assert f"-t {tag} ." in (DEPLOY / "docker" / "Dockerfile").read_text()
     for name in ("daskcluster.yaml", "evaluate-job.yaml"):
         doc = _one(DEPLOY / "k8s" / name)
@@ -193,7 +195,7 @@ def test_notebook_uses_the_existing_client_and_real_cryocube_names():
     assert {"open_cluster", "LocalCluster", "LocalCUDACluster", "KubeCluster"}.isdisjoint(calls)
     assert "new_cluster" in calls and "get_client" in calls
     # runs_from_grid's keywords are its real parameters
-    from cryocube.engine.evaluate import runs_from_grid
+    from cryocube.engine.plan import runs_from_grid
     import inspect
 
     (grid,) = calls["runs_from_grid"]

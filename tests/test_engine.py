@@ -14,14 +14,25 @@ import zarr
 from cryocube import store
 from cryocube.convert.writer import convert
 from cryocube.cube import COMPLETE_ATTR, IncompleteCubeError
-from cryocube.engine.evaluate import evaluate, runs_from_grid
-from cryocube.engine.metrics import confusion_matrix, metrics_from_confusion
-from cryocube.engine.protocols import load_config
-from cryocube.engine.runs import RunSpec, read_results
+from cryocube.engine.evaluate import evaluate
+from cryocube.engine.plan import runs_from_grid
+from cryocube.engine.records import read_results
 from cryocube.errors import UserError
-from cryocube.testing import make_raw
+from cryocube.families import RunSpec
+from cryocube.families.segmentation.metrics import confusion_matrix, metrics_from_confusion
+from cryocube.families.segmentation.recipe import load_recipe
+from cryocube.synthetic import make_raw
 
-FAST = ["epochs=4", "decoder_channels=32", "input_size=32", "val_every=2", "crops_per_sample=2", "batch_size=4"]
+FAST = ["epochs=4", "decoder_channels=32", "input_size=32", "val_every=2", "crops_per_sample=2", "batch_size=4",
+        "normalization=cube"]
+
+
+def load_config(path=None, sets=()):
+    return load_recipe(path, list(sets))
+
+
+def ev(runs, out, cfg, client, **kw):
+    return evaluate(runs, str(out), cfg, client=client, progress=False, allow_random_weights=True, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +58,16 @@ def test_protocols_and_learning(tmp_path, client, cubes):
             RunSpec("ssl4eo_moco", cubes["glid"], "fewshot", fraction=0.5),
             RunSpec("ssl4eo_moco", cubes["glid"], "finetune"),
             RunSpec("ssl4eo_moco", cubes["caffe"], "cross_sensor")]
-    res = evaluate(runs, str(tmp_path), cfg.replace(epochs=6), client=client, progress=False)
+    res = ev(runs, str(tmp_path), cfg.replace(epochs=6), client)
     recs = {(r["model"], r["protocol"], r["dataset"]): r for r in res.records}
     assert all(r["status"] == "ok" for r in res.records), [r.get("error") for r in res.records]
     assert len(recs) == 5
     unet = recs[("unet", "frozen", "glid")]
-    assert unet["kind"] == "finetune" and unet["metrics"]["mIoU"] > 75  # chance is ~50 on two balanced classes
+    assert unet["trains_encoder"] and unet["metrics"]["mIoU"] > 75  # chance is ~50 on two balanced classes
     few = recs[("ssl4eo_moco", "fewshot", "glid")]
     assert few["subset"] and len(few["subset"]) < 16 and few["fraction"] == 0.5
-    assert recs[("ssl4eo_moco", "cross_sensor", "caffe")]["band_mode"] == "cross_sensor"
-    assert recs[("ssl4eo_moco", "finetune", "glid")]["kind"] == "finetune"
+    assert recs[("ssl4eo_moco", "cross_sensor", "caffe")]["band_rule"] == "cross_sensor"
+    assert recs[("ssl4eo_moco", "finetune", "glid")]["trains_encoder"]
     for r in res.records:
         assert {"mIoU", "mF1", "oAcc", "mAcc", "IoU"} <= set(r["metrics"]) and r["val_curve"] and r["versions"]["torch"]
         assert r["cube"]["checksum"] and r["samples_per_s"] > 0 and r["peak_memory_mb"] > 0
@@ -83,24 +94,24 @@ def test_cache_determinism_and_resume(tmp_path, client, cubes):
     killed during training loses nothing."""
     cfg = load_config(None, FAST)
     run = [RunSpec("ssl4eo_mae_optical", cubes["glid"], "frozen", seed=0)]
-    a = evaluate(run, str(tmp_path / "a"), cfg, client=client, progress=False)
+    a = ev(run, str(tmp_path / "a"), cfg, client)
     assert a.records[0]["encoder_forward_items"] > 0
-    again = evaluate(run, str(tmp_path / "a"), cfg, client=client, progress=False)
+    again = ev(run, str(tmp_path / "a"), cfg, client)
     assert again.records == [] and again.skipped == [a.records[0]["run_id"]]
     # a new seed reuses the feature cache: the encoder runs on nothing
-    s1 = evaluate([RunSpec("ssl4eo_mae_optical", cubes["glid"], "frozen", seed=1)], str(tmp_path / "a"), cfg, client=client, progress=False)
+    s1 = ev([RunSpec("ssl4eo_mae_optical", cubes["glid"], "frozen", seed=1)], str(tmp_path / "a"), cfg, client)
     assert s1.records[0]["encoder_forward_items"] == 0 and sum(s1.encoder_items.values()) == 0
 
     # the same run elsewhere, with a worker killed while it trains
     out_b = str(tmp_path / "b")
     result = {}
-    th = threading.Thread(target=lambda: result.setdefault("r", evaluate(run, out_b, cfg.replace(epochs=12), client=client, progress=False)))
+    th = threading.Thread(target=lambda: result.setdefault("r", ev(run, out_b, cfg.replace(epochs=12), client)))
     th.start()
     killed = None
     deadline = time.time() + 120
     while th.is_alive() and time.time() < deadline and killed is None:
         for addr, keys in client.processing().items():
-            if any(str(k).startswith("train-") for k in keys):
+            if any(str(k).startswith("cryocube-fit-") for k in keys):
                 pid = client.run(os.getpid, workers=[addr])[addr]
                 os.kill(pid, signal.SIGKILL)
                 killed = addr
@@ -108,7 +119,7 @@ def test_cache_determinism_and_resume(tmp_path, client, cubes):
         time.sleep(0.05)
     th.join(300)
     assert killed, "no training task was caught running"
-    c = evaluate(run, str(tmp_path / "c"), cfg.replace(epochs=12), client=client, progress=False)
+    c = ev(run, str(tmp_path / "c"), cfg.replace(epochs=12), client)
     b = result["r"]
     assert b.records[0]["status"] == "ok"
     assert b.records[0]["metrics"]["mIoU"] == pytest.approx(c.records[0]["metrics"]["mIoU"], abs=1e-9)
@@ -120,13 +131,13 @@ def test_failures_are_recorded_or_refused(tmp_path, client, cubes):
     cfg = load_config(None, FAST)
     # a diverging run is recorded as an error; the other run goes on
     runs = [RunSpec("ssl4eo_moco", cubes["glid"], "frozen", seed=5), RunSpec("unet", cubes["glid"], "frozen", seed=5)]
-    res = evaluate(runs[:1], str(tmp_path), cfg.replace(lr=1e25), client=client, progress=False)
-    ok = evaluate(runs[1:], str(tmp_path), cfg.replace(epochs=1), client=client, progress=False)
+    res = ev(runs[:1], str(tmp_path), cfg.replace(lr=1e25), client)
+    ok = ev(runs[1:], str(tmp_path), cfg.replace(epochs=1), client)
     assert res.records[0]["status"] == "error" and "non-finite loss" in res.records[0]["error"]
     assert ok.records[0]["status"] == "ok"
     # a model that cannot see any band of the cube is refused before any work
     with pytest.raises(UserError, match="croma_sar"):
-        evaluate([RunSpec("croma_sar", cubes["glid"], "frozen")], str(tmp_path / "x"), cfg, client=client, progress=False)
+        ev([RunSpec("croma_sar", cubes["glid"], "frozen")], str(tmp_path / "x"), cfg, client)
     assert not (tmp_path / "x" / "features").exists()
     # an incomplete cube is refused
     g = store.open_group(cubes["caffe"], "r+")
@@ -135,7 +146,7 @@ def test_failures_are_recorded_or_refused(tmp_path, client, cubes):
     zarr.consolidate_metadata(g.store)
     try:
         with pytest.raises(IncompleteCubeError):
-            evaluate([RunSpec("unet", cubes["caffe"], "frozen")], str(tmp_path / "y"), cfg, client=client, progress=False)
+            ev([RunSpec("unet", cubes["caffe"], "frozen")], str(tmp_path / "y"), cfg, client)
     finally:
         g.attrs[COMPLETE_ATTR] = marker
         zarr.consolidate_metadata(g.store)
@@ -154,17 +165,16 @@ def test_grid_and_metrics_from_cm():
 def test_decoder_init_does_not_depend_on_a_cached_encoder(cubes):
     """A training task that finds the encoder already built (cached by extraction on that worker) and
     one that builds it must start from the same decoder weights, or seeds stop being reproducible."""
-    from cryocube.engine import features
-    from cryocube.engine.evaluate import plan
-    from cryocube.engine.train import build_model
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext
+    from cryocube.families.segmentation import features
+    from cryocube.families.segmentation.train import build_model
 
     cfg = load_config(None, FAST)
-    p = plan([RunSpec("ssl4eo_moco", cubes["glid"], "frozen")], cfg)[0]
-    task = {"kind": "frozen", "model": "ssl4eo_moco", "bands": p.cube.bands, "input_size": p.input_size, "weights": None,
-            "mode": p.mode, "num_classes": 2, "config": cfg, "run_seed": p.run_seed}
+    p = plan_runs([RunSpec("ssl4eo_moco", cubes["glid"], "frozen")], cfg, PlanContext(out="x", allow_random_weights=True))[0]
     features._ENCODERS.clear()
-    fresh, _ = build_model(task, "cpu")  # builds the encoder
-    cached, _ = build_model(task, "cpu")  # finds it
+    fresh, _ = build_model(p.work, "cpu")  # builds the encoder
+    cached, _ = build_model(p.work, "cpu")  # finds it
     assert len(features._ENCODERS) == 1
     for (k, a), (_, b) in zip(fresh.state_dict().items(), cached.state_dict().items()):
         assert torch.equal(a, b), k

@@ -160,5 +160,5 @@ def test_spectralgpt_drop_path_is_active_only_in_train_mode():
 def test_unknown_model_and_bad_arch():
     with pytest.raises(UserError, match="unknown model 'croma'"):
         model_spec("croma")
-    with pytest.raises(TypeError, match="unknown architecture arguments"):
+    with pytest.raises(UserError, match="ssl4eo_moco.yaml: arch does not fit family .vit.*unknown architecture arguments"):
         build_encoder("ssl4eo_moco", wings=2)

@@ -11,19 +11,20 @@ import fsspec
 import numpy as np
 import pytest
 
-from cryocube.catalog import CUBE_IGNORE_INDEX, load_dataset
-from cryocube.convert import READERS, ConvertError
-from cryocube.convert.caffe import shuffle_split_val
-from cryocube.convert.sicd import draw_val_scenes
-from cryocube.testing import LAYOUTS, corrupt, make_raw, write_ai4arctic, ai4arctic_charts
+from cryocube.catalog import CUBE_IGNORE_INDEX, dataset_ids, load_dataset
+from cryocube.convert import ConvertError, open_reader, readers
+from cryocube.convert.ai4arctic import chart_set, write_netcdf
+from cryocube.convert.splits import choice, shuffle_split
+from cryocube.synthetic import RECIPES, corrupt, make_raw
 
-PAIRS = sorted(LAYOUTS)
+# every layout of every catalog dataset: a new layout is tested because it is in the catalog
+PAIRS = sorted((d, lay) for d in dataset_ids() for lay in load_dataset(d).layouts)
 IDS = [f"{d}-{l}" for d, l in PAIRS]
 SMALL = {"train": 2, "val": 1, "test": 1}
 
 
 def reader(dataset, layout, **kw):
-    return READERS[(dataset, layout)](load_dataset(dataset), **kw)
+    return open_reader(load_dataset(dataset), layout, **kw)
 
 
 def remap(raw: np.ndarray, dataset: str, layout: str) -> np.ndarray:
@@ -45,11 +46,10 @@ def generated(request, tmp_path_factory):
     return make_raw(dataset, root, layout)
 
 
-def test_every_catalog_layout_has_a_reader_and_a_generator():
-    for dataset in ("gsdd", "glid", "gld", "sicd", "caffe"):
-        for layout in load_dataset(dataset).layouts:
-            assert (dataset, layout) in READERS
-            assert (dataset, layout) in LAYOUTS
+def test_every_catalog_layout_names_a_reader_and_has_sample_data():
+    for dataset, layout in PAIRS:
+        assert load_dataset(dataset).layout(layout).reader in readers()
+        assert dataset in RECIPES
 
 
 def test_scan_and_read_return_the_generated_data(generated):
@@ -103,10 +103,10 @@ def test_windowed_reads_equal_slices_of_the_full_read(generated):
 
 def test_detect_tells_the_layouts_apart(generated):
     m = generated
-    assert READERS[(m.dataset, m.layout)].detect(str(m.root))
-    for (d, lay), cls in READERS.items():
-        if d == m.dataset and lay != m.layout:
-            assert not cls.detect(str(m.root)), f"{d}/{lay} claims a {m.layout} tree"
+    assert reader(m.dataset, m.layout).detect(str(m.root))
+    for lay in load_dataset(m.dataset).layouts:
+        if lay != m.layout:
+            assert not reader(m.dataset, lay).detect(str(m.root)), f"{m.dataset}/{lay} claims a {m.layout} tree"
 
 
 SCAN_OR_READ_ERRORS = ["truncate", "header", "missing_mask", "missing_image", "size_mismatch", "band_count"]
@@ -183,22 +183,23 @@ def test_caffe_val_draw_replays_sklearn_train_test_split():
     for n in (3, 10, 559):
         names = [f"scene_{i:04d}" for i in range(n)]
         _, val = train_test_split(names, test_size=0.1, random_state=1)
-        assert shuffle_split_val(list(reversed(names)), 0.1, 1) == set(val)
+        assert shuffle_split(list(reversed(names)), {"fraction": 0.1, "seed": 1}) == set(val)
 
 
 def test_sicd_val_draw_is_the_starter_kit_choice():
     names = [f"2019{i:04d}T000000_dmi" for i in range(512)]
     np.random.seed(0)
     want = set(np.random.choice(np.array(names), size=10, replace=False))
-    assert draw_val_scenes(list(reversed(names))) == want
-    assert len(draw_val_scenes(names[:4])) == 1 and draw_val_scenes(names[:1]) == set()
+    assert choice(list(reversed(names)), {"scenes": 10, "seed": 0}) == want
+    assert len(choice(names[:4], {})) == 1 and choice(names[:1], {}) == set()
 
 
 def test_sicd_original_test_scene_with_charts_inside(tmp_path):
     m = make_raw("sicd", tmp_path, "original", n=SMALL)
     t = m.split("test")[0]
     os.remove(t.label_path)
-    write_ai4arctic(t.image_path, t.scene, t.image, ai4arctic_charts(t.raw_label))
+    r = reader("sicd", "original")
+    write_netcdf(t.image_path, t.scene, dict(zip(r.variables, t.image)), chart_set(r.chart, t.raw_label))
     r = reader("sicd", "original")
     it = next(i for i in r.scan(str(tmp_path)) if i.scene == t.scene)
     assert it.label == it.image and it.split == "test"
@@ -215,7 +216,7 @@ def test_remote_urls_read_like_local_files(pair, tmp_path):
         if p.is_file():
             fs.pipe(f"{base}/{p.relative_to(tmp_path).as_posix()}", p.read_bytes())
     root = f"memory://{base}"
-    assert READERS[pair].detect(root)
+    assert reader(*pair).detect(root)
     r = reader(*pair)
     items = r.scan(root)
     assert [(i.split, i.scene) for i in items] == [(i.split, i.scene) for i in m.items]

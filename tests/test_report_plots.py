@@ -114,7 +114,7 @@ def test_qualitative_panels_with_and_without_predictions(tmp_path, cube):
     assert "no prediction" in svg  # sample 3 has none
     with pytest.raises(UserError, match="out of range"):
         qualitative_panels(str(url), None, [99], tmp_path / "bad")
-    with pytest.raises(UserError, match="cannot open the cube"):
+    with pytest.raises(UserError, match="no cube here"):
         qualitative_panels(str(tmp_path / "missing.zarr"), None, None, tmp_path / "bad")
 
 

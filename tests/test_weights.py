@@ -12,7 +12,7 @@ import torch
 from cryocube.catalog import load_dataset
 from cryocube.cli import main as cli_main
 from cryocube.models import build_encoder, list_models, model_spec
-from cryocube.models.keymap import get_keymap
+from cryocube.models.registry import get_keymap
 from cryocube.models.weights import WeightsError, fetch_weights, load_weights, sha256_file
 
 GLD = load_dataset("gld").bands

@@ -113,14 +113,15 @@ def read_results(out: str) -> list[dict]:
     if not _store.file_exists(url):
         return []
     recs = []
-    lines = _store.read_text(url).splitlines()
+    text = _store.read_text(url)
+    lines = text.splitlines()
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             recs.append(json.loads(line))
         except ValueError:
-            if i == len(lines):
+            if i == len(lines) and not text.endswith("\n"):
                 warnings.warn(f"{url}:{i}: torn last line skipped (an interrupted write)", stacklevel=2)
                 continue
             raise

@@ -254,8 +254,9 @@ def checkpoint_digest(path: Path) -> str:
     return digest
 
 
-def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> Path | None:
-    """A fetched checkpoint of `model_id`: in `weights_dir` (--weights), else where `cryocube weights fetch` puts it."""
+def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str | None:
+    """A fetched checkpoint of `model_id`: in `weights_dir` (--weights: a folder or any fsspec URL), else where
+    `cryocube weights fetch` puts it. Returns its path or URL."""
     spec = model_spec(model_id)
     w = spec.weights
     if w is None or not spec.pretrained:
@@ -263,10 +264,12 @@ def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> Pat
     name = w.filename or (Path(w.url.split("?")[0]).name if w.url else None)
     if not name:
         return None
-    for d in [Path(weights_dir)] if weights_dir else [cache_dir()]:
-        if (d / name).is_file():
-            return d / name
-    return None
+    where = str(weights_dir) if weights_dir else str(cache_dir())
+    if store.is_remote(where):
+        url = store.join(where, name)
+        return url if store.file_exists(url) else None
+    p = Path(where).expanduser() / name
+    return str(p) if p.is_file() else None
 
 
 def resolve_weights(model_id: str, explicit: str | None = None, weights_dir: str | Path | None = None,
@@ -289,11 +292,12 @@ def resolve_weights(model_id: str, explicit: str | None = None, weights_dir: str
         return WeightsInfo(str(explicit) if store.is_remote(explicit) else str(path.resolve()), digest, False, spec.pretrained)
     found = find_checkpoint(model_id, weights_dir)
     if found is not None:
-        digest = checkpoint_digest(found)
+        local = _local(found, None) if store.is_remote(found) else Path(found)
+        digest = checkpoint_digest(local)
         if spec.weights.sha256 and digest != spec.weights.sha256.lower():
             raise WeightsError(f"{found}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for {model_id}; "
                                f"fetch it again: cryocube weights fetch {model_id} --force")
-        return WeightsInfo(str(found.resolve()), digest, False, True)
+        return WeightsInfo(found if store.is_remote(found) else str(local.resolve()), digest, False, True)
     if allow_random:
         return WeightsInfo("random", None, True, True)
     where = weights_dir or cache_dir()

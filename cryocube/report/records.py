@@ -197,16 +197,18 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
     runs: list[Run] = []
     for f in result_files(paths):
         try:
-            lines = store.read_text(f).splitlines()
+            text = store.read_text(f)
         except OSError as e:
             raise ResultsError(f"{f}: cannot read ({e})") from None
+        lines = text.splitlines()
+        torn = bool(text) and not text.endswith("\n")  # a crash while appending leaves the last line unterminated
         for i, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
-                if i == len(lines):  # a torn last line (an interrupted write): the engine moves it aside next time
+                if torn and i == len(lines):  # an interrupted write: the engine moves it aside next time
                     warnings.warn(f"{f}:{i}: torn last line skipped", stacklevel=2)
                     continue
                 raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
