@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import UserError
 
     args = build_parser().parse_args(argv)
-    warnings.formatwarning = _one_line_warning
+    shown, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         rc = args.func(args)
         sys.stdout.flush()
@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`cryocube inspect X | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        warnings.formatwarning = shown
     return int(rc or 0)
 
 

@@ -27,3 +27,21 @@ def task_boundary(fn):
         raise clean  # outside the except block: no __context__ to drag along
 
     return wrapper
+
+
+class RunFailed(Exception):
+    """One run of a group failed inside a task that went on with the others (its error, as the worker saw it)."""
+
+    def __init__(self, kind: str, message: str, tb: str = ""):
+        super().__init__(message)
+        self.kind, self.tb = kind, tb
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def failure(e: BaseException) -> dict:
+    """What a task returns for one of its runs that failed (picklable, traceback kept for the log)."""
+    import traceback
+
+    return {"failed": {"kind": type(e).__name__, "message": str(e), "traceback": "".join(traceback.format_exception(e))}}

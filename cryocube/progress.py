@@ -47,10 +47,12 @@ class _PlainBar:
 
     def advance(self, n: float = 1) -> None:
         self.done += n
+        crossed = False
         while self.next <= STEPS and self.done >= self.total * self.next / STEPS - 1e-9:
-            pct = 100 * self.next // STEPS
+            self.next, crossed = self.next + 1, True
+        if crossed:  # one line per advance, at the highest tenth it reached
+            pct = 100 * (self.next - 1) // STEPS
             say(f"{self.label}: {pct}% ({self.done:g}/{self.total:g}), {time.perf_counter() - self.t0:.0f} s")
-            self.next += 1
 
 
 @contextlib.contextmanager
@@ -156,8 +158,8 @@ class RunBoard:
             step = max(1, epochs // STEPS)
             if ev.get("done") or ev.get("val_mIoU") is not None or e % step == 0:
                 s = self.state[run]
-                loss = f" loss {s['loss']:.4f}" if s["loss"] is not None else ""
-                val = f" val mIoU {s['val']:.2f}" if s["val"] is not None else ""
+                loss = f" loss {s['loss']:.4f}" if ev.get("loss") is not None else ""
+                val = f" val mIoU {ev['val_mIoU']:.2f}" if ev.get("val_mIoU") is not None else ""
                 say(f"{self.labels[run]}: epoch {e}/{epochs}{loss}{val}" + (" (best state kept, testing)" if ev.get("done") else ""))
 
     def finish(self, run: str, text: str, failed: bool = False) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import store as _store
+from ..errors import RunFailed
 from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..families.base import Task
 from ..precision import DeviceInfo, this_device, weakest
@@ -92,7 +93,7 @@ def _silence_task_failures() -> None:
 
 def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
     url = f"{out.rstrip('/')}/logs/errors.log"
-    tb = "".join(traceback.format_exception(e))
+    tb = e.tb if isinstance(e, RunFailed) else "".join(traceback.format_exception(e))
     _store.append_text(url, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.label} (run {run.run_id})\n{tb}\n")
     return url
 
@@ -155,11 +156,11 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
 
     def fail(p: PlannedRun, e: BaseException) -> None:
         log = _log_failure(out, p, e)
-        rec = write_record(out, p.record | {"status": "error", "error": f"{type(e).__name__}: {e}", "error_log": log,
-                                            "cluster": info})
+        kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
+        rec = write_record(out, p.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": info})
         res.records.append(rec)
         first = str(e).splitlines()[0] if str(e) else ""
-        board.finish(p.run_id, f"FAILED {type(e).__name__}: {first[:300]} (traceback in {log})", failed=True)
+        board.finish(p.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True)
 
     try:
         with board:
@@ -174,6 +175,10 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
                         continue
                     fam = get(name)
                     for p, f in zip(g, fitted):
+                        if "failed" in f:
+                            x = f["failed"]
+                            fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
+                            continue
                         tasks: list[Task] = fam.score(p, f)
                         parts = [client.submit(fn, t, pure=False, resources=resources, key=f"{KEY}-score-{p.run_id}-{i}")
                                  for i, (fn, t) in enumerate(tasks)]

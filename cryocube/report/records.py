@@ -100,7 +100,7 @@ class Run:
 
     @property
     def key(self) -> tuple:
-        return (self.model, self.dataset, self.protocol, self.fraction, self.seed)
+        return (self.model, self.model_name, self.dataset, self.protocol, self.fraction, self.seed)
 
 
 @dataclass
@@ -217,7 +217,8 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
 
 
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """Keep the latest record (by `created`, then by read order) per (model, dataset, protocol, fraction, seed)."""
+    """Keep the latest record (by `created`, then by read order) per (model, name, dataset, protocol, fraction, seed);
+    a random-init run has its own name, so it never replaces a run with weights."""
     latest: dict[tuple, tuple[tuple, Run]] = {}
     replaced: list[Run] = []
     for order, r in enumerate(runs):

@@ -27,7 +27,7 @@ from torch import nn
 from ... import store as _store
 from ...catalog import CUBE_IGNORE_INDEX
 from ...cube import read_samples
-from ...errors import task_boundary
+from ...errors import UserError, failure, task_boundary
 from ...precision import autocast, grad_scaler
 from .data import pad_to, window_offsets
 from .features import FeatureSplit, get_encoder
@@ -344,20 +344,28 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
         else:
             trainers = [finetune_trainer(r, device) for r in runs]
         built = time.perf_counter()
+        failed: dict[int, dict] = {}  # a run that fails (e.g. diverges) leaves the group; the others go on
         for epoch in range(max(t.epochs for t in trainers)):
-            for t in trainers:
-                if epoch < t.epochs:
+            for i, t in enumerate(trainers):
+                if epoch < t.epochs and i not in failed:
                     share.refresh()
-                    t.epoch(epoch)
-        for t in trainers:
-            t.finish()
-            t.module.load_state_dict(t.best_state)
-            save_state(t.module, t.run.checkpoint)
+                    try:
+                        t.epoch(epoch)
+                    except (NonFiniteLoss, UserError) as e:
+                        failed[i] = failure(e)
+        for i, t in enumerate(trainers):
+            if i not in failed:
+                t.finish()
+                t.module.load_state_dict(t.best_state)
+                save_state(t.module, t.run.checkpoint)
         elapsed = time.perf_counter() - t0
         peak = (torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda")
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         out = []
-        for t in trainers:
+        for i, t in enumerate(trainers):
+            if i in failed:
+                out.append(failed[i])
+                continue
             enc = t.module.encoder if t.run.trains_encoder else get_encoder(t.run.encoder, device)
             out.append({"val_curve": t.curve, "best_epoch": t.best_epoch, "train_s": elapsed, "setup_s": built - t0,
                         "steps": t.steps, "train_samples_per_s": t.seen / max(elapsed, 1e-9), "peak_memory_mb": peak,

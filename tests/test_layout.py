@@ -1,0 +1,163 @@
+"""The house keeps its walls: no import cycles, and new datasets and ViT models are one YAML each."""
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "cryocube"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> modules it imports, from every import statement (function-level ones too).
+
+    Importing `a.b.c` also runs the `__init__` of `a.b`: that edge counts when the importer lives
+    outside `a.b` (inside, the package is already being initialised)."""
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        package = m if p.name == "__init__.py" else m.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            for t in targets:
+                if t not in mods:
+                    continue
+                parts = t.split(".")
+                for k in range(1, len(parts) + 1):
+                    anc = ".".join(parts[:k])
+                    if anc in mods and anc != m and not (m == anc or m.startswith(anc + ".")):
+                        graph[m].add(anc)
+                if t != m:
+                    graph[m].add(t)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 60 and "cryocube.families.segmentation.train" in graph
+    assert cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_convert_does_not_depend_on_the_engine():
+    graph = import_graph()
+    for m, deps in graph.items():
+        if m.startswith("cryocube.convert"):
+            assert not any(d.startswith(("cryocube.engine", "cryocube.families")) for d in deps), (m, deps)
+
+
+@pytest.fixture()
+def lab_catalog(tmp_path, monkeypatch):
+    """A lab's own catalog folder, searched before the shipped catalogs."""
+    root = tmp_path / "labcat"
+    (root / "datasets").mkdir(parents=True)
+    (root / "models").mkdir()
+    monkeypatch.setenv("CRYOCUBE_CATALOGS", str(root))
+    return root
+
+
+def test_a_dataset_on_a_known_layout_is_one_yaml(lab_catalog, tmp_path, client):
+    from cryocube.catalog import dataset_ids, load_dataset
+    from cryocube.cli import main
+    from cryocube.cube import open_cube
+    from cryocube.synthetic import make_raw
+
+    d = yaml.safe_load((ROOT / "catalogs/datasets/glid.yaml").read_text())
+    d.update(id="mylakes", name="My lakes", short_name="MYL")
+    (lab_catalog / "datasets" / "mylakes.yaml").write_text(yaml.safe_dump(d))
+    assert "mylakes" in dataset_ids() and load_dataset("mylakes").short_name == "MYL"
+    m = make_raw("glid", tmp_path / "raw", n={"train": 3, "val": 1, "test": 1}, seed=2)
+    out = tmp_path / "mylakes.zarr"
+    assert main(["convert", "mylakes", "--raw", str(tmp_path / "raw"), "--out", str(out), "--tile", str(m.tile_size),
+                 "--cluster", client.scheduler.address, "--quiet"]) == 0
+    ds = open_cube(str(out))
+    assert ds.attrs["dataset"] == "mylakes" and ds.sizes["sample"] == 5
+    np.testing.assert_array_equal(ds["image"].values[0], m.items[0].image)
+
+
+def test_a_vit_model_is_one_yaml(lab_catalog, tmp_path, client):
+    from cryocube.convert.writer import convert
+    from cryocube.engine.evaluate import evaluate
+    from cryocube.families import RunSpec
+    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.models import build_encoder, list_models
+    from cryocube.synthetic import make_raw
+
+    d = yaml.safe_load((ROOT / "catalogs/models/ssl4eo_moco.yaml").read_text())
+    d.update(id="tiny_vit", display_name="Tiny ViT", output_channels=[192] * 4)
+    d["arch"].update(embed_dim=192, num_heads=3)
+    (lab_catalog / "models" / "tiny_vit.yaml").write_text(yaml.safe_dump(d))
+    assert "tiny_vit" in list_models()
+    enc = build_encoder("tiny_vit", in_chans=13, input_size=32)
+    assert enc.vit.embed_dim == 192 and enc.vit.blocks[0].attn.num_heads == 3
+    m = make_raw("glid", tmp_path / "raw", n={"train": 4, "val": 2, "test": 2}, seed=3)
+    cube = str(tmp_path / "glid.zarr")
+    convert("glid", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False)
+    cfg = load_recipe(None, ["epochs=1", "decoder_channels=16", "input_size=32", "crops_per_sample=1", "batch_size=2"])
+    # the workers never saw the lab's catalog folder: the model's spec travels with the tasks
+    res = evaluate([RunSpec("tiny_vit", cube, "frozen")], str(tmp_path / "out"), cfg, client=client, progress=False,
+                   allow_random_weights=True)
+    (rec,) = res.records
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["model_name"] == "Tiny ViT" and rec["params"]["encoder"] == sum(p.numel() for p in enc.parameters())
+
+
+def test_every_registry_entry_is_listed():
+    """`cryocube list` shows every dataset, model, protocol, reader and family from the registries."""
+    from cryocube.cli import main
+
+    for what in ("datasets", "models", "protocols", "readers", "families", "benchmarks"):
+        assert main(["list", what]) == 0
