@@ -16,6 +16,8 @@ def _samples(text: str) -> list[int]:
 
 
 def register(subparsers) -> None:
+    from ..store import options_arg
+
     p = subparsers.add_parser(
         "report", help="leaderboards, robustness over seeds, plots and an HTML report from results.jsonl",
         description=__doc__)
@@ -37,12 +39,17 @@ def register(subparsers) -> None:
     p.add_argument("--format", action="append", default=None, metavar="FMT",
                    help=f"output formats, comma-separated or repeated (default: all of {','.join(ALL_FORMATS)})")
     p.add_argument("--title", default="cryocube report")
+    p.add_argument("--storage-options", type=options_arg, default=None,
+                   help="JSON fsspec options for remote results and cubes (or $CRYOCUBE_STORAGE_OPTIONS)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from .. import store
     from .build import build_report
 
+    for url in [*(args.results or []), *args.cube]:
+        store.register_options(url, args.storage_options)
     rep = build_report(args.results or None, args.out, protocols=args.protocol, formats=args.format,
                        cube_urls=args.cube, samples=args.samples, published=args.published_table or args.published,
                        title=args.title)
