@@ -1,4 +1,5 @@
-# One-command set-up: `make test` builds .venv from nothing and runs the suite; `make quickstart` runs the sample benchmark.
+# One-command set-up: `make test` builds .venv from nothing, installs the system packages the tests need (or says
+# which), and runs the suite; `make quickstart` runs the sample benchmark.
 # .ci/constraints.txt pins the versions last tested together (pyproject stays open-ended for users).
 PY ?= python3
 VENV := .venv
@@ -17,6 +18,7 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 test: venv
+	.ci/system-packages
 	$(BIN)/python -m pytest -q
 
 quickstart: venv

@@ -28,11 +28,11 @@ def drop_page_cache(root: Path) -> None:
 def plain_read(dataset: str, raw: str) -> tuple[float, int]:
     """Seconds and bytes to read every raw image+label once, sequentially, with the same reader."""
     from cryocube.catalog import load_dataset
-    from cryocube.convert.base import READERS
+    from cryocube.convert import open_reader
     from cryocube.convert.writer import detect_layout
 
     spec = load_dataset(dataset)
-    reader = READERS[(spec.id, detect_layout(spec, raw, {}))](spec)
+    reader = open_reader(spec, detect_layout(spec, raw))
     t = time.perf_counter()
     nbytes = 0
     for it in reader.scan(raw):

@@ -1,14 +1,18 @@
 """Encoder forward cost on this machine: FLOPs per sample, throughput, and achieved FLOP/s.
 
-For each encoder at its reference input size (random weights, eval mode, no_grad):
+For each encoder at its reference input size (random weights, eval mode, no_grad), in the precision
+the engine would use here (`auto`: bf16 where the device has fast bf16 units, else fp32; --precision
+overrides):
   * FLOPs per sample from torch.utils.flop_counter.FlopCounterMode (2 FLOPs per multiply-add),
     next to the published GFLOPs measured on the reference code (pangaea-models.md 1.5);
   * throughput (samples/s) over timed forwards after a warm-up;
-  * achieved FLOP/s as a fraction of a plain torch.matmul peak measured in the same run.
+  * achieved FLOP/s as a fraction of the torch.matmul peak *of the precision it ran in*, measured in
+    the same run next to the fp32 and bf16 peaks (on CPUs without bf16 units bf16 is emulated and
+    slow; the bf16 probe then uses a smaller matrix so it ends in seconds).
 
     python benchmarks/bench_models.py --short          # a few small models, < 2 min on 2 cores
     python benchmarks/bench_models.py                  # all 20 configs (several minutes on a CPU)
-    python benchmarks/bench_models.py --models dofa,ramen --batch 4 --device cuda
+    python benchmarks/bench_models.py --models dofa,ramen --batch 16 --device cuda --precision bf16
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cryocube.catalog import Band  # noqa: E402
 from cryocube.models import build_encoder, list_models, model_spec  # noqa: E402
 from cryocube.models.base import count_params  # noqa: E402
+from cryocube.precision import autocast, fast_bf16, resolve, this_device  # noqa: E402
 
 SHORT = ["ssl4eo_moco", "remoteclip", "satlasnet_si", "unet"]
 
@@ -46,9 +51,9 @@ PUBLISHED_SETUP = {
 SHORT_SETUP = {"unet": dict(bands=optical(10), input_size=256)}  # --short: a quarter of the 512-px work
 
 
-def matmul_peak(device: str, n: int = 1536, iters: int = 3, trials: int = 3) -> float:
-    """FLOP/s of a square float32 torch.matmul (best of `trials`), the practical ceiling for these models."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+def matmul_peak(device: str, n: int = 1536, iters: int = 3, trials: int = 3, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of a square torch.matmul in `dtype` (best of `trials`), the practical ceiling for these models."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     torch.matmul(a, b)
     best = 0.0
     for _ in range(trials):
@@ -66,7 +71,16 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(model_id: str, setup: dict, batch: int, iters: int, device: str) -> dict:
+def peaks(device: str) -> dict[str, float]:
+    """fp32 and bf16 matmul peaks, measured now (bf16 with a small matrix where the device lacks fast bf16)."""
+    fast = fast_bf16(this_device(device))
+    big = 4096 if device.startswith("cuda") else 1536
+    return {"fp32": matmul_peak(device, big),
+            "bf16": matmul_peak(device, big if fast else 256, iters=3 if fast else 1, trials=3 if fast else 1,
+                                dtype=torch.bfloat16)}
+
+
+def measure(model_id: str, setup: dict, batch: int, iters: int, device: str, precision: str = "fp32") -> dict:
     torch.manual_seed(0)
     t0 = time.perf_counter()
     enc = build_encoder(model_id, **setup).eval().to(device)
@@ -77,9 +91,11 @@ def measure(model_id: str, setup: dict, batch: int, iters: int, device: str) -> 
         enc(x1)
     flops = fc.get_total_flops()
     xb = x1.expand(batch, -1, -1, -1).contiguous()
-    with torch.no_grad():
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if precision == "fp16" else torch.float32
+    with torch.no_grad(), autocast(device, precision):
         enc(xb)  # warm-up
-        peak = matmul_peak(device)  # next to the timing, so both see the same machine load
+        peak = matmul_peak(device, dtype=dtype, n=1536 if precision == "fp32" or fast_bf16(this_device(device)) else 256,
+                           iters=3 if precision == "fp32" else 1)  # next to the timing: the same machine load
         times = []
         for _ in range(iters):
             sync(device)
@@ -90,19 +106,20 @@ def measure(model_id: str, setup: dict, batch: int, iters: int, device: str) -> 
     sps = batch / statistics.median(times)
     spec = model_spec(model_id)
     return dict(model=model_id, size=enc.input_size, chans=enc.in_chans, params_m=count_params(enc) / 1e6,
-                gflops=flops / 1e9, pub_gflops=spec.gflops, sps=sps, flops_s=flops * sps, build_s=build_s, peak=peak)
+                gflops=flops / 1e9, pub_gflops=spec.gflops, sps=sps, flops_s=flops * sps, build_s=build_s, peak=peak,
+                precision=precision)
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'model':20s} {'in':>8s} {'params M':>9s} {'GFLOPs':>8s} {'published':>9s} {'ratio':>6s} {'samples/s':>10s} "
-            f"{'GFLOP/s':>8s} {'matmul':>7s} {'% peak':>7s}")
+    head = (f"{'model':20s} {'in':>8s} {'params M':>9s} {'GFLOPs':>8s} {'published':>9s} {'ratio':>6s} {'prec':>5s} "
+            f"{'samples/s':>10s} {'GFLOP/s':>8s} {'matmul':>7s} {'% peak':>7s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         pub = r["pub_gflops"]
         ratio = f"{r['gflops'] / pub:6.2f}" if pub else "     -"
         lines.append(
             f"{r['model']:20s} {r['chans']:>2d}x{r['size']:<5d} {r['params_m']:9.2f} {r['gflops']:8.2f} "
-            f"{(f'{pub:9.2f}' if pub else '        -')} {ratio} {r['sps']:10.3f} {r['flops_s'] / 1e9:8.1f} "
+            f"{(f'{pub:9.2f}' if pub else '        -')} {ratio} {r['precision']:>5s} {r['sps']:10.3f} {r['flops_s'] / 1e9:8.1f} "
             f"{r['peak'] / 1e9:7.1f} {100 * r['flops_s'] / r['peak']:6.1f}%"
         )
     return "\n".join(lines)
@@ -117,21 +134,24 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared machine multi-thread OpenMP barriers stall on busy cores)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="auto", help="auto (as the engine resolves it here) | fp32 | bf16 | fp16")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     models = args.models.split(",") if args.models else (SHORT if args.short else list_models())
     iters = args.iters or (2 if args.short else 3)
     t_start = time.perf_counter()
-    peak = matmul_peak(args.device)
-    print(f"device {args.device}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
-          f"float32 matmul (1536^3) at start: {peak / 1e9:.1f} GFLOP/s; batch {args.batch}, median of {iters} timed forwards",
-          flush=True)
+    info = this_device(args.device)
+    precision = resolve(args.precision, info)
+    pk = peaks(args.device)
+    print(f"device {info.describe()}, {torch.get_num_threads()} threads, torch {torch.__version__}; matmul peaks at start: "
+          f"fp32 {pk['fp32'] / 1e9:.1f} GFLOP/s, bf16 {pk['bf16'] / 1e9:.1f} GFLOP/s; encoders run in {precision} "
+          f"(requested {args.precision}); batch {args.batch}, median of {iters} timed forwards", flush=True)
     rows = []
     for m in models:
         setup = dict(PUBLISHED_SETUP.get(m, {}))
         if args.short:
             setup.update(SHORT_SETUP.get(m, {}))
-        r = measure(m, setup, args.batch, iters, args.device)
+        r = measure(m, setup, args.batch, iters, args.device, precision)
         rows.append(r)
         print(f"  {m}: {r['gflops']:.2f} GFLOPs/sample, {r['sps']:.3f} samples/s (built in {r['build_s']:.1f}s)", flush=True)
     print()
@@ -140,8 +160,8 @@ def main(argv=None) -> int:
           "'published': pangaea-models.md 1.5, measured on the reference code. ratio != 1: CROMA-optical stops after "
           "block 11 (the reference runs all 24); the reference figures of encoders built on timm Blocks (fused SDPA: "
           "MoCo, MAE, DOFA, Prithvi, Scale-MAE, ViT, RAMEN) or nn.MultiheadAttention (RemoteCLIP) miss what runs inside "
-          "the fused attention kernels. 'matmul': torch.matmul GFLOP/s measured just before each model's timing "
-          "(same threads); '% peak' = achieved / that.")
+          "the fused attention kernels. 'matmul': torch.matmul GFLOP/s in the model's precision, measured just before "
+          "its timing (same threads); '% peak' = achieved / that.")
     print(f"total {time.perf_counter() - t_start:.0f} s")
     return 0
 

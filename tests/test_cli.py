@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from cryocube.cli import build_parser, main
 from cryocube.convert.writer import convert

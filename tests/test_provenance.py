@@ -2,7 +2,6 @@
 work, a crash never corrupts the results, and progress shows while it runs."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

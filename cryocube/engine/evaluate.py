@@ -57,11 +57,11 @@ class Runner:
         return gather(futs, label, sum(weights), self.progress, lambda i, r: weights[i])
 
 
-def tree_reduce(client, futures: list, fn, resources: dict | None = None):
+def tree_reduce(client, futures: list, fn, resources: dict | None = None, priority: int = 0):
     """Reduce futures pairwise on the workers (log-depth), returning one future."""
     level = list(futures)
     while len(level) > 1:
-        nxt = [client.submit(fn, level[i], level[i + 1], pure=False, resources=resources,
+        nxt = [client.submit(fn, level[i], level[i + 1], pure=False, resources=resources, priority=priority,
                              key=f"{KEY}-reduce-{time.time_ns()}-{i}") for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             nxt.append(level[-1])
@@ -180,20 +180,25 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
                             fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
                             continue
                         tasks: list[Task] = fam.score(p, f)
-                        parts = [client.submit(fn, t, pure=False, resources=resources, key=f"{KEY}-score-{p.run_id}-{i}")
-                                 for i, (fn, t) in enumerate(tasks)]
-                        total = tree_reduce(client, parts, fam.reduce, resources)
-                        scoring[total] = (name, p, f)
+                        # ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
+                        parts = [client.submit(fn, t, pure=False, resources=resources, priority=10,
+                                               key=f"{KEY}-score-{p.run_id}-{i}") for i, (fn, t) in enumerate(tasks)]
+                        total = tree_reduce(client, parts, fam.reduce, resources, priority=10)
+                        scoring[total] = (name, p, f, time.perf_counter())
                         ac.add(total)
                 else:
-                    name, p, f = scoring.pop(fut)
+                    name, p, f, scored = scoring.pop(fut)
                     try:
                         fields = get(name).finish(p, f, fut.result(), res.prepared)
                     except Exception as e:
                         fail(p, e)
                         continue
                     rec = p.record | fields | {"status": "ok", "error": None, "cluster": info}
-                    rec["timings"] = {**fields.get("timings", {}), "total_s": time.perf_counter() - started}
+                    test_s = time.perf_counter() - scored
+                    # a run's own time: its fit task (shared by the decoders trained with it) and its scoring
+                    rec["timings"] = {**fields.get("timings", {}), "test_s": test_s,
+                                      "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
+                                      "since_start_s": time.perf_counter() - started}
                     rec = write_record(out, rec)
                     res.records.append(rec)
                     m = fields["metrics"].get(fields.get("primary_metric", "mIoU"))

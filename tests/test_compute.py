@@ -1,0 +1,129 @@
+"""Compute at the machine's limit: precision chosen from the device, threads that follow the work, and many
+decoders trained in one pass over the features with the results they get alone."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from cryocube.convert.writer import convert
+from cryocube.engine.evaluate import evaluate
+from cryocube.engine.plan import plan_runs
+from cryocube.errors import UserError
+from cryocube.families import PlanContext, RunSpec
+from cryocube.families.segmentation.recipe import load_recipe
+from cryocube.precision import DeviceInfo, autocast, fast_bf16, resolve, this_device
+from cryocube.synthetic import make_raw
+
+FAST = ["epochs=3", "decoder_channels=16", "input_size=32", "val_every=1", "crops_per_sample=2", "batch_size=4",
+        "normalization=cube", "threads=1"]
+A100 = DeviceInfo("cuda", "A100", (8, 0))
+T4 = DeviceInfo("cuda", "T4", (7, 5))
+SAPPHIRE = DeviceInfo("cpu", "xeon", cpu_bf16=True)
+AVX2 = DeviceInfo("cpu", "epyc", cpu_bf16=False)
+
+
+@pytest.fixture(scope="module")
+def cube(tmp_path_factory, client):
+    root = tmp_path_factory.mktemp("compute")
+    m = make_raw("glid", root / "raw", n={"train": 8, "val": 2, "test": 2}, seed=13)
+    url = str(root / "glid.zarr")
+    convert("glid", str(root / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
+    return url
+
+
+def test_auto_precision_follows_the_device_capability():
+    assert [resolve("auto", d) for d in (A100, T4, SAPPHIRE, AVX2)] == ["bf16", "fp32", "bf16", "fp32"]
+    assert [fast_bf16(d) for d in (A100, T4, SAPPHIRE, AVX2)] == [True, False, True, False]
+    assert resolve("fp32", A100) == "fp32" and resolve("bf16", AVX2) == "bf16"  # asked for: honoured
+    with pytest.raises(UserError, match="fp16 needs a GPU"):
+        resolve("fp16", AVX2)
+    me = this_device()  # this machine, as torch reports it
+    assert me.type in ("cpu", "cuda") and resolve("auto", me) in ("bf16", "fp32")
+    with autocast("cpu", "bf16"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast("cpu", "fp32"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_precision_is_recorded_and_changes_the_run_id(cube, tmp_path):
+    ids = {}
+    for dev in (A100, AVX2):
+        for req in ("auto", "fp32"):
+            p = plan_runs([RunSpec("ssl4eo_moco", cube)], load_recipe(None, FAST + [f"precision={req}"]),
+                          PlanContext(out=str(tmp_path), allow_random_weights=True, device=dev))[0]
+            ids[(dev.name, req)] = p.run_id
+            assert p.record["precision"]["requested"] == req
+            assert p.record["precision"]["effective"] == ("bf16" if (dev is A100 and req == "auto") else "fp32")
+            assert p.identity["precision"] == p.record["precision"]["effective"]
+    assert ids[("A100", "auto")] != ids[("A100", "fp32")]
+    assert ids[("epyc", "auto")] == ids[("epyc", "fp32")] == ids[("A100", "fp32")]  # same arithmetic, same run
+    # the memory format follows the device too (channels_last measured faster on CUDA, slower on AVX2 CPUs)
+    p = plan_runs([RunSpec("unet", cube)], load_recipe(None, FAST), PlanContext(out=str(tmp_path), device=A100))[0]
+    assert p.work.memory_format == "channels_last" and p.record["memory_format"] == "channels_last"
+
+
+def test_bf16_and_fp32_runs_learn_alike(cube, tmp_path, client):
+    """On learnable data the bf16 run lands within 10 mIoU points of the fp32 run (here bf16 is emulated on CPU)."""
+    res = {}
+    for prec in ("fp32", "bf16"):
+        cfg = load_recipe(None, FAST + ["epochs=6", f"precision={prec}"])
+        (r,) = evaluate([RunSpec("unet", cube)], str(tmp_path / prec), cfg, client=client, progress=False).records
+        assert r["status"] == "ok", r.get("error")
+        assert r["precision"]["effective"] == prec
+        res[prec] = r["metrics"]["mIoU"]
+    assert res["fp32"] > 60 and abs(res["fp32"] - res["bf16"]) < 10, res
+
+
+def _threads_alone() -> int:
+    from cryocube.cluster.runtime import torch_task
+
+    with torch_task() as (_, share):
+        return torch.get_num_threads()
+
+
+def _threads_together(event_name: str) -> int:
+    """Two tasks that hold their core share at the same time (a distributed Event lines them up)."""
+    from distributed import Event
+
+    from cryocube.cluster.runtime import torch_task
+
+    with torch_task() as (_, share):
+        ev = Event(event_name)
+        deadline = time.time() + 30
+        while share.tasks() < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        ev.set()
+        ev.wait(30)
+        return share.refresh()
+
+
+def test_threads_follow_the_work(client):
+    from dask.system import CPU_COUNT
+
+    assert client.submit(_threads_alone, pure=False).result() == CPU_COUNT  # alone: every core
+    futs = client.map(_threads_together, ["cryocube-test-threads"] * 2, pure=False, key=["t-a", "t-b"])
+    assert client.gather(futs) == [max(1, CPU_COUNT // 2)] * 2  # two at once: a share each, no oversubscription
+    assert client.submit(_threads_alone, pure=False).result() == CPU_COUNT  # the shares are given back
+
+
+def test_decoders_trained_together_equal_decoders_trained_alone(cube, tmp_path, client):
+    runs = [RunSpec("ssl4eo_moco", cube, "frozen", seed=s) for s in range(3)] + [RunSpec("ssl4eo_moco", cube, "fewshot",
+                                                                                        fraction=0.5)]
+    together = evaluate(runs, str(tmp_path / "together"), load_recipe(None, FAST + ["decoders_per_task=8"]), client=client,
+                        progress=False, allow_random_weights=True)
+    alone = evaluate(runs, str(tmp_path / "alone"), load_recipe(None, FAST + ["decoders_per_task=1"]), client=client,
+                     progress=False, allow_random_weights=True)
+    t = {r["run_id"]: r for r in together.records}
+    a = {r["run_id"]: r for r in alone.records}
+    assert set(t) == set(a) and len(t) == 4  # decoders_per_task does not change what a run is
+    assert max(r["decoders_in_task"] for r in t.values()) >= 2 and {r["decoders_in_task"] for r in a.values()} == {1}
+    for k in t:
+        assert t[k]["confusion_matrix"] == a[k]["confusion_matrix"], t[k]["model"]
+        assert [c["mIoU"] for c in t[k]["val_curve"]] == [c["mIoU"] for c in a[k]["val_curve"]]
+    assert len({r["metrics"]["mIoU"] for r in t.values()}) > 1  # different seeds really differ
+    # the cache was computed once and read by every decoder of the group
+    assert len(together.prepared) == 1 and len({r["encoder_forward_items"] for r in t.values()}) == 1
+    assert np.all([r["threads"]["fit"] == [1] for r in t.values()])
