@@ -224,7 +224,7 @@ def upernet_step(cube: str, model: str, cfg, threads: int) -> dict:
 
 
 def _warm(spec) -> None:
-    from cryocube.families.segmentation.features import get_encoder
+    from cryocube.families.encoders import get_encoder
 
     get_encoder(spec, "cpu")
 

@@ -425,6 +425,9 @@ class CubeInfo:
     published_mean: np.ndarray
     published_std: np.ndarray
     labelled: np.ndarray  # per sample: has at least one labelled (non-ignore) pixel
+    kind: str = "tiles"  # "tiles" (dense labels) | "samples" (image-level task targets, e.g. SSL4EO-downstream)
+    time: tuple[str, ...] = ()  # time steps of multi-temporal sample cubes
+    tasks: tuple[tuple[str, str], ...] = ()  # sample cubes: (task, cls|regr)
 
     def samples(self, split: str) -> np.ndarray:
         return np.flatnonzero(self.splits == split)
@@ -446,15 +449,20 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
                                            ds["sensor"].values, ds["units"].values, ds["published_mean"].values,
                                            ds["published_std"].values)
     )
-    return CubeInfo(
+    common = dict(
         url=url, dataset=str(ds.attrs["dataset"]), checksum=str(ds.attrs[COMPLETE_ATTR]["checksum"]),
         schema_version=int(ds.attrs[COMPLETE_ATTR].get("schema_version", ds.attrs.get("schema_version", 0))),
-        tile=int(ds.sizes["y"]), bands=bands, class_names=[str(c) for c in ds["class"].values],
-        splits=as_text(ds["split"].values), strata=as_text(ds["stratum"].values),
+        tile=int(ds.sizes["y"]), bands=bands, splits=as_text(ds["split"].values),
         mean=ds["band_mean"].values.astype(float), std=ds["band_std"].values.astype(float),
         published_mean=ds["published_mean"].values.astype(float), published_std=ds["published_std"].values.astype(float),
-        labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0,
     )
+    if ds.attrs.get("kind") == "samples":
+        target = np.asarray(ds["target"].values)
+        return CubeInfo(**common, class_names=[], strata=common["splits"], labelled=np.isfinite(target).any(axis=1),
+                        kind="samples", time=tuple(as_text(ds["time"].values)),
+                        tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))))
+    return CubeInfo(**common, class_names=[str(c) for c in ds["class"].values], strata=as_text(ds["stratum"].values),
+                    labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0)
 
 
 _GROUPS: dict[str, zarr.Group] = {}  # per process: read-only groups of cubes tasks read from
@@ -490,17 +498,19 @@ def _where(g: zarr.Group, url: str, i: int) -> str:
 
 def read_samples(url: str, idx, labels: bool = True, verify: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """image (n, C, T, T) and label (n, T, T) of the given sample indices, in that order, checked against
-    their digests: a missing or damaged chunk raises DamagedCubeError naming the sample."""
+    their digests: a missing or damaged chunk raises DamagedCubeError naming the sample. Sample cubes
+    give image (n, time, C, H, W) and their task targets (n, tasks) in place of the label."""
     g = _group(url)
+    var = "target" if g.attrs.get("kind") == "samples" else "label"
     idx = np.asarray(idx, dtype=np.int64)
     try:
         img = _select(g["image"], idx)
-        lab = _select(g["label"], idx) if labels or verify else None
+        lab = _select(g[var], idx) if labels or verify else None
     except Exception as e:  # a truncated chunk fails in its codec (blosc/zstd), or the store read fails
         for i in idx:  # find the sample at fault
             try:
                 g["image"][int(i)]
-                g["label"][int(i)]
+                g[var][int(i)]
             except Exception:  # noqa: BLE001
                 raise DamagedCubeError(f"{_where(g, url, int(i))}: its stored chunk cannot be read ({type(e).__name__}: "
                                        f"{e}); the cube is damaged: run `cryocube inspect --verify {url}`") from None

@@ -167,14 +167,14 @@ def test_decoder_init_does_not_depend_on_a_cached_encoder(cubes):
     one that builds it must start from the same decoder weights, or seeds stop being reproducible."""
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext
-    from cryocube.families.segmentation import features
+    from cryocube.families import encoders
     from cryocube.families.segmentation.train import build_model
 
     cfg = load_config(None, FAST)
     p = plan_runs([RunSpec("ssl4eo_moco", cubes["glid"], "frozen")], cfg, PlanContext(out="x", allow_random_weights=True))[0]
-    features._ENCODERS.clear()
+    encoders._ENCODERS.clear()
     fresh, _ = build_model(p.work, "cpu")  # builds the encoder
     cached, _ = build_model(p.work, "cpu")  # finds it
-    assert len(features._ENCODERS) == 1
+    assert len(encoders._ENCODERS) == 1
     for (k, a), (_, b) in zip(fresh.state_dict().items(), cached.state_dict().items()):
         assert torch.equal(a, b), k

@@ -12,25 +12,13 @@ from ...catalog import protocol as protocol_spec
 from ...errors import UserError
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, derive_seed
-from .data import InputMap, stratified_subset, window_offsets
+from .data import stratified_subset, window_offsets
 from .metrics import metrics_from_confusion
 from .recipe import EXECUTION_FIELDS, Recipe, load_recipe
-from .work import CacheSpec, EncoderSpec, FitTask, SegRun, TestTask
+from ..encoders import EncoderSpec, input_map
+from .work import CacheSpec, FitTask, SegRun, TestTask
 
 IDENTITY_VERSION = 2
-
-
-def input_map(cube, index: list[int], normalization: str) -> InputMap:
-    if normalization == "published":
-        mean, std = cube.published_mean, cube.published_std
-    else:
-        mean, std = cube.mean, cube.std
-    bad = [cube.bands[i].name for i in range(len(cube.bands)) if i in index and (not np.isfinite(mean[i]) or not std[i] > 0)]
-    if bad:
-        hint = ("the dataset catalog gives no published mean/std for them: use --set normalization=cube"
-                if normalization == "published" else "an empty train split or a constant band?")
-        raise UserError(f"{cube.url}: bands {bad} have no usable {normalization} mean/std ({hint})")
-    return InputMap(tuple(int(i) for i in index), tuple(map(float, mean)), tuple(map(float, std)))
 
 
 def run_dir(out: str, run_id: str) -> str:
@@ -51,6 +39,9 @@ class Segmentation(Family):
         from ...precision import resolve, this_device
 
         proto = protocol_spec(spec.protocol)
+        if cube.kind != "tiles":
+            raise UserError(f"{cube.url}: a {cube.kind} cube (image-level tasks, no dense labels) cannot be segmented; "
+                            "score it with `cryocube embed` + `cryocube probe`, or --protocol probe")
         if spec.overrides:
             recipe = load_recipe(overrides=dict(spec.overrides), base=recipe)
         mspec = model_spec(spec.model)

@@ -2,33 +2,12 @@
 cut windows and crops, and draw few-shot subsets (cube reading itself is `cube.read_samples`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ...catalog import CUBE_IGNORE_INDEX
-
-
-@dataclass(frozen=True)
-class InputMap:
-    """How cube bands become encoder input: per-slot band index (-1 = zero) and per-band mean/std."""
-
-    index: tuple[int, ...]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-
-    def apply(self, image: np.ndarray) -> torch.Tensor:
-        """(B, C_cube, H, W) raw -> (B, slots, H, W) float32, normalised; unmatched slots are 0 (the mean)."""
-        x = torch.from_numpy(np.ascontiguousarray(image)).float()
-        mean = torch.tensor(self.mean, dtype=torch.float32)[None, :, None, None]
-        std = torch.tensor(self.std, dtype=torch.float32)[None, :, None, None]
-        x = (x - mean) / std
-        out = torch.zeros((x.shape[0], len(self.index), x.shape[2], x.shape[3]), dtype=torch.float32)
-        for slot, b in enumerate(self.index):
-            if b >= 0:
-                out[:, slot] = x[:, b]
-        return out
+from ..encoders import InputMap  # noqa: F401  (re-exported: the map is shared by every family)
 
 
 def pad_to(x: torch.Tensor, label: np.ndarray, size: int) -> tuple[torch.Tensor, np.ndarray]:

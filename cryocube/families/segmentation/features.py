@@ -10,7 +10,6 @@ chunks read as NaN features / label -2, which `FeatureSplit` refuses: never read
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import time
 from typing import Any
 
@@ -22,49 +21,15 @@ from ...cube import read_samples
 from ...errors import UserError, task_boundary
 from ...precision import autocast
 from .data import crop_offsets, pad_to, window_offsets
-from .work import CacheSpec, EncoderSpec, ExtractTask
+from ..encoders import EncoderSpec, extract_batch_size, get_encoder
+from .work import CacheSpec, ExtractTask
 
 COMPLETE = "cryocube_features_complete"
 MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never written (or was lost)
-_ENCODERS: dict[tuple, torch.nn.Module] = {}  # per worker process: built once, reused by every task
 
 
 class DamagedCacheError(UserError):
     """A feature cache holds unwritten or damaged items; it is rebuilt once removed."""
-
-
-def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
-    """The encoder for these inputs, built once per worker process (in eval mode: frozen means frozen)."""
-    from ...models import build_encoder
-
-    key = spec.key + (device,)
-    enc = _ENCODERS.get(key)
-    if enc is None:
-        # the same initial weights on every worker: without pretrained weights, features must not
-        # depend on which worker computed them
-        torch.manual_seed(int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16))
-        enc = build_encoder(spec.model, bands=list(spec.bands), weights=spec.weights, sha256=spec.weights_sha256,
-                            input_size=spec.input_size, rule=spec.rule)
-        enc.eval().requires_grad_(False).to(device)
-        _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
-        _ENCODERS[key] = enc
-    return enc
-
-
-def extract_batch_size(enc: torch.nn.Module, spec: EncoderSpec, device: str, fixed: int | None) -> int:
-    """Encoder batch for extraction and inference: fixed, or sized to the device's free memory."""
-    if fixed:
-        return fixed
-    if not device.startswith("cuda"):
-        return 16  # CPU: throughput is flat beyond this, memory is not
-    free, _ = torch.cuda.mem_get_info()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    x = torch.zeros(2, enc.in_chans, spec.input_size, spec.input_size, device=device)
-    with torch.inference_mode(), autocast(device, spec.precision):
-        enc(x)
-    per_sample = max(1, (torch.cuda.max_memory_allocated() - base) // 2)
-    return int(max(1, min(512, 0.6 * free // per_sample)))
 
 
 @task_boundary

@@ -11,29 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...catalog import Band
-from ...models.spec import ModelSpec
+from ..encoders import EncoderSpec
 from .data import InputMap
 from .recipe import Recipe
-
-
-@dataclass(frozen=True)
-class EncoderSpec:
-    """An encoder as tasks build it: the model, the inputs it sees, its checkpoint, the arithmetic."""
-
-    model: ModelSpec
-    bands: tuple[Band, ...]
-    rule: str  # band-matching rule
-    input_size: int
-    weights: str | None  # checkpoint path/URL; None = random init
-    weights_sha256: str | None
-    precision: str  # effective: bf16 | fp16 | fp32
-
-    @property
-    def key(self) -> tuple:
-        # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse another's module
-        return (self.model.id, json.dumps(self.model.arch, sort_keys=True, default=str), repr(self.bands), self.input_size,
-                self.weights, self.weights_sha256, self.rule)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,105 @@
+"""Encoders as every family's tasks build them: the typed spec (model, inputs, checkpoint, arithmetic),
+the per-worker build cache, and the cube-band -> encoder-slot normalisation map."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..catalog import Band
+from ..errors import UserError
+from ..models.spec import ModelSpec
+from ..precision import autocast
+
+
+@dataclass(frozen=True)
+class InputMap:
+    """How cube bands become encoder input: per-slot band index (-1 = zero) and per-band mean/std."""
+
+    index: tuple[int, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def apply(self, image: np.ndarray) -> torch.Tensor:
+        """(B, C_cube, H, W) raw -> (B, slots, H, W) float32, normalised; unmatched slots are 0 (the mean)."""
+        x = torch.from_numpy(np.ascontiguousarray(image)).float()
+        mean = torch.tensor(self.mean, dtype=torch.float32)[None, :, None, None]
+        std = torch.tensor(self.std, dtype=torch.float32)[None, :, None, None]
+        x = (x - mean) / std
+        out = torch.zeros((x.shape[0], len(self.index), x.shape[2], x.shape[3]), dtype=torch.float32)
+        for slot, b in enumerate(self.index):
+            if b >= 0:
+                out[:, slot] = x[:, b]
+        return out
+
+
+_ENCODERS: dict[tuple, torch.nn.Module] = {}  # per worker process: built once, reused by every task
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """An encoder as tasks build it: the model, the inputs it sees, its checkpoint, the arithmetic."""
+
+    model: ModelSpec
+    bands: tuple[Band, ...]
+    rule: str  # band-matching rule
+    input_size: int
+    weights: str | None  # checkpoint path/URL; None = random init
+    weights_sha256: str | None
+    precision: str  # effective: bf16 | fp16 | fp32
+
+    @property
+    def key(self) -> tuple:
+        # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse another's module
+        return (self.model.id, json.dumps(self.model.arch, sort_keys=True, default=str), repr(self.bands), self.input_size,
+                self.weights, self.weights_sha256, self.rule)
+
+
+def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
+    """The encoder for these inputs, built once per worker process (in eval mode: frozen means frozen)."""
+    from ..models import build_encoder
+
+    key = spec.key + (device,)
+    enc = _ENCODERS.get(key)
+    if enc is None:
+        # the same initial weights on every worker: without pretrained weights, features must not
+        # depend on which worker computed them
+        torch.manual_seed(int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16))
+        enc = build_encoder(spec.model, bands=list(spec.bands), weights=spec.weights, sha256=spec.weights_sha256,
+                            input_size=spec.input_size, rule=spec.rule)
+        enc.eval().requires_grad_(False).to(device)
+        _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
+        _ENCODERS[key] = enc
+    return enc
+
+
+def extract_batch_size(enc: torch.nn.Module, spec: EncoderSpec, device: str, fixed: int | None) -> int:
+    """Encoder batch for extraction and inference: fixed, or sized to the device's free memory."""
+    if fixed:
+        return fixed
+    if not device.startswith("cuda"):
+        return 16  # CPU: throughput is flat beyond this, memory is not
+    free, _ = torch.cuda.mem_get_info()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    x = torch.zeros(2, enc.in_chans, spec.input_size, spec.input_size, device=device)
+    with torch.inference_mode(), autocast(device, spec.precision):
+        enc(x)
+    per_sample = max(1, (torch.cuda.max_memory_allocated() - base) // 2)
+    return int(max(1, min(512, 0.6 * free // per_sample)))
+
+
+def input_map(cube, index: list[int], normalization: str) -> InputMap:
+    if normalization == "published":
+        mean, std = cube.published_mean, cube.published_std
+    else:
+        mean, std = cube.mean, cube.std
+    bad = [cube.bands[i].name for i in range(len(cube.bands)) if i in index and (not np.isfinite(mean[i]) or not std[i] > 0)]
+    if bad:
+        hint = ("the dataset catalog gives no published mean/std for them: use --set normalization=cube"
+                if normalization == "published" else "an empty train split or a constant band?")
+        raise UserError(f"{cube.url}: bands {bad} have no usable {normalization} mean/std ({hint})")
+    return InputMap(tuple(int(i) for i in index), tuple(map(float, mean)), tuple(map(float, std)))
