@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "cryocube.inspect",  # inspect, list
     "cryocube.models.cli",  # weights
     "cryocube.engine.cli",  # evaluate, quickstart
+    "cryocube.engine.tune_cli",  # tune
     "cryocube.report.cli",  # report
 ]
 

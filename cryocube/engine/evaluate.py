@@ -104,10 +104,12 @@ def _worker_count(client) -> int:
 
 def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, client=None, progress: bool = True,
              storage_options: dict | None = None, weights_dir: str | None = None, allow_random_weights: bool = False,
-             ) -> EvaluateResult:
+             extra: Callable[[PlannedRun, dict], dict] | None = None) -> EvaluateResult:
     """Run (or resume) the given runs; returns the records written to `out`/results.jsonl.
 
     `runs` may be RunSpecs (planned here with the workers' device) or runs planned already.
+    `extra(run, record)` adds fields to a record before it is written (a study's `sweep`), so that
+    results.jsonl never holds a trial's run without them.
     """
     from ..cluster.client import cluster_info, get_client, gpu_resources
     from ..families.segmentation.recipe import default_recipe
@@ -157,7 +159,8 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     def fail(p: PlannedRun, e: BaseException) -> None:
         log = _log_failure(out, p, e)
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
-        rec = write_record(out, p.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": info})
+        rec = p.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": info}
+        rec = write_record(out, rec | (extra(p, rec) if extra else {}))
         res.records.append(rec)
         first = str(e).splitlines()[0] if str(e) else ""
         board.finish(p.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True)
@@ -199,7 +202,7 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
                     rec["timings"] = {**fields.get("timings", {}), "test_s": test_s,
                                       "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
                                       "since_start_s": time.perf_counter() - started}
-                    rec = write_record(out, rec)
+                    rec = write_record(out, rec | (extra(p, rec) if extra else {}))
                     res.records.append(rec)
                     m = fields["metrics"].get(fields.get("primary_metric", "mIoU"))
                     board.finish(p.run_id, f"done: {fields.get('primary_metric', 'mIoU')} {m:.2f}" if m is not None else "done")

@@ -6,6 +6,7 @@ Layout of OUT:
   <group>/leaderboard.{md,csv,json,tex}, robustness.*, cost.*, per_class_iou_<dataset>.*,
           published_comparison.*   (group = protocol, or protocol-<pct>pct when it ran at several fractions)
   compare/fewshot_retention[_<group>].*, compare/finetune_gain.*
+  tune/studies.*, tune/importance.*, fractions/label_fraction.*   (`cryocube tune` studies; runs at several fractions)
   published/leaderboard.*, published/consistency.*   (with `published`)
   failures.*                       runs with status "error"
   figures/*.png, *.svg
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import UserError
-from . import analysis, plots
+from . import analysis, plots, sweeps
 from .html import FigureRef, Section, write_html
 from .leaderboard import Leaderboard, leaderboard_from_runs
 from .names import protocol_sort_key, protocol_title
@@ -252,6 +253,7 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
             known = sorted({r.protocol for r in res.runs})
             raise ReportError(f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found: {', '.join(known)})")
         _compare_sections(w, lbs)
+        sweeps.sections(w, res)  # tune studies (their trials never reach the leaderboards) and label-fraction curves
     if published:
         _published_section(w, None if published is True else published)
     if cube_urls:

@@ -5,6 +5,8 @@ not know (the engine may add more), keeps only the latest record of a repeated r
 failed runs so that they are listed, never averaged. Results may live on any store (s3://...).
 A pretrained model run without its checkpoint is a different row ("S12-MoCo (random init)"), so
 every table and plot says so and never averages it with real-weight runs.
+The trials of a `cryocube tune` study (records with `sweep`) stay out of the runs and leaderboards;
+the study's best retrain is its own row, "S12-MoCo (tuned)".
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ..errors import UserError
 from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
+TUNED = " (tuned)"  # the best trial of a `cryocube tune` study: its own row, never averaged with default-recipe runs
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
 
 
@@ -99,6 +102,16 @@ class Run:
         return c if isinstance(c, dict) else {}
 
     @property
+    def sweep(self) -> dict[str, Any]:
+        s = self.record.get("sweep")
+        return s if isinstance(s, dict) else {}
+
+    @property
+    def is_trial(self) -> bool:
+        """A study's trial (not its best retrain): read for the study's section, never for leaderboards."""
+        return bool(self.sweep) and not self.sweep.get("best")
+
+    @property
     def key(self) -> tuple:
         return (self.model, self.model_name, self.dataset, self.protocol, self.fraction, self.seed)
 
@@ -111,6 +124,7 @@ class Results:
     failures: list[Run]  # status error (or "ok" without a usable mIoU)
     sources: list[str]
     replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
+    trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
         return [r for r in self.runs if (protocol is None or r.protocol == protocol)
@@ -175,9 +189,11 @@ def parse_record(d: Any, where: str) -> Run:
     model = str(d["model"])
     w = d.get("weights") if isinstance(d.get("weights"), dict) else {}
     random_init = bool(w.get("random_init") and w.get("pretrained"))
+    tuned = isinstance(d.get("sweep"), dict) and bool(d["sweep"].get("best"))
     return Run(
         run_id=str(d.get("run_id") or ""), model=model,
-        model_name=model_display_name(model, d.get("model_name")) + (RANDOM_INIT if random_init else ""), dataset=str(d["dataset"]).lower(),
+        model_name=model_display_name(model, d.get("model_name")) + (RANDOM_INIT if random_init else "")
+        + (TUNED if tuned else ""), dataset=str(d["dataset"]).lower(),
         protocol=str(d["protocol"]), fraction=fraction, seed=seed, status=status,
         error=None if error is None else str(error), metrics=metrics, created=str(d.get("created") or ""),
         source=where, record=d,
@@ -238,7 +254,9 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = list(paths)
-    kept, replaced = dedupe(read_runs(paths))
+    every = read_runs(paths)
+    kept, replaced = dedupe([r for r in every if not r.is_trial])
     ok = [r for r in kept if r.status == "ok"]
     failed = [r for r in kept if r.status != "ok"]
-    return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced)
+    return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced,
+                   trials=[r for r in every if r.is_trial])

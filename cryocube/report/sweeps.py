@@ -1,0 +1,172 @@
+"""Report sections of `cryocube tune` studies and of label-fraction curves.
+
+Studies: per (model, dataset) the default recipe's test metric against the tuned one (the best
+trial's retrain, selected on validation only) with the best params, the study's importance of each
+parameter, and its optimisation history (validation objective per trial, pruned trials marked).
+Label fractions: metric against the share of training labels per model, frozen against fine-tuned,
+from plain runs (`evaluate --fraction 0.01,0.05,...`; tune trials never enter).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from .names import dataset_display_name
+from .plots import save
+from .records import Results, Run
+from .tables import Column, Table
+
+FROZEN_PROTOCOLS = ("frozen", "fewshot")  # frozen encoder, any label share
+FINETUNED_PROTOCOLS = ("finetune",)
+
+
+def _mean(vals: Sequence[float]) -> float | None:
+    return sum(vals) / len(vals) if vals else None
+
+
+def _latest_trials(trials: Sequence[Run], study: str) -> dict[int, Run]:
+    """Each trial's latest line (a pruned trial's rung line is followed by its "pruned" line)."""
+    out: dict[int, Run] = {}
+    for r in trials:
+        s = r.sweep
+        if s.get("study") == study and isinstance(s.get("trial"), int):
+            out[s["trial"]] = r  # read order is append order
+    return dict(sorted(out.items()))
+
+
+def studies_table(res: Results) -> tuple[Table, Table]:
+    tuned = sorted((r for r in res.runs if r.sweep.get("best")), key=lambda r: (r.dataset, r.model_name, r.protocol))
+    by_id = {r.run_id: r for r in res.runs + res.replaced if not r.sweep}
+    cols = [Column("model", "Model", numeric=False), Column("dataset", "Dataset", numeric=False),
+            Column("protocol", "Protocol", numeric=False), Column("default", "Default test mIoU"),
+            Column("tuned", "Tuned test mIoU"), Column("gain", "Gain"), Column("best_params", "Best params", numeric=False),
+            Column("val", "Best val objective"), Column("trials", "Trials (complete/pruned/failed)", numeric=False),
+            Column("study", "Study", numeric=False)]
+    t = Table("studies", "Hyper-parameter studies: default recipe vs tuned", cols)
+    imp = Table("importance", "Parameter importance (fANOVA over completed trials)",
+                [Column("study", "Study", numeric=False), Column("model", "Model", numeric=False),
+                 Column("dataset", "Dataset", numeric=False), Column("param", "Parameter", numeric=False),
+                 Column("importance", "Importance")])
+    for r in tuned:
+        s = r.sweep
+        base = by_id.get(str(s.get("baseline_run_id")))
+        d, v = (base.miou if base else None), r.miou
+        n = s.get("n_trials") or {}
+        params = ", ".join(f"{k}={_fmt_param(x)}" for k, x in (s.get("params") or {}).items())
+        t.add([r.model_name, r.dataset, r.protocol, d, v, v - d if v is not None and d is not None else None, params,
+               s.get("value"), f"{n.get('complete', 0)}/{n.get('pruned', 0)}/{n.get('fail', 0)}", s.get("study")])
+        for k, x in sorted((s.get("importance") or {}).items(), key=lambda kv: -kv[1]):
+            imp.add([s.get("study"), r.model_name, dataset_display_name(r.dataset), k, float(x)])
+    t.notes.append("Trials are selected on the validation split only (objective: best validation mIoU of the run); "
+                   "the tuned column is the best trial's retrain on the same split, tested once. Default: the recipe "
+                   "without the study's params, same seed.")
+    return t, imp
+
+
+def _fmt_param(x) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -> list[Path]:
+    """Validation objective per trial (pruned: at their rung), and the best so far over completed trials."""
+    fig = Figure(figsize=(6.5, 4))
+    ax = fig.add_subplot()
+    for state, marker, colour in (("complete", "o", "tab:blue"), ("pruned", "x", "tab:red"), ("failed", "s", "grey")):
+        pts = [(k, r.sweep.get("value")) for k, r in trials.items() if r.sweep.get("state") == state]
+        pts = [(k, v) for k, v in pts if isinstance(v, (int, float))]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=colour, label=state, zorder=3)
+    best, xs, ys = None, [], []
+    for k, r in trials.items():
+        v = r.sweep.get("value")
+        if r.sweep.get("state") == "complete" and isinstance(v, (int, float)):
+            best = v if best is None else (max(best, v) if higher else min(best, v))
+        if best is not None:
+            xs.append(k)
+            ys.append(best)
+    if xs:
+        ax.step(xs, ys, where="post", color="black", lw=1.2, label="best so far")
+    ax.set_xlabel("trial")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(str(next(iter(trials.values())).sweep.get("metric", "val_mIoU")) if trials else "val_mIoU")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(fig, stem)
+
+
+def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float, list[float]]]]:
+    """dataset -> (model, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed."""
+    out: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in res.runs:
+        if r.sweep or r.miou is None:
+            continue
+        kind = "frozen" if r.protocol in FROZEN_PROTOCOLS else "fine-tuned" if r.protocol in FINETUNED_PROTOCOLS else None
+        if kind:
+            out[r.dataset][(r.model_name, kind)][r.fraction].append(r.miou)
+    # a curve needs two fractions
+    return {d: {k: dict(v) for k, v in curves.items() if len(v) >= 2} for d, curves in out.items()
+            if any(len(v) >= 2 for v in curves.values())}
+
+
+def fraction_table(curves: dict) -> Table:
+    t = Table("label_fraction", "Test mIoU against the share of training labels",
+              [Column("dataset", "Dataset", numeric=False), Column("model", "Model", numeric=False),
+               Column("encoder", "Encoder", numeric=False), Column("fraction", "Label fraction"),
+               Column("miou", "mIoU (mean over seeds)"), Column("seeds", "seeds")])
+    for d, cs in sorted(curves.items()):
+        for (m, kind), pts in sorted(cs.items()):
+            for f, vals in sorted(pts.items()):
+                t.add([d, m, kind, f, _mean(vals), len(vals)], [dataset_display_name(d), m, kind, f"{f:g}",
+                                                               f"{_mean(vals):.2f}", str(len(vals))])
+    return t
+
+
+def fraction_plot(curves: dict[tuple[str, str], dict[float, list[float]]], stem: Path, title: str) -> list[Path]:
+    """One line per model and encoder mode (solid: frozen, dashed: fine-tuned), log-scaled label fraction."""
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.add_subplot()
+    models = sorted({m for m, _ in curves})
+    cmap = matplotlib.colormaps["tab20" if len(models) > 10 else "tab10"]
+    colour = {m: cmap(i % cmap.N) for i, m in enumerate(models)}
+    for (m, kind), pts in sorted(curves.items()):
+        fs = sorted(pts)
+        ax.plot(fs, [_mean(pts[f]) for f in fs], marker="o", ms=4, color=colour[m],
+                ls="-" if kind == "frozen" else "--", label=f"{m}, {kind}")
+    ax.set_xscale("log")
+    ax.set_xlabel("share of training labels")
+    ax.set_ylabel("test mIoU")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return save(fig, stem)
+
+
+def sections(w: Any, res: Results) -> None:
+    """The studies section and the label-fraction section, where the results hold either (w: build's writer)."""
+    if any(r.sweep.get("best") for r in res.runs):
+        sec = w.section("Hyper-parameter studies")
+        t, imp = studies_table(res)
+        w.table(sec, "tune", t)
+        if imp.rows:
+            w.table(sec, "tune", imp)
+        for i, study in enumerate(t.column_values("study")):
+            trials = _latest_trials(res.trials, str(study))
+            if trials:
+                higher = next(iter(trials.values())).sweep.get("direction", "maximize") != "minimize"
+                w.figure(sec, history_plot(trials, higher, w.stem(f"tune_history_{i}"), f"{study}: optimisation history"),
+                         f"{study}: validation objective per trial")
+    curves = fraction_curves(res)
+    if curves:
+        sec = w.section("Label-fraction curves")
+        w.table(sec, "fractions", fraction_table(curves))
+        for d, cs in sorted(curves.items()):
+            w.figure(sec, fraction_plot(cs, w.stem(f"label_fraction_{d}"), f"{dataset_display_name(d)}: mIoU vs labels"),
+                     f"{dataset_display_name(d)}: test mIoU against the share of training labels (frozen solid, "
+                     "fine-tuned dashed)")

@@ -1,0 +1,221 @@
+"""`cryocube tune` on a generated cube: real Optuna studies over real engine runs on a LocalCluster."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cryocube.cli import main
+from cryocube.convert.writer import convert
+from cryocube.engine.evaluate import evaluate
+from cryocube.engine.records import read_results
+from cryocube.engine.tune import JOURNAL, load_tune_config, parse_space, tune
+from cryocube.families import RunSpec
+from cryocube.families.segmentation.recipe import RecipeError, load_recipe
+from cryocube.synthetic import make_raw
+
+optuna = pytest.importorskip("optuna")
+
+FAST = ["epochs=4", "decoder_channels=32", "input_size=32", "val_every=2", "crops_per_sample=2", "batch_size=4",
+        "normalization=cube"]
+MODEL = "ssl4eo_moco"  # frozen (random weights): trials share one feature cache and one pass
+
+
+@pytest.fixture(scope="module")
+def cube(tmp_path_factory, client):
+    root = tmp_path_factory.mktemp("tunecube")
+    m = make_raw("glid", root / "raw", n={"train": 16, "val": 4, "test": 4}, seed=11)
+    url = str(root / "glid.zarr")
+    convert("glid", str(root / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
+    return url
+
+
+def _sweeps(out) -> list[dict]:
+    return [r for r in read_results(str(out)) if r.get("sweep")]
+
+
+def _study(out):
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(Path(out) / JOURNAL)))
+    (name,) = [s.study_name for s in storage.get_all_studies()]
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def test_the_space_is_checked_before_any_cluster(tmp_path, capsys):
+    r = load_recipe(None, FAST)
+    (p,) = parse_space(["lr=1e-5:1e-2:log"], None, r)
+    assert (p.kind, p.low, p.high, p.log) == ("float", 1e-5, 1e-2, True)
+    (p,) = parse_space(["decoder_channels=16,32"], None, r)
+    assert p.kind == "choice" and p.choices == (16, 32)
+    (p,) = parse_space(None, {"epochs": "2:6"}, r)
+    assert p.kind == "int"
+    for bad, words in ((["lrr=1e-5:1e-2"], "not a recipe field"), (["lr=0:1e-2:log"], "log range needs low > 0"),
+                       (["lr=1e-2:1e-5"], "low < high"), (["block_samples=2,4"], "execution field"),
+                       (["decoder_channels=0,32"], "decoder_channels must be an integer >= 1"),
+                       (["normalization=0:1"], "not numeric")):
+        with pytest.raises(RecipeError, match=words):
+            parse_space(bad, None, r)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("epochs: 3\nspace:\n  lr: 1e-4:1e-2:log\n  weight_decay: {low: 0.01, high: 0.1}\n")
+    recipe, space = load_tune_config(str(cfg), ["batch_size=2"])
+    assert recipe.epochs == 3 and recipe.batch_size == 2
+    assert [q.describe() for q in parse_space(None, space, recipe)] == ["lr=0.0001:0.01:log", "weight_decay=0.01:0.1"]
+    # through the CLI: one sentence, exit 2, no cluster started (the cube does not even exist)
+    rc = main(["tune", "--cubes", str(tmp_path / "none.zarr"), "--models", MODEL, "--space", "lr=1e-2:1e-5",
+               "--trials", "2", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "low < high" in capsys.readouterr().err
+    assert main(["tune", "--cubes", "x", "--models", MODEL, "--space", "lr=1e-4:1e-2", "--sampler", "grid",
+                 "--trials", "2", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_tuned_lr_beats_a_bad_default_and_its_retrain_equals_evaluate(tmp_path, client, cube):
+    """A deliberately bad default LR; 4 trials in one batch (one extraction, one pass per worker)."""
+    from cryocube.report import build_report
+
+    out = tmp_path / "study"
+    recipe = load_recipe(None, FAST + ["lr=1e-7"])
+    space = parse_space(["lr=1e-3:3e-2:log"], None, recipe)
+    (res,) = tune([RunSpec(MODEL, cube, "frozen")], space, str(out), recipe, trials=4, pruner="none", client=client,
+                  progress=False, allow_random_weights=True)
+    best, base = res.best, res.baseline
+    assert best["sweep"]["best"] and base["config"]["lr"] == 1e-7 and "sweep" not in base
+    assert best["metrics"]["mIoU"] > base["metrics"]["mIoU"] + 10, (best["metrics"], base["metrics"])
+    trials = [r for r in _sweeps(out) if not r["sweep"].get("best")]
+    assert sorted(r["sweep"]["trial"] for r in trials) == [0, 1, 2, 3]
+    assert {r["sweep"]["state"] for r in trials} == {"complete"}
+    # selection on validation only: the best trial has the best validation objective, whatever the test says
+    assert best["sweep"]["value"] == max(r["sweep"]["value"] for r in trials)
+    assert best["sweep"]["trial"] == max(trials, key=lambda r: r["sweep"]["value"])["sweep"]["trial"]
+    assert best["sweep"]["importance"] == {"lr": pytest.approx(1.0)}
+    # one extraction for all trials; 4 decoders on 2 workers: 2 fit tasks
+    assert all(r["decoders_in_task"] >= 2 for r in trials)
+    feats = list((out / "features").iterdir())
+    assert len(feats) == 1
+
+    # the tuned record equals a plain evaluate of the same params and seed, elsewhere
+    params = best["sweep"]["params"]
+    plain = evaluate([RunSpec(MODEL, cube, "frozen", overrides=tuple(params.items()))], str(tmp_path / "plain"), recipe,
+                     client=client, progress=False, allow_random_weights=True).records[0]
+    assert plain["run_id"] == best["run_id"] and plain["confusion_matrix"] == best["confusion_matrix"]
+    assert plain["metrics"]["mIoU"] == pytest.approx(best["metrics"]["mIoU"], abs=1e-9)
+
+    # label-fraction curve on the same features (a good LR): monotone within noise
+    fr = evaluate([RunSpec(MODEL, cube, "frozen", fraction=f) for f in (0.25, 0.5, 1.0)], str(out),
+                  recipe.replace(lr=1e-2, epochs=6), client=client, progress=False, allow_random_weights=True).records
+    m = {r["fraction"]: r["metrics"]["mIoU"] for r in fr}
+    assert m[0.25] <= m[0.5] + 3 and m[0.5] <= m[1.0] + 3 and m[0.25] < m[1.0], m
+
+    rep = build_report([str(out)], str(tmp_path / "report"), formats=["md", "html"])
+    lb = rep.leaderboards["frozen-100pct"]
+    names = sorted(r.name for r in lb.rows)
+    assert names == ["S12-MoCo (random init)", "S12-MoCo (random init) (tuned)"], names
+    studies = rep.tables["tune/studies"]
+    assert studies.rows[0][studies.col("default")] == pytest.approx(base["metrics"]["mIoU"])
+    assert studies.rows[0][studies.col("tuned")] == pytest.approx(best["metrics"]["mIoU"])
+    assert "tune/importance" in rep.tables and "fractions/label_fraction" in rep.tables
+    assert any("tune_history" in f.name for f in rep.figures) and any("label_fraction" in f.name for f in rep.figures)
+
+
+def test_pruned_trials_are_recorded_as_pruned(tmp_path, client, cube):
+    """Median pruning in rounds: each trial first trains at a third of the epochs; a hopeless LR is pruned there."""
+    out = tmp_path / "pruned"
+    rc = main(["tune", "--cubes", cube, "--models", MODEL, "--allow-random-weights", "--space", "lr=3e-3,2e-3,1e-7,1e-8",
+               "--sampler", "grid", "--trials", "4", "--batch", "1", "--pruner", "median", *[x for s in FAST for x in ("--set", s)],
+               "--set", "epochs=6", "--set", "val_every=1", "--out", str(out), "--cluster", client.scheduler.address, "--quiet"])
+    assert rc == 0
+    study = _study(out)
+    states = {t.number: t.state.name for t in study.trials}
+    pruned = [n for n, s in states.items() if s == "PRUNED"]
+    assert pruned and len(states) == 4, states
+    latest = {}
+    for r in _sweeps(out):
+        if not r["sweep"].get("best"):
+            latest[r["sweep"]["trial"]] = r
+    for n in pruned:
+        assert latest[n]["sweep"]["state"] == "pruned" and latest[n]["config"]["epochs"] == 2  # its rung: 6 // 3
+    assert any(study.trials[n].params["lr"] <= 1e-7 for n in pruned)
+    best = [r for r in _sweeps(out) if r["sweep"].get("best")][-1]
+    assert best["sweep"]["trial"] not in pruned and best["config"]["epochs"] == 6
+
+
+def test_a_killed_study_resumes_from_its_journal(tmp_path, client, cube):
+    """SIGKILL the tune process (client, scheduler and workers) after some trials; the rerun, on another
+    scheduler, keeps the finished trials, repeats none of them, and asks only for the missing ones."""
+    out = tmp_path / "resume"
+    args = ["tune", "--cubes", cube, "--models", MODEL, "--allow-random-weights", "--space", "lr=1e-3:3e-2:log",
+            "--trials", "6", "--batch", "2", "--pruner", "none", *[x for s in FAST for x in ("--set", s)], "--out", str(out),
+            "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "cryocube.cli", *args, "--workers", "1", "--threads-per-worker", "1"],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done_before: dict[int, float] = {}
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if (out / JOURNAL).exists():
+                try:
+                    done_before = {t.number: t.value for t in _study(out).trials if t.state.name == "COMPLETE"}
+                except ValueError:  # the study is not created yet
+                    pass
+                if len(done_before) >= 2:
+                    break
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert 2 <= len(done_before) < 6, (done_before, proc.stderr.read().decode()[-2000:])
+    lines_before = {r["sweep"]["trial"]: r["created"] for r in _sweeps(out) if r["sweep"]["state"] == "complete"}
+
+    assert main([*args, "--cluster", client.scheduler.address]) == 0
+    study = _study(out)
+    trials = study.trials
+    complete = {t.number: t.value for t in trials if t.state.name == "COMPLETE"}
+    assert len(complete) == 6
+    assert all(complete[n] == v for n, v in done_before.items())  # finished trials kept as they were
+    failed = [t for t in trials if t.state.name == "FAIL"]  # the ones killed while running: asked again
+    retried = {t.user_attrs["retry_of"]: t for t in trials if "retry_of" in t.user_attrs}
+    assert sorted(retried) == sorted(t.number for t in failed)
+    assert all(retried[t.number].params == t.params for t in failed)
+    assert len(trials) == 6 + len(failed)
+    # no finished trial ran again: one "complete" line each, the one written before the kill
+    recs = [r for r in _sweeps(out) if r["sweep"]["state"] == "complete" and not r["sweep"].get("best")]
+    for n in done_before:
+        mine = [r for r in recs if r["sweep"]["trial"] == n]
+        assert len(mine) == 1 and mine[0]["created"] == lines_before[n]
+    assert json.loads((out / "results.jsonl").read_text().splitlines()[-1])["sweep"]["best"] is True
+
+
+def test_report_keeps_trials_out_of_leaderboards_and_plots_fraction_curves(tmp_path):
+    """Records only (no cluster): trials never reach a leaderboard; fractions plot frozen against fine-tuned."""
+    from cryocube.report import build_report
+
+    def rec(i, protocol="frozen", fraction=1.0, miou=50.0, **kw):
+        return {"run_id": f"r{i}", "model": "unet", "dataset": "glid", "protocol": protocol, "fraction": fraction,
+                "seed": 0, "status": "ok", "metrics": {"mIoU": miou}, "created": f"2026-01-01T00:00:{i:02d}+00:00", **kw}
+
+    sweep = {"study": "s1", "params": {"lr": 0.01}, "metric": "val_mIoU", "direction": "maximize"}
+    lines = [rec(0, miou=40.0)]
+    lines += [rec(1 + t, miou=90.0 + t, sweep=sweep | {"trial": t, "state": st, "value": 50.0 + t})
+              for t, st in enumerate(["complete", "pruned", "complete"])]
+    lines.append(rec(9, miou=60.0, sweep=sweep | {"trial": 2, "state": "complete", "value": 52.0, "best": True,
+                                                   "baseline_run_id": "r0", "importance": {"lr": 1.0},
+                                                   "n_trials": {"complete": 2, "pruned": 1, "fail": 0}}))
+    lines += [rec(20 + i, protocol=p, fraction=f, miou=30 + 40 * f + (10 if p == "finetune" else 0))
+              for i, (p, f) in enumerate([("fewshot", 0.1), ("frozen", 0.5), ("finetune", 0.1), ("finetune", 1.0)])]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rep = build_report([str(tmp_path)], str(tmp_path / "rep"), formats=["md", "html"])
+    lb = rep.leaderboards["frozen-100pct"]
+    cells = {r.name: r.cells["glid"].mean for r in lb.rows}
+    assert cells == {"U-Net": 40.0, "U-Net (tuned)": 60.0}  # the 90+ test scores of trials are nowhere
+    t = rep.tables["tune/studies"]
+    assert t.rows[0][t.col("default")] == 40.0 and t.rows[0][t.col("gain")] == 20.0
+    f = rep.tables["fractions/label_fraction"]
+    assert sorted(set(f.column_values("encoder"))) == ["fine-tuned", "frozen"]
+    assert sorted(f.column_values("fraction")) == [0.1, 0.1, 0.5, 1.0, 1.0]  # frozen 1.0: the default run, not trials
+    assert (tmp_path / "rep" / "figures" / "label_fraction_glid.png").exists()
+    assert (tmp_path / "rep" / "figures" / "tune_history_0.png").exists()
