@@ -92,6 +92,9 @@ class DatasetSpec:
     description: str = ""
     sensors: tuple[str, ...] = ()
     class_distribution: tuple[float, ...] = ()
+    time: tuple[str, ...] = ()  # names of the time steps of multi-temporal datasets (e.g. seasons)
+    statistics: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)  # other published (mean, std) sets
+    mean_baseline: dict[str, Any] = field(default_factory=dict)  # the organisers' mean embedding: band groups, grid
     path: str = ""
 
     @property
@@ -161,6 +164,17 @@ def _layout(name: str, d: Any, where: str) -> Layout:
     return Layout(name=name, reader=reader, label_map=label_map, ignore_values=ignore, options=opts)
 
 
+def _statistics(d: Any, where: str) -> dict[str, dict[str, tuple[float, float]]]:
+    if not isinstance(d, dict):
+        raise CatalogError(f"{where}: statistics must map a set name to {{band: [mean, std]}}")
+    out = {}
+    for name, table in d.items():
+        if not isinstance(table, dict) or not all(isinstance(v, list) and len(v) == 2 for v in table.values()):
+            raise CatalogError(f"{where}: statistics.{name} must map band names to [mean, std]")
+        out[str(name)] = {str(b): (_float(v[0], where), _float(v[1], where)) for b, v in table.items()}
+    return out
+
+
 def parse_dataset(d: Any, where: str) -> DatasetSpec:
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: top level must be a mapping")
@@ -188,6 +202,9 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
         description=str(d.get("description", "")).strip(),
         sensors=tuple(d.get("sensors", []) or []),
         class_distribution=tuple(float(x) for x in d.get("class_distribution", []) or []),
+        time=tuple(str(t) for t in d.get("time", []) or []),
+        statistics=_statistics(d.get("statistics") or {}, where),
+        mean_baseline=dict(d.get("mean_baseline") or {}),
         path=where,
     )
     if spec.nan_policy not in ("error", "fill"):
@@ -195,6 +212,10 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
     names = spec.band_names
     if len(set(names)) != len(names):
         raise CatalogError(f"{where}: duplicate band names in {names}")
+    for sname, table in spec.statistics.items():
+        unknown = sorted(set(table) - set(names))
+        if unknown:
+            raise CatalogError(f"{where}: statistics.{sname} names bands {unknown} that the dataset does not have")
     for lay in spec.layouts.values():
         bad = [v for v in lay.label_map.values() if not 0 <= v < spec.num_classes]
         if bad:

@@ -380,3 +380,53 @@ def corrupt(manifest: RawManifest, kind: str, index: int = 0) -> str:
     if kind not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {kind!r}; known: {', '.join(CORRUPTIONS)}")
     return CORRUPTIONS[kind](manifest, manifest.items[index])
+
+
+# -- sample datasets (image-level tasks) ---------------------------------------------------------------------
+
+
+@dataclass
+class SampleManifest:
+    dataset: str
+    root: Path
+    ids: list[str]
+    images: dict[str, np.ndarray]  # id -> (time, band, y, x) float32 as written (before any offset)
+    tasks: dict[str, tuple[str, dict[str, float]]]  # task -> (cls|regr, {id: label}) (unlabelled ids left out)
+
+
+def make_samples(dataset: str | DatasetSpec, root: str | Path, n: int = 12, size: int = 16, seed: int = 0,
+                 layout: str = "neuco") -> SampleManifest:
+    """A small multi-temporal sample dataset in its published layout, with learnable image-level tasks:
+    `water_fraction__regr` (the share of dark, low-NIR pixels), `cloudy__cls` (a bright B02 haze in
+    some seasons) and `noise__regr` (random: nothing should predict it); a few labels left empty."""
+    spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
+    reader = open_reader(spec, layout)
+    rng = np.random.default_rng(seed)
+    T, C = max(1, len(spec.time)), len(spec.bands)
+    nir = [i for i, b in enumerate(spec.bands) if b.alias in ("B8", "B8A")]
+    blue = [i for i, b in enumerate(spec.bands) if b.alias == "B2"]
+    sar = [i for i, b in enumerate(spec.bands) if b.role == "sar"]
+    ids, images = [], {}
+    tasks: dict[str, tuple[str, dict]] = {"water_fraction": ("regr", {}), "cloudy": ("cls", {}), "noise": ("regr", {})}
+    for k in range(n):
+        sid = f"{rng.integers(0, 2**63):016x}{k:04d}"
+        water = blobs(rng, size, size, rng.uniform(0.05, 0.6), size / 5)
+        img = np.empty((T, C, size, size), np.float32)
+        for t in range(T):
+            base = 1500 + 400 * smooth_field(rng, size, size, 3)
+            img[t] = np.where(water[None], 400.0, base[None]) + rng.normal(0, 60, (C, size, size))
+            img[t, nir] = np.where(water, 150.0, 2600.0) + rng.normal(0, 80, (len(nir), size, size))
+            img[t, sar] = np.where(water, -22.0, -11.0) + rng.normal(0, 1.5, (len(sar), size, size))
+        cloudy = bool(rng.random() < 0.5)
+        if cloudy:
+            img[rng.integers(0, T), blue] += 3000.0
+        img[:, [i for i in range(C) if i not in sar]] = np.clip(img[:, [i for i in range(C) if i not in sar]], 0, 20000)
+        ids.append(sid)
+        images[sid] = img
+        reader.write(root, "all", sid, img)
+        if k % 7 != 3:  # a few locations have no label, as in the release
+            tasks["water_fraction"][1][sid] = float(water.mean())
+        tasks["cloudy"][1][sid] = float(cloudy)
+        tasks["noise"][1][sid] = float(rng.random())
+    reader.write_labels(root, {t: (kind, {i: values.get(i) for i in ids}) for t, (kind, values) in tasks.items()})
+    return SampleManifest(spec.id, Path(root), ids, images, tasks)

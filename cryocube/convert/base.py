@@ -22,7 +22,7 @@ from ..catalog import DatasetSpec, Layout
 from ..errors import UserError
 
 SPLITS = ("train", "val", "test")
-BUILTIN_READERS = ("cryocube.convert.paired", "cryocube.convert.ai4arctic")
+BUILTIN_READERS = ("cryocube.convert.paired", "cryocube.convert.ai4arctic", "cryocube.convert.ssl4eo")
 
 
 class ConvertError(UserError, ValueError):
@@ -51,6 +51,7 @@ Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, i
 class Reader:
     name: ClassVar[str]  # what a catalog layout's `reader:` field names
     options_doc: ClassVar[str] = ""  # the layout options it reads (shown by `cryocube list readers`)
+    writes_own_cube: ClassVar[bool] = False  # True: the reader's `convert` builds a cube of another kind (samples)
 
     def __init__(self, spec: DatasetSpec, layout: str, storage_options: dict[str, Any] | None = None):
         self.spec = spec

@@ -24,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace a cube made from other inputs/options")
     p.add_argument("--storage-options", type=options_arg, default=None, help="JSON fsspec options for --out")
     p.add_argument("--raw-storage-options", type=options_arg, default=None, help="JSON fsspec options for --raw")
+    p.add_argument("--shift-s2", action="store_true",
+                   help="ssl4eo-downstream: add SSL4EO-S12 v1.1's +1000 DN offset to the S2 bands (and carry the v1.1 statistics)")
     p.add_argument("--quiet", action="store_true")
     add_cluster_args(p)
     p.set_defaults(func=_convert)
@@ -50,7 +52,8 @@ def _convert(args) -> int:
         r = convert(spec, args.raw, args.out, layout=args.layout, client=client, tile_size=args.tile,
                     block_samples=args.block, shard_samples=args.shard, on_error=args.on_error,
                     compressor=args.compressor, overwrite=args.overwrite, raw_storage_options=args.raw_storage_options,
-                    storage_options=args.storage_options, progress=not args.quiet)
+                    storage_options=args.storage_options, progress=not args.quiet,
+                    **({"shift_s2": True} if args.shift_s2 else {}))
     what = "already complete" if r.blocks_written == 0 else f"wrote {r.blocks_written}/{r.blocks_total} blocks"
     mb = r.read_bytes / 1e6
     print(f"{args.out}: {r.n_samples} samples, {what} in {r.seconds:.1f} s ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), "

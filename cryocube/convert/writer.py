@@ -310,6 +310,7 @@ def convert(
     raw_storage_options: dict | None = None,
     storage_options: dict | None = None,
     progress: bool = True,
+    **reader_options,
 ) -> ConvertResult:
     """Convert one dataset's raw layout into a cube at `out`; resumes an interrupted conversion.
 
@@ -336,6 +337,8 @@ def convert(
     client = get_client(client)
     _store.share_with(client)
     reader = open_reader(spec, layout)
+    if reader.writes_own_cube:  # e.g. multi-temporal sample cubes (convert/ssl4eo.py)
+        return reader.convert(raw, out, client, block_samples=block_samples, overwrite=overwrite, progress=progress, **reader_options)
     items = reader.scan(raw, map_headers=worker_mapper(client))
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
