@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "cryocube.models.cli",  # weights
     "cryocube.engine.cli",  # evaluate, quickstart
     "cryocube.engine.tune_cli",  # tune
+    "cryocube.families.embedding.cli",  # embed, probe
     "cryocube.report.cli",  # report
 ]
 

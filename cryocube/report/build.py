@@ -197,6 +197,22 @@ def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> 
         w.table(sec, frozen.key, analysis.published_comparison_table(frozen, paper))
 
 
+def _embedding_sections(w: _Writer, res: Results) -> None:
+    from . import embedding
+
+    if not res.embedding:
+        return
+    sec = w.section("Embedding probes (NeuCo-Bench)")
+    for t in embedding.leaderboard_tables(res):
+        w.table(sec, "embedding", t)
+    both = embedding.probe_vs_segmentation(res)
+    if both is not None:
+        t, pts = both
+        w.table(sec, "embedding", t)
+        w.figure(sec, plots.labelled_scatter(pts, w.stem("probe_q_vs_miou"), "Probe Q against segmentation mIoU",
+                                             "probe Q (NeuCo-Bench)", "mIoU (%)"), t.notes[-1])
+
+
 def _published_section(w: _Writer, path: str | Path | None) -> None:
     lb = load_leaderboard_csv(path) if path else published_leaderboard()
     mism = check_consistency(lb)
@@ -246,13 +262,14 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
     w = _Writer(rep, fmts)
     wanted = set(protocols) if protocols else None
     if res is not None:
-        if not res.runs and not res.failures:
+        if not res.runs and not res.failures and not res.embedding:
             raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
         lbs = _protocol_sections(w, res, wanted)
         if wanted and not lbs and not published:
             known = sorted({r.protocol for r in res.runs})
             raise ReportError(f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found: {', '.join(known)})")
         _compare_sections(w, lbs)
+        _embedding_sections(w, res)
         sweeps.sections(w, res)  # tune studies (their trials never reach the leaderboards) and label-fraction curves
     if published:
         _published_section(w, None if published is True else published)

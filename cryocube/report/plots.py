@@ -111,6 +111,20 @@ def cost_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: 
     return save(fig, stem)
 
 
+def labelled_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str, xlabel: str,
+                     ylabel: str) -> list[Path]:
+    """One labelled point per model (e.g. probe Q against segmentation mIoU)."""
+    fig, ax = _subplots(figsize=(6.5, 4.5))
+    for (name, x, y), colour in zip(points, _colours(len(points))):
+        ax.scatter([x], [y], color=colour, s=36, zorder=3)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    return save(fig, stem)
+
+
 def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[Path]:
     """One panel per dataset: models × classes, colour = IoU (%), value written in each cell."""
     n = len(tables)

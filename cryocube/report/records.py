@@ -55,6 +55,10 @@ class Run:
         return _num(self.metrics.get("mIoU"))
 
     @property
+    def family(self) -> str:
+        return str(self.record.get("family") or "segmentation")
+
+    @property
     def class_iou(self) -> dict[str, float]:
         iou = self.metrics.get("IoU") or {}
         return {str(k): float(v) for k, v in iou.items() if _num(v) is not None} if isinstance(iou, dict) else {}
@@ -113,7 +117,8 @@ class Run:
 
     @property
     def key(self) -> tuple:
-        return (self.model, self.model_name, self.dataset, self.protocol, self.fraction, self.seed)
+        return (self.model, self.model_name, self.dataset, self.protocol, self.fraction, self.seed,
+                str((self.record.get("probe") or {}).get("probe", "")))
 
 
 @dataclass
@@ -125,6 +130,7 @@ class Results:
     sources: list[str]
     replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
     trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
+    embedding: list[Run] = field(default_factory=list)  # family "embedding" (probe Q; see report/embedding.py)
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
         return [r for r in self.runs if (protocol is None or r.protocol == protocol)
@@ -184,8 +190,10 @@ def parse_record(d: Any, where: str) -> Run:
         raise ResultsError(f"{where}: seed/fraction must be numbers ({e})") from None
     status = str(d["status"])
     error = d.get("error")
-    if status == "ok" and _num(metrics.get("mIoU")) is None:
-        status, error = "error", error or "record has status ok but no numeric metrics.mIoU"
+    primary = str(d.get("primary_metric") or ("Q" if d.get("family") == "embedding" else "mIoU"))
+    if status == "ok" and _num(metrics.get(primary)) is None and not (primary == "Q" and "Q" in metrics):
+        # (an embedding run's Q may be NaN by the NeuCo-Bench NaN rule: it is dropped from the ranking, visibly)
+        status, error = "error", error or f"record has status ok but no numeric metrics.{primary}"
     model = str(d["model"])
     w = d.get("weights") if isinstance(d.get("weights"), dict) else {}
     random_init = bool(w.get("random_init") and w.get("pretrained"))
@@ -256,7 +264,8 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     paths = list(paths)
     every = read_runs(paths)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
-    ok = [r for r in kept if r.status == "ok"]
+    ok = [r for r in kept if r.status == "ok" and r.family != "embedding"]
     failed = [r for r in kept if r.status != "ok"]
     return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced,
-                   trials=[r for r in every if r.is_trial])
+                   trials=[r for r in every if r.is_trial],
+                   embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"])

@@ -1,1 +1,115 @@
-"""The embedding family: one vector per sample, scored by cheap probes (NeuCo-Bench / Embed2Scale, PANGAEA)."""
+"""The embedding family: one vector per sample, scored by cheap probes (NeuCo-Bench / Embed2Scale, PANGAEA).
+
+`cryocube evaluate --protocol probe` runs it through the scheduler: `prepare` embeds each (model,
+cube) once (families/embedding/embed.py), `score` is one Dask task per (task, split) probe, the
+reduce merges their scores and `finish` computes Q (neuco.py). `cryocube embed` and `cryocube probe`
+(cli.py) run the same code on their own, for submissions and for vectors made elsewhere.
+"""
+from __future__ import annotations
+
+from ...catalog import protocol as protocol_spec
+from ...errors import UserError
+from .. import register
+from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
+
+IDENTITY_VERSION = 1
+
+
+def embeddings_url(out: str, key: str) -> str:
+    return f"{out.rstrip('/')}/embeddings/{key}.zarr"
+
+
+def _fit_nothing(group: list) -> list[dict]:
+    """Probes have no shared fit: their work is the score tasks (one per task and split)."""
+    return [{} for _ in group]
+
+
+@register
+class Embedding(Family):
+    name = "embedding"
+    primary_metric = "Q"
+    variables = ("image",)
+
+    def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
+        from ...precision import this_device
+        from .embed import plan_embedding
+        from .probe import probe_recipe, tasks_digest, tasks_from_cube
+
+        protocol_spec(spec.protocol)
+        ov = dict(spec.overrides)
+        dim = ov.pop("dim", None)
+        pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", 10)), ov, dim=dim)
+        tasks = tasks_from_cube(cube.url)
+        emb, prov = plan_embedding(spec.model, cube, dim=dim, weights_dir=ctx.weights_dir,
+                                   allow_random_weights=ctx.allow_random_weights, precision=recipe.precision,
+                                   normalization=recipe.normalization, seed=spec.seed, block_samples=recipe.block_samples,
+                                   batch=recipe.extract_batch, threads=recipe.threads, device=ctx.device or this_device())
+        identity = {"family": self.name, "embedding": emb.key, "tasks": tasks_digest(tasks), "probe": pr.as_dict(),
+                    "seed": spec.seed, "v": IDENTITY_VERSION}
+        run_id = content_hash(identity)
+        record = {"run_id": run_id, "family": self.name, "model": spec.model,
+                  "model_name": prov.get("model_name", f"{spec.model} baseline"), "dataset": cube.dataset,
+                  "protocol": spec.protocol, "fraction": 1.0, "seed": spec.seed,
+                  "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
+                  "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.as_dict(),
+                  "tasks": [t.name for t in tasks], "weights": prov["weights"],
+                  "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
+                  "identity": identity, "overrides": dict(spec.overrides) or None}
+        work = {"embed": emb, "probe": pr, "tasks": tasks, "url": embeddings_url(ctx.out, emb.key)}
+        return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
+                          model_name=record["model_name"], fraction=1.0, record=record, work=work, cube=cube,
+                          prep_key=emb.key, estimate={"steps": pr.k * len(tasks), "encoder_items": cube.n_samples})
+
+    def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
+        from .embed import embed
+
+        out: dict[str, dict] = {}
+        for p in runs:
+            if p.prep_key in out:
+                continue
+            w = p.work
+            r = embed(w["embed"], p.cube, w["url"], client=runner.client, progress=runner.progress,
+                      provenance={"weights": p.record["weights"]})
+            out[p.prep_key] = {"embed_s": r.seconds, "blocks_run": r.blocks_run, "dim": r.dim,
+                               "embedding_sha256": r.attrs.get("embedding_sha256"), "pca": r.attrs.get("pca"),
+                               "threads": r.attrs.get("threads", [])}
+        return out
+
+    def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
+        return [runs] if runs else []
+
+    def fit(self, group: list[PlannedRun]):
+        return _fit_nothing, group
+
+    def score(self, run: PlannedRun, fitted: dict):
+        from .embed import load_embeddings
+        from .probe import align, fold_tasks, probe_fold
+
+        w = run.work
+        ids, _, _, attrs = load_embeddings(w["url"])
+        tasks = fold_tasks(align(ids, w["tasks"]), w["probe"], w["url"], str(attrs.get("embedding_sha256", ""))[:16])
+        if not tasks:
+            raise UserError(f"{run.label}: no probe tasks")
+        return [(probe_fold, t) for t in tasks]
+
+    @staticmethod
+    def reduce(a, b):
+        from .probe import merge
+
+        return merge(a, b)
+
+    def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        from .neuco import write_results
+        from .probe import finish_scores, task_scores
+
+        scores = task_scores(total)
+        summary = finish_scores(scores, run.work["probe"])
+        rdir = f"{run.record['embedding']['url'].rsplit('/embeddings/', 1)[0]}/runs/{run.run_id}"
+        write_results(rdir, scores, {"run_id": run.run_id, "model": run.spec.model, "dataset": run.dataset}, summary)
+        prep = prepared.get(run.prep_key, {})
+        return {"metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
+                            "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
+                "primary_metric": self.primary_metric, "summary_file": f"{rdir}/results_summary.json",
+                "embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256"), "pca": prep.get("pca")},
+                "threads": {"embed": prep.get("threads", [])},
+                "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0}}

@@ -179,17 +179,11 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically: a temporary file beside the target, then os.replace."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(_jsonable(obj), f, indent=2, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+def _write_json(url: str, obj: Any) -> None:
+    """Write JSON atomically (local folder or object store)."""
+    from ... import store
+
+    store.write_atomic(url, json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
 def _check_task_dir(task: str) -> None:
@@ -198,17 +192,19 @@ def _check_task_dir(task: str) -> None:
         raise NeuCoError(f"task name {task!r} cannot be used as a folder name in the results.")
 
 
-def write_results(out_dir: str | os.PathLike, task_scores: dict[str, list[float]], meta: dict | None = None) -> Path:
-    """Write `results_summary.json` and `<task>/<task>_result.json` (q_stat, mean_score, std_dev, q_t)."""
-    out = Path(out_dir)
+def write_results(out_dir: str | os.PathLike, task_scores: dict[str, list[float]], meta: dict | None = None,
+                  summary: dict | None = None):
+    """Write `results_summary.json` and `<task>/<task>_result.json` (q_stat, mean_score, std_dev, q_t) into a
+    folder or store URL; `summary` defaults to `summarize(task_scores)`. Returns the summary file's path."""
+    from ... import store
+
     for task in task_scores:
         _check_task_dir(task)
-    out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(task_scores)
+    out = str(out_dir).rstrip("/")
+    summary = dict(summary or summarize(task_scores))
     for task in task_scores:
-        (out / task).mkdir(exist_ok=True)
         _write_json(
-            out / task / f"{task}_result.json",
+            f"{out}/{task}/{task}_result.json",
             {
                 "q_stat": summary["task_q_scores"][task],
                 "mean_score": summary["task_acc_scores"][task],
@@ -218,9 +214,8 @@ def write_results(out_dir: str | os.PathLike, task_scores: dict[str, list[float]
         )
     if meta:
         summary["meta"] = dict(meta)
-    path = out / "results_summary.json"
-    _write_json(path, summary)
-    return path
+    _write_json(f"{out}/results_summary.json", summary)
+    return f"{out}/results_summary.json" if store.is_remote(out) else Path(out) / "results_summary.json"
 
 
 # --- leaderboard ---------------------------------------------------------------------------------

@@ -1,0 +1,332 @@
+"""`cryocube embed`: one vector per cube sample from any registered encoder, or an organiser baseline.
+
+Vectors are pooled the PANGAEA probe way: each output level's map is global-average-pooled and the
+levels concatenated; samples larger than the encoder input are cut into the sliding windows of the
+segmentation family, and windows and time steps (multi-temporal sample cubes) are averaged. Block
+tasks write the pooled features into `features(sample, feature)` with a progress flag each, so an
+interrupted run resumes; then, on the client, the optional PCA (`--dim`, fitted on the train split,
+or all samples of a cube without one, as the challenge had none) gives `embedding(sample, dim)`.
+The completion marker and the provenance attributes are written last.
+
+Baselines (Embed2Scale organisers): `random` draws N(0, 1) values (seeded per sample here, so a
+rerun gives the same vectors); `mean` averages band groups (the catalog's `mean_baseline.groups`,
+else every band alone) per time step, resamples them bilinearly to a small grid and flattens them.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ... import __version__
+from ... import store as _store
+from ...cube import as_text, read_samples
+from ...errors import UserError, task_boundary
+from ..encoders import EncoderSpec, InputMap
+
+COMPLETE = "cryocube_embedding_complete"
+BASELINES = ("random", "mean")
+
+
+@dataclass(frozen=True)
+class EmbedSpec:
+    """Everything that defines an embedding store; its hash names it."""
+
+    source: str  # model id or baseline name
+    cube_url: str
+    cube_checksum: str
+    inputs: InputMap
+    encoder: EncoderSpec | None  # None: a baseline
+    dim: int | None  # None: the pooled width; else PCA / zero-padding to this width
+    seed: int = 0  # the random baseline's stream
+    groups: tuple[tuple[int, ...], ...] = ()  # mean baseline: band groups (cube band indices)
+    grid: int = 8  # mean baseline: resampled side
+    block_samples: int = 16
+    batch: int | None = None
+    threads: int | None = None
+
+    @property
+    def key(self) -> str:
+        e = self.encoder
+        ident = {"source": self.source, "cube": self.cube_checksum, "inputs": self.inputs, "dim": self.dim,
+                 "seed": self.seed if self.source == "random" else None, "groups": self.groups, "grid": self.grid,
+                 "encoder": None if e is None else {"arch": e.model.arch, "rule": e.rule, "S": e.input_size,
+                                                    "weights": e.weights_sha256 or e.weights, "precision": e.precision},
+                 "v": 1}
+        return f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
+
+    def describe(self) -> dict[str, Any]:
+        e = self.encoder
+        return {"source": self.source, "key": self.key, "dim": self.dim, "pooling": "gap-levels+mean-windows+mean-time",
+                "baseline": self.source if e is None else None, "seed": self.seed if self.source == "random" else None,
+                "input_size": e.input_size if e else None, "band_rule": e.rule if e else None,
+                "precision": e.precision if e else "fp32", "weights": (e.weights_sha256 or e.weights) if e else None}
+
+
+@dataclass(frozen=True)
+class EmbedBlock:
+    spec: EmbedSpec
+    url: str
+    block: int
+    samples: np.ndarray
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: str | None = None,
+                   allow_random_weights: bool = False, precision: str = "auto", input_size: int | None = None,
+                   normalization: str = "published", seed: int = 0, block_samples: int = 16, batch: int | None = None,
+                   threads: int | None = None, device=None) -> tuple[EmbedSpec, dict]:
+    """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and provenance."""
+    from ...catalog import load_dataset
+    from ...models import match_bands, model_spec
+    from ...models.weights import resolve_weights
+    from ...precision import resolve, this_device
+    from ..encoders import input_map
+
+    if dim is not None and dim < 1:
+        raise UserError(f"--dim must be >= 1, got {dim}")
+    if source in BASELINES:
+        inputs = input_map(cube, list(range(len(cube.bands))), normalization)
+        groups: tuple[tuple[int, ...], ...] = tuple((i,) for i in range(len(cube.bands)))
+        grid = 8
+        if source == "mean":
+            try:
+                mb = load_dataset(cube.dataset).mean_baseline
+            except UserError:
+                mb = {}
+            names = [b.name for b in cube.bands]
+            if mb.get("groups"):
+                missing = sorted({n for g in mb["groups"] for n in g} - set(names))
+                if missing:
+                    raise UserError(f"{cube.url}: the catalog's mean_baseline names bands {missing} the cube lacks")
+                groups = tuple(tuple(names.index(n) for n in g) for g in mb["groups"])
+            T = max(1, len(cube.time))
+            grid = int(mb.get("grid") or max(1, math.isqrt((dim or 1024) // (T * len(groups)))))
+        spec = EmbedSpec(source, cube.url, cube.checksum, inputs, None, dim, seed=seed, groups=groups, grid=grid,
+                         block_samples=block_samples)
+        return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
+    mspec = model_spec(source)
+    match = match_bands(mspec, cube.bands, "named")
+    size = input_size or mspec.input_size or -(-cube.tile // 32) * 32
+    patch = int(mspec.arch.get("patch_size", 1) or 1)
+    if size % patch:
+        raise UserError(f"{source}: input_size {size} is not a multiple of the encoder's patch size {patch}")
+    weights = resolve_weights(source, None, weights_dir, allow_random_weights)
+    eff = resolve(precision, device or this_device())
+    enc = EncoderSpec(mspec, cube.bands, "named", int(size), weights.path, weights.sha256, eff)
+    inputs = input_map(cube, match.index, normalization)
+    spec = EmbedSpec(source, cube.url, cube.checksum, inputs, enc, dim, block_samples=block_samples, batch=batch,
+                     threads=threads)
+    return spec, {"weights": weights.as_record(), "model_name": mspec.display_name,
+                  "precision": {"requested": precision, "effective": eff}}
+
+
+# -- the block task --------------------------------------------------------------------------------
+
+
+def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
+    """(items, slots, H, W) normalised -> (items, features): windows of the encoder input, GAP per level."""
+    import torch
+
+    from ...precision import autocast
+    from ..segmentation.data import window_offsets
+
+    S = spec.encoder.input_size
+    H = x.shape[-1]
+    if H < S:  # pad bottom/right with 0 (= the mean), as the segmentation family does
+        x = torch.nn.functional.pad(x, (0, S - H, 0, S - H))
+    offs = window_offsets(H, S)
+    out = []
+    with torch.inference_mode(), autocast(device, spec.encoder.precision):
+        for b in range(0, x.shape[0], batch):
+            acc = None
+            for oy, ox in offs:
+                win = x[b : b + batch, :, oy : oy + S, ox : ox + S].to(device)
+                feats = torch.cat([f.float().mean(dim=(-2, -1)) for f in enc(win)], dim=1)
+                acc = feats if acc is None else acc + feats
+            out.append((acc / len(offs)).cpu().numpy())
+    v = np.concatenate(out)
+    if not np.isfinite(v).all():
+        raise FloatingPointError(f"{spec.source}: non-finite embeddings on {spec.cube_url} (precision {spec.encoder.precision})")
+    return v
+
+
+def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
+    """(n, T, C, H, W) normalised -> (n, T * groups * grid^2), C order (time, group, y, x) as the organisers flatten."""
+    from scipy.ndimage import zoom
+
+    n, T, _, H, W = x.shape
+    out = np.empty((n, T, len(spec.groups), spec.grid, spec.grid), np.float32)
+    for gi, g in enumerate(spec.groups):
+        m = x[:, :, list(g)].mean(axis=2)
+        for i in range(n):
+            for t in range(T):
+                out[i, t, gi] = zoom(m[i, t], (spec.grid / H, spec.grid / W), order=1)
+    return out.reshape(n, -1)
+
+
+@task_boundary
+def embed_block(task: EmbedBlock) -> dict[str, Any]:
+    from ...cluster.runtime import torch_task
+
+    t0 = time.perf_counter()
+    spec = task.spec
+    img, _ = read_samples(spec.cube_url, task.samples, labels=False)
+    if img.ndim == 4:
+        img = img[:, None]  # tiles: one time step
+    n, T, C, H, W = img.shape
+    with torch_task(spec.threads) as (device, share):
+        x = spec.inputs.apply(img.reshape(n * T, C, H, W))  # (n*T, slots, H, W)
+        if spec.source == "random":
+            v = np.stack([np.random.default_rng([spec.seed, int(s)]).standard_normal(spec.dim or 1024)
+                          for s in task.samples]).astype(np.float32)
+        elif spec.source == "mean":
+            v = _mean_baseline(spec, x.numpy().reshape(n, T, -1, H, W))
+        else:
+            from ..encoders import get_encoder
+
+            enc = get_encoder(spec.encoder, device)
+            v = _pooled(enc, spec, x, device, spec.batch or 16).reshape(n, T, -1).mean(axis=1)
+        g = _store.open_group(task.url, "r+")
+        g["features"][int(task.samples[0]) : int(task.samples[0]) + n] = v.astype(np.float32)
+        g["progress"][task.block] = 1
+        return {"samples": n, "seconds": time.perf_counter() - t0, "threads": sorted(share.used)}
+
+
+# -- the store ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class EmbedResult:
+    url: str
+    n_samples: int
+    dim: int
+    blocks_run: int
+    seconds: float
+    attrs: dict = field(default_factory=dict)
+
+
+def _width(spec: EmbedSpec, cube) -> int:
+    if spec.source == "random":
+        return spec.dim or 1024
+    if spec.source == "mean":
+        return max(1, len(cube.time)) * len(spec.groups) * spec.grid ** 2
+    return 0  # encoders: from the first block's output (the encoder is never built on the client)
+
+
+def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, provenance: dict | None = None,
+          overwrite: bool = False) -> EmbedResult:
+    """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this process."""
+    from ..segmentation.features import encoder_facts
+
+    t0 = time.perf_counter()
+    if _store.exists(url):
+        g = _store.open_group(url, "r")
+        if COMPLETE in g.attrs and g.attrs.get("key") == spec.key and not overwrite:
+            return EmbedResult(url, cube.n_samples, int(g["embedding"].shape[1]), 0, 0.0, dict(g.attrs))
+        if g.attrs.get("key") != spec.key or overwrite:
+            if not overwrite and g.attrs.get("key") is not None:
+                raise UserError(f"{url}: embeddings of other inputs ({g.attrs.get('source')}) are there; pass --overwrite")
+            _store.remove(url)
+    n, bs = cube.n_samples, spec.block_samples
+    blocks = math.ceil(n / bs)
+    if not _store.exists(url):
+        width = _width(spec, cube)
+        if not width:
+            if client is None:
+                shapes, _ = encoder_facts(spec.encoder)
+            else:
+                shapes, _ = client.submit(encoder_facts, spec.encoder, pure=False).result()
+            width = sum(s[0] for s in shapes)
+        g = _store.open_group(url, "w")
+        g.create_array("features", shape=(n, width), chunks=(bs, width), dtype="float32", fill_value=float("nan"),
+                       dimension_names=("sample", "feature"))
+        g.create_array("progress", shape=(blocks,), chunks=(1,), dtype="uint8", fill_value=0)
+        g.attrs.update({"key": spec.key, "source": spec.source})
+    g = _store.open_group(url, "r+")
+    done = np.asarray(g["progress"][:]).astype(bool)
+    tasks = [EmbedBlock(spec, url, b, np.arange(b * bs, min(n, (b + 1) * bs))) for b in range(blocks) if not done[b]]
+    threads: set[int] = set()
+    if tasks:
+        from ...progress import gather, progress_bar
+
+        if client is None:
+            with progress_bar(f"embed {spec.source}", n, progress) as bar:
+                for t in tasks:
+                    r = embed_block(t)
+                    threads |= set(r["threads"])
+                    bar.advance(r["samples"])
+        else:
+            futs = client.map(embed_block, tasks, pure=False, key=[f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks])
+            for r in gather(futs, f"embed {spec.source}", sum(t.samples.size for t in tasks), progress, lambda i, r: r["samples"]):
+                threads |= set(r["threads"])
+    return _finish(spec, cube, url, len(tasks), time.perf_counter() - t0, provenance or {}, sorted(threads))
+
+
+def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, components (k, F) and explained-variance ratios of the top k = min(dim, rank) directions."""
+    mu = X.mean(axis=0)
+    Xc = (X - mu).astype(np.float64)
+    _, s, vt = np.linalg.svd(Xc, full_matrices=False)
+    k = min(dim, vt.shape[0])
+    var = s ** 2
+    total = var.sum() or 1.0
+    return mu, vt[:k], var[:k] / total
+
+
+def _finish(spec: EmbedSpec, cube, url: str, blocks_run: int, seconds: float, provenance: dict, threads: list[int]) -> EmbedResult:
+    from .neuco import pad_to
+
+    g = _store.open_group(url, "r+")
+    F = np.asarray(g["features"][:])
+    bad = np.flatnonzero(~np.isfinite(F).all(axis=1))
+    if bad.size:  # a lost or unwritten chunk: never scored as vectors of NaN (the NaN -> 0 rule would hide it)
+        raise UserError(f"{url}: features of {bad.size} samples (e.g. sample {int(bad[0])}) are missing or damaged; "
+                        "remove the store and run embed again")
+    split = as_text(np.asarray(cube.splits))
+    fit_on = "train" if (split == "train").any() else "all"
+    pca = None
+    if spec.dim is not None and spec.source != "random" and F.shape[1] != spec.dim:
+        if F.shape[1] > spec.dim:
+            rows = F[split == "train"] if fit_on == "train" else F
+            mu, comp, ratio = pca_fit(rows, spec.dim)
+            E = ((F - mu) @ comp.T).astype(np.float32)
+            pca = {"fitted_on": fit_on, "samples": int(rows.shape[0]), "components": int(comp.shape[0]),
+                   "explained_variance": float(ratio.sum())}
+        else:
+            E = F
+        E = pad_to(E, spec.dim)  # fewer directions than asked (small data): zero columns, as NeuCo-Bench pads
+    else:
+        E = F
+    from ...cube import open_cube
+
+    ids = as_text(open_cube(cube.url)["source"].values)
+    for k in ("embedding", "sample", "split", "id"):
+        if k in g:
+            del g[k]
+    g.create_array("embedding", data=E.astype(np.float32), chunks=(spec.block_samples, E.shape[1]),
+                   dimension_names=("sample", "dim"))
+    g.create_array("sample", data=np.arange(E.shape[0], dtype=np.int64), dimension_names=("sample",))
+    g.create_array("split", data=np.asarray(split, dtype=str), dimension_names=("sample",))
+    g.create_array("id", data=np.asarray(ids, dtype=str), dimension_names=("sample",))
+    attrs = {**spec.describe(), **provenance, "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
+             "pooled_width": int(F.shape[1]), "pca": pca, "threads": threads, "cryocube": __version__,
+             "embedding_sha256": hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()}
+    g.attrs.update(attrs)
+    g.attrs[COMPLETE] = {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(), "n_samples": int(E.shape[0])}
+    return EmbedResult(url, int(E.shape[0]), int(E.shape[1]), blocks_run, seconds, dict(g.attrs))
+
+
+def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
+    """(ids, vectors, splits, attrs) of a complete embedding store."""
+    g = _store.open_group(url, "r")
+    if COMPLETE not in g.attrs:
+        raise UserError(f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed` again")
+    return ([str(i) for i in as_text(g["id"][:])], np.asarray(g["embedding"][:]), as_text(g["split"][:]), dict(g.attrs))

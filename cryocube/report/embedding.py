@@ -1,0 +1,100 @@
+"""Embedding runs in the report: the NeuCo-Bench leaderboard per dataset (runs with a NaN Q dropped,
+tasks ranked by -Q, ranks weighted by each task's spread of Q across runs) and, per model, probe Q
+next to segmentation mIoU with their Spearman rank correlation: does the cheap probe predict the
+expensive ranking?"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from ..families.embedding import neuco
+from .records import Results, Run
+from .tables import Column, Table, fmt
+
+
+def run_name(r: Run) -> str:
+    p = (r.record.get("probe") or {}).get("probe")
+    return f"{r.model_name} [{p}]" if p and p != "linear" else r.model_name
+
+
+def _mean(v: list[float]) -> float:
+    v = [x for x in v if x is not None and math.isfinite(x)]
+    return float(np.mean(v)) if v else math.nan
+
+
+def leaderboard_tables(res: Results) -> list[Table]:
+    """One NeuCo-Bench leaderboard per dataset (a model's seeds averaged per task first)."""
+    out = []
+    by_ds: dict[str, list[Run]] = defaultdict(list)
+    for r in res.embedding:
+        by_ds[r.dataset].append(r)
+    for ds, runs in sorted(by_ds.items()):
+        per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in runs:
+            for t, q in (r.metrics.get("task_Q") or {}).items():
+                per[run_name(r)][t].append(math.nan if q is None else float(q))
+        q = {name: {t: (float(np.mean(v)) if v else math.nan) for t, v in tasks.items()} for name, tasks in per.items()}
+        lb = neuco.leaderboard(q)
+        tasks = sorted({t for v in q.values() for t in v})
+        t = Table(name=f"embedding_leaderboard_{ds}", title=f"Embedding probes on {ds}: NeuCo-Bench ranking",
+                  columns=[Column("rank", "Rank"), Column("model", "Model", numeric=False), Column("q_mean", "Mean Q")]
+                  + [Column(f"q_{k}", k) for k in tasks])
+        for row in lb.rows:
+            name = row["run"]
+            vals = [row["aggregated_rank"], name, row["mean_score"]] + [q[name].get(k) for k in tasks]
+            t.add(vals, [fmt(v, 0) if i == 0 else (str(v) if i == 1 else fmt(v, 3)) for i, v in enumerate(vals)])
+        t.notes.append("Rank: per task, runs ranked by -Q (ties share the lower rank); task weight = std of Q across runs "
+                       "over the sum of those stds; aggregated rank = rank of the weighted sum of ranks (NeuCo-Bench). "
+                       "So rank 1 need not have the highest mean Q.")
+        if lb.dropped:
+            t.notes.append(f"Dropped for a NaN Q (NaN rule: more than 30% of a task's probes NaN): {', '.join(lb.dropped)}")
+        out.append(t)
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    if len(a) < 3:
+        return math.nan
+    from scipy.stats import spearmanr
+
+    rho = spearmanr(a, b).statistic
+    return float(rho) if rho == rho else math.nan
+
+
+def probe_vs_segmentation(res: Results, protocol: str = "frozen") -> tuple[Table, list[tuple[str, float, float]]] | None:
+    """Per model: probe Q and segmentation mIoU (the same dataset where both ran, else each averaged over
+    its datasets), and the rank correlation between them."""
+    seg = [r for r in res.runs if r.protocol == protocol and math.isclose(r.fraction, 1.0)]
+    if not res.embedding or not seg:
+        return None
+    emb = [r for r in res.embedding if (r.record.get("probe") or {}).get("probe", "linear") == "linear"] or res.embedding
+    shared = {r.dataset for r in emb} & {r.dataset for r in seg}
+    key = (lambda r: (r.model, r.dataset)) if shared else (lambda r: (r.model,))
+    q, m = defaultdict(list), defaultdict(list)
+    names = {}
+    for r in emb:
+        if not shared or r.dataset in shared:
+            q[key(r)].append(r.metrics.get("Q"))
+    for r in seg:
+        if not shared or r.dataset in shared:
+            m[key(r)].append(r.miou)
+            names[key(r)] = r.model_name
+    both = sorted(k for k in q if k in m)
+    if not both:
+        return None
+    t = Table(name="probe_vs_segmentation", title=f"Probe Q against {protocol} segmentation mIoU",
+              columns=[Column("model", "Model", numeric=False), Column("dataset", "Dataset", numeric=False),
+                       Column("q", "Probe Q"), Column("miou", "mIoU")])
+    pts = []
+    for k in both:
+        qq, mm = _mean(q[k]), _mean(m[k])
+        ds = k[1] if len(k) > 1 else "all (means)"
+        t.add([names[k], ds, qq, mm], [names[k], ds, fmt(qq, 3), fmt(mm, 2)])
+        pts.append((names[k] + (f" ({ds})" if len(k) > 1 and len(shared) > 1 else ""), qq, mm))
+    finite = [(a, b) for _, a, b in pts if math.isfinite(a) and math.isfinite(b)]
+    rho = spearman([a for a, _ in finite], [b for _, b in finite])
+    t.notes.append(f"Spearman rank correlation between probe Q and mIoU over {len(finite)} (model, dataset) pairs: "
+                   + (f"{rho:.2f}" if math.isfinite(rho) else "n/a (fewer than 3 pairs)"))
+    return t, pts
