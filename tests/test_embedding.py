@@ -45,6 +45,9 @@ def test_converter_reads_the_challenge_layout(ssl, client):
     # the modalities side by side in catalog band order (the challenge files hold S2 as uint16, S1 as float16)
     np.testing.assert_array_equal(ds["image"].values[k, :, 2:], m.images[m.ids[0]][:, 2:].astype(np.uint16))
     np.testing.assert_array_equal(ds["image"].values[k, :, :2], m.images[m.ids[0]][:, :2].astype(np.float16))
+    px = ds["image"].values.astype(np.float64)
+    np.testing.assert_allclose(ds["band_mean"].values, px.mean(axis=(0, 1, 3, 4)), rtol=1e-9)  # every season's pixels
+    np.testing.assert_allclose(ds["band_std"].values, px.std(axis=(0, 1, 3, 4)), rtol=1e-6)
     tasks = [str(t) for t in ds["task"].values]
     wf = ds["target"].values[:, tasks.index("water_fraction")]
     unlabelled = [i for i in m.ids if i not in m.tasks["water_fraction"][1]]
