@@ -25,7 +25,7 @@ import numpy as np
 
 from ... import __version__
 from ... import store as _store
-from ...cube import as_text, read_samples
+from ...cube import _text, as_text, read_samples
 from ...errors import UserError, task_boundary
 from ..encoders import EncoderSpec, InputMap
 
@@ -314,8 +314,8 @@ def _finish(spec: EmbedSpec, cube, url: str, blocks_run: int, seconds: float, pr
     g.create_array("embedding", data=E.astype(np.float32), chunks=(spec.block_samples, E.shape[1]),
                    dimension_names=("sample", "dim"))
     g.create_array("sample", data=np.arange(E.shape[0], dtype=np.int64), dimension_names=("sample",))
-    g.create_array("split", data=np.asarray(split, dtype=str), dimension_names=("sample",))
-    g.create_array("id", data=np.asarray(ids, dtype=str), dimension_names=("sample",))
+    for name, values in (("split", split), ("id", ids)):  # variable-length UTF-8: a specified zarr v3 type
+        g.create_array(name, shape=(len(values),), dtype=str, dimension_names=("sample",))[:] = _text(values)
     attrs = {**spec.describe(), **provenance, "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
              "pooled_width": int(F.shape[1]), "pca": pca, "threads": threads, "cryocube": __version__,
              "embedding_sha256": hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()}
