@@ -101,7 +101,8 @@ def _evaluate(args) -> int:
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights)
     planned = plan_runs(specs, recipe, ctx)
     if args.dry_run:
-        print(dry_run(planned, args.out, lambda key: store.exists(f"{args.out.rstrip('/')}/features/{key}.zarr")))
+        root = args.out.rstrip("/")
+        print(dry_run(planned, args.out, lambda key: any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings"))))
         print("(precision auto is decided by the workers' device; this plan assumed this machine's)")
         return 0
     _warn_random(planned, args.quiet)

@@ -230,7 +230,7 @@ def dry_run(planned: list[PlannedRun], out: str, prepared_exists: Callable[[str]
     cache_txt = ""
     if items:
         have = [k for k in items if prepared_exists and prepared_exists(k)]
-        cache_txt = (f"; {len(items)} feature cache(s), {len(have)} already built, "
+        cache_txt = (f"; {len(items)} shared preparation(s) (feature caches, embeddings), {len(have)} already built, "
                      f"{sum(v for k, v in items.items() if k not in have)} encoder items to compute")
     head = f"{len(planned)} runs: {todo} to run, {len(planned) - todo} cached{cache_txt}"
     return "\n".join([head, *lines])
