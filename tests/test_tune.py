@@ -178,9 +178,11 @@ def test_a_killed_study_resumes_from_its_journal(tmp_path, client, cube):
     assert len(complete) == 6
     assert all(complete[n] == v for n, v in done_before.items())  # finished trials kept as they were
     failed = [t for t in trials if t.state.name == "FAIL"]  # the ones killed while running: asked again
+    # (a trial killed between ask and its suggest holds no params: it never ran, and the sampler asks anew)
+    started = [t for t in failed if t.params]
     retried = {t.user_attrs["retry_of"]: t for t in trials if "retry_of" in t.user_attrs}
-    assert sorted(retried) == sorted(t.number for t in failed)
-    assert all(retried[t.number].params == t.params for t in failed)
+    assert sorted(retried) == sorted(t.number for t in started)
+    assert all(retried[t.number].params == t.params for t in started)
     assert len(trials) == 6 + len(failed)
     # no finished trial ran again: one "complete" line each, the one written before the kill
     recs = [r for r in _sweeps(out) if r["sweep"]["state"] == "complete" and not r["sweep"].get("best")]
@@ -188,6 +190,28 @@ def test_a_killed_study_resumes_from_its_journal(tmp_path, client, cube):
         mine = [r for r in recs if r["sweep"]["trial"] == n]
         assert len(mine) == 1 and mine[0]["created"] == lines_before[n]
     assert json.loads((out / "results.jsonl").read_text().splitlines()[-1])["sweep"]["best"] is True
+
+
+def test_trials_left_running_are_retried_only_when_they_had_started(tmp_path, client, cube):
+    """The two states a kill can leave: a trial with its params (its run may have started: asked again
+    with the same params) and one killed between ask and suggest (no params: never ran, not retried)."""
+    out = tmp_path / "left"
+    args = ["tune", "--cubes", cube, "--models", MODEL, "--allow-random-weights", "--space", "lr=1e-3:3e-2:log",
+            "--batch", "1", "--pruner", "none", *[x for s in FAST for x in ("--set", s)], "--out", str(out), "--quiet",
+            "--cluster", client.scheduler.address]
+    assert main([*args, "--trials", "1"]) == 0
+    study = _study(out)
+    with_params = study.ask()
+    with_params.suggest_float("lr", 1e-3, 3e-2, log=True)
+    bare = study.ask()
+    assert main([*args, "--trials", "3"]) == 0
+    trials = _study(out).trials
+    assert {t.number: t.state.name for t in trials}[with_params.number] == "FAIL"
+    assert {t.number: t.state.name for t in trials}[bare.number] == "FAIL"
+    retried = [t for t in trials if t.user_attrs.get("retry_of") is not None]
+    assert [t.user_attrs["retry_of"] for t in retried] == [with_params.number]
+    assert retried[0].params == with_params.params and retried[0].state.name == "COMPLETE"
+    assert sum(t.state.name == "COMPLETE" for t in trials) == 3
 
 
 def test_report_keeps_trials_out_of_leaderboards_and_plots_fraction_curves(tmp_path):

@@ -342,12 +342,15 @@ class _Study:
             write_record(self.out, {k: v for k, v in r.items() if k != "created"} | {"sweep": r["sweep"] | {"state": state}})
 
     def recover(self) -> None:
-        """Trials left RUNNING by a killed process: failed, and their params asked again."""
+        """Trials left RUNNING by a killed process: failed, and their params asked again. A trial killed
+        between `ask` and its last `suggest` never started a run: it is failed, and the sampler asks anew."""
         TS = self.optuna.trial.TrialState
+        names = {p.name for p in self.space}
         for t in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
             self.study.tell(t.number, state=TS.FAIL)
             self._mark(t.number, "failed")
-            self.study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+            if set(t.params) == names:
+                self.study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
 
     def finished(self) -> int:
         TS = self.optuna.trial.TrialState
