@@ -163,19 +163,9 @@ def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tup
 
 def load_tune_config(path: str | None, sets: list[str]):
     """(recipe, the YAML `space:` section) from --config and --set."""
-    from ..families.segmentation.recipe import RecipeError, load_recipe, parse_overrides
+    from ..families.segmentation.recipe import load_recipe, parse_overrides, read_config
 
-    data: dict = {}
-    if path:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as e:
-            raise RecipeError(f"{path}: cannot read the config ({e.strerror})") from None
-        except yaml.YAMLError as e:
-            raise RecipeError(f"{path}: not valid YAML ({e})") from None
-        if not isinstance(data, dict):
-            raise RecipeError(f"{path}: a config must be a mapping of recipe fields")
-    data = dict(data)
+    data = dict(read_config(path)) if path else {}
     space = data.pop("space", None)
     fields = data.get("train", data)
     return load_recipe(None, {**fields, **parse_overrides(sets)}), space
@@ -328,18 +318,21 @@ class _Study:
                 raise UserError(f"{p.label}: the engine wrote no record (see {self.out}/logs/errors.log)")
             want = self._sweep(rec=rec, **c) if c else None
             if rec.get("sweep") != want:  # a cache hit, or a run two claims share: its own line
-                rec = {k: v for k, v in rec.items() if k not in ("sweep", "created")}
-                rec = write_record(self.out, rec | ({"sweep": want} if want else {}))
+                rec = self._append(rec, want)
             out.append(rec)
         return out
+
+    def _append(self, rec: dict, sweep: dict | None) -> dict:
+        """A new results.jsonl line of a run's record with this sweep (or none), stamped now."""
+        base = {k: v for k, v in rec.items() if k not in ("sweep", "created")}
+        return write_record(self.out, base | ({"sweep": sweep} if sweep else {}))
 
     def _mark(self, number: int, state: str) -> None:
         """Append a line with a new state for a trial's latest record (a crashed trial: failed)."""
         recs = [r for r in read_results(self.out) if (r.get("sweep") or {}).get("study") == self.name
                 and r["sweep"].get("trial") == number and not r["sweep"].get("best")]
         if recs:
-            r = recs[-1]
-            write_record(self.out, {k: v for k, v in r.items() if k != "created"} | {"sweep": r["sweep"] | {"state": state}})
+            self._append(recs[-1], recs[-1]["sweep"] | {"state": state})
 
     def recover(self) -> None:
         """Trials left RUNNING by a killed process: failed, and their params asked again. A trial killed
@@ -384,7 +377,7 @@ class _Study:
                         continue
                     if self._prune(t, rec):
                         self.study.tell(t, state=TS.PRUNED)
-                        self._run_line(rec, t.number, params[t.number], "pruned")
+                        self._append(rec, self._sweep(t.number, params[t.number], "pruned", rec))
                     else:
                         full.append(t)
                 baseline = []
@@ -409,10 +402,6 @@ class _Study:
                 if t.should_prune():
                     return True
         return False
-
-    def _run_line(self, rec: dict, number: int, params: dict, state: str) -> None:
-        base = {k: v for k, v in rec.items() if k not in ("sweep", "created")}
-        write_record(self.out, base | {"sweep": self._sweep(number, params, state, rec)})
 
     def _finish(self, res: StudyResult) -> StudyResult:
         TS = self.optuna.trial.TrialState

@@ -177,20 +177,26 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return values
 
 
+def read_config(path: str) -> dict[str, Any]:
+    """A --config YAML file as a mapping (its fields not yet checked: `tune` takes a `space:` section too)."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise RecipeError(f"{path}: cannot read the config ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a config must be a mapping of recipe fields")
+    return data
+
+
 def load_recipe(path: str | None = None, overrides: list[str] | dict | None = None, base: Recipe | None = None) -> Recipe:
     """Recipe from the catalog's defaults (or `base`), then a YAML file, then `key=value` overrides."""
     cfg = base or default_recipe()
     values: dict[str, Any] = {}
     if path:
-        try:
-            with open(path) as f:
-                data = yaml.safe_load(f) or {}
-        except OSError as e:
-            raise RecipeError(f"{path}: cannot read the config ({e.strerror})") from None
-        except yaml.YAMLError as e:
-            raise RecipeError(f"{path}: not valid YAML ({e})") from None
-        if not isinstance(data, dict):
-            raise RecipeError(f"{path}: a config must be a mapping of recipe fields")
+        data = read_config(path)
         data = data.get("train", data)
         _check_keys(data, path)
         values.update(data)
