@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..catalog import Band
-from ..errors import UserError
+from ..errors import UserError, task_boundary
 from ..models.spec import ModelSpec
 from ..precision import autocast
 
@@ -103,3 +103,24 @@ def input_map(cube, index: list[int], normalization: str) -> InputMap:
                 if normalization == "published" else "an empty train split or a constant band?")
         raise UserError(f"{cube.url}: bands {bad} have no usable {normalization} mean/std ({hint})")
     return InputMap(tuple(int(i) for i in index), tuple(map(float, mean)), tuple(map(float, std)))
+
+
+@task_boundary
+def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
+    """Feature shapes and parameter count of an encoder, from a worker: the worker keeps the
+    encoder for the extraction (or embedding) that follows, and the client never builds (or loads weights of) it."""
+    from ..cluster.runtime import torch_task
+
+    with torch_task() as (device, _):
+        enc = get_encoder(spec, device)
+        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(sum(q.numel() for q in enc.parameters()))
+
+
+def encoder_input_size(mspec: ModelSpec, tile: int, requested: int | None, where: str) -> int:
+    """The encoder's input side: the recipe's, else the model's, else the whole tile padded to a multiple of
+    32 (U-Net, RAMEN; GLD: 300 -> 320); it must be a multiple of the patch size."""
+    size = int(requested or mspec.input_size or -(-tile // 32) * 32)
+    patch = int(mspec.arch.get("patch_size", 1) or 1)
+    if size % patch:
+        raise UserError(f"{where}: input_size {size} is not a multiple of the encoder's patch size {patch}")
+    return size

@@ -88,7 +88,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
     from ...models import match_bands, model_spec
     from ...models.weights import resolve_weights
     from ...precision import resolve, this_device
-    from ..encoders import input_map
+    from ..encoders import encoder_input_size, input_map
 
     if dim is not None and dim < 1:
         raise UserError(f"--dim must be >= 1, got {dim}")
@@ -114,10 +114,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
         return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
     mspec = model_spec(source)
     match = match_bands(mspec, cube.bands, "named")
-    size = input_size or mspec.input_size or -(-cube.tile // 32) * 32
-    patch = int(mspec.arch.get("patch_size", 1) or 1)
-    if size % patch:
-        raise UserError(f"{source}: input_size {size} is not a multiple of the encoder's patch size {patch}")
+    size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
     weights = resolve_weights(source, None, weights_dir, allow_random_weights)
     eff = resolve(precision, device or this_device())
     enc = EncoderSpec(mspec, cube.bands, "named", int(size), weights.path, weights.sha256, eff)
@@ -224,7 +221,7 @@ def _width(spec: EmbedSpec, cube) -> int:
 def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, provenance: dict | None = None,
           overwrite: bool = False) -> EmbedResult:
     """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this process."""
-    from ..segmentation.features import encoder_facts
+    from ..encoders import encoder_facts
 
     t0 = time.perf_counter()
     if _store.exists(url):

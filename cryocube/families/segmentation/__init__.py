@@ -15,7 +15,7 @@ from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, deriv
 from .data import stratified_subset, window_offsets
 from .metrics import metrics_from_confusion
 from .recipe import EXECUTION_FIELDS, Recipe, load_recipe
-from ..encoders import EncoderSpec, input_map
+from ..encoders import EncoderSpec, encoder_facts, encoder_input_size, input_map
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
 IDENTITY_VERSION = 2
@@ -58,11 +58,7 @@ class Segmentation(Family):
                 raise
             rule = "cross_sensor"
             match = match_bands(mspec, cube.bands, rule)
-        # encoders that take the whole tile (U-Net, RAMEN) get it padded to a multiple of 32 (GLD: 300 -> 320)
-        size = recipe.input_size or mspec.input_size or -(-cube.tile // 32) * 32
-        patch = int(mspec.arch.get("patch_size", 1) or 1)
-        if size % patch:
-            raise UserError(f"{where}: input_size {size} is not a multiple of the encoder's patch size {patch}")
+        size = encoder_input_size(mspec, cube.tile, recipe.input_size, where)
         for split in ("train", "val", "test"):
             if not cube.samples(split).size:
                 raise UserError(f"{cube.url}: split {split!r} is empty; {spec.model} cannot be trained/evaluated on it")
@@ -124,7 +120,7 @@ class Segmentation(Family):
 
     # -- shared work: the feature caches -------------------------------------------------------------
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        from .features import block_tasks, create_split, encoder_facts, extract_block, mark_complete
+        from .features import block_tasks, create_split, extract_block, mark_complete
 
         caches: dict[str, tuple[CacheSpec, PlannedRun]] = {}
         for p in runs:

@@ -21,7 +21,7 @@ from ...cube import read_samples
 from ...errors import UserError, task_boundary
 from ...precision import autocast
 from .data import crop_offsets, pad_to, window_offsets
-from ..encoders import EncoderSpec, extract_batch_size, get_encoder
+from ..encoders import extract_batch_size, get_encoder
 from .work import CacheSpec, ExtractTask
 
 COMPLETE = "cryocube_features_complete"
@@ -30,17 +30,6 @@ MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never writte
 
 class DamagedCacheError(UserError):
     """A feature cache holds unwritten or damaged items; it is rebuilt once removed."""
-
-
-@task_boundary
-def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
-    """Feature shapes and parameter count of a cache's encoder, from a worker: the worker keeps the
-    encoder for the extraction that follows, and the client never builds (or loads weights of) it."""
-    from ...cluster.runtime import torch_task
-
-    with torch_task() as (device, _):
-        enc = get_encoder(spec, device)
-        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(sum(q.numel() for q in enc.parameters()))
 
 
 def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes, block_samples: int) -> dict:
