@@ -97,27 +97,20 @@ def retention_bars(t: Table, stem: Path) -> list[Path]:
 
 def cost_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str) -> list[Path]:
     """Average mIoU against GFLOPs (log axis when they span a decade), one labelled point per model."""
-    fig, ax = _subplots(figsize=(6.5, 4.5))
-    for (name, g, m), colour in zip(points, _colours(len(points))):
-        ax.scatter([g], [m], color=colour, s=36, zorder=3)
-        ax.annotate(name, (g, m), textcoords="offset points", xytext=(4, 3), fontsize=7)
     gs = [g for _, g, _ in points]
-    if gs and min(gs) > 0 and max(gs) / min(gs) > 10:  # GFLOPs span decades across the catalog
-        ax.set_xscale("log")
-    ax.set_xlabel("GFLOPs per forward pass")
-    ax.set_ylabel("average mIoU (%)")
-    ax.grid(True, alpha=0.3)
-    ax.set_title(title)
-    return save(fig, stem)
+    log = bool(gs) and min(gs) > 0 and max(gs) / min(gs) > 10  # GFLOPs span decades across the catalog
+    return labelled_scatter(points, stem, title, "GFLOPs per forward pass", "average mIoU (%)", log_x=log)
 
 
 def labelled_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str, xlabel: str,
-                     ylabel: str) -> list[Path]:
-    """One labelled point per model (e.g. probe Q against segmentation mIoU)."""
+                     ylabel: str, log_x: bool = False) -> list[Path]:
+    """One labelled point per model (accuracy against cost, probe Q against mIoU)."""
     fig, ax = _subplots(figsize=(6.5, 4.5))
     for (name, x, y), colour in zip(points, _colours(len(points))):
         ax.scatter([x], [y], color=colour, s=36, zorder=3)
         ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    if log_x:
+        ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
