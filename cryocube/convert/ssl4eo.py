@@ -35,6 +35,7 @@ from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, block_diges
                     sample_digests)
 from ..errors import UserError, task_boundary
 from .base import ConvertError, Reader, register
+from .writer import check_image
 
 S2_OFFSET = 1000.0
 SHIFTED_STATS = "ssl4eo_v11_shifted"
@@ -289,12 +290,9 @@ def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
         img, _ = reader.read(it, shift_s2=task["shift_s2"])
         if img.shape != task["shape"]:
             raise ConvertError(f"location {it.id}: image {img.shape}, the cube's samples are {task['shape']}")
-        bad = ~np.isfinite(img)
-        if bad.any():
-            if reader.spec.nan_policy == "error":
-                raise ConvertError(f"location {it.id}: {int(bad.sum())} NaN/inf pixels")
-            img = np.where(bad, reader.spec.nan_fill, img)
-        imgs.append(img)
+        names = reader.spec.time or [str(t) for t in range(img.shape[0])]
+        imgs.append(np.stack([check_image(img[t], reader.spec, f"location {it.id} ({names[t]})")[0]
+                              for t in range(img.shape[0])]))
     images = np.stack(imgs)
     g = _store.open_group(task["out"], "r+")
     targets = np.asarray(g["target"][s0 : s0 + len(items)])

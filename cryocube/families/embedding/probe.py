@@ -179,7 +179,7 @@ class FoldTask:
 
 
 def standardized(X: np.ndarray, dim: int | None) -> np.ndarray:
-    X = np.where(np.isnan(X), 0.0, X)
+    """NeuCo-Bench's input: zero-padded to `dim`, then NaN -> 0 and one global scalar standardisation."""
     return standardize(pad_to(X, dim) if dim else X)
 
 
