@@ -175,6 +175,30 @@ def test_probe_refuses_labels_without_vectors_before_any_probe(ssl, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("probe,sets,words", [
+    ("linear", {"nosuch": 1}, "has no field 'nosuch'"),
+    ("linear", {"epochs": -1}, "epochs must be an integer >= 1"),
+    ("linear", {"lr": 0}, "lr must be a number > 0"),
+    ("knn", {"knn_k": 0}, "knn_k must be an integer >= 1"),
+    ("knn", {"epochs": 5}, "the knn probe has no field 'epochs'"),  # not silently dropped
+])
+def test_probe_fields_are_checked_in_one_sentence(probe, sets, words):
+    with pytest.raises(UserError, match=words):
+        probe_recipe(probe, 10, sets)
+
+
+def test_embed_takes_the_recipes_checkpoint_as_evaluate_does(ssl, tmp_path):
+    """The refusal says `--set encoder_weights={model: PATH}` works: it must, for embed too."""
+    import torch
+
+    _, _, url = ssl
+    cube = cube_info(url)
+    ckpt = tmp_path / "moco.pt"
+    torch.save({}, ckpt)
+    spec, prov = plan_embedding("ssl4eo_moco", cube, input_size=16, weights=str(ckpt))
+    assert spec.encoder.weights == str(ckpt) and not prov["weights"]["random_init"]
+
+
 def test_a_sample_cube_cannot_be_segmented(ssl, tmp_path):
     _, _, url = ssl
     rc = main(["evaluate", "--cubes", url, "--models", "unet", "--out", str(tmp_path), "--dry-run"])

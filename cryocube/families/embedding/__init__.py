@@ -43,7 +43,8 @@ class Embedding(Family):
         emb, prov = plan_embedding(spec.model, cube, dim=dim, weights_dir=ctx.weights_dir,
                                    allow_random_weights=ctx.allow_random_weights, precision=recipe.precision,
                                    normalization=recipe.normalization, seed=spec.seed, block_samples=recipe.block_samples,
-                                   batch=recipe.extract_batch, threads=recipe.threads, device=ctx.device or this_device())
+                                   batch=recipe.extract_batch, threads=recipe.threads, device=ctx.device or this_device(),
+                                   weights=recipe.encoder_weights.get(spec.model))
         identity = {"family": self.name, "embedding": emb.key, "tasks": tasks_digest(tasks), "probe": pr.as_dict(),
                     "seed": spec.seed, "v": IDENTITY_VERSION}
         run_id = content_hash(identity)

@@ -22,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--weights", default=None, metavar="DIR", help="folder of checkpoints")
     p.add_argument("--allow-random-weights", action="store_true", help="embed with a random-init encoder (recorded as such)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="precision, input_size, normalization, block_samples, extract_batch, threads")
+                   help="precision, input_size, normalization, encoder_weights, block_samples, extract_batch, threads")
     p.add_argument("--seed", type=int, default=0, help="the random baseline's seed")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--storage-options", type=options_arg, default=None)
@@ -61,7 +61,8 @@ def _embed(args) -> int:
     spec, prov = plan_embedding(args.model, cube, dim=args.dim, weights_dir=args.weights,
                                 allow_random_weights=args.allow_random_weights, precision=r.precision,
                                 input_size=r.input_size or None, normalization=r.normalization, seed=args.seed,
-                                block_samples=r.block_samples, batch=r.extract_batch, threads=r.threads)
+                                block_samples=r.block_samples, batch=r.extract_batch, threads=r.threads,
+                                weights=r.encoder_weights.get(args.model))
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
         print(f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights); the store says so",
               file=sys.stderr)

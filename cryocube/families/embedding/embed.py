@@ -82,8 +82,9 @@ class EmbedBlock:
 def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: str | None = None,
                    allow_random_weights: bool = False, precision: str = "auto", input_size: int | None = None,
                    normalization: str = "published", seed: int = 0, block_samples: int = 16, batch: int | None = None,
-                   threads: int | None = None, device=None) -> tuple[EmbedSpec, dict]:
-    """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and provenance."""
+                   threads: int | None = None, device=None, weights: str | None = None) -> tuple[EmbedSpec, dict]:
+    """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and provenance.
+    `weights`: a checkpoint path (the recipe's encoder_weights), else looked up in `weights_dir`."""
     from ...catalog import load_dataset
     from ...models import match_bands, model_spec
     from ...models.weights import resolve_weights
@@ -115,13 +116,13 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
     mspec = model_spec(source)
     match = match_bands(mspec, cube.bands, "named")
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
-    weights = resolve_weights(source, None, weights_dir, allow_random_weights)
+    found = resolve_weights(source, weights, weights_dir, allow_random_weights)
     eff = resolve(precision, device or this_device())
-    enc = EncoderSpec(mspec, cube.bands, "named", int(size), weights.path, weights.sha256, eff)
+    enc = EncoderSpec(mspec, cube.bands, "named", int(size), found.path, found.sha256, eff)
     inputs = input_map(cube, match.index, normalization)
     spec = EmbedSpec(source, cube.url, cube.checksum, inputs, enc, dim, block_samples=block_samples, batch=batch,
                      threads=threads)
-    return spec, {"weights": weights.as_record(), "model_name": mspec.display_name,
+    return spec, {"weights": found.as_record(), "model_name": mspec.display_name,
                   "precision": {"requested": precision, "effective": eff}}
 
 

@@ -11,6 +11,7 @@ the k scores, overall Q = mean Q_t (cryocube.families.embedding.neuco).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,11 @@ from .neuco import NeuCoError, pad_to, shuffle_splits, standardize, summarize
 from .probes import PROBES, fold_score
 
 _X: dict[str, np.ndarray] = {}  # per worker: the standardised matrix of an embedding store, read once
+_INT = ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+_POS = ("a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+FIELD_RULES = {"epochs": _INT, "batch_size": _INT, "k": _INT, "max_iter": _INT, "lr": _POS, "temperature": _POS, "C": _POS,
+               "weight_decay": ("a number >= 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)}
+DEFAULTS = {"linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64}}  # NeuCo-Bench's challenge probe
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class ProbeRecipe:
     seed: int = 42
     dim: int | None = None  # pad to this width (a submission's 1024); None: as given
     max_nan_fraction: float = 0.3
-    params: tuple[tuple[str, Any], ...] = (("epochs", 10), ("lr", 1e-3), ("batch_size", 64))
+    params: tuple[tuple[str, Any], ...] = ()  # the probe's own fields, over its DEFAULTS
 
     def check(self) -> "ProbeRecipe":
         if self.probe not in PROBES:
@@ -46,13 +52,20 @@ class ProbeRecipe:
             raise UserError(f"--k must be >= 1 (probes per task), got {self.k}")
         if not 0 < self.test_size < 1:
             raise UserError(f"test_size must be in (0, 1), got {self.test_size}")
+        fields = [n for n, q in inspect.signature(PROBES[self.probe]).parameters.items()
+                  if q.kind is q.KEYWORD_ONLY and n != "seed"]
+        for name, v in self.probe_params().items():
+            shown = "knn_k" if (self.probe, name) == ("knn", "k") else name  # --k is the number of splits
+            if name not in fields:
+                raise UserError(f"the {self.probe} probe has no field {shown!r} (it takes: "
+                                f"{', '.join('knn_k' if f == 'k' and self.probe == 'knn' else f for f in fields)})")
+            rule, ok = FIELD_RULES.get(name, ("", lambda v: True))
+            if not ok(v):
+                raise UserError(f"probe field {shown} must be {rule}, got {v!r}")
         return self
 
     def probe_params(self) -> dict[str, Any]:
-        p = dict(self.params)
-        if self.probe != "linear":  # the knn/svm probes take their own fields (k, temperature / C)
-            p = {k: v for k, v in p.items() if k not in ("epochs", "lr", "batch_size", "weight_decay")}
-        return p
+        return {**DEFAULTS.get(self.probe, {}), **dict(self.params)}
 
     def as_dict(self) -> dict[str, Any]:
         return {"probe": self.probe, "k": self.k, "test_size": self.test_size, "split_seed": self.split_seed,
@@ -62,7 +75,7 @@ class ProbeRecipe:
 def probe_recipe(probe: str = "linear", k: int = 10, overrides: dict | None = None, dim: int | None = None) -> ProbeRecipe:
     """The recipe, with `key=value` overrides: recipe fields or probe parameters (epochs, lr, k_neighbours...)."""
     r = ProbeRecipe(probe=probe, k=k, dim=dim)
-    params = dict(r.params) if probe == "linear" else {}
+    params: dict[str, Any] = {}
     fields = {"k", "test_size", "split_seed", "seed", "max_nan_fraction", "dim"}
     for key, v in (overrides or {}).items():
         v = _number(key, v)
