@@ -32,6 +32,14 @@ def test_standardize_is_one_global_scalar_after_nan_to_zero():
     np.testing.assert_array_equal(neuco.standardize(np.full((2, 3), 7.0)), np.zeros((2, 3), np.float32))
 
 
+def test_standardize_over_some_rows_applies_their_mean_and_std_to_all():
+    X = np.array([[1.0, 2.0], [3.0, 5.0], [100.0, -50.0]])
+    Z = neuco.standardize(X, rows=np.array([0, 1]))
+    ref = X[:2]
+    np.testing.assert_allclose(Z, (X - ref.mean()) / ref.std(), rtol=1e-6)
+    assert not np.allclose(Z, neuco.standardize(X))  # the third row moves the file-wide mean and std
+
+
 def test_pad_to_zero_pads_and_refuses_wider():
     X = np.ones((2, 3), np.float32)
     P = neuco.pad_to(X, 5)
@@ -105,6 +113,10 @@ def test_nan_rule_three_and_four_of_ten():
     assert neuco.nan_rule(three) is True
     assert neuco.nan_rule(four) is False
     assert neuco.nan_rule([0.5] * 10) is True
+    # a probe whose score is infinite failed too (no finite score), and counts as such
+    assert neuco.nan_rule([0.5] * 6 + [np.nan] * 3 + [-np.inf]) is False
+    assert neuco.failed_probes([0.0, np.inf, None, 0.3]) == 2
+    assert neuco.allowed_failures(40) == 12
 
 
 def test_summarize_and_write_results(tmp_path):
@@ -198,15 +210,39 @@ def test_binary_f1_matches_torchmetrics():
     assert probes.binary_f1(np.array([0.2, 0.7]), np.array([0, 1])) == 1.0  # in [0,1]: no sigmoid
 
 
-def test_r2_matches_torchmetrics_and_is_nan_for_constant_targets():
+_R2_EDGES = {
+    "random": (np.random.default_rng(1).normal(size=100), np.random.default_rng(2).normal(size=100)),
+    "close fit": (np.linspace(0, 1, 50) + 0.01, np.linspace(0, 1, 50)),
+    "all targets equal": (np.array([0.1, 0.2, 0.3, 0.4]), np.full(4, 0.5)),
+    "all targets equal, exact fit": (np.full(4, 0.5), np.full(4, 0.5)),
+    "targets nearly equal (TSS < 1e-4)": (np.array([0.0, 0.5, 1.0]), np.array([0.5, 0.5 + 5e-3, 0.5])),
+    "residuals nearly zero (RSS < 1e-4)": (np.array([0.5, 0.5 + 1e-3, 0.5]), np.array([0.5, 0.5 + 3e-3, 0.5])),
+    "rare target, zero fold": (np.array([0.02, -0.1, 0.3]), np.zeros(3)),
+    "NaN prediction, equal targets": (np.array([np.nan, 0.1, 0.2]), np.full(3, 0.3)),
+    "NaN prediction": (np.array([np.nan, 0.1, 0.2]), np.array([0.0, 1.0, 2.0])),
+    "two rows": (np.array([-5.0, 5.0]), np.array([0.0, 1.0])),
+}
+
+
+@pytest.mark.parametrize("case", list(_R2_EDGES))
+def test_r2_is_torchmetrics_r2score_on_its_edge_cases(case):
+    """NeuCo-Bench scores R² with torchmetrics' R2Score (float32): a constant test fold is 0.0, not NaN."""
     from torchmetrics.regression import R2Score
 
-    g = torch.Generator().manual_seed(1)
-    target = torch.randn(100, generator=g, dtype=torch.float64)
-    preds = target + 0.7 * torch.randn(100, generator=g, dtype=torch.float64)
-    assert probes.r2(preds.numpy(), target.numpy()) == pytest.approx(float(R2Score()(preds, target)), abs=1e-9)
-    assert probes.r2(np.array([-5.0, 5.0]), np.array([0.0, 1.0])) < 0
-    assert math.isnan(probes.r2(np.array([0.1, 0.2]), np.array([0.5, 0.5])))
+    preds, target = _R2_EDGES[case]
+    expected = float(R2Score()(torch.tensor(preds, dtype=torch.float32), torch.tensor(target, dtype=torch.float32)))
+    got = probes.r2(preds, target)
+    assert got == pytest.approx(expected, abs=1e-6, nan_ok=True), case
+    if case == "all targets equal":
+        assert got == 0.0
+
+
+def test_r2_of_one_row_is_nan_where_torchmetrics_refuses():
+    from torchmetrics.regression import R2Score
+
+    with pytest.raises(ValueError, match="at least two samples"):
+        R2Score()(torch.tensor([0.1]), torch.tensor([0.5]))
+    assert math.isnan(probes.r2(np.array([0.1]), np.array([0.5])))
 
 
 # --- probes: the protocol on planted and random signals ------------------------------------------
@@ -243,7 +279,7 @@ def test_linear_probe_scores_the_planted_classification_signal(planted):
 
 def test_random_labels_score_near_zero(planted):
     X, _, _, noise = planted
-    for probe, params in (("linear", FAST), ("knn", {}), ("svm", {})):
+    for probe, params in (("linear", FAST), ("knn", {}), ("linear-svm", {})):
         scores = probes.probe_task_scores(X, noise, "regr", probe=probe, k=10, **params)
         assert abs(np.mean(scores)) < 0.3, probe
         assert abs(neuco.q_score(scores)) < 5, probe
@@ -277,13 +313,13 @@ def test_fold_score_matches_the_in_process_protocol(planted):
     assert probes.fold_score(X, y, "regr", tr, te, "linear", seed=5 + 2, epochs=2) == scores[2]
 
 
-def test_knn_and_svm_score_the_planted_signal(planted):
+def test_knn_and_linear_svm_score_the_planted_signal(planted):
     X, y, yc, _ = planted
     knn_cls = probes.probe_task_scores(X, yc, "cls", probe="knn", k=10)
     knn_regr = probes.probe_task_scores(X, y, "regr", probe="knn", k=10)
     assert np.mean(knn_cls) > 0.8 and np.mean(knn_regr) > 0.3  # kNN in 32-D with 450 rows: smooth, not exact
-    svm_cls = probes.probe_task_scores(X, yc, "cls", probe="svm", k=10)
-    svm_regr = probes.probe_task_scores(X, y, "regr", probe="svm", k=10)
+    svm_cls = probes.probe_task_scores(X, yc, "cls", probe="linear-svm", k=10)
+    svm_regr = probes.probe_task_scores(X, y, "regr", probe="linear-svm", k=10)
     assert neuco.q_score(svm_cls) > 20 and neuco.q_score(svm_regr) > 20
     # k is capped at the number of training rows
     assert 0 <= probes.knn_probe(X[:20], yc[:20], X[20:40], yc[20:40], "cls") <= 1

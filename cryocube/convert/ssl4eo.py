@@ -39,7 +39,6 @@ from .writer import check_image
 
 S2_OFFSET = 1000.0
 SHIFTED_STATS = "ssl4eo_v11_shifted"
-TASK_TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "regr"}
 
 
 @dataclass(frozen=True)
@@ -58,31 +57,12 @@ def strip_suffix(name: str) -> str:
 
 
 def read_label_csvs(folder: str, storage_options: dict | None = None) -> dict[str, tuple[str, dict[str, float]]]:
-    """A NeuCo-Bench labels folder: task -> (cls|regr, {id: label}) from <task>__<cls|regr>.csv (id,label;
-    empty labels skipped; ids lose their .zarr.zip/.zarr suffix)."""
-    import fsspec
+    """A NeuCo-Bench labels folder: task -> (cls|regr, {id: label}), read by the probe's strict reader
+    (families/embedding/labels.py: empty labels skipped; NaN, text, inf, duplicate ids and clashing task
+    names refused), so a cube's targets and `cryocube probe --labels` see the same labels."""
+    from ..families.embedding.labels import read_label_folder
 
-    fs, base = fsspec.core.url_to_fs(folder, **_store.options_for(folder, storage_options))
-    out = {}
-    for p in sorted(fs.glob(posixpath.join(base.rstrip("/"), "*.csv"))):
-        stem = posixpath.basename(p)[:-4]
-        task, _, kind = stem.rpartition("__")
-        if not task or kind.lower() not in TASK_TYPES:
-            raise ConvertError(f"{p}: a label file is named <task>__<cls|regr>.csv, not {posixpath.basename(p)}")
-        with fs.open(p, "r") as f:
-            rows = list(csv.DictReader(f))
-        if rows and not {"id", "label"} <= set(rows[0]):
-            raise ConvertError(f"{p}: needs columns id,label, found {sorted(rows[0])}")
-        values = {}
-        for r in rows:
-            if str(r["label"]).strip() == "":
-                continue
-            try:
-                values[strip_suffix(str(r["id"]))] = float(r["label"])
-            except ValueError:
-                raise ConvertError(f"{p}: label {r['label']!r} of id {r['id']} is not a number") from None
-        out[task] = (TASK_TYPES[kind.lower()], values)
-    return out
+    return {t: (f.kind, f.labels) for t, f in read_label_folder(folder, storage_options).items()}
 
 
 @register

@@ -12,7 +12,7 @@ from ...errors import UserError
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
 
-IDENTITY_VERSION = 1
+IDENTITY_VERSION = 2  # 2: R² scores a constant test fold 0.0 (torchmetrics), standardize in the probe recipe
 
 
 def embeddings_url(out: str, key: str) -> str:
@@ -33,13 +33,14 @@ class Embedding(Family):
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
         from ...precision import this_device
         from .embed import plan_embedding
-        from .probe import probe_recipe, tasks_digest, tasks_from_cube
+        from .probe import K_DEFAULT, check_tasks, differences, probe_recipe, tasks_digest, tasks_from_cube
 
         protocol_spec(spec.protocol)
         ov = dict(spec.overrides)
         dim = ov.pop("dim", None)
-        pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", 10)), ov, dim=dim)
+        pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", K_DEFAULT)), ov, dim=dim)
         tasks = tasks_from_cube(cube.url)
+        check_tasks(tasks, pr)  # too few labelled samples for a split, one class: said before any embedding
         emb, prov = plan_embedding(spec.model, cube, dim=dim, weights_dir=ctx.weights_dir,
                                    allow_random_weights=ctx.allow_random_weights, precision=recipe.precision,
                                    normalization=recipe.normalization, seed=spec.seed, block_samples=recipe.block_samples,
@@ -53,6 +54,7 @@ class Embedding(Family):
                   "protocol": spec.protocol, "fraction": 1.0, "seed": spec.seed,
                   "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
                   "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.as_dict(),
+                  "neuco_bench_differences": differences(pr),
                   "tasks": [t.name for t in tasks], "weights": prov["weights"],
                   "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
                   "identity": identity, "overrides": dict(spec.overrides) or None}
@@ -106,7 +108,9 @@ class Embedding(Family):
         scores = task_scores(total)
         summary = finish_scores(scores, run.work["probe"])
         rdir = f"{run.record['embedding']['url'].rsplit('/embeddings/', 1)[0]}/runs/{run.run_id}"
-        write_results(rdir, scores, {"run_id": run.run_id, "model": run.spec.model, "dataset": run.dataset}, summary)
+        write_results(rdir, scores, {"run_id": run.run_id, "model": run.spec.model, "dataset": run.dataset,
+                                     "probe": run.record["probe"], "differences": run.record["neuco_bench_differences"]},
+                      summary)
         prep = prepared.get(run.prep_key, {})
         return {"metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
                             "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},

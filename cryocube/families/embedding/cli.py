@@ -36,8 +36,13 @@ def register(sub) -> None:
     src.add_argument("--labels", help="NeuCo-Bench labels folder (<task>__<cls|regr>.csv with id,label)")
     src.add_argument("--tasks-from", metavar="CUBE", help="derive image-level tasks from a cube (class presence/fraction)")
     q.add_argument("--out", required=True, help="results folder: results_summary.json, <task>/<task>_result.json, results.jsonl")
-    q.add_argument("--probe", choices=("linear", "knn", "svm"), default="linear")
-    q.add_argument("--k", type=int, default=10, help="random 90/10 splits per task (the challenge: 10)")
+    q.add_argument("--probe", default="linear", metavar="{linear,knn,linear-svm}",
+                   help="linear: NeuCo-Bench's probe; knn: PANGAEA's weighted kNN; linear-svm: LinearSVC/SVR at C=1 "
+                        "(not NeuCo-Bench's Bayesian-searched kernel SVM, which cryocube does not implement)")
+    q.add_argument("--k", type=int, default=40, help="random 90/10 splits per task (NeuCo-Bench's configs: 40)")
+    q.add_argument("--standardize", choices=("all", "labelled"), default="all",
+                   help="rows the one global mean/std come from: all rows of the file (NeuCo-Bench's docs, default) "
+                        "or the labelled rows only (NeuCo-Bench's code)")
     q.add_argument("--dim", type=int, default=None, help="expected width (submissions: 1024; checked and zero-padded)")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed, split_seed")
@@ -83,19 +88,26 @@ def _embed(args) -> int:
 
 def _probe(args) -> int:
     from ...cluster import open_cluster
-    from .probe import probe_embeddings, probe_recipe
+    from .neuco import allowed_failures
+    from .probe import load_probe_inputs, probe_embeddings, probe_recipe
     from ..segmentation.recipe import parse_overrides
 
-    recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim)
+    recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize)
+    inputs = load_probe_inputs(args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from)
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         res = probe_embeddings(args.embeddings, args.out, recipe, labels=args.labels, tasks_from=args.tasks_from,
-                               client=client, progress=not args.quiet)
+                               client=client, progress=not args.quiet, inputs=inputs)
     s = res.summary
+    allowed = allowed_failures(recipe.k, recipe.max_nan_fraction)
     for t in sorted(s["task_q_scores"]):
-        q, a = s["task_q_scores"][t], s["task_acc_scores"][t]
-        print(f"{t:<36} Q {q:8.3f}  A {a:7.4f}" + ("  (NaN rule: too many NaN probes)" if t in s["tasks_failing_nan_rule"] else ""))
+        q, a, failed = s["task_q_scores"][t], s["task_acc_scores"][t], s["task_failed_probes"][t]
+        note = (f"  ({failed} of {recipe.k} probes failed (no finite score), more than the {allowed} allowed)"
+                if t in s["tasks_failing_nan_rule"] else f"  ({failed} of {recipe.k} probes failed)" if failed else "")
+        print(f"{t:<36} Q {q:8.3f}  A {a:7.4f}{note}")
     print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {res.out}/results_summary.json")
     if math.isnan(s["overall_q_score"]):
-        raise UserError("overall Q is NaN (a task broke the NaN rule or had no score); see the per-task lines above")
+        failing = ", ".join(s["tasks_failing_nan_rule"]) or "a task"
+        raise UserError(f"overall Q is undefined: {failing} had more than {allowed} of {recipe.k} probes fail "
+                        "(the challenge's rule); see the per-task lines above")
     return 0

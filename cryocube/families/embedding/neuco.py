@@ -27,14 +27,16 @@ class NeuCoError(UserError):
 # --- embeddings and labels ---------------------------------------------------------------------
 
 
-def standardize(X: np.ndarray) -> np.ndarray:
-    """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values."""
+def standardize(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values of X, or of
+    X[rows] only (NeuCo-Bench's code keeps the labelled rows before it standardises; its docs say the file)."""
     X = np.asarray(X, dtype=np.float64)
     X = np.where(np.isnan(X), 0.0, X)
-    if X.size == 0:
+    ref = X if rows is None else X[np.asarray(rows, dtype=np.int64)]
+    if ref.size == 0:
         return X.astype(np.float32)
-    mu = X.mean()
-    sigma = X.std()
+    mu = ref.mean()
+    sigma = ref.std()
     if sigma == 0 or not np.isfinite(sigma):
         sigma = 1.0
     return ((X - mu) / sigma).astype(np.float32)
@@ -113,8 +115,10 @@ def shuffle_splits(n: int, k: int, test_size: float = 0.1, seed: int = 42) -> li
 
 
 def _scores(scores: Iterable[float]) -> np.ndarray:
-    """Fold scores as a float64 vector (None -> NaN)."""
-    return np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
+    """Fold scores as a float64 vector; a probe without a finite score (None, NaN, inf) failed: NaN."""
+    out = np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
+    out[~np.isfinite(out)] = np.nan
+    return out
 
 
 def task_stats(scores: Iterable[float]) -> tuple[float, float, float]:
@@ -132,11 +136,21 @@ def q_score(scores: Iterable[float]) -> float:
     return task_stats(scores)[2]
 
 
+def failed_probes(scores: Iterable[float]) -> int:
+    """How many of a task's probes failed (gave no finite score). A fold the metric defines, such as R² 0.0
+    on a test fold whose targets are all equal, is a score, not a failure."""
+    return int(np.isnan(_scores(scores)).sum())
+
+
+def allowed_failures(k: int, max_nan_fraction: float = 0.3) -> int:
+    """floor(fraction * k): the challenge allows 3 failed probes of 10 per task."""
+    return math.floor(max_nan_fraction * k + 1e-9)
+
+
 def nan_rule(scores: Iterable[float], max_nan_fraction: float = 0.3) -> bool:
-    """True if few enough folds failed: at most floor(fraction * k) NaN (3 of 10 in the challenge)."""
+    """True if few enough probes failed: at most floor(fraction * k) without a finite score (3 of 10)."""
     s = _scores(scores)
-    allowed = math.floor(max_nan_fraction * s.size + 1e-9)
-    return int(np.isnan(s).sum()) <= allowed
+    return failed_probes(s) <= allowed_failures(s.size, max_nan_fraction)
 
 
 def _mean(values: Iterable[float]) -> float:
@@ -145,13 +159,15 @@ def _mean(values: Iterable[float]) -> float:
     return float(np.mean(v)) if v else math.nan
 
 
-def summarize(task_scores: dict[str, list[float]]) -> dict[str, Any]:
-    """The `results_summary.json` content: overall and per-task Q and A, plus per-task std and fold scores."""
-    q, a, sd, folds, failing = {}, {}, {}, {}, []
+def summarize(task_scores: dict[str, list[float]], max_nan_fraction: float = 0.3) -> dict[str, Any]:
+    """The `results_summary.json` content: overall and per-task Q and A, plus per-task std, fold scores and
+    failed probes (no finite score), and the tasks that break the challenge's failed-probe rule."""
+    q, a, sd, folds, failed, failing = {}, {}, {}, {}, {}, []
     for task, scores in task_scores.items():
         a[task], sd[task], q[task] = task_stats(scores)
         folds[task] = [float(x) for x in _scores(scores)]
-        if not nan_rule(scores):
+        failed[task] = failed_probes(scores)
+        if not nan_rule(scores, max_nan_fraction):
             failing.append(task)
     return {
         "overall_q_score": _mean(q.values()),
@@ -160,6 +176,7 @@ def summarize(task_scores: dict[str, list[float]]) -> dict[str, Any]:
         "task_acc_scores": a,
         "task_std_scores": sd,
         "task_fold_scores": folds,
+        "task_failed_probes": failed,
         "tasks_failing_nan_rule": failing,
     }
 

@@ -4,9 +4,11 @@ Embeddings come from a submission CSV or an embedding store (`cryocube embed`); 
 NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`) or derived from any cryocube cube: a sample
 cube's own targets, or, for a tile cube, per class `<class>_present__cls` (the class occurs in the
 tile) and `<class>_fraction__regr` (its share of the labelled pixels; e.g. lake fraction on GLD).
-The protocol: NaN -> 0, zero-padding, one global scalar standardisation, labels min-max scaled per
-task, `ShuffleSplit(k, test_size=0.1, random_state=42)`, one probe per split (seed + split), Q_t over
-the k scores, overall Q = mean Q_t (cryocube.families.embedding.neuco).
+The protocol: zero-padding, one global scalar standardisation (over every row of the file, or with
+`standardize: labelled` over the labelled rows only, as NeuCo-Bench's code does), labels min-max scaled
+per task, `ShuffleSplit(k, test_size=0.1, random_state=42)`, one probe per split (seed + split), Q_t
+over the k scores, overall Q = mean Q_t (cryocube.families.embedding.neuco). Inputs are read strictly
+(labels.py, submission.py) and the tasks checked against the protocol (`check_tasks`) before any work.
 """
 from __future__ import annotations
 
@@ -30,6 +32,10 @@ _POS = ("a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance
 FIELD_RULES = {"epochs": _INT, "batch_size": _INT, "k": _INT, "max_iter": _INT, "lr": _POS, "temperature": _POS, "C": _POS,
                "weight_decay": ("a number >= 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)}
 DEFAULTS = {"linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64}}  # NeuCo-Bench's challenge probe
+STANDARDIZE = {"all": "over every row of the embedding file (NeuCo-Bench's documentation)",
+               "labelled": "over the rows labelled in some task (NeuCo-Bench's code)"}
+IDENTITY_VERSION = 2  # 2: R² as torchmetrics scores constant test folds (0.0, was NaN); standardize in the recipe
+K_DEFAULT = 40  # NeuCo-Bench's shipped configs (k_folds: 40); the challenge FAQ's rule speaks of 10
 
 
 @dataclass(frozen=True)
@@ -37,21 +43,28 @@ class ProbeRecipe:
     """The scoring protocol (defaults: NeuCo-Bench's challenge configuration)."""
 
     probe: str = "linear"
-    k: int = 10
+    k: int = K_DEFAULT
     test_size: float = 0.1
     split_seed: int = 42
     seed: int = 42
     dim: int | None = None  # pad to this width (a submission's 1024); None: as given
     max_nan_fraction: float = 0.3
+    standardize: str = "all"  # the rows the global mean and std come from (STANDARDIZE)
     params: tuple[tuple[str, Any], ...] = ()  # the probe's own fields, over its DEFAULTS
 
     def check(self) -> "ProbeRecipe":
+        if self.probe == "svm":
+            raise UserError("--probe svm would be NeuCo-Bench's SVM probe (a polynomial-kernel SVC/SVR whose C, degree "
+                            "and gamma a Bayesian search picks per split), which cryocube does not implement; "
+                            "--probe linear-svm is a LinearSVC/LinearSVR at C=1")
         if self.probe not in PROBES:
             raise UserError(f"--probe must be one of {', '.join(PROBES)}, got {self.probe!r}")
         if self.k < 1:
             raise UserError(f"--k must be >= 1 (probes per task), got {self.k}")
         if not 0 < self.test_size < 1:
             raise UserError(f"test_size must be in (0, 1), got {self.test_size}")
+        if self.standardize not in STANDARDIZE:
+            raise UserError(f"--standardize must be one of {', '.join(STANDARDIZE)}, got {self.standardize!r}")
         fields = [n for n, q in inspect.signature(PROBES[self.probe]).parameters.items()
                   if q.kind is q.KEYWORD_ONLY and n != "seed"]
         for name, v in self.probe_params().items():
@@ -69,15 +82,20 @@ class ProbeRecipe:
 
     def as_dict(self) -> dict[str, Any]:
         return {"probe": self.probe, "k": self.k, "test_size": self.test_size, "split_seed": self.split_seed,
-                "seed": self.seed, "dim": self.dim, "max_nan_fraction": self.max_nan_fraction, **self.probe_params()}
+                "seed": self.seed, "dim": self.dim, "max_nan_fraction": self.max_nan_fraction,
+                "standardize": self.standardize, **self.probe_params()}
 
 
-def probe_recipe(probe: str = "linear", k: int = 10, overrides: dict | None = None, dim: int | None = None) -> ProbeRecipe:
+def probe_recipe(probe: str = "linear", k: int = K_DEFAULT, overrides: dict | None = None, dim: int | None = None,
+                 standardize: str = "all") -> ProbeRecipe:
     """The recipe, with `key=value` overrides: recipe fields or probe parameters (epochs, lr, k_neighbours...)."""
-    r = ProbeRecipe(probe=probe, k=k, dim=dim)
+    r = ProbeRecipe(probe=probe, k=k, dim=dim, standardize=standardize)
     params: dict[str, Any] = {}
     fields = {"k", "test_size", "split_seed", "seed", "max_nan_fraction", "dim"}
     for key, v in (overrides or {}).items():
+        if key == "standardize":
+            r = replace(r, standardize=str(v))
+            continue
         v = _number(key, v)
         if key in fields:
             r = replace(r, **{key: v})
@@ -112,13 +130,47 @@ class Task:
 
 
 def tasks_from_labels(folder: str) -> list[Task]:
-    """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label)."""
-    from ...convert.ssl4eo import read_label_csvs
+    """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly (labels.py)."""
+    from .labels import read_label_folder
 
-    found = read_label_csvs(folder)
-    if not found:
-        raise UserError(f"{folder}: no <task>__<cls|regr>.csv label files")
-    return [Task(f"{t}__{kind}", kind, values) for t, (kind, values) in found.items()]
+    return [Task(f"{t}__{f.kind}", f.kind, f.labels) for t, f in read_label_folder(folder).items()]
+
+
+def _min_labelled(test_size: float, n_test: int) -> int:
+    """The fewest labelled samples whose ShuffleSplit test part holds at least `n_test` rows (and a train row)."""
+    n = n_test + 1
+    while math.ceil(test_size * n) < n_test or n - math.ceil(test_size * n) < 1:
+        n += 1
+    return n
+
+
+def check_tasks(tasks: list[Task], recipe: ProbeRecipe) -> None:
+    """Refuse, in one sentence naming the task, what the protocol cannot score, before any embedding or cluster:
+    a task with one value (NeuCo-Bench's min-max scaling divides by zero there and its metrics then fail), a
+    classification task with more than two classes (binary F1), and splits too small to score (R² needs two
+    test rows; every split needs a train row)."""
+    for t in tasks:
+        values = np.unique(np.fromiter(t.labels.values(), dtype=np.float64, count=len(t.labels)))
+        n = len(t.labels)
+        if values.size == 0:
+            raise UserError(f"task {t.name} has no labelled sample")
+        if values.size < 2:
+            raise UserError(f"task {t.name} has the single value {values[0]:g} in all its {n} labelled samples: "
+                            "one class (or one value) cannot be probed; drop the task or label both classes")
+        if t.kind == "cls" and values.size > 2:
+            raise UserError(f"classification task {t.name} has {values.size} distinct labels "
+                            f"({', '.join(f'{v:g}' for v in values[:5])}{', ...' if values.size > 5 else ''}); "
+                            "NeuCo-Bench scores binary F1, so a __cls task has two")
+        n_test = math.ceil(recipe.test_size * n)
+        need = 2 if t.kind == "regr" else 1
+        if n_test < need or n - n_test < 1:
+            why = (f"leaves {n_test} test row per split, and R² needs at least 2" if n_test < need
+                   else f"leaves no train row per split")
+            fix = f"label at least {_min_labelled(recipe.test_size, need)} samples"
+            ts = math.ceil(100 * need / n) / 100
+            if need <= math.ceil(ts * n) < n:
+                fix += f", or --set test_size={ts:g}"
+            raise UserError(f"task {t.name} has {n} labelled samples: test_size {recipe.test_size:g} {why} ({fix})")
 
 
 def _slug(name: str) -> str:
@@ -189,21 +241,31 @@ class FoldTask:
     train: np.ndarray  # positions in rows
     test: np.ndarray
     recipe: ProbeRecipe
+    stats_rows: np.ndarray | None = None  # rows the standardisation's mean and std come from (None: all)
 
 
-def standardized(X: np.ndarray, dim: int | None) -> np.ndarray:
-    """NeuCo-Bench's input: zero-padded to `dim`, then NaN -> 0 and one global scalar standardisation."""
-    return standardize(pad_to(X, dim) if dim else X)
+def stats_rows(aligned, recipe: ProbeRecipe) -> np.ndarray | None:
+    """The rows `standardize: labelled` takes its mean and std from: those labelled in some task."""
+    if recipe.standardize == "all":
+        return None
+    return np.unique(np.concatenate([rows for _, rows, _ in aligned])) if aligned else np.zeros(0, np.int64)
+
+
+def standardized(X: np.ndarray, dim: int | None, rows: np.ndarray | None = None) -> np.ndarray:
+    """NeuCo-Bench's input: zero-padded to `dim`, then NaN -> 0 and one global scalar standardisation
+    (its mean and std over `rows`, else over every row)."""
+    return standardize(pad_to(X, dim) if dim else X, rows)
 
 
 def _matrix(t: FoldTask) -> np.ndarray:
-    X = _X.get(t.digest)
+    key = t.digest if t.stats_rows is None else f"{t.digest}-{hashlib.sha256(t.stats_rows.tobytes()).hexdigest()[:16]}"
+    X = _X.get(key)
     if X is None:
         from .embed import load_embeddings
 
         _, E, _, _ = load_embeddings(t.url)
         _X.clear()
-        X = _X[t.digest] = standardized(E, t.recipe.dim)
+        X = _X[key] = standardized(E, t.recipe.dim, t.stats_rows)
     return X
 
 
@@ -227,13 +289,15 @@ def merge(a: dict, b: dict) -> dict:
 
 
 def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> list[FoldTask]:
+    srows = stats_rows(aligned, recipe)
     out = []
     for task, rows, y in aligned:
         try:
             splits = shuffle_splits(rows.size, recipe.k, test_size=recipe.test_size, seed=recipe.split_seed)
         except NeuCoError as e:
             raise UserError(f"task {task.name}: {e}") from None
-        out += [FoldTask(url, digest, task.name, task.kind, rows, y, f, tr, te, recipe) for f, (tr, te) in enumerate(splits)]
+        out += [FoldTask(url, digest, task.name, task.kind, rows, y, f, tr, te, recipe, srows)
+                for f, (tr, te) in enumerate(splits)]
     return out
 
 
@@ -242,8 +306,9 @@ def task_scores(total: dict[str, list]) -> dict[str, list[float]]:
 
 
 def finish_scores(scores: dict[str, list[float]], recipe: ProbeRecipe) -> dict[str, Any]:
-    """NeuCo-Bench's summary, with the NaN rule applied: a task with too many NaN probes has Q NaN."""
-    summary = summarize(scores)
+    """NeuCo-Bench's summary with the challenge's rule applied: a task where more than max_nan_fraction of
+    the probes failed (no finite score) has Q NaN, and so has the run."""
+    summary = summarize(scores, recipe.max_nan_fraction)
     for t in summary["tasks_failing_nan_rule"]:
         summary["task_q_scores"][t] = math.nan
     if summary["tasks_failing_nan_rule"]:
@@ -264,9 +329,10 @@ def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRe
     """k probes per task, as Dask tasks over one scattered matrix (in this process without a client)."""
     from ...progress import gather, progress_bar
 
-    Xs = standardized(X, recipe.dim)
+    aligned = align(ids, tasks)
+    Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
     digest = hashlib.sha256(Xs.tobytes()).hexdigest()[:16]
-    folds = fold_tasks(align(ids, tasks), recipe, None, digest)
+    folds = fold_tasks(aligned, recipe, None, digest)
     total: dict = {}
     if client is None:
         with progress_bar(f"probe ({recipe.probe})", len(folds), progress) as bar:
@@ -282,41 +348,83 @@ def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRe
 
 
 def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndarray, dict]:
-    """A submission CSV (validated by the challenge rules) or an embedding store -> (ids, X, provenance)."""
+    """A submission CSV or an embedding store -> (ids, X, provenance). A CSV's values must all be finite
+    numbers (NeuCo-Bench reads text, NaN and empty cells as 0; cryocube refuses them, naming line, id and
+    column); with a `dim`, the challenge's column-count rule applies too."""
     if path.rstrip("/").endswith(".csv"):
         from .submission import read_submission
 
-        ids, X, notes = read_submission(path, None, dim, strict=dim is not None)
+        ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
         return ids, X, {"source": path, "format": "csv", **({"notes": notes} if notes else {})}
     if not _store.exists(path):
         raise UserError(f"{path}: no such embedding store or submission CSV")
     from .embed import load_embeddings
 
     ids, X, _, attrs = load_embeddings(path)
+    bad = ~np.isfinite(X)
+    if bad.any():
+        r, c = map(int, np.argwhere(bad)[0])
+        raise UserError(f"{path}: the embedding of sample {ids[r]!r} has the value {X[r, c]} in dimension {c}")
     return ids, X, {"format": "zarr", **attrs}
 
 
+def differences(recipe: ProbeRecipe) -> list[str]:
+    """What this run does differently from NeuCo-Bench's released evaluator, for the record and the results."""
+    out = [f"standardisation {recipe.standardize}: mean and std {STANDARDIZE[recipe.standardize]}",
+           "embedding and label values that are not finite numbers are refused (NeuCo-Bench: embeddings 0)",
+           "a probe without a finite score counts as failed; more than "
+           f"{recipe.max_nan_fraction:.0%} failed probes make a task's Q NaN (NeuCo-Bench averages what it has)"]
+    if recipe.probe != "linear":
+        out.append(f"probe {recipe.probe} is not NeuCo-Bench's (its probes: linear; svm with a Bayesian search)")
+    if recipe.test_size != 0.1 or recipe.split_seed != 42:
+        out.append(f"splits: test_size {recipe.test_size:g}, seed {recipe.split_seed} (NeuCo-Bench: 0.1, 42)")
+    return out
+
+
+@dataclass
+class ProbeInputs:
+    """What `probe` scores, read and checked before any cluster starts."""
+
+    ids: list[str]
+    X: np.ndarray
+    prov: dict
+    tasks: list[Task]
+
+
+def load_probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None = None,
+                      tasks_from: str | None = None) -> ProbeInputs:
+    """Read the vectors and the tasks strictly and check them against the protocol: every user error here,
+    in one sentence, before a cluster starts or a probe runs."""
+    if (labels is None) == (tasks_from is None):
+        raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
+    tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
+    check_tasks(tasks, recipe)
+    ids, X, prov = read_embedding_input(embeddings, recipe.dim)
+    align(ids, tasks)  # every labelled id has a vector
+    return ProbeInputs(ids, X, prov, tasks)
+
+
 def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str | None = None,
-                     tasks_from: str | None = None, client=None, progress: bool = True) -> ProbeResult:
+                     tasks_from: str | None = None, client=None, progress: bool = True,
+                     inputs: ProbeInputs | None = None) -> ProbeResult:
     """`cryocube probe`: score one embedding matrix; writes NeuCo-Bench's result files into `out` and a
-    run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs."""
+    run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs
+    (`inputs`: what `load_probe_inputs` read already, before the caller started its cluster)."""
     import datetime as _dt
 
     from ...engine.records import write_record
     from ..base import content_hash
     from .neuco import write_results
 
-    if (labels is None) == (tasks_from is None):
-        raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
-    ids, X, prov = read_embedding_input(embeddings, recipe.dim)
-    tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
-    align(ids, tasks)  # every labelled id has a vector: fail before the cluster works
+    inputs = inputs or load_probe_inputs(embeddings, recipe, labels, tasks_from)
+    ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
     digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
-    identity = {"family": "embedding", "embedding": digest, "tasks": tasks_digest(tasks), "probe": recipe.as_dict(), "v": 1}
+    identity = {"family": "embedding", "embedding": digest, "tasks": tasks_digest(tasks), "probe": recipe.as_dict(),
+                "v": IDENTITY_VERSION}
     run_id = content_hash(identity)
     scores = run_probes(X, ids, tasks, recipe, client, progress)
     summary = finish_scores(scores, recipe)
-    meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(),
+    meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(), "differences": differences(recipe),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
     write_results(out, scores, meta, summary)
     cube = prov.get("cube") or {}
@@ -329,7 +437,8 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
                                                   "dim": int(X.shape[1]), "pca": prov.get("pca")},
               "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
               "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-              "probe": recipe.as_dict(), "tasks": sorted(t.name for t in tasks),
+              "probe": recipe.as_dict(), "neuco_bench_differences": differences(recipe),
+              "tasks": sorted(t.name for t in tasks),
               "labels": labels or tasks_from, "identity": identity, "primary_metric": "Q",
               "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
                           "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},

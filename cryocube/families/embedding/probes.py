@@ -40,14 +40,25 @@ def binary_f1(preds: np.ndarray, target: np.ndarray, threshold: float = 0.5) -> 
     return 2 * tp / denom if denom else 0.0
 
 
+R2_ATOL = 1e-4  # torchmetrics' R2Score: a residual or total sum of squares within 1e-4 of zero counts as zero
+
+
 def r2(preds: np.ndarray, target: np.ndarray) -> float:
-    """R² = 1 - SS_res / SS_tot; NaN when the targets are constant (SS_tot = 0) or predictions are NaN."""
-    p = np.asarray(preds, dtype=np.float64).ravel()
-    t = np.asarray(target, dtype=np.float64).ravel()
-    ss_tot = float(np.sum((t - t.mean()) ** 2)) if t.size else 0.0
-    if ss_tot == 0:
+    """R² as torchmetrics' R2Score (NeuCo-Bench's metric) computes it, sums in float32: 1 - RSS / TSS, but 1.0
+    when RSS ~ 0 and 0.0 when only TSS ~ 0 (a test fold whose targets are all equal is scored, not failed);
+    NaN for fewer than two rows (torchmetrics refuses them; `check_tasks` refuses such splits first)."""
+    p = torch.as_tensor(np.asarray(preds, dtype=np.float32).ravel())
+    t = torch.as_tensor(np.asarray(target, dtype=np.float32).ravel())
+    if t.numel() < 2:
         return math.nan
-    return 1.0 - float(np.sum((t - p) ** 2)) / ss_tot
+    s, ss = torch.sum(t), torch.sum(t * t)
+    tss = float(ss - s * (s / t.numel()))
+    rss = float(torch.sum((t - p) * (t - p)))
+    if abs(rss) <= R2_ATOL:  # (NaN compares False everywhere, as in torch.isclose)
+        return 1.0
+    if abs(tss) <= R2_ATOL:
+        return 0.0
+    return 1.0 - rss / tss
 
 
 def _check_kind(kind: str) -> None:
@@ -145,7 +156,7 @@ def knn_probe(
     return metric(preds, yte, kind)
 
 
-def svm_probe(
+def linear_svm_probe(
     Xtr: np.ndarray,
     ytr: np.ndarray,
     Xte: np.ndarray,
@@ -157,7 +168,10 @@ def svm_probe(
     max_iter: int = 10_000,
     loss: str = "squared_epsilon_insensitive",
 ) -> float:
-    """scikit-learn LinearSVC (cls, hard predictions -> F1) or LinearSVR (regr -> R²).
+    """scikit-learn LinearSVC (cls, hard predictions -> F1) or LinearSVR (regr -> R²) at a fixed C.
+
+    Not NeuCo-Bench's SVM probe (a polynomial-kernel SVC/SVR whose C, degree and gamma a Bayesian search
+    picks per fold on that fold's test rows), hence its name.
 
     LinearSVR defaults to the squared epsilon-insensitive loss: liblinear then solves the primal
     when rows outnumber dims and converges in a few iterations, where the L1 loss's dual needs
@@ -179,7 +193,7 @@ def svm_probe(
 
 
 ProbeFn = Callable[..., float]
-PROBES: dict[str, ProbeFn] = {"linear": linear_probe, "knn": knn_probe, "svm": svm_probe}
+PROBES: dict[str, ProbeFn] = {"linear": linear_probe, "knn": knn_probe, "linear-svm": linear_svm_probe}
 
 
 # --- the protocol for one task -------------------------------------------------------------------

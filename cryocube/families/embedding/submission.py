@@ -88,8 +88,13 @@ def read_submission(
     expected_ids: Iterable[str] | None = None,
     dim: int | None = 1024,
     strict: bool = True,
+    strict_values: bool | None = None,
 ) -> tuple[list[str], np.ndarray, dict[str, Any]]:
-    """Read a submission CSV -> (ids, float32 matrix, notes); strict applies the challenge's checks in order."""
+    """Read a submission CSV -> (ids, float32 matrix, notes); strict applies the challenge's checks in order.
+
+    `strict_values` (default: as `strict`) refuses a value that is not a finite number (text, NaN, an empty
+    cell, inf) and an empty id, naming the line, id and column, where NeuCo-Bench reads such a value as 0."""
+    strict_values = strict if strict_values is None else strict_values
     import pandas as pd
 
     path = Path(path)
@@ -142,23 +147,27 @@ def read_submission(
             uncastable[:, j] = np.isnan(num) & col.notna().to_numpy()
             values[:, j] = num
     nan = np.isnan(values) & ~uncastable
-    if strict:
+    if strict_values:
         # 4. every value casts to float, 5. no NaN (first offending row, then column, in file order)
         for mask, what in ((uncastable, "a value that is not a number"), (nan, "a NaN (or empty) value")):
             if mask.any():
                 r, c = map(int, np.argwhere(mask)[0])
-                raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has {what} in column {cols[c]!r}.")
+                raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has {what} in column {cols[c]!r} (line {r + 2}).")
         inf = np.isinf(values)
         if inf.any():  # not a challenge rule, but an infinity poisons the global standardisation
             r, c = map(int, np.argwhere(inf)[0])
-            raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has an infinite value in column {cols[c]!r}.")
+            raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has an infinite value in column {cols[c]!r} "
+                                  f"(line {r + 2}).")
+        empty = [r for r, i in enumerate(ids) if not i.strip()]
+        if empty:
+            raise SubmissionError(f"{path}: the id cell of line {empty[0] + 2} is empty.")
     else:
         bad = uncastable | nan
         notes["n_values_set_to_zero"] = int(bad.sum())
         values[bad] = 0.0
-        if dim is not None and len(cols) < dim:
-            notes["n_padded_columns"] = dim - len(cols)
-            values = np.pad(values, ((0, 0), (0, dim - len(cols))))
+    if not strict and dim is not None and len(cols) < dim:
+        notes["n_padded_columns"] = dim - len(cols)
+        values = np.pad(values, ((0, 0), (0, dim - len(cols))))
     seen: dict[str, int] = {}
     for r, i in enumerate(ids):
         if i in seen:

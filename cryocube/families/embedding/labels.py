@@ -1,0 +1,121 @@
+"""NeuCo-Bench label folders, read strictly: one `<task>__<cls|regr>.csv` per task, columns id,label.
+
+Every way a label file could silently change a score is refused in one sentence that names the file,
+line and id: a label that is not a finite number (NaN, text, inf), an id given twice, two files for
+one task name (`x__cls.csv` beside `x__regr.csv`), a row with more or fewer fields than the header.
+An empty label cell means "unlabelled", as in NeuCo-Bench: the row is skipped and counted. Excel's
+UTF-8 byte-order mark is read, not refused. `cryocube probe --labels` and the SSL4EO converter (whose
+cube `evaluate --protocol probe` scores) both read labels here, before any cluster starts.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import posixpath
+from dataclasses import dataclass
+
+from ...errors import UserError
+from .neuco import NeuCoError, split_task_name
+from .submission import strip_id
+
+
+class LabelError(UserError, ValueError):
+    """A label folder or file that would give a score other than the one its labels mean."""
+
+
+@dataclass(frozen=True)
+class LabelFile:
+    """One task's labels as read: id (suffix stripped) -> label, and how many rows had no label."""
+
+    task: str  # without the __cls/__regr suffix
+    kind: str  # "cls" | "regr"
+    path: str
+    labels: dict[str, float]
+    n_unlabelled: int
+
+
+def _label(path: str, line: int, id_: str, text: str) -> float:
+    """A label cell as a finite float, else one sentence naming the file, line and id."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = None
+    if v is None or not math.isfinite(v):
+        raise LabelError(f"{path} line {line}: the label of id {id_!r} is {text!r}, not a finite number "
+                         "(leave the cell empty to mark the sample unlabelled)")
+    return v
+
+
+def read_label_file(path: str, text: str) -> LabelFile:
+    """Parse one label file's text (BOM already removed) strictly."""
+    task, kind = split_task_name(path)
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, None)
+    names = [h.strip() for h in header or []]
+    if "id" not in names or "label" not in names:
+        raise LabelError(f"{path}: a label file needs the columns id and label, found {names or 'no header'}")
+    for col in ("id", "label"):
+        if names.count(col) > 1:
+            raise LabelError(f"{path}: the column {col!r} appears {names.count(col)} times in the header")
+    i_id, i_label = names.index("id"), names.index("label")
+    labels: dict[str, float] = {}
+    first_line: dict[str, int] = {}
+    unlabelled = 0
+    for row in rows:
+        line = rows.line_num
+        if not row or all(not c.strip() for c in row):
+            continue  # a blank line
+        if len(row) != len(names):
+            raise LabelError(f"{path} line {line}: {len(row)} fields where the header has {len(names)}")
+        id_ = strip_id(row[i_id].strip())
+        if not id_:
+            raise LabelError(f"{path} line {line}: the id cell is empty")
+        if id_ in first_line:
+            raise LabelError(f"{path}: id {id_!r} appears twice (lines {first_line[id_]} and {line}); "
+                             "one label per sample")
+        first_line[id_] = line
+        cell = row[i_label].strip()
+        if not cell:
+            unlabelled += 1
+            continue
+        labels[id_] = _label(path, line, id_, cell)
+    if not labels:
+        raise LabelError(f"{path}: no labelled rows ({unlabelled} rows with an empty label)")
+    return LabelFile(task, kind, path, labels, unlabelled)
+
+
+def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[str, LabelFile]:
+    """Every `*.csv` of a labels folder (local or object store) -> task -> LabelFile, strictly checked."""
+    import fsspec
+
+    from ... import store as _store
+
+    fs, base = fsspec.core.url_to_fs(folder, **_store.options_for(folder, storage_options))
+    base = base.rstrip("/")
+    if not fs.isdir(base):
+        raise LabelError(f"{folder}: no such labels folder")
+    files = sorted(p for p in fs.ls(base, detail=False) if p.lower().endswith(".csv") and fs.isfile(p))
+    if not files:
+        raise LabelError(f"{folder}: no <task>__<cls|regr>.csv label files")
+    out: dict[str, LabelFile] = {}
+    owner: dict[str, str] = {}
+    for p in files:
+        name = posixpath.basename(p)
+        try:
+            task, _ = split_task_name(name)
+        except NeuCoError as e:
+            raise LabelError(f"{p}: {e}") from None
+        key = task.lower()  # x__cls and X__regr would share a results folder on a case-insensitive disk
+        if key in owner:
+            raise LabelError(f"{folder}: {owner[key]} and {name} both define task {task!r}; "
+                             "one file per task name (rename one)")
+        owner[key] = name
+        with fs.open(p, "rb") as f:
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
+        except UnicodeDecodeError as e:
+            raise LabelError(f"{p}: not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
+        out[task] = read_label_file(p, text)
+    return out
