@@ -49,7 +49,7 @@ def leaderboard_tables(res: Results) -> list[Table]:
                        "over the sum of those stds; aggregated rank = rank of the weighted sum of ranks (NeuCo-Bench). "
                        "So rank 1 need not have the highest mean Q.")
         if lb.dropped:
-            t.notes.append(f"Dropped for a NaN Q (NaN rule: more than 30% of a task's probes NaN): {', '.join(lb.dropped)}")
+            t.notes.append(f"Dropped for a NaN Q (more than 30% of a task's probes failed, without a finite score): {', '.join(lb.dropped)}")
         out.append(t)
     return out
 
