@@ -238,3 +238,28 @@ def test_evaluate_probe_protocol_and_report(tmp_path, client):
     pv = rep.tables["embedding/probe_vs_segmentation"]
     assert len(pv.rows) == 2 and "Spearman" in pv.notes[-1]
     assert "frozen" in rep.leaderboards  # segmentation runs still rank as before
+
+
+def test_labelled_standardisation_is_the_same_on_workers_and_in_one_process(ssl, tmp_path):
+    """`standardize: labelled` on the worker path (the matrix read from the store, as `evaluate --protocol
+    probe` does) equals the in-process path, and differs from `all` when some rows are unlabelled."""
+    from functools import reduce
+
+    from cryocube.families.embedding.probe import align, fold_tasks, merge, probe_fold, run_probes, task_scores
+
+    _, _, url = ssl
+    cube = cube_info(url)
+    spec, prov = plan_embedding("random", cube, dim=16)
+    res = embed(spec, cube, str(tmp_path / "r.zarr"), client=None, progress=False, provenance=prov)
+    ids, X, _, attrs = load_embeddings(res.url)
+    tasks = [t for t in tasks_from_cube(url) if t.name == "water_fraction__regr"]
+    assert 0 < len(tasks[0].labels) < len(ids)  # some samples are unlabelled in this task
+    scores = {}
+    for mode in ("all", "labelled"):
+        recipe = probe_recipe("linear", 3, {"epochs": 2}, standardize=mode)
+        here = run_probes(X, ids, tasks, recipe, client=None, progress=False)
+        folds = fold_tasks(align(ids, tasks), recipe, res.url, str(attrs.get("embedding_sha256", ""))[:16])
+        there = task_scores(reduce(merge, [probe_fold(f) for f in folds]))
+        assert here == there, mode
+        scores[mode] = here
+    assert scores["all"] != scores["labelled"]
