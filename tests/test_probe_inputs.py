@@ -218,7 +218,8 @@ def test_standardisation_choice_changes_the_input_and_is_recorded(tmp_path):
     X[40:] = 50 + 10 * X[40:]  # unlabelled rows far away: they move the file-wide mean and std
     emb = write_submission(tmp_path / "emb.csv", ids, X)
     y = X[:40, 0] + 0.1 * rng.normal(size=40)
-    labels = _folder(tmp_path, {"sig__regr.csv": _labels_csv({i: repr(float(v)) for i, v in zip(IDS, y)})})
+    labels = _folder(tmp_path, {"sig__regr.csv": _labels_csv({**{i: repr(float(v)) for i, v in zip(IDS, y)},
+                                                               "unlabelled0": ""})})
     res = {}
     for mode in ("all", "labelled"):
         recipe = probe_recipe("linear", 3, {"epochs": 3, "lr": 1e-2}, standardize=mode)
@@ -226,6 +227,7 @@ def test_standardisation_choice_changes_the_input_and_is_recorded(tmp_path):
         summary = json.loads((tmp_path / mode / "results_summary.json").read_text())
         assert r.record["probe"]["standardize"] == mode == summary["meta"]["probe"]["standardize"]
         assert any(d.startswith(f"standardisation {mode}") for d in r.record["neuco_bench_differences"])
+        assert r.record["labelled"] == {"sig__regr": {"labelled": 40, "empty_label_skipped": 1}}
         res[mode] = r
     assert res["all"].record["run_id"] != res["labelled"].record["run_id"]
     assert res["all"].scores != res["labelled"].scores

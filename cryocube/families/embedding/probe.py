@@ -127,13 +127,14 @@ class Task:
     name: str  # <name>__<cls|regr>
     kind: str
     labels: dict[str, float]  # id -> label (unlabelled ids left out)
+    n_unlabelled: int = 0  # rows of a label file with an empty label: skipped, as NeuCo-Bench does
 
 
 def tasks_from_labels(folder: str) -> list[Task]:
     """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly (labels.py)."""
     from .labels import read_label_folder
 
-    return [Task(f"{t}__{f.kind}", f.kind, f.labels) for t, f in read_label_folder(folder).items()]
+    return [Task(f"{t}__{f.kind}", f.kind, f.labels, f.n_unlabelled) for t, f in read_label_folder(folder).items()]
 
 
 def _min_labelled(test_size: float, n_test: int) -> int:
@@ -439,6 +440,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
               "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
               "probe": recipe.as_dict(), "neuco_bench_differences": differences(recipe),
               "tasks": sorted(t.name for t in tasks),
+              "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
               "labels": labels or tasks_from, "identity": identity, "primary_metric": "Q",
               "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
                           "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
