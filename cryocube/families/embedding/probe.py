@@ -166,7 +166,7 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe) -> None:
         need = 2 if t.kind == "regr" else 1
         if n_test < need or n - n_test < 1:
             why = (f"leaves {n_test} test row per split, and R² needs at least 2" if n_test < need
-                   else f"leaves no train row per split")
+                   else "leaves no train row per split")
             fix = f"label at least {_min_labelled(recipe.test_size, need)} samples"
             ts = math.ceil(100 * need / n) / 100
             if need <= math.ceil(ts * n) < n:
