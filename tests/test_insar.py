@@ -128,10 +128,12 @@ def test_resume_redoes_only_missing_blocks_and_gives_the_same_cube(geotiff, tmp_
 
 
 def test_without_unwrapped_phase_fringes_are_unavailable_and_boxes_come_from_annotations(tmp_path, client):
-    m = make_interferograms(tmp_path / "raw", n=6, size=48, seed=4, unwrapped=False)
+    m = make_interferograms(tmp_path / "raw", n=6, size=48, seed=4, unwrapped=False, frames=2)  # <frame>/<pair>/ folders
     url = str(tmp_path / "c.zarr")
     convert("insar", str(tmp_path / "raw"), url, client=client, progress=False)
     ds = open_cube(url)
+    assert list(as_text(ds["source"].values)) == [p.id for p in m.pairs] and m.pairs[0].id.startswith("frame00/")
+    assert sorted(set(as_text(ds["frame"].values))) == ["frame00", "frame01"]
     assert [str(b) for b in ds["band"].values] == ["wrapped_phase", "coherence"] and ds["image"].shape[1] == 2
     assert np.isnan(ds["target"].values[:, 1]).all()
     assert "unwrapped" in ds.attrs["unavailable"]["fringe_counting"]
@@ -214,3 +216,21 @@ def test_bad_input_is_one_sentence_before_any_cluster(tmp_path, capsys, dataset,
     assert os.path.basename(bad) in err or bad in err, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert not os.path.exists(tmp_path / "c.zarr")
+
+
+def test_pairs_of_different_sizes_are_padded_and_say_their_extent(tmp_path):
+    """Hephaestus frames differ in size: smaller interferograms are padded with 0, height/width keep their extent."""
+    from PIL import Image
+
+    m = make_interferograms(tmp_path / "raw", n=3, size=40, seed=5, dataset="hephaestus")
+    small = next(p for p in m.pairs if p.box is None)  # a cropped box would (rightly) be refused as outside the image
+    for k in ("insar", "coherence"):
+        Image.open(small.paths[k]).crop((0, 0, 30, 25)).save(small.paths[k])  # 30 wide, 25 high
+    r = open_reader(load_dataset("hephaestus"), "hephaestus")
+    pairs, plan = r.plan(str(tmp_path / "raw"))
+    assert plan.shape == (4, 40, 40)
+    i = plan.ids.index(small.id)
+    assert plan.coords["height"][1][i] == 25 and plan.coords["width"][1][i] == 30
+    img = r.read_sample(pairs[i], plan.shape)
+    assert img.shape == (4, 40, 40) and (img[:, 25:] == 0).all() and (img[:, :, 30:] == 0).all()
+    np.testing.assert_array_equal(img[:3, :25, :30], render_phase(small.wrapped)[:, :25, :30])
