@@ -41,7 +41,7 @@ class IfgPair:
     secondary: str
     wrapped: np.ndarray  # (H, W) float32 rad, as written (GeoTIFF layout)
     coherence: np.ndarray  # (H, W) float32 0..1
-    unwrapped: np.ndarray | None  # (H, W) float32 rad (None when the tree has none)
+    unwrapped: np.ndarray | None  # (H, W) float32 rad, NaN in decorrelated patches (None when the tree has none)
     los_m: np.ndarray  # (H, W) noise-free LOS deformation, metres, relative to its median (as InSAR measures it)
     coherence_class: int  # designed class (index into the rules' classes)
     fringes: int  # fringes of the deformation signal over the true box (0 without deformation)
@@ -188,7 +188,7 @@ def synth_pair(rng: np.random.Generator, i: int, size: int, wavelength: float, r
     coh = np.where(patch, rng.uniform(0.01, 0.08, coh.shape), coh)
     noisy = signal + rng.standard_normal(coh.shape) * phase_noise_std(coh)
     wrapped = wrap(np.where(patch, rng.uniform(-math.pi, math.pi, coh.shape), noisy))
-    unw = np.where(patch, signal + rng.uniform(-math.pi, math.pi, coh.shape), signal + 0.05 * rng.standard_normal(coh.shape))
+    unw = np.where(patch, np.nan, signal + 0.05 * rng.standard_normal(coh.shape))  # unwrappers mask decorrelated areas
     words = ["a Mogi-type inflation ring" if kind == "mogi" else "a linear fault offset" if kind == "dislocation" else "no deformation"]
     if box is not None:
         words.append(f"centred near x={(box[0] + box[2]) / 2:.0f}, y={(box[1] + box[3]) / 2:.0f}")

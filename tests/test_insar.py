@@ -68,10 +68,11 @@ def test_geotiff_cube_holds_the_maps_and_labels_match_the_truth(geotiff):
     target, box, ans = ds["target"].values, ds["box"].values, as_text(ds["answer"].values)
     text_tasks = list(as_text(ds["text_task"].values))
     sources = {p.source for p in m.pairs}
-    assert sources == {"none", "mogi", "dislocation"}
+    assert sources == {"none", "mogi", "dislocation"} and any(np.isnan(p.unwrapped).any() for p in m.pairs)
     for i, p in enumerate(m.pairs):
         np.testing.assert_array_equal(ds["image"].values[i, 0], p.wrapped)
         np.testing.assert_array_equal(ds["image"].values[i, 1], p.coherence)
+        np.testing.assert_array_equal(ds["image"].values[i, 2], np.nan_to_num(p.unwrapped, nan=0.0))  # masked -> 0
         assert str(ds["primary_date"].values[i]) == p.primary and str(ds["secondary_date"].values[i]) == p.secondary
         assert target[i, 0] == p.coherence_class, p.id
         assert target[i, 1] == p.fringes, p.id
