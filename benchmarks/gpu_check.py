@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -61,7 +62,7 @@ PROFILES = {
         evaluate=("epochs=10", "input_size=224", "decoder_channels=512", "val_every=5", "crops_per_sample=4",
                   "batch_size=8", "normalization=cube"),
         loader_samples=16,
-        boxes={"env": 60, "encoders": 100, "upernet": 70, "evaluate": 200, "balance": 30}),
+        boxes={"env": 30, "cube": 40, "evaluate": 150, "encoders": 80, "upernet": 50, "balance": 20}),
     "dry": Profile(
         tile=32, n_train=4,
         encoders=(("ViT-S", "ssl4eo_moco", {"input_size": 32}), ("U-Net", "unet", {"input_size": 32})),
@@ -70,8 +71,16 @@ PROFILES = {
         evaluate=("epochs=1", "input_size=32", "decoder_channels=32", "val_every=1", "crops_per_sample=2",
                   "batch_size=2", "normalization=cube", "threads=1"),
         loader_samples=4,
-        boxes={"env": 60, "encoders": 120, "upernet": 120, "evaluate": 240, "balance": 60}),
+        boxes={"env": 60, "cube": 60, "evaluate": 240, "encoders": 120, "upernet": 120, "balance": 60}),
 }
+
+
+class SectionFailed(Exception):
+    """A section's verdict, with what it measured before failing (kept in the JSON)."""
+
+    def __init__(self, message: str, partial: dict):
+        super().__init__(message)
+        self.partial = partial
 
 
 class Check:
@@ -94,7 +103,8 @@ class Check:
             try:
                 rec = {"status": "ok", **fn(t + box, *args)}
             except Exception as e:  # a failed section is a result too; the others still run
-                rec = {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+                rec = {**getattr(e, "partial", {}), "status": "failed", "error": f"{type(e).__name__}: {e}",
+                       "traceback": traceback.format_exc()}
                 print(f"gpu_check: {name} FAILED: {rec['error']}", flush=True)
         rec["seconds"] = round(time.perf_counter() - t, 2)
         if rec["status"] == "ok" and rec["seconds"] > box + 1:
@@ -214,7 +224,16 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
         runs[proto]["mIoU"] = (r.get("metrics") or {}).get("mIoU")
         runs[proto]["cluster"] = {k: (r.get("cluster") or {}).get(k) for k in ("n_workers", "gpu", "resources")}
     result = {"command": " ".join(cmd), "rc": rc, "wall_s": wall, "runs": runs}
-    problems = [f"the CLI exited {rc} (see evaluate.log)"] if rc != 0 else []
+    problems = ([f"the CLI exited {rc} (see evaluate.log)"] if rc != 0 else []) + device_problems(runs, device)
+    if problems:
+        result["log_tail"] = (out / "evaluate.log").read_text()[-3000:]
+        raise SectionFailed("; ".join(problems), result)
+    return result
+
+
+def device_problems(runs: dict, device: str) -> list[str]:
+    """What in the frozen and fine-tuning records did not run where the cluster's device is (one line each)."""
+    problems = []
     for proto in ("frozen", "finetune"):
         r = runs.get(proto)
         if r is None:
@@ -223,17 +242,15 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
         if r["status"] != "ok":
             problems.append(f"{proto}: {r['status']}: {r['error']}")
             continue
-        where = {"fit": r["device"], "features": ",".join(r["feature_devices"] or []) if proto == "frozen" else device,
-                 "precision": (r["precision"] or {}).get("device", "").split(" ")[0]}
+        where = {"fit": r["device"], "precision": (r["precision"] or {}).get("device", "").split(" ")[0]}
+        if proto == "frozen":  # the feature cache was extracted in this run (a fresh --out)
+            where["features"] = ",".join(r["feature_devices"] or []) or "none"
         wrong = {k: v for k, v in where.items() if v != device}
         if wrong:
             problems.append(f"{proto}: ran on {wrong}, not {device}")
         if device == "cuda" and not r["cluster"]["gpu"]:
             problems.append(f"{proto}: the cluster's workers advertise no GPU resource")
-    result["problems"] = problems
-    if problems:
-        raise RuntimeError("; ".join(problems) + f" -- {json.dumps(result, default=str)[:1500]}")
-    return result
+    return problems
 
 
 def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, enc_sps: float | None) -> dict:
@@ -318,13 +335,15 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster", default="cuda", help="cuda (the check) or local (a dry run on a CPU)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes (the CPU dry check); default with --cluster local")
     ap.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out", help="folder of gpu_check.json (default $OUT)")
-    ap.add_argument("--budget", type=float, default=420.0, help="seconds for all sections together")
+    ap.add_argument("--budget", type=float, default=360.0, help="seconds for all sections together")
     a = ap.parse_args(argv)
     device = "cuda" if a.cluster == "cuda" else "cpu"
     prof_name = "dry" if a.dry or a.cluster != "cuda" else "gpu"
     prof = PROFILES[prof_name]
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    for mine in ("work", "evaluate"):  # this script's own folders: a rerun measures again instead of resuming
+        shutil.rmtree(out / mine, ignore_errors=True)
     check = Check(out, a.budget)
     check.result.update(profile=prof_name, cluster=a.cluster, device=device, argv=sys.argv[1:])
 
@@ -340,16 +359,13 @@ def main(argv=None) -> int:
 
     e = check.section("env", prof.boxes["env"], env, device)
     peaks = e["peaks"] if e else None
-    c = check.section("cube", 60, make_cube)
+    c = check.section("cube", prof.boxes["cube"], make_cube)
     cube = c["cube"] if c else None
-    enc = None
-    if peaks:
-        enc = check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks)
-        if cube:
-            check.section("upernet", prof.boxes["upernet"], upernet, prof, cube, device, peaks)
-    if device == "cuda":
-        torch.cuda.empty_cache()  # the cluster's worker shares this GPU
+    # evaluate first: it is the claim to see working; its cluster's worker gets the GPU to itself
     ev = check.section("evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out) if cube else None
+    enc = check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks) if peaks else None
+    if peaks and cube:
+        check.section("upernet", prof.boxes["upernet"], upernet, prof, cube, device, peaks)
     vit_s = next((r["sps"] for r in (enc or {}).get("rows", []) if r["model"] == MODEL), None)
     if cube:
         check.section("balance", prof.boxes["balance"], balance, prof, cube, device, (ev or {}).get("runs", {}).get("frozen"), vit_s)

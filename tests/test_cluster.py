@@ -204,6 +204,20 @@ def test_cuda_spec_uses_local_cuda_cluster_or_says_why_not():
         assert err.value.__cause__ is not None and "NVML" in type(err.value.__cause__).__name__
 
 
+@pytest.mark.parametrize("value", ["", " , ", "-1", "-1,0"])
+def test_cuda_refuses_a_visibility_that_hides_every_gpu(monkeypatch, value):
+    """dask-cuda counts entries: "" would start one worker on no GPU, "-1" one on device -1."""
+    from cryocube.cluster.local import hidden_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    with pytest.raises(UserError, match="hides every GPU: unset it, name GPUs"):
+        with open_cluster("cuda", dashboard=False):
+            pass
+    for shown in ("0", "1,0", "GPU-8d3c", "MIG-1a2b"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", shown)
+        assert hidden_gpus() is None
+
+
 # ------------------------------------------------------------------------------------------ k8s
 
 
