@@ -218,6 +218,21 @@ def test_cuda_refuses_a_visibility_that_hides_every_gpu(monkeypatch, value):
         assert hidden_gpus() is None
 
 
+def test_a_backend_package_that_is_installed_but_broken_is_not_called_missing(tmp_path, monkeypatch):
+    """dask-cuda against an older cuda-core fails inside its own imports: the message must say so."""
+    from cryocube.cluster.registry import require
+
+    (tmp_path / "halfcuda").mkdir()
+    (tmp_path / "halfcuda" / "__init__.py").write_text("from json import no_such_name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError) as err:
+        require("halfcuda", "cuda", "cuda")
+    msg = str(err.value)
+    assert "halfcuda is installed but does not import" in msg and "no_such_name" in msg and "needs the" not in msg
+    with pytest.raises(UserError, match="needs the nosuchpkg package: pip install 'cryocube\\[cuda\\]'"):
+        require("nosuchpkg", "cuda", "cuda")
+
+
 # ------------------------------------------------------------------------------------------ k8s
 
 
