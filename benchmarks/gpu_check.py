@@ -21,6 +21,8 @@ import json
 import os
 import platform
 import shutil
+import signal
+import tempfile
 import subprocess
 import sys
 import time
@@ -199,8 +201,8 @@ def upernet(deadline: float, prof: Profile, cube: str, device: str, peaks: dict)
     return {"input_size": u["input_size"], "decoder_channels": u["decoder_channels"], "rows": rows}
 
 
-def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: str, out: Path) -> dict:
-    res = out / "evaluate"
+def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: str, out: Path, work: Path) -> dict:
+    res = work / "evaluate"
     cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", MODEL, "--protocol",
            "frozen,finetune", "--allow-random-weights", "--out", str(res), "--cluster", cluster, "--workers", "1", "--quiet"]
     for s in prof.evaluate:
@@ -208,12 +210,23 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     t = time.perf_counter()
     with open(out / "evaluate.log", "w") as log:
+        # its own process group: at the time box, its cluster's worker processes (holding the GPU) go with it
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                timeout=max(5.0, deadline - time.perf_counter())).returncode
+            rc = proc.wait(timeout=max(5.0, deadline - time.perf_counter()))
         except subprocess.TimeoutExpired:
             rc = "timeout"
+            for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, None)):
+                os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
     wall = time.perf_counter() - t
+    for f in ("results.jsonl", "logs/errors.log"):  # the records and tracebacks come back with the JSON
+        if (res / f).exists():
+            shutil.copy(res / f, out / f"evaluate-{Path(f).name}")
     lines = (res / "results.jsonl").read_text().splitlines() if (res / "results.jsonl").exists() else []
     recs = {r["protocol"]: r for r in map(json.loads, lines)}
     runs = {}
@@ -335,6 +348,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster", default="cuda", help="cuda (the check) or local (a dry run on a CPU)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes (the CPU dry check); default with --cluster local")
     ap.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out", help="folder of gpu_check.json (default $OUT)")
+    ap.add_argument("--work", help="scratch folder for the cube and the runs (default: a new temporary one, removed "
+                    "at the end; only the JSON, logs and records go to --out)")
     ap.add_argument("--budget", type=float, default=360.0, help="seconds for all sections together")
     a = ap.parse_args(argv)
     device = "cuda" if a.cluster == "cuda" else "cpu"
@@ -342,8 +357,9 @@ def main(argv=None) -> int:
     prof = PROFILES[prof_name]
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for mine in ("work", "evaluate"):  # this script's own folders: a rerun measures again instead of resuming
-        shutil.rmtree(out / mine, ignore_errors=True)
+    work = Path(a.work).resolve() if a.work else Path(tempfile.mkdtemp(prefix="cryocube-gpu-check-"))
+    for mine in ("cube", "evaluate"):  # this script's own folders: a rerun measures again instead of resuming
+        shutil.rmtree(work / mine, ignore_errors=True)
     check = Check(out, a.budget)
     check.result.update(profile=prof_name, cluster=a.cluster, device=device, argv=sys.argv[1:])
 
@@ -352,7 +368,7 @@ def main(argv=None) -> int:
 
         cl, c = cluster(1)
         try:
-            return {"cube": make_cube(out / "work", prof.n_train, prof.tile, client=c)}
+            return {"cube": make_cube(work / "cube", prof.n_train, prof.tile, client=c)}
         finally:
             c.close()
             cl.close()
@@ -362,7 +378,7 @@ def main(argv=None) -> int:
     c = check.section("cube", prof.boxes["cube"], make_cube)
     cube = c["cube"] if c else None
     # evaluate first: it is the claim to see working; its cluster's worker gets the GPU to itself
-    ev = check.section("evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out) if cube else None
+    ev = check.section("evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out, work) if cube else None
     enc = check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks) if peaks else None
     if peaks and cube:
         check.section("upernet", prof.boxes["upernet"], upernet, prof, cube, device, peaks)
@@ -370,6 +386,8 @@ def main(argv=None) -> int:
     if cube:
         check.section("balance", prof.boxes["balance"], balance, prof, cube, device, (ev or {}).get("runs", {}).get("frozen"), vit_s)
     check.save()
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
     print(table(check.result), flush=True)
     print(f"gpu_check: figures in {out / 'gpu_check.json'}", flush=True)
     return 0 if all(s["status"] == "ok" for s in check.result["sections"].values()) else 1

@@ -31,6 +31,9 @@ for p in "${PACKAGES[@]}"; do specs+=("$(pin "$p")"); done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform any -d "$DEST" "${specs[@]}"
-ls -1 "$DEST"
-total=$(du -cb "$DEST"/*.whl | tail -1 | cut -f1)
-echo "gpu_wheels: ${#specs[@]} wheels, $((total / 1024)) KiB in $DEST (the run's limit is 64 MiB with the tree)"
+# Installed there only if its own cuda-core lacks cuda.core.Device, which dask-cuda 26.10 imports (cuda-core >= 0.5.1).
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 -d "$DEST/fallback" "cuda-core==${CUDA_CORE:-1.2.2}"
+ls -1 "$DEST" "$DEST/fallback"
+total=$(du -cb "$DEST"/*.whl "$DEST"/fallback/*.whl | tail -1 | cut -f1)
+echo "gpu_wheels: ${#specs[@]} wheels and a fallback cuda-core, $((total / 1024)) KiB in $DEST (the run's limit is 64 MiB with the tree)"

@@ -15,9 +15,12 @@ SECTIONS = ("env", "cube", "evaluate", "encoders", "upernet", "balance")
 
 def gpu_check(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     env = {**os.environ, "PY": sys.executable, "CRYOCUBE_GPU_WHEELS": str(tmp_path / "no-wheels")}  # the venv has them
-    p = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--out", str(tmp_path / "out"), *args],
+    p = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--out", str(tmp_path / "out"),
+                        "--work", str(tmp_path / "work"), *args],
                        env=env, capture_output=True, text=True, timeout=800)
-    return p, json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    found = tmp_path / "out" / "gpu_check.json"
+    assert found.exists(), f"no gpu_check.json (rc {p.returncode}): {p.stdout[-3000:]} {p.stderr[-3000:]}"
+    return p, json.loads(found.read_text())
 
 
 def test_dry_check_measures_every_section(tmp_path):
@@ -62,6 +65,9 @@ def test_dry_check_measures_every_section(tmp_path):
     assert bal["loader"]["items"] == 8 and bal["loader"]["items_per_s"] > 0  # 4 train tiles x 2 crops
     assert bal["gpu_waits_for_chunks"] == (bal["loader_over_encoder"] < 1)
     assert "evaluate frozen" in p.stdout and "% peak" in p.stdout
+    back = tmp_path / "out"  # what comes back from a device run: the JSON, the log and the records, not the cube
+    assert len((back / "evaluate-results.jsonl").read_text().splitlines()) == 2 and (back / "evaluate.log").exists()
+    assert (tmp_path / "work" / "cube").is_dir() and not list(back.glob("*.zarr"))
 
 
 def test_cuda_without_a_gpu_fails_loudly(tmp_path):
