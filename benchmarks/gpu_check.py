@@ -22,9 +22,9 @@ import os
 import platform
 import shutil
 import signal
-import tempfile
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -134,6 +134,7 @@ def env(deadline: float, device: str) -> dict:
     info = this_device(device)
     if device == "cuda":  # big enough to keep the tensor cores busy for tens of milliseconds
         pk = {"fp32": matmul_peak(device, n=8192, iters=5), "bf16": matmul_peak(device, n=8192, iters=20, dtype=torch.bfloat16)}
+        torch.cuda.empty_cache()  # the evaluate section's worker shares this GPU
     else:
         pk = peaks(device)
     versions = {}

@@ -80,3 +80,20 @@ def test_cuda_without_a_gpu_fails_loudly(tmp_path):
     assert "encoders" not in s and "upernet" not in s  # no peak to compare with: not run at all, not run on the CPU
     assert s["balance"]["status"] == "failed"
     assert "env       failed" in p.stdout
+
+
+def test_the_gpu_profile_names_what_exists():
+    """The sizes only a GPU runs are checked here too: known models, recipe fields the engine accepts."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import PROFILES
+
+    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.models import list_models
+
+    gpu = PROFILES["gpu"]
+    assert [label for label, _, _ in gpu.encoders] == ["ViT-S", "ViT-B", "ViT-L", "Swin", "U-Net"]
+    assert {m for _, m, _ in gpu.encoders} <= set(list_models())
+    cfg = load_recipe(None, list(gpu.evaluate))
+    assert cfg.input_size == gpu.upernet["input_size"] and cfg.decoder_channels == gpu.upernet["decoder_channels"] == 512
+    assert gpu.upernet["batches"] == (8, 32) and gpu.encoder_batch is None  # memory-sized on the GPU
+    assert sum(gpu.boxes.values()) < 8 * 60
