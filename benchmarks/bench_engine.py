@@ -169,7 +169,13 @@ def fixed_costs(root: Path, cube: str, model: str, cfg) -> dict:
 # -- 3. the decoder step against the peaks -------------------------------------------------------------------
 
 
-def upernet_step(cube: str, model: str, cfg, threads: int) -> dict:
+def upernet_step(cube: str, model: str, cfg, threads: int, device: str = "cpu", precisions=None, peaks=None,
+                 iters: int = 2) -> dict:
+    """One UPerNet training step (AdamW, on frozen features of one batch) and one validation forward of the
+    decoder over the same batch, timed in each precision, with their FLOPs and the matmul peaks to compare.
+
+    precisions: default fp32, and bf16 where the device computes it fast; peaks: {"fp32", "bf16"} FLOP/s
+    measured by the caller (default: measured here, CPU-sized)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from cryocube.engine.plan import plan_runs
@@ -177,45 +183,64 @@ def upernet_step(cube: str, model: str, cfg, threads: int) -> dict:
     from cryocube.families.segmentation.train import build_model
     from cryocube.precision import autocast, fast_bf16, this_device
 
-    from bench_models import matmul_peak  # benchmarks/ is on sys.path when run as a script
+    from bench_models import matmul_peak, sync  # benchmarks/ is on sys.path when run as a script
 
     torch.set_num_threads(threads)
-    info = this_device("cpu")
-    p = plan_runs([RunSpec(model, cube)], cfg, PlanContext(out="unused", allow_random_weights=True))[0]
-    dec, enc = build_model(p.work, "cpu")
+    info = this_device(device)
+    p = plan_runs([RunSpec(model, cube)], cfg, PlanContext(out="unused", allow_random_weights=True, device=info))[0]
+    dec, enc = build_model(p.work, device)
     S, bs = p.work.encoder.input_size, cfg.batch_size
-    x = torch.randn(bs, len(p.work.inputs.index), S, S)
-    y = torch.randint(0, p.work.num_classes, (bs, S, S))
+    x = torch.randn(bs, len(p.work.inputs.index), S, S, device=device)
+    y = torch.randint(0, p.work.num_classes, (bs, S, S), device=device)
     with torch.no_grad():
         feats = enc(x)
+        sync(device)
         enc_t = time.perf_counter()
         enc(x)
+        sync(device)
         enc_s = time.perf_counter() - enc_t
+    if p.work.memory_format == "channels_last":  # as the engine feeds it
+        feats = [f.contiguous(memory_format=torch.channels_last) for f in feats]
     opt = torch.optim.AdamW(dec.parameters())
 
     def step(prec):
-        with autocast("cpu", prec):
+        with autocast(device, prec):
             out = dec(feats, (S, S))
         loss = torch.nn.functional.cross_entropy(out.float(), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
 
+    def val(prec):
+        with torch.no_grad(), autocast(device, prec):
+            dec(feats, (S, S))
+
+    def best(fn, prec):
+        fn(prec)  # warm-up
+        ts = []
+        for _ in range(iters):
+            sync(device)
+            t = time.perf_counter()
+            fn(prec)
+            sync(device)
+            ts.append(time.perf_counter() - t)
+        return min(ts)
+
     with FlopCounterMode(display=False) as fc:
         step("fp32")
-    flops = fc.get_total_flops()
-    res = {"gflop_per_step": flops / 1e9, "encoder_fwd_s": enc_s, "threads": threads}
-    for prec in ("fp32", "bf16") if fast_bf16(info) else ("fp32",):
-        step(prec)
-        ts = []
-        for _ in range(2):
-            t = time.perf_counter()
-            step(prec)
-            ts.append(time.perf_counter() - t)
-        res[f"step_{prec}_s"] = min(ts)
-    res["peak_fp32"] = matmul_peak("cpu")
-    res["peak_bf16"] = matmul_peak("cpu", n=1536 if fast_bf16(info) else 256, iters=3 if fast_bf16(info) else 1,
-                                   trials=3 if fast_bf16(info) else 1, dtype=torch.bfloat16)
+    with FlopCounterMode(display=False) as fv:
+        val("fp32")
+    res = {"gflop_per_step": fc.get_total_flops() / 1e9, "gflop_per_val": fv.get_total_flops() / 1e9,
+           "encoder_fwd_s": enc_s, "threads": threads, "batch": bs, "device": info.describe(),
+           "memory_format": p.work.memory_format}
+    for prec in precisions or (("fp32", "bf16") if fast_bf16(info) else ("fp32",)):
+        res[f"step_{prec}_s"] = best(step, prec)
+        res[f"val_{prec}_s"] = best(val, prec)
+    if peaks is None:
+        peaks = {"fp32": matmul_peak(device),
+                 "bf16": matmul_peak(device, n=1536 if fast_bf16(info) else 256, iters=3 if fast_bf16(info) else 1,
+                                     trials=3 if fast_bf16(info) else 1, dtype=torch.bfloat16)}
+    res["peak_fp32"], res["peak_bf16"] = peaks["fp32"], peaks["bf16"]
     res["fast_bf16"] = fast_bf16(info)
     return res
 

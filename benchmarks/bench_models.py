@@ -80,7 +80,8 @@ def peaks(device: str) -> dict[str, float]:
                                 dtype=torch.bfloat16)}
 
 
-def measure(model_id: str, setup: dict, batch: int, iters: int, device: str, precision: str = "fp32") -> dict:
+def measure(model_id: str, setup: dict, batch, iters: int, device: str, precision: str = "fp32") -> dict:
+    """batch: a number, or a function of the built encoder (the engine's memory-sized batch)."""
     torch.manual_seed(0)
     t0 = time.perf_counter()
     enc = build_encoder(model_id, **setup).eval().to(device)
@@ -90,6 +91,7 @@ def measure(model_id: str, setup: dict, batch: int, iters: int, device: str, pre
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as fc:
         enc(x1)
     flops = fc.get_total_flops()
+    batch = batch(enc) if callable(batch) else batch
     xb = x1.expand(batch, -1, -1, -1).contiguous()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if precision == "fp16" else torch.float32
     with torch.no_grad(), autocast(device, precision):
@@ -107,7 +109,7 @@ def measure(model_id: str, setup: dict, batch: int, iters: int, device: str, pre
     spec = model_spec(model_id)
     return dict(model=model_id, size=enc.input_size, chans=enc.in_chans, params_m=count_params(enc) / 1e6,
                 gflops=flops / 1e9, pub_gflops=spec.gflops, sps=sps, flops_s=flops * sps, build_s=build_s, peak=peak,
-                precision=precision)
+                precision=precision, batch=batch)
 
 
 def table(rows: list[dict]) -> str:

@@ -204,6 +204,35 @@ def test_cuda_spec_uses_local_cuda_cluster_or_says_why_not():
         assert err.value.__cause__ is not None and "NVML" in type(err.value.__cause__).__name__
 
 
+@pytest.mark.parametrize("value", ["", " , ", "-1", "-1,0"])
+def test_cuda_refuses_a_visibility_that_hides_every_gpu(monkeypatch, value):
+    """dask-cuda counts entries: "" would start one worker on no GPU, "-1" one on device -1."""
+    from cryocube.cluster.local import hidden_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    with pytest.raises(UserError, match="hides every GPU: unset it, name GPUs"):
+        with open_cluster("cuda", dashboard=False):
+            pass
+    for shown in ("0", "1,0", "GPU-8d3c", "MIG-1a2b"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", shown)
+        assert hidden_gpus() is None
+
+
+def test_a_backend_package_that_is_installed_but_broken_is_not_called_missing(tmp_path, monkeypatch):
+    """dask-cuda against an older cuda-core fails inside its own imports: the message must say so."""
+    from cryocube.cluster.registry import require
+
+    (tmp_path / "halfcuda").mkdir()
+    (tmp_path / "halfcuda" / "__init__.py").write_text("from json import no_such_name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError) as err:
+        require("halfcuda", "cuda", "cuda")
+    msg = str(err.value)
+    assert "halfcuda is installed but does not import" in msg and "no_such_name" in msg and "needs the" not in msg
+    with pytest.raises(UserError, match="needs the nosuchpkg package: pip install 'cryocube\\[cuda\\]'"):
+        require("nosuchpkg", "cuda", "cuda")
+
+
 # ------------------------------------------------------------------------------------------ k8s
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TYPE_CHECKING
 
 from .registry import ClusterError, ClusterRequest, backend, dashboard_kwargs, own_client, require
@@ -28,9 +29,27 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     return own_client(stack, cluster, req.torch_threads)
 
 
+def hidden_gpus() -> str | None:
+    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None. dask-cuda counts its comma-separated entries, so
+    "" would count as one GPU and "-1" (the usual way to hide them) as a device numbered -1."""
+    v = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if v is None:
+        return None
+    entries = [e.strip() for e in v.split(",")]
+    if not any(entries):
+        return "CUDA_VISIBLE_DEVICES is set and empty"
+    if entries[0].lstrip("-").isdigit() and int(entries[0]) < 0:  # CUDA stops at the first invalid index
+        return f"CUDA_VISIBLE_DEVICES={v!r} starts with a negative index"
+    return None
+
+
 @backend("cuda")
 def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     """One worker process per visible GPU, each advertising {"GPU": 1} for the engine's annotations."""
+    hidden = hidden_gpus()
+    if hidden:
+        raise ClusterError(f"--cluster cuda: {hidden}, which hides every GPU: unset it, name GPUs (e.g. 0,1) "
+                           "or use --cluster local")
     dask_cuda = require("dask_cuda", "cuda", "cuda")
     from dask_cuda.utils import get_n_gpus
 
@@ -40,8 +59,7 @@ def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
         raise ClusterError(f"--cluster cuda: LocalCUDACluster finds no GPU ({type(e).__name__}: {e}); "
                            "this machine has no visible NVIDIA GPU/driver: use --cluster local") from e
     if n_gpus < 1:
-        raise ClusterError("--cluster cuda: LocalCUDACluster finds no GPU (CUDA_VISIBLE_DEVICES is empty); "
-                           "use --cluster local")
+        raise ClusterError("--cluster cuda: LocalCUDACluster finds no GPU; use --cluster local")
     n = req.n_workers or n_gpus
     if n > n_gpus:
         raise ClusterError(f"--cluster cuda: {n} workers asked but {n_gpus} GPUs visible (one worker per GPU)")

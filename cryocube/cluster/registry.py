@@ -64,12 +64,18 @@ def parse_cluster_spec(spec: str) -> tuple[str, str]:
 
 
 def require(module: str, extra: str, what: str):
-    """Import an optional backend package, or say which extra installs it."""
+    """Import an optional backend package, or say which extra installs it (or, where it is installed but
+    does not import, what it lacks: e.g. dask-cuda against an older cuda-core than it was built for)."""
+    import importlib.util
+
+    top = module.split(".")[0]
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ClusterError(f"--cluster {what} needs the {module.split('.')[0]} package: "
-                           f"pip install 'cryocube[{extra}]'") from e
+        if importlib.util.find_spec(top) is None:
+            raise ClusterError(f"--cluster {what} needs the {top} package: pip install 'cryocube[{extra}]'") from e
+        raise ClusterError(f"--cluster {what}: {top} is installed but does not import ({e}); install the versions "
+                           f"it requires (pip check; pip install -U 'cryocube[{extra}]')") from e
 
 
 def dashboard_kwargs(dashboard: bool) -> dict:

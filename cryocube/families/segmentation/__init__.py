@@ -134,7 +134,7 @@ class Segmentation(Family):
         tasks, owners = [], []
         for k, (c, p) in caches.items():
             shapes, params = runner.result(facts[k])
-            out[k] = {"encoder_params": params, "encoder_items": 0, "features_s": 0.0, "threads": set()}
+            out[k] = {"encoder_params": params, "encoder_items": 0, "features_s": 0.0, "threads": set(), "devices": set()}
             cfg = p.work.recipe
             for split in ("train", "val", "test"):
                 samples = p.cube.samples(split)
@@ -150,6 +150,7 @@ class Segmentation(Family):
                 out[k]["encoder_items"] += r["items"]
                 out[k]["features_s"] += r["seconds"]
                 out[k]["threads"] |= set(r["threads"])
+                out[k]["devices"].add(r["device"])
         wall = time.perf_counter() - t0 if tasks else 0.0
         for k, (c, _) in caches.items():
             g = _store.open_group(c.url, "r")
@@ -158,6 +159,7 @@ class Segmentation(Family):
                     mark_complete(c, split, out[k]["encoder_items"])
             out[k]["features_wall_s"] = wall
             out[k]["threads"] = sorted(out[k]["threads"])
+            out[k]["devices"] = sorted(out[k]["devices"])
         return out
 
     # -- fitting and scoring ------------------------------------------------------------------------
@@ -217,6 +219,7 @@ class Segmentation(Family):
             "val_curve": fitted["val_curve"], "best_epoch": fitted["best_epoch"], "steps": fitted["steps"],
             "samples_per_s": fitted["train_samples_per_s"], "peak_memory_mb": fitted["peak_memory_mb"],
             "device": fitted["device"], "threads": {"fit": fitted["threads"], "features": prep.get("threads", [])},
+            "feature_devices": prep.get("devices", []),  # where the encoder ran for the cache (none: cached before)
             "decoders_in_task": fitted["decoders_in_task"],
             "encoder_forward_items": prep.get("encoder_items", 0),
             "params": {"encoder": encoder_params, "trainable": fitted["trainable_params"],
