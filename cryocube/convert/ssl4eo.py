@@ -254,6 +254,7 @@ def _template(spec: DatasetSpec, reader: SSL4EOReader, items: list[Location], ta
         },
         coords={
             "source": ("sample", _text([it.id for it in items])),
+            "sample_id": ("sample", _text([it.id for it in items])),
             "split": ("sample", _text(["all"] * n)),
             "time": ("time", _text(spec.time or [str(t) for t in range(T)])),
             "task": ("task", _text(list(tasks))),

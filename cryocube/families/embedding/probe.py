@@ -127,10 +127,10 @@ def _slug(name: str) -> str:
 
 def tasks_from_cube(url: str) -> list[Task]:
     """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and fraction."""
-    from ...cube import as_text, open_cube
+    from ...cube import as_text, open_cube, sample_ids
 
     ds = open_cube(url)
-    ids = [str(i) for i in as_text(ds["source"].values)]
+    ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values, dtype=np.float64)
         return [Task(f"{t}__{k}", k, {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)})
@@ -151,7 +151,8 @@ def tasks_from_cube(url: str) -> list[Task]:
 
 
 def align(ids: list[str], tasks: list[Task]) -> list[tuple[Task, np.ndarray, np.ndarray]]:
-    """(task, embedding rows, labels) per task; a labelled id without an embedding is an error."""
+    """(task, embedding rows, labels) per task, rows ordered by id (so folds depend on which ids are labelled,
+    never on the order of a label file or a cube); a labelled id without an embedding is an error."""
     from .submission import strip_id
 
     pos = {strip_id(i): r for r, i in enumerate(ids)}
@@ -160,8 +161,9 @@ def align(ids: list[str], tasks: list[Task]) -> list[tuple[Task, np.ndarray, np.
         missing = [i for i in t.labels if strip_id(i) not in pos]
         if missing:
             raise UserError(f"task {t.name}: {len(missing)} labelled ids have no embedding, e.g. {missing[0]!r}")
-        rows = np.array([pos[strip_id(i)] for i in t.labels], dtype=np.int64)
-        out.append((t, rows, np.array(list(t.labels.values()), dtype=np.float64)))
+        keys = sorted(t.labels, key=strip_id)
+        rows = np.array([pos[strip_id(i)] for i in keys], dtype=np.int64)
+        out.append((t, rows, np.array([t.labels[i] for i in keys], dtype=np.float64)))
     return out
 
 
@@ -281,13 +283,27 @@ def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRe
     return task_scores(total)
 
 
+def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
+    """Embeddings scored against a cube's tasks must come from that cube: ids alone match across cubes
+    converted from other raw data or options (checked by the checksum `embed` recorded)."""
+    from ...cube import cube_info
+
+    made = (prov.get("cube") or {}).get("checksum")
+    have = cube_info(cube_url).checksum
+    if made and made != have:
+        raise UserError(f"{embeddings} was embedded from the cube {prov['cube'].get('url')} (checksum {made[:16]}), not "
+                        f"from {cube_url} (checksum {have[:16]}); probe it with the tasks of the cube it was made from")
+
+
 def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndarray, dict]:
-    """A submission CSV (validated by the challenge rules) or an embedding store -> (ids, X, provenance)."""
+    """A submission CSV (validated by the challenge rules) or an embedding store -> (ids, X, provenance).
+    A CSV that `embed` wrote carries its provenance (cube checksum, model) in a sidecar JSON."""
     if path.rstrip("/").endswith(".csv"):
+        from .embed import read_sidecar
         from .submission import read_submission
 
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None)
-        return ids, X, {"source": path, "format": "csv", **({"notes": notes} if notes else {})}
+        return ids, X, {"source": path, **read_sidecar(path), "format": "csv", **({"notes": notes} if notes else {})}
     if not _store.exists(path):
         raise UserError(f"{path}: no such embedding store or submission CSV")
     from .embed import load_embeddings
@@ -309,6 +325,8 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     if (labels is None) == (tasks_from is None):
         raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
     ids, X, prov = read_embedding_input(embeddings, recipe.dim)
+    if tasks_from:
+        same_cube(embeddings, prov, tasks_from)
     tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
     align(ids, tasks)  # every labelled id has a vector: fail before the cluster works
     digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
