@@ -147,3 +147,69 @@ def test_labels_folder_and_tasks_from_give_the_same_q_for_the_same_data(samples,
     assert by_labels.scores.keys() == by_cube.scores.keys() and len(by_cube.scores) == 3
     assert by_labels.scores == by_cube.scores  # bit for bit: the folds follow the ids, not the file order
     assert by_labels.summary["overall_q_score"] == by_cube.summary["overall_q_score"]
+
+
+# -- report groups keyed by identity -------------------------------------------------------------------
+
+
+def _seg(i, model, fraction, miou, epochs, name="U-Net", protocol="frozen"):
+    """A segmentation record as the engine writes it: identity = what defines the run (recipe included)."""
+    ident = {"family": "segmentation", "model": model, "arch": "unet", "cube": "c0ffee", "protocol": protocol,
+             "fraction": fraction, "seed": 0, "recipe": {"epochs": epochs, "lr": 1e-3}, "weights": "random", "v": 1}
+    return {"run_id": f"r{i}", "family": "segmentation", "model": model, "model_name": name, "dataset": "glid",
+            "protocol": protocol, "fraction": fraction, "seed": 0, "status": "ok", "metrics": {"mIoU": miou},
+            "identity": ident, "config": ident["recipe"], "created": f"2026-01-01T00:00:{i:02d}+00:00"}
+
+
+def test_fraction_curves_never_join_models_that_share_a_name_or_recipes_that_differ(tmp_path):
+    from cryocube.report import build_report
+
+    lines = [_seg(0, "unet", 0.1, 10.0, 1), _seg(1, "unet", 1.0, 11.0, 1),  # U-Net, 1 epoch
+             _seg(2, "unet", 0.1, 30.0, 3), _seg(3, "unet", 0.5, 31.0, 3), _seg(4, "unet", 1.0, 32.0, 3),  # 3 epochs
+             _seg(5, "my_unet", 0.1, 50.0, 1), _seg(6, "my_unet", 1.0, 51.0, 1)]  # another model, the same name
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rep = build_report([str(tmp_path)], str(tmp_path / "rep"), formats=["md"])
+    f = rep.tables["fractions/label_fraction"]
+    got = {}
+    for row in f.rows:
+        got.setdefault(row[f.col("model")], {})[row[f.col("fraction")]] = row[f.col("miou")]
+    assert got == {"U-Net (unet; epochs=1)": {0.1: 10.0, 1.0: 11.0}, "U-Net (unet; epochs=3)": {0.1: 30.0, 0.5: 31.0, 1.0: 32.0},
+                   "U-Net (my_unet)": {0.1: 50.0, 1.0: 51.0}}
+    cell = {r.name: r.cells["glid"].mean for r in rep.leaderboards["frozen-100pct"].rows}["U-Net"]
+    assert cell in (32.0, 51.0)  # one model's one recipe, never an average of recipes (or of models) as seeds
+    assert any("another recipe" in n for n in rep.tables["failures"].notes)
+
+
+def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
+    """Two label folders, one dataset name ("labels"): before, they were pooled, every run missed the other
+    set's tasks and was listed as dropped for a NaN Q."""
+    from cryocube.cube import cube_info
+    from cryocube.families.embedding.embed import embed, plan_embedding
+    from cryocube.report import build_report
+
+    root, a, _ = samples
+    ds = open_cube(a)
+    ids = list(sample_ids(ds, a))
+    target = np.asarray(ds["target"].values)
+    tasks = list(zip(as_text(ds["task"].values), as_text(ds["task_type"].values)))
+    results = tmp_path / "results"
+    for model in ("mean", "random"):
+        spec, prov = plan_embedding(model, cube_info(a), dim=16)
+        emb = str(tmp_path / f"{model}.zarr")
+        embed(spec, cube_info(a), emb, progress=False, provenance=prov)
+        for s, picked in enumerate((tasks[:1], tasks[1:])):
+            labels = tmp_path / f"labels{s}"
+            labels.mkdir(exist_ok=True)
+            for task, kind in picked:
+                j = [t for t, _ in tasks].index(task)
+                (labels / f"{task}__{kind}.csv").write_text(
+                    "id,label\n" + "".join(f"{i},{float(target[r, j])!r}\n" for r, i in enumerate(ids) if np.isfinite(target[r, j])))
+            res = probe_embeddings(emb, str(results / f"{model}{s}"), probe_recipe("linear", 3, RECIPE), labels=str(labels),
+                                   progress=False)
+            assert res.record["dataset"] == "ssl4eo-downstream" and res.record["label_set"]
+    rep = build_report([str(results)], str(tmp_path / "rep"), formats=["md"])
+    boards = {k: t for k, t in rep.tables.items() if k.startswith("embedding/embedding_leaderboard_ssl4eo-downstream")}
+    assert len(boards) == 2  # one per label set, each ranking both models
+    for t in boards.values():
+        assert len(t.rows) == 2 and not any("Dropped" in n for n in t.notes)
+        assert sorted(t.column_values("model")) == ["mean", "random"]

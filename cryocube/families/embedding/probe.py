@@ -348,7 +348,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
               "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
               "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
               "probe": recipe.as_dict(), "tasks": sorted(t.name for t in tasks),
-              "labels": labels or tasks_from, "identity": identity, "primary_metric": "Q",
+              "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity, "primary_metric": "Q",
               "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
                           "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
               "summary_file": f"{out.rstrip('/')}/results_summary.json"}
