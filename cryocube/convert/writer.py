@@ -332,7 +332,8 @@ def convert(
         raise UserError(f"dataset {spec.id!r} has no layout {layout!r}; known: {', '.join(sorted(spec.layouts))}")
     if on_error not in ("raise", "skip"):
         raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-    tile = int(spec.tile_size if tile_size is None else tile_size)
+    # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
+    tile = int(tile_size if tile_size is not None else spec.layout(layout).options.get("tile_size") or spec.tile_size)
     if shard_samples:
         block_samples = shard_samples  # a Dask task must write whole shards, never part of one
     for what, v in (("--tile", tile), ("--block", block_samples), ("--shard", shard_samples)):
