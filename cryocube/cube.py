@@ -199,7 +199,7 @@ def derive_sample_ids(source, split, tile_y, tile_x) -> np.ndarray:
     return _text(f"{sp}/{i}" if len(splits_of[i]) > 1 else i for i, sp in zip(ids, split))
 
 
-def check_unique_ids(ids, where: str) -> np.ndarray:
+def check_unique_ids(ids, where: str, fix: str = "convert the cube again") -> np.ndarray:
     """The ids, or a UserError naming the first repeated ones (a repeated id would merge samples)."""
     ids = as_text(ids)
     names, first, counts = np.unique(ids, return_index=True, return_counts=True)
@@ -207,7 +207,7 @@ def check_unique_ids(ids, where: str) -> np.ndarray:
         rep = names[counts > 1]
         show = ", ".join(f"{r!r} (samples {np.flatnonzero(ids == r)[:3].tolist()})" for r in rep[:3])
         raise UserError(f"{where}: {rep.size} sample id(s) are used more than once, e.g. {show}; "
-                        "ids must be unique (convert the cube again)")
+                        f"ids must be unique ({fix})")
     return ids
 
 

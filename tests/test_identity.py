@@ -213,3 +213,19 @@ def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
     for t in boards.values():
         assert len(t.rows) == 2 and not any("Dropped" in n for n in t.notes)
         assert sorted(t.column_values("model")) == ["mean", "random"]
+
+
+def test_an_embedding_store_with_repeated_ids_is_refused(caffe, tmp_path):
+    """A store embedded before ids were unique (its rows named by `source`) is refused, never collapsed."""
+    from cryocube.cube import cube_info
+    from cryocube.families.embedding.embed import embed, plan_embedding
+
+    _, url = caffe
+    spec, prov = plan_embedding("random", cube_info(url), dim=4)
+    emb = str(tmp_path / "old.zarr")
+    embed(spec, cube_info(url), emb, progress=False, provenance=prov)
+    g = zarr.open_group(emb, mode="r+")
+    src = as_text(open_cube(url)["source"].values)
+    g["id"][:] = src.astype(object)  # what v1 stores held: the scene's file for every tile
+    with pytest.raises(UserError, match="old.zarr: .* used more than once.*run `cryocube embed` again with --overwrite"):
+        load_embeddings(emb)

@@ -57,7 +57,7 @@ class EmbedSpec:
                  "seed": self.seed if self.source == "random" else None, "groups": self.groups, "grid": self.grid,
                  "encoder": None if e is None else {"arch": e.model.arch, "rule": e.rule, "S": e.input_size,
                                                     "weights": e.weights_sha256 or e.weights, "precision": e.precision},
-                 "v": 1}
+                 "v": 2}  # 2: rows carry the cube's sample ids (v1 stores used `source`, shared by a scene's tiles)
         return f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
 
     def describe(self) -> dict[str, Any]:
@@ -327,7 +327,11 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
     g = _store.open_group(url, "r")
     if COMPLETE not in g.attrs:
         raise UserError(f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed` again")
-    return ([str(i) for i in as_text(g["id"][:])], np.asarray(g["embedding"][:]), as_text(g["split"][:]), dict(g.attrs))
+    from ...cube import check_unique_ids
+
+    ids = check_unique_ids(g["id"][:], url, "an embedding store made before sample ids were unique: run `cryocube embed` "
+                           "again with --overwrite")
+    return [str(i) for i in ids], np.asarray(g["embedding"][:]), as_text(g["split"][:]), dict(g.attrs)
 
 
 # -- the submission CSV's provenance -------------------------------------------------------------------
