@@ -229,3 +229,11 @@ def test_an_embedding_store_with_repeated_ids_is_refused(caffe, tmp_path):
     g["id"][:] = src.astype(object)  # what v1 stores held: the scene's file for every tile
     with pytest.raises(UserError, match="old.zarr: .* used more than once.*run `cryocube embed` again with --overwrite"):
         load_embeddings(emb)
+
+
+def test_derived_ids_tell_tiles_and_split_folders_apart():
+    from cryocube.cube import derive_sample_ids
+
+    ids = derive_sample_ids(["a.tif", "a.tif", "b.png", "b.png", "c.nc"], ["train", "train", "train", "test", "test"],
+                            [0, 0, 0, 0, 0], [0, 32, 0, 0, 0])
+    assert list(ids) == ["a__0_0", "a__0_32", "train/b", "test/b", "c"]  # one stem in two split folders: prefixed
