@@ -97,18 +97,18 @@ class PairedRasterReader(Reader):
         return p
 
     def detect(self, root: str) -> bool:
-        """Its folders exist, and the first image there has its mask under this layout's naming (two layouts
-        with the same folders, CaFFe's original and TorchGeo's, differ only in file names)."""
+        """Its folders exist, and masks there follow this layout's naming for some of the first images (two
+        layouts with the same folders, CaFFe's original and TorchGeo's, differ only in file names; a missing
+        mask is left to `scan`, which names it)."""
         for f in self.split_folders:
             img_dir, lbl_dir = join(root, self.image_dir.format(folder=f)), join(root, self.label_dir.format(folder=f))
             if self.isdir(img_dir) and self.isdir(lbl_dir):
-                images = self.listdir(img_dir, self.suffixes)
-                if not images:
+                images, labels = self.listdir(img_dir, self.suffixes), self.listdir(lbl_dir, self.suffixes)
+                if not images or not labels:
                     return True
-                stem = next(iter(images))
                 try:
-                    return self.label_stem(stem) in self.listdir(lbl_dir, self.suffixes)
-                except ConvertError:
+                    return any(self.label_stem(s) in labels for s in list(images)[:50])
+                except ConvertError:  # image names of another layout
                     return False
         return False
 
