@@ -237,3 +237,21 @@ def test_derived_ids_tell_tiles_and_split_folders_apart():
     ids = derive_sample_ids(["a.tif", "a.tif", "b.png", "b.png", "c.nc"], ["train", "train", "train", "test", "test"],
                             [0, 0, 0, 0, 0], [0, 32, 0, 0, 0])
     assert list(ids) == ["a__0_0", "a__0_32", "train/b", "test/b", "c"]  # one stem in two split folders: prefixed
+
+
+def test_a_study_finds_its_default_run_when_another_recipe_fills_the_leaderboard_cell(tmp_path):
+    """A study's default run and a later fraction curve at another recipe share (model, dataset, protocol, 1.0):
+    the cell shows one recipe, and the study still compares against its own default."""
+    from cryocube.report import build_report
+
+    base = _seg(0, "unet", 1.0, 20.0, 1)
+    best = _seg(1, "unet", 1.0, 40.0, 1) | {"sweep": {"study": "s", "trial": 0, "best": True, "baseline_run_id": "r0",
+                                                       "params": {"lr": 0.01}, "value": 1.0, "metric": "val_mIoU"}}
+    best["identity"] = best["identity"] | {"recipe": {"epochs": 1, "lr": 0.01}}
+    curve = [_seg(2 + i, "unet", f, 30.0 + i, 6) for i, f in enumerate((0.25, 0.5, 1.0))]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [base, best, *curve]))
+    rep = build_report([str(tmp_path)], str(tmp_path / "rep"), formats=["md"])
+    s = rep.tables["tune/studies"]
+    assert s.rows[0][s.col("default")] == 20.0 and s.rows[0][s.col("tuned")] == 40.0
+    cells = {r.name: r.cells["glid"].mean for r in rep.leaderboards["frozen-100pct"].rows}
+    assert cells == {"U-Net": 32.0, "U-Net (tuned)": 40.0}  # the newest recipe fills the cell; never 26.0, an average

@@ -42,7 +42,7 @@ def _latest_trials(trials: Sequence[Run], study: str) -> dict[int, Run]:
 
 def studies_table(res: Results) -> tuple[Table, Table]:
     tuned = sorted((r for r in res.runs if r.sweep.get("best")), key=lambda r: (r.dataset, r.model_name, r.protocol))
-    by_id = {r.run_id: r for r in res.runs + res.replaced if not r.sweep}
+    by_id = {r.run_id: r for r in res.runs + res.other_recipes + res.replaced if not r.sweep}
     cols = [Column("model", "Model", numeric=False), Column("dataset", "Dataset", numeric=False),
             Column("protocol", "Protocol", numeric=False), Column("default", "Default test mIoU"),
             Column("tuned", "Tuned test mIoU"), Column("gain", "Gain"), Column("best_params", "Best params", numeric=False),
