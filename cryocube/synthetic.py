@@ -265,6 +265,7 @@ def make_raw(dataset: str | DatasetSpec, root: str | Path, layout: str = "cryobe
             while scene in {s for _, s in plan}:
                 scene = rec.name(rng, len(plan))
             plan.append((split, scene))
+    plan = [(sp, reader.example_name(s, i)) for i, (sp, s) in enumerate(plan)]  # e.g. TorchGeo's patch names
     if lay.options.get("val_from_train"):  # val is whatever the reader's rule draws from the train folder
         on_train = [s for sp, s in plan if sp != "test"]
         val = draw_val(on_train, lay.options["val_from_train"], reader.where)

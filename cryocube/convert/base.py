@@ -99,6 +99,10 @@ class Reader:
         """Where files of `split` live on disk: itself, or "train" where val is drawn from train."""
         return "train" if split == "val" and self.options.get("val_from_train") else split
 
+    def example_name(self, base: str, i: int) -> str:
+        """The name generated sample item `i` gets in this layout, from a dataset-style name (`base`)."""
+        return base
+
     def write(self, root: str, split: str, scene: str, image: np.ndarray, raw_label: np.ndarray,
               crs: str | None = None, transform: tuple | None = None) -> tuple[str, str]:
         """Write one image and its raw label where `scan` finds them; returns (image path, label path)."""

@@ -9,11 +9,20 @@ names, so this one reader serves them all, driven by the layout's options in the
     bands: exact | first           the catalog's band count exactly, or the first N bands (GLID)
     split_folders: {GLID: train}   folder on disk -> split (default train/val/test)
     label_suffix: _zones           label stem = image stem + suffix (CaFFe original)
+    image_name: "{stem}__{patch}"  the parts of an image stem (TorchGeo's CaFFe patches), for label_name
+    label_name: "{stem}_zones__{patch}"   label stem from those parts (default: image stem + label_suffix)
+    example_fields: {patch: "..."} what the sample-data generator puts in the parts other than {stem}
     val_from_train: {rule: ...}    val drawn from the train folder (cryocube.convert.splits)
+
+Folders beside the split folders that hold images (a `val/` in a layout whose val is drawn from
+train) are not read, and a warning says which.
 """
 from __future__ import annotations
 
 import os
+import re
+import string
+import warnings
 
 import numpy as np
 
@@ -26,7 +35,8 @@ from .splits import draw_val
 @register
 class PairedRasterReader(Reader):
     name = "paired_raster"
-    options_doc = "images, labels (folder templates with {folder}), suffixes, bands (exact|first), split_folders, label_suffix, val_from_train"
+    options_doc = ("images, labels (folder templates with {folder}), suffixes, bands (exact|first), split_folders, label_suffix, "
+                   "image_name, label_name, example_fields, val_from_train")
 
     @property
     def image_dir(self) -> str:
@@ -53,6 +63,33 @@ class PairedRasterReader(Reader):
         return self.option("label_suffix", "", str)
 
     @property
+    def image_name(self) -> str:
+        return self.option("image_name", "{stem}", str)
+
+    @property
+    def label_name(self) -> str:
+        return self.option("label_name", "{stem}" + self.label_suffix, str)
+
+    def _name_fields(self, stem: str, where: str) -> dict[str, str]:
+        """The parts of an image stem by `image_name` (each field non-greedy but the last), or an error."""
+        parts = list(string.Formatter().parse(self.image_name))
+        pattern = "".join(re.escape(lit) + (f"(?P<{f}>.+)" if i == len(parts) - 1 else f"(?P<{f}>.+?)" if f else "")
+                          for i, (lit, f, _, _) in enumerate(parts))
+        m = re.fullmatch(pattern, stem)
+        if m is None:
+            raise ConvertError(f"{where}: the name {stem!r} does not follow the {self.layout.name!r} layout's "
+                               f"image names ({self.image_name}); pass the --layout it was published in")
+        return m.groupdict()
+
+    def label_stem(self, stem: str, where: str = "") -> str:
+        return self.label_name.format(**self._name_fields(stem, where or stem))
+
+    def example_name(self, base: str, i: int) -> str:
+        """A file stem in this layout's naming for generated sample data (`base` becomes {stem})."""
+        extra = {k: str(v).format(i=i) for k, v in self.option("example_fields", {}, dict).items()}
+        return self.image_name.format(stem=base, **extra)
+
+    @property
     def band_policy(self) -> str:
         p = self.option("bands", "exact", str)
         if p not in ("exact", "first"):
@@ -60,8 +97,37 @@ class PairedRasterReader(Reader):
         return p
 
     def detect(self, root: str) -> bool:
-        return any(self.isdir(join(root, self.image_dir.format(folder=f))) and self.isdir(join(root, self.label_dir.format(folder=f)))
-                   for f in self.split_folders)
+        """Its folders exist, and masks there follow this layout's naming for some of the first images (two
+        layouts with the same folders, CaFFe's original and TorchGeo's, differ only in file names; a missing
+        mask is left to `scan`, which names it)."""
+        for f in self.split_folders:
+            img_dir, lbl_dir = join(root, self.image_dir.format(folder=f)), join(root, self.label_dir.format(folder=f))
+            if self.isdir(img_dir) and self.isdir(lbl_dir):
+                images, labels = self.listdir(img_dir, self.suffixes), self.listdir(lbl_dir, self.suffixes)
+                if not images or not labels:
+                    return True
+                try:
+                    return any(self.label_stem(s) in labels for s in list(images)[:50])
+                except ConvertError:  # image names of another layout
+                    return False
+        return False
+
+    def _unread_folders(self, root: str) -> list[str]:
+        """Folders beside the split folders that hold images this layout does not read (e.g. `val/` where val
+        is drawn from train): said, never skipped without a word."""
+        parent = self.image_dir.split("{folder}")[0].rstrip("/")
+        fs, path = self.fs(join(root, parent) if parent else root)
+        if not fs.isdir(path):
+            return []
+        out = []
+        for p in sorted(fs.ls(path, detail=False)):
+            name = p.rstrip("/").rsplit("/", 1)[-1]
+            if name in self.split_folders or name.startswith("."):
+                continue
+            img_dir = join(root, self.image_dir.format(folder=name))
+            if self.isdir(img_dir) and self.listdir(img_dir, self.suffixes):
+                out.append(img_dir)
+        return out
 
     def _folders(self, root: str) -> list[tuple[str, str]]:
         """[(folder, split)] present under root; two folders for one split is ambiguous."""
@@ -74,14 +140,21 @@ class PairedRasterReader(Reader):
         return [(folder, split) for split, folder in found.items()]
 
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
+        unread = self._unread_folders(root)
+        if unread:
+            splits = ", ".join(sorted(set(self.split_folders)))
+            warnings.warn(f"{', '.join(unread)}: not read (the {self.spec.id} {self.layout.name!r} layout reads the split "
+                          f"folders {splits}" + ("; its val split is drawn from train" if self.options.get("val_from_train")
+                                                 else "") + "); pass --layout for a layout that has them", stacklevel=2)
         jobs = []
         for folder, split in self._folders(root):
             img_dir = join(root, self.image_dir.format(folder=folder))
             lbl_dir = join(root, self.label_dir.format(folder=folder))
             images = self.listdir(img_dir, self.suffixes)
             labels = self.listdir(lbl_dir, self.suffixes)
-            if self.label_suffix:
-                labels = {s.removesuffix(self.label_suffix): u for s, u in labels.items()}
+            if self.label_name != "{stem}":  # key masks by the image stem they belong to
+                by_label = {self.label_stem(s, images[s]): s for s in images}
+                labels = {by_label.get(s, s): u for s, u in labels.items()}
             for stem, img, lbl in pair_by_stem(images, labels, f"{img_dir} vs {lbl_dir}"):
                 jobs.append((split, stem, img, lbl))
         if not jobs:
@@ -118,7 +191,7 @@ class PairedRasterReader(Reader):
         folder = next(f for f, s in self.split_folders.items() if s == disk)
         ext = self.suffixes[0]
         return (join(str(root), self.image_dir.format(folder=folder), f"{scene}{ext}"),
-                join(str(root), self.label_dir.format(folder=folder), f"{scene}{self.label_suffix}{ext}"))
+                join(str(root), self.label_dir.format(folder=folder), f"{self.label_stem(scene)}{ext}"))
 
     def write_image(self, path: str, image: np.ndarray, crs=None, transform=None) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -22,7 +22,7 @@ import zarr
 
 from .. import __version__
 from .. import store as _store
-from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, _text, block_digest, combine_stats, cube_checksum,
+from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, _text, check_unique_ids, block_digest, combine_stats, cube_checksum,
                     partial_stats, sample_digests)
 from ..errors import UserError, task_boundary
 from .base import ConvertError, Reader
@@ -69,6 +69,7 @@ def _template(reader: Reader, plan: SamplePlan, block: int):
     std = plan.published_std or [b.std for b in spec.bands]
     coords = {
         "source": ("sample", _text(plan.ids)),
+        "sample_id": ("sample", check_unique_ids(plan.ids, "the raw samples", "rename the repeated samples")),
         "split": ("sample", _text(["all"] * n)),
         "task": ("task", _text([t for t, _ in plan.tasks])),
         "task_type": ("task", _text([t for _, t in plan.tasks])),

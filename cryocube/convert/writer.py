@@ -19,7 +19,8 @@ import zarr
 
 from .. import __version__, store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
-from ..cube import COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, encoding, finalize, partial_stats, sample_digests, template
+from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, check_unique_ids, derive_sample_ids,
+                    encoding, finalize, partial_stats, sample_digests, template)
 from ..errors import UserError, task_boundary
 from .base import ConvertError, Reader, SourceItem, open_reader
 from .rawio import map_threads
@@ -52,10 +53,14 @@ class Plan:
                 a, b, c, d, e, f = t
                 x0, y0 = self.tile_x[s], self.tile_y[s]
                 tf[s] = (a, b, c + a * x0 + b * y0, d, e, f + d * x0 + e * y0)
+        split = np.array([it[i].split for i in io])
+        source = np.array([it[i].image.rsplit("/", 1)[-1] for i in io])
         return {
-            "split": np.array([it[i].split for i in io]),
+            "split": split,
             "scene": np.array([it[i].scene for i in io]),
-            "source": np.array([it[i].image.rsplit("/", 1)[-1] for i in io]),
+            "source": source,
+            "sample_id": check_unique_ids(derive_sample_ids(source, split, self.tile_y, self.tile_x), "the raw files",
+                                          "two files of one split folder share a name; rename one"),
             "crs": np.array([it[i].crs or "" for i in io]),
             "tile_y": self.tile_y,
             "tile_x": self.tile_x,
@@ -328,7 +333,8 @@ def convert(
         raise UserError(f"dataset {spec.id!r} has no layout {layout!r}; known: {', '.join(sorted(spec.layouts))}")
     if on_error not in ("raise", "skip"):
         raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-    tile = int(spec.tile_size if tile_size is None else tile_size)
+    # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
+    tile = int(tile_size if tile_size is not None else spec.layout(layout).options.get("tile_size") or spec.tile_size)
     if shard_samples:
         block_samples = shard_samples  # a Dask task must write whole shards, never part of one
     for what, v in (("--tile", tile), ("--block", block_samples), ("--shard", shard_samples)):

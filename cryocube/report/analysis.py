@@ -374,4 +374,8 @@ def failures_table(results: Results) -> Table:
                (r.error or "").strip().splitlines()[-1][:200] if r.error else "", r.source])
     if results.replaced:
         t.notes.append(f"{len(results.replaced)} older record(s) of repeated runs were replaced by the latest one.")
+    if results.other_recipes:
+        t.notes.append(f"{len(results.other_recipes)} run(s) of another recipe than the one shown for their model, dataset "
+                       "and protocol are left out of the leaderboards (never averaged with it); label-fraction curves "
+                       "show each recipe as its own curve.")
     return t

@@ -82,7 +82,8 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
     if res is not None:
         runs = res.runs + res.failures
         meta["results files"] = ", ".join(map(str, res.sources))
-        meta["runs"] = f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates replaced"
+        meta["runs"] = f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates replaced" + (
+            f", {len(res.other_recipes)} of other recipes left out of the leaderboards" if res.other_recipes else "")
         meta["protocols"] = ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key))
         meta["seeds"] = ", ".join(map(str, sorted({r.seed for r in runs})))
         meta["devices"] = ", ".join(sorted({r.device for r in runs if r.device})) or "–"
@@ -275,7 +276,7 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
         _published_section(w, None if published is True else published)
     if cube_urls:
         _qualitative_section(w, res, cube_urls, samples)
-    if res is not None and (res.failures or res.replaced):
+    if res is not None and (res.failures or res.replaced or res.other_recipes):
         sec = w.section("Failures")
         t = analysis.failures_table(res)
         rep.files += write_table(t, rep.out, w.formats)

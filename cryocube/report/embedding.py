@@ -10,7 +10,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..families.embedding import neuco
-from .records import Results, Run
+from .records import Results, Run, distinct_labels
 from .tables import Column, Table, fmt
 
 
@@ -25,20 +25,29 @@ def _mean(v: list[float]) -> float:
 
 
 def leaderboard_tables(res: Results) -> list[Table]:
-    """One NeuCo-Bench leaderboard per dataset (a model's seeds averaged per task first)."""
+    """One NeuCo-Bench leaderboard per dataset and label set (runs scored on other labels are never ranked
+    together, whatever their dataset is called); rows are (model id, recipe), a row's seeds averaged per task."""
     out = []
-    by_ds: dict[str, list[Run]] = defaultdict(list)
+    by_ds: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in res.embedding:
-        by_ds[r.dataset].append(r)
-    for ds, runs in sorted(by_ds.items()):
+        by_ds[(r.dataset, r.label_set)].append(r)
+    sets_of: dict[str, int] = defaultdict(int)
+    for ds, _ in by_ds:
+        sets_of[ds] += 1
+    for (ds, label_set), runs in sorted(by_ds.items()):
+        rows = {(r.model, r.recipe_digest): r for r in runs}
+        names = distinct_labels(rows, base=run_name)
         per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for r in runs:
             for t, q in (r.metrics.get("task_Q") or {}).items():
-                per[run_name(r)][t].append(math.nan if q is None else float(q))
+                per[names[(r.model, r.recipe_digest)]][t].append(math.nan if q is None else float(q))
         q = {name: {t: (float(np.mean(v)) if v else math.nan) for t, v in tasks.items()} for name, tasks in per.items()}
         lb = neuco.leaderboard(q)
         tasks = sorted({t for v in q.values() for t in v})
-        t = Table(name=f"embedding_leaderboard_{ds}", title=f"Embedding probes on {ds}: NeuCo-Bench ranking",
+        several = sets_of[ds] > 1
+        t = Table(name=f"embedding_leaderboard_{ds}" + (f"_{label_set[:8]}" if several else ""),
+                  title=f"Embedding probes on {ds}" + (f" (label set {label_set[:8]})" if several else "")
+                  + ": NeuCo-Bench ranking",
                   columns=[Column("rank", "Rank"), Column("model", "Model", numeric=False), Column("q_mean", "Mean Q")]
                   + [Column(f"q_{k}", k) for k in tasks])
         for row in lb.rows:
@@ -48,6 +57,9 @@ def leaderboard_tables(res: Results) -> list[Table]:
         t.notes.append("Rank: per task, runs ranked by -Q (ties share the lower rank); task weight = std of Q across runs "
                        "over the sum of those stds; aggregated rank = rank of the weighted sum of ranks (NeuCo-Bench). "
                        "So rank 1 need not have the highest mean Q.")
+        if several:
+            t.notes.append(f"Label set {label_set[:8]}: tasks {', '.join(tasks)}; {ds} has runs on {sets_of[ds]} label sets, "
+                           "each ranked on its own.")
         if lb.dropped:
             t.notes.append(f"Dropped for a NaN Q (more than 30% of a task's probes failed, without a finite score): {', '.join(lb.dropped)}")
         out.append(t)

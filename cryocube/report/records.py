@@ -116,9 +116,40 @@ class Run:
         return bool(self.sweep) and not self.sweep.get("best")
 
     @property
+    def identity(self) -> dict[str, Any]:
+        i = self.record.get("identity")
+        return i if isinstance(i, dict) else {}
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """The recipe fields the run was defined by (identity's, else the record's config)."""
+        r = self.identity.get("recipe", self.record.get("config"))
+        return r if isinstance(r, dict) else {}
+
+    @property
+    def recipe_digest(self) -> str:
+        """What defines the run apart from its label fraction, seed and protocol: points with equal digests
+        belong on one curve. From the identity the engine hashed; an older record without one is keyed by
+        what it does say (model, config, cube, weights), so runs that may differ are never joined."""
+        body = {k: v for k, v in self.identity.items() if k not in NOT_RECIPE}
+        if not body:
+            body = {"model": self.model, "config": self.record.get("config"), "cube": self.cube.get("checksum"),
+                    "random_init": self.random_init, "weights": (self.record.get("weights") or {}).get("sha256")
+                    if isinstance(self.record.get("weights"), dict) else None}
+        return _digest(body)
+
+    @property
+    def label_set(self) -> str:
+        """Digest of the labels a probe run was scored on (runs on other label sets are never ranked together);
+        an older record without one: its labels source and task names."""
+        d = self.record.get("label_set") or self.identity.get("tasks")
+        return str(d) if d else _digest({"labels": self.record.get("labels"), "tasks": self.record.get("tasks")})
+
+    @property
     def key(self) -> tuple:
         return (self.model, self.model_name, self.dataset, self.protocol, self.fraction, self.seed,
-                str((self.record.get("probe") or {}).get("probe", "")))
+                str((self.record.get("probe") or {}).get("probe", "")),
+                self.label_set if self.family == "embedding" else "", self.recipe_digest)
 
 
 @dataclass
@@ -129,12 +160,22 @@ class Results:
     failures: list[Run]  # status error (or "ok" without a usable mIoU)
     sources: list[str]
     replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
+    other_recipes: list[Run] = field(default_factory=list)  # ok runs of a cell's other recipes (curves only, never averaged)
     trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
     embedding: list[Run] = field(default_factory=list)  # family "embedding" (probe Q; see report/embedding.py)
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
         return [r for r in self.runs if (protocol is None or r.protocol == protocol)
                 and (fraction is None or math.isclose(r.fraction, fraction))]
+
+
+NOT_RECIPE = ("fraction", "seed", "protocol")  # identity fields that vary along a curve, not between curves
+
+
+def _digest(obj: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _num(v: Any) -> float | None:
@@ -257,6 +298,21 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     return [v[1] for v in latest.values()], replaced
 
 
+def one_recipe_per_cell(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """(runs shown, runs left out): where one model, dataset, protocol and fraction ran under several recipes
+    (epochs 1 and 3), the recipe with the most runs (then the newest) fills the cell; the others are never
+    averaged with it as if they were more seeds."""
+    cells: dict[tuple, dict[str, list[tuple[int, Run]]]] = {}
+    for order, r in enumerate(runs):
+        cells.setdefault((r.model, r.model_name, r.dataset, r.protocol, r.fraction), {}) \
+            .setdefault(r.recipe_digest, []).append((order, r))
+    shown: set[int] = set()
+    for recipes in cells.values():
+        pick = max(recipes.values(), key=lambda v: (len(v), max(_created_key(r, o) for o, r in v)))
+        shown.update(o for o, _ in pick)
+    return ([r for o, r in enumerate(runs) if o in shown], [r for o, r in enumerate(runs) if o not in shown])
+
+
 def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     """Read results.jsonl files (or directories holding them) into de-duplicated runs and failures."""
     if isinstance(paths, (str, Path)):
@@ -264,8 +320,36 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     paths = list(paths)
     every = read_runs(paths)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
-    ok = [r for r in kept if r.status == "ok" and r.family != "embedding"]
+    ok, other = one_recipe_per_cell([r for r in kept if r.status == "ok" and r.family != "embedding"])
     failed = [r for r in kept if r.status != "ok"]
-    return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced,
+    return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced, other_recipes=other,
                    trials=[r for r in every if r.is_trial],
                    embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"])
+
+
+def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict[Any, str]:
+    """Display names for groups keyed by identity (one representative run each): the display name, plus, where
+    groups share it, what tells them apart: the model id, the recipe fields that differ (`epochs=3`), else the
+    recipe digest. Names are only for show: two groups never merge because they print alike."""
+    by_name: dict[str, list] = {}
+    for k, r in groups.items():
+        by_name.setdefault(base(r), []).append(k)
+    out: dict[Any, str] = {}
+    for name, keys in by_name.items():
+        if len(keys) == 1:
+            out[keys[0]] = name
+            continue
+        models = {groups[k].model for k in keys}
+        for k in keys:
+            r = groups[k]
+            parts = [r.model] if len(models) > 1 else []
+            mates = [groups[j].recipe for j in keys if groups[j].model == r.model]
+            if len(mates) > 1:
+                differ = sorted({f for rc in mates for f in rc
+                                 if len({json.dumps(m.get(f), sort_keys=True, default=str) for m in mates}) > 1})
+                parts.append(", ".join(f"{f}={r.recipe.get(f)}" for f in differ[:3]) or f"recipe {r.recipe_digest[:6]}")
+            out[k] = f"{name} ({'; '.join(parts)})"
+    seen: dict[str, int] = {}
+    for label in out.values():
+        seen[label] = seen.get(label, 0) + 1
+    return {k: (f"{v} [{groups[k].recipe_digest[:6]}]" if seen[v] > 1 else v) for k, v in out.items()}

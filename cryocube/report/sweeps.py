@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from .names import dataset_display_name
 from .plots import save
-from .records import Results, Run
+from .records import Results, Run, distinct_labels
 from .tables import Column, Table
 
 FROZEN_PROTOCOLS = ("frozen", "fewshot")  # frozen encoder, any label share
@@ -42,7 +42,7 @@ def _latest_trials(trials: Sequence[Run], study: str) -> dict[int, Run]:
 
 def studies_table(res: Results) -> tuple[Table, Table]:
     tuned = sorted((r for r in res.runs if r.sweep.get("best")), key=lambda r: (r.dataset, r.model_name, r.protocol))
-    by_id = {r.run_id: r for r in res.runs + res.replaced if not r.sweep}
+    by_id = {r.run_id: r for r in res.runs + res.other_recipes + res.replaced if not r.sweep}
     cols = [Column("model", "Model", numeric=False), Column("dataset", "Dataset", numeric=False),
             Column("protocol", "Protocol", numeric=False), Column("default", "Default test mIoU"),
             Column("tuned", "Tuned test mIoU"), Column("gain", "Gain"), Column("best_params", "Best params", numeric=False),
@@ -102,17 +102,28 @@ def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -
 
 
 def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float, list[float]]]]:
-    """dataset -> (model, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed."""
+    """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed.
+
+    A curve is one model id and one recipe (the run's identity apart from fraction, seed and protocol):
+    two models that share a display name, or one model at epochs 1 and 3, are separate curves, labelled
+    apart (`distinct_labels`)."""
     out: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for r in res.runs:
+    rep: dict[tuple, Run] = {}
+    for r in res.runs + res.other_recipes:
         if r.sweep or r.miou is None:
             continue
         kind = "frozen" if r.protocol in FROZEN_PROTOCOLS else "fine-tuned" if r.protocol in FINETUNED_PROTOCOLS else None
         if kind:
-            out[r.dataset][(r.model_name, kind)][r.fraction].append(r.miou)
-    # a curve needs two fractions
-    return {d: {k: dict(v) for k, v in curves.items() if len(v) >= 2} for d, curves in out.items()
-            if any(len(v) >= 2 for v in curves.values())}
+            key = (r.model, r.recipe_digest, kind)
+            out[r.dataset][key][r.fraction].append(r.miou)
+            rep[(r.dataset, *key)] = r
+    curves = {}
+    for d, cs in out.items():
+        cs = {k: dict(v) for k, v in cs.items() if len(v) >= 2}  # a curve needs two fractions
+        if cs:
+            names = distinct_labels({k: rep[(d, *k)] for k in cs})
+            curves[d] = {(names[k], k[2]): pts for k, pts in cs.items()}
+    return curves
 
 
 def fraction_table(curves: dict) -> Table:

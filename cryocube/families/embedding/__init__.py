@@ -55,7 +55,7 @@ class Embedding(Family):
                   "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
                   "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.as_dict(),
                   "neuco_bench_differences": differences(pr),
-                  "tasks": [t.name for t in tasks], "weights": prov["weights"],
+                  "tasks": [t.name for t in tasks], "label_set": identity["tasks"], "weights": prov["weights"],
                   "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
                   "identity": identity, "overrides": dict(spec.overrides) or None}
         work = {"embed": emb, "probe": pr, "tasks": tasks, "url": embeddings_url(ctx.out, emb.key)}

@@ -56,7 +56,7 @@ def _embed(args) -> int:
     from ...cluster import open_cluster
     from ...cube import cube_info
     from ..segmentation.recipe import load_recipe
-    from .embed import embed, load_embeddings, plan_embedding
+    from .embed import embed, load_embeddings, plan_embedding, write_sidecar
     from .submission import write_submission
 
     store.register_options(args.out, args.storage_options)
@@ -80,8 +80,9 @@ def _embed(args) -> int:
           f"{res.blocks_run} blocks computed in {res.seconds:.1f} s)")
     if args.format == "csv":
         csv = args.out if args.out.endswith(".csv") else args.out.rstrip("/") + ".csv"
-        ids, X, _, _ = load_embeddings(url)
+        ids, X, _, attrs = load_embeddings(url)
         write_submission(csv, ids, X)
+        write_sidecar(csv, attrs)
         print(f"{csv}: submission CSV (id + {X.shape[1]} value columns)")
     return 0
 

@@ -57,7 +57,7 @@ class EmbedSpec:
                  "seed": self.seed if self.source == "random" else None, "groups": self.groups, "grid": self.grid,
                  "encoder": None if e is None else {"arch": e.model.arch, "rule": e.rule, "S": e.input_size,
                                                     "weights": e.weights_sha256 or e.weights, "precision": e.precision},
-                 "v": 1}
+                 "v": 2}  # 2: rows carry the cube's sample ids (v1 stores used `source`, shared by a scene's tiles)
         return f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
 
     def describe(self) -> dict[str, Any]:
@@ -303,9 +303,9 @@ def _finish(spec: EmbedSpec, cube, url: str, blocks_run: int, seconds: float, pr
         E = pad_to(E, spec.dim)  # fewer directions than asked (small data): zero columns, as NeuCo-Bench pads
     else:
         E = F
-    from ...cube import open_cube
+    from ...cube import open_cube, sample_ids
 
-    ids = as_text(open_cube(cube.url)["source"].values)
+    ids = sample_ids(open_cube(cube.url), cube.url)
     for k in ("embedding", "sample", "split", "id"):
         if k in g:
             del g[k]
@@ -327,4 +327,62 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
     g = _store.open_group(url, "r")
     if COMPLETE not in g.attrs:
         raise UserError(f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed` again")
-    return ([str(i) for i in as_text(g["id"][:])], np.asarray(g["embedding"][:]), as_text(g["split"][:]), dict(g.attrs))
+    from ...cube import check_unique_ids
+
+    ids = check_unique_ids(g["id"][:], url, "an embedding store made before sample ids were unique: run `cryocube embed` "
+                           "again with --overwrite")
+    return [str(i) for i in ids], np.asarray(g["embedding"][:]), as_text(g["split"][:]), dict(g.attrs)
+
+
+# -- the submission CSV's provenance -------------------------------------------------------------------
+
+SIDECAR_KEYS = ("source", "key", "model_name", "cube", "weights", "precision", "dim", "pca", "embedding_sha256")
+
+
+def sidecar_path(csv: str) -> str:
+    return f"{csv}.json"
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_sidecar(csv: str, attrs: dict) -> str:
+    """`<csv>.json`: what made the CSV (the cube's checksum, the model), with the CSV's own sha256 so an
+    edited CSV is never credited to it; written then renamed."""
+    import json
+    import os
+
+    out = sidecar_path(csv)
+    doc = {k: attrs.get(k) for k in SIDECAR_KEYS} | {"csv_sha256": _file_sha256(csv), "cryocube": __version__}
+    tmp = f"{out}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, sort_keys=True, default=str)
+    os.replace(tmp, out)
+    return out
+
+
+def read_sidecar(csv: str) -> dict:
+    """The provenance `embed` wrote beside a CSV; {} when there is none, or (with a warning) when the CSV
+    no longer has the bytes it was written with."""
+    import json
+    import os
+    import warnings
+
+    path = sidecar_path(csv)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        warnings.warn(f"{path}: unreadable provenance ({e}); {csv} is treated as vectors made elsewhere", stacklevel=2)
+        return {}
+    if doc.get("csv_sha256") != _file_sha256(csv):
+        warnings.warn(f"{csv} changed since `cryocube embed` wrote it, so its provenance in {path} is not used", stacklevel=2)
+        return {}
+    return {k: v for k, v in doc.items() if k in SIDECAR_KEYS and v is not None}

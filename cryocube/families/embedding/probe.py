@@ -180,10 +180,10 @@ def _slug(name: str) -> str:
 
 def tasks_from_cube(url: str) -> list[Task]:
     """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and fraction."""
-    from ...cube import as_text, open_cube
+    from ...cube import as_text, open_cube, sample_ids
 
     ds = open_cube(url)
-    ids = [str(i) for i in as_text(ds["source"].values)]
+    ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values, dtype=np.float64)
         found = [Task(f"{t}__{k}", k, {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)})
@@ -205,7 +205,8 @@ def tasks_from_cube(url: str) -> list[Task]:
 
 
 def align(ids: list[str], tasks: list[Task]) -> list[tuple[Task, np.ndarray, np.ndarray]]:
-    """(task, embedding rows, labels) per task; a labelled id without an embedding is an error."""
+    """(task, embedding rows, labels) per task, rows ordered by id (so folds depend on which ids are labelled,
+    never on the order of a label file or a cube); a labelled id without an embedding is an error."""
     from .submission import strip_id
 
     pos = {strip_id(i): r for r, i in enumerate(ids)}
@@ -214,8 +215,9 @@ def align(ids: list[str], tasks: list[Task]) -> list[tuple[Task, np.ndarray, np.
         missing = [i for i in t.labels if strip_id(i) not in pos]
         if missing:
             raise UserError(f"task {t.name}: {len(missing)} labelled ids have no embedding, e.g. {missing[0]!r}")
-        rows = np.array([pos[strip_id(i)] for i in t.labels], dtype=np.int64)
-        out.append((t, rows, np.array(list(t.labels.values()), dtype=np.float64)))
+        keys = sorted(t.labels, key=strip_id)
+        rows = np.array([pos[strip_id(i)] for i in keys], dtype=np.int64)
+        out.append((t, rows, np.array([t.labels[i] for i in keys], dtype=np.float64)))
     return out
 
 
@@ -349,15 +351,29 @@ def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRe
     return task_scores(total)
 
 
+def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
+    """Embeddings scored against a cube's tasks must come from that cube: ids alone match across cubes
+    converted from other raw data or options (checked by the checksum `embed` recorded)."""
+    from ...cube import cube_info
+
+    made = (prov.get("cube") or {}).get("checksum")
+    have = cube_info(cube_url).checksum
+    if made and made != have:
+        raise UserError(f"{embeddings} was embedded from the cube {prov['cube'].get('url')} (checksum {made[:16]}), not "
+                        f"from {cube_url} (checksum {have[:16]}); probe it with the tasks of the cube it was made from")
+
+
 def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndarray, dict]:
     """A submission CSV or an embedding store -> (ids, X, provenance). A CSV's values must all be finite
     numbers (NeuCo-Bench reads text, NaN and empty cells as 0; cryocube refuses them, naming line, id and
-    column); with a `dim`, the challenge's column-count rule applies too."""
+    column); with a `dim`, the challenge's column-count rule applies too. A CSV that `embed` wrote carries
+    its provenance (cube checksum, model) in a sidecar JSON."""
     if path.rstrip("/").endswith(".csv"):
+        from .embed import read_sidecar
         from .submission import read_submission
 
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
-        return ids, X, {"source": path, "format": "csv", **({"notes": notes} if notes else {})}
+        return ids, X, {"source": path, **read_sidecar(path), "format": "csv", **({"notes": notes} if notes else {})}
     if not _store.exists(path):
         raise UserError(f"{path}: no such embedding store or submission CSV")
     from .embed import load_embeddings
@@ -402,6 +418,8 @@ def load_probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None =
     tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
     check_tasks(tasks, recipe)
     ids, X, prov = read_embedding_input(embeddings, recipe.dim)
+    if tasks_from:
+        same_cube(embeddings, prov, tasks_from)
     align(ids, tasks)  # every labelled id has a vector
     return ProbeInputs(ids, X, prov, tasks)
 
@@ -442,7 +460,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
               "probe": recipe.as_dict(), "neuco_bench_differences": differences(recipe),
               "tasks": sorted(t.name for t in tasks),
               "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
-              "labels": labels or tasks_from, "identity": identity, "primary_metric": "Q",
+              "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity, "primary_metric": "Q",
               "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
                           "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
               "summary_file": f"{out.rstrip('/')}/results_summary.json"}
