@@ -5,7 +5,7 @@ Raw layout (options in the dataset catalog): `data/<modality>/part-XXXXXX/<id>.z
 group with variable `bands` of dims (sample, time, band, y, x) and shape (1, 4, C, H, W), the same id in
 every modality folder; `labels/<task>__<cls|regr>.csv` with columns id,label (empty labels skipped).
 
-The cube: `image(sample, time, band, y, x)` float32 (the modalities side by side on `band`, in the
+The cube: `image(sample, time, band, y, x)` float32 (written by the shared sample-cube writer, convert/samples.py) (the modalities side by side on `band`, in the
 catalog's band order), `target(sample, task)` float32 (NaN = no label), coordinates `source` (the id),
 `split` ("all": the challenge has no split; probes draw their own), `task_type(task)`, `time`, and the
 band coordinates of every cube (alias, role, sensor, both published statistics). `--shift-s2` adds the
@@ -16,26 +16,17 @@ progress flags and per-sample digests; the completion marker is written last, as
 from __future__ import annotations
 
 import csv
-import datetime as _dt
-import math
 import os
 import posixpath
 import tempfile
-import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import zarr
 
-from .. import __version__
 from .. import store as _store
-from ..catalog import DatasetSpec
-from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, block_digest, combine_stats, cube_checksum, partial_stats,
-                    sample_digests)
-from ..errors import UserError, task_boundary
 from .base import ConvertError, Reader, register
-from .writer import check_image
+from .samples import SampleConvertResult, SamplePlan, convert_samples
 
 S2_OFFSET = 1000.0
 SHIFTED_STATS = "ssl4eo_v11_shifted"
@@ -207,162 +198,30 @@ class SSL4EOReader(Reader):
                 for i, v in values.items():
                     w.writerow([i, "" if v is None else repr(float(v))])
 
+    def read_sample(self, item: Location, shift_s2: bool = False) -> np.ndarray:
+        return self.read(item, shift_s2=shift_s2)[0]
+
     # -- the sample cube -------------------------------------------------------------------------
     def convert(self, raw: str, out: str, client, block_samples: int = 16, overwrite: bool = False, progress: bool = True,
-                shift_s2: bool = False, **_) -> "SampleConvertResult":
-        return convert_samples(self, raw, out, client, block_samples, overwrite, progress, shift_s2)
-
-
-@dataclass
-class SampleConvertResult:
-    url: str
-    n_samples: int
-    blocks_written: int
-    blocks_total: int
-    read_bytes: int
-    seconds: float
-    marker: dict
-    skipped: int = 0
-
-
-def _template(spec: DatasetSpec, reader: SSL4EOReader, items: list[Location], tasks, T: int, H: int, shift_s2: bool,
-              block: int, attrs: dict):
-    import dask.array as da
-    import xarray as xr
-
-    from ..cube import _text
-
-    n, c, k = len(items), len(spec.bands), len(tasks)
-    nb = math.ceil(n / block)
-    pub = spec.statistics.get(SHIFTED_STATS) if shift_s2 else None
-    mean = [pub[b.name][0] if pub else b.mean for b in spec.bands]
-    std = [pub[b.name][1] if pub else b.std for b in spec.bands]
-    target = np.full((n, k), np.nan, dtype=np.float32)
-    index = {it.id: i for i, it in enumerate(items)}
-    for j, (_, (_, values)) in enumerate(tasks.items()):
-        for i, v in values.items():
-            if i in index:
-                target[index[i], j] = v
-    ds = xr.Dataset(
-        data_vars={
-            "image": (("sample", "time", "band", "y", "x"), da.zeros((n, T, c, H, H), dtype="float32", chunks=(1, T, c, H, H))),
-            "target": (("sample", "task"), target),
-            "progress": (("block",), da.zeros((nb,), dtype="uint8", chunks=1)),
-            "block_digest": (("block", "digest_byte"), da.zeros((nb, 8), dtype="uint8", chunks=(1, 8))),
-            "block_stats": (("block", "stat", "band"), da.zeros((nb, len(STATS), c), dtype="float64", chunks=(1, len(STATS), c))),
-            "sample_digest": (("sample", "part"), da.zeros((n, 2), dtype="uint32", chunks=(block, 2))),
-        },
-        coords={
-            "source": ("sample", _text([it.id for it in items])),
-            "split": ("sample", _text(["all"] * n)),
-            "time": ("time", _text(spec.time or [str(t) for t in range(T)])),
-            "task": ("task", _text(list(tasks))),
-            "task_type": ("task", _text([t[0] for t in tasks.values()])),
-            "band": ("band", _text([b.name for b in spec.bands])),
-            "alias": ("band", _text([b.alias for b in spec.bands])),
-            "role": ("band", _text([b.role for b in spec.bands])),
-            "wavelength_um": ("band", np.array([b.wavelength_um for b in spec.bands], dtype="float64")),
-            "sensor": ("band", _text([b.sensor for b in spec.bands])),
-            "units": ("band", _text([b.units for b in spec.bands])),
-            "published_mean": ("band", np.array(mean, dtype="float64")),
-            "published_std": ("band", np.array(std, dtype="float64")),
-            "band_mean": ("band", np.full(c, np.nan)),
-            "band_std": ("band", np.full(c, np.nan)),
-            "band_min": ("band", np.full(c, np.nan)),
-            "band_max": ("band", np.full(c, np.nan)),
-        },
-        attrs=attrs,
-    )
-    return ds
-
-
-@task_boundary
-def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
-    from ..cluster.runtime import tune_malloc
-
-    t0 = time.perf_counter()
-    tune_malloc()
-    reader: SSL4EOReader = task["reader"]
-    items: list[Location] = task["items"]
-    s0 = task["s0"]
-    imgs = []
-    for it in items:
-        img, _ = reader.read(it, shift_s2=task["shift_s2"])
-        if img.shape != task["shape"]:
-            raise ConvertError(f"location {it.id}: image {img.shape}, the cube's samples are {task['shape']}")
-        names = reader.spec.time or [str(t) for t in range(img.shape[0])]
-        imgs.append(np.stack([check_image(img[t], reader.spec, f"location {it.id} ({names[t]})")[0]
-                              for t in range(img.shape[0])]))
-    images = np.stack(imgs)
-    g = _store.open_group(task["out"], "r+")
-    targets = np.asarray(g["target"][s0 : s0 + len(items)])
-    digests = sample_digests(images, targets)
-    n, T, c, H, W = images.shape
-    flat = images.reshape(n * T, c, H, W)  # every pixel of every season counts (the challenge has no split)
-    stats = partial_stats(flat, np.zeros((n * T, H, W), np.int8), np.ones(n * T, bool))
-    with zarr.config.set({"array.write_empty_chunks": True}):
-        g["image"][s0 : s0 + len(items)] = images
-        g["sample_digest"][s0 : s0 + len(items)] = digests
-        g["block_digest"][task["block"]] = block_digest(digests, images[0].nbytes, targets[0].nbytes)
-        g["block_stats"][task["block"]] = stats
-        g["progress"][task["block"]] = 1
-    return {"samples": len(items), "read_bytes": int(images.nbytes), "seconds": time.perf_counter() - t0}
-
-
-def convert_samples(reader: SSL4EOReader, raw: str, out: str, client, block: int, overwrite: bool, progress: bool,
-                    shift_s2: bool) -> SampleConvertResult:
-    import hashlib
-    import json
-
-    from ..progress import gather
-
-    t0 = time.perf_counter()
-    spec = reader.spec
-    items = reader.scan(raw)
-    tasks = reader.labels(raw)
-    first, _ = reader.read(items[0], shift_s2=shift_s2)
-    T, C, H, W = first.shape
-    if H != W:
-        raise ConvertError(f"location {items[0].id}: {H}x{W} pixels; sample cubes hold square images")
-    fingerprint = hashlib.sha256(json.dumps({"ids": [it.id for it in items], "tasks": {k: sorted(v[1].items()) for k, v in tasks.items()},
-                                             "shift_s2": shift_s2, "block": block, "shape": first.shape,
-                                             "schema": SCHEMA_VERSION}, default=str).encode()).hexdigest()
-    if _store.exists(out):
-        g = _store.open_group(out, "r+")
-        if overwrite or g.attrs.get(PLAN_ATTR) != fingerprint:
-            if not overwrite and (PLAN_ATTR in g.attrs or COMPLETE_ATTR in g.attrs):
-                raise UserError(f"{out}: a cube from different inputs or options is already there; pass --overwrite to replace it")
-            _store.remove(out)
-    if not _store.exists(out):
-        attrs = {"dataset": spec.id, "title": spec.name, "description": spec.description, "licence": spec.licence,
-                 "layout": reader.layout.name, "raw_source": raw, "kind": "samples", "shift_s2": shift_s2,
-                 "published_statistics": "ssl4eo_v11_shifted" if shift_s2 else "raw (catalog band mean/std)",
-                 "schema_version": SCHEMA_VERSION, "converter": f"cryocube {__version__}", "block_samples": block,
-                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-        ds = _template(spec, reader, items, tasks, T, H, shift_s2, block, attrs)
-        enc = {"image": {"chunks": (1, T, C, H, H)}, "target": {"chunks": (block, max(1, len(tasks)))},
-               "sample_digest": {"chunks": (block, 2)}, "progress": {"chunks": (1,)}}
-        ds.to_zarr(_store.make_store(out), mode="w", compute=False, zarr_format=3, encoding=enc, consolidated=True)
-        g = _store.open_group(out, "r+")
-        g.attrs[PLAN_ATTR] = fingerprint
-        zarr.consolidate_metadata(g.store)
-    g = _store.open_group(out, "r+")
-    if COMPLETE_ATTR in g.attrs:
-        return SampleConvertResult(out, len(items), 0, math.ceil(len(items) / block), 0, time.perf_counter() - t0,
-                                   dict(g.attrs[COMPLETE_ATTR]))
-    done = np.asarray(g["progress"][:]).astype(bool)
-    jobs = [{"reader": reader, "items": items[b * block : (b + 1) * block], "s0": b * block, "block": b, "out": out,
-             "shift_s2": shift_s2, "shape": first.shape} for b in range(done.size) if not done[b]]
-    futs = client.map(write_sample_block, jobs, pure=False, key=[f"cryocube-samples-{b['block']}-{time.time_ns()}" for b in jobs])
-    results = gather(futs, f"convert {spec.id}", sum(len(j["items"]) for j in jobs), progress, lambda i, r: r["samples"])
-    stats = combine_stats(np.asarray(g["block_stats"][:]))
-    for k in ("mean", "std", "min", "max"):
-        g[f"band_{k}"][:] = stats[k]
-    marker = {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(), "n_samples": len(items),
-              "checksum": cube_checksum(np.asarray(g["block_digest"][:])), "schema_version": SCHEMA_VERSION}
-    g.attrs["statistics_split"] = "all"
-    g.attrs[COMPLETE_ATTR] = marker
-    zarr.consolidate_metadata(g.store)
-    return SampleConvertResult(out, len(items), len(jobs), done.size, sum(r["read_bytes"] for r in results),
-                               time.perf_counter() - t0, marker)
-
+                shift_s2: bool = False, **_) -> SampleConvertResult:
+        items = self.scan(raw)
+        tasks = self.labels(raw)
+        first = self.read_sample(items[0], shift_s2=shift_s2)
+        T, C, H, W = first.shape
+        if H != W:
+            raise ConvertError(f"location {items[0].id}: {H}x{W} pixels; sample cubes hold square images")
+        index = {it.id: i for i, it in enumerate(items)}
+        target = np.full((len(items), len(tasks)), np.nan, dtype=np.float32)
+        for j, (_, values) in enumerate(tasks.values()):
+            for i, v in values.items():
+                if i in index:
+                    target[index[i], j] = v
+        pub = self.spec.statistics.get(SHIFTED_STATS) if shift_s2 else None
+        plan = SamplePlan(
+            ids=[it.id for it in items], shape=first.shape, tasks=[(t, kind) for t, (kind, _) in tasks.items()], target=target,
+            attrs={"shift_s2": shift_s2,
+                   "published_statistics": SHIFTED_STATS if shift_s2 else "raw (catalog band mean/std)"},
+            fingerprint={"shift_s2": shift_s2}, time=tuple(self.spec.time),
+            published_mean=[pub[b.name][0] for b in self.spec.bands] if pub else None,
+            published_std=[pub[b.name][1] for b in self.spec.bands] if pub else None)
+        return convert_samples(self, items, plan, raw, out, client, block_samples, overwrite, progress, {"shift_s2": shift_s2})

@@ -1,0 +1,129 @@
+"""Labels derived from interferogram maps at convert time, by rules whose parameters live in the catalog.
+
+Each rule takes numpy maps of one pair and the `derive:` parameters of the dataset's layout and returns a
+label; `RULES_TEXT` says in one sentence what each computes (written into the cube's attrs with the
+parameters). Sign convention: line-of-sight displacement d = -lambda / (4 pi) * phase, positive towards
+the satellite; one fringe (2 pi) is lambda / 2 of LOS change.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+LOS_CONVENTION = "d_los = -lambda / (4 pi) * (phi_unwrapped - median over valid pixels), metres, positive towards the satellite"
+RULES_TEXT = {
+    "valid": "valid pixels: finite unwrapped phase and coherence >= mask_coherence",
+    "coherence_classification": "class = number of thresholds <= the statistic (median) of coherence over finite pixels",
+    "deformation_box": "extent (x_min, y_min, x_max, y_max; end-exclusive px) of valid pixels with |d_los| > threshold_m, "
+                       "connected regions smaller than min_pixels dropped; none left: no box",
+    "fringe_counting": "round((max - min) / 2 pi) of the unwrapped phase over valid pixels inside the deformation box; 0 without a box",
+}
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The `derive:` parameters of a layout (defaults are the catalog's documented values)."""
+
+    coherence_statistic: str = "median"
+    coherence_thresholds: tuple[float, ...] = (0.3, 0.6)
+    coherence_classes: tuple[str, ...] = ("low", "medium", "high")
+    mask_coherence: float = 0.3
+    threshold_m: float = 0.01
+    min_pixels: int = 4
+
+    @classmethod
+    def from_options(cls, d: dict, where: str) -> "Rules":
+        from .base import ConvertError
+
+        c = dict(d.get("coherence_classification") or {})
+        b = dict(d.get("deformation_box") or {})
+        try:
+            r = cls(str(c.get("statistic", "median")), tuple(float(t) for t in c.get("thresholds", (0.3, 0.6))),
+                    tuple(str(n) for n in c.get("classes", ("low", "medium", "high"))), float(d.get("mask_coherence", 0.3)),
+                    float(b.get("threshold_m", 0.01)), int(b.get("min_pixels", 4)))
+        except (TypeError, ValueError) as e:
+            raise ConvertError(f"{where}: derive: parameters are not numbers ({e})") from None
+        if r.coherence_statistic not in ("median", "mean"):
+            raise ConvertError(f"{where}: derive.coherence_classification.statistic must be median or mean, not {r.coherence_statistic!r}")
+        if len(r.coherence_classes) != len(r.coherence_thresholds) + 1 or list(r.coherence_thresholds) != sorted(r.coherence_thresholds):
+            raise ConvertError(f"{where}: derive.coherence_classification needs ascending thresholds and one class more than thresholds")
+        return r
+
+    def as_attrs(self) -> dict:
+        return {"coherence_classification": {"statistic": self.coherence_statistic, "thresholds": list(self.coherence_thresholds),
+                                             "classes": list(self.coherence_classes)},
+                "mask_coherence": self.mask_coherence,
+                "deformation_box": {"threshold_m": self.threshold_m, "min_pixels": self.min_pixels},
+                "los_convention": LOS_CONVENTION, "rules": dict(RULES_TEXT)}
+
+
+def phase_to_los(phase: np.ndarray, wavelength_m: float) -> np.ndarray:
+    """LOS displacement (m) of an (unwrapped) phase (rad): -lambda / (4 pi) * phase."""
+    return -wavelength_m / (4 * math.pi) * phase
+
+
+def los_to_phase(los_m: np.ndarray, wavelength_m: float) -> np.ndarray:
+    return -4 * math.pi / wavelength_m * los_m
+
+
+def wrap(phase: np.ndarray) -> np.ndarray:
+    """Phase wrapped into (-pi, pi]."""
+    return np.angle(np.exp(1j * phase)).astype(np.asarray(phase).dtype if np.asarray(phase).dtype.kind == "f" else np.float64)
+
+
+def coherence_class(coherence: np.ndarray, rules: Rules) -> int:
+    c = coherence[np.isfinite(coherence)]
+    if c.size == 0:
+        return -1
+    stat = float(np.median(c) if rules.coherence_statistic == "median" else c.mean())
+    return int(np.searchsorted(np.asarray(rules.coherence_thresholds), stat, side="right"))
+
+
+def valid_mask(unwrapped: np.ndarray, coherence: np.ndarray, rules: Rules) -> np.ndarray:
+    return np.isfinite(unwrapped) & np.isfinite(coherence) & (coherence >= rules.mask_coherence)
+
+
+def relative_los(unwrapped: np.ndarray, valid: np.ndarray, wavelength_m: float) -> np.ndarray:
+    """LOS displacement relative to the median of the valid pixels (the unwrapped phase has no absolute zero)."""
+    ref = float(np.median(unwrapped[valid])) if valid.any() else 0.0
+    return phase_to_los(unwrapped - ref, wavelength_m)
+
+
+def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, float] | None:
+    """(x_min, y_min, x_max, y_max), end-exclusive, of the pixels of `mask` in regions of >= min_pixels."""
+    from scipy import ndimage
+
+    lab, n = ndimage.label(mask)
+    if n == 0:
+        return None
+    sizes = np.bincount(lab.ravel())
+    keep = np.flatnonzero(sizes >= min_pixels)
+    keep = keep[keep > 0]
+    if keep.size == 0:
+        return None
+    ys, xs = np.nonzero(np.isin(lab, keep))
+    return float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)
+
+
+def deformation_box(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> tuple[float, float, float, float] | None:
+    return box_of(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
+
+
+def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
+    if box is None:
+        return 0
+    x0, y0, x1, y1 = (int(v) for v in box)
+    v = unwrapped[y0:y1, x0:x1][valid[y0:y1, x0:x1]]
+    return int(round(float(v.max() - v.min()) / (2 * math.pi))) if v.size else 0
+
+
+def derive(coherence: np.ndarray, unwrapped: np.ndarray | None, wavelength_m: float, rules: Rules) -> dict:
+    """Every derived label of one pair: coherence class, and (with unwrapped phase) the box and the fringe count."""
+    out = {"coherence_class": coherence_class(coherence, rules), "box": None, "fringes": None}
+    if unwrapped is not None:
+        valid = valid_mask(unwrapped, coherence, rules)
+        box = deformation_box(relative_los(unwrapped, valid, wavelength_m), valid, rules)
+        out["box"], out["fringes"] = box, fringe_count(unwrapped, valid, box)
+    return out

@@ -1,0 +1,228 @@
+"""Synthetic interferograms with known answers, for tests and the quickstart.
+
+Physics, small and seeded: a Mogi point source (elastic half-space) or a buried screw dislocation
+(interseismic strike-slip, u = s/pi * arctan(x/D)) is projected on Sentinel-1's line of sight and
+turned into phase (d = -lambda/(4 pi) phase, one fringe = lambda/2); a power-law (Kolmogorov-like,
+beta = 8/3) turbulent atmosphere, a planar orbital ramp and coherence-dependent phase noise are added;
+decorrelated patches carry random phase and near-zero coherence. The raw tree is written by the
+dataset's own reader (`write`), and the manifest keeps the truth: the coherence class the pair was
+designed in, the deformation box (where the *noise-free* |LOS| exceeds the catalog threshold) and
+the fringe count of the deformation signal over that box. The converter derives the same labels
+from the noisy maps, so a test compares the two.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .catalog import DatasetSpec, load_dataset
+from .convert.base import open_reader
+from .convert.insar_labels import Rules, box_of, los_to_phase, wrap
+from .synthetic import smooth_field
+
+INCIDENCE_DEG = 35.0  # Sentinel-1 IW mid-swath
+HEADING_DEG = -12.0  # ascending track; right-looking, so the look azimuth is heading + 90
+PIXEL_M = 100.0
+EPOCH = _dt.date(2020, 1, 1)
+REVISIT_DAYS = 12
+
+
+@dataclass
+class IfgPair:
+    """One generated pair and its truth."""
+
+    id: str  # the sample id a reader reports (the cube's `source`)
+    frame: str
+    primary: str  # ISO dates
+    secondary: str
+    wrapped: np.ndarray  # (H, W) float32 rad, as written (GeoTIFF layout)
+    coherence: np.ndarray  # (H, W) float32 0..1
+    unwrapped: np.ndarray | None  # (H, W) float32 rad (None when the tree has none)
+    los_m: np.ndarray  # (H, W) noise-free LOS deformation, metres
+    coherence_class: int  # designed class (index into the rules' classes)
+    fringes: int  # fringes of the deformation signal over the true box (0 without deformation)
+    box: tuple[float, float, float, float] | None  # (x_min, y_min, x_max, y_max) end-exclusive px
+    source: str  # "mogi" | "dislocation" | "none"
+    atmosphere_level: int  # 0..3 (Hephaestus atmospheric_fringes)
+    answers: dict[str, str] = field(default_factory=dict)  # text task -> reference answer
+    paths: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class IfgManifest:
+    dataset: str
+    layout: str
+    root: Path
+    seed: int
+    size: int
+    wavelength_m: float
+    rules: Rules
+    pairs: list[IfgPair] = field(default_factory=list)
+
+    def pair(self, pid: str) -> IfgPair:
+        for p in self.pairs:
+            if p.id == pid:
+                return p
+        raise KeyError(pid)
+
+
+# -- physics -------------------------------------------------------------------------------------------
+
+
+def look_vector(incidence_deg: float = INCIDENCE_DEG, heading_deg: float = HEADING_DEG) -> np.ndarray:
+    """Unit vector (east, north, up) from the ground to a right-looking satellite."""
+    th, az = math.radians(incidence_deg), math.radians(heading_deg + 90.0)
+    return np.array([-math.sin(th) * math.sin(az), -math.sin(th) * math.cos(az), math.cos(th)])
+
+
+def mogi(x: np.ndarray, y: np.ndarray, depth: float, dv: float, nu: float = 0.25) -> tuple[np.ndarray, ...]:
+    """(east, north, up) displacement (m) of a Mogi source of volume change dv (m^3) at `depth` (m) below (0, 0)."""
+    r2 = x * x + y * y
+    c = (1 - nu) * dv / math.pi / (depth * depth + r2) ** 1.5
+    return c * x, c * y, c * depth
+
+
+def screw_dislocation(x: np.ndarray, y: np.ndarray, strike_deg: float, slip: float, locking_m: float) -> tuple[np.ndarray, ...]:
+    """(east, north, up) of a buried strike-slip fault through (0, 0): u = slip/pi * arctan(distance / locking depth)."""
+    s = math.radians(strike_deg)
+    along = np.array([math.sin(s), math.cos(s)])
+    dist = x * along[1] - y * along[0]  # signed distance across the fault
+    u = slip / math.pi * np.arctan(dist / locking_m)
+    return u * along[0], u * along[1], np.zeros_like(u)
+
+
+def project(u: tuple[np.ndarray, ...]) -> np.ndarray:
+    e = look_vector()
+    return u[0] * e[0] + u[1] * e[1] + u[2] * e[2]
+
+
+def turbulence(rng: np.random.Generator, h: int, w: int, sigma: float, beta: float = 8 / 3) -> np.ndarray:
+    """Power-law (P(k) ~ k^-beta) random screen with std `sigma`."""
+    ky = np.fft.fftfreq(h)[:, None]
+    kx = np.fft.rfftfreq(w)[None, :]
+    k = np.hypot(ky, kx)
+    k[0, 0] = np.inf
+    f = np.fft.irfft2(np.fft.rfft2(rng.standard_normal((h, w))) * k ** (-beta / 2), s=(h, w))
+    return sigma * (f - f.mean()) / (f.std() + 1e-12)
+
+
+def ramp(rng: np.random.Generator, h: int, w: int, amplitude: float) -> np.ndarray:
+    """A plane whose range over the image is `amplitude` (rad), in a random direction."""
+    a = rng.uniform(0, 2 * math.pi)
+    yy, xx = np.mgrid[0:h, 0:w]
+    p = math.cos(a) * xx + math.sin(a) * yy
+    return amplitude * (p - p.min()) / max(float(np.ptp(p)), 1e-9) - amplitude / 2
+
+
+def phase_noise_std(coherence: np.ndarray, looks: int = 4) -> np.ndarray:
+    """Cramer-Rao phase std of a multilooked interferogram, capped at that of uniform phase (pi/sqrt 3)."""
+    g = np.clip(coherence, 1e-3, 0.999)
+    return np.minimum(np.sqrt(1 - g * g) / (g * math.sqrt(2 * looks)), math.pi / math.sqrt(3))
+
+
+def _deformation(kind: str, rng, size: int, fringes: int, wavelength: float, rules: Rules) -> np.ndarray:
+    """LOS deformation (m) scaled so that the phase over its thresholded box spans `fringes` cycles."""
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+    cx, cy = rng.uniform(0.35, 0.65) * size, rng.uniform(0.35, 0.65) * size
+    x, y = (xx - cx) * PIXEL_M, (yy - cy) * PIXEL_M
+    if kind == "mogi":
+        shape = project(mogi(x, y, depth=rng.uniform(0.08, 0.14) * size * PIXEL_M, dv=1.0))
+    else:
+        shape = project(screw_dislocation(x, y, rng.uniform(0, 180), 1.0, rng.uniform(0.05, 0.1) * size * PIXEL_M))
+    shape = shape / np.abs(shape).max()
+    amp = (fringes * 2 * math.pi + abs(los_to_phase(rules.threshold_m, wavelength))) * wavelength / (4 * math.pi)
+    for _ in range(30):  # the box depends on the amplitude: settle both
+        d = amp * shape
+        ph = los_to_phase(d, wavelength)
+        m = np.abs(d) > rules.threshold_m
+        span = float(ph[m].max() - ph[m].min()) / (2 * math.pi) if m.any() else 0.0
+        if span <= 0:
+            amp *= 2
+            continue
+        if abs(span - fringes) < 1e-3:
+            break
+        amp *= 1 + 0.5 * (fringes / span - 1)
+    return amp * shape
+
+
+def _patches(rng, size: int, avoid: tuple | None, k: int) -> np.ndarray:
+    """Up to k decorrelated elliptical patches, kept clear of the (dilated) deformation box."""
+    yy, xx = np.mgrid[0:size, 0:size]
+    out = np.zeros((size, size), bool)
+    for _ in range(k):
+        for _try in range(20):
+            cx, cy, r = rng.uniform(0, size), rng.uniform(0, size), rng.uniform(0.06, 0.11) * size
+            if avoid is not None:
+                x0, y0, x1, y1 = avoid
+                if x0 - r - 3 < cx < x1 + r + 3 and y0 - r - 3 < cy < y1 + r + 3:
+                    continue
+            out |= ((xx - cx) / r) ** 2 + ((yy - cy) / (0.7 * r)) ** 2 < 1
+            break
+    return out
+
+
+def synth_pair(rng: np.random.Generator, i: int, size: int, wavelength: float, rules: Rules, with_unwrapped: bool = True,
+               heavy_atmosphere: bool = False) -> dict:
+    """Maps and truth of one pair; the class cycles low/medium/high, the source none/mogi/dislocation."""
+    ncls = len(rules.coherence_classes)
+    cls = i % ncls
+    edges = [0.0, *rules.coherence_thresholds, 1.0]
+    level = 0.5 * (edges[cls] + edges[cls + 1])
+    kinds = ("mogi", "dislocation", "mogi", "none")
+    kind = "none" if cls == 0 else kinds[(i // ncls) % len(kinds)]
+    fringes = int(rng.integers(1, 4)) if kind != "none" else 0
+    los = _deformation(kind, rng, size, fringes, wavelength, rules) if kind != "none" else np.zeros((size, size))
+    box = box_of(np.abs(los) > rules.threshold_m, rules.min_pixels) if kind != "none" else None
+    atmo_level = int(rng.integers(0, 4))
+    sigma = (0.1 + 0.35 * atmo_level) if heavy_atmosphere else (0.05 + 0.07 * atmo_level)
+    signal = los_to_phase(los, wavelength) + turbulence(rng, size, size, sigma) + ramp(rng, size, size, rng.uniform(0.2, 1.0))
+    coh = np.clip(level + 0.02 * smooth_field(rng, size, size, size / 8), 0.01, 0.99)
+    patch = _patches(rng, size, box, int(rng.integers(1, 3)))
+    coh = np.where(patch, rng.uniform(0.01, 0.08, coh.shape), coh)
+    noisy = signal + rng.standard_normal(coh.shape) * phase_noise_std(coh)
+    wrapped = wrap(np.where(patch, rng.uniform(-math.pi, math.pi, coh.shape), noisy))
+    unw = np.where(patch, signal + rng.uniform(-math.pi, math.pi, coh.shape), signal + 0.05 * rng.standard_normal(coh.shape))
+    words = ["a Mogi-type inflation ring" if kind == "mogi" else "a linear fault offset" if kind == "dislocation" else "no deformation"]
+    if box is not None:
+        words.append(f"centred near x={(box[0] + box[2]) / 2:.0f}, y={(box[1] + box[3]) / 2:.0f}")
+    noise = [f"{('weak', 'moderate', 'strong', 'very strong')[atmo_level]} turbulent atmosphere", "an orbital ramp",
+             f"{'one decorrelated patch' if patch.any() else 'no decorrelated patch'}", f"{rules.coherence_classes[cls]} coherence"]
+    return {"wrapped": wrapped.astype(np.float32), "coherence": coh.astype(np.float32),
+            "unwrapped": unw.astype(np.float32) if with_unwrapped else None, "los_m": los, "coherence_class": cls,
+            "fringes": fringes, "box": box, "source": kind, "atmosphere_level": atmo_level,
+            "answers": {"deformation_localization": " ".join(words), "noise_assessment": ", ".join(noise)}}
+
+
+# -- the raw tree -----------------------------------------------------------------------------------
+
+
+def make_interferograms(root: str | Path, n: int = 9, size: int = 64, seed: int = 0, dataset: str | DatasetSpec = "insar",
+                        layout: str | None = None, unwrapped: bool = True, annotate: bool = True, frames: int = 1) -> IfgManifest:
+    """Write `n` pairs in the dataset's raw layout under `root` and return their truth.
+
+    `dataset` "insar" (GeoTIFFs; `unwrapped=False` leaves unwrapped_phase.tif out, and the annotations then
+    carry the true boxes) or "hephaestus" (PNG renderings + annotation JSONs; heavier atmosphere, the
+    annotation's atmospheric_fringes is the level used). `frames` > 1 spreads pairs over frame folders."""
+    spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
+    layout = layout or sorted(spec.layouts)[0]
+    reader = open_reader(spec, layout)
+    rules = reader.rules
+    wavelength = reader.wavelength_m
+    rng = np.random.default_rng(seed)
+    m = IfgManifest(spec.id, layout, Path(root), seed, size, wavelength, rules)
+    hephaestus = getattr(reader, "rendered", False)
+    for i in range(n):
+        d = synth_pair(rng, i, size, wavelength, rules, with_unwrapped=unwrapped and not hephaestus, heavy_atmosphere=hephaestus)
+        p0 = EPOCH + _dt.timedelta(days=REVISIT_DAYS * i)
+        p1 = p0 + _dt.timedelta(days=REVISIT_DAYS * int(rng.integers(1, 4)))
+        frame = reader.frame_name(i % frames) if (frames > 1 or hephaestus) else ""
+        pair = IfgPair("", frame, p0.isoformat(), p1.isoformat(), d["wrapped"], d["coherence"], d["unwrapped"], d["los_m"],
+                       d["coherence_class"], d["fringes"], d["box"], d["source"], d["atmosphere_level"], d["answers"])
+        pair.id, pair.paths = reader.write_pair(str(root), pair, annotate=annotate, boxes=not unwrapped, index=i)
+        m.pairs.append(pair)
+    m.pairs.sort(key=lambda p: p.id)
+    return m
