@@ -83,6 +83,8 @@ def _exists(location: str) -> bool:
 
 @register
 class Transformers(Adapter):
+    """Any transformers image-text-to-text model: transformers:<folder or fsspec URL>; without one, a tiny random LLaVA."""
+
     name = "transformers"
 
     @classmethod
