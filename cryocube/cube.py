@@ -459,7 +459,7 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values)
         return CubeInfo(**common, class_names=[], strata=common["splits"], labelled=np.isfinite(target).any(axis=1),
-                        kind="samples", time=tuple(as_text(ds["time"].values)),
+                        kind="samples", time=tuple(as_text(ds["time"].values)) if "time" in ds else (),
                         tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))))
     return CubeInfo(**common, class_names=[str(c) for c in ds["class"].values], strata=as_text(ds["stratum"].values),
                     labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0)

@@ -124,7 +124,12 @@ def _warn_random(planned, quiet: bool) -> None:
 def print_records(records: list[dict], skipped: list[str]) -> None:
     for r in sorted(records, key=lambda r: (r["dataset"], r["protocol"], r["model"], r["seed"])):
         tag = " (random init)" if (r.get("weights") or {}).get("random_init") and (r.get("weights") or {}).get("pretrained") else ""
-        if r.get("status") == "ok":
+        if r.get("status") == "ok" and "mIoU" not in r["metrics"]:  # another family: its primary metric and own summary
+            pm = r.get("primary_metric", "")
+            v = r["metrics"].get(pm)
+            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['model'] + tag:<32} seed {r['seed']}: {pm} "
+                  f"{v if not isinstance(v, float) else f'{v:.2f}'}" + (f"  {r['summary_line']}" if r.get("summary_line") else ""))
+        elif r.get("status") == "ok":
             m = r["metrics"]
             print(f"{r['dataset']:<6} {r['protocol']:<12} {r['fraction']:<4g} {r['model'] + tag:<32} seed {r['seed']}: "
                   f"mIoU {m['mIoU']:6.2f}  mF1 {m['mF1']:6.2f}  oAcc {m['oAcc']:6.2f}  ({r['timings']['total_s']:.0f} s)")

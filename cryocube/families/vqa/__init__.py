@@ -117,7 +117,7 @@ class Vqa(Family):
         n = len(rows)
         parsed = 100.0 * sum(r["ok"] for r in rows) / n if n else float("nan")
         gen_s = total["gen_s"]
-        return {"metrics": {"parsed": parsed, "tasks": tasks},
+        return {"metrics": {"parsed": parsed, "tasks": tasks}, "summary_line": summary_line(tasks),
                 "primary_metric": self.primary_metric,
                 "unparsed": {k: v["unparsed"] for k, v in tasks.items()},
                 "answers_file": f"{rdir}/answers.jsonl", "gallery": gallery,
@@ -127,6 +127,17 @@ class Vqa(Family):
                                      "questions_per_s": total["questions_generated"] / gen_s if gen_s else None,
                                      "tokens_per_s": total["tokens"] / gen_s if gen_s else None},
                 "timings": {"generate_s": gen_s, "train_s": 0.0}}
+
+
+def summary_line(tasks: dict) -> str:
+    """One line per run for the console: each task's metrics with their 95 % intervals and its unparsed answers."""
+    from .metrics import FACTS
+
+    parts = []
+    for name, d in tasks.items():
+        ms = ", ".join(f"{FACTS[m][0]} {v['value']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]" for m, v in d["metrics"].items())
+        parts.append(f"{name}: {ms} (n {d['n']}, unparsed {d['unparsed']})")
+    return "; ".join(parts)
 
 
 def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
