@@ -28,7 +28,8 @@ def packaged_dir(packaged: str, in_repo: str) -> Path:
 
 CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with cryocube
 # Band roles the cube and the band matcher understand.
-ROLES = ("optical", "sar", "coherence", "elevation", "slope", "velocity", "thermal", "incidence", "ancillary")
+ROLES = ("optical", "sar", "coherence", "elevation", "slope", "velocity", "thermal", "incidence", "ancillary", "phase",
+         "rendering")
 CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whatever the source used
 
 

@@ -42,7 +42,7 @@ class IfgPair:
     wrapped: np.ndarray  # (H, W) float32 rad, as written (GeoTIFF layout)
     coherence: np.ndarray  # (H, W) float32 0..1
     unwrapped: np.ndarray | None  # (H, W) float32 rad (None when the tree has none)
-    los_m: np.ndarray  # (H, W) noise-free LOS deformation, metres
+    los_m: np.ndarray  # (H, W) noise-free LOS deformation, metres, relative to its median (as InSAR measures it)
     coherence_class: int  # designed class (index into the rules' classes)
     fringes: int  # fringes of the deformation signal over the true box (0 without deformation)
     box: tuple[float, float, float, float] | None  # (x_min, y_min, x_max, y_max) end-exclusive px
@@ -131,21 +131,24 @@ def _deformation(kind: str, rng, size: int, fringes: int, wavelength: float, rul
     x, y = (xx - cx) * PIXEL_M, (yy - cy) * PIXEL_M
     if kind == "mogi":
         shape = project(mogi(x, y, depth=rng.uniform(0.08, 0.14) * size * PIXEL_M, dv=1.0))
-    else:
+    else:  # through the centre, so that after referencing both sides clear the threshold (a fault's far field never decays)
+        x, y = (xx - size / 2) * PIXEL_M, (yy - size / 2) * PIXEL_M
         shape = project(screw_dislocation(x, y, rng.uniform(0, 180), 1.0, rng.uniform(0.05, 0.1) * size * PIXEL_M))
+    shape = shape - np.median(shape)  # InSAR measures relative displacement: the truth is referenced as the converter does
     shape = shape / np.abs(shape).max()
-    amp = (fringes * 2 * math.pi + abs(los_to_phase(rules.threshold_m, wavelength))) * wavelength / (4 * math.pi)
-    for _ in range(30):  # the box depends on the amplitude: settle both
+    def span(amp: float) -> float:  # the fringe-count rule on the noise-free signal
         d = amp * shape
-        ph = los_to_phase(d, wavelength)
-        m = np.abs(d) > rules.threshold_m
-        span = float(ph[m].max() - ph[m].min()) / (2 * math.pi) if m.any() else 0.0
-        if span <= 0:
-            amp *= 2
-            continue
-        if abs(span - fringes) < 1e-3:
-            break
-        amp *= 1 + 0.5 * (fringes / span - 1)
+        box = box_of(np.abs(d) > rules.threshold_m, rules.min_pixels)
+        if box is None:
+            return 0.0
+        x0, y0, x1, y1 = (int(v) for v in box)
+        return float(np.ptp(los_to_phase(d[y0:y1, x0:x1], wavelength))) / (2 * math.pi)
+
+    lo, hi = 0.0, (fringes + 2) * wavelength  # span(hi) > fringes: more than fringes + 2 half-wavelengths of peak
+    for _ in range(60):  # bisection: the span grows with the amplitude
+        amp = 0.5 * (lo + hi)
+        lo, hi = (amp, hi) if span(amp) < fringes else (lo, amp)
+    amp = hi
     return amp * shape
 
 

@@ -22,7 +22,8 @@ from ..catalog import DatasetSpec, Layout
 from ..errors import UserError
 
 SPLITS = ("train", "val", "test")
-BUILTIN_READERS = ("cryocube.convert.paired", "cryocube.convert.ai4arctic", "cryocube.convert.ssl4eo")
+BUILTIN_READERS = ("cryocube.convert.paired", "cryocube.convert.ai4arctic", "cryocube.convert.ssl4eo", "cryocube.convert.insar",
+                   "cryocube.convert.hephaestus")
 
 
 class ConvertError(UserError, ValueError):

@@ -119,11 +119,13 @@ def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
     return int(round(float(v.max() - v.min()) / (2 * math.pi))) if v.size else 0
 
 
-def derive(coherence: np.ndarray, unwrapped: np.ndarray | None, wavelength_m: float, rules: Rules) -> dict:
-    """Every derived label of one pair: coherence class, and (with unwrapped phase) the box and the fringe count."""
-    out = {"coherence_class": coherence_class(coherence, rules), "box": None, "fringes": None}
+def derive(coherence: np.ndarray, unwrapped: np.ndarray | None, wavelength_m: float, rules: Rules, box=...) -> dict:
+    """Every derived label of one pair: the coherence class and, with unwrapped phase, the box (unless one is
+    given, e.g. by an annotation) and the fringe count over that box; None where the maps cannot tell."""
+    out = {"coherence_class": coherence_class(coherence, rules), "box": None if box is ... else box, "fringes": None}
     if unwrapped is not None:
         valid = valid_mask(unwrapped, coherence, rules)
-        box = deformation_box(relative_los(unwrapped, valid, wavelength_m), valid, rules)
-        out["box"], out["fringes"] = box, fringe_count(unwrapped, valid, box)
+        if box is ...:
+            out["box"] = deformation_box(relative_los(unwrapped, valid, wavelength_m), valid, rules)
+        out["fringes"] = fringe_count(unwrapped, valid, out["box"])
     return out
