@@ -18,7 +18,7 @@ import yaml
 from cryocube.families import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-GEN = (("gen_batch", 3),)
+GEN = (("gen_batch", 3), ("max_new_tokens", 6))  # short answers keep the tests fast
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_same_run_twice_and_batching_give_identical_answers(ifg_cube, tmp_path, 
     assert a["run_id"] == b["run_id"]
     assert Path(a["answers_file"]).read_bytes() == Path(b["answers_file"]).read_bytes()
     # left padding: a row's answer does not depend on what it was batched with
-    one = _evaluate(cube, tmp_path / "c", client, overrides=(("gen_batch", 1),)).records[0]
+    one = _evaluate(cube, tmp_path / "c", client, overrides=(("gen_batch", 1), GEN[1])).records[0]
     assert one["run_id"] != a["run_id"]
     assert [r["answer"] for r in _answers(one)] == [r["answer"] for r in _answers(a)]
 

@@ -52,6 +52,10 @@ class Vqa(Family):
         qs, left_out = questions(cube.url, tasks)
         asked = {q.task for q in qs}
         tasks = [t for t in tasks if t.name in asked]
+        if vr.max_new_tokens:
+            import dataclasses
+
+            tasks = [dataclasses.replace(t, max_new_tokens=min(t.max_new_tokens, vr.max_new_tokens)) for t in tasks]
         prec = resolve(recipe.precision, ctx.device or this_device())
         ref, prov = get(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
         identity = {"family": self.name, "model": {"adapter": ref.adapter, "location": ref.location, "random": ref.random,

@@ -8,13 +8,14 @@ from typing import Any
 
 from ...errors import UserError
 
-FIELDS = ("tasks", "gen_batch")
+FIELDS = ("tasks", "gen_batch", "max_new_tokens")
 
 
 @dataclass(frozen=True)
 class VqaRecipe:
     tasks: tuple[str, ...] = ()  # () = every catalog task the cube can serve
     gen_batch: int = 8  # prompts per generate() call (left-padded); batch size can move the last bits, so it is in the run id
+    max_new_tokens: int | None = None  # a cap on every task's own max_new_tokens (None: the tasks' values)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -32,4 +33,9 @@ def vqa_recipe(values: dict[str, Any]) -> VqaRecipe:
         b = int(b)
     if not isinstance(b, int) or isinstance(b, bool) or b < 1:
         raise UserError(f"vqa: gen_batch must be a positive integer, got {b!r}")
-    return VqaRecipe(tasks=tuple(tasks), gen_batch=b)
+    cap = values.get("max_new_tokens")
+    if isinstance(cap, str) and cap.isdigit():
+        cap = int(cap)
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise UserError(f"vqa: max_new_tokens must be a positive integer, got {cap!r}")
+    return VqaRecipe(tasks=tuple(tasks), gen_batch=b, max_new_tokens=cap)
