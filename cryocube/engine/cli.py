@@ -88,7 +88,7 @@ def _evaluate(args) -> int:
     from .. import store
     from ..cluster import open_cluster
     from ..families import PlanContext
-    from ..families.segmentation.recipe import load_recipe
+    from ..families.recipes import load_recipe
     from .evaluate import dry_run, evaluate
     from .plan import plan_runs
 
@@ -157,7 +157,7 @@ def chance_miou(cube: str) -> float:
 def _quickstart(args) -> int:
     from ..cluster import open_cluster
     from ..convert.writer import convert
-    from ..families.segmentation.recipe import load_recipe
+    from ..families.recipes import load_recipe
     from ..models import model_spec
     from ..synthetic import RECIPES, make_raw
     from .evaluate import evaluate

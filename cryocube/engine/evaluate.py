@@ -112,7 +112,7 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     results.jsonl never holds a trial's run without them.
     """
     from ..cluster.client import cluster_info, get_client, gpu_resources
-    from ..families.segmentation.recipe import default_recipe
+    from ..families.recipes import default_recipe
 
     recipe = config or default_recipe()
     client = get_client(client)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..precision import DeviceInfo
+from ..recipe import BaseRecipe
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,10 @@ class Family:
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
+    recipe: ClassVar[type[BaseRecipe]] = BaseRecipe  # its recipe fields (the shared ones and its own)
 
-    def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
+    def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
+        """`recipe` is this family's own (`recipe.of(family)`), with the run's overrides not yet applied."""
         raise NotImplementedError
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:

@@ -50,13 +50,13 @@ def _embed(args) -> int:
     from ... import store
     from ...cluster import open_cluster
     from ...cube import cube_info
-    from ..segmentation.recipe import load_recipe
+    from ..recipes import load_recipe
     from .embed import embed, load_embeddings, plan_embedding
     from .submission import write_submission
 
     store.register_options(args.out, args.storage_options)
     store.register_options(args.cube, args.storage_options)
-    r = load_recipe(None, args.set)
+    r = load_recipe(None, args.set, families=("embedding",)).of("embedding")
     cube = cube_info(args.cube)
     spec, prov = plan_embedding(args.model, cube, dim=args.dim, weights_dir=args.weights,
                                 allow_random_weights=args.allow_random_weights, precision=r.precision,
@@ -84,7 +84,7 @@ def _embed(args) -> int:
 def _probe(args) -> int:
     from ...cluster import open_cluster
     from .probe import probe_embeddings, probe_recipe
-    from ..segmentation.recipe import parse_overrides
+    from ...recipe import parse_overrides
 
     recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim)
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,

@@ -14,7 +14,7 @@ from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, derive_seed
 from .data import stratified_subset, window_offsets
 from .metrics import metrics_from_confusion
-from .recipe import EXECUTION_FIELDS, Recipe, load_recipe
+from .recipe import SegmentationRecipe
 from ..encoders import EncoderSpec, encoder_facts, encoder_input_size, input_map
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
@@ -30,9 +30,10 @@ class Segmentation(Family):
     name = "segmentation"
     primary_metric = "mIoU"
     variables = ("image", "label")
+    recipe = SegmentationRecipe
 
     # -- planning ------------------------------------------------------------------------------
-    def plan(self, spec: RunSpec, cube, recipe: Recipe, ctx: PlanContext) -> PlannedRun:
+    def plan(self, spec: RunSpec, cube, recipe: SegmentationRecipe, ctx: PlanContext) -> PlannedRun:
         from ...decoders import decoder_kinds, decoder_options
         from ...models import BandMatchError, match_bands, model_spec
         from ...models.weights import resolve_weights
@@ -43,7 +44,7 @@ class Segmentation(Family):
             raise UserError(f"{cube.url}: a {cube.kind} cube (image-level tasks, no dense labels) cannot be segmented; "
                             "score it with `cryocube embed` + `cryocube probe`, or --protocol probe")
         if spec.overrides:
-            recipe = load_recipe(overrides=dict(spec.overrides), base=recipe)
+            recipe = recipe.updated(dict(spec.overrides))
         mspec = model_spec(spec.model)
         fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
         where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
@@ -85,7 +86,7 @@ class Segmentation(Family):
         run_seed = derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed)
         identity = {"family": self.name, "model": spec.model, "arch": mspec.arch, "cube": cube.checksum,
                     "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
-                    "recipe": {k: v for k, v in recipe.as_dict().items() if k not in EXECUTION_FIELDS},
+                    "recipe": recipe.identity(),
                     "weights": weights.sha256 or weights.source, "input_size": size, "precision": precision,
                     "band_rule": rule, "v": IDENTITY_VERSION}
         run_id = content_hash(identity)

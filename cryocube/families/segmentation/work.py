@@ -13,7 +13,7 @@ import numpy as np
 
 from ..encoders import EncoderSpec
 from .data import InputMap
-from .recipe import Recipe
+from .recipe import SegmentationRecipe
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class SegRun:
     train_samples: np.ndarray
     val_samples: np.ndarray
     test_samples: np.ndarray
-    recipe: Recipe
+    recipe: SegmentationRecipe
     seed: int  # the run's own seed: decoder init, batch order, crops
     checkpoint: str  # where the best state goes
     cache: CacheSpec | None  # frozen runs: the feature cache they train on
