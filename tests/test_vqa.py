@@ -18,7 +18,7 @@ import yaml
 from cryocube.families import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-GEN = (("gen_batch", 3), ("max_new_tokens", 6))  # short answers keep the tests fast
+SETS = ("block_samples=3", "gen_batch=3", "max_new_tokens=6")  # short answers keep the tests fast
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +33,9 @@ def ifg_cube(tmp_path_factory, client):
     return url, m
 
 
-def _evaluate(cube, out, client, model="transformers", overrides=GEN, allow_random=True, sets=("block_samples=3",)):
+def _evaluate(cube, out, client, model="transformers", overrides=(), allow_random=True, sets=SETS):
     from cryocube.engine.evaluate import evaluate
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
 
     res = evaluate([RunSpec(model, cube, "vqa", overrides=overrides)], str(out), load_recipe(None, list(sets)),
                    client=client, progress=False, allow_random_weights=allow_random)
@@ -96,7 +96,7 @@ def test_same_run_twice_and_batching_give_identical_answers(ifg_cube, tmp_path, 
     assert a["run_id"] == b["run_id"]
     assert Path(a["answers_file"]).read_bytes() == Path(b["answers_file"]).read_bytes()
     # left padding: a row's answer does not depend on what it was batched with
-    one = _evaluate(cube, tmp_path / "c", client, overrides=(("gen_batch", 1), GEN[1])).records[0]
+    one = _evaluate(cube, tmp_path / "c", client, overrides=(("gen_batch", 1),)).records[0]
     assert one["run_id"] != a["run_id"]
     assert [r["answer"] for r in _answers(one)] == [r["answer"] for r in _answers(a)]
 
@@ -126,7 +126,8 @@ def test_resume_after_sigkill(ifg_cube, tmp_path, client):
     cube, _ = ifg_cube
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", "transformers", "--protocol", "vqa",
-           "--out", str(out), "--allow-random-weights", "--set", "block_samples=1", "--workers", "1", "--quiet"]
+           "--out", str(out), "--allow-random-weights", "--set", "block_samples=1", "--set", "max_new_tokens=6", "--workers", "1",
+           "--quiet"]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     deadline, done = time.time() + 300, 0
     while time.time() < deadline and proc.poll() is None:
@@ -137,10 +138,10 @@ def test_resume_after_sigkill(ifg_cube, tmp_path, client):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert done >= 2 and not (out / "results.jsonl").exists(), proc.stdout.read().decode()[-2000:]
-    (rec,) = _evaluate(cube, out, client, overrides=(), sets=("block_samples=1",)).records
+    (rec,) = _evaluate(cube, out, client, sets=("block_samples=1", "max_new_tokens=6")).records
     st = rec["generation_stats"]
     assert rec["status"] == "ok" and st["blocks"] == 8 and 0 < st["blocks_generated"] <= 8 - done  # resumed, not restarted
-    fresh = _evaluate(cube, tmp_path / "fresh", client, overrides=(), sets=("block_samples=1",)).records[0]
+    fresh = _evaluate(cube, tmp_path / "fresh", client, sets=("block_samples=1", "max_new_tokens=6")).records[0]
     assert Path(rec["answers_file"]).read_bytes() == Path(fresh["answers_file"]).read_bytes()
 
 
@@ -160,7 +161,7 @@ def test_a_task_is_one_yaml(ifg_cube, lab_tasks, tmp_path, client):
         "tasks": {"fringes_short": {"answer": "number", "metrics": {"mae": {"target": "fringe_counting"}},
                                     "prompt": "{picture} Fringes between {primary_date} and {secondary_date}?",
                                     "max_new_tokens": 4}}}))
-    (rec,) = _evaluate(cube, tmp_path / "out", client, overrides=(("tasks", "fringes_short"), ("gen_batch", 4))).records
+    (rec,) = _evaluate(cube, tmp_path / "out", client, overrides=(("vqa_tasks", "fringes_short"), ("gen_batch", 4))).records
     assert rec["status"] == "ok", rec.get("error")
     assert list(rec["tasks"]) == ["fringes_short"] and rec["tasks"]["fringes_short"]["source"].endswith("mine.yaml")
     rows = _answers(rec)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ...errors import UserError
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
+from .recipe import VqaRecipe
 
 IDENTITY_VERSION = 1
 GALLERY_SAMPLES = 6
@@ -32,23 +33,23 @@ class Vqa(Family):
     name = "vqa"
     primary_metric = "parsed"  # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
     variables = ("image", "target", "box", "answer")
+    recipe = VqaRecipe
 
-    def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
+    def plan(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> PlannedRun:
         from ...adapters import get, names, split_ref
         from ...catalog import protocol as protocol_spec
         from ...precision import resolve, this_device
         from .answer import Block, block_url
         from .questions import questions
-        from .recipe import vqa_recipe
         from .tasks import select
 
         protocol_spec(spec.protocol)
-        vr = vqa_recipe(dict(spec.overrides))
+        vr = recipe.updated(dict(spec.overrides), f"{spec.label}: overrides") if spec.overrides else recipe
         adapter_name, location = split_ref(spec.model)
         if adapter_name not in names():
             raise UserError(f"{spec.model!r} is not a generative model: the vqa protocol takes <adapter>[:<checkpoint>] "
                             f"(adapters: {', '.join(names())}); encoders answer these tasks through --protocol probe")
-        tasks = select(list(vr.tasks) or None)
+        tasks = select(vr.task_names or None)
         qs, left_out = questions(cube.url, tasks)
         asked = {q.task for q in qs}
         tasks = [t for t in tasks if t.name in asked]
@@ -56,7 +57,7 @@ class Vqa(Family):
             import dataclasses
 
             tasks = [dataclasses.replace(t, max_new_tokens=min(t.max_new_tokens, vr.max_new_tokens)) for t in tasks]
-        prec = resolve(recipe.precision, ctx.device or this_device())
+        prec = resolve(vr.precision, ctx.device or this_device())
         ref, prov = get(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
         identity = {"family": self.name, "model": {"adapter": ref.adapter, "location": ref.location, "random": ref.random,
                                                    "sha256": ref.sha256},
@@ -64,7 +65,7 @@ class Vqa(Family):
                     "gen_batch": vr.gen_batch, "seed": spec.seed, "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
         rdir = _run_dir(ctx.out, run_id)
-        bs = max(1, int(recipe.block_samples))
+        bs = vr.block_samples
         samples = sorted({q.sample for q in qs})
         blocks = []
         bands = tuple(b.name for b in cube.bands)
@@ -77,13 +78,13 @@ class Vqa(Family):
             chunk = set(samples[k: k + bs])
             blocks.append(Block(index=len(blocks), cube=cube.url, bands=bands, rendered=rendered,
                                 questions=tuple(q for q in qs if q.sample in chunk), tasks=tuple(tasks), model=ref,
-                                gen_batch=vr.gen_batch, threads=recipe.threads, url=block_url(rdir, len(blocks)), size=size))
+                                gen_batch=vr.gen_batch, threads=vr.threads, url=block_url(rdir, len(blocks)), size=size))
         generation = {"do_sample": False, "num_beams": 1, "batch": vr.gen_batch,
                       "max_new_tokens": {t.name: t.max_new_tokens for t in tasks}}
         record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": prov.model_name,
                   "model_class": prov.model_class, "dataset": cube.dataset, "protocol": spec.protocol, "fraction": 1.0,
                   "seed": spec.seed, "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
-                  "weights": prov.weights, "precision": {"requested": recipe.precision, "effective": prec},
+                  "weights": prov.weights, "precision": {"requested": vr.precision, "effective": prec},
                   "tasks": {t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
                                      "questions": sum(q.task == t.name for q in qs), "source": t.source} for t in tasks},
                   "tasks_left_out": left_out, "generation": generation, "adapter": ref.adapter,

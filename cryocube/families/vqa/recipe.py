@@ -1,41 +1,32 @@
-"""The vqa family's own recipe fields (what to ask, how many answers per forward pass), checked before
-any cluster starts. Shared fields (precision, threads, block_samples) come from the common recipe.
+"""The vqa family's own recipe fields (what to ask, how many prompts per forward pass, an answer-length
+cap) over the shared ones (precision, threads, block_samples: cryocube/recipe.py), checked before any
+cluster starts: `--set gen_batch=4`, `--set vqa_tasks=coherence_classification,fringe_counting`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ...errors import UserError
-
-FIELDS = ("tasks", "gen_batch", "max_new_tokens")
+from ...recipe import BaseRecipe, RecipeError, check_int
 
 
-@dataclass(frozen=True)
-class VqaRecipe:
-    tasks: tuple[str, ...] = ()  # () = every catalog task the cube can serve
-    gen_batch: int = 8  # prompts per generate() call (left-padded); batch size can move the last bits, so it is in the run id
+@dataclass(frozen=True, kw_only=True)
+class VqaRecipe(BaseRecipe):
+    vqa_tasks: tuple[str, ...] | str = ()  # () = every catalog task the cube can serve; "a,b" or [a, b]
+    gen_batch: int = 8  # prompts per generate() call (left-padded); batching can move the last bits, so it is in the run id
     max_new_tokens: int | None = None  # a cap on every task's own max_new_tokens (None: the tasks' values)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS
 
+    def validate(self) -> None:
+        super().validate()
+        t = self.vqa_tasks
+        if not (isinstance(t, str) or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))):
+            raise RecipeError(f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}")
+        check_int("gen_batch", self.gen_batch)
+        check_int("max_new_tokens", self.max_new_tokens, none=True)
 
-def vqa_recipe(values: dict[str, Any]) -> VqaRecipe:
-    unknown = set(values) - set(FIELDS)
-    if unknown:
-        raise UserError(f"vqa: unknown recipe field {sorted(unknown)[0]!r}; the vqa family takes {', '.join(FIELDS)}")
-    tasks = values.get("tasks", ())
-    if isinstance(tasks, str):
-        tasks = tuple(t.strip() for t in tasks.split(",") if t.strip())
-    b = values.get("gen_batch", 8)
-    if isinstance(b, str) and b.isdigit():
-        b = int(b)
-    if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-        raise UserError(f"vqa: gen_batch must be a positive integer, got {b!r}")
-    cap = values.get("max_new_tokens")
-    if isinstance(cap, str) and cap.isdigit():
-        cap = int(cap)
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-        raise UserError(f"vqa: max_new_tokens must be a positive integer, got {cap!r}")
-    return VqaRecipe(tasks=tuple(tasks), gen_batch=b, max_new_tokens=cap)
+    @property
+    def task_names(self) -> list[str]:
+        t = self.vqa_tasks
+        return [x.strip() for x in (t.split(",") if isinstance(t, str) else t) if x.strip()]
