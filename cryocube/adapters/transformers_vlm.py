@@ -101,7 +101,7 @@ class Transformers(Adapter):
                 raise UserError(f"transformers: no random architecture {random_arch!r}; known: {', '.join(ARCHS)}")
             model, _ = build(random_arch, seed)
             ref = ModelRef(cls.name, "", random=random_arch, sha256=state_sha256(model), precision=precision, seed=seed)
-            return ref, Provenance(model_name=f"tiny random {random_arch} (random init)", model_class=type(model).__name__,
+            return ref, Provenance(model_name=f"tiny random {random_arch}", model_class=type(model).__name__,
                                    weights={"source": None, "sha256": ref.sha256, "pretrained": True, "random_init": True,
                                             "requested": location or None},
                                    facts={"parameters": sum(p.numel() for p in model.parameters())})

@@ -131,6 +131,7 @@ class Results:
     replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
     trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
     embedding: list[Run] = field(default_factory=list)  # family "embedding" (probe Q; see report/embedding.py)
+    vqa: list[Run] = field(default_factory=list)  # family "vqa" (generative models' answers; see report/vqa.py)
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
         return [r for r in self.runs if (protocol is None or r.protocol == protocol)
@@ -264,8 +265,9 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     paths = list(paths)
     every = read_runs(paths)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
-    ok = [r for r in kept if r.status == "ok" and r.family != "embedding"]
+    ok = [r for r in kept if r.status == "ok" and r.family not in ("embedding", "vqa")]
     failed = [r for r in kept if r.status != "ok"]
     return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced,
                    trials=[r for r in every if r.is_trial],
-                   embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"])
+                   embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"],
+                   vqa=[r for r in kept if r.status == "ok" and r.family == "vqa"])
