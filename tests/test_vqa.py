@@ -87,6 +87,33 @@ def test_tiny_random_vlm_end_to_end(ifg_cube, tmp_path, client):
     # the same command again is a cache hit
     again = _evaluate(cube, tmp_path / "out", client)
     assert again.skipped == [rec["run_id"]] and not again.records
+    _check_report(tmp_path / "out", tmp_path / "report", rec, rows)
+
+
+def _check_report(results, out, rec, rows):
+    """`cryocube report` writes the vqa section, a LEADERBOARD.md in InSAR-VLM-Bench's shape and the gallery."""
+    from cryocube.cli import main
+    from cryocube.report.records import load_results
+    from cryocube.report.vqa import CANNOT, leaderboard
+
+    assert main(["report", str(results), "--out", str(out)]) == 0
+    board = (out / "LEADERBOARD.md").read_text()
+    acc = rec["metrics"]["tasks"]["coherence_classification"]["metrics"]["accuracy"]
+    assert "| Model | Kind | Coherence Acc (%) | Localisation IoU (%) | Localisation F1 (%) | Fringe MAE | Noise F1 (%)" in board
+    assert f"| tiny random llava (random init) | VLM | {acc['value']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]" in board
+    html = (out / "report.html").read_text()
+    assert "Gallery: sample" in html and rows[0]["prompt"][:40] in html and "data:image/png;base64" in html
+    # an encoder's probe run on the same cube joins the board; what it cannot answer is said, not left blank
+    res = load_results(results)
+    emb = dict(rec, run_id="e" * 20, family="embedding", model="dofa", model_name="DOFA", primary_metric="Q",
+               weights={"pretrained": True, "random_init": False},
+               metrics={"Q": 0.5, "task_A": {"coherence_classification__cls": 0.61, "fringe_counting__regr": 0.2}})
+    from cryocube.report.records import parse_record
+
+    res.embedding.append(parse_record(emb, "test"))
+    t = leaderboard(res, rec["dataset"])
+    row = t.texts[[r[0] for r in t.rows].index("DOFA")]
+    assert row[1:] == ["GFM (probe)", "0.61 (probe F1)", CANNOT, CANNOT, "0.20 (probe R²)", CANNOT, "–"]
 
 
 def test_same_run_twice_and_batching_give_identical_answers(ifg_cube, tmp_path, client):
