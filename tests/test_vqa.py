@@ -226,3 +226,29 @@ def test_bad_input_is_one_sentence_before_any_cluster(ifg_cube, lab_tasks, tmp_p
         "answer": "text", "metrics": {"token_f1": {"answer": "noise_assessment"}}, "prompt": "Describe {orbit_number}."}}}))
     err = _refused(base + ["--models", "transformers", "--allow-random-weights"], capsys)
     assert "bad.yaml: task t: prompt names unknown field {orbit_number}" in err
+
+
+def test_a_checkpoint_at_an_s3_url(ifg_cube, tmp_path, client, s3_bucket):
+    """transformers:s3://... (moto on loopback): planned from its small files, hashed where it lies, copied once per
+    worker host into a cache named by that hash; the answers are those of the same weights on local disk."""
+    import s3fs
+
+    from cryocube import store
+    from cryocube.adapters.random_vlm import build
+
+    cube, _ = ifg_cube
+    bucket, opts = s3_bucket
+    model, proc = build("llava", 0)
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    proc.save_pretrained(folder)
+    fs = s3fs.S3FileSystem(**opts)
+    for f in folder.iterdir():
+        fs.put(str(f), f"{bucket}/models/tiny/{f.name}")
+    url = f"s3://{bucket}/models/tiny"
+    store.register_options(url, opts)
+    (rec,) = _evaluate(cube, tmp_path / "out", client, model=f"transformers:{url}", allow_random=False).records
+    assert rec["status"] == "ok", rec.get("error")
+    (loc,) = _evaluate(cube, tmp_path / "loc", client, model=f"transformers:{folder}", allow_random=False).records
+    assert rec["weights"]["sha256"] == loc["weights"]["sha256"] and rec["weights"]["source"] == url
+    assert [r["answer"] for r in _answers(rec)] == [r["answer"] for r in _answers(loc)]

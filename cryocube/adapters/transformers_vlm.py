@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -34,44 +35,62 @@ def _cache_root() -> Path:
     return Path(os.environ.get("CRYOCUBE_VLM_CACHE", Path(tempfile.gettempdir()) / f"cryocube-vlm-{os.getuid()}"))
 
 
-def local_folder(location: str, weights: bool = True) -> Path:
-    """A local folder holding the checkpoint (remote URLs are copied; without `weights`, only the small files)."""
+def local_folder(location: str, sha256: str | None = None) -> Path:
+    """A local folder holding the checkpoint. A remote URL is copied: with `sha256` (a worker loading the planned
+    weights) into a per-host cache named by it, checked against it; without, only its small files (config,
+    processor, tokenizer) into a fresh temporary folder (planning)."""
     if not _store.is_remote(location):
         return Path(_store.local_path(location))
     fs, path = _store.fs_path(location)
-    key = hashlib.sha256(f"{location}|{weights}".encode()).hexdigest()[:16]
-    dest = _cache_root() / key
-    if (dest / ".complete").exists():
+    root = _cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    dest = root / sha256[:32] if sha256 else None
+    if dest is not None and (dest / ".complete").exists():
         return dest
-    tmp = Path(tempfile.mkdtemp(dir=_cache_root().mkdir(parents=True, exist_ok=True) or _cache_root()))
+    tmp = Path(tempfile.mkdtemp(dir=root))
     for f in fs.ls(path, detail=False):
         name = f.rstrip("/").rsplit("/", 1)[-1]
-        if weights or not name.endswith(WEIGHT_SUFFIXES):
+        if sha256 or not name.endswith(WEIGHT_SUFFIXES):
             fs.get(f, str(tmp / name))
+    if dest is None:
+        return tmp
+    got, _ = weights_sha256(str(tmp))
+    if got != sha256:
+        raise UserError(f"{location}: its weights changed since the run was planned (sha256 {got[:12]}, planned "
+                        f"{sha256[:12]}); plan the run again")
     (tmp / ".complete").write_text(location)
     try:
         tmp.rename(dest)
     except OSError:  # another task on this host got there first
-        pass
+        return dest if (dest / ".complete").exists() else tmp
     return dest
+
+
+_SHA_MEMO: dict[tuple, tuple[str, list[str]]] = {}  # planning hashes a checkpoint once per process (it plans twice)
 
 
 def weights_sha256(location: str) -> tuple[str, list[str]]:
     """sha256 over the checkpoint's weight files (name and bytes, in name order), read where they lie."""
     if _store.is_remote(location):
         fs, path = _store.fs_path(location)
-        files = sorted(f for f in fs.ls(path, detail=False) if f.endswith(WEIGHT_SUFFIXES))
+        info = sorted((d["name"], d.get("size"), str(d.get("ETag") or d.get("mtime") or d.get("LastModified")))
+                      for d in fs.ls(path, detail=True) if d["name"].endswith(WEIGHT_SUFFIXES))
         opener = fs.open
     else:
-        files = sorted(str(p) for p in Path(location).iterdir() if p.name.endswith(WEIGHT_SUFFIXES))
+        info = sorted((str(p), p.stat().st_size, str(p.stat().st_mtime_ns)) for p in Path(location).iterdir()
+                      if p.name.endswith(WEIGHT_SUFFIXES))
         opener = open
+    key = (location, tuple(info))
+    if key in _SHA_MEMO:
+        return _SHA_MEMO[key]
     h = hashlib.sha256()
-    for f in files:
+    for f, _, _ in info:
         h.update(f.rsplit("/", 1)[-1].encode())
         with opener(f, "rb") as fh:
             while chunk := fh.read(1 << 24):
                 h.update(chunk)
-    return h.hexdigest(), [f.rsplit("/", 1)[-1] for f in files]
+    _SHA_MEMO[key] = (h.hexdigest(), [f.rsplit("/", 1)[-1] for f, _, _ in info])
+    return _SHA_MEMO[key]
 
 
 def _exists(location: str) -> bool:
@@ -105,9 +124,17 @@ class Transformers(Adapter):
                                    weights={"source": None, "sha256": ref.sha256, "pretrained": True, "random_init": True,
                                             "requested": location or None},
                                    facts={"parameters": sum(p.numel() for p in model.parameters())})
+        small = local_folder(location)
+        try:
+            return cls._check_folder(location, small, precision, seed)
+        finally:
+            if small != Path(_store.local_path(location)):
+                shutil.rmtree(small, ignore_errors=True)
+
+    @classmethod
+    def _check_folder(cls, location: str, small: Path, precision: str, seed: int):
         from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
-        small = local_folder(location, weights=False)
         try:
             config = AutoConfig.from_pretrained(small)
         except Exception as e:  # noqa: BLE001 - any unreadable config is the user's folder
@@ -153,7 +180,7 @@ class Transformers(Adapter):
             else:
                 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-                folder = local_folder(ref.location)
+                folder = local_folder(ref.location, ref.sha256)
                 proc = AutoProcessor.from_pretrained(folder)
                 model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype)
             model.eval().requires_grad_(False).to(device)

@@ -22,10 +22,21 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     tpw = req.threads_per_worker or 1
     n = req.n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS))
     threads = req.torch_threads or max(1, cores // (n * tpw))
-    cluster = stack.enter_context(LocalCluster(
-        n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
-        env=thread_env(threads), **dashboard_kwargs(req.dashboard)))
+    cluster = LocalCluster(n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
+                           env=thread_env(threads), **dashboard_kwargs(req.dashboard))
+    stack.callback(close_patiently, cluster)
     return own_client(stack, cluster, req.torch_threads)
+
+
+def close_patiently(cluster, timeout: float = 120) -> None:
+    """Close a local cluster after the work is done and recorded: on a loaded machine worker processes can take
+    longer than distributed's default to stop, which must not turn a finished command into a traceback."""
+    try:
+        cluster.close(timeout=timeout)
+    except TimeoutError:
+        import warnings
+
+        warnings.warn(f"local cluster workers did not stop within {timeout:.0f} s; they are left to exit", stacklevel=2)
 
 
 @backend("cuda")
