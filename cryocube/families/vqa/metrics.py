@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...errors import UserError
 
 # metric -> (title, higher is better, percent?)
 FACTS: dict[str, tuple[str, bool, bool]] = {
@@ -71,11 +70,6 @@ def _f1(pred, ref, ok: bool, text: str = "", **_) -> float:
 
 
 SCORES: dict[str, Callable[..., float]] = {"accuracy": _accuracy, "mae": _mae, "box_iou": _iou, "token_f1": _f1}
-
-
-def check_metric(name: str, where: str) -> None:
-    if name not in SCORES:
-        raise UserError(f"{where}: unknown metric {name!r}; known: {', '.join(SCORES)}")
 
 
 def score(name: str, pred: Any, ref: Any, ok: bool, **kw) -> float:

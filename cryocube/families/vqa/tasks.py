@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...catalog import CatalogError, _read_yaml, catalog_dirs, need
-from .metrics import check_metric
+from .metrics import SCORES
 from .parsers import PARSERS
 
 PROMPT_FIELDS = ("labels", "primary_date", "secondary_date", "days", "wavelength_cm", "fringe_cm", "picture", "width",
@@ -130,7 +130,8 @@ def parse_task(name: str, d: Any, render: RenderSpec, where: str) -> TaskSpec:
     metrics = need(d, "metrics", where, dict)
     ms = []
     for m, ref in metrics.items():
-        check_metric(m, where)
+        if m not in SCORES:
+            raise CatalogError(f"{where}: unknown metric {m!r}; known: {', '.join(SCORES)}")
         if not (isinstance(ref, dict) and len(ref) == 1 and next(iter(ref)) in REFERENCE_KINDS):
             raise CatalogError(f"{where}: metric {m}: the reference must be one of {{{', '.join(f'{k}: NAME' for k in REFERENCE_KINDS)}}}, got {ref!r}")
         (kind, ref_name), = ref.items()
