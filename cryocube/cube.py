@@ -368,6 +368,35 @@ def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | 
 # -- inspect ------------------------------------------------------------------------------------
 
 
+def _tile_summary(ds, split, names) -> list[str]:
+    lines = []
+    scenes = as_text(ds["scene"].values)
+    lines.append(f"scenes: {len(np.unique(scenes))}  tile: {ds.sizes['y']}x{ds.sizes['x']}  bands: {ds.sizes['band']}  dtype: {ds['image'].dtype}")
+    cf = ds["class_fraction"].values
+    lines.append("class balance (mean area fraction per split):")
+    for n in names:
+        m = cf[split == n].mean(axis=0) if (split == n).any() else np.zeros(cf.shape[1])
+        lines.append(f"  {n:<8} " + "  ".join(f"{c}={v:.3f}" for c, v in zip(ds["class"].values, m)))
+    return lines
+
+
+def _sample_summary(ds) -> list[str]:
+    """Sample cubes: image shape, labelled samples per task, text answers, what the cube cannot serve."""
+    lines = [f"image {dict(ds['image'].sizes)}  dtype: {ds['image'].dtype}"]
+    target = np.asarray(ds["target"].values)
+    for j, (t, k) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))):
+        lines.append(f"  task {t} ({k}): {int(np.isfinite(target[:, j]).sum())} labelled")
+    if "answer" in ds:
+        ans = as_text(ds["answer"].values)
+        for j, t in enumerate(as_text(ds["text_task"].values)):
+            lines.append(f"  text {t}: {int((ans[:, j] != '').sum())} answers")
+    if "box" in ds:
+        lines.append(f"  box: {int(np.isfinite(np.asarray(ds['box'].values)).all(axis=1).sum())} samples with a box")
+    for t, why in (ds.attrs.get("unavailable") or {}).items():
+        lines.append(f"  unavailable {t}: {why}")
+    return lines
+
+
 def summary(url: str, storage_options: dict | None = None) -> str:
     """Human summary: samples per split, class balance, band stats beside the published ones, chunking, size."""
     ds = open_cube(url, storage_options, allow_incomplete=True)
@@ -381,13 +410,10 @@ def summary(url: str, storage_options: dict | None = None) -> str:
     split = as_text(ds["split"].values)
     names, counts = np.unique(split, return_counts=True)
     lines.append("samples: " + ", ".join(f"{n}={c}" for n, c in zip(names, counts)) + f" (total {split.size})")
-    scenes = as_text(ds["scene"].values)
-    lines.append(f"scenes: {len(np.unique(scenes))}  tile: {ds.sizes['y']}x{ds.sizes['x']}  bands: {ds.sizes['band']}  dtype: {ds['image'].dtype}")
-    cf = ds["class_fraction"].values
-    lines.append("class balance (mean area fraction per split):")
-    for n in names:
-        m = cf[split == n].mean(axis=0) if (split == n).any() else np.zeros(cf.shape[1])
-        lines.append(f"  {n:<8} " + "  ".join(f"{c}={v:.3f}" for c, v in zip(ds["class"].values, m)))
+    if a.get("kind") == "samples":
+        lines += _sample_summary(ds)
+    else:
+        lines += _tile_summary(ds, split, names)
     lines.append(f"{'band':<17}{'alias':<17}{'role':<11}{'mean':>12}{'pub.mean':>12}{'std':>12}{'pub.std':>12}{'min':>10}{'max':>10}")
     for i in range(ds.sizes["band"]):
         lines.append(
@@ -459,7 +485,7 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values)
         return CubeInfo(**common, class_names=[], strata=common["splits"], labelled=np.isfinite(target).any(axis=1),
-                        kind="samples", time=tuple(as_text(ds["time"].values)) if "time" in ds else (),
+                        kind="samples", time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
                         tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))))
     return CubeInfo(**common, class_names=[str(c) for c in ds["class"].values], strata=as_text(ds["stratum"].values),
                     labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0)
@@ -551,6 +577,7 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
     if COMPLETE_ATTR not in g.attrs:
         raise IncompleteCubeError(f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); nothing to verify yet")
     n = g["image"].shape[0]
+    var = "target" if g.attrs.get("kind") == "samples" else "label"  # what the per-sample digests cover besides the image
     bs = int(g.attrs.get("block_samples") or 16)
     has = "sample_digest" in g
     stored_blocks = np.asarray(g["block_digest"][:])
@@ -561,14 +588,14 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
         for b in range(stored_blocks.shape[0]):
             s0, s1 = b * bs, min((b + 1) * bs, n)
             try:
-                img, lab = np.asarray(g["image"][s0:s1]), np.asarray(g["label"][s0:s1])
+                img, lab = np.asarray(g["image"][s0:s1]), np.asarray(g[var][s0:s1])
             except Exception:  # noqa: BLE001 - find the samples whose chunk cannot be decoded
                 img = lab = None
             if img is None:
                 for i in range(s0, s1):
                     try:
                         g["image"][i]
-                        g["label"][i]
+                        g[var][i]
                     except Exception as e:  # noqa: BLE001
                         damaged.append({"sample": i, "source": str(sources[i]), "what": f"unreadable ({type(e).__name__})"})
                 computed.append(np.zeros(DIGEST_BYTES, np.uint8))

@@ -41,7 +41,7 @@ class IfgPair:
     secondary: str
     wrapped: np.ndarray  # (H, W) float32 rad, as written (GeoTIFF layout)
     coherence: np.ndarray  # (H, W) float32 0..1
-    unwrapped: np.ndarray | None  # (H, W) float32 rad (None when the tree has none)
+    unwrapped: np.ndarray | None  # (H, W) float32 rad, NaN in decorrelated patches (None when the tree has none)
     los_m: np.ndarray  # (H, W) noise-free LOS deformation, metres, relative to its median (as InSAR measures it)
     coherence_class: int  # designed class (index into the rules' classes)
     fringes: int  # fringes of the deformation signal over the true box (0 without deformation)
@@ -188,7 +188,7 @@ def synth_pair(rng: np.random.Generator, i: int, size: int, wavelength: float, r
     coh = np.where(patch, rng.uniform(0.01, 0.08, coh.shape), coh)
     noisy = signal + rng.standard_normal(coh.shape) * phase_noise_std(coh)
     wrapped = wrap(np.where(patch, rng.uniform(-math.pi, math.pi, coh.shape), noisy))
-    unw = np.where(patch, signal + rng.uniform(-math.pi, math.pi, coh.shape), signal + 0.05 * rng.standard_normal(coh.shape))
+    unw = np.where(patch, np.nan, signal + 0.05 * rng.standard_normal(coh.shape))  # unwrappers mask decorrelated areas
     words = ["a Mogi-type inflation ring" if kind == "mogi" else "a linear fault offset" if kind == "dislocation" else "no deformation"]
     if box is not None:
         words.append(f"centred near x={(box[0] + box[2]) / 2:.0f}, y={(box[1] + box[3]) / 2:.0f}")
@@ -229,3 +229,56 @@ def make_interferograms(root: str | Path, n: int = 9, size: int = 64, seed: int 
         m.pairs.append(pair)
     m.pairs.sort(key=lambda p: p.id)
     return m
+
+
+# -- damage for bad-input tests ----------------------------------------------------------------------
+
+
+def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:
+    import rasterio
+
+    from .convert.rawio import write_geotiff
+
+    with rasterio.open(path) as ds:
+        tf = tuple(ds.transform)[:6]
+    write_geotiff(path, arr.astype(np.float32), crs, tf)
+
+
+def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
+    import json
+
+    path = p.paths["annotation"]
+    with open(path) as f:
+        d = json.load(f)
+    d.update(fields)
+    with open(path, "w") as f:
+        json.dump(d, f)
+    return path
+
+
+def _missing_pair_heph(m: IfgManifest, p: IfgPair) -> str:
+    return _annotation(m, p, primary_date="19990101")
+
+
+CORRUPTIONS = {  # kind -> (damage(manifest, pair) -> path of the file at fault); layout-specific where named
+    "phase_range": lambda m, p: _rewrite(p.paths["wrapped_phase"], p.wrapped * 1.5) or p.paths["wrapped_phase"],
+    "phase_degrees": lambda m, p: _rewrite(p.paths["wrapped_phase"], np.degrees(p.wrapped)) or p.paths["wrapped_phase"],
+    "coherence_range": lambda m, p: _rewrite(p.paths["coherence"], p.coherence * 100) or p.paths["coherence"],
+    "missing_coherence": lambda m, p: (Path(p.paths["coherence"]).unlink(), str(Path(p.paths["coherence"]).parent))[1],
+    "shape_mismatch": lambda m, p: _rewrite(p.paths["unwrapped_phase"], p.unwrapped[:, :-3]) or p.paths["unwrapped_phase"],
+    "crs_mismatch": lambda m, p: _rewrite(p.paths["coherence"], p.coherence, "EPSG:32632") or p.paths["coherence"],
+    "missing_unwrapped": lambda m, p: (Path(p.paths["unwrapped_phase"]).unlink(), str(Path(p.paths["unwrapped_phase"]).parent))[1],
+    "annotation_pair": lambda m, p: _annotation(m, p, pair="19990101_19990113"),
+    "annotation_answer": lambda m, p: _annotation(m, p, answers={"weather": "sunny"}),
+    "annotation_box": lambda m, p: _annotation(m, p, box=[0, 0, m.size + 10, 5]),
+    "heph_missing_pair": _missing_pair_heph,
+    "heph_missing_coherence": lambda m, p: (Path(p.paths["coherence"]).unlink(), str(Path(p.paths["coherence"]).parent))[1],
+    "heph_field": lambda m, p: _annotation(m, p, atmospheric_fringes=7),
+}
+
+
+def corrupt_ifg(manifest: IfgManifest, kind: str, index: int = 1) -> str:
+    """Damage pair `index` of a generated tree in one way; returns the path a good error message names."""
+    if kind not in CORRUPTIONS:
+        raise ValueError(f"unknown corruption {kind!r}; known: {', '.join(CORRUPTIONS)}")
+    return CORRUPTIONS[kind](manifest, manifest.pairs[index])

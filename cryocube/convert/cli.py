@@ -47,18 +47,35 @@ def _convert(args) -> int:
     for what, v in (("--tile", args.tile), ("--block", args.block), ("--shard", args.shard)):
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
+    extra = _precheck(spec, args)  # sample-cube readers check every file and label before a cluster starts
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
-        r = convert(spec, args.raw, args.out, layout=args.layout, client=client, tile_size=args.tile,
+        r = convert(spec, args.raw, args.out, layout=extra.pop("layout", args.layout), client=client, tile_size=args.tile,
                     block_samples=args.block, shard_samples=args.shard, on_error=args.on_error,
                     compressor=args.compressor, overwrite=args.overwrite, raw_storage_options=args.raw_storage_options,
                     storage_options=args.storage_options, progress=not args.quiet,
-                    **({"shift_s2": True} if args.shift_s2 else {}))
+                    **({"shift_s2": True} if args.shift_s2 else {}), **extra)
     what = "already complete" if r.blocks_written == 0 else f"wrote {r.blocks_written}/{r.blocks_total} blocks"
     mb = r.read_bytes / 1e6
     print(f"{args.out}: {r.n_samples} samples, {what} in {r.seconds:.1f} s ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), "
           f"checksum {r.marker['checksum'][:16]}" + (f", skipped {r.skipped} bad samples" if r.skipped else ""))
     return 0
+
+
+def _precheck(spec, args) -> dict:
+    """{"layout", "prechecked"} for readers with a `precheck` (their whole plan, bad input found here); else {}."""
+    from .. import store
+    from .base import open_reader
+    from .writer import detect_layout
+
+    if args.layout != "auto" and args.layout not in spec.layouts:
+        return {}  # convert names the known layouts
+    store.register_options(args.raw, args.raw_storage_options)
+    layout = detect_layout(spec, args.raw) if args.layout == "auto" else args.layout
+    reader = open_reader(spec, layout, args.raw_storage_options)
+    if not hasattr(reader, "precheck"):
+        return {}
+    return {"layout": layout, "prechecked": reader.precheck(args.raw)}
 
 
 def _download(args) -> int:

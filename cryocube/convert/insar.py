@@ -25,7 +25,8 @@ from ..cube import _text
 from .base import ConvertError, Reader, register
 from .insar_labels import Rules, derive
 from .rawio import map_threads, raster_header, read_raster, write_geotiff
-from .samples import SampleConvertResult, SamplePlan, convert_samples
+from .samples import SamplePlan, convert_samples
+from .writer import ConvertResult
 
 DATE = r"(\d{4}-?\d{2}-?\d{2})"
 PAIR_RE = re.compile(rf"^{DATE}_{DATE}$")
@@ -230,7 +231,7 @@ class PairReader(Reader):
         return self.plan(raw)
 
     def convert(self, raw: str, out: str, client, block_samples: int = 16, overwrite: bool = False, progress: bool = True,
-                prechecked=None, **_) -> SampleConvertResult:
+                prechecked=None, **_) -> ConvertResult:
         pairs, plan = prechecked or self.plan(raw)
         self.narrow(plan.fingerprint["bands"])  # a prechecked plan came from another reader object
         return convert_samples(self, pairs, plan, raw, out, client, block_samples, overwrite, progress, {"shape": plan.shape})

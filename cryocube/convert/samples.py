@@ -26,7 +26,7 @@ from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, _text, bloc
                     partial_stats, sample_digests)
 from ..errors import UserError, task_boundary
 from .base import ConvertError, Reader
-from .writer import check_image
+from .writer import ConvertResult, check_image
 
 
 @dataclass
@@ -55,18 +55,6 @@ class SamplePlan:
                                           "target": np.nan_to_num(self.target, nan=-1e30).tolist(), "extra": extra,
                                           "options": self.fingerprint, "block": block, "schema": SCHEMA_VERSION},
                                          default=str, sort_keys=True).encode()).hexdigest()
-
-
-@dataclass
-class SampleConvertResult:
-    url: str
-    n_samples: int
-    blocks_written: int
-    blocks_total: int
-    read_bytes: int
-    seconds: float
-    marker: dict
-    skipped: int = 0
 
 
 def _template(reader: Reader, plan: SamplePlan, block: int):
@@ -155,7 +143,7 @@ def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def convert_samples(reader: Reader, items: list, plan: SamplePlan, raw: str, out: str, client, block: int, overwrite: bool,
-                    progress: bool, read_kwargs: dict | None = None) -> SampleConvertResult:
+                    progress: bool, read_kwargs: dict | None = None) -> ConvertResult:
     """Create (or resume) the sample cube of `plan` at `out`; `items[i]` is what `reader.read_sample` reads for sample i."""
     from ..progress import gather
 
@@ -180,7 +168,7 @@ def convert_samples(reader: Reader, items: list, plan: SamplePlan, raw: str, out
     g = _store.open_group(out, "r+")
     nb = math.ceil(plan.n / block)
     if COMPLETE_ATTR in g.attrs:
-        return SampleConvertResult(out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]))
+        return ConvertResult(out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
     done = np.asarray(g["progress"][:]).astype(bool)
     jobs = [{"reader": reader, "items": items[b * block : (b + 1) * block], "ids": plan.ids[b * block : (b + 1) * block],
              "s0": b * block, "block": b, "out": out, "shape": plan.shape, "time": list(plan.time),
@@ -195,4 +183,4 @@ def convert_samples(reader: Reader, items: list, plan: SamplePlan, raw: str, out
     g.attrs["statistics_split"] = "all"
     g.attrs[COMPLETE_ATTR] = marker  # last
     zarr.consolidate_metadata(g.store)
-    return SampleConvertResult(out, plan.n, len(jobs), nb, sum(r["read_bytes"] for r in results), time.perf_counter() - t0, marker)
+    return ConvertResult(out, plan.n, len(jobs), nb, sum(r["read_bytes"] for r in results), time.perf_counter() - t0, marker, 0)

@@ -26,7 +26,8 @@ import zarr
 
 from .. import store as _store
 from .base import ConvertError, Reader, register
-from .samples import SampleConvertResult, SamplePlan, convert_samples
+from .samples import SamplePlan, convert_samples
+from .writer import ConvertResult
 
 S2_OFFSET = 1000.0
 SHIFTED_STATS = "ssl4eo_v11_shifted"
@@ -203,7 +204,7 @@ class SSL4EOReader(Reader):
 
     # -- the sample cube -------------------------------------------------------------------------
     def convert(self, raw: str, out: str, client, block_samples: int = 16, overwrite: bool = False, progress: bool = True,
-                shift_s2: bool = False, **_) -> SampleConvertResult:
+                shift_s2: bool = False, **_) -> ConvertResult:
         items = self.scan(raw)
         tasks = self.labels(raw)
         first = self.read_sample(items[0], shift_s2=shift_s2)

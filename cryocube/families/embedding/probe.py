@@ -133,8 +133,9 @@ def tasks_from_cube(url: str) -> list[Task]:
     ids = [str(i) for i in as_text(ds["source"].values)]
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values, dtype=np.float64)
-        return [Task(f"{t}__{k}", k, {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)})
-                for j, (t, k) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values)))]
+        found = [Task(f"{t}__{k}", k, {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)})
+                 for j, (t, k) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values)))]
+        return [t for t in found if t.labels]  # a task the cube cannot serve (all NaN, e.g. no unwrapped phase) is no task
     frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)  # share of each class among labelled pixels
     labelled = frac.sum(axis=1) > 0
     out = []

@@ -1,0 +1,237 @@
+"""Interferogram cubes: the generator's GeoTIFF and Hephaestus trees -> sample cubes on a real LocalCluster, the
+derived labels against the generator's truth, resume and the completion marker, and every class of bad input
+refused in one sentence before a cluster starts."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from cryocube import store
+from cryocube.catalog import load_dataset
+from cryocube.cli import main
+from cryocube.convert.base import open_reader
+from cryocube.convert.hephaestus import render_phase
+from cryocube.convert.insar_labels import Rules, los_to_phase, phase_to_los, wrap
+from cryocube.convert.writer import convert
+from cryocube.cube import COMPLETE_ATTR, IncompleteCubeError, as_text, cube_info, open_cube, read_samples
+from cryocube.insar_synthetic import corrupt_ifg, make_interferograms, mogi, turbulence
+
+
+def iou(a, b) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+@pytest.fixture(scope="module")
+def geotiff(tmp_path_factory, client):
+    root = tmp_path_factory.mktemp("insar")
+    m = make_interferograms(root / "raw", n=12, size=64, seed=0)
+    url = str(root / "cube.zarr")
+    r = convert("insar", str(root / "raw"), url, client=client, block_samples=4, progress=False)
+    return m, url, r
+
+
+def test_physics_of_the_generator():
+    """One fringe is lambda/2 of LOS change; Mogi uplift peaks above the source; turbulence is red (power law)."""
+    lam = 0.05546576
+    assert phase_to_los(np.array(2 * math.pi), lam) == pytest.approx(-lam / 2)
+    assert los_to_phase(phase_to_los(np.array(1.234), lam), lam) == pytest.approx(1.234)
+    x = np.linspace(-5000, 5000, 101)
+    ue, un, uz = mogi(x, np.zeros_like(x), depth=2000.0, dv=1e6)
+    assert np.argmax(uz) == 50 and uz[50] == pytest.approx(0.75 * 1e6 / math.pi / 2000.0**2)
+    assert ue[50] == 0 and ue[60] > 0 > ue[40]  # radial outward motion
+    w = wrap(np.array([0.0, math.pi + 0.5, -3 * math.pi]))
+    assert np.all(w <= math.pi) and np.all(w > -math.pi) and w[1] == pytest.approx(-math.pi + 0.5)
+    t = turbulence(np.random.default_rng(0), 64, 64, sigma=0.3)
+    spec = np.abs(np.fft.rfft2(t)) ** 2
+    assert t.std() == pytest.approx(0.3) and spec[1:4, 1:4].mean() > 50 * spec[20:30, 20:30].mean()
+
+
+def test_geotiff_cube_holds_the_maps_and_labels_match_the_truth(geotiff):
+    m, url, r = geotiff
+    ds = open_cube(url)
+    assert ds.attrs["kind"] == "samples" and r.blocks_written == r.blocks_total == 3
+    assert ds["image"].dims == ("sample", "band", "y", "x") and ds["image"].shape == (12, 3, 64, 64)
+    assert [str(b) for b in ds["band"].values] == ["wrapped_phase", "coherence", "unwrapped_phase"]
+    assert [str(u) for u in ds["units"].values] == ["rad", "1", "rad"]
+    ids = list(as_text(ds["source"].values))
+    assert ids == [p.id for p in m.pairs]
+    tasks = list(as_text(ds["task"].values))
+    assert tasks == ["coherence_classification", "fringe_counting"] and list(as_text(ds["task_type"].values)) == ["cls", "regr"]
+    assert as_text(ds["task_classes"].values)[0] == "low|medium|high"
+    target, box, ans = ds["target"].values, ds["box"].values, as_text(ds["answer"].values)
+    text_tasks = list(as_text(ds["text_task"].values))
+    sources = {p.source for p in m.pairs}
+    assert sources == {"none", "mogi", "dislocation"} and any(np.isnan(p.unwrapped).any() for p in m.pairs)
+    for i, p in enumerate(m.pairs):
+        np.testing.assert_array_equal(ds["image"].values[i, 0], p.wrapped)
+        np.testing.assert_array_equal(ds["image"].values[i, 1], p.coherence)
+        np.testing.assert_array_equal(ds["image"].values[i, 2], np.nan_to_num(p.unwrapped, nan=0.0))  # masked -> 0
+        assert str(ds["primary_date"].values[i]) == p.primary and str(ds["secondary_date"].values[i]) == p.secondary
+        assert target[i, 0] == p.coherence_class, p.id
+        assert target[i, 1] == p.fringes, p.id
+        if p.box is None:
+            assert np.isnan(box[i]).all(), p.id
+        else:
+            assert iou(box[i], p.box) > 0.75, (p.id, box[i], p.box)
+        assert str(ds["box_origin"].values[i]) == "derived"
+        assert ans[i, text_tasks.index("noise_assessment")] == p.answers["noise_assessment"]
+    assert sorted(set(target[:, 0].tolist())) == [0, 1, 2] and set(target[:, 1].tolist()) >= {0, 1}
+    assert np.allclose(ds["radar_wavelength_m"].values, 0.05546576)
+    d = ds.attrs["derivation"]
+    lay = load_dataset("insar").layout("geotiff").options["derive"]
+    assert d["coherence_classification"]["thresholds"] == lay["coherence_classification"]["thresholds"]
+    assert d["deformation_box"]["threshold_m"] == lay["deformation_box"]["threshold_m"] and "lambda" in d["los_convention"]
+    assert ds.attrs["unavailable"] == {} and ds.attrs["rendered"] is False
+    info = cube_info(url)
+    assert info.kind == "samples" and info.time == () and dict(info.tasks) == {"coherence_classification": "cls",
+                                                                               "fringe_counting": "regr"}
+    img, tg = read_samples(url, [2, 5])  # checked against the per-sample digests
+    assert img.shape == (2, 3, 64, 64) and np.array_equal(tg, target[[2, 5]], equal_nan=True)
+
+
+def test_inspect_and_verify_a_sample_cube(geotiff, capsys):
+    _, url, _ = geotiff
+    assert main(["inspect", url]) == 0
+    out = capsys.readouterr().out
+    assert "task fringe_counting (regr): 12 labelled" in out and "wrapped_phase" in out
+    assert main(["inspect", "--verify", url, "--quiet"]) == 0
+    assert "0 damaged, checksum matches" in capsys.readouterr().out
+
+
+def test_resume_redoes_only_missing_blocks_and_gives_the_same_cube(geotiff, tmp_path, client):
+    m, url, first = geotiff
+    import shutil
+
+    import zarr
+
+    copy = str(tmp_path / "resumed.zarr")
+    shutil.copytree(url, copy)
+    g = store.open_group(copy, "r+")
+    g["progress"][1] = 0  # block 1 as a killed run leaves it: flag unset, pixels gone, no marker
+    shutil.rmtree(os.path.join(copy, "image", "c", "5"))
+    del g.attrs[COMPLETE_ATTR]
+    zarr.consolidate_metadata(g.store)
+    with pytest.raises(IncompleteCubeError):
+        open_cube(copy)
+    r = convert("insar", str(m.root), copy, client=client, block_samples=4, progress=False)
+    assert (r.blocks_written, r.blocks_total) == (1, 3)
+    assert r.marker["checksum"] == first.marker["checksum"]
+    np.testing.assert_array_equal(open_cube(copy)["image"].values, open_cube(url)["image"].values)
+    again = convert("insar", str(m.root), copy, client=client, block_samples=4, progress=False)
+    assert again.blocks_written == 0  # complete: nothing to do
+
+
+def test_without_unwrapped_phase_fringes_are_unavailable_and_boxes_come_from_annotations(tmp_path, client):
+    m = make_interferograms(tmp_path / "raw", n=6, size=48, seed=4, unwrapped=False, frames=2)  # <frame>/<pair>/ folders
+    url = str(tmp_path / "c.zarr")
+    convert("insar", str(tmp_path / "raw"), url, client=client, progress=False)
+    ds = open_cube(url)
+    assert list(as_text(ds["source"].values)) == [p.id for p in m.pairs] and m.pairs[0].id.startswith("frame00/")
+    assert sorted(set(as_text(ds["frame"].values))) == ["frame00", "frame01"]
+    assert [str(b) for b in ds["band"].values] == ["wrapped_phase", "coherence"] and ds["image"].shape[1] == 2
+    assert np.isnan(ds["target"].values[:, 1]).all()
+    assert "unwrapped" in ds.attrs["unavailable"]["fringe_counting"]
+    for i, p in enumerate(m.pairs):
+        assert ds["target"].values[i, 0] == p.coherence_class
+        assert str(ds["box_origin"].values[i]) == "annotation"
+        if p.box is None:
+            assert np.isnan(ds["box"].values[i]).all()
+        else:
+            np.testing.assert_array_equal(ds["box"].values[i], p.box)
+
+
+def test_hephaestus_layout_maps_annotations_onto_the_tasks(tmp_path, client):
+    m = make_interferograms(tmp_path / "raw", n=8, size=48, seed=2, dataset="hephaestus")
+    extra = tmp_path / "raw" / m.pairs[0].frame / "interferograms" / "20210101_20210113"  # an unlabelled interferogram
+    extra.mkdir()
+    for f in ("InSAR.png", "Coherence.png"):
+        (extra / f).write_bytes(open(m.pairs[0].paths["insar" if f == "InSAR.png" else "coherence"], "rb").read())
+    url = str(tmp_path / "h.zarr")
+    convert("hephaestus", str(tmp_path / "raw"), url, client=client, progress=False)
+    ds = open_cube(url)
+    assert ds.attrs["rendered"] is True and ds.attrs["unlabelled_pairs"] == 1
+    assert list(as_text(ds["source"].values)) == [p.id for p in m.pairs]
+    assert [str(b) for b in ds["band"].values] == ["insar_r", "insar_g", "insar_b", "coherence_grey"]
+    tasks = list(as_text(ds["task"].values))
+    t = ds["target"].values
+    assert np.isnan(t[:, tasks.index("coherence_classification")]).all()
+    assert np.isnan(t[:, tasks.index("fringe_counting")]).all()
+    un = ds.attrs["unavailable"]
+    assert "unwrapped" in un["fringe_counting"] and "low_coherence" in un["coherence_classification"]
+    ans = as_text(ds["answer"].values)
+    for i, p in enumerate(m.pairs):
+        ann = json.load(open(p.paths["annotation"]))
+        assert t[i, tasks.index("low_coherence")] == ann["low_coherence"] == int(p.coherence_class == 0)
+        assert t[i, tasks.index("atmospheric_fringes")] == p.atmosphere_level
+        assert t[i, tasks.index("deformation")] == (p.source != "none")
+        if p.box is None:
+            assert np.isnan(ds["box"].values[i]).all() and ans[i, 0] == ""
+        else:
+            np.testing.assert_array_equal(ds["box"].values[i], p.box)
+            assert ans[i, 0].startswith(("Mogi", "Earthquake"))
+        assert ans[i, 1] == ann["caption"] != ""
+        np.testing.assert_array_equal(ds["image"].values[i, :3], render_phase(p.wrapped))
+        np.testing.assert_array_equal(ds["image"].values[i, 3], np.rint(p.coherence * 255))
+
+
+def test_rules_come_from_the_catalog_and_are_checked():
+    r = open_reader(load_dataset("insar"), "geotiff")
+    assert r.rules == Rules(coherence_thresholds=(0.3, 0.6))
+    with pytest.raises(Exception, match="ascending thresholds"):
+        Rules.from_options({"coherence_classification": {"thresholds": [0.6, 0.3]}}, "x.yaml")
+
+
+BAD = [
+    ("insar", "phase_range", "outside [-pi, pi]"),
+    ("insar", "phase_degrees", "looks like degrees"),
+    ("insar", "coherence_range", "outside [0, 1]"),
+    ("insar", "missing_coherence", "has no coherence.tif"),
+    ("insar", "shape_mismatch", "px, but"),
+    ("insar", "crs_mismatch", "CRS"),
+    ("insar", "missing_unwrapped", "give it to every pair or to none"),
+    ("insar", "annotation_pair", "names pair '19990101_19990113'"),
+    ("insar", "annotation_answer", "not text tasks"),
+    ("insar", "annotation_box", "lies outside"),
+    ("hephaestus", "heph_missing_pair", "names pair"),
+    ("hephaestus", "heph_missing_coherence", "has no Coherence.png"),
+    ("hephaestus", "heph_field", "'atmospheric_fringes' must be an integer 0..3"),
+]
+
+
+@pytest.mark.parametrize("dataset,kind,words", BAD, ids=[b[1] for b in BAD])
+def test_bad_input_is_one_sentence_before_any_cluster(tmp_path, capsys, dataset, kind, words):
+    m = make_interferograms(tmp_path / "raw", n=4, size=32, seed=1, dataset=dataset)
+    bad = corrupt_ifg(m, kind)
+    # an unreachable scheduler: had the check come after the cluster, the error would be about the connection
+    rc = main(["convert", dataset, "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "c.zarr"), "--cluster",
+               "tcp://127.0.0.1:9", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and words in err, err
+    assert os.path.basename(bad) in err or bad in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not os.path.exists(tmp_path / "c.zarr")
+
+
+def test_pairs_of_different_sizes_are_padded_and_say_their_extent(tmp_path):
+    """Hephaestus frames differ in size: smaller interferograms are padded with 0, height/width keep their extent."""
+    from PIL import Image
+
+    m = make_interferograms(tmp_path / "raw", n=3, size=40, seed=5, dataset="hephaestus")
+    small = next(p for p in m.pairs if p.box is None)  # a cropped box would (rightly) be refused as outside the image
+    for k in ("insar", "coherence"):
+        Image.open(small.paths[k]).crop((0, 0, 30, 25)).save(small.paths[k])  # 30 wide, 25 high
+    r = open_reader(load_dataset("hephaestus"), "hephaestus")
+    pairs, plan = r.plan(str(tmp_path / "raw"))
+    assert plan.shape == (4, 40, 40)
+    i = plan.ids.index(small.id)
+    assert plan.coords["height"][1][i] == 25 and plan.coords["width"][1][i] == 30
+    img = r.read_sample(pairs[i], plan.shape)
+    assert img.shape == (4, 40, 40) and (img[:, 25:] == 0).all() and (img[:, :, 30:] == 0).all()
+    np.testing.assert_array_equal(img[:3, :25, :30], render_phase(small.wrapped)[:, :25, :30])
