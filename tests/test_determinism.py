@@ -36,7 +36,7 @@ def _ev(runs, out, sets, client):
 @pytest.mark.parametrize("threads", [[], ["threads=2"]], ids=["configured-threads", "recipe-threads-2"])
 def test_a_run_gives_the_same_bits_alone_and_beside_busy_work(cube, tmp_path, client, threads):
     """Alone, then again elsewhere with another run training beside it on the other worker and a busy
-    processes on the host: the same run id, threads, validation curve and confusion matrix, bit for bit."""
+    process on the host: the same run id, threads, validation curve and confusion matrix, bit for bit."""
     run = RunSpec("ssl4eo_moco", cube, "frozen", seed=3)
     (alone,) = _ev([run], tmp_path / "alone", threads, client).values()
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
