@@ -24,6 +24,7 @@ from .k8s import (DEFAULT_IMAGE, DEFAULT_K8S_MANIFEST, ManifestError, k8s_cluste
                   read_k8s_manifests, validate_k8s_manifest)
 from .gateway import read_gateway_options
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
+from .timeouts import close_quietly, explain_timeout, patient
 from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
 
 if TYPE_CHECKING:
@@ -88,10 +89,21 @@ def open_cluster(
     name, target = parse_cluster_spec(spec)
     req = ClusterRequest(name, target, n_workers, threads_per_worker, memory_limit, gateway_options, k8s_spec,
                          dashboard, torch_threads)
-    with contextlib.ExitStack() as stack:
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(patient())  # load alone must not fail a worker start or a connection
         client = BACKENDS[name](req, stack)
         if not quiet:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             print(f"cryocube: {name} cluster, {n} workers, dashboard {dashboard_link(client) or '(none)'}",
                   file=sys.stderr)
+    except TimeoutError as e:
+        close_quietly(stack, name)
+        raise ClusterError(f"--cluster {spec}: {explain_timeout(e)}") from e
+    except BaseException:
+        close_quietly(stack, name)
+        raise
+    try:
         yield client
+    finally:
+        close_quietly(stack, name)  # a slow close is a warning: the command's work is done

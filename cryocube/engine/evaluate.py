@@ -162,6 +162,10 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     def fail(p: PlannedRun, e: BaseException) -> None:
         log = _log_failure(out, p, e)
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
+        if isinstance(e, TimeoutError):  # never a bare "TimeoutError": what it waited for, what to change
+            from ..cluster.timeouts import explain_timeout
+
+            e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
         rec = p.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": info}
         rec = write_record(out, rec | (extra(p, rec) if extra else {}))
         res.records.append(rec)
