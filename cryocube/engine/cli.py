@@ -89,7 +89,7 @@ def _specs(args):
 
 def _evaluate(args) -> int:
     from .. import store
-    from ..cluster import open_cluster
+    from ..cluster import open_cluster, planned_threads
     from ..families import PlanContext
     from ..families.recipes import load_recipe
     from .evaluate import dry_run, evaluate
@@ -101,12 +101,14 @@ def _evaluate(args) -> int:
     for url in [args.out, *{s.cube for s in specs}]:
         store.register_options(url, args.storage_options)
     # plan on this machine first: every user error surfaces before a cluster starts
-    ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights)
+    ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights,
+                      threads=planned_threads(args.cluster, args.workers, args.threads_per_worker))
     planned = plan_runs(specs, recipe, ctx)
     if args.dry_run:
         root = args.out.rstrip("/")
         print(dry_run(planned, args.out, lambda key: any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings"))))
-        print("(precision auto is decided by the workers' device; this plan assumed this machine's)")
+        print("(precision auto is decided by the workers' device, and the default torch threads by the cluster's "
+              "configuration; this plan assumed this machine's)")
         return 0
     _warn_random(planned, args.quiet)
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,

@@ -429,7 +429,7 @@ def tune(bases: list[RunSpec], space: tuple[Param, ...], out: str, recipe, *, tr
          pruner: str = "median", batch: int | None = None, client=None, progress: bool = True,
          weights_dir: str | None = None, allow_random_weights: bool = False, seed: int = 0) -> list[StudyResult]:
     """One study per base run (model x cube x protocol [x fraction]); returns each study's outcome."""
-    from ..cluster.client import get_client
+    from ..cluster.client import cluster_threads, get_client
     from .evaluate import cluster_device
 
     if trials < 1:
@@ -438,7 +438,7 @@ def tune(bases: list[RunSpec], space: tuple[Param, ...], out: str, recipe, *, tr
         raise UserError(f"--batch must be >= 1, got {batch}")
     client = get_client(client)
     ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights,
-                      device=cluster_device(client))
+                      device=cluster_device(client), threads=cluster_threads(client))
     cubes: dict = {}
     size = batch or min(trials, max(4, recipe.decoders_per_task))
     return [_Study(b, space, out, recipe, trials, sampler, pruner, size, client, progress, weights_dir,

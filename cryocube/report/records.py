@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import store
-from ..engine.records import RESULTS_FILE
+from ..engine.records import RESULTS_FILE, missing_records
 from ..errors import UserError
 from .names import model_display_name
 
@@ -226,6 +226,7 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
         except OSError as e:
             raise ResultsError(f"{f}: cannot read ({e})") from None
         lines = text.splitlines()
+        table: list = []
         torn = bool(text) and not text.endswith("\n")  # a crash while appending leaves the last line unterminated
         for i, line in enumerate(lines, 1):
             if not line.strip():
@@ -238,7 +239,21 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
                     continue
                 raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
             runs.append(parse_record(d, f"{f}:{i}"))
+            table.append(d)
+        runs += _records_not_in(f, table)
     return runs
+
+
+def _records_not_in(f: str, table: list) -> list[Run]:
+    """The runs of f's folder whose record files the table lacks (the records are the truth), said in a warning."""
+    if f.rstrip("/").rsplit("/", 1)[-1] != RESULTS_FILE:
+        return []
+    out = f.rstrip("/")[: -len(RESULTS_FILE)].rstrip("/") or "."
+    add = missing_records(out, [d for d in table if isinstance(d, dict)])
+    if add:
+        warnings.warn(f"{f}: {len(add)} run(s) with a record in {out}/runs/ but no line in the table read from their "
+                      "records (the next `cryocube evaluate` into this folder re-adds them)", stacklevel=3)
+    return [parse_record(d, f"{out}/runs/{d['run_id']}/record.json") for d in add]
 
 
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:

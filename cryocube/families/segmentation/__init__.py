@@ -79,6 +79,8 @@ class Segmentation(Family):
         weights = resolve_weights(spec.model, recipe.encoder_weights.get(spec.model), ctx.weights_dir, ctx.allow_random_weights)
         device = ctx.device or this_device()
         precision = resolve(recipe.precision, device)
+        recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))  # fixed for every task of the run
+        arith = ctx.arithmetic_threads(recipe.threads)
         memory_format = recipe.memory_format
         if memory_format == "auto":  # measured: faster on CUDA tensor cores, slower on this project's AVX2 CPUs
             memory_format = "channels_last" if device.type == "cuda" else "contiguous"
@@ -88,9 +90,9 @@ class Segmentation(Family):
                     "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
                     "recipe": recipe.identity(),
                     "weights": weights.sha256 or weights.source, "input_size": size, "precision": precision,
-                    "band_rule": rule, "v": IDENTITY_VERSION}
+                    "band_rule": rule, **({"threads": arith} if arith else {}), "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
-        enc = EncoderSpec(mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision)
+        enc = EncoderSpec(mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision, arith)
         cache = None if trains_encoder else CacheSpec(enc, cube.url, cube.checksum, inputs, cube.tile, recipe.crops_per_sample,
                                                       recipe.feature_dtype, ctx.out)
         rdir = run_dir(ctx.out, run_id)
@@ -112,7 +114,7 @@ class Segmentation(Family):
                   "config": recipe.as_dict(), "input_size": int(size), "band_rule": rule, "band_index": list(inputs.index),
                   "normalization": recipe.normalization, "decoder": decoder,
                   "precision": {"requested": recipe.precision, "effective": precision, "device": device.describe()},
-                  "memory_format": memory_format, "weights": weights.as_record(),
+                  "memory_format": memory_format, "weights": weights.as_record(), "torch_threads": recipe.threads,
                   "subset": subset.tolist() if fraction < 1 else None, "identity": identity,
                   "overrides": dict(spec.overrides) or None}
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
