@@ -153,7 +153,8 @@ def test_resume_after_sigkill(ifg_cube, tmp_path, client):
     cube, _ = ifg_cube
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", "transformers", "--protocol", "vqa",
-           "--out", str(out), "--allow-random-weights", "--set", "block_samples=1", "--set", "max_new_tokens=6", "--workers", "1",
+           "--out", str(out), "--allow-random-weights", "--set", "block_samples=1", "--set", "max_new_tokens=6", "--set", "threads=1",
+           "--workers", "1",
            "--quiet"]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     deadline, done = time.time() + 300, 0
@@ -165,10 +166,10 @@ def test_resume_after_sigkill(ifg_cube, tmp_path, client):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert done >= 2 and not (out / "results.jsonl").exists(), proc.stdout.read().decode()[-2000:]
-    (rec,) = _evaluate(cube, out, client, sets=("block_samples=1", "max_new_tokens=6")).records
+    (rec,) = _evaluate(cube, out, client, sets=("block_samples=1", "max_new_tokens=6", "threads=1")).records
     st = rec["generation_stats"]
     assert rec["status"] == "ok" and st["blocks"] == 8 and 0 < st["blocks_generated"] <= 8 - done  # resumed, not restarted
-    fresh = _evaluate(cube, tmp_path / "fresh", client, sets=("block_samples=1", "max_new_tokens=6")).records[0]
+    fresh = _evaluate(cube, tmp_path / "fresh", client, sets=("block_samples=1", "max_new_tokens=6", "threads=1")).records[0]
     assert Path(rec["answers_file"]).read_bytes() == Path(fresh["answers_file"]).read_bytes()
 
 

@@ -58,11 +58,14 @@ class Vqa(Family):
 
             tasks = [dataclasses.replace(t, max_new_tokens=min(t.max_new_tokens, vr.max_new_tokens)) for t in tasks]
         prec = resolve(vr.precision, ctx.device or this_device())
+        threads = ctx.run_threads(vr.threads)  # fixed for every block: CPU reductions (and so answers) follow it
+        arith = ctx.arithmetic_threads(threads)
         ref, prov = get(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
         identity = {"family": self.name, "model": {"adapter": ref.adapter, "location": ref.location, "random": ref.random,
                                                    "sha256": ref.sha256},
                     "precision": prec, "cube": cube.checksum, "tasks": {t.name: t.digest() for t in tasks},
-                    "gen_batch": vr.gen_batch, "seed": spec.seed, "v": IDENTITY_VERSION}
+                    "gen_batch": vr.gen_batch, "seed": spec.seed, **({"threads": arith} if arith else {}),
+                    "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
         rdir = _run_dir(ctx.out, run_id)
         bs = vr.block_samples
@@ -78,7 +81,7 @@ class Vqa(Family):
             chunk = set(samples[k: k + bs])
             blocks.append(Block(index=len(blocks), cube=cube.url, bands=bands, rendered=rendered,
                                 questions=tuple(q for q in qs if q.sample in chunk), tasks=tuple(tasks), model=ref,
-                                gen_batch=vr.gen_batch, threads=vr.threads, url=block_url(rdir, len(blocks)), size=size))
+                                gen_batch=vr.gen_batch, threads=threads, url=block_url(rdir, len(blocks)), size=size))
         generation = {"do_sample": False, "num_beams": 1, "batch": vr.gen_batch,
                       "max_new_tokens": {t.name: t.max_new_tokens for t in tasks}}
         record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": prov.model_name,
@@ -88,7 +91,8 @@ class Vqa(Family):
                   "tasks": {t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
                                      "questions": sum(q.task == t.name for q in qs), "source": t.source} for t in tasks},
                   "tasks_left_out": left_out, "generation": generation, "adapter": ref.adapter,
-                  "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts}
+                  "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts,
+                  "torch_threads": threads}
         work = {"blocks": blocks, "tasks": {t.name: t for t in tasks}, "dir": rdir, "questions": len(qs)}
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
                           model_name=prov.model_name, fraction=1.0, record=record, work=work, cube=cube,
@@ -149,6 +153,7 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
     """The first samples' pictures (as the model saw them) beside their questions, references and answers."""
     from ... import store as _store
     from ...cube import read_samples
+    from .answer import crop
     from .render import png_bytes, render
 
     tasks = run.work["tasks"]
@@ -163,7 +168,9 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
     first = next(iter(tasks.values()))
     for k, s in enumerate(samples):
         rel = f"gallery/sample-{s:05d}.png"
-        _store.write_atomic(f"{run.work['dir']}/{rel}", png_bytes(render(images[k], list(b0.bands), first.render, b0.rendered)))
+        size = next(q.size for b in run.work["blocks"] for q in b.questions if q.sample == s)
+        _store.write_atomic(f"{run.work['dir']}/{rel}",
+                            png_bytes(render(crop(images[k], size), list(b0.bands), first.render, b0.rendered)))
         out.append({"sample": s, "source": next(r["source"] for r in rows if r["sample"] == s), "picture": rel,
                     "qa": [{"task": r["task"], "question": r["prompt"], "reference": r["refs"], "answer": r["answer"],
                             "ok": r["ok"]} for r in rows if r["sample"] == s]})

@@ -38,6 +38,12 @@ def block_url(run_dir: str, index: int) -> str:
     return f"{run_dir.rstrip('/')}/answers/block-{index:05d}.json"
 
 
+def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """The pair's own pixels: smaller pairs are padded bottom/right in the cube."""
+    w, h = size
+    return image[:, :h, :w] if w and h else image
+
+
 def _generate(b: Block) -> tuple[list[dict], float]:
     from ...adapters import get
     from ...cluster.runtime import torch_task
@@ -48,20 +54,20 @@ def _generate(b: Block) -> tuple[list[dict], float]:
     images, _ = read_samples(b.cube, samples, labels=False)
     if images.ndim == 5:  # a time axis of one step
         images = images[:, 0]
+    sizes = {q.sample: q.size for q in b.questions}
     pictures: dict = {}  # per way of drawing (task files may differ), per sample
     for t in b.tasks:
         if t.render not in pictures:
-            pictures[t.render] = {s: render(images[k], list(b.bands), t.render, b.rendered, where=f"{b.cube}: sample {s}")
-                                  for k, s in enumerate(samples)}
+            pictures[t.render] = {s: render(crop(images[k], sizes[s]), list(b.bands), t.render, b.rendered,
+                                            where=f"{b.cube}: sample {s}") for k, s in enumerate(samples)}
     by_task = {t.name: t for t in b.tasks}
     gens: list[dict | None] = [None] * len(b.questions)
-    with torch_task(b.threads) as (device, share):
+    with torch_task(b.threads) as (device, _threads):
         adapter = get(b.model.adapter)(b.model, device)
         t0 = time.perf_counter()
         for name, t in by_task.items():
             idx = [i for i, q in enumerate(b.questions) if q.task == name]
             for k in range(0, len(idx), b.gen_batch):
-                share.refresh()
                 part = idx[k: k + b.gen_batch]
                 imgs = [pictures[t.render][b.questions[i].sample] for i in part]
                 outs = adapter.generate(imgs, [b.questions[i].prompt for i in part], t.max_new_tokens)
@@ -85,7 +91,7 @@ def answer_block(b: Block) -> dict:
     for q, g in zip(b.questions, gens):
         t = by_task[q.task]
         # boxes are fractions of the phase panel; an answer in pixels is read against the panel the model saw
-        size = (b.size[0] * t.render.scale, b.size[1] * t.render.scale)
+        size = ((q.size[0] or b.size[0]) * t.render.scale, (q.size[1] or b.size[1]) * t.render.scale)
         p = parse(t.answer, g["answer"], **t.parser_options(), **({"size": size} if t.answer == "box" else {}))
         scores = {m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value) for m, ref in q.refs}
         value = list(p.value) if isinstance(p.value, tuple) else p.value

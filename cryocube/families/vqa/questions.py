@@ -24,6 +24,7 @@ class Question:
     task: str
     prompt: str
     refs: tuple[tuple[str, Any], ...]  # (metric, reference) for the metrics this sample has a reference for
+    size: tuple[int, int] = (0, 0)  # the pair's own (width, height): smaller pairs are padded in the cube
 
 
 def _text(a) -> list[str]:
@@ -51,6 +52,8 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
     facts = {"primary_date": coord("primary_date", "?"), "secondary_date": coord("secondary_date", "?"),
              "frame": coord("frame", "")}
     lam = np.asarray(ds["radar_wavelength_m"].values, np.float64) if "radar_wavelength_m" in ds else np.full(n, np.nan)
+    hs = np.asarray(ds["height"].values, np.int64) if "height" in ds else np.full(n, h)
+    ws = np.asarray(ds["width"].values, np.int64) if "width" in ds else np.full(n, w)
     tnames = _text(ds["task"].values) if "task" in ds else []
     classes = _text(ds["task_classes"].values) if "task_classes" in ds else [""] * len(tnames)
     target = np.asarray(ds["target"].values, np.float64) if "target" in ds and tnames else np.zeros((n, 0))
@@ -76,8 +79,8 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
         if kind == "box":
             if box is None:
                 return None, "the cube has no box variable"
-            return [tuple(float(c) for c in (b[0] / w, b[1] / h, b[2] / w, b[3] / h)) if np.isfinite(b).all() else None
-                    for b in box], None
+            return [tuple(float(c) for c in (b[0] / wi, b[1] / hi, b[2] / wi, b[3] / hi)) if np.isfinite(b).all() else None
+                    for b, wi, hi in zip(box, ws, hs)], None
         if name not in text_tasks:
             return None, f"the cube has no reference answers for {name!r}"
         j = text_tasks.index(name)
@@ -103,11 +106,12 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
         refs_by_task[t.name] = (t, per_metric)
     for i in range(n):
         sample = {"primary_date": facts["primary_date"][i], "secondary_date": facts["secondary_date"][i],
-                  "frame": facts["frame"][i], "radar_wavelength_m": lam[i], "width": w, "height": h, "rendered": rendered}
+                  "frame": facts["frame"][i], "radar_wavelength_m": lam[i], "width": int(ws[i]), "height": int(hs[i]),
+                  "rendered": rendered}
         for name, (t, per_metric) in refs_by_task.items():
             refs = tuple((m, vals[i]) for m, vals in per_metric if vals[i] is not None)
             if refs:
-                out.append(Question(i, src[i], name, fill(t, sample), refs))
+                out.append(Question(i, src[i], name, fill(t, sample), refs, (int(ws[i]), int(hs[i]))))
     if not out:
         raise UserError(f"{url}: the cube serves none of the tasks {', '.join(t.name for t in tasks)} ("
                         + "; ".join(f"{k}: {v}" for k, v in left_out.items()) + ")")
