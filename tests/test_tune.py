@@ -152,11 +152,13 @@ def test_pruned_trials_are_recorded_as_pruned(tmp_path, client, cube):
 
 def test_a_killed_study_resumes_from_its_journal(tmp_path, client, cube):
     """SIGKILL the tune process (client, scheduler and workers) after some trials; the rerun, on another
-    scheduler, keeps the finished trials, repeats none of them, and asks only for the missing ones."""
+    scheduler, keeps the finished trials, repeats none of them, and asks only for the missing ones. The other
+    scheduler's workers have other torch threads, which on a CPU make other runs (and so another study): the
+    command pins them with --set threads=1."""
     out = tmp_path / "resume"
     args = ["tune", "--cubes", cube, "--models", MODEL, "--allow-random-weights", "--space", "lr=1e-3:3e-2:log",
             "--trials", "6", "--batch", "2", "--pruner", "none", *[x for s in FAST for x in ("--set", s)], "--out", str(out),
-            "--quiet"]
+            "--quiet", "--set", "threads=1"]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     proc = subprocess.Popen([sys.executable, "-m", "cryocube.cli", *args, "--workers", "1", "--threads-per-worker", "1"],
                             env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
