@@ -17,7 +17,7 @@ _warnings.filterwarnings("ignore", message="Consolidated metadata is currently n
 
 _API = {
     "evaluate": "cryocube.engine.evaluate", "plan_runs": "cryocube.engine.plan", "runs_from_grid": "cryocube.engine.plan",
-    "runs_from_benchmark": "cryocube.engine.plan", "RunSpec": "cryocube.families", "load_recipe": "cryocube.families.segmentation.recipe",
+    "runs_from_benchmark": "cryocube.engine.plan", "RunSpec": "cryocube.families", "load_recipe": "cryocube.families.recipes",
     "convert": "cryocube.convert.writer", "open_cube": "cryocube.cube", "build_report": "cryocube.report",
     "cluster_info": "cryocube.cluster", "gpu_resources": "cryocube.cluster",
     "plan_embedding": "cryocube.families.embedding.embed", "embed": "cryocube.families.embedding.embed",

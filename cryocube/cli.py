@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"cryocube {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except TimeoutError as e:  # a wait that ended: say what it waited for and what to change
+        from .cluster.timeouts import explain_timeout
+
+        print(f"cryocube {args.command}: failed: {explain_timeout(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"cryocube {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

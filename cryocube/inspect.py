@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .errors import UserError
 
-LISTS = ("datasets", "models", "protocols", "readers", "families", "benchmarks")
+LISTS = ("datasets", "models", "protocols", "readers", "families", "benchmarks", "tasks", "adapters")
 
 
 def register(sub) -> None:
@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_inspect)
 
-    ls = sub.add_parser("list", help="what exists: datasets, models, protocols, readers, families, benchmarks")
+    ls = sub.add_parser("list", help="what exists: datasets, models, protocols, readers, families, benchmarks, tasks, adapters")
     ls.add_argument("what", choices=LISTS)
     ls.set_defaults(func=_list)
 
@@ -85,6 +85,17 @@ def _list(args) -> int:
         from . import families
 
         rows = [("family", "primary metric")] + [(n, families.get(n).primary_metric) for n in families.names()]
+    elif args.what == "tasks":
+        from .families.vqa.tasks import all_tasks
+
+        rows = [("task", "answer", "metrics", "source")] + [
+            (t.name, t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""), ", ".join(m for m, _, _ in t.metrics), t.source)
+            for t in all_tasks().values()]
+    elif args.what == "adapters":
+        from . import adapters
+
+        rows = [("adapter", "what it loads")] + [(n, (adapters.get(n).__doc__ or "").strip().splitlines()[0])
+                                                 for n in adapters.names()]
     else:
         rows = [("benchmark", "datasets")] + [(b, ", ".join(catalog.load_benchmark(b).datasets)) for b in catalog.ids("benchmarks")]
     print(_rows(rows))

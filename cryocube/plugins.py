@@ -14,7 +14,7 @@ from typing import Iterable
 
 from .errors import UserError
 
-GROUPS = ("cryocube.readers", "cryocube.model_families", "cryocube.families")
+GROUPS = ("cryocube.readers", "cryocube.model_families", "cryocube.families", "cryocube.adapters")
 _loaded: set[str] = set()
 
 

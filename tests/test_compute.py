@@ -1,5 +1,5 @@
-"""Compute at the machine's limit: precision chosen from the device, threads that follow the work, and many
-decoders trained in one pass over the features with the results they get alone."""
+"""Compute at the machine's limit: precision chosen from the device, threads fixed by the run (never by the
+load), and many decoders trained in one pass over the features with the results they get alone."""
 from __future__ import annotations
 
 import time
@@ -49,17 +49,20 @@ def test_auto_precision_follows_the_device_capability():
 
 
 def test_precision_is_recorded_and_changes_the_run_id(cube, tmp_path):
-    ids = {}
+    ids, idents = {}, {}
     for dev in (A100, AVX2):
         for req in ("auto", "fp32"):
             p = plan_runs([RunSpec("ssl4eo_moco", cube)], load_recipe(None, FAST + [f"precision={req}"]),
                           PlanContext(out=str(tmp_path), allow_random_weights=True, device=dev))[0]
             ids[(dev.name, req)] = p.run_id
+            idents[(dev.name, req)] = p.identity
             assert p.record["precision"]["requested"] == req
             assert p.record["precision"]["effective"] == ("bf16" if (dev is A100 and req == "auto") else "fp32")
             assert p.identity["precision"] == p.record["precision"]["effective"]
     assert ids[("A100", "auto")] != ids[("A100", "fp32")] != ids[("epyc", "auto")]  # requested and effective are hashed
-    assert ids[("epyc", "fp32")] == ids[("A100", "fp32")]  # fp32 asked for is the same run on any device
+    # fp32 asked for is the same arithmetic on any device, but on a CPU the torch threads order the reductions
+    cpu, gpu = idents[("epyc", "fp32")], idents[("A100", "fp32")]
+    assert cpu["threads"] == 1 and "threads" not in gpu and {k: v for k, v in cpu.items() if k != "threads"} == gpu
     # the memory format follows the device too (channels_last measured faster on CUDA, slower on AVX2 CPUs)
     p = plan_runs([RunSpec("unet", cube)], load_recipe(None, FAST), PlanContext(out=str(tmp_path), device=A100))[0]
     assert p.work.memory_format == "channels_last" and p.record["memory_format"] == "channels_last"
@@ -77,36 +80,31 @@ def test_bf16_and_fp32_runs_learn_alike(cube, tmp_path, client):
     assert res["fp32"] > 60 and abs(res["fp32"] - res["bf16"]) < 10, res
 
 
-def _threads_alone() -> int:
+def _threads_in_task(threads) -> tuple[int, int]:
+    """torch's threads at the start of a task and after a second's work, beside whatever else runs."""
     from cryocube.cluster.runtime import torch_task
 
-    with torch_task() as (_, share):
-        return torch.get_num_threads()
+    with torch_task(threads) as (_, n):
+        first = torch.get_num_threads()
+        a = torch.randn(256, 256)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 1:
+            a = torch.tanh(a @ a)
+        assert n == first
+        return first, torch.get_num_threads()
 
 
-def _threads_together(me: int) -> int:
-    """One of two tasks that hold their core share at the same time (distributed Events line them up)."""
-    from distributed import Event
+def test_threads_are_fixed_by_the_run_not_by_the_load(client):
+    """A task's threads are its run's (or the worker's configured ones), the same alone and two at once."""
+    from cryocube.cluster.client import cluster_threads
 
-    from cryocube.cluster.runtime import torch_task
-
-    with torch_task() as (_, share):
-        deadline = time.time() + 30
-        while share.tasks() < 2 and time.time() < deadline:
-            time.sleep(0.05)
-        n = share.refresh()
-        Event(f"cryocube-test-threads-{me}").set()  # computed; stay registered until the other has too
-        Event(f"cryocube-test-threads-{1 - me}").wait(30)
-        return n
-
-
-def test_threads_follow_the_work(client):
-    from dask.system import CPU_COUNT
-
-    assert client.submit(_threads_alone, pure=False).result() == CPU_COUNT  # alone: every core
-    futs = client.map(_threads_together, [0, 1], pure=False, key=["t-a", "t-b"])
-    assert client.gather(futs) == [max(1, CPU_COUNT // 2)] * 2  # two at once: a share each, no oversubscription
-    assert client.submit(_threads_alone, pure=False).result() == CPU_COUNT  # the shares are given back
+    configured = cluster_threads(client)
+    assert configured == 1  # the fixture's workers: Dask's nanny starts them with OMP_NUM_THREADS=1
+    alone = client.submit(_threads_in_task, None, pure=False).result()
+    together = client.gather(client.map(_threads_in_task, [None, None], pure=False, key=["t-a", "t-b"]))
+    assert alone == together[0] == together[1] == (configured, configured)
+    two = client.gather(client.map(_threads_in_task, [2, 2], pure=False, key=["t-c", "t-d"]))
+    assert two == [(2, 2), (2, 2)]
 
 
 def test_decoders_trained_together_equal_decoders_trained_alone(cube, tmp_path, client):

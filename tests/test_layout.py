@@ -98,6 +98,39 @@ def test_convert_does_not_depend_on_the_engine():
             assert not any(d.startswith(("cryocube.engine", "cryocube.families")) for d in deps), (m, deps)
 
 
+def test_the_engine_knows_no_family():
+    """engine/ reaches families only through the registry, the Family contract and the shared recipe, so a
+    new family is a package in families/ and nothing in the engine changes."""
+    graph = import_graph()
+    shared = {"cryocube.families", "cryocube.families.base", "cryocube.families.recipes"}
+    families = {m for m in graph if m.startswith("cryocube.families.")} - shared
+    engine = [m for m in graph if m.startswith("cryocube.engine")]
+    assert len(engine) >= 5 and families >= {"cryocube.families.segmentation.recipe", "cryocube.families.embedding"}
+    for m in engine:
+        assert not graph[m] & families, (m, sorted(graph[m] & families))
+    for m in shared:  # nor does what the engine reads of families
+        assert not graph[m] & families, (m, sorted(graph[m] & families))
+
+
+def test_each_family_declares_its_recipe():
+    """Shared fields once (cryocube/recipe.py), each family's own on its recipe class; a field no family
+    declares is refused, and each family's part holds only its fields."""
+    from cryocube.families import get, names
+    from cryocube.families.recipes import load_recipe
+    from cryocube.recipe import BaseRecipe, RecipeError
+
+    shared = set(BaseRecipe.field_names())
+    assert {"precision", "threads", "block_samples", "encoder_weights"} <= shared
+    for n in names():
+        assert issubclass(get(n).recipe, BaseRecipe) and shared <= set(get(n).recipe.field_names())
+    r = load_recipe(None, ["epochs=3", "threads=2"])
+    seg, emb = r.of("segmentation"), r.of("embedding")
+    assert seg.epochs == 3 and r.epochs == 3 and seg.threads == emb.threads == 2
+    assert not hasattr(emb, "epochs") and set(emb.as_dict()) == shared
+    with pytest.raises(RecipeError, match="unknown recipe fields"):
+        load_recipe(None, ["epochs=3"], families=("embedding",))
+
+
 @pytest.fixture()
 def lab_catalog(tmp_path, monkeypatch):
     """A lab's own catalog folder, searched before the shipped catalogs."""
@@ -131,7 +164,7 @@ def test_a_vit_model_is_one_yaml(lab_catalog, tmp_path, client):
     from cryocube.convert.writer import convert
     from cryocube.engine.evaluate import evaluate
     from cryocube.families import RunSpec
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
     from cryocube.models import build_encoder, list_models
     from cryocube.synthetic import make_raw
 

@@ -14,7 +14,7 @@ import pytest
 from cryocube.cli import build_parser, main
 from cryocube.errors import UserError
 from cryocube.families.embedding import neuco
-from cryocube.families.embedding.labels import LabelError, read_label_folder
+from cryocube.labelfiles import LabelError, read_label_folder
 from cryocube.families.embedding.probe import (ProbeRecipe, Task, check_tasks, finish_scores, load_probe_inputs,
                                                probe_embeddings, probe_recipe, run_probes)
 from cryocube.families.embedding.submission import write_submission

@@ -10,7 +10,7 @@ Only the CLI creates and owns clusters, through `open_cluster(spec)`, a context 
     scheduler-file:PATH    an existing scheduler by its scheduler file (or any PATH.json)
 
 Library functions take the caller's Client (`client.get_client`). Inside tasks, `runtime` tunes
-malloc and divides the host's cores among the torch tasks running on it.
+malloc and fixes each torch task's threads from its run (never from the load).
 """
 from __future__ import annotations
 
@@ -24,15 +24,16 @@ from .k8s import (DEFAULT_IMAGE, DEFAULT_K8S_MANIFEST, ManifestError, k8s_cluste
                   read_k8s_manifests, validate_k8s_manifest)
 from .gateway import read_gateway_options
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
-from .runtime import CoreShare, TorchThreads, device_for_worker, torch_task, tune_malloc
+from .timeouts import close_quietly, explain_timeout, patient
+from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
 
 if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = [
-    "BACKENDS", "add_cluster_args", "ClusterError", "ClusterRequest", "CoreShare", "DEFAULT_IMAGE", "DEFAULT_K8S_MANIFEST", "ManifestError",
+    "BACKENDS", "add_cluster_args", "ClusterError", "ClusterRequest", "configured_threads", "DEFAULT_IMAGE", "DEFAULT_K8S_MANIFEST", "ManifestError",
     "TorchThreads", "cluster_info", "dashboard_link", "device_for_worker", "get_client", "gpu_resources",
-    "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "parse_cluster_spec", "read_gateway_options",
+    "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "planned_threads", "parse_cluster_spec", "read_gateway_options",
     "read_k8s_manifests", "torch_task", "tune_malloc", "validate_k8s_manifest",
 ]
 
@@ -43,6 +44,17 @@ def add_cluster_args(p) -> None:
     p.add_argument("--workers", type=int, default=None, help="worker processes (local/cuda) or workers to scale to")
     p.add_argument("--threads-per-worker", type=int, default=None)
     p.add_argument("--memory-limit", default=None, help="per worker, e.g. 4GB")
+
+
+def planned_threads(spec: str, n_workers: int | None = None, threads_per_worker: int | None = None,
+                    torch_threads: int | None = None) -> int | None:
+    """The torch threads per worker `open_cluster(spec, ...)` will configure, where known before it starts
+    (a run's default threads, so a plan made before the cluster has the run ids made after); else None."""
+    from .local import local_sizing
+
+    if torch_threads:
+        return torch_threads
+    return local_sizing(n_workers, threads_per_worker, None)[2] if parse_cluster_spec(spec)[0] == "local" else None
 
 
 @contextlib.contextmanager
@@ -61,7 +73,8 @@ def open_cluster(
 
     n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the
     manifest/options of k8s and gateway clusters. torch_threads fixes torch's threads per worker
-    (default: tasks divide the host's cores among themselves at run time). quiet: no cluster line.
+    (default: the worker's share of the cores, so workers x threads fit them); it is the default
+    thread count of the runs planned on the cluster. quiet: no cluster line.
     """
     for label, v in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker), ("torch_threads", torch_threads)):
         if v is not None and v < 1:
@@ -76,10 +89,21 @@ def open_cluster(
     name, target = parse_cluster_spec(spec)
     req = ClusterRequest(name, target, n_workers, threads_per_worker, memory_limit, gateway_options, k8s_spec,
                          dashboard, torch_threads)
-    with contextlib.ExitStack() as stack:
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(patient())  # load alone must not fail a worker start or a connection
         client = BACKENDS[name](req, stack)
         if not quiet:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             print(f"cryocube: {name} cluster, {n} workers, dashboard {dashboard_link(client) or '(none)'}",
                   file=sys.stderr)
+    except TimeoutError as e:
+        close_quietly(stack, name)
+        raise ClusterError(f"--cluster {spec}: {explain_timeout(e)}") from e
+    except BaseException:
+        close_quietly(stack, name)
+        raise
+    try:
         yield client
+    finally:
+        close_quietly(stack, name)  # a slow close is a warning: the command's work is done

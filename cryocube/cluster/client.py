@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from .runtime import GPU
+from .runtime import GPU, configured_threads
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -39,6 +39,12 @@ def gpu_resources(client: "Client") -> dict | None:
     if workers and all(w.get("resources", {}).get(GPU, 0) >= 1 for w in workers.values()):
         return {GPU: 1}
     return None
+
+
+def cluster_threads(client: "Client") -> int:
+    """The torch threads the cluster's workers were configured with when they started (the fewest, if
+    they differ): the default thread count of the runs planned on it."""
+    return min(client.run(configured_threads).values(), default=1)
 
 
 def dashboard_link(client: "Client") -> str | None:

@@ -14,19 +14,25 @@ if TYPE_CHECKING:
 MAX_LOCAL_WORKERS = 4  # beyond this, fewer processes with more torch threads each use memory better
 
 
+def local_sizing(n_workers: int | None, threads_per_worker: int | None, torch_threads: int | None) -> tuple[int, int, int]:
+    """(workers, Dask threads per worker, torch threads per worker) of `--cluster local`: they fit the cores,
+    and the torch threads are the default threads of every run planned on the cluster."""
+    cores = host_cores()
+    tpw = threads_per_worker or 1
+    n = n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS))
+    return n, tpw, torch_threads or max(1, cores // (n * tpw))
+
+
 @backend("local")
 def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     """Worker processes (not threads): torch and the GIL, and crash isolation per worker."""
     from distributed import LocalCluster
 
-    cores = host_cores()
-    tpw = req.threads_per_worker or 1
-    n = req.n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS))
-    threads = req.torch_threads or max(1, cores // (n * tpw))
+    n, tpw, threads = local_sizing(req.n_workers, req.threads_per_worker, req.torch_threads)
     cluster = stack.enter_context(LocalCluster(
         n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
         env=thread_env(threads), **dashboard_kwargs(req.dashboard)))
-    return own_client(stack, cluster, req.torch_threads)
+    return own_client(stack, cluster, threads)
 
 
 def hidden_gpus() -> str | None:
@@ -67,4 +73,4 @@ def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     cluster = stack.enter_context(dask_cuda.LocalCUDACluster(
         n_workers=n, threads_per_worker=tpw, memory_limit=req.memory_limit or "auto",
         resources={GPU: 1}, pre_import=["torch"], **dashboard_kwargs(req.dashboard)))
-    return own_client(stack, cluster, req.torch_threads)
+    return own_client(stack, cluster, req.torch_threads or max(1, host_cores() // (n * tpw)))

@@ -1,8 +1,9 @@
 """What a task needs to know about the worker it runs on: memory allocator, device, torch threads.
 
-Runs inside worker processes (and in a plain process for one-machine use). Torch threads follow the
-work: a host's cores are divided among the cryocube torch tasks running on it at that moment, so a
-run alone uses every core and N concurrent runs share them without oversubscription (`CoreShare`).
+Runs inside worker processes (and in a plain process for one-machine use). A torch task's thread
+count is fixed when it starts, from its run's own settings (`torch_task`): the float reduction order,
+and so the result, must not depend on what else runs. Oversubscription is avoided where the cluster
+is sized: workers x Dask threads x torch threads fit the cores (cluster/local.py, `TorchThreads`).
 """
 from __future__ import annotations
 
@@ -11,15 +12,12 @@ import ctypes
 import functools
 import os
 import sys
-import tempfile
-import threading
-import time
-from pathlib import Path
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
 GPU = "GPU"  # the abstract worker resource that GPU tasks request
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+THREADS_VAR = "CRYOCUBE_TORCH_THREADS"  # the worker's configured torch threads (set by `TorchThreads`)
 MALLOC_MMAP_THRESHOLD = 32 * 2**20  # glibc's ceiling: per-sample arrays come from the reusable heap
 MALLOC_TRIM_THRESHOLD = 256 * 2**20  # freed heap a worker may keep instead of faulting it in again
 
@@ -61,79 +59,51 @@ def host_cores() -> int:
     return max(1, int(CPU_COUNT))
 
 
-class CoreShare:
-    """This task's share of the host's cores: host cores // torch tasks registered on the host now.
+def configured_threads(dask_worker=None) -> int:
+    """The torch threads this worker was configured with when it started: `TorchThreads` (cryocube's
+    clusters), else the OMP_NUM_THREADS its launcher set (Dask's nanny sets 1), else the host's cores
+    divided among the worker's Dask threads. Never the load: the same cluster gives the same answer."""
+    for var in (THREADS_VAR, "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "")
+        if v.isdigit() and int(v) >= 1:
+            return int(v)
+    nthreads = 1
+    try:
+        from distributed import get_worker
 
-    Each running torch task holds one file named after its process and thread in a per-user folder
-    of the host's temp directory; files of dead processes are pruned when counted. `refresh()` (called
-    every epoch and extraction block) re-divides as tasks start and finish, so a run that is alone
-    for its last epochs gets the cores its finished neighbours released.
-    """
-
-    def __init__(self, fixed: int | None = None, root: str | os.PathLike | None = None):
-        self.fixed = fixed
-        self.root = Path(root or Path(tempfile.gettempdir()) / f"cryocube-cores-{os.getuid() if hasattr(os, 'getuid') else 0}")
-        self.token = self.root / f"{os.getpid()}-{threading.get_ident()}"
-        self.used: set[int] = set()
-
-    def __enter__(self) -> "CoreShare":
-        if self.fixed is None:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self.token.write_text(str(time.time()))
-        self.refresh()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fixed is None:
-            self.token.unlink(missing_ok=True)
-
-    def tasks(self) -> int:
-        """Torch tasks registered on this host (this one included); dead processes are removed."""
-        n = 0
-        for f in self.root.glob("*-*"):
-            pid = int(f.name.split("-", 1)[0]) if f.name.split("-", 1)[0].isdigit() else -1
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                f.unlink(missing_ok=True)
-                continue
-            except (PermissionError, OSError):
-                pass
-            n += 1
-        return max(1, n)
-
-    def threads(self) -> int:
-        return self.fixed or max(1, host_cores() // self.tasks())
-
-    def refresh(self) -> int:
-        """Set torch's intra-op threads to the current share; returns it."""
-        import torch
-
-        n = self.threads()
-        if torch.get_num_threads() != n:
-            torch.set_num_threads(n)
-        self.used.add(n)
-        return n
+        nthreads = (dask_worker or get_worker()).state.nthreads
+    except ValueError:  # not in a worker: one process, one task at a time
+        pass
+    return max(1, host_cores() // max(1, nthreads))
 
 
 @contextlib.contextmanager
 def torch_task(threads: int | None = None):
-    """What every torch task does first on its worker: malloc tuning, a core share; yields (device, share).
+    """What every torch task does first on its worker: malloc tuning, a fixed thread count, torch's
+    deterministic algorithms; yields (device, threads).
 
-    threads=None: follow the work (`CoreShare`); an integer fixes torch's threads for the task.
+    `threads` is the run's own (planned from its recipe, part of its identity on CPU); None (tasks no
+    run's result depends on, e.g. reading an encoder's shapes): the worker's configured threads. The
+    count stays for the whole task, so the float reduction order never follows what else runs.
     """
+    import torch
+
     tune_malloc()
-    with CoreShare(threads) as share:
-        yield device_for_worker(), share
+    n = int(threads or configured_threads())
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield device_for_worker(), n
 
 
 class TorchThreads(WorkerPlugin):
-    """Start each worker's torch with a sensible thread count, without importing torch where no task
-    needs it (conversion workers): the OMP/MKL variables are set before torch's first import. Tasks
-    then re-divide the cores at run time (`CoreShare`).
+    """Fix each worker's torch thread count when it starts, without importing torch where no task
+    needs it (conversion workers): the OMP/MKL variables are set before torch's first import, and
+    `configured_threads` (the default threads of the runs planned on this cluster) reads it back.
 
     threads=None: the worker's CPU share, i.e. its container's CPUs (cgroup-aware) / its Dask
-    threads; right on Kubernetes/gateway pods where one worker owns its pod.
+    threads; right on Kubernetes/gateway pods where one worker owns its pod. Backends that put
+    several workers on one host (local, cuda) pass their share of the cores.
     """
 
     name = "cryocube-torch-threads"
@@ -143,6 +113,6 @@ class TorchThreads(WorkerPlugin):
 
     def setup(self, worker) -> None:
         n = self.threads or max(1, host_cores() // max(1, worker.state.nthreads))
-        os.environ.update(thread_env(n))  # read by torch/OpenMP when first imported
+        os.environ.update({**thread_env(n), THREADS_VAR: str(n)})  # read by torch/OpenMP when first imported
         if "torch" in sys.modules:  # already imported (e.g. dask-cuda's pre_import): set it directly
             sys.modules["torch"].set_num_threads(n)

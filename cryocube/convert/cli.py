@@ -39,14 +39,20 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
+    from .. import store
     from ..catalog import load_dataset
     from ..cluster import open_cluster
-    from .writer import convert
+    from .writer import convert, detect_layout
 
     spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
     for what, v in (("--tile", args.tile), ("--block", args.block), ("--shard", args.shard)):
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
+    store.register_options(args.raw, args.raw_storage_options)
+    if args.layout == "auto":  # an unknown raw layout is refused here, not after a cluster has started
+        args.layout = detect_layout(spec, args.raw)
+    elif args.layout not in spec.layouts:
+        raise UserError(f"dataset {spec.id!r} has no layout {args.layout!r}; known: {', '.join(sorted(spec.layouts))}")
     extra = _precheck(spec, args)  # sample-cube readers check every file and label before a cluster starts
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:

@@ -52,7 +52,7 @@ def read_label_csvs(folder: str, storage_options: dict | None = None) -> dict[st
     """A NeuCo-Bench labels folder: task -> (cls|regr, {id: label}), read by the probe's strict reader
     (families/embedding/labels.py: empty labels skipped; NaN, text, inf, duplicate ids and clashing task
     names refused), so a cube's targets and `cryocube probe --labels` see the same labels."""
-    from ..families.embedding.labels import read_label_folder
+    from ..labelfiles import read_label_folder
 
     return {t: (f.kind, f.labels) for t, f in read_label_folder(folder, storage_options).items()}
 

@@ -21,7 +21,7 @@ from ..families.base import Task
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather
 from .plan import plan_runs
-from .records import load_record, write_parquet, write_record
+from .records import load_record, sync_results, write_parquet, write_record
 
 PROGRESS_TOPIC = "cryocube-progress"
 KEY = "cryocube"  # prefix of every task key (their worker-side failure logs are silenced: we log them)
@@ -111,8 +111,8 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     `extra(run, record)` adds fields to a record before it is written (a study's `sweep`), so that
     results.jsonl never holds a trial's run without them.
     """
-    from ..cluster.client import cluster_info, get_client, gpu_resources
-    from ..families.segmentation.recipe import default_recipe
+    from ..cluster.client import cluster_info, cluster_threads, get_client, gpu_resources
+    from ..families.recipes import default_recipe
 
     recipe = config or default_recipe()
     client = get_client(client)
@@ -120,11 +120,14 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     _store.share_with(client)
     client.run(_silence_task_failures)
     resources = gpu_resources(client)
-    ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights, device=cluster_device(client))
+    ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights, device=cluster_device(client),
+                      threads=cluster_threads(client))
     planned = [r for r in runs if isinstance(r, PlannedRun)]
     if len(planned) != len(runs):
         planned = plan_runs([r for r in runs if isinstance(r, RunSpec)], recipe, ctx)
     res = EvaluateResult(planned=planned)
+    if sync_results(out):  # the table re-indexes every record before a run counts as cached
+        write_parquet(out)
     todo = []
     for p in planned:
         rec = load_record(out, p.run_id)
@@ -159,6 +162,10 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     def fail(p: PlannedRun, e: BaseException) -> None:
         log = _log_failure(out, p, e)
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
+        if isinstance(e, TimeoutError):  # never a bare "TimeoutError": what it waited for, what to change
+            from ..cluster.timeouts import explain_timeout
+
+            e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
         rec = p.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": info}
         rec = write_record(out, rec | (extra(p, rec) if extra else {}))
         res.records.append(rec)

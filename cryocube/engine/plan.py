@@ -10,6 +10,7 @@ from ..catalog import load_benchmark, protocol
 from ..cube import CubeInfo, cube_info
 from ..errors import UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
+from ..families.recipes import Recipe
 
 
 def runs_from_grid(models: list[str], cubes: list[str], protocols: list[str], fractions: list[float | None],
@@ -44,7 +45,7 @@ def runs_from_benchmark(name: str, data_root: str | None, seeds: int = 1, models
     return runs
 
 
-def plan_runs(runs: list[RunSpec], recipe, ctx: PlanContext, cubes: dict[str, CubeInfo] | None = None) -> list[PlannedRun]:
+def plan_runs(runs: list[RunSpec], recipe: Recipe, ctx: PlanContext, cubes: dict[str, CubeInfo] | None = None) -> list[PlannedRun]:
     """Plan every run up front (an incomplete cube or a model that does not fit fails before any work);
     runs that plan to the same id are planned once."""
     cubes = {} if cubes is None else cubes
@@ -53,6 +54,6 @@ def plan_runs(runs: list[RunSpec], recipe, ctx: PlanContext, cubes: dict[str, Cu
         if r.cube not in cubes:
             cubes[r.cube] = cube_info(r.cube)
         family = get(protocol(r.protocol).family)
-        p = family.plan(r, cubes[r.cube], recipe, ctx)
+        p = family.plan(r, cubes[r.cube], recipe.of(family.name), ctx)
         planned.setdefault(p.run_id, p)
     return list(planned.values())

@@ -1,9 +1,11 @@
-"""Run records: one JSON file per run (the cache) and results.jsonl, appended one line per record.
+"""Run records: one JSON file per run (the cache, and the truth) and results.jsonl, their index.
 
 A record file is written whole or not at all (temporary file + rename, or one object-store PUT), and
 "cached" means a record that parses exists. results.jsonl only ever grows by whole lines; a line torn
 by a crash is moved aside to results.jsonl.torn (with a warning) before the next record is appended,
-so earlier records are never corrupted. The Parquet copy is rewritten once per `evaluate` call.
+so earlier records are never corrupted. The table can always be rebuilt from the records: `evaluate`
+re-adds what it lacks (`sync_results`) before it counts a run as cached, and the report reads the
+records the table lacks (`missing_records`). The Parquet copy is rewritten once per `evaluate` call.
 """
 from __future__ import annotations
 
@@ -94,6 +96,34 @@ def repair_results(out: str) -> int:
     _store.write_atomic(url, "".join(line + "\n" for line in keep if line.strip()))
     warnings.warn(f"{url}: {len(bad)} torn line(s) at the end (an interrupted write) moved to {url + TORN_SUFFIX}", stacklevel=2)
     return len(bad)
+
+
+def missing_records(out: str, table: list[dict]) -> list[dict]:
+    """Run records (runs/*/record.json) whose latest version the table lacks: a crash between a record file and
+    its line, or a line lost to a torn tail. Oldest first."""
+    last = {}
+    for r in table:
+        last[r.get("run_id")] = r.get("created")
+    found = []
+    for rid in _store.list_dir(f"{out.rstrip('/')}/runs"):
+        with warnings.catch_warnings():  # a damaged record file is warned about where a run is looked up
+            warnings.simplefilter("ignore")
+            rec = load_record(out, rid)
+        if rec is not None and rec.get("run_id") == rid and last.get(rid, object()) != rec.get("created"):
+            found.append(rec)
+    return sorted(found, key=lambda r: str(r.get("created") or ""))
+
+
+def sync_results(out: str) -> int:
+    """Make results.jsonl a complete view of the run records: repair a torn tail, re-add the records it lacks.
+    Returns the lines added."""
+    repair_results(out)
+    add = missing_records(out, read_results(out))
+    if add:
+        _store.append_text(results_url(out), "".join(json.dumps(r) + "\n" for r in add))
+        warnings.warn(f"{results_url(out)}: {len(add)} run record(s) missing from the table re-added from "
+                      f"{out.rstrip('/')}/runs/*/record.json", stacklevel=2)
+    return len(add)
 
 
 def write_record(out: str, record: dict) -> dict:

@@ -23,7 +23,6 @@ is planned again from its params (exactly what `evaluate --set` plans), tested, 
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -38,6 +37,8 @@ from .. import store as _store
 from ..catalog import protocol as protocol_spec
 from ..errors import UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
+from ..families.recipes import load_recipe
+from ..recipe import RecipeError, parse_overrides, read_config
 from .plan import plan_runs
 from .records import clean, load_record, read_results, write_record
 
@@ -90,17 +91,10 @@ def _value(v: Any, like: Any) -> Any:
 
 
 def _parse_one(name: str, spec: Any, recipe) -> Param:
-    from ..families.segmentation.recipe import (
-        EXECUTION_FIELDS,
-        Recipe,
-        RecipeError,
-        load_recipe,
-    )
-
-    known = {f.name for f in dataclasses.fields(Recipe)}
+    known = recipe.fields()
     if name not in known:
         raise RecipeError(f"--space {name}: not a recipe field (known: {', '.join(sorted(known))})")
-    if name in EXECUTION_FIELDS:
+    if name in recipe.execution_fields():
         raise RecipeError(f"--space {name}: {name} does not change a run's result (an execution field); nothing to tune")
     like = getattr(recipe, name)
     if isinstance(spec, dict):
@@ -144,8 +138,6 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
 def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tuple[Param, ...]:
     """`name=low:high[:log]` (float, or int when both ends and the field are) or `name=a,b,c`; a YAML
     `space:` maps names to the same strings, to lists, or to {low, high, log}. Checked against the recipe."""
-    from ..families.segmentation.recipe import RecipeError
-
     specs: dict[str, Any] = {}
     if yaml_space is not None:
         if not isinstance(yaml_space, dict):
@@ -163,7 +155,6 @@ def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tup
 
 def load_tune_config(path: str | None, sets: list[str]):
     """(recipe, the YAML `space:` section) from --config and --set."""
-    from ..families.segmentation.recipe import load_recipe, parse_overrides, read_config
 
     data = dict(read_config(path)) if path else {}
     space = data.pop("space", None)
@@ -438,7 +429,7 @@ def tune(bases: list[RunSpec], space: tuple[Param, ...], out: str, recipe, *, tr
          pruner: str = "median", batch: int | None = None, client=None, progress: bool = True,
          weights_dir: str | None = None, allow_random_weights: bool = False, seed: int = 0) -> list[StudyResult]:
     """One study per base run (model x cube x protocol [x fraction]); returns each study's outcome."""
-    from ..cluster.client import get_client
+    from ..cluster.client import cluster_threads, get_client
     from .evaluate import cluster_device
 
     if trials < 1:
@@ -447,7 +438,7 @@ def tune(bases: list[RunSpec], space: tuple[Param, ...], out: str, recipe, *, tr
         raise UserError(f"--batch must be >= 1, got {batch}")
     client = get_client(client)
     ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights,
-                      device=cluster_device(client))
+                      device=cluster_device(client), threads=cluster_threads(client))
     cubes: dict = {}
     size = batch or min(trials, max(4, recipe.decoders_per_task))
     return [_Study(b, space, out, recipe, trials, sampler, pruner, size, client, progress, weights_dir,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..precision import DeviceInfo
+from ..recipe import BaseRecipe
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,20 @@ class PlanContext:
     weights_dir: str | None = None
     allow_random_weights: bool = False
     device: DeviceInfo | None = None  # None: not known yet (no cluster); planning assumes this machine's
+    threads: int | None = None  # the workers' configured torch threads; None: not known yet (this process's)
+
+    def run_threads(self, requested: int | None) -> int:
+        """A run's torch threads, fixed at planning: its recipe's, else the cluster's configured threads per
+        worker (never the load, so a rerun computes in the same order)."""
+        from ..cluster.runtime import configured_threads
+
+        return int(requested or self.threads or configured_threads())
+
+    def arithmetic_threads(self, threads: int) -> int | None:
+        """The thread count where it changes a run's bits (CPU reductions), None where it does not (CUDA)."""
+        from ..precision import this_device
+
+        return threads if (self.device or this_device()).type == "cpu" else None
 
 
 @dataclass
@@ -78,8 +93,10 @@ class Family:
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
+    recipe: ClassVar[type[BaseRecipe]] = BaseRecipe  # its recipe fields (the shared ones and its own)
 
-    def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
+    def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
+        """`recipe` is this family's own (`recipe.of(family)`), with the run's overrides not yet applied."""
         raise NotImplementedError
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:

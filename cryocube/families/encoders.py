@@ -50,6 +50,11 @@ class EncoderSpec:
     weights: str | None  # checkpoint path/URL; None = random init
     weights_sha256: str | None
     precision: str  # effective: bf16 | fp16 | fp32
+    threads: int | None = None  # torch threads where they change the arithmetic (CPU); None on CUDA
+
+    def arithmetic(self) -> dict:
+        """What decides the features' bits besides model and inputs (for cache and embedding keys)."""
+        return {"precision": self.precision, **({"threads": self.threads} if self.threads else {})}
 
     @property
     def key(self) -> tuple:

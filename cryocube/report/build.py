@@ -214,6 +214,32 @@ def _embedding_sections(w: _Writer, res: Results) -> None:
                                              "probe Q (NeuCo-Bench)", "mIoU (%)"), t.notes[-1])
 
 
+def _vqa_sections(w: _Writer, res: Results) -> None:
+    """Generative models on the InSAR-VLM-Bench tasks (report/vqa.py), and LEADERBOARD.md beside the report."""
+    from . import vqa
+
+    if not res.vqa:
+        return
+    for d in sorted({r.dataset for r in res.vqa}):
+        sec = w.section(f"Interferogram questions ({d}): VLMs and GFMs",
+                        text="Each task's metric with its 95 % bootstrap interval; unparsed answers count as wrong.")
+        w.table(sec, "vqa", vqa.leaderboard(res, d))
+        w.table(sec, "vqa", vqa.task_table(res, d))
+        for t in vqa.confusion_tables(res, d):
+            w.table(sec, "vqa", t)
+        if any(((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") for r in res.vqa if r.dataset == d):
+            w.figure(sec, vqa.fringe_plot(res, d, w.stem(f"vqa_fringes_{d}")), f"{d}: answered against true fringe counts")
+        for pic, caption, t in vqa.gallery(res, d, w.rep.out / "figures"):
+            sub = w.section(f"Gallery: {t.title}", level=3)
+            if pic is not None:
+                w.rep.files.append(pic)
+                sub.figures.append(FigureRef(pic, caption))
+            w.table(sub, "vqa", t)
+    p = w.rep.out / "LEADERBOARD.md"
+    p.write_text(vqa.leaderboard_md(res), encoding="utf-8")
+    w.rep.files.append(p)
+
+
 def _published_section(w: _Writer, path: str | Path | None) -> None:
     lb = load_leaderboard_csv(path) if path else published_leaderboard()
     mism = check_consistency(lb)
@@ -263,7 +289,7 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
     w = _Writer(rep, fmts)
     wanted = set(protocols) if protocols else None
     if res is not None:
-        if not res.runs and not res.failures and not res.embedding:
+        if not res.runs and not res.failures and not res.embedding and not res.vqa:
             raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
         lbs = _protocol_sections(w, res, wanted)
         if wanted and not lbs and not published:
@@ -271,6 +297,7 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
             raise ReportError(f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found: {', '.join(known)})")
         _compare_sections(w, lbs)
         _embedding_sections(w, res)
+        _vqa_sections(w, res)
         sweeps.sections(w, res)  # tune studies (their trials never reach the leaderboards) and label-fraction curves
     if published:
         _published_section(w, None if published is True else published)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import store
-from ..engine.records import RESULTS_FILE
+from ..engine.records import RESULTS_FILE, missing_records
 from ..errors import UserError
 from .names import model_display_name
 
@@ -163,6 +163,7 @@ class Results:
     other_recipes: list[Run] = field(default_factory=list)  # ok runs of a cell's other recipes (curves only, never averaged)
     trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
     embedding: list[Run] = field(default_factory=list)  # family "embedding" (probe Q; see report/embedding.py)
+    vqa: list[Run] = field(default_factory=list)  # family "vqa" (generative models' answers; see report/vqa.py)
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
         return [r for r in self.runs if (protocol is None or r.protocol == protocol)
@@ -266,6 +267,7 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
         except OSError as e:
             raise ResultsError(f"{f}: cannot read ({e})") from None
         lines = text.splitlines()
+        table: list = []
         torn = bool(text) and not text.endswith("\n")  # a crash while appending leaves the last line unterminated
         for i, line in enumerate(lines, 1):
             if not line.strip():
@@ -278,7 +280,21 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
                     continue
                 raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
             runs.append(parse_record(d, f"{f}:{i}"))
+            table.append(d)
+        runs += _records_not_in(f, table)
     return runs
+
+
+def _records_not_in(f: str, table: list) -> list[Run]:
+    """The runs of f's folder whose record files the table lacks (the records are the truth), said in a warning."""
+    if f.rstrip("/").rsplit("/", 1)[-1] != RESULTS_FILE:
+        return []
+    out = f.rstrip("/")[: -len(RESULTS_FILE)].rstrip("/") or "."
+    add = missing_records(out, [d for d in table if isinstance(d, dict)])
+    if add:
+        warnings.warn(f"{f}: {len(add)} run(s) with a record in {out}/runs/ but no line in the table read from their "
+                      "records (the next `cryocube evaluate` into this folder re-adds them)", stacklevel=3)
+    return [parse_record(d, f"{out}/runs/{d['run_id']}/record.json") for d in add]
 
 
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
@@ -320,11 +336,12 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     paths = list(paths)
     every = read_runs(paths)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
-    ok, other = one_recipe_per_cell([r for r in kept if r.status == "ok" and r.family != "embedding"])
+    ok, other = one_recipe_per_cell([r for r in kept if r.status == "ok" and r.family not in ("embedding", "vqa")])
     failed = [r for r in kept if r.status != "ok"]
     return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced, other_recipes=other,
                    trials=[r for r in every if r.is_trial],
-                   embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"])
+                   embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"],
+                   vqa=[r for r in kept if r.status == "ok" and r.family == "vqa"])
 
 
 def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict[Any, str]:

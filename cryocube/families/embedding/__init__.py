@@ -44,7 +44,8 @@ class Embedding(Family):
         emb, prov = plan_embedding(spec.model, cube, dim=dim, weights_dir=ctx.weights_dir,
                                    allow_random_weights=ctx.allow_random_weights, precision=recipe.precision,
                                    normalization=recipe.normalization, seed=spec.seed, block_samples=recipe.block_samples,
-                                   batch=recipe.extract_batch, threads=recipe.threads, device=ctx.device or this_device(),
+                                   batch=recipe.extract_batch, threads=ctx.run_threads(recipe.threads),
+                                   device=ctx.device or this_device(),
                                    weights=recipe.encoder_weights.get(spec.model))
         identity = {"family": self.name, "embedding": emb.key, "tasks": tasks_digest(tasks), "probe": pr.as_dict(),
                     "seed": spec.seed, "v": IDENTITY_VERSION}
@@ -56,7 +57,7 @@ class Embedding(Family):
                   "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.as_dict(),
                   "neuco_bench_differences": differences(pr),
                   "tasks": [t.name for t in tasks], "label_set": identity["tasks"], "weights": prov["weights"],
-                  "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
+                  "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}), "torch_threads": emb.threads,
                   "identity": identity, "overrides": dict(spec.overrides) or None}
         work = {"embed": emb, "probe": pr, "tasks": tasks, "url": embeddings_url(ctx.out, emb.key)}
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,

@@ -53,27 +53,33 @@ def register(sub) -> None:
 
 def _embed(args) -> int:
     from ... import store
-    from ...cluster import open_cluster
+    from ...cluster import open_cluster, planned_threads
+    from ...cluster.client import cluster_threads
     from ...cube import cube_info
-    from ..segmentation.recipe import load_recipe
+    from ..recipes import load_recipe
     from .embed import embed, load_embeddings, plan_embedding, write_sidecar
     from .submission import write_submission
 
     store.register_options(args.out, args.storage_options)
     store.register_options(args.cube, args.storage_options)
-    r = load_recipe(None, args.set)
+    r = load_recipe(None, args.set, families=("embedding",)).of("embedding")
     cube = cube_info(args.cube)
-    spec, prov = plan_embedding(args.model, cube, dim=args.dim, weights_dir=args.weights,
-                                allow_random_weights=args.allow_random_weights, precision=r.precision,
-                                input_size=r.input_size or None, normalization=r.normalization, seed=args.seed,
-                                block_samples=r.block_samples, batch=r.extract_batch, threads=r.threads,
-                                weights=r.encoder_weights.get(args.model))
+
+    def plan(threads):
+        return plan_embedding(args.model, cube, dim=args.dim, weights_dir=args.weights,
+                              allow_random_weights=args.allow_random_weights, precision=r.precision,
+                              input_size=r.input_size or None, normalization=r.normalization, seed=args.seed,
+                              block_samples=r.block_samples, batch=r.extract_batch, threads=threads,
+                              weights=r.encoder_weights.get(args.model))
+
+    spec, prov = plan(r.threads or planned_threads(args.cluster, args.workers, args.threads_per_worker))  # errors first
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
         print(f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights); the store says so",
               file=sys.stderr)
     url = args.out[:-4] + ".zarr" if args.format == "csv" and args.out.endswith(".csv") else args.out
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
+        spec, prov = plan(r.threads or cluster_threads(client))  # the threads the workers were started with
         res = embed(spec, cube, url, client=client, progress=not args.quiet, provenance=prov, overwrite=args.overwrite)
     print(f"{url}: {res.n_samples} samples x {res.dim} dims ({args.model}"
           f"{', PCA ' + format(res.attrs['pca']['explained_variance'], '.1%') + ' of the variance' if res.attrs.get('pca') else ''}; "
@@ -89,9 +95,9 @@ def _embed(args) -> int:
 
 def _probe(args) -> int:
     from ...cluster import open_cluster
+    from ...recipe import parse_overrides
     from .neuco import allowed_failures
     from .probe import load_probe_inputs, probe_embeddings, probe_recipe
-    from ..segmentation.recipe import parse_overrides
 
     recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize)
     inputs = load_probe_inputs(args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from)

@@ -56,7 +56,7 @@ class EmbedSpec:
         ident = {"source": self.source, "cube": self.cube_checksum, "inputs": self.inputs, "dim": self.dim,
                  "seed": self.seed if self.source == "random" else None, "groups": self.groups, "grid": self.grid,
                  "encoder": None if e is None else {"arch": e.model.arch, "rule": e.rule, "S": e.input_size,
-                                                    "weights": e.weights_sha256 or e.weights, "precision": e.precision},
+                                                    "weights": e.weights_sha256 or e.weights, **e.arithmetic()},
                  "v": 2}  # 2: rows carry the cube's sample ids (v1 stores used `source`, shared by a scene's tiles)
         return f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
 
@@ -84,7 +84,9 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
                    normalization: str = "published", seed: int = 0, block_samples: int = 16, batch: int | None = None,
                    threads: int | None = None, device=None, weights: str | None = None) -> tuple[EmbedSpec, dict]:
     """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and provenance.
-    `weights`: a checkpoint path (the recipe's encoder_weights), else looked up in `weights_dir`."""
+    `weights`: a checkpoint path (the recipe's encoder_weights), else looked up in `weights_dir`. `threads`:
+    torch threads of every block (default: this process's configured threads); on CPU part of the key."""
+    from ...cluster.runtime import configured_threads
     from ...catalog import load_dataset
     from ...models import match_bands, model_spec
     from ...models.weights import resolve_weights
@@ -117,8 +119,11 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
     match = match_bands(mspec, cube.bands, "named")
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
     found = resolve_weights(source, weights, weights_dir, allow_random_weights)
-    eff = resolve(precision, device or this_device())
-    enc = EncoderSpec(mspec, cube.bands, "named", int(size), found.path, found.sha256, eff)
+    device = device or this_device()
+    eff = resolve(precision, device)
+    threads = int(threads or configured_threads())
+    enc = EncoderSpec(mspec, cube.bands, "named", int(size), found.path, found.sha256, eff,
+                      threads if device.type == "cpu" else None)
     inputs = input_map(cube, match.index, normalization)
     spec = EmbedSpec(source, cube.url, cube.checksum, inputs, enc, dim, block_samples=block_samples, batch=batch,
                      threads=threads)
@@ -180,7 +185,7 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
     if img.ndim == 4:
         img = img[:, None]  # tiles: one time step
     n, T, C, H, W = img.shape
-    with torch_task(spec.threads) as (device, share):
+    with torch_task(spec.threads) as (device, threads):
         x = spec.inputs.apply(img.reshape(n * T, C, H, W))  # (n*T, slots, H, W)
         if spec.source == "random":
             v = np.stack([np.random.default_rng([spec.seed, int(s)]).standard_normal(spec.dim or 1024)
@@ -195,7 +200,7 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
         g = _store.open_group(task.url, "r+")
         g["features"][int(task.samples[0]) : int(task.samples[0]) + n] = v.astype(np.float32)
         g["progress"][task.block] = 1
-        return {"samples": n, "seconds": time.perf_counter() - t0, "threads": sorted(share.used)}
+        return {"samples": n, "seconds": time.perf_counter() - t0, "threads": [threads]}
 
 
 # -- the store ---------------------------------------------------------------------------------------

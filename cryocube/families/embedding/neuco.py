@@ -15,11 +15,9 @@ from typing import Any, Iterable, NamedTuple
 import numpy as np
 
 from cryocube.errors import UserError
+from cryocube.labelfiles import LabelError, split_task_name
 
 Q_EPS = 0.02  # the FAQ's epsilon: Q_t = 2 * A_t / (0.02 + dA_t), capped at 100 when A_t = 1
-_TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "regr"}
-
-
 class NeuCoError(UserError):
     """A task name, embedding matrix or score table that the NeuCo-Bench protocol cannot use."""
 
@@ -69,24 +67,12 @@ def scale_labels(y: np.ndarray) -> np.ndarray:
     return out.reshape(y.shape)
 
 
-def split_task_name(name: str) -> tuple[str, str]:
-    """`<task>__<type>[.csv]` (a file name or path) -> (task, "cls" | "regr")."""
-    stem = Path(str(name)).name
-    if stem.lower().endswith(".csv"):
-        stem = stem[: -len(".csv")]
-    task, sep, suffix = stem.rpartition("__")
-    kind = _TYPES.get(suffix.lower()) if sep else None
-    if kind is None or not task:
-        raise NeuCoError(
-            f"task {name!r} must end in __cls, __classification, __regr or __regression "
-            "(e.g. landcover_forest__regr.csv)."
-        )
-    return task, kind
-
-
 def task_type(name: str) -> str:
     """"cls" or "regr" from a task file/name suffix (`__cls`, `__classification`, `__regr`, `__regression`)."""
-    return split_task_name(name)[1]
+    try:
+        return split_task_name(name)[1]
+    except LabelError as e:
+        raise NeuCoError(str(e)) from None
 
 
 # --- splits --------------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ class Task:
 
 def tasks_from_labels(folder: str) -> list[Task]:
     """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly (labels.py)."""
-    from .labels import read_label_folder
+    from ...labelfiles import read_label_folder
 
     return [Task(f"{t}__{f.kind}", f.kind, f.labels, f.n_unlabelled) for t, f in read_label_folder(folder).items()]
 

@@ -14,22 +14,13 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from cryocube.errors import UserError
+from cryocube.labelfiles import strip_id
 
-_SUFFIXES = (".zarr.zip", ".zarr")
 _DIGITS = re.compile(r"^[0-9]+$")
 
 
 class SubmissionError(UserError):
     """A submission CSV that the challenge's validator (or NeuCo-Bench) would not accept."""
-
-
-def strip_id(name: str) -> str:
-    """Sample id from a cube file name: drop `.zarr.zip`, then `.zarr`."""
-    name = str(name)
-    for suffix in _SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return name
 
 
 def _fmt_ids(ids: Sequence[str], limit: int = 5) -> str:

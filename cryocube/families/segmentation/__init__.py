@@ -14,7 +14,7 @@ from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, derive_seed
 from .data import stratified_subset, window_offsets
 from .metrics import metrics_from_confusion
-from .recipe import EXECUTION_FIELDS, Recipe, load_recipe
+from .recipe import SegmentationRecipe
 from ..encoders import EncoderSpec, encoder_facts, encoder_input_size, input_map
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
@@ -30,9 +30,10 @@ class Segmentation(Family):
     name = "segmentation"
     primary_metric = "mIoU"
     variables = ("image", "label")
+    recipe = SegmentationRecipe
 
     # -- planning ------------------------------------------------------------------------------
-    def plan(self, spec: RunSpec, cube, recipe: Recipe, ctx: PlanContext) -> PlannedRun:
+    def plan(self, spec: RunSpec, cube, recipe: SegmentationRecipe, ctx: PlanContext) -> PlannedRun:
         from ...decoders import decoder_kinds, decoder_options
         from ...models import BandMatchError, match_bands, model_spec
         from ...models.weights import resolve_weights
@@ -43,7 +44,7 @@ class Segmentation(Family):
             raise UserError(f"{cube.url}: a {cube.kind} cube (image-level tasks, no dense labels) cannot be segmented; "
                             "score it with `cryocube embed` + `cryocube probe`, or --protocol probe")
         if spec.overrides:
-            recipe = load_recipe(overrides=dict(spec.overrides), base=recipe)
+            recipe = recipe.updated(dict(spec.overrides))
         mspec = model_spec(spec.model)
         fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
         where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
@@ -78,6 +79,8 @@ class Segmentation(Family):
         weights = resolve_weights(spec.model, recipe.encoder_weights.get(spec.model), ctx.weights_dir, ctx.allow_random_weights)
         device = ctx.device or this_device()
         precision = resolve(recipe.precision, device)
+        recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))  # fixed for every task of the run
+        arith = ctx.arithmetic_threads(recipe.threads)
         memory_format = recipe.memory_format
         if memory_format == "auto":  # measured: faster on CUDA tensor cores, slower on this project's AVX2 CPUs
             memory_format = "channels_last" if device.type == "cuda" else "contiguous"
@@ -85,11 +88,11 @@ class Segmentation(Family):
         run_seed = derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed)
         identity = {"family": self.name, "model": spec.model, "arch": mspec.arch, "cube": cube.checksum,
                     "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
-                    "recipe": {k: v for k, v in recipe.as_dict().items() if k not in EXECUTION_FIELDS},
+                    "recipe": recipe.identity(),
                     "weights": weights.sha256 or weights.source, "input_size": size, "precision": precision,
-                    "band_rule": rule, "v": IDENTITY_VERSION}
+                    "band_rule": rule, **({"threads": arith} if arith else {}), "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
-        enc = EncoderSpec(mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision)
+        enc = EncoderSpec(mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision, arith)
         cache = None if trains_encoder else CacheSpec(enc, cube.url, cube.checksum, inputs, cube.tile, recipe.crops_per_sample,
                                                       recipe.feature_dtype, ctx.out)
         rdir = run_dir(ctx.out, run_id)
@@ -111,7 +114,7 @@ class Segmentation(Family):
                   "config": recipe.as_dict(), "input_size": int(size), "band_rule": rule, "band_index": list(inputs.index),
                   "normalization": recipe.normalization, "decoder": decoder,
                   "precision": {"requested": recipe.precision, "effective": precision, "device": device.describe()},
-                  "memory_format": memory_format, "weights": weights.as_record(),
+                  "memory_format": memory_format, "weights": weights.as_record(), "torch_threads": recipe.threads,
                   "subset": subset.tolist() if fraction < 1 else None, "identity": identity,
                   "overrides": dict(spec.overrides) or None}
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,

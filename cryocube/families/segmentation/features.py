@@ -98,7 +98,7 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     cache, per = task.cache, task.per
-    with torch_task(task.threads) as (device, share):
+    with torch_task(task.threads) as (device, threads):
         g = _store.open_group(cache.url, "r+")[task.split]
         offsets = np.asarray(g["offset"][task.item0 : task.item0 + task.samples.size * per])
         enc = get_encoder(cache.encoder, device)
@@ -115,7 +115,6 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
                 if i + 1 < len(starts):
                     s1 = starts[i + 1]
                     nxt = pool.submit(_windows, cache, task.samples[s1 : s1 + chunk], offsets[s1 * per : (s1 + chunk) * per], per)
-                share.refresh()
                 bytes_in += nb
                 labels.append(y)
                 x = x.pin_memory().to(device, non_blocking=True) if cuda else x
@@ -133,7 +132,7 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
             g[f"f{lvl}"][task.item0 : task.item0 + n] = np.concatenate([o[lvl] for o in outs])
         g["label"][task.item0 : task.item0 + n] = np.concatenate(labels)
         g["progress"][task.block] = 1
-        return {"items": n, "seconds": time.perf_counter() - t0, "bytes_in": bytes_in, "threads": sorted(share.used),
+        return {"items": n, "seconds": time.perf_counter() - t0, "bytes_in": bytes_in, "threads": [threads],
                 "device": device}
 
 

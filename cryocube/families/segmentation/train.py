@@ -328,8 +328,7 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
 
     t0 = time.perf_counter()
     runs = task.runs
-    with torch_task(runs[0].recipe.threads) as (device, share):
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    with torch_task(runs[0].recipe.threads) as (device, threads):
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
         trainers = []
@@ -348,7 +347,6 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
         for epoch in range(max(t.epochs for t in trainers)):
             for i, t in enumerate(trainers):
                 if epoch < t.epochs and i not in failed:
-                    share.refresh()
                     try:
                         t.epoch(epoch)
                     except (NonFiniteLoss, UserError) as e:
@@ -369,7 +367,7 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
             enc = t.module.encoder if t.run.trains_encoder else get_encoder(t.run.encoder, device)
             out.append({"val_curve": t.curve, "best_epoch": t.best_epoch, "train_s": elapsed, "setup_s": built - t0,
                         "steps": t.steps, "train_samples_per_s": t.seen / max(elapsed, 1e-9), "peak_memory_mb": peak,
-                        "device": device, "threads": sorted(share.used), "decoders_in_task": len(trainers),
+                        "device": device, "threads": [threads], "decoders_in_task": len(trainers),
                         "trainable_params": int(sum(p.numel() for p in t.module.parameters() if p.requires_grad)),
                         "encoder_params": int(sum(p.numel() for p in enc.parameters()))})
         return out

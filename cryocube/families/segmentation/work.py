@@ -13,7 +13,7 @@ import numpy as np
 
 from ..encoders import EncoderSpec
 from .data import InputMap
-from .recipe import Recipe
+from .recipe import SegmentationRecipe
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class CacheSpec:
         ident = {"model": e.model.id, "arch": e.model.arch, "cube": self.cube_checksum, "index": self.inputs.index,
                  "mean": self.inputs.mean, "std": self.inputs.std, "rule": e.rule, "S": e.input_size,
                  "K": self.crops_per_sample, "dtype": self.feature_dtype, "weights": e.weights_sha256 or e.weights,
-                 "precision": e.precision, "v": 2}
+                 **e.arithmetic(), "v": 2}
         h = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         return f"{e.model.id}-{e.rule}-{h}"
 
@@ -73,7 +73,7 @@ class SegRun:
     train_samples: np.ndarray
     val_samples: np.ndarray
     test_samples: np.ndarray
-    recipe: Recipe
+    recipe: SegmentationRecipe
     seed: int  # the run's own seed: decoder init, batch order, crops
     checkpoint: str  # where the best state goes
     cache: CacheSpec | None  # frozen runs: the feature cache they train on

@@ -15,13 +15,40 @@ import math
 import posixpath
 from dataclasses import dataclass
 
-from ...errors import UserError
-from .neuco import NeuCoError, split_task_name
-from .submission import strip_id
+from pathlib import Path
+
+from .errors import UserError
+
+_TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "regr"}
+_SUFFIXES = (".zarr.zip", ".zarr")
 
 
 class LabelError(UserError, ValueError):
     """A label folder or file that would give a score other than the one its labels mean."""
+
+
+def split_task_name(name: str) -> tuple[str, str]:
+    """`<task>__<type>[.csv]` (a file name or path) -> (task, "cls" | "regr")."""
+    stem = Path(str(name)).name
+    if stem.lower().endswith(".csv"):
+        stem = stem[: -len(".csv")]
+    task, sep, suffix = stem.rpartition("__")
+    kind = _TYPES.get(suffix.lower()) if sep else None
+    if kind is None or not task:
+        raise LabelError(
+            f"task {name!r} must end in __cls, __classification, __regr or __regression "
+            "(e.g. landcover_forest__regr.csv)."
+        )
+    return task, kind
+
+
+def strip_id(name: str) -> str:
+    """Sample id from a cube file name: drop `.zarr.zip`, then `.zarr`."""
+    name = str(name)
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
 
 
 @dataclass(frozen=True)
@@ -104,7 +131,7 @@ def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[
         name = posixpath.basename(p)
         try:
             task, _ = split_task_name(name)
-        except NeuCoError as e:
+        except LabelError as e:
             raise LabelError(f"{p}: {e}") from None
         key = task.lower()  # x__cls and X__regr would share a results folder on a case-insensitive disk
         if key in owner:

@@ -1,0 +1,38 @@
+"""Generative model adapters: a model that reads a picture and a prompt and writes text.
+
+One file per adapter, each a `base.Adapter` subclass registered with `@register`; a lab adds one from
+its own package through the `cryocube.adapters` entry point. A run names its model as
+`<adapter>[:<location>]` (`transformers:/ckpt/SmolVLM-256M-Instruct`, `transformers:s3://bucket/llava`).
+"""
+from __future__ import annotations
+
+from .. import plugins
+from ..errors import UserError
+from .base import Adapter, ModelRef, split_ref
+
+BUILTIN = ("cryocube.adapters.transformers_vlm",)
+_ADAPTERS: dict[str, type[Adapter]] = {}
+
+__all__ = ["Adapter", "ModelRef", "get", "names", "register", "split_ref"]
+
+
+def register(cls: type[Adapter]) -> type[Adapter]:
+    _ADAPTERS[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    plugins.load("cryocube.adapters", BUILTIN)
+    return sorted(_ADAPTERS)
+
+
+def get(name: str) -> type[Adapter]:
+    plugins.load("cryocube.adapters", BUILTIN)
+    if name not in _ADAPTERS:
+        raise UserError(f"unknown model adapter {name!r}; known: {', '.join(sorted(_ADAPTERS))} (`cryocube list adapters`)")
+    return _ADAPTERS[name]
+
+
+def is_adapter_ref(model: str) -> bool:
+    """True when `model` names an adapter (`transformers` or `transformers:LOCATION`)."""
+    return split_ref(model)[0] in names()

@@ -1,0 +1,62 @@
+"""The adapter contract: `check` on the client before any work (weights there? can it see pictures?),
+then, on a worker, `load` once per process and `generate` batches greedily.
+
+`check` returns the model's provenance for the record (weights sha256 or random, the model class);
+`generate` takes pictures (H, W, 3 uint8) and prompts and returns one `Generation` per sample.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def split_ref(model: str) -> tuple[str, str]:
+    """`adapter[:location]` -> (adapter, location); a location may itself contain ':' (s3://...)."""
+    name, _, loc = model.partition(":")
+    return name, loc
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A generative model as tasks load it (planned on the client, travels to the workers)."""
+
+    adapter: str
+    location: str  # local folder or fsspec URL; "" for a random model
+    random: str | None = None  # the random architecture built in code (--allow-random-weights), else None
+    sha256: str = ""  # of the weights (random: of the state dict as built)
+    precision: str = "fp32"  # effective
+    seed: int = 0
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.adapter}:{self.location}" if self.location else f"{self.adapter} (random {self.random})"
+
+
+@dataclass
+class Generation:
+    text: str
+    new_tokens: int
+
+
+@dataclass
+class Provenance:
+    model_name: str
+    model_class: str
+    weights: dict[str, Any]  # source, sha256, pretrained, random_init
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+class Adapter:
+    name: ClassVar[str]
+
+    @classmethod
+    def check(cls, location: str, allow_random: bool, precision: str, seed: int) -> tuple[ModelRef, Provenance]:
+        """On the client, before any cluster work: refuse what cannot run, in one sentence."""
+        raise NotImplementedError
+
+    def __init__(self, ref: ModelRef, device: str):
+        self.ref, self.device = ref, device
+
+    def generate(self, images: list, prompts: list[str], max_new_tokens: int) -> list[Generation]:
+        raise NotImplementedError

@@ -1,0 +1,99 @@
+"""One set of recipe values as every registered family reads it.
+
+`--set`, `--config` and the benchmark's `recipe:` are one flat mapping; each family takes the fields
+its recipe class declares (`Family.recipe`: the shared `BaseRecipe` plus its own) and checks them.
+A field no family declares is refused. The engine holds a `Recipe` and hands each family its part
+(`recipe.of(name)`), so it never needs to know a family's fields.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..catalog import load_benchmark
+from ..recipe import BaseRecipe, RecipeError, check_keys, parse_overrides, read_config
+from . import get, names
+
+
+def recipe_types(only: tuple[str, ...] | None = None) -> dict[str, type[BaseRecipe]]:
+    """Family name -> its recipe class (every registered family, or `only` these)."""
+    return {n: get(n).recipe for n in (only or names())}
+
+
+class Recipe:
+    """Every family's recipe from one mapping of values; `recipe.epochs` reads any family's field."""
+
+    def __init__(self, values: dict[str, Any], types: dict[str, type[BaseRecipe]], where: str = "recipe"):
+        check_keys(values, {f for t in types.values() for f in t.field_names()}, where)
+        self._types = types
+        self._parts = {n: t.from_values(values, where) for n, t in types.items()}
+        merged: dict[str, Any] = {}
+        for part in self._parts.values():
+            merged.update({k: getattr(part, k) for k in part.field_names()})
+        self._values = merged
+
+    def of(self, family: str) -> BaseRecipe:
+        """The family's own recipe (its fields, checked)."""
+        if family not in self._parts:  # a family registered after this recipe was read
+            self._types = {**self._types, family: get(family).recipe}
+            self._parts[family] = self._types[family].from_values(self._values)
+        return self._parts[family]
+
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self._values)
+
+    def execution_fields(self) -> set[str]:
+        """Fields that change no family's result."""
+        return set.intersection(*(set(t.EXECUTION_FIELDS) for t in self._types.values()))
+
+    def replace(self, **kw) -> "Recipe":
+        return Recipe({**self._values, **kw}, self._types, "--set")
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for part in self._parts.values():
+            out.update(part.as_dict())
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self.__dict__.get("_values", {}):
+            raise AttributeError(f"no recipe field {name!r}")
+        return self._values[name]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Recipe) and self._values == other._values
+
+    def __repr__(self) -> str:
+        return f"Recipe({self._values!r})"
+
+
+def default_recipe(benchmark: str = "cryobench", families: tuple[str, ...] | None = None) -> Recipe:
+    """The benchmark catalog's recipe (engineering fields at their defaults)."""
+    b = load_benchmark(benchmark)
+    where = f"{b.path}: recipe"
+    values = dict(b.recipe)
+    if families:  # the benchmark's fields of other families are theirs, not errors
+        check_keys(values, {f for t in recipe_types().values() for f in t.field_names()}, where)
+        types = recipe_types(families)
+        values = {k: v for k, v in values.items() if any(k in t.field_names() for t in types.values())}
+    return Recipe(values, recipe_types(families), where)
+
+
+def load_recipe(path: str | None = None, overrides: list[str] | dict | None = None, base: Recipe | None = None,
+                families: tuple[str, ...] | None = None) -> Recipe:
+    """Recipe from the catalog's defaults (or `base`), then a YAML file, then `key=value` overrides.
+
+    `families` limits the known fields to those families' (`cryocube embed` takes the embedding family's)."""
+    cfg = base or default_recipe(families=families)
+    values: dict[str, Any] = {}
+    if path:
+        data = read_config(path)
+        data = data.get("train", data)
+        check_keys(data, cfg.fields(), path)
+        values.update(data)
+    extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
+    check_keys(extra, cfg.fields(), "--set")
+    values.update(extra)
+    return cfg.replace(**values)
+
+
+__all__ = ["Recipe", "RecipeError", "default_recipe", "load_recipe", "recipe_types"]

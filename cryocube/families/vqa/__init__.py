@@ -1,0 +1,177 @@
+"""The vqa family: generative vision-language models answer the InSAR-VLM-Bench questions about
+interferogram cubes (`cryocube evaluate --protocol vqa --models transformers:<checkpoint>`).
+
+`plan` reads the questions from the cube (questions.py) and checks the model through its adapter
+(cryocube.adapters: weights there, an image processor) before any work; `score` is one Dask task per
+block of samples that generates, keeps, parses and scores the block's answers (answer.py); the reduce
+concatenates rows, and `finish` computes each task's metrics with bootstrap CIs and writes the answers
+and a small gallery beside the record. Tasks, prompts and metrics are catalog data (tasks.py).
+"""
+from __future__ import annotations
+
+from ...errors import UserError
+from .. import register
+from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
+from .recipe import VqaRecipe
+
+IDENTITY_VERSION = 1
+GALLERY_SAMPLES = 6
+N_BOOT = 1000
+
+
+def _fit_nothing(group: list) -> list[dict]:
+    """Nothing is trained: the work is the answer blocks (score tasks)."""
+    return [{} for _ in group]
+
+
+def _run_dir(out: str, run_id: str) -> str:
+    return f"{out.rstrip('/')}/runs/{run_id}"
+
+
+@register
+class Vqa(Family):
+    name = "vqa"
+    primary_metric = "parsed"  # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
+    variables = ("image", "target", "box", "answer")
+    recipe = VqaRecipe
+
+    def plan(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> PlannedRun:
+        from ...adapters import get, names, split_ref
+        from ...catalog import protocol as protocol_spec
+        from ...precision import resolve, this_device
+        from .answer import Block, block_url
+        from .questions import questions
+        from .tasks import select
+
+        protocol_spec(spec.protocol)
+        vr = recipe.updated(dict(spec.overrides), f"{spec.label}: overrides") if spec.overrides else recipe
+        adapter_name, location = split_ref(spec.model)
+        if adapter_name not in names():
+            raise UserError(f"{spec.model!r} is not a generative model: the vqa protocol takes <adapter>[:<checkpoint>] "
+                            f"(adapters: {', '.join(names())}); encoders answer these tasks through --protocol probe")
+        tasks = select(vr.task_names or None)
+        qs, left_out = questions(cube.url, tasks)
+        asked = {q.task for q in qs}
+        tasks = [t for t in tasks if t.name in asked]
+        if vr.max_new_tokens:
+            import dataclasses
+
+            tasks = [dataclasses.replace(t, max_new_tokens=min(t.max_new_tokens, vr.max_new_tokens)) for t in tasks]
+        prec = resolve(vr.precision, ctx.device or this_device())
+        threads = ctx.run_threads(vr.threads)  # fixed for every block: CPU reductions (and so answers) follow it
+        arith = ctx.arithmetic_threads(threads)
+        ref, prov = get(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
+        identity = {"family": self.name, "model": {"adapter": ref.adapter, "location": ref.location, "random": ref.random,
+                                                   "sha256": ref.sha256},
+                    "precision": prec, "cube": cube.checksum, "tasks": {t.name: t.digest() for t in tasks},
+                    "gen_batch": vr.gen_batch, "seed": spec.seed, **({"threads": arith} if arith else {}),
+                    "v": IDENTITY_VERSION}
+        run_id = content_hash(identity)
+        rdir = _run_dir(ctx.out, run_id)
+        bs = vr.block_samples
+        samples = sorted({q.sample for q in qs})
+        blocks = []
+        bands = tuple(b.name for b in cube.bands)
+        from ...cube import open_cube
+
+        ds = open_cube(cube.url)
+        rendered = bool(ds.attrs.get("rendered", False))
+        size = (int(ds.sizes["x"]), int(ds.sizes["y"]))
+        for k in range(0, len(samples), bs):
+            chunk = set(samples[k: k + bs])
+            blocks.append(Block(index=len(blocks), cube=cube.url, bands=bands, rendered=rendered,
+                                questions=tuple(q for q in qs if q.sample in chunk), tasks=tuple(tasks), model=ref,
+                                gen_batch=vr.gen_batch, threads=threads, url=block_url(rdir, len(blocks)), size=size))
+        generation = {"do_sample": False, "num_beams": 1, "batch": vr.gen_batch,
+                      "max_new_tokens": {t.name: t.max_new_tokens for t in tasks}}
+        record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": prov.model_name,
+                  "model_class": prov.model_class, "dataset": cube.dataset, "protocol": spec.protocol, "fraction": 1.0,
+                  "seed": spec.seed, "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
+                  "weights": prov.weights, "precision": {"requested": vr.precision, "effective": prec},
+                  "tasks": {t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
+                                     "questions": sum(q.task == t.name for q in qs), "source": t.source} for t in tasks},
+                  "tasks_left_out": left_out, "generation": generation, "adapter": ref.adapter,
+                  "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts,
+                  "torch_threads": threads}
+        work = {"blocks": blocks, "tasks": {t.name: t for t in tasks}, "dir": rdir, "questions": len(qs)}
+        return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
+                          model_name=prov.model_name, fraction=1.0, record=record, work=work, cube=cube,
+                          estimate={"steps": len(blocks), "encoder_items": 0, "questions": len(qs)})
+
+    def fit(self, group: list[PlannedRun]):
+        return _fit_nothing, group
+
+    def score(self, run: PlannedRun, fitted: dict):
+        from .answer import answer_block
+
+        return [(answer_block, b) for b in run.work["blocks"]]
+
+    @staticmethod
+    def reduce(a, b):
+        from .answer import merge
+
+        return merge(a, b)
+
+    def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        import json
+
+        from ... import store as _store
+        from .answer import summarize_rows
+
+        rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"]))
+        tasks = summarize_rows(rows, run.work["tasks"], N_BOOT, seed=run.spec.seed)
+        rdir = run.work["dir"]
+        _store.write_atomic(f"{rdir}/answers.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        gallery = write_gallery(run, rows)
+        n = len(rows)
+        parsed = 100.0 * sum(r["ok"] for r in rows) / n if n else float("nan")
+        gen_s = total["gen_s"]
+        return {"metrics": {"parsed": parsed, "tasks": tasks}, "summary_line": summary_line(tasks),
+                "primary_metric": self.primary_metric,
+                "unparsed": {k: v["unparsed"] for k, v in tasks.items()},
+                "answers_file": f"{rdir}/answers.jsonl", "gallery": gallery,
+                "generation_stats": {"blocks": total["blocks"], "blocks_generated": total["generated"],
+                                     "questions": n, "questions_generated": total["questions_generated"],
+                                     "new_tokens": total["tokens"],
+                                     "questions_per_s": total["questions_generated"] / gen_s if gen_s else None,
+                                     "tokens_per_s": total["tokens"] / gen_s if gen_s else None},
+                "timings": {"generate_s": gen_s, "train_s": 0.0}}
+
+
+def summary_line(tasks: dict) -> str:
+    """One line per run for the console: each task's metrics with their 95 % intervals and its unparsed answers."""
+    from .metrics import FACTS
+
+    parts = []
+    for name, d in tasks.items():
+        ms = ", ".join(f"{FACTS[m][0]} {v['value']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]" for m, v in d["metrics"].items())
+        parts.append(f"{name}: {ms} (n {d['n']}, unparsed {d['unparsed']})")
+    return "; ".join(parts)
+
+
+def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
+    """The first samples' pictures (as the model saw them) beside their questions, references and answers."""
+    from ... import store as _store
+    from ...cube import read_samples
+    from .answer import crop
+    from .render import png_bytes, render
+
+    tasks = run.work["tasks"]
+    samples = sorted({r["sample"] for r in rows})[:GALLERY_SAMPLES]
+    if not samples:
+        return []
+    b0 = run.work["blocks"][0]
+    images, _ = read_samples(run.cube.url, samples, labels=False)
+    if images.ndim == 5:
+        images = images[:, 0]
+    out = []
+    first = next(iter(tasks.values()))
+    for k, s in enumerate(samples):
+        rel = f"gallery/sample-{s:05d}.png"
+        size = next(q.size for b in run.work["blocks"] for q in b.questions if q.sample == s)
+        _store.write_atomic(f"{run.work['dir']}/{rel}",
+                            png_bytes(render(crop(images[k], size), list(b0.bands), first.render, b0.rendered)))
+        out.append({"sample": s, "source": next(r["source"] for r in rows if r["sample"] == s), "picture": rel,
+                    "qa": [{"task": r["task"], "question": r["prompt"], "reference": r["refs"], "answer": r["answer"],
+                            "ok": r["ok"]} for r in rows if r["sample"] == s]})
+    return out

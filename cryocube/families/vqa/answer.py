@@ -1,0 +1,132 @@
+"""The map side: one Dask task per block of samples generates every answer the block's questions ask
+(the model loaded once per worker process), keeps them in the run's folder (a rerun reads a block back
+instead of generating it again), then parses and scores them. The reduce concatenates the rows.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import store as _store
+from ...adapters.base import ModelRef
+from ...errors import task_boundary
+from .metrics import score
+from .parsers import parse
+from .questions import Question
+from .tasks import TaskSpec
+
+
+@dataclass(frozen=True)
+class Block:
+    index: int
+    cube: str
+    bands: tuple[str, ...]
+    rendered: bool
+    questions: tuple[Question, ...]
+    tasks: tuple[TaskSpec, ...]
+    model: ModelRef
+    gen_batch: int
+    threads: int | None
+    url: str  # where the block's answers are kept
+    size: tuple[int, int] = (0, 0)  # the cube's (width, height)
+
+
+def block_url(run_dir: str, index: int) -> str:
+    return f"{run_dir.rstrip('/')}/answers/block-{index:05d}.json"
+
+
+def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """The pair's own pixels: smaller pairs are padded bottom/right in the cube."""
+    w, h = size
+    return image[:, :h, :w] if w and h else image
+
+
+def _generate(b: Block) -> tuple[list[dict], float]:
+    from ...adapters import get
+    from ...cluster.runtime import torch_task
+    from ...cube import read_samples
+    from .render import render
+
+    samples = sorted({q.sample for q in b.questions})
+    images, _ = read_samples(b.cube, samples, labels=False)
+    if images.ndim == 5:  # a time axis of one step
+        images = images[:, 0]
+    sizes = {q.sample: q.size for q in b.questions}
+    pictures: dict = {}  # per way of drawing (task files may differ), per sample
+    for t in b.tasks:
+        if t.render not in pictures:
+            pictures[t.render] = {s: render(crop(images[k], sizes[s]), list(b.bands), t.render, b.rendered,
+                                            where=f"{b.cube}: sample {s}") for k, s in enumerate(samples)}
+    by_task = {t.name: t for t in b.tasks}
+    gens: list[dict | None] = [None] * len(b.questions)
+    with torch_task(b.threads) as (device, _threads):
+        adapter = get(b.model.adapter)(b.model, device)
+        t0 = time.perf_counter()
+        for name, t in by_task.items():
+            idx = [i for i, q in enumerate(b.questions) if q.task == name]
+            for k in range(0, len(idx), b.gen_batch):
+                part = idx[k: k + b.gen_batch]
+                imgs = [pictures[t.render][b.questions[i].sample] for i in part]
+                outs = adapter.generate(imgs, [b.questions[i].prompt for i in part], t.max_new_tokens)
+                for i, g in zip(part, outs):
+                    gens[i] = {"answer": g.text, "new_tokens": g.new_tokens}
+        seconds = time.perf_counter() - t0
+    return [g for g in gens if g is not None], seconds
+
+
+@task_boundary
+def answer_block(b: Block) -> dict:
+    if _store.file_exists(b.url):
+        kept = json.loads(_store.read_text(b.url))
+        gens, seconds, generated = kept["answers"], kept["seconds"], False
+    else:
+        gens, seconds = _generate(b)
+        _store.write_atomic(b.url, json.dumps({"answers": gens, "seconds": seconds, "model_sha256": b.model.sha256}))
+        generated = True
+    by_task = {t.name: t for t in b.tasks}
+    rows = []
+    for q, g in zip(b.questions, gens):
+        t = by_task[q.task]
+        # boxes are fractions of the phase panel; an answer in pixels is read against the panel the model saw
+        size = ((q.size[0] or b.size[0]) * t.render.scale, (q.size[1] or b.size[1]) * t.render.scale)
+        p = parse(t.answer, g["answer"], **t.parser_options(), **({"size": size} if t.answer == "box" else {}))
+        scores = {m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value) for m, ref in q.refs}
+        value = list(p.value) if isinstance(p.value, tuple) else p.value
+        rows.append({"sample": q.sample, "source": q.source, "task": q.task, "prompt": q.prompt, "answer": g["answer"],
+                     "new_tokens": g["new_tokens"], "parsed": value, "ok": p.ok,
+                     "refs": {m: (list(r) if isinstance(r, tuple) else r) for m, r in q.refs}, "scores": scores})
+    return {"rows": rows, "blocks": 1, "generated": int(generated), "gen_s": seconds if generated else 0.0,
+            "tokens": sum(g["new_tokens"] for g in gens) if generated else 0,
+            "questions_generated": len(gens) if generated else 0}
+
+
+def merge(a: dict, b: dict) -> dict:
+    return {"rows": a["rows"] + b["rows"]} | {k: a[k] + b[k] for k in a if k != "rows"}
+
+
+def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, seed: int) -> dict:
+    """Per task: each metric's mean with its bootstrap CI, n, unparsed; class tasks add a confusion matrix."""
+    from .metrics import confusion, summarize
+
+    out = {}
+    for name, t in tasks.items():
+        rs = [r for r in rows if r["task"] == name]
+        if not rs:
+            continue
+        d = {"n": len(rs), "unparsed": sum(not r["ok"] for r in rs), "metrics": {}}
+        for m, _, _ in t.metrics:
+            vals = [r["scores"][m] for r in rs if m in r["scores"]]
+            if vals:
+                d["metrics"][m] = summarize(m, np.asarray(vals), n_boot=n_boot, seed=seed)
+        if t.answer == "class":
+            m0 = t.metrics[0][0]
+            d["confusion"] = {"labels": list(t.labels), "matrix": confusion([r["refs"][m0] for r in rs if m0 in r["refs"]],
+                                                                             [r["parsed"] for r in rs if m0 in r["refs"]], t.labels)}
+        if t.answer == "number":
+            m0 = t.metrics[0][0]
+            d["pairs"] = [[r["refs"][m0], r["parsed"] if r["ok"] else None] for r in rs if m0 in r["refs"]]
+        out[name] = d
+    return out

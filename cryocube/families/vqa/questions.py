@@ -1,0 +1,118 @@
+"""From an interferogram cube to questions: which sample is asked which task, its prompt and its references.
+
+Read on the client at planning time from the cube's coordinates and small variables (`target`, `box`,
+`answer`; docs/insar-cube.md), never from pixels. A task is asked of a sample when the cube holds a
+reference for at least one of the task's metrics; a task the cube holds no reference for is left out
+(and said in the record), and a cube that serves none of the selected tasks is refused.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...errors import UserError
+from .tasks import TaskSpec, fill
+
+
+@dataclass(frozen=True)
+class Question:
+    sample: int  # index in the cube
+    source: str
+    task: str
+    prompt: str
+    refs: tuple[tuple[str, Any], ...]  # (metric, reference) for the metrics this sample has a reference for
+    size: tuple[int, int] = (0, 0)  # the pair's own (width, height): smaller pairs are padded in the cube
+
+
+def _text(a) -> list[str]:
+    from ...cube import as_text
+
+    return [str(x) for x in as_text(np.asarray(a))]
+
+
+def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str, str]]:
+    """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left out}."""
+    from ...cube import open_cube
+
+    ds = open_cube(url)
+    if ds.attrs.get("kind") != "samples" or "image" not in ds:
+        raise UserError(f"{url}: the vqa protocol needs an interferogram sample cube (cryocube convert insar|hephaestus); "
+                        "this cube has no image-level references")
+    n = int(ds.sizes["sample"])
+    h, w = int(ds.sizes["y"]), int(ds.sizes["x"])
+    src = _text(ds["source"].values)
+    rendered = bool(ds.attrs.get("rendered", False))
+
+    def coord(name, default):
+        return _text(ds[name].values) if name in ds else [default] * n
+
+    facts = {"primary_date": coord("primary_date", "?"), "secondary_date": coord("secondary_date", "?"),
+             "frame": coord("frame", "")}
+    lam = np.asarray(ds["radar_wavelength_m"].values, np.float64) if "radar_wavelength_m" in ds else np.full(n, np.nan)
+    hs = np.asarray(ds["height"].values, np.int64) if "height" in ds else np.full(n, h)
+    ws = np.asarray(ds["width"].values, np.int64) if "width" in ds else np.full(n, w)
+    tnames = _text(ds["task"].values) if "task" in ds else []
+    classes = _text(ds["task_classes"].values) if "task_classes" in ds else [""] * len(tnames)
+    target = np.asarray(ds["target"].values, np.float64) if "target" in ds and tnames else np.zeros((n, 0))
+    box = np.asarray(ds["box"].values, np.float64) if "box" in ds else None
+    text_tasks = _text(ds["text_task"].values) if "text_task" in ds else []
+    answers = [_text(row) for row in np.asarray(ds["answer"].values)] if "answer" in ds and text_tasks else []
+
+    def reference(t: TaskSpec, kind: str, name: str):
+        """Per sample: the reference (or None), or a reason when the cube has none for anyone."""
+        if kind == "target":
+            if name not in tnames:
+                return None, f"the cube has no target {name!r}"
+            j = tnames.index(name)
+            col = target[:, j]
+            if t.answer == "class":
+                names = classes[j].split("|") if classes[j] else []
+                bad = [c for c in names if c not in t.labels]
+                if bad:
+                    raise UserError(f"{url}: target {name!r} has class {bad[0]!r}, which task {t.name} cannot answer "
+                                    f"(its labels: {', '.join(t.labels)}; {t.source})")
+                return [names[int(v)] if math.isfinite(v) else None for v in col], None
+            return [float(v) if math.isfinite(v) else None for v in col], None
+        if kind == "box":
+            if box is None:
+                return None, "the cube has no box variable"
+            return [tuple(float(c) for c in (b[0] / wi, b[1] / hi, b[2] / wi, b[3] / hi)) if np.isfinite(b).all() else None
+                    for b, wi, hi in zip(box, ws, hs)], None
+        if name not in text_tasks:
+            return None, f"the cube has no reference answers for {name!r}"
+        j = text_tasks.index(name)
+        return [a[j] if a[j] else None for a in answers], None
+
+    out: list[Question] = []
+    left_out: dict[str, str] = {}
+    refs_by_task = {}
+    for t in tasks:
+        per_metric, why = [], []
+        for m, kind, name in t.metrics:
+            vals, reason = reference(t, kind, name)
+            if vals is None or all(v is None for v in vals):
+                why.append(f"{m}: {reason or 'no sample has a reference'}")
+            else:
+                per_metric.append((m, vals))
+        if not per_metric:
+            left_out[t.name] = "; ".join(why)
+            reason = (ds.attrs.get("unavailable") or {}).get(t.name)
+            if reason:
+                left_out[t.name] += f" ({reason})"
+            continue
+        refs_by_task[t.name] = (t, per_metric)
+    for i in range(n):
+        sample = {"primary_date": facts["primary_date"][i], "secondary_date": facts["secondary_date"][i],
+                  "frame": facts["frame"][i], "radar_wavelength_m": lam[i], "width": int(ws[i]), "height": int(hs[i]),
+                  "rendered": rendered}
+        for name, (t, per_metric) in refs_by_task.items():
+            refs = tuple((m, vals[i]) for m, vals in per_metric if vals[i] is not None)
+            if refs:
+                out.append(Question(i, src[i], name, fill(t, sample), refs, (int(ws[i]), int(hs[i]))))
+    if not out:
+        raise UserError(f"{url}: the cube serves none of the tasks {', '.join(t.name for t in tasks)} ("
+                        + "; ".join(f"{k}: {v}" for k, v in left_out.items()) + ")")
+    return out, left_out

@@ -1,0 +1,32 @@
+"""The vqa family's own recipe fields (what to ask, how many prompts per forward pass, an answer-length
+cap) over the shared ones (precision, threads, block_samples: cryocube/recipe.py), checked before any
+cluster starts: `--set gen_batch=4`, `--set vqa_tasks=coherence_classification,fringe_counting`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...recipe import BaseRecipe, RecipeError, check_int
+
+
+@dataclass(frozen=True, kw_only=True)
+class VqaRecipe(BaseRecipe):
+    vqa_tasks: tuple[str, ...] | str = ()  # () = every catalog task the cube can serve; "a,b" or [a, b]
+    gen_batch: int = 8  # prompts per generate() call (left-padded); batching can move the last bits, so it is in the run id
+    max_new_tokens: int | None = None  # a cap on every task's own max_new_tokens (None: the tasks' values)
+
+    EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS
+
+    def validate(self) -> None:
+        super().validate()
+        t = self.vqa_tasks
+        if not (isinstance(t, str) or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))):
+            raise RecipeError(f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}")
+        check_int("gen_batch", self.gen_batch)
+        check_int("max_new_tokens", self.max_new_tokens, none=True)
+
+    @property
+    def task_names(self) -> list[str]:
+        t = self.vqa_tasks
+        return [x.strip() for x in (t.split(",") if isinstance(t, str) else t) if x.strip()]

@@ -1,0 +1,174 @@
+"""The vqa family's report: per task metrics with bootstrap CIs, the coherence confusion matrix, predicted
+against true fringe counts, a gallery (picture, question, reference, each model's answer), and
+LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side.
+
+GFM rows come from embedding-probe runs on the same cube: an encoder answers the tasks that are
+image-level targets (coherence class, fringe count) through its probe, in the probe's own metric
+(NeuCo-Bench: F1 for classes, R² for numbers), and cannot answer grounding or free text: those cells
+say so instead of being left blank.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .records import Results, Run
+from .tables import MISSING, Column, Table
+
+# InSAR-VLM-Bench's leaderboard columns: (task, metric, header)
+BOARD = (("coherence_classification", "accuracy", "Coherence Acc (%)"),
+         ("deformation_localization", "box_iou", "Localisation IoU (%)"),
+         ("deformation_localization", "token_f1", "Localisation F1 (%)"),
+         ("fringe_counting", "mae", "Fringe MAE"),
+         ("noise_assessment", "token_f1", "Noise F1 (%)"))
+PROBE_METRIC = {"cls": "probe F1", "regr": "probe R²"}
+CANNOT = "cannot answer (encoder)"
+
+
+def _cell(s: dict | None) -> tuple[float | None, str]:
+    if not s or s.get("value") is None or (isinstance(s["value"], float) and math.isnan(s["value"])):
+        return None, MISSING
+    return s["value"], f"{s['value']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
+
+
+def _probe_cell(run: Run, task: str) -> tuple[float | None, str]:
+    for name, v in (run.metrics.get("task_A") or {}).items():
+        base, _, kind = str(name).partition("__")
+        if base == task and v is not None:
+            return float(v), f"{float(v):.2f} ({PROBE_METRIC.get(kind, 'probe')})"
+    return None, MISSING
+
+
+def leaderboard(res: Results, dataset: str) -> Table:
+    t = Table(f"leaderboard_{dataset}", f"InSAR-VLM-Bench tasks on {dataset}: VLMs and GFMs side by side",
+              [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
+              + [Column(f"{task}.{m}", h) for task, m, h in BOARD] + [Column("unparsed", "Unparsed")])
+    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+        tasks = r.metrics.get("tasks") or {}
+        raw, txt = [r.model_name, "VLM"], [r.model_name, "VLM"]
+        for task, m, _ in BOARD:
+            v, s = _cell((tasks.get(task) or {}).get("metrics", {}).get(m))
+            raw.append(v)
+            txt.append(s if task in tasks else f"{MISSING} (not in cube)")
+        un = sum(int(d.get("unparsed", 0)) for d in tasks.values())
+        raw.append(un)
+        txt.append(f"{un} / {sum(int(d.get('n', 0)) for d in tasks.values())}")
+        t.add(raw, txt)
+    for r in sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name):
+        raw, txt = [r.model_name, "GFM (probe)"], [r.model_name, "GFM (probe)"]
+        for task, m, _ in BOARD:
+            if task in ("deformation_localization", "noise_assessment"):
+                raw.append(None)
+                txt.append(CANNOT)
+            else:
+                v, s = _probe_cell(r, task)
+                raw.append(v)
+                txt.append(s)
+        raw.append(None)
+        txt.append(MISSING)
+        t.add(raw, txt)
+    t.notes = ["values with 95 % bootstrap intervals; MAE in fringes (lower is better), the rest in %",
+               "an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed value)",
+               "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 / R²), not the VLM metric; encoders cannot "
+               "draw boxes or write text (localisation through segmentation is not wired yet)"]
+    if any(r.random_init for r in res.vqa + res.embedding if r.dataset == dataset):
+        t.notes.append("(random init) rows measure the pipeline, not a model")
+    return t
+
+
+def task_table(res: Results, dataset: str) -> Table:
+    t = Table(f"tasks_{dataset}", f"Per task metrics on {dataset}",
+              [Column("model", "Model", numeric=False), Column("task", "Task", numeric=False),
+               Column("metric", "Metric", numeric=False), Column("value", "Value"), Column("ci_low", "CI low"),
+               Column("ci_high", "CI high"), Column("n", "n"), Column("unparsed", "Unparsed"),
+               Column("prompt", "Prompt sha256", numeric=False)])
+    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+        for task, d in (r.metrics.get("tasks") or {}).items():
+            for m, s in d.get("metrics", {}).items():
+                t.add([r.model_name, task, m, s["value"], s["ci_low"], s["ci_high"], s["n"], d.get("unparsed"),
+                       ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", "")])
+    return t
+
+
+def confusion_tables(res: Results, dataset: str) -> list[Table]:
+    out = []
+    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+        for task, d in (r.metrics.get("tasks") or {}).items():
+            c = d.get("confusion")
+            if not c:
+                continue
+            labels = c["labels"]
+            t = Table(f"confusion_{task}_{r.run_id[:8]}", f"{r.model_name}: {task} (rows reference, columns answer)",
+                      [Column("reference", "Reference", numeric=False)] + [Column(x, x) for x in labels]
+                      + [Column("unparsed", "unparsed")])
+            for lab, row in zip(labels, c["matrix"]):
+                t.add([lab, *row])
+            out.append(t)
+    return out
+
+
+def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
+    from . import plots
+
+    fig, ax = plots._subplots((4.6, 4.2))
+    hi = 1.0
+    for i, r in enumerate(sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name)):
+        pairs = ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
+        pts = [(a, b) for a, b in pairs if b is not None]
+        if not pairs:
+            continue
+        xs, ys = [a for a, _ in pts], [b for _, b in pts]
+        hi = max([hi, *xs, *ys])
+        ax.scatter(xs, ys, s=18, alpha=0.7, label=f"{r.model_name} ({len(pairs) - len(pts)} unparsed)")
+    ax.plot([0, hi], [0, hi], color="#888", lw=0.8, ls="--")
+    ax.set_xlabel("true fringe count")
+    ax.set_ylabel("answered fringe count")
+    ax.set_title(f"Fringe counting on {dataset}")
+    ax.legend(fontsize=7)
+    return plots.save(fig, stem)
+
+
+def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None, str, Table]]:
+    """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption and a table of
+    each model's answers."""
+    from .. import store
+
+    runs = sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name)
+    if not runs:
+        return []
+    base = runs[0]
+    rdir = str(base.record.get("answers_file", "")).rsplit("/", 1)[0]
+    out = []
+    for g in base.record.get("gallery") or []:
+        t = Table(f"gallery_{g['sample']}", f"sample {g['source']}",
+                  [Column("task", "Task", numeric=False), Column("question", "Question", numeric=False),
+                   Column("reference", "Reference", numeric=False)]
+                  + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)])
+        answers = [{(q["task"]): q for gg in (r.record.get("gallery") or []) if gg["sample"] == g["sample"] for q in gg["qa"]}
+                   for r in runs]
+        for q in g["qa"]:
+            ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
+            row = [q["task"], q["question"], ref] + [(a.get(q["task"]) or {}).get("answer", MISSING) or "(empty)"
+                                                      for a in answers]
+            t.add(row, [str(x) for x in row])
+        pic = figures / f"vqa_{dataset}_{g['picture'].rsplit('/', 1)[-1]}"
+        try:
+            data = store.read_bytes(f"{rdir}/{g['picture']}")
+        except (OSError, ValueError):
+            pic = None  # the run folder moved: the answers stay, the picture is left out
+        else:
+            pic.parent.mkdir(parents=True, exist_ok=True)
+            pic.write_bytes(data)
+        out.append((pic, f"{g['source']}: the picture the models were shown", t))
+    return out
+
+
+def leaderboard_md(res: Results) -> str:
+    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per interferogram dataset."""
+    from .tables import to_markdown
+
+    parts = ["# Leaderboard (InSAR-VLM-Bench tasks)", "",
+             "Written by `cryocube report`; every number is read from the run records (results.jsonl).", ""]
+    for d in sorted({r.dataset for r in res.vqa}):
+        parts += [to_markdown(leaderboard(res, d)), ""]
+    return "\n".join(parts)

@@ -1,0 +1,255 @@
+"""The vqa family end to end: tiny random VLMs (built from transformers configs, no downloads) answer the
+InSAR-VLM-Bench questions about a synthetic interferogram cube on a real LocalCluster; records, resume,
+identical reruns, refusals before any cluster starts, and a task added by YAML alone."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from cryocube.families import RunSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ("block_samples=3", "gen_batch=3", "max_new_tokens=6")  # short answers keep the tests fast
+
+
+@pytest.fixture(scope="module")
+def ifg_cube(tmp_path_factory, client):
+    from cryocube.convert.writer import convert
+    from cryocube.insar_synthetic import make_interferograms
+
+    d = tmp_path_factory.mktemp("ifg")
+    m = make_interferograms(d / "raw", n=8, size=32, seed=0)
+    url = str(d / "insar.zarr")
+    convert("insar", str(d / "raw"), url, client=client, progress=False)
+    return url, m
+
+
+def _evaluate(cube, out, client, model="transformers", overrides=(), allow_random=True, sets=SETS):
+    from cryocube.engine.evaluate import evaluate
+    from cryocube.families.recipes import load_recipe
+
+    res = evaluate([RunSpec(model, cube, "vqa", overrides=overrides)], str(out), load_recipe(None, list(sets)),
+                   client=client, progress=False, allow_random_weights=allow_random)
+    return res
+
+
+def _answers(rec) -> list[dict]:
+    return [json.loads(x) for x in Path(rec["answers_file"]).read_text().splitlines()]
+
+
+def test_tiny_random_vlm_end_to_end(ifg_cube, tmp_path, client):
+    from cryocube.cube import as_text, open_cube
+
+    cube, m = ifg_cube
+    res = _evaluate(cube, tmp_path / "out", client)
+    (rec,) = res.records
+    assert rec["status"] == "ok", rec.get("error")
+    # the record says what produced it
+    assert rec["weights"]["random_init"] and len(rec["weights"]["sha256"]) == 64 and rec["model_name"] == "tiny random llava"
+    assert rec["precision"]["effective"] in ("fp32", "bf16") and rec["generation"]["do_sample"] is False
+    assert set(rec["tasks"]) == {"coherence_classification", "fringe_counting", "deformation_localization", "noise_assessment"}
+    assert all(len(t["prompt_sha256"]) == 16 for t in rec["tasks"].values())
+    rows = _answers(rec)
+    ds = open_cube(cube)
+    tasks = list(as_text(ds["task"].values))
+    # every sample with a reference is asked: coherence classes and fringe counts are derived for all 8 pairs
+    for t in ("coherence_classification", "fringe_counting"):
+        assert sum(r["task"] == t for r in rows) == int(np.isfinite(ds["target"].values[:, tasks.index(t)]).sum()) == 8
+    # the references are the cube's, and the cube's are the generator's truth
+    truth = {p.id: p for p in m.pairs}
+    for r in rows:
+        if r["task"] == "fringe_counting":
+            assert r["refs"]["mae"] == truth[r["source"]].fringes
+        if r["task"] == "coherence_classification":
+            assert r["refs"]["accuracy"] == ("low", "medium", "high")[truth[r["source"]].coherence_class]
+    # unparsed answers are counted, scored as wrong, and the metrics are the means of the rows
+    for t, d in rec["metrics"]["tasks"].items():
+        mine = [r for r in rows if r["task"] == t]
+        assert d["unparsed"] == rec["unparsed"][t] == sum(not r["ok"] for r in mine)
+        for metric, s in d["metrics"].items():
+            vals = [r["scores"][metric] for r in mine if metric in r["scores"]]
+            k = 1.0 if metric == "mae" else 100.0
+            assert s["value"] == pytest.approx(k * np.mean(vals)) and s["n"] == len(vals)
+            assert s["ci_low"] <= s["value"] + 1e-9 and s["value"] <= s["ci_high"] + 1e-9
+    cm = rec["metrics"]["tasks"]["coherence_classification"]["confusion"]["matrix"]
+    assert sum(map(sum, cm)) == 8
+    assert rec["generation_stats"]["blocks"] == 3 and rec["generation_stats"]["new_tokens"] > 0
+    assert rec["gallery"] and (Path(rec["answers_file"]).parent / rec["gallery"][0]["picture"]).stat().st_size > 100
+    # the same command again is a cache hit
+    again = _evaluate(cube, tmp_path / "out", client)
+    assert again.skipped == [rec["run_id"]] and not again.records
+    _check_report(tmp_path / "out", tmp_path / "report", rec, rows)
+
+
+def _check_report(results, out, rec, rows):
+    """`cryocube report` writes the vqa section, a LEADERBOARD.md in InSAR-VLM-Bench's shape and the gallery."""
+    from cryocube.cli import main
+    from cryocube.report.records import load_results
+    from cryocube.report.vqa import CANNOT, leaderboard
+
+    assert main(["report", str(results), "--out", str(out)]) == 0
+    board = (out / "LEADERBOARD.md").read_text()
+    acc = rec["metrics"]["tasks"]["coherence_classification"]["metrics"]["accuracy"]
+    assert "| Model | Kind | Coherence Acc (%) | Localisation IoU (%) | Localisation F1 (%) | Fringe MAE | Noise F1 (%)" in board
+    assert f"| tiny random llava (random init) | VLM | {acc['value']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]" in board
+    html = (out / "report.html").read_text()
+    assert "Gallery: sample" in html and rows[0]["prompt"][:40] in html and "data:image/png;base64" in html
+    # an encoder's probe run on the same cube joins the board; what it cannot answer is said, not left blank
+    res = load_results(results)
+    emb = dict(rec, run_id="e" * 20, family="embedding", model="dofa", model_name="DOFA", primary_metric="Q",
+               weights={"pretrained": True, "random_init": False},
+               metrics={"Q": 0.5, "task_A": {"coherence_classification__cls": 0.61, "fringe_counting__regr": 0.2}})
+    from cryocube.report.records import parse_record
+
+    res.embedding.append(parse_record(emb, "test"))
+    t = leaderboard(res, rec["dataset"])
+    row = t.texts[[r[0] for r in t.rows].index("DOFA")]
+    assert row[1:] == ["GFM (probe)", "0.61 (probe F1)", CANNOT, CANNOT, "0.20 (probe R²)", CANNOT, "–"]
+
+
+def test_same_run_twice_and_batching_give_identical_answers(ifg_cube, tmp_path, client):
+    cube, _ = ifg_cube
+    a = _evaluate(cube, tmp_path / "a", client).records[0]
+    b = _evaluate(cube, tmp_path / "b", client).records[0]
+    assert a["run_id"] == b["run_id"]
+    assert Path(a["answers_file"]).read_bytes() == Path(b["answers_file"]).read_bytes()
+    # left padding: a row's answer does not depend on what it was batched with
+    one = _evaluate(cube, tmp_path / "c", client, overrides=(("gen_batch", 1),)).records[0]
+    assert one["run_id"] != a["run_id"]
+    assert [r["answer"] for r in _answers(one)] == [r["answer"] for r in _answers(a)]
+
+
+def test_a_checkpoint_folder_is_loaded_and_hashed(ifg_cube, tmp_path, client):
+    """A saved model folder loads through AutoModelForImageTextToText/AutoProcessor on the workers; its record names
+    the folder and the sha256 of its weight files; the same weights answer as the random model they came from."""
+    import hashlib
+
+    from cryocube.adapters.random_vlm import build
+
+    cube, _ = ifg_cube
+    model, proc = build("llava", 0)
+    folder = tmp_path / "tiny-llava"
+    model.save_pretrained(folder)
+    proc.save_pretrained(folder)
+    (rec,) = _evaluate(cube, tmp_path / "out", client, model=f"transformers:{folder}", allow_random=False).records
+    assert rec["status"] == "ok", rec.get("error")
+    h = hashlib.sha256(b"model.safetensors" + (folder / "model.safetensors").read_bytes()).hexdigest()
+    assert rec["weights"] == {"source": str(folder), "sha256": h, "files": ["model.safetensors"], "pretrained": True,
+                              "random_init": False}
+    rnd = _evaluate(cube, tmp_path / "rnd", client).records[0]
+    assert [r["answer"] for r in _answers(rec)] == [r["answer"] for r in _answers(rnd)]
+
+
+def test_resume_after_sigkill(ifg_cube, tmp_path, client):
+    cube, _ = ifg_cube
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", "transformers", "--protocol", "vqa",
+           "--out", str(out), "--allow-random-weights", "--set", "block_samples=1", "--set", "max_new_tokens=6", "--set", "threads=1",
+           "--workers", "1",
+           "--quiet"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline, done = time.time() + 300, 0
+    while time.time() < deadline and proc.poll() is None:
+        done = len(list(out.glob("runs/*/answers/block-*.json")))
+        if 2 <= done:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert done >= 2 and not (out / "results.jsonl").exists(), proc.stdout.read().decode()[-2000:]
+    (rec,) = _evaluate(cube, out, client, sets=("block_samples=1", "max_new_tokens=6", "threads=1")).records
+    st = rec["generation_stats"]
+    assert rec["status"] == "ok" and st["blocks"] == 8 and 0 < st["blocks_generated"] <= 8 - done  # resumed, not restarted
+    fresh = _evaluate(cube, tmp_path / "fresh", client, sets=("block_samples=1", "max_new_tokens=6", "threads=1")).records[0]
+    assert Path(rec["answers_file"]).read_bytes() == Path(fresh["answers_file"]).read_bytes()
+
+
+@pytest.fixture()
+def lab_tasks(tmp_path, monkeypatch):
+    root = tmp_path / "labcat"
+    (root / "tasks").mkdir(parents=True)
+    monkeypatch.setenv("CRYOCUBE_CATALOGS", str(root))
+    return root / "tasks"
+
+
+def test_a_task_is_one_yaml(ifg_cube, lab_tasks, tmp_path, client):
+    """A lab's task file (new prompt, drawn as the phase alone) runs with no code; workers never saw the folder."""
+    cube, _ = ifg_cube
+    (lab_tasks / "mine.yaml").write_text(yaml.safe_dump({
+        "render": {"layout": "phase", "phase": {"colormap": "hsv"}},
+        "tasks": {"fringes_short": {"answer": "number", "metrics": {"mae": {"target": "fringe_counting"}},
+                                    "prompt": "{picture} Fringes between {primary_date} and {secondary_date}?",
+                                    "max_new_tokens": 4}}}))
+    (rec,) = _evaluate(cube, tmp_path / "out", client, overrides=(("vqa_tasks", "fringes_short"), ("gen_batch", 4))).records
+    assert rec["status"] == "ok", rec.get("error")
+    assert list(rec["tasks"]) == ["fringes_short"] and rec["tasks"]["fringes_short"]["source"].endswith("mine.yaml")
+    rows = _answers(rec)
+    assert len(rows) == 8 and rows[0]["prompt"].startswith("The picture shows the wrapped phase in a cyclic colour map (hsv")
+    assert all(r["new_tokens"] <= 4 for r in rows)
+
+
+def _refused(argv, capsys) -> str:
+    from cryocube.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and "local cluster" not in err  # no cluster was started
+    return err
+
+
+def test_bad_input_is_one_sentence_before_any_cluster(ifg_cube, lab_tasks, tmp_path, capsys):
+    cube, _ = ifg_cube
+    base = ["evaluate", "--cubes", cube, "--protocol", "vqa", "--out", str(tmp_path / "o")]
+    err = _refused(base + ["--models", f"transformers:{tmp_path}/nowhere"], capsys)
+    assert f"no checkpoint folder (config.json) at {tmp_path}/nowhere" in err and "--allow-random-weights" in err
+    err = _refused(base + ["--models", "ssl4eo_moco"], capsys)
+    assert "'ssl4eo_moco' is not a generative model" in err and "--protocol probe" in err
+    # a model folder without an image processor
+    from cryocube.adapters.random_vlm import build
+
+    model, proc = build("llava", 0)
+    folder = tmp_path / "noimg"
+    model.save_pretrained(folder)
+    proc.tokenizer.save_pretrained(folder)
+    err = _refused(base + ["--models", f"transformers:{folder}"], capsys)
+    assert f"{folder}: the model has no image processor" in err
+    # a prompt naming a field no sample has
+    (lab_tasks / "bad.yaml").write_text(yaml.safe_dump({"tasks": {"t": {
+        "answer": "text", "metrics": {"token_f1": {"answer": "noise_assessment"}}, "prompt": "Describe {orbit_number}."}}}))
+    err = _refused(base + ["--models", "transformers", "--allow-random-weights"], capsys)
+    assert "bad.yaml: task t: prompt names unknown field {orbit_number}" in err
+
+
+def test_a_checkpoint_at_an_s3_url(ifg_cube, tmp_path, client, s3_bucket):
+    """transformers:s3://... (moto on loopback): planned from its small files, hashed where it lies, copied once per
+    worker host into a cache named by that hash; the answers are those of the same weights on local disk."""
+    import s3fs
+
+    from cryocube import store
+    from cryocube.adapters.random_vlm import build
+
+    cube, _ = ifg_cube
+    bucket, opts = s3_bucket
+    model, proc = build("llava", 0)
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    proc.save_pretrained(folder)
+    fs = s3fs.S3FileSystem(**opts)
+    for f in folder.iterdir():
+        fs.put(str(f), f"{bucket}/models/tiny/{f.name}")
+    url = f"s3://{bucket}/models/tiny"
+    store.register_options(url, opts)
+    (rec,) = _evaluate(cube, tmp_path / "out", client, model=f"transformers:{url}", allow_random=False).records
+    assert rec["status"] == "ok", rec.get("error")
+    (loc,) = _evaluate(cube, tmp_path / "loc", client, model=f"transformers:{folder}", allow_random=False).records
+    assert rec["weights"]["sha256"] == loc["weights"]["sha256"] and rec["weights"]["source"] == url
+    assert [r["answer"] for r in _answers(rec)] == [r["answer"] for r in _answers(loc)]

@@ -1,0 +1,98 @@
+"""Answer parsers on messy model output, and the metrics on hand-computed cases."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cryocube.families.vqa.metrics import bootstrap_ci, box_iou, confusion, normalize_answer, score, summarize, token_f1
+from cryocube.families.vqa.parsers import parse
+
+LABELS = ("low", "medium", "high")
+
+
+@pytest.mark.parametrize("text, want", [
+    ("high", "high"), ("High.", "high"), ("The coherence is medium overall.", "medium"), ("  LOW  ", "low"),
+    ("poor", "low"),  # an alias
+    ("High. Not low at all.", "high"),  # two labels, the answer starts with one
+    ("between low and high", None),  # ambiguous
+    ("", None), (None, None), ("I cannot tell", None), ("highly", None),  # a word containing a label is not the label
+])
+def test_class_answers(text, want):
+    p = parse("class", text, labels=LABELS, aliases={"low": ("poor",)})
+    assert p.ok == (want is not None) and p.value == want
+
+
+@pytest.mark.parametrize("text, want", [
+    ("3", 3.0), ("about 3", 3.0), ("3 fringes", 3.0), ("I count 4.5 fringes (22 cm)", 4.5), ("three", 3.0),
+    ("There are two fringes.", 2.0), ("2-3", 2.5), ("2 to 4 fringes", 3.0), ("no fringes", 0.0), ("No: I count 3", 3.0),
+    ("", None), ("many", None), (None, None),
+])
+def test_number_answers(text, want):
+    p = parse("number", text)
+    assert p.ok == (want is not None) and p.value == want
+
+
+def test_box_answers():
+    p = parse("box", "The uplift is at [0.2, 0.3, 0.6, 0.7], a ring north of the summit")
+    assert p.ok and p.value == (0.2, 0.3, 0.6, 0.7) and p.text == "The uplift is at , a ring north of the summit"
+    # two boxes: the first counts; corners given in the wrong order are sorted
+    assert parse("box", "(0.6, 0.7, 0.2, 0.3) and [0, 0, 1, 1]").value == (0.2, 0.3, 0.6, 0.7)
+    # pixels of a 64 x 32 panel become fractions; coordinates beyond the picture are clipped
+    assert parse("box", "[16, 8, 48, 40]", size=(64, 32)).value == (0.25, 0.25, 0.75, 1.0)
+    assert not parse("box", "[16, 8, 48, 40]").ok  # pixels without a picture size cannot be read
+    assert parse("box", "0.1, 0.2, 0.3, 0.4").value == (0.1, 0.2, 0.3, 0.4)
+    for text in ("", "somewhere in the north", "[0.1, 0.2]", None):
+        p = parse("box", text)
+        assert not p.ok and p.value is None
+
+
+def test_text_answers_and_parsers_never_raise():
+    assert parse("text", "  turbulent   atmosphere ").value == "turbulent atmosphere"
+    assert not parse("text", "   ").ok
+    for kind in ("class", "number", "box", "text"):
+        for junk in ("\x00\x01", "[[[", "1e999999", "9" * 5000, "((1,2,3,4", object()):
+            p = parse(kind, junk, labels=LABELS)
+            assert isinstance(p.ok, bool)
+
+
+def test_token_f1_by_hand():
+    assert normalize_answer("The Ring, north!") == "ring north"
+    # prediction "uplift ring north" vs reference "a ring to the north": common {ring, north} = 2,
+    # precision 2/3, recall 2/3 ("a" and "the" dropped: ring, to, north) -> F1 2/3
+    assert token_f1("uplift ring north", "a ring to the north") == pytest.approx(2 / 3)
+    assert token_f1("", "anything") == 0.0 and token_f1("", "") == 1.0
+    assert token_f1("north north", "north") == pytest.approx(2 * 0.5 * 1 / 1.5)
+
+
+def test_box_iou_by_hand():
+    assert box_iou((0, 0, 0.5, 0.5), (0, 0, 0.5, 0.5)) == 1.0
+    # overlap 0.25 x 0.5 = 0.125; union 0.25 + 0.25 - 0.125 = 0.375
+    assert box_iou((0, 0, 0.5, 0.5), (0.25, 0, 0.75, 0.5)) == pytest.approx(1 / 3)
+    assert box_iou((0, 0, 0.1, 0.1), (0.5, 0.5, 1, 1)) == 0.0
+    assert box_iou(None, (0, 0, 1, 1)) == 0.0
+
+
+def test_unparsed_answers_score_as_wrong():
+    assert score("accuracy", None, "low", False) == 0.0 and score("accuracy", "low", "low", True) == 1.0
+    assert score("mae", None, 4.0, False, unparsed_value=0.0) == 4.0 and score("mae", 2.5, 4.0, True) == 1.5
+    assert score("box_iou", None, (0, 0, 1, 1), False) == 0.0
+    assert score("token_f1", None, "ring", False, text="ring") == 0.0  # an unparsed answer's text does not count
+
+
+def test_means_and_bootstrap_intervals():
+    s = summarize("accuracy", [1, 0, 1, 1])
+    assert s["value"] == 75.0 and s["n"] == 4 and s["ci_low"] <= 75.0 <= s["ci_high"] and s["ci_high"] <= 100.0
+    assert summarize("mae", [1.0, 3.0])["value"] == 2.0
+    assert bootstrap_ci([2.0] * 10) == (2.0, 2.0)  # no spread, no interval
+    lo, hi = bootstrap_ci(np.r_[np.zeros(50), np.ones(50)])
+    # the mean of 100 fair coin flips: its standard error is 0.05, so the 95 % interval is about +-0.1
+    assert 0.37 < lo < 0.43 and 0.57 < hi < 0.63
+    assert bootstrap_ci([0.0, 1.0, 1.0], seed=3) == bootstrap_ci([0.0, 1.0, 1.0], seed=3)
+    assert all(math.isnan(x) for x in bootstrap_ci([]))
+
+
+def test_confusion_counts_unparsed_in_its_own_column():
+    m = confusion(["low", "low", "high", "medium"], ["low", None, "medium", "medium"], LABELS)
+    assert m == [[1, 0, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0]]
