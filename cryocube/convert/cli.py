@@ -43,10 +43,14 @@ def _convert(args) -> int:
     from ..cluster import open_cluster
     from .writer import convert
 
+    from .. import outputs, store
+
     spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
     for what, v in (("--tile", args.tile), ("--block", args.block), ("--shard", args.shard)):
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
+    store.register_options(args.out, args.storage_options)
+    outputs.claim(args.out, "cube", "convert", inputs=[("--raw", args.raw)], storage_options=args.storage_options)
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         r = convert(spec, args.raw, args.out, layout=args.layout, client=client, tile_size=args.tile,

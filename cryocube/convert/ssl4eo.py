@@ -29,7 +29,7 @@ import numpy as np
 import zarr
 
 from .. import __version__
-from .. import store as _store
+from .. import outputs, store as _store
 from ..catalog import DatasetSpec
 from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, block_digest, combine_stats, cube_checksum, partial_stats,
                     sample_digests)
@@ -338,7 +338,8 @@ def convert_samples(reader: SSL4EOReader, raw: str, out: str, client, block: int
                  "layout": reader.layout.name, "raw_source": raw, "kind": "samples", "shift_s2": shift_s2,
                  "published_statistics": "ssl4eo_v11_shifted" if shift_s2 else "raw (catalog band mean/std)",
                  "schema_version": SCHEMA_VERSION, "converter": f"cryocube {__version__}", "block_samples": block,
-                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+                 outputs.ZARR_MARKER: outputs.marker("cube", "convert")}
         ds = _template(spec, reader, items, tasks, T, H, shift_s2, block, attrs)
         enc = {"image": {"chunks": (1, T, C, H, H)}, "target": {"chunks": (block, max(1, len(tasks)))},
                "sample_digest": {"chunks": (block, 2)}, "progress": {"chunks": (1,)}}

@@ -85,7 +85,7 @@ def _specs(args):
 
 
 def _evaluate(args) -> int:
-    from .. import store
+    from .. import outputs, store
     from ..cluster import open_cluster
     from ..families import PlanContext
     from ..families.segmentation.recipe import load_recipe
@@ -97,6 +97,8 @@ def _evaluate(args) -> int:
     specs = _specs(args)
     for url in [args.out, *{s.cube for s in specs}]:
         store.register_options(url, args.storage_options)
+    outputs.claim(args.out, "results", "evaluate", inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
+                  write_marker=not args.dry_run)
     # plan on this machine first: every user error surfaces before a cluster starts
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights)
     planned = plan_runs(specs, recipe, ctx)
@@ -150,6 +152,7 @@ def chance_miou(cube: str) -> float:
 
 
 def _quickstart(args) -> int:
+    from .. import outputs
     from ..cluster import open_cluster
     from ..convert.writer import convert
     from ..families.segmentation.recipe import load_recipe
@@ -158,6 +161,7 @@ def _quickstart(args) -> int:
     from .evaluate import evaluate
     from .plan import runs_from_grid
 
+    outputs.claim(args.out, "quickstart", "quickstart")
     out = Path(args.out)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]

@@ -40,7 +40,7 @@ def register(sub) -> None:
 def _tune(args) -> int:
     from dataclasses import replace
 
-    from .. import store
+    from .. import outputs, store
     from ..cluster import open_cluster
     from ..families import PlanContext
     from .cli import _warn_random, resolve_cubes
@@ -59,6 +59,7 @@ def _tune(args) -> int:
                            protocols, args.fraction or [None], [args.seed])
     for url in {b.cube for b in bases}:
         store.register_options(url, args.storage_options)
+    outputs.claim(args.out, "study", "tune", inputs=[("--cubes", c) for c in sorted({b.cube for b in bases})])
     # plan the default runs and every end of the space here: user errors surface before a cluster starts
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights)
     planned = plan_runs(bases, recipe, ctx)

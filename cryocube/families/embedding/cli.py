@@ -56,6 +56,8 @@ def _embed(args) -> int:
 
     store.register_options(args.out, args.storage_options)
     store.register_options(args.cube, args.storage_options)
+    url, csv = output_paths(args.out, args.format)
+    claim_outputs(url, csv, args.cube, args.overwrite)
     r = load_recipe(None, args.set)
     cube = cube_info(args.cube)
     spec, prov = plan_embedding(args.model, cube, dim=args.dim, weights_dir=args.weights,
@@ -66,7 +68,6 @@ def _embed(args) -> int:
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
         print(f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights); the store says so",
               file=sys.stderr)
-    url = args.out[:-4] + ".zarr" if args.format == "csv" and args.out.endswith(".csv") else args.out
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         res = embed(spec, cube, url, client=client, progress=not args.quiet, provenance=prov, overwrite=args.overwrite)
@@ -74,19 +75,44 @@ def _embed(args) -> int:
           f"{', PCA ' + format(res.attrs['pca']['explained_variance'], '.1%') + ' of the variance' if res.attrs.get('pca') else ''}; "
           f"{res.blocks_run} blocks computed in {res.seconds:.1f} s)")
     if args.format == "csv":
-        csv = args.out if args.out.endswith(".csv") else args.out.rstrip("/") + ".csv"
         ids, X, _, _ = load_embeddings(url)
         write_submission(csv, ids, X)
         print(f"{csv}: submission CSV (id + {X.shape[1]} value columns)")
     return 0
 
 
+def output_paths(out: str, fmt: str) -> tuple[str, str | None]:
+    """(store, submission CSV): `emb/x.zarr` -> `emb/x.csv` beside it; `emb/x.csv` -> the store `emb/x.zarr`."""
+    out = out.rstrip("/")
+    if fmt != "csv":
+        return out, None
+    if out.endswith(".csv"):
+        return out[:-4] + ".zarr", out
+    return out, (out[:-5] if out.endswith(".zarr") else out) + ".csv"
+
+
+def claim_outputs(url: str, csv: str | None, cube: str, overwrite: bool) -> None:
+    """Both outputs of `embed` pass the output contract before a cluster starts."""
+    from ... import outputs
+
+    found = outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube)])
+    if csv is None:
+        return
+    sub = outputs.claim(csv, "submission", "embed", inputs=[("--cube", cube)])
+    if sub.state == "ours" and found.state != "ours" and not overwrite:
+        raise UserError(f"{csv} holds a submission CSV whose embedding store {url} is not there (other embeddings); "
+                        "pass --overwrite to replace it")
+
+
 def _probe(args) -> int:
     from ...cluster import open_cluster
-    from .probe import probe_embeddings, probe_recipe
+    from .probe import probe_embeddings, probe_inputs, probe_recipe
     from ..segmentation.recipe import parse_overrides
 
+    from ... import outputs
+
     recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim)
+    outputs.claim(args.out, "results", "probe", inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from))
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         res = probe_embeddings(args.embeddings, args.out, recipe, labels=args.labels, tasks_from=args.tasks_from,
@@ -95,7 +121,7 @@ def _probe(args) -> int:
     for t in sorted(s["task_q_scores"]):
         q, a = s["task_q_scores"][t], s["task_acc_scores"][t]
         print(f"{t:<36} Q {q:8.3f}  A {a:7.4f}" + ("  (NaN rule: too many NaN probes)" if t in s["tasks_failing_nan_rule"] else ""))
-    print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {res.out}/results_summary.json")
+    print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {res.record['summary_file']}")
     if math.isnan(s["overall_q_score"]):
         raise UserError("overall Q is NaN (a task broke the NaN rule or had no score); see the per-task lines above")
     return 0

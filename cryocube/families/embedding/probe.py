@@ -296,18 +296,25 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
     return ids, X, {"format": "zarr", **attrs}
 
 
+def probe_inputs(embeddings: str, labels: str | None, tasks_from: str | None) -> list[tuple[str, str | None]]:
+    """What `probe` reads, for the output contract (its --out must be none of them, nor hold one)."""
+    return [("EMBEDDINGS", embeddings), ("--labels", labels), ("--tasks-from", tasks_from)]
+
+
 def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str | None = None,
                      tasks_from: str | None = None, client=None, progress: bool = True) -> ProbeResult:
     """`cryocube probe`: score one embedding matrix; writes NeuCo-Bench's result files into `out` and a
     run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs."""
     import datetime as _dt
 
-    from ...engine.records import write_record
+    from ... import outputs
+    from ...engine.records import run_dir, write_record
     from ..base import content_hash
     from .neuco import write_results
 
     if (labels is None) == (tasks_from is None):
         raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
+    outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from))
     ids, X, prov = read_embedding_input(embeddings, recipe.dim)
     tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
     align(ids, tasks)  # every labelled id has a vector: fail before the cluster works
@@ -318,7 +325,8 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     summary = finish_scores(scores, recipe)
     meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-    write_results(out, scores, meta, summary)
+    rdir = run_dir(out, run_id)  # per run: a second probe into `out` never overwrites the files this record points to
+    write_results(rdir, scores, meta, summary)
     cube = prov.get("cube") or {}
     source = prov.get("source", embeddings)
     record = {"run_id": run_id, "family": "embedding", "model": source,
@@ -333,6 +341,6 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
               "labels": labels or tasks_from, "identity": identity, "primary_metric": "Q",
               "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
                           "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
-              "summary_file": f"{out.rstrip('/')}/results_summary.json"}
+              "summary_file": f"{rdir}/results_summary.json"}
     rec = write_record(out, record)
     return ProbeResult(summary, rec, out, scores)
