@@ -41,7 +41,7 @@ def things(tmp_path_factory, client):
     a folder of user files and a plain file."""
     root = tmp_path_factory.mktemp("outs")
     addr = client.scheduler.address
-    m = make_raw("gld", root / "raw", n={"train": 4, "val": 2, "test": 2}, seed=2)
+    m = make_raw("gld", root / "raw", n={"train": 24, "val": 4, "test": 4}, seed=2)
     cube = str(root / "gld.zarr")
     convert("gld", str(root / "raw"), cube, client=client, tile_size=m.tile_size, progress=False)
     emb = str(root / "emb.zarr")
@@ -59,7 +59,12 @@ def things(tmp_path_factory, client):
     (user / "data" / "x.csv").write_text("a,b\n1,2\n")
     plain = root / "plain.txt"
     plain.write_text("just a file\n")
-    return {"root": root, "addr": addr, "raw": str(root / "raw"), "cube": cube, "emb": emb, "results": str(res),
+    import shutil
+
+    for name in ("gld.zarr", "emb.zarr", "results"):  # copies: outputs that are not the commands' inputs
+        shutil.copytree(root / name, root / "other" / name)
+    return {"tile": str(m.tile_size), "cube_x": str(root / "other" / "gld.zarr"), "emb_x": str(root / "other" / "emb.zarr"),
+            "results_x": str(root / "other" / "results"), "root": root, "addr": addr, "raw": str(root / "raw"), "cube": cube, "emb": emb, "results": str(res),
             "report": str(rep), "study": str(root / "study"), "quickstart": str(root / "quickstart"),
             "user": str(user), "file": str(plain)}
 
@@ -77,10 +82,10 @@ COMMANDS = {
     "report": ("report", lambda t, o: ["report", t["results"], "--out", o]),
     "quickstart": ("quickstart", lambda t, o: ["quickstart", "--out", o, "--cluster", NO_CLUSTER, "--quiet"]),
 }
-THINGS = {"user": "cryocube did not write", "file": "is a file", "cube": "cryocube cube", "emb": "embedding store",
-          "results": "results folder", "report": "cryocube report", "study": "cryocube study",
+THINGS = {"user": "cryocube did not write", "file": "is a file", "cube_x": "cryocube cube", "emb_x": "embedding store",
+          "results_x": "results folder", "report": "cryocube report", "study": "cryocube study",
           "quickstart": "quickstart folder"}
-KIND_OF = {"cube": "cube", "emb": "embeddings", "results": "results", "report": "report", "study": "study",
+KIND_OF = {"cube_x": "cube", "emb_x": "embeddings", "results_x": "results", "report": "report", "study": "study",
            "quickstart": "quickstart"}
 CASES = [(c, t) for c in COMMANDS for t in THINGS if KIND_OF.get(t) != COMMANDS[c][0]]
 
@@ -104,7 +109,7 @@ def test_every_command_refuses_every_other_thing_at_its_out(things, capsys, comm
 @pytest.mark.parametrize("command", ["convert", "embed"])
 def test_overwrite_never_replaces_someone_elses_files(things, capsys, command):
     _, argv = COMMANDS[command]
-    for thing in ("user", "file", "results"):
+    for thing in ("user", "file", "results_x"):
         refused(argv(things, things[thing]) + ["--overwrite"], things[thing], capsys, THINGS[thing])
 
 
@@ -131,7 +136,8 @@ def test_a_command_never_writes_into_its_own_input(things, capsys, argv, target,
 def test_same_kind_resumes_and_overwrite_replaces_own_kind_only(things, tmp_path, client, capsys):
     addr = things["addr"]
     before = tree_digest(Path(things["cube"]))
-    assert main(["convert", "gld", "--raw", things["raw"], "--out", things["cube"], "--cluster", addr, "--quiet"]) == 0
+    assert main(["convert", "gld", "--raw", things["raw"], "--out", things["cube"], "--tile", things["tile"],
+                 "--cluster", addr, "--quiet"]) == 0
     assert "already complete" in capsys.readouterr().out
     assert tree_digest(Path(things["cube"])) == before  # resumed: nothing rewritten
     emb = str(tmp_path / "e.zarr")
@@ -153,7 +159,7 @@ def test_outputs_of_earlier_versions_are_recognised(things, tmp_path):
         old = tmp_path / name
         shutil.copytree(things[name], old)
         (old / outputs.MARKER).unlink()
-        assert outputs.identify(str(old)).kind == KIND_OF[name]
+        assert outputs.identify(str(old)).kind == name
     attrs = json.loads((Path(things["cube"]) / "zarr.json").read_text())["attributes"]
     del attrs[outputs.ZARR_MARKER]
     assert outputs._zarr_kind(attrs) == "cube"
@@ -211,11 +217,10 @@ def full_disk(tmp_path):
     if p.returncode != 0:
         pytest.fail(f"cannot mount a tmpfs to test a full disk ({p.stderr.strip()}); run this test as root")
     try:
-        with open(d / "filler", "wb") as f:
+        with open(d / "filler", "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(b"\0" * 4096)
-                    f.flush()
             except OSError as e:
                 assert e.errno == errno.ENOSPC
         yield d

@@ -432,7 +432,7 @@ def _prepare_store(out, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLay
         ds.to_zarr(_store.make_store(out), mode="w", compute=False, zarr_format=3,
                    encoding=encoding(lay), consolidated=True)
     except (PermissionError, OSError) as e:
-        raise UserError(f"{out}: cannot write the cube: {e}") from None
+        raise UserError(outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}") from None
     g = _store.open_group(out, "r+")
     g.attrs[PLAN_ATTR] = fingerprint  # only now is the store a resumable cube
     zarr.consolidate_metadata(g.store)
