@@ -139,8 +139,8 @@ def _inside(inner: str, outer: str) -> bool:
     return inner.startswith(outer.rstrip(sep) + sep)
 
 
-def check_inputs(url: str, inputs: Iterable[tuple[str, str | None]], flag: str = "--out") -> None:
-    """Refuse an output that is one of the command's inputs, lies inside one, or holds one."""
+def check_inputs(url: str, inputs: Iterable[tuple[str, str | None]], flag: str = "--out", inside_ok: bool = False) -> None:
+    """Refuse an output that is one of the command's inputs, lies inside one (unless `inside_ok`), or holds one."""
     out = _norm(url)
     for name, given in inputs:
         if not given:
@@ -148,7 +148,7 @@ def check_inputs(url: str, inputs: Iterable[tuple[str, str | None]], flag: str =
         inp = _norm(given)
         if out == inp:
             raise UserError(f"{flag} {url} is this command's input ({name} {given}); choose another {flag}")
-        if _inside(out, inp):
+        if _inside(out, inp) and not inside_ok:
             raise UserError(f"{flag} {url} lies inside this command's input ({name} {given}); choose a {flag} outside it")
         if _inside(inp, out):
             raise UserError(f"the input {name} {given} lies inside {flag} {url}; choose a {flag} that does not hold an input")

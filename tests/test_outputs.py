@@ -124,6 +124,7 @@ def test_overwrite_never_replaces_someone_elses_files(things, capsys, command):
     (lambda t: ["evaluate", "--cubes", t["cube"], "--models", "unet", "--out", str(t["root"]), "--cluster", NO_CLUSTER],
      "cube", "lies inside --out"),
     (lambda t: ["report", t["results"], "--out", t["results"]], "results", "this command's input"),
+    (lambda t: ["report", t["results"], "--out", str(t["root"])], "results", "lies inside --out"),
 ])
 def test_a_command_never_writes_into_its_own_input(things, capsys, argv, target, words):
     before = tree_digest(Path(things[target]))
