@@ -51,7 +51,8 @@ KINDS: dict[str, Kind] = {
 # outputs of cryocube versions without a marker: (kind, test on the folder's entry names), first match wins
 LEGACY: tuple[tuple[str, Callable[[set[str]], bool]], ...] = (
     ("study", lambda names: "study.journal" in names),
-    ("results", lambda names: "results.jsonl" in names or "runs" in names),
+    ("results", lambda names: "results.jsonl" in names or "runs" in names
+     or names <= {"features", "embeddings", "logs", "results.parquet", "results.jsonl.torn"}),  # killed before a record
     ("report", lambda names: bool({"report.html", "report.md"} & names)),
     ("quickstart", lambda names: bool(names) and names <= {"raw", "cubes", "results", "report"} and "cubes" in names),
 )

@@ -39,11 +39,10 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
+    from .. import outputs, store
     from ..catalog import load_dataset
     from ..cluster import open_cluster
     from .writer import convert
-
-    from .. import outputs, store
 
     spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
     for what, v in (("--tile", args.tile), ("--block", args.block), ("--shard", args.shard)):

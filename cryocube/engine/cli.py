@@ -98,7 +98,7 @@ def _evaluate(args) -> int:
     for url in [args.out, *{s.cube for s in specs}]:
         store.register_options(url, args.storage_options)
     outputs.claim(args.out, "results", "evaluate", inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
-                  write_marker=not args.dry_run)
+                  write_marker=False)
     # plan on this machine first: every user error surfaces before a cluster starts
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights)
     planned = plan_runs(specs, recipe, ctx)
@@ -108,6 +108,7 @@ def _evaluate(args) -> int:
         print("(precision auto is decided by the workers' device; this plan assumed this machine's)")
         return 0
     _warn_random(planned, args.quiet)
+    outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         res = evaluate(specs, args.out, recipe, client=client, progress=not args.quiet, weights_dir=args.weights,

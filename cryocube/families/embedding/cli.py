@@ -105,14 +105,14 @@ def claim_outputs(url: str, csv: str | None, cube: str, overwrite: bool) -> None
 
 
 def _probe(args) -> int:
+    from ... import outputs
     from ...cluster import open_cluster
     from .probe import probe_embeddings, probe_inputs, probe_recipe
     from ..segmentation.recipe import parse_overrides
 
-    from ... import outputs
-
     recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim)
-    outputs.claim(args.out, "results", "probe", inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from))
+    outputs.claim(args.out, "results", "probe", inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from),
+                  write_marker=False)  # probe_embeddings marks it once its inputs are checked
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         res = probe_embeddings(args.embeddings, args.out, recipe, labels=args.labels, tasks_from=args.tasks_from,

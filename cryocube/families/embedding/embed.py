@@ -222,11 +222,10 @@ def _width(spec: EmbedSpec, cube) -> int:
 def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, provenance: dict | None = None,
           overwrite: bool = False) -> EmbedResult:
     """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this process."""
+    from ... import outputs
     from ..encoders import encoder_facts
 
     t0 = time.perf_counter()
-    from ... import outputs
-
     outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])  # never replace what embed did not write
     if _store.exists(url):
         g = _store.open_group(url, "r")

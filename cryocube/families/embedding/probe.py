@@ -314,7 +314,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
 
     if (labels is None) == (tasks_from is None):
         raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
-    outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from))
+    outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from), write_marker=False)
     ids, X, prov = read_embedding_input(embeddings, recipe.dim)
     tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
     align(ids, tasks)  # every labelled id has a vector: fail before the cluster works
@@ -325,6 +325,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     summary = finish_scores(scores, recipe)
     meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+    outputs.mark(out, "results", "probe")
     rdir = run_dir(out, run_id)  # per run: a second probe into `out` never overwrites the files this record points to
     write_results(rdir, scores, meta, summary)
     cube = prov.get("cube") or {}
