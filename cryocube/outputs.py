@@ -85,6 +85,7 @@ class Found:
     state: str
     kind: str | None = None
     what: str = ""
+    strangers: tuple[str, ...] = ()  # entries beside a folder's manifest (files put there after it was written)
 
 
 def identify(url: str, storage_options=None, expect: str | None = None) -> Found:
@@ -108,11 +109,14 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
         return Found("empty")
     if MARKER in names:
         try:
-            kind = json.loads(fs.cat_file(f"{path.rstrip('/')}/{MARKER}")).get("kind")
+            mark_ = json.loads(fs.cat_file(f"{path.rstrip('/')}/{MARKER}"))
+            kind = mark_.get("kind")
         except (ValueError, OSError, AttributeError):
-            kind = None
+            mark_, kind = {}, None
         if kind in KINDS:
-            return Found("ours", kind, KINDS[kind].what)
+            listed = mark_.get("files")
+            strangers = sorted(names - {MARKER} - {f.split("/", 1)[0] for f in listed}) if isinstance(listed, list) else []
+            return Found("ours", kind, KINDS[kind].what, tuple(strangers))
     if "zarr.json" in names:
         try:
             attrs = json.loads(fs.cat_file(f"{path.rstrip('/')}/zarr.json")).get("attributes") or {}
@@ -176,6 +180,10 @@ def claim(url: str, kind: str, command: str, *, inputs: Iterable[tuple[str, str 
     if found.state == "ours" and found.kind != kind:
         raise UserError(f"{flag} {url} holds {found.what}, not {k.what}; {command} refuses to write there "
                         f"(choose another {flag}; --overwrite only replaces {k.what.split(' (')[0]})")
+    if found.strangers:
+        shown = ", ".join(found.strangers[:3]) + (", ..." if len(found.strangers) > 3 else "")
+        raise UserError(f"{flag} {url} holds {found.what} and files it did not write ({shown}); {command} would "
+                        f"replace the whole folder, so it refuses (move them out, or choose another {flag})")
     if write_marker and not k.zarr and not k.file:
         mark(url, kind, command, storage_options)
     return found
@@ -208,6 +216,8 @@ def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
     try:
         mark(str(tmp), kind, command)
         yield tmp
+        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file() and p.name != MARKER)
+        _store.write_atomic(str(tmp / MARKER), json.dumps(marker(kind, command) | {"files": files}, indent=1) + "\n")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -207,6 +207,12 @@ def test_a_report_killed_midway_leaves_the_previous_report(things, tmp_path):
     r = build_report([things["results"]], str(rep), formats=["md"])
     assert not list(tmp_path.glob(".report.*")) and (rep / "report.md").exists() and not (rep / "report.html").exists()
     assert set(tree_digest(rep)) == {str(p.relative_to(rep)) for p in r.files} | {outputs.MARKER}
+    # a file the user put into the report folder since: the whole-folder swap would lose it, so it is refused
+    (rep / "notes.txt").write_text("mine\n")
+    before = tree_digest(rep)
+    with pytest.raises(UserError, match="files it did not write \\(notes.txt\\)"):
+        build_report([things["results"]], str(rep), formats=["md"])
+    assert tree_digest(rep) == before
 
 
 @pytest.fixture()
