@@ -128,7 +128,7 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
         if test(names):
             return Found("ours", kind, KINDS[kind].what)
     shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-    return Found("foreign", what=f"a folder cryocube did not write ({len(names)} entries: {shown})")
+    return Found("foreign", what=f"a folder cryocube did not write ({len(names)} entr{'y' if len(names) == 1 else 'ies'}: {shown})")
 
 
 def _norm(url: str) -> str:
@@ -174,8 +174,8 @@ def claim(url: str, kind: str, command: str, *, inputs: Iterable[tuple[str, str 
         raise UserError(f"{flag} {url} is a file, not {'a folder' if not k.file else 'a file cryocube wrote'}; "
                         f"{command} refuses to replace it (choose another {flag})")
     if found.state == "foreign" or (k.file and found.state == "empty"):
-        raise UserError(f"{flag} {url} holds {found.what or 'a folder'}; {command} writes only into a new or empty "
-                        f"{'folder' if not k.file else 'file path'} or its own output (choose another {flag}; "
+        raise UserError(f"{flag} {url} holds {found.what or 'a folder'}; {command} writes only to a new path"
+                        f"{' ' if k.file else ', an empty folder '}or {k.what.split(' (')[0]} (choose another {flag}; "
                         "--overwrite never replaces files cryocube did not write)")
     if found.state == "ours" and found.kind != kind:
         raise UserError(f"{flag} {url} holds {found.what}, not {k.what}; {command} refuses to write there "
