@@ -214,14 +214,29 @@ def test_a_report_killed_midway_leaves_the_previous_report(things, tmp_path):
     assert tree_digest(rep) == before
 
 
+def _tmpfs(d: Path, size: str) -> None:
+    d.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs to test a full disk ({p.stderr.strip()}); run this test as root")
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A real 48 KiB tmpfs: room for a store's metadata, not for its first block of vectors."""
+    d = tmp_path / "small"
+    _tmpfs(d, "48k")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
 @pytest.fixture()
 def full_disk(tmp_path):
     """A real 256 KiB tmpfs filled to the last byte (this test needs root to mount; it says so if it cannot)."""
     d = tmp_path / "full"
-    d.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs to test a full disk ({p.stderr.strip()}); run this test as root")
+    _tmpfs(d, "256k")
     try:
         with open(d / "filler", "wb", buffering=0) as f:
             try:
@@ -269,3 +284,12 @@ def test_claims_on_object_storage(s3_bucket):
     assert outputs.identify(f"s3://{name}/mine", opts).kind == "results"
     with pytest.raises(UserError, match="cryocube results folder"):
         outputs.claim(f"s3://{name}/mine", "report", "report", storage_options=opts)
+
+
+def test_a_disk_that_fills_while_workers_write_is_one_sentence(things, small_disk, capsys):
+    """The store's metadata fits; the first block of vectors, written by a worker process, does not."""
+    out = small_disk / "e.zarr"
+    assert main(["embed", "mean", "--cube", things["cube"], "--out", str(out), "--cluster", things["addr"], "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no space left on device writing" in err and str(out) in err, err
+    assert (out / "zarr.json").exists()  # the partial store stays, marked, for a rerun with space to resume
