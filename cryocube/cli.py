@@ -54,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"cryocube {args.command}: failed: {explain_timeout(e)}", file=sys.stderr)
         return 1
+    except OSError as e:  # a full disk is the user's to fix: one sentence naming what was being written
+        from .outputs import disk_full_message
+
+        msg = disk_full_message(e, getattr(args, "out", None))
+        if msg is None:
+            raise
+        print(f"cryocube {args.command}: error: {msg}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"cryocube {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

@@ -132,13 +132,15 @@ def test_planted_signal_scores_high_and_random_vectors_near_zero(tmp_path, clien
         rc = main(["probe", str(tmp_path / f"{name}.csv"), "--labels", str(tmp_path / "labels"), "--out", str(out),
                    "--k", "4", "--set", "epochs=20", "--set", "lr=1e-2", "--quiet",
                    "--cluster", client.scheduler.address])
-        summary = json.loads((out / "results_summary.json").read_text())
-        per = json.loads((out / "signal__regr" / "signal__regr_result.json").read_text())
+        rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+        run = out / "runs" / rec["run_id"]  # NeuCo-Bench's files, in the run's own folder
+        assert rec["summary_file"] == str(run / "results_summary.json")
+        summary = json.loads((run / "results_summary.json").read_text())
+        per = json.loads((run / "signal__regr" / "signal__regr_result.json").read_text())
         assert set(per) >= {"q_stat", "mean_score", "std_dev"} and len(per["q_t"]) == 4
         q[name] = summary["overall_q_score"]
         if name == "planted":
             assert rc == 0
-        rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
         assert rec["family"] == "embedding" and rec["metrics"]["Q"] == pytest.approx(summary["overall_q_score"], nan_ok=True)
     assert q["planted"] > 20  # R^2 near 1 with a small spread
     assert q["random"] < 5  # R^2 <= 0 on unseen rows: Q near zero or below

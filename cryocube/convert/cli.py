@@ -39,7 +39,7 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
-    from .. import store
+    from .. import outputs, store
     from ..catalog import load_dataset
     from ..cluster import open_cluster
     from .writer import convert, detect_layout
@@ -49,6 +49,8 @@ def _convert(args) -> int:
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
     store.register_options(args.raw, args.raw_storage_options)
+    store.register_options(args.out, args.storage_options)
+    outputs.claim(args.out, "cube", "convert", inputs=[("--raw", args.raw)], storage_options=args.storage_options)
     if args.layout == "auto":  # an unknown raw layout is refused here, not after a cluster has started
         args.layout = detect_layout(spec, args.raw)
     elif args.layout not in spec.layouts:

@@ -21,7 +21,7 @@ import numpy as np
 import zarr
 
 from .. import __version__
-from .. import store as _store
+from .. import outputs, store as _store
 from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, _text, check_unique_ids, block_digest, combine_stats, cube_checksum,
                     partial_stats, sample_digests)
 from ..errors import UserError, task_boundary
@@ -100,7 +100,8 @@ def _template(reader: Reader, plan: SamplePlan, block: int):
         attrs={"dataset": spec.id, "title": spec.name, "description": spec.description, "licence": spec.licence,
                "layout": reader.layout.name, "kind": "samples", "schema_version": SCHEMA_VERSION,
                "converter": f"cryocube {__version__}", "block_samples": block,
-               "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), **plan.attrs},
+               "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+               outputs.ZARR_MARKER: outputs.marker("cube", "convert"), **plan.attrs},
     )
     enc = {"image": {"chunks": (1, *plan.shape)}, "target": {"chunks": (block, max(1, k))},
            "sample_digest": {"chunks": (block, 2)}, "progress": {"chunks": (1,)}}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from .. import __version__, store as _store
+from .. import __version__, outputs, store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
 from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, check_unique_ids, derive_sample_ids,
                     encoding, finalize, partial_stats, sample_digests, template)
@@ -327,6 +327,7 @@ def convert(
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     _store.register_options(raw, raw_storage_options)
     _store.register_options(out, storage_options)
+    outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])  # never replace what convert did not write
     if layout == "auto":
         layout = detect_layout(spec, raw)
     if layout not in spec.layouts:
@@ -426,6 +427,7 @@ def _prepare_store(out, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLay
         "converter": f"cryocube {__version__}",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "scan_dropped": plan.dropped,
+        outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
     }
     crs = sorted({it.crs for it in plan.items if it.crs})
     if len(crs) == 1:
@@ -436,7 +438,7 @@ def _prepare_store(out, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLay
         ds.to_zarr(_store.make_store(out), mode="w", compute=False, zarr_format=3,
                    encoding=encoding(lay), consolidated=True)
     except (PermissionError, OSError) as e:
-        raise UserError(f"{out}: cannot write the cube: {e}") from None
+        raise UserError(outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}") from None
     g = _store.open_group(out, "r+")
     g.attrs[PLAN_ATTR] = fingerprint  # only now is the store a resumable cube
     zarr.consolidate_metadata(g.store)

@@ -88,7 +88,7 @@ def _specs(args):
 
 
 def _evaluate(args) -> int:
-    from .. import store
+    from .. import outputs, store
     from ..cluster import open_cluster, planned_threads
     from ..families import PlanContext
     from ..families.recipes import load_recipe
@@ -100,6 +100,8 @@ def _evaluate(args) -> int:
     specs = _specs(args)
     for url in [args.out, *{s.cube for s in specs}]:
         store.register_options(url, args.storage_options)
+    outputs.claim(args.out, "results", "evaluate", inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
+                  write_marker=False)
     # plan on this machine first: every user error surfaces before a cluster starts
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights,
                       threads=planned_threads(args.cluster, args.workers, args.threads_per_worker))
@@ -111,6 +113,7 @@ def _evaluate(args) -> int:
               "configuration; this plan assumed this machine's)")
         return 0
     _warn_random(planned, args.quiet)
+    outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         res = evaluate(specs, args.out, recipe, client=client, progress=not args.quiet, weights_dir=args.weights,
@@ -181,6 +184,7 @@ def _insar_runs(args, out: Path, client) -> list:
 
 
 def _quickstart(args) -> int:
+    from .. import outputs
     from ..cluster import open_cluster
     from ..convert.writer import convert
     from ..families.recipes import load_recipe
@@ -189,6 +193,7 @@ def _quickstart(args) -> int:
     from .evaluate import evaluate
     from .plan import runs_from_grid
 
+    outputs.claim(args.out, "quickstart", "quickstart")
     out = Path(args.out)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]

@@ -40,7 +40,7 @@ def register(sub) -> None:
 def _tune(args) -> int:
     from dataclasses import replace
 
-    from .. import store
+    from .. import outputs, store
     from ..cluster import open_cluster
     from ..families import PlanContext
     from .cli import _warn_random, resolve_cubes
@@ -59,6 +59,8 @@ def _tune(args) -> int:
                            protocols, args.fraction or [None], [args.seed])
     for url in {b.cube for b in bases}:
         store.register_options(url, args.storage_options)
+    outputs.claim(args.out, "study", "tune", inputs=[("--cubes", c) for c in sorted({b.cube for b in bases})],
+                  write_marker=False)
     # plan the default runs and every end of the space here: user errors surface before a cluster starts
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights)
     planned = plan_runs(bases, recipe, ctx)
@@ -66,6 +68,7 @@ def _tune(args) -> int:
         for v in prm.choices or (prm.low, prm.high):
             plan_runs([replace(b, overrides=((prm.name, v),)) for b in bases], recipe, ctx)
     _warn_random(planned, args.quiet)
+    outputs.mark(args.out, "study", "tune")  # every check passed: the first thing written
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         results = tune(bases, space, args.out, recipe, trials=args.trials, sampler=args.sampler, pruner=args.pruner,

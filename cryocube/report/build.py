@@ -47,6 +47,7 @@ class Report:
     figures: list[Path] = field(default_factory=list)
     mismatches: list[Mismatch] = field(default_factory=list)
     results: Results | None = None
+    final: Path | None = None  # where the report is swapped in (`out` is the folder it is built in)
 
 
 def _group_key(protocol: str, fraction: float, fractions: set[float]) -> str:
@@ -110,7 +111,7 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         if versions:
             meta["versions"] = "; ".join(f"{k} {' / '.join(sorted(v))}" for k, v in sorted(versions.items()))
     meta.update(extra)
-    meta["report files"] = str(rep.out)
+    meta["report files"] = str(rep.final or rep.out)
     return meta
 
 
@@ -283,9 +284,25 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
     fmts = _parse_formats(formats)
     if results is None and not published:
         raise ReportError("nothing to report: give results files/directories, or published=True (--published)")
+    from .. import outputs
+
+    outputs.claim(str(out), "report", "report", write_marker=False)  # never replace a folder report did not write
     res = results if isinstance(results, Results) or results is None else load_results(results)
-    rep = Report(out=Path(out), results=res)
-    rep.out.mkdir(parents=True, exist_ok=True)
+    # built in a sibling folder and swapped in whole: complete, or the previous report untouched
+    with outputs.staged_folder(out, "report", "report") as tmp:
+        rep = Report(out=tmp, results=res, final=Path(out))
+        _build(rep, res, fmts, protocols, cube_urls, samples, published, title)
+
+    def moved(p: Path) -> Path:
+        return rep.final / p.relative_to(tmp)
+
+    rep.files, rep.figures = [moved(p) for p in rep.files], [moved(p) for p in rep.figures]
+    rep.html = moved(rep.html) if rep.html else None
+    rep.out = rep.final
+    return rep
+
+
+def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_urls, samples, published, title) -> None:
     w = _Writer(rep, fmts)
     wanted = set(protocols) if protocols else None
     if res is not None:
@@ -323,7 +340,6 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
     if "html" in fmts:
         rep.html = write_html(rep.out / "report.html", title, w.sections, meta)
         rep.files.append(rep.html)
-    return rep
 
 
 def render_published(out: str | Path, path: str | Path | None = None, *,

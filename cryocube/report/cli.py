@@ -45,11 +45,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from .. import store
+    from .. import outputs, store
     from .build import build_report
 
     for url in [*(args.results or []), *args.cube]:
         store.register_options(url, args.storage_options)
+    # a report may sit inside a results folder (it holds no records to be read back); never the reverse,
+    # since a report is replaced whole
+    outputs.check_inputs(args.out, [("RESULTS", r) for r in args.results or []], inside_ok=True)
     rep = build_report(args.results or None, args.out, protocols=args.protocol, formats=args.format,
                        cube_urls=args.cube, samples=args.samples, published=args.published_table or args.published,
                        title=args.title)

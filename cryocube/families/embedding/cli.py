@@ -62,6 +62,8 @@ def _embed(args) -> int:
 
     store.register_options(args.out, args.storage_options)
     store.register_options(args.cube, args.storage_options)
+    url, csv = output_paths(args.out, args.format)
+    claim_outputs(url, csv, args.cube, args.overwrite)
     r = load_recipe(None, args.set, families=("embedding",)).of("embedding")
     cube = cube_info(args.cube)
 
@@ -76,7 +78,6 @@ def _embed(args) -> int:
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
         print(f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights); the store says so",
               file=sys.stderr)
-    url = args.out[:-4] + ".zarr" if args.format == "csv" and args.out.endswith(".csv") else args.out
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         spec, prov = plan(r.threads or cluster_threads(client))  # the threads the workers were started with
@@ -85,7 +86,6 @@ def _embed(args) -> int:
           f"{', PCA ' + format(res.attrs['pca']['explained_variance'], '.1%') + ' of the variance' if res.attrs.get('pca') else ''}; "
           f"{res.blocks_run} blocks computed in {res.seconds:.1f} s)")
     if args.format == "csv":
-        csv = args.out if args.out.endswith(".csv") else args.out.rstrip("/") + ".csv"
         ids, X, _, attrs = load_embeddings(url)
         write_submission(csv, ids, X)
         write_sidecar(csv, attrs)
@@ -93,13 +93,39 @@ def _embed(args) -> int:
     return 0
 
 
+def output_paths(out: str, fmt: str) -> tuple[str, str | None]:
+    """(store, submission CSV): `emb/x.zarr` -> `emb/x.csv` beside it; `emb/x.csv` -> the store `emb/x.zarr`."""
+    out = out.rstrip("/")
+    if fmt != "csv":
+        return out, None
+    if out.endswith(".csv"):
+        return out[:-4] + ".zarr", out
+    return out, (out[:-5] if out.endswith(".zarr") else out) + ".csv"
+
+
+def claim_outputs(url: str, csv: str | None, cube: str, overwrite: bool) -> None:
+    """Both outputs of `embed` pass the output contract before a cluster starts."""
+    from ... import outputs
+
+    found = outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube)])
+    if csv is None:
+        return
+    sub = outputs.claim(csv, "submission", "embed", inputs=[("--cube", cube)])
+    if sub.state == "ours" and found.state != "ours" and not overwrite:
+        raise UserError(f"{csv} holds a submission CSV whose embedding store {url} is not there (other embeddings); "
+                        "pass --overwrite to replace it")
+
+
 def _probe(args) -> int:
+    from ... import outputs
     from ...cluster import open_cluster
     from ...recipe import parse_overrides
     from .neuco import allowed_failures
-    from .probe import load_probe_inputs, probe_embeddings, probe_recipe
+    from .probe import load_probe_inputs, probe_embeddings, probe_inputs, probe_recipe
 
     recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize)
+    outputs.claim(args.out, "results", "probe", inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from),
+                  write_marker=False)  # probe_embeddings marks it once its inputs are checked
     inputs = load_probe_inputs(args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from)
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
@@ -112,7 +138,7 @@ def _probe(args) -> int:
         note = (f"  ({failed} of {recipe.k} probes failed (no finite score), more than the {allowed} allowed)"
                 if t in s["tasks_failing_nan_rule"] else f"  ({failed} of {recipe.k} probes failed)" if failed else "")
         print(f"{t:<36} Q {q:8.3f}  A {a:7.4f}{note}")
-    print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {res.out}/results_summary.json")
+    print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {res.record['summary_file']}")
     if math.isnan(s["overall_q_score"]):
         failing = ", ".join(s["tasks_failing_nan_rule"]) or "a task"
         raise UserError(f"overall Q is undefined: {failing} had more than {allowed} of {recipe.k} probes fail "

@@ -227,9 +227,11 @@ def _width(spec: EmbedSpec, cube) -> int:
 def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, provenance: dict | None = None,
           overwrite: bool = False) -> EmbedResult:
     """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this process."""
+    from ... import outputs
     from ..encoders import encoder_facts
 
     t0 = time.perf_counter()
+    outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])  # never replace what embed did not write
     if _store.exists(url):
         g = _store.open_group(url, "r")
         if COMPLETE in g.attrs and g.attrs.get("key") == spec.key and not overwrite:
@@ -252,7 +254,7 @@ def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, p
         g.create_array("features", shape=(n, width), chunks=(bs, width), dtype="float32", fill_value=float("nan"),
                        dimension_names=("sample", "feature"))
         g.create_array("progress", shape=(blocks,), chunks=(1,), dtype="uint8", fill_value=0)
-        g.attrs.update({"key": spec.key, "source": spec.source})
+        g.attrs.update({"key": spec.key, "source": spec.source, outputs.ZARR_MARKER: outputs.marker("embeddings", "embed")})
     g = _store.open_group(url, "r+")
     done = np.asarray(g["progress"][:]).astype(bool)
     tasks = [EmbedBlock(spec, url, b, np.arange(b * bs, min(n, (b + 1) * bs))) for b in range(blocks) if not done[b]]

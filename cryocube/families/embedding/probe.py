@@ -424,6 +424,11 @@ def load_probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None =
     return ProbeInputs(ids, X, prov, tasks)
 
 
+def probe_inputs(embeddings: str, labels: str | None, tasks_from: str | None) -> list[tuple[str, str | None]]:
+    """What `probe` reads, for the output contract (its --out must be none of them, nor hold one)."""
+    return [("EMBEDDINGS", embeddings), ("--labels", labels), ("--tasks-from", tasks_from)]
+
+
 def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str | None = None,
                      tasks_from: str | None = None, client=None, progress: bool = True,
                      inputs: ProbeInputs | None = None) -> ProbeResult:
@@ -432,10 +437,12 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     (`inputs`: what `load_probe_inputs` read already, before the caller started its cluster)."""
     import datetime as _dt
 
-    from ...engine.records import write_record
+    from ... import outputs
+    from ...engine.records import run_dir, write_record
     from ..base import content_hash
     from .neuco import write_results
 
+    outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from), write_marker=False)
     inputs = inputs or load_probe_inputs(embeddings, recipe, labels, tasks_from)
     ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
     digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
@@ -446,7 +453,9 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     summary = finish_scores(scores, recipe)
     meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(), "differences": differences(recipe),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-    write_results(out, scores, meta, summary)
+    outputs.mark(out, "results", "probe")
+    rdir = run_dir(out, run_id)  # per run: a second probe into `out` never overwrites the files this record points to
+    write_results(rdir, scores, meta, summary)
     cube = prov.get("cube") or {}
     source = prov.get("source", embeddings)
     record = {"run_id": run_id, "family": "embedding", "model": source,
@@ -463,6 +472,6 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
               "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity, "primary_metric": "Q",
               "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
                           "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
-              "summary_file": f"{out.rstrip('/')}/results_summary.json"}
+              "summary_file": f"{rdir}/results_summary.json"}
     rec = write_record(out, record)
     return ProbeResult(summary, rec, out, scores)
