@@ -116,7 +116,7 @@ def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[
     """Every `*.csv` of a labels folder (local or object store) -> task -> LabelFile, strictly checked."""
     import fsspec
 
-    from ... import store as _store
+    from . import store as _store
 
     fs, base = fsspec.core.url_to_fs(folder, **_store.options_for(folder, storage_options))
     base = base.rstrip("/")
