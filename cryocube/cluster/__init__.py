@@ -24,6 +24,7 @@ from .k8s import (DEFAULT_IMAGE, DEFAULT_K8S_MANIFEST, ManifestError, k8s_cluste
                   read_k8s_manifests, validate_k8s_manifest)
 from .gateway import read_gateway_options
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
+from .worker_logs import quiet_task_errors
 from .runtime import CoreShare, TorchThreads, device_for_worker, torch_task, tune_malloc
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def open_cluster(
                          dashboard, torch_threads)
     with contextlib.ExitStack() as stack:
         client = BACKENDS[name](req, stack)
+        quiet_task_errors(client)
         if not quiet:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             print(f"cryocube: {name} cluster, {n} workers, dashboard {dashboard_link(client) or '(none)'}",

@@ -8,7 +8,6 @@ console gets one line, and the other runs go on.
 """
 from __future__ import annotations
 
-import logging
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -78,19 +77,6 @@ def cluster_device(client) -> DeviceInfo:
     return weakest(list(client.run(_device_info).values()))
 
 
-class _QuietTaskFailures(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not ("Compute Failed" in msg and f"{KEY}-" in msg)
-
-
-def _silence_task_failures() -> None:
-    """On a worker: drop the multi-KB 'Compute Failed' logs of cryocube's tasks (the client logs them)."""
-    lg = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, _QuietTaskFailures) for f in lg.filters):
-        lg.addFilter(_QuietTaskFailures())
-
-
 def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
     url = f"{out.rstrip('/')}/logs/errors.log"
     tb = e.tb if isinstance(e, RunFailed) else "".join(traceback.format_exception(e))
@@ -112,13 +98,14 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     results.jsonl never holds a trial's run without them.
     """
     from ..cluster.client import cluster_info, get_client, gpu_resources
+    from ..cluster.worker_logs import quiet_task_errors
     from ..families.segmentation.recipe import default_recipe
 
     recipe = config or default_recipe()
     client = get_client(client)
     _store.register_options(out, storage_options)
     _store.share_with(client)
-    client.run(_silence_task_failures)
+    quiet_task_errors(client)
     resources = gpu_resources(client)
     ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights, device=cluster_device(client))
     planned = [r for r in runs if isinstance(r, PlannedRun)]

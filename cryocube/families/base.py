@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from ..errors import UserError
 from ..precision import DeviceInfo
 
 
@@ -77,7 +78,10 @@ class Family:
     name: ClassVar[str]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
+    shown_metrics: ClassVar[tuple[str, ...]] = ()  # printed after the primary metric on a run's result line
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
+    # recipe fields its runs read (None: all of them); a --set of a field no requested family reads is refused
+    recipe_fields: ClassVar[tuple[str, ...] | None] = None
 
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
         raise NotImplementedError
@@ -112,3 +116,17 @@ def content_hash(identity: dict, n: int = 20) -> str:
 def derive_seed(*parts: Any) -> int:
     """A run's own seed from what defines it (so runs never share random streams by accident)."""
     return int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:8], 16)
+
+
+def check_fields_used(fields: set[str] | list[str], families: list["Family"], where: str = "--set") -> None:
+    """Refuse recipe fields that none of `families` reads (a value that would be accepted and ignored)."""
+    used: set[str] = set()
+    for f in families:
+        if f.recipe_fields is None:
+            return
+        used |= set(f.recipe_fields)
+    unused = sorted(set(fields) - used)
+    if unused:
+        names = ", ".join(sorted({f.name for f in families}))
+        raise UserError(f"{where} {', '.join(unused)}: not used by the {names} family (it reads: "
+                        f"{', '.join(sorted(used))}); drop {'it' if len(unused) == 1 else 'them'}")

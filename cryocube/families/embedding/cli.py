@@ -50,13 +50,16 @@ def _embed(args) -> int:
     from ... import store
     from ...cluster import open_cluster
     from ...cube import cube_info
-    from ..segmentation.recipe import load_recipe
+    from .. import get
+    from ..base import check_fields_used
+    from ..segmentation.recipe import load_recipe, set_fields
     from .embed import embed, load_embeddings, plan_embedding
     from .submission import write_submission
 
     store.register_options(args.out, args.storage_options)
     store.register_options(args.cube, args.storage_options)
     r = load_recipe(None, args.set)
+    check_fields_used(set_fields(None, args.set), [get("embedding")], "embed --set")
     cube = cube_info(args.cube)
     spec, prov = plan_embedding(args.model, cube, dim=args.dim, weights_dir=args.weights,
                                 allow_random_weights=args.allow_random_weights, precision=r.precision,
@@ -83,14 +86,15 @@ def _embed(args) -> int:
 
 def _probe(args) -> int:
     from ...cluster import open_cluster
-    from .probe import probe_embeddings, probe_recipe
+    from .probe import probe_embeddings, probe_inputs, probe_recipe
     from ..segmentation.recipe import parse_overrides
 
     recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim)
+    inputs = probe_inputs(args.embeddings, recipe, args.labels, args.tasks_from)  # user errors before the cluster
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                       memory_limit=args.memory_limit, quiet=args.quiet) as client:
         res = probe_embeddings(args.embeddings, args.out, recipe, labels=args.labels, tasks_from=args.tasks_from,
-                               client=client, progress=not args.quiet)
+                               client=client, progress=not args.quiet, inputs=inputs)
     s = res.summary
     for t in sorted(s["task_q_scores"]):
         q, a = s["task_q_scores"][t], s["task_acc_scores"][t]

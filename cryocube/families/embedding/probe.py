@@ -22,7 +22,7 @@ import numpy as np
 from ... import store as _store
 from ...errors import UserError, task_boundary
 from .neuco import NeuCoError, pad_to, shuffle_splits, standardize, summarize
-from .probes import PROBES, fold_score
+from .probes import PROBES, check_labels, fold_score
 
 _X: dict[str, np.ndarray] = {}  # per worker: the standardised matrix of an embedding store, read once
 _INT = ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
@@ -161,7 +161,9 @@ def align(ids: list[str], tasks: list[Task]) -> list[tuple[Task, np.ndarray, np.
         if missing:
             raise UserError(f"task {t.name}: {len(missing)} labelled ids have no embedding, e.g. {missing[0]!r}")
         rows = np.array([pos[strip_id(i)] for i in t.labels], dtype=np.int64)
-        out.append((t, rows, np.array(list(t.labels.values()), dtype=np.float64)))
+        y = np.array(list(t.labels.values()), dtype=np.float64)
+        check_labels(y, t.kind, t.name)  # here, not in the k fold tasks of the workers
+        out.append((t, rows, y))
     return out
 
 
@@ -296,21 +298,28 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
     return ids, X, {"format": "zarr", **attrs}
 
 
+def probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None = None, tasks_from: str | None = None):
+    """(ids, X, provenance, tasks), every input checked: what `probe` reads before any cluster starts."""
+    if (labels is None) == (tasks_from is None):
+        raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
+    ids, X, prov = read_embedding_input(embeddings, recipe.dim)
+    tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
+    align(ids, tasks)  # every labelled id has a vector, every task's labels can be probed
+    return ids, X, prov, tasks
+
+
 def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str | None = None,
-                     tasks_from: str | None = None, client=None, progress: bool = True) -> ProbeResult:
+                     tasks_from: str | None = None, client=None, progress: bool = True, inputs=None) -> ProbeResult:
     """`cryocube probe`: score one embedding matrix; writes NeuCo-Bench's result files into `out` and a
-    run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs."""
+    run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs
+    (`inputs`: what `probe_inputs` returned, read before the caller started its cluster)."""
     import datetime as _dt
 
     from ...engine.records import write_record
     from ..base import content_hash
     from .neuco import write_results
 
-    if (labels is None) == (tasks_from is None):
-        raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
-    ids, X, prov = read_embedding_input(embeddings, recipe.dim)
-    tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
-    align(ids, tasks)  # every labelled id has a vector: fail before the cluster works
+    ids, X, prov, tasks = inputs or probe_inputs(embeddings, recipe, labels, tasks_from)
     digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
     identity = {"family": "embedding", "embedding": digest, "tasks": tasks_digest(tasks), "probe": recipe.as_dict(), "v": 1}
     run_id = content_hash(identity)

@@ -191,6 +191,15 @@ def read_config(path: str) -> dict[str, Any]:
     return data
 
 
+def set_fields(path: str | None, overrides: list[str] | dict | None) -> set[str]:
+    """The recipe fields a user set (in a --config file or with --set), to check that something reads them."""
+    names = set(overrides if isinstance(overrides, dict) else parse_overrides(overrides or []))
+    if path:
+        data = read_config(path)
+        names |= set(data.get("train", data))
+    return names
+
+
 def load_recipe(path: str | None = None, overrides: list[str] | dict | None = None, base: Recipe | None = None) -> Recipe:
     """Recipe from the catalog's defaults (or `base`), then a YAML file, then `key=value` overrides."""
     cfg = base or default_recipe()
