@@ -24,7 +24,7 @@ from .k8s import (DEFAULT_IMAGE, DEFAULT_K8S_MANIFEST, ManifestError, k8s_cluste
                   read_k8s_manifests, validate_k8s_manifest)
 from .gateway import read_gateway_options
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
-from .worker_logs import quiet_task_errors
+from .worker_logs import quiet_shutdown, quiet_task_errors
 from .runtime import CoreShare, TorchThreads, device_for_worker, torch_task, tune_malloc
 
 if TYPE_CHECKING:
@@ -84,4 +84,8 @@ def open_cluster(
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             print(f"cryocube: {name} cluster, {n} workers, dashboard {dashboard_link(client) or '(none)'}",
                   file=sys.stderr)
-        yield client
+        try:
+            yield client
+        except KeyboardInterrupt:  # Ctrl-C: the cluster closes under busy workers; the CLI says so in one line
+            quiet_shutdown()
+            raise

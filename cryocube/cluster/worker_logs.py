@@ -66,3 +66,10 @@ def quiet_task_errors(client) -> None:
     """Register the plugin on the client's cluster (idempotent: the name replaces an earlier copy)."""
     install()
     client.register_plugin(QuietTaskErrors(), name=QuietTaskErrors.name)
+
+
+def quiet_shutdown() -> None:
+    """In the client's process, when the user interrupted: closing busy workers is expected, not worth a warning
+    ("Worker process still alive after 4.0 seconds, killing")."""
+    for name in ("distributed.nanny", "distributed.scheduler", "distributed.core", "distributed.client"):
+        logging.getLogger(name).setLevel(logging.ERROR)
