@@ -86,6 +86,6 @@ def open_cluster(
                   file=sys.stderr)
         try:
             yield client
-        except KeyboardInterrupt:  # Ctrl-C: the cluster closes under busy workers; the CLI says so in one line
+        except BaseException:  # an error or Ctrl-C: the cluster closes under busy workers; the CLI says what happened
             quiet_shutdown()
             raise

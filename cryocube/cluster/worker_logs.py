@@ -69,7 +69,7 @@ def quiet_task_errors(client) -> None:
 
 
 def quiet_shutdown() -> None:
-    """In the client's process, when the user interrupted: closing busy workers is expected, not worth a warning
-    ("Worker process still alive after 4.0 seconds, killing")."""
+    """In the client's process, when a command ends on an error or Ctrl-C: closing busy workers is expected, not
+    worth a warning ("Worker process still alive after 4.0 seconds, killing")."""
     for name in ("distributed.nanny", "distributed.scheduler", "distributed.core", "distributed.client"):
         logging.getLogger(name).setLevel(logging.ERROR)

@@ -77,8 +77,18 @@ def cluster_device(client) -> DeviceInfo:
     return weakest(list(client.run(_device_info).values()))
 
 
+def errors_log(out: str) -> str:
+    return f"{out.rstrip('/')}/logs/errors.log"
+
+
+def log_hint(out: str) -> str:
+    """' (tracebacks in OUT/logs/errors.log)' when that file exists, else '': never point at a file not written."""
+    url = errors_log(out)
+    return f" (tracebacks in {url})" if _store.file_exists(url) else ""
+
+
 def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
-    url = f"{out.rstrip('/')}/logs/errors.log"
+    url = errors_log(out)
     tb = e.tb if isinstance(e, RunFailed) else "".join(traceback.format_exception(e))
     _store.append_text(url, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.label} (run {run.run_id})\n{tb}\n")
     return url
