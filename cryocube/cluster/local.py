@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from .registry import ClusterError, ClusterRequest, backend, dashboard_kwargs, own_client, require
+from .registry import ClusterError, ClusterRequest, backend, dashboard_kwargs, own_client, own_cluster, require
 from .runtime import GPU, host_cores, thread_env
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     tpw = req.threads_per_worker or 1
     n = req.n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS))
     threads = req.torch_threads or max(1, cores // (n * tpw))
-    cluster = stack.enter_context(LocalCluster(
+    cluster = own_cluster(stack, LocalCluster(
         n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
         env=thread_env(threads), **dashboard_kwargs(req.dashboard)))
     return own_client(stack, cluster, req.torch_threads)

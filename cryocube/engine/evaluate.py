@@ -108,14 +108,12 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     results.jsonl never holds a trial's run without them.
     """
     from ..cluster.client import cluster_info, get_client, gpu_resources
-    from ..cluster.worker_logs import quiet_task_errors
     from ..families.segmentation.recipe import default_recipe
 
     recipe = config or default_recipe()
     client = get_client(client)
     _store.register_options(out, storage_options)
     _store.share_with(client)
-    quiet_task_errors(client)
     resources = gpu_resources(client)
     ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights, device=cluster_device(client))
     planned = [r for r in runs if isinstance(r, PlannedRun)]
