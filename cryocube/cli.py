@@ -63,11 +63,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cryocube {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"cryocube {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"cryocube {args.command}: interrupted; rerunning the same command resumes", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (`cryocube inspect X | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as e:  # a connection failure is the user's network or endpoint, not a bug: one sentence
+        from .errors import network_message
+
+        msg = network_message(e)
+        if msg is None:
+            raise
+        print(f"cryocube {args.command}: error: {msg}", file=sys.stderr)
+        return 2
     finally:
         warnings.formatwarning = shown
     return int(rc or 0)

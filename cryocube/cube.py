@@ -13,6 +13,7 @@ import functools
 import hashlib
 import math
 import struct
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -239,15 +240,39 @@ _IDS_WARNED: set[str] = set()
 def open_cube(url: str, storage_options: dict | None = None, allow_incomplete: bool = False) -> xr.Dataset:
     """The cube as an xarray Dataset (lazy). Refuses an incomplete cube unless asked."""
     if not _store.exists(url, storage_options):
-        raise UserError(f"{url}: no cube here (no zarr.json)")
+        raise UserError(not_a_cube(url, storage_options))
     st = _store.make_store(url, storage_options, read_only=True)
-    ds = xr.open_zarr(st, decode_coords="all", consolidated=None, chunks={})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ds = xr.open_zarr(st, decode_coords="all", consolidated=None, chunks={})
+        except (KeyError, ValueError, TypeError):  # a Zarr group of another kind (an embedding store, someone's data)
+            raise UserError(not_a_cube(url, storage_options)) from None
+    for w in caught:  # xarray's own warnings about a cube, not about what turned out to be no cube
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if "schema_version" not in ds.attrs:
+        raise UserError(not_a_cube(url, storage_options))
     if COMPLETE_ATTR not in ds.attrs and not allow_incomplete:
         raise IncompleteCubeError(
             f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); rerun `cryocube convert` with the same "
             "arguments to resume it"
         )
     return ds.drop_vars([v for v in INTERNAL_VARS if v in ds.variables])
+
+
+def not_a_cube(url: str, storage_options: dict | None = None) -> str:
+    """Why `url` is no cube, in one sentence: nothing there, a results folder, an embedding store, other data."""
+    if _store.exists(url, storage_options):
+        attrs = dict(_store.open_group(url, "r", storage_options).attrs)
+        if "cryocube_embedding_complete" in attrs or "embedding_sha256" in attrs:
+            return f"{url}: no cube here: it is an embedding store (`cryocube embed`); `cryocube probe {url}` scores it"
+        return f"{url}: no cube here: a Zarr group that cryocube did not write as a cube (no schema_version attribute)"
+    if _store.file_exists(_store.join(url, "results.jsonl"), storage_options):
+        return f"{url}: no cube here: it is a results folder (results.jsonl); `cryocube report {url} --out DIR` summarises it"
+    fs, path = _store.fs_path(url, storage_options)
+    if fs.exists(path):
+        return f"{url}: no cube here (a folder without zarr.json)"
+    return f"{url}: no cube here (no such file or folder)"
 
 
 def cube_checksum(block_digests: np.ndarray) -> str:

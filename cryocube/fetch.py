@@ -12,7 +12,7 @@ from pathlib import Path
 
 import fsspec
 
-from .errors import UserError
+from .errors import UserError, unreachable
 
 CHUNK = 8 << 20
 
@@ -66,11 +66,14 @@ def fetch(url: str, dest: str | Path, sha256: str | None = None, md5: str | None
     except UserError:
         part.unlink(missing_ok=True)
         raise
-    except FileNotFoundError:
+    except (OSError, ValueError) as e:  # fsspec says FileNotFoundError also when the server was never reached
         part.unlink(missing_ok=True)
-        raise error(f"{url}: not found") from None
-    except (OSError, ValueError) as e:
-        part.unlink(missing_ok=True)
+        net = unreachable(e)
+        if net is not None:
+            raise error(f"{url}: the server could not be reached ({net[1]}); the file may exist: check the network "
+                        "(offline?) or the URL, then fetch again") from None
+        if isinstance(e, FileNotFoundError):
+            raise error(f"{url}: not found (the server answered that there is no such file)") from None
         raise error(f"{url}: download failed: {e}") from None
     got = h.hexdigest()
     if want is not None and got != want:

@@ -150,11 +150,12 @@ def test_pruned_trials_are_recorded_as_pruned(tmp_path, client, cube):
     assert best["sweep"]["trial"] not in pruned and best["config"]["epochs"] == 6
 
 
-def test_a_killed_study_resumes_from_its_journal(tmp_path, client, cube):
+def test_a_killed_study_resumes_from_its_journal(tmp_path, client, cube, capfd):
     """SIGKILL the tune process (client, scheduler and workers) after some trials; the rerun, on another
-    scheduler, keeps the finished trials, repeats none of them, and asks only for the missing ones. The other
-    scheduler's workers have other torch threads, which on a CPU make other runs (and so another study): the
-    command pins them with --set threads=1."""
+    scheduler, keeps the finished trials, repeats none of them (neither their runs nor their params: the
+    sampler's stream does not restart), asks only for the missing ones, and prints no scheduler traceback. The
+    other scheduler's workers have other torch threads, which on a CPU make other runs (and so another study):
+    the command pins them with --set threads=1."""
     out = tmp_path / "resume"
     args = ["tune", "--cubes", cube, "--models", MODEL, "--allow-random-weights", "--space", "lr=1e-3:3e-2:log",
             "--trials", "6", "--batch", "2", "--pruner", "none", *[x for s in FAST for x in ("--set", s)], "--out", str(out),
@@ -180,9 +181,15 @@ def test_a_killed_study_resumes_from_its_journal(tmp_path, client, cube):
     assert 2 <= len(done_before) < 6, (done_before, proc.stderr.read().decode()[-2000:])
     lines_before = {r["sweep"]["trial"]: r["created"] for r in _sweeps(out) if r["sweep"]["state"] == "complete"}
 
+    done_params = {t.number: t.params for t in _study(out).trials if t.number in done_before}
+    capfd.readouterr()
     assert main([*args, "--cluster", client.scheduler.address]) == 0
+    err = capfd.readouterr().err
+    assert "DuplicatedStudyError" not in err and "Traceback" not in err, err[-2000:]
     study = _study(out)
     trials = study.trials
+    new = [t for t in trials if t.number not in done_before and "retry_of" not in t.user_attrs and t.params]
+    assert new and not [t.number for t in new if t.params in done_params.values()], (done_params, [t.params for t in new])
     complete = {t.number: t.value for t in trials if t.state.name == "COMPLETE"}
     assert len(complete) == 6
     assert all(complete[n] == v for n, v in done_before.items())  # finished trials kept as they were

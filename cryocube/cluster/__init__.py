@@ -25,6 +25,7 @@ from .k8s import (DEFAULT_IMAGE, DEFAULT_K8S_MANIFEST, ManifestError, k8s_cluste
 from .gateway import read_gateway_options
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
 from .timeouts import close_quietly, explain_timeout, patient
+from .worker_logs import quiet_shutdown, quiet_task_errors
 from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def open_cluster(
     try:
         stack.enter_context(patient())  # load alone must not fail a worker start or a connection
         client = BACKENDS[name](req, stack)
+        quiet_task_errors(client)
         if not quiet:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
             print(f"cryocube: {name} cluster, {n} workers, dashboard {dashboard_link(client) or '(none)'}",
@@ -105,5 +107,8 @@ def open_cluster(
         raise
     try:
         yield client
+    except BaseException:  # an error or Ctrl-C: the cluster closes under busy workers; the CLI says what happened
+        quiet_shutdown()
+        raise
     finally:
         close_quietly(stack, name)  # a slow close is a warning: the command's work is done

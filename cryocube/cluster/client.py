@@ -15,18 +15,24 @@ if TYPE_CHECKING:
 
 
 def get_client(client: "Client | None" = None) -> "Client":
-    """The given client, else the default one (the Client a notebook or `open_cluster` holds)."""
+    """The given client, else the default one (the Client a notebook or `open_cluster` holds). Its workers keep
+    cryocube's task failures off their logs (the caller reports them: `worker_logs`)."""
+    from .worker_logs import quiet_task_errors
+
     if client is not None:
+        quiet_task_errors(client)
         return client
     from distributed import default_client
 
     try:
-        return default_client()
+        client = default_client()
     except ValueError:
         raise UserError(
             "no Dask client: pass client=Client(...) (e.g. the one your notebook or hub created), "
             "or run through the `cryocube` CLI, which starts a cluster with --cluster local|cuda|k8s|gateway|tcp://..."
         ) from None
+    quiet_task_errors(client)
+    return client
 
 
 def gpu_resources(client: "Client") -> dict | None:

@@ -5,7 +5,7 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from .registry import ClusterError, ClusterRequest, backend, dashboard_kwargs, own_client, require
+from .registry import ClusterError, ClusterRequest, backend, dashboard_kwargs, own_client, own_cluster, require
 from .runtime import GPU, host_cores, thread_env
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     from distributed import LocalCluster
 
     n, tpw, threads = local_sizing(req.n_workers, req.threads_per_worker, req.torch_threads)
-    cluster = stack.enter_context(LocalCluster(
+    cluster = own_cluster(stack, LocalCluster(
         n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
         env=thread_env(threads), **dashboard_kwargs(req.dashboard)))
     return own_client(stack, cluster, threads)

@@ -100,3 +100,21 @@ def wait_first_worker(client: "Client", what: str, timeout: float = WORKER_WAIT_
     except TimeoutError:
         raise ClusterError(f"{what}: no worker joined within {timeout:.0f} s (image pull, quota or "
                            "scheduling problem? see the dashboard / kubectl describe)") from None
+
+
+CLOSE_TIMEOUT_S = 120  # for worker processes to stop on a loaded machine (the default 30 s ends runs in a traceback)
+
+
+def own_cluster(stack: contextlib.ExitStack, cluster):
+    """Close `cluster` when the command ends; a worker that does not stop in time is killed with a warning,
+    never a traceback after the work is done and recorded."""
+    import warnings
+
+    def close() -> None:
+        try:
+            cluster.close(timeout=CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            warnings.warn(f"the cluster's workers did not stop within {CLOSE_TIMEOUT_S} s; they were killed", stacklevel=1)
+
+    stack.callback(close)
+    return cluster

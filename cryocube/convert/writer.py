@@ -387,7 +387,7 @@ def _run_blocks(client, tasks: list[dict], progress: bool, label: str) -> list[d
 
     if not tasks:
         return []
-    futures = client.map(write_block, tasks, pure=False, key=[f"write-block-{t['out'][-24:]}-{t['block']}" for t in tasks])
+    futures = client.map(write_block, tasks, pure=False, key=[f"cryocube-write-block-{t['out'][-24:]}-{t['block']}" for t in tasks])
     return gather(futures, label, sum(t["range"][1] - t["range"][0] for t in tasks), progress, lambda i, r: r["samples"])
 
 

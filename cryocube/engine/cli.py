@@ -10,10 +10,15 @@ from ..errors import UserError
 
 
 def fractions_arg(text: str) -> list[float]:
+    """Comma-separated numbers in (0, 1]; an empty item (`,`, `0.1,`) is refused, not skipped."""
+    bad = argparse.ArgumentTypeError(f"--fraction takes comma-separated numbers in (0, 1], got {text!r}")
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--fraction takes comma-separated numbers in (0, 1], got {text!r}") from None
+        raise bad from None
+    if not all(0 < v <= 1 for v in values):  # NaN too
+        raise bad
+    return values
 
 
 def register(sub) -> None:
@@ -89,6 +94,7 @@ def _specs(args):
 
 def _evaluate(args) -> int:
     from .. import outputs, store
+    from ..catalog import protocol
     from ..cluster import open_cluster, planned_threads
     from ..families import PlanContext
     from ..families.recipes import load_recipe
@@ -96,8 +102,9 @@ def _evaluate(args) -> int:
     from .plan import plan_runs
 
     sets = list(args.set) + ([f"epochs={args.epochs}"] if args.epochs is not None else [])
-    recipe = load_recipe(args.config, sets)
     specs = _specs(args)
+    # a field no requested family reads is refused, not accepted and ignored
+    recipe = load_recipe(args.config, sets, families=tuple(sorted({protocol(s.protocol).family for s in specs})))
     for url in [args.out, *{s.cube for s in specs}]:
         store.register_options(url, args.storage_options)
     outputs.claim(args.out, "results", "evaluate", inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
@@ -129,18 +136,25 @@ def _warn_random(planned, quiet: bool) -> None:
               "the pipeline, not the pretrained models; records and reports mark them random_init", file=sys.stderr)
 
 
+def metrics_text(r: dict) -> str:
+    """A record's metrics as its family shows them: the primary metric first (mIoU, Q, ...), then the others."""
+    from ..families import get
+
+    fam = get(r.get("family") or "segmentation")
+    names = [r.get("primary_metric") or fam.primary_metric, *fam.shown_metrics]
+    m = r.get("metrics") or {}
+    return "  ".join(f"{n} {m[n]:6.2f}" if abs(m[n]) >= 1 else f"{n} {m[n]:6.3f}"
+                     for n in names if isinstance(m.get(n), (int, float)))
+
+
 def print_records(records: list[dict], skipped: list[str]) -> None:
     for r in sorted(records, key=lambda r: (r["dataset"], r["protocol"], r["model"], r["seed"])):
         tag = " (random init)" if (r.get("weights") or {}).get("random_init") and (r.get("weights") or {}).get("pretrained") else ""
-        if r.get("status") == "ok" and "mIoU" not in r["metrics"]:  # another family: its primary metric and own summary
-            pm = r.get("primary_metric", "")
-            v = r["metrics"].get(pm)
-            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['model'] + tag:<32} seed {r['seed']}: {pm} "
-                  f"{v if not isinstance(v, float) else f'{v:.2f}'}" + (f"  {r['summary_line']}" if r.get("summary_line") else ""))
-        elif r.get("status") == "ok":
-            m = r["metrics"]
+        if r.get("status") == "ok":
+            t = (r.get("timings") or {}).get("total_s")
             print(f"{r['dataset']:<6} {r['protocol']:<12} {r['fraction']:<4g} {r['model'] + tag:<32} seed {r['seed']}: "
-                  f"mIoU {m['mIoU']:6.2f}  mF1 {m['mF1']:6.2f}  oAcc {m['oAcc']:6.2f}  ({r['timings']['total_s']:.0f} s)")
+                  f"{metrics_text(r)}" + (f"  {r['summary_line']}" if r.get("summary_line") else "")
+                  + (f"  ({t:.0f} s)" if t is not None else ""))
         else:
             print(f"{r['dataset']:<6} {r['protocol']:<12} {r['model']:<32} seed {r['seed']}: FAILED {r['error']}")
     if skipped:

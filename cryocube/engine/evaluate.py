@@ -8,7 +8,6 @@ console gets one line, and the other runs go on.
 """
 from __future__ import annotations
 
-import logging
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -78,21 +77,18 @@ def cluster_device(client) -> DeviceInfo:
     return weakest(list(client.run(_device_info).values()))
 
 
-class _QuietTaskFailures(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not ("Compute Failed" in msg and f"{KEY}-" in msg)
+def errors_log(out: str) -> str:
+    return f"{out.rstrip('/')}/logs/errors.log"
 
 
-def _silence_task_failures() -> None:
-    """On a worker: drop the multi-KB 'Compute Failed' logs of cryocube's tasks (the client logs them)."""
-    lg = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, _QuietTaskFailures) for f in lg.filters):
-        lg.addFilter(_QuietTaskFailures())
+def log_hint(out: str) -> str:
+    """' (tracebacks in OUT/logs/errors.log)' when that file exists, else '': never point at a file not written."""
+    url = errors_log(out)
+    return f" (tracebacks in {url})" if _store.file_exists(url) else ""
 
 
 def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
-    url = f"{out.rstrip('/')}/logs/errors.log"
+    url = errors_log(out)
     tb = e.tb if isinstance(e, RunFailed) else "".join(traceback.format_exception(e))
     _store.append_text(url, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.label} (run {run.run_id})\n{tb}\n")
     return url
@@ -118,7 +114,6 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     client = get_client(client)
     _store.register_options(out, storage_options)
     _store.share_with(client)
-    client.run(_silence_task_failures)
     resources = gpu_resources(client)
     ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights, device=cluster_device(client),
                       threads=cluster_threads(client))

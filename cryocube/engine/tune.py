@@ -37,8 +37,10 @@ from .. import store as _store
 from ..catalog import protocol as protocol_spec
 from ..errors import UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
+from ..families.base import derive_seed
 from ..families.recipes import load_recipe
 from ..recipe import RecipeError, parse_overrides, read_config
+from .evaluate import log_hint
 from .plan import plan_runs
 from .records import clean, load_record, read_results, write_record
 
@@ -262,10 +264,19 @@ class _Study:
         self.pruning = pruner != "none"
         self.base_plan = self._plan(base)
         self.name = study_name(self.base_plan, space, sampler, pruner, seed)
-        self.study = self.optuna.create_study(
-            study_name=self.name, storage=open_storage(out, client), load_if_exists=True,
-            sampler=make_sampler(sampler, space, seed), pruner=make_pruner(pruner, trials),
-            direction="maximize" if self.family.higher_is_better else "minimize")
+        storage = open_storage(out, client)
+        direction = "maximize" if self.family.higher_is_better else "minimize"
+        # a resumed study is loaded, not re-created: create_study(load_if_exists) raises DuplicatedStudyError on
+        # the storage's side first, which a DaskStorage's scheduler logs as a traceback
+        if self.name in {st.study_name for st in storage.get_all_studies()}:
+            self.study = self.optuna.load_study(study_name=self.name, storage=storage)
+        else:
+            self.study = self.optuna.create_study(study_name=self.name, storage=storage, direction=direction)
+        # the sampler's random stream continues where the journal stands: seeded by (seed, trials so far), a resumed
+        # study does not replay the stream of its first session (which repeated finished trials' params)
+        n = len(self.study.get_trials(deepcopy=False))
+        self.study.sampler = make_sampler(sampler, space, seed if n == 0 else derive_seed("tune", seed, n) % 2**31)
+        self.study.pruner = make_pruner(pruner, trials)
         self.meta = {"sampler": sampler, "pruner": pruner, "space": [p.describe() for p in space],
                      "metric": f"val_{self.metric}", "direction": self.study.direction.name.lower()}
 
@@ -306,7 +317,7 @@ class _Study:
         for p, (_, c) in zip(plans, claims):
             rec = load_record(self.out, p.run_id)
             if rec is None:
-                raise UserError(f"{p.label}: the engine wrote no record (see {self.out}/logs/errors.log)")
+                raise UserError(f"{p.label}: the engine wrote no record{log_hint(self.out)}")
             want = self._sweep(rec=rec, **c) if c else None
             if rec.get("sweep") != want:  # a cache hit, or a run two claims share: its own line
                 rec = self._append(rec, want)
@@ -398,7 +409,9 @@ class _Study:
         TS = self.optuna.trial.TrialState
         done = self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,))
         if not done:
-            raise UserError(f"study {self.name}: no trial completed (see {self.out}/logs/errors.log)")
+            states = ", ".join(f"{len(self.study.get_trials(deepcopy=False, states=(s,)))} {s.name.lower()}"
+                               for s in (TS.PRUNED, TS.FAIL))
+            raise UserError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
         best = self.study.best_trial
         importance: dict[str, float] = {}
         if len(done) >= 2:

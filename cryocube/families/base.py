@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from ..errors import UserError
 from ..precision import DeviceInfo
 from ..recipe import BaseRecipe
 
@@ -92,6 +93,7 @@ class Family:
     name: ClassVar[str]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
+    shown_metrics: ClassVar[tuple[str, ...]] = ()  # printed after the primary metric on a run's result line
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe  # its recipe fields (the shared ones and its own)
 
@@ -129,3 +131,5 @@ def content_hash(identity: dict, n: int = 20) -> str:
 def derive_seed(*parts: Any) -> int:
     """A run's own seed from what defines it (so runs never share random streams by accident)."""
     return int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:8], 16)
+
+

@@ -88,12 +88,24 @@ def load_recipe(path: str | None = None, overrides: list[str] | dict | None = No
     if path:
         data = read_config(path)
         data = data.get("train", data)
-        check_keys(data, cfg.fields(), path)
+        _check_used(data, cfg, families, path)
         values.update(data)
     extra = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
-    check_keys(extra, cfg.fields(), "--set")
+    _check_used(extra, cfg, families, "--set")
     values.update(extra)
     return cfg.replace(**values)
+
+
+def _check_used(values: dict, cfg: Recipe, families: tuple[str, ...] | None, where: str) -> None:
+    """A field another family reads but none of `families` does would be accepted and ignored: refused,
+    naming it; a field no family knows is refused as unknown."""
+    if families:
+        every = {f for t in recipe_types().values() for f in t.field_names()}
+        unused = sorted(k for k in values if k in every and k not in cfg.fields())
+        if unused:
+            raise RecipeError(f"{where} {', '.join(unused)}: not used by the {', '.join(families)} family "
+                              f"(it reads: {', '.join(sorted(cfg.fields()))}); drop {'it' if len(unused) == 1 else 'them'}")
+    check_keys(values, cfg.fields(), where)
 
 
 __all__ = ["Recipe", "RecipeError", "default_recipe", "load_recipe", "recipe_types"]

@@ -114,13 +114,16 @@ def _cross_sensor_rgb(spec: ModelSpec, bands: Sequence[Band], slots: list[str]) 
     return index, reasons
 
 
-def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named") -> BandMatch:
-    """Which cube band feeds each encoder slot (see the module docstring for the rules)."""
+def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named", offers_cross_sensor: bool = True) -> BandMatch:
+    """Which cube band feeds each encoder slot (see the module docstring for the rules).
+
+    offers_cross_sensor: whether the caller has a cross_sensor protocol to suggest when nothing fits
+    (evaluate has; embed has none, so its refusal must not point there)."""
     if rule not in RULES:
         raise UserError(f"unknown band-matching rule {rule!r}; use one of {RULES}")
     bands = tuple(bands)
     if spec.takes_dataset_bands:
-        return _match_dataset(spec, bands, rule)
+        return _match_dataset(spec, bands, rule, offers_cross_sensor)
     slots = spec.slots
     modality = ["sar" if s in band_names().sar else "optical" for s in slots]
     by_alias: dict[str, int] = {}
@@ -139,12 +142,12 @@ def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named") -> 
                 return BandMatch(spec.id, rule, slots, index, True, bands, modality, reasons)
         hint = ("Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into the RGB slots of an optical-only encoder."
                 if rule == "named" and spec.optical_only and not any(reference_modality(b) == "optical" for b in bands)
-                else "Choose an encoder that takes these bands.")
+                and offers_cross_sensor else "Choose an encoder that takes these bands.")
         raise _error(spec, bands, rule, slots, hint)
     return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
 
 
-def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], rule: str) -> BandMatch:
+def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], rule: str, offers_cross_sensor: bool = True) -> BandMatch:
     """Encoders configured with `${dataset.bands}` take every band a Cryo-Bench config would declare."""
     index, slots, modality, reasons = [], [], [], {}
     for i, b in enumerate(bands):
@@ -164,6 +167,6 @@ def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], rule: str) -> BandM
                 idx, reasons = rep
                 return BandMatch(spec.id, rule, list(band_names().rgb_slots), idx, True, bands, ["optical"] * 3, reasons)
         hint = ("Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into RGB slots."
-                if rule == "named" and spec.optical_only else "Choose an encoder that takes these bands.")
+                if rule == "named" and spec.optical_only and offers_cross_sensor else "Choose an encoder that takes these bands.")
         raise _error(spec, bands, rule, [], hint)
     return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)

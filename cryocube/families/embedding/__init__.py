@@ -28,7 +28,9 @@ def _fit_nothing(group: list) -> list[dict]:
 class Embedding(Family):
     name = "embedding"
     primary_metric = "Q"
+    shown_metrics = ("A",)
     variables = ("image",)
+    # the encoder's side of the recipe (probe fields are the protocol's own: k, epochs, ... as run overrides)
 
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
         from ...precision import this_device
@@ -36,6 +38,9 @@ class Embedding(Family):
         from .probe import K_DEFAULT, check_tasks, differences, probe_recipe, tasks_digest, tasks_from_cube
 
         protocol_spec(spec.protocol)
+        if spec.fraction not in (None, 1, 1.0):
+            raise UserError(f"{spec.label}: the {spec.protocol} protocol probes every label (k random 90/10 splits); "
+                            f"--fraction {spec.fraction:g} does not apply to it (drop --fraction or run it separately)")
         ov = dict(spec.overrides)
         dim = ov.pop("dim", None)
         pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", K_DEFAULT)), ov, dim=dim)
@@ -43,9 +48,9 @@ class Embedding(Family):
         check_tasks(tasks, pr)  # too few labelled samples for a split, one class: said before any embedding
         emb, prov = plan_embedding(spec.model, cube, dim=dim, weights_dir=ctx.weights_dir,
                                    allow_random_weights=ctx.allow_random_weights, precision=recipe.precision,
-                                   normalization=recipe.normalization, seed=spec.seed, block_samples=recipe.block_samples,
-                                   batch=recipe.extract_batch, threads=ctx.run_threads(recipe.threads),
-                                   device=ctx.device or this_device(),
+                                   input_size=recipe.input_size or None, normalization=recipe.normalization, seed=spec.seed,
+                                   block_samples=recipe.block_samples, batch=recipe.extract_batch,
+                                   threads=ctx.run_threads(recipe.threads), device=ctx.device or this_device(),
                                    weights=recipe.encoder_weights.get(spec.model))
         identity = {"family": self.name, "embedding": emb.key, "tasks": tasks_digest(tasks), "probe": pr.as_dict(),
                     "seed": spec.seed, "v": IDENTITY_VERSION}

@@ -116,7 +116,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
                          block_samples=block_samples)
         return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
     mspec = model_spec(source)
-    match = match_bands(mspec, cube.bands, "named")
+    match = match_bands(mspec, cube.bands, "named", offers_cross_sensor=False)  # embed has no protocols
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
     found = resolve_weights(source, weights, weights_dir, allow_random_weights)
     device = device or this_device()

@@ -210,6 +210,12 @@ def _prepare(X: np.ndarray, y: np.ndarray, kind: str, probe: str, task: str) -> 
     y = np.asarray(y, dtype=np.float64).ravel()
     if X.ndim != 2 or X.shape[0] != y.shape[0]:
         raise ProbeError(f"task {task!r}: embeddings of shape {X.shape} do not match {y.shape[0]} labels.")
+    return X, check_labels(y, kind, task), fn
+
+
+def check_labels(y: np.ndarray, kind: str, task: str) -> np.ndarray:
+    """One task's labels, scaled to [0, 1], or a ProbeError naming the task (run before any probe task)."""
+    y = np.asarray(y, dtype=np.float64).ravel()
     n_nan = int(np.isnan(y).sum())
     if n_nan:
         raise ProbeError(f"task {task!r} has {n_nan} empty labels; drop those rows before probing.")
@@ -220,7 +226,7 @@ def _prepare(X: np.ndarray, y: np.ndarray, kind: str, probe: str, task: str) -> 
             raise ProbeError(
                 f"classification task {task!r} has {np.unique(y).size} distinct labels; binary F1 needs two."
             )
-    return X, ys, fn
+    return ys
 
 
 def fold_score(

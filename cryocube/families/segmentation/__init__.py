@@ -29,6 +29,7 @@ def run_dir(out: str, run_id: str) -> str:
 class Segmentation(Family):
     name = "segmentation"
     primary_metric = "mIoU"
+    shown_metrics = ("mF1", "oAcc")
     variables = ("image", "label")
     recipe = SegmentationRecipe
 

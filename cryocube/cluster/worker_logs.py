@@ -1,0 +1,75 @@
+"""What workers print: a user error raised in a task reaches the user once, as its sentence, on the client.
+
+distributed logs every failed task on its worker ("Compute Failed", the exception and its traceback)
+and, when a cluster closes under running tasks, one warning per cancelled task. For cryocube's tasks
+the client already says what happened (a UserError's sentence; a run's traceback in OUT/logs/errors.log),
+so on the workers those logs are dropped: a filter installed by a worker plugin on every worker.
+"""
+from __future__ import annotations
+
+import logging
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from ..errors import UserError
+
+TASK_PREFIX = "cryocube-"  # every cryocube task key starts so; their failures are reported by the client
+
+
+def user_error_names() -> set[str]:
+    """Class names of UserError and its subclasses imported in this process (a task's error was)."""
+    names, todo = set(), [UserError]
+    while todo:
+        c = todo.pop()
+        names.add(c.__name__)
+        todo += c.__subclasses__()
+    return names
+
+
+def reported_by_client(record: logging.LogRecord) -> bool:
+    """A worker log line the client reports better: a failed task of cryocube's, any user error, an interrupt,
+    and the cancellations of a cluster closing under running tasks (after an error or Ctrl-C)."""
+    msg = str(record.msg)
+    if msg.startswith("Compute Failed") and isinstance(record.args, tuple) and len(record.args) >= 4:
+        key, exc = str(record.args[0]), str(record.args[3])
+        kind = exc.split("(", 1)[0].rsplit(".", 1)[-1]
+        return key.startswith(TASK_PREFIX) or kind in user_error_names() | {"KeyboardInterrupt"}
+    return "ended with CancelledError" in record.getMessage()
+
+
+class _Filter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not reported_by_client(record)
+
+
+LOGGERS = ("distributed.worker", "distributed.worker.state_machine")
+
+
+def install() -> None:
+    """In this process (a worker, or the client's process for in-process clusters): drop those lines."""
+    for name in LOGGERS:
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, _Filter) for f in lg.filters):
+            lg.addFilter(_Filter())
+
+
+class QuietTaskErrors(WorkerPlugin):
+    """Installs the filter on every worker, including workers that join later."""
+
+    name = "cryocube-quiet-task-errors"
+
+    def setup(self, worker) -> None:
+        install()
+
+
+def quiet_task_errors(client) -> None:
+    """Register the plugin on the client's cluster (idempotent: the name replaces an earlier copy)."""
+    install()
+    client.register_plugin(QuietTaskErrors(), name=QuietTaskErrors.name)
+
+
+def quiet_shutdown() -> None:
+    """In the client's process, when a command ends on an error or Ctrl-C: closing busy workers is expected, not
+    worth a warning ("Worker process still alive after 4.0 seconds, killing")."""
+    for name in ("distributed.nanny", "distributed.scheduler", "distributed.core", "distributed.client"):
+        logging.getLogger(name).setLevel(logging.ERROR)
