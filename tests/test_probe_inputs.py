@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,7 +225,7 @@ def test_standardisation_choice_changes_the_input_and_is_recorded(tmp_path):
     for mode in ("all", "labelled"):
         recipe = probe_recipe("linear", 3, {"epochs": 3, "lr": 1e-2}, standardize=mode)
         r = probe_embeddings(str(emb), str(tmp_path / mode), recipe, labels=str(labels), progress=False)
-        summary = json.loads((tmp_path / mode / "results_summary.json").read_text())
+        summary = json.loads(Path(r.record["summary_file"]).read_text())
         assert r.record["probe"]["standardize"] == mode == summary["meta"]["probe"]["standardize"]
         assert any(d.startswith(f"standardisation {mode}") for d in r.record["neuco_bench_differences"])
         assert r.record["labelled"] == {"sig__regr": {"labelled": 40, "empty_label_skipped": 1}}

@@ -58,7 +58,9 @@ def test_the_readme_embedding_commands_run_as_written(tmp_path, client):
         rc, out, err = p.returncode, p.stdout, p.stderr
         assert rc == 0, f"README line `cryocube {shlex.join(argv)}` failed ({rc}): {err[-2000:]}"
         if argv[0] == "probe":
-            summary = json.loads((tmp_path / argv[argv.index("--out") + 1] / "results_summary.json").read_text())
+            runs = list((tmp_path / argv[argv.index("--out") + 1] / "runs").glob("*/results_summary.json"))
+            assert len(runs) == 1, runs  # one run's NeuCo-Bench files, in its own folder
+            summary = json.loads(runs[0].read_text())
             assert "overall_q_score" in summary and "overall Q" in out
         if argv[0] == "evaluate":  # the printer shows each family's own metric
             rows = [r for r in out.splitlines() if " seed 0: " in r]
