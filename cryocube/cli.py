@@ -38,11 +38,31 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     return f"cryocube: warning: {message}\n"
 
 
+def _quiet_on_interrupt():
+    """Ctrl-C reaches the workers too (one process group): before the scheduler logs their loss, silence the
+    cluster's logs, then interrupt as Python does; main says it in one line."""
+    import signal
+    import threading
+
+    def handler(signum, frame):
+        if "distributed" in sys.modules:
+            from .cluster.worker_logs import quiet_shutdown
+
+            quiet_shutdown()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
+        return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
+    return lambda: None
+
+
 def main(argv: list[str] | None = None) -> int:
     from .errors import UserError
 
     args = build_parser().parse_args(argv)
     shown, warnings.formatwarning = warnings.formatwarning, _one_line_warning
+    restore = _quiet_on_interrupt()
     try:
         rc = args.func(args)
         sys.stdout.flush()
@@ -54,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"cryocube {args.command}: failed: {explain_timeout(e)}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`cryocube inspect X | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as e:  # a full disk is the user's to fix: one sentence naming what was being written
         from .outputs import disk_full_message
 
@@ -65,9 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"cryocube {args.command}: interrupted; rerunning the same command resumes", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # the reader went away (`cryocube inspect X | head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
     except Exception as e:  # a connection failure is the user's network or endpoint, not a bug: one sentence
         from .errors import network_message
 
@@ -78,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         warnings.formatwarning = shown
+        restore()
     return int(rc or 0)
 
 

@@ -127,8 +127,10 @@ def test_each_family_declares_its_recipe():
     seg, emb = r.of("segmentation"), r.of("embedding")
     assert seg.epochs == 3 and r.epochs == 3 and seg.threads == emb.threads == 2
     assert not hasattr(emb, "epochs") and set(emb.as_dict()) == shared
-    with pytest.raises(RecipeError, match="unknown recipe fields"):
+    with pytest.raises(RecipeError, match="epochs: not used by the embedding family"):
         load_recipe(None, ["epochs=3"], families=("embedding",))
+    with pytest.raises(RecipeError, match="unknown recipe fields"):
+        load_recipe(None, ["no_such_field=3"], families=("embedding",))
 
 
 @pytest.fixture()

@@ -82,7 +82,7 @@ def cube(tmp_path, request):
         coords={"band": np.array(["B4", "B3", "B2"], dtype=sdt),
                 "split": ("sample", np.array(["train", "test", "test", "test"], dtype=sdt)),
                 "scene": ("sample", np.array(["s0", "s1", "s1", "s2"], dtype=sdt))},
-        attrs={"dataset": "glid", "classes": [{"name": "Background", "colour": "#202020"},
+        attrs={"dataset": "glid", "schema_version": 3, "classes": [{"name": "Background", "colour": "#202020"},
                                               {"name": "Target", "colour": "#1f77b4"}]},
     )
     url = tmp_path / "glid.zarr"

@@ -70,6 +70,8 @@ def quiet_task_errors(client) -> None:
 
 def quiet_shutdown() -> None:
     """In the client's process, when a command ends on an error or Ctrl-C: closing busy workers is expected, not
-    worth a warning ("Worker process still alive after 4.0 seconds, killing")."""
-    for name in ("distributed.nanny", "distributed.scheduler", "distributed.core", "distributed.client"):
+    worth a warning ("Worker process still alive after 4.0 seconds, killing"), nor is the scheduler's ERROR
+    that workers it is losing held scattered data (the command is ending; nothing will read it)."""
+    for name in ("distributed.nanny", "distributed.core", "distributed.client"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)
