@@ -178,3 +178,18 @@ def test_decoder_init_does_not_depend_on_a_cached_encoder(cubes):
     assert len(encoders._ENCODERS) == 1
     for (k, a), (_, b) in zip(fresh.state_dict().items(), cached.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+def test_batches_of_padding_only_are_skipped_not_a_nan_loss(tmp_path, client):
+    """Small scenes padded into big tiles: with a small input most crops are padding only, whose mean cross-entropy
+    is 0/0. Such a batch is skipped (counted in the record) and the run learns from the others."""
+    make_raw("gld", tmp_path / "raw", n={"train": 4, "val": 2, "test": 2}, size=40, seed=3)
+    url = str(tmp_path / "gld.zarr")
+    convert("gld", str(tmp_path / "raw"), url, client=client, tile_size=96, progress=False)
+    cfg = load_config(None, ["epochs=3", "decoder_channels=16", "input_size=32", "val_every=1", "crops_per_sample=4",
+                             "batch_size=1", "normalization=cube"])
+    res = ev([RunSpec("unet", url, "frozen")], tmp_path / "res", cfg, client)
+    rec = res.records[0]
+    assert rec["status"] == "ok", rec.get("error")
+    assert 0 < rec["unlabelled_steps"] < rec["steps"]
+    assert np.isfinite(rec["metrics"]["mIoU"])

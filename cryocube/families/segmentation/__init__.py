@@ -221,6 +221,7 @@ class Segmentation(Family):
         return {
             "metrics": metrics, "primary_metric": self.primary_metric, "confusion_matrix": cm.tolist(),
             "val_curve": fitted["val_curve"], "best_epoch": fitted["best_epoch"], "steps": fitted["steps"],
+            "unlabelled_steps": fitted.get("unlabelled_steps", 0),  # batches of padding only, skipped (no NaN loss)
             "samples_per_s": fitted["train_samples_per_s"], "peak_memory_mb": fitted["peak_memory_mb"],
             "device": fitted["device"], "threads": {"fit": fitted["threads"], "features": prep.get("threads", [])},
             "feature_devices": prep.get("devices", []),  # where the encoder ran for the cache (none: cached before)

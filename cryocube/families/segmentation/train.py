@@ -204,6 +204,7 @@ class Trainer:
         self.curve: list[dict] = []
         self.best, self.best_state, self.best_epoch = -math.inf, None, -1
         self.steps, self.seen, self.losses = 0, 0, []
+        self.unlabelled_steps = 0  # batches whose every pixel is ignore (padding): no gradient, the schedule goes on
         self.rng_state = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
 
@@ -233,9 +234,16 @@ class Trainer:
         self.module.train()
         self.losses = []
         for inputs, target in self.batches(epoch):
+            target = target.to(self.device).long()
+            if not bool((target != CUBE_IGNORE_INDEX).any()):  # mean cross-entropy over no pixel is 0/0 = NaN
+                self.sched.step()
+                self.unlabelled_steps += 1
+                self.seen += int(target.shape[0])
+                self.steps += 1
+                continue
             with autocast(self.device, self.run.encoder.precision):
                 logits = self.forward(inputs)
-            loss = self.loss_fn(logits.float(), target.to(self.device).long())
+            loss = self.loss_fn(logits.float(), target)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"run {self.run.label}: non-finite loss ({loss.item()}) at epoch {epoch}, step {self.steps}")
             self.opt.zero_grad(set_to_none=True)
@@ -366,7 +374,7 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
                 continue
             enc = t.module.encoder if t.run.trains_encoder else get_encoder(t.run.encoder, device)
             out.append({"val_curve": t.curve, "best_epoch": t.best_epoch, "train_s": elapsed, "setup_s": built - t0,
-                        "steps": t.steps, "train_samples_per_s": t.seen / max(elapsed, 1e-9), "peak_memory_mb": peak,
+                        "steps": t.steps, "unlabelled_steps": t.unlabelled_steps, "train_samples_per_s": t.seen / max(elapsed, 1e-9), "peak_memory_mb": peak,
                         "device": device, "threads": [threads], "decoders_in_task": len(trainers),
                         "trainable_params": int(sum(p.numel() for p in t.module.parameters() if p.requires_grad)),
                         "encoder_params": int(sum(p.numel() for p in enc.parameters()))})
