@@ -96,6 +96,7 @@ class DatasetSpec:
     time: tuple[str, ...] = ()  # names of the time steps of multi-temporal datasets (e.g. seasons)
     statistics: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)  # other published (mean, std) sets
     mean_baseline: dict[str, Any] = field(default_factory=dict)  # the organisers' mean embedding: band groups, grid
+    embed_bands: str = "named"  # band-matching rule of `embed` (no protocol to choose one): see models/bands.py
     path: str = ""
 
     @property
@@ -206,6 +207,7 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
         time=tuple(str(t) for t in d.get("time", []) or []),
         statistics=_statistics(d.get("statistics") or {}, where),
         mean_baseline=dict(d.get("mean_baseline") or {}),
+        embed_bands=str(d.get("embed_bands", "named")),
         path=where,
     )
     if spec.nan_policy not in ("error", "fill"):

@@ -4,7 +4,7 @@ LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side.
 
 GFM rows come from embedding-probe runs on the same cube: an encoder answers the tasks that are
 image-level targets (coherence class, fringe count) through its probe, in the probe's own metric
-(NeuCo-Bench: F1 for classes, R² for numbers), and cannot answer grounding or free text: those cells
+(NeuCo-Bench: F1 for classes, the mean one-vs-rest F1 for the 3-way coherence class, R² for numbers), and cannot answer grounding or free text: those cells
 say so instead of being left blank.
 """
 from __future__ import annotations
@@ -32,10 +32,18 @@ def _cell(s: dict | None) -> tuple[float | None, str]:
 
 
 def _probe_cell(run: Run, task: str) -> tuple[float | None, str]:
+    """The probe's score of a task; a multi-class task probed one-vs-rest (`<task>_<class>_vs_rest__cls`,
+    families/embedding/probe.py) shows the mean binary F1 over its classes, and says so."""
+    ovr = []
     for name, v in (run.metrics.get("task_A") or {}).items():
         base, _, kind = str(name).partition("__")
         if base == task and v is not None:
             return float(v), f"{float(v):.2f} ({PROBE_METRIC.get(kind, 'probe')})"
+        if base.startswith(task + "_") and base.endswith("_vs_rest") and kind == "cls" and v is not None:
+            ovr.append(float(v))
+    if ovr:
+        m = sum(ovr) / len(ovr)
+        return m, f"{m:.2f} (probe F1, mean of {len(ovr)} one-vs-rest)"
     return None, MISSING
 
 

@@ -60,7 +60,7 @@ class Embedding(Family):
                   "protocol": spec.protocol, "fraction": 1.0, "seed": spec.seed,
                   "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
                   "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.as_dict(),
-                  "neuco_bench_differences": differences(pr),
+                  "band_mode": prov.get("band_mode"), "neuco_bench_differences": differences(pr, tasks),
                   "tasks": [t.name for t in tasks], "label_set": identity["tasks"], "weights": prov["weights"],
                   "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}), "torch_threads": emb.threads,
                   "identity": identity, "overrides": dict(spec.overrides) or None}

@@ -116,18 +116,24 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
                          block_samples=block_samples)
         return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
     mspec = model_spec(source)
-    match = match_bands(mspec, cube.bands, "named", offers_cross_sensor=False)  # embed has no protocols
+    try:  # embed has no protocols: the dataset's catalog says the rule (cross_sensor for interferograms)
+        rule = load_dataset(cube.dataset).embed_bands
+    except UserError:
+        rule = "named"
+    match = match_bands(mspec, cube.bands, rule, offers_cross_sensor=False)
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
     found = resolve_weights(source, weights, weights_dir, allow_random_weights)
     device = device or this_device()
     eff = resolve(precision, device)
     threads = int(threads or configured_threads())
-    enc = EncoderSpec(mspec, cube.bands, "named", int(size), found.path, found.sha256, eff,
+    enc = EncoderSpec(mspec, cube.bands, rule, int(size), found.path, found.sha256, eff,
                       threads if device.type == "cpu" else None)
     inputs = input_map(cube, match.index, normalization)
     spec = EmbedSpec(source, cube.url, cube.checksum, inputs, enc, dim, block_samples=block_samples, batch=batch,
                      threads=threads)
-    return spec, {"weights": found.as_record(), "model_name": mspec.display_name,
+    fed = ", ".join(f"{s}<-{b.name}" for s, b in ((s, match.slot_band(k)) for k, s in enumerate(match.slots)) if b)
+    mode = f"{rule}: {fed}" + (" (grey-like bands replicated into RGB slots)" if match.replicated else "")
+    return spec, {"weights": found.as_record(), "model_name": mspec.display_name, "band_mode": mode,
                   "precision": {"requested": precision, "effective": eff}}
 
 

@@ -2,8 +2,8 @@
 
 Embeddings come from a submission CSV or an embedding store (`cryocube embed`); tasks from a
 NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`) or derived from any cryocube cube: a sample
-cube's own targets, or, for a tile cube, per class `<class>_present__cls` (the class occurs in the
-tile) and `<class>_fraction__regr` (its share of the labelled pixels; e.g. lake fraction on GLD).
+cube's own targets (a multi-class target as one-vs-rest binary tasks), or, for a tile cube, per class
+`<class>_present__cls` (the class occurs in the tile) and `<class>_fraction__regr` (its share of the labelled pixels; e.g. lake fraction on GLD).
 The protocol: zero-padding, one global scalar standardisation (over every row of the file, or with
 `standardize: labelled` over the labelled rows only, as NeuCo-Bench's code does), labels min-max scaled
 per task, `ShuffleSplit(k, test_size=0.1, random_state=42)`, one probe per split (seed + split), Q_t
@@ -17,7 +17,7 @@ import inspect
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -178,6 +178,20 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "class"
 
 
+def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task]:
+    """A multi-class target (coherence low/medium/high) as binary `<task>_<class>_vs_rest__cls` tasks: NeuCo-Bench
+    scores binary F1, and one-vs-rest keeps its probe unchanged instead of inventing a multi-class one. A class
+    in every labelled sample or in none is no task."""
+    names = classes.split("|") if classes else []
+    out = []
+    for c in sorted(set(labels.values())):
+        name = names[int(c)] if c.is_integer() and 0 <= int(c) < len(names) else f"{c:g}"
+        pos = {i: float(v == c) for i, v in labels.items()}
+        if len(set(pos.values())) == 2:
+            out.append(Task(f"{task}_{_slug(name)}_vs_rest__cls", "cls", pos))
+    return out
+
+
 def tasks_from_cube(url: str) -> list[Task]:
     """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and fraction."""
     from ...cube import as_text, open_cube, sample_ids
@@ -186,8 +200,13 @@ def tasks_from_cube(url: str) -> list[Task]:
     ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values, dtype=np.float64)
-        found = [Task(f"{t}__{k}", k, {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)})
-                 for j, (t, k) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values)))]
+        classes = (as_text(ds["task_classes"].values) if "task_classes" in ds.coords
+                   else [""] * target.shape[1])
+        found = []
+        for j, (t, k) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))):
+            labels = {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)}
+            found += _one_vs_rest(t, labels, classes[j]) if k == "cls" and len(set(labels.values())) > 2 \
+                else [Task(f"{t}__{k}", k, labels)]
         return [t for t in found if t.labels]  # a task the cube cannot serve (all NaN, e.g. no unwrapped phase) is no task
     frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)  # share of each class among labelled pixels
     labelled = frac.sum(axis=1) > 0
@@ -386,7 +405,7 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
     return ids, X, {"format": "zarr", **attrs}
 
 
-def differences(recipe: ProbeRecipe) -> list[str]:
+def differences(recipe: ProbeRecipe, tasks: Sequence[Task] = ()) -> list[str]:
     """What this run does differently from NeuCo-Bench's released evaluator, for the record and the results."""
     out = [f"standardisation {recipe.standardize}: mean and std {STANDARDIZE[recipe.standardize]}",
            "embedding and label values that are not finite numbers are refused (NeuCo-Bench: embeddings 0)",
@@ -396,6 +415,10 @@ def differences(recipe: ProbeRecipe) -> list[str]:
         out.append(f"probe {recipe.probe} is not NeuCo-Bench's (its probes: linear; svm with a Bayesian search)")
     if recipe.test_size != 0.1 or recipe.split_seed != 42:
         out.append(f"splits: test_size {recipe.test_size:g}, seed {recipe.split_seed} (NeuCo-Bench: 0.1, 42)")
+    ovr = sorted(t.name for t in tasks if t.name.endswith("_vs_rest__cls"))
+    if ovr:
+        out.append(f"multi-class targets probed as one-vs-rest binary tasks ({', '.join(ovr)}): NeuCo-Bench has "
+                   "binary classification only")
     return out
 
 
@@ -451,7 +474,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     run_id = content_hash(identity)
     scores = run_probes(X, ids, tasks, recipe, client, progress)
     summary = finish_scores(scores, recipe)
-    meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(), "differences": differences(recipe),
+    meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(), "differences": differences(recipe, tasks),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
     outputs.mark(out, "results", "probe")
     rdir = run_dir(out, run_id)  # per run: a second probe into `out` never overwrites the files this record points to
@@ -466,7 +489,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
                                                   "dim": int(X.shape[1]), "pca": prov.get("pca")},
               "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
               "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-              "probe": recipe.as_dict(), "neuco_bench_differences": differences(recipe),
+              "probe": recipe.as_dict(), "neuco_bench_differences": differences(recipe, tasks),
               "tasks": sorted(t.name for t in tasks),
               "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
               "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity, "primary_metric": "Q",
