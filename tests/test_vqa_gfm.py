@@ -1,0 +1,73 @@
+"""GFMs beside VLMs on the interferogram tasks: a random-weights encoder is probed on a synthetic interferogram
+cube (phase and coherence fed by the cross-sensor rule, the 3-way coherence class as one-vs-rest binary tasks), the
+tiny random VLM answers the same cube, and `report` puts both on one LEADERBOARD.md, on a real LocalCluster."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cryocube.families import RunSpec
+
+
+@pytest.fixture(scope="module")
+def ifg12(tmp_path_factory, client):
+    from cryocube.convert.writer import convert
+    from cryocube.insar_synthetic import make_interferograms
+
+    d = tmp_path_factory.mktemp("ifg12")
+    make_interferograms(d / "raw", n=12, size=32, seed=0)  # 12: NeuCo-Bench's 10 % test split keeps 2 rows for R²
+    url = str(d / "insar.zarr")
+    convert("insar", str(d / "raw"), url, client=client, progress=False)
+    return url
+
+
+def _run(cube, out, client, model, protocol, sets):
+    from cryocube.engine.evaluate import evaluate
+    from cryocube.families.recipes import load_recipe
+
+    return evaluate([RunSpec(model, cube, protocol)], str(out), load_recipe(None, list(sets)), client=client,
+                    progress=False, allow_random_weights=True)
+
+
+def test_gfm_and_vlm_on_one_interferogram_board(ifg12, tmp_path, client):
+    from cryocube.cli import main
+    from cryocube.errors import UserError
+    from cryocube.report.vqa import CANNOT
+
+    out = tmp_path / "results"
+    # the catalog publishes no statistics for phase and coherence: the refusal names the fix
+    with pytest.raises(UserError, match=r"no published mean/std.*--set normalization=cube"):
+        _run(ifg12, out, client, "vit_scratch", "probe", ["input_size=32"])
+    (gfm,) = _run(ifg12, out, client, "vit_scratch", "probe", ["input_size=32", "normalization=cube"]).records
+    assert gfm["status"] == "ok", gfm.get("error")
+    assert gfm["band_mode"].startswith("cross_sensor: B4<-wrapped_phase, B3<-coherence, B2<-unwrapped_phase")
+    ovr = sorted(t for t in gfm["tasks"] if t.startswith("coherence_classification"))
+    assert ovr == [f"coherence_classification_{c}_vs_rest__cls" for c in ("high", "low", "medium")]
+    assert "fringe_counting__regr" in gfm["tasks"] and "coherence_classification__cls" not in gfm["tasks"]
+    assert any("one-vs-rest" in d for d in gfm["neuco_bench_differences"])
+    (vlm,) = _run(ifg12, out, client, "transformers", "vqa",
+                  ["block_samples=6", "gen_batch=6", "max_new_tokens=6"]).records
+    assert vlm["status"] == "ok", vlm.get("error")
+
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+    board = (tmp_path / "report" / "LEADERBOARD.md").read_text()
+    rows = {r[0]: r for r in (
+        [c.strip() for c in line.strip("|").split("|")] for line in board.splitlines() if line.startswith("| "))}
+    assert rows["Model"][2:7] == ["Coherence Acc (%)", "Localisation IoU (%)", "Localisation F1 (%)", "Fringe MAE",
+                                  "Noise F1 (%)"]
+    v = rows["tiny random llava (random init)"]
+    mae = vlm["metrics"]["tasks"]["fringe_counting"]["metrics"]["mae"]
+    assert v[1] == "VLM" and v[5] == f"{mae['value']:.2f} [{mae['ci_low']:.2f}, {mae['ci_high']:.2f}]"
+    g = rows["ViT"]  # trained from scratch: random init is its normal state, not labelled
+    A = gfm["metrics"]["task_A"]
+    mean_f1 = sum(A[t] for t in ovr) / 3
+    assert g[1] == "GFM (probe)"
+    assert g[2] == f"{mean_f1:.2f} (probe F1, mean of 3 one-vs-rest)"
+    assert g[5] == f"{A['fringe_counting__regr']:.2f} (probe R²)"
+    assert g[3] == g[4] == g[6] == CANNOT
+    assert re.search(r"ViT", (tmp_path / "report" / "report.html").read_text())
+    recs = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["family"] for r in recs} == {"embedding", "vqa"}
