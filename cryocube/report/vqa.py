@@ -77,7 +77,8 @@ def leaderboard(res: Results, dataset: str) -> Table:
         t.add(raw, txt)
     t.notes = ["values with 95 % bootstrap intervals; MAE in fringes (lower is better), the rest in %",
                "an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed value)",
-               "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 / R²), not the VLM metric; encoders cannot "
+               "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 / R²; the 3-way coherence class as the mean "
+               "F1 of one-vs-rest binary probes), not the VLM metric; encoders cannot "
                "draw boxes or write text (localisation through segmentation is not wired yet)"]
     if any(r.random_init for r in res.vqa + res.embedding if r.dataset == dataset):
         t.notes.append("(random init) rows measure the pipeline, not a model")
