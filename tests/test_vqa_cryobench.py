@@ -91,8 +91,15 @@ def test_vlm_answers_tiles_against_the_probes_labels_beside_the_probe(gld, tmp_p
 
 
 def test_insar_tasks_cannot_be_asked_of_a_tile_cube(gld, tmp_path, client):
-    from cryocube.errors import UserError
+    import dataclasses
 
+    from cryocube.errors import UserError
+    from cryocube.families.vqa.tasks import select
+
+    assert [t.name for t in select(["class_fraction"], "tiles")] == ["class_fraction"]
+    assert {t.name for t in select(None, "tiles")} == {"class_presence", "class_fraction"}
+    t = select(["class_presence"], "tiles")[0]  # the classes left out change the questions, so the run id
+    assert dataclasses.replace(t, skip_classes=()).digest() != t.digest()
     with pytest.raises(UserError, match=r"task 'fringe_counting' asks about samples cubes .* this is a tiles cube"):
         _run(gld, tmp_path / "o", client, "transformers", "vqa", SETS + ["vqa_tasks=fringe_counting"])
 

@@ -97,8 +97,10 @@ class TaskSpec:
     def digest(self) -> str:
         """The prompt-template hash: everything that decides what the model is asked and how it is read."""
         d = asdict(self)
-        for k in ("source", "cube_kind", "skip_classes"):  # which cubes and classes: the questions, not the prompt
-            d.pop(k)
+        d.pop("source")
+        d.pop("cube_kind")  # a task asks one kind of cube (any other is refused), so it never moves an answer
+        if not self.skip_classes:  # the classes left out change the questions (kept out when none: old ids stand)
+            d.pop("skip_classes")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def parser_options(self) -> dict[str, Any]:
