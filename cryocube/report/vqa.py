@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .records import Results, Run
 from .tables import MISSING, Column, Table
+
+if TYPE_CHECKING:
+    from ..families.vqa.tasks import Board
 
 PROBE_METRIC = {"cls": "probe F1", "regr": "probe R²"}
 CANNOT = "cannot answer (encoder)"
@@ -42,7 +46,7 @@ def _probe_cell(run: Run, task: str) -> tuple[float | None, str]:
     return None, MISSING
 
 
-def board(res: Results, dataset: str):
+def board(res: Results, dataset: str) -> "Board":
     """The board of the task file the dataset's VLM runs asked (their records name it); InSAR-VLM-Bench's when
     the file cannot be found."""
     from ..catalog import CatalogError
@@ -100,7 +104,7 @@ def leaderboard(res: Results, dataset: str) -> Table:
     return t
 
 
-def class_leaderboard(res: Results, dataset: str, b) -> Table:
+def class_leaderboard(res: Results, dataset: str, b: "Board") -> Table:
     """A Cryo-Bench tile cube: per model and class, the VLM's answers against the labels `probe --tasks-from`
     derives, beside each encoder's probe of the same labels (the column's `probe:` task of that class)."""
     from ..families.class_labels import slug
