@@ -88,8 +88,9 @@ def _list(args) -> int:
     elif args.what == "tasks":
         from .families.vqa.tasks import all_tasks
 
-        rows = [("task", "answer", "metrics", "source")] + [
-            (t.name, t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""), ", ".join(m for m, _, _ in t.metrics), t.source)
+        rows = [("task", "cubes", "answer", "metrics", "source")] + [
+            (t.name, t.cube_kind, t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""),
+             ", ".join(m for m, _, _ in t.metrics), t.source)
             for t in all_tasks().values()]
     elif args.what == "adapters":
         from . import adapters

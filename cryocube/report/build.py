@@ -216,13 +216,14 @@ def _embedding_sections(w: _Writer, res: Results) -> None:
 
 
 def _vqa_sections(w: _Writer, res: Results) -> None:
-    """Generative models on the InSAR-VLM-Bench tasks (report/vqa.py), and LEADERBOARD.md beside the report."""
+    """Generative models on question tasks (InSAR-VLM-Bench's, Cryo-Bench's image-level ones; report/vqa.py), and
+    LEADERBOARD.md beside the report."""
     from . import vqa
 
     if not res.vqa:
         return
     for d in sorted({r.dataset for r in res.vqa}):
-        sec = w.section(f"Interferogram questions ({d}): VLMs and GFMs",
+        sec = w.section(f"{vqa.board(res, d).title} ({d}): VLMs and GFMs",
                         text="Each task's metric with its 95 % bootstrap interval; unparsed answers count as wrong.")
         w.table(sec, "vqa", vqa.leaderboard(res, d))
         w.table(sec, "vqa", vqa.task_table(res, d))

@@ -1,6 +1,7 @@
 """The vqa family's report: per task metrics with bootstrap CIs, the coherence confusion matrix, predicted
 against true fringe counts, a gallery (picture, question, reference, each model's answer), and
-LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side.
+LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side. A board's columns are the
+task file's `board:` (catalogs/tasks/*.yaml); a Cryo-Bench tile cube's board has a row per model and class.
 
 GFM rows come from embedding-probe runs on the same cube: an encoder answers the tasks that are
 image-level targets (coherence class, fringe count) through its probe, in the probe's own metric
@@ -11,16 +12,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .records import Results, Run
 from .tables import MISSING, Column, Table
 
-# InSAR-VLM-Bench's leaderboard columns: (task, metric, header)
-BOARD = (("coherence_classification", "accuracy", "Coherence Acc (%)"),
-         ("deformation_localization", "box_iou", "Localisation IoU (%)"),
-         ("deformation_localization", "token_f1", "Localisation F1 (%)"),
-         ("fringe_counting", "mae", "Fringe MAE"),
-         ("noise_assessment", "token_f1", "Noise F1 (%)"))
+if TYPE_CHECKING:
+    from ..families.vqa.tasks import Board
+
 PROBE_METRIC = {"cls": "probe F1", "regr": "probe R²"}
 CANNOT = "cannot answer (encoder)"
 
@@ -47,8 +46,28 @@ def _probe_cell(run: Run, task: str) -> tuple[float | None, str]:
     return None, MISSING
 
 
+def board(res: Results, dataset: str) -> "Board":
+    """The board of the task file the dataset's VLM runs asked (their records name it); InSAR-VLM-Bench's when
+    the file cannot be found."""
+    from ..catalog import CatalogError
+    from ..families.vqa.tasks import board_of
+
+    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+        for d in (r.record.get("tasks") or {}).values():
+            if d.get("source"):
+                try:
+                    return board_of(Path(str(d["source"])).stem)
+                except CatalogError:
+                    break
+    return board_of("insar")
+
+
 def leaderboard(res: Results, dataset: str) -> Table:
-    t = Table(f"leaderboard_{dataset}", f"InSAR-VLM-Bench tasks on {dataset}: VLMs and GFMs side by side",
+    b = board(res, dataset)
+    if b.per_class:
+        return class_leaderboard(res, dataset, b)
+    BOARD = b.columns
+    t = Table(f"leaderboard_{dataset}", f"{b.title} on {dataset}: VLMs and GFMs side by side",
               [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
               + [Column(f"{task}.{m}", h) for task, m, h in BOARD] + [Column("unparsed", "Unparsed")])
     for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
@@ -80,6 +99,52 @@ def leaderboard(res: Results, dataset: str) -> Table:
                "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 / R²; the 3-way coherence class as the mean "
                "F1 of one-vs-rest binary probes), not the VLM metric; encoders cannot "
                "draw boxes or write text (localisation through segmentation is not wired yet)"]
+    if any(r.random_init for r in res.vqa + res.embedding if r.dataset == dataset):
+        t.notes.append("(random init) rows measure the pipeline, not a model")
+    return t
+
+
+def class_leaderboard(res: Results, dataset: str, b: "Board") -> Table:
+    """A Cryo-Bench tile cube: per model and class, the VLM's answers against the labels `probe --tasks-from`
+    derives, beside each encoder's probe of the same labels (the column's `probe:` task of that class)."""
+    from ..families.class_labels import slug
+
+    t = Table(f"leaderboard_{dataset}", f"{b.title} on {dataset}: VLMs and GFMs side by side, per class",
+              [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False),
+               Column("class", "Class", numeric=False)]
+              + [Column(f"{task}.{m}", h) for task, m, h in b.columns] + [Column("unparsed", "Unparsed")])
+    vlms = sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name)
+    classes = sorted({c for r in vlms for d in (r.metrics.get("tasks") or {}).values() for c in d.get("by_class") or {}})
+    for r in vlms:
+        tasks = r.metrics.get("tasks") or {}
+        for c in ([None] if len(classes) > 1 else []) + classes:  # None: every class together
+            per = {k: (d if c is None else (d.get("by_class") or {}).get(c) or {}) for k, d in tasks.items()}
+            raw, txt = [r.model_name, "VLM", c or "all"], [r.model_name, "VLM", c or "all"]
+            for task, m, _ in b.columns:
+                v, s = _cell((per.get(task) or {}).get("metrics", {}).get(m))
+                raw.append(v)
+                txt.append(s if task in tasks else f"{MISSING} (not in cube)")
+            un = sum(int(d.get("unparsed", 0)) for d in per.values())
+            raw.append(un)
+            txt.append(f"{un} / {sum(int(d.get('n', 0)) for d in per.values())}")
+            t.add(raw, txt)
+    for r in sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name):
+        for c in classes:
+            raw, txt = [r.model_name, "GFM (probe)", c], [r.model_name, "GFM (probe)", c]
+            for probe in b.probes:
+                v, s = _probe_cell(r, f"{slug(c)}_{probe}") if probe else (None, CANNOT)
+                raw.append(v)
+                txt.append(s)
+            raw.append(None)
+            txt.append(MISSING)
+            t.add(raw, txt)
+    t.notes = ["VLM rows: the test split's tiles with labelled pixels, one question per tile, task and class; values with "
+               "95 % bootstrap intervals (accuracy in %, MAE as a fraction of the tile); references are the labels "
+               "`cryocube probe --tasks-from` derives from the tile's class fractions",
+               "an unparsed answer counts as wrong (MAE against the task's unparsed value)",
+               "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 for presence, R² for fraction, over random "
+               "90/10 splits of every labelled tile), not the VLM metric; – where the probe had no task (a class in "
+               "every tile or in none)"]
     if any(r.random_init for r in res.vqa + res.embedding if r.dataset == dataset):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
@@ -153,12 +218,12 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
                   [Column("task", "Task", numeric=False), Column("question", "Question", numeric=False),
                    Column("reference", "Reference", numeric=False)]
                   + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)])
-        answers = [{(q["task"]): q for gg in (r.record.get("gallery") or []) if gg["sample"] == g["sample"] for q in gg["qa"]}
-                   for r in runs]
+        answers = [{(q["task"], q.get("class")): q for gg in (r.record.get("gallery") or []) if gg["sample"] == g["sample"]
+                    for q in gg["qa"]} for r in runs]
         for q in g["qa"]:
             ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
-            row = [q["task"], q["question"], ref] + [(a.get(q["task"]) or {}).get("answer", MISSING) or "(empty)"
-                                                      for a in answers]
+            row = [q["task"], q["question"], ref] + [(a.get((q["task"], q.get("class"))) or {}).get("answer", MISSING)
+                                                      or "(empty)" for a in answers]
             t.add(row, [str(x) for x in row])
         pic = figures / f"vqa_{dataset}_{g['picture'].rsplit('/', 1)[-1]}"
         try:
@@ -173,10 +238,11 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
 
 
 def leaderboard_md(res: Results) -> str:
-    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per interferogram dataset."""
+    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per dataset (its columns from the task file)."""
     from .tables import to_markdown
 
-    parts = ["# Leaderboard (InSAR-VLM-Bench tasks)", "",
+    titles = sorted({board(res, d).title for d in {r.dataset for r in res.vqa}}) or ["InSAR-VLM-Bench tasks"]
+    parts = [f"# Leaderboard ({'; '.join(titles)})", "",
              "Written by `cryocube report`; every number is read from the run records (results.jsonl).", ""]
     for d in sorted({r.dataset for r in res.vqa}):
         parts += [to_markdown(leaderboard(res, d)), ""]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from ... import store as _store
 from ...errors import UserError, task_boundary
+from ..class_labels import class_labels, slug as _slug
 from .neuco import NeuCoError, pad_to, shuffle_splits, standardize, summarize
 from .probes import PROBES, fold_score
 
@@ -174,10 +174,6 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe) -> None:
             raise UserError(f"task {t.name} has {n} labelled samples: test_size {recipe.test_size:g} {why} ({fix})")
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "class"
-
-
 def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task]:
     """A multi-class target (coherence low/medium/high) as binary `<task>_<class>_vs_rest__cls` tasks: NeuCo-Bench
     scores binary F1, and one-vs-rest keeps its probe unchanged instead of inventing a multi-class one. A class
@@ -208,16 +204,13 @@ def tasks_from_cube(url: str) -> list[Task]:
             found += _one_vs_rest(t, labels, classes[j]) if k == "cls" and len(set(labels.values())) > 2 \
                 else [Task(f"{t}__{k}", k, labels)]
         return [t for t in found if t.labels]  # a task the cube cannot serve (all NaN, e.g. no unwrapped phase) is no task
-    frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)  # share of each class among labelled pixels
-    labelled = frac.sum(axis=1) > 0
+    labelled, per_class = class_labels(ds)
     out = []
-    for c, name in enumerate(as_text(ds["class"].values)):
-        f = frac[:, c]
-        pres = (f > 0).astype(float)
-        if np.unique(pres[labelled]).size == 2:  # a class in every tile (or none) is no task
-            out.append(Task(f"{_slug(name)}_present__cls", "cls", {i: v for i, v, ok in zip(ids, pres, labelled) if ok}))
-        if np.ptp(f[labelled]) > 0 if labelled.any() else False:
-            out.append(Task(f"{_slug(name)}_fraction__regr", "regr", {i: v for i, v, ok in zip(ids, f, labelled) if ok}))
+    for c in per_class:
+        if np.unique(c.present[labelled]).size == 2:  # a class in every tile (or none) is no task
+            out.append(Task(f"{c.slug}_present__cls", "cls", {i: v for i, v, ok in zip(ids, c.present, labelled) if ok}))
+        if np.ptp(c.fraction[labelled]) > 0 if labelled.any() else False:
+            out.append(Task(f"{c.slug}_fraction__regr", "regr", {i: v for i, v, ok in zip(ids, c.fraction, labelled) if ok}))
     if not out:
         raise UserError(f"{url}: no class varies between tiles, so no image-level task can be derived")
     return out

@@ -1,5 +1,6 @@
 """The vqa family: generative vision-language models answer the InSAR-VLM-Bench questions about
-interferogram cubes (`cryocube evaluate --protocol vqa --models transformers:<checkpoint>`).
+interferogram cubes, and image-level yes/no and "what fraction" questions about Cryo-Bench tile cubes
+(`cryocube evaluate --protocol vqa --models transformers:<checkpoint>`); the cube's kind picks the task file.
 
 `plan` reads the questions from the cube (questions.py) and checks the model through its adapter
 (cryocube.adapters: weights there, an image processor) before any work; `score` is one Dask task per
@@ -49,7 +50,7 @@ class Vqa(Family):
         if adapter_name not in names():
             raise UserError(f"{spec.model!r} is not a generative model: the vqa protocol takes <adapter>[:<checkpoint>] "
                             f"(adapters: {', '.join(names())}); encoders answer these tasks through --protocol probe")
-        tasks = select(vr.task_names or None)
+        tasks = select(vr.task_names or None, cube.kind)
         qs, left_out = questions(cube.url, tasks)
         asked = {q.task for q in qs}
         tasks = [t for t in tasks if t.name in asked]
@@ -73,15 +74,18 @@ class Vqa(Family):
         blocks = []
         bands = tuple(b.name for b in cube.bands)
         from ...cube import open_cube
+        from .render import band_facts
 
         ds = open_cube(cube.url)
+        facts = band_facts(ds) if cube.kind == "tiles" else ()
         rendered = bool(ds.attrs.get("rendered", False))
         size = (int(ds.sizes["x"]), int(ds.sizes["y"]))
         for k in range(0, len(samples), bs):
             chunk = set(samples[k: k + bs])
             blocks.append(Block(index=len(blocks), cube=cube.url, bands=bands, rendered=rendered,
                                 questions=tuple(q for q in qs if q.sample in chunk), tasks=tuple(tasks), model=ref,
-                                gen_batch=vr.gen_batch, threads=threads, url=block_url(rdir, len(blocks)), size=size))
+                                gen_batch=vr.gen_batch, threads=threads, url=block_url(rdir, len(blocks)), size=size,
+                                facts=facts))
         generation = {"do_sample": False, "num_beams": 1, "batch": vr.gen_batch,
                       "max_new_tokens": {t.name: t.max_new_tokens for t in tasks}}
         record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": prov.model_name,
@@ -90,7 +94,7 @@ class Vqa(Family):
                   "weights": prov.weights, "precision": {"requested": vr.precision, "effective": prec},
                   "tasks": {t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
                                      "questions": sum(q.task == t.name for q in qs), "source": t.source} for t in tasks},
-                  "tasks_left_out": left_out, "generation": generation, "adapter": ref.adapter,
+                  "tasks_left_out": left_out, **_asked(qs, cube.kind), "generation": generation, "adapter": ref.adapter,
                   "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts,
                   "torch_threads": threads}
         work = {"blocks": blocks, "tasks": {t.name: t for t in tasks}, "dir": rdir, "questions": len(qs)}
@@ -138,6 +142,13 @@ class Vqa(Family):
                 "timings": {"generate_s": gen_s, "train_s": 0.0}}
 
 
+def _asked(qs: list, kind: str) -> dict:
+    """Tiles: which split and classes were asked (the test split; every class but the task file's skip_classes)."""
+    if kind != "tiles":
+        return {}
+    return {"split": "test", "classes": sorted({q.subject for q in qs}), "samples_asked": len({q.sample for q in qs})}
+
+
 def summary_line(tasks: dict) -> str:
     """One line per run for the console: each task's metrics with their 95 % intervals and its unparsed answers."""
     from .metrics import FACTS
@@ -170,8 +181,10 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
         rel = f"gallery/sample-{s:05d}.png"
         size = next(q.size for b in run.work["blocks"] for q in b.questions if q.sample == s)
         _store.write_atomic(f"{run.work['dir']}/{rel}",
-                            png_bytes(render(crop(images[k], size), list(b0.bands), first.render, b0.rendered)))
+                            png_bytes(render(crop(images[k], size), list(b0.bands), first.render, b0.rendered,
+                                             facts=b0.facts)))
         out.append({"sample": s, "source": next(r["source"] for r in rows if r["sample"] == s), "picture": rel,
                     "qa": [{"task": r["task"], "question": r["prompt"], "reference": r["refs"], "answer": r["answer"],
-                            "ok": r["ok"]} for r in rows if r["sample"] == s]})
+                            "ok": r["ok"]} | ({"class": r["class"]} if "class" in r else {})
+                           for r in rows if r["sample"] == s]})
     return out

@@ -32,6 +32,7 @@ class Block:
     threads: int | None
     url: str  # where the block's answers are kept
     size: tuple[int, int] = (0, 0)  # the cube's (width, height)
+    facts: tuple = ()  # tiles: the cube's bands (render.BandFacts), to pick and stretch what is drawn
 
 
 def block_url(run_dir: str, index: int) -> str:
@@ -59,7 +60,7 @@ def _generate(b: Block) -> tuple[list[dict], float]:
     for t in b.tasks:
         if t.render not in pictures:
             pictures[t.render] = {s: render(crop(images[k], sizes[s]), list(b.bands), t.render, b.rendered,
-                                            where=f"{b.cube}: sample {s}") for k, s in enumerate(samples)}
+                                            where=f"{b.cube}: sample {s}", facts=b.facts) for k, s in enumerate(samples)}
     by_task = {t.name: t for t in b.tasks}
     gens: list[dict | None] = [None] * len(b.questions)
     with torch_task(b.threads) as (device, _threads):
@@ -97,7 +98,8 @@ def answer_block(b: Block) -> dict:
         value = list(p.value) if isinstance(p.value, tuple) else p.value
         rows.append({"sample": q.sample, "source": q.source, "task": q.task, "prompt": q.prompt, "answer": g["answer"],
                      "new_tokens": g["new_tokens"], "parsed": value, "ok": p.ok,
-                     "refs": {m: (list(r) if isinstance(r, tuple) else r) for m, r in q.refs}, "scores": scores})
+                     "refs": {m: (list(r) if isinstance(r, tuple) else r) for m, r in q.refs}, "scores": scores}
+                    | ({"class": q.subject} if q.subject else {}))
     return {"rows": rows, "blocks": 1, "generated": int(generated), "gen_s": seconds if generated else 0.0,
             "tokens": sum(g["new_tokens"] for g in gens) if generated else 0,
             "questions_generated": len(gens) if generated else 0}
@@ -121,6 +123,13 @@ def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, se
             vals = [r["scores"][m] for r in rs if m in r["scores"]]
             if vals:
                 d["metrics"][m] = summarize(m, np.asarray(vals), n_boot=n_boot, seed=seed)
+        subjects = sorted({r["class"] for r in rs if "class" in r})
+        if subjects:  # tiles: each metric per class too (the board's rows)
+            d["by_class"] = {c: {"n": sum(r.get("class") == c for r in rs),
+                                 "unparsed": sum(r.get("class") == c and not r["ok"] for r in rs),
+                                 "metrics": {m: summarize(m, np.asarray([r["scores"][m] for r in rs if r.get("class") == c]),
+                                                          n_boot=n_boot, seed=seed) for m, _, _ in t.metrics}}
+                             for c in subjects}
         if t.answer == "class":
             m0 = t.metrics[0][0]
             d["confusion"] = {"labels": list(t.labels), "matrix": confusion([r["refs"][m0] for r in rs if m0 in r["refs"]],

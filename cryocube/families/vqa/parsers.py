@@ -1,4 +1,4 @@
-"""Answer parsers: a model's free text -> a class, a number, a box or a cleaned text.
+"""Answer parsers: a model's free text -> a class, a number, a fraction, a box or a cleaned text.
 
 A parser never raises: it returns `Parsed(value, ok)`, and an answer it cannot read (empty,
 ambiguous, no number, no box) is `ok=False`. The metrics score such an answer as wrong and the
@@ -73,6 +73,18 @@ def parse_number(text: str, **_) -> Parsed:
     return Parsed(None, False)
 
 
+def parse_fraction(text: str, **_) -> Parsed:
+    """A share of the image in 0..1: the first number as parse_number reads it, a percentage ("30%", "30 percent")
+    or a number above 1 and at most 100 read as percent ("30" -> 0.3); anything else outside 0..1 is unparsed."""
+    p = parse_number(text)
+    if not p.ok:
+        return p
+    v = float(p.value)
+    if re.search(NUMBER + r"\s*(?:%|per\s*cent|percent)", _squash(text), re.I) or 1.0 < v <= 100.0:
+        v /= 100.0
+    return Parsed(v, True) if 0.0 <= v <= 1.0 else Parsed(None, False)
+
+
 def parse_box(text: str, size: tuple[int, int] | None = None, **_) -> Parsed:
     """The first box [x0, y0, x1, y1] of the answer, as fractions of the image (coordinates above 1 are read as
     pixels of an image of `size` (width, height)); corners are sorted; the rest of the answer is its description."""
@@ -98,8 +110,8 @@ def parse_text(text: str, **_) -> Parsed:
     return Parsed(t, bool(t), t)
 
 
-PARSERS: dict[str, Callable[..., Parsed]] = {"class": parse_class, "number": parse_number, "box": parse_box,
-                                              "text": parse_text}
+PARSERS: dict[str, Callable[..., Parsed]] = {"class": parse_class, "number": parse_number, "fraction": parse_fraction,
+                                              "box": parse_box, "text": parse_text}
 
 
 def parser(kind: str) -> Callable[..., Parsed]:

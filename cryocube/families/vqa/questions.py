@@ -1,7 +1,8 @@
-"""From an interferogram cube to questions: which sample is asked which task, its prompt and its references.
+"""From a cube to questions: which sample is asked which task, its prompt and its references.
 
 Read on the client at planning time from the cube's coordinates and small variables (`target`, `box`,
-`answer`; docs/insar-cube.md), never from pixels. A task is asked of a sample when the cube holds a
+`answer`; docs/insar-cube.md), never from pixels. A Cryo-Bench tile cube is asked on its test split,
+once per (tile, task, class), against the labels `probe --tasks-from` derives (families/class_labels.py). A task is asked of a sample when the cube holds a
 reference for at least one of the task's metrics; a task the cube holds no reference for is left out
 (and said in the record), and a cube that serves none of the selected tasks is refused.
 """
@@ -25,6 +26,7 @@ class Question:
     prompt: str
     refs: tuple[tuple[str, Any], ...]  # (metric, reference) for the metrics this sample has a reference for
     size: tuple[int, int] = (0, 0)  # the pair's own (width, height): smaller pairs are padded in the cube
+    subject: str = ""  # tiles: the class asked about
 
 
 def _text(a) -> list[str]:
@@ -38,6 +40,8 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
     from ...cube import open_cube
 
     ds = open_cube(url)
+    if ds.attrs.get("kind") != "samples" and "class_fraction" in ds:
+        return tile_questions(url, ds, tasks)
     if ds.attrs.get("kind") != "samples" or "image" not in ds:
         raise UserError(f"{url}: the vqa protocol needs an interferogram sample cube (cryocube convert insar|hephaestus); "
                         "this cube has no image-level references")
@@ -116,3 +120,43 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
         raise UserError(f"{url}: the cube serves none of the tasks {', '.join(t.name for t in tasks)} ("
                         + "; ".join(f"{k}: {v}" for k, v in left_out.items()) + ")")
     return out, left_out
+
+
+def tile_questions(url: str, ds, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str, str]]:
+    """A tile cube's questions: every test tile with labelled pixels, each task, each class but the task's
+    skip_classes; the reference is the class's derived label (`class: present` -> labels[0|1], `class: fraction`)."""
+    from ...cube import as_text, sample_ids
+    from ..class_labels import class_labels
+    from .render import band_facts, tile_bands
+    from .tasks import fill_tile
+
+    ids = [str(i) for i in sample_ids(ds, url)]
+    split = np.asarray(as_text(ds["split"].values))
+    labelled, per_class = class_labels(ds)
+    asked = np.flatnonzero((split == "test") & labelled)
+    if not asked.size:
+        raise UserError(f"{url}: no test-split tile has a labelled pixel, and the Cryo-Bench questions ask the test split")
+    h, w = int(ds.sizes["y"]), int(ds.sizes["x"])
+    facts = band_facts(ds)
+    dataset = str(ds.attrs.get("dataset", ""))
+    plan = []
+    for t in tasks:
+        if t.answer == "class" and any(kind == "class" and ref == "present" for _, kind, ref in t.metrics) \
+                and len(t.labels) != 2:
+            raise UserError(f"{t.source}: task {t.name}: a presence answer needs two labels (absent, present), "
+                            f"got {', '.join(t.labels)}")
+        classes = [c for c in per_class if c.name not in t.skip_classes]
+        plan.append((t, classes, tile_bands(facts, t.render, f"{url}: task {t.name}")[1]))
+
+    def ref(t: TaskSpec, name: str, c, i: int):
+        v = float(c.present[i] if name == "present" else c.fraction[i])
+        return t.labels[int(v)] if t.answer == "class" else v
+
+    out = []
+    for i in asked:
+        for t, classes, picture in plan:
+            for c in classes:
+                sample = {"class_name": c.name, "dataset": dataset, "picture": picture, "width": w, "height": h}
+                refs = tuple((m, ref(t, name, c, int(i))) for m, _, name in t.metrics)
+                out.append(Question(int(i), ids[i], t.name, fill_tile(t, sample), refs, (w, h), c.name))
+    return out, {}

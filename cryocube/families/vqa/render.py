@@ -1,15 +1,80 @@
-"""Interferogram -> the RGB picture a VLM sees: phase through a cyclic colour map, coherence in grey,
-side by side or the phase alone (the task's `render:`). Rendered cubes (Hephaestus' PNG bands) are
-shown as published. Boxes in answers are fractions of the phase panel, so the layout never moves them.
+"""A cube sample -> the RGB picture a VLM sees (the task file's `render:`). An interferogram: phase through
+a cyclic colour map, coherence in grey, side by side or the phase alone; rendered cubes (Hephaestus' PNG
+bands) are shown as published; boxes in answers are fractions of the phase panel, so the layout never
+moves them. A Cryo-Bench tile: its optical bands nearest to red, green and blue in colour, else its
+first SAR band in grey, stretched per picture (percentiles) or by the cube's own statistics.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import UserError
-from .tasks import RenderSpec
+from .tasks import RenderSpec, TileRender
+
+
+@dataclass(frozen=True)
+class BandFacts:
+    """What drawing a tile needs of a cube band (its role and wavelength pick it, its train statistics stretch it)."""
+
+    name: str
+    role: str
+    wavelength_um: float
+    mean: float
+    std: float
+
+
+def band_facts(ds) -> tuple[BandFacts, ...]:
+    """From an open cube's band coordinates (no pixels)."""
+    from ...cube import as_text
+
+    n = int(ds.sizes["band"])
+
+    def col(name, default):
+        return np.asarray(ds[name].values, np.float64) if name in ds else np.full(n, default)
+
+    roles = as_text(ds["role"].values) if "role" in ds else [""] * n
+    return tuple(BandFacts(str(b), str(r), float(w), float(m), float(s)) for b, r, w, m, s in
+                 zip(as_text(ds["band"].values), roles, col("wavelength_um", np.nan), col("band_mean", np.nan),
+                     col("band_std", np.nan)))
+
+
+def tile_bands(facts: tuple[BandFacts, ...], spec: TileRender, where: str = "") -> tuple[list[int], str]:
+    """(band indices: three for colour, one for grey, and what the picture shows, in words); a cube with neither is
+    refused in one sentence."""
+    rgb = []
+    for um in spec.rgb_um:
+        near = [(abs(f.wavelength_um - um), k) for k, f in enumerate(facts)
+                if f.role == spec.rgb_role and abs(f.wavelength_um - um) <= spec.rgb_tolerance_um]
+        rgb.append(min(near)[1] if near else None)
+    if None not in rgb and len(set(rgb)) == 3:
+        return rgb, f"the tile in natural colour (bands {', '.join(facts[k].name for k in rgb)} as red, green, blue)"
+    grey = [k for k, f in enumerate(facts) if f.role in spec.grey_roles]
+    if grey:
+        return grey[:1], f"the tile's {facts[grey[0]].name} band ({facts[grey[0]].role}) in grey"
+    raise UserError(f"{where}: no band to draw: no {spec.rgb_role} bands near {', '.join(f'{u:g}' for u in spec.rgb_um)} um "
+                    f"and no band of role {' or '.join(spec.grey_roles)} (bands: {', '.join(f.name for f in facts)}); "
+                    "set the task file's render: rgb or grey")
+
+
+def render_tile(image: np.ndarray, facts: tuple[BandFacts, ...], spec: TileRender, where: str = "") -> np.ndarray:
+    """(band, y, x) -> (H, W, 3) uint8; NaN (no data) is black."""
+    idx, _ = tile_bands(facts, spec, where)
+    chans = []
+    for k in idx:
+        x = np.asarray(image[k], np.float64)
+        if spec.stretch == "statistics":
+            lo, hi = facts[k].mean - spec.stds * facts[k].std, facts[k].mean + spec.stds * facts[k].std
+        else:
+            ok = x[np.isfinite(x)]
+            lo, hi = (np.percentile(ok, spec.percentiles) if ok.size else (0.0, 1.0))
+        chans.append(_scaled(x, float(lo), float(hi) if hi > lo else float(lo) + 1.0).astype(np.uint8))
+    out = np.stack(chans * 3 if len(chans) == 1 else chans, -1)
+    if spec.scale > 1:
+        out = out.repeat(spec.scale, axis=0).repeat(spec.scale, axis=1)
+    return np.ascontiguousarray(out)
 
 
 @functools.cache
@@ -32,8 +97,11 @@ def _band(image: np.ndarray, bands: list[str], name: str, where: str) -> np.ndar
     return image[bands.index(name)]
 
 
-def render(image: np.ndarray, bands: list[str], spec: RenderSpec, rendered: bool = False, where: str = "") -> np.ndarray:
-    """(band, y, x) maps -> (H, W, 3) uint8."""
+def render(image: np.ndarray, bands: list[str], spec: RenderSpec | TileRender, rendered: bool = False, where: str = "",
+           facts: tuple[BandFacts, ...] = ()) -> np.ndarray:
+    """(band, y, x) maps -> (H, W, 3) uint8 (`facts`: the cube's bands, for tiles)."""
+    if isinstance(spec, TileRender):
+        return render_tile(image, facts, spec, where)
     if rendered:
         lo, hi = spec.rendered_range
         phase = np.stack([_scaled(_band(image, bands, b, where), lo, hi) for b in spec.rendered_phase], -1).astype(np.uint8)

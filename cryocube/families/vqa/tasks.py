@@ -1,7 +1,9 @@
 """Question-answering tasks as data: catalogs/tasks/*.yaml -> typed `TaskSpec`s, and their prompts.
 
 A task names its answer parser, its metrics with the cube reference each is scored against, a prompt
-template and how the interferogram is drawn. Everything is checked when the catalog is read (an
+template and how the picture is drawn; its file says which kind of cube it asks about (`cubes:`
+samples, the interferogram cubes, or tiles, the Cryo-Bench segmentation cubes) and which columns the
+leaderboard shows (`board:`). Everything is checked when the catalog is read (an
 unknown prompt field, parser, metric or reference kind is one sentence naming the file and task), so
 a bad task never costs a cluster start. Specs are plain frozen dataclasses: they travel with the tasks
 to workers that never saw a lab's catalog folder.
@@ -21,8 +23,13 @@ from .parsers import PARSERS
 
 PROMPT_FIELDS = ("labels", "primary_date", "secondary_date", "days", "wavelength_cm", "fringe_cm", "picture", "width",
                  "height", "frame")
-REFERENCE_KINDS = ("target", "box", "answer")
+TILE_PROMPT_FIELDS = ("labels", "class_name", "dataset", "picture", "width", "height")
+# cube kind (a task file's `cubes:`) -> the prompt fields its samples fill
+CUBE_KINDS = {"samples": PROMPT_FIELDS, "tiles": TILE_PROMPT_FIELDS}
+REFERENCE_KINDS = ("target", "box", "answer", "class")
+CLASS_REFERENCES = ("present", "fraction")  # `class: present|fraction`: the probe's derived labels (families/class_labels.py)
 RENDER_LAYOUTS = ("side_by_side", "phase")
+STRETCHES = ("percentile", "statistics")
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,33 @@ class RenderSpec:
 
 
 @dataclass(frozen=True)
+class TileRender:
+    """A Cryo-Bench tile as a picture: the optical bands nearest to red, green and blue in colour, else the first
+    band of `grey_roles` in grey; each band stretched over its percentiles in the picture or over the cube's
+    train-split mean +- `stds` standard deviations (`statistics`)."""
+
+    rgb_um: tuple[float, float, float] = (0.665, 0.560, 0.490)
+    rgb_role: str = "optical"
+    rgb_tolerance_um: float = 0.06
+    grey_roles: tuple[str, ...] = ("sar",)
+    stretch: str = "percentile"
+    percentiles: tuple[float, float] = (2.0, 98.0)
+    stds: float = 2.0
+    scale: int = 1
+
+
+@dataclass(frozen=True)
+class Board:
+    """A task file's leaderboard: its title, its columns (task, metric, header) and, per column, the probe task
+    (`<probe>__cls|regr`, or `<class slug>_<probe>` when `per_class`) that answers it for a GFM, or None."""
+
+    title: str
+    columns: tuple[tuple[str, str, str], ...]
+    probes: tuple[str | None, ...]
+    per_class: bool = False
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     name: str
     title: str
@@ -51,8 +85,10 @@ class TaskSpec:
     labels: tuple[str, ...] = ()
     aliases: tuple[tuple[str, tuple[str, ...]], ...] = ()
     unparsed_value: float = 0.0
-    render: RenderSpec = field(default_factory=RenderSpec)
+    render: RenderSpec | TileRender = field(default_factory=RenderSpec)
     source: str = ""  # the catalog file
+    cube_kind: str = "samples"  # the cubes its file asks about (CUBE_KINDS)
+    skip_classes: tuple[str, ...] = ()  # tiles: classes not asked about (background)
 
     @property
     def primary_metric(self) -> str:
@@ -62,6 +98,9 @@ class TaskSpec:
         """The prompt-template hash: everything that decides what the model is asked and how it is read."""
         d = asdict(self)
         d.pop("source")
+        d.pop("cube_kind")  # a task asks one kind of cube (any other is refused), so it never moves an answer
+        if not self.skip_classes:  # the classes left out change the questions (kept out when none: old ids stand)
+            d.pop("skip_classes")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def parser_options(self) -> dict[str, Any]:
@@ -108,11 +147,41 @@ def _render(d: Any, where: str) -> RenderSpec:
                       rendered_range=rng(rd.get("range"), base.rendered_range), scale=scale)
 
 
+def _tile_render(d: Any, where: str) -> TileRender:
+    if d is None:
+        return TileRender()
+    if not isinstance(d, dict):
+        raise CatalogError(f"{where}: render must be a mapping")
+    unknown = set(d) - {"rgb", "grey", "stretch", "scale"}
+    if unknown:
+        raise CatalogError(f"{where}: unknown render fields {sorted(unknown)} (a tile picture takes rgb, grey, stretch, scale)")
+    rgb, grey, st = d.get("rgb") or {}, d.get("grey") or {}, d.get("stretch") or {}
+    base = TileRender()
+    um = rgb.get("wavelength_um", list(base.rgb_um))
+    if not (isinstance(um, list) and len(um) == 3 and all(isinstance(v, (int, float)) for v in um)):
+        raise CatalogError(f"{where}: render rgb wavelength_um must be three numbers (red, green, blue), got {um!r}")
+    kind = str(st.get("kind", base.stretch))
+    if kind not in STRETCHES:
+        raise CatalogError(f"{where}: render stretch kind {kind!r} is not one of {', '.join(STRETCHES)}")
+    pct = st.get("percentiles", list(base.percentiles))
+    if not (isinstance(pct, list) and len(pct) == 2 and all(isinstance(v, (int, float)) for v in pct)
+            and 0 <= pct[0] < pct[1] <= 100):
+        raise CatalogError(f"{where}: render stretch percentiles must be [low, high] within 0..100, got {pct!r}")
+    scale = d.get("scale", 1)
+    if not isinstance(scale, int) or scale < 1:
+        raise CatalogError(f"{where}: render scale must be a positive integer, got {scale!r}")
+    return TileRender(rgb_um=tuple(float(v) for v in um), rgb_role=str(rgb.get("role", base.rgb_role)),
+                      rgb_tolerance_um=float(rgb.get("tolerance_um", base.rgb_tolerance_um)),
+                      grey_roles=tuple(str(r) for r in grey.get("roles", base.grey_roles)), stretch=kind,
+                      percentiles=(float(pct[0]), float(pct[1])), stds=float(st.get("stds", base.stds)), scale=scale)
+
+
 def prompt_fields(template: str) -> list[str]:
     return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
 
 
-def parse_task(name: str, d: Any, render: RenderSpec, where: str) -> TaskSpec:
+def parse_task(name: str, d: Any, render: RenderSpec | TileRender, where: str, cube_kind: str = "samples",
+               skip_classes: tuple[str, ...] = ()) -> TaskSpec:
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: a task must be a mapping")
     unknown = set(d) - {"title", "answer", "labels", "aliases", "metrics", "prompt", "max_new_tokens", "unparsed_value"}
@@ -135,6 +204,10 @@ def parse_task(name: str, d: Any, render: RenderSpec, where: str) -> TaskSpec:
         if not (isinstance(ref, dict) and len(ref) == 1 and next(iter(ref)) in REFERENCE_KINDS):
             raise CatalogError(f"{where}: metric {m}: the reference must be one of {{{', '.join(f'{k}: NAME' for k in REFERENCE_KINDS)}}}, got {ref!r}")
         (kind, ref_name), = ref.items()
+        if (kind == "class") != (cube_kind == "tiles") or (kind == "class" and ref_name not in CLASS_REFERENCES):
+            raise CatalogError(f"{where}: metric {m}: a task about {cube_kind} cubes cannot be scored against "
+                               f"{{{kind}: {ref_name}}} (tiles take class: {' | '.join(CLASS_REFERENCES)}; samples take "
+                               "target, box or answer)")
         ms.append((str(m), kind, str(ref_name)))
     if not ms:
         raise CatalogError(f"{where}: a task needs at least one metric")
@@ -143,27 +216,84 @@ def parse_task(name: str, d: Any, render: RenderSpec, where: str) -> TaskSpec:
         fields = prompt_fields(prompt)
     except ValueError as e:
         raise CatalogError(f"{where}: prompt is not a valid template ({e})") from None
-    bad = [f for f in fields if f not in PROMPT_FIELDS]
+    allowed = CUBE_KINDS[cube_kind]
+    bad = [f for f in fields if f not in allowed]
     if bad:
         raise CatalogError(f"{where}: prompt names unknown field {{{bad[0]}}}; a prompt may use "
-                           f"{', '.join('{' + f + '}' for f in PROMPT_FIELDS)}")
+                           f"{', '.join('{' + f + '}' for f in allowed)}")
     mnt = d.get("max_new_tokens", 32)
     if not isinstance(mnt, int) or mnt < 1:
         raise CatalogError(f"{where}: max_new_tokens must be a positive integer, got {mnt!r}")
     return TaskSpec(name=name, title=str(d.get("title", name)), answer=answer, metrics=tuple(ms), prompt=prompt,
                     max_new_tokens=mnt, labels=labels, aliases=tuple((k, tuple(map(str, v))) for k, v in aliases.items()),
-                    unparsed_value=float(d.get("unparsed_value", 0.0)), render=render, source=where.split(":")[0])
+                    unparsed_value=float(d.get("unparsed_value", 0.0)), render=render, source=where.split(":")[0],
+                    cube_kind=cube_kind, skip_classes=skip_classes)
+
+
+def _task_file(path) -> dict:
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), dict):
+        raise CatalogError(f"{path}: a task file is a mapping with `tasks:` (and optionally `cubes:`, `render:`, `board:`)")
+    unknown = set(raw) - {"tasks", "render", "cubes", "board", "skip_classes"}
+    if unknown:
+        raise CatalogError(f"{path}: unknown top-level fields {sorted(unknown)}")
+    kind = str(raw.get("cubes", "samples"))
+    if kind not in CUBE_KINDS:
+        raise CatalogError(f"{path}: cubes must be one of {', '.join(CUBE_KINDS)} (the cube kind its tasks ask about), "
+                           f"got {kind!r}")
+    if "skip_classes" in raw and kind != "tiles":
+        raise CatalogError(f"{path}: skip_classes applies to tile cubes (cubes: tiles) only")
+    return raw
 
 
 def load_task_file(path) -> dict[str, TaskSpec]:
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), dict):
-        raise CatalogError(f"{path}: a task file is a mapping with `tasks:` (and optionally `render:`)")
-    unknown = set(raw) - {"tasks", "render"}
-    if unknown:
-        raise CatalogError(f"{path}: unknown top-level fields {sorted(unknown)}")
-    render = _render(raw.get("render"), f"{path}: render")
-    return {n: parse_task(n, d, render, f"{path}: task {n}") for n, d in raw["tasks"].items()}
+    raw = _task_file(path)
+    kind = str(raw.get("cubes", "samples"))
+    render = (_tile_render if kind == "tiles" else _render)(raw.get("render"), f"{path}: render")
+    skip = tuple(str(c) for c in raw.get("skip_classes") or ())
+    tasks = {n: parse_task(n, d, render, f"{path}: task {n}", kind, skip) for n, d in raw["tasks"].items()}
+    load_board(path, tasks, raw)  # its columns name its own tasks and metrics
+    return tasks
+
+
+def load_board(path, tasks: dict[str, TaskSpec] | None = None, raw: dict | None = None) -> Board:
+    """The file's `board:` (title, columns: [{task, metric, header, probe}], per_class); without one, a column per
+    task and metric in file order, headed by the task's title."""
+    from .metrics import FACTS
+
+    raw = raw if raw is not None else _task_file(path)
+    tasks = tasks if tasks is not None else load_task_file(path)
+    where = f"{path}: board"
+    b = raw.get("board") or {}
+    if not isinstance(b, dict) or set(b) - {"title", "columns", "per_class"}:
+        raise CatalogError(f"{where}: a board is a mapping of title, columns and per_class")
+    cols = b.get("columns")
+    if cols is None:
+        cols = [{"task": n, "metric": m, "header": f"{t.title} {FACTS[m][0]}" + (" (%)" if FACTS[m][2] else "")}
+                for n, t in tasks.items() for m, _, _ in t.metrics]
+    if not isinstance(cols, list) or not cols:
+        raise CatalogError(f"{where}: columns must be a list of {{task, metric, header[, probe]}}")
+    out, probes = [], []
+    for c in cols:
+        if not (isinstance(c, dict) and {"task", "metric", "header"} <= set(c) <= {"task", "metric", "header", "probe"}):
+            raise CatalogError(f"{where}: a column is {{task, metric, header[, probe]}}, got {c!r}")
+        t = tasks.get(str(c["task"]))
+        if t is None or c["metric"] not in [m for m, _, _ in t.metrics]:
+            raise CatalogError(f"{where}: column {c['header']!r} names {c['task']}.{c['metric']}, which no task of the "
+                               "file scores")
+        out.append((str(c["task"]), str(c["metric"]), str(c["header"])))
+        probes.append(None if c.get("probe") is None else str(c["probe"]))
+    return Board(title=str(b.get("title", "question tasks")), columns=tuple(out), probes=tuple(probes),
+                 per_class=bool(b.get("per_class", False)))
+
+
+def board_of(stem: str) -> Board:
+    """The board of the catalog task file named `stem` (a lab's folder first), as `report` lays out a dataset."""
+    for d in catalog_dirs():
+        p = d / "tasks" / f"{stem}.yaml"
+        if p.exists():
+            return load_board(p)
+    raise CatalogError(f"no task file {stem}.yaml in catalogs/tasks")
 
 
 def all_tasks() -> dict[str, TaskSpec]:
@@ -176,15 +306,20 @@ def all_tasks() -> dict[str, TaskSpec]:
     return out
 
 
-def select(names: list[str] | None) -> list[TaskSpec]:
+def select(names: list[str] | None, cube_kind: str = "samples") -> list[TaskSpec]:
+    """The named tasks (or every task about `cube_kind` cubes); a named task about another kind of cube is refused."""
     from ...errors import UserError
 
     tasks = all_tasks()
     if not names:
-        return list(tasks.values())
+        return [t for t in tasks.values() if t.cube_kind == cube_kind]
     bad = [n for n in names if n not in tasks]
     if bad:
         raise UserError(f"unknown task {bad[0]!r}; known: {', '.join(tasks)} (catalogs/tasks/*.yaml)")
+    other = [tasks[n] for n in names if tasks[n].cube_kind != cube_kind]
+    if other:
+        raise UserError(f"task {other[0].name!r} asks about {other[0].cube_kind} cubes ({other[0].source}) and this is "
+                        f"a {cube_kind} cube; its tasks: {', '.join(n for n, t in tasks.items() if t.cube_kind == cube_kind)}")
     return [tasks[n] for n in names]
 
 
@@ -203,6 +338,18 @@ def _days(a: str, b: str) -> str:
         return str(abs((_dt.date.fromisoformat(b) - _dt.date.fromisoformat(a)).days))
     except (TypeError, ValueError):
         return "?"
+
+
+def tile_picture_text(how: str) -> str:
+    return f"The picture shows {how}."
+
+
+def fill_tile(task: TaskSpec, sample: dict[str, Any]) -> str:
+    """The prompt of a tile task for one (sample, class) (`sample`: class_name, dataset, picture, width, height)."""
+    vals = {"labels": " or ".join(task.labels), "class_name": str(sample["class_name"]).replace("_", " "),
+            "dataset": sample.get("dataset", ""), "picture": tile_picture_text(sample.get("picture", "the tile")),
+            "width": sample.get("width", "?"), "height": sample.get("height", "?")}
+    return task.prompt.format(**vals)
 
 
 def fill(task: TaskSpec, sample: dict[str, Any]) -> str:
