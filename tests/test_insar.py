@@ -105,6 +105,50 @@ def test_inspect_and_verify_a_sample_cube(geotiff, capsys):
     assert "0 damaged, checksum matches" in capsys.readouterr().out
 
 
+def test_verify_checks_boxes_and_answers_too(geotiff, tmp_path, capsys):
+    """The digests cover every per-sample variable a task reads, not only image and target: a deleted box chunk
+    (read back as fill values), a garbled answer chunk and one altered box are each named by `inspect --verify`."""
+    import shutil
+
+    _, url, _ = geotiff
+    g = store.open_group(url, "r")
+    assert g.attrs["digest_vars"] == ["answer", "box"] and g["sample_digest"].shape == (12, 4)
+    box = np.asarray(g["box"][:])
+    has_box = np.isfinite(box).all(axis=1)
+    blk = next(b for b in range(3) if has_box[4 * b: 4 * b + 4].any())  # a block whose chunk holds real boxes
+    other = (blk + 1) % 3
+    copy = str(tmp_path / "damaged.zarr")
+    shutil.copytree(url, copy)
+    os.remove(os.path.join(copy, "box", "c", str(blk), "0"))  # a deleted chunk reads as NaN fill values
+    with open(os.path.join(copy, "answer", "c", str(other), "0"), "r+b") as f:  # garbled bytes cannot be decoded
+        f.write(b"\xff" * 16)
+    assert main(["inspect", "--verify", copy, "--quiet"]) == 1
+    out = capsys.readouterr().out
+    ids = list(as_text(g["source"][:]))
+    for i in range(4 * blk, 4 * blk + 4):
+        assert (f"DAMAGED sample {i} ({ids[i]}): box digest mismatch" in out) == bool(has_box[i]), out
+    for i in range(4 * other, 4 * other + 4):
+        assert f"DAMAGED sample {i} ({ids[i]}): answer unreadable" in out, out
+    assert "checksum DOES NOT match the marker: DAMAGED" in out
+    # a run reads its references checked too: planning the questions refuses the damaged box, naming it
+    from cryocube.cube import DamagedCubeError
+    from cryocube.families.vqa.questions import questions
+    from cryocube.families.vqa.tasks import select
+
+    first = 4 * blk + int(np.flatnonzero(has_box[4 * blk: 4 * blk + 4])[0])
+    with pytest.raises(DamagedCubeError, match=rf"sample {first} \(source {ids[first]}\): its box does not match the digest"):
+        questions(copy, select(None))
+    # an altered value (no missing chunk) is named too, and nothing else is
+    fine = str(tmp_path / "altered.zarr")
+    shutil.copytree(url, fine)
+    k = int(np.flatnonzero(has_box)[0])
+    h = store.open_group(fine, "r+")
+    h["box"][k, 2] = float(box[k, 2]) + 1.0
+    assert main(["inspect", "--verify", fine, "--quiet"]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("DAMAGED")]
+    assert lines == [f"DAMAGED sample {k} ({ids[k]}): box digest mismatch"]
+
+
 def test_resume_redoes_only_missing_blocks_and_gives_the_same_cube(geotiff, tmp_path, client):
     m, url, first = geotiff
     import shutil
