@@ -172,6 +172,36 @@ def test_resume_redoes_only_missing_blocks_and_gives_the_same_cube(geotiff, tmp_
     assert again.blocks_written == 0  # complete: nothing to do
 
 
+@pytest.mark.parametrize("dataset,kinds", [("insar", ("coherence_range", "missing_coherence")),
+                                            ("hephaestus", ("heph_field", "heph_missing_coherence"))])
+def test_on_error_skip_leaves_bad_pairs_out_and_names_them(tmp_path, capsys, client, dataset, kinds):
+    """--on-error skip: the bad pairs (bad values found while labelling; a missing file found by the scan) are left
+    out, counted and named in the cube's attrs and on screen; the good ones make the cube. The default still refuses."""
+    m = make_interferograms(tmp_path / "raw", n=5, size=32, seed=1, dataset=dataset)
+    bad = {m.pairs[i].id: corrupt_ifg(m, kind, index=i) for i, kind in zip((1, 3), kinds)}
+    args = ["convert", dataset, "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "c.zarr"), "--quiet"]
+    assert main(args + ["--cluster", "tcp://127.0.0.1:9"]) == 2  # refused before any cluster (the default)
+    assert not os.path.exists(tmp_path / "c.zarr") and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(args + ["--on-error", "skip", "--cluster", client.scheduler.address]) == 0
+    out = capsys.readouterr().out
+    assert "3 samples, wrote" in out and "skipped 2 bad samples" in out
+    ds = open_cube(str(tmp_path / "c.zarr"))
+    good = [p.id for k, p in enumerate(m.pairs) if k not in (1, 3)]
+    assert list(as_text(ds["source"].values)) == good
+    skipped = ds.attrs["skipped_samples"]
+    assert sorted(d["source"] for d in skipped) == sorted(bad), skipped
+    for d in skipped:
+        assert os.path.basename(bad[d["source"]]) in d["reason"] or bad[d["source"]] in d["reason"], d
+        assert f"skipped {d['source']}: {d['reason']}" in out
+    if dataset == "insar":  # the kept pairs are labelled as they would be without the bad ones
+        truth = {p.id: p for p in m.pairs}
+        assert [int(v) for v in ds["target"].values[:, 0]] == [truth[i].coherence_class for i in good]
+    assert main(["inspect", "--verify", str(tmp_path / "c.zarr"), "--quiet"]) == 0
+    assert "0 damaged, checksum matches" in capsys.readouterr().out
+    assert main(["inspect", str(tmp_path / "c.zarr")]) == 0
+    assert "skipped 2 samples for bad input" in capsys.readouterr().out
+
+
 def test_without_unwrapped_phase_fringes_are_unavailable_and_boxes_come_from_annotations(tmp_path, client):
     m = make_interferograms(tmp_path / "raw", n=6, size=48, seed=4, unwrapped=False, frames=2)  # <frame>/<pair>/ folders
     url = str(tmp_path / "c.zarr")

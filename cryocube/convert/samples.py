@@ -179,8 +179,9 @@ def convert_samples(reader: Reader, items: list, plan: SamplePlan, raw: str, out
         zarr.consolidate_metadata(g.store)
     g = _store.open_group(out, "r+")
     nb = math.ceil(plan.n / block)
+    skipped = len(plan.attrs.get("skipped_samples") or ())  # bad raw samples left out with --on-error skip
     if COMPLETE_ATTR in g.attrs:
-        return ConvertResult(out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
+        return ConvertResult(out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), skipped)
     done = np.asarray(g["progress"][:]).astype(bool)
     jobs = [{"reader": reader, "items": items[b * block : (b + 1) * block], "ids": plan.ids[b * block : (b + 1) * block],
              "s0": b * block, "block": b, "out": out, "shape": plan.shape, "time": list(plan.time),
@@ -195,4 +196,5 @@ def convert_samples(reader: Reader, items: list, plan: SamplePlan, raw: str, out
     g.attrs["statistics_split"] = "all"
     g.attrs[COMPLETE_ATTR] = marker  # last
     zarr.consolidate_metadata(g.store)
-    return ConvertResult(out, plan.n, len(jobs), nb, sum(r["read_bytes"] for r in results), time.perf_counter() - t0, marker, 0)
+    return ConvertResult(out, plan.n, len(jobs), nb, sum(r["read_bytes"] for r in results), time.perf_counter() - t0, marker,
+                         skipped)
