@@ -95,8 +95,9 @@ def _list(args) -> int:
     elif args.what == "adapters":
         from . import adapters
 
-        rows = [("adapter", "what it loads")] + [(n, (adapters.get(n).__doc__ or "").strip().splitlines()[0])
-                                                 for n in adapters.names()]
+        rows = [("adapter", "random models (--allow-random-weights)", "what it loads")] + [
+            (n, ", ".join(adapters.get(n).random_models()) or "-", (adapters.get(n).__doc__ or "").strip().splitlines()[0])
+            for n in adapters.names()]
     else:
         rows = [("benchmark", "datasets")] + [(b, ", ".join(catalog.load_benchmark(b).datasets)) for b in catalog.ids("benchmarks")]
     print(_rows(rows))

@@ -105,6 +105,50 @@ def test_inspect_and_verify_a_sample_cube(geotiff, capsys):
     assert "0 damaged, checksum matches" in capsys.readouterr().out
 
 
+def test_verify_checks_boxes_and_answers_too(geotiff, tmp_path, capsys):
+    """The digests cover every per-sample variable a task reads, not only image and target: a deleted box chunk
+    (read back as fill values), a garbled answer chunk and one altered box are each named by `inspect --verify`."""
+    import shutil
+
+    _, url, _ = geotiff
+    g = store.open_group(url, "r")
+    assert g.attrs["digest_vars"] == ["answer", "box"] and g["sample_digest"].shape == (12, 4)
+    box = np.asarray(g["box"][:])
+    has_box = np.isfinite(box).all(axis=1)
+    blk = next(b for b in range(3) if has_box[4 * b: 4 * b + 4].any())  # a block whose chunk holds real boxes
+    other = (blk + 1) % 3
+    copy = str(tmp_path / "damaged.zarr")
+    shutil.copytree(url, copy)
+    os.remove(os.path.join(copy, "box", "c", str(blk), "0"))  # a deleted chunk reads as NaN fill values
+    with open(os.path.join(copy, "answer", "c", str(other), "0"), "r+b") as f:  # garbled bytes cannot be decoded
+        f.write(b"\xff" * 16)
+    assert main(["inspect", "--verify", copy, "--quiet"]) == 1
+    out = capsys.readouterr().out
+    ids = list(as_text(g["source"][:]))
+    for i in range(4 * blk, 4 * blk + 4):
+        assert (f"DAMAGED sample {i} ({ids[i]}): box digest mismatch" in out) == bool(has_box[i]), out
+    for i in range(4 * other, 4 * other + 4):
+        assert f"DAMAGED sample {i} ({ids[i]}): answer unreadable" in out, out
+    assert "checksum DOES NOT match the marker: DAMAGED" in out
+    # a run reads its references checked too: planning the questions refuses the damaged box, naming it
+    from cryocube.cube import DamagedCubeError
+    from cryocube.families.vqa.questions import questions
+    from cryocube.families.vqa.tasks import select
+
+    first = 4 * blk + int(np.flatnonzero(has_box[4 * blk: 4 * blk + 4])[0])
+    with pytest.raises(DamagedCubeError, match=rf"sample {first} \(source {ids[first]}\): its box does not match the digest"):
+        questions(copy, select(None))
+    # an altered value (no missing chunk) is named too, and nothing else is
+    fine = str(tmp_path / "altered.zarr")
+    shutil.copytree(url, fine)
+    k = int(np.flatnonzero(has_box)[0])
+    h = store.open_group(fine, "r+")
+    h["box"][k, 2] = float(box[k, 2]) + 1.0
+    assert main(["inspect", "--verify", fine, "--quiet"]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("DAMAGED")]
+    assert lines == [f"DAMAGED sample {k} ({ids[k]}): box digest mismatch"]
+
+
 def test_resume_redoes_only_missing_blocks_and_gives_the_same_cube(geotiff, tmp_path, client):
     m, url, first = geotiff
     import shutil
@@ -126,6 +170,36 @@ def test_resume_redoes_only_missing_blocks_and_gives_the_same_cube(geotiff, tmp_
     np.testing.assert_array_equal(open_cube(copy)["image"].values, open_cube(url)["image"].values)
     again = convert("insar", str(m.root), copy, client=client, block_samples=4, progress=False)
     assert again.blocks_written == 0  # complete: nothing to do
+
+
+@pytest.mark.parametrize("dataset,kinds", [("insar", ("coherence_range", "missing_coherence")),
+                                            ("hephaestus", ("heph_field", "heph_missing_coherence"))])
+def test_on_error_skip_leaves_bad_pairs_out_and_names_them(tmp_path, capsys, client, dataset, kinds):
+    """--on-error skip: the bad pairs (bad values found while labelling; a missing file found by the scan) are left
+    out, counted and named in the cube's attrs and on screen; the good ones make the cube. The default still refuses."""
+    m = make_interferograms(tmp_path / "raw", n=5, size=32, seed=1, dataset=dataset)
+    bad = {m.pairs[i].id: corrupt_ifg(m, kind, index=i) for i, kind in zip((1, 3), kinds)}
+    args = ["convert", dataset, "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "c.zarr"), "--quiet"]
+    assert main(args + ["--cluster", "tcp://127.0.0.1:9"]) == 2  # refused before any cluster (the default)
+    assert not os.path.exists(tmp_path / "c.zarr") and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(args + ["--on-error", "skip", "--cluster", client.scheduler.address]) == 0
+    out = capsys.readouterr().out
+    assert "3 samples, wrote" in out and "skipped 2 bad samples" in out
+    ds = open_cube(str(tmp_path / "c.zarr"))
+    good = [p.id for k, p in enumerate(m.pairs) if k not in (1, 3)]
+    assert list(as_text(ds["source"].values)) == good
+    skipped = ds.attrs["skipped_samples"]
+    assert sorted(d["source"] for d in skipped) == sorted(bad), skipped
+    for d in skipped:
+        assert os.path.basename(bad[d["source"]]) in d["reason"] or bad[d["source"]] in d["reason"], d
+        assert f"skipped {d['source']}: {d['reason']}" in out
+    if dataset == "insar":  # the kept pairs are labelled as they would be without the bad ones
+        truth = {p.id: p for p in m.pairs}
+        assert [int(v) for v in ds["target"].values[:, 0]] == [truth[i].coherence_class for i in good]
+    assert main(["inspect", "--verify", str(tmp_path / "c.zarr"), "--quiet"]) == 0
+    assert "0 damaged, checksum matches" in capsys.readouterr().out
+    assert main(["inspect", str(tmp_path / "c.zarr")]) == 0
+    assert "skipped 2 samples for bad input" in capsys.readouterr().out
 
 
 def test_without_unwrapped_phase_fringes_are_unavailable_and_boxes_come_from_annotations(tmp_path, client):

@@ -116,19 +116,44 @@ def _check_report(results, out, rec, rows):
     assert row[1:] == ["GFM (probe)", "0.61 (probe F1)", CANNOT, CANNOT, "0.20 (probe R²)", CANNOT, "–"]
 
 
-def test_same_run_twice_and_batching_give_identical_answers(ifg_cube, tmp_path, client):
+RANDOM_VLMS = ("transformers", "transformers:random-qwen2-vl")  # a LLaVA (the default) and a Qwen2-VL
+
+
+@pytest.mark.parametrize("model", RANDOM_VLMS)
+def test_same_run_twice_and_batching_give_identical_answers(ifg_cube, tmp_path, client, model):
     cube, _ = ifg_cube
-    a = _evaluate(cube, tmp_path / "a", client).records[0]
-    b = _evaluate(cube, tmp_path / "b", client).records[0]
-    assert a["run_id"] == b["run_id"]
+    a = _evaluate(cube, tmp_path / "a", client, model=model).records[0]
+    b = _evaluate(cube, tmp_path / "b", client, model=model).records[0]
+    assert a["status"] == "ok", a.get("error")
+    assert a["run_id"] == b["run_id"] and a["model_name"] == f"tiny random {model.partition('random-')[2] or 'llava'}"
     assert Path(a["answers_file"]).read_bytes() == Path(b["answers_file"]).read_bytes()
     # left padding: a row's answer does not depend on what it was batched with
-    one = _evaluate(cube, tmp_path / "c", client, overrides=(("gen_batch", 1),)).records[0]
+    one = _evaluate(cube, tmp_path / "c", client, model=model, overrides=(("gen_batch", 1),)).records[0]
     assert one["run_id"] != a["run_id"]
     assert [r["answer"] for r in _answers(one)] == [r["answer"] for r in _answers(a)]
 
 
-def test_a_checkpoint_folder_is_loaded_and_hashed(ifg_cube, tmp_path, client):
+def test_two_random_architectures_are_two_models(ifg_cube, tmp_path, client, capsys):
+    """`transformers:random-<arch>` picks the architecture: its own weights, run id and name; `cryocube list adapters`
+    names them; an unknown one is one sentence."""
+    from cryocube.cli import main
+
+    cube, _ = ifg_cube
+    recs = {r["model"]: r for r in _evaluate(cube, tmp_path / "out", client, model=RANDOM_VLMS[1]).records}
+    recs.update({r["model"]: r for r in _evaluate(cube, tmp_path / "out", client, model="transformers:random-llava").records})
+    q, ll = recs["transformers:random-qwen2-vl"], recs["transformers:random-llava"]
+    assert q["model_class"] == "Qwen2VLForConditionalGeneration" and ll["model_class"] == "LlavaForConditionalGeneration"
+    assert q["run_id"] != ll["run_id"] and q["weights"]["sha256"] != ll["weights"]["sha256"]
+    assert q["identity"]["model"]["random"] == "qwen2-vl" and q["weights"]["random_init"]
+    assert main(["list", "adapters"]) == 0
+    assert "transformers:random-llava, transformers:random-qwen2-vl" in capsys.readouterr().out
+    err = _refused(["evaluate", "--cubes", cube, "--protocol", "vqa", "--out", str(tmp_path / "x"), "--models",
+                    "transformers:random-paligemma", "--allow-random-weights"], capsys)
+    assert "no random architecture 'paligemma' (random-paligemma); known: random-llava, random-qwen2-vl" in err
+
+
+@pytest.mark.parametrize("arch", ["llava", "qwen2-vl"])
+def test_a_checkpoint_folder_is_loaded_and_hashed(ifg_cube, tmp_path, client, arch):
     """A saved model folder loads through AutoModelForImageTextToText/AutoProcessor on the workers; its record names
     the folder and the sha256 of its weight files; the same weights answer as the random model they came from."""
     import hashlib
@@ -136,16 +161,17 @@ def test_a_checkpoint_folder_is_loaded_and_hashed(ifg_cube, tmp_path, client):
     from cryocube.adapters.random_vlm import build
 
     cube, _ = ifg_cube
-    model, proc = build("llava", 0)
-    folder = tmp_path / "tiny-llava"
+    model, proc = build(arch, 0)
+    folder = tmp_path / f"tiny-{arch}"
     model.save_pretrained(folder)
     proc.save_pretrained(folder)
     (rec,) = _evaluate(cube, tmp_path / "out", client, model=f"transformers:{folder}", allow_random=False).records
     assert rec["status"] == "ok", rec.get("error")
+    assert rec["model_class"] == type(model).__name__
     h = hashlib.sha256(b"model.safetensors" + (folder / "model.safetensors").read_bytes()).hexdigest()
     assert rec["weights"] == {"source": str(folder), "sha256": h, "files": ["model.safetensors"], "pretrained": True,
                               "random_init": False}
-    rnd = _evaluate(cube, tmp_path / "rnd", client).records[0]
+    rnd = _evaluate(cube, tmp_path / "rnd", client, model=f"transformers:random-{arch}").records[0]
     assert [r["answer"] for r in _answers(rec)] == [r["answer"] for r in _answers(rnd)]
 
 

@@ -55,6 +55,11 @@ class Adapter:
         """On the client, before any cluster work: refuse what cannot run, in one sentence."""
         raise NotImplementedError
 
+    @classmethod
+    def random_models(cls) -> list[str]:
+        """The model names (`adapter:random-<arch>`) that `--allow-random-weights` builds in code, for `cryocube list`."""
+        return []
+
     def __init__(self, ref: ModelRef, device: str):
         self.ref, self.device = ref, device
 

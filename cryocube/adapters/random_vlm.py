@@ -1,5 +1,8 @@
 """Tiny random-weight VLMs built from transformers configs (no downloads), for `--allow-random-weights`:
-they measure the pipeline (batching, parsing, scoring, records), never a model's skill.
+they measure the pipeline (batching, parsing, scoring, records), never a model's skill. Two families, so the
+adapter is exercised on more than one processor/model contract: LLaVA (CLIP tower, one image token per
+patch) and Qwen2-VL (patches merged 2x2, multimodal rotary positions). A run picks one as
+`transformers:random-<arch>` (plain `transformers` is `random-llava`).
 
 The tokenizer is built in code: a word-level vocabulary of the words the InSAR tasks' answers use, so a
 random model's greedy answers are short strings of real words and numbers that the parsers can read.
@@ -13,20 +16,28 @@ WORDS = ("low medium high coherence coherent fringe fringes none no one two thre
          "ring north south east west centre noise atmospheric orbital ramp turbulent decorrelated area the a is of in "
          "and 0 1 2 3 4 5 6 7 8 9 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 , . [ ] :").split()
 SPECIAL = ("<pad>", "<unk>", "<s>", "</s>", "<image>")
-CHAT = ("{% for m in messages %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<image> {% else %}"
-        "{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}{% if add_generation_prompt %} answer :{% endif %}")
+PREFIX = "random-"  # transformers:random-<arch>
 
 
-def tokenizer():
+def chat(image: str = "<image>") -> str:
+    """The chat template: the picture's placeholder (an architecture's own markup around `<image>`), then the text."""
+    return ("{% for m in messages %}{% for c in m['content'] %}{% if c['type'] == 'image' %}" + image + " {% else %}"
+            "{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}{% if add_generation_prompt %} answer :{% endif %}")
+
+
+def tokenizer(extra: dict[str, str] | None = None):
+    """The word-level tokenizer; `extra` adds an architecture's own special tokens ({attribute: token})."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {w: i for i, w in enumerate(SPECIAL + tuple(WORDS))}
+    extra = extra or {}
+    vocab = {w: i for i, w in enumerate(SPECIAL + tuple(extra.values()) + tuple(WORDS))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", extra_special_tokens={"image_token": "<image>"}, padding_side="left")
+                                   eos_token="</s>", extra_special_tokens={"image_token": "<image>", **extra},
+                                   padding_side="left")
 
 
 def llava(seed: int, image_size: int = 16, patch: int = 4):
@@ -50,15 +61,54 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
     model.generation_config.pad_token_id = tok.pad_token_id
     ip = CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size})
     proc = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=patch, vision_feature_select_strategy="full",
-                          image_token="<image>", num_additional_image_tokens=1, chat_template=CHAT)
+                          image_token="<image>", num_additional_image_tokens=1, chat_template=chat())
     return model.eval(), proc
 
 
-ARCHS: dict[str, Callable] = {"llava": llava}
+def qwen2_vl(seed: int, pixels: int = 16 * 16, patch: int = 4, merge: int = 2):
+    """Qwen2-VL: a 2-layer vision tower whose 4 px patches are merged 2x2 into one token (pictures resized to about
+    `pixels`), a 2-layer 32-wide Qwen2 with multimodal rotary positions (left padding is in its position ids)."""
+    import torch
+    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor,
+                              Qwen2VLVideoProcessor)
+
+    marks = {"vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>", "video_token": "<|video_pad|>"}
+    tok = tokenizer(marks)
+    ids = {f"{k}_id": tok.convert_tokens_to_ids(t) for k, t in marks.items()}
+    vc = dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, mlp_ratio=1, patch_size=patch, spatial_merge_size=merge,
+              temporal_patch_size=2)
+    tc = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=512, pad_token_id=tok.pad_token_id,
+              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
+    cfg = Qwen2VLConfig(text_config=tc, vision_config=vc, image_token_id=tok.convert_tokens_to_ids("<image>"), **ids)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2VLForConditionalGeneration(cfg)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    geom = dict(patch_size=patch, merge_size=merge, temporal_patch_size=2)
+    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, **geom),
+                            video_processor=Qwen2VLVideoProcessor(**geom), tokenizer=tok,
+                            chat_template=chat(f"{marks['vision_start_token']}<image>{marks['vision_end_token']}"))
+    return model.eval(), proc
+
+
+ARCHS: dict[str, Callable] = {"llava": llava, "qwen2-vl": qwen2_vl}
 
 
 def build(arch: str, seed: int):
     return ARCHS[arch](seed)
+
+
+def loaded_as(model, dtype):
+    """The model as its saved checkpoint loads with from_pretrained(dtype=...): built in `dtype`, then given the weights.
+    `.to(dtype)` would also round the rotary tables that from_pretrained keeps in float32, and so answer differently."""
+    if next(model.parameters()).dtype == dtype:
+        return model
+    out = type(model)._from_config(model.config, dtype=dtype)
+    out.load_state_dict(model.state_dict())
+    out.generation_config = model.generation_config
+    return out.eval()
 
 
 def state_sha256(model) -> str:

@@ -102,22 +102,31 @@ def _exists(location: str) -> bool:
 
 @register
 class Transformers(Adapter):
-    """Any transformers image-text-to-text model: transformers:<folder or fsspec URL>; without one, a tiny random LLaVA."""
+    """Any transformers image-text-to-text model: transformers:<folder or fsspec URL>; without one, a tiny random one."""
 
     name = "transformers"
 
     @classmethod
-    def check(cls, location: str, allow_random: bool, precision: str, seed: int, random_arch: str = "llava"):
-        from .random_vlm import ARCHS, build, state_sha256
+    def random_models(cls) -> list[str]:
+        from .random_vlm import ARCHS, PREFIX
+
+        return [f"{cls.name}:{PREFIX}{a}" for a in ARCHS]
+
+    @classmethod
+    def check(cls, location: str, allow_random: bool, precision: str, seed: int):
+        from .random_vlm import ARCHS, PREFIX, build, state_sha256
 
         _quiet()
-        if not _exists(location):
+        if not _exists(location):  # a folder named random-<arch> holding a checkpoint is that checkpoint
+            random_arch = location.removeprefix(PREFIX) if location.startswith(PREFIX) else "llava"
+            if location.startswith(PREFIX) and random_arch not in ARCHS:
+                raise UserError(f"transformers: no random architecture {random_arch!r} ({location}); known: "
+                                f"{', '.join(PREFIX + a for a in ARCHS)}")
             if not allow_random:
-                what = f"no checkpoint folder (config.json) at {location}" if location else "no checkpoint folder given"
+                what = (f"{location} is a random-weights model" if location.startswith(PREFIX) else
+                        f"no checkpoint folder (config.json) at {location}" if location else "no checkpoint folder given")
                 raise UserError(f"transformers: {what}; pass transformers:<folder or URL> of an image-text-to-text model, "
                                 "or --allow-random-weights for a tiny random model that measures the pipeline")
-            if random_arch not in ARCHS:
-                raise UserError(f"transformers: no random architecture {random_arch!r}; known: {', '.join(ARCHS)}")
             model, _ = build(random_arch, seed)
             ref = ModelRef(cls.name, "", random=random_arch, sha256=state_sha256(model), precision=precision, seed=seed)
             return ref, Provenance(model_name=f"tiny random {random_arch}", model_class=type(model).__name__,
@@ -171,12 +180,12 @@ class Transformers(Adapter):
             _LOADED.clear()  # one model resident per worker process
             dtype = getattr(torch, DTYPES[ref.precision])
             if ref.random:
-                from .random_vlm import build, state_sha256
+                from .random_vlm import build, loaded_as, state_sha256
 
                 model, proc = build(ref.random, ref.seed)
                 if state_sha256(model) != ref.sha256:
                     raise RuntimeError(f"random {ref.random} built on this worker differs from the planned one (sha256)")
-                model = model.to(dtype)
+                model = loaded_as(model, dtype)
             else:
                 from transformers import AutoModelForImageTextToText, AutoProcessor
 

@@ -67,7 +67,20 @@ def _convert(args) -> int:
     mb = r.read_bytes / 1e6
     print(f"{args.out}: {r.n_samples} samples, {what} in {r.seconds:.1f} s ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), "
           f"checksum {r.marker['checksum'][:16]}" + (f", skipped {r.skipped} bad samples" if r.skipped else ""))
+    if r.skipped:
+        _print_skipped(args.out)
     return 0
+
+
+def _print_skipped(url: str, most: int = 10) -> None:
+    """Name the skipped samples and why (the cube's `skipped_samples` attribute keeps them all)."""
+    from .. import store
+
+    skipped = store.open_group(url, "r").attrs.get("skipped_samples") or []
+    for d in skipped[:most]:
+        print(f"  skipped {d['source']}: {d['reason']}")
+    if len(skipped) > most:
+        print(f"  ... and {len(skipped) - most} more (the cube's attrs['skipped_samples'] lists them all)")
 
 
 def _precheck(spec, args) -> dict:
@@ -83,7 +96,7 @@ def _precheck(spec, args) -> dict:
     reader = open_reader(spec, layout, args.raw_storage_options)
     if not hasattr(reader, "precheck"):
         return {}
-    return {"layout": layout, "prechecked": reader.precheck(args.raw)}
+    return {"layout": layout, "prechecked": reader.precheck(args.raw, on_error=args.on_error)}
 
 
 def _download(args) -> int:

@@ -83,24 +83,36 @@ class HephaestusReader(PairReader):
                 folder = posixpath.dirname(p)
                 key = (posixpath.basename(posixpath.dirname(posixpath.dirname(folder))), posixpath.basename(folder))
                 found.setdefault(key, {})[what] = p if p.startswith(proto) else proto + p
-        for (frame, name), files in sorted(found.items()):
+
+        def complete(key):
+            frame, name = key
             for what, fname in (("insar", png), ("coherence", coh)):
-                if what not in files:
+                if what not in found[key]:
                     raise ConvertError(f"{_store.join(root, frame, ifg, name)}: pair {frame}/{name} has no {fname} "
                                        f"(every interferogram needs {png} and {coh})")
+            return key
+
+        whole = {k: found[k] for k in sorted(found) if self.guard(f"{k[0]}/{k[1]}", complete, k) is not None}
+        left_out, found = set(found) - set(whole), whole  # pairs skipped for a missing file (already noted)
         annotated: dict[tuple[str, str], str] = {}
-        for url in sorted(self.listdir(_store.join(root, ann_dir), (".json",)).values()):
+
+        def annotation(url):
             d = self.load_annotation(url)
             for f in ("frameID", "primary_date", "secondary_date"):
                 if f not in d:
                     raise ConvertError(f"{url}: missing field {f!r}")
             name = f"{iso_date(d['primary_date'], url).replace('-', '')}_{iso_date(d['secondary_date'], url).replace('-', '')}"
             key = (str(d["frameID"]), name)
+            if key in left_out:
+                return
             if key not in found:
                 raise ConvertError(f"{url}: names pair {key[0]}/{name}, but there is no {_store.join(root, key[0], ifg, name)}/{png}")
             if key in annotated:
                 raise ConvertError(f"{url}: pair {key[0]}/{name} is annotated twice (also by {annotated[key]})")
             annotated[key] = url
+
+        for url in sorted(self.listdir(_store.join(root, ann_dir), (".json",)).values()):
+            self.guard(url, annotation, url)
         self._unlabelled = len(found) - len(annotated)
 
         def header(key):
@@ -117,7 +129,7 @@ class HephaestusReader(PairReader):
                         (("insar", files["insar"]), ("coherence", files["coherence"])), h_i.height, h_i.width,
                         annotation=annotated[key])
 
-        return map_threads(header, sorted(annotated), 4)
+        return [p for p in map_threads(lambda k: self.guard(f"{k[0]}/{k[1]}", header, k), sorted(annotated), 4) if p is not None]
 
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
         return {"unlabelled_pairs": int(getattr(self, "_unlabelled", 0))}

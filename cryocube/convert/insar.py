@@ -74,6 +74,7 @@ class PairReader(Reader):
 
     writes_own_cube = True
     rendered: bool = False  # True: image bands are renderings (no physical values)
+    on_error: str = "raise"  # skip: a bad pair is left out of the cube, counted and named (set by `plan`)
 
     # -- catalog options ---------------------------------------------------------------------
     @property
@@ -131,6 +132,16 @@ class PairReader(Reader):
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------------
+    def guard(self, pair: str, fn, *args):
+        """fn(*args); with --on-error skip, a ConvertError leaves pair `pair` out (noted with its reason) and gives None."""
+        try:
+            return fn(*args)
+        except ConvertError as e:
+            if self.on_error != "skip":
+                raise
+            self.skipped.append({"source": pair, "reason": str(e)})  # list.append is atomic across header threads
+            return None
+
     def load_annotation(self, url: str) -> dict:
         try:
             d = json.loads(self.open_bytes(url))
@@ -163,13 +174,19 @@ class PairReader(Reader):
             raise ConvertError(f"{url}: field 'answers' names {unknown}, not text tasks of {self.spec.id} ({', '.join(self.text_tasks)})")
         return {str(k): str(v) for k, v in answers.items()}
 
-    def plan(self, raw: str) -> tuple[list[Pair], SamplePlan]:
-        """Scan, check every pair and compute every label on the client (threads): the one place bad input is found."""
+    def plan(self, raw: str, on_error: str = "raise") -> tuple[list[Pair], SamplePlan]:
+        """Scan, check every pair and compute every label on the client (threads): the one place bad input is found.
+        on_error="skip": a bad pair is left out instead of refusing the tree (`skipped_samples` in the cube's attrs)."""
+        self.on_error, self.skipped = on_error, []
         pairs = self.scan(raw)
+        if pairs:
+            bands = self.cube_bands(pairs)
+            labels = map_threads(lambda p: self.guard(p.id, self.pair_labels, p, bands), pairs, 4)
+            pairs, labels = [p for p, lab in zip(pairs, labels) if lab is not None], [lab for lab in labels if lab is not None]
+        skipped = sorted(self.skipped, key=lambda d: (d["source"], d["reason"]))
         if not pairs:
-            raise ConvertError(f"{raw}: no interferogram pairs found for {self.spec.id} layout {self.layout.name!r}")
-        bands = self.cube_bands(pairs)
-        labels = map_threads(lambda p: self.pair_labels(p, bands), pairs, 4)
+            why = f"; all {len(skipped)} were bad, e.g. {skipped[0]['source']}: {skipped[0]['reason']}" if skipped else ""
+            raise ConvertError(f"{raw}: no interferogram pairs found for {self.spec.id} layout {self.layout.name!r}{why}")
         H, W = max(p.height for p in pairs), max(p.width for p in pairs)
         tspecs = self.targets
         target = np.full((len(pairs), len(tspecs)), np.nan, dtype=np.float32)
@@ -209,8 +226,8 @@ class PairReader(Reader):
         attrs = {"derivation": {**self.rules.as_attrs(), "radar_wavelength_m": self.wavelength_m} if not self.rendered else {},
                  "unavailable": unavailable, "rendered": self.rendered, "box_task": self.box_task,
                  "padding": "samples smaller than the cube are padded bottom/right with 0; height/width give the valid extent",
-                 **self.extra_attrs(raw, pairs)}
-        fingerprint = {"options": self.options, "bands": bands,
+                 "skipped_samples": skipped, **self.extra_attrs(raw, pairs)}
+        fingerprint = {"options": self.options, "bands": bands, "skipped": skipped,
                        "files": [(p.id, p.files, p.annotation, p.height, p.width) for p in pairs]}
         return pairs, SamplePlan(ids=[p.id for p in pairs], shape=(len(bands), H, W), tasks=[(t.name, t.type) for t in tspecs],
                                  target=target, attrs=attrs, fingerprint=fingerprint, coords=coords, data_vars=data_vars)
@@ -226,13 +243,13 @@ class PairReader(Reader):
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
         return {}
 
-    def precheck(self, raw: str):
+    def precheck(self, raw: str, on_error: str = "raise"):
         """What `convert` needs, computed before a cluster starts (the CLI passes it on)."""
-        return self.plan(raw)
+        return self.plan(raw, on_error)
 
     def convert(self, raw: str, out: str, client, block_samples: int = 16, overwrite: bool = False, progress: bool = True,
-                prechecked=None, **_) -> ConvertResult:
-        pairs, plan = prechecked or self.plan(raw)
+                prechecked=None, on_error: str = "raise", **_) -> ConvertResult:
+        pairs, plan = prechecked or self.plan(raw, on_error)
         self.narrow(plan.fingerprint["bands"])  # a prechecked plan came from another reader object
         return convert_samples(self, pairs, plan, raw, out, client, block_samples, overwrite, progress, {"shape": plan.shape})
 
@@ -281,8 +298,8 @@ class InSARReader(PairReader):
                     folders.setdefault(rel, {})[what] = p if p.startswith(proto) else proto + p
         required = [b for b in self.files if b not in self.optional]
         have_optional = {b: [r for r, f in folders.items() if b in f] for b in self.optional}
-        pairs = []
-        for rel in sorted(folders):
+
+        def folder(rel):
             found = folders[rel]
             where = _store.join(root, rel)
             name = posixpath.basename(rel)
@@ -297,7 +314,9 @@ class InSARReader(PairReader):
                 if with_it and b not in found:
                     raise ConvertError(f"{where}: pair {rel} has no {self.files[b]} while {len(with_it)} other pair(s) have one "
                                        f"(e.g. {with_it[0]}); give it to every pair or to none")
-            pairs.append((rel, name, m, found, where))
+            return rel, name, m, found, where
+
+        pairs = [j for j in (self.guard(rel, folder, rel) for rel in sorted(folders)) if j is not None]
         if not pairs:
             return []
 
@@ -320,7 +339,7 @@ class InSARReader(PairReader):
             return Pair(rel, frame, iso_date(m.group(1), where), iso_date(m.group(2), where), files, ref.height, ref.width,
                         ref.crs, ref.transform, found.get("annotation"))
 
-        return map_threads(header, pairs, 4)
+        return [p for p in map_threads(lambda j: self.guard(j[0], header, j), pairs, 4) if p is not None]
 
     def cube_bands(self, pairs: list[Pair]) -> list[str]:
         return [b for b in self.spec.band_names if pairs[0].file(b)]

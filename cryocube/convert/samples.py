@@ -4,8 +4,9 @@ A reader that builds one (SSL4EO-downstream, interferograms) lists its items and
 pixels are read in a `SamplePlan` (ids, per-sample image shape, task targets, extra coordinates and small
 per-sample variables, attrs); this module creates the store, writes the images block by block on Dask
 workers (`reader.read_sample(item, **read_kwargs)`, validated by `writer.check_image`), with progress
-flags, per-sample digests of image and target, block moments, and the completion marker last, so a killed
-conversion resumes block by block as tile cubes do.
+flags, per-sample digests of image, target and every small per-sample variable (`digest_vars`: the boxes
+and answers of interferogram cubes), block moments, and the completion marker last, so a killed
+conversion resumes block by block as tile cubes do, and `inspect --verify` checks every variable a task reads.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import zarr
 from .. import __version__
 from .. import outputs, store as _store
 from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, STATS, _text, check_unique_ids, block_digest, combine_stats, cube_checksum,
-                    partial_stats, sample_digests)
+                    digest_rows, digest_vars, partial_stats, sample_digests)
 from ..errors import UserError, task_boundary
 from .base import ConvertError, Reader
 from .writer import ConvertResult, check_image
@@ -49,6 +50,11 @@ class SamplePlan:
     def n(self) -> int:
         return len(self.ids)
 
+    @property
+    def digest_vars(self) -> list[str]:
+        """The per-sample variables the sample digests cover after image and target, in part order."""
+        return sorted(k for k, (dims, _) in self.data_vars.items() if dims[0] == "sample")
+
     def key(self, block: int) -> str:
         extra = {k: (v[0], np.asarray(v[1]).tolist()) for k, v in sorted({**self.coords, **self.data_vars}.items())}
         return hashlib.sha256(json.dumps({"ids": self.ids, "shape": list(self.shape), "tasks": self.tasks,
@@ -64,6 +70,7 @@ def _template(reader: Reader, plan: SamplePlan, block: int):
     spec = reader.spec
     n, c, k = plan.n, len(spec.bands), len(plan.tasks)
     nb = math.ceil(n / block)
+    parts = 2 + len(plan.digest_vars)  # image, target, extras
     dims = ("sample", "time", "band", "y", "x") if len(plan.shape) == 4 else ("sample", "band", "y", "x")
     mean = plan.published_mean or [b.mean for b in spec.bands]
     std = plan.published_std or [b.std for b in spec.bands]
@@ -91,20 +98,21 @@ def _template(reader: Reader, plan: SamplePlan, block: int):
             "image": (dims, da.zeros((n, *plan.shape), dtype="float32", chunks=(1, *plan.shape))),
             "target": (("sample", "task"), plan.target.astype("float32")),
             "progress": (("block",), da.zeros((nb,), dtype="uint8", chunks=1)),
-            "block_digest": (("block", "digest_byte"), da.zeros((nb, 8), dtype="uint8", chunks=(1, 8))),
+            "block_digest": (("block", "digest_byte"), da.zeros((nb, 4 * parts), dtype="uint8", chunks=(1, 4 * parts))),
             "block_stats": (("block", "stat", "band"), da.zeros((nb, len(STATS), c), dtype="float64", chunks=(1, len(STATS), c))),
-            "sample_digest": (("sample", "part"), da.zeros((n, 2), dtype="uint32", chunks=(block, 2))),
+            "sample_digest": (("sample", "part"), da.zeros((n, parts), dtype="uint32", chunks=(block, parts))),
             **plan.data_vars,
         },
         coords=coords,
         attrs={"dataset": spec.id, "title": spec.name, "description": spec.description, "licence": spec.licence,
                "layout": reader.layout.name, "kind": "samples", "schema_version": SCHEMA_VERSION,
-               "converter": f"cryocube {__version__}", "block_samples": block,
+               "converter": f"cryocube {__version__}", "block_samples": block, "digest_vars": plan.digest_vars,
                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
                outputs.ZARR_MARKER: outputs.marker("cube", "convert"), **plan.attrs},
     )
     enc = {"image": {"chunks": (1, *plan.shape)}, "target": {"chunks": (block, max(1, k))},
-           "sample_digest": {"chunks": (block, 2)}, "progress": {"chunks": (1,)}}
+           "sample_digest": {"chunks": (block, parts)}, "progress": {"chunks": (1,)},
+           **{v: {"chunks": (block, *(max(1, d) for d in np.shape(plan.data_vars[v][1])[1:]))} for v in plan.digest_vars}}
     return ds, enc
 
 
@@ -131,14 +139,16 @@ def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
     images = np.stack(imgs)
     g = _store.open_group(task["out"], "r+")
     targets = np.asarray(g["target"][s0 : s0 + len(imgs)])
-    digests = sample_digests(images, targets)
+    extras = [np.asarray(g[v][s0 : s0 + len(imgs)]) for v in digest_vars(g)]
+    digests = sample_digests(images, targets, *extras)
     c, h, w = images.shape[-3:]
     flat = images.reshape(-1, c, h, w)  # every pixel of every time step counts (sample cubes have no split)
     stats = partial_stats(flat, np.zeros((flat.shape[0], h, w), np.int8), np.ones(flat.shape[0], bool))
     with zarr.config.set({"array.write_empty_chunks": True}):
         g["image"][s0 : s0 + len(imgs)] = images
         g["sample_digest"][s0 : s0 + len(imgs)] = digests
-        g["block_digest"][task["block"]] = block_digest(digests, images[0].nbytes, targets[0].nbytes)
+        g["block_digest"][task["block"]] = block_digest(digests, images[0].nbytes, targets[0].nbytes,
+                                                        *(digest_rows(x)[0].nbytes for x in extras))
         g["block_stats"][task["block"]] = stats
         g["progress"][task["block"]] = 1
     return {"samples": len(imgs), "read_bytes": int(images.nbytes), "seconds": time.perf_counter() - t0}
@@ -169,8 +179,9 @@ def convert_samples(reader: Reader, items: list, plan: SamplePlan, raw: str, out
         zarr.consolidate_metadata(g.store)
     g = _store.open_group(out, "r+")
     nb = math.ceil(plan.n / block)
+    skipped = len(plan.attrs.get("skipped_samples") or ())  # bad raw samples left out with --on-error skip
     if COMPLETE_ATTR in g.attrs:
-        return ConvertResult(out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
+        return ConvertResult(out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), skipped)
     done = np.asarray(g["progress"][:]).astype(bool)
     jobs = [{"reader": reader, "items": items[b * block : (b + 1) * block], "ids": plan.ids[b * block : (b + 1) * block],
              "s0": b * block, "block": b, "out": out, "shape": plan.shape, "time": list(plan.time),
@@ -185,4 +196,5 @@ def convert_samples(reader: Reader, items: list, plan: SamplePlan, raw: str, out
     g.attrs["statistics_split"] = "all"
     g.attrs[COMPLETE_ATTR] = marker  # last
     zarr.consolidate_metadata(g.store)
-    return ConvertResult(out, plan.n, len(jobs), nb, sum(r["read_bytes"] for r in results), time.perf_counter() - t0, marker, 0)
+    return ConvertResult(out, plan.n, len(jobs), nb, sum(r["read_bytes"] for r in results), time.perf_counter() - t0, marker,
+                         skipped)

@@ -345,7 +345,8 @@ def convert(
     _store.share_with(client)
     reader = open_reader(spec, layout)
     if reader.writes_own_cube:  # e.g. multi-temporal sample cubes (convert/ssl4eo.py)
-        return reader.convert(raw, out, client, block_samples=block_samples, overwrite=overwrite, progress=progress, **reader_options)
+        return reader.convert(raw, out, client, block_samples=block_samples, overwrite=overwrite, progress=progress,
+                              on_error=on_error, **reader_options)
     items = reader.scan(raw, map_headers=worker_mapper(client))
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")

@@ -37,7 +37,7 @@ def _text(a) -> list[str]:
 
 def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str, str]]:
     """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left out}."""
-    from ...cube import open_cube
+    from ...cube import open_cube, read_checked
 
     ds = open_cube(url)
     if ds.attrs.get("kind") != "samples" and "class_fraction" in ds:
@@ -60,10 +60,11 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
     ws = np.asarray(ds["width"].values, np.int64) if "width" in ds else np.full(n, w)
     tnames = _text(ds["task"].values) if "task" in ds else []
     classes = _text(ds["task_classes"].values) if "task_classes" in ds else [""] * len(tnames)
-    target = np.asarray(ds["target"].values, np.float64) if "target" in ds and tnames else np.zeros((n, 0))
-    box = np.asarray(ds["box"].values, np.float64) if "box" in ds else None
+    # the references, checked against the cube's digests (a damaged chunk is an error, not fill values)
+    target = np.asarray(read_checked(url, "target"), np.float64) if "target" in ds and tnames else np.zeros((n, 0))
+    box = np.asarray(read_checked(url, "box"), np.float64) if "box" in ds else None
     text_tasks = _text(ds["text_task"].values) if "text_task" in ds else []
-    answers = [_text(row) for row in np.asarray(ds["answer"].values)] if "answer" in ds and text_tasks else []
+    answers = [_text(row) for row in read_checked(url, "answer")] if "answer" in ds and text_tasks else []
 
     def reference(t: TaskSpec, kind: str, name: str):
         """Per sample: the reference (or None), or a reason when the cube has none for anyone."""
