@@ -83,6 +83,7 @@ def test_tiny_random_vlm_end_to_end(ifg_cube, tmp_path, client):
     cm = rec["metrics"]["tasks"]["coherence_classification"]["confusion"]["matrix"]
     assert sum(map(sum, cm)) == 8
     assert rec["generation_stats"]["blocks"] == 3 and rec["generation_stats"]["new_tokens"] > 0
+    assert rec["generation_stats"]["devices"] == ["cpu"]  # where it generated: a GPU check reads this
     assert rec["gallery"] and (Path(rec["answers_file"]).parent / rec["gallery"][0]["picture"]).stat().st_size > 100
     # the same command again is a cache hit
     again = _evaluate(cube, tmp_path / "out", client)
