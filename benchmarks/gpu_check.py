@@ -10,6 +10,8 @@ Sections (each time-boxed; one that fails is reported and the others still run):
   upernet   UPerNet training step at two batches and a validation forward, bf16 and fp32, % of peak
   evaluate  one frozen and one fine-tuning run through the CLI on the cluster; every record must name the
             cluster's device (cuda on `--cluster cuda`: nothing may quietly run on the CPU)
+  vqa       the tiny random VLM on synthetic interferograms (`evaluate --protocol vqa`) on the cluster, twice into
+            two folders: questions/s, the device it generated on, and whether the two runs gave identical answers
   balance   the feature cache's share of the frozen run, and the chunk loader's rate against the encoder's
 DIR/gpu_check.json holds every figure (rewritten after each section); a short table ends the output.
 Exit status 1 when a section failed.
@@ -37,6 +39,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import torch  # noqa: E402
 
 MODEL = "ssl4eo_moco"  # ViT-S: the smallest pretrained encoder, the one evaluated end to end
+VLM = "transformers"  # with --allow-random-weights: the tiny random-config LLaVA (no downloads)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Profile:
     upernet: dict  # input_size, decoder_channels, batches
     evaluate: tuple  # recipe overrides of the end-to-end runs
     loader_samples: int
+    vqa: dict = field(default_factory=dict)  # pairs (synthetic interferograms), recipe overrides of the vqa runs
     boxes: dict = field(default_factory=dict)  # seconds per section
 
 
@@ -64,7 +68,8 @@ PROFILES = {
         evaluate=("epochs=10", "input_size=224", "decoder_channels=512", "val_every=5", "crops_per_sample=4",
                   "batch_size=8", "normalization=cube"),
         loader_samples=16,
-        boxes={"env": 30, "cube": 40, "evaluate": 150, "encoders": 80, "upernet": 50, "balance": 20}),
+        vqa={"pairs": 64, "sets": ("block_samples=16", "gen_batch=16")},
+        boxes={"env": 30, "cube": 40, "evaluate": 150, "vqa": 60, "encoders": 80, "upernet": 50, "balance": 20}),
     "dry": Profile(
         tile=32, n_train=4,
         encoders=(("ViT-S", "ssl4eo_moco", {"input_size": 32}), ("U-Net", "unet", {"input_size": 32})),
@@ -73,7 +78,8 @@ PROFILES = {
         evaluate=("epochs=1", "input_size=32", "decoder_channels=32", "val_every=1", "crops_per_sample=2",
                   "batch_size=2", "normalization=cube", "threads=1"),
         loader_samples=4,
-        boxes={"env": 60, "cube": 60, "evaluate": 240, "encoders": 120, "upernet": 120, "balance": 60}),
+        vqa={"pairs": 4, "sets": ("block_samples=2", "gen_batch=4", "max_new_tokens=4", "threads=1")},
+        boxes={"env": 60, "cube": 60, "evaluate": 240, "vqa": 120, "encoders": 120, "upernet": 120, "balance": 60}),
 }
 
 
@@ -202,15 +208,10 @@ def upernet(deadline: float, prof: Profile, cube: str, device: str, peaks: dict)
     return {"input_size": u["input_size"], "decoder_channels": u["decoder_channels"], "rows": rows}
 
 
-def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: str, out: Path, work: Path) -> dict:
-    res = work / "evaluate"
-    cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", MODEL, "--protocol",
-           "frozen,finetune", "--allow-random-weights", "--out", str(res), "--cluster", cluster, "--workers", "1", "--quiet"]
-    for s in prof.evaluate:
-        cmd += ["--set", s]
+def cli(cmd: list[str], log_path: Path, deadline: float, mode: str = "w"):
+    """Run a cryocube command until the deadline, its output into `log_path`; its exit status, or "timeout"."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    t = time.perf_counter()
-    with open(out / "evaluate.log", "w") as log:
+    with open(log_path, mode) as log:
         # its own process group: at the time box, its cluster's worker processes (holding the GPU) go with it
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
         try:
@@ -224,6 +225,17 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
                     break
                 except subprocess.TimeoutExpired:
                     continue
+    return rc
+
+
+def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: str, out: Path, work: Path) -> dict:
+    res = work / "evaluate"
+    cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", MODEL, "--protocol",
+           "frozen,finetune", "--allow-random-weights", "--out", str(res), "--cluster", cluster, "--workers", "1", "--quiet"]
+    for s in prof.evaluate:
+        cmd += ["--set", s]
+    t = time.perf_counter()
+    rc = cli(cmd, out / "evaluate.log", deadline)
     wall = time.perf_counter() - t
     for f in ("results.jsonl", "logs/errors.log"):  # the records and tracebacks come back with the JSON
         if (res / f).exists():
@@ -241,6 +253,58 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
     problems = ([f"the CLI exited {rc} (see evaluate.log)"] if rc != 0 else []) + device_problems(runs, device)
     if problems:
         result["log_tail"] = (out / "evaluate.log").read_text()[-3000:]
+        raise SectionFailed("; ".join(problems), result)
+    return result
+
+
+def vqa(deadline: float, prof: Profile, cluster: str, device: str, out: Path, work: Path) -> dict:
+    """The same vqa run twice (two results folders, so neither is a cache hit): questions/s inside generate()
+    and over the whole answer phase, where it generated, and whether the two gave identical answers."""
+    from bench_engine import cluster as local_cluster
+    from cryocube.convert.writer import convert
+    from cryocube.insar_synthetic import make_interferograms
+
+    make_interferograms(work / "vqa-raw", n=prof.vqa["pairs"], size=32, seed=0)
+    cl, c = local_cluster(1)
+    try:
+        convert("insar", str(work / "vqa-raw"), str(work / "vqa-cube"), client=c, progress=False)
+    finally:
+        c.close()
+        cl.close()
+    runs, result = [], {"pairs": prof.vqa["pairs"], "runs": []}
+    for k in (1, 2):
+        res = work / f"vqa{k}"
+        cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", str(work / "vqa-cube"), "--models", VLM,
+               "--protocol", "vqa", "--allow-random-weights", "--out", str(res), "--cluster", cluster, "--workers", "1",
+               "--quiet"]
+        for s in prof.vqa["sets"]:
+            cmd += ["--set", s]
+        result["command"] = " ".join(cmd)
+        rc = cli(cmd, out / "vqa.log", deadline, "w" if k == 1 else "a")  # one file: what comes back is counted
+        lines = (res / "results.jsonl").read_text().splitlines() if (res / "results.jsonl").exists() else []
+        if rc != 0 or len(lines) != 1:
+            result["log_tail"] = (out / "vqa.log").read_text()[-3000:]
+            raise SectionFailed(f"run {k}: the CLI exited {rc} with {len(lines)} record(s) (see vqa.log)", result)
+        r = json.loads(lines[0])
+        g, t = r["generation_stats"], r["timings"]
+        result["runs"].append({"run_id": r["run_id"], "status": r["status"], "error": r.get("error"),
+                               "precision": r["precision"], "devices": g.get("devices"), "gpu": (r.get("cluster") or {}).get("gpu"),
+                               "questions": g["questions"], "generate_s": t["generate_s"], "answer_s": t["test_s"],
+                               "questions_per_s": g["questions_per_s"], "tokens_per_s": g["tokens_per_s"],
+                               "answer_phase_questions_per_s": g["questions"] / t["test_s"], "parsed": r["metrics"]["parsed"]})
+        runs.append((res / "runs" / r["run_id"] / "answers.jsonl").read_text() if r["status"] == "ok" else None)
+    a, b = result["runs"]
+    result["identical_answers"] = runs[0] is not None and runs[0] == runs[1]
+    problems = [f"run {i + 1}: {x['status']}: {x['error']}" for i, x in enumerate(result["runs"]) if x["status"] != "ok"]
+    problems += [f"run {i + 1} generated on {x['devices']}, not {device}" for i, x in enumerate(result["runs"])
+                 if x["status"] == "ok" and x["devices"] != [device]]
+    if device == "cuda":
+        problems += [f"run {i + 1}: the cluster's workers advertise no GPU resource" for i, x in enumerate(result["runs"]) if not x["gpu"]]
+    if a["run_id"] != b["run_id"]:
+        problems.append(f"the same command planned two run ids ({a['run_id']}, {b['run_id']})")
+    if not problems and not result["identical_answers"]:
+        problems.append("the two runs gave different answers")
+    if problems:
         raise SectionFailed("; ".join(problems), result)
     return result
 
@@ -333,6 +397,12 @@ def table(result: dict) -> str:
         lines.append(f"evaluate {proto:9s} {r['status']} device {r['device']} features {r.get('feature_devices')} "
                      f"precision {(r.get('precision') or {}).get('effective')} mIoU {r.get('mIoU')} "
                      f"features {t.get('features_wall_s', 0):.1f} s train {t.get('train_s', 0):.1f} s test {t.get('test_s', 0):.1f} s")
+    for i, r in enumerate(s.get("vqa", {}).get("runs") or []):
+        lines.append(f"vqa run {i + 1}  {r['status']} on {r['devices']} {r['precision']['effective']}: "
+                     f"{r['questions']} questions, {r['questions_per_s'] or 0:.1f}/s in generate(), "
+                     f"{r['answer_phase_questions_per_s']:.1f}/s over the answer phase, parsed {r['parsed']:.0f}%")
+    if "identical_answers" in s.get("vqa", {}):
+        lines.append(f"vqa: two runs gave {'identical' if s['vqa']['identical_answers'] else 'DIFFERENT'} answers")
     b = s.get("balance", {})
     if b.get("status") == "ok":
         if "cache" in b:
@@ -351,7 +421,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out", help="folder of gpu_check.json (default $OUT)")
     ap.add_argument("--work", help="scratch folder for the cube and the runs (default: a new temporary one, removed "
                     "at the end; only the JSON, logs and records go to --out)")
-    ap.add_argument("--budget", type=float, default=360.0, help="seconds for all sections together")
+    ap.add_argument("--budget", type=float, default=420.0, help="seconds for all sections together")
     a = ap.parse_args(argv)
     device = "cuda" if a.cluster == "cuda" else "cpu"
     prof_name = "dry" if a.dry or a.cluster != "cuda" else "gpu"
@@ -359,7 +429,7 @@ def main(argv=None) -> int:
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     work = Path(a.work).resolve() if a.work else Path(tempfile.mkdtemp(prefix="cryocube-gpu-check-"))
-    for mine in ("cube", "evaluate"):  # this script's own folders: a rerun measures again instead of resuming
+    for mine in ("cube", "evaluate", "vqa-raw", "vqa-cube", "vqa1", "vqa2"):  # this script's own folders: a rerun measures again
         shutil.rmtree(work / mine, ignore_errors=True)
     check = Check(out, a.budget)
     check.result.update(profile=prof_name, cluster=a.cluster, device=device, argv=sys.argv[1:])
@@ -380,6 +450,7 @@ def main(argv=None) -> int:
     cube = c["cube"] if c else None
     # evaluate first: it is the claim to see working; its cluster's worker gets the GPU to itself
     ev = check.section("evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out, work) if cube else None
+    check.section("vqa", prof.boxes["vqa"], vqa, prof, a.cluster, device, out, work)
     enc = check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks) if peaks else None
     if peaks and cube:
         check.section("upernet", prof.boxes["upernet"], upernet, prof, cube, device, peaks)

@@ -6,7 +6,7 @@
 # Then one device `run`, exactly:
 #   command:   set -o pipefail; bash benchmarks/gpu_check.sh --out "$OUT" 2>&1 | tee "$OUT/gpu_check.log"
 #   carry:     ["benchmarks/.gpu-wheels"]
-#   timeout_s: 450      (sections are budgeted to 360 s; wheel install and imports take ~30 s)
+#   timeout_s: 510      (sections are budgeted to 420 s; wheel install and imports take ~30 s)
 # Read $OUT/gpu_check.json and the table at the end of the output; give the machine back unless rerunning.
 #
 # Dry check on a CPU (what tests/test_gpu_check.py runs):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("env", "cube", "evaluate", "encoders", "upernet", "balance")
+SECTIONS = ("env", "cube", "evaluate", "vqa", "encoders", "upernet", "balance")
 
 
 def gpu_check(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -59,6 +59,13 @@ def test_dry_check_measures_every_section(tmp_path):
     cuda = device_problems(runs, "cuda")  # the same records judged as a GPU run's: every place they ran is wrong
     assert len(cuda) == 4 and "'fit': 'cpu'" in cuda[0] and "'features': 'cpu'" in cuda[0]
     assert "advertise no GPU" in cuda[1]
+
+    vqa = r["sections"]["vqa"]  # the tiny random VLM through `evaluate --protocol vqa`, twice: one run id, same answers
+    assert vqa["identical_answers"] is True and len({x["run_id"] for x in vqa["runs"]}) == 1
+    for x in vqa["runs"]:
+        assert x["status"] == "ok" and x["devices"] == ["cpu"] and x["gpu"] is False
+        assert x["questions"] >= 2 * vqa["pairs"] and x["questions_per_s"] > 0 and x["answer_phase_questions_per_s"] > 0
+    assert "vqa: two runs gave identical answers" in p.stdout
 
     bal = r["sections"]["balance"]
     assert 0 < bal["cache"]["features_share"] < 1

@@ -170,6 +170,45 @@ def test_evaluate_probe_refuses_too_few_labels_before_any_embedding(tmp_path, ca
     assert not (tmp_path / "res" / "embeddings").exists()
 
 
+def test_the_fix_evaluate_suggests_for_too_few_labels_works_when_followed(tmp_path, capsys, client):
+    """evaluate keeps NeuCo-Bench's test size (`--set test_size` is no evaluate field): its refusal suggests the
+    commands that take another one, and those, run as written, probe the same cube; labelling as many samples
+    as it says makes evaluate itself run."""
+    from cryocube.convert.writer import convert
+    from cryocube.synthetic import make_samples
+
+    make_samples("ssl4eo-downstream", tmp_path / "raw", n=8, size=8, seed=3)
+    url = str(tmp_path / "cube.zarr")
+    convert("ssl4eo-downstream", str(tmp_path / "raw"), url, client=client, progress=False)
+    evaluate = ["evaluate", "--models", "mean", "--protocol", "probe", "--out", str(tmp_path / "res"), "--quiet"]
+    assert main([*evaluate, "--cubes", url, "--cluster", NOWHERE]) == 2
+    err = capsys.readouterr().err
+    m = re.search(r"label at least (\d+) samples, or `(cryocube embed [^`]+)` then `(cryocube probe [^`]+--set "
+                  r"test_size=[0-9.]+)`: evaluate keeps test_size 0.1\)$", err.strip())
+    assert m and err.count("\n") == 1, err
+    assert main([*evaluate, "--cubes", url, "--cluster", NOWHERE, "--set", "test_size=0.25"]) == 2
+    assert "unknown recipe fields ['test_size']" in capsys.readouterr().err  # as the sentence says: not evaluate's
+
+    # the second suggestion, as written (its placeholders named), on the session's cluster
+    names = {"EMB.zarr": str(tmp_path / "emb.zarr"), "PROBE": str(tmp_path / "probe")}
+    here = ["--cluster", client.scheduler.address, "--quiet"]
+    for cmd in (m.group(2), m.group(3)):
+        assert main([names.get(w, w) for w in cmd.split()[1:]] + here) == 0, capsys.readouterr().err
+    (summary,) = (tmp_path / "probe" / "runs").glob("*/results_summary.json")
+    assert math.isfinite(json.loads(summary.read_text())["overall_q_score"])
+
+    # the first: as many labelled samples as it says, and evaluate runs
+    need = int(m.group(1))
+    make_samples("ssl4eo-downstream", tmp_path / "raw2", n=need + 3, size=8, seed=3)
+    url2 = str(tmp_path / "cube2.zarr")
+    convert("ssl4eo-downstream", str(tmp_path / "raw2"), url2, client=client, progress=False)
+    from cryocube.families.embedding.probe import tasks_from_cube
+
+    assert min(len(t.labels) for t in tasks_from_cube(url2)) >= need
+    capsys.readouterr()
+    assert main([*evaluate, "--cubes", url2, *here]) == 0, capsys.readouterr().err
+
+
 # --- NeuCo-Bench numbers ---------------------------------------------------------------------------
 
 

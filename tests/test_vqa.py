@@ -83,6 +83,7 @@ def test_tiny_random_vlm_end_to_end(ifg_cube, tmp_path, client):
     cm = rec["metrics"]["tasks"]["coherence_classification"]["confusion"]["matrix"]
     assert sum(map(sum, cm)) == 8
     assert rec["generation_stats"]["blocks"] == 3 and rec["generation_stats"]["new_tokens"] > 0
+    assert rec["generation_stats"]["devices"] == ["cpu"]  # where it generated: a GPU check reads this
     assert rec["gallery"] and (Path(rec["answers_file"]).parent / rec["gallery"][0]["picture"]).stat().st_size > 100
     # the same command again is a cache hit
     again = _evaluate(cube, tmp_path / "out", client)
@@ -102,6 +103,10 @@ def _check_report(results, out, rec, rows):
     assert "| Model | Kind | Coherence Acc (%) | Localisation IoU (%) | Localisation F1 (%) | Fringe MAE | Noise F1 (%)" in board
     assert f"| tiny random llava (random init) | VLM | {acc['value']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]" in board
     html = (out / "report.html").read_text()
+    gen = rec["generation_stats"]
+    cost = rec["timings"]["generate_s"] / gen["questions_generated"]
+    assert gen["questions_generated"] == len(rows)
+    assert f"tiny random llava (random init): {cost:.3g} s per example ({len(rows)} questions generated" in html
     assert "Gallery: sample" in html and rows[0]["prompt"][:40] in html and "data:image/png;base64" in html
     # an encoder's probe run on the same cube joins the board; what it cannot answer is said, not left blank
     res = load_results(results)

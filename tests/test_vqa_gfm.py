@@ -71,3 +71,37 @@ def test_gfm_and_vlm_on_one_interferogram_board(ifg12, tmp_path, client):
     assert re.search(r"ViT", (tmp_path / "report" / "report.html").read_text())
     recs = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert {r["family"] for r in recs} == {"embedding", "vqa"}
+
+
+def _board_rows(text: str) -> dict[str, list[str]]:
+    return {r[0]: r for r in ([c.strip() for c in line.strip("|").split("|")]
+                              for line in text.splitlines() if line.startswith("| "))}
+
+
+def test_quickstart_puts_a_random_vlm_and_a_gfm_on_the_interferogram_board(tmp_path, client, capsys):
+    """`quickstart --datasets ''` runs only the interferogram part, on the session's LocalCluster; the printed
+    board holds the tiny random VLM and the probed encoder, and the screen says random models measure the pipeline."""
+    from cryocube.cli import main
+    from cryocube.engine.cli import QUICKSTART_MIN_PAIRS
+    from cryocube.families.embedding.probe import _min_labelled
+
+    assert QUICKSTART_MIN_PAIRS == _min_labelled(0.1, 2)  # the probe's own floor (R² needs 2 test rows)
+    out = tmp_path / "qs"
+    # too few pairs for the GFM's probe: refused before any cluster (nothing listens on port 9)
+    assert main(["quickstart", "--datasets", "", "--interferograms", str(QUICKSTART_MIN_PAIRS - 1), "--out", str(out),
+                 "--cluster", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert f"--interferograms {QUICKSTART_MIN_PAIRS - 1}: the probe of --gfm vit_scratch needs at least" in err
+    assert not out.exists()
+
+    assert main(["quickstart", "--datasets", "", "--interferograms", str(QUICKSTART_MIN_PAIRS), "--out", str(out),
+                 "--cluster", client.scheduler.address]) == 0
+    printed = capsys.readouterr()
+    assert "random models measure the pipeline" in printed.err and "vit_scratch is probed" in printed.err
+    rows = _board_rows(printed.out)
+    kinds = {r[0]: r[1] for r in rows.values() if r[0] != "Model"}
+    assert kinds == {"tiny random llava (random init)": "VLM", "ViT": "GFM (probe)"}
+    assert rows["ViT"][2].endswith("(probe F1, mean of 3 one-vs-rest)") and rows["ViT"][5].endswith("(probe R²)")
+    recs = [json.loads(x) for x in (out / "results" / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["family"], r["status"]) for r in recs) == [("embedding", "ok"), ("vqa", "ok")]
+    assert not (out / "cubes" / "glid.zarr").exists()  # no segmentation part was run

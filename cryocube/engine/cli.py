@@ -55,8 +55,11 @@ def register(sub) -> None:
     q.add_argument("--models", default="unet,vit_scratch,ssl4eo_moco")
     q.add_argument("--epochs", type=int, default=6)
     q.add_argument("--interferograms", type=int, default=24,
-                   help="synthetic interferogram pairs for the InSAR question tasks (0: leave them out)")
+                   help=f"synthetic interferogram pairs for the InSAR question tasks (0: leave them out; "
+                        f"at least {QUICKSTART_MIN_PAIRS} with --gfm)")
     q.add_argument("--vlm", default="transformers", help="generative model for the interferogram tasks (adapter[:checkpoint])")
+    q.add_argument("--gfm", default="vit_scratch",
+                   help="encoder probed on the interferograms beside the VLM, on the same board ('': none)")
     q.add_argument("--quiet", action="store_true")
     add_cluster_args(q)
     q.set_defaults(func=_quickstart)
@@ -161,6 +164,7 @@ def print_records(records: list[dict], skipped: list[str]) -> None:
         print(f"{len(skipped)} runs already done (cached), not recomputed")
 
 
+QUICKSTART_MIN_PAIRS = 11  # the embedding probe's R² needs 2 test rows of a 10 % split (families/embedding/probe.py)
 QUICKSTART_TILES = {"train": 48, "val": 8, "test": 8}  # a 10 % few-shot subset is then ~5 tiles, one per stratum or more
 QUICKSTART_SCENES = {"train": 6, "val": 1, "test": 1}
 
@@ -178,8 +182,8 @@ def chance_miou(cube: str) -> float:
 
 def _insar_runs(args, out: Path, client) -> list:
     """Synthetic interferograms (Mogi sources, atmosphere, ramps, decorrelation) as a cube, asked the
-    InSAR-VLM-Bench questions by a tiny random VLM. (No encoder takes phase/coherence bands under the named
-    band rule yet, and NeuCo-Bench probes are binary, so no GFM row joins this board yet.)"""
+    InSAR-VLM-Bench questions by a tiny random VLM, and probed through one encoder's embeddings (phase and
+    coherence by the cross-sensor band rule, the 3-way coherence class one-vs-rest), so one board holds both."""
     from ..convert.writer import convert
     from ..families import RunSpec
     from ..insar_synthetic import make_interferograms
@@ -190,11 +194,14 @@ def _insar_runs(args, out: Path, client) -> list:
     cube = str(out / "cubes" / "insar.zarr")
     convert("insar", str(raw), cube, client=client, progress=not args.quiet)
     if not args.quiet:
+        gfm = f" and the encoder {args.gfm} is probed on the same pairs" if args.gfm else ""
         print(f"cryocube quickstart: {args.interferograms} synthetic interferograms; {args.vlm} answers the four "
-              "InSAR-VLM-Bench questions with RANDOM weights (a tiny random-config LLaVA, no downloads): the numbers "
-              "measure the pipeline (rendering, batched generation, parsing, scoring), not what a VLM can read from an "
-              "interferogram. The board marks what an encoder cannot answer.", file=sys.stderr)
-    return [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),))]
+              f"InSAR-VLM-Bench questions{gfm}, all with RANDOM weights (a tiny random-config LLaVA, a random "
+              "encoder; no downloads): random models measure the pipeline (rendering, batched generation, embedding, "
+              "parsing, probing, scoring), not what a model can read from an interferogram. The board marks what an "
+              "encoder cannot answer.", file=sys.stderr)
+    runs = [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),))]
+    return runs + ([RunSpec(args.gfm, cube, "probe")] if args.gfm else [])
 
 
 def _quickstart(args) -> int:
@@ -207,14 +214,23 @@ def _quickstart(args) -> int:
     from .evaluate import evaluate
     from .plan import runs_from_grid
 
-    outputs.claim(args.out, "quickstart", "quickstart")
-    out = Path(args.out)
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.interferograms < 0 or (args.gfm and 0 < args.interferograms < QUICKSTART_MIN_PAIRS):
+        raise UserError(f"--interferograms {args.interferograms}: the probe of --gfm {args.gfm} needs at least "
+                        f"{QUICKSTART_MIN_PAIRS} labelled pairs (R² on a 10 % test split); pass "
+                        f"{QUICKSTART_MIN_PAIRS} or more, --gfm '' to leave the encoder out, or 0 to leave the "
+                        "interferograms out")
+    if not (datasets and models) and args.interferograms == 0:
+        raise UserError("quickstart has nothing to run: --datasets and --models are empty and --interferograms is 0")
+    outputs.claim(args.out, "quickstart", "quickstart")
+    out = Path(args.out)
     recipe = load_recipe(None, [f"epochs={args.epochs}", "decoder_channels=64", "input_size=64", "val_every=2",
                                 "batch_size=8", "crops_per_sample=2", "normalization=cube"])
     pretrained = [m for m in models if model_spec(m).pretrained]
-    if not args.quiet:
+    if args.gfm and args.interferograms:
+        model_spec(args.gfm)  # an unknown id is refused before the cluster starts
+    if datasets and not args.quiet:
         print(f"cryocube quickstart: sample data, {args.epochs} epochs ({10 * args.epochs} for few-shot runs), 64 px crops. "
               f"The pretrained models "
               f"({', '.join(pretrained) or 'none'}) run with RANDOM weights here (no downloads): the numbers measure the "
@@ -229,11 +245,14 @@ def _quickstart(args) -> int:
             cube = str(out / "cubes" / f"{d}.zarr")
             convert(d, str(raw), cube, client=client, tile_size=64, progress=not args.quiet)
             cubes.append(cube)
-        runs = runs_from_grid(models, cubes, ["frozen"], [None], [0])
-        # a 10 % subset has a tenth of the steps per epoch: few-shot runs get ten times the epochs, so every run
-        # takes about as many optimisation steps (on the sample data 6 epochs of 5 tiles would learn nothing)
-        fewshot_epochs = (("epochs", args.epochs * 10),)
-        runs += [replace(r, overrides=fewshot_epochs) for r in runs_from_grid(pretrained or models, cubes, ["fewshot"], [None], [0])]
+        runs = []
+        if cubes and models:  # `--datasets ''` runs only the interferogram board
+            runs = runs_from_grid(models, cubes, ["frozen"], [None], [0])
+            # a 10 % subset has a tenth of the steps per epoch: few-shot runs get ten times the epochs, so every run
+            # takes about as many optimisation steps (on the sample data 6 epochs of 5 tiles would learn nothing)
+            fewshot_epochs = (("epochs", args.epochs * 10),)
+            runs += [replace(r, overrides=fewshot_epochs)
+                     for r in runs_from_grid(pretrained or models, cubes, ["fewshot"], [None], [0])]
         if args.interferograms > 0:
             runs += _insar_runs(args, out, client)
         res = evaluate(runs, str(out / "results"), recipe, client=client, progress=not args.quiet, allow_random_weights=True)

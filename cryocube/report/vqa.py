@@ -161,7 +161,20 @@ def task_table(res: Results, dataset: str) -> Table:
             for m, s in d.get("metrics", {}).items():
                 t.add([r.model_name, task, m, s["value"], s["ci_low"], s["ci_high"], s["n"], d.get("unparsed"),
                        ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", "")])
+        t.notes.append(generation_cost(r))
     return t
+
+
+def generation_cost(r: Run) -> str:
+    """The run's cost per example: worker seconds inside generate() per question (model load, rendering and
+    parsing left out), from the record's generation_stats; answers kept from an earlier run were not timed."""
+    g = r.record.get("generation_stats") or {}
+    n, sec = int(g.get("questions_generated") or 0), (r.record.get("timings") or {}).get("generate_s")
+    if not n or not sec:
+        return f"{r.model_name}: no generation timed (answers kept from an earlier run)"
+    return (f"{r.model_name}: {sec / n:.3g} s per example ({n} questions generated in {sec:.3g} s, "
+            f"batch {(r.record.get('generation') or {}).get('batch', '?')}, {r.record.get('torch_threads')} torch threads, "
+            f"{(r.record.get('precision') or {}).get('effective', '?')})")
 
 
 def confusion_tables(res: Results, dataset: str) -> list[Table]:

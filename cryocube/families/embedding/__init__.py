@@ -45,7 +45,12 @@ class Embedding(Family):
         dim = ov.pop("dim", None)
         pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", K_DEFAULT)), ov, dim=dim)
         tasks = tasks_from_cube(cube.url)
-        check_tasks(tasks, pr)  # too few labelled samples for a split, one class: said before any embedding
+        # too few labelled samples for a split, one class: said before any embedding. evaluate keeps NeuCo-Bench's
+        # splits (runs on one board share them), so another test size is `cryocube probe`'s, and the fix says so
+        url = cube.url.replace("{", "{{").replace("}", "}}")
+        check_tasks(tasks, pr, f"`cryocube embed {spec.model} --cube {url} --out EMB.zarr` then `cryocube probe EMB.zarr "
+                               f"--tasks-from {url} --out PROBE --set test_size={{}}`: evaluate keeps test_size "
+                               f"{pr.test_size:g}")
         emb, prov = plan_embedding(spec.model, cube, dim=dim, weights_dir=ctx.weights_dir,
                                    allow_random_weights=ctx.allow_random_weights, precision=recipe.precision,
                                    input_size=recipe.input_size or None, normalization=recipe.normalization, seed=spec.seed,

@@ -145,11 +145,15 @@ def _min_labelled(test_size: float, n_test: int) -> int:
     return n
 
 
-def check_tasks(tasks: list[Task], recipe: ProbeRecipe) -> None:
+SET_TEST_SIZE = "--set test_size={}"  # how `cryocube probe` takes another test size
+
+
+def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET_TEST_SIZE) -> None:
     """Refuse, in one sentence naming the task, what the protocol cannot score, before any embedding or cluster:
     a task with one value (NeuCo-Bench's min-max scaling divides by zero there and its metrics then fail), a
     classification task with more than two classes (binary F1), and splits too small to score (R² needs two
-    test rows; every split needs a train row)."""
+    test rows; every split needs a train row). `set_test_size` is how the caller's command takes another test
+    size (a format of the value), so the suggested fix is one that command accepts."""
     for t in tasks:
         values = np.unique(np.fromiter(t.labels.values(), dtype=np.float64, count=len(t.labels)))
         n = len(t.labels)
@@ -170,7 +174,7 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe) -> None:
             fix = f"label at least {_min_labelled(recipe.test_size, need)} samples"
             ts = math.ceil(100 * need / n) / 100
             if need <= math.ceil(ts * n) < n:
-                fix += f", or --set test_size={ts:g}"
+                fix += f", or {set_test_size.format(f'{ts:g}')}"
             raise UserError(f"task {t.name} has {n} labelled samples: test_size {recipe.test_size:g} {why} ({fix})")
 
 

@@ -138,7 +138,8 @@ class Vqa(Family):
                                      "questions": n, "questions_generated": total["questions_generated"],
                                      "new_tokens": total["tokens"],
                                      "questions_per_s": total["questions_generated"] / gen_s if gen_s else None,
-                                     "tokens_per_s": total["tokens"] / gen_s if gen_s else None},
+                                     "tokens_per_s": total["tokens"] / gen_s if gen_s else None,
+                                     "devices": sorted(set(total.get("devices", [])))},
                 "timings": {"generate_s": gen_s, "train_s": 0.0}}
 
 

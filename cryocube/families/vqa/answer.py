@@ -45,7 +45,7 @@ def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return image[:, :h, :w] if w and h else image
 
 
-def _generate(b: Block) -> tuple[list[dict], float]:
+def _generate(b: Block) -> tuple[list[dict], float, str]:
     from ...adapters import get
     from ...cluster.runtime import torch_task
     from ...cube import read_samples
@@ -75,16 +75,16 @@ def _generate(b: Block) -> tuple[list[dict], float]:
                 for i, g in zip(part, outs):
                     gens[i] = {"answer": g.text, "new_tokens": g.new_tokens}
         seconds = time.perf_counter() - t0
-    return [g for g in gens if g is not None], seconds
+    return [g for g in gens if g is not None], seconds, str(device)
 
 
 @task_boundary
 def answer_block(b: Block) -> dict:
     if _store.file_exists(b.url):
         kept = json.loads(_store.read_text(b.url))
-        gens, seconds, generated = kept["answers"], kept["seconds"], False
+        gens, seconds, generated, device = kept["answers"], kept["seconds"], False, None
     else:
-        gens, seconds = _generate(b)
+        gens, seconds, device = _generate(b)
         _store.write_atomic(b.url, json.dumps({"answers": gens, "seconds": seconds, "model_sha256": b.model.sha256}))
         generated = True
     by_task = {t.name: t for t in b.tasks}
@@ -102,7 +102,8 @@ def answer_block(b: Block) -> dict:
                     | ({"class": q.subject} if q.subject else {}))
     return {"rows": rows, "blocks": 1, "generated": int(generated), "gen_s": seconds if generated else 0.0,
             "tokens": sum(g["new_tokens"] for g in gens) if generated else 0,
-            "questions_generated": len(gens) if generated else 0}
+            "questions_generated": len(gens) if generated else 0,
+            "devices": [device] if generated else []}  # where this run generated (blocks kept from before: not)
 
 
 def merge(a: dict, b: dict) -> dict:
