@@ -50,11 +50,19 @@ class SamplePlan:
         return len(self.ids)
 
     def key(self, block: int) -> str:
-        extra = {k: (v[0], np.asarray(v[1]).tolist()) for k, v in sorted({**self.coords, **self.data_vars}.items())}
+        extra = {k: (v[0], _fingerprint(v[1])) for k, v in sorted({**self.coords, **self.data_vars}.items())}
         return hashlib.sha256(json.dumps({"ids": self.ids, "shape": list(self.shape), "tasks": self.tasks,
                                           "target": np.nan_to_num(self.target, nan=-1e30).tolist(), "extra": extra,
                                           "options": self.fingerprint, "block": block, "schema": SCHEMA_VERSION},
                                          default=str, sort_keys=True).encode()).hexdigest()
+
+
+def _fingerprint(a) -> Any:
+    """Small variables as values; per-pixel ones (3-D and more, e.g. a deformation mask) as a digest of their bytes."""
+    a = np.asarray(a)
+    if a.ndim >= 3:
+        return [a.dtype.str, list(a.shape), hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()]
+    return a.tolist()
 
 
 def _template(reader: Reader, plan: SamplePlan, block: int):
@@ -104,7 +112,8 @@ def _template(reader: Reader, plan: SamplePlan, block: int):
                outputs.ZARR_MARKER: outputs.marker("cube", "convert"), **plan.attrs},
     )
     enc = {"image": {"chunks": (1, *plan.shape)}, "target": {"chunks": (block, max(1, k))},
-           "sample_digest": {"chunks": (block, 2)}, "progress": {"chunks": (1,)}}
+           "sample_digest": {"chunks": (block, 2)}, "progress": {"chunks": (1,)},
+           **{k: {"chunks": (1, *np.shape(v[1])[1:])} for k, v in plan.data_vars.items() if np.ndim(v[1]) >= 3}}  # per sample
     return ds, enc
 
 
