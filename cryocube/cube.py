@@ -635,6 +635,19 @@ def read_samples(url: str, idx, labels: bool = True, verify: bool = True) -> tup
     return img, (lab if labels else None)
 
 
+def read_dense(url: str, idx) -> tuple[np.ndarray, np.ndarray]:
+    """image (n, C, H, W) and a dense int16 label (n, H, W) of any cube: a tile cube's `label`, or a sample cube's
+    per-pixel `mask` (interferograms' deformation target; its image and targets checked against the digests,
+    the mask against the plan fingerprint it was written with)."""
+    g = _group(url)
+    if g.attrs.get("kind") != "samples":
+        return read_samples(url, idx)
+    if "mask" not in g:
+        raise UserError(f"{url}: this sample cube has no per-pixel target (`mask`), so it cannot be segmented")
+    img, _ = read_samples(url, idx, labels=False)
+    return img, _select(g["mask"], np.asarray(idx, dtype=np.int64)).astype(np.int16)
+
+
 @dataclass
 class VerifyReport:
     url: str
