@@ -171,3 +171,19 @@ def _drawn(url):
     from cryocube.families.segmentation.sample_cubes import as_tiles
 
     return as_tiles(cube_info(url))[0].splits
+
+
+def test_a_sample_cube_without_a_mask_is_refused_before_any_cluster(tmp_path, client, capsys):
+    from cryocube.cli import main
+    from cryocube.convert.writer import convert
+    from cryocube.synthetic import make_samples
+
+    make_samples("ssl4eo-downstream", tmp_path / "raw", n=6, size=8, seed=1)
+    url = str(tmp_path / "cube.zarr")
+    convert("ssl4eo-downstream", str(tmp_path / "raw"), url, client=client, progress=False)
+    capsys.readouterr()
+    rc = main(["evaluate", "--cubes", url, "--models", "vit_scratch", "--protocol", "frozen", "--allow-random-weights",
+               "--out", str(tmp_path / "out"), "--dry-run", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "Traceback" not in err
+    assert f"{url}: a samples cube without a per-pixel target" in err and "--protocol probe" in err
