@@ -473,6 +473,9 @@ def _sample_summary(ds) -> list[str]:
             lines.append(f"  text {t}: {int((ans[:, j] != '').sum())} answers")
     if "box" in ds:
         lines.append(f"  box: {int(np.isfinite(np.asarray(ds['box'].values)).all(axis=1).sum())} samples with a box")
+    if "mask_origin" in ds:  # the per-pixel deformation target (segmentation): where each sample's came from
+        origin = as_text(ds["mask_origin"].values)
+        lines.append("  mask (per pixel): " + ", ".join(f"{o} {int((origin == o).sum())}" for o in sorted(set(origin.tolist()))))
     for t, why in (ds.attrs.get("unavailable") or {}).items():
         lines.append(f"  unavailable {t}: {why}")
     return lines

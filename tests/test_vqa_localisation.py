@@ -123,7 +123,7 @@ def ifg_cube(tmp_path_factory, client):
     return url
 
 
-def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client):
+def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client, capsys):
     from cryocube.cli import main
     from cryocube.cube import open_cube
     from cryocube.engine.evaluate import evaluate
@@ -132,6 +132,8 @@ def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client):
 
     ds = open_cube(ifg_cube)
     assert ds["mask"].dims == ("sample", "y", "x") and ds.attrs["mask"]["classes"] == ["stable", "deformation"]
+    assert main(["inspect", ifg_cube]) == 0
+    assert "mask (per pixel): derived 12" in capsys.readouterr().out
     out = tmp_path / "results"
     (rec,) = evaluate([RunSpec("vit_scratch", ifg_cube, "frozen")], str(out), load_recipe(None, FAST), client=client,
                       progress=False, allow_random_weights=True).records
