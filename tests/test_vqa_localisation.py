@@ -135,9 +135,11 @@ def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client, caps
     assert main(["inspect", ifg_cube]) == 0
     assert "mask (per pixel): derived 12" in capsys.readouterr().out
     out = tmp_path / "results"
-    (rec,) = evaluate([RunSpec("vit_scratch", ifg_cube, "frozen")], str(out), load_recipe(None, FAST), client=client,
+    # a pretrained encoder (random weights here) stays frozen: features cached from the cube's masks, a decoder trained
+    (rec,) = evaluate([RunSpec("ssl4eo_moco", ifg_cube, "frozen")], str(out), load_recipe(None, FAST), client=client,
                       progress=False, allow_random_weights=True).records
     assert rec["status"] == "ok", rec.get("error")
+    assert not rec["trains_encoder"] and rec["encoder_forward_items"] > 0
     assert rec["band_rule"] == "cross_sensor"  # the dataset's rule, as embed uses it
     split = rec["split"]
     assert sum(split["counts"].values()) == 12 and min(split["counts"].values()) >= 1
@@ -157,7 +159,7 @@ def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client, caps
     rows = {r[0]: r for r in (
         [c.strip() for c in line.strip("|").split("|")] for line in board.splitlines() if line.startswith("| "))}
     assert rows["Model"][3] == "Localisation IoU (%)"
-    g = rows["ViT"]
+    g = rows["S12-MoCo (random init)"]
     assert g[1] == "GFM (segmentation)"
     cell = g[3]
     assert cell == f"{loc['value']:.2f} [{loc['ci_low']:.2f}, {loc['ci_high']:.2f}] (segmentation, mask->box)"

@@ -100,7 +100,7 @@ def leaderboard(res: Results, dataset: str) -> Table:
                "F1 of one-vs-rest binary probes), not the VLM metric; encoders cannot write text; their localisation "
                "IoU comes from a segmentation run on the cube (`cryocube evaluate --protocol frozen`): the box of the "
                "predicted deformation mask against the reference box, on that run's test split"]
-    if any(r.random_init for r in res.vqa + res.embedding if r.dataset == dataset):
+    if any(r.random_init for r in res.vqa + res.embedding + list(seg.values()) if r.dataset == dataset):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
 
