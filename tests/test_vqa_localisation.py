@@ -72,6 +72,7 @@ def test_derived_mask_matches_the_generator(tmp_path):
     moved = 0
     for i, p in enumerate(m.pairs):
         assert origin[i] == "derived" and mask[i].dtype == np.int8
+        assert plan.coords["mask_pixels"][1][i].tolist() == [int((mask[i] == 0).sum()), int((mask[i] == 1).sum())]
         valid = p.coherence >= r.mask_coherence
         assert ((mask[i] == -1) == ~valid).all()  # untrusted pixels are ignore, as the rules mask them
         b = _box(mask[i])

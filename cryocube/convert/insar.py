@@ -225,6 +225,9 @@ class PairReader(Reader):
             "box_origin": (("sample",), _text([lab["box_origin"] for lab in labels])),
             "mask_origin": (("sample",), _text([lab.get("mask_origin", "none") if lab.get("mask") is not None else "none"
                                                 for lab in labels])),
+            # per sample and class: labelled pixels of the mask (what planning reads instead of the mask itself)
+            "mask_pixels": (("sample", "mask_class"), np.stack([(mask == k).sum(axis=(1, 2)) for k in (0, 1)], axis=1).astype(np.int32)),
+            "mask_class": (("mask_class",), _text(self.mask_options["classes"])),
             "task_classes": (("task",), _text(["|".join(t.classes) for t in tspecs])),
             "text_task": (("text_task",), _text(self.text_tasks)),
             "corner": (("corner",), _text(CORNERS)),

@@ -11,7 +11,6 @@ import hashlib
 
 import numpy as np
 
-from ...catalog import CUBE_IGNORE_INDEX
 from ...cube import CubeInfo, as_text, open_cube
 from ...errors import UserError
 
@@ -39,7 +38,7 @@ def as_tiles(cube: CubeInfo) -> tuple[CubeInfo, dict]:
     """(the cube as this family reads it: drawn split, mask classes, labelled = any non-ignore pixel; the split's
     record). Refuses, in one sentence, a sample cube without a mask or with non-square samples."""
     ds = open_cube(cube.url)
-    if "mask" not in ds or not isinstance(ds.attrs.get("mask"), dict):
+    if "mask" not in ds or "mask_pixels" not in ds or not isinstance(ds.attrs.get("mask"), dict):
         raise UserError(f"{cube.url}: a {cube.kind} cube without a per-pixel target (image-level tasks only) cannot be "
                         "segmented; score it with `cryocube embed` + `cryocube probe`, or --protocol probe "
                         "(interferogram cubes converted by this cryocube have one: convert again with --overwrite)")
@@ -47,14 +46,14 @@ def as_tiles(cube: CubeInfo) -> tuple[CubeInfo, dict]:
         raise UserError(f"{cube.url}: samples are {ds.sizes['y']}x{ds.sizes['x']} px; the segmentation family cuts square "
                         "tiles, so it needs square samples")
     opts = dict(ds.attrs["mask"])
-    mask = np.asarray(ds["mask"].values)
-    labelled = (mask != CUBE_IGNORE_INDEX).reshape(mask.shape[0], -1).any(axis=1)
-    has_box = np.isfinite(np.asarray(ds["box"].values, np.float64)).all(axis=1) if "box" in ds else np.zeros(mask.shape[0], bool)
+    labelled = np.asarray(ds["mask_pixels"].values).sum(axis=1) > 0  # any pixel not ignore
+    n = labelled.size
+    has_box = np.isfinite(np.asarray(ds["box"].values, np.float64)).all(axis=1) if "box" in ds else np.zeros(n, bool)
     strata = np.where(~labelled, STRATA[2], np.where(has_box, STRATA[0], STRATA[1])).astype(str)
     seed = int(cube.checksum[:8], 16)
     splits = draw_split(strata, opts["split"], seed)
     digest = hashlib.sha256(("|".join(splits.tolist())).encode()).hexdigest()[:12]
-    origin = as_text(ds["mask_origin"].values) if "mask_origin" in ds else np.full(mask.shape[0], "")
+    origin = as_text(ds["mask_origin"].values) if "mask_origin" in ds else np.full(n, "")
     record = {"rule": "drawn by the segmentation family per cube, stratified by deformation box / no box / unlabelled "
                       "(unlabelled samples and strata under 3 samples go to train)",
               "fractions": dict(opts["split"]), "seed": seed, "digest": digest,
