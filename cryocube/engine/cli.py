@@ -178,11 +178,12 @@ def chance_miou(cube: str) -> float:
 
 def _insar_runs(args, out: Path, client) -> list:
     """Synthetic interferograms (Mogi sources, atmosphere, ramps, decorrelation) as a cube, asked the
-    InSAR-VLM-Bench questions by a tiny random VLM. (No encoder takes phase/coherence bands under the named
-    band rule yet, and NeuCo-Bench probes are binary, so no GFM row joins this board yet.)"""
+    InSAR-VLM-Bench questions by a tiny random VLM, and segmented by the first pretrained encoder of --models (its
+    localisation cell on the board)."""
     from ..convert.writer import convert
     from ..families import RunSpec
     from ..insar_synthetic import make_interferograms
+    from ..models import model_spec
 
     raw = out / "raw" / "insar"
     if not raw.exists():
@@ -194,7 +195,14 @@ def _insar_runs(args, out: Path, client) -> list:
               "InSAR-VLM-Bench questions with RANDOM weights (a tiny random-config LLaVA, no downloads): the numbers "
               "measure the pipeline (rendering, batched generation, parsing, scoring), not what a VLM can read from an "
               "interferogram. The board marks what an encoder cannot answer.", file=sys.stderr)
-    return [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),))]
+    runs = [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),))]
+    gfm = next((m for m in (m.strip() for m in args.models.split(",")) if m and model_spec(m).pretrained), None)
+    if gfm:  # an encoder on the same board: localisation through the segmentation family (mask -> box IoU)
+        runs.append(RunSpec(gfm, cube, "frozen", overrides=(("input_size", 32),)))
+        if not args.quiet:
+            print(f"cryocube quickstart: {gfm} (RANDOM weights, frozen) + a decoder segment the interferograms' deformation "
+                  "masks; the box of each predicted mask fills its 'Localisation IoU' cell.", file=sys.stderr)
+    return runs
 
 
 def _quickstart(args) -> int:
