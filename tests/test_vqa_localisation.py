@@ -192,3 +192,15 @@ def test_a_sample_cube_without_a_mask_is_refused_before_any_cluster(tmp_path, cl
     err = capsys.readouterr().err
     assert rc != 0 and "Traceback" not in err
     assert f"{url}: a samples cube without a per-pixel target" in err and "--protocol probe" in err
+
+
+def test_fine_tuning_reads_the_mask_from_the_cube(ifg_cube, tmp_path, client):
+    """Fine-tuning streams crops and test tiles from the cube itself (no feature cache): the same split, a box IoU."""
+    from cryocube.engine.evaluate import evaluate
+    from cryocube.families.recipes import load_recipe
+
+    (rec,) = evaluate([RunSpec("ssl4eo_moco", ifg_cube, "finetune")], str(tmp_path), load_recipe(None, FAST + ["epochs=1"]),
+                      client=client, progress=False, allow_random_weights=True).records
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["trains_encoder"] and rec["split"]["digest"] and rec["localisation"]["n"] >= 1
+    assert 0.0 <= rec["localisation"]["value"] <= 100.0
