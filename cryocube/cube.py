@@ -491,6 +491,9 @@ def _sample_summary(ds) -> list[str]:
             lines.append(f"  text {t}: {int((ans[:, j] != '').sum())} answers")
     if "box" in ds:
         lines.append(f"  box: {int(np.isfinite(np.asarray(ds['box'].values)).all(axis=1).sum())} samples with a box")
+    if "mask_origin" in ds:  # the per-pixel deformation target (segmentation): where each sample's came from
+        origin = as_text(ds["mask_origin"].values)
+        lines.append("  mask (per pixel): " + ", ".join(f"{o} {int((origin == o).sum())}" for o in sorted(set(origin.tolist()))))
     for t, why in (ds.attrs.get("unavailable") or {}).items():
         lines.append(f"  unavailable {t}: {why}")
     return lines
@@ -653,25 +656,39 @@ def read_samples(url: str, idx, labels: bool = True, verify: bool = True) -> tup
     return img, (lab if labels else None)
 
 
-def read_checked(url: str, name: str) -> np.ndarray:
-    """A whole per-sample variable of a sample cube (`target`, or an extra its digests cover: `box`, `answer`),
-    checked against the digests written at conversion: a deleted or damaged chunk raises DamagedCubeError
-    naming the sample and the variable, never fill values. Variables no digest covers are read as stored."""
+def read_checked(url: str, name: str, idx=None) -> np.ndarray:
+    """A per-sample variable of a sample cube (`target`, or an extra its digests cover: `box`, `answer`, `mask`),
+    whole or at the sample indices `idx`, checked against the digests written at conversion: a deleted or
+    damaged chunk raises DamagedCubeError naming the sample and the variable, never fill values. Variables
+    no digest covers are read as stored."""
     g = _group(url)
+    sel = np.arange(g[name].shape[0]) if idx is None else np.asarray(idx, dtype=np.int64)
     try:
-        values = np.asarray(g[name][:])
+        values = np.asarray(g[name][:]) if idx is None else _select(g[name], sel)
     except Exception as e:  # noqa: BLE001 - a chunk that fails in its codec, or a failing store read
         raise DamagedCubeError(f"{url}: variable {name!r} cannot be read ({type(e).__name__}: {e}); the cube is damaged: "
                                f"run `cryocube inspect --verify {url}`") from None
     parts = ("target", *digest_vars(g))
     if name in parts and "sample_digest" in g:
-        want = np.asarray(g["sample_digest"][:, 1 + parts.index(name)])
+        want = _select(g["sample_digest"], sel)[:, 1 + parts.index(name)]
         bad = np.flatnonzero(np.array([_crc(r) for r in digest_rows(values)], dtype=np.uint32) != want)
         if bad.size:
-            raise DamagedCubeError(f"{_where(g, url, int(bad[0]))}: its {name} does not match the digest written at "
+            raise DamagedCubeError(f"{_where(g, url, int(sel[bad[0]]))}: its {name} does not match the digest written at "
                                    f"conversion (a chunk was deleted, truncated or altered; {bad.size} of {len(values)} "
-                                   f"samples are damaged); run `cryocube inspect --verify {url}`, then convert again")
+                                   f"samples read are damaged); run `cryocube inspect --verify {url}`, then convert again")
     return values
+
+
+def read_dense(url: str, idx) -> tuple[np.ndarray, np.ndarray]:
+    """image (n, C, H, W) and a dense int16 label (n, H, W) of any cube: a tile cube's `label`, or a sample cube's
+    per-pixel `mask` (interferograms' deformation target), each checked against the digests."""
+    g = _group(url)
+    if g.attrs.get("kind") != "samples":
+        return read_samples(url, idx)
+    if "mask" not in g:
+        raise UserError(f"{url}: this sample cube has no per-pixel target (`mask`), so it cannot be segmented")
+    img, _ = read_samples(url, idx, labels=False)
+    return img, read_checked(url, "mask", idx).astype(np.int16)
 
 
 @dataclass

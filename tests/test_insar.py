@@ -112,7 +112,7 @@ def test_verify_checks_boxes_and_answers_too(geotiff, tmp_path, capsys):
 
     _, url, _ = geotiff
     g = store.open_group(url, "r")
-    assert g.attrs["digest_vars"] == ["answer", "box"] and g["sample_digest"].shape == (12, 4)
+    assert g.attrs["digest_vars"] == ["answer", "box", "mask"] and g["sample_digest"].shape == (12, 5)
     box = np.asarray(g["box"][:])
     has_box = np.isfinite(box).all(axis=1)
     blk = next(b for b in range(3) if has_box[4 * b: 4 * b + 4].any())  # a block whose chunk holds real boxes
@@ -147,6 +147,19 @@ def test_verify_checks_boxes_and_answers_too(geotiff, tmp_path, capsys):
     assert main(["inspect", "--verify", fine, "--quiet"]) == 1
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("DAMAGED")]
     assert lines == [f"DAMAGED sample {k} ({ids[k]}): box digest mismatch"]
+    # one flipped pixel of a deformation mask (the segmentation family's target) is named, and read_dense refuses it
+    from cryocube.cube import read_dense
+
+    flipped = str(tmp_path / "mask.zarr")
+    shutil.copytree(url, flipped)
+    h = store.open_group(flipped, "r+")
+    h["mask"][k, 0, 0] = 1 - int(h["mask"][k, 0, 0]) if int(h["mask"][k, 0, 0]) >= 0 else 0
+    assert main(["inspect", "--verify", flipped, "--quiet"]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("DAMAGED")]
+    assert lines == [f"DAMAGED sample {k} ({ids[k]}): mask digest mismatch"]
+    with pytest.raises(DamagedCubeError, match=rf"sample {k} \(source {ids[k]}\): its mask does not match the digest"):
+        read_dense(flipped, [k])
+    read_dense(flipped, [i for i in range(len(ids)) if i != k])  # the other samples still read
 
 
 def test_resume_redoes_only_missing_blocks_and_gives_the_same_cube(geotiff, tmp_path, client):

@@ -91,17 +91,20 @@ def test_quickstart_puts_a_random_vlm_and_a_gfm_on_the_interferogram_board(tmp_p
     assert main(["quickstart", "--datasets", "", "--interferograms", str(QUICKSTART_MIN_PAIRS - 1), "--out", str(out),
                  "--cluster", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
-    assert f"--interferograms {QUICKSTART_MIN_PAIRS - 1}: the probe of --gfm vit_scratch needs at least" in err
+    assert f"--interferograms {QUICKSTART_MIN_PAIRS - 1}: the probe of --gfm ssl4eo_moco needs at least" in err
     assert not out.exists()
 
     assert main(["quickstart", "--datasets", "", "--interferograms", str(QUICKSTART_MIN_PAIRS), "--out", str(out),
                  "--cluster", client.scheduler.address]) == 0
     printed = capsys.readouterr()
-    assert "random models measure the pipeline" in printed.err and "vit_scratch is probed" in printed.err
+    assert "random models measure the pipeline" in printed.err and "ssl4eo_moco is probed" in printed.err
+    assert "fills its 'Localisation IoU' cell" in printed.err
     rows = _board_rows(printed.out)
     kinds = {r[0]: r[1] for r in rows.values() if r[0] != "Model"}
-    assert kinds == {"tiny random llava (random init)": "VLM", "ViT": "GFM (probe)"}
-    assert rows["ViT"][2].endswith("(probe F1, mean of 3 one-vs-rest)") and rows["ViT"][5].endswith("(probe R²)")
+    gfm = "S12-MoCo (random init)"
+    assert kinds == {"tiny random llava (random init)": "VLM", gfm: "GFM (probe)"}
+    assert rows[gfm][2].endswith("(probe F1, mean of 3 one-vs-rest)") and rows[gfm][5].endswith("(probe R²)")
+    assert rows[gfm][3].endswith("(segmentation, mask->box)")  # the frozen run of the same encoder localises
     recs = [json.loads(x) for x in (out / "results" / "results.jsonl").read_text().splitlines()]
-    assert sorted((r["family"], r["status"]) for r in recs) == [("embedding", "ok"), ("vqa", "ok")]
+    assert sorted((r["family"], r["status"]) for r in recs) == [("embedding", "ok"), ("segmentation", "ok"), ("vqa", "ok")]
     assert not (out / "cubes" / "glid.zarr").exists()  # no segmentation part was run

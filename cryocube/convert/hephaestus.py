@@ -19,6 +19,7 @@ import numpy as np
 from .. import store as _store
 from .base import ConvertError, register
 from .insar import PAIR_RE, Pair, PairReader, iso_date, pad_to
+from .insar_labels import polygon_mask
 from .rawio import map_threads, raster_header, read_raster, write_png
 
 
@@ -35,20 +36,26 @@ def render_phase(phase: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.stack([r, g, b]) * 255), 0, 255).astype(np.uint8)
 
 
-def polygon_box(polys: Any, url: str) -> tuple[float, float, float, float] | None:
-    """Extent (x_min, y_min, x_max, y_max) of all polygons: each a flat [x1, y1, x2, y2, ...] or a list of [x, y]."""
-    if not polys:
-        return None
-    xs, ys = [], []
-    for k, poly in enumerate(polys if isinstance(polys, list) else [polys]):
+def polygons(polys: Any, url: str) -> list[list[tuple[float, float]]]:
+    """The `segmentation_mask` polygons as point lists: each a flat [x1, y1, x2, y2, ...] or a list of [x, y]."""
+    out = []
+    for k, poly in enumerate(polys if isinstance(polys, list) else [polys] if polys else []):
         try:
             flat = [float(v) for pt in poly for v in (pt if isinstance(pt, (list, tuple)) else [pt])]
         except (TypeError, ValueError):
             flat = []
         if len(flat) < 6 or len(flat) % 2:
             raise ConvertError(f"{url}: field 'segmentation_mask' polygon {k} is not a list of >= 3 (x, y) points")
-        xs += flat[0::2]
-        ys += flat[1::2]
+        out.append(list(zip(flat[0::2], flat[1::2])))
+    return out
+
+
+def polygon_box(polys: Any, url: str) -> tuple[float, float, float, float] | None:
+    """Extent (x_min, y_min, x_max, y_max) of all polygons."""
+    pts = [p for poly in polygons(polys, url) for p in poly]
+    if not pts:
+        return None
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
     return min(xs), min(ys), max(xs), max(ys)
 
 
@@ -56,7 +63,7 @@ def polygon_box(polys: Any, url: str) -> tuple[float, float, float, float] | Non
 class HephaestusReader(PairReader):
     name = "hephaestus_png"
     options_doc = "interferograms (folder under a frame), insar_png, coherence_png, annotations (folder), radar_wavelength_m, " \
-                  "targets, text_tasks, box_task, unavailable, description (template of the localisation answer)"
+                  "targets, text_tasks, box_task, mask, unavailable, description (template of the localisation answer)"
     rendered = True
 
     @property
@@ -168,7 +175,16 @@ class HephaestusReader(PairReader):
             answers["noise_assessment"] = str(d["caption"]).strip()
         q = {"low_coherence": flag("low_coherence", 1), "atmospheric_fringes": flag("atmospheric_fringes", 3),
              "deformation": (1 if deformation else 0) if labels else None}
-        return {"quantities": q, "box": box, "box_origin": "annotation" if labels or box else "none",
+        # the mask: polygons rasterised; "no deformation" = all 0; a deformation label without polygons says nothing
+        # about where (no mask label)
+        if box is not None:
+            mask, mask_origin = polygon_mask(polygons(d.get("segmentation_mask"), url), pair.height, pair.width), "annotation_polygons"
+        elif labels and not deformation:
+            mask, mask_origin = np.zeros((pair.height, pair.width), np.int8), "annotation_polygons"
+        else:
+            mask, mask_origin = None, "none"
+        return {"quantities": q, "box": box, "box_origin": "annotation" if labels or box else "none", "mask": mask,
+                "mask_origin": mask_origin,
                 "answers": {k: v for k, v in answers.items() if k in self.text_tasks}, "wavelength_m": self.wavelength_m}
 
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 from .. import store as _store
 from ..cube import _text
 from .base import ConvertError, Reader, register
-from .insar_labels import Rules, derive
+from .insar_labels import MASK_IGNORE, RULES_TEXT, Rules, derive
 from .rawio import map_threads, raster_header, read_raster, write_geotiff
 from .samples import SamplePlan, convert_samples
 from .writer import ConvertResult
@@ -32,6 +32,8 @@ DATE = r"(\d{4}-?\d{2}-?\d{2})"
 PAIR_RE = re.compile(rf"^{DATE}_{DATE}$")
 CORNERS = ("x_min", "y_min", "x_max", "y_max")
 PHASE_TOL = 1e-4  # float32 rounding of pi
+MASK_ORIGINS = {"derived": "the deformation_mask rule on unwrapped phase", "annotation_box": "a human box rasterised (1 inside)",
+                "annotation_polygons": "segmentation polygons rasterised (pixel centres inside)", "none": "no label (all ignore)"}
 
 
 def iso_date(s: str, where: str) -> str:
@@ -109,6 +111,20 @@ class PairReader(Reader):
         return out
 
     @property
+    def mask_options(self) -> dict:
+        """The `mask:` option: the per-pixel deformation target's class names and the split a dense family draws
+        (sample cubes have none), recorded in the cube's attrs."""
+        d = dict(self.option("mask", {}, dict))
+        classes = [str(c) for c in d.get("classes", ("stable", "deformation"))]
+        split = {str(k): float(v) for k, v in dict(d.get("split") or {"train": 0.6, "val": 0.2, "test": 0.2}).items()}
+        if len(classes) != 2 or set(split) != {"train", "val", "test"} or not math.isclose(sum(split.values()), 1.0) \
+                or min(split.values()) <= 0:
+            raise ConvertError(f"{self.where}: mask: needs two classes (no deformation, deformation) and a split with "
+                               f"positive train, val and test fractions summing to 1, got {d!r}")
+        return {"classes": classes, "split": split, "rule": RULES_TEXT["deformation_mask"],
+                "ignore_index": MASK_IGNORE, "origins": MASK_ORIGINS}
+
+    @property
     def unavailable(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.option("unavailable", {}, dict).items()}
 
@@ -120,8 +136,9 @@ class PairReader(Reader):
         raise NotImplementedError
 
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
-        """{"quantities": {name: float}, "box": (4,) | None, "box_origin": str, "answers": {task: text},
-        "wavelength_m": float} of one pair (reads and checks its pixels where labels are derived)."""
+        """{"quantities": {name: float}, "box": (4,) | None, "box_origin": str, "mask": (H, W) int8 | None,
+        "mask_origin": str, "answers": {task: text}, "wavelength_m": float} of one pair (reads and checks its
+        pixels where labels are derived; mask None = no label, all ignore)."""
         raise NotImplementedError
 
     def cube_bands(self, pairs: list[Pair]) -> list[str]:
@@ -196,6 +213,11 @@ class PairReader(Reader):
                 if v is not None:
                     target[i, j] = v
         box = np.array([lab["box"] if lab["box"] is not None else (np.nan,) * 4 for lab in labels], dtype=np.float32)
+        mask = np.full((len(pairs), H, W), MASK_IGNORE, dtype=np.int8)  # padding and unlabelled pairs: ignore
+        for i, lab in enumerate(labels):
+            if lab.get("mask") is not None:
+                m = lab["mask"]
+                mask[i, : m.shape[0], : m.shape[1]] = m
         answers = np.array([[lab["answers"].get(t, "") for t in self.text_tasks] for lab in labels], dtype=object).reshape(len(pairs), -1)
         unavailable = {t.name: self.unavailable.get(t.name, "no source in this layout") for t in tspecs if t.source is None}
         for j, t in enumerate(tspecs):
@@ -218,13 +240,19 @@ class PairReader(Reader):
             "crs": (("sample",), _text([p.crs or "" for p in pairs])),
             "transform": (("sample", "affine"), tf),
             "box_origin": (("sample",), _text([lab["box_origin"] for lab in labels])),
+            "mask_origin": (("sample",), _text([lab.get("mask_origin", "none") if lab.get("mask") is not None else "none"
+                                                for lab in labels])),
+            # per sample and class: labelled pixels of the mask (what planning reads instead of the mask itself)
+            "mask_pixels": (("sample", "mask_class"), np.stack([(mask == k).sum(axis=(1, 2)) for k in (0, 1)], axis=1).astype(np.int32)),
+            "mask_class": (("mask_class",), _text(self.mask_options["classes"])),
             "task_classes": (("task",), _text(["|".join(t.classes) for t in tspecs])),
             "text_task": (("text_task",), _text(self.text_tasks)),
             "corner": (("corner",), _text(CORNERS)),
         }
-        data_vars = {"box": (("sample", "corner"), box), "answer": (("sample", "text_task"), answers)}
+        data_vars = {"box": (("sample", "corner"), box), "answer": (("sample", "text_task"), answers),
+                     "mask": (("sample", "y", "x"), mask)}
         attrs = {"derivation": {**self.rules.as_attrs(), "radar_wavelength_m": self.wavelength_m} if not self.rendered else {},
-                 "unavailable": unavailable, "rendered": self.rendered, "box_task": self.box_task,
+                 "unavailable": unavailable, "rendered": self.rendered, "box_task": self.box_task, "mask": self.mask_options,
                  "padding": "samples smaller than the cube are padded bottom/right with 0; height/width give the valid extent",
                  "skipped_samples": skipped, **self.extra_attrs(raw, pairs)}
         fingerprint = {"options": self.options, "bands": bands, "skipped": skipped,
@@ -266,7 +294,7 @@ def pad_to(img: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
 class InSARReader(PairReader):
     name = "insar_geotiff"
     options_doc = ("files (band -> file name in a pair folder), optional (bands that may be absent), annotation (file name), "
-                   "radar_wavelength_m, derive, targets, text_tasks, box_task, unavailable")
+                   "radar_wavelength_m, derive, targets, text_tasks, box_task, mask, unavailable")
 
     @property
     def files(self) -> dict[str, str]:
@@ -391,7 +419,8 @@ class InSARReader(PairReader):
             d = derive(maps["coherence"], maps.get("unwrapped_phase"), float(wl), self.rules)
             origin = "derived" if "unwrapped_phase" in maps else "none"
         return {"quantities": {"coherence_class": d["coherence_class"], "fringes": d["fringes"]}, "box": d["box"],
-                "box_origin": origin, "answers": self.check_answers(ann.get("answers"), url), "wavelength_m": float(wl)}
+                "box_origin": origin, "mask": d["mask"], "mask_origin": {"annotation": "annotation_box"}.get(origin, origin),
+                "answers": self.check_answers(ann.get("answers"), url), "wavelength_m": float(wl)}
 
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
         bands = [b.name for b in self.spec.bands]

@@ -19,7 +19,10 @@ RULES_TEXT = {
     "deformation_box": "extent (x_min, y_min, x_max, y_max; end-exclusive px) of valid pixels with |d_los| > threshold_m, "
                        "connected regions smaller than min_pixels dropped; none left: no box",
     "fringe_counting": "round((max - min) / 2 pi) of the unwrapped phase over valid pixels inside the deformation box; 0 without a box",
+    "deformation_mask": "per pixel: 1 = the pixels the deformation_box rule keeps, 0 = other valid pixels, -1 (ignore) = "
+                        "invalid pixels; so the box of the mask's 1s is the deformation box",
 }
+MASK_IGNORE = -1  # catalog.CUBE_IGNORE_INDEX: every cube stores ignore pixels as -1
 
 
 @dataclass(frozen=True)
@@ -91,24 +94,66 @@ def relative_los(unwrapped: np.ndarray, valid: np.ndarray, wavelength_m: float) 
     return phase_to_los(unwrapped - ref, wavelength_m)
 
 
-def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, float] | None:
-    """(x_min, y_min, x_max, y_max), end-exclusive, of the pixels of `mask` in regions of >= min_pixels."""
+def kept_regions(mask: np.ndarray, min_pixels: int) -> np.ndarray:
+    """The pixels of `mask` in connected regions (4-neighbour) of >= min_pixels."""
     from scipy import ndimage
 
     lab, n = ndimage.label(mask)
     if n == 0:
+        return np.zeros(mask.shape, bool)
+    keep = np.flatnonzero(np.bincount(lab.ravel()) >= min_pixels)
+    return np.isin(lab, keep[keep > 0])
+
+
+def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, float] | None:
+    """(x_min, y_min, x_max, y_max), end-exclusive, of the pixels of `mask` in regions of >= min_pixels (all of
+    them, not only the largest region); None when no region is left."""
+    ys, xs = np.nonzero(kept_regions(mask, min_pixels))
+    if xs.size == 0:
         return None
-    sizes = np.bincount(lab.ravel())
-    keep = np.flatnonzero(sizes >= min_pixels)
-    keep = keep[keep > 0]
-    if keep.size == 0:
-        return None
-    ys, xs = np.nonzero(np.isin(lab, keep))
     return float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)
 
 
+def deformation_pixels(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
+    return kept_regions(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
+
+
 def deformation_box(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> tuple[float, float, float, float] | None:
-    return box_of(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
+    return box_of(deformation_pixels(los_m, valid, rules), 1)
+
+
+def deformation_mask(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
+    """int8 map: 1 deformation (the box rule's pixels), 0 other valid pixels, -1 invalid (ignore)."""
+    out = np.where(valid, 0, MASK_IGNORE).astype(np.int8)
+    out[deformation_pixels(los_m, valid, rules)] = 1
+    return out
+
+
+def box_mask(box, height: int, width: int) -> np.ndarray:
+    """int8 map of a human box: 1 inside, 0 outside (None: no deformation, all 0)."""
+    out = np.zeros((height, width), np.int8)
+    if box is not None:
+        x0, y0, x1, y1 = box
+        out[max(0, math.floor(y0)) : math.ceil(y1), max(0, math.floor(x0)) : math.ceil(x1)] = 1
+    return out
+
+
+def polygon_mask(polygons: list[list[tuple[float, float]]], height: int, width: int) -> np.ndarray:
+    """int8 map: 1 where a pixel centre (x + 0.5, y + 0.5) lies inside any polygon (even-odd rule), else 0."""
+    yy, xx = np.mgrid[0:height, 0:width]
+    px, py = xx.ravel() + 0.5, yy.ravel() + 0.5
+    out = np.zeros(px.size, bool)
+    for poly in polygons:
+        inside = np.zeros(px.size, bool)
+        pts = list(poly)
+        for (xa, ya), (xb, yb) in zip(pts, pts[1:] + pts[:1]):
+            if ya == yb:
+                continue
+            cross = (ya > py) != (yb > py)
+            xi = xa + (py - ya) * (xb - xa) / (yb - ya)
+            inside ^= cross & (px < xi)
+        out |= inside
+    return out.reshape(height, width).astype(np.int8)
 
 
 def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
@@ -120,12 +165,15 @@ def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
 
 
 def derive(coherence: np.ndarray, unwrapped: np.ndarray | None, wavelength_m: float, rules: Rules, box=...) -> dict:
-    """Every derived label of one pair: the coherence class and, with unwrapped phase, the box (unless one is
-    given, e.g. by an annotation) and the fringe count over that box; None where the maps cannot tell."""
-    out = {"coherence_class": coherence_class(coherence, rules), "box": None if box is ... else box, "fringes": None}
+    """Every derived label of one pair: the coherence class and, with unwrapped phase, the box and mask (unless a
+    box is given, e.g. by an annotation: then the mask is that box) and the fringe count over that box; None
+    where the maps cannot tell."""
+    out = {"coherence_class": coherence_class(coherence, rules), "box": None if box is ... else box, "fringes": None,
+           "mask": None if box is ... else box_mask(box, *coherence.shape)}
     if unwrapped is not None:
         valid = valid_mask(unwrapped, coherence, rules)
         if box is ...:
-            out["box"] = deformation_box(relative_los(unwrapped, valid, wavelength_m), valid, rules)
+            mask = deformation_mask(relative_los(unwrapped, valid, wavelength_m), valid, rules)
+            out["box"], out["mask"] = box_of(mask == 1, 1), mask
         out["fringes"] = fringe_count(unwrapped, valid, out["box"])
     return out

@@ -56,11 +56,19 @@ class SamplePlan:
         return sorted(k for k, (dims, _) in self.data_vars.items() if dims[0] == "sample")
 
     def key(self, block: int) -> str:
-        extra = {k: (v[0], np.asarray(v[1]).tolist()) for k, v in sorted({**self.coords, **self.data_vars}.items())}
+        extra = {k: (v[0], _fingerprint(v[1])) for k, v in sorted({**self.coords, **self.data_vars}.items())}
         return hashlib.sha256(json.dumps({"ids": self.ids, "shape": list(self.shape), "tasks": self.tasks,
                                           "target": np.nan_to_num(self.target, nan=-1e30).tolist(), "extra": extra,
                                           "options": self.fingerprint, "block": block, "schema": SCHEMA_VERSION},
                                          default=str, sort_keys=True).encode()).hexdigest()
+
+
+def _fingerprint(a) -> Any:
+    """Small variables as values; per-pixel ones (3-D and more, e.g. a deformation mask) as a digest of their bytes."""
+    a = np.asarray(a)
+    if a.ndim >= 3:
+        return [a.dtype.str, list(a.shape), hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()]
+    return a.tolist()
 
 
 def _template(reader: Reader, plan: SamplePlan, block: int):
@@ -112,7 +120,9 @@ def _template(reader: Reader, plan: SamplePlan, block: int):
     )
     enc = {"image": {"chunks": (1, *plan.shape)}, "target": {"chunks": (block, max(1, k))},
            "sample_digest": {"chunks": (block, parts)}, "progress": {"chunks": (1,)},
-           **{v: {"chunks": (block, *(max(1, d) for d in np.shape(plan.data_vars[v][1])[1:]))} for v in plan.digest_vars}}
+           # small per-sample variables in blocks; maps (the deformation mask) one sample per chunk, as the image
+           **{v: {"chunks": (block, *(max(1, d) for d in shp[1:])) if len(shp) < 3 else (1, *shp[1:])}
+              for v in plan.digest_vars for shp in [np.shape(plan.data_vars[v][1])]}}
     return ds, enc
 
 

@@ -58,8 +58,9 @@ def register(sub) -> None:
                    help=f"synthetic interferogram pairs for the InSAR question tasks (0: leave them out; "
                         f"at least {QUICKSTART_MIN_PAIRS} with --gfm)")
     q.add_argument("--vlm", default="transformers", help="generative model for the interferogram tasks (adapter[:checkpoint])")
-    q.add_argument("--gfm", default="vit_scratch",
-                   help="encoder probed on the interferograms beside the VLM, on the same board ('': none)")
+    q.add_argument("--gfm", default="ssl4eo_moco",
+                   help="encoder on the interferogram board beside the VLM: probed, and, when pretrained, frozen + a "
+                        "decoder for localisation ('': none)")
     q.add_argument("--quiet", action="store_true")
     add_cluster_args(q)
     q.set_defaults(func=_quickstart)
@@ -182,11 +183,13 @@ def chance_miou(cube: str) -> float:
 
 def _insar_runs(args, out: Path, client) -> list:
     """Synthetic interferograms (Mogi sources, atmosphere, ramps, decorrelation) as a cube, asked the
-    InSAR-VLM-Bench questions by a tiny random VLM, and probed through one encoder's embeddings (phase and
-    coherence by the cross-sensor band rule, the 3-way coherence class one-vs-rest), so one board holds both."""
+    InSAR-VLM-Bench questions by a tiny random VLM, and one encoder (--gfm) on the same board: probed through its
+    embeddings (phase and coherence by the cross-sensor band rule, the 3-way coherence class one-vs-rest) and, when
+    it is a pretrained (frozen) encoder, segmenting the deformation masks (its localisation cell: mask -> box IoU)."""
     from ..convert.writer import convert
     from ..families import RunSpec
     from ..insar_synthetic import make_interferograms
+    from ..models import model_spec
 
     raw = out / "raw" / "insar"
     if not raw.exists():
@@ -201,7 +204,15 @@ def _insar_runs(args, out: Path, client) -> list:
               "parsing, probing, scoring), not what a model can read from an interferogram. The board marks what an "
               "encoder cannot answer.", file=sys.stderr)
     runs = [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),))]
-    return runs + ([RunSpec(args.gfm, cube, "probe")] if args.gfm else [])
+    if not args.gfm:
+        return runs
+    runs.append(RunSpec(args.gfm, cube, "probe"))
+    if model_spec(args.gfm).pretrained:  # localisation through the segmentation family (mask -> box IoU)
+        runs.append(RunSpec(args.gfm, cube, "frozen", overrides=(("input_size", 32),)))
+        if not args.quiet:
+            print(f"cryocube quickstart: {args.gfm} (frozen) + a decoder also segment the interferograms' deformation "
+                  "masks; the box of each predicted mask fills its 'Localisation IoU' cell.", file=sys.stderr)
+    return runs
 
 
 def _quickstart(args) -> int:

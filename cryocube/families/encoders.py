@@ -36,6 +36,18 @@ class InputMap:
         return out
 
 
+def dataset_band_rule(dataset: str, default: str = "named") -> str:
+    """The band-matching rule a dataset's catalog asks for where no protocol chooses one (`embed_bands`:
+    cross_sensor for interferograms, whose phase and coherence fit no encoder slot); `default` for a cube whose
+    dataset is not in the catalog."""
+    from ..catalog import load_dataset
+
+    try:
+        return load_dataset(dataset).embed_bands
+    except UserError:
+        return default
+
+
 _ENCODERS: dict[tuple, torch.nn.Module] = {}  # per worker process: built once, reused by every task
 
 

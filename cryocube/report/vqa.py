@@ -5,8 +5,9 @@ task file's `board:` (catalogs/tasks/*.yaml); a Cryo-Bench tile cube's board has
 
 GFM rows come from embedding-probe runs on the same cube: an encoder answers the tasks that are
 image-level targets (coherence class, fringe count) through its probe, in the probe's own metric
-(NeuCo-Bench: F1 for classes, the mean one-vs-rest F1 for the 3-way coherence class, R² for numbers), and cannot answer grounding or free text: those cells
-say so instead of being left blank.
+(NeuCo-Bench: F1 for classes, the mean one-vs-rest F1 for the 3-way coherence class, R² for numbers), and
+localisation through a segmentation run (mask -> box IoU); it cannot answer free text: those cells say so
+instead of being left blank.
 """
 from __future__ import annotations
 
@@ -61,6 +62,13 @@ def board(res: Results, dataset: str) -> "Board":
                     break
     return board_of("insar")
 
+def _localisers(res: Results, dataset: str) -> dict[str, Run]:
+    """model -> its latest segmentation run on `dataset` that scored localisation (families/segmentation/localisation.py)."""
+    out: dict[str, Run] = {}
+    for r in sorted((r for r in res.runs if r.dataset == dataset and r.record.get("localisation")), key=lambda r: r.created):
+        out[r.model] = r
+    return out
+
 
 def leaderboard(res: Results, dataset: str) -> Table:
     b = board(res, dataset)
@@ -81,12 +89,22 @@ def leaderboard(res: Results, dataset: str) -> Table:
         raw.append(un)
         txt.append(f"{un} / {sum(int(d.get('n', 0)) for d in tasks.values())}")
         t.add(raw, txt)
-    for r in sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name):
-        raw, txt = [r.model_name, "GFM (probe)"], [r.model_name, "GFM (probe)"]
+    seg = _localisers(res, dataset)
+    probed = sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name)
+    for r in probed + sorted((r for m, r in seg.items() if m not in {p.model for p in probed}), key=lambda r: r.model_name):
+        kind = "GFM (probe)" if r.family == "embedding" else "GFM (segmentation)"
+        raw, txt = [r.model_name, kind], [r.model_name, kind]
         for task, m, _ in BOARD:
-            if task in ("deformation_localization", "noise_assessment"):
+            if (task, m) == ("deformation_localization", "box_iou") and r.model in seg:
+                v, s = _cell(seg[r.model].record["localisation"])
+                raw.append(v)
+                txt.append(f"{s} (segmentation, mask->box)")
+            elif task in ("deformation_localization", "noise_assessment"):
                 raw.append(None)
                 txt.append(CANNOT)
+            elif r.family != "embedding":
+                raw.append(None)
+                txt.append(f"{MISSING} (no probe run)")
             else:
                 v, s = _probe_cell(r, task)
                 raw.append(v)
@@ -97,9 +115,10 @@ def leaderboard(res: Results, dataset: str) -> Table:
     t.notes = ["values with 95 % bootstrap intervals; MAE in fringes (lower is better), the rest in %",
                "an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed value)",
                "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 / R²; the 3-way coherence class as the mean "
-               "F1 of one-vs-rest binary probes), not the VLM metric; encoders cannot "
-               "draw boxes or write text (localisation through segmentation is not wired yet)"]
-    if any(r.random_init for r in res.vqa + res.embedding if r.dataset == dataset):
+               "F1 of one-vs-rest binary probes), not the VLM metric; encoders cannot write text; their localisation "
+               "IoU comes from a segmentation run on the cube (`cryocube evaluate --protocol frozen`): the box of the "
+               "predicted deformation mask against the reference box, on that run's test split"]
+    if any(r.random_init for r in res.vqa + res.embedding + list(seg.values()) if r.dataset == dataset):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
 

@@ -27,7 +27,7 @@ from ... import __version__
 from ... import store as _store
 from ...cube import _text, as_text, read_samples
 from ...errors import UserError, task_boundary
-from ..encoders import EncoderSpec, InputMap
+from ..encoders import EncoderSpec, InputMap, dataset_band_rule
 
 COMPLETE = "cryocube_embedding_complete"
 BASELINES = ("random", "mean")
@@ -116,10 +116,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
                          block_samples=block_samples)
         return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
     mspec = model_spec(source)
-    try:  # embed has no protocols: the dataset's catalog says the rule (cross_sensor for interferograms)
-        rule = load_dataset(cube.dataset).embed_bands
-    except UserError:
-        rule = "named"
+    rule = dataset_band_rule(cube.dataset)  # embed has no protocols: the dataset's catalog says the rule
     match = match_bands(mspec, cube.bands, rule, offers_cross_sensor=False)
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
     found = resolve_weights(source, weights, weights_dir, allow_random_weights)

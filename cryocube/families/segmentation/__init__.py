@@ -15,7 +15,8 @@ from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, deriv
 from .data import stratified_subset, window_offsets
 from .metrics import metrics_from_confusion
 from .recipe import SegmentationRecipe
-from ..encoders import EncoderSpec, encoder_facts, encoder_input_size, input_map
+from .sample_cubes import as_tiles
+from ..encoders import EncoderSpec, dataset_band_rule, encoder_facts, encoder_input_size, input_map
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
 IDENTITY_VERSION = 2
@@ -41,9 +42,9 @@ class Segmentation(Family):
         from ...precision import resolve, this_device
 
         proto = protocol_spec(spec.protocol)
+        drawn = None  # a sample cube with a per-pixel target: the split this family draws for it
         if cube.kind != "tiles":
-            raise UserError(f"{cube.url}: a {cube.kind} cube (image-level tasks, no dense labels) cannot be segmented; "
-                            "score it with `cryocube embed` + `cryocube probe`, or --protocol probe")
+            cube, drawn = as_tiles(cube)
         if spec.overrides:
             recipe = recipe.updated(dict(spec.overrides))
         mspec = model_spec(spec.model)
@@ -52,6 +53,8 @@ class Segmentation(Family):
         if not 0 < fraction <= 1:
             raise UserError(f"{where}: the label fraction must be in (0, 1], got {fraction}")
         rule = proto.bands
+        if rule == "named" and drawn is not None:  # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
+            rule = dataset_band_rule(cube.dataset, rule)
         try:
             match = match_bands(mspec, cube.bands, rule)  # raises when nothing fits
         except BandMatchError:
@@ -87,14 +90,15 @@ class Segmentation(Family):
             memory_format = "channels_last" if device.type == "cuda" else "contiguous"
         inputs = input_map(cube, match.index, recipe.normalization)
         run_seed = derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed)
-        identity = {"family": self.name, "model": spec.model, "arch": mspec.arch, "cube": cube.checksum,
+        cube_key = cube.checksum if drawn is None else f"{cube.checksum}:split-{drawn['digest']}"  # the split is part of what is learnt
+        identity = {"family": self.name, "model": spec.model, "arch": mspec.arch, "cube": cube_key,
                     "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
                     "recipe": recipe.identity(),
                     "weights": weights.sha256 or weights.source, "input_size": size, "precision": precision,
                     "band_rule": rule, **({"threads": arith} if arith else {}), "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
         enc = EncoderSpec(mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision, arith)
-        cache = None if trains_encoder else CacheSpec(enc, cube.url, cube.checksum, inputs, cube.tile, recipe.crops_per_sample,
+        cache = None if trains_encoder else CacheSpec(enc, cube.url, cube_key, inputs, cube.tile, recipe.crops_per_sample,
                                                       recipe.feature_dtype, ctx.out)
         rdir = run_dir(ctx.out, run_id)
         work = SegRun(run_id=run_id, label=spec.label, trains_encoder=trains_encoder, encoder=enc, decoder=decoder,
@@ -117,6 +121,7 @@ class Segmentation(Family):
                   "precision": {"requested": recipe.precision, "effective": precision, "device": device.describe()},
                   "memory_format": memory_format, "weights": weights.as_record(), "torch_threads": recipe.threads,
                   "subset": subset.tolist() if fraction < 1 else None, "identity": identity,
+                  **({"split": drawn} if drawn is not None else {}),
                   "overrides": dict(spec.overrides) or None}
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
                           model_name=mspec.display_name, fraction=fraction, record=record, work=work, cube=cube,
@@ -218,7 +223,13 @@ class Segmentation(Family):
         metrics = metrics_from_confusion(cm, w.class_names)
         prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
         encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
-        return {
+        predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
+        extra = {}
+        if "split" in run.record:  # an interferogram cube: the predicted masks answer deformation localisation too
+            from .localisation import localisation
+
+            extra["localisation"] = localisation(w.cube_url, predictions, w.test_samples, run.cube.labelled[w.test_samples])
+        return {**extra,
             "metrics": metrics, "primary_metric": self.primary_metric, "confusion_matrix": cm.tolist(),
             "val_curve": fitted["val_curve"], "best_epoch": fitted["best_epoch"], "steps": fitted["steps"],
             "unlabelled_steps": fitted.get("unlabelled_steps", 0),  # batches of padding only, skipped (no NaN loss)
@@ -230,7 +241,7 @@ class Segmentation(Family):
             "params": {"encoder": encoder_params, "trainable": fitted["trainable_params"],
                        "decoder": fitted["trainable_params"] - (fitted["encoder_params"] if w.trains_encoder else 0)},
             "gflops": w.encoder.model.gflops,
-            "predictions": w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr",
+            "predictions": predictions,
             "timings": {"features_s": prep.get("features_s", 0.0), "features_wall_s": prep.get("features_wall_s", 0.0),
                         "train_s": fitted["train_s"], "setup_s": fitted["setup_s"]},
         }

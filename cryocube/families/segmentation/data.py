@@ -1,5 +1,5 @@
 """What segmentation tasks do to cube samples: normalise and band-match them into encoder slots, pad,
-cut windows and crops, and draw few-shot subsets (cube reading itself is `cube.read_samples`)."""
+cut windows and crops, and draw few-shot subsets (cube reading itself is `cube.read_dense`)."""
 from __future__ import annotations
 
 

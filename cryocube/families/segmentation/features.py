@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ... import store as _store
-from ...cube import read_samples
+from ...cube import read_dense
 from ...errors import UserError, task_boundary
 from ...precision import autocast
 from .data import crop_offsets, pad_to, window_offsets
@@ -76,7 +76,7 @@ def block_tasks(cache: CacheSpec, split: str, samples: np.ndarray, plan: dict, b
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
     """Read, normalise, pad and cut the items of `samples` (a chunk of a block)."""
     S = cache.encoder.input_size
-    image, label = read_samples(cache.cube_url, samples)
+    image, label = read_dense(cache.cube_url, samples)
     x, label = pad_to(cache.inputs.apply(image), label, S)
     xs, ys = [], []
     for j in range(samples.size):

@@ -26,7 +26,7 @@ from torch import nn
 
 from ... import store as _store
 from ...catalog import CUBE_IGNORE_INDEX
-from ...cube import read_samples
+from ...cube import read_dense
 from ...errors import UserError, failure, task_boundary
 from ...precision import autocast, grad_scaler
 from .data import pad_to, window_offsets
@@ -165,7 +165,7 @@ def eval_cube_tiles(model: nn.Module, run: SegRun, samples: np.ndarray, device: 
     model.eval()
     with torch.inference_mode():
         for c0 in range(0, samples.size, chunk):
-            image, label = read_samples(run.cube_url, samples[c0 : c0 + chunk])
+            image, label = read_dense(run.cube_url, samples[c0 : c0 + chunk])
             x, lab = pad_to(run.inputs.apply(image), label, S)
             for j in range(x.shape[0]):
                 wins = _fmt(torch.stack([x[j, :, oy : oy + S, ox : ox + S] for oy, ox in offs]).to(device), run)
@@ -314,7 +314,7 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
         order = rng.permutation(train_idx)
         for b in range(iters):
             chosen = _pairs(np.sort(order[b * bs : (b + 1) * bs] if n >= bs else order), rng)
-            image, label = read_samples(run.cube_url, chosen)
+            image, label = read_dense(run.cube_url, chosen)
             x, lab = pad_to(run.inputs.apply(image), label, S)
             ys, xs = rng.integers(0, side - S + 1, size=(2, chosen.size))
             xb = torch.stack([x[j, :, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)])
