@@ -169,6 +169,10 @@ def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client, caps
     assert g[4] == g[6] == CANNOT  # text answers stay out of an encoder's reach
     assert "--protocol frozen" in board
     assert rows["tiny random llava (random init)"][1] == "VLM"
+    # its mIoU on deformation masks has a board of its own, never averaged or ranked with Cryo-Bench's datasets
+    rep = tmp_path / "report"
+    assert (rep / "frozen-interferograms" / "leaderboard.md").exists() and not (rep / "frozen").exists()
+    assert "deformation masks, not in the Cryo-Bench averages" in (rep / "report.html").read_text()
 
 
 def _drawn(url):

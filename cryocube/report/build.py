@@ -57,14 +57,29 @@ def _group_key(protocol: str, fraction: float, fractions: set[float]) -> str:
 
 
 def _title(protocol: str, fraction: float) -> str:
-    t = protocol_title(protocol)
+    base, _, part = protocol.partition(":")
+    t = protocol_title(base) + (f" ({part}: deformation masks, not in the Cryo-Bench averages)" if part else "")
     return t if math.isclose(fraction, 1.0) else f"{t}, {fraction * 100:g}% labels"
 
 
+def _cube_task(dataset: str) -> str:
+    """The dataset's catalog task: `segmentation` for Cryo-Bench's datasets; `vqa` for interferogram cubes, whose
+    segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's averages and ranks."""
+    from ..catalog import CatalogError, load_dataset
+
+    try:
+        return load_dataset(dataset).task
+    except (CatalogError, OSError):
+        return "segmentation"
+
+
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
+    """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get boards of their own
+    (protocol `<protocol>:interferograms`)."""
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
-        groups[(r.protocol, r.fraction)].append(r)
+        task = _cube_task(r.dataset)
+        groups[(r.protocol if task == "segmentation" else f"{r.protocol}:interferograms", r.fraction)].append(r)
     return dict(sorted(groups.items(), key=lambda kv: (protocol_sort_key(kv[0][0]), -kv[0][1])))
 
 
@@ -151,10 +166,11 @@ def _protocol_sections(w: _Writer, res: Results, protocols: set[str] | None) -> 
         fractions[p].add(f)
     lbs = {}
     for (proto, frac), runs in groups.items():
-        if protocols and proto not in protocols:
+        base = proto.partition(":")[0]
+        if protocols and base not in protocols:
             continue
-        key = _group_key(proto, frac, fractions[proto])
-        lb = leaderboard_from_runs(runs, key=key, title=_title(proto, frac), protocol=proto, fraction=frac)
+        key = _group_key(proto, frac, fractions[proto]).replace(":", "-")
+        lb = leaderboard_from_runs(runs, key=key, title=_title(proto, frac), protocol=base, fraction=frac)
         lbs[(proto, frac)] = lb
         w.rep.leaderboards[key] = lb
         cost = analysis.costs(runs)
