@@ -78,3 +78,12 @@ def http_dir(tmp_path):
     yield root, f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
     srv.server_close()
+
+
+@pytest.fixture()
+def lab_tasks(tmp_path, monkeypatch):
+    """A lab's own catalog folder (CRYOCUBE_CATALOGS) with an empty tasks/ for task files written by a test."""
+    root = tmp_path / "labcat"
+    (root / "tasks").mkdir(parents=True)
+    monkeypatch.setenv("CRYOCUBE_CATALOGS", str(root))
+    return root / "tasks"

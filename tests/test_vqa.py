@@ -204,14 +204,6 @@ def test_resume_after_sigkill(ifg_cube, tmp_path, client):
     assert Path(rec["answers_file"]).read_bytes() == Path(fresh["answers_file"]).read_bytes()
 
 
-@pytest.fixture()
-def lab_tasks(tmp_path, monkeypatch):
-    root = tmp_path / "labcat"
-    (root / "tasks").mkdir(parents=True)
-    monkeypatch.setenv("CRYOCUBE_CATALOGS", str(root))
-    return root / "tasks"
-
-
 def test_a_task_is_one_yaml(ifg_cube, lab_tasks, tmp_path, client):
     """A lab's task file (new prompt, drawn as the phase alone) runs with no code; workers never saw the folder."""
     cube, _ = ifg_cube

@@ -104,14 +104,6 @@ def test_insar_tasks_cannot_be_asked_of_a_tile_cube(gld, tmp_path, client):
         _run(gld, tmp_path / "o", client, "transformers", "vqa", SETS + ["vqa_tasks=fringe_counting"])
 
 
-@pytest.fixture()
-def lab_tasks(tmp_path, monkeypatch):
-    root = tmp_path / "labcat"
-    (root / "tasks").mkdir(parents=True)
-    monkeypatch.setenv("CRYOCUBE_CATALOGS", str(root))
-    return root / "tasks"
-
-
 def test_a_bad_prompt_field_is_one_sentence_before_any_cluster(gld, lab_tasks, tmp_path, capsys):
     from cryocube.cli import main
 

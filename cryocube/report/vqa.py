@@ -47,6 +47,20 @@ def _probe_cell(run: Run, task: str) -> tuple[float | None, str]:
     return None, MISSING
 
 
+def _vlm_row(head: list, scored: dict, asked: dict, columns) -> tuple[list, list]:
+    """A VLM's board row: `head`, then per column the metric of `scored` (a run's per-task summaries, or one
+    class's share of them) with its interval, "not in cube" for a task the run did not ask, and unparsed / n."""
+    raw, txt = list(head), list(head)
+    for task, m, _ in columns:
+        v, s = _cell((scored.get(task) or {}).get("metrics", {}).get(m))
+        raw.append(v)
+        txt.append(s if task in asked else f"{MISSING} (not in cube)")
+    un = sum(int(d.get("unparsed", 0)) for d in scored.values())
+    raw.append(un)
+    txt.append(f"{un} / {sum(int(d.get('n', 0)) for d in scored.values())}")
+    return raw, txt
+
+
 def board(res: Results, dataset: str) -> "Board":
     """The board of the task file the dataset's VLM runs asked (their records name it); InSAR-VLM-Bench's when
     the file cannot be found."""
@@ -80,15 +94,7 @@ def leaderboard(res: Results, dataset: str) -> Table:
               + [Column(f"{task}.{m}", h) for task, m, h in BOARD] + [Column("unparsed", "Unparsed")])
     for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
         tasks = r.metrics.get("tasks") or {}
-        raw, txt = [r.model_name, "VLM"], [r.model_name, "VLM"]
-        for task, m, _ in BOARD:
-            v, s = _cell((tasks.get(task) or {}).get("metrics", {}).get(m))
-            raw.append(v)
-            txt.append(s if task in tasks else f"{MISSING} (not in cube)")
-        un = sum(int(d.get("unparsed", 0)) for d in tasks.values())
-        raw.append(un)
-        txt.append(f"{un} / {sum(int(d.get('n', 0)) for d in tasks.values())}")
-        t.add(raw, txt)
+        t.add(*_vlm_row([r.model_name, "VLM"], tasks, tasks, BOARD))
     seg = _localisers(res, dataset)
     probed = sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name)
     for r in probed + sorted((r for m, r in seg.items() if m not in {p.model for p in probed}), key=lambda r: r.model_name):
@@ -138,15 +144,7 @@ def class_leaderboard(res: Results, dataset: str, b: "Board") -> Table:
         tasks = r.metrics.get("tasks") or {}
         for c in ([None] if len(classes) > 1 else []) + classes:  # None: every class together
             per = {k: (d if c is None else (d.get("by_class") or {}).get(c) or {}) for k, d in tasks.items()}
-            raw, txt = [r.model_name, "VLM", c or "all"], [r.model_name, "VLM", c or "all"]
-            for task, m, _ in b.columns:
-                v, s = _cell((per.get(task) or {}).get("metrics", {}).get(m))
-                raw.append(v)
-                txt.append(s if task in tasks else f"{MISSING} (not in cube)")
-            un = sum(int(d.get("unparsed", 0)) for d in per.values())
-            raw.append(un)
-            txt.append(f"{un} / {sum(int(d.get('n', 0)) for d in per.values())}")
-            t.add(raw, txt)
+            t.add(*_vlm_row([r.model_name, "VLM", c or "all"], per, tasks, b.columns))
     for r in sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name):
         for c in classes:
             raw, txt = [r.model_name, "GFM (probe)", c], [r.model_name, "GFM (probe)", c]
