@@ -93,7 +93,8 @@ class Vqa(Family):
                   "seed": spec.seed, "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
                   "weights": prov.weights, "precision": {"requested": vr.precision, "effective": prec},
                   "tasks": {t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
-                                     "questions": sum(q.task == t.name for q in qs), "source": t.source} for t in tasks},
+                                     "questions": sum(q.task == t.name for q in qs), "source": t.source,
+                                     "unparsed_value": t.unparsed_value, "phrasings": len(t.phrasings)} for t in tasks},
                   "tasks_left_out": left_out, **_asked(qs, cube.kind), "generation": generation, "adapter": ref.adapter,
                   "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts,
                   "torch_threads": threads}
