@@ -289,6 +289,8 @@ BAD = [
     ("hephaestus", "heph_missing_pair", "names pair"),
     ("hephaestus", "heph_missing_coherence", "has no Coherence.png"),
     ("hephaestus", "heph_field", "'atmospheric_fringes' must be an integer 0..3"),
+    ("insar", "bad_date", "'20201301' is not a date (there is no month 13)"),
+    ("hephaestus", "heph_bad_date", "'20210230' is not a date (February 2021 has no day 30)"),
 ]
 
 

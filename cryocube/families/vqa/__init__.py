@@ -50,7 +50,7 @@ class Vqa(Family):
         if adapter_name not in names():
             raise UserError(f"{spec.model!r} is not a generative model: the vqa protocol takes <adapter>[:<checkpoint>] "
                             f"(adapters: {', '.join(names())}); encoders answer these tasks through --protocol probe")
-        tasks = select(vr.task_names or None, cube.kind)
+        tasks = select(vr.task_names or None, cube.kind, cube.dataset)
         qs, left_out = questions(cube.url, tasks)
         asked = {q.task for q in qs}
         tasks = [t for t in tasks if t.name in asked]

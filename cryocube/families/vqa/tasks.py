@@ -91,6 +91,7 @@ class TaskSpec:
     skip_classes: tuple[str, ...] = ()  # tiles: classes not asked about (background)
     variants: tuple[str, ...] = ()  # further phrasings of `prompt` (`prompts:`); the board scores `prompt`
     domain: tuple[float | None, float | None] | None = None  # number answers: lowest, highest (None: open)
+    datasets: tuple[str, ...] = ()  # its file's `datasets:`: the only datasets whose cubes it asks (empty: any)
 
     @property
     def primary_metric(self) -> str:
@@ -106,6 +107,7 @@ class TaskSpec:
         d = asdict(self)
         d.pop("source")
         d.pop("cube_kind")  # a task asks one kind of cube (any other is refused), so it never moves an answer
+        d.pop("datasets")  # likewise: which cubes it is asked of, not what it asks
         if not self.skip_classes:  # the classes left out change the questions (kept out when none: old ids stand)
             d.pop("skip_classes")
         for k in ("variants", "domain"):  # likewise: a task without further phrasings or a domain keeps its id
@@ -195,7 +197,7 @@ def prompt_fields(template: str) -> list[str]:
 
 
 def parse_task(name: str, d: Any, render: RenderSpec | TileRender, where: str, cube_kind: str = "samples",
-               skip_classes: tuple[str, ...] = ()) -> TaskSpec:
+               skip_classes: tuple[str, ...] = (), datasets: tuple[str, ...] = ()) -> TaskSpec:
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: a task must be a mapping")
     unknown = set(d) - {"title", "answer", "labels", "aliases", "metrics", "prompt", "prompts", "max_new_tokens",
@@ -261,14 +263,15 @@ def parse_task(name: str, d: Any, render: RenderSpec | TileRender, where: str, c
     return TaskSpec(name=name, title=str(d.get("title", name)), answer=answer, metrics=tuple(ms), prompt=prompts[0],
                     max_new_tokens=mnt, labels=labels, aliases=tuple((k, tuple(map(str, v))) for k, v in aliases.items()),
                     unparsed_value=float(d.get("unparsed_value", 0.0)), render=render, source=where.split(":")[0],
-                    cube_kind=cube_kind, skip_classes=skip_classes, variants=tuple(prompts[1:]), domain=domain)
+                    cube_kind=cube_kind, skip_classes=skip_classes, variants=tuple(prompts[1:]), domain=domain,
+                    datasets=datasets)
 
 
 def _task_file(path) -> dict:
     raw = _read_yaml(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), dict):
         raise CatalogError(f"{path}: a task file is a mapping with `tasks:` (and optionally `cubes:`, `render:`, `board:`)")
-    unknown = set(raw) - {"tasks", "render", "cubes", "board", "skip_classes"}
+    unknown = set(raw) - {"tasks", "render", "cubes", "board", "skip_classes", "datasets"}
     if unknown:
         raise CatalogError(f"{path}: unknown top-level fields {sorted(unknown)}")
     kind = str(raw.get("cubes", "samples"))
@@ -277,6 +280,9 @@ def _task_file(path) -> dict:
                            f"got {kind!r}")
     if "skip_classes" in raw and kind != "tiles":
         raise CatalogError(f"{path}: skip_classes applies to tile cubes (cubes: tiles) only")
+    ds = raw.get("datasets", [])
+    if not (isinstance(ds, list) and all(isinstance(x, str) and x for x in ds)):
+        raise CatalogError(f"{path}: datasets must be a list of dataset ids (the cubes its tasks ask), got {ds!r}")
     return raw
 
 
@@ -285,7 +291,8 @@ def load_task_file(path) -> dict[str, TaskSpec]:
     kind = str(raw.get("cubes", "samples"))
     render = (_tile_render if kind == "tiles" else _render)(raw.get("render"), f"{path}: render")
     skip = tuple(str(c) for c in raw.get("skip_classes") or ())
-    tasks = {n: parse_task(n, d, render, f"{path}: task {n}", kind, skip) for n, d in raw["tasks"].items()}
+    datasets = tuple(raw.get("datasets") or ())
+    tasks = {n: parse_task(n, d, render, f"{path}: task {n}", kind, skip, datasets) for n, d in raw["tasks"].items()}
     load_board(path, tasks, raw)  # its columns name its own tasks and metrics
     return tasks
 
@@ -340,13 +347,18 @@ def all_tasks() -> dict[str, TaskSpec]:
     return out
 
 
-def select(names: list[str] | None, cube_kind: str = "samples") -> list[TaskSpec]:
-    """The named tasks (or every task about `cube_kind` cubes); a named task about another kind of cube is refused."""
+def select(names: list[str] | None, cube_kind: str = "samples", dataset: str | None = None) -> list[TaskSpec]:
+    """The named tasks (or every task about `cube_kind` cubes of `dataset`: a file's `datasets:` limits its tasks to
+    those); a named task about another kind of cube, or for other datasets, is refused."""
     from ...errors import UserError
 
     tasks = all_tasks()
+
+    def fits(t: TaskSpec) -> bool:
+        return not t.datasets or dataset is None or dataset in t.datasets
+
     if not names:
-        return [t for t in tasks.values() if t.cube_kind == cube_kind]
+        return [t for t in tasks.values() if t.cube_kind == cube_kind and fits(t)]
     bad = [n for n in names if n not in tasks]
     if bad:
         raise UserError(f"unknown task {bad[0]!r}; known: {', '.join(tasks)} (catalogs/tasks/*.yaml)")
@@ -354,6 +366,10 @@ def select(names: list[str] | None, cube_kind: str = "samples") -> list[TaskSpec
     if other:
         raise UserError(f"task {other[0].name!r} asks about {other[0].cube_kind} cubes ({other[0].source}) and this is "
                         f"a {cube_kind} cube; its tasks: {', '.join(n for n, t in tasks.items() if t.cube_kind == cube_kind)}")
+    other = [tasks[n] for n in names if not fits(tasks[n])]
+    if other:
+        raise UserError(f"task {other[0].name!r} asks about {', '.join(other[0].datasets)} cubes only ({other[0].source}: "
+                        f"datasets) and this cube is {dataset}")
     return [tasks[n] for n in names]
 
 
