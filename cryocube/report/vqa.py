@@ -274,11 +274,11 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
                   [Column("task", "Task", numeric=False), Column("question", "Question", numeric=False),
                    Column("reference", "Reference", numeric=False)]
                   + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)])
-        answers = [{(q["task"], q.get("class")): q for gg in (r.record.get("gallery") or []) if gg["sample"] == g["sample"]
-                    for q in gg["qa"]} for r in runs]
+        answers = [{(q["task"], q.get("class"), q.get("variant", 0)): q for gg in (r.record.get("gallery") or [])
+                    if gg["sample"] == g["sample"] for q in gg["qa"]} for r in runs]
         for q in g["qa"]:
             ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
-            row = [q["task"], q["question"], ref] + [(a.get((q["task"], q.get("class"))) or {}).get("answer", MISSING)
+            row = [q["task"], q["question"], ref] + [(a.get((q["task"], q.get("class"), q.get("variant", 0))) or {}).get("answer", MISSING)
                                                       or "(empty)" for a in answers]
             t.add(row, [str(x) for x in row])
         pic = figures / f"vqa_{dataset}_{g['picture'].rsplit('/', 1)[-1]}"

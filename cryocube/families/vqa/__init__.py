@@ -123,7 +123,7 @@ class Vqa(Family):
         from ... import store as _store
         from .answer import summarize_rows
 
-        rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"]))
+        rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"], r.get("variant", 0)))
         tasks = summarize_rows(rows, run.work["tasks"], N_BOOT, seed=run.spec.seed)
         rdir = run.work["dir"]
         _store.write_atomic(f"{rdir}/answers.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
@@ -188,5 +188,6 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
         out.append({"sample": s, "source": next(r["source"] for r in rows if r["sample"] == s), "picture": rel,
                     "qa": [{"task": r["task"], "question": r["prompt"], "reference": r["refs"], "answer": r["answer"],
                             "ok": r["ok"]} | ({"class": r["class"]} if "class" in r else {})
+                           | ({"variant": r["variant"]} if "variant" in r else {})
                            for r in rows if r["sample"] == s]})
     return out
