@@ -308,3 +308,11 @@ def test_every_phrasing_is_asked_and_the_board_keeps_the_first(ifg_cube, lab_tas
     html = (tmp_path / "report" / "report.html").read_text()
     vals = [p["metrics"]["accuracy"]["value"] for p in ph]
     assert "Prompt phrasings on" in html and f"{np.mean(vals):.2f}" in html
+    # the gallery: a row per phrasing, each with the model's answer to that phrasing
+    from cryocube.report.records import load_results
+    from cryocube.report.vqa import gallery
+
+    qa = rec["gallery"][0]["qa"]
+    assert [q["variant"] for q in qa] == [0, 1, 2]
+    (_, _, table), *_ = gallery(load_results(tmp_path / "out"), rec["dataset"], tmp_path / "figs")
+    assert [row[3] for row in table.rows] == [q["answer"] or "(empty)" for q in qa]
