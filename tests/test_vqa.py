@@ -316,3 +316,28 @@ def test_every_phrasing_is_asked_and_the_board_keeps_the_first(ifg_cube, lab_tas
     assert [q["variant"] for q in qa] == [0, 1, 2]
     (_, _, table), *_ = gallery(load_results(tmp_path / "out"), rec["dataset"], tmp_path / "figs")
     assert [row[3] for row in table.rows] == [q["answer"] or "(empty)" for q in qa]
+
+
+def test_a_hephaestus_cube_is_asked_its_annotations_and_gets_their_board(tmp_path, client):
+    """A cube converted from the Hephaestus layout is asked the Hephaestus task file (with its phrasings) beside the
+    localisation and noise tasks; the record keeps each task's unparsed count and unparsed_value; the board is
+    the Hephaestus one."""
+    from cryocube.cli import main
+    from cryocube.convert.writer import convert
+    from cryocube.insar_synthetic import make_interferograms
+
+    make_interferograms(tmp_path / "raw", n=4, size=24, seed=0, dataset="hephaestus")
+    cube = str(tmp_path / "heph.zarr")
+    convert("hephaestus", str(tmp_path / "raw"), cube, client=client, progress=False)
+    (rec,) = _evaluate(cube, tmp_path / "out", client, sets=("block_samples=4", "gen_batch=4", "max_new_tokens=4")).records
+    assert rec["status"] == "ok", rec.get("error")
+    asked = set(rec["tasks"])
+    assert {"deformation", "deformation_type", "low_coherence", "atmospheric_fringes", "intensity", "caption"} <= asked
+    assert "coherence_classification" in rec["tasks_left_out"]  # Hephaestus has no coherence values
+    tasks = rec["metrics"]["tasks"]
+    assert rec["tasks"]["atmospheric_fringes"]["unparsed_value"] == tasks["atmospheric_fringes"]["unparsed_value"] == 0.0
+    assert rec["unparsed"]["atmospheric_fringes"] == tasks["atmospheric_fringes"]["unparsed"]
+    assert tasks["deformation"]["n"] == 4 and len(tasks["deformation"]["phrasings"]) == 2
+    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "report")]) == 0
+    board = (tmp_path / "report" / "LEADERBOARD.md").read_text()
+    assert "Hephaestus annotations" in board and "| Atmospheric level MAE |" in board and "Caption F1 (%)" in board
