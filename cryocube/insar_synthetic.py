@@ -260,7 +260,27 @@ def _missing_pair_heph(m: IfgManifest, p: IfgPair) -> str:
     return _annotation(m, p, primary_date="19990101")
 
 
+def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
+    """Rename the pair's folder so its secondary date is impossible (the annotation follows); returns the new folder."""
+    import os
+
+    key = "wrapped_phase" if "wrapped_phase" in p.paths else "insar"
+    old = os.path.dirname(p.paths[key])
+    name = f"{os.path.basename(old).split('_')[0]}_{secondary}"
+    new = os.path.join(os.path.dirname(old), name)
+    os.rename(old, new)
+    if "annotation" in p.paths:
+        if p.paths["annotation"].startswith(old + os.sep):  # GeoTIFF layout: the annotation lies in the pair folder
+            p.paths["annotation"] = os.path.join(new, os.path.basename(p.paths["annotation"]))
+            _annotation(m, p, pair=name)
+        else:
+            _annotation(m, p, secondary_date=secondary)
+    return new
+
+
 CORRUPTIONS = {  # kind -> (damage(manifest, pair) -> path of the file at fault); layout-specific where named
+    "bad_date": _bad_date,  # month 13
+    "heph_bad_date": lambda m, p: _bad_date(m, p, "20210230"),  # 30 February
     "phase_range": lambda m, p: _rewrite(p.paths["wrapped_phase"], p.wrapped * 1.5) or p.paths["wrapped_phase"],
     "phase_degrees": lambda m, p: _rewrite(p.paths["wrapped_phase"], np.degrees(p.wrapped)) or p.paths["wrapped_phase"],
     "coherence_range": lambda m, p: _rewrite(p.paths["coherence"], p.coherence * 100) or p.paths["coherence"],

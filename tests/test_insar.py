@@ -289,6 +289,8 @@ BAD = [
     ("hephaestus", "heph_missing_pair", "names pair"),
     ("hephaestus", "heph_missing_coherence", "has no Coherence.png"),
     ("hephaestus", "heph_field", "'atmospheric_fringes' must be an integer 0..3"),
+    ("insar", "bad_date", "'20201301' is not a date (there is no month 13)"),
+    ("hephaestus", "heph_bad_date", "'20210230' is not a date (February 2021 has no day 30)"),
 ]
 
 
@@ -322,3 +324,93 @@ def test_pairs_of_different_sizes_are_padded_and_say_their_extent(tmp_path):
     img = r.read_sample(pairs[i], plan.shape)
     assert img.shape == (4, 40, 40) and (img[:, 25:] == 0).all() and (img[:, :, 30:] == 0).all()
     np.testing.assert_array_equal(img[:3, :25, :30], render_phase(small.wrapped)[:, :25, :30])
+
+
+def test_an_impossible_date_is_skipped_and_named_with_on_error_skip(tmp_path, capsys, client):
+    m = make_interferograms(tmp_path / "raw", n=4, size=32, seed=1, dataset="hephaestus")
+    bad = corrupt_ifg(m, "heph_bad_date", index=2)
+    args = ["convert", "hephaestus", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "c.zarr"), "--quiet",
+            "--on-error", "skip", "--cluster", client.scheduler.address]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    pair = f"{m.pairs[2].frame}/{os.path.basename(bad)}"
+    assert "3 samples, wrote" in out and "skipped 1 bad samples" in out and f"skipped {pair}: " in out
+    ds = open_cube(str(tmp_path / "c.zarr"))
+    (d,) = ds.attrs["skipped_samples"]
+    assert d["source"] == pair and "February 2021 has no day 30" in d["reason"]
+    assert ds.attrs["unlabelled_pairs"] == 0  # its annotation was not counted as a pair without one
+
+
+def test_flagged_hephaestus_samples_are_left_out_unless_kept(tmp_path, capsys, client):
+    """`corrupted: 1` / `processing_error: 1` annotations: left out, counted on screen and in skipped_samples; with
+    --keep-corrupted they stay and the cube lists them as kept. Another layout refuses the option."""
+    from cryocube.insar_synthetic import _annotation
+
+    m = make_interferograms(tmp_path / "raw", n=5, size=32, seed=3, dataset="hephaestus")
+    _annotation(m, m.pairs[1], corrupted=1)
+    _annotation(m, m.pairs[3], processing_error=True)
+    base = ["convert", "hephaestus", "--raw", str(tmp_path / "raw"), "--quiet", "--cluster", client.scheduler.address]
+    assert main(base + ["--out", str(tmp_path / "a.zarr")]) == 0
+    out = capsys.readouterr().out
+    assert "3 samples, wrote" in out and "skipped 2 bad samples" in out
+    assert f"skipped {m.pairs[1].id}: " in out and "corrupted: 1" in out and "processing_error: 1" in out
+    ds = open_cube(str(tmp_path / "a.zarr"))
+    assert list(as_text(ds["source"].values)) == [p.id for k, p in enumerate(m.pairs) if k not in (1, 3)]
+    assert sorted(d["source"] for d in ds.attrs["skipped_samples"]) == sorted([m.pairs[1].id, m.pairs[3].id])
+    assert ds.attrs["unlabelled_pairs"] == 0 and ds.attrs["kept_flagged_samples"] == []
+    assert ds.attrs["flagged_samples"].startswith("left out")
+    assert main(base + ["--out", str(tmp_path / "k.zarr"), "--keep-corrupted"]) == 0
+    out = capsys.readouterr().out
+    assert "5 samples, wrote" in out and "kept 2 samples the annotations flag (corrupted, processing_error)" in out
+    kd = open_cube(str(tmp_path / "k.zarr"))
+    assert len(kd["source"]) == 5 and kd.attrs["skipped_samples"] == [] and kd.attrs["flagged_samples"].startswith("kept")
+    assert {d["source"]: d["flags"] for d in kd.attrs["kept_flagged_samples"]} == {
+        m.pairs[1].id: ["corrupted"], m.pairs[3].id: ["processing_error"]}
+    # a flag that is not 0/1 is one sentence naming the file; the option on a layout without flags is refused
+    _annotation(m, m.pairs[0], corrupted="maybe")
+    assert main(base + ["--out", str(tmp_path / "b.zarr")]) == 2
+    assert "field 'corrupted' must be an integer 0..1, got 'maybe'" in capsys.readouterr().err
+    g = make_interferograms(tmp_path / "g", n=2, size=32, seed=3)
+    assert main(["convert", "insar", "--raw", str(tmp_path / "g"), "--out", str(tmp_path / "g.zarr"), "--keep-corrupted",
+                 "--cluster", "tcp://127.0.0.1:9", "--quiet"]) == 2
+    assert "--keep-corrupted: the insar layout" in capsys.readouterr().err
+
+
+def test_a_hephaestus_cube_asks_its_own_annotations(tmp_path, client):
+    """The Hephaestus task file's tasks find their references in the cube (targets and answers, digested like every
+    per-sample variable); an insar cube is not asked them."""
+    from cryocube.families.vqa.questions import questions
+    from cryocube.families.vqa.tasks import select
+
+    m = make_interferograms(tmp_path / "raw", n=6, size=32, seed=2, dataset="hephaestus")
+    two = next(i for i, p in enumerate(m.pairs) if p.source != "none")
+    _heph_label(m.pairs[two], label=["Mogi", "Sill"])  # two types: no deformation-type reference for it
+    url = str(tmp_path / "h.zarr")
+    convert("hephaestus", str(tmp_path / "raw"), url, client=client, progress=False)
+    tasks = select(None, "samples", "hephaestus")
+    qs, left_out = questions(url, tasks)
+    by = {(q.sample, q.task, q.variant): dict(q.refs) for q in qs}
+    for i, p in enumerate(m.pairs):
+        ann = json.load(open(p.paths["annotation"]))
+        assert by[(i, "deformation", 0)] == by[(i, "deformation", 1)] == {"accuracy": "yes" if p.source != "none" else "no"}
+        assert by[(i, "low_coherence", 0)] == {"accuracy": "yes" if ann["low_coherence"] else "no"}
+        assert by[(i, "atmospheric_fringes", 0)] == {"mae": float(p.atmosphere_level)}
+        assert by[(i, "intensity", 0)] == {"accuracy": ann["intensity_level"][0].lower()}
+        assert by[(i, "caption", 0)] == {"token_f1": ann["caption"]}
+        want = None if i == two else {"mogi": "mogi", "dislocation": "earthquake", "none": "none"}[p.source]
+        assert by.get((i, "deformation_type", 0), {}).get("accuracy") == want
+    assert "deformation" not in left_out and not any(t in left_out for t in ("caption", "intensity", "deformation_type"))
+    mc = next(q for q in qs if q.task == "deformation" and q.variant == 1)
+    assert "A. no; B. yes" in mc.prompt
+    assert [t.name for t in select(None, "samples", "insar")] == ["coherence_classification", "fringe_counting",
+                                                                  "deformation_localization", "noise_assessment"]
+    # a label outside the catalog's classes is one sentence naming the file and field
+    _heph_label(m.pairs[1], label=["Caldera collapse"])
+    with pytest.raises(Exception, match=r"field 'label' has 'Caldera collapse', which is none of the classes"):
+        open_reader(load_dataset("hephaestus"), "hephaestus").plan(str(tmp_path / "raw"))
+
+
+def _heph_label(p, **fields):
+    d = json.load(open(p.paths["annotation"]))
+    d.update(fields)
+    json.dump(d, open(p.paths["annotation"], "w"))

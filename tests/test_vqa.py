@@ -276,3 +276,68 @@ def test_a_checkpoint_at_an_s3_url(ifg_cube, tmp_path, client, s3_bucket):
     (loc,) = _evaluate(cube, tmp_path / "loc", client, model=f"transformers:{folder}", allow_random=False).records
     assert rec["weights"]["sha256"] == loc["weights"]["sha256"] and rec["weights"]["source"] == url
     assert [r["answer"] for r in _answers(rec)] == [r["answer"] for r in _answers(loc)]
+
+
+def test_every_phrasing_is_asked_and_the_board_keeps_the_first(ifg_cube, lab_tasks, tmp_path, client):
+    """A task with three phrasings (one multiple-choice): every sample is asked each; the task's metrics (the board)
+    are the first phrasing's, each phrasing's metrics are in the record, and the report gives mean and spread."""
+    from cryocube.cli import main
+
+    cube, _ = ifg_cube
+    (lab_tasks / "worded.yaml").write_text(yaml.safe_dump({"tasks": {"coherence_worded": {
+        "answer": "class", "labels": ["low", "medium", "high"], "metrics": {"accuracy": {"target": "coherence_classification"}},
+        "max_new_tokens": 4, "prompts": ["{picture} How coherent is it? Answer {labels}.",
+                                         "{picture} Rate the coherence: {labels}.",
+                                         "{picture} Coherence? {choices}. Answer with a letter."]}}}))
+    (rec,) = _evaluate(cube, tmp_path / "out", client, overrides=(("vqa_tasks", "coherence_worded"),)).records
+    assert rec["status"] == "ok", rec.get("error")
+    rows = _answers(rec)
+    assert len(rows) == 24 and sorted({r["variant"] for r in rows}) == [0, 1, 2]
+    assert all("A. low; B. medium; C. high" in r["prompt"] for r in rows if r["variant"] == 2)
+    d = rec["metrics"]["tasks"]["coherence_worded"]
+    assert rec["tasks"]["coherence_worded"]["phrasings"] == 3 and d["n"] == 8 and d["unparsed_value"] == 0.0
+    first = [r for r in rows if r["variant"] == 0]
+    assert d["metrics"]["accuracy"]["value"] == pytest.approx(100 * np.mean([r["scores"]["accuracy"] for r in first]))
+    assert d["unparsed"] == sum(not r["ok"] for r in first)
+    ph = d["phrasings"]
+    assert [p["n"] for p in ph] == [8, 8, 8] and [p["multiple_choice"] for p in ph] == [False, False, True]
+    for k, p in enumerate(ph):
+        mine = [r["scores"]["accuracy"] for r in rows if r["variant"] == k]
+        assert p["metrics"]["accuracy"]["value"] == pytest.approx(100 * np.mean(mine))
+    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "report")]) == 0
+    html = (tmp_path / "report" / "report.html").read_text()
+    vals = [p["metrics"]["accuracy"]["value"] for p in ph]
+    assert "Prompt phrasings on" in html and f"{np.mean(vals):.2f}" in html
+    # the gallery: a row per phrasing, each with the model's answer to that phrasing
+    from cryocube.report.records import load_results
+    from cryocube.report.vqa import gallery
+
+    qa = rec["gallery"][0]["qa"]
+    assert [q["variant"] for q in qa] == [0, 1, 2]
+    (_, _, table), *_ = gallery(load_results(tmp_path / "out"), rec["dataset"], tmp_path / "figs")
+    assert [row[3] for row in table.rows] == [q["answer"] or "(empty)" for q in qa]
+
+
+def test_a_hephaestus_cube_is_asked_its_annotations_and_gets_their_board(tmp_path, client):
+    """A cube converted from the Hephaestus layout is asked the Hephaestus task file (with its phrasings) beside the
+    localisation and noise tasks; the record keeps each task's unparsed count and unparsed_value; the board is
+    the Hephaestus one."""
+    from cryocube.cli import main
+    from cryocube.convert.writer import convert
+    from cryocube.insar_synthetic import make_interferograms
+
+    make_interferograms(tmp_path / "raw", n=4, size=24, seed=0, dataset="hephaestus")
+    cube = str(tmp_path / "heph.zarr")
+    convert("hephaestus", str(tmp_path / "raw"), cube, client=client, progress=False)
+    (rec,) = _evaluate(cube, tmp_path / "out", client, sets=("block_samples=4", "gen_batch=4", "max_new_tokens=4")).records
+    assert rec["status"] == "ok", rec.get("error")
+    asked = set(rec["tasks"])
+    assert {"deformation", "deformation_type", "low_coherence", "atmospheric_fringes", "intensity", "caption"} <= asked
+    assert "coherence_classification" in rec["tasks_left_out"]  # Hephaestus has no coherence values
+    tasks = rec["metrics"]["tasks"]
+    assert rec["tasks"]["atmospheric_fringes"]["unparsed_value"] == tasks["atmospheric_fringes"]["unparsed_value"] == 0.0
+    assert rec["unparsed"]["atmospheric_fringes"] == tasks["atmospheric_fringes"]["unparsed"]
+    assert tasks["deformation"]["n"] == 4 and len(tasks["deformation"]["phrasings"]) == 2
+    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "report")]) == 0
+    board = (tmp_path / "report" / "LEADERBOARD.md").read_text()
+    assert "Hephaestus annotations" in board and "| Atmospheric level MAE |" in board and "Caption F1 (%)" in board

@@ -96,3 +96,67 @@ def test_means_and_bootstrap_intervals():
 def test_confusion_counts_unparsed_in_its_own_column():
     m = confusion(["low", "low", "high", "medium"], ["low", None, "medium", "medium"], LABELS)
     assert m == [[1, 0, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0]]
+
+
+# -- the answer table: tests/data/vqa_answers.yaml --------------------------------------------------------
+
+TABLE_FILE = __import__("pathlib").Path(__file__).parent / "data" / "vqa_answers.yaml"
+
+
+def _table() -> list[dict]:
+    import yaml
+
+    return yaml.safe_load(TABLE_FILE.read_text())
+
+
+def _options(row: dict) -> tuple[str, dict]:
+    """The row's answer text (a `{prompt}` echo filled) and the parser options a task would pass."""
+    from cryocube.families.vqa.tasks import all_tasks, fill
+
+    text, opts = row["text"], {}
+    if "prompt" in row:
+        opts["prompt"] = fill(all_tasks()[row["prompt"]], {"primary_date": "2020-01-01", "secondary_date": "2020-01-13",
+                                                           "radar_wavelength_m": 0.05546576})
+        text = text.replace("{prompt}", opts["prompt"])
+    if row["kind"] == "class":
+        opts["labels"] = tuple(row.get("labels", LABELS))
+        opts["aliases"] = {k: tuple(v) for k, v in row.get("aliases", {"low": ["poor", "bad", "decorrelated"],
+                                                                        "high": ["good", "excellent"]}).items()}
+        opts["letters"] = bool(row.get("letters"))
+    if row["kind"] == "number":
+        opts["domain"] = tuple(row.get("domain", (0, None)))
+    if "size" in row:
+        opts["size"] = tuple(row["size"])
+    return text, opts
+
+
+def test_the_answer_table_is_big_and_covers_every_habit_and_misread():
+    rows = _table()
+    assert len(rows) >= 150
+    assert {"llava", "qwen2-vl", "smolvlm", "paligemma"} <= {r["habit"] for r in rows}
+    assert {"class", "number", "fraction", "box", "text"} == {r["kind"] for r in rows}
+    assert sum("source" in r for r in rows) >= 3  # verbatim answers from public logs, with where they were published
+    texts = {(r["kind"], r["text"]): r["want"] for r in rows}
+    # every misread of issue 25, with its refusal or its one reading
+    assert texts[("number", "between 2 and 4")] == texts[("number", "2 to 4 fringes")] == 3
+    assert texts[("number", "1,000")] == 1000 and texts[("number", "-2")] == "unparsed"
+    assert texts[("number", "2020-01-01")] == "unparsed" and texts[("class", "Medium-high")] == "unparsed"
+    assert texts[("box", "[0.2, 0.3, 45, 60]")] == "unparsed" and texts[("box", "[0.5, 0.2, 0.5, 0.6]")] == "unparsed"
+    assert sum("misread" in r for r in rows) >= 7
+
+
+@pytest.mark.parametrize("row", _table(), ids=lambda r: f"{r['kind']}:{r['text'][:40]!r}")
+def test_the_answer_table(row):
+    text, opts = _options(row)
+    p = parse(row["kind"], text, **opts)
+    want = row["want"]
+    if want == "unparsed":
+        assert not p.ok and p.value is None, f"{text!r} read as {p.value!r}"
+        return
+    assert p.ok, f"{text!r} was not read (want {want!r})"
+    if row["kind"] == "box":
+        assert p.value == pytest.approx(tuple(want), abs=1e-9)
+    elif row["kind"] in ("number", "fraction"):
+        assert p.value == pytest.approx(float(want))
+    else:
+        assert p.value == str(want)

@@ -59,3 +59,36 @@ def test_list_tasks_and_adapters(capsys):
     assert "fringe_counting" in out and "class (low/medium/high)" in out
     assert main(["list", "adapters"]) == 0
     assert "transformers" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"prompts": ["How many?"]}, "give `prompt` (one phrasing) or `prompts`"),
+    ({"prompt": None, "prompts": []}, "prompts must be a list of one or more phrasings"),
+    ({"prompt": None, "prompts": ["How many?", "How  many?"]}, "prompts lists the same phrasing twice"),
+    ({"prompt": None, "prompts": ["How many?", "Count {orbit}."]}, "prompts[1] names unknown field {orbit}"),
+    ({"prompt": "Which? {choices}"}, "lists {choices} (lettered options), which only a class answer has"),
+    ({"domain": [3, 0]}, "domain is [lowest, highest]"),
+])
+def test_bad_phrasings_and_domains_are_one_sentence(tmp_path, change, said):
+    task = {"answer": "number", "metrics": {"mae": {"target": "fringe_counting"}}, "prompt": "How many fringes?"} | change
+    task = {k: v for k, v in task.items() if v is not None}
+    f = tmp_path / "mine.yaml"
+    f.write_text(yaml.safe_dump({"tasks": {"fringes": task}}))
+    with pytest.raises(CatalogError) as e:
+        load_task_file(f)
+    assert f"{f}: task fringes:" in str(e.value) and said in str(e.value)
+
+
+def test_phrasings_multiple_choice_and_the_digest(tmp_path):
+    f = tmp_path / "mine.yaml"
+    one = {"answer": "class", "labels": ["low", "medium", "high"], "metrics": {"accuracy": {"target": "coherence_classification"}},
+           "prompt": "How coherent? Answer {labels}."}
+    many = one | {"prompt": None, "prompts": ["How coherent? Answer {labels}.", "Coherence? {choices}. Answer with a letter."]}
+    f.write_text(yaml.safe_dump({"tasks": {"a": one, "b": {k: v for k, v in many.items() if v is not None}}}))
+    t = load_task_file(f)
+    assert t["a"].phrasings == ("How coherent? Answer {labels}.",) and len(t["b"].phrasings) == 2
+    assert t["b"].prompt == t["a"].prompt  # the board's phrasing is the first
+    assert t["a"].digest() != t["b"].digest()  # phrasings are part of what is asked
+    assert fill(t["b"], {}, 1) == "Coherence? A. low; B. medium; C. high. Answer with a letter."
+    assert not t["b"].parser_options(0)["letters"] and t["b"].parser_options(1)["letters"]
+    assert all_tasks()["fringe_counting"].parser_options() == {"domain": (0.0, None)}

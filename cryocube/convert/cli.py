@@ -21,6 +21,9 @@ def register(sub) -> None:
     p.add_argument("--compressor", choices=list(COMPRESSORS), default="lz4",
                    help="image/label codec: lz4 (fast), zstd (smaller, for paid object storage), none (local scratch)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="skip: record bad samples in the cube's attrs and go on")
+    p.add_argument("--keep-corrupted", action="store_true",
+                   help="keep samples the annotations flag as corrupted or processing_error (Hephaestus); they are "
+                        "left out by default, and either way listed in the cube's attrs")
     p.add_argument("--overwrite", action="store_true", help="replace a cube made from other inputs/options")
     p.add_argument("--storage-options", type=options_arg, default=None, help="JSON fsspec options for --out")
     p.add_argument("--raw-storage-options", type=options_arg, default=None, help="JSON fsspec options for --raw")
@@ -69,6 +72,10 @@ def _convert(args) -> int:
           f"checksum {r.marker['checksum'][:16]}" + (f", skipped {r.skipped} bad samples" if r.skipped else ""))
     if r.skipped:
         _print_skipped(args.out)
+    kept = store.open_group(args.out, "r").attrs.get("kept_flagged_samples") or []
+    if kept:
+        print(f"  kept {len(kept)} samples the annotations flag ({', '.join(sorted({f for d in kept for f in d['flags']}))}), "
+              f"as --keep-corrupted asked: " + ", ".join(d["source"] for d in kept[:10]) + (" ..." if len(kept) > 10 else ""))
     return 0
 
 
@@ -94,9 +101,13 @@ def _precheck(spec, args) -> dict:
     store.register_options(args.raw, args.raw_storage_options)
     layout = detect_layout(spec, args.raw) if args.layout == "auto" else args.layout
     reader = open_reader(spec, layout, args.raw_storage_options)
+    keep = bool(getattr(args, "keep_corrupted", False))
+    if keep and not getattr(reader, "flags_samples", False):
+        raise UserError(f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag corrupted samples "
+                        "(only Hephaestus's do)")
     if not hasattr(reader, "precheck"):
         return {}
-    return {"layout": layout, "prechecked": reader.precheck(args.raw, on_error=args.on_error)}
+    return {"layout": layout, "prechecked": reader.precheck(args.raw, on_error=args.on_error, **({"keep_corrupted": True} if keep else {}))}
 
 
 def _download(args) -> int:

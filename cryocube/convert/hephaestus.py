@@ -65,6 +65,8 @@ class HephaestusReader(PairReader):
     options_doc = "interferograms (folder under a frame), insar_png, coherence_png, annotations (folder), radar_wavelength_m, " \
                   "targets, text_tasks, box_task, mask, unavailable, description (template of the localisation answer)"
     rendered = True
+    flags_samples = True  # annotations carry `corrupted` and `processing_error`
+    FLAGS = ("corrupted", "processing_error")
 
     @property
     def names(self) -> tuple[str, str, str, str]:
@@ -93,25 +95,42 @@ class HephaestusReader(PairReader):
 
         def complete(key):
             frame, name = key
+            where = _store.join(root, frame, ifg, name)
             for what, fname in (("insar", png), ("coherence", coh)):
                 if what not in found[key]:
-                    raise ConvertError(f"{_store.join(root, frame, ifg, name)}: pair {frame}/{name} has no {fname} "
+                    raise ConvertError(f"{where}: pair {frame}/{name} has no {fname} "
                                        f"(every interferogram needs {png} and {coh})")
+            m = PAIR_RE.match(name)
+            for k in (1, 2) if m else ():  # an impossible date is refused here, before any file is read
+                iso_date(m.group(k), f"{where}: pair {frame}/{name}")
             return key
 
         whole = {k: found[k] for k in sorted(found) if self.guard(f"{k[0]}/{k[1]}", complete, k) is not None}
         left_out, found = set(found) - set(whole), whole  # pairs skipped for a missing file (already noted)
         annotated: dict[tuple[str, str], str] = {}
+        flagged: set[tuple[str, str]] = set()
 
         def annotation(url):
             d = self.load_annotation(url)
             for f in ("frameID", "primary_date", "secondary_date"):
                 if f not in d:
                     raise ConvertError(f"{url}: missing field {f!r}")
-            name = f"{iso_date(d['primary_date'], url).replace('-', '')}_{iso_date(d['secondary_date'], url).replace('-', '')}"
+            written = f"{str(d['primary_date']).replace('-', '')}_{str(d['secondary_date']).replace('-', '')}"
+            if (str(d["frameID"]), written) in left_out:
+                return  # its pair was already left out (and named)
+            where = f"{url} (pair {d['frameID']}/{written})"
+            name = f"{iso_date(d['primary_date'], where).replace('-', '')}_{iso_date(d['secondary_date'], where).replace('-', '')}"
             key = (str(d["frameID"]), name)
             if key in left_out:
                 return
+            flags = [f for f in self.FLAGS if self.flag(d, f, 1, url)]
+            if flags and key in found:
+                flagged.add(key)
+                if not self.keep_flagged:
+                    self.skipped.append({"source": f"{key[0]}/{name}", "reason": f"{url}: the annotation flags it "
+                                         + " and ".join(f"{f}: 1" for f in flags) + " (left out; --keep-corrupted keeps it)"})
+                    return
+                self.kept.append({"source": f"{key[0]}/{name}", "flags": flags, "annotation": url})
             if key not in found:
                 raise ConvertError(f"{url}: names pair {key[0]}/{name}, but there is no {_store.join(root, key[0], ifg, name)}/{png}")
             if key in annotated:
@@ -120,7 +139,7 @@ class HephaestusReader(PairReader):
 
         for url in sorted(self.listdir(_store.join(root, ann_dir), (".json",)).values()):
             self.guard(url, annotation, url)
-        self._unlabelled = len(found) - len(annotated)
+        self._unlabelled = len(found) - len(annotated) - len(flagged - set(annotated))
 
         def header(key):
             frame, name = key
@@ -141,19 +160,43 @@ class HephaestusReader(PairReader):
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
         return {"unlabelled_pairs": int(getattr(self, "_unlabelled", 0))}
 
+    @staticmethod
+    def flag(d: dict, f: str, top: int, url: str) -> int | None:
+        """An integer annotation field in 0..top (a bool reads as 0/1; absent or null: None)."""
+        if f not in d or d[f] is None:
+            return None
+        v = d[f]
+        if isinstance(v, bool):
+            v = int(v)
+        if not isinstance(v, int) or not 0 <= v <= top:
+            raise ConvertError(f"{url}: field {f!r} must be an integer 0..{top}, got {v!r}")
+        return v
+
+    def classes_of(self, source: str) -> tuple[str, ...]:
+        """The class names the catalog's target fed by `source` takes (lower case)."""
+        return next((tuple(c.lower() for c in t.classes) for t in self.targets if t.source == source), ())
+
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
         url = pair.annotation
         d = self.load_annotation(url)
 
         def flag(f: str, top: int) -> int | None:
-            if f not in d or d[f] is None:
+            return self.flag(d, f, top, url)
+
+        def one_class(f: str, values: list[str], source: str, pick=None) -> int | None:
+            """The index of the class the field names (`pick` chooses among several; None: several, none chosen)."""
+            classes = self.classes_of(source)
+            if not classes or not values:
                 return None
-            v = d[f]
-            if isinstance(v, bool):
-                v = int(v)
-            if not isinstance(v, int) or not 0 <= v <= top:
-                raise ConvertError(f"{url}: field {f!r} must be an integer 0..{top}, got {v!r}")
-            return v
+            idx = []
+            for v in values:
+                k = v.strip().lower().replace("non_deformation", "none").replace(" ", "_")
+                if k not in classes:
+                    raise ConvertError(f"{url}: field {f!r} has {v!r}, which is none of the classes of target {source} "
+                                       f"({', '.join(classes)}; the catalog's targets.{source}.classes)")
+                idx.append(classes.index(k))
+            idx = sorted(set(idx))
+            return idx[0] if len(idx) == 1 else pick(idx) if pick else None
 
         labels = d.get("label") or []
         labels = [labels] if isinstance(labels, str) else [str(x) for x in labels]
@@ -173,8 +216,16 @@ class HephaestusReader(PairReader):
                 phase=words("phase"))
         if str(d.get("caption") or "").strip():
             answers["noise_assessment"] = str(d["caption"]).strip()
+        if str(d.get("caption") or "").strip():
+            answers["caption"] = str(d["caption"]).strip()
+        levels = d.get("intensity_level") or []
+        levels = [levels] if isinstance(levels, str) else [str(x) for x in levels]
         q = {"low_coherence": flag("low_coherence", 1), "atmospheric_fringes": flag("atmospheric_fringes", 3),
-             "deformation": (1 if deformation else 0) if labels else None}
+             "deformation": (1 if deformation else 0) if labels else None,
+             # one deformation type per sample: none, or the one type its labels name (several types: no reference)
+             "deformation_type": one_class("label", deformation or labels, "deformation_type"),
+             # several events: the strongest listed level
+             "intensity": one_class("intensity_level", levels, "intensity", pick=max)}
         # the mask: polygons rasterised; "no deformation" = all 0; a deformation label without polygons says nothing
         # about where (no mask label)
         if box is not None:

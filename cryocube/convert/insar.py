@@ -37,10 +37,17 @@ MASK_ORIGINS = {"derived": "the deformation_mask rule on unwrapped phase", "anno
 
 
 def iso_date(s: str, where: str) -> str:
-    """YYYYMMDD or YYYY-MM-DD -> YYYY-MM-DD."""
+    """YYYYMMDD or YYYY-MM-DD -> YYYY-MM-DD; a day the calendar does not have (month 13, 30 February) is refused."""
+    import calendar
+
     d = str(s).replace("-", "")
     if not re.fullmatch(r"\d{8}", d):
         raise ConvertError(f"{where}: {s!r} is not a date (YYYYMMDD or YYYY-MM-DD)")
+    y, m, day = int(d[:4]), int(d[4:6]), int(d[6:])
+    if not 1 <= m <= 12:
+        raise ConvertError(f"{where}: {s!r} is not a date (there is no month {m})")
+    if not 1 <= day <= calendar.monthrange(y, m)[1]:
+        raise ConvertError(f"{where}: {s!r} is not a date ({calendar.month_name[m]} {y} has no day {day})")
     return f"{d[:4]}-{d[4:6]}-{d[6:]}"
 
 
@@ -77,6 +84,8 @@ class PairReader(Reader):
     writes_own_cube = True
     rendered: bool = False  # True: image bands are renderings (no physical values)
     on_error: str = "raise"  # skip: a bad pair is left out of the cube, counted and named (set by `plan`)
+    flags_samples: bool = False  # its annotations flag damaged samples (Hephaestus: corrupted, processing_error)
+    keep_flagged: bool = False  # keep flagged samples (`--keep-corrupted`; set by `plan`), recorded as kept
 
     # -- catalog options ---------------------------------------------------------------------
     @property
@@ -191,10 +200,12 @@ class PairReader(Reader):
             raise ConvertError(f"{url}: field 'answers' names {unknown}, not text tasks of {self.spec.id} ({', '.join(self.text_tasks)})")
         return {str(k): str(v) for k, v in answers.items()}
 
-    def plan(self, raw: str, on_error: str = "raise") -> tuple[list[Pair], SamplePlan]:
+    def plan(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False) -> tuple[list[Pair], SamplePlan]:
         """Scan, check every pair and compute every label on the client (threads): the one place bad input is found.
-        on_error="skip": a bad pair is left out instead of refusing the tree (`skipped_samples` in the cube's attrs)."""
-        self.on_error, self.skipped = on_error, []
+        on_error="skip": a bad pair is left out instead of refusing the tree (`skipped_samples` in the cube's attrs).
+        Samples the annotations flag as damaged are left out (`skipped_samples`) unless `keep_corrupted`
+        (`kept_flagged_samples`)."""
+        self.on_error, self.skipped, self.kept, self.keep_flagged = on_error, [], [], bool(keep_corrupted)
         pairs = self.scan(raw)
         if pairs:
             bands = self.cube_bands(pairs)
@@ -255,8 +266,14 @@ class PairReader(Reader):
                  "unavailable": unavailable, "rendered": self.rendered, "box_task": self.box_task, "mask": self.mask_options,
                  "padding": "samples smaller than the cube are padded bottom/right with 0; height/width give the valid extent",
                  "skipped_samples": skipped, **self.extra_attrs(raw, pairs)}
+        kept = sorted(self.kept, key=lambda d: d["source"])
+        if self.flags_samples:
+            attrs["flagged_samples"] = "kept (--keep-corrupted)" if self.keep_flagged else "left out (skipped_samples)"
+            attrs["kept_flagged_samples"] = kept
         fingerprint = {"options": self.options, "bands": bands, "skipped": skipped,
                        "files": [(p.id, p.files, p.annotation, p.height, p.width) for p in pairs]}
+        if kept:
+            fingerprint["kept_flagged"] = kept
         return pairs, SamplePlan(ids=[p.id for p in pairs], shape=(len(bands), H, W), tasks=[(t.name, t.type) for t in tspecs],
                                  target=target, attrs=attrs, fingerprint=fingerprint, coords=coords, data_vars=data_vars)
 
@@ -271,13 +288,13 @@ class PairReader(Reader):
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
         return {}
 
-    def precheck(self, raw: str, on_error: str = "raise"):
+    def precheck(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False):
         """What `convert` needs, computed before a cluster starts (the CLI passes it on)."""
-        return self.plan(raw, on_error)
+        return self.plan(raw, on_error, keep_corrupted)
 
     def convert(self, raw: str, out: str, client, block_samples: int = 16, overwrite: bool = False, progress: bool = True,
-                prechecked=None, on_error: str = "raise", **_) -> ConvertResult:
-        pairs, plan = prechecked or self.plan(raw, on_error)
+                prechecked=None, on_error: str = "raise", keep_corrupted: bool = False, **_) -> ConvertResult:
+        pairs, plan = prechecked or self.plan(raw, on_error, keep_corrupted)
         self.narrow(plan.fingerprint["bands"])  # a prechecked plan came from another reader object
         return convert_samples(self, pairs, plan, raw, out, client, block_samples, overwrite, progress, {"shape": plan.shape})
 
@@ -334,6 +351,8 @@ class InSARReader(PairReader):
             m = PAIR_RE.match(name)
             if not m:
                 raise ConvertError(f"{where}: a pair folder is named <primary>_<secondary> (dates YYYYMMDD), not {name!r}")
+            for k in (1, 2):  # an impossible date is refused here, before any raster is read
+                iso_date(m.group(k), f"{where}: pair {rel}")
             for b in required:
                 if b not in found:
                     raise ConvertError(f"{where}: pair {rel} has no {self.files[b]} (every pair needs "

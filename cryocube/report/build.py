@@ -243,6 +243,8 @@ def _vqa_sections(w: _Writer, res: Results) -> None:
                         text="Each task's metric with its 95 % bootstrap interval; unparsed answers count as wrong.")
         w.table(sec, "vqa", vqa.leaderboard(res, d))
         w.table(sec, "vqa", vqa.task_table(res, d))
+        if (ph := vqa.phrasing_table(res, d)) is not None:
+            w.table(sec, "vqa", ph)
         for t in vqa.confusion_tables(res, d):
             w.table(sec, "vqa", t)
         if any(((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") for r in res.vqa if r.dataset == d):

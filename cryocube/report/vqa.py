@@ -182,6 +182,32 @@ def task_table(res: Results, dataset: str) -> Table:
     return t
 
 
+def phrasing_table(res: Results, dataset: str) -> Table | None:
+    """Per model and task asked in several phrasings (a task file's `prompts:`): the primary metric's mean and spread
+    over the phrasings, each on the same samples; the board shows the first phrasing only. None: no such task."""
+    import statistics
+
+    t = Table(f"phrasings_{dataset}", f"Prompt phrasings on {dataset}: mean and spread over each task's phrasings",
+              [Column("model", "Model", numeric=False), Column("task", "Task", numeric=False),
+               Column("metric", "Metric", numeric=False), Column("phrasings", "Phrasings"), Column("mean", "Mean"),
+               Column("sd", "SD"), Column("min", "Min"), Column("max", "Max"), Column("first", "First (board)"),
+               Column("unparsed", "Unparsed per phrasing", numeric=False)])
+    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+        for task, d in (r.metrics.get("tasks") or {}).items():
+            ph = d.get("phrasings") or []
+            m = next(iter(d.get("metrics") or {}), None)
+            vals = [p["metrics"][m]["value"] for p in ph if m and m in p.get("metrics", {})]
+            if len(vals) < 2:
+                continue
+            t.add([r.model_name, task, m, len(vals), statistics.fmean(vals), statistics.stdev(vals), min(vals), max(vals),
+                   vals[0], " / ".join(f"{p['unparsed']}{' (MC)' if p.get('multiple_choice') else ''}" for p in ph)])
+    if not t.rows:
+        return None
+    t.notes = ["SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing (lettered options); "
+               "every phrasing is asked of the same samples"]
+    return t
+
+
 def generation_cost(r: Run) -> str:
     """The run's cost per example: worker seconds inside generate() per question (model load, rendering and
     parsing left out), from the record's generation_stats; answers kept from an earlier run were not timed."""
@@ -248,11 +274,11 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
                   [Column("task", "Task", numeric=False), Column("question", "Question", numeric=False),
                    Column("reference", "Reference", numeric=False)]
                   + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)])
-        answers = [{(q["task"], q.get("class")): q for gg in (r.record.get("gallery") or []) if gg["sample"] == g["sample"]
-                    for q in gg["qa"]} for r in runs]
+        answers = [{(q["task"], q.get("class"), q.get("variant", 0)): q for gg in (r.record.get("gallery") or [])
+                    if gg["sample"] == g["sample"] for q in gg["qa"]} for r in runs]
         for q in g["qa"]:
             ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
-            row = [q["task"], q["question"], ref] + [(a.get((q["task"], q.get("class"))) or {}).get("answer", MISSING)
+            row = [q["task"], q["question"], ref] + [(a.get((q["task"], q.get("class"), q.get("variant", 0))) or {}).get("answer", MISSING)
                                                       or "(empty)" for a in answers]
             t.add(row, [str(x) for x in row])
         pic = figures / f"vqa_{dataset}_{g['picture'].rsplit('/', 1)[-1]}"

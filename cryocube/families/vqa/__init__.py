@@ -50,7 +50,7 @@ class Vqa(Family):
         if adapter_name not in names():
             raise UserError(f"{spec.model!r} is not a generative model: the vqa protocol takes <adapter>[:<checkpoint>] "
                             f"(adapters: {', '.join(names())}); encoders answer these tasks through --protocol probe")
-        tasks = select(vr.task_names or None, cube.kind)
+        tasks = select(vr.task_names or None, cube.kind, cube.dataset)
         qs, left_out = questions(cube.url, tasks)
         asked = {q.task for q in qs}
         tasks = [t for t in tasks if t.name in asked]
@@ -93,7 +93,8 @@ class Vqa(Family):
                   "seed": spec.seed, "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
                   "weights": prov.weights, "precision": {"requested": vr.precision, "effective": prec},
                   "tasks": {t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
-                                     "questions": sum(q.task == t.name for q in qs), "source": t.source} for t in tasks},
+                                     "questions": sum(q.task == t.name for q in qs), "source": t.source,
+                                     "unparsed_value": t.unparsed_value, "phrasings": len(t.phrasings)} for t in tasks},
                   "tasks_left_out": left_out, **_asked(qs, cube.kind), "generation": generation, "adapter": ref.adapter,
                   "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts,
                   "torch_threads": threads}
@@ -122,7 +123,7 @@ class Vqa(Family):
         from ... import store as _store
         from .answer import summarize_rows
 
-        rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"]))
+        rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"], r.get("variant", 0)))
         tasks = summarize_rows(rows, run.work["tasks"], N_BOOT, seed=run.spec.seed)
         rdir = run.work["dir"]
         _store.write_atomic(f"{rdir}/answers.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
@@ -187,5 +188,6 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
         out.append({"sample": s, "source": next(r["source"] for r in rows if r["sample"] == s), "picture": rel,
                     "qa": [{"task": r["task"], "question": r["prompt"], "reference": r["refs"], "answer": r["answer"],
                             "ok": r["ok"]} | ({"class": r["class"]} if "class" in r else {})
+                           | ({"variant": r["variant"]} if "variant" in r else {})
                            for r in rows if r["sample"] == s]})
     return out

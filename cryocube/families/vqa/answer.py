@@ -93,13 +93,14 @@ def answer_block(b: Block) -> dict:
         t = by_task[q.task]
         # boxes are fractions of the phase panel; an answer in pixels is read against the panel the model saw
         size = ((q.size[0] or b.size[0]) * t.render.scale, (q.size[1] or b.size[1]) * t.render.scale)
-        p = parse(t.answer, g["answer"], **t.parser_options(), **({"size": size} if t.answer == "box" else {}))
+        p = parse(t.answer, g["answer"], prompt=q.prompt, **t.parser_options(q.variant),
+                  **({"size": size} if t.answer == "box" else {}))
         scores = {m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value) for m, ref in q.refs}
         value = list(p.value) if isinstance(p.value, tuple) else p.value
         rows.append({"sample": q.sample, "source": q.source, "task": q.task, "prompt": q.prompt, "answer": g["answer"],
                      "new_tokens": g["new_tokens"], "parsed": value, "ok": p.ok,
                      "refs": {m: (list(r) if isinstance(r, tuple) else r) for m, r in q.refs}, "scores": scores}
-                    | ({"class": q.subject} if q.subject else {}))
+                    | ({"class": q.subject} if q.subject else {}) | ({"variant": q.variant} if t.variants else {}))
     return {"rows": rows, "blocks": 1, "generated": int(generated), "gen_s": seconds if generated else 0.0,
             "tokens": sum(g["new_tokens"] for g in gens) if generated else 0,
             "questions_generated": len(gens) if generated else 0,
@@ -111,15 +112,24 @@ def merge(a: dict, b: dict) -> dict:
 
 
 def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, seed: int) -> dict:
-    """Per task: each metric's mean with its bootstrap CI, n, unparsed; class tasks add a confusion matrix."""
+    """Per task, on its first phrasing (the board's): each metric's mean with its bootstrap CI, n, unparsed and the
+    score an unparsed answer got (`unparsed_value`); class tasks add a confusion matrix; a task with several
+    phrasings adds each phrasing's n, unparsed and metrics (`phrasings`)."""
     from .metrics import confusion, summarize
 
     out = {}
     for name, t in tasks.items():
-        rs = [r for r in rows if r["task"] == name]
+        every = [r for r in rows if r["task"] == name]
+        rs = [r for r in every if r.get("variant", 0) == 0]
         if not rs:
             continue
-        d = {"n": len(rs), "unparsed": sum(not r["ok"] for r in rs), "metrics": {}}
+        d = {"n": len(rs), "unparsed": sum(not r["ok"] for r in rs), "unparsed_value": t.unparsed_value, "metrics": {}}
+        if t.variants:
+            d["phrasings"] = [{"variant": k, "prompt": p, "multiple_choice": bool(t.parser_options(k).get("letters")),
+                               "n": len(vs), "unparsed": sum(not r["ok"] for r in vs),
+                               "metrics": {m: summarize(m, np.asarray([r["scores"][m] for r in vs if m in r["scores"]]),
+                                                        n_boot=n_boot, seed=seed) for m, _, _ in t.metrics}}
+                              for k, p in enumerate(t.phrasings) for vs in [[r for r in every if r.get("variant", 0) == k]]]
         for m, _, _ in t.metrics:
             vals = [r["scores"][m] for r in rs if m in r["scores"]]
             if vals:

@@ -27,6 +27,7 @@ class Question:
     refs: tuple[tuple[str, Any], ...]  # (metric, reference) for the metrics this sample has a reference for
     size: tuple[int, int] = (0, 0)  # the pair's own (width, height): smaller pairs are padded in the cube
     subject: str = ""  # tiles: the class asked about
+    variant: int = 0  # which phrasing of the task (TaskSpec.phrasings; 0: the board's)
 
 
 def _text(a) -> list[str]:
@@ -116,7 +117,8 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
         for name, (t, per_metric) in refs_by_task.items():
             refs = tuple((m, vals[i]) for m, vals in per_metric if vals[i] is not None)
             if refs:
-                out.append(Question(i, src[i], name, fill(t, sample), refs, (int(ws[i]), int(hs[i]))))
+                out += [Question(i, src[i], name, fill(t, sample, k), refs, (int(ws[i]), int(hs[i])), variant=k)
+                        for k in range(len(t.phrasings))]
     if not out:
         raise UserError(f"{url}: the cube serves none of the tasks {', '.join(t.name for t in tasks)} ("
                         + "; ".join(f"{k}: {v}" for k, v in left_out.items()) + ")")
@@ -159,5 +161,6 @@ def tile_questions(url: str, ds, tasks: list[TaskSpec]) -> tuple[list[Question],
             for c in classes:
                 sample = {"class_name": c.name, "dataset": dataset, "picture": picture, "width": w, "height": h}
                 refs = tuple((m, ref(t, name, c, int(i))) for m, _, name in t.metrics)
-                out.append(Question(int(i), ids[i], t.name, fill_tile(t, sample), refs, (w, h), c.name))
+                out += [Question(int(i), ids[i], t.name, fill_tile(t, sample, k), refs, (w, h), c.name, k)
+                        for k in range(len(t.phrasings))]
     return out, {}

@@ -21,9 +21,9 @@ from ...catalog import CatalogError, _read_yaml, catalog_dirs, need
 from .metrics import SCORES
 from .parsers import PARSERS
 
-PROMPT_FIELDS = ("labels", "primary_date", "secondary_date", "days", "wavelength_cm", "fringe_cm", "picture", "width",
-                 "height", "frame")
-TILE_PROMPT_FIELDS = ("labels", "class_name", "dataset", "picture", "width", "height")
+PROMPT_FIELDS = ("labels", "choices", "primary_date", "secondary_date", "days", "wavelength_cm", "fringe_cm", "picture",
+                 "width", "height", "frame")
+TILE_PROMPT_FIELDS = ("labels", "choices", "class_name", "dataset", "picture", "width", "height")
 # cube kind (a task file's `cubes:`) -> the prompt fields its samples fill
 CUBE_KINDS = {"samples": PROMPT_FIELDS, "tiles": TILE_PROMPT_FIELDS}
 REFERENCE_KINDS = ("target", "box", "answer", "class")
@@ -89,22 +89,38 @@ class TaskSpec:
     source: str = ""  # the catalog file
     cube_kind: str = "samples"  # the cubes its file asks about (CUBE_KINDS)
     skip_classes: tuple[str, ...] = ()  # tiles: classes not asked about (background)
+    variants: tuple[str, ...] = ()  # further phrasings of `prompt` (`prompts:`); the board scores `prompt`
+    domain: tuple[float | None, float | None] | None = None  # number answers: lowest, highest (None: open)
+    datasets: tuple[str, ...] = ()  # its file's `datasets:`: the only datasets whose cubes it asks (empty: any)
 
     @property
     def primary_metric(self) -> str:
         return self.metrics[0][0]
+
+    @property
+    def phrasings(self) -> tuple[str, ...]:
+        """Every phrasing of the question, the board's first."""
+        return (self.prompt, *self.variants)
 
     def digest(self) -> str:
         """The prompt-template hash: everything that decides what the model is asked and how it is read."""
         d = asdict(self)
         d.pop("source")
         d.pop("cube_kind")  # a task asks one kind of cube (any other is refused), so it never moves an answer
+        d.pop("datasets")  # likewise: which cubes it is asked of, not what it asks
         if not self.skip_classes:  # the classes left out change the questions (kept out when none: old ids stand)
             d.pop("skip_classes")
+        for k in ("variants", "domain"):  # likewise: a task without further phrasings or a domain keeps its id
+            if not d[k]:
+                d.pop(k)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
-    def parser_options(self) -> dict[str, Any]:
-        return {"labels": self.labels, "aliases": dict(self.aliases)} if self.answer == "class" else {}
+    def parser_options(self, variant: int = 0) -> dict[str, Any]:
+        """What the parser needs besides the answer: labels (a multiple-choice phrasing: letters too), a domain."""
+        if self.answer == "class":
+            return {"labels": self.labels, "aliases": dict(self.aliases),
+                    "letters": "choices" in prompt_fields(self.phrasings[variant])}
+        return {"domain": self.domain} if self.answer == "number" else {}
 
 
 def _render(d: Any, where: str) -> RenderSpec:
@@ -181,10 +197,11 @@ def prompt_fields(template: str) -> list[str]:
 
 
 def parse_task(name: str, d: Any, render: RenderSpec | TileRender, where: str, cube_kind: str = "samples",
-               skip_classes: tuple[str, ...] = ()) -> TaskSpec:
+               skip_classes: tuple[str, ...] = (), datasets: tuple[str, ...] = ()) -> TaskSpec:
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: a task must be a mapping")
-    unknown = set(d) - {"title", "answer", "labels", "aliases", "metrics", "prompt", "max_new_tokens", "unparsed_value"}
+    unknown = set(d) - {"title", "answer", "labels", "aliases", "metrics", "prompt", "prompts", "max_new_tokens",
+                        "unparsed_value", "domain"}
     if unknown:
         raise CatalogError(f"{where}: unknown fields {sorted(unknown)}")
     answer = need(d, "answer", where, str)
@@ -211,30 +228,50 @@ def parse_task(name: str, d: Any, render: RenderSpec | TileRender, where: str, c
         ms.append((str(m), kind, str(ref_name)))
     if not ms:
         raise CatalogError(f"{where}: a task needs at least one metric")
-    prompt = " ".join(str(need(d, "prompt", where, str)).split())
-    try:
-        fields = prompt_fields(prompt)
-    except ValueError as e:
-        raise CatalogError(f"{where}: prompt is not a valid template ({e})") from None
+    if ("prompt" in d) == ("prompts" in d):
+        raise CatalogError(f"{where}: give `prompt` (one phrasing) or `prompts` (a list of phrasings, the board's first), "
+                           "not both or neither")
+    raw_prompts = [d["prompt"]] if "prompt" in d else d["prompts"]
+    if not (isinstance(raw_prompts, list) and raw_prompts and all(isinstance(p, str) and p.strip() for p in raw_prompts)):
+        raise CatalogError(f"{where}: prompts must be a list of one or more phrasings (text), got {raw_prompts!r}")
+    prompts = [" ".join(p.split()) for p in raw_prompts]
+    if len(set(prompts)) != len(prompts):
+        raise CatalogError(f"{where}: prompts lists the same phrasing twice")
     allowed = CUBE_KINDS[cube_kind]
-    bad = [f for f in fields if f not in allowed]
-    if bad:
-        raise CatalogError(f"{where}: prompt names unknown field {{{bad[0]}}}; a prompt may use "
-                           f"{', '.join('{' + f + '}' for f in allowed)}")
+    for k, prompt in enumerate(prompts):
+        which = "prompt" if "prompt" in d else f"prompts[{k}]"
+        try:
+            fields = prompt_fields(prompt)
+        except ValueError as e:
+            raise CatalogError(f"{where}: {which} is not a valid template ({e})") from None
+        bad = [f for f in fields if f not in allowed]
+        if bad:
+            raise CatalogError(f"{where}: {which} names unknown field {{{bad[0]}}}; a prompt may use "
+                               f"{', '.join('{' + f + '}' for f in allowed)}")
+        if "choices" in fields and answer != "class":
+            raise CatalogError(f"{where}: {which} lists {{choices}} (lettered options), which only a class answer has")
+    domain = d.get("domain")
+    if domain is not None:
+        if answer != "number" or not (isinstance(domain, list) and len(domain) == 2
+                                      and all(v is None or isinstance(v, (int, float)) for v in domain)
+                                      and (None in domain or domain[0] <= domain[1])):
+            raise CatalogError(f"{where}: domain is [lowest, highest] (null: open) of a number answer, got {domain!r}")
+        domain = tuple(None if v is None else float(v) for v in domain)
     mnt = d.get("max_new_tokens", 32)
     if not isinstance(mnt, int) or mnt < 1:
         raise CatalogError(f"{where}: max_new_tokens must be a positive integer, got {mnt!r}")
-    return TaskSpec(name=name, title=str(d.get("title", name)), answer=answer, metrics=tuple(ms), prompt=prompt,
+    return TaskSpec(name=name, title=str(d.get("title", name)), answer=answer, metrics=tuple(ms), prompt=prompts[0],
                     max_new_tokens=mnt, labels=labels, aliases=tuple((k, tuple(map(str, v))) for k, v in aliases.items()),
                     unparsed_value=float(d.get("unparsed_value", 0.0)), render=render, source=where.split(":")[0],
-                    cube_kind=cube_kind, skip_classes=skip_classes)
+                    cube_kind=cube_kind, skip_classes=skip_classes, variants=tuple(prompts[1:]), domain=domain,
+                    datasets=datasets)
 
 
 def _task_file(path) -> dict:
     raw = _read_yaml(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), dict):
         raise CatalogError(f"{path}: a task file is a mapping with `tasks:` (and optionally `cubes:`, `render:`, `board:`)")
-    unknown = set(raw) - {"tasks", "render", "cubes", "board", "skip_classes"}
+    unknown = set(raw) - {"tasks", "render", "cubes", "board", "skip_classes", "datasets"}
     if unknown:
         raise CatalogError(f"{path}: unknown top-level fields {sorted(unknown)}")
     kind = str(raw.get("cubes", "samples"))
@@ -243,6 +280,9 @@ def _task_file(path) -> dict:
                            f"got {kind!r}")
     if "skip_classes" in raw and kind != "tiles":
         raise CatalogError(f"{path}: skip_classes applies to tile cubes (cubes: tiles) only")
+    ds = raw.get("datasets", [])
+    if not (isinstance(ds, list) and all(isinstance(x, str) and x for x in ds)):
+        raise CatalogError(f"{path}: datasets must be a list of dataset ids (the cubes its tasks ask), got {ds!r}")
     return raw
 
 
@@ -251,7 +291,8 @@ def load_task_file(path) -> dict[str, TaskSpec]:
     kind = str(raw.get("cubes", "samples"))
     render = (_tile_render if kind == "tiles" else _render)(raw.get("render"), f"{path}: render")
     skip = tuple(str(c) for c in raw.get("skip_classes") or ())
-    tasks = {n: parse_task(n, d, render, f"{path}: task {n}", kind, skip) for n, d in raw["tasks"].items()}
+    datasets = tuple(raw.get("datasets") or ())
+    tasks = {n: parse_task(n, d, render, f"{path}: task {n}", kind, skip, datasets) for n, d in raw["tasks"].items()}
     load_board(path, tasks, raw)  # its columns name its own tasks and metrics
     return tasks
 
@@ -306,13 +347,18 @@ def all_tasks() -> dict[str, TaskSpec]:
     return out
 
 
-def select(names: list[str] | None, cube_kind: str = "samples") -> list[TaskSpec]:
-    """The named tasks (or every task about `cube_kind` cubes); a named task about another kind of cube is refused."""
+def select(names: list[str] | None, cube_kind: str = "samples", dataset: str | None = None) -> list[TaskSpec]:
+    """The named tasks (or every task about `cube_kind` cubes of `dataset`: a file's `datasets:` limits its tasks to
+    those); a named task about another kind of cube, or for other datasets, is refused."""
     from ...errors import UserError
 
     tasks = all_tasks()
+
+    def fits(t: TaskSpec) -> bool:
+        return not t.datasets or dataset is None or dataset in t.datasets
+
     if not names:
-        return [t for t in tasks.values() if t.cube_kind == cube_kind]
+        return [t for t in tasks.values() if t.cube_kind == cube_kind and fits(t)]
     bad = [n for n in names if n not in tasks]
     if bad:
         raise UserError(f"unknown task {bad[0]!r}; known: {', '.join(tasks)} (catalogs/tasks/*.yaml)")
@@ -320,6 +366,10 @@ def select(names: list[str] | None, cube_kind: str = "samples") -> list[TaskSpec
     if other:
         raise UserError(f"task {other[0].name!r} asks about {other[0].cube_kind} cubes ({other[0].source}) and this is "
                         f"a {cube_kind} cube; its tasks: {', '.join(n for n, t in tasks.items() if t.cube_kind == cube_kind)}")
+    other = [tasks[n] for n in names if not fits(tasks[n])]
+    if other:
+        raise UserError(f"task {other[0].name!r} asks about {', '.join(other[0].datasets)} cubes only ({other[0].source}: "
+                        f"datasets) and this cube is {dataset}")
     return [tasks[n] for n in names]
 
 
@@ -344,22 +394,27 @@ def tile_picture_text(how: str) -> str:
     return f"The picture shows {how}."
 
 
-def fill_tile(task: TaskSpec, sample: dict[str, Any]) -> str:
+def choices(labels: tuple[str, ...]) -> str:
+    """A multiple-choice phrasing's options: "A. low; B. medium; C. high" (the parser maps a letter back)."""
+    return "; ".join(f"{chr(ord('A') + k)}. {lab}" for k, lab in enumerate(labels))
+
+
+def fill_tile(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
     """The prompt of a tile task for one (sample, class) (`sample`: class_name, dataset, picture, width, height)."""
-    vals = {"labels": " or ".join(task.labels), "class_name": str(sample["class_name"]).replace("_", " "),
+    vals = {"labels": " or ".join(task.labels), "choices": choices(task.labels), "class_name": str(sample["class_name"]).replace("_", " "),
             "dataset": sample.get("dataset", ""), "picture": tile_picture_text(sample.get("picture", "the tile")),
             "width": sample.get("width", "?"), "height": sample.get("height", "?")}
-    return task.prompt.format(**vals)
+    return task.phrasings[variant].format(**vals)
 
 
-def fill(task: TaskSpec, sample: dict[str, Any]) -> str:
+def fill(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
     """The prompt of `task` for one sample (`sample`: primary_date, secondary_date, radar_wavelength_m, frame,
     width, height, rendered)."""
     lam = float(sample.get("radar_wavelength_m") or float("nan"))
-    vals = {"labels": ", ".join(task.labels), "primary_date": sample.get("primary_date", "?"),
+    vals = {"labels": ", ".join(task.labels), "choices": choices(task.labels), "primary_date": sample.get("primary_date", "?"),
             "secondary_date": sample.get("secondary_date", "?"),
             "days": _days(sample.get("primary_date", ""), sample.get("secondary_date", "")),
             "wavelength_cm": f"{100 * lam:.2f}", "fringe_cm": f"{50 * lam:.2f}",
             "picture": picture_text(task.render, bool(sample.get("rendered"))), "width": sample.get("width", "?"),
             "height": sample.get("height", "?"), "frame": sample.get("frame") or "unknown"}
-    return task.prompt.format(**vals)
+    return task.phrasings[variant].format(**vals)
