@@ -81,7 +81,7 @@ def test_every_family_scores_the_same_test_samples(board):
     assert recs["blind"]["identity"]["blind"] is True and "blind" not in recs["vlm"]["identity"]
     # the head's regularisation was chosen on the val split, and recorded
     h = recs["head"]["heads"]["coherence_classification"]
-    assert h["chosen_on"] == f"val ({record["counts"]["val"]} samples)" and str(h["C"]) in h["val"]
+    assert h["chosen_on"] == f"val ({record['counts']['val']} samples)" and str(h["C"]) in h["val"]
 
 
 def test_the_encoder_head_beats_chance_on_learnable_interferograms(board):
