@@ -108,7 +108,7 @@ def _header(task, metric: str, header: str, units: set[str]) -> str:
     return header if not u or f"({u})" in header else f"{header} ({u})"
 
 
-def _layout(rows: list[BoardRow], columns, classes: list, dataset: str) -> tuple[list[list], list[list], list[str], list[str]]:
+def _layout(rows: list[BoardRow], columns, classes: list, dataset: str, b_per_class: bool = False) -> tuple[list[list], list[list], list[str], list[str]]:
     """(raw rows, text rows, headers, notes): per column the first cell (in row order: chance first) fixes the
     column's samples and unit; a later cell over other samples or in another unit is refused, in one sentence."""
     notes: list[str] = []
@@ -116,10 +116,10 @@ def _layout(rows: list[BoardRow], columns, classes: list, dataset: str) -> tuple
     ref: dict[tuple, tuple[str, dict]] = {}
     units: dict[tuple, set] = {}
     for row in rows:
-        for c in classes:
+        for c in (classes if row.cells else [None]):  # a row without cells (blind not run) shows once
             if c is not None and not any(k[2] == c for k in row.cells):
-                continue  # a row without per-class cells (blind not run, segmentation) shows once
-            head = [row.name, row.kind] + ([c or "all"] if classes != [None] else [])
+                continue
+            head = [row.name, row.kind] + ([c or "all"] if b_per_class else [])
             raw, txt = list(head), list(head)
             for task, m, header in columns:
                 cell = row.cells.get((task, m, c))
@@ -187,9 +187,10 @@ def leaderboard(res: Results, dataset: str) -> Table:
     b = board(res, dataset)
     rows = board_rows(res, dataset)
     classes: list = [None]
-    if b.per_class:
-        classes += sorted({k[2] for r in rows for k in r.cells if k[2] is not None})
-    raws, txts, headers, notes = _layout(rows, b.columns, classes, dataset)
+    if b.per_class:  # a row per class, and one over every class where there are several
+        named = sorted({k[2] for r in rows for k in r.cells if k[2] is not None})
+        classes = ([None] if len(named) > 1 else []) + named
+    raws, txts, headers, notes = _layout(rows, b.columns, classes, dataset, b.per_class)
     lead = [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
     if b.per_class:
         lead.append(Column("class", "Class", numeric=False))
