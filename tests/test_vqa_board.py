@@ -56,7 +56,7 @@ def _cells(rec, key="cells"):
 
 def test_every_family_scores_the_same_test_samples(board):
     from cryocube.cube import cube_info
-    from cryocube.families.board import cube_split, samples_hash
+    from cryocube.families.split import cube_split, samples_hash
     from cryocube.families.segmentation.sample_cubes import as_tiles
 
     url, _, recs = board

@@ -3,7 +3,7 @@ against true fringe counts, a gallery (picture, question, reference, each model'
 LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side. A board's columns are the
 task file's `board:` (catalogs/tasks/*.yaml); a Cryo-Bench tile cube's board has a row per model and class.
 
-The board is laid out from cells the families contribute (families/board.py: task, metric, unit, split, sample
+The board is laid out from cells the families contribute (families/vqa/cells.py: task, metric, unit, split, sample
 hash, n, value, interval), all on the cube's test split: chance and blind baselines first (never ranked), VLMs,
 encoders answering through linear heads (`--protocol heads`) or localising through segmentation (mask -> box).
 A cell over other samples or in another unit than its column's is refused, with one sentence in the notes.
@@ -26,6 +26,7 @@ CANNOT = "cannot answer (encoder)"
 NOT_ASKED = "not asked"
 NOT_RUN = "blind: not run"
 BOX_ROUTE = "segmentation, mask->box"
+TEXT_METRICS = ("token_f1",)  # scored against text: no encoder writes it
 
 
 def _cell_text(c: dict) -> str:
@@ -99,7 +100,7 @@ def board_rows(res: Results, dataset: str) -> list[BoardRow]:
         loc = r.record["localisation"]
         cell = {**loc, "class": None, "how": BOX_ROUTE}
         rows.append(BoardRow(r.model_name, "GFM (segmentation)", {(loc["task"], "box_iou", None): cell},
-                             lambda t, m: f"{MISSING} (segmentation answers boxes only)"))
+                             lambda t, m: CANNOT if m in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"))
     return rows
 
 

@@ -5,14 +5,14 @@ a fraction or a box, on the same test questions the VLMs are scored on, with the
 `prepare` embeds each (model, cube) once, as the embedding family does (its pooled frozen features, shared with
 probe runs); `score` is one Dask task per run that fits a linear head per task (and class asked) on the cube's
 train split, chooses its regularisation on val (heads/linear.py) and answers the test questions; `finish` writes
-board cells (families/board.py) and the chance baseline's. Text tasks have no head: the board says so.
+board cells (families/vqa/cells.py) and the chance baseline's. Text tasks have no head: the board says so.
 """
 from __future__ import annotations
 
 from ...errors import UserError
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
-from ..board import answerable
+from ..vqa.cells import answerable
 from .recipe import HeadsRecipe
 
 IDENTITY_VERSION = 1
@@ -34,7 +34,8 @@ class Heads(Family):
     def plan(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> PlannedRun:
         from ...catalog import protocol as protocol_spec
         from ...precision import this_device
-        from ..board import chance_cells, cube_split
+        from ..split import cube_split
+        from ..vqa.cells import chance_cells
         from ..embedding import embeddings_url
         from ..embedding.embed import BASELINES, plan_embedding
         from ..vqa.questions import questions
@@ -110,7 +111,7 @@ class Heads(Family):
         return {"rows": a["rows"] + b["rows"], "heads": {**a["heads"], **b["heads"]}}
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        from ..board import cells
+        from ..vqa.cells import cells
 
         w = run.work
         rows = total["rows"]

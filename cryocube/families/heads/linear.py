@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import task_boundary
-from ..board import answerable, scored_rows, target_of
+from ..vqa.cells import answerable, scored_rows, target_of
 
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)  # logistic regression: inverse regularisation strength
 ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)  # ridge: regularisation strength (strongest first)

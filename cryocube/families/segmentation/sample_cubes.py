@@ -12,7 +12,7 @@ import numpy as np
 
 from ...cube import CubeInfo, open_cube
 from ...errors import UserError
-from ..board import STRATA, draw_split, sample_split  # noqa: F401  (the split is the board's: one per cube)
+from ..split import STRATA, draw_split, sample_split  # noqa: F401  (one split per cube, every family's)
 
 
 def as_tiles(cube: CubeInfo) -> tuple[CubeInfo, dict]:

@@ -41,7 +41,8 @@ class Vqa(Family):
         from ...catalog import protocol as protocol_spec
         from ...precision import resolve, this_device
         from .answer import Block, block_url
-        from ..board import chance_cells, cube_split
+        from ..split import cube_split
+        from .cells import chance_cells
         from .questions import questions
         from .tasks import select
 
@@ -125,7 +126,7 @@ class Vqa(Family):
         import json
 
         from ... import store as _store
-        from ..board import cells
+        from .cells import cells
         from .answer import summarize_rows
 
         rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"]))

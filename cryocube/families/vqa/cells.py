@@ -1,88 +1,24 @@
-"""Board cells: what a family contributes to a comparison board, on the one split every family scores on.
+"""Board cells: what a family contributes to a comparison board (report/vqa.py lays them out).
 
-A cell is one (task, metric[, class]) figure: its unit, the split, a hash of the sample ids scored, n, the
-value and its 95 % bootstrap interval (families/vqa/metrics.py). `report` lays cells out in columns and refuses
-a cell whose samples or unit differ from its column's (report/vqa.py), so a column compares like with like.
-
-The split is one per cube: a tile cube's published `split`; a sample cube's split drawn once from its checksum,
-stratified by deformation box / none / unlabelled (segmentation/sample_cubes.py draws the same one). Chance rows
-come from here too: the train split's majority class, mean number or mean box, scored on the test questions.
+A cell is one (task, metric[, class]) figure on the cube's test split (families/split.py): its unit, a hash of
+the sample ids scored, n, the value and its 95 % bootstrap interval (metrics.py). `report` refuses a cell whose
+samples or unit differ from its column's, so a column compares like with like. The chance baseline is made here
+too: the train split's majority class, mean number or mean box, scored on the test questions.
 """
 from __future__ import annotations
 
-import hashlib
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
-STRATA = ("deformation", "no deformation", "unlabelled")
+from ..split import samples_hash
 
-
-def draw_split(strata: np.ndarray, fractions: dict[str, float], seed: int) -> np.ndarray:
-    """Per stratum (shuffled by `seed`): round(n * fraction) samples to test and to val (at least one each from a
-    stratum of >= 3 samples, none from a smaller one or from unlabelled samples), the rest to train."""
-    out = np.full(strata.size, "train", dtype=object)
-    rng = np.random.default_rng(seed)
-    for s in STRATA:
-        members = rng.permutation(np.flatnonzero(strata == s))
-        if s == "unlabelled" or members.size < 3:
-            continue
-        n_test = max(1, round(members.size * fractions["test"]))
-        n_val = max(1, round(members.size * fractions["val"]))
-        n_val = min(n_val, members.size - n_test - 1)
-        out[members[:n_test]] = "test"
-        out[members[n_test : n_test + n_val]] = "val"
-    return out.astype(str)
-
-
-DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}  # a sample cube whose catalog gives none (no mask)
 ANSWER_KINDS = ("class", "number", "fraction", "box")  # answers an encoder head gives (text: cannot answer)
 UNITS = {"number": "count", "fraction": "fraction of the tile"}  # mae's unit by the task's answer kind
 
 
-def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(split per sample, stratum per sample, the split's record) of an open sample cube, drawn from its checksum."""
-    from ..cube import as_text
-
-    opts = dict(ds.attrs.get("mask") or {})
-    fractions = dict(opts.get("split") or DEFAULT_FRACTIONS)
-    n = int(ds.sizes["sample"])
-    labelled = (np.asarray(ds["mask_pixels"].values).sum(axis=1) > 0) if "mask_pixels" in ds else np.ones(n, bool)
-    has_box = np.isfinite(np.asarray(ds["box"].values, np.float64)).all(axis=1) if "box" in ds else np.zeros(n, bool)
-    strata = np.where(~labelled, STRATA[2], np.where(has_box, STRATA[0], STRATA[1])).astype(str)
-    seed = int(checksum[:8], 16)
-    splits = draw_split(strata, fractions, seed)
-    digest = hashlib.sha256(("|".join(splits.tolist())).encode()).hexdigest()[:12]
-    origin = as_text(ds["mask_origin"].values) if "mask_origin" in ds else np.full(n, "")
-    record = {"rule": "drawn per cube from its checksum, stratified by deformation box / no box / unlabelled "
-                      "(unlabelled samples and strata under 3 samples go to train)",
-              "fractions": fractions, "seed": seed, "digest": digest,
-              "counts": {s: int((splits == s).sum()) for s in ("train", "val", "test")},
-              "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))}}
-    return splits, strata, record
-
-
-def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:
-    """(split per sample, sample ids, record): the split every family scores a cube's board on."""
-    from ..cube import as_text, open_cube, sample_ids
-
-    ds = open_cube(url)
-    ids = [str(i) for i in sample_ids(ds, url)]
-    if ds.attrs.get("kind") == "samples":
-        splits, _, record = sample_split(ds, checksum)
-        return splits, ids, record
-    splits = np.asarray(as_text(ds["split"].values)).astype(str)
-    return splits, ids, {"rule": "the dataset's published split", "digest": hashlib.sha256(
-        "|".join(splits.tolist()).encode()).hexdigest()[:12], "counts": {s: int((splits == s).sum()) for s in ("train", "val", "test")}}
-
-
-def samples_hash(ids: Iterable[str]) -> str:
-    """The identity of a set of scored samples (order-free)."""
-    return hashlib.sha256("\n".join(sorted(set(map(str, ids)))).encode()).hexdigest()[:12]
-
-
 def unit(task, metric: str) -> str:
-    from .vqa.metrics import FACTS
+    from .metrics import FACTS
 
     return "%" if FACTS[metric][2] else UNITS.get(task.answer, task.answer)
 
@@ -91,7 +27,7 @@ def cells(rows: list[dict], tasks: dict, split: np.ndarray, ids: list[str], n_bo
           how: Callable[[Any, str], str | None] = lambda t, m: None) -> list[dict]:
     """The test split's cells of scored rows ({sample, task, scores, ok[, class]}): per task and metric, over every
     class (class None) and, where rows have classes, per class; each with n, unparsed, interval and sample hash."""
-    from .vqa.metrics import summarize
+    from .metrics import summarize
 
     test = [r for r in rows if split[r["sample"]] == "test"]
     out = []
@@ -128,7 +64,7 @@ def target_of(t, q) -> Any:
 def scored_rows(questions, tasks: dict, predict: Callable[[Any], Any]) -> list[dict]:
     """Rows of predictions (`predict(question)`: a value of the task's answer kind) scored as the VLM's parsed
     answers are, against the same references; metrics scored against text are left out (no text to score)."""
-    from .vqa.metrics import score
+    from .metrics import score
 
     rows = []
     for q in questions:
