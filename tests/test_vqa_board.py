@@ -161,19 +161,49 @@ def test_blind_run_not_asked_tasks_and_blind_not_run(board, tmp_path, client):
     assert vlm[3:7] == [NOT_ASKED] * 4  # not "not in cube": the run was not asked them
 
 
-def test_hephaestus_rendered_rgb_reaches_an_optical_encoder(tmp_path, client):
+def test_hephaestus_rendered_rgb_reaches_optical_encoders_on_one_board(tmp_path, client):
+    from cryocube.cli import main
     from cryocube.convert.writer import convert
     from cryocube.insar_synthetic import make_interferograms
+    from cryocube.report.vqa import NOT_RUN
 
     make_interferograms(tmp_path / "raw", n=12, size=32, seed=1, dataset="hephaestus")
     url = str(tmp_path / "heph.zarr")
     convert("hephaestus", str(tmp_path / "raw"), url, client=client, progress=False)
-    rec = _run(url, tmp_path / "results", client, "vit_scratch", "heads", HEAD_SETS)
+    out = tmp_path / "results"
+    rec = _run(url, out, client, "vit_scratch", "heads", HEAD_SETS)
     assert rec["band_mode"] == ("rendered_rgb: B4<-insar_r, B3<-insar_g, B2<-insar_b; not fed: coherence_grey (a "
                                 "rendered grey layer (coherence): no slot of this encoder takes it)")
     assert rec["embedding"]["band_rule"] == "rendered_rgb"
     assert {c["task"] for c in rec["metrics"]["cells"]} == {"deformation_localization"}  # the box Hephaestus has
     assert set(rec["tasks_left_out"]) == {"coherence_classification", "fringe_counting"}
+    moco = _run(url, out, client, "ssl4eo_moco", "heads", HEAD_SETS)  # an encoder with spectral slots
+    fed = moco["band_mode"].split("; ")
+    assert fed[0].startswith("rendered_rgb: ") and set(fed[0][14:].split(", ")) == {"B4<-insar_r", "B3<-insar_g", "B2<-insar_b"}
+    assert fed[1].startswith("not fed: coherence_grey")
+    vlm = _run(url, out, client, "transformers", "vqa", VLM_SETS)
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+    rows = _rows((tmp_path / "report" / "LEADERBOARD.md").read_text())
+    by = {r[0]: r for r in rows[1:]}
+    assert [r[1] for r in rows[1:]] == ["baseline: chance", "baseline: blind", "VLM", "GFM (linear head)",
+                                        "GFM (linear head)"]
+    box = next(c for c in vlm["metrics"]["cells"] if c["metric"] == "box_iou")
+    for name in ("chance", "ViT", "S12-MoCo (random init)", "tiny random llava (random init)"):
+        assert by[name][3].split(" (")[0].endswith(f"n={box['n']}")  # Localisation IoU: the same test boxes
+    assert by["blind"][2] == NOT_RUN and by["tiny random llava (random init)"][2] == "– (not in cube)"
+
+
+def test_bad_heads_and_blind_options_are_one_sentence(board, tmp_path, client):
+    from cryocube.engine.evaluate import evaluate
+    from cryocube.errors import UserError
+    from cryocube.families.recipes import load_recipe
+    from cryocube.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match="blind must be true or false"):
+        load_recipe(None, ["blind=3"]).of("vqa")
+    with pytest.raises(UserError, match=r"none of the tasks noise_assessment has an answer an encoder head gives"):
+        evaluate([RunSpec("vit_scratch", board[0], "heads")], str(tmp_path), load_recipe(
+            None, HEAD_SETS + ["vqa_tasks=noise_assessment"]), client=client, progress=False, allow_random_weights=True)
 
 
 def test_tile_cube_heads_per_class_beside_chance(tmp_path, client):
