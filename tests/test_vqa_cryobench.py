@@ -65,6 +65,7 @@ def test_vlm_answers_tiles_against_the_probes_labels_beside_the_probe(gld, tmp_p
         else:
             assert r["refs"]["mae"] == frac[r["source"]]
     assert {r["refs"]["accuracy"] for r in rows if r["task"] == "class_presence"} == {"no", "yes"}
+    by_acc = vlm["metrics"]["tasks"]["class_presence"]["by_class"]["glacial_lake"]["metrics"]["accuracy"]
     by = vlm["metrics"]["tasks"]["class_fraction"]["by_class"]["glacial_lake"]
     assert by["n"] == test_tiles and by["metrics"]["mae"]["value"] == pytest.approx(
         np.mean([r["scores"]["mae"] for r in rows if r["task"] == "class_fraction"]))
@@ -76,16 +77,16 @@ def test_vlm_answers_tiles_against_the_probes_labels_beside_the_probe(gld, tmp_p
     board = (tmp_path / "report" / "LEADERBOARD.md").read_text()
     assert board.startswith("# Leaderboard (Cryo-Bench image-level questions)")
     lines = [[c.strip() for c in x.strip().strip("|").split("|")] for x in board.splitlines() if x.startswith("| ")]
-    assert lines[0] == ["Model", "Kind", "Class", "Presence Acc (%)", "Fraction MAE", "Unparsed"]
+    assert lines[0] == ["Model", "Kind", "Class", "Presence Acc (%)", "Fraction MAE (fraction of the tile)", "Unparsed"]
     vrows = {tuple(x[:3]): x for x in lines if x[1] == "VLM"}
-    acc = vlm["metrics"]["tasks"]["class_presence"]["by_class"]["glacial_lake"]["metrics"]["accuracy"]
+    acc = {(c["task"], c["class"]): c for c in vlm["metrics"]["cells"] if c["metric"] == "accuracy"}[
+        ("class_presence", "glacial_lake")]
     name = "tiny random llava (random init)"
-    assert vrows[(name, "VLM", "glacial_lake")][3] == f"{acc['value']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]"
+    assert vrows[(name, "VLM", "glacial_lake")][3] == (f"{acc['value']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}] "
+                                                       f"n={test_tiles}")
+    assert acc["value"] == pytest.approx(by_acc["value"])  # tiles: the VLM is asked the test split only, so one figure
+    assert {x[1] for x in lines[1:]} == {"baseline: chance", "baseline: blind", "VLM"}  # probe F1 / R²: embedding report
     assert len(vrows) == 1  # one class: no "all" row repeating it
-    (g,) = [x for x in lines if x[1] == "GFM (probe)"]
-    A = gfm["metrics"]["task_A"]
-    assert g[2] == "glacial_lake" and g[3] == f"{A['glacial_lake_present__cls']:.2f} (probe F1)"
-    assert g[4] == f"{A['glacial_lake_fraction__regr']:.2f} (probe R²)"
     html = (tmp_path / "report" / "report.html").read_text()
     assert "Cryo-Bench image-level questions (gld)" in html and "data:image/png;base64" in html
 

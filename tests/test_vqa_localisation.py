@@ -163,10 +163,12 @@ def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client, caps
     g = rows["S12-MoCo (random init)"]
     assert g[1] == "GFM (segmentation)"
     cell = g[3]
-    assert cell == f"{loc['value']:.2f} [{loc['ci_low']:.2f}, {loc['ci_high']:.2f}] (segmentation, mask->box)"
+    assert cell == f"{loc['value']:.2f} [{loc['ci_low']:.2f}, {loc['ci_high']:.2f}] n={loc['n']} (segmentation, mask->box)"
     shown = float(cell.split()[0])
     assert 0.0 <= shown <= 100.0 and math.isclose(shown, loc["value"], abs_tol=0.005)
     assert g[4] == g[6] == CANNOT  # text answers stay out of an encoder's reach
+    vbox = next(c for c in vlm["metrics"]["cells"] if (c["task"], c["metric"]) == ("deformation_localization", "box_iou"))
+    assert loc["samples"] == vbox["samples"] and loc["n"] == vbox["n"]  # the VLM's test boxes, one split per cube
     assert "--protocol frozen" in board
     assert rows["tiny random llava (random init)"][1] == "VLM"
     # its mIoU on deformation masks has a board of its own, never averaged or ranked with Cryo-Bench's datasets

@@ -183,9 +183,10 @@ def chance_miou(cube: str) -> float:
 
 def _insar_runs(args, out: Path, client) -> list:
     """Synthetic interferograms (Mogi sources, atmosphere, ramps, decorrelation) as a cube, asked the
-    InSAR-VLM-Bench questions by a tiny random VLM, and one encoder (--gfm) on the same board: probed through its
-    embeddings (phase and coherence by the cross-sensor band rule, the 3-way coherence class one-vs-rest) and, when
-    it is a pretrained (frozen) encoder, segmenting the deformation masks (its localisation cell: mask -> box IoU)."""
+    InSAR-VLM-Bench questions by a tiny random VLM (and by the same VLM blind), and one encoder (--gfm) on the same
+    board: answering through linear heads on its embeddings (phase and coherence by the cross-sensor band rule), probed
+    for the embedding report and, when it is a pretrained (frozen) encoder, segmenting the deformation masks (its
+    localisation cell: mask -> box IoU). Every row is scored on the cube's test split, beside the chance row."""
     from ..convert.writer import convert
     from ..families import RunSpec
     from ..insar_synthetic import make_interferograms
@@ -197,16 +198,20 @@ def _insar_runs(args, out: Path, client) -> list:
     cube = str(out / "cubes" / "insar.zarr")
     convert("insar", str(raw), cube, client=client, progress=not args.quiet)
     if not args.quiet:
-        gfm = f" and the encoder {args.gfm} is probed on the same pairs" if args.gfm else ""
+        gfm = (f" and the encoder {args.gfm} answers them through linear heads (and is probed on the same pairs)"
+               if args.gfm else "")
         print(f"cryocube quickstart: {args.interferograms} synthetic interferograms; {args.vlm} answers the four "
-              f"InSAR-VLM-Bench questions{gfm}, all with RANDOM weights (a tiny random-config LLaVA, a random "
+              f"InSAR-VLM-Bench questions, once more blind (a blank picture: the blind baseline){gfm}, beside the chance "
+              "baseline, all with RANDOM weights (a tiny random-config LLaVA, a random "
               "encoder; no downloads): random models measure the pipeline (rendering, batched generation, embedding, "
               "parsing, probing, scoring), not what a model can read from an interferogram. The board marks what an "
               "encoder cannot answer.", file=sys.stderr)
-    runs = [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),))]
+    # the VLM, and the same VLM shown blank pictures (the blind baseline: what it scores without the picture)
+    runs = [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),) + blind) for blind in ((), (("blind", True),))]
     if not args.gfm:
         return runs
-    runs.append(RunSpec(args.gfm, cube, "probe"))
+    runs.append(RunSpec(args.gfm, cube, "heads"))  # linear answer heads: the VLM's questions, metrics and test samples
+    runs.append(RunSpec(args.gfm, cube, "probe"))  # NeuCo-Bench's probes: the embedding report
     if model_spec(args.gfm).pretrained:  # localisation through the segmentation family (mask -> box IoU)
         runs.append(RunSpec(args.gfm, cube, "frozen", overrides=(("input_size", 32),)))
         if not args.quiet:

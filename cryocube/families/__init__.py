@@ -10,7 +10,8 @@ from .. import plugins
 from ..errors import UserError
 from .base import Family, PlanContext, PlannedRun, RunSpec
 
-BUILTIN = ("cryocube.families.segmentation", "cryocube.families.embedding", "cryocube.families.vqa")
+BUILTIN = ("cryocube.families.segmentation", "cryocube.families.embedding", "cryocube.families.vqa",
+           "cryocube.families.heads")
 _FAMILIES: dict[str, Family] = {}
 
 __all__ = ["Family", "PlanContext", "PlannedRun", "RunSpec", "get", "names", "register"]

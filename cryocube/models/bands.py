@@ -13,6 +13,10 @@ Rules (a protocol's `bands:` field in catalogs/protocols.yaml):
   dataset without optical bands gets the dataset's SAR/grey bands in its RGB slots (B4, B3, B2),
   cycled in cube order (CaFFe's one band three times; SICD's HH, HV, incidence as B4, B3, B2), as the
   Cryo-Bench `zone_mapping_optical` / `ai4arctic_rgb` configs do.
+- "rendered_rgb": a dataset shipped as a rendered picture (Hephaestus's InSAR.png: bands of role `rendering`)
+  gives its first three rendering bands, in cube order, to an encoder's red, green and blue slots (B4, B3, B2): the
+  picture an optical encoder was trained on. Further rendering bands (Hephaestus's coherence grey) go in only where
+  a slot of the encoder takes them; no optical slot does, so they are listed as not fed, with the reason.
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from ..errors import UserError
 from ..catalog import band_names
 from .spec import ModelSpec
 
-RULES = ("named", "cross_sensor")
+RULES = ("named", "cross_sensor", "rendered_rgb")
+RENDERED = "rendering"  # the band role of a rendered picture's channels (catalogs/datasets/hephaestus.yaml)
 
 
 class BandMatchError(UserError):
@@ -114,6 +119,23 @@ def _cross_sensor_rgb(spec: ModelSpec, bands: Sequence[Band], slots: list[str]) 
     return index, reasons
 
 
+def _rendered_rgb(spec: ModelSpec, bands: tuple[Band, ...], rule: str) -> BandMatch:
+    """The rendered_rgb rule (module docstring): rendered R, G, B into the encoder's RGB slots."""
+    rgb_slots = list(band_names().rgb_slots)
+    rendered = [i for i, b in enumerate(bands) if b.role == RENDERED]
+    slots = rgb_slots if spec.takes_dataset_bands else spec.slots
+    if len(rendered) < 3 or not all(s in slots for s in rgb_slots):
+        why = (f"it has {len(rendered)} bands of role {RENDERED!r} (needs 3: red, green, blue)" if len(rendered) < 3
+               else "the encoder has no red, green and blue slots")
+        raise _error(spec, bands, rule, slots, f"The rendered_rgb rule cannot apply: {why}.")
+    fill = dict(zip(rgb_slots, rendered[:3]))
+    index = [fill.get(s, -1) for s in slots]
+    reasons = {i: ("a rendered grey layer (coherence): no slot of this encoder takes it" if b.role == RENDERED
+                   else "not part of the rendered picture") for i, b in enumerate(bands) if i not in index}
+    modality = ["sar" if s in band_names().sar else "optical" for s in slots]
+    return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
+
+
 def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named", offers_cross_sensor: bool = True) -> BandMatch:
     """Which cube band feeds each encoder slot (see the module docstring for the rules).
 
@@ -122,6 +144,8 @@ def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named", off
     if rule not in RULES:
         raise UserError(f"unknown band-matching rule {rule!r}; use one of {RULES}")
     bands = tuple(bands)
+    if rule == "rendered_rgb":
+        return _rendered_rgb(spec, bands, rule)
     if spec.takes_dataset_bands:
         return _match_dataset(spec, bands, rule, offers_cross_sensor)
     slots = spec.slots

@@ -236,11 +236,12 @@ def _vqa_sections(w: _Writer, res: Results) -> None:
     LEADERBOARD.md beside the report."""
     from . import vqa
 
-    if not res.vqa:
+    if not res.vqa and not res.heads:
         return
-    for d in sorted({r.dataset for r in res.vqa}):
+    for d in sorted({r.dataset for r in res.vqa + res.heads}):
         sec = w.section(f"{vqa.board(res, d).title} ({d}): VLMs and GFMs",
-                        text="Each task's metric with its 95 % bootstrap interval; unparsed answers count as wrong.")
+                        text="Each task's metric on the cube's test split with its 95 % bootstrap interval and n, beside "
+                             "the chance and blind baselines; unparsed answers count as wrong.")
         w.table(sec, "vqa", vqa.leaderboard(res, d))
         w.table(sec, "vqa", vqa.task_table(res, d))
         if (ph := vqa.phrasing_table(res, d)) is not None:
@@ -325,7 +326,7 @@ def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_ur
     w = _Writer(rep, fmts)
     wanted = set(protocols) if protocols else None
     if res is not None:
-        if not res.runs and not res.failures and not res.embedding and not res.vqa:
+        if not res.runs and not res.failures and not res.embedding and not res.vqa and not res.heads:
             raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
         lbs = _protocol_sections(w, res, wanted)
         if wanted and not lbs and not published:

@@ -164,6 +164,7 @@ class Results:
     trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
     embedding: list[Run] = field(default_factory=list)  # family "embedding" (probe Q; see report/embedding.py)
     vqa: list[Run] = field(default_factory=list)  # family "vqa" (generative models' answers; see report/vqa.py)
+    heads: list[Run] = field(default_factory=list)  # family "heads" (encoders' answers to the same tasks; report/vqa.py)
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
         return [r for r in self.runs if (protocol is None or r.protocol == protocol)
@@ -336,12 +337,13 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     paths = list(paths)
     every = read_runs(paths)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
-    ok, other = one_recipe_per_cell([r for r in kept if r.status == "ok" and r.family not in ("embedding", "vqa")])
+    ok, other = one_recipe_per_cell([r for r in kept if r.status == "ok" and r.family not in ("embedding", "vqa", "heads")])
     failed = [r for r in kept if r.status != "ok"]
     return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced, other_recipes=other,
                    trials=[r for r in every if r.is_trial],
                    embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"],
-                   vqa=[r for r in kept if r.status == "ok" and r.family == "vqa"])
+                   vqa=[r for r in kept if r.status == "ok" and r.family == "vqa"],
+                   heads=[r for r in kept if r.status == "ok" and r.family == "heads"])
 
 
 def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict[Any, str]:

@@ -3,17 +3,18 @@ against true fringe counts, a gallery (picture, question, reference, each model'
 LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side. A board's columns are the
 task file's `board:` (catalogs/tasks/*.yaml); a Cryo-Bench tile cube's board has a row per model and class.
 
-GFM rows come from embedding-probe runs on the same cube: an encoder answers the tasks that are
-image-level targets (coherence class, fringe count) through its probe, in the probe's own metric
-(NeuCo-Bench: F1 for classes, the mean one-vs-rest F1 for the 3-way coherence class, R² for numbers), and
-localisation through a segmentation run (mask -> box IoU); it cannot answer free text: those cells say so
-instead of being left blank.
+The board is laid out from cells the families contribute (families/vqa/cells.py: task, metric, unit, split, sample
+hash, n, value, interval), all on the cube's test split: chance and blind baselines first (never ranked), VLMs,
+encoders answering through linear heads (`--protocol heads`) or localising through segmentation (mask -> box).
+A cell over other samples or in another unit than its column's is refused, with one sentence in the notes.
+Encoders cannot write text: those cells say so. Probe F1 / R² stay in the embedding report.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .records import Results, Run
 from .tables import MISSING, Column, Table
@@ -21,60 +22,43 @@ from .tables import MISSING, Column, Table
 if TYPE_CHECKING:
     from ..families.vqa.tasks import Board
 
-PROBE_METRIC = {"cls": "probe F1", "regr": "probe R²"}
 CANNOT = "cannot answer (encoder)"
+NOT_ASKED = "not asked"
+NOT_RUN = "blind: not run"
+BOX_ROUTE = "segmentation, mask->box"
+TEXT_METRICS = ("token_f1",)  # scored against text: no encoder writes it
 
 
-def _cell(s: dict | None) -> tuple[float | None, str]:
-    if not s or s.get("value") is None or (isinstance(s["value"], float) and math.isnan(s["value"])):
-        return None, MISSING
-    return s["value"], f"{s['value']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
+def _cell_text(c: dict) -> str:
+    return f"{c['value']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}] n={c['n']}"
 
 
-def _probe_cell(run: Run, task: str) -> tuple[float | None, str]:
-    """The probe's score of a task; a multi-class task probed one-vs-rest (`<task>_<class>_vs_rest__cls`,
-    families/embedding/probe.py) shows the mean binary F1 over its classes, and says so."""
-    ovr = []
-    for name, v in (run.metrics.get("task_A") or {}).items():
-        base, _, kind = str(name).partition("__")
-        if base == task and v is not None:
-            return float(v), f"{float(v):.2f} ({PROBE_METRIC.get(kind, 'probe')})"
-        if base.startswith(task + "_") and base.endswith("_vs_rest") and kind == "cls" and v is not None:
-            ovr.append(float(v))
-    if ovr:
-        m = sum(ovr) / len(ovr)
-        return m, f"{m:.2f} (probe F1, mean of {len(ovr)} one-vs-rest)"
-    return None, MISSING
+@dataclass
+class BoardRow:
+    """One row of a board: who, what kind (VLM, GFM, baseline), its cells by (task, metric, class), and what a
+    column without a cell says (the task was not asked, is text an encoder cannot write, ...)."""
+
+    name: str
+    kind: str
+    cells: dict  # (task, metric, class) -> cell
+    missing: Callable[[str, str], str]  # (task, metric) -> what the empty cell says
+    baseline: bool = False
+    unparsed: str = MISSING
 
 
-def _vlm_row(head: list, scored: dict, asked: dict, columns) -> tuple[list, list]:
-    """A VLM's board row: `head`, then per column the metric of `scored` (a run's per-task summaries, or one
-    class's share of them) with its interval, "not in cube" for a task the run did not ask, and unparsed / n."""
-    raw, txt = list(head), list(head)
-    for task, m, _ in columns:
-        v, s = _cell((scored.get(task) or {}).get("metrics", {}).get(m))
-        raw.append(v)
-        txt.append(s if task in asked else f"{MISSING} (not in cube)")
-    un = sum(int(d.get("unparsed", 0)) for d in scored.values())
-    raw.append(un)
-    txt.append(f"{un} / {sum(int(d.get('n', 0)) for d in scored.values())}")
-    return raw, txt
+def _by_key(cells: list[dict]) -> dict:
+    return {(c["task"], c["metric"], c.get("class")): c for c in cells or []}
 
 
-def board(res: Results, dataset: str) -> "Board":
-    """The board of the task file the dataset's VLM runs asked (their records name it); InSAR-VLM-Bench's when
-    the file cannot be found."""
-    from ..catalog import CatalogError
-    from ..families.vqa.tasks import board_of
+def _vlm_missing(r: Run) -> Callable[[str, str], str]:
+    asked, left = set(r.record.get("tasks") or {}), r.record.get("tasks_left_out") or {}
+    return lambda task, m: MISSING if task in asked else (f"{MISSING} (not in cube)" if task in left else NOT_ASKED)
 
-    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
-        for d in (r.record.get("tasks") or {}).values():
-            if d.get("source"):
-                try:
-                    return board_of(Path(str(d["source"])).stem)
-                except CatalogError:
-                    break
-    return board_of("insar")
+
+def _vlm_unparsed(cells: list[dict], cls) -> str:
+    cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())  # one per task, not per metric
+    return f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}" if cs else MISSING
+
 
 def _localisers(res: Results, dataset: str) -> dict[str, Run]:
     """model -> its latest segmentation run on `dataset` that scored localisation (families/segmentation/localisation.py)."""
@@ -84,91 +68,147 @@ def _localisers(res: Results, dataset: str) -> dict[str, Run]:
     return out
 
 
+def board_rows(res: Results, dataset: str) -> list[BoardRow]:
+    """The board's rows in order: the chance baseline, the blind baseline (or that it was not run), VLMs, encoder
+    heads, encoders that localise through segmentation. Baselines are labelled and never ranked."""
+    vlms = sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
+    heads = sorted((r for r in res.heads if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
+    rows: list[BoardRow] = []
+    chance = next((r.metrics.get("baselines", {}).get("chance") for r in vlms + heads
+                   if (r.metrics.get("baselines") or {}).get("chance")), None)
+    if chance is not None:
+        rows.append(BoardRow("chance", "baseline: chance", _by_key(chance), lambda t, m: "cannot answer (chance)", True))
+    blind = [r for r in vlms if r.record.get("blind")]
+    for r in blind:
+        cs = r.metrics.get("cells") or []
+        rows.append(BoardRow(f"{r.model_name} (blind)", "baseline: blind", _by_key(cs), _vlm_missing(r), True,
+                             _vlm_unparsed(cs, None)))
+    if not blind:
+        rows.append(BoardRow("blind", "baseline: blind", {}, lambda t, m: NOT_RUN, True))
+    for r in vlms:
+        if not r.record.get("blind"):
+            cs = r.metrics.get("cells") or []
+            rows.append(BoardRow(r.model_name, "VLM", _by_key(cs), _vlm_missing(r), False, _vlm_unparsed(cs, None)))
+    seg = _localisers(res, dataset)
+    for r in heads:
+        cells = _by_key(r.metrics.get("cells") or [])
+        cannot = set(r.record.get("tasks") or {}) | set(r.record.get("tasks_text") or [])  # asked: a missing cell is text
+        left = r.record.get("tasks_left_out") or {}
+        rows.append(BoardRow(r.model_name, "GFM (linear head)", cells, lambda t, m, cannot=cannot, left=left: (
+            CANNOT if t in cannot else f"{MISSING} (not in cube)" if t in left else NOT_ASKED)))
+    for model, r in sorted(seg.items(), key=lambda kv: kv[1].model_name):
+        loc = r.record["localisation"]
+        cell = {**loc, "class": None, "how": BOX_ROUTE}
+        rows.append(BoardRow(r.model_name, "GFM (segmentation)", {(loc["task"], "box_iou", None): cell},
+                             lambda t, m: CANNOT if m in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"))
+    return rows
+
+
+def _header(task, metric: str, header: str, units: set[str]) -> str:
+    u = next(iter(units)) if len(units) == 1 else ""
+    return header if not u or f"({u})" in header else f"{header} ({u})"
+
+
+def _layout(rows: list[BoardRow], columns, classes: list, dataset: str, b_per_class: bool = False) -> tuple[list[list], list[list], list[str], list[str]]:
+    """(raw rows, text rows, headers, notes): per column the first cell (in row order: chance first) fixes the
+    column's samples and unit; a later cell over other samples or in another unit is refused, in one sentence."""
+    notes: list[str] = []
+    raws, txts = [], []
+    ref: dict[tuple, tuple[str, dict]] = {}
+    units: dict[tuple, set] = {}
+    for row in rows:
+        for c in (classes if row.cells else [None]):  # a row without cells (blind not run) shows once
+            if c is not None and not any(k[2] == c for k in row.cells):
+                continue
+            head = [row.name, row.kind] + ([c or "all"] if b_per_class else [])
+            raw, txt = list(head), list(head)
+            for task, m, header in columns:
+                cell = row.cells.get((task, m, c))
+                if cell is None:
+                    raw.append(None)
+                    txt.append(row.missing(task, m))
+                    continue
+                key = (task, m, c)
+                if key not in ref:
+                    ref[key] = (row.name, cell)
+                    units.setdefault((task, m), set()).add(cell.get("unit", ""))
+                first, fc = ref[key]
+                why = None
+                if cell.get("unit") != fc.get("unit"):
+                    why = f"in {cell.get('unit')!r}, the column's unit is {fc.get('unit')!r}"
+                elif cell.get("samples") != fc.get("samples"):
+                    why = (f"is over other samples (hash {cell.get('samples')}, n {cell.get('n')}) than {first}'s "
+                           f"(hash {fc.get('samples')}, n {fc.get('n')})")
+                if why:
+                    raw.append(None)
+                    txt.append("refused (other samples)" if "samples" in why else "refused (other unit)")
+                    notes.append(f"{dataset}, column {header!r}{'' if c is None else ', class ' + c}: {row.name}'s cell "
+                                 f"{why}, so it is left out: a column holds one metric in one unit over one set of samples")
+                    continue
+                raw.append(cell["value"])
+                how = cell.get("how") or ""
+                txt.append(_cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else ""))
+            raw.append(None)
+            txt.append(row.unparsed if c is None else MISSING)
+            raws.append(raw)
+            txts.append(txt)
+    headers = [_header(task, m, h, units.get((task, m), set())) for task, m, h in columns]
+    return raws, txts, headers, notes
+
+
+NOTES = ["each cell: the value on the cube's test split with its 95 % bootstrap interval and n, the number of test "
+         "questions scored; every row of a column is scored on the same samples (the cell's sample hash) in one unit",
+         "baselines (not ranked): chance answers the train split's majority class, mean number or mean box; blind is a "
+         "VLM shown a blank picture of the same size (`--set blind=true`): what a model scores without the picture",
+         "VLM: an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed value); Unparsed: "
+         "unparsed / asked on the test split. The VLM's figure over every sample asked is the per-task table below",
+         "GFM (linear head): a linear head on the frozen encoder's pooled features (`--protocol heads`), regularisation "
+         "chosen on the val split; a box from a box head, or from a segmentation run's predicted mask (mask->box, "
+         "`--protocol frozen`) where the cell says so; encoders cannot write text",
+         "probe F1 / R² (NeuCo-Bench) stay in the embedding report: another metric on other samples"]
+
+
+def board(res: Results, dataset: str) -> "Board":
+    """The board of the task file the dataset's VLM and head runs asked (their records name it); InSAR-VLM-Bench's
+    when the file cannot be found."""
+    from ..catalog import CatalogError
+    from ..families.vqa.tasks import board_of
+
+    for r in sorted((r for r in res.vqa + res.heads if r.dataset == dataset), key=lambda r: r.model_name):
+        for d in (r.record.get("tasks") or {}).values():
+            if d.get("source"):
+                try:
+                    return board_of(Path(str(d["source"])).stem)
+                except CatalogError:
+                    break
+    return board_of("insar")
+
+
 def leaderboard(res: Results, dataset: str) -> Table:
     b = board(res, dataset)
+    rows = board_rows(res, dataset)
+    classes: list = [None]
+    if b.per_class:  # a row per class, and one over every class where there are several
+        named = sorted({k[2] for r in rows for k in r.cells if k[2] is not None})
+        classes = ([None] if len(named) > 1 else []) + named
+    raws, txts, headers, notes = _layout(rows, b.columns, classes, dataset, b.per_class)
+    lead = [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
     if b.per_class:
-        return class_leaderboard(res, dataset, b)
-    BOARD = b.columns
-    t = Table(f"leaderboard_{dataset}", f"{b.title} on {dataset}: VLMs and GFMs side by side",
-              [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
-              + [Column(f"{task}.{m}", h) for task, m, h in BOARD] + [Column("unparsed", "Unparsed")])
-    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
-        tasks = r.metrics.get("tasks") or {}
-        t.add(*_vlm_row([r.model_name, "VLM"], tasks, tasks, BOARD))
-    seg = _localisers(res, dataset)
-    probed = sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name)
-    for r in probed + sorted((r for m, r in seg.items() if m not in {p.model for p in probed}), key=lambda r: r.model_name):
-        kind = "GFM (probe)" if r.family == "embedding" else "GFM (segmentation)"
-        raw, txt = [r.model_name, kind], [r.model_name, kind]
-        for task, m, _ in BOARD:
-            if (task, m) == ("deformation_localization", "box_iou") and r.model in seg:
-                v, s = _cell(seg[r.model].record["localisation"])
-                raw.append(v)
-                txt.append(f"{s} (segmentation, mask->box)")
-            elif task in ("deformation_localization", "noise_assessment"):
-                raw.append(None)
-                txt.append(CANNOT)
-            elif r.family != "embedding":
-                raw.append(None)
-                txt.append(f"{MISSING} (no probe run)")
-            else:
-                v, s = _probe_cell(r, task)
-                raw.append(v)
-                txt.append(s)
-        raw.append(None)
-        txt.append(MISSING)
+        lead.append(Column("class", "Class", numeric=False))
+    t = Table(f"leaderboard_{dataset}", f"{b.title} on {dataset}: VLMs and GFMs on the same test samples",
+              lead + [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
+              + [Column("unparsed", "Unparsed")])
+    for raw, txt in zip(raws, txts):
         t.add(raw, txt)
-    t.notes = ["values with 95 % bootstrap intervals; MAE in fringes (lower is better), the rest in %",
-               "an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed value)",
-               "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 / R²; the 3-way coherence class as the mean "
-               "F1 of one-vs-rest binary probes), not the VLM metric; encoders cannot write text; their localisation "
-               "IoU comes from a segmentation run on the cube (`cryocube evaluate --protocol frozen`): the box of the "
-               "predicted deformation mask against the reference box, on that run's test split"]
-    if any(r.random_init for r in res.vqa + res.embedding + list(seg.values()) if r.dataset == dataset):
-        t.notes.append("(random init) rows measure the pipeline, not a model")
-    return t
-
-
-def class_leaderboard(res: Results, dataset: str, b: "Board") -> Table:
-    """A Cryo-Bench tile cube: per model and class, the VLM's answers against the labels `probe --tasks-from`
-    derives, beside each encoder's probe of the same labels (the column's `probe:` task of that class)."""
-    from ..families.class_labels import slug
-
-    t = Table(f"leaderboard_{dataset}", f"{b.title} on {dataset}: VLMs and GFMs side by side, per class",
-              [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False),
-               Column("class", "Class", numeric=False)]
-              + [Column(f"{task}.{m}", h) for task, m, h in b.columns] + [Column("unparsed", "Unparsed")])
-    vlms = sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name)
-    classes = sorted({c for r in vlms for d in (r.metrics.get("tasks") or {}).values() for c in d.get("by_class") or {}})
-    for r in vlms:
-        tasks = r.metrics.get("tasks") or {}
-        for c in ([None] if len(classes) > 1 else []) + classes:  # None: every class together
-            per = {k: (d if c is None else (d.get("by_class") or {}).get(c) or {}) for k, d in tasks.items()}
-            t.add(*_vlm_row([r.model_name, "VLM", c or "all"], per, tasks, b.columns))
-    for r in sorted((r for r in res.embedding if r.dataset == dataset), key=lambda r: r.model_name):
-        for c in classes:
-            raw, txt = [r.model_name, "GFM (probe)", c], [r.model_name, "GFM (probe)", c]
-            for probe in b.probes:
-                v, s = _probe_cell(r, f"{slug(c)}_{probe}") if probe else (None, CANNOT)
-                raw.append(v)
-                txt.append(s)
-            raw.append(None)
-            txt.append(MISSING)
-            t.add(raw, txt)
-    t.notes = ["VLM rows: the test split's tiles with labelled pixels, one question per tile, task and class; values with "
-               "95 % bootstrap intervals (accuracy in %, MAE as a fraction of the tile); references are the labels "
-               "`cryocube probe --tasks-from` derives from the tile's class fractions",
-               "an unparsed answer counts as wrong (MAE against the task's unparsed value)",
-               "GFM rows: the embedding probe's own metric (NeuCo-Bench F1 for presence, R² for fraction, over random "
-               "90/10 splits of every labelled tile), not the VLM metric; – where the probe had no task (a class in "
-               "every tile or in none)"]
-    if any(r.random_init for r in res.vqa + res.embedding if r.dataset == dataset):
+    t.notes = list(NOTES) + notes
+    if any(r.random_init for r in res.vqa + res.heads + res.runs if r.dataset == dataset):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
 
 
 def task_table(res: Results, dataset: str) -> Table:
-    t = Table(f"tasks_{dataset}", f"Per task metrics on {dataset}",
+    t = Table(f"tasks_{dataset}", f"Per task metrics on {dataset} over every sample asked (the VLM's all-samples "
+              "figure: a second figure, not the board's test split)",
               [Column("model", "Model", numeric=False), Column("task", "Task", numeric=False),
                Column("metric", "Metric", numeric=False), Column("value", "Value"), Column("ci_low", "CI low"),
                Column("ci_high", "CI high"), Column("n", "n"), Column("unparsed", "Unparsed"),
@@ -297,9 +337,9 @@ def leaderboard_md(res: Results) -> str:
     """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per dataset (its columns from the task file)."""
     from .tables import to_markdown
 
-    titles = sorted({board(res, d).title for d in {r.dataset for r in res.vqa}}) or ["InSAR-VLM-Bench tasks"]
+    titles = sorted({board(res, d).title for d in {r.dataset for r in res.vqa + res.heads}}) or ["InSAR-VLM-Bench tasks"]
     parts = [f"# Leaderboard ({'; '.join(titles)})", "",
              "Written by `cryocube report`; every number is read from the run records (results.jsonl).", ""]
-    for d in sorted({r.dataset for r in res.vqa}):
+    for d in sorted({r.dataset for r in res.vqa + res.heads}):
         parts += [to_markdown(leaderboard(res, d)), ""]
     return "\n".join(parts)

@@ -130,6 +130,8 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
                      threads=threads)
     fed = ", ".join(f"{s}<-{b.name}" for s, b in ((s, match.slot_band(k)) for k, s in enumerate(match.slots)) if b)
     mode = f"{rule}: {fed}" + (" (grey-like bands replicated into RGB slots)" if match.replicated else "")
+    if rule == "rendered_rgb":  # what went where includes what did not go in
+        mode += "".join(f"; not fed: {match.bands[i].name} ({why})" for i, why in sorted(match.unused_reasons.items()))
     return spec, {"weights": found.as_record(), "model_name": mspec.display_name, "band_mode": mode,
                   "precision": {"requested": precision, "effective": eff}}
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from ... import store as _store
 from ...convert.insar_labels import box_of
-from ...cube import open_cube
+from ...cube import open_cube, sample_ids
+from ..split import samples_hash
 from ..vqa.metrics import box_iou, summarize
 
 RULE = ("box of all predicted deformation pixels in connected regions of >= min_pixels (the cube's deformation_box "
@@ -51,6 +52,8 @@ def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: 
     keep = np.flatnonzero(scored)
     refs = [tuple(b) if np.isfinite(b).all() else None for b in box[keep]]
     ious, false_boxes, no_ref = box_scores(pred[keep], refs, list(zip(hs[keep], ws[keep])), min_pixels)
+    ids = sample_ids(ds, cube_url)[test][keep]
     return {"task": str(ds.attrs.get("box_task", "deformation_localization")), "metric": "box_iou",
-            **summarize("box_iou", ious), "rule": RULE, "min_pixels": min_pixels,
+            **summarize("box_iou", ious), "rule": RULE, "min_pixels": min_pixels, "unit": "%", "split": "test",
+            "samples": samples_hash(str(i) for i, r in zip(ids, refs) if r is not None),  # the board cell's samples
             "false_boxes": int(false_boxes), "no_box_samples": int(no_ref)}

@@ -41,6 +41,8 @@ class Vqa(Family):
         from ...catalog import protocol as protocol_spec
         from ...precision import resolve, this_device
         from .answer import Block, block_url
+        from ..split import cube_split
+        from .cells import chance_cells
         from .questions import questions
         from .tasks import select
 
@@ -66,7 +68,7 @@ class Vqa(Family):
                                                    "sha256": ref.sha256},
                     "precision": prec, "cube": cube.checksum, "tasks": {t.name: t.digest() for t in tasks},
                     "gen_batch": vr.gen_batch, "seed": spec.seed, **({"threads": arith} if arith else {}),
-                    "v": IDENTITY_VERSION}
+                    **({"blind": True} if vr.blind else {}), "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
         rdir = _run_dir(ctx.out, run_id)
         bs = vr.block_samples
@@ -85,9 +87,12 @@ class Vqa(Family):
             blocks.append(Block(index=len(blocks), cube=cube.url, bands=bands, rendered=rendered,
                                 questions=tuple(q for q in qs if q.sample in chunk), tasks=tuple(tasks), model=ref,
                                 gen_batch=vr.gen_batch, threads=threads, url=block_url(rdir, len(blocks)), size=size,
-                                facts=facts))
+                                facts=facts, blind=vr.blind))
         generation = {"do_sample": False, "num_beams": 1, "batch": vr.gen_batch,
                       "max_new_tokens": {t.name: t.max_new_tokens for t in tasks}}
+        split, ids, split_record = cube_split(cube.url, cube.checksum)
+        every = questions(cube.url, tasks, every_split=True)[0] if cube.kind == "tiles" else qs
+        chance = chance_cells(every, {t.name: t for t in tasks}, split, ids, N_BOOT, spec.seed)
         record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": prov.model_name,
                   "model_class": prov.model_class, "dataset": cube.dataset, "protocol": spec.protocol, "fraction": 1.0,
                   "seed": spec.seed, "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
@@ -97,8 +102,9 @@ class Vqa(Family):
                                      "unparsed_value": t.unparsed_value, "phrasings": len(t.phrasings)} for t in tasks},
                   "tasks_left_out": left_out, **_asked(qs, cube.kind), "generation": generation, "adapter": ref.adapter,
                   "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts,
-                  "torch_threads": threads}
-        work = {"blocks": blocks, "tasks": {t.name: t for t in tasks}, "dir": rdir, "questions": len(qs)}
+                  "torch_threads": threads, "blind": vr.blind, "board_split": split_record}
+        work = {"blocks": blocks, "tasks": {t.name: t for t in tasks}, "dir": rdir, "questions": len(qs),
+                "split": split, "ids": ids, "chance": chance}
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
                           model_name=prov.model_name, fraction=1.0, record=record, work=work, cube=cube,
                           estimate={"steps": len(blocks), "encoder_items": 0, "questions": len(qs)})
@@ -121,6 +127,7 @@ class Vqa(Family):
         import json
 
         from ... import store as _store
+        from .cells import cells
         from .answer import summarize_rows
 
         rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"], r.get("variant", 0)))
@@ -131,7 +138,10 @@ class Vqa(Family):
         n = len(rows)
         parsed = 100.0 * sum(r["ok"] for r in rows) / n if n else float("nan")
         gen_s = total["gen_s"]
-        return {"metrics": {"parsed": parsed, "tasks": tasks}, "summary_line": summary_line(tasks),
+        w = run.work
+        board = cells(rows, w["tasks"], w["split"], w["ids"], N_BOOT, run.spec.seed)
+        return {"metrics": {"parsed": parsed, "tasks": tasks, "cells": board, "baselines": {"chance": w["chance"]}},
+                "summary_line": summary_line(tasks),
                 "primary_metric": self.primary_metric,
                 "unparsed": {k: v["unparsed"] for k, v in tasks.items()},
                 "answers_file": f"{rdir}/answers.jsonl", "gallery": gallery,

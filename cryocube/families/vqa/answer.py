@@ -33,6 +33,15 @@ class Block:
     url: str  # where the block's answers are kept
     size: tuple[int, int] = (0, 0)  # the cube's (width, height)
     facts: tuple = ()  # tiles: the cube's bands (render.BandFacts), to pick and stretch what is drawn
+    blind: bool = False  # the blind baseline: the model sees a blank picture of the same size
+
+
+BLANK = 128  # the blind baseline's picture: uniform mid grey
+
+
+def blank_like(picture: np.ndarray) -> np.ndarray:
+    """A picture of the same size with nothing in it (what the blind baseline shows)."""
+    return np.full_like(picture, BLANK)
 
 
 def block_url(run_dir: str, index: int) -> str:
@@ -61,6 +70,8 @@ def _generate(b: Block) -> tuple[list[dict], float, str]:
         if t.render not in pictures:
             pictures[t.render] = {s: render(crop(images[k], sizes[s]), list(b.bands), t.render, b.rendered,
                                             where=f"{b.cube}: sample {s}", facts=b.facts) for k, s in enumerate(samples)}
+            if b.blind:
+                pictures[t.render] = {s: blank_like(pic) for s, pic in pictures[t.render].items()}
     by_task = {t.name: t for t in b.tasks}
     gens: list[dict | None] = [None] * len(b.questions)
     with torch_task(b.threads) as (device, _threads):

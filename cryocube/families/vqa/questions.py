@@ -36,13 +36,14 @@ def _text(a) -> list[str]:
     return [str(x) for x in as_text(np.asarray(a))]
 
 
-def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str, str]]:
-    """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left out}."""
+def questions(url: str, tasks: list[TaskSpec], every_split: bool = False) -> tuple[list[Question], dict[str, str]]:
+    """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left out}.
+    `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn from)."""
     from ...cube import open_cube, read_checked
 
     ds = open_cube(url)
     if ds.attrs.get("kind") != "samples" and "class_fraction" in ds:
-        return tile_questions(url, ds, tasks)
+        return tile_questions(url, ds, tasks, every_split)
     if ds.attrs.get("kind") != "samples" or "image" not in ds:
         raise UserError(f"{url}: the vqa protocol needs an interferogram sample cube (cryocube convert insar|hephaestus); "
                         "this cube has no image-level references")
@@ -125,7 +126,7 @@ def questions(url: str, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str
     return out, left_out
 
 
-def tile_questions(url: str, ds, tasks: list[TaskSpec]) -> tuple[list[Question], dict[str, str]]:
+def tile_questions(url: str, ds, tasks: list[TaskSpec], every_split: bool = False) -> tuple[list[Question], dict[str, str]]:
     """A tile cube's questions: every test tile with labelled pixels, each task, each class but the task's
     skip_classes; the reference is the class's derived label (`class: present` -> labels[0|1], `class: fraction`)."""
     from ...cube import as_text, sample_ids
@@ -137,6 +138,8 @@ def tile_questions(url: str, ds, tasks: list[TaskSpec]) -> tuple[list[Question],
     split = np.asarray(as_text(ds["split"].values))
     labelled, per_class = class_labels(ds)
     asked = np.flatnonzero((split == "test") & labelled)
+    if every_split and asked.size:
+        asked = np.flatnonzero(labelled)
     if not asked.size:
         raise UserError(f"{url}: no test-split tile has a labelled pixel, and the Cryo-Bench questions ask the test split")
     h, w = int(ds.sizes["y"]), int(ds.sizes["x"])

@@ -1,6 +1,7 @@
 """The vqa family's own recipe fields (what to ask, how many prompts per forward pass, an answer-length
-cap) over the shared ones (precision, threads, block_samples: cryocube/recipe.py), checked before any
-cluster starts: `--set gen_batch=4`, `--set vqa_tasks=coherence_classification,fringe_counting`.
+cap, the blind baseline) over the shared ones (precision, threads, block_samples: cryocube/recipe.py), checked
+before any cluster starts: `--set gen_batch=4`, `--set vqa_tasks=coherence_classification,fringe_counting`,
+`--set blind=true`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class VqaRecipe(BaseRecipe):
     vqa_tasks: tuple[str, ...] | str = ()  # () = every catalog task the cube can serve; "a,b" or [a, b]
     gen_batch: int = 8  # prompts per generate() call (left-padded); batching can move the last bits, so it is in the run id
     max_new_tokens: int | None = None  # a cap on every task's own max_new_tokens (None: the tasks' values)
+    blind: bool = False  # the blind baseline: every picture replaced by a blank one of the same size (in the run id)
 
     EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS
 
@@ -25,6 +27,8 @@ class VqaRecipe(BaseRecipe):
             raise RecipeError(f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}")
         check_int("gen_batch", self.gen_batch)
         check_int("max_new_tokens", self.max_new_tokens, none=True)
+        if not isinstance(self.blind, bool):
+            raise RecipeError(f"recipe field blind must be true or false, got {self.blind!r}")
 
     @property
     def task_names(self) -> list[str]:

@@ -1,0 +1,120 @@
+"""Answer heads: a linear model on pooled frozen features gives a task's own kind of answer (a class, a number, a
+fraction, a box), so an encoder is scored with the VLM's metric on the VLM's test questions.
+
+Per (task, class asked about): features standardised on the train split, a logistic regression (classes) or a
+ridge regression (numbers, fractions, the box's four fractions) fitted on train, its regularisation chosen on the
+val split by the task's own metric (ties: the stronger one), then refitted on train alone and asked the test
+questions. Numbers are clipped to >= 0, fractions and boxes to 0..1 (a box's corners sorted).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import task_boundary
+from ..vqa.cells import answerable, scored_rows, target_of
+
+C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)  # logistic regression: inverse regularisation strength
+ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)  # ridge: regularisation strength (strongest first)
+
+
+@dataclass(frozen=True)
+class HeadsJob:
+    embeddings: str  # the embedding store (families/embedding)
+    questions: tuple  # every split's questions (vqa/questions.py)
+    tasks: tuple  # TaskSpecs the heads answer
+    split: tuple[str, ...]  # per cube sample
+    ids: tuple[str, ...]  # per cube sample
+
+
+def _clip(t, v: np.ndarray) -> np.ndarray:
+    if t.answer == "number":
+        return np.maximum(v, 0.0)
+    if t.answer == "box":
+        v = np.clip(v, 0.0, 1.0)
+        return np.stack([np.minimum(v[:, 0], v[:, 2]), np.minimum(v[:, 1], v[:, 3]),
+                         np.maximum(v[:, 0], v[:, 2]), np.maximum(v[:, 1], v[:, 3])], axis=1)
+    return np.clip(v, 0.0, 1.0) if t.answer == "fraction" else v
+
+
+def _val_score(t, pred, y) -> float:
+    """Higher is better: accuracy, -MAE, mean box IoU (the task's own metrics)."""
+    from ..vqa.metrics import box_iou
+
+    if t.answer == "class":
+        return float(np.mean(pred == y))
+    if t.answer == "box":
+        return float(np.mean([box_iou(tuple(p), tuple(r)) for p, r in zip(pred, y)]))
+    return -float(np.mean(np.abs(pred - y)))
+
+
+def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
+    """(a fitted predictor X -> answers, what was chosen)."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    mu, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+
+    def z(X):
+        return (X - mu) / sd
+
+    if t.answer == "class" and len(set(ytr.tolist())) < 2:  # one class in train: nothing to learn, say so
+        only = ytr[0]
+        return (lambda X: np.full(len(X), only, dtype=object)), {"head": "constant (one class in train)", "class": str(only)}
+    grid = C_GRID if t.answer == "class" else ALPHA_GRID
+
+    def make(g):
+        return (LogisticRegression(C=g, max_iter=5000) if t.answer == "class" else Ridge(alpha=g)).fit(z(Xtr), ytr)
+
+    if len(Xva):
+        scores = [(_val_score(t, _clip(t, make(g).predict(z(Xva))), yva), -k) for k, g in enumerate(grid)]
+        best = grid[-max(scores)[1]]
+        chosen = {"chosen_on": f"val ({len(Xva)} samples)",
+                  "val": {str(g): s for g, (s, _) in zip(grid, scores)}}
+    else:
+        best, chosen = 1.0, {"chosen_on": "no val samples: the default"}
+    m = make(best)
+    name = "logistic" if t.answer == "class" else "ridge"
+    return (lambda X: _clip(t, m.predict(z(X)))), {"head": f"linear ({name})", ("C" if t.answer == "class" else "alpha"): best,
+                                                   **chosen, "train": int(len(Xtr))}
+
+
+@task_boundary
+def answer_heads(job: HeadsJob) -> dict:
+    """Fit a head per (task, class asked), answer the test questions; rows scored as VLM answers are."""
+    from ..embedding.embed import load_embeddings
+
+    ids, E, _, _ = load_embeddings(job.embeddings)
+    pos = {i: k for k, i in enumerate(ids)}
+    X = np.asarray(E, np.float64)
+    tasks = {t.name: t for t in job.tasks if answerable(t)}
+    groups: dict[tuple, list] = {}
+    for q in job.questions:
+        if q.task in tasks:
+            groups.setdefault((q.task, q.subject), []).append(q)
+    answers: dict[tuple, object] = {}
+    chosen: dict[str, dict] = {}
+    for (name, subject), qs in sorted(groups.items()):
+        t = tasks[name]
+        part = {s: [q for q in qs if job.split[q.sample] == s and target_of(t, q) is not None] for s in ("train", "val")}
+        if not part["train"]:
+            chosen[f"{name}/{subject}" if subject else name] = {"head": "none (no train sample has a reference)"}
+            continue
+
+        def xy(qq):
+            x = X[[pos[job.ids[q.sample]] for q in qq]] if qq else np.zeros((0, X.shape[1]))
+            y = [target_of(t, q) for q in qq]
+            return x, (np.asarray(y, dtype=object if t.answer == "class" else np.float64) if qq else np.zeros(0))
+
+        predict, facts = fit_head(t, *xy(part["train"]), *xy(part["val"]))
+        chosen[f"{name}/{subject}" if subject else name] = facts
+        test = [q for q in qs if job.split[q.sample] == "test"]
+        if test:
+            pred = predict(X[[pos[job.ids[q.sample]] for q in test]])
+            for q, p in zip(test, pred):
+                answers[(q.sample, name, subject)] = tuple(float(c) for c in p) if t.answer == "box" else (
+                    str(p) if t.answer == "class" else float(p))
+    test_qs = [q for q in job.questions if job.split[q.sample] == "test"]
+    rows = scored_rows(test_qs, tasks, lambda q: answers.get((q.sample, q.task, q.subject)))
+    return {"rows": rows, "heads": chosen}
