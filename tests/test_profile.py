@@ -134,3 +134,13 @@ def test_report_uses_measured_gflops_and_labels_them(tmp_path):
     plain = build_report(runs, tmp_path / "out2", formats=["json"], profiles=tmp_path / "none")
     t2 = plain.tables["frozen/cost"]
     assert {row[0]: row[t2.col("gflops_source")] for row in t2.rows} == {"S12-MoCo": "catalog", "DOFA": "catalog"}
+
+
+def test_difference_from_the_published_figure_is_explained_by_the_op_split():
+    s = prof.setup_for("ssl4eo_moco", None, 1, "fp32", "cpu")
+    flops, by_op, _ = prof.dry_run(s)
+    row = {"gflops": flops / 1e9, "flops_by_op": by_op, "published_gflops": 8.87, "published_setup": True}
+    assert prof.difference(row) == "+attention"  # 9.58 measured = 8.87 published + 0.715 of attention matmuls
+    assert prof.difference({**row, "published_gflops": flops / 1e9}) == "="
+    assert prof.difference({**row, "published_gflops": 2 * flops / 1e9}) == "other"
+    assert prof.difference({**row, "published_setup": False}) == "-"  # another size: no published figure applies

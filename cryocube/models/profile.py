@@ -353,20 +353,34 @@ def profile(setups: Sequence[Setup], iters: int = 3, refresh: bool = False, root
     return Profile(data["device"], rows, path, time.perf_counter() - t0)
 
 
+def difference(r: dict[str, Any]) -> str:
+    """Why measured and published GFLOPs differ, where the row's own op split shows it: "=" (within 1 %),
+    "+attention" (the difference is the attention matmuls, which the published count missed inside fused
+    kernels), else "other" (see the model's catalog notes)."""
+    pub = r.get("published_gflops") if r.get("published_setup") else None
+    if not pub:
+        return "-"
+    g = r["gflops"]
+    if abs(g - pub) <= 0.01 * pub:
+        return "="
+    bmm = r.get("flops_by_op", {}).get("bmm", 0) / 1e9
+    return "+attention" if bmm and abs(g - bmm - pub) <= 0.01 * pub else "other"
+
+
 def _f(v, nd=2) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
 def table(p: Profile) -> str:
     """The profile as a text table, with its conventions and where it is cached."""
-    head = ("model", "input", "params M", "published", "GFLOPs", "published", "ratio", "prec", "batch", "samples/s",
-            "timed", "peak MB", "source")
+    head = ("model", "input", "params M", "published", "GFLOPs", "published", "ratio", "why", "prec", "batch",
+            "samples/s", "timed", "peak MB", "source")
     rows = [head]
     for r in p.rows:
         pub_g = r.get("published_gflops") if r.get("published_setup") else None
         pub_p = r.get("published_params_m") if r.get("published_setup") else None
         ratio = f"{r['gflops'] / pub_g:.2f}" if pub_g else "-"
-        rows.append((r["model"], r["input"], _f(r["params"] / 1e6), _f(pub_p), _f(r["gflops"]), _f(pub_g), ratio,
+        rows.append((r["model"], r["input"], _f(r["params"] / 1e6), _f(pub_p), _f(r["gflops"]), _f(pub_g), ratio, difference(r),
                      r["precision"], str(r["batch"]), _f(r["samples_per_s"], 3), str(len(r["forward_s"])), _f(r["peak_memory_mb"], 0),
                      "cached" if r.get("cached") else "measured"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
@@ -376,7 +390,10 @@ def table(p: Profile) -> str:
     return "\n".join(
         [f"device: {p.device}; torch threads {', '.join(threads)}"] + lines + [
             "", CONVENTION,
-            "published: the catalog's figures (pangaea-models.md 1.5), shown only for the setup they were measured with.",
+            "published: the catalog's figures (pangaea-models.md 1.5), shown only for the setup they were measured with. "
+            "why: '=' within 1 %; '+attention' the difference is exactly the attention matmuls, which the published "
+            "count missed inside fused attention kernels; 'other' see the model's catalog notes (e.g. CROMA-optical "
+            "stops after block 11; RemoteCLIP's reference ran nn.MultiheadAttention's fused path, uncounted).",
             f"samples/s: batch / median of the 'timed' forwards after a warm-up, in the precision shown; {MEMORY_NOTE[kind]}.",
             f"cache: {p.path} ({p.cached} of {len(p.rows)} rows read from it)"])
 
