@@ -33,7 +33,12 @@ def main(argv=None) -> int:
     ap.add_argument("--short", action="store_true", help=f"only {', '.join(SMALL)}")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: on a shared machine multi-thread OpenMP barriers stall on busy cores)")
     args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as root:
         runs = [("small configs, cold", SMALL)]
         if not args.short:

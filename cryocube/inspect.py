@@ -28,7 +28,8 @@ def register(sub) -> None:
     g.add_argument("--precision", default="auto", help="auto (bf16 where the device has fast bf16, else fp32) | bf16 | fp16 | fp32")
     g.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when visible, else cpu)")
     g.add_argument("--iters", type=int, default=3, help="timed forwards per config, median taken (default 3; fewer past 20 s)")
-    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; on a busy shared machine 1 is much faster: "
+                        "OpenMP barriers stall on busy cores)")
     g.add_argument("--refresh", action="store_true", help="measure again even where the cache has the config")
     g.add_argument("--quiet", action="store_true", help="no progress lines")
     ls.set_defaults(func=_list)

@@ -130,6 +130,7 @@ def test_report_uses_measured_gflops_and_labels_them(tmp_path):
     assert dofa[t.col("gflops")] == 34.0 and dofa[t.col("gflops_source")] == "catalog"
     assert any("'catalog': the published figure copied" in n for n in t.notes)
     assert any("miou_vs_gflops" in str(f) for f in rep.figures)
+    assert any("GFLOPs per sample catalog / measured on cpu test-box" in n for n in rep.tables["frozen/leaderboard"].notes)
 
     plain = build_report(runs, tmp_path / "out2", formats=["json"], profiles=tmp_path / "none")
     t2 = plain.tables["frozen/cost"]

@@ -154,8 +154,10 @@ def leaderboard_table(lb: Leaderboard, cost: dict[str, Cost] | None = None,
         t.notes.append("† printed value differs from the one recomputed from the per-dataset numbers: "
                        + "; ".join(map(str, mismatches)) + ".")
     if cost is not None:
-        t.notes.append("Cost: parameters = encoder + decoder (median over runs), GFLOPs and samples/s averaged "
-                       "over the model's runs, GPU/CPU hours = total wall time of the runs on each device.")
+        srcs = sorted({c.gflops_source for c in cost.values() if c.gflops_source})
+        t.notes.append("Cost: parameters = encoder + decoder (median over runs), samples/s averaged over the model's "
+                       "runs, GPU/CPU hours = total wall time of the runs on each device; encoder GFLOPs per sample "
+                       f"{' / '.join(srcs) if srcs else 'not recorded'} (the cost table says which per model).")
     t.notes += lb.notes
     return t
 
