@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 from ..catalog import Band, find
 from ..errors import UserError
 from .registry import families
-from .spec import ModelSpec, list_models, model_spec
+from .spec import list_models, model_spec
 
 CONVENTION = ("GFLOPs: torch FlopCounterMode, batch 1, fp32, 1 multiply-add = 2 FLOPs; matmuls, convolutions and "
               "attention (math backend) counted, elementwise/norm/softmax/pooling/interpolation not; the catalog's "
