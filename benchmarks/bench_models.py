@@ -23,14 +23,13 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cryocube.catalog import Band  # noqa: E402
 from cryocube.models import build_encoder, list_models, model_spec  # noqa: E402
 from cryocube.models.base import count_params  # noqa: E402
+from cryocube.models.profile import count_flops  # noqa: E402
 from cryocube.precision import autocast, fast_bf16, resolve, this_device  # noqa: E402
 
 SHORT = ["ssl4eo_moco", "remoteclip", "satlasnet_si", "unet"]
@@ -41,13 +40,19 @@ def optical(n: int) -> list[Band]:
     return [Band(name=a, alias=a, role="optical") for a in names[:n]]
 
 
-# The configurations behind the published figures (bands, tile size, RAMEN's resolutions).
-PUBLISHED_SETUP = {
-    "dofa": dict(bands=optical(3)),
-    "ramen": dict(bands=optical(3), input_size=128, input_res=40.0, res=80.0),
-    "unet": dict(bands=optical(10), input_size=512),
-    "vit_scratch": dict(bands=optical(3)),
-}
+def _published_setup(model_id: str) -> dict:
+    """build_encoder options of the setup behind the published figures (catalog `published.setup`)."""
+    pub = model_spec(model_id).published_setup
+    out = dict(pub.get("arch") or {})
+    if "bands" in pub:
+        out["bands"] = [Band(name=b, alias=b, role="optical") for b in pub["bands"]]
+    if "input_size" in pub:
+        out["input_size"] = pub["input_size"]
+    return out
+
+
+# The configurations behind the published figures (bands, tile size, RAMEN's resolutions), from the catalog.
+PUBLISHED_SETUP = {m: _published_setup(m) for m in list_models() if model_spec(m).published_setup}
 SHORT_SETUP = {"unet": dict(bands=optical(10), input_size=256)}  # --short: a quarter of the 512-px work
 
 
@@ -87,10 +92,7 @@ def measure(model_id: str, setup: dict, batch, iters: int, device: str, precisio
     enc = build_encoder(model_id, **setup).eval().to(device)
     build_s = time.perf_counter() - t0
     x1 = torch.randn(1, enc.in_chans, enc.input_size, enc.input_size, device=device)
-    # Count with the math SDPA backend: FlopCounterMode does not see inside fused attention kernels.
-    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as fc:
-        enc(x1)
-    flops = fc.get_total_flops()
+    flops, _ = count_flops(enc, x1)  # the profile's counter: math SDPA backend, 2 FLOPs per multiply-add
     batch = batch(enc) if callable(batch) else batch
     xb = x1.expand(batch, -1, -1, -1).contiguous()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if precision == "fp16" else torch.float32

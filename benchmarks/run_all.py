@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-BENCHMARKS = ["bench_convert", "bench_engine", "bench_models", "bench_tune", "bench_vlm"]
+BENCHMARKS = ["bench_convert", "bench_engine", "bench_models", "bench_profile", "bench_tune", "bench_vlm"]
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a == "--short"]

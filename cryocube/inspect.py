@@ -20,6 +20,18 @@ def register(sub) -> None:
 
     ls = sub.add_parser("list", help="what exists: datasets, models, protocols, readers, families, benchmarks, tasks, adapters")
     ls.add_argument("what", choices=LISTS)
+    g = ls.add_argument_group("models --profile", "measure parameters, GFLOPs, samples/s and peak memory here (cached per device)")
+    g.add_argument("--profile", action="store_true", help="with `models`: the measured compute profile of every (or each --models) config")
+    g.add_argument("--models", default=None, help="comma-separated model ids (default: all)")
+    g.add_argument("--input-size", type=int, default=None, help="input side in pixels (default: the catalog's, or the published figures' setup)")
+    g.add_argument("--batch", type=int, default=1, help="samples per timed forward (default 1)")
+    g.add_argument("--precision", default="auto", help="auto (bf16 where the device has fast bf16, else fp32) | bf16 | fp16 | fp32")
+    g.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when visible, else cpu)")
+    g.add_argument("--iters", type=int, default=3, help="timed forwards per config, median taken (default 3; fewer past 20 s)")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; on a busy shared machine 1 is much faster: "
+                        "OpenMP barriers stall on busy cores)")
+    g.add_argument("--refresh", action="store_true", help="measure again even where the cache has the config")
+    g.add_argument("--quiet", action="store_true", help="no progress lines")
     ls.set_defaults(func=_list)
 
 
@@ -55,9 +67,45 @@ def _rows(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
 
 
+PROFILE_OPTIONS = {"models": None, "input_size": None, "batch": 1, "precision": "auto", "device": None, "iters": 3,
+                   "threads": None, "refresh": False}
+
+
+def _profile(args) -> int:
+    """`list models --profile`: check every option and config first (meta-device dry runs), then measure."""
+    import torch
+
+    from .models import profile as prof
+    from .progress import say
+
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"threads must be at least 1, got {args.threads}")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    setups = prof.validate(models, args.input_size, args.batch, args.precision, device, args.iters)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    def row_done(r: dict) -> None:
+        say(f"{r['model']} {r['input']}: {r['gflops']:.2f} GFLOPs, {r['samples_per_s']:.3f} samples/s"
+            + (" (cached)" if r["cached"] else ""), not args.quiet)
+
+    p = prof.profile(setups, iters=args.iters, refresh=args.refresh, progress=not args.quiet, on_row=row_done)
+    print(prof.table(p))
+    print(f"{len(p.rows)} configs in {p.seconds:.1f} s ({len(p.rows) - p.cached} measured)")
+    return 0
+
+
 def _list(args) -> int:
     from . import catalog
 
+    if getattr(args, "profile", False):
+        if args.what != "models":
+            raise UserError(f"--profile measures models; `list {args.what}` takes no --profile")
+        return _profile(args)
+    given = [f"--{k.replace('_', '-')}" for k, v in PROFILE_OPTIONS.items() if getattr(args, k, v) != v]
+    if given:
+        raise UserError(f"{', '.join(given)} only apply to `cryocube list models --profile`")
     if args.what == "datasets":
         rows = [("id", "name", "tile", "bands", "classes", "layouts (reader)")]
         for d in catalog.dataset_ids():

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# reports read measured compute profiles from here: an empty folder, so no developer's cache changes a test
+os.environ["CRYOCUBE_PROFILES"] = tempfile.mkdtemp(prefix="cryocube-profiles-")
 
 
 @pytest.fixture(autouse=True)

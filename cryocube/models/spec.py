@@ -38,6 +38,7 @@ class ModelSpec:
     params_m: float | None  # published (measured on the reference code, pangaea-models.md 1.5)
     gflops: float | None
     licence: str
+    published_setup: dict[str, Any] = field(default_factory=dict)  # bands/input_size/arch the figures were measured with
     arch: dict[str, Any] = field(default_factory=dict)
     decoder: str | None = None  # a decoder this encoder always takes (U-Net's up path), else the recipe's
     benchmark_entry: str = ""
@@ -101,6 +102,11 @@ def parse_model(d: dict, where: str) -> ModelSpec:
     if pretrained and weights is None:
         raise CatalogError(f"{where}: a pretrained model needs a weights section")
     pub = d.get("published", {}) or {}
+    setup = pub.get("setup") or {}
+    if not isinstance(setup, dict) or set(setup) - {"bands", "input_size", "arch"}:
+        raise CatalogError(f"{where}: published.setup takes bands, input_size and arch, got {setup!r}")
+    if "bands" in setup:
+        setup = {**setup, "bands": _band_list(setup["bands"], where, "published.setup.bands")}
     mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
     return ModelSpec(
         id=str(need(d, "id", where)),
@@ -116,6 +122,7 @@ def parse_model(d: dict, where: str) -> ModelSpec:
         weights=weights,
         params_m=pub.get("params_m"),
         gflops=pub.get("gflops"),
+        published_setup=dict(setup),
         licence=str(d.get("licence", "")),
         arch=dict(d.get("arch", {}) or {}),
         decoder=(str(d["decoder"]) if d.get("decoder") else None),

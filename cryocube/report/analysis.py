@@ -44,6 +44,8 @@ class Cost:
     cpu_hours: float
     n_runs: int
     precision: str = "fp32"
+    gflops_source: str = ""  # "measured on <device>" (a `list models --profile` cache), "catalog" (copied), "" (none)
+    profile: dict | None = None  # the measured profile entry, when one exists
 
     @property
     def params_m(self) -> float | None:
@@ -61,8 +63,12 @@ def _median_int(vals: Sequence[int | None]) -> int | None:
     return int(statistics.median(v)) if v else None
 
 
-def costs(runs: Sequence[Run]) -> dict[str, Cost]:
-    """Per display name: median parameters, mean GFLOPs and throughput, max memory, device hours."""
+def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[str, Cost]:
+    """Per display name: median parameters, mean GFLOPs and throughput, max memory, device hours.
+
+    GFLOPs come from `measured` (model id -> profile entry, `models.profile.measured_costs`) where it has the
+    model, else from the run records, which copy the catalog's published figure; `gflops_source` says which."""
+    measured = measured or {}
     by: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by[r.model_name].append(r)
@@ -73,10 +79,15 @@ def costs(runs: Sequence[Run]) -> dict[str, Cost]:
             if r.total_s is not None:
                 hours["cuda" if r.device.startswith("cuda") else "cpu"] += r.total_s / 3600
         mem = [r.peak_memory_mb for r in rs if r.peak_memory_mb is not None]
+        prof = measured.get(rs[0].model)
+        gflops = _mean([r.gflops for r in rs])
+        source = "catalog" if gflops is not None else ""
+        if prof is not None:
+            gflops, source = float(prof["gflops"]), f"measured on {prof.get('device', 'an unnamed device')}"
         out[m] = Cost(_median_int([r.params[0] for r in rs]), _median_int([r.params[1] for r in rs]),
-                      _mean([r.gflops for r in rs]), _mean([r.samples_per_s for r in rs]),
+                      gflops, _mean([r.samples_per_s for r in rs]),
                       max(mem) if mem else None, hours["cuda"], hours["cpu"], len(rs),
-                      ", ".join(sorted({r.precision for r in rs})))
+                      ", ".join(sorted({r.precision for r in rs})), source, prof)
     return out
 
 
@@ -143,8 +154,10 @@ def leaderboard_table(lb: Leaderboard, cost: dict[str, Cost] | None = None,
         t.notes.append("† printed value differs from the one recomputed from the per-dataset numbers: "
                        + "; ".join(map(str, mismatches)) + ".")
     if cost is not None:
-        t.notes.append("Cost: parameters = encoder + decoder (median over runs), GFLOPs and samples/s averaged "
-                       "over the model's runs, GPU/CPU hours = total wall time of the runs on each device.")
+        srcs = sorted({c.gflops_source for c in cost.values() if c.gflops_source})
+        t.notes.append("Cost: parameters = encoder + decoder (median over runs), samples/s averaged over the model's "
+                       "runs, GPU/CPU hours = total wall time of the runs on each device; encoder GFLOPs per sample "
+                       f"{' / '.join(srcs) if srcs else 'not recorded'} (the cost table says which per model).")
     t.notes += lb.notes
     return t
 
@@ -291,7 +304,9 @@ def per_class_tables(lb: Leaderboard, runs: Sequence[Run]) -> list[Table]:
 def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
     cols = [Column("model", "Model", numeric=False), Column("avg_mIoU", "Avg mIoU"),
             Column("params_encoder_M", "Encoder params (M)"), Column("params_decoder_M", "Decoder params (M)"),
-            Column("gflops", "GFLOPs"), Column("samples_per_s", "samples/s"), Column("peak_memory_mb", "Peak MB"),
+            Column("gflops", "GFLOPs"), Column("gflops_source", "GFLOPs from", numeric=False),
+            Column("encoder_samples_per_s", "Encoder fwd samples/s"), Column("samples_per_s", "samples/s"),
+            Column("peak_memory_mb", "Peak MB"),
             Column("gpu_hours", "GPU h"), Column("cpu_hours", "CPU h"), Column("n_runs", "runs"),
             Column("precision", "precision", numeric=False)]
     t = Table("cost", f"{lb.title}: accuracy against cost", cols)
@@ -301,12 +316,19 @@ def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
             continue
         pe = c.params_encoder / 1e6 if c.params_encoder is not None else None
         pd_ = c.params_decoder / 1e6 if c.params_decoder is not None else None
-        raw = [r.name, r.avg, pe, pd_, c.gflops, c.samples_per_s, c.peak_memory_mb, c.gpu_hours, c.cpu_hours, c.n_runs,
-               c.precision]
+        enc_sps = c.profile.get("samples_per_s") if c.profile else None
+        raw = [r.name, r.avg, pe, pd_, c.gflops, c.gflops_source or None, enc_sps, c.samples_per_s, c.peak_memory_mb,
+               c.gpu_hours, c.cpu_hours, c.n_runs, c.precision]
         t.add(raw, [r.name, _avg_text(r.avg, r.n_avg, len(lb.datasets)), fmt(pe, 2), fmt(pd_, 2), fmt(c.gflops, 1),
+                    c.gflops_source or MISSING,
+                    (fmt(enc_sps, 2) + f" ({c.profile.get('precision')}, batch {c.profile.get('batch')})") if enc_sps else MISSING,
                     fmt(c.samples_per_s, 1), fmt(c.peak_memory_mb, 0), fmt(c.gpu_hours, 3), fmt(c.cpu_hours, 3),
                     str(c.n_runs), c.precision])
-    t.notes.append("GFLOPs as recorded by the engine per run (forward pass); hours = sum of the runs' total time.")
+    t.notes.append("GFLOPs: encoder forward per sample. 'measured on <device>': `cryocube list models --profile` "
+                   "(torch FlopCounterMode, 1 multiply-add = 2 FLOPs, attention counted); 'catalog': the published "
+                   "figure copied from the catalog (measured on the reference code), where no profile exists. Encoder "
+                   "fwd samples/s: the profile's, on its device; samples/s: training throughput of the runs. "
+                   "Hours = sum of the runs' total time.")
     return t
 
 

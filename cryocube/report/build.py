@@ -133,9 +133,10 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
 class _Writer:
     """Writes tables and figures, remembering them for the HTML/Markdown summary."""
 
-    def __init__(self, rep: Report, formats: list[str]):
+    def __init__(self, rep: Report, formats: list[str], measured: dict[str, dict] | None = None):
         self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
         self.sections: list[Section] = []
+        self.measured = measured or {}  # model id -> measured compute profile (`cryocube list models --profile`)
 
     def section(self, title: str, level: int = 2, text: str = "") -> Section:
         s = Section(title, level=level, text=text)
@@ -173,17 +174,19 @@ def _protocol_sections(w: _Writer, res: Results, protocols: set[str] | None) -> 
         lb = leaderboard_from_runs(runs, key=key, title=_title(proto, frac), protocol=base, fraction=frac)
         lbs[(proto, frac)] = lb
         w.rep.leaderboards[key] = lb
-        cost = analysis.costs(runs)
+        cost = analysis.costs(runs, w.measured)
         sec = w.section(lb.title)
         w.table(sec, key, analysis.leaderboard_table(lb, cost))
         w.table(sec, key, analysis.robustness_table(lb))
         w.figure(sec, plots.radar_chart(lb, w.stem(f"{key}_radar")), f"{lb.title}: mIoU per dataset")
         w.table(sec, key, analysis.cost_table(lb, cost))
-        pts = [(r.name, cost[r.name].gflops, r.avg) for r in lb.rows
-               if r.name in cost and cost[r.name].gflops and r.avg is not None]
+        with_cost = [r for r in lb.rows if r.name in cost and cost[r.name].gflops and r.avg is not None]
+        pts = [(r.name, cost[r.name].gflops, r.avg) for r in with_cost]
         if pts:
-            w.figure(sec, plots.cost_scatter(pts, w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost"),
-                     "Average mIoU against GFLOPs per forward pass")
+            srcs = [cost[r.name].gflops_source for r in with_cost]
+            w.figure(sec, plots.cost_scatter(pts, w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost", srcs),
+                     "Average mIoU against GFLOPs per forward pass (measured where a profile exists; "
+                     "\"(catalog)\": the published figure, copied)")
         pc = analysis.per_class_tables(lb, runs)
         for t in pc:
             w.table(sec, key, t)
@@ -295,8 +298,12 @@ def _qualitative_section(w: _Writer, res: Results | None, cube_urls: Sequence[st
 def build_report(results: str | Path | Iterable[str | Path] | Results | None = None, out: str | Path = "report", *,
                  protocols: Iterable[str] | None = None, formats: Iterable[str] | None = None,
                  cube_urls: Sequence[str] = (), samples: Sequence[int] | None = None,
-                 published: bool | str | Path = False, title: str = "cryocube report") -> Report:
+                 published: bool | str | Path = False, title: str = "cryocube report",
+                 profiles: str | Path | None = None) -> Report:
     """Write the report for results files/directories (or a loaded `Results`) into `out`.
+
+    profiles: the folder of measured compute profiles (default `models.profile.profile_dir()`, where
+    `cryocube list models --profile` caches them); the cost table and plot use their GFLOPs over the catalog's.
 
     published: True renders the bundled Cryo-Bench table (with its consistency check); a path renders
     that CSV instead. Our frozen leaderboard is compared with the paper's table whenever it shares models.
@@ -311,7 +318,9 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
     # built in a sibling folder and swapped in whole: complete, or the previous report untouched
     with outputs.staged_folder(out, "report", "report") as tmp:
         rep = Report(out=tmp, results=res, final=Path(out))
-        _build(rep, res, fmts, protocols, cube_urls, samples, published, title)
+        from ..models.profile import measured_costs
+
+        _build(rep, res, fmts, protocols, cube_urls, samples, published, title, measured_costs(profiles))
 
     def moved(p: Path) -> Path:
         return rep.final / p.relative_to(tmp)
@@ -322,8 +331,9 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
     return rep
 
 
-def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_urls, samples, published, title) -> None:
-    w = _Writer(rep, fmts)
+def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_urls, samples, published, title,
+           measured: dict[str, dict] | None = None) -> None:
+    w = _Writer(rep, fmts, measured)
     wanted = set(protocols) if protocols else None
     if res is not None:
         if not res.runs and not res.failures and not res.embedding and not res.vqa and not res.heads:

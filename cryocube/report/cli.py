@@ -39,6 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--format", action="append", default=None, metavar="FMT",
                    help=f"output formats, comma-separated or repeated (default: all of {','.join(ALL_FORMATS)})")
     p.add_argument("--title", default="cryocube report")
+    p.add_argument("--profiles", default=None, metavar="DIR",
+                   help="measured compute profiles for the cost table (default: $CRYOCUBE_PROFILES, else "
+                        "~/.cache/cryocube/profiles, where `cryocube list models --profile` writes them)")
     p.add_argument("--storage-options", type=options_arg, default=None,
                    help="JSON fsspec options for remote results and cubes (or $CRYOCUBE_STORAGE_OPTIONS)")
     p.set_defaults(func=run)
@@ -55,7 +58,7 @@ def run(args) -> int:
     outputs.check_inputs(args.out, [("RESULTS", r) for r in args.results or []], inside_ok=True)
     rep = build_report(args.results or None, args.out, protocols=args.protocol, formats=args.format,
                        cube_urls=args.cube, samples=args.samples, published=args.published_table or args.published,
-                       title=args.title)
+                       title=args.title, profiles=args.profiles)
     for key, lb in rep.leaderboards.items():
         print(f"{key}: {len(lb.rows)} models x {len(lb.datasets)} datasets")
     if rep.results is not None and rep.results.failures:

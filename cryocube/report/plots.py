@@ -95,11 +95,19 @@ def retention_bars(t: Table, stem: Path) -> list[Path]:
     return save(fig, stem)
 
 
-def cost_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str) -> list[Path]:
-    """Average mIoU against GFLOPs (log axis when they span a decade), one labelled point per model."""
+def cost_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str,
+                 sources: Sequence[str] = ()) -> list[Path]:
+    """Average mIoU against GFLOPs (log axis when they span a decade), one labelled point per model.
+    `sources` (per point: "measured on <device>" or "catalog") marks copied figures with "(catalog)" and names
+    the measuring device on the axis."""
     gs = [g for _, g, _ in points]
     log = bool(gs) and min(gs) > 0 and max(gs) / min(gs) > 10  # GFLOPs span decades across the catalog
-    return labelled_scatter(points, stem, title, "GFLOPs per forward pass", "average mIoU (%)", log_x=log)
+    if sources:
+        points = [(n + (" (catalog)" if src == "catalog" else ""), g, a) for (n, g, a), src in zip(points, sources)]
+    measured = sorted({src.removeprefix("measured on ") for src in sources if src.startswith("measured on ")})
+    xlabel = "GFLOPs per forward pass" + (f" (measured on {'; '.join(measured)}" + (", others catalog)" if "catalog" in sources else ")")
+                                          if measured else " (catalog)" if sources else "")
+    return labelled_scatter(points, stem, title, xlabel, "average mIoU (%)", log_x=log)
 
 
 def labelled_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str, xlabel: str,
