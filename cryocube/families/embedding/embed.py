@@ -131,6 +131,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
     fed = ", ".join(f"{s}<-{b.name}" for s, b in ((s, match.slot_band(k)) for k, s in enumerate(match.slots)) if b)
     mode = f"{rule}: {fed}" + (" (grey-like bands replicated into RGB slots)" if match.replicated else "")
     return spec, {"weights": found.as_record(), "model_name": mspec.display_name, "band_mode": mode,
+                  "deviations": mspec.deviation_record(),
                   "precision": {"requested": precision, "effective": eff}}
 
 
