@@ -147,9 +147,9 @@ def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_
     from cryocube.families.segmentation.recipe import load_recipe
     from cryocube.synthetic import make_raw
 
-    m = make_raw("glid", tmp_path / "raw", n={"train": 4, "val": 2, "test": 2}, seed=3)
-    url = str(tmp_path / "glid.zarr")
-    convert("glid", str(tmp_path / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
+    make_raw("gld", tmp_path / "raw", n={"train": 8, "val": 2, "test": 2}, seed=3)
+    url = str(tmp_path / "gld.zarr")
+    convert("gld", str(tmp_path / "raw"), url, client=client, tile_size=32, progress=False)
     ctx = PlanContext(out=str(tmp_path / "out"), allow_random_weights=True)
     fast = ["epochs=1", "input_size=32", "normalization=cube"]
     default, follow, moco = (plan_runs([RunSpec(mid, url)], load_recipe(None, fast + extra), ctx)[0] for mid, extra in (
@@ -159,3 +159,9 @@ def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_
     assert moco.record["deviations"] == {"in_effect": [], "followed": []}
     assert follow.run_id != default.run_id and follow.work.encoder.model.arch["qkv_bias"] is False
     assert "follow_reference" not in default.identity["recipe"]  # the default keeps existing run ids
+    # the embedding family (NeuCo-Bench probes) reads the same switch and records the same field
+    probe, probe_follow = (plan_runs([RunSpec("ssl4eo_dino", url, "probe")], load_recipe(None, fast + extra), ctx)[0]
+                           for extra in ([], ["follow_reference=true"]))
+    assert probe.record["deviations"] == default.record["deviations"]
+    assert probe_follow.record["deviations"] == follow.record["deviations"]
+    assert probe_follow.work["embed"].key != probe.work["embed"].key
