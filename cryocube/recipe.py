@@ -56,6 +56,7 @@ class BaseRecipe:
     threads: int | None = None  # torch threads per task (default: the worker's configured torch threads)
     extract_batch: int | None = None  # encoder batch in extraction/inference (None: sized to the device)
     encoder_weights: dict[str, str] = field(default_factory=dict)  # model id -> checkpoint path/URL
+    follow_reference: bool = False  # switch every model deviation to the reference's behaviour (docs/deviations.md)
 
     # fields that never change a run's result (left out of its content hash)
     EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = ("block_samples", "threads", "extract_batch", "encoder_weights")
@@ -72,6 +73,8 @@ class BaseRecipe:
         check_int("block_samples", self.block_samples)
         check_int("threads", self.threads, none=True)
         check_int("extract_batch", self.extract_batch, none=True)
+        if not isinstance(self.follow_reference, bool):
+            raise RecipeError(f"recipe field follow_reference must be true or false, got {self.follow_reference!r}")
         w = self.encoder_weights
         if not isinstance(w, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in w.items()):
             raise RecipeError(f"recipe field encoder_weights must map model ids to checkpoint paths/URLs, got {w!r}")
@@ -111,7 +114,10 @@ class BaseRecipe:
 
     def identity(self) -> dict[str, Any]:
         """The fields that define a run's result (its content hash takes these)."""
-        return {k: v for k, v in self.as_dict().items() if k not in self.EXECUTION_FIELDS}
+        d = {k: v for k, v in self.as_dict().items() if k not in self.EXECUTION_FIELDS}
+        if not d.get("follow_reference"):  # the default leaves every existing run's identity as it was
+            d.pop("follow_reference", None)
+        return d
 
 
 def coerce(cls: type[BaseRecipe], values: dict[str, Any]) -> dict[str, Any]:

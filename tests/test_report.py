@@ -5,6 +5,8 @@ import argparse
 import csv
 import json
 import statistics
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -307,3 +309,17 @@ def test_cli_errors_are_user_errors(tmp_path):
     args = _parser().parse_args(["report", str(tmp_path), "--out", str(tmp_path / "o"), "--protocol", "finetune"])
     with pytest.raises(UserError, match="no successful runs of protocol"):
         args.func(args)
+
+
+def test_rows_run_with_a_deviation_are_marked():
+    """A record naming deviations in effect (docs/deviations.md) gets its own, marked row and a note; the
+    same model run with follow_reference is an unmarked row."""
+    recs = [rec("ssl4eo_dino", "glid", 60.0, deviations={"in_effect": ["dino_qkv_bias"], "followed": []}),
+            rec("ssl4eo_dino", "gld", 61.0, seed=1, deviations={"in_effect": [], "followed": ["dino_qkv_bias"]}),
+            rec("ssl4eo_moco", "glid", 55.0)]
+    res = load_results(write(Path(tempfile.mkdtemp()) / "results.jsonl", recs))
+    names = sorted({r.model_name for r in res.runs})
+    assert names == ["S12-DINO", "S12-DINO (deviates: dino_qkv_bias)", "S12-MoCo"], names
+    lb = leaderboard_from_runs(res.runs, key="frozen", title="T", protocol="frozen", fraction=1.0)
+    t = leaderboard_table(lb)
+    assert any("declared deviation" in n and "follow_reference" in n for n in t.notes)

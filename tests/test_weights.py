@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 
 import fsspec
 import pytest
@@ -271,3 +272,39 @@ def test_native_encoder_save_and_load(tmp_path):
     load_weights(b, path)
     for g, w in zip(outputs(b), outputs(a)):
         assert torch.equal(g, w)
+
+
+def test_a_checkpoint_of_another_model_is_refused_and_nothing_is_loaded(tmp_path):
+    """Every pretrained model's file, offered to every other model: one WeightsError naming the file and the
+    model, and the target's weights untouched (never partly loaded). Pairs that share a key map and, made
+    small here, the very same architecture (the TerraMind sizes, one TerraMind file for S2 and S1) are left
+    out: at published sizes their shapes differ or the file is theirs."""
+    encs = {m: small(m) for m in sorted(SMALL)}
+    files = {m: _saved(tmp_path, reference_checkpoint(e, extra=False), f"{m}.pth") for m, e in encs.items()}
+    refused = 0
+    for target, enc in encs.items():
+        before = {k: v.clone() for k, v in enc.state_dict().items()}
+        for source, path in files.items():
+            if source == target or (enc.spec.weights.key_map == encs[source].spec.weights.key_map
+                                    and SMALL[source] == SMALL[target]) or {source, target} <= {
+                                        "terramind_base", "terramind_large", "terramind_large_sar"}:
+                continue
+            with pytest.raises(WeightsError) as e:
+                load_weights(enc, path)
+            assert str(path) in str(e.value), (source, target, str(e.value))
+            refused += 1
+        after = enc.state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before), target
+    assert refused > 250
+
+
+def test_a_mismatch_names_missing_and_unexpected_keys_in_one_sentence(tmp_path):
+    enc = small("ssl4eo_mae_optical")
+    ck = reference_checkpoint(enc)
+    ck["model"]["blocks.9.attn.qkv.weight"] = ck["model"].pop("blocks.1.attn.qkv.weight")
+    with pytest.raises(WeightsError) as e:
+        load_weights(small("ssl4eo_mae_optical"), _saved(tmp_path, ck))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.count(". ") == 0
+    assert re.search(r"does not fit ssl4eo_mae_optical \(key map 'ssl4eo_mae'\); missing 1 keys: vit\.blocks\.1\.attn\.qkv"
+                     r"\.weight; unexpected 1 keys: vit\.blocks\.9\.attn\.qkv\.weight", msg), msg

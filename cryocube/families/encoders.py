@@ -71,7 +71,7 @@ class EncoderSpec:
     @property
     def key(self) -> tuple:
         # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse another's module
-        return (self.model.id, json.dumps(self.model.arch, sort_keys=True, default=str), repr(self.bands), self.input_size,
+        return (self.model.id, json.dumps(self.model.arch, sort_keys=True, default=str), self.model.followed, repr(self.bands), self.input_size,
                 self.weights, self.weights_sha256, self.rule)
 
 

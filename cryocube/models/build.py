@@ -19,6 +19,7 @@ def build_encoder(
     rule: str = "named",
     match: BandMatch | None = None,
     sha256: str | None = None,
+    follow_reference: bool = False,
     **overrides,
 ):
     """Build the encoder `model` (random init unless `weights`, a local path or fsspec URL).
@@ -27,8 +28,11 @@ def build_encoder(
     explicit `match`); without bands the spec's own slots are used (dataset-band encoders then need
     `in_chans=`). `input_size` is required for encoders whose catalog input_size is null (the tile
     size). `overrides` change architecture arguments of the catalog (e.g. `drop_path_rate=0`).
+    `follow_reference` switches every declared deviation (docs/deviations.md) to the reference's behaviour.
     """
     spec: ModelSpec = model if isinstance(model, ModelSpec) else model_spec(model)
+    if follow_reference:
+        spec = spec.following_reference()
     if match is None and bands is not None:
         match = match_bands(spec, bands, rule)
     size = input_size or spec.input_size

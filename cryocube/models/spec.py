@@ -5,6 +5,7 @@ catalog, not in code, so `cryocube inspect`, the band matcher and the engine all
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -20,6 +21,22 @@ class WeightsSpec:
     filename: str | None = None
     allow_pickle: bool = False  # checkpoint holds non-tensor objects (args, configs): needs full unpickling
     notes: str = ""
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """A place where this model's wrapper chooses differently from the Cryo-Bench reference, on purpose.
+
+    `follow` is the switch that reproduces the reference: architecture arguments (`arch`) and checkpoint
+    keys the reference's loader drops (`drop_keys`, a regex on our key names). docs/deviations.md lists
+    every deviation; a run record names those in effect."""
+
+    name: str
+    reference: str
+    cryocube: str
+    why: str
+    arch: dict[str, Any] = field(default_factory=dict)
+    drop_keys: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,24 @@ class ModelSpec:
     reference_config: str = ""
     notes: str = ""
     path: str = ""
+    deviations: tuple[Deviation, ...] = ()  # in effect unless following the reference
+    followed: tuple[str, ...] = ()  # deviations switched to the reference's behaviour
+    drop_checkpoint_keys: str | None = None  # set by following_reference(): keys the reference's loader drops
+
+    def following_reference(self) -> "ModelSpec":
+        """This spec with every deviation switched to the reference's behaviour (`follow_reference: true`)."""
+        if not self.deviations:
+            return self
+        drops = [d.drop_keys for d in self.deviations if d.drop_keys]
+        arch = dict(self.arch)
+        for d in self.deviations:
+            arch.update(d.arch)
+        return dataclasses.replace(self, arch=arch, deviations=(), followed=self.followed + tuple(d.name for d in self.deviations),
+                                   drop_checkpoint_keys="|".join(f"(?:{r})" for r in drops) or None)
+
+    def deviation_record(self) -> dict:
+        """The run record's `deviations` field: deviations from the reference in effect, and those followed."""
+        return {"in_effect": [d.name for d in self.deviations], "followed": list(self.followed)}
 
     @property
     def takes_dataset_bands(self) -> bool:
@@ -107,6 +142,20 @@ def parse_model(d: dict, where: str) -> ModelSpec:
         raise CatalogError(f"{where}: published.setup takes bands, input_size and arch, got {setup!r}")
     if "bands" in setup:
         setup = {**setup, "bands": _band_list(setup["bands"], where, "published.setup.bands")}
+    devs = []
+    for i, dv in enumerate(d.get("deviations", []) or []):
+        w_ = f"{where}: deviations[{i}]"
+        if not isinstance(dv, dict):
+            raise CatalogError(f"{w_} must be a mapping")
+        unknown = set(dv) - {"name", "reference", "cryocube", "why", "follow"}
+        if unknown:
+            raise CatalogError(f"{w_} has unknown fields {sorted(unknown)}")
+        follow = dv.get("follow") or {}
+        if not isinstance(follow, dict) or set(follow) - {"arch", "drop_keys"}:
+            raise CatalogError(f"{w_}: follow must be a mapping with arch and/or drop_keys, got {follow!r}")
+        devs.append(Deviation(name=str(need(dv, "name", w_)), reference=str(need(dv, "reference", w_)).strip(),
+                              cryocube=str(need(dv, "cryocube", w_)).strip(), why=str(need(dv, "why", w_)).strip(),
+                              arch=dict(follow.get("arch") or {}), drop_keys=follow.get("drop_keys")))
     mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
     return ModelSpec(
         id=str(need(d, "id", where)),
@@ -131,6 +180,7 @@ def parse_model(d: dict, where: str) -> ModelSpec:
         reference_config=str(d.get("reference_config", "")),
         notes=str(d.get("notes", "")).strip(),
         path=where,
+        deviations=tuple(devs),
     )
 
 

@@ -2,7 +2,8 @@
 
 The reference attention has separate q/k/v linears; timm's fused qkv is the same computation, so
 the key map concatenates them. Separate learned spatial and spectral position embeddings are summed.
-The outputs concatenate the spectral groups on channels (768 x 4 = 3072), channel = c * groups + g.
+The outputs concatenate the spectral groups on channels (768 x 4 = 3072) group-major, channel = g * D + c,
+as the reference does (a seeded decoder or one trained on the reference's features sees the same channels).
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ class SpectralGptEncoder(Encoder):
         pos = self.pos_embed_spatial.repeat(1, self.groups, 1) + torch.repeat_interleave(self.pos_embed_temporal, self.grid**2, dim=1)
         t = t + pos
         outs, _ = collect_layers(self.blocks, t, self.output_layers)
-        return [o.transpose(1, 2).reshape(b, d * self.groups, self.grid, self.grid) for o in outs]
+        g = self.groups
+        return [o.reshape(b, g, -1, d).transpose(2, 3).reshape(b, g * d, self.grid, self.grid) for o in outs]
 
 
 register_keymap(KeyMap(

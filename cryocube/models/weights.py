@@ -11,6 +11,7 @@ import hashlib
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ class LoadReport:
     set_aside: list[str] = field(default_factory=list)
     computed: list[str] = field(default_factory=list)
     sha256: str | None = None
+    dropped: list[str] = field(default_factory=list)  # dropped as the reference's loader does (a followed deviation)
 
     def summary(self) -> str:
         return (f"{self.path}: loaded {self.loaded} tensors; {len(self.set_aside)} checkpoint keys are not part of the "
@@ -138,6 +140,7 @@ def load_weights(encoder: nn.Module, path_or_url: str | Path, sha256: str | None
             sd.pop(k)
             aside.append(k)
     model_sd = encoder.state_dict()
+    dropped = _drop_as_reference(encoder, sd, model_sd, path)
     computed = [k for k in model_sd if any(re.fullmatch(c, k) for c in km.computed) and k not in sd]
     missing = sorted(set(model_sd) - set(sd) - set(computed))
     unexpected = sorted(set(sd) - set(model_sd))
@@ -154,7 +157,23 @@ def load_weights(encoder: nn.Module, path_or_url: str | Path, sha256: str | None
             parts.append(f"{len(shapes)} shape mismatches: {_fmt_keys(shapes, 10)}")
         raise WeightsError("; ".join(parts))
     encoder.load_state_dict({**model_sd, **sd}, strict=True)
-    return LoadReport(str(path), len(sd), aside, computed, digest)
+    return LoadReport(str(path), len(sd), aside, computed, digest, dropped)
+
+
+def _drop_as_reference(encoder: nn.Module, sd: dict, model_sd: dict, path: Path) -> list[str]:
+    """Checkpoint tensors the reference's loader drops, dropped here too when the run follows the reference
+    (e.g. S12-DINO's qkv biases: the reference builds no qkv bias and loads with strict=False); said in a warning."""
+    spec = getattr(encoder, "spec", None)
+    rx = getattr(spec, "drop_checkpoint_keys", None)
+    if not rx:
+        return []
+    dropped = sorted(k for k in sd if re.fullmatch(rx, k) and k not in model_sd)
+    for k in dropped:
+        sd.pop(k)
+    if dropped:
+        warnings.warn(f"{path}: dropped {len(dropped)} checkpoint tensors as the Cryo-Bench reference does "
+                      f"(following deviations {', '.join(spec.followed)}): {_fmt_keys(dropped, 4)}", stacklevel=3)
+    return dropped
 
 
 def save_encoder(encoder: nn.Module, path: str | Path) -> Path:

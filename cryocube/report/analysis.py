@@ -12,7 +12,7 @@ from typing import Sequence
 from .leaderboard import Leaderboard, best_two
 from .names import dataset_display_name, model_sort_key
 from .published import Mismatch
-from .records import RANDOM_INIT, Results, Run
+from .records import DEVIATES, RANDOM_INIT, Results, Run
 from .tables import MISSING, Column, Table, fmt
 
 RANK_NOTE = ("Rank: competition ranking per dataset (ties share the best rank), averaged over the datasets a "
@@ -146,6 +146,9 @@ def leaderboard_table(lb: Leaderboard, cost: dict[str, Cost] | None = None,
     if any(r.name.endswith(RANDOM_INIT) for r in lb.rows):
         t.notes.append(f"Rows marked{RANDOM_INIT} ran a pretrained model WITHOUT its checkpoint (--allow-random-weights): "
                        "they measure the pipeline, not the model.")
+    if any(DEVIATES in r.name for r in lb.rows):
+        t.notes.append(f"Rows marked{DEVIATES}…) ran with a declared deviation from the Cryo-Bench reference in effect "
+                       "(docs/deviations.md); --set follow_reference=true runs the reference's behaviour.")
     t.notes += [RANK_NOTE, MARK_NOTE,
                 f"A missing cell is shown as {MISSING}; an average over fewer than the {n} datasets says (k/{n})."]
     if len(lb.seeds) > 1:

@@ -24,6 +24,7 @@ from ..errors import UserError
 from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
+DEVIATES = " (deviates: "  # + the record's deviations in effect + ")": see docs/deviations.md
 TUNED = " (tuned)"  # the best trial of a `cryocube tune` study: its own row, never averaged with default-recipe runs
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
 
@@ -240,11 +241,13 @@ def parse_record(d: Any, where: str) -> Run:
     model = str(d["model"])
     w = d.get("weights") if isinstance(d.get("weights"), dict) else {}
     random_init = bool(w.get("random_init") and w.get("pretrained"))
+    dev = d.get("deviations") if isinstance(d.get("deviations"), dict) else {}
+    deviates = [str(x) for x in dev.get("in_effect") or []]
     tuned = isinstance(d.get("sweep"), dict) and bool(d["sweep"].get("best"))
     return Run(
         run_id=str(d.get("run_id") or ""), model=model,
         model_name=model_display_name(model, d.get("model_name")) + (RANDOM_INIT if random_init else "")
-        + (TUNED if tuned else ""), dataset=str(d["dataset"]).lower(),
+        + (f"{DEVIATES}{', '.join(deviates)})" if deviates else "") + (TUNED if tuned else ""), dataset=str(d["dataset"]).lower(),
         protocol=str(d["protocol"]), fraction=fraction, seed=seed, status=status,
         error=None if error is None else str(error), metrics=metrics, created=str(d.get("created") or ""),
         source=where, record=d,

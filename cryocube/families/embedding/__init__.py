@@ -56,7 +56,7 @@ class Embedding(Family):
                                    input_size=recipe.input_size or None, normalization=recipe.normalization, seed=spec.seed,
                                    block_samples=recipe.block_samples, batch=recipe.extract_batch,
                                    threads=ctx.run_threads(recipe.threads), device=ctx.device or this_device(),
-                                   weights=recipe.encoder_weights.get(spec.model))
+                                   weights=recipe.encoder_weights.get(spec.model), follow_reference=recipe.follow_reference)
         identity = {"family": self.name, "embedding": emb.key, "tasks": tasks_digest(tasks), "probe": pr.as_dict(),
                     "seed": spec.seed, "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
@@ -66,6 +66,7 @@ class Embedding(Family):
                   "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
                   "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.as_dict(),
                   "band_mode": prov.get("band_mode"), "neuco_bench_differences": differences(pr, tasks),
+                  **({"deviations": prov["deviations"]} if "deviations" in prov else {}),
                   "tasks": [t.name for t in tasks], "label_set": identity["tasks"], "weights": prov["weights"],
                   "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}), "torch_threads": emb.threads,
                   "identity": identity, "overrides": dict(spec.overrides) or None}

@@ -56,7 +56,8 @@ class EmbedSpec:
         ident = {"source": self.source, "cube": self.cube_checksum, "inputs": self.inputs, "dim": self.dim,
                  "seed": self.seed if self.source == "random" else None, "groups": self.groups, "grid": self.grid,
                  "encoder": None if e is None else {"arch": e.model.arch, "rule": e.rule, "S": e.input_size,
-                                                    "weights": e.weights_sha256 or e.weights, **e.arithmetic()},
+                                                    "weights": e.weights_sha256 or e.weights, **e.arithmetic(),
+                                                    **({"followed": list(e.model.followed)} if e.model.followed else {})},
                  "v": 2}  # 2: rows carry the cube's sample ids (v1 stores used `source`, shared by a scene's tiles)
         return f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
 
@@ -82,7 +83,8 @@ class EmbedBlock:
 def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: str | None = None,
                    allow_random_weights: bool = False, precision: str = "auto", input_size: int | None = None,
                    normalization: str = "published", seed: int = 0, block_samples: int = 16, batch: int | None = None,
-                   threads: int | None = None, device=None, weights: str | None = None) -> tuple[EmbedSpec, dict]:
+                   threads: int | None = None, device=None, weights: str | None = None,
+                   follow_reference: bool = False) -> tuple[EmbedSpec, dict]:
     """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and provenance.
     `weights`: a checkpoint path (the recipe's encoder_weights), else looked up in `weights_dir`. `threads`:
     torch threads of every block (default: this process's configured threads); on CPU part of the key."""
@@ -116,6 +118,8 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
                          block_samples=block_samples)
         return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
     mspec = model_spec(source)
+    if follow_reference:  # every declared deviation switched to the reference's behaviour (docs/deviations.md)
+        mspec = mspec.following_reference()
     rule = dataset_band_rule(cube.dataset)  # embed has no protocols: the dataset's catalog says the rule
     match = match_bands(mspec, cube.bands, rule, offers_cross_sensor=False)
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
@@ -133,6 +137,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
     if rule == "rendered_rgb":  # what went where includes what did not go in
         mode += "".join(f"; not fed: {match.bands[i].name} ({why})" for i, why in sorted(match.unused_reasons.items()))
     return spec, {"weights": found.as_record(), "model_name": mspec.display_name, "band_mode": mode,
+                  "deviations": mspec.deviation_record(),
                   "precision": {"requested": precision, "effective": eff}}
 
 

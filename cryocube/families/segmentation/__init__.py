@@ -48,6 +48,8 @@ class Segmentation(Family):
         if spec.overrides:
             recipe = recipe.updated(dict(spec.overrides))
         mspec = model_spec(spec.model)
+        if recipe.follow_reference:
+            mspec = mspec.following_reference()
         fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
         where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
         if not 0 < fraction <= 1:
@@ -120,6 +122,7 @@ class Segmentation(Family):
                   "normalization": recipe.normalization, "decoder": decoder,
                   "precision": {"requested": recipe.precision, "effective": precision, "device": device.describe()},
                   "memory_format": memory_format, "weights": weights.as_record(), "torch_threads": recipe.threads,
+                  "deviations": mspec.deviation_record(),
                   "subset": subset.tolist() if fraction < 1 else None, "identity": identity,
                   **({"split": drawn} if drawn is not None else {}),
                   "overrides": dict(spec.overrides) or None}
