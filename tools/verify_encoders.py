@@ -134,6 +134,18 @@ def _peer_env() -> dict:
             "PEER_REF_CACHE": os.environ.get("PEER_REF_CACHE", "/work/peercache"), "PYTHONPATH": ""}
 
 
+def _missing_reference() -> str | None:
+    """One sentence on how to get the reference venv and snapshot when either is missing."""
+    env = _peer_env()
+    if not Path(PEER_PYTHON).exists():
+        return (f"no reference venv at {PEER_PYTHON}: run `PEER_VENV=... bash {PEER}/setup.sh`, then "
+                "`$PEER_VENV/bin/pip install albumentations` (TerraMind's module imports it), and set PEER_PYTHON")
+    if not Path(env["PEER_REF_MIRROR"]).exists() and not os.environ.get("PEER_REF_DIR"):
+        return (f"no Cryo-Bench snapshot at {env['PEER_REF_MIRROR']}: fetch github Sk-2103/Cryo-Bench "
+                "(the search tool's fetch) and set PEER_REF_MIRROR to its git directory")
+    return None
+
+
 def make_input(enc):
     import torch
 
@@ -348,6 +360,10 @@ def main(argv=None):
             meta = reference_features(json.loads(args.reference_side))
         print(json.dumps(meta, default=str))
         return 0
+    missing = _missing_reference()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     sys.path.insert(0, str(ROOT))
     from cryocube.models import list_models
 
