@@ -136,9 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=None)
     ap.add_argument("--save", default=None, help="store the case and both sides' figures here (a CI test's pins)")
     a = ap.parse_args(argv)
-    work = Path(a.work or tempfile.mkdtemp(prefix="bench-neuco-"))
+    work = Path(a.work or tempfile.mkdtemp(prefix="bench-neuco-")).resolve()
     ref = extract_reference(work)
-    emb, labels = make_case(Path(a.save) if a.save else work / "case", a.rows, a.dim)
+    emb, labels = make_case((Path(a.save) if a.save else work / "case").resolve(), a.rows, a.dim)
     saved: dict = {"neuco_bench": {"repository": "embed2scale/NeuCo-Bench", "commit": NEUCO_COMMIT},
                    "case": {"rows": a.rows, "dim": a.dim, "fold_order": a.fold_order}, "probes": {}}
     print(f"NeuCo-Bench {NEUCO_COMMIT} vs cryocube, {a.rows} rows x {a.dim} dims, shuffled label files, "
