@@ -30,6 +30,9 @@ class Embedding(Family):
     primary_metric = "Q"
     shown_metrics = ("A",)
     variables = ("image",)
+    not_tunable = ("a probe has no validation split: NeuCo-Bench scores each of its k splits on that split's test rows "
+                   "(the best epoch, the best SVM setting), so a study would select its fields on the test score; "
+                   "set them with `--set` on `evaluate` or `probe` instead")
     # the encoder's side of the recipe (probe fields are the protocol's own: k, epochs, ... as run overrides)
 
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
