@@ -13,8 +13,8 @@ splits), so its Q agree within float arithmetic; NeuCo-Bench's linear probe draw
 batches from torch's global generator in sequence, cryocube from a generator per split, so the linear Q
 agree within seed noise. `--fold-order id` shows cryocube's default folds against NeuCo-Bench's.
 
-    python benchmarks/bench_neuco.py                         # both probes, the sample configs (~10 min on 2 cores)
-    python benchmarks/bench_neuco.py --probes svm --k 5 --n-iter 6 --rows 60 --dim 6 --save tests/data/neuco_small
+    python benchmarks/bench_neuco.py --seeds 4               # both probes, the sample configs (~30 min on 2 cores)
+    python benchmarks/bench_neuco.py --probes svm,linear --k 5 --n-iter 6 --rows 60 --dim 6 --save tests/data/neuco_small
 """
 from __future__ import annotations
 
@@ -107,12 +107,12 @@ def run_neuco(ref: Path, emb: Path, labels: Path, cfg: dict, work: Path) -> tupl
 
 
 def run_cryocube(emb: Path, labels: Path, probe: str, k: int, n_iter: int | None, fold_order: str, work: Path,
-                 workers: int) -> tuple[dict, dict, float]:
+                 workers: int, seed: int = 42) -> tuple[dict, dict, float]:
     """`cryocube probe` on a LocalCluster -> ({task: Q}, {task: per-split scores}, seconds)."""
-    out = work / f"cryocube-{probe}-{fold_order}"
+    out = work / f"cryocube-{probe}-{fold_order}-{seed}"
     cmd = [sys.executable, "-m", "cryocube.cli", "probe", str(emb), "--labels", str(labels), "--out", str(out),
            "--probe", probe, "--k", str(k), "--standardize", "labelled", "--set", f"fold_order={fold_order}",
-           "--workers", str(workers), "--quiet"]
+           "--set", f"seed={seed}", "--workers", str(workers), "--quiet"]
     if n_iter and probe == "svm":
         cmd += ["--set", f"n_iter={n_iter}"]
     t0 = time.perf_counter()
@@ -134,6 +134,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fold-order", default="file", choices=("file", "id"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", default=None)
+    ap.add_argument("--seeds", type=int, default=0, help="linear probe: cryocube at this many other probe seeds too, "
+                    "for the seed noise NeuCo-Bench's Q is judged against (its generator is not cryocube's)")
     ap.add_argument("--save", default=None, help="store the case and both sides' figures here (a CI test's pins)")
     a = ap.parse_args(argv)
     work = Path(a.work or tempfile.mkdtemp(prefix="bench-neuco-")).resolve()
@@ -150,13 +152,23 @@ def main(argv=None) -> int:
         n_iter = cfg["probe_params"].get("opt_params", {}).get("n_iter") if probe == "svm" else None
         qn, fn, tn = run_neuco(ref, emb, labels, cfg, work / f"neuco-{probe}")
         qc, fc, tc = run_cryocube(emb, labels, probe, k, n_iter, a.fold_order, work, a.workers)
+        others = [run_cryocube(emb, labels, probe, k, n_iter, a.fold_order, work, a.workers, 43 + i)[0]
+                  for i in range(a.seeds if probe == "linear" else 0)]
+        spread = {}
         for t in sorted(qn):
             rel = abs(qc[t] - qn[t]) / max(abs(qn[t]), 1e-12)
             split = max(abs(x - y) for x, y in zip(fn[t], fc[t])) if fc.get(t) else math.nan
-            print(f"{probe:<7}{t:<16}{qn[t]:>15.6f}{qc[t]:>14.6f}{rel:>11.1e}{split:>16.1e}")
+            line = f"{probe:<7}{t:<16}{qn[t]:>15.6f}{qc[t]:>14.6f}{rel:>11.1e}{split:>16.1e}"
+            if others:
+                qs = np.array([qc[t]] + [o[t] for o in others])
+                spread[t] = {"cryocube_q_over_seeds": qs.tolist(), "mean": float(qs.mean()), "std": float(qs.std(ddof=1))}
+                line += (f"   cryocube over {len(qs)} seeds {qs.mean():.3f} +- {qs.std(ddof=1):.3f} "
+                         f"[{qs.min():.3f}, {qs.max():.3f}], NeuCo-Bench at {(qn[t] - qs.mean()) / qs.std(ddof=1):+.1f} sd")
+            print(line)
         print(f"{probe:<7}{'(seconds)':<16}{tn:>15.1f}{tc:>14.1f}   k={k}" + (f", n_iter={n_iter}" if n_iter else ""))
         saved["probes"][probe] = {"k": k, "n_iter": n_iter, "neuco_task_q": qn, "neuco_split_scores": fn,
-                                  "cryocube_task_q": qc, "seconds": {"neuco": tn, "cryocube": tc}}
+                                  "cryocube_task_q": qc, "seconds": {"neuco": tn, "cryocube": tc},
+                                  **({"seed_spread": spread} if spread else {})}
     if a.save:
         (Path(a.save) / "figures.json").write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
         print(f"stored {a.save}/figures.json")

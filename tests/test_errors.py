@@ -223,3 +223,30 @@ def test_tune_counts_are_refused_before_any_cube_or_cluster(tmp_path, capsys, fl
     err = capsys.readouterr().err
     assert len(_lines(err)) == 1 and f"{flag} must be >= 1, got {value}" in err, err
     assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("after,wait", [("local cluster", 0.5), ("started", 2.0)])
+def test_ctrl_c_during_embed_is_one_line_at_any_moment(ssl, tmp_path, after, wait):
+    """SIGINT to the process group while `embed` starts its cluster or runs its blocks: exit 130 and one sentence
+    (a worker process interrupted while it started printed two tracebacks; it now leaves Ctrl-C to the client)."""
+    err_file = tmp_path / "stderr"
+    with open(err_file, "w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "cryocube.cli", "embed", "ssl4eo_moco", "--cube", str(ssl / "cube.zarr"),
+                              "--out", str(tmp_path / "e.zarr"), "--allow-random-weights", "--workers", "2"],
+                             stdout=subprocess.PIPE, stderr=err, text=True, env=ENV, start_new_session=True)
+        try:
+            deadline = time.time() + 240
+            while after not in err_file.read_text() and p.poll() is None and time.time() < deadline:
+                time.sleep(0.1)
+            assert p.poll() is None, err_file.read_text()
+            time.sleep(wait)
+            os.killpg(p.pid, signal.SIGINT)
+            p.wait(120)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    err = err_file.read_text()
+    assert p.returncode == 130, err
+    assert _lines(err)[-1] == "cryocube embed: interrupted; rerunning the same command resumes", err
+    for noise in ("Traceback", "KeyboardInterrupt", "CancelledError", "still alive", "distributed."):
+        assert noise not in err, err
