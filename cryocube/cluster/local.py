@@ -46,10 +46,12 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     """Worker processes (not threads): torch and the GIL, and crash isolation per worker."""
     from distributed import LocalCluster
 
+    from .worker_logs import LOCAL_WORKER
+
     n, tpw, threads = local_sizing(req.n_workers, req.threads_per_worker, req.torch_threads)
     with ctrl_c_stays_here():
         made = LocalCluster(n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
-                            env=thread_env(threads), **dashboard_kwargs(req.dashboard))
+                            env={**thread_env(threads), LOCAL_WORKER: "1"}, **dashboard_kwargs(req.dashboard))
     cluster = own_cluster(stack, made)
     return own_client(stack, cluster, threads)
 
