@@ -710,7 +710,11 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
     from .progress import progress_bar
 
     _store.register_options(url, storage_options)
+    if not _store.exists(url, storage_options):
+        raise UserError(not_a_cube(url, storage_options))
     g = _store.open_group(url, "r")
+    if "schema_version" not in g.attrs:
+        raise UserError(not_a_cube(url, storage_options))
     if COMPLETE_ATTR not in g.attrs:
         raise IncompleteCubeError(f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); nothing to verify yet")
     n = g["image"].shape[0]

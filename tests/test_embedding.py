@@ -265,3 +265,28 @@ def test_labelled_standardisation_is_the_same_on_workers_and_in_one_process(ssl,
         assert here == there, mode
         scores[mode] = here
     assert scores["all"] != scores["labelled"]
+
+
+def test_embed_and_evaluate_use_one_band_rule_on_a_sar_only_cube(tmp_path, client):
+    """A SAR-only cube (CaFFe) and every optical-only encoder of Cryo-Bench's grid: `embed` follows the cross-sensor
+    rule as `evaluate` does (was: refused, "cannot take any band"), feeding the same cube bands to the same slots."""
+    from cryocube.convert.writer import convert
+    from cryocube.cube import cube_info
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext, RunSpec
+    from cryocube.families.embedding.embed import plan_embedding
+    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.synthetic import make_raw
+
+    m = make_raw("caffe", tmp_path / "raw", n={"train": 2, "val": 1, "test": 1}, seed=3)
+    url = str(tmp_path / "caffe.zarr")
+    convert("caffe", str(tmp_path / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
+    cube = cube_info(url)
+    assert not any(b.role == "optical" for b in cube.bands)
+    ctx = PlanContext(out=str(tmp_path / "res"), allow_random_weights=True)
+    for model in ("remoteclip", "ssl4eo_moco", "vit_scratch", "scalemae"):
+        spec, prov = plan_embedding(model, cube, allow_random_weights=True)
+        seg = plan_runs([RunSpec(model, url)], load_recipe(None, []), ctx)[0].record
+        assert spec.encoder.rule == seg["band_rule"] == "cross_sensor", model
+        assert list(spec.inputs.index) == seg["band_index"], model
+        assert prov["band_mode"].startswith("cross_sensor: "), prov["band_mode"]

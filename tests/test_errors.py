@@ -191,3 +191,62 @@ def test_options_that_would_be_ignored_are_refused(ssl, tmp_path, client, capsys
         with pytest.raises(SystemExit) as e:
             main([*base, "--protocol", "frozen", "--fraction", bad])
         assert e.value.code == 2 and "--fraction takes comma-separated numbers in (0, 1]" in capsys.readouterr().err
+
+
+def test_inspect_and_verify_say_what_is_there_in_one_sentence(ssl, tmp_path, client, capsys):
+    """Every inspect mode on a path that holds no cube: one sentence naming it, no traceback (was FileNotFoundError
+    for `--verify`)."""
+    emb = str(tmp_path / "mean.zarr")
+    assert main(["embed", "mean", "--cube", str(ssl / "cube.zarr"), "--out", emb, "--quiet",
+                 "--cluster", client.scheduler.address]) == 0
+    (tmp_path / "plain.zarr").write_text("not a store")
+    (tmp_path / "empty.zarr").mkdir()
+    capsys.readouterr()
+    for path, words in ((str(tmp_path / "nothere.zarr"), "no such file or folder"), (emb, "it is an embedding store"),
+                        (str(tmp_path / "plain.zarr"), "no cube here"), (str(tmp_path / "empty.zarr"), "no cube here")):
+        for extra in ([], ["--verify"]):
+            assert main(["inspect", path, *extra, "--quiet"]) == 2, (path, extra)
+            err = capsys.readouterr().err
+            assert len(_lines(err)) == 1 and words in err and path in err, (extra, err)
+    assert main(["inspect", str(ssl / "cube.zarr"), "--verify", "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("flag,value", [("--trials", "0"), ("--batch", "0"), ("--epochs", "0"), ("--trials", "-2")])
+def test_tune_counts_are_refused_before_any_cube_or_cluster(tmp_path, capsys, flag, value):
+    """A count a study cannot run with is named first: the cube does not exist and the cluster is unreachable,
+    and neither is what the sentence is about."""
+    argv = ["tune", "--cubes", str(tmp_path / "nothere.zarr"), "--models", "unet", "--trials", "2", "--out",
+            str(tmp_path / "study"), "--space", "lr=1e-4:1e-2:log", "--cluster", f"tcp://127.0.0.1:{_unused_port()}"]
+    argv[argv.index("--trials") + 1 if flag == "--trials" else len(argv):] = (
+        [value, *argv[argv.index("--trials") + 2:]] if flag == "--trials" else [flag, value])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(_lines(err)) == 1 and f"{flag} must be >= 1, got {value}" in err, err
+    assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("after,wait", [("local cluster", 0.5), ("started", 2.0)])
+def test_ctrl_c_during_embed_is_one_line_at_any_moment(ssl, tmp_path, after, wait):
+    """SIGINT to the process group while `embed` starts its cluster or runs its blocks: exit 130 and one sentence
+    (a worker process interrupted while it started printed two tracebacks; it now leaves Ctrl-C to the client)."""
+    err_file = tmp_path / "stderr"
+    with open(err_file, "w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "cryocube.cli", "embed", "ssl4eo_moco", "--cube", str(ssl / "cube.zarr"),
+                              "--out", str(tmp_path / "e.zarr"), "--allow-random-weights", "--workers", "2"],
+                             stdout=subprocess.PIPE, stderr=err, text=True, env=ENV, start_new_session=True)
+        try:
+            deadline = time.time() + 240
+            while after not in err_file.read_text() and p.poll() is None and time.time() < deadline:
+                time.sleep(0.1)
+            assert p.poll() is None, err_file.read_text()
+            time.sleep(wait)
+            os.killpg(p.pid, signal.SIGINT)
+            p.wait(120)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    err = err_file.read_text()
+    assert p.returncode == 130, err
+    assert _lines(err)[-1] == "cryocube embed: interrupted; rerunning the same command resumes", err
+    for noise in ("Traceback", "KeyboardInterrupt", "CancelledError", "still alive", "distributed."):
+        assert noise not in err, err

@@ -461,3 +461,71 @@ def test_unreadable_files(tmp_path):
         submission.read_submission(tmp_path / "nope.csv")
     with pytest.raises(SubmissionError, match="not a readable CSV"):
         submission.read_submission(_csv(tmp_path, ""))
+
+
+# --- NeuCo-Bench's SVM probe and its folds, against figures stored from its own evaluator ---------
+
+NEUCO_SMALL = __import__("pathlib").Path(__file__).parent / "data" / "neuco_small"  # benchmarks/bench_neuco.py --save
+
+
+def _probe_small(tmp_path, client, *extra):
+    from cryocube.cli import main
+
+    out = tmp_path / ("out" + "".join(e.replace("=", "-") for e in extra if "=" in e))
+    rc = main(["probe", str(NEUCO_SMALL / "embeddings.csv"), "--labels", str(NEUCO_SMALL / "labels"), "--out", str(out),
+               "--standardize", "labelled", "--quiet", "--cluster", client.scheduler.address, *extra])
+    rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    summary = json.loads((out / "runs" / rec["run_id"] / "results_summary.json").read_text())
+    return rc, rec, {t.rsplit("__", 1)[0]: v for t, v in summary["task_fold_scores"].items()}, \
+        {t.rsplit("__", 1)[0]: q for t, q in summary["task_q_scores"].items()}
+
+
+def test_svm_probe_with_file_folds_equals_neuco_bench_stored_figures(tmp_path, client):
+    """The SVM (scikit-optimize's BayesSearchCV, random_state 42) draws the same random numbers as NeuCo-Bench's
+    evaluator, so on its folds (fold_order=file over shuffled label files) every split's score and every task's Q
+    equal the figures its own main.py gave (NeuCo-Bench commit in figures.json), within float arithmetic."""
+    fig = json.loads((NEUCO_SMALL / "figures.json").read_text())
+    assert fig["neuco_bench"]["commit"] == "a89ba06"
+    svm = fig["probes"]["svm"]
+    rc, rec, folds, q = _probe_small(tmp_path, client, "--probe", "svm", "--k", str(svm["k"]),
+                                     "--set", f"n_iter={svm['n_iter']}", "--set", "fold_order=file")
+    assert rc == 0 and rec["probe"]["fold_order"] == "file" and rec["probe"]["n_iter"] == svm["n_iter"]
+    assert set(q) == set(svm["neuco_task_q"]) == {"biomass", "soil_moisture", "cloud", "forest"}
+    for t, ref in svm["neuco_split_scores"].items():
+        np.testing.assert_allclose(folds[t], ref, rtol=1e-9, atol=1e-12, err_msg=t)
+        assert q[t] == pytest.approx(svm["neuco_task_q"][t], rel=1e-9)
+    # cryocube's default (id order) draws other folds from the same shuffled files: other per-split scores
+    _, rec_id, folds_id, _ = _probe_small(tmp_path, client, "--probe", "svm", "--k", str(svm["k"]),
+                                          "--set", f"n_iter={svm['n_iter']}")
+    assert rec_id["run_id"] != rec["run_id"] and rec_id["probe"]["fold_order"] == "id"
+    assert any(not np.allclose(folds_id[t], svm["neuco_split_scores"][t]) for t in folds_id)
+    assert any("fold_order=file" in d for d in rec_id["neuco_bench_differences"])
+
+
+def test_fold_order_switch_orders_rows_by_file_or_by_id():
+    from cryocube.families.embedding.probe import Task, align, probe_recipe
+
+    t = Task("x__regr", "regr", {"b": 2.0, "c": 3.0, "a": 1.0})
+    ids = ["a", "b", "c"]
+    assert align(ids, [t])[0][1].tolist() == [0, 1, 2]
+    assert align(ids, [t], "file")[0][1].tolist() == [1, 2, 0]
+    assert align(ids, [t], "file")[0][2].tolist() == [2.0, 3.0, 1.0]
+    assert "fold_order" not in probe_recipe().as_dict()  # the default keeps the run ids made before the switch
+    assert probe_recipe(overrides={"fold_order": "file"}).as_dict()["fold_order"] == "file"
+    with pytest.raises(UserError, match="fold_order must be one of id, file, got 'files'"):
+        probe_recipe(overrides={"fold_order": "files"})
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"n_iter": 0}, "probe field n_iter must be an integer >= 1"),
+    ({"degrees": "2,x"}, "probe field degrees must be a number"),
+    ({"C_min": 10, "C_max": 1}, "C_min \\(10\\) must be below C_max"),
+    ({"epochs": 3}, "the svm probe has no field 'epochs'"),
+])
+def test_svm_fields_are_checked_before_any_work(overrides, message):
+    from cryocube.families.embedding.probe import probe_recipe
+
+    with pytest.raises(UserError, match=message):
+        probe_recipe("svm", overrides=overrides)
+    r = probe_recipe("svm", overrides={"degrees": "2,3,4", "epsilons": "0.1"})
+    assert r.probe_params()["degrees"] == (2, 3, 4) and r.probe_params()["epsilons"] == (0.1,)

@@ -240,11 +240,16 @@ def test_k_defaults_to_neuco_bench_configs_40():
     assert args.k == 40 and args.standardize == "all"
 
 
-def test_svm_is_not_claimed_and_linear_svm_runs(tmp_path):
-    with pytest.raises(UserError, match="--probe svm would be NeuCo-Bench's SVM probe .* --probe linear-svm is a "
-                                        "LinearSVC/LinearSVR at C=1"):
-        probe_recipe("svm")
+def test_svm_is_neuco_benchs_sample_config_and_linear_svm_is_not_claimed(tmp_path):
+    from cryocube.families.embedding.probe import differences
+
+    svm = probe_recipe("svm").as_dict()  # NeuCo-Bench's configs/sample_config_svm.yaml
+    assert (svm["n_iter"], svm["n_initial_points"], svm["base_estimator"], svm["degrees"], svm["C_min"], svm["C_max"],
+            svm["gamma_min"], svm["gamma_max"], svm["coef0_min"], svm["coef0_max"], svm["epsilons"], svm["k"]) == \
+        (50, 5, "RF", (2, 3), 1e-3, 1e3, 1e-4, 10.0, -1.0, 2.0, (0.01, 0.05, 0.1, 0.5), 40)
+    assert not any("is not NeuCo-Bench's" in d for d in differences(probe_recipe("svm")))
     assert probe_recipe("linear-svm", 3).as_dict()["probe"] == "linear-svm"
+    assert any("probe linear-svm is not NeuCo-Bench's" in d for d in differences(probe_recipe("linear-svm", 3)))
     with pytest.raises(UserError, match="--standardize must be one of all, labelled, got 'rows'"):
         probe_recipe(standardize="rows")
 

@@ -285,3 +285,23 @@ def test_inspect_into_a_closed_pipe_is_quiet(cube):
     p = subprocess.run(f"{sys.executable} -m cryocube.cli inspect {cube} | head -1", shell=True, capture_output=True,
                        text=True, timeout=120)
     assert p.stdout.startswith("cube ") and "BrokenPipeError" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_dry_run_names_runs_cached_under_other_torch_threads(cube, tmp_path, capsys):
+    """Threads are part of a run id: a plan with other --workers finds the runs under other ids, and the dry-run
+    says how many are cached with other threads and which --workers made them."""
+    from cryocube.cli import main
+    from cryocube.cluster.runtime import host_cores
+
+    assert host_cores() >= 2  # --workers 1 and 2 then give other torch threads per worker
+    out = str(tmp_path / "o")
+    base = ["evaluate", "--cubes", cube, "--models", "unet", "--out", out, *sum((["--set", s] for s in FAST), [])]
+    assert main([*base, "--workers", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--workers", "1", "--dry-run"]) == 0
+    same = capsys.readouterr().out
+    assert "1 runs: 0 to run, 1 cached" in same and "other torch threads" not in same
+    assert main([*base, "--workers", "2", "--dry-run"]) == 0
+    other = capsys.readouterr().out
+    assert "1 runs: 1 to run, 0 cached" in other
+    assert "1 runs are cached with other torch threads (--workers 1)" in other, other

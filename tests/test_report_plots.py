@@ -129,3 +129,23 @@ def test_report_finds_a_runs_predictions_for_a_cube(tmp_path, cube):
     assert len(q) == 1
     check_png(q[0])
     assert "prediction of DOFA" in rep.html.read_text()
+
+
+def test_label_fraction_curves_never_join_recipes_and_say_what_they_left_out(tmp_path):
+    """One model at fraction 0.5 with epochs=1 and at fraction 1 with epochs=3: no curve joins them, and the
+    section says which points it left out; a model with two fractions under one recipe is a curve, not a note."""
+    def r(model, f, epochs, seed=0):
+        return rec(model, "glid", 40 + 20 * f + epochs, seed=seed, protocol="fewshot" if f < 1 else "frozen", fraction=f,
+                   run_id=f"{model}-{f}-{epochs}", identity={"model": model, "recipe": {"epochs": epochs},
+                                                             "fraction": f, "seed": seed, "protocol": "x"})
+    (tmp_path / "runs").mkdir()
+    recs = [r("unet", 0.5, 1), r("unet", 1.0, 3), r("dofa", 0.5, 3), r("dofa", 1.0, 3)]
+    (tmp_path / "runs" / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    build_report(tmp_path / "runs", tmp_path / "out", formats=["md"])
+    md = (tmp_path / "out" / "report.md").read_text()
+    sec = md.split("Label-fraction curves", 1)[1]
+    assert "Left out of the curves, 2 point(s)" in sec, sec[:800]
+    assert "U-Net" in sec.split("Left out", 1)[1].split("\n", 1)[0] or "unet" in sec.split("Left out", 1)[1].split("\n", 1)[0]
+    assert "at fraction 0.5" in sec and "at fraction 1," in sec
+    left = sec.split("Left out", 1)[1].split("\n", 1)[0]
+    assert "dofa" not in left.lower()  # its two fractions share a recipe: a curve

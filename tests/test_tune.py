@@ -259,3 +259,29 @@ def test_report_keeps_trials_out_of_leaderboards_and_plots_fraction_curves(tmp_p
     assert sorted(f.column_values("fraction")) == [0.1, 0.1, 0.5, 1.0, 1.0]  # frozen 1.0: the default run, not trials
     assert (tmp_path / "rep" / "figures" / "label_fraction_glid.png").exists()
     assert (tmp_path / "rep" / "figures" / "tune_history_0.png").exists()
+
+
+@pytest.mark.parametrize("protocol,words", [
+    ("probe", "tune --protocol probe: a probe has no validation split"),
+    ("frozen,probe", "tune --protocol probe: a probe has no validation split"),
+    ("vqa", "tune --protocol vqa: a VQA run trains nothing and records no validation curve"),
+])
+def test_protocols_without_a_validation_curve_are_refused_before_any_cluster(tmp_path, capsys, protocol, words):
+    """Every trial of a probe study failed with "no trial completed" and no reason: a family whose runs record no
+    validation curve is refused with the reason, before the cube is read (it does not exist) or a cluster starts
+    (the address is unreachable)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc = main(["tune", "--cubes", str(tmp_path / "none.zarr"), "--models", "ssl4eo_moco", "--protocol", protocol,
+               "--space", "lr=1e-4:1e-2:log", "--trials", "2", "--out", str(tmp_path / "o"),
+               "--cluster", f"tcp://127.0.0.1:{port}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+    assert "test score" in err or "trains nothing" in err
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(Exception, match="no validation"):  # the library entry point says the same
+        tune([RunSpec("ssl4eo_moco", str(tmp_path / "none.zarr"), "probe")], (), str(tmp_path / "o"),
+             load_recipe(None, []), trials=2)

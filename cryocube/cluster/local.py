@@ -23,15 +23,36 @@ def local_sizing(n_workers: int | None, threads_per_worker: int | None, torch_th
     return n, tpw, torch_threads or max(1, cores // (n * tpw))
 
 
+@contextlib.contextmanager
+def ctrl_c_stays_here():
+    """Worker processes spawned inside inherit an ignored SIGINT (ignored signals survive exec): a terminal's
+    Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts on it (a
+    worker interrupted while it started printed its traceback). A Ctrl-C during these seconds is ignored."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 @backend("local")
 def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     """Worker processes (not threads): torch and the GIL, and crash isolation per worker."""
     from distributed import LocalCluster
 
+    from .worker_logs import LOCAL_WORKER
+
     n, tpw, threads = local_sizing(req.n_workers, req.threads_per_worker, req.torch_threads)
-    cluster = own_cluster(stack, LocalCluster(
-        n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
-        env=thread_env(threads), **dashboard_kwargs(req.dashboard)))
+    with ctrl_c_stays_here():
+        made = LocalCluster(n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
+                            env={**thread_env(threads), LOCAL_WORKER: "1"}, **dashboard_kwargs(req.dashboard))
+    cluster = own_cluster(stack, made)
     return own_client(stack, cluster, threads)
 
 
@@ -70,7 +91,8 @@ def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     if n > n_gpus:
         raise ClusterError(f"--cluster cuda: {n} workers asked but {n_gpus} GPUs visible (one worker per GPU)")
     tpw = req.threads_per_worker or 1
-    cluster = stack.enter_context(dask_cuda.LocalCUDACluster(
-        n_workers=n, threads_per_worker=tpw, memory_limit=req.memory_limit or "auto",
-        resources={GPU: 1}, pre_import=["torch"], **dashboard_kwargs(req.dashboard)))
+    with ctrl_c_stays_here():
+        made = dask_cuda.LocalCUDACluster(n_workers=n, threads_per_worker=tpw, memory_limit=req.memory_limit or "auto",
+                                          resources={GPU: 1}, pre_import=["torch"], **dashboard_kwargs(req.dashboard))
+    cluster = stack.enter_context(made)
     return own_client(stack, cluster, req.torch_threads or max(1, host_cores() // (n * tpw)))

@@ -8,6 +8,7 @@ so on the workers those logs are dropped: a filter installed by a worker plugin 
 from __future__ import annotations
 
 import logging
+import os
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -34,7 +35,14 @@ def reported_by_client(record: logging.LogRecord) -> bool:
         key, exc = str(record.args[0]), str(record.args[3])
         kind = exc.split("(", 1)[0].rsplit(".", 1)[-1]
         return key.startswith(TASK_PREFIX) or kind in user_error_names() | {"KeyboardInterrupt"}
-    return "ended with CancelledError" in record.getMessage()
+    text = record.getMessage()
+    if os.environ.get(LOCAL_WORKER) and any(m in text for m in SCHEDULER_GONE):
+        return True  # a local worker's scheduler lives in the client's process: it is ending, and says why
+    return "ended with CancelledError" in text
+
+
+LOCAL_WORKER = "CRYOCUBE_LOCAL_WORKER"  # set in the environment of a local cluster's worker processes
+SCHEDULER_GONE = ("Failed to communicate with scheduler during heartbeat", "Connection to scheduler broken")
 
 
 class _Filter(logging.Filter):

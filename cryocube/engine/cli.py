@@ -119,7 +119,13 @@ def _evaluate(args) -> int:
     planned = plan_runs(specs, recipe, ctx)
     if args.dry_run:
         root = args.out.rstrip("/")
-        print(dry_run(planned, args.out, lambda key: any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings"))))
+        def workers_for(t: int) -> int | None:  # the --workers whose local cluster gives t torch threads
+            from ..cluster.runtime import host_cores
+
+            return next((w for w in range(1, host_cores() + 1) if planned_threads(args.cluster, w, None) == t), None)
+
+        print(dry_run(planned, args.out, lambda key: any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings")),
+                      workers_for if args.threads_per_worker is None else None))
         print("(precision auto is decided by the workers' device, and the default torch threads by the cluster's "
               "configuration; this plan assumed this machine's)")
         return 0

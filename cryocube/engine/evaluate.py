@@ -215,12 +215,34 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     return res
 
 
-def dry_run(planned: list[PlannedRun], out: str, prepared_exists: Callable[[str], bool] | None = None) -> str:
-    """What `evaluate` would do: runs (cached or to do), weights, precision, estimated steps and encoder items."""
+def _without_threads(identity: dict) -> str:
+    import json
+
+    return json.dumps({k: v for k, v in (identity or {}).items() if k != "threads"}, sort_keys=True, default=str)
+
+
+def cached_with_other_threads(planned: list[PlannedRun], out: str) -> dict[str, int]:
+    """run_id -> the torch threads of an ok record in `out` that is the same run but for its threads (the
+    threads are part of the run id: a plan made with other --workers finds none of them cached)."""
+    from .records import read_results
+
+    ok = {_without_threads(r["identity"]): r["identity"]["threads"] for r in read_results(out)
+          if r.get("status") == "ok" and isinstance(r.get("identity"), dict) and r["identity"].get("threads")}
+    return {p.run_id: ok[k] for p in planned if "threads" in p.identity
+            and (k := _without_threads(p.identity)) in ok and ok[k] != p.identity["threads"]}
+
+
+def dry_run(planned: list[PlannedRun], out: str, prepared_exists: Callable[[str], bool] | None = None,
+            workers_for: Callable[[int], int | None] | None = None) -> str:
+    """What `evaluate` would do: runs (cached or to do), weights, precision, estimated steps and encoder items;
+    runs cached under other torch threads are counted with the --workers that gives them (`workers_for`)."""
     lines, todo, items = [], 0, {}
+    other = {}
     for p in planned:
         cached = (rec := load_record(out, p.run_id)) is not None and rec.get("status") == "ok"
         todo += not cached
+        if not cached and not other:
+            other = cached_with_other_threads(planned, out)
         w = p.record.get("weights", {})
         wtxt = "random init" if w.get("random_init") and w.get("pretrained") else ("scratch" if not w.get("pretrained") else w.get("source"))
         prec = p.record.get("precision", {})
@@ -235,4 +257,11 @@ def dry_run(planned: list[PlannedRun], out: str, prepared_exists: Callable[[str]
         cache_txt = (f"; {len(items)} shared preparation(s) (feature caches, embeddings), {len(have)} already built, "
                      f"{sum(v for k, v in items.items() if k not in have)} encoder items to compute")
     head = f"{len(planned)} runs: {todo} to run, {len(planned) - todo} cached{cache_txt}"
+    if other:
+        how = []
+        for t in sorted(set(other.values())):
+            w = workers_for(t) if workers_for else None
+            how.append(f"--workers {w}" if w else f"--set threads={t}")
+        head += (f"\n{len(other)} runs are cached with other torch threads ({' or '.join(how)}); the threads are part "
+                 "of the run id, so this plan runs them again")
     return "\n".join([head, *lines])

@@ -235,6 +235,15 @@ def make_pruner(name: str, trials: int):
     raise UserError(f"--pruner must be one of {', '.join(PRUNERS)}, got {name!r}")
 
 
+def refuse_untunable(protocols) -> None:
+    """A study selects on a validation curve: a protocol whose family records none is refused, with its reason,
+    before any cube is read or cluster started (every trial would otherwise fail without one)."""
+    for name in protocols:
+        fam = get(protocol_spec(name).family)
+        if fam.not_tunable:
+            raise UserError(f"tune --protocol {name}: {fam.not_tunable}")
+
+
 def objective(rec: dict, metric: str, higher: bool) -> float | None:
     """The best validation value of the primary metric (the state the engine keeps and tests)."""
     vals = [float(p[metric]) for p in rec.get("val_curve") or [] if isinstance(p.get(metric), (int, float))]
@@ -447,6 +456,7 @@ def tune(bases: list[RunSpec], space: tuple[Param, ...], out: str, recipe, *, tr
 
     if trials < 1:
         raise UserError(f"--trials must be >= 1, got {trials}")
+    refuse_untunable({b.protocol for b in bases})
     if batch is not None and batch < 1:
         raise UserError(f"--batch must be >= 1, got {batch}")
     client = get_client(client)

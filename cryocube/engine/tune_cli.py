@@ -45,8 +45,15 @@ def _tune(args) -> int:
     from ..families import PlanContext
     from .cli import _warn_random, resolve_cubes
     from .plan import plan_runs, runs_from_grid
-    from .tune import load_tune_config, make_pruner, make_sampler, parse_space, tune
+    from .tune import load_tune_config, make_pruner, make_sampler, parse_space, refuse_untunable, tune
 
+    if args.trials < 1:  # counts are checked first: before any cube is read or cluster started
+        raise UserError(f"--trials must be >= 1, got {args.trials}")
+    if args.batch is not None and args.batch < 1:
+        raise UserError(f"--batch must be >= 1, got {args.batch}")
+    if args.epochs is not None and args.epochs < 1:
+        raise UserError(f"--epochs must be >= 1, got {args.epochs}")
+    refuse_untunable([p.strip() for p in args.protocol.split(",") if p.strip()])  # before its space is read
     sets = list(args.set) + ([f"epochs={args.epochs}"] if args.epochs is not None else [])
     recipe, yaml_space = load_tune_config(args.config, sets)
     space = parse_space(args.space, yaml_space, recipe)

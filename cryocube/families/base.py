@@ -93,6 +93,8 @@ class Family:
     name: ClassVar[str]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
+    # why `tune` cannot run a study on this family's protocols ("" = it can: its runs record a validation curve)
+    not_tunable: ClassVar[str] = ""
     shown_metrics: ClassVar[tuple[str, ...]] = ()  # printed after the primary metric on a run's result line
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe  # its recipe fields (the shared ones and its own)

@@ -48,6 +48,20 @@ def dataset_band_rule(dataset: str, default: str = "named") -> str:
         return default
 
 
+def match_cube_bands(mspec: ModelSpec, bands, rule: str, offers_cross_sensor: bool = True):
+    """(rule, BandMatch): the one band rule of `evaluate` and `embed`. An optical-only encoder on a cube with no
+    optical band gets the SAR/grey bands in its RGB slots (the cross-sensor rule, as Cryo-Bench feeds SAR to
+    optical GFMs) instead of a refusal; anything else that fits no slot is refused, naming the bands."""
+    from ..models import BandMatchError, match_bands
+
+    try:
+        return rule, match_bands(mspec, bands, rule, offers_cross_sensor)
+    except BandMatchError:
+        if rule != "named" or any(b.role == "optical" for b in bands):
+            raise
+        return "cross_sensor", match_bands(mspec, bands, "cross_sensor", offers_cross_sensor)
+
+
 _ENCODERS: dict[tuple, torch.nn.Module] = {}  # per worker process: built once, reused by every task
 
 

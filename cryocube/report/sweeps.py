@@ -107,6 +107,18 @@ def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float,
     A curve is one model id and one recipe (the run's identity apart from fraction, seed and protocol):
     two models that share a display name, or one model at epochs 1 and 3, are separate curves, labelled
     apart (`distinct_labels`)."""
+    out, rep = _fraction_groups(res)
+    curves = {}
+    for d, cs in out.items():
+        cs = {k: dict(v) for k, v in cs.items() if len(v) >= 2}  # a curve needs two fractions
+        if cs:
+            names = distinct_labels({k: rep[(d, *k)] for k in cs})
+            curves[d] = {(names[k], k[2]): pts for k, pts in cs.items()}
+    return curves
+
+
+def _fraction_groups(res: Results) -> tuple[dict, dict]:
+    """dataset -> (model, recipe digest, encoder mode) -> fraction -> mIoUs, and one run per group."""
     out: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     rep: dict[tuple, Run] = {}
     for r in res.runs + res.other_recipes:
@@ -117,13 +129,23 @@ def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float,
             key = (r.model, r.recipe_digest, kind)
             out[r.dataset][key][r.fraction].append(r.miou)
             rep[(r.dataset, *key)] = r
-    curves = {}
-    for d, cs in out.items():
-        cs = {k: dict(v) for k, v in cs.items() if len(v) >= 2}  # a curve needs two fractions
-        if cs:
-            names = distinct_labels({k: rep[(d, *k)] for k in cs})
-            curves[d] = {(names[k], k[2]): pts for k, pts in cs.items()}
-    return curves
+    return out, rep
+
+
+def fraction_left_out(res: Results) -> list[str]:
+    """The runs no curve shows because their recipe ran at one label fraction while the same model (and encoder
+    mode) ran other fractions under another recipe: a curve never joins recipes, and the report says so."""
+    out, rep = _fraction_groups(res)
+    lines = []
+    for d, cs in sorted(out.items()):
+        names = distinct_labels({k: rep[(d, *k)] for k in cs})
+        for (model, digest, kind), pts in sorted(cs.items()):
+            mates = [p for (m, _, k), p in cs.items() if (m, k) == (model, kind)]
+            if len(pts) == 1 and len({f for p in mates for f in p}) >= 2:
+                f = next(iter(pts))
+                lines.append(f"{dataset_display_name(d)}: {names[(model, digest, kind)]} ({kind}, recipe {digest[:6]}) "
+                             f"at fraction {f:g}, {len(pts[f])} run(s)")
+    return lines
 
 
 def fraction_table(curves: dict) -> Table:
@@ -174,9 +196,13 @@ def sections(w: Any, res: Results) -> None:
                 w.figure(sec, history_plot(trials, higher, w.stem(f"tune_history_{i}"), f"{study}: optimisation history"),
                          f"{study}: validation objective per trial")
     curves = fraction_curves(res)
-    if curves:
-        sec = w.section("Label-fraction curves")
-        w.table(sec, "fractions", fraction_table(curves))
+    left = fraction_left_out(res)
+    if curves or left:
+        note = (f"Left out of the curves, {len(left)} point(s) whose recipe ran at one label fraction only (a curve "
+                "joins runs of one recipe, never recipes at other fractions): " + "; ".join(left) + ".") if left else ""
+        sec = w.section("Label-fraction curves", text=note)
+        if curves:
+            w.table(sec, "fractions", fraction_table(curves))
         for d, cs in sorted(curves.items()):
             w.figure(sec, fraction_plot(cs, w.stem(f"label_fraction_{d}"), f"{dataset_display_name(d)}: mIoU vs labels"),
                      f"{dataset_display_name(d)}: test mIoU against the share of training labels (frozen solid, "

@@ -12,7 +12,7 @@ from ...errors import UserError
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
 
-IDENTITY_VERSION = 2  # 2: R² scores a constant test fold 0.0 (torchmetrics), standardize in the probe recipe
+IDENTITY_VERSION = 3  # 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds, standardize
 
 
 def embeddings_url(out: str, key: str) -> str:
@@ -30,6 +30,9 @@ class Embedding(Family):
     primary_metric = "Q"
     shown_metrics = ("A",)
     variables = ("image",)
+    not_tunable = ("a probe has no validation split: NeuCo-Bench scores each of its k splits on that split's test rows "
+                   "(the best epoch, the best SVM setting), so a study would select its fields on the test score; "
+                   "set them with `--set` on `evaluate` or `probe` instead")
     # the encoder's side of the recipe (probe fields are the protocol's own: k, epochs, ... as run overrides)
 
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
@@ -64,7 +67,7 @@ class Embedding(Family):
                   "model_name": prov.get("model_name", f"{spec.model} baseline"), "dataset": cube.dataset,
                   "protocol": spec.protocol, "fraction": 1.0, "seed": spec.seed,
                   "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
-                  "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.as_dict(),
+                  "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.record(),
                   "band_mode": prov.get("band_mode"), "neuco_bench_differences": differences(pr, tasks),
                   **({"deviations": prov["deviations"]} if "deviations" in prov else {}),
                   "tasks": [t.name for t in tasks], "label_set": identity["tasks"], "weights": prov["weights"],
@@ -102,7 +105,7 @@ class Embedding(Family):
 
         w = run.work
         ids, _, _, attrs = load_embeddings(w["url"])
-        tasks = fold_tasks(align(ids, w["tasks"]), w["probe"], w["url"], str(attrs.get("embedding_sha256", ""))[:16])
+        tasks = fold_tasks(align(ids, w["tasks"], w["probe"].fold_order), w["probe"], w["url"], str(attrs.get("embedding_sha256", ""))[:16])
         if not tasks:
             raise UserError(f"{run.label}: no probe tasks")
         return [(probe_fold, t) for t in tasks]

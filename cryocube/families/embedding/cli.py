@@ -36,16 +36,18 @@ def register(sub) -> None:
     src.add_argument("--labels", help="NeuCo-Bench labels folder (<task>__<cls|regr>.csv with id,label)")
     src.add_argument("--tasks-from", metavar="CUBE", help="derive image-level tasks from a cube (class presence/fraction)")
     q.add_argument("--out", required=True, help="results folder: results_summary.json, <task>/<task>_result.json, results.jsonl")
-    q.add_argument("--probe", default="linear", metavar="{linear,knn,linear-svm}",
-                   help="linear: NeuCo-Bench's probe; knn: PANGAEA's weighted kNN; linear-svm: LinearSVC/SVR at C=1 "
-                        "(not NeuCo-Bench's Bayesian-searched kernel SVM, which cryocube does not implement)")
+    q.add_argument("--probe", default="linear", metavar="{linear,svm,knn,linear-svm}",
+                   help="linear: NeuCo-Bench's probe; svm: NeuCo-Bench's polynomial SVC/SVR picked by a Bayesian search "
+                        "(needs cryocube[neuco]); knn: PANGAEA's weighted kNN; linear-svm: LinearSVC/SVR at C=1")
     q.add_argument("--k", type=int, default=40, help="random 90/10 splits per task (NeuCo-Bench's configs: 40)")
     q.add_argument("--standardize", choices=("all", "labelled"), default="all",
                    help="rows the one global mean/std come from: all rows of the file (NeuCo-Bench's docs, default) "
                         "or the labelled rows only (NeuCo-Bench's code)")
     q.add_argument("--dim", type=int, default=None, help="expected width (submissions: 1024; checked and zero-padded)")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed, split_seed")
+                   help="probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed, split_seed, "
+                        "fold_order=id|file (file: NeuCo-Bench's folds); svm: n_iter, n_initial_points, C_min, C_max, "
+                        "gamma_min, gamma_max, coef0_min, coef0_max, degrees=2,3, epsilons=0.01,0.1")
     q.add_argument("--quiet", action="store_true")
     add_cluster_args(q)
     q.set_defaults(func=_probe)

@@ -27,7 +27,7 @@ from ... import __version__
 from ... import store as _store
 from ...cube import _text, as_text, read_samples
 from ...errors import UserError, task_boundary
-from ..encoders import EncoderSpec, InputMap, dataset_band_rule
+from ..encoders import EncoderSpec, InputMap, dataset_band_rule, match_cube_bands
 
 COMPLETE = "cryocube_embedding_complete"
 BASELINES = ("random", "mean")
@@ -90,7 +90,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
     torch threads of every block (default: this process's configured threads); on CPU part of the key."""
     from ...cluster.runtime import configured_threads
     from ...catalog import load_dataset
-    from ...models import match_bands, model_spec
+    from ...models import model_spec
     from ...models.weights import resolve_weights
     from ...precision import resolve, this_device
     from ..encoders import encoder_input_size, input_map
@@ -121,7 +121,7 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
     if follow_reference:  # every declared deviation switched to the reference's behaviour (docs/deviations.md)
         mspec = mspec.following_reference()
     rule = dataset_band_rule(cube.dataset)  # embed has no protocols: the dataset's catalog says the rule
-    match = match_bands(mspec, cube.bands, rule, offers_cross_sensor=False)
+    rule, match = match_cube_bands(mspec, cube.bands, rule, offers_cross_sensor=False)  # evaluate's rule
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
     found = resolve_weights(source, weights, weights_dir, allow_random_weights)
     device = device or this_device()

@@ -28,16 +28,18 @@ class NeuCoError(UserError):
 def standardize(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values of X, or of
     X[rows] only (NeuCo-Bench's code keeps the labelled rows before it standardises; its docs say the file)."""
-    X = np.asarray(X, dtype=np.float64)
-    X = np.where(np.isnan(X), 0.0, X)
+    X = np.asarray(X, dtype=np.float32)
+    X = np.where(np.isnan(X), np.float32(0.0), X)
     ref = X if rows is None else X[np.asarray(rows, dtype=np.int64)]
     if ref.size == 0:
-        return X.astype(np.float32)
+        return X
+    # NeuCo-Bench's arithmetic to the bit: float32 reductions over the column-major array pandas hands it
+    ref = np.asfortranarray(ref)
     mu = ref.mean()
     sigma = ref.std()
     if sigma == 0 or not np.isfinite(sigma):
-        sigma = 1.0
-    return ((X - mu) / sigma).astype(np.float32)
+        sigma = np.float32(1.0)
+    return np.ascontiguousarray((X - mu) / sigma, dtype=np.float32)
 
 
 def pad_to(X: np.ndarray, dim: int) -> np.ndarray:

@@ -24,17 +24,29 @@ from ... import store as _store
 from ...errors import UserError, task_boundary
 from ..class_labels import class_labels, slug as _slug
 from .neuco import NeuCoError, pad_to, shuffle_splits, standardize, summarize
-from .probes import PROBES, fold_score
+from .probes import PROBES, SVM_DEFAULTS, TASK_PROBES, check_labels, fold_score
 
 _X: dict[str, np.ndarray] = {}  # per worker: the standardised matrix of an embedding store, read once
 _INT = ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
 _POS = ("a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+_NUM = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+_INTS = ("integers >= 1 separated by commas (2,3)",
+         lambda v: isinstance(v, tuple) and v and all(isinstance(x, int) and x >= 1 for x in v))
+_POSS = ("numbers > 0 separated by commas (0.01,0.1)",
+         lambda v: isinstance(v, tuple) and v and all(isinstance(x, (int, float)) and x > 0 for x in v))
+LIST_FIELDS = ("degrees", "epsilons")  # svm fields that take a comma-separated list
 FIELD_RULES = {"epochs": _INT, "batch_size": _INT, "k": _INT, "max_iter": _INT, "lr": _POS, "temperature": _POS, "C": _POS,
+               "C_min": _POS, "C_max": _POS, "gamma_min": _POS, "gamma_max": _POS, "coef0_min": _NUM, "coef0_max": _NUM,
+               "n_iter": _INT, "n_initial_points": _INT, "degrees": _INTS, "epsilons": _POSS,
+               "base_estimator": ("one of RF, ET, GP, GBRT", lambda v: v in ("RF", "ET", "GP", "GBRT")),
                "weight_decay": ("a number >= 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)}
-DEFAULTS = {"linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64}}  # NeuCo-Bench's challenge probe
+DEFAULTS = {"linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64},  # NeuCo-Bench's challenge probe
+            "svm": dict(SVM_DEFAULTS)}  # its sample SVM config
+FOLD_ORDER = {"id": "each task's rows ordered by id before the splits (the same folds whatever the label file's order)",
+              "file": "each task's rows in its label file's order (or the cube's), as NeuCo-Bench draws its folds"}
 STANDARDIZE = {"all": "over every row of the embedding file (NeuCo-Bench's documentation)",
                "labelled": "over the rows labelled in some task (NeuCo-Bench's code)"}
-IDENTITY_VERSION = 2  # 2: R² as torchmetrics scores constant test folds (0.0, was NaN); standardize in the recipe
+IDENTITY_VERSION = 3  # 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds
 K_DEFAULT = 40  # NeuCo-Bench's shipped configs (k_folds: 40); the challenge FAQ's rule speaks of 10
 
 
@@ -51,21 +63,26 @@ class ProbeRecipe:
     max_nan_fraction: float = 0.3
     standardize: str = "all"  # the rows the global mean and std come from (STANDARDIZE)
     params: tuple[tuple[str, Any], ...] = ()  # the probe's own fields, over its DEFAULTS
+    fold_order: str = "id"  # the row order the splits are drawn over (FOLD_ORDER)
 
     def check(self) -> "ProbeRecipe":
-        if self.probe == "svm":
-            raise UserError("--probe svm would be NeuCo-Bench's SVM probe (a polynomial-kernel SVC/SVR whose C, degree "
-                            "and gamma a Bayesian search picks per split), which cryocube does not implement; "
-                            "--probe linear-svm is a LinearSVC/LinearSVR at C=1")
-        if self.probe not in PROBES:
-            raise UserError(f"--probe must be one of {', '.join(PROBES)}, got {self.probe!r}")
+        if self.probe not in PROBES and self.probe not in TASK_PROBES:
+            raise UserError(f"--probe must be one of {', '.join([*PROBES, *TASK_PROBES])}, got {self.probe!r}")
+        if self.probe in TASK_PROBES:
+            try:
+                import skopt  # noqa: F401
+            except ImportError:
+                raise UserError(f"--probe {self.probe} (NeuCo-Bench's Bayesian-searched SVM) needs scikit-optimize: "
+                                "pip install 'cryocube[neuco]'") from None
+        if self.fold_order not in FOLD_ORDER:
+            raise UserError(f"fold_order must be one of {', '.join(FOLD_ORDER)}, got {self.fold_order!r}")
         if self.k < 1:
             raise UserError(f"--k must be >= 1 (probes per task), got {self.k}")
         if not 0 < self.test_size < 1:
             raise UserError(f"test_size must be in (0, 1), got {self.test_size}")
         if self.standardize not in STANDARDIZE:
             raise UserError(f"--standardize must be one of {', '.join(STANDARDIZE)}, got {self.standardize!r}")
-        fields = [n for n, q in inspect.signature(PROBES[self.probe]).parameters.items()
+        fields = [n for n, q in inspect.signature({**PROBES, **TASK_PROBES}[self.probe]).parameters.items()
                   if q.kind is q.KEYWORD_ONLY and n != "seed"]
         for name, v in self.probe_params().items():
             shown = "knn_k" if (self.probe, name) == ("knn", "k") else name  # --k is the number of splits
@@ -75,6 +92,10 @@ class ProbeRecipe:
             rule, ok = FIELD_RULES.get(name, ("", lambda v: True))
             if not ok(v):
                 raise UserError(f"probe field {shown} must be {rule}, got {v!r}")
+        p = self.probe_params()
+        for lo, hi in (("C_min", "C_max"), ("gamma_min", "gamma_max"), ("coef0_min", "coef0_max")):
+            if lo in p and hi in p and not p[lo] < p[hi]:
+                raise UserError(f"probe field {lo} ({p[lo]:g}) must be below {hi} ({p[hi]:g})")
         return self
 
     def probe_params(self) -> dict[str, Any]:
@@ -83,7 +104,12 @@ class ProbeRecipe:
     def as_dict(self) -> dict[str, Any]:
         return {"probe": self.probe, "k": self.k, "test_size": self.test_size, "split_seed": self.split_seed,
                 "seed": self.seed, "dim": self.dim, "max_nan_fraction": self.max_nan_fraction,
-                "standardize": self.standardize, **self.probe_params()}
+                "standardize": self.standardize, **self.probe_params(),
+                **({"fold_order": self.fold_order} if self.fold_order != "id" else {})}  # id: run ids as before
+
+    def record(self) -> dict[str, Any]:
+        """What a run record shows: the recipe with its fold order named even where it is the default."""
+        return {**self.as_dict(), "fold_order": self.fold_order}
 
 
 def probe_recipe(probe: str = "linear", k: int = K_DEFAULT, overrides: dict | None = None, dim: int | None = None,
@@ -93,10 +119,14 @@ def probe_recipe(probe: str = "linear", k: int = K_DEFAULT, overrides: dict | No
     params: dict[str, Any] = {}
     fields = {"k", "test_size", "split_seed", "seed", "max_nan_fraction", "dim"}
     for key, v in (overrides or {}).items():
-        if key == "standardize":
-            r = replace(r, standardize=str(v))
+        if key in ("standardize", "fold_order"):
+            r = replace(r, **{key: str(v)})
             continue
-        v = _number(key, v)
+        if key == "base_estimator":
+            params[key] = str(v)
+            continue
+        v = (tuple(_number(key, x) for x in (v if isinstance(v, (list, tuple)) else str(v).split(",")))
+             if key in LIST_FIELDS else _number(key, v))
         if key in fields:
             r = replace(r, **{key: v})
         elif key == "knn_k":
@@ -220,9 +250,10 @@ def tasks_from_cube(url: str) -> list[Task]:
     return out
 
 
-def align(ids: list[str], tasks: list[Task]) -> list[tuple[Task, np.ndarray, np.ndarray]]:
+def align(ids: list[str], tasks: list[Task], fold_order: str = "id") -> list[tuple[Task, np.ndarray, np.ndarray]]:
     """(task, embedding rows, labels) per task, rows ordered by id (so folds depend on which ids are labelled,
-    never on the order of a label file or a cube); a labelled id without an embedding is an error."""
+    never on the order of a label file or a cube), or with `fold_order="file"` in the label file's (the cube's)
+    order, as NeuCo-Bench keeps it; a labelled id without an embedding is an error."""
     from .submission import strip_id
 
     pos = {strip_id(i): r for r, i in enumerate(ids)}
@@ -231,7 +262,7 @@ def align(ids: list[str], tasks: list[Task]) -> list[tuple[Task, np.ndarray, np.
         missing = [i for i in t.labels if strip_id(i) not in pos]
         if missing:
             raise UserError(f"task {t.name}: {len(missing)} labelled ids have no embedding, e.g. {missing[0]!r}")
-        keys = sorted(t.labels, key=strip_id)
+        keys = sorted(t.labels, key=strip_id) if fold_order == "id" else list(t.labels)
         rows = np.array([pos[strip_id(i)] for i in keys], dtype=np.int64)
         out.append((t, rows, np.array([t.labels[i] for i in keys], dtype=np.float64)))
     return out
@@ -262,6 +293,7 @@ class FoldTask:
     test: np.ndarray
     recipe: ProbeRecipe
     stats_rows: np.ndarray | None = None  # rows the standardisation's mean and std come from (None: all)
+    splits: tuple = ()  # a task-level probe (svm): every (train, test) split of the task, scored in one task
 
 
 def stats_rows(aligned, recipe: ProbeRecipe) -> np.ndarray | None:
@@ -296,6 +328,11 @@ def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
 
     with torch_task(1):  # a linear probe is tiny: one thread each, many tasks side by side
         X = _matrix(t) if X is None else X
+        if t.splits:  # the SVM's search spans the task's splits: one score per split
+            ys = check_labels(t.y, t.kind, t.task)
+            got = TASK_PROBES[t.recipe.probe](X[t.rows], ys, t.kind, list(t.splits), seed=t.recipe.seed,
+                                              **t.recipe.probe_params())
+            return {t.task: list(enumerate(got))}
         s = fold_score(X[t.rows], t.y, t.kind, t.train, t.test, t.recipe.probe, t.recipe.seed + t.fold, task=t.task,
                        **t.recipe.probe_params())
     return {t.task: [(t.fold, float(s))]}
@@ -316,6 +353,10 @@ def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> li
             splits = shuffle_splits(rows.size, recipe.k, test_size=recipe.test_size, seed=recipe.split_seed)
         except NeuCoError as e:
             raise UserError(f"task {task.name}: {e}") from None
+        if recipe.probe in TASK_PROBES:
+            e = np.zeros(0, np.int64)
+            out.append(FoldTask(url, digest, task.name, task.kind, rows, y, 0, e, e, recipe, srows, tuple(splits)))
+            continue
         out += [FoldTask(url, digest, task.name, task.kind, rows, y, f, tr, te, recipe, srows)
                 for f, (tr, te) in enumerate(splits)]
     return out
@@ -349,7 +390,7 @@ def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRe
     """k probes per task, as Dask tasks over one scattered matrix (in this process without a client)."""
     from ...progress import gather, progress_bar
 
-    aligned = align(ids, tasks)
+    aligned = align(ids, tasks, recipe.fold_order)
     Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
     digest = hashlib.sha256(Xs.tobytes()).hexdigest()[:16]
     folds = fold_tasks(aligned, recipe, None, digest)
@@ -408,8 +449,10 @@ def differences(recipe: ProbeRecipe, tasks: Sequence[Task] = ()) -> list[str]:
            "embedding and label values that are not finite numbers are refused (NeuCo-Bench: embeddings 0)",
            "a probe without a finite score counts as failed; more than "
            f"{recipe.max_nan_fraction:.0%} failed probes make a task's Q NaN (NeuCo-Bench averages what it has)"]
-    if recipe.probe != "linear":
+    if recipe.probe not in ("linear", "svm"):
         out.append(f"probe {recipe.probe} is not NeuCo-Bench's (its probes: linear; svm with a Bayesian search)")
+    if recipe.fold_order == "id":
+        out.append(f"fold order id: {FOLD_ORDER['id']} (NeuCo-Bench: the label file's order; fold_order=file)")
     if recipe.test_size != 0.1 or recipe.split_seed != 42:
         out.append(f"splits: test_size {recipe.test_size:g}, seed {recipe.split_seed} (NeuCo-Bench: 0.1, 42)")
     ovr = sorted(t.name for t in tasks if t.name.endswith("_vs_rest__cls"))
@@ -440,7 +483,7 @@ def load_probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None =
     ids, X, prov = read_embedding_input(embeddings, recipe.dim)
     if tasks_from:
         same_cube(embeddings, prov, tasks_from)
-    align(ids, tasks)  # every labelled id has a vector
+    align(ids, tasks, recipe.fold_order)  # every labelled id has a vector
     return ProbeInputs(ids, X, prov, tasks)
 
 
@@ -471,7 +514,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     run_id = content_hash(identity)
     scores = run_probes(X, ids, tasks, recipe, client, progress)
     summary = finish_scores(scores, recipe)
-    meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.as_dict(), "differences": differences(recipe, tasks),
+    meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.record(), "differences": differences(recipe, tasks),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
     outputs.mark(out, "results", "probe")
     rdir = run_dir(out, run_id)  # per run: a second probe into `out` never overwrites the files this record points to
@@ -486,7 +529,7 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
                                                   "dim": int(X.shape[1]), "pca": prov.get("pca")},
               "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
               "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-              "probe": recipe.as_dict(), "neuco_bench_differences": differences(recipe, tasks),
+              "probe": recipe.record(), "neuco_bench_differences": differences(recipe, tasks),
               "tasks": sorted(t.name for t in tasks),
               "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
               "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity, "primary_metric": "Q",

@@ -192,8 +192,65 @@ def linear_svm_probe(
     return metric(model.predict(Xte), yte, kind)
 
 
+# NeuCo-Bench's configs/sample_config_svm.yaml (@a89ba06): the search space and BayesSearchCV's settings
+SVM_DEFAULTS: dict[str, object] = {"C_min": 1e-3, "C_max": 1e3, "degrees": (2, 3), "gamma_min": 1e-4, "gamma_max": 10.0,
+                                   "coef0_min": -1.0, "coef0_max": 2.0, "epsilons": (0.01, 0.05, 0.1, 0.5),
+                                   "n_iter": 50, "n_initial_points": 5, "base_estimator": "RF"}
+
+
+def svm_search(
+    X: np.ndarray,
+    ys: np.ndarray,
+    kind: str,
+    splits: list[tuple[np.ndarray, np.ndarray]],
+    *,
+    seed: int = 42,
+    C_min: float = 1e-3,
+    C_max: float = 1e3,
+    degrees: tuple[int, ...] = (2, 3),
+    gamma_min: float = 1e-4,
+    gamma_max: float = 10.0,
+    coef0_min: float = -1.0,
+    coef0_max: float = 2.0,
+    epsilons: tuple[float, ...] = (0.01, 0.05, 0.1, 0.5),
+    n_iter: int = 50,
+    n_initial_points: int = 5,
+    base_estimator: str = "RF",
+) -> list[float]:
+    """NeuCo-Bench's SVM probe for one task (its `SVMHPOptimizer`): ONE scikit-optimize BayesSearchCV over a
+    polynomial SVC (cls, labels -1/1, accuracy steers the search) or SVR (regr, negative MSE steers it), with
+    the task's k splits as its cv; each split's score is the best test F1 (cls) or R² (regr, sklearn's) that any
+    of the `n_iter` tried settings reached on it. The search couples the splits (each setting is scored on all of
+    them), so the task, not the split, is the unit of work. Needs the `neuco` extra (scikit-optimize)."""
+    _check_kind(kind)
+    try:
+        from skopt import BayesSearchCV
+        from skopt.space import Categorical, Real
+    except ImportError:
+        raise ProbeError("--probe svm needs scikit-optimize: pip install 'cryocube[neuco]'") from None
+    from sklearn.svm import SVC, SVR
+
+    y = np.array(ys, dtype=np.float64).ravel()
+    space = {"C": Real(C_min, C_max, prior="log-uniform"), "degree": Categorical(list(degrees)),
+             "kernel": Categorical(["poly"]), "gamma": Real(gamma_min, gamma_max, prior="log-uniform"),
+             "coef0": Real(coef0_min, coef0_max, prior="uniform")}
+    if kind == "cls":
+        model, scoring = SVC(), {"metric": "f1", "scoring": "accuracy"}
+        y[y == 0] = -1  # NeuCo-Bench's prepare_targets
+    else:
+        model, scoring = SVR(), {"metric": "r2", "scoring": "neg_mean_squared_error"}
+        space["epsilon"] = Categorical(list(epsilons))
+    opt = BayesSearchCV(model, space, return_train_score=True, scoring=scoring, cv=list(splits), refit="scoring",
+                        n_iter=int(n_iter), n_jobs=1, n_points=1, random_state=int(seed),
+                        optimizer_kwargs={"base_estimator": base_estimator, "n_initial_points": int(n_initial_points)})
+    opt.fit(np.asarray(X, dtype=np.float32), y)
+    return [float(max(opt.cv_results_[f"split{f}_test_metric"])) for f in range(len(splits))]  # as NeuCo-Bench
+
+
 ProbeFn = Callable[..., float]
 PROBES: dict[str, ProbeFn] = {"linear": linear_probe, "knn": knn_probe, "linear-svm": linear_svm_probe}
+# probes that score all of a task's splits at once (a search shared by the splits): name -> fn(X, ys, kind, splits)
+TASK_PROBES: dict[str, Callable[..., list[float]]] = {"svm": svm_search}
 
 
 # --- the protocol for one task -------------------------------------------------------------------

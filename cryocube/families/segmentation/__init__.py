@@ -16,7 +16,7 @@ from .data import stratified_subset, window_offsets
 from .metrics import metrics_from_confusion
 from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
-from ..encoders import EncoderSpec, dataset_band_rule, encoder_facts, encoder_input_size, input_map
+from ..encoders import EncoderSpec, dataset_band_rule, encoder_facts, encoder_input_size, input_map, match_cube_bands
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
 IDENTITY_VERSION = 2
@@ -37,7 +37,7 @@ class Segmentation(Family):
     # -- planning ------------------------------------------------------------------------------
     def plan(self, spec: RunSpec, cube, recipe: SegmentationRecipe, ctx: PlanContext) -> PlannedRun:
         from ...decoders import decoder_kinds, decoder_options
-        from ...models import BandMatchError, match_bands, model_spec
+        from ...models import model_spec
         from ...models.weights import resolve_weights
         from ...precision import resolve, this_device
 
@@ -57,14 +57,7 @@ class Segmentation(Family):
         rule = proto.bands
         if rule == "named" and drawn is not None:  # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
             rule = dataset_band_rule(cube.dataset, rule)
-        try:
-            match = match_bands(mspec, cube.bands, rule)  # raises when nothing fits
-        except BandMatchError:
-            # SAR-only cube, optical-only encoder: the benchmark feeds SAR as RGB (cross-sensor rule)
-            if rule != "named" or any(b.role == "optical" for b in cube.bands):
-                raise
-            rule = "cross_sensor"
-            match = match_bands(mspec, cube.bands, rule)
+        rule, match = match_cube_bands(mspec, cube.bands, rule)  # SAR-only cube, optical encoder: cross-sensor
         size = encoder_input_size(mspec, cube.tile, recipe.input_size, where)
         for split in ("train", "val", "test"):
             if not cube.samples(split).size:

@@ -35,6 +35,7 @@ class Vqa(Family):
     primary_metric = "parsed"  # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
     variables = ("image", "target", "box", "answer")
     recipe = VqaRecipe
+    not_tunable = "a VQA run trains nothing and records no validation curve; set its fields with `evaluate --set`"
 
     def plan(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> PlannedRun:
         from ...adapters import get, names, split_ref
