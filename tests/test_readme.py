@@ -1,7 +1,9 @@
-"""The README's embedding commands run as written: the lines are read out of README.md (so a README edit that
-no longer runs fails here), on small generated data in the published layouts, through the real CLI."""
+"""The commands of the README and the docs pages run as written: the lines are read out of the page where they live
+(so an edit that no longer runs fails here), on small generated data in the published layouts, through the real CLI.
+Every command line of every page parses with the real parser; the embedding page's lines run end to end."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -13,39 +15,91 @@ from pathlib import Path
 from cryocube.convert.writer import convert
 from cryocube.synthetic import make_raw, make_samples
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-ENV = dict(os.environ, PYTHONPATH=str(README.parent))
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 # what a machine without checkpoints or a big CPU adds to the lines (nothing else is changed)
 CLUSTER = ("convert", "embed", "probe", "evaluate")
 SMALL = ["epochs=1", "input_size=32", "decoder_channels=16", "batch_size=4", "crops_per_sample=1", "val_every=1",
          "normalization=cube"]
 
 
-def readme_lines(heading: str) -> list[list[str]]:
-    """The `cryocube ...` lines of the first code block under `heading`: comments and [optional] parts dropped."""
-    text = README.read_text()
-    section = text.split(heading, 1)[1]
-    block = section.split("```", 2)[1]
-    out = []
+def command_lines(block: str) -> list[list[str]]:
+    """The `cryocube ...` lines of one code block: comments and [optional] parts dropped, `\\` continuations
+    joined."""
+    out, cont = [], ""
     for line in block.splitlines():
-        line = line.split("#", 1)[0]
-        line = re.sub(r"\[[^\]]*\]", "", line).strip()
+        line = cont + re.sub(r"\[[^\]]*\]", "", line.split("#", 1)[0]).strip()
+        if line.endswith("\\"):  # the command goes on on the next line
+            cont = line[:-1]
+            continue
+        cont = ""
         if line.startswith("cryocube "):
             out.append(shlex.split(line)[1:])
     return out
 
 
-def test_the_readme_embedding_commands_run_as_written(tmp_path, client):
-    lines = readme_lines("### Embeddings")
+def page_lines(page: str, heading: str) -> list[list[str]]:
+    """The `cryocube ...` lines of the first code block under the line that starts with `heading` in `page`
+    (a path from the repository root, e.g. "docs/embeddings.md")."""
+    text = (ROOT / page).read_text()
+    found = re.search(rf"^{re.escape(heading)}", text, flags=re.M)
+    assert found, f"{page} has no heading {heading!r}"
+    return command_lines(text[found.end():].split("```", 2)[1])
+
+
+def alternatives(argv: list[str]) -> list[list[str]]:
+    """`list tasks|adapters` means one of them: one argv per alternative (a value with `=` keeps its `|`)."""
+    out = [[]]
+    for a in argv:
+        opts = a.split("|") if "|" in a and "=" not in a else [a]
+        out = [o + [x] for o in out for x in opts]
+    return out
+
+
+def test_every_command_line_of_the_readme_and_the_docs_parses():
+    from cryocube.cli import build_parser
+
+    parser = build_parser()
+    seen = 0
+    for page in PAGES:
+        blocks = (ROOT / page).read_text().split("```")[1::2]
+        for argv in (alt for b in blocks for line in command_lines(b) for alt in alternatives(line)):
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit:
+                raise AssertionError(f"{page}: `cryocube {shlex.join(argv)}` does not parse") from None
+            assert callable(args.func), argv
+            seen += 1
+    assert seen >= 40, seen  # the README's examples and the pages' blocks were read, not skipped
+
+
+def test_the_readme_has_one_example_per_command_and_its_names_exist(capsys):
+    from cryocube.cli import build_parser, main
+
+    lines = page_lines("README.md", "## One example per command")
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert sorted({a[0] for a in lines}) == sorted(commands), "a command without its README example, or the reverse"
+    # run the README's `list` line: every model its examples name is one the catalog has
+    listing = next(a for a in lines if a[0] == "list")
+    assert main(listing) == 0
+    listed = {ln.split()[0] for ln in capsys.readouterr().out.splitlines()[1:] if ln.strip()}
+    named = {a[2] if a[0] == "weights" else a[1] for a in lines if a[0] == "embed" or a[:2] == ["weights", "fetch"]}
+    named |= {m for a in lines if "--models" in a for m in a[a.index("--models") + 1].split(",") if ":" not in m}
+    assert named and named <= listed, named - listed
+
+
+def test_the_embedding_page_commands_run_as_written(tmp_path, client):
+    lines = page_lines("docs/embeddings.md", "# Embeddings")
     assert [a[0] for a in lines].count("probe") >= 2 and any(a[0] == "evaluate" and "probe" in a[a.index("--protocol") + 1]
                                                             for a in lines)
-    # what the README assumes exists: the challenge's download, and a converted GLD cube (its `convert` line)
+    # what the page assumes exists: the challenge's download, and a converted GLD cube (its `convert` line)
     make_samples("ssl4eo-downstream", tmp_path / "SSL4EO-S12-downstream", n=24, size=8, seed=4)
     make_raw("gld", tmp_path / "raw-gld", n={"train": 8, "val": 4, "test": 4}, seed=2)
     convert("gld", str(tmp_path / "raw-gld"), str(tmp_path / "cubes" / "gld.zarr"), client=client, tile_size=32,
             progress=False)
     for argv in lines:
-        # a LocalCluster started here: its workers share this folder, so the README's relative paths hold for them
+        # a LocalCluster started here: its workers share this folder, so the page's relative paths hold for them
         extra = ["--cluster", "local", "--workers", "1", "--quiet"] if argv[0] in CLUSTER else []
         if argv[0] in ("embed", "evaluate"):
             extra += ["--allow-random-weights"]
@@ -56,7 +110,7 @@ def test_the_readme_embedding_commands_run_as_written(tmp_path, client):
         p = subprocess.run([sys.executable, "-m", "cryocube.cli", *argv, *extra], cwd=tmp_path, env=ENV,
                            capture_output=True, text=True, timeout=900)
         rc, out, err = p.returncode, p.stdout, p.stderr
-        assert rc == 0, f"README line `cryocube {shlex.join(argv)}` failed ({rc}): {err[-2000:]}"
+        assert rc == 0, f"docs/embeddings.md line `cryocube {shlex.join(argv)}` failed ({rc}): {err[-2000:]}"
         if argv[0] == "probe":
             runs = list((tmp_path / argv[argv.index("--out") + 1] / "runs").glob("*/results_summary.json"))
             assert len(runs) == 1, runs  # one run's NeuCo-Bench files, in its own folder
