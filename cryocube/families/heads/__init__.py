@@ -47,7 +47,7 @@ class Heads(Family):
         if spec.model in BASELINES:
             raise UserError(f"{spec.label}: the heads protocol answers with an encoder's features; the chance baseline "
                             "is on every board already")
-        every = select(hr.task_names or None, cube.kind)
+        every = select(hr.task_names or None, cube.kind, cube.dataset)
         tasks = [t for t in every if answerable(t)]
         if not tasks:
             raise UserError(f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer an encoder "
