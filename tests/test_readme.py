@@ -27,7 +27,7 @@ def readme_lines(heading: str) -> list[list[str]]:
     section = text.split(heading, 1)[1]
     block = section.split("```", 2)[1]
     out = []
-    for line in block.splitlines():
+    for line in block.replace("\\\n", " ").splitlines():  # a line continued with \ is one command
         line = line.split("#", 1)[0]
         line = re.sub(r"\[[^\]]*\]", "", line).strip()
         if line.startswith("cryocube "):
@@ -67,3 +67,29 @@ def test_the_readme_embedding_commands_run_as_written(tmp_path, client):
             assert any(" probe " in r and " Q " in r for r in rows), out
             assert any(" frozen " in r and " mIoU " in r for r in rows), out
             assert "FAILED" not in out, out
+
+
+def test_the_readme_board_commands_run_as_written(tmp_path):
+    """The board's lines (encoders through heads, a VLM's blind run) on a converted interferogram cube, then report:
+    the board holds both encoders' head rows, the blind row, the chance row, and n in every filled cell."""
+    from cryocube.insar_synthetic import make_interferograms
+
+    lines = readme_lines("**The board (LEADERBOARD.md")
+    assert [(a[0], a[a.index("--protocol") + 1]) for a in lines] == [("evaluate", "heads"), ("evaluate", "vqa")]
+    assert "blind=true" in lines[1]
+    make_interferograms(tmp_path / "ifgs", n=24, size=32, seed=3)  # what the README's `convert insar` line reads
+    small = {"heads": ["input_size=32"], "vqa": ["block_samples=24", "gen_batch=8", "max_new_tokens=6"]}
+    for argv in [["convert", "insar", "--raw", "ifgs/", "--out", "cubes/insar.zarr"], *lines,
+                 ["report", "results", "--out", "report"]]:
+        extra = ["--cluster", "local", "--workers", "1", "--quiet"] if argv[0] in CLUSTER else []
+        if argv[0] == "evaluate":
+            extra += ["--allow-random-weights"] + [x for s in small[argv[argv.index("--protocol") + 1]] for x in ("--set", s)]
+        p = subprocess.run([sys.executable, "-m", "cryocube.cli", *argv, *extra], cwd=tmp_path, env=ENV,
+                           capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, f"`cryocube {shlex.join(argv)}` failed ({p.returncode}): {p.stderr[-2000:]}"
+    rows = [[c.strip() for c in x.strip().strip("|").split("|")]
+            for x in (tmp_path / "report" / "LEADERBOARD.md").read_text().splitlines() if x.startswith("| ")]
+    kinds = [r[1] for r in rows[1:]]
+    assert kinds == ["baseline: chance", "baseline: blind", "GFM (linear head)", "GFM (linear head)"], kinds
+    assert rows[2][0].endswith("(blind)")  # the README's blind line ran: no "blind: not run"
+    assert all("n=" in c for r in rows[1:] for c in r[2:3])  # Coherence Acc: every row, n shown

@@ -228,7 +228,7 @@ def test_hephaestus_rendered_rgb_reaches_optical_encoders_on_one_board(tmp_path,
     col = {h.split(" (")[0]: j for j, h in enumerate(head)}
     # both task files' columns, the dataset's own first, one metric per column
     assert head[2:8] == ["Deformation Acc (%)", "Deformation type Acc (%)", "Low coherence Acc (%)",
-                         "Atmospheric level MAE (count)", "Intensity Acc (%)", "Caption F1 (%)"]
+                         "Atmospheric level MAE (level)", "Intensity Acc (%)", "Caption F1 (%)"]
     assert {"Coherence Acc", "Localisation IoU", "Fringe MAE", "Noise F1"} <= set(col)
     assert [r[1] for r in by.values()] == ["baseline: chance", "baseline: blind", "VLM", "GFM (linear head)",
                                            "GFM (linear head)"]
@@ -236,7 +236,16 @@ def test_hephaestus_rendered_rgb_reaches_optical_encoders_on_one_board(tmp_path,
     vcell = {c["task"]: c for c in vlm["metrics"]["cells"] if c["class"] is None and c["metric"] == "accuracy"}
     hcell = {c["task"]: c for c in rec["metrics"]["cells"] if c["class"] is None and c["metric"] == "accuracy"}
     assert vcell["deformation"]["samples"] == hcell["deformation"]["samples"]  # the first phrasing, the heads' samples
-    assert vcell["deformation"]["n"] == hcell["deformation"]["n"]
+    from cryocube.cube import cube_info
+    from cryocube.families.split import cube_split, samples_hash
+
+    split, ids, _ = cube_split(url, cube_info(url).checksum)
+    test_ids = [i for i, s in zip(ids, split) if s == "test"]
+    ccell = {c["task"]: c for c in rec["metrics"]["baselines"]["chance"] if c["class"] is None}
+    for task in ("deformation", "deformation_type"):  # asked in two phrasings: each test sample counts once
+        assert vcell[task]["n"] == hcell[task]["n"] == ccell[task]["n"] == len(test_ids)
+        assert vcell[task]["samples"] == ccell[task]["samples"] == samples_hash(test_ids)
+    assert len(vlm["metrics"]["tasks"]["deformation"]["phrasings"]) == 2
     for name in ("chance", "ViT", "S12-MoCo (random init)", "tiny random llava (random init)"):
         assert by[name][col["Localisation IoU"]].split(" (")[0].endswith(f"n={box['n']}")  # the same test boxes
         assert by[name][col["Deformation Acc"]].endswith(f"n={hcell['deformation']['n']}")
