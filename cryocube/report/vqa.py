@@ -257,7 +257,7 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
     t = Table(f"phrasings_{dataset}", f"Prompt phrasings on {dataset}: mean and spread over each task's phrasings",
               [Column("model", "Model", numeric=False), Column("task", "Task", numeric=False),
                Column("metric", "Metric", numeric=False), Column("phrasings", "Phrasings"), Column("mean", "Mean"),
-               Column("sd", "SD"), Column("min", "Min"), Column("max", "Max"), Column("first", "First (board)"),
+               Column("sd", "SD"), Column("min", "Min"), Column("max", "Max"), Column("first", "First (the board's phrasing)"),
                Column("unparsed", "Unparsed per phrasing", numeric=False)])
     for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
@@ -271,7 +271,8 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
     if not t.rows:
         return None
     t.notes = ["SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing (lettered options); "
-               "every phrasing is asked of the same samples"]
+               "every phrasing is asked of the same samples; figures over every sample asked (the board's cell: "
+               "the first phrasing on the test split)"]
     return t
 
 
