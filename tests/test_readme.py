@@ -121,3 +121,29 @@ def test_the_embedding_page_commands_run_as_written(tmp_path, client):
             assert any(" probe " in r and " Q " in r for r in rows), out
             assert any(" frozen " in r and " mIoU " in r for r in rows), out
             assert "FAILED" not in out, out
+
+
+def test_the_vlm_page_board_commands_run_as_written(tmp_path):
+    """The board's lines (encoders through heads, a VLM's blind run) on a converted interferogram cube, then report:
+    the board holds both encoders' head rows, the blind row, the chance row, and n in every filled cell."""
+    from cryocube.insar_synthetic import make_interferograms
+
+    lines = page_lines("docs/vlm.md", "**The board (LEADERBOARD.md")
+    assert [(a[0], a[a.index("--protocol") + 1]) for a in lines] == [("evaluate", "heads"), ("evaluate", "vqa")]
+    assert "blind=true" in lines[1]
+    make_interferograms(tmp_path / "ifgs", n=24, size=32, seed=3)  # what the README's `convert insar` line reads
+    small = {"heads": ["input_size=32"], "vqa": ["block_samples=24", "gen_batch=8", "max_new_tokens=6"]}
+    for argv in [["convert", "insar", "--raw", "ifgs/", "--out", "cubes/insar.zarr"], *lines,
+                 ["report", "results", "--out", "report"]]:
+        extra = ["--cluster", "local", "--workers", "1", "--quiet"] if argv[0] in CLUSTER else []
+        if argv[0] == "evaluate":
+            extra += ["--allow-random-weights"] + [x for s in small[argv[argv.index("--protocol") + 1]] for x in ("--set", s)]
+        p = subprocess.run([sys.executable, "-m", "cryocube.cli", *argv, *extra], cwd=tmp_path, env=ENV,
+                           capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, f"`cryocube {shlex.join(argv)}` failed ({p.returncode}): {p.stderr[-2000:]}"
+    rows = [[c.strip() for c in x.strip().strip("|").split("|")]
+            for x in (tmp_path / "report" / "LEADERBOARD.md").read_text().splitlines() if x.startswith("| ")]
+    kinds = [r[1] for r in rows[1:]]
+    assert kinds == ["baseline: chance", "baseline: blind", "GFM (linear head)", "GFM (linear head)"], kinds
+    assert rows[2][0].endswith("(blind)")  # the page's blind line ran: no "blind: not run"
+    assert all("n=" in c for r in rows[1:] for c in r[2:3])  # Coherence Acc: every row, n shown

@@ -342,4 +342,4 @@ def test_a_hephaestus_cube_is_asked_its_annotations_and_gets_their_board(tmp_pat
     assert tasks["deformation"]["n"] == 4 and len(tasks["deformation"]["phrasings"]) == 2
     assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "report")]) == 0
     board = (tmp_path / "report" / "LEADERBOARD.md").read_text()
-    assert "Hephaestus annotations" in board and "| Atmospheric level MAE |" in board and "Caption F1 (%)" in board
+    assert "Hephaestus annotations" in board and "| Atmospheric level MAE (level) |" in board and "Caption F1 (%)" in board

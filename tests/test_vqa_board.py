@@ -33,6 +33,37 @@ def _rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in x.strip().strip("|").split("|")] for x in text.splitlines() if x.startswith("| ")]
 
 
+CELL = r"-?\d+\.\d\d \[-?\d+\.\d\d, -?\d+\.\d\d\] n=\d+( \(.*\))?"
+
+
+def _done_when(text: str, results: Path, blind: bool = True) -> dict[str, list[str]]:
+    """Issue 25's Done-when on one LEADERBOARD.md: every column holds one metric in one unit (the records' cells of a
+    column share metric, unit and sample hash; the header names the unit), every cell shows n or says why it is
+    empty, the chance and blind rows are present. Returns the rows by model name."""
+    from cryocube.report.vqa import CANNOT, NOT_ASKED, NOT_RUN
+
+    rows = _rows(text)
+    head, body = rows[0], rows[1:]
+    assert head[:2] == ["Model", "Kind"] and head[-1] == "Unparsed"
+    kinds = [r[1] for r in body]
+    assert kinds[0] == "baseline: chance" and "baseline: blind" in kinds
+    assert (body[1][0] != "blind") == blind  # a blind run's row, or "blind: not run"
+    by_col: dict[tuple, set] = {}
+    for line in results.read_text().splitlines():
+        r = json.loads(line)
+        for c in (r.get("metrics") or {}).get("cells", []) + ((r.get("metrics") or {}).get("baselines") or {}).get("chance", []):
+            if c["class"] is None:
+                by_col.setdefault((c["task"], c["metric"]), set()).add((c["unit"], c["samples"]))
+    assert all(len(v) == 1 for v in by_col.values()), by_col  # one unit, one sample set per column
+    assert all(re.search(r"\(.+\)$", h) for h in head[2:-1]), head  # the header names its unit
+    for row in body:
+        for cell in row[2:-1]:
+            assert re.fullmatch(CELL, cell) or cell in (CANNOT, NOT_ASKED, NOT_RUN, "cannot answer (chance)",
+                                                        "– (not in cube)"), (row[0], cell)
+    assert "refused" not in text
+    return {r[0]: r for r in body}
+
+
 @pytest.fixture(scope="module")
 def board(tmp_path_factory, client):
     from cryocube.convert.writer import convert
@@ -44,6 +75,7 @@ def board(tmp_path_factory, client):
     convert("insar", str(d / "raw"), url, client=client, progress=False)
     out = d / "results"
     recs = {"head": _run(url, out, client, "vit_scratch", "heads", HEAD_SETS),
+            "head2": _run(url, out, client, "ssl4eo_moco", "heads", HEAD_SETS),
             "vlm": _run(url, out, client, "transformers", "vqa", VLM_SETS),
             "blind": _run(url, out, client, "transformers", "vqa", VLM_SETS + ["blind=true"])}
     return url, out, recs
@@ -104,7 +136,9 @@ def test_leaderboard_one_metric_one_unit_per_column_n_in_every_cell(board, tmp_p
     assert rows[0] == ["Model", "Kind", "Coherence Acc (%)", "Localisation IoU (%)", "Localisation F1 (%)",
                        "Fringe MAE (count)", "Noise F1 (%)", "Unparsed"]
     by = {r[0]: r for r in rows[1:]}
-    assert [r[1] for r in rows[1:]] == ["baseline: chance", "baseline: blind", "VLM", "GFM (linear head)"]
+    assert [r[1] for r in rows[1:]] == ["baseline: chance", "baseline: blind", "VLM", "GFM (linear head)",
+                                        "GFM (linear head)"]
+    assert _done_when(text, out / "results.jsonl")["tiny random llava (random init) (blind)"][1] == "baseline: blind"
     vlm, head = by["tiny random llava (random init)"], by["ViT"]
     for row in rows[1:]:
         for cell in row[2:7]:
@@ -165,7 +199,7 @@ def test_hephaestus_rendered_rgb_reaches_optical_encoders_on_one_board(tmp_path,
     from cryocube.cli import main
     from cryocube.convert.writer import convert
     from cryocube.insar_synthetic import make_interferograms
-    from cryocube.report.vqa import NOT_RUN
+    from cryocube.report.vqa import CANNOT, NOT_RUN
 
     make_interferograms(tmp_path / "raw", n=12, size=32, seed=1, dataset="hephaestus")
     url = str(tmp_path / "heph.zarr")
@@ -175,22 +209,53 @@ def test_hephaestus_rendered_rgb_reaches_optical_encoders_on_one_board(tmp_path,
     assert rec["band_mode"] == ("rendered_rgb: B4<-insar_r, B3<-insar_g, B2<-insar_b; not fed: coherence_grey (a "
                                 "rendered grey layer (coherence): no slot of this encoder takes it)")
     assert rec["embedding"]["band_rule"] == "rendered_rgb"
-    assert {c["task"] for c in rec["metrics"]["cells"]} == {"deformation_localization"}  # the box Hephaestus has
+    own = {"deformation", "deformation_type", "low_coherence", "atmospheric_fringes", "intensity"}
+    assert {c["task"] for c in rec["metrics"]["cells"]} == own | {"deformation_localization"}  # its annotations, its box
     assert set(rec["tasks_left_out"]) == {"coherence_classification", "fringe_counting"}
+    assert "caption" in rec["tasks_text"] and "caption" not in rec["tasks"]  # text: no head
+    chance = {c["task"] for c in rec["metrics"]["baselines"]["chance"]}
+    assert own <= chance and "caption" not in chance
     moco = _run(url, out, client, "ssl4eo_moco", "heads", HEAD_SETS)  # an encoder with spectral slots
     fed = moco["band_mode"].split("; ")
     assert fed[0].startswith("rendered_rgb: ") and set(fed[0][14:].split(", ")) == {"B4<-insar_r", "B3<-insar_g", "B2<-insar_b"}
     assert fed[1].startswith("not fed: coherence_grey")
     vlm = _run(url, out, client, "transformers", "vqa", VLM_SETS)
     assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
-    rows = _rows((tmp_path / "report" / "LEADERBOARD.md").read_text())
-    by = {r[0]: r for r in rows[1:]}
-    assert [r[1] for r in rows[1:]] == ["baseline: chance", "baseline: blind", "VLM", "GFM (linear head)",
-                                        "GFM (linear head)"]
+    text = (tmp_path / "report" / "LEADERBOARD.md").read_text()
+    assert "# Leaderboard (Hephaestus annotations; InSAR-VLM-Bench" in text
+    by = _done_when(text, out / "results.jsonl", blind=False)
+    head = _rows(text)[0]
+    col = {h.split(" (")[0]: j for j, h in enumerate(head)}
+    # both task files' columns, the dataset's own first, one metric per column
+    assert head[2:8] == ["Deformation Acc (%)", "Deformation type Acc (%)", "Low coherence Acc (%)",
+                         "Atmospheric level MAE (level)", "Intensity Acc (%)", "Caption F1 (%)"]
+    assert {"Coherence Acc", "Localisation IoU", "Fringe MAE", "Noise F1"} <= set(col)
+    assert [r[1] for r in by.values()] == ["baseline: chance", "baseline: blind", "VLM", "GFM (linear head)",
+                                           "GFM (linear head)"]
     box = next(c for c in vlm["metrics"]["cells"] if c["metric"] == "box_iou")
+    vcell = {c["task"]: c for c in vlm["metrics"]["cells"] if c["class"] is None and c["metric"] == "accuracy"}
+    hcell = {c["task"]: c for c in rec["metrics"]["cells"] if c["class"] is None and c["metric"] == "accuracy"}
+    assert vcell["deformation"]["samples"] == hcell["deformation"]["samples"]  # the first phrasing, the heads' samples
+    from cryocube.cube import cube_info
+    from cryocube.families.split import cube_split, samples_hash
+
+    split, ids, _ = cube_split(url, cube_info(url).checksum)
+    test_ids = [i for i, s in zip(ids, split) if s == "test"]
+    ccell = {c["task"]: c for c in rec["metrics"]["baselines"]["chance"] if c["class"] is None}
+    for task in ("deformation", "deformation_type"):  # asked in two phrasings: each test sample counts once
+        assert vcell[task]["n"] == hcell[task]["n"] == ccell[task]["n"] == len(test_ids)
+        assert vcell[task]["samples"] == ccell[task]["samples"] == samples_hash(test_ids)
+    assert len(vlm["metrics"]["tasks"]["deformation"]["phrasings"]) == 2
     for name in ("chance", "ViT", "S12-MoCo (random init)", "tiny random llava (random init)"):
-        assert by[name][3].split(" (")[0].endswith(f"n={box['n']}")  # Localisation IoU: the same test boxes
-    assert by["blind"][2] == NOT_RUN and by["tiny random llava (random init)"][2] == "– (not in cube)"
+        assert by[name][col["Localisation IoU"]].split(" (")[0].endswith(f"n={box['n']}")  # the same test boxes
+        assert by[name][col["Deformation Acc"]].endswith(f"n={hcell['deformation']['n']}")
+    assert by["ViT"][col["Caption F1"]] == CANNOT and by["chance"][col["Caption F1"]] == "cannot answer (chance)"
+    assert by["blind"][2] == NOT_RUN and by["tiny random llava (random init)"][col["Coherence Acc"]] == "– (not in cube)"
+    # the blind run joins the same board, on the same samples
+    _run(url, out, client, "transformers", "vqa", VLM_SETS + ["blind=true"])
+    assert main(["report", str(out), "--out", str(tmp_path / "report2")]) == 0
+    by = _done_when((tmp_path / "report2" / "LEADERBOARD.md").read_text(), out / "results.jsonl")
+    assert by["tiny random llava (random init) (blind)"][col["Deformation Acc"]].endswith(f"n={hcell['deformation']['n']}")
 
 
 def test_bad_heads_and_blind_options_are_one_sentence(board, tmp_path, client):

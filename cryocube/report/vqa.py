@@ -105,6 +105,13 @@ def board_rows(res: Results, dataset: str) -> list[BoardRow]:
 
 
 def _header(task, metric: str, header: str, units: set[str]) -> str:
+    """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its task's cells would have."""
+    if not units:
+        from ..families.vqa.cells import unit
+        from ..families.vqa.tasks import all_tasks
+
+        t = all_tasks().get(task)
+        units = {unit(t, metric)} if t is not None and metric in [m for m, _, _ in t.metrics] else set()
     u = next(iter(units)) if len(units) == 1 else ""
     return header if not u or f"({u})" in header else f"{header} ({u})"
 
@@ -169,19 +176,39 @@ NOTES = ["each cell: the value on the cube's test split with its 95 % bootstrap 
 
 
 def board(res: Results, dataset: str) -> "Board":
-    """The board of the task file the dataset's VLM and head runs asked (their records name it); InSAR-VLM-Bench's
-    when the file cannot be found."""
+    """The board of every task file the dataset's VLM and head runs answered (their records name each task's file):
+    a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its board has both files' columns, the
+    dataset's own file first. InSAR-VLM-Bench's when no file can be found."""
     from ..catalog import CatalogError
-    from ..families.vqa.tasks import board_of
+    from ..families.vqa.tasks import Board, all_tasks, board_of
 
-    for r in sorted((r for r in res.vqa + res.heads if r.dataset == dataset), key=lambda r: r.model_name):
-        for d in (r.record.get("tasks") or {}).values():
+    known = all_tasks()
+    stems: dict[str, bool] = {}  # file stem -> whether its tasks are this dataset's own (`datasets:`)
+    for r in res.vqa + res.heads:
+        if r.dataset != dataset:
+            continue
+        for name, d in (r.record.get("tasks") or {}).items():
             if d.get("source"):
-                try:
-                    return board_of(Path(str(d["source"])).stem)
-                except CatalogError:
-                    break
-    return board_of("insar")
+                stem = Path(str(d["source"])).stem
+                stems[stem] = stems.get(stem, False) or bool(getattr(known.get(name), "datasets", ()))
+    boards = []
+    for stem in sorted(stems, key=lambda s: (not stems[s], s)):
+        try:
+            boards.append(board_of(stem))
+        except CatalogError:
+            continue  # a file that moved: its tasks' cells have no column
+    if not boards:
+        return board_of("insar")
+    if len(boards) == 1:
+        return boards[0]
+    cols, probes = [], []
+    for b in boards:
+        for c, p in zip(b.columns, b.probes):
+            if c[:2] not in {x[:2] for x in cols}:
+                cols.append(c)
+                probes.append(p)
+    return Board(title="; ".join(b.title for b in boards), columns=tuple(cols), probes=tuple(probes),
+                 per_class=any(b.per_class for b in boards))
 
 
 def leaderboard(res: Results, dataset: str) -> Table:
@@ -230,7 +257,7 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
     t = Table(f"phrasings_{dataset}", f"Prompt phrasings on {dataset}: mean and spread over each task's phrasings",
               [Column("model", "Model", numeric=False), Column("task", "Task", numeric=False),
                Column("metric", "Metric", numeric=False), Column("phrasings", "Phrasings"), Column("mean", "Mean"),
-               Column("sd", "SD"), Column("min", "Min"), Column("max", "Max"), Column("first", "First (board)"),
+               Column("sd", "SD"), Column("min", "Min"), Column("max", "Max"), Column("first", "First (the board's phrasing)"),
                Column("unparsed", "Unparsed per phrasing", numeric=False)])
     for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
@@ -244,7 +271,8 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
     if not t.rows:
         return None
     t.notes = ["SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing (lettered options); "
-               "every phrasing is asked of the same samples"]
+               "every phrasing is asked of the same samples; figures over every sample asked (the board's cell: "
+               "the first phrasing on the test split)"]
     return t
 
 

@@ -15,7 +15,7 @@ from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
 from ..vqa.cells import answerable
 from .recipe import HeadsRecipe
 
-IDENTITY_VERSION = 1
+IDENTITY_VERSION = 2  # 2: one question per sample and task (phrasings left to VLMs)
 N_BOOT = 1000
 
 
@@ -47,12 +47,13 @@ class Heads(Family):
         if spec.model in BASELINES:
             raise UserError(f"{spec.label}: the heads protocol answers with an encoder's features; the chance baseline "
                             "is on every board already")
-        every = select(hr.task_names or None, cube.kind)
+        every = select(hr.task_names or None, cube.kind, cube.dataset)
         tasks = [t for t in every if answerable(t)]
         if not tasks:
             raise UserError(f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer an encoder "
                             "head gives (class, number, fraction, box); text tasks read 'cannot answer (encoder)'")
         qs, left_out = questions(cube.url, tasks, every_split=True)
+        qs = [q for q in qs if q.variant == 0]  # one question per sample and task: phrasings are a VLM's matter
         asked = {q.task for q in qs}
         tasks = [t for t in tasks if t.name in asked]
         split, ids, split_record = cube_split(cube.url, cube.checksum)

@@ -1,6 +1,6 @@
 """Board cells: what a family contributes to a comparison board (report/vqa.py lays them out).
 
-A cell is one (task, metric[, class]) figure on the cube's test split (families/split.py): its unit, a hash of
+A cell is one (task, metric[, class]) figure on the cube's test split, over the task's first phrasing (families/split.py): its unit, a hash of
 the sample ids scored, n, the value and its 95 % bootstrap interval (metrics.py). `report` refuses a cell whose
 samples or unit differ from its column's, so a column compares like with like. The chance baseline is made here
 too: the train split's majority class, mean number or mean box, scored on the test questions.
@@ -20,7 +20,7 @@ UNITS = {"number": "count", "fraction": "fraction of the tile"}  # mae's unit by
 def unit(task, metric: str) -> str:
     from .metrics import FACTS
 
-    return "%" if FACTS[metric][2] else UNITS.get(task.answer, task.answer)
+    return "%" if FACTS[metric][2] else (task.unit or UNITS.get(task.answer, task.answer))
 
 
 def cells(rows: list[dict], tasks: dict, split: np.ndarray, ids: list[str], n_boot: int, seed: int,
@@ -29,7 +29,7 @@ def cells(rows: list[dict], tasks: dict, split: np.ndarray, ids: list[str], n_bo
     class (class None) and, where rows have classes, per class; each with n, unparsed, interval and sample hash."""
     from .metrics import summarize
 
-    test = [r for r in rows if split[r["sample"]] == "test"]
+    test = [r for r in rows if split[r["sample"]] == "test" and r.get("variant", 0) == 0]  # the first phrasing's
     out = []
     for name, t in tasks.items():
         rs = [r for r in test if r["task"] == name]
@@ -106,5 +106,6 @@ CHANCE_HOW = {"class": "majority train class", "number": "train mean", "fraction
 
 
 def chance_cells(questions, tasks: dict, split: np.ndarray, ids: list[str], n_boot: int, seed: int) -> list[dict]:
+    questions = [q for q in questions if getattr(q, "variant", 0) == 0]  # a sample once, however many phrasings
     rows = scored_rows([q for q in questions if split[q.sample] == "test"], tasks, chance(questions, tasks, split))
     return cells(rows, tasks, split, ids, n_boot, seed, how=lambda t, m: CHANCE_HOW[t.answer])

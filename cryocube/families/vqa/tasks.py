@@ -92,6 +92,7 @@ class TaskSpec:
     variants: tuple[str, ...] = ()  # further phrasings of `prompt` (`prompts:`); the board scores `prompt`
     domain: tuple[float | None, float | None] | None = None  # number answers: lowest, highest (None: open)
     datasets: tuple[str, ...] = ()  # its file's `datasets:`: the only datasets whose cubes it asks (empty: any)
+    unit: str = ""  # a number answer's unit on the board (empty: by answer kind, families/vqa/cells.py)
 
     @property
     def primary_metric(self) -> str:
@@ -108,6 +109,7 @@ class TaskSpec:
         d.pop("source")
         d.pop("cube_kind")  # a task asks one kind of cube (any other is refused), so it never moves an answer
         d.pop("datasets")  # likewise: which cubes it is asked of, not what it asks
+        d.pop("unit")  # how the board names the error's unit, not what is asked or read
         if not self.skip_classes:  # the classes left out change the questions (kept out when none: old ids stand)
             d.pop("skip_classes")
         for k in ("variants", "domain"):  # likewise: a task without further phrasings or a domain keeps its id
@@ -201,7 +203,7 @@ def parse_task(name: str, d: Any, render: RenderSpec | TileRender, where: str, c
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: a task must be a mapping")
     unknown = set(d) - {"title", "answer", "labels", "aliases", "metrics", "prompt", "prompts", "max_new_tokens",
-                        "unparsed_value", "domain"}
+                        "unparsed_value", "domain", "unit"}
     if unknown:
         raise CatalogError(f"{where}: unknown fields {sorted(unknown)}")
     answer = need(d, "answer", where, str)
@@ -264,6 +266,7 @@ def parse_task(name: str, d: Any, render: RenderSpec | TileRender, where: str, c
                     max_new_tokens=mnt, labels=labels, aliases=tuple((k, tuple(map(str, v))) for k, v in aliases.items()),
                     unparsed_value=float(d.get("unparsed_value", 0.0)), render=render, source=where.split(":")[0],
                     cube_kind=cube_kind, skip_classes=skip_classes, variants=tuple(prompts[1:]), domain=domain,
+                    unit=str(d.get("unit") or ""),
                     datasets=datasets)
 
 
