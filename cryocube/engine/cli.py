@@ -114,8 +114,9 @@ def _evaluate(args) -> int:
     outputs.claim(args.out, "results", "evaluate", inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
                   write_marker=False)
     # plan on this machine first: every user error surfaces before a cluster starts
+    parallel = len(set(specs))  # a plan of fewer runs than cores gets fewer workers, each with more threads
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights,
-                      threads=planned_threads(args.cluster, args.workers, args.threads_per_worker))
+                      threads=planned_threads(args.cluster, args.workers, args.threads_per_worker, parallel=parallel))
     planned = plan_runs(specs, recipe, ctx)
     if args.dry_run:
         root = args.out.rstrip("/")
@@ -126,7 +127,7 @@ def _evaluate(args) -> int:
     _warn_random(planned, args.quiet)
     outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
+                      memory_limit=args.memory_limit, quiet=args.quiet, parallel=parallel) as client:
         res = evaluate(specs, args.out, recipe, client=client, progress=not args.quiet, weights_dir=args.weights,
                        allow_random_weights=args.allow_random_weights)
     print_records(res.records, res.skipped)
