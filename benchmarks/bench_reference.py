@@ -291,9 +291,11 @@ def print_budget(title: str, rows: list[tuple], wall: float, pk: dict) -> None:
         pct = f"{100 * s / wall:6.1f}%" if s is not None else ""
         rate = fl / s if (fl and s) else None
         peak = pk.get(note) if note in ("fp32", "bf16") else None
-        print(f"    {name:<76} {s if s is not None else float('nan'):7.2f} {pct:>7} "
-              f"{fl / 1e9 if fl else float('nan'):8.1f} {rate / 1e12 if rate else float('nan'):8.3f} "
-              f"{100 * rate / peak if rate and peak else float('nan'):6.1f}%  {note if note not in ('fp32', 'bf16') else note}")
+        sec = f"{s:7.2f}" if s is not None else f"{'-':>7}"
+        gfl = f"{fl / 1e9:8.1f}" if fl else ""
+        tfs = f"{rate / 1e12:8.3f}" if rate else ""
+        share = f"{100 * rate / peak:6.1f}%" if rate and peak else ""
+        print(f"    {name:<76} {sec} {pct:>7} {gfl:>8} {tfs:>8} {share:>7}  {note}")
 
 
 def cpu_name() -> str:
