@@ -12,7 +12,8 @@ inference, writing, each compute phase with its FLOPs beside the fp32/bf16 matmu
 Rows: frozen (SSL4EO-MAE ViT-S + UPerNet-512, frozen; the headline), vitb (DOFA ViT-B/16, frozen),
 fewshot (10 % of 40 training tiles), finetune (SSL4EO-MAE ViT-S trained end to end). cryocube's bf16 run
 (precision auto on a CPU with AMX/AVX512-BF16) is also run in fp32 on the same data and seed (the
-accuracy check: within 1 mIoU point).
+accuracy check: within 1 mIoU point), and with `--workers 2` (1 worker with every core against 2 workers with
+one thread each). The load average is printed beside each run: other processes on the cores show there.
 
     python benchmarks/bench_reference.py                          # frozen row, 20 epochs, validation every 5
     python benchmarks/bench_reference.py --rows frozen,vitb,fewshot,finetune
@@ -92,7 +93,7 @@ def timed(cmd: list[str], env: dict, log: Path) -> dict:
     if p.returncode:
         tail = log.read_text()[-2000:]
         raise RuntimeError(f"{' '.join(cmd[:4])} ... exited {p.returncode}; end of {log}:\n{tail}")
-    return {"wall_s": wall, "cpu_s": cpu, "cores_used": cpu / wall, "stdout": p.stdout}
+    return {"wall_s": wall, "cpu_s": cpu, "cores_used": cpu / wall, "stdout": p.stdout, "load_after": os.getloadavg()[0]}
 
 
 def make_data(root: Path, row: Row, cc_env: dict) -> tuple[Path, str, float]:
@@ -124,14 +125,14 @@ def run_reference(row: Row, raw: Path, out: Path, a, cores: int) -> dict:
     return {**r, "mIoU": float(res["test_mIoU"]), "result": res}
 
 
-def run_cryocube(row: Row, cube: str, out: Path, a, precision: str, env: dict) -> dict:
+def run_cryocube(row: Row, cube: str, out: Path, a, precision: str, env: dict, extra: tuple = ()) -> dict:
     cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", row.model, "--protocol",
            row.protocol, "--epochs", str(a.epochs), "--set", f"val_every={a.val_every}", "--set",
            f"batch_size={a.batch_size}", "--set", f"precision={precision}", "--allow-random-weights", "--out", str(out),
            "--quiet", "--cluster", "local"]
     if row.fraction:
         cmd += ["--fraction", str(row.fraction)]
-    r = timed(cmd, env, out.parent / f"{out.name}.log")
+    r = timed([*cmd, *extra], env, out.parent / f"{out.name}.log")
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
     rec = [x for x in recs if x.get("status") == "ok"][-1]
     return {**r, "mIoU": float(rec["metrics"]["mIoU"]), "record": rec}
@@ -325,6 +326,8 @@ def main(argv=None) -> None:
     ap.add_argument("--val-every", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--no-fp32", action="store_true", help="skip cryocube's fp32 run (the accuracy check)")
+    ap.add_argument("--workers-too", type=int, default=2,
+                    help="also run cryocube with this many workers (1 torch thread each when it equals the cores; 0: not)")
     ap.add_argument("--keep", default=None, help="keep the data and outputs in this folder")
     ap.add_argument("--budget-out", default=None, metavar="FILE",
                     help="write this machine's unit costs (frozen row) for `cryocube evaluate --dry-run --budget FILE`")
@@ -355,28 +358,37 @@ def main(argv=None) -> None:
             if not a.no_fp32 and cc["record"]["precision"]["effective"] != "fp32":
                 c32 = run_cryocube(row, cube, root / f"cc32-{row.name}", a, "fp32", cc_env)
                 print(f"[{row.name}] cryocube (fp32): {c32['wall_s']:.1f} s, mIoU {c32['mIoU']:.2f}", flush=True)
-            table.append((row, ref, cc, c32, fl, conv_s))
+            cw = None
+            if a.workers_too and a.workers_too != cc["record"]["cluster"]["n_workers"]:
+                cw = run_cryocube(row, cube, root / f"ccw-{row.name}", a, "auto", cc_env, ("--workers", str(a.workers_too)))
+                print(f"[{row.name}] cryocube ({cw['record']['precision']['effective']}, {a.workers_too} workers): "
+                      f"{cw['wall_s']:.1f} s, mIoU {cw['mIoU']:.2f}", flush=True)
+            table.append((row, ref, cc, c32, fl, conv_s, cw))
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\n{'row':<10} {'side':<34} {'wall s':>8} {'mIoU':>7} {'cores':>6} {'threads x workers':>18} {'ratio':>7}")
-    for row, ref, cc, c32, fl, conv_s in table:
+    print(f"\n{'row':<10} {'side':<34} {'wall s':>8} {'mIoU':>7} {'cores':>6} {'threads x workers':>18} {'ratio':>7} "
+          f"{'load 1-min after':>17}")
+    for row, ref, cc, c32, fl, conv_s, cw in table:
         print(f"{row.name:<10} {'reference (fp32, 1 process)':<34} {ref['wall_s']:8.1f} {ref['mIoU']:7.2f} "
-              f"{ref['cores_used']:6.2f} {ref['result']['machine']['torch_threads']:>14} x 1 {'1.00x':>7}")
-        for label, r in ((f"cryocube ({cc['record']['precision']['effective']})", cc), ("cryocube (fp32)", c32)):
+              f"{ref['cores_used']:6.2f} {ref['result']['machine']['torch_threads']:>14} x 1 {'1.00x':>7} "
+              f"{ref['load_after']:17.2f}")
+        for label, r in ((f"cryocube ({cc['record']['precision']['effective']})", cc), ("cryocube (fp32)", c32),
+                         (f"cryocube ({cc['record']['precision']['effective']}, --workers {a.workers_too})", cw)):
             if r is None:
                 continue
             rec = r["record"]
             print(f"{'':<10} {label:<34} {r['wall_s']:8.1f} {r['mIoU']:7.2f} {r['cores_used']:6.2f} "
-                  f"{rec['torch_threads']:>14} x {rec['cluster']['n_workers']} {ref['wall_s'] / r['wall_s']:6.2f}x")
+                  f"{rec['torch_threads']:>14} x {rec['cluster']['n_workers']} {ref['wall_s'] / r['wall_s']:6.2f}x "
+                  f"{r['load_after']:17.2f}")
         if c32 is not None:
             d = cc["mIoU"] - c32["mIoU"]
             print(f"{'':<10} bf16 - fp32 mIoU: {d:+.2f} points ({'within' if abs(d) <= 1 else 'NOT within'} 1 point); "
                   f"fp32 is {c32['wall_s'] / cc['wall_s']:.2f}x the bf16 wall")
         if conv_s:
             print(f"{'':<10} (one-off, not in the ratio: converting the raw tiles to a cube took {conv_s:.1f} s)")
-    for row, ref, cc, c32, fl, conv_s in table:
+    for row, ref, cc, c32, fl, conv_s, cw in table:
         print(f"\n[{row.name}] time budget; FLOPs counted on the modules, peaks fp32 {pk['fp32'] / 1e12:.3f} / bf16 "
               f"{pk['bf16'] / 1e12:.3f} TFLOP/s; encoder {fl['encoder_item'] / 1e9:.1f} GFLOP per window, decoder step "
               f"{fl['decoder_step'] / 1e9:.0f} GFLOP (batch {a.batch_size}, fwd+bwd)")
