@@ -94,6 +94,50 @@ def test_local_cluster_has_worker_processes_cpu_device_and_torch_threads():
     assert device_for_worker() == "cpu"
 
 
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_local_sizing_follows_the_plan_and_the_cores_never_the_load():
+    """Fewer runs than cores: fewer workers, more torch threads each (a single run uses every core);
+    the answer depends on the plan and the machine only: the same under load as idle."""
+    from cryocube.cluster import planned_threads
+    from cryocube.cluster.local import MAX_LOCAL_WORKERS, local_sizing
+
+    assert local_sizing(None, None, None, parallel=1, cores=2) == (1, 1, 2)
+    assert local_sizing(None, None, None, parallel=2, cores=2) == (2, 1, 1)
+    assert local_sizing(None, None, None, parallel=8, cores=2) == (2, 1, 1)
+    assert local_sizing(None, None, None, parallel=3, cores=16) == (3, 1, 5)
+    assert local_sizing(None, None, None, parallel=None, cores=16) == (MAX_LOCAL_WORKERS, 1, 4)  # unknown plan: as before
+    assert local_sizing(2, None, None, parallel=1, cores=2) == (2, 1, 1)  # --workers wins
+    assert local_sizing(None, None, 3, parallel=1, cores=2) == (1, 1, 3)  # so do fixed torch threads
+    idle = [planned_threads("local", parallel=p) for p in (1, 2, 5)]
+    procs = [subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<4: pass"])
+             for _ in range(3)]
+    try:
+        _busy(0.5)
+        loaded = [planned_threads("local", parallel=p) for p in (1, 2, 5)]
+    finally:
+        for p in procs:
+            p.wait()
+    assert loaded == idle
+    assert planned_threads("k8s", parallel=1) is None  # remote workers: their own share, read when they start
+
+
+def test_single_run_plan_gets_one_worker_with_every_core():
+    from dask.system import CPU_COUNT
+
+    from cryocube.cluster import configured_threads, planned_threads
+
+    with open_cluster("local", dashboard=False, quiet=True, parallel=1) as client:
+        assert cluster_info(client)["n_workers"] == 1
+        threads = list(client.run(configured_threads).values())
+        assert threads == [planned_threads("local", parallel=1)] == [max(1, int(CPU_COUNT))]
+        assert client.submit(_torch_probe, pure=False).result()[:2] == (max(1, int(CPU_COUNT)), str(max(1, int(CPU_COUNT))))
+
+
 def test_get_client_returns_given_client_and_refuses_to_start_one(client):
     assert get_client(client) is client
     code = textwrap.dedent("""

@@ -72,6 +72,17 @@ def test_protocols_and_learning(tmp_path, client, cubes):
         assert {"mIoU", "mF1", "oAcc", "mAcc", "IoU"} <= set(r["metrics"]) and r["val_curve"] and r["versions"]["torch"]
         assert r["cube"]["checksum"] and r["samples_per_s"] > 0 and r["peak_memory_mb"] > 0
     assert len(read_results(str(tmp_path))) == 5 and (tmp_path / "results.parquet").exists()
+    # the time budget each record carries (benchmarks/bench_reference.py prints it beside FLOP counts)
+    for r in res.records:
+        ph = r["timings"]["fit_phases"]
+        assert ph["forward_s"] > 0 and ph["backward_s"] > 0 and ph["optimizer_s"] > 0 and ph["checkpoint_write_s"] > 0
+        assert ph["validations"] == len(r["val_curve"]) and ph["validate_s"] > 0
+        assert ph["forward_s"] + ph["backward_s"] + ph["validate_s"] <= r["timings"]["train_s"]
+        if r["trains_encoder"]:
+            assert "feature_phases" not in r["timings"]
+        else:  # the feature cache of this plan was built by this call: its reads, encoder time and writes
+            fe = r["timings"]["feature_phases"]
+            assert fe["encode_s"] > 0 and fe["read_s"] > 0 and fe["write_s"] > 0
 
     # the map-reduced confusion matrix equals one computed on the whole test split at once
     g = zarr.open_group(unet["predictions"], mode="r")
@@ -193,3 +204,66 @@ def test_batches_of_padding_only_are_skipped_not_a_nan_loss(tmp_path, client):
     assert rec["status"] == "ok", rec.get("error")
     assert 0 < rec["unlabelled_steps"] < rec["steps"]
     assert np.isfinite(rec["metrics"]["mIoU"])
+
+
+def _budget(**over):
+    b = {"version": 1, "date": "2026-12-04", "machine": {"cpu": "test", "cores": 2}, "encoder_gflops": 8.87,
+         "batch_size": 4,
+         "cryocube": {"startup_s": 10.0, "fit_setup_s": 1.0, "encoder_s_per_item": 0.1, "step_s": 2.0,
+                      "decoder_window_s": 0.05, "test_fixed_s": 0.5},
+         "reference": {"setup_s": 5.0, "encoder_s_per_item": 0.2, "decoder_step_s": 4.0, "decoder_window_s": 0.1,
+                       "train_encoder_s_per_item": 0.2}}
+    b.update(over)
+    return b
+
+
+def test_dry_run_estimate_from_a_measured_budget(tmp_path, cubes, capsys):
+    """The estimate sums planned steps, windows and encoder items at the budget's unit costs; a feature cache
+    is paid once by cryocube, the encoder in every step and validation by the reference."""
+    import json
+
+    from cryocube.engine.estimate import estimate, load_budget
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext
+    from cryocube.models import model_spec
+
+    cfg = load_config(None, FAST)
+    planned = plan_runs([RunSpec("ssl4eo_moco", cubes["glid"], "frozen"), RunSpec("ssl4eo_moco", cubes["glid"], "fewshot", 0.5)],
+                        cfg, PlanContext(out=str(tmp_path), allow_random_weights=True))
+    assert planned[0].prep_key == planned[1].prep_key
+    b = _budget(encoder_gflops=model_spec("ssl4eo_moco").gflops)  # scale 1
+    est = estimate(planned, b)
+    cc, ref = 10.0, 0.0
+    for i, p in enumerate(planned):
+        e, w = p.estimate, p.work
+        win = e["validations"] * w.val_samples.size * e["windows_per_tile"] + w.test_samples.size * e["windows_per_tile"]
+        cc += (e["encoder_items"] * 0.1 if i == 0 else 0) + 1.0 + e["steps"] * 2.0 + win * 0.05 + 0.5
+        ref += 5.0 + e["steps"] * (4.0 + w.recipe.batch_size * 0.2) + win * (0.1 + 0.2)
+    assert est["runs"] == 2 and est["cryocube_s"] == pytest.approx(cc) and est["reference_s"] == pytest.approx(ref)
+    # a model twice as heavy doubles the encoder share only
+    heavy = estimate(planned, _budget(encoder_gflops=model_spec("ssl4eo_moco").gflops / 2))
+    assert heavy["reference_s"] - est["reference_s"] == pytest.approx(
+        sum(p.estimate["steps"] * 4 * 0.2 + (p.estimate["validations"] * p.work.val_samples.size + p.work.test_samples.size)
+            * p.estimate["windows_per_tile"] * 0.2 for p in planned))
+
+    good = tmp_path / "budget.json"
+    good.write_text(json.dumps(b))
+    assert load_budget(str(good))["cryocube"]["step_s"] == 2.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_budget(reference={"setup_s": 1})))
+    with pytest.raises(UserError, match="reference.encoder_s_per_item"):
+        load_budget(str(bad))
+    bad.write_text("{")
+    with pytest.raises(UserError, match="bench_reference.py --budget-out"):
+        load_budget(str(bad))
+
+    from cryocube.cli import main
+
+    bad.write_text(json.dumps(_budget(cryocube={**b["cryocube"], "step_s": -1})))
+    args = ["evaluate", "--cubes", cubes["glid"], "--models", "ssl4eo_moco", "--out", str(tmp_path / "o"), "--dry-run",
+            "--allow-random-weights", *[x for kv in FAST for x in ("--set", kv)]]
+    assert main(args + ["--budget", str(bad)]) == 2
+    assert "field cryocube.step_s must be a number >= 0" in capsys.readouterr().err
+    assert main(args + ["--budget", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "estimated wall time of 1 segmentation runs: cryocube" in out and f"budget {good}" in out

@@ -48,14 +48,14 @@ def add_cluster_args(p) -> None:
 
 
 def planned_threads(spec: str, n_workers: int | None = None, threads_per_worker: int | None = None,
-                    torch_threads: int | None = None) -> int | None:
-    """The torch threads per worker `open_cluster(spec, ...)` will configure, where known before it starts
-    (a run's default threads, so a plan made before the cluster has the run ids made after); else None."""
+                    torch_threads: int | None = None, parallel: int | None = None) -> int | None:
+    """The torch threads per worker `open_cluster(spec, ..., parallel=...)` will configure, where known before
+    it starts (a run's default threads, so a plan made before the cluster has the run ids made after); else None."""
     from .local import local_sizing
 
     if torch_threads:
         return torch_threads
-    return local_sizing(n_workers, threads_per_worker, None)[2] if parse_cluster_spec(spec)[0] == "local" else None
+    return local_sizing(n_workers, threads_per_worker, None, parallel)[2] if parse_cluster_spec(spec)[0] == "local" else None
 
 
 @contextlib.contextmanager
@@ -69,13 +69,16 @@ def open_cluster(
     dashboard: bool = True,
     torch_threads: int | None = None,
     quiet: bool = False,
+    parallel: int | None = None,
 ) -> Iterator["Client"]:
     """Yield a Client on the cluster named by `spec`; on exit close only what was created here.
 
     n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the
     manifest/options of k8s and gateway clusters. torch_threads fixes torch's threads per worker
     (default: the worker's share of the cores, so workers x threads fit them); it is the default
-    thread count of the runs planned on the cluster. quiet: no cluster line.
+    thread count of the runs planned on the cluster. parallel: how many runs the plan trains at once; a
+    local cluster gets no more workers than that (a single run: one worker with every core). quiet: no
+    cluster line.
     """
     for label, v in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker), ("torch_threads", torch_threads)):
         if v is not None and v < 1:
@@ -89,7 +92,7 @@ def open_cluster(
             raise ClusterError(f"--memory-limit {memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or auto)") from None
     name, target = parse_cluster_spec(spec)
     req = ClusterRequest(name, target, n_workers, threads_per_worker, memory_limit, gateway_options, k8s_spec,
-                         dashboard, torch_threads)
+                         dashboard, torch_threads, parallel)
     stack = contextlib.ExitStack()
     try:
         stack.enter_context(patient())  # load alone must not fail a worker start or a connection

@@ -14,12 +14,18 @@ if TYPE_CHECKING:
 MAX_LOCAL_WORKERS = 4  # beyond this, fewer processes with more torch threads each use memory better
 
 
-def local_sizing(n_workers: int | None, threads_per_worker: int | None, torch_threads: int | None) -> tuple[int, int, int]:
+def local_sizing(n_workers: int | None, threads_per_worker: int | None, torch_threads: int | None,
+                 parallel: int | None = None, cores: int | None = None) -> tuple[int, int, int]:
     """(workers, Dask threads per worker, torch threads per worker) of `--cluster local`: they fit the cores,
-    and the torch threads are the default threads of every run planned on the cluster."""
-    cores = host_cores()
+    and the torch threads are the default threads of every run planned on the cluster.
+
+    `parallel`: how many runs the plan can train at once (None: unknown, as many workers as fit). A plan
+    of fewer runs than cores gets fewer workers with more torch threads each, so a single run computes on
+    every core instead of one. The answer follows from the plan and the machine's cores alone, never
+    from the load: the same plan on the same machine gets the same threads, and so the same bits."""
+    cores = cores or host_cores()
     tpw = threads_per_worker or 1
-    n = n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS))
+    n = n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS, parallel or MAX_LOCAL_WORKERS))
     return n, tpw, torch_threads or max(1, cores // (n * tpw))
 
 
@@ -48,7 +54,7 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
 
     from .worker_logs import LOCAL_WORKER
 
-    n, tpw, threads = local_sizing(req.n_workers, req.threads_per_worker, req.torch_threads)
+    n, tpw, threads = local_sizing(req.n_workers, req.threads_per_worker, req.torch_threads, req.parallel)
     with ctrl_c_stays_here():
         made = LocalCluster(n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
                             env={**thread_env(threads), LOCAL_WORKER: "1"}, **dashboard_kwargs(req.dashboard))

@@ -33,6 +33,7 @@ class ClusterRequest:
     k8s_spec: str | None
     dashboard: bool
     torch_threads: int | None
+    parallel: int | None = None  # runs the plan can train at once (sizes local clusters); None: unknown
 
 
 Backend = Callable[[ClusterRequest, contextlib.ExitStack], "Client"]

@@ -42,6 +42,9 @@ def register(sub) -> None:
     p.add_argument("--allow-random-weights", action="store_true",
                    help="run pretrained models without a checkpoint (random init; every record and report says so)")
     p.add_argument("--dry-run", action="store_true", help="print the plan (runs, cache hits, weights, steps) and stop")
+    p.add_argument("--budget", default=None, metavar="FILE",
+                   help="with --dry-run: estimate the wall time (and the reference's) from a budget measured by "
+                        "benchmarks/bench_reference.py --budget-out FILE")
     p.add_argument("--out", required=True, help="results folder/URL (results.jsonl, runs/, features/, logs/)")
     p.add_argument("--storage-options", type=options_arg, default=None,
                    help="JSON fsspec options for remote cubes and --out (or $CRYOCUBE_STORAGE_OPTIONS)")
@@ -114,8 +117,14 @@ def _evaluate(args) -> int:
     outputs.claim(args.out, "results", "evaluate", inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
                   write_marker=False)
     # plan on this machine first: every user error surfaces before a cluster starts
+    parallel = len(set(specs))  # a plan of fewer runs than cores gets fewer workers, each with more threads
     ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights,
-                      threads=planned_threads(args.cluster, args.workers, args.threads_per_worker))
+                      threads=planned_threads(args.cluster, args.workers, args.threads_per_worker, parallel=parallel))
+    budget = None
+    if args.budget:
+        from .estimate import load_budget
+
+        budget = load_budget(args.budget)  # a bad file is refused before any planning work
     planned = plan_runs(specs, recipe, ctx)
     if args.dry_run:
         root = args.out.rstrip("/")
@@ -126,13 +135,19 @@ def _evaluate(args) -> int:
 
         print(dry_run(planned, args.out, lambda key: any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings")),
                       workers_for if args.threads_per_worker is None else None))
+        if budget is not None:
+            from .estimate import estimate_text
+            from .records import load_record
+
+            todo = [p for p in planned if (r := load_record(args.out, p.run_id)) is None or r.get("status") != "ok"]
+            print(estimate_text(todo, budget, args.budget))
         print("(precision auto is decided by the workers' device, and the default torch threads by the cluster's "
               "configuration; this plan assumed this machine's)")
         return 0
     _warn_random(planned, args.quiet)
     outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
     with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
+                      memory_limit=args.memory_limit, quiet=args.quiet, parallel=parallel) as client:
         res = evaluate(specs, args.out, recipe, client=client, progress=not args.quiet, weights_dir=args.weights,
                        allow_random_weights=args.allow_random_weights)
     print_records(res.records, res.skipped)

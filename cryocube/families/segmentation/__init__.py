@@ -156,6 +156,9 @@ class Segmentation(Family):
                 out[k]["features_s"] += r["seconds"]
                 out[k]["threads"] |= set(r["threads"])
                 out[k]["devices"].add(r["device"])
+                ph = out[k].setdefault("phases", {})
+                for name, v in r.get("phases", {}).items():
+                    ph[name] = round(ph.get(name, 0.0) + v, 4)
         wall = time.perf_counter() - t0 if tasks else 0.0
         for k, (c, _) in caches.items():
             g = _store.open_group(c.url, "r")
@@ -239,5 +242,7 @@ class Segmentation(Family):
             "gflops": w.encoder.model.gflops,
             "predictions": predictions,
             "timings": {"features_s": prep.get("features_s", 0.0), "features_wall_s": prep.get("features_wall_s", 0.0),
-                        "train_s": fitted["train_s"], "setup_s": fitted["setup_s"]},
+                        "train_s": fitted["train_s"], "setup_s": fitted["setup_s"],
+                        **({"fit_phases": fitted["phases"]} if "phases" in fitted else {}),
+                        **({"feature_phases": prep["phases"]} if "phases" in prep else {})},
         }

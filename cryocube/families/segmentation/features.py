@@ -74,7 +74,8 @@ def block_tasks(cache: CacheSpec, split: str, samples: np.ndarray, plan: dict, b
 
 
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
-    """Read, normalise, pad and cut the items of `samples` (a chunk of a block)."""
+    """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds it took."""
+    t0 = time.perf_counter()
     S = cache.encoder.input_size
     image, label = read_dense(cache.cube_url, samples)
     x, label = pad_to(cache.inputs.apply(image), label, S)
@@ -84,7 +85,7 @@ def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: in
             oy, ox = offsets[j * per + k]
             xs.append(x[j, :, oy : oy + S, ox : ox + S])
             ys.append(label[j, oy : oy + S, ox : ox + S])
-    return torch.stack(xs), np.stack(ys), int(image.nbytes)
+    return torch.stack(xs), np.stack(ys), int(image.nbytes), time.perf_counter() - t0
 
 
 @task_boundary
@@ -108,16 +109,21 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
         cuda = device.startswith("cuda")
         outs: list[list[np.ndarray]] = []
         labels, bytes_in = [], 0
+        ph = {"read_s": 0.0, "read_wait_s": 0.0, "encode_s": 0.0, "write_s": 0.0}  # read_s overlaps encode_s
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             nxt = pool.submit(_windows, cache, task.samples[:chunk], offsets[: chunk * per], per)
             for i, s0 in enumerate(starts):
-                x, y, nb = nxt.result()
+                w0 = time.perf_counter()
+                x, y, nb, rs = nxt.result()
+                ph["read_wait_s"] += time.perf_counter() - w0
+                ph["read_s"] += rs
                 if i + 1 < len(starts):
                     s1 = starts[i + 1]
                     nxt = pool.submit(_windows, cache, task.samples[s1 : s1 + chunk], offsets[s1 * per : (s1 + chunk) * per], per)
                 bytes_in += nb
                 labels.append(y)
                 x = x.pin_memory().to(device, non_blocking=True) if cuda else x
+                e0 = time.perf_counter()
                 with torch.inference_mode(), autocast(device, cache.encoder.precision):
                     for b in range(0, x.shape[0], batch):
                         feats = enc(x[b : b + batch])
@@ -127,13 +133,16 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
                                 f"{cache.encoder.model.id}: non-finite features for samples {task.samples[s0 : s0 + chunk].tolist()} "
                                 f"of {cache.cube_url} (precision {cache.encoder.precision}; input range "
                                 f"{float(x.min()):.3g}..{float(x.max()):.3g})")
+                ph["encode_s"] += time.perf_counter() - e0
+        w0 = time.perf_counter()
         n = sum(o[0].shape[0] for o in outs)
         for lvl in range(len(outs[0])):
             g[f"f{lvl}"][task.item0 : task.item0 + n] = np.concatenate([o[lvl] for o in outs])
         g["label"][task.item0 : task.item0 + n] = np.concatenate(labels)
         g["progress"][task.block] = 1
+        ph["write_s"] = time.perf_counter() - w0
         return {"items": n, "seconds": time.perf_counter() - t0, "bytes_in": bytes_in, "threads": [threads],
-                "device": device}
+                "device": device, "phases": ph}
 
 
 def mark_complete(cache: CacheSpec, split: str, forwards: int) -> None:

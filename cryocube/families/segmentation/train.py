@@ -207,6 +207,9 @@ class Trainer:
         self.unlabelled_steps = 0  # batches whose every pixel is ignore (padding): no gradient, the schedule goes on
         self.rng_state = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
+        # where a run's time goes (seconds summed over epochs): the benchmark's budget against FLOP bounds
+        self.phases = {"batches_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "optimizer_s": 0.0, "validate_s": 0.0,
+                       "validations": 0}
 
     def _swap_in(self) -> None:
         torch.set_rng_state(self.rng_state)
@@ -219,7 +222,11 @@ class Trainer:
             self.cuda_rng = torch.cuda.get_rng_state()
 
     def _validate(self, epoch: int) -> float:
-        m = metrics_from_confusion(self.validate_fn(), self.run.class_names)
+        t = time.perf_counter()
+        cm = self.validate_fn()
+        self.phases["validate_s"] += time.perf_counter() - t
+        self.phases["validations"] += 1
+        m = metrics_from_confusion(cm, self.run.class_names)
         loss = float(np.mean(self.losses)) if self.losses else None
         self.curve.append({"epoch": epoch, "mIoU": m["mIoU"], "mF1": m["mF1"], "loss": loss})
         if m["mIoU"] > self.best or self.best_state is None:  # strictly better, as the reference
@@ -233,27 +240,39 @@ class Trainer:
         val = self._validate(epoch) if epoch % self.val_every == 0 else None
         self.module.train()
         self.losses = []
+        ph, clock = self.phases, time.perf_counter
+        t = clock()
         for inputs, target in self.batches(epoch):
+            ph["batches_s"] += clock() - t
             target = target.to(self.device).long()
             if not bool((target != CUBE_IGNORE_INDEX).any()):  # mean cross-entropy over no pixel is 0/0 = NaN
                 self.sched.step()
                 self.unlabelled_steps += 1
                 self.seen += int(target.shape[0])
                 self.steps += 1
+                t = clock()
                 continue
+            t = clock()
             with autocast(self.device, self.run.encoder.precision):
                 logits = self.forward(inputs)
             loss = self.loss_fn(logits.float(), target)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"run {self.run.label}: non-finite loss ({loss.item()}) at epoch {epoch}, step {self.steps}")
+            t1 = clock()
             self.opt.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
+            t2 = clock()
             self.scaler.step(self.opt)
             self.scaler.update()
             self.sched.step()
+            t3 = clock()
+            ph["forward_s"] += t1 - t
+            ph["backward_s"] += t2 - t1
+            ph["optimizer_s"] += t3 - t2
             self.losses.append(loss.detach().item())
             self.seen += int(target.shape[0])
             self.steps += 1
+            t = clock()
         self._swap_out()
         if self.run.events:
             publish({"run": self.run.run_id, "label": self.run.label, "epoch": epoch + 1, "epochs": self.epochs,
@@ -359,11 +378,14 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
                         t.epoch(epoch)
                     except (NonFiniteLoss, UserError) as e:
                         failed[i] = failure(e)
+        written = 0.0
         for i, t in enumerate(trainers):
             if i not in failed:
                 t.finish()
                 t.module.load_state_dict(t.best_state)
+                w0 = time.perf_counter()
                 save_state(t.module, t.run.checkpoint)
+                written += time.perf_counter() - w0
         elapsed = time.perf_counter() - t0
         peak = (torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda")
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -376,6 +398,7 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
             out.append({"val_curve": t.curve, "best_epoch": t.best_epoch, "train_s": elapsed, "setup_s": built - t0,
                         "steps": t.steps, "unlabelled_steps": t.unlabelled_steps, "train_samples_per_s": t.seen / max(elapsed, 1e-9), "peak_memory_mb": peak,
                         "device": device, "threads": [threads], "decoders_in_task": len(trainers),
+                        "phases": {**{k: round(v, 4) for k, v in t.phases.items()}, "checkpoint_write_s": round(written, 4)},
                         "trainable_params": int(sum(p.numel() for p in t.module.parameters() if p.requires_grad)),
                         "encoder_params": int(sum(p.numel() for p in enc.parameters()))})
         return out
