@@ -66,6 +66,12 @@ def test_precision_is_recorded_and_changes_the_run_id(cube, tmp_path):
     # the memory format follows the device too (channels_last measured faster on CUDA, slower on AVX2 CPUs)
     p = plan_runs([RunSpec("unet", cube)], load_recipe(None, FAST), PlanContext(out=str(tmp_path), device=A100))[0]
     assert p.work.memory_format == "channels_last" and p.record["memory_format"] == "channels_last"
+    amx = DeviceInfo("cpu", "xeon", cpu_bf16=True, cpu_amx=True)  # bf16 on AMX: channels_last measured faster too
+    p = plan_runs([RunSpec("unet", cube)], load_recipe(None, FAST), PlanContext(out=str(tmp_path), device=amx))[0]
+    assert p.work.memory_format == "channels_last" and p.record["precision"]["effective"] == "bf16"
+    p = plan_runs([RunSpec("unet", cube)], load_recipe(None, FAST + ["precision=fp32"]),
+                  PlanContext(out=str(tmp_path), device=amx))[0]
+    assert p.work.memory_format == "contiguous"
 
 
 def test_bf16_and_fp32_runs_learn_alike(cube, tmp_path, client):
@@ -125,3 +131,14 @@ def test_decoders_trained_together_equal_decoders_trained_alone(cube, tmp_path, 
     # the cache was computed once and read by every decoder of the group
     assert len(together.prepared) == 1 and len({r["encoder_forward_items"] for r in t.values()}) == 1
     assert np.all([r["threads"]["fit"] == [1] for r in t.values()])
+
+
+def test_auto_memory_format_is_channels_last_only_where_it_measured_faster():
+    from cryocube.precision import auto_memory_format
+
+    amx = DeviceInfo("cpu", "xeon", cpu_bf16=True, cpu_amx=True)
+    assert auto_memory_format(amx, "bf16") == "channels_last"
+    assert auto_memory_format(amx, "fp32") == "contiguous"  # not measured faster in fp32
+    assert auto_memory_format(DeviceInfo("cpu", "epyc", cpu_bf16=True), "bf16") == "contiguous"  # AVX512-BF16, no AMX
+    assert auto_memory_format(AVX2, "fp32") == "contiguous"
+    assert auto_memory_format(A100, "bf16") == "channels_last"

@@ -39,7 +39,7 @@ class Segmentation(Family):
         from ...decoders import decoder_kinds, decoder_options
         from ...models import model_spec
         from ...models.weights import resolve_weights
-        from ...precision import resolve, this_device
+        from ...precision import auto_memory_format, resolve, this_device
 
         proto = protocol_spec(spec.protocol)
         drawn = None  # a sample cube with a per-pixel target: the split this family draws for it
@@ -81,8 +81,8 @@ class Segmentation(Family):
         recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))  # fixed for every task of the run
         arith = ctx.arithmetic_threads(recipe.threads)
         memory_format = recipe.memory_format
-        if memory_format == "auto":  # measured: faster on CUDA tensor cores, slower on this project's AVX2 CPUs
-            memory_format = "channels_last" if device.type == "cuda" else "contiguous"
+        if memory_format == "auto":
+            memory_format = auto_memory_format(device, precision)
         inputs = input_map(cube, match.index, recipe.normalization)
         run_seed = derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed)
         cube_key = cube.checksum if drawn is None else f"{cube.checksum}:split-{drawn['digest']}"  # the split is part of what is learnt

@@ -32,7 +32,7 @@ class SegmentationRecipe(BaseRecipe):
     # cryocube's engineering (not part of the reference recipe)
     crops_per_sample: int = 4  # size of the fixed bank of random training crops (frozen protocols)
     feature_dtype: str = "float16"  # storage of cached features
-    memory_format: str = "auto"  # channels_last for conv decoders where it measures faster (CUDA), else contiguous
+    memory_format: str = "auto"  # channels_last where it measures faster (CUDA; bf16 on AMX CPUs), else contiguous
     max_val_samples: int | None = None  # cap validation cost on big datasets (None = all)
     cache_in_memory_mb: float = 1024  # cached features smaller than this are read once per task, else streamed
     decoders_per_task: int = 8  # frozen runs sharing a feature cache train together, up to this many per task
