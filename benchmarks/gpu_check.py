@@ -360,7 +360,7 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
     offsets = crop_offsets(samples.size, per, cache.tile, cache.encoder.input_size, 0)
     _windows(cache, samples[:1], offsets[:per], per)  # first open of the cube
     t0 = time.perf_counter()
-    x, _, nbytes = _windows(cache, samples, offsets, per)
+    x, _, nbytes, _ = _windows(cache, samples, offsets, per)
     sec = time.perf_counter() - t0
     out["loader"] = {"items": int(x.shape[0]), "seconds": sec, "items_per_s": x.shape[0] / sec, "mb_per_s": nbytes / sec / 2**20}
     if enc_sps:
