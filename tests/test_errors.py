@@ -102,17 +102,23 @@ def test_ctrl_c_to_the_process_group_is_one_line_and_exit_130(ssl, tmp_path, cli
     emb = str(tmp_path / "mean.zarr")
     assert main(["embed", "mean", "--cube", str(root / "cube.zarr"), "--out", emb, "--quiet",
                  "--cluster", client.scheduler.address]) == 0
-    err_file = tmp_path / "stderr"
+    argv = ["probe", emb, "--labels", str(root / "raw" / "labels"), "--out", str(tmp_path / "p"), "--k", "10",
+            "--set", "epochs=1000000", "--workers", "2"]
+    _interrupt_and_check(argv, tmp_path / "stderr", "started", 2.0)  # "started": the probe tasks run on the workers
+
+
+def _interrupt_and_check(argv: list[str], err_file, after: str, wait: float) -> None:
+    """Run `cryocube ARGV` in its own process group, send the group SIGINT `wait` s after `after` shows on stderr,
+    and check what a terminal's Ctrl-C must give: exit 130 and one sentence, no traceback or Dask noise."""
     with open(err_file, "w") as err:
-        p = subprocess.Popen([sys.executable, "-m", "cryocube.cli", "probe", emb, "--labels", str(root / "raw" / "labels"),
-                              "--out", str(tmp_path / "p"), "--k", "10", "--set", "epochs=1000000", "--workers", "2"],
+        p = subprocess.Popen([sys.executable, "-m", "cryocube.cli", *argv],
                              stdout=subprocess.PIPE, stderr=err, text=True, env=ENV, start_new_session=True)
         try:
             deadline = time.time() + 240
-            while "started" not in err_file.read_text() and p.poll() is None and time.time() < deadline:
-                time.sleep(0.5)  # the probe tasks are running on the workers
+            while after not in err_file.read_text() and p.poll() is None and time.time() < deadline:
+                time.sleep(0.1)
             assert p.poll() is None, err_file.read_text()
-            time.sleep(2)
+            time.sleep(wait)
             os.killpg(p.pid, signal.SIGINT)
             p.wait(120)
         finally:
@@ -120,7 +126,7 @@ def test_ctrl_c_to_the_process_group_is_one_line_and_exit_130(ssl, tmp_path, cli
                 os.killpg(p.pid, signal.SIGKILL)
     err = err_file.read_text()
     assert p.returncode == 130, err
-    assert _lines(err)[-1] == "cryocube probe: interrupted; rerunning the same command resumes", err
+    assert _lines(err)[-1] == f"cryocube {argv[0]}: interrupted; rerunning the same command resumes", err
     for noise in ("Traceback", "KeyboardInterrupt", "still alive", "CancelledError", "distributed."):
         assert noise not in err, err
 
@@ -229,24 +235,6 @@ def test_tune_counts_are_refused_before_any_cube_or_cluster(tmp_path, capsys, fl
 def test_ctrl_c_during_embed_is_one_line_at_any_moment(ssl, tmp_path, after, wait):
     """SIGINT to the process group while `embed` starts its cluster or runs its blocks: exit 130 and one sentence
     (a worker process interrupted while it started printed two tracebacks; it now leaves Ctrl-C to the client)."""
-    err_file = tmp_path / "stderr"
-    with open(err_file, "w") as err:
-        p = subprocess.Popen([sys.executable, "-m", "cryocube.cli", "embed", "ssl4eo_moco", "--cube", str(ssl / "cube.zarr"),
-                              "--out", str(tmp_path / "e.zarr"), "--allow-random-weights", "--workers", "2"],
-                             stdout=subprocess.PIPE, stderr=err, text=True, env=ENV, start_new_session=True)
-        try:
-            deadline = time.time() + 240
-            while after not in err_file.read_text() and p.poll() is None and time.time() < deadline:
-                time.sleep(0.1)
-            assert p.poll() is None, err_file.read_text()
-            time.sleep(wait)
-            os.killpg(p.pid, signal.SIGINT)
-            p.wait(120)
-        finally:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    err = err_file.read_text()
-    assert p.returncode == 130, err
-    assert _lines(err)[-1] == "cryocube embed: interrupted; rerunning the same command resumes", err
-    for noise in ("Traceback", "KeyboardInterrupt", "CancelledError", "still alive", "distributed."):
-        assert noise not in err, err
+    argv = ["embed", "ssl4eo_moco", "--cube", str(ssl / "cube.zarr"), "--out", str(tmp_path / "e.zarr"),
+            "--allow-random-weights", "--workers", "2"]
+    _interrupt_and_check(argv, tmp_path / "stderr", after, wait)
