@@ -83,6 +83,10 @@ PROFILES = {
 }
 
 
+SECTIONS = ("env", "cube", "evaluate", "vqa", "encoders", "upernet", "balance")  # in the order they run
+NEEDS = {"evaluate": ("cube",), "encoders": ("env",), "upernet": ("env", "cube"), "balance": ("cube",)}
+
+
 class SectionFailed(Exception):
     """A section's verdict, with what it measured before failing (kept in the JSON)."""
 
@@ -422,7 +426,14 @@ def main(argv=None) -> int:
     ap.add_argument("--work", help="scratch folder for the cube and the runs (default: a new temporary one, removed "
                     "at the end; only the JSON, logs and records go to --out)")
     ap.add_argument("--budget", type=float, default=420.0, help="seconds for all sections together")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help="comma-separated sections to run (a rerun of what failed); env and cube run too when a "
+                         "chosen section needs them")
     a = ap.parse_args(argv)
+    chosen = set(filter(None, a.sections.split(",")))
+    if chosen - set(SECTIONS):
+        ap.error(f"unknown section(s) {sorted(chosen - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
+    chosen |= {need for s in chosen for need in NEEDS.get(s, ())}
     device = "cuda" if a.cluster == "cuda" else "cpu"
     prof_name = "dry" if a.dry or a.cluster != "cuda" else "gpu"
     prof = PROFILES[prof_name]
@@ -444,18 +455,22 @@ def main(argv=None) -> int:
             c.close()
             cl.close()
 
-    e = check.section("env", prof.boxes["env"], env, device)
+    check.result["sections_chosen"] = [s for s in SECTIONS if s in chosen]
+    e = check.section("env", prof.boxes["env"], env, device) if "env" in chosen else None
     peaks = e["peaks"] if e else None
-    c = check.section("cube", prof.boxes["cube"], make_cube)
+    c = check.section("cube", prof.boxes["cube"], make_cube) if "cube" in chosen else None
     cube = c["cube"] if c else None
     # evaluate first: it is the claim to see working; its cluster's worker gets the GPU to itself
-    ev = check.section("evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out, work) if cube else None
-    check.section("vqa", prof.boxes["vqa"], vqa, prof, a.cluster, device, out, work)
-    enc = check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks) if peaks else None
-    if peaks and cube:
+    ev = None
+    if cube and "evaluate" in chosen:
+        ev = check.section("evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out, work)
+    if "vqa" in chosen:
+        check.section("vqa", prof.boxes["vqa"], vqa, prof, a.cluster, device, out, work)
+    enc = check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks) if peaks and "encoders" in chosen else None
+    if peaks and cube and "upernet" in chosen:
         check.section("upernet", prof.boxes["upernet"], upernet, prof, cube, device, peaks)
     vit_s = next((r["sps"] for r in (enc or {}).get("rows", []) if r["model"] == MODEL), None)
-    if cube:
+    if cube and "balance" in chosen:
         check.section("balance", prof.boxes["balance"], balance, prof, cube, device, (ev or {}).get("runs", {}).get("frozen"), vit_s)
     check.save()
     if not a.work:

@@ -104,3 +104,14 @@ def test_the_gpu_profile_names_what_exists():
     assert cfg.input_size == gpu.upernet["input_size"] and cfg.decoder_channels == gpu.upernet["decoder_channels"] == 512
     assert gpu.upernet["batches"] == (8, 32) and gpu.encoder_batch is None  # memory-sized on the GPU
     assert sum(gpu.boxes.values()) < 8 * 60
+
+
+def test_sections_rerun_only_what_was_asked(tmp_path):
+    """A second device call reruns only the failed sections (plus env/cube they need), and a typo is refused."""
+    p, r = gpu_check(tmp_path, "--cluster", "local", "--sections", "upernet")
+    assert p.returncode == 0, p.stdout[-2000:]
+    assert list(r["sections"]) == ["env", "cube", "upernet"] == r["sections_chosen"]
+    bad = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--out", str(tmp_path / "o2"),
+                          "--sections", "upernet,vqq"], env={**os.environ, "PY": sys.executable,
+                          "CRYOCUBE_GPU_WHEELS": str(tmp_path / "no-wheels")}, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown section(s) ['vqq']" in bad.stderr
