@@ -17,6 +17,7 @@ overrides):
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -85,8 +86,41 @@ def peaks(device: str) -> dict[str, float]:
                                 dtype=torch.bfloat16)}
 
 
-def measure(model_id: str, setup: dict, batch, iters: int, device: str, precision: str = "fp32") -> dict:
-    """batch: a number, or a function of the built encoder (the engine's memory-sized batch)."""
+TENSOR_CORE = re.compile(r"gemm|nvjet|cutlass|xmma|wgmma|sm90|sm80|conv|cudnn|fmha|flash|attention|dot_product", re.I)
+
+
+def kernel_split(fn, device: str, step_s: float) -> dict:
+    """Where one call's GPU time goes (torch's profiler, CUDA kernels): tensor-core kernels (GEMM, convolution,
+    attention) against the rest (norms, activations, copies), and the share of the step the GPU was busy at all.
+    A low busy share means the step waits on the host (kernel launches); a low tensor-core share, on memory-bound ops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        sync(device)
+    mm = other = 0.0
+    top: dict[str, float] = {}
+    for ev in prof.key_averages():
+        us = getattr(ev, "self_device_time_total", None)
+        us = getattr(ev, "self_cuda_time_total", 0.0) if us is None else us
+        if not us:
+            continue
+        if TENSOR_CORE.search(ev.key):
+            mm += us
+        else:
+            other += us
+            top[ev.key] = top.get(ev.key, 0.0) + us
+    total = (mm + other) / 1e6
+    return {"kernel_s": total, "tensor_core_share": mm / 1e6 / total if total else None,
+            "gpu_busy_share": total / step_s if step_s else None, "kernels": len(prof.key_averages()),
+            "top_other": sorted(((k[:60], round(v / 1e3, 3)) for k, v in top.items()), key=lambda kv: -kv[1])[:4]}
+
+
+def measure(model_id: str, setup: dict, batch, iters: int, device: str, precision: str = "fp32",
+            kernels: bool = False) -> dict:
+    """batch: a number, or a function of the built encoder (the engine's memory-sized batch); kernels: also
+    where the GPU time of one forward goes (`kernel_split`, CUDA only)."""
     torch.manual_seed(0)
     t0 = time.perf_counter()
     enc = build_encoder(model_id, **setup).eval().to(device)
@@ -107,11 +141,17 @@ def measure(model_id: str, setup: dict, batch, iters: int, device: str, precisio
             enc(xb)
             sync(device)
             times.append(time.perf_counter() - t)
+        split = None
+        if kernels and device.startswith("cuda"):
+            try:
+                split = kernel_split(lambda: enc(xb), device, statistics.median(times))
+            except Exception as e:  # the profile explains a figure; it never costs the figure itself
+                split = {"error": f"{type(e).__name__}: {e}"}
     sps = batch / statistics.median(times)
     spec = model_spec(model_id)
     return dict(model=model_id, size=enc.input_size, chans=enc.in_chans, params_m=count_params(enc) / 1e6,
                 gflops=flops / 1e9, pub_gflops=spec.gflops, sps=sps, flops_s=flops * sps, build_s=build_s, peak=peak,
-                precision=precision, batch=batch)
+                precision=precision, batch=batch, **({"kernels": split} if split else {}))
 
 
 def table(rows: list[dict]) -> str:

@@ -144,6 +144,12 @@ def env(deadline: float, device: str) -> dict:
     info = this_device(device)
     if device == "cuda":  # big enough to keep the tensor cores busy for tens of milliseconds
         pk = {"fp32": matmul_peak(device, n=8192, iters=5), "bf16": matmul_peak(device, n=8192, iters=20, dtype=torch.bfloat16)}
+        was = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True  # what cuDNN's fp32 convolutions run on by default
+        try:
+            pk["tf32"] = matmul_peak(device, n=8192, iters=10)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = was
         torch.cuda.empty_cache()  # the evaluate section's worker shares this GPU
     else:
         pk = peaks(device)
@@ -155,6 +161,7 @@ def env(deadline: float, device: str) -> dict:
             versions[d] = None
     return {"device": info.describe(), "memory_gb": (info.memory_bytes or 0) / 2**30, "python": platform.python_version(),
             "precision_auto": resolve("auto", info), "peak_fp32_tflops": pk["fp32"] / 1e12, "peak_bf16_tflops": pk["bf16"] / 1e12,
+            "peak_tf32_tflops": pk.get("tf32", pk["fp32"]) / 1e12,
             "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
             "cpu_count": os.cpu_count(), "versions": versions, "peaks": pk}
 
@@ -175,12 +182,17 @@ def encoders(deadline: float, prof: Profile, device: str, peaks: dict) -> dict:
         if time.perf_counter() > deadline:
             left_out.append(label)
             continue
-        r = measure(model, {**PUBLISHED_SETUP.get(model, {}), **setup}, batch, prof.encoder_iters, device, precision)
+        r = measure(model, {**PUBLISHED_SETUP.get(model, {}), **setup}, batch, prof.encoder_iters, device, precision,
+                    kernels=True)
         r.update(label=label, tflops=r["flops_s"] / 1e12, pct_peak=100 * r["flops_s"] / peaks[precision])
         del r["peak"]  # measure's own small probe; pct_peak is against the run's peak
         rows.append(r)
+        k = r.get("kernels") or {}
         print(f"  {label} ({model}): batch {r['batch']}, {r['sps']:.1f} samples/s, {r['tflops']:.2f} TFLOP/s, "
-              f"{r['pct_peak']:.0f}% of the {precision} peak", flush=True)
+              f"{r['pct_peak']:.0f}% of the {precision} peak"
+              + (f"; GPU busy {100 * k['gpu_busy_share']:.0f}% of the forward, tensor-core kernels "
+                 f"{100 * k['tensor_core_share']:.0f}% of GPU time, most other: {k['top_other'][:2]}"
+                 if k.get("tensor_core_share") is not None else f"; kernels: {k.get('error', 'not profiled')}"), flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()
     if left_out:
@@ -200,11 +212,13 @@ def upernet(deadline: float, prof: Profile, cube: str, device: str, peaks: dict)
                                  f"batch_size={bs}", "normalization=cube"])
         s = upernet_step(cube, MODEL, cfg, torch.get_num_threads(), device, precisions=("bf16", "fp32"), peaks=peaks)
         for prec in ("bf16", "fp32"):
+            # fp32 convolutions run on TF32 tensor cores where cuDNN allows it (torch's default): that is their peak
+            against = "tf32" if prec == "fp32" and device == "cuda" and torch.backends.cudnn.allow_tf32 and "tf32" in peaks else prec
             for what in ("step", "val"):
                 sec, gf = s[f"{what}_{prec}_s"], s[f"gflop_per_{what}"]
                 rows.append({"what": what, "batch": bs, "precision": prec, "seconds": sec, "gflop": gf,
-                             "tflops": gf / sec / 1e3, "pct_peak": 100 * gf * 1e9 / sec / peaks[prec],
-                             "memory_format": s["memory_format"]})
+                             "tflops": gf / sec / 1e3, "pct_peak": 100 * gf * 1e9 / sec / peaks[against],
+                             "peak": against, "memory_format": s["memory_format"]})
         print(f"  batch {bs}: " + ", ".join(f"{r['what']} {r['precision']} {r['pct_peak']:.0f}%" for r in rows if r["batch"] == bs),
               flush=True)
         if device == "cuda":
@@ -232,7 +246,13 @@ def cli(cmd: list[str], log_path: Path, deadline: float, mode: str = "w"):
     return rc
 
 
+REPEATED = ("metrics", "confusion_matrix", "val_curve", "best_epoch", "steps")  # what the same run must repeat exactly
+
+
 def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: str, out: Path, work: Path) -> dict:
+    """The frozen and fine-tuning runs through the CLI, then the same command again into a second folder (no cache
+    hit): every record on the cluster's device, and the second run's metrics, confusion matrix and curve equal to
+    the first's bit for bit."""
     res = work / "evaluate"
     cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", MODEL, "--protocol",
            "frozen,finetune", "--allow-random-weights", "--out", str(res), "--cluster", cluster, "--workers", "1", "--quiet"]
@@ -241,6 +261,8 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
     t = time.perf_counter()
     rc = cli(cmd, out / "evaluate.log", deadline)
     wall = time.perf_counter() - t
+    again = work / "evaluate-again"
+    rc2 = cli([str(again) if c == str(res) else c for c in cmd], out / "evaluate.log", deadline, "a") if rc == 0 else None
     for f in ("results.jsonl", "logs/errors.log"):  # the records and tracebacks come back with the JSON
         if (res / f).exists():
             shutil.copy(res / f, out / f"evaluate-{Path(f).name}")
@@ -253,8 +275,19 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
                                              "threads", "steps")}
         runs[proto]["mIoU"] = (r.get("metrics") or {}).get("mIoU")
         runs[proto]["cluster"] = {k: (r.get("cluster") or {}).get(k) for k in ("n_workers", "gpu", "resources")}
-    result = {"command": " ".join(cmd), "rc": rc, "wall_s": wall, "runs": runs}
+    result = {"command": " ".join(cmd), "rc": rc, "wall_s": wall, "runs": runs, "rerun_rc": rc2}
     problems = ([f"the CLI exited {rc} (see evaluate.log)"] if rc != 0 else []) + device_problems(runs, device)
+    if rc2 is not None:
+        lines2 = (again / "results.jsonl").read_text().splitlines() if (again / "results.jsonl").exists() else []
+        recs2 = {r["protocol"]: r for r in map(json.loads, lines2)}
+        result["repeated_bits"] = {p: {k: recs2.get(p, {}).get(k) == r.get(k) for k in REPEATED} for p, r in recs.items()}
+        for p, same in result["repeated_bits"].items():
+            if not all(same.values()):
+                a, b = recs[p].get("metrics", {}), recs2.get(p, {}).get("metrics", {})
+                problems.append(f"{p}: the same run again differs in {[k for k, v in same.items() if not v]} "
+                                f"(mIoU {a.get('mIoU')} then {b.get('mIoU')})")
+        if rc2 != 0:
+            problems.append(f"the second run exited {rc2} (see evaluate.log)")
     if problems:
         result["log_tail"] = (out / "evaluate.log").read_text()[-3000:]
         raise SectionFailed("; ".join(problems), result)
@@ -353,6 +386,10 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
         out["cache"] = {"features_wall_s": t["features_wall_s"], "decoder_train_s": t["train_s"], "test_s": t["test_s"],
                         "features_share": t["features_wall_s"] / work if work else None,
                         "extraction_items_per_s": run["encoder_forward_items"] / t["features_wall_s"] if t["features_wall_s"] else None}
+        ph = t.get("feature_phases") or {}
+        if ph:  # the extraction's wall beyond its own reads, encodes and writes: encoder build, CUDA start, scheduling
+            out["cache"]["phases"] = ph
+            out["cache"]["outside_read_encode_write_s"] = t["features_wall_s"] - ph.get("read_wait_s", 0) - ph.get("encode_s", 0) - ph.get("write_s", 0)
         if enc_sps and out["cache"]["extraction_items_per_s"]:
             out["cache"]["extraction_over_encoder"] = out["cache"]["extraction_items_per_s"] / enc_sps
     cfg = load_recipe(None, list(prof.evaluate))
@@ -367,6 +404,17 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
     x, _, nbytes, _ = _windows(cache, samples, offsets, per)
     sec = time.perf_counter() - t0
     out["loader"] = {"items": int(x.shape[0]), "seconds": sec, "items_per_s": x.shape[0] / sec, "mb_per_s": nbytes / sec / 2**20}
+    # the same reads spread over threads (zarr's decompression releases the GIL): what parallel prefetch would give
+    from concurrent.futures import ThreadPoolExecutor
+
+    threaded = {}
+    for n in sorted({2, 4, os.cpu_count() or 1}):
+        parts = [i for i in np.array_split(np.arange(samples.size), n) if i.size]
+        with ThreadPoolExecutor(len(parts)) as pool:
+            t0 = time.perf_counter()
+            got = list(pool.map(lambda i: _windows(cache, samples[i], offsets[i[0] * per:(i[-1] + 1) * per], per)[0].shape[0], parts))
+            threaded[n] = round(sum(got) / (time.perf_counter() - t0), 1)
+    out["loader"]["items_per_s_by_threads"] = threaded
     if enc_sps:
         out["encoder_items_per_s"] = enc_sps
         out["loader_over_encoder"] = out["loader"]["items_per_s"] / enc_sps
@@ -385,7 +433,8 @@ def table(result: dict) -> str:
         lines.append(f"  {name:9s} {sec['status']:8s} {sec['seconds']:6.1f} s" + (f"  {sec['error'][:200]}" if "error" in sec else ""))
     e = s.get("env", {})
     if e.get("status") == "ok":
-        lines.append(f"peaks: fp32 {e['peak_fp32_tflops']:.2f} TFLOP/s, bf16 {e['peak_bf16_tflops']:.2f} TFLOP/s "
+        lines.append(f"peaks: fp32 {e['peak_fp32_tflops']:.2f} TFLOP/s, tf32 {e.get('peak_tf32_tflops', 0):.2f}, "
+                     f"bf16 {e['peak_bf16_tflops']:.2f} TFLOP/s "
                      f"(tf32 {e['tf32']})")
     if s.get("encoders", {}).get("status") == "ok":
         lines.append(f"{'encoder':8s} {'model':14s} {'batch':>5s} {'samples/s':>10s} {'TFLOP/s':>8s} {'% peak':>7s}")
@@ -394,13 +443,17 @@ def table(result: dict) -> str:
     if s.get("upernet", {}).get("status") == "ok":
         lines.append(f"{'UPerNet':8s} {'batch':>5s} {'prec':>5s} {'seconds':>8s} {'TFLOP/s':>8s} {'% peak':>7s}")
         for r in s["upernet"]["rows"]:
-            lines.append(f"{r['what']:8s} {r['batch']:5d} {r['precision']:>5s} {r['seconds']:8.4f} {r['tflops']:8.2f} {r['pct_peak']:6.0f}%")
+            lines.append(f"{r['what']:8s} {r['batch']:5d} {r['precision']:>5s} {r['seconds']:8.4f} {r['tflops']:8.2f} {r['pct_peak']:6.0f}%"
+                         f" of {r.get('peak', r['precision'])}")
     ev = s.get("evaluate", {})
     for proto, r in (ev.get("runs") or {}).items():
         t = r.get("timings") or {}
         lines.append(f"evaluate {proto:9s} {r['status']} device {r['device']} features {r.get('feature_devices')} "
                      f"precision {(r.get('precision') or {}).get('effective')} mIoU {r.get('mIoU')} "
                      f"features {t.get('features_wall_s', 0):.1f} s train {t.get('train_s', 0):.1f} s test {t.get('test_s', 0):.1f} s")
+    if "repeated_bits" in ev:
+        lines.append("evaluate again: " + ", ".join(f"{p} {'same bits' if all(v.values()) else 'DIFFERENT'}"
+                                                    for p, v in ev["repeated_bits"].items()))
     for i, r in enumerate(s.get("vqa", {}).get("runs") or []):
         lines.append(f"vqa run {i + 1}  {r['status']} on {r['devices']} {r['precision']['effective']}: "
                      f"{r['questions']} questions, {r['questions_per_s'] or 0:.1f}/s in generate(), "
@@ -410,11 +463,14 @@ def table(result: dict) -> str:
     b = s.get("balance", {})
     if b.get("status") == "ok":
         if "cache" in b:
-            lines.append(f"cache: extraction {100 * (b['cache']['features_share'] or 0):.0f}% of the frozen run's work")
+            lines.append(f"cache: extraction {100 * (b['cache']['features_share'] or 0):.0f}% of the frozen run's work"
+                         + (f", of it {b['cache']['outside_read_encode_write_s']:.1f} s outside reads, encodes and writes"
+                            if "outside_read_encode_write_s" in b["cache"] else ""))
         ratio = b.get("loader_over_encoder")
         lines.append(f"loader: {b['loader']['items_per_s']:.0f} items/s on one thread"
                      + (f", {ratio:.2f}x the encoder's {b['encoder_items_per_s']:.0f}/s: "
-                        f"{'the GPU waits for chunks' if ratio < 1 else 'the GPU is not kept waiting'}" if ratio else ""))
+                        f"{'the GPU waits for chunks' if ratio < 1 else 'the GPU is not kept waiting'}" if ratio else "")
+                     + f"; by threads {b['loader'].get('items_per_s_by_threads')}")
     return "\n".join(lines)
 
 
@@ -440,7 +496,7 @@ def main(argv=None) -> int:
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     work = Path(a.work).resolve() if a.work else Path(tempfile.mkdtemp(prefix="cryocube-gpu-check-"))
-    for mine in ("cube", "evaluate", "vqa-raw", "vqa-cube", "vqa1", "vqa2"):  # this script's own folders: a rerun measures again
+    for mine in ("cube", "evaluate", "evaluate-again", "vqa-raw", "vqa-cube", "vqa1", "vqa2"):  # this script's own folders: a rerun measures again
         shutil.rmtree(work / mine, ignore_errors=True)
     check = Check(out, a.budget)
     check.result.update(profile=prof_name, cluster=a.cluster, device=device, argv=sys.argv[1:])

@@ -6,14 +6,15 @@
 # pandas, pyarrow, fsspec, pyyaml, rich, click, jinja2, msgpack, psutil, toolz, cloudpickle,
 # sortedcontainers, urllib3, packaging, typing-extensions, nvidia-ml-py and cuda-core; see the device
 # kinds' package list). Versions: .ci/constraints.txt where it pins them (tested together), else DEFAULT.
-# rasterio, netCDF4, s3fs, bokeh are left out: the GPU path (synthetic cube, evaluate) never imports them.
+# netCDF4, s3fs, bokeh are left out: the GPU path (synthetic cubes, evaluate) never imports them.
 #
 #   benchmarks/gpu_wheels.sh            # prints each wheel and the total size
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=benchmarks/.gpu-wheels
 PY=${PY:-.venv/bin/python}
-PACKAGES=(dask distributed dask-cuda zarr numcodecs donfig google-crc32c partd locket tblib tornado zict xarray)
+PACKAGES=(dask distributed dask-cuda zarr numcodecs donfig google-crc32c partd locket tblib tornado zict xarray
+          rasterio affine cligj click-plugins)  # rasterio: the vqa section converts synthetic GeoTIFF interferograms
 declare -A DEFAULT=([dask-cuda]=26.10.0)  # matches dask/distributed 2026.7.1 (rapids-dask-dependency 26.10)
 
 pin() {  # NAME -> NAME==VERSION

@@ -135,3 +135,27 @@ def test_decoder_trains_on_cached_frozen_features(tmp_path):
 def test_unknown_decoder_kind():
     with pytest.raises(UserError, match="unknown decoder 'fcn'"):
         build_decoder("fcn", FakeEncoder([8], False), num_classes=2)
+
+
+def test_deterministic_cuda_forms_equal_torchs_own():
+    """The forms UPerNet's pool and the trainer's loss take on CUDA under deterministic algorithms (matrix
+    pooling, per-pixel loss summed) compute what torch's own kernels do; run here on CPU tensors."""
+    import torch.nn.functional as F
+
+    from cryocube.decoders.upernet import AdaptiveAvgPool2d, adaptive_avg_pool_mm
+    from cryocube.families.segmentation.train import CrossEntropy, masked_mean_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    for h, w in ((14, 14), (16, 16), (7, 9), (56, 56)):
+        x = torch.randn(2, 3, h, w, generator=g, dtype=torch.float64)
+        for s in (1, 2, 3, 6, (2, 5)):
+            want = F.adaptive_avg_pool2d(x, s)
+            got = adaptive_avg_pool_mm(x, s)
+            assert got.shape == want.shape and torch.allclose(got, want, atol=1e-12), (h, w, s)
+            assert torch.equal(AdaptiveAvgPool2d(s)(x), want)  # off CUDA: torch's own kernel, bit for bit
+    logits = torch.randn(3, 4, 8, 8, generator=g, dtype=torch.float64)
+    target = torch.randint(0, 4, (3, 8, 8), generator=g)
+    target[0, :4] = 255
+    want = torch.nn.CrossEntropyLoss(ignore_index=255)(logits, target)
+    assert torch.allclose(masked_mean_cross_entropy(logits, target, 255), want, atol=1e-12)
+    assert torch.equal(CrossEntropy(ignore_index=255)(logits, target), want)

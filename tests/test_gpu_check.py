@@ -56,6 +56,9 @@ def test_dry_check_measures_every_section(tmp_path):
         assert run["precision"]["effective"] == env["precision_auto"] and run["cluster"]["gpu"] is False
     assert runs["frozen"]["feature_devices"] == ["cpu"] and runs["frozen"]["encoder_forward_items"] > 0
     assert device_problems(runs, "cpu") == []
+    again = r["sections"]["evaluate"]["repeated_bits"]  # the same command into a second folder: the same bits
+    assert set(again) == {"frozen", "finetune"} and all(all(v.values()) for v in again.values())
+    assert "evaluate again: frozen same bits, finetune same bits" in p.stdout
     cuda = device_problems(runs, "cuda")  # the same records judged as a GPU run's: every place they ran is wrong
     assert len(cuda) == 4 and "'fit': 'cpu'" in cuda[0] and "'features': 'cpu'" in cuda[0]
     assert "advertise no GPU" in cuda[1]
@@ -71,6 +74,8 @@ def test_dry_check_measures_every_section(tmp_path):
     assert 0 < bal["cache"]["features_share"] < 1
     assert bal["loader"]["items"] == 8 and bal["loader"]["items_per_s"] > 0  # 4 train tiles x 2 crops
     assert bal["gpu_waits_for_chunks"] == (bal["loader_over_encoder"] < 1)
+    assert set(bal["loader"]["items_per_s_by_threads"]) >= {2, 4} and all(v > 0 for v in bal["loader"]["items_per_s_by_threads"].values())
+    assert bal["cache"]["outside_read_encode_write_s"] >= 0
     assert "evaluate frozen" in p.stdout and "% peak" in p.stdout
     back = tmp_path / "out"  # what comes back from a device run: the JSON, the log and the records, not the cube
     assert len((back / "evaluate-results.jsonl").read_text().splitlines()) == 2 and (back / "evaluate.log").exists()

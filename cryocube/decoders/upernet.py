@@ -50,10 +50,36 @@ class Feature2Pyramid(nn.Module):
         return [op(f) for op, f in zip(self.ops, feats)]
 
 
+class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
+    """torch's adaptive average pool, but on CUDA under deterministic algorithms the same bins as two small
+    matrix products: CUDA's own backward adds with atomics, so two equal runs would differ in the last bits."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not (x.is_cuda and torch.are_deterministic_algorithms_enabled()):
+            return super().forward(x)
+        return adaptive_avg_pool_mm(x, self.output_size)
+
+
+def adaptive_avg_pool_mm(x: Tensor, output_size) -> Tensor:
+    """Adaptive average pooling as P_h · x · P_wᵀ (backward: matrix products, no atomics)."""
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    ph, pw = pool_matrix(oh or x.shape[-2], x.shape[-2], x), pool_matrix(ow or x.shape[-1], x.shape[-1], x)
+    return torch.einsum("ih,nchw,jw->ncij", ph, x, pw)
+
+
+def pool_matrix(out: int, size: int, like: Tensor) -> Tensor:
+    """(out, size) weights of adaptive pooling's bins: [floor(i*size/out), ceil((i+1)*size/out)), each averaged."""
+    m = torch.zeros(out, size, dtype=like.dtype, device=like.device)
+    for i in range(out):
+        a, b = (i * size) // out, -((-(i + 1) * size) // out)
+        m[i, a:b] = 1.0 / (b - a)
+    return m
+
+
 class PPM(nn.ModuleList):
     def __init__(self, pool_scales, cin: int, channels: int):
         super().__init__(
-            nn.Sequential(nn.AdaptiveAvgPool2d(s), nn.Conv2d(cin, channels, 1), nn.BatchNorm2d(channels), nn.ReLU(inplace=True))
+            nn.Sequential(AdaptiveAvgPool2d(s), nn.Conv2d(cin, channels, 1), nn.BatchNorm2d(channels), nn.ReLU(inplace=True))
             for s in pool_scales
         )
 

@@ -11,6 +11,7 @@ best state by val mIoU), autocast in the run's precision, and sliding-window eva
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import math
@@ -39,6 +40,32 @@ PROGRESS_TOPIC = "cryocube-progress"
 
 class NonFiniteLoss(FloatingPointError):
     pass
+
+
+class CrossEntropy(nn.CrossEntropyLoss):
+    """Mean cross-entropy over labelled pixels; on CUDA under deterministic algorithms it sums per-pixel losses
+    itself, since CUDA's 2-D NLL forward counts the labelled pixels with atomics (equal runs, different bits)."""
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if not (logits.is_cuda and torch.are_deterministic_algorithms_enabled()):
+            return super().forward(logits, target)
+        return masked_mean_cross_entropy(logits, target, self.ignore_index)
+
+
+def masked_mean_cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """The same mean as CrossEntropyLoss(ignore_index), from per-pixel losses (no atomic count)."""
+    per = nn.functional.cross_entropy(logits, target, ignore_index=ignore_index, reduction="none")
+    return per.sum() / (target != ignore_index).sum()
+
+
+def deterministic_attention(device: str):
+    """Training forwards on CUDA use the math attention kernel: cuDNN's and flash attention's backwards accumulate
+    with atomics, so a fine-tuning run would not repeat bit for bit (inference kernels are left as they are)."""
+    if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
 
 
 def publish(event: dict) -> None:
@@ -200,7 +227,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.MultiStepLR(self.opt, milestones=[int(m * total) for m in cfg.milestones],
                                                           gamma=cfg.gamma)
         self.scaler = grad_scaler(device, run.encoder.precision)
-        self.loss_fn = nn.CrossEntropyLoss(ignore_index=CUBE_IGNORE_INDEX)
+        self.loss_fn = CrossEntropy(ignore_index=CUBE_IGNORE_INDEX)
         self.curve: list[dict] = []
         self.best, self.best_state, self.best_epoch = -math.inf, None, -1
         self.steps, self.seen, self.losses = 0, 0, []
@@ -253,7 +280,7 @@ class Trainer:
                 t = clock()
                 continue
             t = clock()
-            with autocast(self.device, self.run.encoder.precision):
+            with autocast(self.device, self.run.encoder.precision), deterministic_attention(self.device):
                 logits = self.forward(inputs)
             loss = self.loss_fn(logits.float(), target)
             if not torch.isfinite(loss):
