@@ -104,3 +104,27 @@ def test_the_results_table_is_rebuilt_from_the_run_records(cube, tmp_path, clien
     table.write_text("\n".join(line for line in lines if json.loads(line)["seed"] != 0) + "\n")
     with pytest.warns(UserWarning, match="no line in the table"):
         assert sorted(r.seed for r in load_results([str(out)]).runs) == [0, 1]
+
+
+def test_threaded_reads_give_the_windows_one_reader_gives(cube, tmp_path):
+    """On a GPU extraction reads each chunk on several threads; the items, labels and bytes must be exactly
+    what one reader gives, in the same order (and a CPU keeps one reader: its cores run the encoder)."""
+    import numpy as np
+    import torch
+
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext
+    from cryocube.families.segmentation.data import crop_offsets
+    from cryocube.families.segmentation.features import _windows, _windows_threaded, read_threads
+    from cryocube.precision import DeviceInfo
+
+    ctx = PlanContext(out=str(tmp_path), allow_random_weights=True, device=DeviceInfo("cpu", "epyc"))
+    p = plan_runs([RunSpec("ssl4eo_moco", cube)], load_recipe(None, FAST), ctx)[0]
+    cache, samples = p.work.cache, np.asarray(p.work.train_samples)
+    per = 2
+    offsets = crop_offsets(samples.size, per, cache.tile, cache.encoder.input_size, 0)
+    x1, y1, b1, _ = _windows(cache, samples, offsets, per)
+    for readers in (2, 3, 64):
+        x, y, b, _ = _windows_threaded(cache, samples, offsets, per, readers)
+        assert torch.equal(x, x1) and np.array_equal(y, y1) and b == b1
+    assert read_threads("cpu", 16) == 1 and read_threads("cuda:0", 16) == 8 and read_threads("cuda", 2) == 2
