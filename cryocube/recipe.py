@@ -15,14 +15,10 @@ from typing import Any, ClassVar
 
 import yaml
 
-from .errors import UserError
+from .errors import RecipeError
 from .precision import PRECISIONS
 
 NORMALIZATIONS = ("published", "cube")
-
-
-class RecipeError(UserError, ValueError):
-    """A recipe field has a value it cannot take."""
 
 
 def check_int(name: str, v: Any, lo: int = 1, none: bool = False) -> None:
