@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .errors import CatalogError, UserError
+from .errors import CatalogError, UserError, yaml_problem
 
 
 def packaged_dir(packaged: str, in_repo: str) -> Path:
@@ -226,7 +226,7 @@ def _read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise CatalogError(f"{path}: not valid YAML: {e}") from None
+        raise CatalogError(f"{path}: not valid YAML ({yaml_problem(e)})") from None
     except OSError as e:
         raise CatalogError(f"{path}: cannot read ({e.strerror})") from None
 

@@ -51,6 +51,10 @@ class IncompleteCubeError(UserError):
     """Raised when a cube has no completion marker: its conversion is still running or was interrupted."""
 
 
+class DamagedStoreError(UserError, ValueError):
+    """Raised when a Zarr store's metadata (zarr.json) is not valid JSON: truncated or overwritten."""
+
+
 class DamagedCacheError(UserError):
     """Raised when a feature cache holds unwritten or damaged items; removing it makes it rebuild."""
 
@@ -109,6 +113,14 @@ class ClusterError(UserError):
 
 class ManifestError(UserError):
     """Raised when a Kubernetes manifest does not match its schema; the message names the file and fields."""
+
+
+def yaml_problem(e: BaseException) -> str:
+    """A YAML parse error in one line (where, then what): PyYAML's own text spans several lines."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return " ".join(str(e).split())
 
 
 def task_boundary(fn):

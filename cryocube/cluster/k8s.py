@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import __version__
 from ..catalog import packaged_dir
-from ..errors import ManifestError
+from ..errors import ManifestError, yaml_problem
 from .registry import ClusterError, ClusterRequest, backend, own_client, require, wait_first_worker
 from .runtime import GPU, thread_env
 
@@ -77,7 +77,7 @@ def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
     try:
         return [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
     except yaml.YAMLError as e:
-        raise ManifestError(f"{p}: not valid YAML ({e})") from e
+        raise ManifestError(f"{p}: not valid YAML ({yaml_problem(e)})") from e
 
 
 _CRD_FILES = {"DaskCluster": "daskcluster.yaml", "DaskWorkerGroup": "daskworkergroup.yaml",
