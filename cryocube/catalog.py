@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .errors import UserError
+from .errors import CatalogError, UserError, yaml_problem
 
 
 def packaged_dir(packaged: str, in_repo: str) -> Path:
@@ -37,10 +37,6 @@ def catalog_dirs() -> list[Path]:
     """Folders searched for catalog files, first match wins: $CRYOCUBE_CATALOGS, then the shipped catalogs."""
     extra = [Path(p) for p in os.environ.get("CRYOCUBE_CATALOGS", "").split(os.pathsep) if p]
     return extra + [CATALOG_DIR]
-
-
-class CatalogError(UserError, ValueError):
-    """A catalog file is missing a field or has a value of the wrong kind."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +226,7 @@ def _read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise CatalogError(f"{path}: not valid YAML: {e}") from None
+        raise CatalogError(f"{path}: not valid YAML ({yaml_problem(e)})") from None
     except OSError as e:
         raise CatalogError(f"{path}: cannot read ({e.strerror})") from None
 

@@ -24,7 +24,7 @@ import zarr
 
 from . import store as _store
 from .catalog import CUBE_IGNORE_INDEX, Band, DatasetSpec
-from .errors import UserError
+from .errors import DamagedCubeError, IncompleteCubeError, UserError
 
 SCHEMA_VERSION = 3  # 2: block moments, crc32 block digests; 3: per-sample digests checked on read (same checksum)
 COMPLETE_ATTR = "cryocube_complete"
@@ -32,14 +32,6 @@ PLAN_ATTR = "cryocube_plan"
 INTERNAL_VARS = ("progress", "block_digest", "block_stats", "skip_reason", "sample_digest")
 STATS = ("count", "mean", "m2", "min", "max")  # per-block moments (Chan et al.), merged at finalize
 DIGEST_BYTES = 8  # crc32 of the block's image bytes, then of its label bytes
-
-
-class DamagedCubeError(UserError):
-    """A cube's stored pixels do not match their digests: a chunk was deleted, truncated or altered."""
-
-
-class IncompleteCubeError(UserError):
-    """The cube has no completion marker: a conversion is still running or was interrupted."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Errors the user can act on. The CLI prints their message (no traceback) and exits 2."""
+"""Every error class of cryocube, in one module. A UserError is one the user can act on: the CLI prints its
+message as one sentence (no traceback) and exits 2. The concept modules re-export their classes from here, so
+`from cryocube.cube import DamagedCubeError` keeps working. RunFailed alone is internal (never raised)."""
 
 
 class UserError(Exception):
@@ -8,6 +10,117 @@ class UserError(Exception):
         # Cross process boundaries (Dask workers -> client) with the message only: the chained cause
         # may be a library exception that cannot be unpickled (e.g. rasterio's CPLE errors).
         return (type(self), self.args)
+
+
+
+# --- inputs: catalogs, recipes, raw files, labels, downloads -------------------------------------
+
+
+class CatalogError(UserError, ValueError):
+    """Raised when a catalog file (datasets, models, protocols) lacks a field or has a value of the wrong kind."""
+
+
+class RecipeError(UserError, ValueError):
+    """Raised when a recipe field (from --config or --set) has a value it cannot take."""
+
+
+class ConvertError(UserError, ValueError):
+    """Raised by `convert` on bad raw input; the message names the file (and band/sample) at fault."""
+
+
+class WindowError(UserError, ValueError):
+    """Raised when a read asks for a window outside a raw image: the file changed size since it was scanned."""
+
+
+class LabelError(UserError, ValueError):
+    """Raised when a label folder or file would give a score other than the one its labels mean."""
+
+
+class DownloadError(UserError):
+    """Raised when a download fails, is not the file (an HTML page) or does not match its checksum."""
+
+
+# --- cubes and caches ----------------------------------------------------------------------------
+
+
+class DamagedCubeError(UserError):
+    """Raised when a cube's stored pixels do not match their digests (a chunk deleted, truncated or altered)."""
+
+
+class IncompleteCubeError(UserError):
+    """Raised when a cube has no completion marker: its conversion is still running or was interrupted."""
+
+
+class DamagedStoreError(UserError, ValueError):
+    """Raised when a Zarr store's metadata (zarr.json) is not valid JSON: truncated or overwritten."""
+
+
+class DamagedCacheError(UserError):
+    """Raised when a feature cache holds unwritten or damaged items; removing it makes it rebuild."""
+
+
+# --- models --------------------------------------------------------------------------------------
+
+
+class BandMatchError(UserError):
+    """Raised when a dataset has no band that any input slot of the encoder can take."""
+
+
+class WeightsError(UserError):
+    """Raised when a checkpoint is missing, corrupt, has the wrong checksum or does not fit the model."""
+
+
+class NonFiniteLoss(UserError, FloatingPointError):
+    """Raised when a run's training loss becomes NaN or infinite (the run fails; its group goes on)."""
+
+
+# --- embeddings and probes -----------------------------------------------------------------------
+
+
+class ProbeError(UserError):
+    """Raised when a task's labels, embeddings or probe settings are ones a probe cannot work with."""
+
+
+class NeuCoError(UserError):
+    """Raised when a task name, embedding matrix or score table is one the NeuCo-Bench protocol cannot use."""
+
+
+class SubmissionError(UserError):
+    """Raised when a submission CSV is one the challenge's validator (or NeuCo-Bench) would not accept."""
+
+
+# --- results and reports -------------------------------------------------------------------------
+
+
+class ResultsError(UserError, ValueError):
+    """Raised when a results file is missing, unreadable or holds a record without a required field."""
+
+
+class ReportError(UserError, ValueError):
+    """Raised when there is nothing to report, or an option the report cannot honour."""
+
+
+class CubeReadError(UserError, ValueError):
+    """Raised when a cube or predictions store lacks what a qualitative report panel needs."""
+
+
+# --- clusters ------------------------------------------------------------------------------------
+
+
+class ClusterError(UserError):
+    """Raised when a cluster cannot be created or reached; the message says which and what to install or fix."""
+
+
+class ManifestError(UserError):
+    """Raised when a Kubernetes manifest does not match its schema; the message names the file and fields."""
+
+
+def yaml_problem(e: BaseException) -> str:
+    """A YAML parse error in one line (where, then what): PyYAML's own text spans several lines."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return " ".join(str(e).split())
 
 
 def task_boundary(fn):
@@ -30,7 +143,7 @@ def task_boundary(fn):
 
 
 class RunFailed(Exception):
-    """One run of a group failed inside a task that went on with the others (its error, as the worker saw it)."""
+    """Internal, never raised: one failed run of a group, as the worker saw it; evaluate records it and goes on."""
 
     def __init__(self, kind: str, message: str, tb: str = ""):
         super().__init__(message)

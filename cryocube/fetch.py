@@ -12,13 +12,9 @@ from pathlib import Path
 
 import fsspec
 
-from .errors import UserError, unreachable
+from .errors import DownloadError, UserError, unreachable
 
 CHUNK = 8 << 20
-
-
-class DownloadError(UserError):
-    """A download failed, was not the file (an HTML page), or its checksum did not match."""
 
 
 def file_digest(path: str | Path, algo: str = "sha256") -> str:

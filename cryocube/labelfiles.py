@@ -17,14 +17,10 @@ from dataclasses import dataclass
 
 from pathlib import Path
 
-from .errors import UserError
+from .errors import LabelError
 
 _TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "regr"}
 _SUFFIXES = (".zarr.zip", ".zarr")
-
-
-class LabelError(UserError, ValueError):
-    """A label folder or file that would give a score other than the one its labels mean."""
 
 
 def split_task_name(name: str) -> tuple[str, str]:

@@ -15,14 +15,10 @@ from typing import Any, ClassVar
 
 import yaml
 
-from .errors import UserError
+from .errors import RecipeError, yaml_problem
 from .precision import PRECISIONS
 
 NORMALIZATIONS = ("published", "cube")
-
-
-class RecipeError(UserError, ValueError):
-    """A recipe field has a value it cannot take."""
 
 
 def check_int(name: str, v: Any, lo: int = 1, none: bool = False) -> None:
@@ -165,7 +161,7 @@ def read_config(path: str) -> dict[str, Any]:
     except OSError as e:
         raise RecipeError(f"{path}: cannot read the config ({e.strerror})") from None
     except yaml.YAMLError as e:
-        raise RecipeError(f"{path}: not valid YAML ({e})") from None
+        raise RecipeError(f"{path}: not valid YAML ({yaml_problem(e)})") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a config must be a mapping of recipe fields")
     return data

@@ -18,7 +18,7 @@ import zarr
 import zarr.storage
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .errors import UserError
+from .errors import DamagedStoreError, UserError
 
 StorageOptions = dict[str, Any]
 ENV = "CRYOCUBE_STORAGE_OPTIONS"
@@ -124,8 +124,13 @@ def make_store(url: str, storage_options: StorageOptions | None = None, read_onl
 
 
 def open_group(url: str, mode: str = "r", storage_options: StorageOptions | None = None) -> zarr.Group:
+    """The Zarr group at `url`; a metadata file that is not JSON (truncated, overwritten) is named, not a traceback."""
     store = make_store(url, storage_options, read_only=(mode == "r"))
-    return zarr.open_group(store=store, mode=mode)
+    try:
+        return zarr.open_group(store=store, mode=mode)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise DamagedStoreError(f"{join(url, 'zarr.json')}: not valid JSON: the store's metadata is damaged "
+                                "(truncated or overwritten); write it again (a cube: `cryocube convert --overwrite`)") from None
 
 
 def exists(url: str, storage_options: StorageOptions | None = None) -> bool:

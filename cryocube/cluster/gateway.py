@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import yaml_problem
 from .registry import WORKER_WAIT_S, ClusterError, ClusterRequest, backend, require, wait_first_worker
 from .runtime import TorchThreads
 
@@ -26,7 +27,7 @@ def read_gateway_options(path: str | os.PathLike) -> dict:
     try:
         doc = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ClusterError(f"{p}: not valid YAML ({e})") from None
+        raise ClusterError(f"{p}: not valid YAML ({yaml_problem(e)})") from None
     if not isinstance(doc, dict):
         raise ClusterError(f"{p}: expected a mapping of gateway options")
     _check_gateway_keys(doc, str(p))

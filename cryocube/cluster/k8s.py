@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import __version__
 from ..catalog import packaged_dir
-from ..errors import UserError
+from ..errors import ManifestError, yaml_problem
 from .registry import ClusterError, ClusterRequest, backend, own_client, require, wait_first_worker
 from .runtime import GPU, thread_env
 
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 DEFAULT_K8S_MANIFEST = packaged_dir("k8s", "deployments/k8s") / "daskcluster.yaml"
 DEFAULT_IMAGE = f"cryocube:{__version__}"  # built from deployments/docker/Dockerfile; push it and use its registry ref
 STORAGE_SECRET = "cryocube-storage"  # optional k8s Secret with AWS_ACCESS_KEY_ID/... for s3:// cubes
-
-
-class ManifestError(UserError):
-    """A Kubernetes manifest does not match its schema; the message names the file and field paths."""
 
 
 def k8s_cluster_spec(name: str = "cryocube", image: str = DEFAULT_IMAGE, n_workers: int = 2, gpu: bool = True,
@@ -81,7 +77,7 @@ def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
     try:
         return [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
     except yaml.YAMLError as e:
-        raise ManifestError(f"{p}: not valid YAML ({e})") from e
+        raise ManifestError(f"{p}: not valid YAML ({yaml_problem(e)})") from e
 
 
 _CRD_FILES = {"DaskCluster": "daskcluster.yaml", "DaskWorkerGroup": "daskworkergroup.yaml",

@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import UserError
+from ..errors import ClusterError
 from .runtime import TorchThreads
 
 if TYPE_CHECKING:
@@ -14,10 +14,6 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT = "10s"  # to an existing scheduler
 WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, node scale-up)
-
-
-class ClusterError(UserError):
-    """A cluster could not be created or reached; the message says which and what to install/fix."""
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,11 @@ import numpy as np
 
 from .. import plugins, store
 from ..catalog import DatasetSpec, Layout
-from ..errors import UserError
+from ..errors import ConvertError
 
 SPLITS = ("train", "val", "test")
 BUILTIN_READERS = ("cryocube.convert.paired", "cryocube.convert.ai4arctic", "cryocube.convert.ssl4eo", "cryocube.convert.insar",
                    "cryocube.convert.hephaestus")
-
-
-class ConvertError(UserError, ValueError):
-    """Bad raw input. The message names the file (and band/sample) at fault."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import WindowError
 from ..store import is_remote
 from .base import SPLITS, ConvertError, Reader, SourceItem, Window
 
@@ -36,10 +37,6 @@ class Header:
     dtype: str
     crs: str | None = None
     transform: tuple[float, ...] | None = None
-
-
-class WindowError(ValueError):
-    """A caller asked for a window outside the image (a bug in the caller, not bad input)."""
 
 
 def check_window(url: str, window: Window | None, height: int, width: int) -> Window:

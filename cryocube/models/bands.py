@@ -26,16 +26,12 @@ from itertools import cycle, islice
 from typing import Sequence
 
 from ..catalog import Band
-from ..errors import UserError
+from ..errors import BandMatchError, UserError
 from ..catalog import band_names
 from .spec import ModelSpec
 
 RULES = ("named", "cross_sensor", "rendered_rgb")
 RENDERED = "rendering"  # the band role of a rendered picture's channels (catalogs/datasets/hephaestus.yaml)
-
-
-class BandMatchError(UserError):
-    """The dataset has no band any input slot of the encoder can take."""
 
 
 def reference_modality(band: Band) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import UserError
+from ..errors import WeightsError
 from .. import store
 from ..fetch import fetch, file_digest
 from .registry import get_keymap
@@ -30,10 +30,6 @@ from .spec import model_spec
 def cache_dir() -> Path:
     """Where fetched checkpoints go: $CRYOCUBE_WEIGHTS, else ~/.cache/cryocube/weights."""
     return Path(os.environ.get("CRYOCUBE_WEIGHTS") or Path.home() / ".cache" / "cryocube" / "weights")
-
-
-class WeightsError(UserError):
-    """A checkpoint is missing, corrupt, has the wrong checksum or does not fit the model."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..errors import UserError
+from ..errors import ReportError
 from . import analysis, plots, sweeps
 from .html import FigureRef, Section, write_html
 from .leaderboard import Leaderboard, leaderboard_from_runs
@@ -31,10 +31,6 @@ from .tables import RENDERERS, Table, to_markdown, write_table
 
 TABLE_FORMATS = tuple(RENDERERS)  # md, csv, json, tex
 ALL_FORMATS = TABLE_FORMATS + ("html",)
-
-
-class ReportError(UserError, ValueError):
-    """Nothing to report, or an option the report cannot honour."""
 
 
 @dataclass

@@ -16,16 +16,12 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..errors import UserError
+from ..errors import CubeReadError, UserError
 from .plots import save
 from .records import Run
 
 IGNORE_COLOUR = (0.85, 0.85, 0.85)
 RGB_BANDS = (("B4", "B3", "B2"), ("red", "green", "blue"), ("R", "G", "B"))
-
-
-class CubeReadError(UserError, ValueError):
-    """The cube or the predictions store lacks what a qualitative panel needs."""
 
 
 def open_cube(url: str):

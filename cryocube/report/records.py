@@ -20,17 +20,13 @@ from typing import Any, Iterable
 
 from .. import store
 from ..engine.records import RESULTS_FILE, missing_records
-from ..errors import UserError
+from ..errors import ResultsError
 from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
 DEVIATES = " (deviates: "  # + the record's deviations in effect + ")": see docs/deviations.md
 TUNED = " (tuned)"  # the best trial of a `cryocube tune` study: its own row, never averaged with default-recipe runs
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
-
-
-class ResultsError(UserError, ValueError):
-    """A results file is missing, unreadable, or holds a record without a required field."""
 
 
 @dataclass(frozen=True)

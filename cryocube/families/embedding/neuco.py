@@ -14,13 +14,10 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-from cryocube.errors import UserError
+from cryocube.errors import NeuCoError
 from cryocube.labelfiles import LabelError, split_task_name
 
 Q_EPS = 0.02  # the FAQ's epsilon: Q_t = 2 * A_t / (0.02 + dA_t), capped at 100 when A_t = 1
-class NeuCoError(UserError):
-    """A task name, embedding matrix or score table that the NeuCo-Bench protocol cannot use."""
-
 
 # --- embeddings and labels ---------------------------------------------------------------------
 

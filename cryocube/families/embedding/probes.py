@@ -12,14 +12,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from cryocube.errors import UserError
+from cryocube.errors import ProbeError
 from cryocube.families.embedding.neuco import NeuCoError, scale_labels, shuffle_splits
 
 KINDS = ("cls", "regr")
-
-
-class ProbeError(UserError):
-    """A task's labels, embeddings or probe settings that a probe cannot work with."""
 
 
 # --- metrics -------------------------------------------------------------------------------------

@@ -13,14 +13,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from cryocube.errors import UserError
+from cryocube.errors import SubmissionError
 from cryocube.labelfiles import strip_id
 
 _DIGITS = re.compile(r"^[0-9]+$")
-
-
-class SubmissionError(UserError):
-    """A submission CSV that the challenge's validator (or NeuCo-Bench) would not accept."""
 
 
 def _fmt_ids(ids: Sequence[str], limit: int = 5) -> str:

@@ -18,7 +18,7 @@ import torch
 
 from ... import store as _store
 from ...cube import read_dense
-from ...errors import UserError, task_boundary
+from ...errors import DamagedCacheError, task_boundary
 from ...precision import autocast
 from .data import crop_offsets, pad_to, window_offsets
 from ..encoders import extract_batch_size, get_encoder
@@ -26,10 +26,6 @@ from .work import CacheSpec, ExtractTask
 
 COMPLETE = "cryocube_features_complete"
 MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never written (or was lost)
-
-
-class DamagedCacheError(UserError):
-    """A feature cache holds unwritten or damaged items; it is rebuilt once removed."""
 
 
 def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes, block_samples: int) -> dict:

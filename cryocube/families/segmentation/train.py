@@ -28,7 +28,7 @@ from torch import nn
 from ... import store as _store
 from ...catalog import CUBE_IGNORE_INDEX
 from ...cube import read_dense
-from ...errors import UserError, failure, task_boundary
+from ...errors import NonFiniteLoss, UserError, failure, task_boundary
 from ...precision import autocast, grad_scaler
 from .data import pad_to, window_offsets
 from .features import FeatureSplit, get_encoder
@@ -36,10 +36,6 @@ from .metrics import confusion_matrix, metrics_from_confusion
 from .work import FitTask, SegRun, TestTask
 
 PROGRESS_TOPIC = "cryocube-progress"
-
-
-class NonFiniteLoss(FloatingPointError):
-    pass
 
 
 class CrossEntropy(nn.CrossEntropyLoss):
