@@ -13,7 +13,7 @@ from .. import store as _store
 from ..catalog import Band
 from ..errors import UserError
 from .digests import _crc, digest_rows, digest_vars, sample_digests
-from .schema import COMPLETE_ATTR, INTERNAL_VARS, DamagedCubeError, IncompleteCubeError, as_text
+from .schema import COMPLETE_ATTR, INTERNAL_VARS, SAMPLE_VARS, DamagedCubeError, IncompleteCubeError, as_text
 
 def open_cube(url: str, storage_options: dict | None = None, allow_incomplete: bool = False) -> xr.Dataset:
     """The cube as an xarray Dataset (lazy). Refuses an incomplete cube unless asked."""
@@ -208,3 +208,87 @@ def read_dense(url: str, idx) -> tuple[np.ndarray, np.ndarray]:
         raise UserError(f"{url}: this sample cube has no per-pixel target (`mask`), so it cannot be segmented")
     img, _ = read_samples(url, idx, labels=False)
     return img, read_checked(url, "mask", idx).astype(np.int16)
+
+
+# -- typed views: what a task reads of each kind of cube ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CubeView:
+    """A complete cube opened lazily (no pixels read); the kind's view says what a task may ask of it."""
+
+    url: str
+    ds: xr.Dataset
+
+    @property
+    def n(self) -> int:
+        return int(self.ds.sizes["sample"])
+
+
+class TileCube(CubeView):
+    """A tile cube (dense labels): its coordinates by name, no pixels."""
+
+    kind = "tiles"
+
+    @property
+    def split(self) -> np.ndarray:
+        return as_text(self.ds["split"].values)
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(c) for c in self.ds["class"].values]
+
+
+class SampleCube(CubeView):
+    """A sample cube (image-level targets): every variable `schema.SAMPLE_VARS` declares, by name, with its declared
+    default where this cube lacks it (SSL4EO cubes have no interferogram facts); references read checked."""
+
+    kind = "samples"
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) of the cube's images (every sample padded to it)."""
+        return int(self.ds.sizes["y"]), int(self.ds.sizes["x"])
+
+    @property
+    def rendered(self) -> bool:
+        return bool(self.ds.attrs.get("rendered", False))
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        return dict(self.ds.attrs.get("unavailable") or {})
+
+    def has(self, name: str) -> bool:
+        return name in self.ds
+
+    def values(self, name: str) -> np.ndarray:
+        """A declared coordinate (per sample, or along its own dim), or its default: text as an object array of str,
+        the valid extent (`height`, `width`) as the cube's own size."""
+        var = SAMPLE_VARS[name]
+        if name in self.ds:
+            v = self.ds[name].values
+            return as_text(v) if np.asarray(v).dtype.kind in "OUT" or "String" in str(np.asarray(v).dtype) else np.asarray(v)
+        if name in ("height", "width"):
+            return np.full(self.n, self.size[0 if name == "height" else 1], dtype=np.int64)
+        if var.default is None:
+            return np.array([], dtype=object)  # e.g. no text tasks: none
+        length = self.n if var.dims[0] == "sample" else int(self.ds.sizes.get(var.dims[0], 0))
+        return np.full(length, var.default, dtype=object if isinstance(var.default, str) else np.float64)
+
+    @property
+    def tasks(self) -> list[str]:
+        return [str(t) for t in as_text(self.ds["task"].values)] if "task" in self.ds else []
+
+    def checked(self, name: str) -> np.ndarray | None:
+        """`target` or a declared data variable (`box`, `answer`, `mask`), checked against the digests; None where the
+        cube has none."""
+        if name != "target" and SAMPLE_VARS[name].coord:
+            raise KeyError(f"{name!r} is a coordinate; read it with values()")
+        return read_checked(self.url, name) if name in self.ds else None
+
+
+def open_view(url: str, storage_options: dict | None = None) -> TileCube | SampleCube:
+    """The cube at `url` (complete) as its typed view: a `SampleCube` for `kind: samples`, else a `TileCube`."""
+    _store.register_options(url, storage_options)
+    ds = open_cube(url)
+    return SampleCube(url, ds) if ds.attrs.get("kind") == "samples" else TileCube(url, ds)

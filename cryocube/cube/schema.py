@@ -86,3 +86,53 @@ COMPRESSORS: dict[str, Any] = {
     "zstd": lambda: _blosc("zstd", 3),
     "none": lambda: None,
 }
+
+
+# -- what a sample cube may hold beyond image, target and the band coordinates ---------------------
+
+
+@dataclass(frozen=True)
+class Var:
+    """One declared variable of a sample cube: its dims, and what a cube without it reads as (per sample)."""
+
+    dims: tuple[str, ...]
+    default: Any = None  # None: no default (the typed view gives None where the cube lacks it)
+    coord: bool = True  # False: a data variable covered by the sample digests (read checked)
+
+
+# The interferogram sample cube (docs/insar-cube.md): the readers build these by name (`declared`), the typed view
+# (`read.SampleCube`) reads them back by name with these defaults (SSL4EO cubes have none of them).
+SAMPLE_VARS: dict[str, Var] = {
+    "frame": Var(("sample",), ""),  # the frame (track) folder of a pair; "" when pairs lie flat
+    "primary_date": Var(("sample",), "?"),  # ISO dates of the pair
+    "secondary_date": Var(("sample",), "?"),
+    "radar_wavelength_m": Var(("sample",), np.nan),
+    "height": Var(("sample",)),  # valid extent of each sample (smaller ones are padded bottom/right); default: the cube's
+    "width": Var(("sample",)),
+    "crs": Var(("sample",), ""),
+    "transform": Var(("sample", "affine")),
+    "box_origin": Var(("sample",), ""),  # annotation | derived | none
+    "mask_origin": Var(("sample",), ""),  # MASK_ORIGINS of convert/insar.py
+    "mask_pixels": Var(("sample", "mask_class")),  # labelled pixels per mask class: what planning reads, not the mask
+    "mask_class": Var(("mask_class",)),
+    "task_classes": Var(("task",), ""),  # "a|b|c": class names of a cls target ("": none)
+    "text_task": Var(("text_task",)),
+    "corner": Var(("corner",)),
+    "box": Var(("sample", "corner"), coord=False),  # the deformation box in pixels (NaN: none)
+    "answer": Var(("sample", "text_task"), coord=False),  # reference free-text answers ("" = none)
+    "mask": Var(("sample", "y", "x"), coord=False),  # per-pixel deformation target (int8; MASK_IGNORE = no label)
+}
+
+
+def declared(values: dict[str, Any]) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(coords, data_vars) of a sample cube from {name: values}, dims from `SAMPLE_VARS`; an undeclared name or
+    values of the wrong rank are a programming error named here, not a cube nobody can read back."""
+    coords, data_vars = {}, {}
+    for name, v in values.items():
+        if name not in SAMPLE_VARS:
+            raise KeyError(f"sample-cube variable {name!r} is not declared in cube.schema.SAMPLE_VARS")
+        var = SAMPLE_VARS[name]
+        if np.ndim(v) != len(var.dims):
+            raise ValueError(f"sample-cube variable {name!r}: {np.ndim(v)}-D values for dims {var.dims}")
+        (coords if var.coord else data_vars)[name] = (var.dims, v)
+    return coords, data_vars
