@@ -66,6 +66,20 @@ def test_converter_reads_the_challenge_layout(ssl, client):
     assert float(ds["published_mean"].values[2]) == pytest.approx(1635.299)
 
 
+def test_an_ssl4eo_cube_reads_the_declared_defaults(ssl):
+    """A sample cube without interferogram facts: its typed view gives each declared variable's default, no box."""
+    from cryocube.cube import SampleCube, open_view
+
+    _, _, url = ssl
+    view = open_view(url)
+    assert isinstance(view, SampleCube) and view.n == 60 and view.tasks
+    assert set(view.values("primary_date")) == {"?"} and set(view.values("frame")) == {""}
+    assert list(view.values("task_classes")) == [""] * len(view.tasks)
+    assert np.isnan(view.values("radar_wavelength_m")).all() and set(view.values("height")) == {view.size[0]}
+    assert view.checked("box") is None and len(view.values("text_task")) == 0
+    assert view.checked("target").shape == (60, len(view.tasks))
+
+
 def test_a_damaged_sample_cube_is_refused(ssl, tmp_path):
     import shutil
 

@@ -53,6 +53,28 @@ def test_physics_of_the_generator():
     assert t.std() == pytest.approx(0.3) and spec[1:4, 1:4].mean() > 50 * spec[20:30, 20:30].mean()
 
 
+def test_the_sample_cube_view_reads_the_declared_schema(geotiff, tmp_path):
+    """The typed view gives every declared variable by name, with the cube's own values, references read checked;
+    a reader naming a variable the schema does not declare (or with the wrong rank) is stopped at plan time."""
+    from cryocube.cube import SAMPLE_VARS, SampleCube, TileCube, declared, open_view
+
+    m, url, _ = geotiff
+    view, ds = open_view(url), open_cube(url)
+    assert isinstance(view, SampleCube) and not isinstance(view, TileCube) and view.n == len(m.pairs)
+    assert set(SAMPLE_VARS) <= set(ds.variables)  # an interferogram cube holds all of them
+    assert list(view.values("primary_date")) == [p.primary for p in m.pairs]
+    assert np.array_equal(view.values("height"), ds["height"].values)
+    assert np.array_equal(view.checked("box"), ds["box"].values, equal_nan=True)
+    with pytest.raises(KeyError, match="coordinate"):
+        view.checked("frame")
+    coords, data_vars = declared({"frame": np.array(["a"]), "box": np.zeros((1, 4))})
+    assert coords == {"frame": (("sample",), coords["frame"][1])} and data_vars["box"][0] == ("sample", "corner")
+    with pytest.raises(KeyError, match="not declared"):
+        declared({"frams": np.array(["a"])})
+    with pytest.raises(ValueError, match="2-D values"):
+        declared({"frame": np.zeros((1, 2))})
+
+
 def test_geotiff_cube_holds_the_maps_and_labels_match_the_truth(geotiff):
     m, url, r = geotiff
     ds = open_cube(url)

@@ -22,6 +22,7 @@ from ..store import is_remote, join
 from .base import ConvertError, Mapper, Reader, SourceItem, Window, register
 from .rawio import check_window, header_threads, map_threads, order_items, val_from_train
 from .splits import draw_val
+from .writer import TileReader
 
 PREP_SUFFIX = "_prep"
 REFERENCE_SUFFIX = "_reference"
@@ -76,7 +77,7 @@ def _read_chart(ds, chart: str, win: Window) -> np.ndarray:
 
 
 @register
-class AI4ArcticReader(Reader):
+class AI4ArcticReader(TileReader):
     name = "ai4arctic_netcdf"
     options_doc = "variables (band name -> netCDF variable), dims, chart, val_from_train"
     splits_on_disk = ("train", "test")

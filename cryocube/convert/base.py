@@ -1,12 +1,20 @@
-"""The reader contract: one reader per kind of published raw layout, chosen by the catalog.
+"""The reader contracts: one reader per kind of published raw layout, chosen by the catalog.
 
 A dataset's layout names its reader (`reader: paired_raster`) and gives it options (folder
 templates, suffixes, variable names), so a dataset whose files follow a layout cryocube already
-reads is one YAML. A reader only knows its layout: `scan` lists the source images (headers only,
-cheap) and `read` returns raw pixels and raw label values for one image (on a worker); `write`
-puts an image where `scan` will find it (the sample-data generator uses it, so generated trees
-follow the reader's own declarations). Tiling, label remapping, validation, statistics and writing
-the cube are the shared writer's job.
+reads is one YAML. Every reader derives from one of two bases, by the cube it makes:
+
+- `writer.TileReader` (tile cubes, dense labels): `scan` lists the source images (headers only, cheap)
+  and `read` returns raw pixels and raw label values for one image (on a worker); `write` puts an
+  image where `scan` will find it (the sample-data generator uses it, so generated trees follow the
+  reader's own declarations). Tiling, label remapping, validation and statistics are the tile
+  writer's job (`writer.py`).
+- `samples.SampleReader` (sample cubes, image-level targets): `plan` lists the samples and computes
+  every target on the client, so bad input is found before a cluster starts; `read_sample` returns
+  one whole image (on a worker); `samples.py` reads the images on the workers.
+
+Each base lives beside the code that writes its kind; both store through the cube's one writer
+(`cube.write`). `convert` treats every reader alike: `precheck` (before a cluster starts), then `convert`.
 """
 from __future__ import annotations
 
@@ -15,10 +23,9 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-import numpy as np
-
 from .. import plugins, store
 from ..catalog import DatasetSpec, Layout
+from ..cube.write import ConvertResult, WriteOptions
 from ..errors import ConvertError
 
 SPLITS = ("train", "val", "test")
@@ -46,9 +53,11 @@ Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, i
 
 
 class Reader:
+    """What every reader shares: its catalog layout and options, file access, and the two steps of `convert`."""
+
     name: ClassVar[str]  # what a catalog layout's `reader:` field names
     options_doc: ClassVar[str] = ""  # the layout options it reads (shown by `cryocube list readers`)
-    writes_own_cube: ClassVar[bool] = False  # True: the reader's `convert` builds a cube of another kind (samples)
+    flags_samples: ClassVar[bool] = False  # its annotations flag damaged samples (`--keep-corrupted` applies)
 
     def __init__(self, spec: DatasetSpec, layout: str, storage_options: dict[str, Any] | None = None):
         self.spec = spec
@@ -74,34 +83,18 @@ class Reader:
             raise ConvertError(f"{self.where}: option {key!r} should be {kind}, got {v!r}")
         return v
 
-    # -- contract -------------------------------------------------------------------------
+    # -- contract (both kinds) ----------------------------------------------------------------
     def detect(self, root: str) -> bool:
         """Whether `root` looks like this layout (used by --layout auto)."""
         raise NotImplementedError
 
-    def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
-        """All items under `root`, sorted by (split order, name). Raises ConvertError on
-        unpaired files or header-level problems (shape mismatch, band count).
+    def precheck(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options) -> Any:
+        """What `convert` needs that can be checked before a cluster starts (the CLI calls it first and passes
+        the result on); None where nothing can (tile readers read their headers on the workers)."""
+        return None
 
-        Listing happens here; per-file header reads go through `map_headers(fn, jobs, threads)`
-        (default: this process; `convert` passes one that spreads them over the Dask workers)."""
-        raise NotImplementedError
-
-    def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(image (C, h, w) in the source dtype, raw label (h, w)) for the window (whole image if None)."""
-        raise NotImplementedError
-
-    def disk_split(self, split: str) -> str:
-        """Where files of `split` live on disk: itself, or "train" where val is drawn from train."""
-        return "train" if split == "val" and self.options.get("val_from_train") else split
-
-    def example_name(self, base: str, i: int) -> str:
-        """The name generated sample item `i` gets in this layout, from a dataset-style name (`base`)."""
-        return base
-
-    def write(self, root: str, split: str, scene: str, image: np.ndarray, raw_label: np.ndarray,
-              crs: str | None = None, transform: tuple | None = None) -> tuple[str, str]:
-        """Write one image and its raw label where `scan` finds them; returns (image path, label path)."""
+    def convert(self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options) -> ConvertResult:
+        """Write (or resume) this layout's cube at `out` (`writer.convert` resolves and checks the options)."""
         raise NotImplementedError
 
     # -- shared helpers ---------------------------------------------------------------------

@@ -91,7 +91,8 @@ def _print_skipped(url: str, most: int = 10) -> None:
 
 
 def _precheck(spec, args) -> dict:
-    """{"layout", "prechecked"} for readers with a `precheck` (their whole plan, bad input found here); else {}."""
+    """{"layout", "prechecked"}: what the layout's reader checks before a cluster starts (a sample reader's whole
+    plan, so bad input is found here; None for tile readers, whose headers are read on the workers)."""
     from .. import store
     from .base import open_reader
     from .writer import detect_layout
@@ -101,13 +102,12 @@ def _precheck(spec, args) -> dict:
     store.register_options(args.raw, args.raw_storage_options)
     layout = detect_layout(spec, args.raw) if args.layout == "auto" else args.layout
     reader = open_reader(spec, layout, args.raw_storage_options)
-    keep = bool(getattr(args, "keep_corrupted", False))
-    if keep and not getattr(reader, "flags_samples", False):
+    keep = bool(args.keep_corrupted)
+    if keep and not reader.flags_samples:
         raise UserError(f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag corrupted samples "
                         "(only Hephaestus's do)")
-    if not hasattr(reader, "precheck"):
-        return {}
-    return {"layout": layout, "prechecked": reader.precheck(args.raw, on_error=args.on_error, **({"keep_corrupted": True} if keep else {}))}
+    return {"layout": layout, "prechecked": reader.precheck(args.raw, on_error=args.on_error, keep_corrupted=keep,
+                                                            **({"shift_s2": True} if args.shift_s2 else {}))}
 
 
 def _download(args) -> int:

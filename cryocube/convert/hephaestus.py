@@ -81,7 +81,7 @@ class HephaestusReader(PairReader):
         ifg, png, _, ann = self.names
         return self.isdir(_store.join(root, ann)) and bool(fs.glob(posixpath.join(base.rstrip("/"), "*", ifg, "*", png)))
 
-    def scan(self, root: str, map_headers=None) -> list[Pair]:
+    def scan(self, root: str) -> list[Pair]:
         fs, base = self.fs(root)
         base = base.rstrip("/")
         ifg, png, coh, ann_dir = self.names

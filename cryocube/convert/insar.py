@@ -22,11 +22,11 @@ import numpy as np
 
 from .. import store as _store
 from ..cube import _text
-from .base import ConvertError, Reader, register
+from ..cube.schema import declared
+from .base import ConvertError, register
 from .insar_labels import MASK_IGNORE, RULES_TEXT, Rules, derive
 from .rawio import map_threads, raster_header, read_raster, write_geotiff
-from .samples import SamplePlan, convert_samples
-from .writer import ConvertResult
+from .samples import SamplePlan, SampleReader
 
 DATE = r"(\d{4}-?\d{2}-?\d{2})"
 PAIR_RE = re.compile(rf"^{DATE}_{DATE}$")
@@ -78,13 +78,11 @@ class TargetSpec:
     classes: tuple[str, ...] = ()
 
 
-class PairReader(Reader):
+class PairReader(SampleReader):
     """Shared part of interferogram layouts: catalog options, the plan, the cube."""
 
-    writes_own_cube = True
     rendered: bool = False  # True: image bands are renderings (no physical values)
     on_error: str = "raise"  # skip: a bad pair is left out of the cube, counted and named (set by `plan`)
-    flags_samples: bool = False  # its annotations flag damaged samples (Hephaestus: corrupted, processing_error)
     keep_flagged: bool = False  # keep flagged samples (`--keep-corrupted`; set by `plan`), recorded as kept
 
     # -- catalog options ---------------------------------------------------------------------
@@ -141,7 +139,8 @@ class PairReader(Reader):
         return f"frame{k:02d}"
 
     # -- contract for subclasses ------------------------------------------------------------------
-    def scan(self, root: str, map_headers=None) -> list[Pair]:
+    def scan(self, root: str) -> list[Pair]:
+        """Every pair folder under `root`, headers checked (a bad one is skipped with --on-error skip)."""
         raise NotImplementedError
 
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
@@ -200,7 +199,7 @@ class PairReader(Reader):
             raise ConvertError(f"{url}: field 'answers' names {unknown}, not text tasks of {self.spec.id} ({', '.join(self.text_tasks)})")
         return {str(k): str(v) for k, v in answers.items()}
 
-    def plan(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False) -> tuple[list[Pair], SamplePlan]:
+    def plan(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **_) -> tuple[list[Pair], SamplePlan]:
         """Scan, check every pair and compute every label on the client (threads): the one place bad input is found.
         on_error="skip": a bad pair is left out instead of refusing the tree (`skipped_samples` in the cube's attrs).
         Samples the annotations flag as damaged are left out (`skipped_samples`) unless `keep_corrupted`
@@ -241,27 +240,24 @@ class PairReader(Reader):
                 unavailable.setdefault(f"{t} (text)", self.unavailable.get(t, "no annotation gives this answer"))
         self.narrow(bands)
         tf = np.array([p.transform if p.transform else (np.nan,) * 6 for p in pairs], dtype=np.float64)
-        coords = {
-            "frame": (("sample",), _text([p.frame for p in pairs])),
-            "primary_date": (("sample",), _text([p.primary for p in pairs])),
-            "secondary_date": (("sample",), _text([p.secondary for p in pairs])),
-            "radar_wavelength_m": (("sample",), np.array([lab["wavelength_m"] for lab in labels], dtype=np.float64)),
-            "height": (("sample",), np.array([p.height for p in pairs], dtype=np.int32)),
-            "width": (("sample",), np.array([p.width for p in pairs], dtype=np.int32)),
-            "crs": (("sample",), _text([p.crs or "" for p in pairs])),
-            "transform": (("sample", "affine"), tf),
-            "box_origin": (("sample",), _text([lab["box_origin"] for lab in labels])),
-            "mask_origin": (("sample",), _text([lab.get("mask_origin", "none") if lab.get("mask") is not None else "none"
-                                                for lab in labels])),
-            # per sample and class: labelled pixels of the mask (what planning reads instead of the mask itself)
-            "mask_pixels": (("sample", "mask_class"), np.stack([(mask == k).sum(axis=(1, 2)) for k in (0, 1)], axis=1).astype(np.int32)),
-            "mask_class": (("mask_class",), _text(self.mask_options["classes"])),
-            "task_classes": (("task",), _text(["|".join(t.classes) for t in tspecs])),
-            "text_task": (("text_task",), _text(self.text_tasks)),
-            "corner": (("corner",), _text(CORNERS)),
-        }
-        data_vars = {"box": (("sample", "corner"), box), "answer": (("sample", "text_task"), answers),
-                     "mask": (("sample", "y", "x"), mask)}
+        coords, data_vars = declared({  # names and dims: cube.schema.SAMPLE_VARS
+            "frame": _text([p.frame for p in pairs]),
+            "primary_date": _text([p.primary for p in pairs]),
+            "secondary_date": _text([p.secondary for p in pairs]),
+            "radar_wavelength_m": np.array([lab["wavelength_m"] for lab in labels], dtype=np.float64),
+            "height": np.array([p.height for p in pairs], dtype=np.int32),
+            "width": np.array([p.width for p in pairs], dtype=np.int32),
+            "crs": _text([p.crs or "" for p in pairs]),
+            "transform": tf,
+            "box_origin": _text([lab["box_origin"] for lab in labels]),
+            "mask_origin": _text([lab.get("mask_origin", "none") if lab.get("mask") is not None else "none" for lab in labels]),
+            "mask_pixels": np.stack([(mask == k).sum(axis=(1, 2)) for k in (0, 1)], axis=1).astype(np.int32),
+            "mask_class": _text(self.mask_options["classes"]),
+            "task_classes": _text(["|".join(t.classes) for t in tspecs]),
+            "text_task": _text(self.text_tasks),
+            "corner": _text(CORNERS),
+            "box": box, "answer": answers, "mask": mask,
+        })
         attrs = {"derivation": {**self.rules.as_attrs(), "radar_wavelength_m": self.wavelength_m} if not self.rendered else {},
                  "unavailable": unavailable, "rendered": self.rendered, "box_task": self.box_task, "mask": self.mask_options,
                  "padding": "samples smaller than the cube are padded bottom/right with 0; height/width give the valid extent",
@@ -288,15 +284,9 @@ class PairReader(Reader):
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
         return {}
 
-    def precheck(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False):
-        """What `convert` needs, computed before a cluster starts (the CLI passes it on)."""
-        return self.plan(raw, on_error, keep_corrupted)
-
-    def convert(self, raw: str, out: str, client, block_samples: int = 16, overwrite: bool = False, progress: bool = True,
-                prechecked=None, on_error: str = "raise", keep_corrupted: bool = False, **_) -> ConvertResult:
-        pairs, plan = prechecked or self.plan(raw, on_error, keep_corrupted)
-        self.narrow(plan.fingerprint["bands"])  # a prechecked plan came from another reader object
-        return convert_samples(self, pairs, plan, raw, out, client, block_samples, overwrite, progress, {"shape": plan.shape})
+    def read_kwargs(self, plan: SamplePlan, **_) -> dict:
+        self.narrow(plan.fingerprint["bands"])  # a prechecked plan came from another reader object: its bands, not all
+        return {"shape": plan.shape}
 
 
 def pad_to(img: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
@@ -330,7 +320,7 @@ class InSARReader(PairReader):
         first = next(iter(self.files.values()))
         return bool(fs.glob(posixpath.join(base.rstrip("/"), "*", first)) or fs.glob(posixpath.join(base.rstrip("/"), "*", "*", first)))
 
-    def scan(self, root: str, map_headers=None) -> list[Pair]:
+    def scan(self, root: str) -> list[Pair]:
         fs, base = self.fs(root)
         base = base.rstrip("/")
         proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""

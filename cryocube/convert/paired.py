@@ -27,13 +27,14 @@ import warnings
 import numpy as np
 
 from ..store import join
-from .base import SPLITS, ConvertError, Mapper, Reader, SourceItem, Window, pair_by_stem, register
+from .base import SPLITS, ConvertError, Mapper, SourceItem, Window, pair_by_stem, register
 from .rawio import WRITERS, header_threads, map_threads, order_items, raster_header, read_raster, val_from_train
 from .splits import draw_val
+from .writer import TileReader
 
 
 @register
-class PairedRasterReader(Reader):
+class PairedRasterReader(TileReader):
     name = "paired_raster"
     options_doc = ("images, labels (folder templates with {folder}), suffixes, bands (exact|first), split_folders, label_suffix, "
                    "image_name, label_name, example_fields, val_from_train")

@@ -25,9 +25,8 @@ import numpy as np
 import zarr
 
 from .. import store as _store
-from .base import ConvertError, Reader, register
-from .samples import SamplePlan, convert_samples
-from .writer import ConvertResult
+from .base import ConvertError, register
+from .samples import SamplePlan, SampleReader
 
 S2_OFFSET = 1000.0
 SHIFTED_STATS = "ssl4eo_v11_shifted"
@@ -58,10 +57,9 @@ def read_label_csvs(folder: str, storage_options: dict | None = None) -> dict[st
 
 
 @register
-class SSL4EOReader(Reader):
+class SSL4EOReader(SampleReader):
     name = "ssl4eo_zarr_zip"
     options_doc = "modalities (folders under data/, in band order), variable"
-    writes_own_cube = True
 
     @property
     def modalities(self) -> list[str]:
@@ -87,7 +85,7 @@ class SSL4EOReader(Reader):
     def detect(self, root: str) -> bool:
         return all(self.isdir(_store.join(root, "data", m)) for m in self.modalities)
 
-    def scan(self, root: str, map_headers=None) -> list[Location]:
+    def scan(self, root: str) -> list[Location]:
         fs, base = self.fs(root)
         by_mod: dict[str, dict[str, str]] = {}
         proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
@@ -183,8 +181,11 @@ class SSL4EOReader(Reader):
         return self.read(item, shift_s2=shift_s2)[0]
 
     # -- the sample cube -------------------------------------------------------------------------
-    def convert(self, raw: str, out: str, client, block_samples: int = 16, overwrite: bool = False, progress: bool = True,
-                shift_s2: bool = False, **_) -> ConvertResult:
+    def read_kwargs(self, plan: SamplePlan, shift_s2: bool = False, **_) -> dict:
+        return {"shift_s2": bool(plan.attrs["shift_s2"])}
+
+    def plan(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, shift_s2: bool = False,
+             **_) -> tuple[list[Location], SamplePlan]:
         items = self.scan(raw)
         tasks = self.labels(raw)
         first = self.read_sample(items[0], shift_s2=shift_s2)
@@ -205,4 +206,4 @@ class SSL4EOReader(Reader):
             fingerprint={"shift_s2": shift_s2}, time=tuple(self.spec.time),
             published_mean=[pub[b.name][0] for b in self.spec.bands] if pub else None,
             published_std=[pub[b.name][1] for b in self.spec.bands] if pub else None)
-        return convert_samples(self, items, plan, raw, out, client, block_samples, overwrite, progress, {"shift_s2": shift_s2})
+        return items, plan

@@ -1,9 +1,11 @@
-"""The shared cube writer: plan tiles on the client, write fixed blocks of samples on Dask workers.
+"""Tile cubes: the `TileReader` base, and the writer that plans tiles on the client and fills fixed blocks of
+samples on Dask workers.
 
-Every block task opens the store itself, reads only the raw windows it needs, validates and remaps
-them, writes image/label/class_fraction with zarr region writes, then its digest and a progress flag.
-A killed conversion therefore resumes by redoing only the blocks whose flag is not set, and the cube
-is marked complete (by `cube.finalize`) only when every flag is set.
+Every block task opens the store itself, reads only the raw windows it needs, validates and remaps them,
+and hands images, labels and class fractions to the cube's one block write (`cube.write.put_block`:
+digests, moments, the progress flag last). A killed conversion therefore resumes by redoing only the
+blocks whose flag is not set, and the cube is marked complete (by `cube.write.finalize`) only when every
+flag is set. `convert` is the front door for both kinds of cube.
 """
 from __future__ import annotations
 
@@ -15,14 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import zarr
 
 from .. import __version__, outputs, store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
-from ..cube import (COMPLETE_ATTR, PLAN_ATTR, SCHEMA_VERSION, CubeLayout, block_digest, check_unique_ids, derive_sample_ids,
-                    encoding, finalize, partial_stats, sample_digests, template)
+from ..cube import COMPLETE_ATTR, SCHEMA_VERSION, CubeLayout, check_unique_ids, derive_sample_ids, partial_stats
+from ..cube.write import ConvertResult, WriteOptions, create, encoding, finalize, put_block, tile_template
 from ..errors import UserError, task_boundary
-from .base import ConvertError, Reader, SourceItem, open_reader
+from .base import ConvertError, Mapper, Reader, SourceItem, Window, open_reader
 from .rawio import map_threads
 
 DEFAULT_BLOCK_SAMPLES = 16
@@ -84,6 +85,38 @@ def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
                 ty.append(y)
                 tx.append(x)
     return Plan(items, np.array(item_of, dtype=np.int64), np.array(ty, dtype=np.int32), np.array(tx, dtype=np.int32), tile)
+
+
+class TileReader(Reader):
+    """Layouts of scenes or tiles with dense labels; the shared writer cuts them into a tile cube."""
+
+    def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
+        """All items under `root`, sorted by (split order, name). Raises ConvertError on
+        unpaired files or header-level problems (shape mismatch, band count).
+
+        Listing happens here; per-file header reads go through `map_headers(fn, jobs, threads)`
+        (default: this process; `convert` passes one that spreads them over the Dask workers)."""
+        raise NotImplementedError
+
+    def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(image (C, h, w) in the source dtype, raw label (h, w)) for the window (whole image if None)."""
+        raise NotImplementedError
+
+    def disk_split(self, split: str) -> str:
+        """Where files of `split` live on disk: itself, or "train" where val is drawn from train."""
+        return "train" if split == "val" and self.options.get("val_from_train") else split
+
+    def example_name(self, base: str, i: int) -> str:
+        """The name generated sample item `i` gets in this layout, from a dataset-style name (`base`)."""
+        return base
+
+    def write(self, root: str, split: str, scene: str, image: np.ndarray, raw_label: np.ndarray,
+              crs: str | None = None, transform: tuple | None = None) -> tuple[str, str]:
+        """Write one image and its raw label where `scan` finds them; returns (image path, label path)."""
+        raise NotImplementedError
+
+    def convert(self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options) -> ConvertResult:
+        return convert_tiles(self, raw, out, client, opts)
 
 
 # -- per-sample validation --------------------------------------------------------------------
@@ -192,7 +225,7 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
     tune_malloc()
     spec: DatasetSpec = task["spec"]
     layout = spec.layout(task["layout"])
-    reader: Reader = open_reader(spec, task["layout"])
+    reader: TileReader = open_reader(spec, task["layout"])
     tile = task["tile"]
     s0, s1 = task["range"]
     items: list[SourceItem] = task["items"]
@@ -231,20 +264,10 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
         for j in js:
             images[j], labels[j] = _tile_from(img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype)
     cf = class_fractions(labels, spec.num_classes)
-    digests = sample_digests(images, labels)
-    digest = block_digest(digests, images[0].nbytes, labels[0].nbytes)
     stats = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
-    # every chunk is written whole, so zarr need not compare each one with the fill value first
-    with zarr.config.set({"array.write_empty_chunks": True}):
-        g = _store.open_group(task["out"], "r+")
-        g["image"][s0:s1] = images
-        g["label"][s0:s1] = labels
-        g["sample_digest"][s0:s1] = digests
-        g["class_fraction"][s0:s1] = cf
-        g["skip_reason"][s0:s1] = np.array(reasons, dtype=object)
-        g["block_digest"][task["block"]] = digest
-        g["block_stats"][task["block"]] = stats
-        g["progress"][task["block"]] = 1  # last: the block counts as written only now
+    put_block(_store.open_group(task["out"], "r+"), task["block"], s0,
+              {"image": images, "label": labels, "class_fraction": cf, "skip_reason": np.array(reasons, dtype=object)},
+              (images, labels), stats)
     return {"block": task["block"], "samples": n, "read_bytes": read_bytes, "seconds": time.perf_counter() - t0,
             "skipped": sum(1 for r in reasons if r)}
 
@@ -288,18 +311,6 @@ def detect_layout(spec: DatasetSpec, raw: str) -> str:
     return candidates[0]
 
 
-@dataclass
-class ConvertResult:
-    url: str
-    n_samples: int
-    blocks_written: int
-    blocks_total: int
-    read_bytes: int
-    seconds: float
-    marker: dict
-    skipped: int
-
-
 def convert(
     dataset: str | DatasetSpec,
     raw: str,
@@ -323,7 +334,6 @@ def convert(
     """
     from ..cluster.client import get_client
 
-    t0 = time.perf_counter()
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     _store.register_options(raw, raw_storage_options)
     _store.register_options(out, storage_options)
@@ -341,26 +351,35 @@ def convert(
     for what, v in (("--tile", tile), ("--block", block_samples), ("--shard", shard_samples)):
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
+    if reader_options.get("keep_corrupted") and not open_reader(spec, layout).flags_samples:
+        raise UserError(f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag corrupted samples "
+                        "(only Hephaestus's do)")
     client = get_client(client)
     _store.share_with(client)
-    reader = open_reader(spec, layout)
-    if reader.writes_own_cube:  # e.g. multi-temporal sample cubes (convert/ssl4eo.py)
-        return reader.convert(raw, out, client, block_samples=block_samples, overwrite=overwrite, progress=progress,
-                              on_error=on_error, **reader_options)
+    opts = WriteOptions(block=block_samples, overwrite=overwrite, progress=progress, on_error=on_error, tile=tile,
+                        shard=shard_samples, compressor=compressor)
+    prechecked = reader_options.pop("prechecked", None)  # `cryocube convert` planned sample cubes before the cluster
+    return open_reader(spec, layout).convert(raw, out, client, opts, prechecked, **reader_options)
+
+
+def convert_tiles(reader: TileReader, raw: str, out: str, client, opts: WriteOptions) -> ConvertResult:
+    """The tile cube of `reader`'s layout: scan (headers on the workers), plan the tiles, write blocks, finalise."""
+    t0 = time.perf_counter()
+    spec, layout, tile, block_samples = reader.spec, reader.layout.name, opts.tile, opts.block
     items = reader.scan(raw, map_headers=worker_mapper(client))
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
     plan = plan_tiles(items, tile)
-    lay = CubeLayout(plan.n, len(spec.bands), tile, spec.num_classes, spec.dtype, block_samples, shard_samples, compressor)
+    lay = CubeLayout(plan.n, len(spec.bands), tile, spec.num_classes, spec.dtype, block_samples, opts.shard, opts.compressor)
     fingerprint = plan.fingerprint({"dataset": spec.id, "layout": layout, "tile": tile, "block": block_samples,
-                                    "shard": shard_samples, "on_error": on_error, "compressor": compressor,
+                                    "shard": opts.shard, "on_error": opts.on_error, "compressor": opts.compressor,
                                     "schema": SCHEMA_VERSION})
-    g = _prepare_store(out, spec, layout, plan, lay, fingerprint, overwrite, raw)
+    g = _prepare_store(out, spec, layout, plan, lay, fingerprint, opts.overwrite, raw)
     if COMPLETE_ATTR in g.attrs:
         return ConvertResult(out, plan.n, 0, lay.n_blocks, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
     done = np.asarray(g["progress"][:]).astype(bool)
-    tasks = [_block_task(b, spec, layout, plan, lay, out, on_error) for b in range(lay.n_blocks) if not done[b]]
-    results = _run_blocks(client, tasks, progress, f"convert {spec.id}")
+    tasks = [_block_task(b, spec, layout, plan, lay, out, opts.on_error) for b in range(lay.n_blocks) if not done[b]]
+    results = _run_blocks(client, tasks, opts.progress, f"convert {spec.id}")
     marker = finalize(out)
     return ConvertResult(
         url=out, n_samples=plan.n, blocks_written=len(tasks), blocks_total=lay.n_blocks,
@@ -394,53 +413,42 @@ def _run_blocks(client, tasks: list[dict], progress: bool, label: str) -> list[d
 
 def _prepare_store(out, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLayout, fingerprint: str,
                    overwrite: bool, raw: str):
-    """Create the cube's metadata, or reopen it to resume when the plan is the same."""
-    if _store.exists(out):
-        if overwrite:
-            _store.remove(out)
-        else:
-            g = _store.open_group(out, "r+")
-            old = g.attrs.get(PLAN_ATTR)
-            if old is None and COMPLETE_ATTR not in g.attrs:
-                _store.remove(out)  # killed while writing metadata: nothing written yet
-                return _prepare_store(out, spec, layout, plan, lay, fingerprint, overwrite, raw)
-            if old != fingerprint:
-                raise UserError(
-                    f"{out}: a cube from different inputs or options is already there; pass --overwrite to replace it"
-                )
-            return g
-    attrs = {
-        "dataset": spec.id,
-        "title": spec.name,
-        "description": spec.description,
-        "doi": spec.doi,
-        "licence": spec.licence,
-        "layout": layout,
-        "raw_source": raw,
-        "classes": [{"name": c.name, "colour": c.colour} for c in spec.classes],
-        "class_distribution_published": list(spec.class_distribution),
-        "ignore_index": CUBE_IGNORE_INDEX,
-        "tile_size": lay.tile,
-        "block_samples": lay.block_size,
-        "shard_samples": lay.shard_size,
-        "compressor": lay.compressor,
-        "schema_version": SCHEMA_VERSION,
-        "converter": f"cryocube {__version__}",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "scan_dropped": plan.dropped,
-        outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
-    }
-    crs = sorted({it.crs for it in plan.items if it.crs})
-    if len(crs) == 1:
-        attrs["proj:code"] = crs[0] if crs[0].upper().startswith("EPSG:") else None
-        attrs["proj:wkt2"] = None if crs[0].upper().startswith("EPSG:") else crs[0]
-    ds = template(spec, lay, plan.coords(), attrs)
+    """Create the cube's metadata, or reopen it to resume when the plan is the same (`cube.write.create`)."""
+
+    def make():
+        attrs = {
+            "dataset": spec.id,
+            "title": spec.name,
+            "description": spec.description,
+            "doi": spec.doi,
+            "licence": spec.licence,
+            "layout": layout,
+            "raw_source": raw,
+            "classes": [{"name": c.name, "colour": c.colour} for c in spec.classes],
+            "class_distribution_published": list(spec.class_distribution),
+            "ignore_index": CUBE_IGNORE_INDEX,
+            "tile_size": lay.tile,
+            "block_samples": lay.block_size,
+            "shard_samples": lay.shard_size,
+            "compressor": lay.compressor,
+            "schema_version": SCHEMA_VERSION,
+            "converter": f"cryocube {__version__}",
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "scan_dropped": plan.dropped,
+            outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
+        }
+        crs = sorted({it.crs for it in plan.items if it.crs})
+        if len(crs) == 1:
+            attrs["proj:code"] = crs[0] if crs[0].upper().startswith("EPSG:") else None
+            attrs["proj:wkt2"] = None if crs[0].upper().startswith("EPSG:") else crs[0]
+        return tile_template(spec, lay, plan.coords(), attrs), encoding(lay)
+
+    return create_cube(out, make, fingerprint, overwrite)
+
+
+def create_cube(out: str, make, fingerprint: str, overwrite: bool):
+    """`cube.write.create` (either kind), with a full disk or an unwritable --out said in one sentence."""
     try:
-        ds.to_zarr(_store.make_store(out), mode="w", compute=False, zarr_format=3,
-                   encoding=encoding(lay), consolidated=True)
-    except (PermissionError, OSError) as e:
+        return create(out, make, fingerprint, overwrite)
+    except OSError as e:
         raise UserError(outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}") from None
-    g = _store.open_group(out, "r+")
-    g.attrs[PLAN_ATTR] = fingerprint  # only now is the store a resumable cube
-    zarr.consolidate_metadata(g.store)
-    return g

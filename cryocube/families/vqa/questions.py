@@ -39,34 +39,29 @@ def _text(a) -> list[str]:
 def questions(url: str, tasks: list[TaskSpec], every_split: bool = False) -> tuple[list[Question], dict[str, str]]:
     """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left out}.
     `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn from)."""
-    from ...cube import open_cube, read_checked
+    from ...cube import TileCube, open_view
 
-    ds = open_cube(url)
-    if ds.attrs.get("kind") != "samples" and "class_fraction" in ds:
-        return tile_questions(url, ds, tasks, every_split)
-    if ds.attrs.get("kind") != "samples" or "image" not in ds:
+    cube = open_view(url)
+    if isinstance(cube, TileCube) and "class_fraction" in cube.ds:
+        return tile_questions(url, cube.ds, tasks, every_split)
+    if isinstance(cube, TileCube) or not cube.has("image"):
         raise UserError(f"{url}: the vqa protocol needs an interferogram sample cube (cryocube convert insar|hephaestus); "
                         "this cube has no image-level references")
-    n = int(ds.sizes["sample"])
-    h, w = int(ds.sizes["y"]), int(ds.sizes["x"])
+    ds, n = cube.ds, cube.n
     src = _text(ds["source"].values)
-    rendered = bool(ds.attrs.get("rendered", False))
-
-    def coord(name, default):
-        return _text(ds[name].values) if name in ds else [default] * n
-
-    facts = {"primary_date": coord("primary_date", "?"), "secondary_date": coord("secondary_date", "?"),
-             "frame": coord("frame", "")}
-    lam = np.asarray(ds["radar_wavelength_m"].values, np.float64) if "radar_wavelength_m" in ds else np.full(n, np.nan)
-    hs = np.asarray(ds["height"].values, np.int64) if "height" in ds else np.full(n, h)
-    ws = np.asarray(ds["width"].values, np.int64) if "width" in ds else np.full(n, w)
-    tnames = _text(ds["task"].values) if "task" in ds else []
-    classes = _text(ds["task_classes"].values) if "task_classes" in ds else [""] * len(tnames)
+    rendered = cube.rendered
+    # the interferogram facts, each with its declared default where the cube has none (cube.schema.SAMPLE_VARS)
+    facts = {k: _text(cube.values(k)) for k in ("primary_date", "secondary_date", "frame")}
+    lam = np.asarray(cube.values("radar_wavelength_m"), np.float64)
+    hs, ws = (np.asarray(cube.values(k), np.int64) for k in ("height", "width"))
+    tnames = cube.tasks
+    classes = _text(cube.values("task_classes"))
     # the references, checked against the cube's digests (a damaged chunk is an error, not fill values)
-    target = np.asarray(read_checked(url, "target"), np.float64) if "target" in ds and tnames else np.zeros((n, 0))
-    box = np.asarray(read_checked(url, "box"), np.float64) if "box" in ds else None
-    text_tasks = _text(ds["text_task"].values) if "text_task" in ds else []
-    answers = [_text(row) for row in read_checked(url, "answer")] if "answer" in ds and text_tasks else []
+    target = np.asarray(cube.checked("target"), np.float64) if tnames else np.zeros((n, 0))
+    box = cube.checked("box")
+    box = None if box is None else np.asarray(box, np.float64)
+    text_tasks = _text(cube.values("text_task"))
+    answers = [_text(row) for row in cube.checked("answer")] if cube.has("answer") and text_tasks else []
 
     def reference(t: TaskSpec, kind: str, name: str):
         """Per sample: the reference (or None), or a reason when the cube has none for anyone."""

@@ -1,0 +1,78 @@
+"""`cryocube inspect --verify`: every sample against its digest, every block against the cube checksum."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import store as _store
+from ..errors import UserError
+from .digests import block_digest, cube_checksum, digest_rows, digest_vars, sample_digests
+from .read import not_a_cube
+from .schema import COMPLETE_ATTR, IncompleteCubeError, as_text
+
+@dataclass
+class VerifyReport:
+    url: str
+    n_samples: int
+    damaged: list[dict]  # {"sample", "source", "what"}
+    checksum_ok: bool
+    digests: bool  # False: a cube without per-sample digests (blocks only)
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged and self.checksum_ok
+
+
+def verify(url: str, storage_options: dict | None = None, progress: bool = True) -> VerifyReport:
+    """Read every sample and check it against its digest, every block against its block digest and the
+    block digests against the cube checksum (`cryocube inspect --verify`)."""
+    from ..progress import progress_bar
+
+    _store.register_options(url, storage_options)
+    if not _store.exists(url, storage_options):
+        raise UserError(not_a_cube(url, storage_options))
+    g = _store.open_group(url, "r")
+    if "schema_version" not in g.attrs:
+        raise UserError(not_a_cube(url, storage_options))
+    if COMPLETE_ATTR not in g.attrs:
+        raise IncompleteCubeError(f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); nothing to verify yet")
+    n = g["image"].shape[0]
+    # what the per-sample digests cover, in part order: the image, the label (target), a sample cube's extras
+    parts = ("image", "target" if g.attrs.get("kind") == "samples" else "label", *digest_vars(g))
+    bs = int(g.attrs.get("block_samples") or 16)
+    has = "sample_digest" in g
+    stored_blocks = np.asarray(g["block_digest"][:])
+    sources = as_text(g["source"][:])
+    damaged: list[dict] = []
+    computed = []
+    with progress_bar(f"verify {url}", n, progress) as bar:
+        for b in range(stored_blocks.shape[0]):
+            s0, s1 = b * bs, min((b + 1) * bs, n)
+            try:
+                arrs = [np.asarray(g[v][s0:s1]) for v in parts]
+            except Exception:  # noqa: BLE001 - find the samples (and variables) whose chunk cannot be decoded
+                arrs = None
+            if arrs is None:
+                for i in range(s0, s1):
+                    for v in parts:
+                        try:
+                            g[v][i]
+                        except Exception as e:  # noqa: BLE001
+                            damaged.append({"sample": i, "source": str(sources[i]), "what": f"{v} unreadable ({type(e).__name__})"})
+                computed.append(np.zeros(stored_blocks.shape[1], np.uint8))
+                bar.advance(s1 - s0)
+                continue
+            got = sample_digests(*arrs)
+            if has:
+                want = np.asarray(g["sample_digest"][s0:s1])
+                for k in np.flatnonzero((got != want).any(axis=1)):
+                    what = ", ".join(v for v, a, w in zip(parts, got[k], want[k]) if a != w)
+                    damaged.append({"sample": s0 + int(k), "source": str(sources[s0 + k]), "what": f"{what} digest mismatch"})
+            blk = block_digest(got, *(digest_rows(a)[0].nbytes for a in arrs))
+            if not np.array_equal(blk, stored_blocks[b]) and not has:
+                damaged.append({"sample": s0, "source": str(sources[s0]), "what": f"block {b} ({s0}..{s1 - 1}) digest mismatch"})
+            computed.append(blk)
+            bar.advance(s1 - s0)
+    checksum_ok = cube_checksum(np.array(computed)) == g.attrs[COMPLETE_ATTR]["checksum"]
+    return VerifyReport(url, n, damaged, checksum_ok, has)

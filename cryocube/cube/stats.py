@@ -1,0 +1,83 @@
+"""Band statistics (exact merged moments, Chan et al.) and few-shot strata, computed while pixels are in memory."""
+from __future__ import annotations
+
+import numpy as np
+
+from .schema import STATS, _text
+
+def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
+    """Few-shot stratum of each sample, as the reference sampler builds it.
+
+    Per class: bin = ceil(ratio * bins) - 1 (so 0 -> -1, (0, 1/3] -> 0, ...); the key is the bin
+    integers concatenated as a string ("2-1" = all background in a binary task).
+    """
+    cf = np.asarray(class_fraction, dtype=np.float64)
+    b = np.ceil(np.round(cf * bins, 9)).astype(int) - 1
+    return _text("".join(str(v) for v in row) for row in b)
+
+
+
+def merge_moments(count: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge per-part (count, mean, M2) along axis 0 exactly (Chan et al.), in float64."""
+    count, mean, m2 = (np.asarray(a, dtype=np.float64) for a in (count, mean, m2))
+    n = count.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = np.where(n > 0, (count * np.where(count > 0, mean, 0.0)).sum(axis=0) / n, 0.0)
+    dev = np.where(count > 0, mean - mu, 0.0)
+    return n, mu, np.where(count > 0, m2, 0.0).sum(axis=0) + (count * dev * dev).sum(axis=0)
+
+
+def _moments(px: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """(count, mean, M2) per band of px (bands, pixels), with float32 pairwise sums where px is float32.
+
+    Centring first (the corrected two-pass algorithm) keeps low-contrast bands exact, where a
+    sum of squares would cancel; the mean is accumulated in float64.
+    """
+    n = px.shape[1]
+    mean = px.sum(axis=1, dtype=np.float64) / n
+    work = px.dtype if px.dtype.kind == "f" else np.float64
+    d = px - mean.astype(work)[:, None]  # float32 stays float32; integer bands become float64
+    off = d.sum(axis=1).astype(np.float64) / n  # the residue of centring on a rounded mean
+    np.square(d, out=d)
+    return n, mean, d.sum(axis=1).astype(np.float64) - n * off * off
+
+
+def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np.ndarray:
+    """(len(STATS), bands) moments, min and max over valid (label != ignore) pixels of the samples in `use`.
+
+    The map side of the train-split statistics: each block task computes its part while the pixels are
+    in memory, so finalisation never reads the cube again. Per sample the work is a few vectorised
+    passes over the pixels (no float64 copy); samples are merged exactly in float64.
+    """
+    c = images.shape[1]
+    counts, means, m2s, mins, maxs = [], [], [], [], []
+    for i in np.flatnonzero(use):
+        v = labels[i] >= 0
+        nv = int(np.count_nonzero(v))
+        if nv == 0:
+            continue
+        px = images[i].reshape(c, -1) if nv == v.size else images[i][:, v]
+        n, mean, m2 = _moments(px)
+        counts.append(np.full(c, n))
+        means.append(mean)
+        m2s.append(m2)
+        mins.append(px.min(axis=1))
+        maxs.append(px.max(axis=1))
+    out = np.zeros((len(STATS), c))
+    out[3], out[4] = np.inf, -np.inf
+    if counts:
+        out[0], out[1], out[2] = merge_moments(np.array(counts), np.array(means), np.array(m2s))
+        out[3], out[4] = np.min(mins, axis=0), np.max(maxs, axis=0)
+    return out
+
+
+def combine_stats(parts: np.ndarray) -> dict[str, np.ndarray]:
+    """Reduce per-block partials (blocks, len(STATS), bands) to mean/std/min/max (population std)."""
+    parts = np.asarray(parts, dtype=np.float64)
+    count, mean, m2 = merge_moments(parts[:, 0], parts[:, 1], parts[:, 2])
+    mn, mx = parts[:, 3].min(axis=0), parts[:, 4].max(axis=0)
+    has = count > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = np.maximum(m2 / count, 0.0)
+    return {"mean": np.where(has, mean, np.nan), "std": np.where(has, np.sqrt(var), np.nan),
+            "min": np.where(has, mn, np.nan), "max": np.where(has, mx, np.nan), "count": count}
