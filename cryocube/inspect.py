@@ -115,11 +115,11 @@ def _list(args) -> int:
     elif args.what == "models":
         from .models import list_models, model_spec
 
-        rows = [("id", "name", "family", "input", "bands", "weights")]
+        rows = [("id", "name", "architecture", "input", "bands", "weights")]
         for m in list_models():
             s = model_spec(m)
             bands = "dataset" if s.takes_dataset_bands else ",".join(s.slots)
-            rows.append((s.id, s.display_name, s.family, str(s.input_size or "tile"), bands,
+            rows.append((s.id, s.display_name, s.architecture, str(s.input_size or "tile"), bands,
                          "pretrained" if s.pretrained else "from scratch"))
     elif args.what == "protocols":
         rows = [("name", "family", "fraction", "encoder", "description")]

@@ -1,6 +1,6 @@
 """Registries filled by modules: the built-in ones and those other packages declare as entry points.
 
-As xarray finds its backends, a lab can add a reader, a model family or an evaluation family from its
+As xarray finds its backends, a lab can add a reader, an encoder architecture or an evaluation family from its
 own package, without forking cryocube, by declaring an entry point in the group named here:
 
     [project.entry-points."cryocube.readers"]
@@ -14,7 +14,7 @@ from typing import Iterable
 
 from .errors import UserError
 
-GROUPS = ("cryocube.readers", "cryocube.model_families", "cryocube.families", "cryocube.adapters")
+GROUPS = ("cryocube.readers", "cryocube.architectures", "cryocube.families", "cryocube.adapters")
 _loaded: set[str] = set()
 
 

@@ -40,10 +40,10 @@ def test_upernet_size_matches_reference(model_id, published, kw):
 class FakeEncoder(torch.nn.Module):
     """Only the attributes decoders read; features are made directly."""
 
-    def __init__(self, channels, pyramid, family="vit"):
+    def __init__(self, channels, pyramid, architecture="vit"):
         super().__init__()
         self.output_channels, self.pyramid = channels, pyramid
-        self.spec = type("S", (), {"family": family, "id": "fake"})()
+        self.spec = type("S", (), {"architecture": architecture, "id": "fake"})()
 
 
 def test_upernet_neck_and_output_size():

@@ -8,10 +8,10 @@
 from .bands import RULES, BandMatch, BandMatchError, match_bands
 from .base import Encoder
 from .build import build_encoder
-from .registry import families
+from .registry import architectures
 from .spec import ModelSpec, WeightsSpec, list_models, model_spec
 
 __all__ = [
     "ModelSpec", "WeightsSpec", "list_models", "model_spec", "match_bands", "BandMatch", "BandMatchError", "RULES",
-    "build_encoder", "Encoder", "families",
+    "build_encoder", "Encoder", "architectures",
 ]

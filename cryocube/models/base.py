@@ -1,4 +1,4 @@
-"""The encoder contract every family implements, and small shared pieces (sin-cos embeddings).
+"""The encoder contract every architecture implements, and small shared pieces (sin-cos embeddings).
 
 An encoder takes an already band-matched, normalised tensor (B, in_chans, H, W) and returns a list
 of feature maps (B, C_i, h_i, w_i). The attributes below are what decoders and the engine need to

@@ -7,7 +7,7 @@ from typing import Sequence
 from ..catalog import Band
 from ..errors import UserError
 from .bands import BandMatch, match_bands
-from .registry import families
+from .registry import architectures
 from .spec import ModelSpec, model_spec
 
 
@@ -47,18 +47,18 @@ def build_encoder(
     else:
         in_chans = len(spec.slots)
     overrides.pop("in_chans", None)
-    known = families()
-    if spec.family not in known:
-        raise UserError(f"{spec.path}: unknown family {spec.family!r}; known: {sorted(known)}")
+    known = architectures()
+    if spec.architecture not in known:
+        raise UserError(f"{spec.path}: unknown architecture {spec.architecture!r}; known: {sorted(known)}")
     allow_pickle = overrides.pop("allow_pickle", None)
     layers = overrides.pop("output_layers", None)
     if layers is not None:  # e.g. Prithvi's upstream [3, 5, 7, 11], or shallow test models
         spec = dataclasses.replace(spec, output_layers=[int(i) for i in layers], output_channels=[])
     arch = {**spec.arch, **overrides}
     try:
-        enc = known[spec.family](spec=spec, in_chans=in_chans, input_size=int(size), match=match, **arch)
-    except TypeError as e:  # an architecture argument the family does not take
-        raise UserError(f"{spec.path}: arch does not fit family {spec.family!r}: {e}") from None
+        enc = known[spec.architecture](spec=spec, in_chans=in_chans, input_size=int(size), match=match, **arch)
+    except TypeError as e:  # an argument under `arch:` that the architecture does not take
+        raise UserError(f"{spec.path}: arch does not fit architecture {spec.architecture!r}: {e}") from None
     if layers is not None:
         enc.spec = dataclasses.replace(spec, output_channels=list(enc.output_channels))
     if weights is not None:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .base import Encoder, collect_layers, tokens_to_map
 from .keymap import KeyMap, Rename
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 
 def alibi_slopes(n: int) -> list[float]:
@@ -92,6 +92,6 @@ register_keymap(_croma_keymap("croma_optical", "s2_encoder"))
 register_keymap(_croma_keymap("croma_sar", "s1_encoder"))
 
 
-@register_family("croma")
+@register_architecture("croma")
 def build_croma(spec, in_chans, input_size, match=None, **arch):
     return CromaEncoder(spec, in_chans, input_size, match, **arch)

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from .base import Encoder
 from .keymap import KeyMap, Rename
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 register_keymap(KeyMap(
     name="ssl4eo_data2vec", container=("model",),
@@ -39,6 +39,6 @@ class Data2VecEncoder(Encoder):
         ))
 
 
-@register_family("ssl4eo_data2vec")
+@register_architecture("ssl4eo_data2vec")
 def build_data2vec(spec, in_chans, input_size, match=None, **arch):
     return Data2VecEncoder(spec, in_chans, input_size, match, **arch)

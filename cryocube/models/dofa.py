@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .base import Encoder, collect_layers, sincos_2d, tokens_to_map
 from .keymap import KeyMap
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
     """The reference's float32 1-D sin-cos (kept in float32 so pretrained kernels see the same inputs)."""
@@ -119,6 +119,6 @@ register_keymap(KeyMap(
 ))
 
 
-@register_family("dofa")
+@register_architecture("dofa")
 def build_dofa(spec, in_chans, input_size, match=None, **arch):
     return DofaEncoder(spec, in_chans, input_size, match, **arch)

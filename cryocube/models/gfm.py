@@ -11,7 +11,7 @@ from torch import Tensor
 
 from .base import Encoder
 from .keymap import KeyMap, Rename
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 
 class GfmSwinEncoder(Encoder):
@@ -58,6 +58,6 @@ register_keymap(KeyMap(
 ))
 
 
-@register_family("gfm_swin")
+@register_architecture("gfm_swin")
 def build_gfm(spec, in_chans, input_size, match=None, **arch):
     return GfmSwinEncoder(spec, in_chans, input_size, match, **arch)

@@ -13,7 +13,7 @@ from a model and load it back (`to_reference` then `to_model`). Steps, in load o
 6. `renames`: ordered (reference, ours) prefix templates with `{i}` standing for an integer.
 
 Anything left must equal the model's state dict exactly: that is checked by weights.load_weights.
-Key maps are declared by their family modules and registered with `registry.register_keymap`.
+Key maps are declared by their architecture modules and registered with `registry.register_keymap`.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ nothing about the user's device. Conventions (stated with every table, `CONVENTI
     forwards minus what was allocated before; CPU: the process's peak resident set (VmHWM, reset through
     /proc/self/clear_refs, after malloc_trim) over the same span minus its RSS before.
 The cache is one JSON file per device under `profile_dir()`; an entry's key holds the model, input, batch,
-precision, threads, torch version and a digest of the model's catalog entry and family code, so any change
+precision, threads, torch version and a digest of the model's catalog entry and architecture code, so any change
 measures again.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 from ..catalog import Band, find
 from ..errors import UserError
-from .registry import families
+from .registry import architectures
 from .spec import list_models, model_spec
 
 CONVENTION = ("GFLOPs: torch FlopCounterMode, batch 1, fp32, 1 multiply-add = 2 FLOPs; matmuls, convolutions and "
@@ -126,10 +126,10 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
 
 
 def config_digest(model: str) -> str:
-    """Digest of what decides a model's cost: its catalog file and the source of its family's module."""
+    """Digest of what decides a model's cost: its model config file and the source of its architecture's module."""
     spec = model_spec(model)
     h = hashlib.sha256(Path(find("models", model)).read_bytes())
-    builder = families()[spec.family]
+    builder = architectures()[spec.architecture]
     h.update(inspect.getsource(inspect.getmodule(builder)).encode())
     h.update(f"v{VERSION}".encode())
     return h.hexdigest()[:16]

@@ -17,7 +17,7 @@ from ..errors import UserError
 from .base import Encoder, collect_layers, sincos_2d, tokens_to_map
 from .dofa import sincos_1d_f32
 from .keymap import KeyMap
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 POLS = ("asc_vv", "asc_vh", "asc_hv", "asc_hh", "des_vv", "des_vh", "des_hv", "des_hh")
 MODALITY_ORDER = ("optical", "sar")
@@ -153,7 +153,7 @@ register_keymap(KeyMap(
 ))
 
 
-@register_family("ramen")
+@register_architecture("ramen")
 def build_ramen(spec, in_chans, input_size, match=None, **arch):
     return RamenEncoder(spec, in_chans, input_size, match, **arch)
 

@@ -1,33 +1,46 @@
-"""Registries of encoder families and of checkpoint key maps (a leaf: it imports no family).
+"""Registries of encoder architectures and of checkpoint key maps (a leaf: it imports no architecture).
 
-Each family module (vit.py, dofa.py, ...) registers a builder with `@register_family("name")` and
-the key maps of its checkpoints with `register_keymap`; the catalog's `family` and `weights.key_map`
-fields pick them. Family modules of other packages join through the `cryocube.model_families` entry
-points. No if-chains on model names anywhere else.
+Each architecture module (vit.py, dofa.py, ...) registers a builder with `@register_architecture("name")`
+and the key maps of its checkpoints with `register_keymap`; a model config's `architecture` and
+`weights.key_map` fields pick them. Architecture modules of other packages join through the
+`cryocube.architectures` entry points. No if-chains on model names anywhere else.
 """
 from __future__ import annotations
 
+import warnings
+from importlib.metadata import entry_points
 from typing import Callable
 
 from .. import plugins
 from .keymap import NATIVE, KeyMap
 
-BUILTIN_FAMILIES = tuple(f"cryocube.models.{m}" for m in (
+BUILTIN_ARCHITECTURES = tuple(f"cryocube.models.{m}" for m in (
     "croma", "data2vec", "dofa", "gfm", "ramen", "satlas", "spectralgpt", "terramind", "unet", "vit"))
+GROUP = "cryocube.architectures"
+OLD_GROUP = "cryocube.model_families"  # the group's name before "family" meant only an evaluation family
 
 Builder = Callable[..., "object"]
-_FAMILIES: dict[str, Builder] = {}
+_ARCHITECTURES: dict[str, Builder] = {}
 _KEYMAPS: dict[str, KeyMap] = {NATIVE.name: NATIVE}
+_old_group_named = False  # the plug-ins under OLD_GROUP were named in a warning (once per process)
 
 
-def register_family(name: str):
+def register_architecture(name: str):
+    """Decorator: `name` (a model config's `architecture:`) builds encoders with this function."""
     def deco(fn: Builder) -> Builder:
-        if name in _FAMILIES and _FAMILIES[name] is not fn:
-            raise ValueError(f"encoder family {name!r} registered twice")
-        _FAMILIES[name] = fn
+        if name in _ARCHITECTURES and _ARCHITECTURES[name] is not fn:
+            raise ValueError(f"encoder architecture {name!r} registered twice")
+        _ARCHITECTURES[name] = fn
         return fn
 
     return deco
+
+
+def register_family(name: str):
+    """The old name of `register_architecture`, kept so a lab's module still loads; it says so once."""
+    warnings.warn(f"register_family({name!r}) is the old name of cryocube.models.registry.register_architecture; "
+                  "rename the call", FutureWarning, stacklevel=2)
+    return register_architecture(name)
 
 
 def register_keymap(km: KeyMap) -> KeyMap:
@@ -37,22 +50,32 @@ def register_keymap(km: KeyMap) -> KeyMap:
     return km
 
 
-def load_families() -> None:
-    plugins.load("cryocube.model_families", BUILTIN_FAMILIES)
+def load_architectures() -> None:
+    """Import the built-in architecture modules and the plug-ins; plug-ins declared under the old group
+    name still load, with a warning naming each."""
+    global _old_group_named
+    plugins.load(GROUP, BUILTIN_ARCHITECTURES)
+    if not _old_group_named:
+        _old_group_named = True
+        for ep in entry_points(group=OLD_GROUP):
+            warnings.warn(f"plug-in {ep.name!r} ({ep.value}) is declared in the entry-point group {OLD_GROUP!r}, the "
+                          f"old name of {GROUP!r}; rename the group in its package", FutureWarning, stacklevel=2)
+    plugins.load(OLD_GROUP, ())
 
 
-def families() -> dict[str, Builder]:
-    load_families()
-    return dict(_FAMILIES)
+def architectures() -> dict[str, Builder]:
+    """Every registered architecture name -> its builder."""
+    load_architectures()
+    return dict(_ARCHITECTURES)
 
 
 def get_keymap(name: str) -> KeyMap:
-    load_families()
+    load_architectures()
     if name not in _KEYMAPS:
         raise KeyError(f"unknown key map {name!r}; known: {sorted(_KEYMAPS)}")
     return _KEYMAPS[name]
 
 
 def keymaps() -> dict[str, KeyMap]:
-    load_families()
+    load_architectures()
     return dict(_KEYMAPS)

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .base import Encoder
 from .keymap import KeyMap
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 
 class SatlasSwinEncoder(Encoder):
@@ -40,6 +40,6 @@ register_keymap(KeyMap(
 ))
 
 
-@register_family("satlas_swin")
+@register_architecture("satlas_swin")
 def build_satlas(spec, in_chans, input_size, match=None, **arch):
     return SatlasSwinEncoder(spec, in_chans, input_size, match, **arch)

@@ -6,6 +6,7 @@ catalog, not in code, so `cryocube inspect`, the band matcher and the engine all
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -41,8 +42,11 @@ class Deviation:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A model config: one catalogs/models/<id>.yaml, typed. `architecture` names the registered builder
+    (models/registry.py) that turns it into an encoder; `arch` holds that builder's arguments."""
+
     id: str
-    family: str
+    architecture: str
     display_name: str
     input_size: int | None  # None: the dataset tile size
     input_bands: list[str] | str  # Cryo-Bench band names, or "dataset" (all usable cube bands)
@@ -108,6 +112,18 @@ def _band_list(v, where: str, key: str) -> list[str]:
     return list(v)
 
 
+def _architecture(d: dict, where: str) -> str:
+    """The `architecture:` field; a config written before the rename says `family:`, which still loads and says so
+    (in this project "family" means an evaluation family only)."""
+    if "family" in d:
+        if "architecture" in d:
+            raise CatalogError(f"{where}: has both architecture: and its old name family:; keep architecture: only")
+        warnings.warn(f"{where}: `family: {d['family']}` is the old name of `architecture:`; read as "
+                      f"`architecture: {d['family']}` (rename the field in this file)", FutureWarning, stacklevel=4)
+        return str(d["family"])
+    return str(need(d, "architecture", where))
+
+
 def parse_model(d: dict, where: str) -> ModelSpec:
     ib = need(d, "input_bands", where)
     if ib != "dataset":
@@ -159,7 +175,7 @@ def parse_model(d: dict, where: str) -> ModelSpec:
     mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
     return ModelSpec(
         id=str(need(d, "id", where)),
-        family=str(need(d, "family", where)),
+        architecture=_architecture(d, where),
         display_name=str(need(d, "display_name", where)),
         input_size=size,
         input_bands=ib,

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .base import Encoder, collect_layers, drop_path_schedule
 from .keymap import KeyMap, merge_qkv_transform
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 
 class SpectralGptEncoder(Encoder):
@@ -59,6 +59,6 @@ register_keymap(KeyMap(
 ))
 
 
-@register_family("spectralgpt")
+@register_architecture("spectralgpt")
 def build_spectralgpt(spec, in_chans, input_size, match=None, **arch):
     return SpectralGptEncoder(spec, in_chans, input_size, match, **arch)

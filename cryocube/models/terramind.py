@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from .base import Encoder, collect_layers, drop_path_schedule, sincos_2d_mocov3, tokens_to_map
 from .keymap import KeyMap, Rename
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 
 def terramind_mlp(in_features: int, hidden_features: int | None = None, act_layer=nn.SiLU, bias: bool = False, drop: float = 0.0, **_):
@@ -88,6 +88,6 @@ register_keymap(_terramind_keymap("terramind_s2l2a", "untok_sen2l2a@224"))
 register_keymap(_terramind_keymap("terramind_s1grd", "untok_sen1grd@224"))
 
 
-@register_family("terramind")
+@register_architecture("terramind")
 def build_terramind(spec, in_chans, input_size, match=None, **arch):
     return TerraMindEncoder(spec, in_chans, input_size, match, **arch)

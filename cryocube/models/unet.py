@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from ..decoders.unet import double_conv
 from .base import Encoder
-from .registry import register_family
+from .registry import register_architecture
 
 
 class UNetEncoder(Encoder):
@@ -30,6 +30,6 @@ class UNetEncoder(Encoder):
         return maps[::-1]
 
 
-@register_family("unet")
+@register_architecture("unet")
 def build_unet(spec, in_chans, input_size, match=None, **arch):
     return UNetEncoder(spec, in_chans, input_size, match, **arch)

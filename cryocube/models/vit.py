@@ -1,10 +1,10 @@
-"""Plain ViTs on timm's VisionTransformer: one family for every ViT-shaped model of the benchmark.
+"""Plain ViTs on timm's VisionTransformer: one architecture for every ViT-shaped model of the benchmark.
 
 timm supplies the patch embedding, blocks and `forward_intermediates`; what differs between the
 ViT-based models (SSL4EO MoCo/DINO/MAE, Prithvi, RemoteCLIP, Scale-MAE, the scratch ViT: position
 embedding kind, pre-norm, final norm on the last output, eps, biases) is a few constructor
 arguments set from the catalog's `arch`, and the key map of their checkpoints (declared here). A
-new ViT model is one YAML (family: vit).
+new ViT model is one YAML (architecture: vit).
 
 Prithvi-100M is a 3-D ViT (Conv3d patch embedding, tubelet 1); with one frame the Conv3d is a Conv2d
 with the time axis squeezed, which its key map does, and the position embedding is the 3-D sin-cos
@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from .base import Encoder, sincos_2d, sincos_2d_mocov3, sincos_3d
 from .keymap import KeyMap, Rename, reshape_transform
-from .registry import register_family, register_keymap
+from .registry import register_architecture, register_keymap
 
 POS_EMBEDS = ("learn", "sincos", "mocov3", "sincos3d", "zeros")
 
@@ -108,12 +108,12 @@ class TimmViTEncoder(Encoder):
         return outs
 
 
-@register_family("vit")
+@register_architecture("vit")
 def build_vit(spec, in_chans, input_size, match=None, **arch):
     return TimmViTEncoder(spec, in_chans, input_size, match, **arch)
 
 
-# -- checkpoints of the ViT-family models -------------------------------------------------------
+# -- checkpoints of the models of the ViT architecture ------------------------------------------
 
 VIT_PARTS = r"(patch_embed\..*|cls_token|pos_embed|blocks\..*)"
 TIMM = (Rename("", "vit."),)
