@@ -21,7 +21,7 @@ _API = {
     "convert": "cryocube.convert.writer", "open_cube": "cryocube.cube", "build_report": "cryocube.report",
     "cluster_info": "cryocube.cluster", "gpu_resources": "cryocube.cluster",
     "plan_embedding": "cryocube.families.embedding.embed", "embed": "cryocube.families.embedding.embed",
-    "load_embeddings": "cryocube.families.embedding.embed", "probe_embeddings": "cryocube.families.embedding.probe",
+    "load_embeddings": "cryocube.families.embedding.embed", "probe_embeddings": "cryocube.families.embedding.work",
     "probe_recipe": "cryocube.families.embedding.probe",
 }
 __all__ = ["__version__", *sorted(_API)]

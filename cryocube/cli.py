@@ -59,12 +59,17 @@ def _quiet_on_interrupt():
 
 def main(argv: list[str] | None = None) -> int:
     from .errors import UserError
+    from .families.base import EngineRuns
 
     args = build_parser().parse_args(argv)
     shown, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     restore = _quiet_on_interrupt()
     try:
         rc = args.func(args)
+        if isinstance(rc, EngineRuns):  # a family's command planned runs: the engine runs them
+            from .engine.cli import run_handed
+
+            rc = run_handed(rc, args)
         sys.stdout.flush()
     except UserError as e:
         print(f"cryocube {args.command}: error: {e}", file=sys.stderr)

@@ -162,6 +162,16 @@ class RunBoard:
                 val = f" val mIoU {ev['val_mIoU']:.2f}" if ev.get("val_mIoU") is not None else ""
                 say(f"{self.labels[run]}: epoch {e}/{epochs}{loss}{val}" + (" (best state kept, testing)" if ev.get("done") else ""))
 
+    def scoring(self, run: str, tasks: int) -> None:
+        """A run's score tasks are submitted (its fit is done)."""
+        with self._lock:
+            if run in self.state:
+                self.state[run]["status"] = f"scoring ({tasks} tasks)"
+            if self._live is not None:
+                self._live.update(self._table())
+            elif self.mode == "plain":
+                say(f"{self.labels.get(run, run)}: scoring started ({tasks} tasks)")
+
     def finish(self, run: str, text: str, failed: bool = False) -> None:
         with self._lock:
             if run in self.state:

@@ -15,7 +15,8 @@ from cryocube.convert.writer import convert
 from cryocube.cube import DamagedCubeError, cube_info, open_cube, read_samples
 from cryocube.errors import UserError
 from cryocube.families.embedding.embed import embed, load_embeddings, plan_embedding
-from cryocube.families.embedding.probe import probe_embeddings, probe_recipe, tasks_from_cube
+from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
+from cryocube.families.embedding.work import probe_embeddings
 from cryocube.families.embedding.submission import SubmissionError, read_submission, write_submission
 from cryocube.synthetic import make_raw, make_samples
 

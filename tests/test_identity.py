@@ -17,7 +17,8 @@ from cryocube.convert.writer import convert
 from cryocube.cube import as_text, open_cube, sample_ids
 from cryocube.errors import UserError
 from cryocube.families.embedding.embed import load_embeddings
-from cryocube.families.embedding.probe import probe_embeddings, probe_recipe, tasks_from_cube
+from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
+from cryocube.families.embedding.work import probe_embeddings
 from cryocube.families.embedding.submission import read_submission
 from cryocube.synthetic import make_raw, make_samples
 

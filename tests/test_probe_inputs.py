@@ -17,7 +17,8 @@ from cryocube.errors import UserError
 from cryocube.families.embedding import neuco
 from cryocube.labelfiles import LabelError, read_label_folder
 from cryocube.families.embedding.probe import (ProbeRecipe, Task, check_tasks, finish_scores, load_probe_inputs,
-                                               probe_embeddings, probe_recipe, run_probes)
+                                               probe_recipe, run_probes)
+from cryocube.families.embedding.work import probe_embeddings
 from cryocube.families.embedding.submission import write_submission
 
 NOWHERE = "tcp://127.0.0.1:9"  # the discard port: a command that got this far would fail to connect, not refuse

@@ -36,13 +36,16 @@ def reported_by_client(record: logging.LogRecord) -> bool:
         kind = exc.split("(", 1)[0].rsplit(".", 1)[-1]
         return key.startswith(TASK_PREFIX) or kind in user_error_names() | {"KeyboardInterrupt"}
     text = record.getMessage()
-    if os.environ.get(LOCAL_WORKER) and any(m in text for m in SCHEDULER_GONE):
+    if os.environ.get(LOCAL_WORKER) and any(m in text for m in SCHEDULER_GONE + PEER_GONE):
         return True  # a local worker's scheduler lives in the client's process: it is ending, and says why
     return "ended with CancelledError" in text
 
 
 LOCAL_WORKER = "CRYOCUBE_LOCAL_WORKER"  # set in the environment of a local cluster's worker processes
 SCHEDULER_GONE = ("Failed to communicate with scheduler during heartbeat", "Connection to scheduler broken")
+# a local peer closed while this worker sent it a result (the client closes the cluster on Ctrl-C while a reduce
+# moves partial scores between workers); a worker that dies on its own is reported by its nanny and the scheduler
+PEER_GONE = ("failed during get data with",)
 
 
 class _Filter(logging.Filter):

@@ -154,6 +154,19 @@ def _evaluate(args) -> int:
     return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
 
+def run_handed(job, args) -> int:
+    """A family command's runs (`EngineRuns`) through `evaluate`, on the cluster its --cluster flags ask for;
+    the command shows their records, cached ones included."""
+    from ..cluster import open_cluster
+    from .evaluate import evaluate
+    from .records import load_record
+
+    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
+                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
+        evaluate(job.runs, job.out, client=client, progress=not args.quiet)
+    return job.show([load_record(job.out, p.run_id) for p in job.runs])
+
+
 def _warn_random(planned, quiet: bool) -> None:
     rnd = sorted({p.spec.model for p in planned if p.record["weights"]["random_init"] and p.record["weights"]["pretrained"]})
     if rnd:

@@ -1,6 +1,8 @@
-"""`evaluate`: the scheduler. It plans runs through their families, runs each family's shared work,
-fits groups of runs, map-reduces their scores on the workers, and writes one record per run. It
-knows no family: what a kind of evaluation needs is `cryocube.families`.
+"""`evaluate`: the scheduler. It plans runs through their families and takes the runs not done yet
+through five stages, one method each of `Schedule`: prepare (each family's shared work), fit (groups
+of runs), score (map tasks per run), reduce (their partial results, pairwise on the workers) and
+finish (one record per run). Every task goes through `Runner`. It knows no family: what a kind of
+evaluation needs is `cryocube.families`.
 
 Everything runs on the Dask client given (or the default one). Finished runs are skipped; a run that
 fails (e.g. non-finite loss) is recorded as an error, its traceback goes to OUT/logs/errors.log, the
@@ -16,7 +18,6 @@ from typing import Any, Callable
 from .. import store as _store
 from ..errors import RunFailed
 from ..families import PlanContext, PlannedRun, RunSpec, get
-from ..families.base import Task
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather
 from .plan import plan_runs
@@ -24,6 +25,7 @@ from .records import load_record, sync_results, write_parquet, write_record
 
 PROGRESS_TOPIC = "cryocube-progress"
 KEY = "cryocube"  # prefix of every task key (their worker-side failure logs are silenced: we log them)
+SCORE_PRIORITY = 10  # ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
 
 
 @dataclass
@@ -39,33 +41,144 @@ class EvaluateResult:
 
 
 class Runner:
-    """What families see of the cluster: task submission with GPU annotations, keys and progress."""
+    """The one way to the cluster, for the scheduler and the families: tasks with GPU annotations, keys
+    and progress."""
 
     def __init__(self, client, resources: dict | None, progress: bool):
         self.client, self.resources, self.progress = client, resources, progress
 
-    def submit(self, fn: Callable, arg: Any, key: str):
-        return self.client.submit(fn, arg, pure=False, resources=self.resources, key=f"{key}-{time.time_ns()}")
+    def submit(self, fn: Callable, arg: Any, key: str, priority: int = 0):
+        return self.client.submit(fn, arg, pure=False, resources=self.resources, priority=priority,
+                                  key=f"{key}-{time.time_ns()}")
 
     def result(self, fut):
         return fut.result()
+
+    def scatter(self, data):
+        """`data` on every worker once (a matrix that many tasks read), as a future to pass in their arguments."""
+        return self.client.scatter(data, broadcast=True)
 
     def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
         keys = [f"{key}-{time.time_ns()}-{i}" for i in range(len(args))]
         futs = self.client.map(fn, args, pure=False, resources=self.resources, key=keys)
         return gather(futs, label, sum(weights), self.progress, lambda i, r: weights[i])
 
+    def reduce(self, futures: list, fn: Callable, priority: int = 0):
+        """Reduce futures pairwise on the workers (log-depth), returning one future."""
+        level = list(futures)
+        while len(level) > 1:
+            nxt = [self.client.submit(fn, level[i], level[i + 1], pure=False, resources=self.resources,
+                                      priority=priority, key=f"{KEY}-reduce-{time.time_ns()}-{i}")
+                   for i in range(0, len(level) - 1, 2)]
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        return level[0]
 
-def tree_reduce(client, futures: list, fn, resources: dict | None = None, priority: int = 0):
-    """Reduce futures pairwise on the workers (log-depth), returning one future."""
-    level = list(futures)
-    while len(level) > 1:
-        nxt = [client.submit(fn, level[i], level[i + 1], pure=False, resources=resources, priority=priority,
-                             key=f"{KEY}-reduce-{time.time_ns()}-{i}") for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return level[0]
+
+class Schedule:
+    """The runs of one `evaluate` call through their stages, one method each; a run that fails at any
+    stage is recorded as an error and the others go on. Results are handled as their tasks complete."""
+
+    def __init__(self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None):
+        from distributed import as_completed
+
+        from ..cluster.client import cluster_info
+
+        self.runner, self.out, self.res, self.extra = runner, out, res, extra
+        self.info = cluster_info(runner.client)
+        self.pending: dict = {}  # future -> (the stage its result goes to, that stage's arguments)
+        self.done = as_completed(loop=runner.client.loop)
+        self.board: RunBoard | None = None
+        self.started = time.perf_counter()
+
+    def run(self, todo: list[PlannedRun]) -> None:
+        by_family: dict[str, list[PlannedRun]] = {}
+        for p in todo:
+            by_family.setdefault(p.family, []).append(p)
+        self.prepare(by_family)
+        self.started = time.perf_counter()
+        for name, members in by_family.items():
+            for group in get(name).group(members, _worker_count(self.runner.client)):
+                self.fit(name, group)
+        self.board = RunBoard({p.run_id: p.label for p in todo}, self.runner.progress)
+        client = self.runner.client
+        client.subscribe_topic(PROGRESS_TOPIC, lambda ev: self.board.event(ev[1] if isinstance(ev, tuple) else ev))
+        try:
+            with self.board:
+                for fut in self.done:
+                    stage, args = self.pending.pop(fut)
+                    stage(fut, *args)
+        finally:
+            client.unsubscribe_topic(PROGRESS_TOPIC)
+            if self.res.records:
+                write_parquet(self.out)
+
+    def _then(self, fut, stage: Callable, *args) -> None:
+        self.pending[fut] = (stage, args)
+        self.done.add(fut)
+
+    def prepare(self, by_family: dict[str, list[PlannedRun]]) -> None:
+        """Each family's shared work (feature caches, embeddings), before any fit."""
+        for name, members in by_family.items():
+            self.res.prepared.update(get(name).prepare(self.runner, members))
+
+    def fit(self, name: str, group: list[PlannedRun]) -> None:
+        fn, task = get(name).fit(group)
+        self._then(self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group)
+
+    def score(self, fut, name: str, group: list[PlannedRun]) -> None:
+        """A fitted group: each run's score tasks; a failed group is recorded run by run."""
+        try:
+            fitted = fut.result()
+        except Exception as e:
+            for p in group:
+                self.fail(p, e)
+            return
+        for p, f in zip(group, fitted):
+            if "failed" in f:
+                x = f["failed"]
+                self.fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
+                continue
+            parts = [self.runner.submit(fn, t, f"{KEY}-score-{p.run_id}-{i}", priority=SCORE_PRIORITY)
+                     for i, (fn, t) in enumerate(get(name).score(p, f))]
+            self.board.scoring(p.run_id, len(parts))
+            self.reduce(name, p, f, parts)
+
+    def reduce(self, name: str, run: PlannedRun, fitted: dict, parts: list) -> None:
+        total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
+        self._then(total, self.finish, name, run, fitted, time.perf_counter())
+
+    def finish(self, fut, name: str, run: PlannedRun, fitted: dict, scored: float) -> None:
+        """The run's record from its reduced total."""
+        try:
+            fields = get(name).finish(run, fitted, fut.result(), self.res.prepared)
+        except Exception as e:
+            self.fail(run, e)
+            return
+        test_s = time.perf_counter() - scored
+        # a run's own time: its fit task (shared by the decoders trained with it) and its scoring
+        timings = {**fields.get("timings", {}), "test_s": test_s,
+                   "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
+                   "since_start_s": time.perf_counter() - self.started}
+        self._write(run, run.record | fields | {"status": "ok", "error": None, "cluster": self.info, "timings": timings})
+        metric = fields.get("primary_metric", "mIoU")
+        m = fields["metrics"].get(metric)
+        self.board.finish(run.run_id, f"done: {metric} {m:.2f}" if m is not None else "done")
+
+    def fail(self, run: PlannedRun, e: BaseException) -> None:
+        log = _log_failure(self.out, run, e)
+        kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
+        if isinstance(e, TimeoutError):  # never a bare "TimeoutError": what it waited for, what to change
+            from ..cluster.timeouts import explain_timeout
+
+            e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
+        self._write(run, run.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": self.info})
+        first = str(e).splitlines()[0] if str(e) else ""
+        self.board.finish(run.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True)
+
+    def _write(self, run: PlannedRun, rec: dict) -> None:
+        self.res.records.append(write_record(self.out, rec | (self.extra(run, rec) if self.extra else {})))
 
 
 def _device_info() -> DeviceInfo:
@@ -98,6 +211,11 @@ def _worker_count(client) -> int:
     return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
+def _done(out: str, run: PlannedRun) -> bool:
+    rec = load_record(out, run.run_id)
+    return rec is not None and rec.get("status") == "ok"
+
+
 def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, client=None, progress: bool = True,
              storage_options: dict | None = None, weights_dir: str | None = None, allow_random_weights: bool = False,
              extra: Callable[[PlannedRun, dict], dict] | None = None) -> EvaluateResult:
@@ -107,111 +225,25 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     `extra(run, record)` adds fields to a record before it is written (a study's `sweep`), so that
     results.jsonl never holds a trial's run without them.
     """
-    from ..cluster.client import cluster_info, cluster_threads, get_client, gpu_resources
+    from ..cluster.client import cluster_threads, get_client, gpu_resources
     from ..families.recipes import default_recipe
 
-    recipe = config or default_recipe()
     client = get_client(client)
     _store.register_options(out, storage_options)
     _store.share_with(client)
-    resources = gpu_resources(client)
-    ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights, device=cluster_device(client),
-                      threads=cluster_threads(client))
     planned = [r for r in runs if isinstance(r, PlannedRun)]
     if len(planned) != len(runs):
-        planned = plan_runs([r for r in runs if isinstance(r, RunSpec)], recipe, ctx)
+        ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights,
+                          device=cluster_device(client), threads=cluster_threads(client))
+        planned = plan_runs([r for r in runs if isinstance(r, RunSpec)], config or default_recipe(), ctx)
     res = EvaluateResult(planned=planned)
     if sync_results(out):  # the table re-indexes every record before a run counts as cached
         write_parquet(out)
-    todo = []
-    for p in planned:
-        rec = load_record(out, p.run_id)
-        if rec is not None and rec.get("status") == "ok":
-            res.skipped.append(p.run_id)
-        else:
-            todo.append(p)
-    if not todo:
-        return res
-    runner = Runner(client, resources, progress)
-    info = cluster_info(client)
-    by_family: dict[str, list[PlannedRun]] = {}
-    for p in todo:
-        by_family.setdefault(p.family, []).append(p)
-
-    # 1. shared work (feature caches), then 2. fit groups, 3. map-reduce scores, 4. records
-    for name, members in by_family.items():
-        res.prepared.update(get(name).prepare(runner, members))
-    groups = [(name, g) for name, members in by_family.items() for g in get(name).group(members, _worker_count(client))]
-    started = time.perf_counter()
-    fits = {}
-    for gi, (name, g) in enumerate(groups):
-        fn, task = get(name).fit(g)
-        fits[client.submit(fn, task, pure=False, resources=resources, key=f"{KEY}-fit-{g[0].run_id}-{gi}")] = (name, g)
-    from distributed import as_completed
-
-    ac = as_completed(list(fits))
-    scoring: dict = {}
-    board = RunBoard({p.run_id: p.label for p in todo}, progress)
-    client.subscribe_topic(PROGRESS_TOPIC, lambda ev: board.event(ev[1] if isinstance(ev, tuple) else ev))
-
-    def fail(p: PlannedRun, e: BaseException) -> None:
-        log = _log_failure(out, p, e)
-        kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
-        if isinstance(e, TimeoutError):  # never a bare "TimeoutError": what it waited for, what to change
-            from ..cluster.timeouts import explain_timeout
-
-            e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
-        rec = p.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": info}
-        rec = write_record(out, rec | (extra(p, rec) if extra else {}))
-        res.records.append(rec)
-        first = str(e).splitlines()[0] if str(e) else ""
-        board.finish(p.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True)
-
-    try:
-        with board:
-            for fut in ac:
-                if fut in fits:
-                    name, g = fits.pop(fut)
-                    try:
-                        fitted = fut.result()
-                    except Exception as e:  # a failed group is recorded run by run; the others go on
-                        for p in g:
-                            fail(p, e)
-                        continue
-                    fam = get(name)
-                    for p, f in zip(g, fitted):
-                        if "failed" in f:
-                            x = f["failed"]
-                            fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
-                            continue
-                        tasks: list[Task] = fam.score(p, f)
-                        # ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
-                        parts = [client.submit(fn, t, pure=False, resources=resources, priority=10,
-                                               key=f"{KEY}-score-{p.run_id}-{i}") for i, (fn, t) in enumerate(tasks)]
-                        total = tree_reduce(client, parts, fam.reduce, resources, priority=10)
-                        scoring[total] = (name, p, f, time.perf_counter())
-                        ac.add(total)
-                else:
-                    name, p, f, scored = scoring.pop(fut)
-                    try:
-                        fields = get(name).finish(p, f, fut.result(), res.prepared)
-                    except Exception as e:
-                        fail(p, e)
-                        continue
-                    rec = p.record | fields | {"status": "ok", "error": None, "cluster": info}
-                    test_s = time.perf_counter() - scored
-                    # a run's own time: its fit task (shared by the decoders trained with it) and its scoring
-                    rec["timings"] = {**fields.get("timings", {}), "test_s": test_s,
-                                      "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
-                                      "since_start_s": time.perf_counter() - started}
-                    rec = write_record(out, rec | (extra(p, rec) if extra else {}))
-                    res.records.append(rec)
-                    m = fields["metrics"].get(fields.get("primary_metric", "mIoU"))
-                    board.finish(p.run_id, f"done: {fields.get('primary_metric', 'mIoU')} {m:.2f}" if m is not None else "done")
-    finally:
-        client.unsubscribe_topic(PROGRESS_TOPIC)
-        if res.records:
-            write_parquet(out)
+    done = {p.run_id for p in planned if _done(out, p)}
+    res.skipped = [p.run_id for p in planned if p.run_id in done]
+    todo = [p for p in planned if p.run_id not in done]
+    if todo:
+        Schedule(Runner(client, gpu_resources(client), progress), out, res, extra).run(todo)
     return res
 
 

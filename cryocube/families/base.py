@@ -135,3 +135,13 @@ def derive_seed(*parts: Any) -> int:
     return int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:8], 16)
 
 
+
+
+@dataclass
+class EngineRuns:
+    """What a family's command hands the engine: runs it planned (every check done), where they write, and
+    how the command shows their records (its exit code). The command plans, the engine schedules."""
+
+    runs: list[PlannedRun]
+    out: str
+    show: Callable[[list[dict]], int]

@@ -1,9 +1,10 @@
 """The embedding family: one vector per sample, scored by cheap probes (NeuCo-Bench / Embed2Scale, PANGAEA).
 
-`cryocube evaluate --protocol probe` runs it through the scheduler: `prepare` embeds each (model,
-cube) once (families/embedding/embed.py), `score` is one Dask task per (task, split) probe, the
-reduce merges their scores and `finish` computes Q (neuco.py). `cryocube embed` and `cryocube probe`
-(cli.py) run the same code on their own, for submissions and for vectors made elsewhere.
+`cryocube evaluate --protocol probe` and `cryocube probe` both run it through the scheduler, as runs of
+two kinds (work.py): a `CubeProbe` embeds its (model, cube) once in `prepare`, a `MatrixProbe` places
+vectors made elsewhere on the workers; then `score` is one Dask task per (task, split) probe, the
+reduce merges their scores and `finish` computes Q (neuco.py). `cryocube embed` (cli.py) makes the
+vectors on its own, for submissions.
 """
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from ...catalog import protocol as protocol_spec
 from ...errors import UserError
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
-
-IDENTITY_VERSION = 3  # 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds, standardize
 
 
 def embeddings_url(out: str, key: str) -> str:
@@ -39,6 +38,7 @@ class Embedding(Family):
         from ...precision import this_device
         from .embed import plan_embedding
         from .probe import K_DEFAULT, check_tasks, differences, probe_recipe, tasks_digest, tasks_from_cube
+        from .work import IDENTITY_VERSION, CubeProbe
 
         protocol_spec(spec.protocol)
         if spec.fraction not in (None, 1, 1.0):
@@ -73,24 +73,18 @@ class Embedding(Family):
                   "tasks": [t.name for t in tasks], "label_set": identity["tasks"], "weights": prov["weights"],
                   "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}), "torch_threads": emb.threads,
                   "identity": identity, "overrides": dict(spec.overrides) or None}
-        work = {"embed": emb, "probe": pr, "tasks": tasks, "url": embeddings_url(ctx.out, emb.key)}
+        work = CubeProbe(emb, pr, tasks, embeddings_url(ctx.out, emb.key))
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
                           model_name=record["model_name"], fraction=1.0, record=record, work=work, cube=cube,
                           prep_key=emb.key, estimate={"steps": pr.k * len(tasks), "encoder_items": cube.n_samples})
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        from .embed import embed
-
         out: dict[str, dict] = {}
         for p in runs:
-            if p.prep_key in out:
-                continue
-            w = p.work
-            r = embed(w["embed"], p.cube, w["url"], client=runner.client, progress=runner.progress,
-                      provenance={"weights": p.record["weights"]})
-            out[p.prep_key] = {"embed_s": r.seconds, "blocks_run": r.blocks_run, "dim": r.dim,
-                               "embedding_sha256": r.attrs.get("embedding_sha256"), "pca": r.attrs.get("pca"),
-                               "threads": r.attrs.get("threads", [])}
+            if p.prep_key is None or p.prep_key not in out:
+                facts = p.work.prepare(runner, p)
+                if p.prep_key is not None:
+                    out[p.prep_key] = facts
         return out
 
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
@@ -100,15 +94,10 @@ class Embedding(Family):
         return _fit_nothing, group
 
     def score(self, run: PlannedRun, fitted: dict):
-        from .embed import load_embeddings
-        from .probe import align, fold_tasks, probe_fold
-
-        w = run.work
-        ids, _, _, attrs = load_embeddings(w["url"])
-        tasks = fold_tasks(align(ids, w["tasks"], w["probe"].fold_order), w["probe"], w["url"], str(attrs.get("embedding_sha256", ""))[:16])
+        tasks = run.work.folds()
         if not tasks:
             raise UserError(f"{run.label}: no probe tasks")
-        return [(probe_fold, t) for t in tasks]
+        return tasks
 
     @staticmethod
     def reduce(a, b):
@@ -117,19 +106,6 @@ class Embedding(Family):
         return merge(a, b)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        from .neuco import write_results
-        from .probe import finish_scores, task_scores
+        from .work import finish_fields
 
-        scores = task_scores(total)
-        summary = finish_scores(scores, run.work["probe"])
-        rdir = f"{run.record['embedding']['url'].rsplit('/embeddings/', 1)[0]}/runs/{run.run_id}"
-        write_results(rdir, scores, {"run_id": run.run_id, "model": run.spec.model, "dataset": run.dataset,
-                                     "probe": run.record["probe"], "differences": run.record["neuco_bench_differences"]},
-                      summary)
-        prep = prepared.get(run.prep_key, {})
-        return {"metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
-                            "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
-                "primary_metric": self.primary_metric, "summary_file": f"{rdir}/results_summary.json",
-                "embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256"), "pca": prep.get("pca")},
-                "threads": {"embed": prep.get("threads", [])},
-                "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0}}
+        return finish_fields(run, total, prepared)

@@ -118,29 +118,40 @@ def claim_outputs(url: str, csv: str | None, cube: str, overwrite: bool) -> None
                         "pass --overwrite to replace it")
 
 
-def _probe(args) -> int:
+def _probe(args):
+    """Plans the one run (every input read and checked, before any cluster) and hands it to the engine."""
     from ... import outputs
-    from ...cluster import open_cluster
     from ...recipe import parse_overrides
-    from .neuco import allowed_failures
-    from .probe import load_probe_inputs, probe_embeddings, probe_inputs, probe_recipe
+    from ..base import EngineRuns
+    from .probe import load_probe_inputs, probe_inputs, probe_recipe
+    from .work import probe_run
 
     recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize)
     outputs.claim(args.out, "results", "probe", inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from),
-                  write_marker=False)  # probe_embeddings marks it once its inputs are checked
+                  write_marker=False)  # marked once its inputs are checked
     inputs = load_probe_inputs(args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from)
-    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
-        res = probe_embeddings(args.embeddings, args.out, recipe, labels=args.labels, tasks_from=args.tasks_from,
-                               client=client, progress=not args.quiet, inputs=inputs)
-    s = res.summary
+    run = probe_run(args.embeddings, args.out, recipe, inputs, args.labels, args.tasks_from)
+    outputs.mark(args.out, "results", "probe")
+    return EngineRuns([run], args.out, lambda records: _show_probe(records[0], recipe, args.out))
+
+
+def _show_probe(rec: dict, recipe, out: str) -> int:
+    """Per task Q and A, then the overall Q; a failed run, or a Q the challenge's rule leaves undefined, is one
+    sentence."""
+    from .neuco import allowed_failures
+    from .work import probe_result
+
+    if rec.get("status") != "ok":
+        raise UserError(f"probing {rec['embedding']['input']} failed: {rec.get('error')} "
+                        f"(traceback in {rec.get('error_log')})")
+    s = probe_result(rec, recipe, out).summary
     allowed = allowed_failures(recipe.k, recipe.max_nan_fraction)
     for t in sorted(s["task_q_scores"]):
         q, a, failed = s["task_q_scores"][t], s["task_acc_scores"][t], s["task_failed_probes"][t]
         note = (f"  ({failed} of {recipe.k} probes failed (no finite score), more than the {allowed} allowed)"
                 if t in s["tasks_failing_nan_rule"] else f"  ({failed} of {recipe.k} probes failed)" if failed else "")
         print(f"{t:<36} Q {q:8.3f}  A {a:7.4f}{note}")
-    print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {res.record['summary_file']}")
+    print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {rec['summary_file']}")
     if math.isnan(s["overall_q_score"]):
         failing = ", ".join(s["tasks_failing_nan_rule"]) or "a task"
         raise UserError(f"overall Q is undefined: {failing} had more than {allowed} of {recipe.k} probes fail "

@@ -46,7 +46,6 @@ FOLD_ORDER = {"id": "each task's rows ordered by id before the splits (the same 
               "file": "each task's rows in its label file's order (or the cube's), as NeuCo-Bench draws its folds"}
 STANDARDIZE = {"all": "over every row of the embedding file (NeuCo-Bench's documentation)",
                "labelled": "over the rows labelled in some task (NeuCo-Bench's code)"}
-IDENTITY_VERSION = 3  # 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds
 K_DEFAULT = 40  # NeuCo-Bench's shipped configs (k_folds: 40); the challenge FAQ's rule speaks of 10
 
 
@@ -387,24 +386,21 @@ class ProbeResult:
 
 def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRecipe, client=None,
                progress: bool = True) -> dict[str, list[float]]:
-    """k probes per task, as Dask tasks over one scattered matrix (in this process without a client)."""
-    from ...progress import gather, progress_bar
+    """k probes per task in this process (`client` must be None: on a cluster, `cryocube probe` hands the
+    run to the engine, whose scheduler scores it as it scores every run)."""
+    from ...progress import progress_bar
 
+    if client is not None:
+        raise TypeError("run_probes scores in this process; on a cluster the engine scores probe runs")
     aligned = align(ids, tasks, recipe.fold_order)
     Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
     digest = hashlib.sha256(Xs.tobytes()).hexdigest()[:16]
     folds = fold_tasks(aligned, recipe, None, digest)
     total: dict = {}
-    if client is None:
-        with progress_bar(f"probe ({recipe.probe})", len(folds), progress) as bar:
-            for f in folds:
-                total = merge(total, probe_fold(f, Xs))
-                bar.advance(1)
-    else:
-        xf = client.scatter(Xs, broadcast=True)
-        futs = [client.submit(probe_fold, f, xf, pure=False, key=f"cryocube-probe-{f.task}-{f.fold}-{digest}") for f in folds]
-        for part in gather(futs, f"probe ({recipe.probe})", len(folds), progress, lambda i, r: 1):
-            total = merge(total, part)
+    with progress_bar(f"probe ({recipe.probe})", len(folds), progress) as bar:
+        for f in folds:
+            total = merge(total, probe_fold(f, Xs))
+            bar.advance(1)
     return task_scores(total)
 
 
@@ -490,51 +486,3 @@ def load_probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None =
 def probe_inputs(embeddings: str, labels: str | None, tasks_from: str | None) -> list[tuple[str, str | None]]:
     """What `probe` reads, for the output contract (its --out must be none of them, nor hold one)."""
     return [("EMBEDDINGS", embeddings), ("--labels", labels), ("--tasks-from", tasks_from)]
-
-
-def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str | None = None,
-                     tasks_from: str | None = None, client=None, progress: bool = True,
-                     inputs: ProbeInputs | None = None) -> ProbeResult:
-    """`cryocube probe`: score one embedding matrix; writes NeuCo-Bench's result files into `out` and a
-    run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs
-    (`inputs`: what `load_probe_inputs` read already, before the caller started its cluster)."""
-    import datetime as _dt
-
-    from ... import outputs
-    from ...engine.records import run_dir, write_record
-    from ..base import content_hash
-    from .neuco import write_results
-
-    outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from), write_marker=False)
-    inputs = inputs or load_probe_inputs(embeddings, recipe, labels, tasks_from)
-    ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
-    digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
-    identity = {"family": "embedding", "embedding": digest, "tasks": tasks_digest(tasks), "probe": recipe.as_dict(),
-                "v": IDENTITY_VERSION}
-    run_id = content_hash(identity)
-    scores = run_probes(X, ids, tasks, recipe, client, progress)
-    summary = finish_scores(scores, recipe)
-    meta = {"run_id": run_id, "embeddings": embeddings, "probe": recipe.record(), "differences": differences(recipe, tasks),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-    outputs.mark(out, "results", "probe")
-    rdir = run_dir(out, run_id)  # per run: a second probe into `out` never overwrites the files this record points to
-    write_results(rdir, scores, meta, summary)
-    cube = prov.get("cube") or {}
-    source = prov.get("source", embeddings)
-    record = {"run_id": run_id, "family": "embedding", "model": source,
-              "model_name": prov.get("model_name") or source, "dataset": cube.get("dataset") or
-              (tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels"),
-              "protocol": "probe", "fraction": 1.0, "seed": recipe.seed, "status": "ok", "error": None,
-              "cube": cube or None, "embedding": {"input": embeddings, "sha256": digest, "format": prov.get("format"),
-                                                  "dim": int(X.shape[1]), "pca": prov.get("pca")},
-              "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
-              "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-              "probe": recipe.record(), "neuco_bench_differences": differences(recipe, tasks),
-              "tasks": sorted(t.name for t in tasks),
-              "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
-              "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity, "primary_metric": "Q",
-              "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
-                          "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
-              "summary_file": f"{rdir}/results_summary.json"}
-    rec = write_record(out, record)
-    return ProbeResult(summary, rec, out, scores)

@@ -1,0 +1,181 @@
+"""The two kinds of probe run the embedding family takes through the engine's stages.
+
+`CubeProbe` (`evaluate --protocol probe`): a model's embeddings of a cube, made in `prepare`, probed
+on the cube's tasks. `MatrixProbe` (`cryocube probe`, planned by `probe_run`): vectors made elsewhere
+(a submission CSV or an embedding store), placed on the workers once in `prepare` and probed on the
+given tasks. Both score one Dask task per (task, split) and write NeuCo-Bench's result files into the
+run's folder. `probe_embeddings` scores a `MatrixProbe` in this process, for library use without a cluster.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+
+def probe_fold_on(task: tuple) -> dict[str, list]:
+    """`probe_fold` on a matrix passed beside the fold (the scattered one: workers hold it once)."""
+    from .probe import probe_fold
+
+    return probe_fold(*task)
+
+
+@dataclass
+class CubeProbe:
+    embed: Any  # the EmbedSpec `prepare` runs
+    probe: Any  # ProbeRecipe
+    tasks: list  # probe.Task
+    url: str  # the embedding store
+
+    def prepare(self, runner, run) -> dict:
+        from .embed import embed
+
+        r = embed(self.embed, run.cube, self.url, client=runner.client, progress=runner.progress,
+                  provenance={"weights": run.record["weights"]})
+        return {"embed_s": r.seconds, "blocks_run": r.blocks_run, "dim": r.dim,
+                "embedding_sha256": r.attrs.get("embedding_sha256"), "pca": r.attrs.get("pca"),
+                "threads": r.attrs.get("threads", [])}
+
+    def folds(self) -> list:
+        from .embed import load_embeddings
+        from .probe import align, fold_tasks, probe_fold
+
+        ids, _, _, attrs = load_embeddings(self.url)
+        digest = str(attrs.get("embedding_sha256", ""))[:16]
+        return [(probe_fold, t) for t in fold_tasks(align(ids, self.tasks, self.probe.fold_order), self.probe, self.url, digest)]
+
+    def results(self, run) -> tuple[str, dict]:
+        """(the run's folder, the meta of its results_summary.json)."""
+        rdir = f"{run.record['embedding']['url'].rsplit('/embeddings/', 1)[0]}/runs/{run.run_id}"
+        return rdir, {"run_id": run.run_id, "model": run.spec.model, "dataset": run.dataset, "probe": run.record["probe"],
+                      "differences": run.record["neuco_bench_differences"]}
+
+    def fields(self, run, prepared: dict) -> dict:
+        prep = prepared.get(run.prep_key, {})
+        return {"embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256"), "pca": prep.get("pca")},
+                "threads": {"embed": prep.get("threads", [])},
+                "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0}}
+
+
+@dataclass
+class MatrixProbe:
+    X: np.ndarray  # standardised as the recipe says (what every fold reads)
+    digest: str  # of X (the folds' cache key)
+    aligned: list  # (task, rows, labels) per task
+    probe: Any  # ProbeRecipe
+    out: str
+    embeddings: str  # what the user gave (for the summary's meta)
+    matrix: Any = None  # X on the workers, once `prepare` placed it there
+
+    def prepare(self, runner, run) -> dict:
+        self.matrix = runner.scatter(self.X)
+        return {}
+
+    def folds(self) -> list:
+        from .probe import fold_tasks
+
+        return [(probe_fold_on, (f, self.matrix)) for f in fold_tasks(self.aligned, self.probe, None, self.digest)]
+
+    def results(self, run) -> tuple[str, dict]:
+        from ...engine.records import run_dir
+
+        # per run: a second probe into `out` never overwrites the files another record points to
+        return run_dir(self.out, run.run_id), {
+            "run_id": run.run_id, "embeddings": self.embeddings, "probe": self.probe.record(),
+            "differences": run.record["neuco_bench_differences"],
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+
+    def fields(self, run, prepared: dict) -> dict:
+        return {}
+
+
+IDENTITY_VERSION = 3  # 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds, standardize
+
+
+def finish_fields(run, total: dict, prepared: dict) -> dict:
+    """A probe run's record fields from its merged fold scores; NeuCo-Bench's result files into its folder."""
+    from .neuco import write_results
+    from .probe import finish_scores, task_scores
+
+    scores = task_scores(total)
+    summary = finish_scores(scores, run.work.probe)
+    rdir, meta = run.work.results(run)
+    write_results(rdir, scores, meta, summary)
+    return {"metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
+                        "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
+            "primary_metric": "Q", "summary_file": f"{rdir}/results_summary.json", **run.work.fields(run, prepared)}
+
+
+def probe_run(embeddings: str, out: str, recipe, inputs, labels: str | None = None,
+              tasks_from: str | None = None):
+    """`cryocube probe`'s one run, planned for the engine: its id hashes the vectors, the tasks and the recipe."""
+    import hashlib
+
+    from ..base import PlannedRun, RunSpec, content_hash
+    from .probe import align, differences, fold_tasks, standardized, stats_rows, tasks_digest
+
+    ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
+    digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
+    identity = {"family": "embedding", "embedding": digest, "tasks": tasks_digest(tasks), "probe": recipe.as_dict(),
+                "v": IDENTITY_VERSION}
+    run_id = content_hash(identity)
+    cube = prov.get("cube") or {}
+    source = prov.get("source", embeddings)
+    dataset = cube.get("dataset") or (tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels")
+    record = {"run_id": run_id, "family": "embedding", "model": source, "model_name": prov.get("model_name") or source,
+              "dataset": dataset, "protocol": "probe", "fraction": 1.0, "seed": recipe.seed,
+              "cube": cube or None, "embedding": {"input": embeddings, "sha256": digest, "format": prov.get("format"),
+                                                  "dim": int(X.shape[1]), "pca": prov.get("pca")},
+              "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
+              "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
+              "probe": recipe.record(), "neuco_bench_differences": differences(recipe, tasks),
+              "tasks": sorted(t.name for t in tasks),
+              "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
+              "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity}
+    aligned = align(ids, tasks, recipe.fold_order)
+    Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
+    work = MatrixProbe(Xs, hashlib.sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings)
+    fold_tasks(aligned, recipe, None, work.digest)  # a task too small to split is refused here, before any probe
+    # what the progress board names the run by: the vectors' file and the tasks' folder (or cube)
+    spec = RunSpec(model=source.rstrip("/").rsplit("/", 1)[-1], cube=tasks_from or labels or "", protocol="probe",
+                   seed=recipe.seed)
+    return PlannedRun(spec=spec, family="embedding", run_id=run_id, identity=identity, dataset=dataset,
+                      model_name=record["model_name"], fraction=1.0, record=record, work=work,
+                      estimate={"steps": recipe.k * len(tasks)})
+
+
+def probe_embeddings(embeddings: str, out: str, recipe, labels: str | None = None,
+                     tasks_from: str | None = None, progress: bool = True,
+                     inputs=None):
+    """Score one embedding matrix in this process; writes NeuCo-Bench's result files into `out` and a run
+    record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs
+    (`inputs`: what `load_probe_inputs` read already). `cryocube probe` plans the same run (`work.probe_run`)
+    and hands it to the engine, which scores it on a cluster."""
+    from ... import outputs
+    from ...engine.records import write_record
+    from .probe import load_probe_inputs, probe_inputs, run_probes
+
+    outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from), write_marker=False)
+    inputs = inputs or load_probe_inputs(embeddings, recipe, labels, tasks_from)
+    run = probe_run(embeddings, out, recipe, inputs, labels, tasks_from)
+    outputs.mark(out, "results", "probe")
+    scores = run_probes(inputs.X, inputs.ids, inputs.tasks, recipe, progress=progress)
+    total = {t: list(enumerate(v)) for t, v in scores.items()}
+    rec = write_record(out, run.record | finish_fields(run, total, {}) | {"status": "ok", "error": None})
+    return probe_result(rec, recipe, out)
+
+
+def probe_result(rec: dict, recipe, out: str):
+    """A record's scores and summary, read back from its results_summary.json (a cached run's too)."""
+    import json
+
+    from ... import store as _store
+    from .probe import ProbeResult, finish_scores
+
+    summary = json.loads(_store.read_text(rec["summary_file"]))
+    scores = {t: [math.nan if s is None else s for s in v] for t, v in summary["task_fold_scores"].items()}
+    return ProbeResult(finish_scores(scores, recipe), rec, out, scores)
