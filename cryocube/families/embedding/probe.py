@@ -501,8 +501,9 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     import datetime as _dt
 
     from ... import outputs
-    from ...engine.records import run_dir, write_record
-    from ..base import content_hash
+    from ...record import run_dir, write_record
+    from .. import get
+    from ..base import RunSpec, content_hash
     from .neuco import write_results
 
     outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from), write_marker=False)
@@ -521,20 +522,19 @@ def probe_embeddings(embeddings: str, out: str, recipe: ProbeRecipe, labels: str
     write_results(rdir, scores, meta, summary)
     cube = prov.get("cube") or {}
     source = prov.get("source", embeddings)
-    record = {"run_id": run_id, "family": "embedding", "model": source,
-              "model_name": prov.get("model_name") or source, "dataset": cube.get("dataset") or
-              (tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels"),
-              "protocol": "probe", "fraction": 1.0, "seed": recipe.seed, "status": "ok", "error": None,
-              "cube": cube or None, "embedding": {"input": embeddings, "sha256": digest, "format": prov.get("format"),
-                                                  "dim": int(X.shape[1]), "pca": prov.get("pca")},
-              "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
-              "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-              "probe": recipe.record(), "neuco_bench_differences": differences(recipe, tasks),
-              "tasks": sorted(t.name for t in tasks),
-              "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
-              "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity, "primary_metric": "Q",
-              "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
-                          "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
-              "summary_file": f"{rdir}/results_summary.json"}
+    dataset = cube.get("dataset") or (tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels")
+    spec = RunSpec(source, tasks_from or labels or "", "probe", seed=recipe.seed)
+    record = get("embedding").base_record(
+        spec, run_id, identity, cube or None, dataset=dataset, model_name=prov.get("model_name") or source,
+        weights=prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
+        precision=prov.get("precision") or {"effective": prov.get("precision", "unknown")},
+        embedding={"input": embeddings, "sha256": digest, "format": prov.get("format"), "dim": int(X.shape[1]),
+                   "pca": prov.get("pca")},
+        probe=recipe.record(), neuco_bench_differences=differences(recipe, tasks), tasks=sorted(t.name for t in tasks),
+        labelled={t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
+        labels=labels or tasks_from, label_set=identity["tasks"], summary_file=f"{rdir}/results_summary.json")
+    record |= {"status": "ok", "error": None,
+               "metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
+                           "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]}}
     rec = write_record(out, record)
     return ProbeResult(summary, rec, out, scores)
