@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import ast
+import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +198,53 @@ def test_every_registry_entry_is_listed():
 
     for what in ("datasets", "models", "protocols", "readers", "families", "benchmarks"):
         assert main(["list", what]) == 0
+
+
+TOY = Path(__file__).parent / "data" / "toyfam"  # a distribution: the package and its dist-info (entry points)
+
+
+def test_a_family_from_another_package_is_planned_run_and_reported(tmp_path, client):
+    """A toy family installed through real entry points only (`cryocube.families` for its module,
+    `cryocube.catalogs` for its protocol): `list` shows it, `evaluate --protocol brightness` plans and runs it on
+    worker processes that import it from the same path, and `report` carries its own section. Nothing in
+    cryocube names it: the distribution's folder is all it took."""
+    import shutil
+    import subprocess
+    import sys
+
+    from cryocube.convert.writer import convert
+    from cryocube.cube import as_text, open_cube
+    from cryocube.synthetic import make_raw
+
+    assert sorted(p.name for p in TOY.iterdir() if p.name != "__pycache__") == ["toyfam", "toyfam-0.1.dist-info"]
+    for p in list(PKG.rglob("*.py")) + list((ROOT / "catalogs").rglob("*.yaml")) + [ROOT / "pyproject.toml"]:
+        assert "toyfam" not in p.read_text(), p
+    site = tmp_path / "site"
+    shutil.copytree(TOY, site, ignore=shutil.ignore_patterns("__pycache__"))
+    m = make_raw("glid", tmp_path / "raw", n={"train": 3, "val": 1, "test": 6}, seed=5)
+    cube = str(tmp_path / "glid.zarr")
+    convert("glid", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONWARNINGS": "ignore"}
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "cryocube.cli", *args], capture_output=True, text=True, env=env,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    assert re.search(r"^toyfam\s+brightness$", cli("list", "families"), re.M)
+    assert re.search(r"^brightness\s+toyfam\s", cli("list", "protocols"), re.M)
+    out = tmp_path / "out"
+    grid = ["--cubes", cube, "--models", "mean", "--protocol", "brightness", "--out", str(out), "--quiet"]
+    assert "mean/glid.zarr/brightness/seed0" in cli("evaluate", *grid, "--dry-run")  # planned
+    cli("evaluate", *grid, "--workers", "1", "--threads-per-worker", "1")  # run, on a local cluster of its own
+    (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    ds = open_cube(cube)
+    test = np.flatnonzero(as_text(ds["split"].values) == "test")
+    x = np.asarray(ds["image"].values[test], dtype=np.float64)
+    assert rec["family"] == "toyfam" and rec["status"] == "ok" and rec["record_version"] == 2
+    assert rec["metrics"]["brightness"] == pytest.approx(x.mean(), rel=1e-12) and rec["metrics"]["blocks"] == 2
+    cli("report", str(out), "--out", str(tmp_path / "report"), "--format", "md")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Toy family: test-split brightness" in md and f"| toy mean | glid | {x.mean():.4f} | {x.size} |" in md
