@@ -30,6 +30,7 @@ CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with 
 # Band roles the cube and the band matcher understand.
 ROLES = ("optical", "sar", "coherence", "elevation", "slope", "velocity", "thermal", "incidence", "ancillary", "phase",
          "rendering")
+DEFAULT_TASK = "segmentation"  # a dataset's task when its YAML names none (Cryo-Bench's tiles, ranked on its boards)
 CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whatever the source used
 
 
@@ -187,7 +188,7 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
         id=str(need(d, "id", where)),
         name=str(need(d, "name", where)),
         short_name=str(d.get("short_name") or d["id"]),
-        task=str(d.get("task", "segmentation")),
+        task=str(d.get("task", DEFAULT_TASK)),
         tile_size=int(need(d, "tile_size", where, int)),
         dtype=str(need(d, "dtype", where, str)),
         bands=tuple(_band(b, f"{where}: bands[{i}]") for i, b in enumerate(bands)),

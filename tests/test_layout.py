@@ -1,4 +1,5 @@
-"""The house keeps its walls: no import cycles, and new datasets and ViT models are one YAML each."""
+"""The house keeps its walls: no import cycles, no import up the layers docs/architecture.md writes, new datasets
+and ViT models are one YAML each, and a family from another package is one folder and its entry points."""
 from __future__ import annotations
 
 import ast
@@ -15,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "cryocube"
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """module -> modules it imports, from every import statement (function-level ones too).
 
     Importing `a.b.c` also runs the `__init__` of `a.b`: that edge counts when the importer lives
     outside `a.b` (inside, the package is already being initialised)."""
     mods = {}
-    for p in PKG.rglob("*.py"):
-        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+    for p in (root / "cryocube").rglob("*.py"):
+        parts = list(p.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods[".".join(parts)] = p
@@ -88,6 +89,73 @@ def test_no_import_cycles():
     graph = import_graph()
     assert len(graph) > 60 and "cryocube.families.segmentation.train" in graph
     assert cycles(graph) == []
+
+
+def layers(doc: Path = ROOT / "docs" / "architecture.md") -> dict[str, int]:
+    """The layer order docs/architecture.md writes (its ```layers block): module prefix -> layer number."""
+    block = re.search(r"```layers\n(.*?)```", doc.read_text(), re.S)
+    assert block, f"{doc}: no ```layers block"
+    out: dict[str, int] = {}
+    for line in block.group(1).splitlines():
+        head, _, names = line.partition(":")
+        for name in names.split():
+            full = "cryocube" if name == "cryocube" else f"cryocube.{name}"
+            assert full not in out, f"{doc}: {name} is in two layers"
+            out[full] = int(head.split()[0])
+    return out
+
+
+def layer_of(module: str, order: dict[str, int]) -> int | None:
+    """The layer of the longest listed prefix (`cryocube` alone only for the package's own __init__)."""
+    best = max((p for p in order if module == p or (p != "cryocube" and module.startswith(p + "."))), key=len,
+               default=None)
+    return None if best is None else order[best]
+
+
+def upward_imports(graph: dict[str, set[str]], order: dict[str, int]) -> list[tuple[str, str]]:
+    return sorted((m, d) for m, deps in graph.items() for d in deps
+                  if layer_of(d, order) is not None and layer_of(m, order) is not None
+                  and layer_of(d, order) > layer_of(m, order))
+
+
+def test_no_module_imports_up_the_layers_the_architecture_doc_writes():
+    graph, order = import_graph(), layers()
+    assert order["cryocube.record"] == 1 < order["cryocube.families"] < order["cryocube.engine"] < order["cryocube.cli"]
+    assert [m for m in graph if layer_of(m, order) is None] == []  # every module has its layer in the doc
+    assert upward_imports(graph, order) == []
+
+
+def test_a_planted_upward_import_is_found(tmp_path):
+    """The same check on a copy of the package with two imports planted up the layers: one at module level in
+    the record (bottom layer), one inside a function of the families' base (below the engine)."""
+    import shutil
+
+    shutil.copytree(PKG, tmp_path / "cryocube", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    rec = tmp_path / "cryocube" / "record.py"
+    rec.write_text(rec.read_text() + "\nfrom .engine.records import write_parquet\n")
+    base = tmp_path / "cryocube" / "families" / "base.py"
+    base.write_text(base.read_text() + "\n\ndef _report():\n    from ..report.build import build_report\n")
+    assert upward_imports(import_graph(tmp_path), layers()) == [
+        ("cryocube.families.base", "cryocube.report.build"),
+        ("cryocube.record", "cryocube.engine"), ("cryocube.record", "cryocube.engine.records")]
+    assert upward_imports(import_graph(), layers()) == []  # (the original is untouched)
+
+
+def test_the_report_names_no_family():
+    """report/ reaches families only through the registry (`names`, `get(...).report_sections`): no report
+    module imports a family's package, and none spells a family's name."""
+    from cryocube.families import names
+
+    graph = import_graph()
+    report = [m for m in graph if m.startswith("cryocube.report")]
+    assert len(report) >= 10
+    for m in report:
+        assert not {d for d in graph[m] if d.startswith("cryocube.families.")}, (m, graph[m])
+    fams = set(names())
+    assert {"segmentation", "embedding", "vqa", "heads"} <= fams
+    for p in (PKG / "report").glob("*.py"):
+        consts = {n.value for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Constant)}
+        assert not consts & fams, (p.name, consts & fams)
 
 
 def test_cycle_finder_finds_a_cycle():

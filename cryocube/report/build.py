@@ -65,21 +65,23 @@ def _title(protocol: str, fraction: float) -> str:
 def _cube_task(dataset: str) -> str:
     """The dataset's catalog task: `segmentation` for Cryo-Bench's datasets; `vqa` for interferogram cubes, whose
     segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's averages and ranks."""
-    from ..catalog import CatalogError, load_dataset
+    from ..catalog import DEFAULT_TASK, CatalogError, load_dataset
 
     try:
         return load_dataset(dataset).task
     except (CatalogError, OSError):
-        return "segmentation"
+        return DEFAULT_TASK
 
 
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
     """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get boards of their own
     (protocol `<protocol>:interferograms`)."""
+    from ..catalog import DEFAULT_TASK
+
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
         task = _cube_task(r.dataset)
-        groups[(r.protocol if task == "segmentation" else f"{r.protocol}:interferograms", r.fraction)].append(r)
+        groups[(r.protocol if task == DEFAULT_TASK else f"{r.protocol}:interferograms", r.fraction)].append(r)
     return dict(sorted(groups.items(), key=lambda kv: (protocol_sort_key(kv[0][0]), -kv[0][1])))
 
 
