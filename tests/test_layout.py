@@ -316,3 +316,6 @@ def test_a_family_from_another_package_is_planned_run_and_reported(tmp_path, cli
     cli("report", str(out), "--out", str(tmp_path / "report"), "--format", "md")
     md = (tmp_path / "report" / "report.md").read_text()
     assert "## Toy family: test-split brightness" in md and f"| toy mean | glid | {x.mean():.4f} | {x.size} |" in md
+    # and the board the report lays out from the cell it contributed
+    assert "## toyfam on glid" in md and "| Model | brightness mean (DN) |" in md
+    assert f"| toy mean | {x.mean():.2f} n={x.size} |" in md

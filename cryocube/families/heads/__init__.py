@@ -108,6 +108,9 @@ class Heads(Family):
     def reduce(a, b):
         return {"rows": a["rows"] + b["rows"], "heads": {**a["heads"], **b["heads"]}}
 
+    def report_sections(self, page, results) -> None:
+        """None of its own: its cells are rows of the vqa family's boards, beside the VLMs and chance."""
+
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         from ..vqa.cells import cells
 

@@ -1,8 +1,10 @@
 """A toy evaluation family from another package: planned, run and reported by cryocube through its entry
 points only (`cryocube.families` for this module, `cryocube.catalogs` for its protocol). Its score is
-the mean image value of the cube's test split, map-reduced over blocks of four samples."""
+the mean image value of the cube's test split, map-reduced over blocks of four samples; it contributes a
+board cell (laid out by the report's default board) and a section of its own."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,12 +64,17 @@ class Toy(Family):
         return {k: a[k] + b[k] for k in a}
 
     def finish(self, run, fitted, total, prepared) -> dict:
-        return {"metrics": {"brightness": total["sum"] / total["n"], "values": total["n"], "blocks": total["blocks"]},
+        mean = total["sum"] / total["n"]
+        samples = hashlib.sha256(",".join(str(i) for b in run.work for i in b.samples).encode()).hexdigest()[:16]
+        cell = {"task": "brightness", "metric": "mean", "class": None, "unit": "DN", "split": "test",
+                "samples": samples, "n": total["n"], "value": mean, "ci_low": None, "ci_high": None}
+        return {"metrics": {"brightness": mean, "values": total["n"], "blocks": total["blocks"], "cells": [cell]},
                 "primary_metric": self.primary_metric}
 
     def report_sections(self, page, results) -> None:
         from cryocube.report.tables import Column, Table
 
+        super().report_sections(page, results)  # the board of its cells
         runs = sorted(results.of(self.name), key=lambda r: (r.dataset, r.model_name))
         if not runs:
             return
