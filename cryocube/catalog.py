@@ -30,6 +30,7 @@ CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with 
 # Band roles the cube and the band matcher understand.
 ROLES = ("optical", "sar", "coherence", "elevation", "slope", "velocity", "thermal", "incidence", "ancillary", "phase",
          "rendering")
+DEFAULT_TASK = "segmentation"  # a dataset's task when its YAML names none (Cryo-Bench's tiles, ranked on its boards)
 CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whatever the source used
 
 
@@ -183,7 +184,7 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
         id=str(need(d, "id", where)),
         name=str(need(d, "name", where)),
         short_name=str(d.get("short_name") or d["id"]),
-        task=str(d.get("task", "segmentation")),
+        task=str(d.get("task", DEFAULT_TASK)),
         tile_size=int(need(d, "tile_size", where, int)),
         dtype=str(need(d, "dtype", where, str)),
         bands=tuple(_band(b, f"{where}: bands[{i}]") for i, b in enumerate(bands)),
@@ -320,10 +321,22 @@ class ProtocolSpec:
     description: str = ""
 
 
-@lru_cache(maxsize=None)
-def protocols() -> dict[str, ProtocolSpec]:
-    """catalogs/protocols.yaml, in file order."""
-    p = _top_file("protocols.yaml")
+def plugin_catalog_dirs() -> list[Path]:
+    """Catalog folders that installed packages ship, declared as entry points of the `cryocube.catalogs` group
+    (`mylab = "mylab.catalogs"`: the folder mylab/catalogs beside the package's metadata). Found without
+    importing the package, so reading the catalog never runs plug-in code."""
+    from importlib.metadata import entry_points
+
+    out = []
+    for ep in entry_points(group="cryocube.catalogs"):
+        where = ep.dist.locate_file(ep.value.replace(".", "/")) if ep.dist is not None else None
+        if where is None or not Path(str(where)).is_dir():
+            raise CatalogError(f"catalog plug-in {ep.name!r} ({ep.value}) of cryocube.catalogs: no folder {where}")
+        out.append(Path(str(where)))
+    return out
+
+
+def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
     raw = _read_yaml(p)
     if not isinstance(raw, dict):
         raise CatalogError(f"{p}: top level must be a mapping of protocol names")
@@ -338,6 +351,24 @@ def protocols() -> dict[str, ProtocolSpec]:
         out[name] = ProtocolSpec(name=name, family=str(need(d, "family", where, str)), title=str(d.get("title", name)),
                                  fraction=_float(d.get("fraction", 1.0), where), trains_encoder=bool(d.get("trains_encoder", False)),
                                  bands=str(d.get("bands", "named")), description=str(d.get("description", "")).strip())
+    return out
+
+
+@lru_cache(maxsize=None)
+def protocols() -> dict[str, ProtocolSpec]:
+    """catalogs/protocols.yaml (the first found, in file order), then the protocols plug-in packages ship
+    (`plugin_catalog_dirs`): a family from another package brings its protocols along."""
+    top = _top_file("protocols.yaml")
+    out = _protocol_file(top)
+    seen = {name: top for name in out}
+    for d in plugin_catalog_dirs():
+        if not (d / "protocols.yaml").is_file():
+            continue
+        for name, spec in _protocol_file(d / "protocols.yaml").items():
+            if name in seen:
+                raise CatalogError(f"{d / 'protocols.yaml'}: protocol {name!r} is defined in {seen[name]} already; "
+                                   "give it another name")
+            out[name], seen[name] = spec, d / "protocols.yaml"
     return out
 
 

@@ -1,7 +1,11 @@
-"""The house keeps its walls: no import cycles, and new datasets and ViT models are one YAML each."""
+"""The house keeps its walls: no import cycles, no import up the layers docs/architecture.md writes, new datasets
+and ViT models are one YAML each, and a family from another package is one folder and its entry points."""
 from __future__ import annotations
 
 import ast
+import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "cryocube"
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """module -> modules it imports, from every import statement (function-level ones too).
 
     Importing `a.b.c` also runs the `__init__` of `a.b`: that edge counts when the importer lives
     outside `a.b` (inside, the package is already being initialised)."""
     mods = {}
-    for p in PKG.rglob("*.py"):
-        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+    for p in (root / "cryocube").rglob("*.py"):
+        parts = list(p.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods[".".join(parts)] = p
@@ -85,6 +89,73 @@ def test_no_import_cycles():
     graph = import_graph()
     assert len(graph) > 60 and "cryocube.families.segmentation.train" in graph
     assert cycles(graph) == []
+
+
+def layers(doc: Path = ROOT / "docs" / "architecture.md") -> dict[str, int]:
+    """The layer order docs/architecture.md writes (its ```layers block): module prefix -> layer number."""
+    block = re.search(r"```layers\n(.*?)```", doc.read_text(), re.S)
+    assert block, f"{doc}: no ```layers block"
+    out: dict[str, int] = {}
+    for line in block.group(1).splitlines():
+        head, _, names = line.partition(":")
+        for name in names.split():
+            full = "cryocube" if name == "cryocube" else f"cryocube.{name}"
+            assert full not in out, f"{doc}: {name} is in two layers"
+            out[full] = int(head.split()[0])
+    return out
+
+
+def layer_of(module: str, order: dict[str, int]) -> int | None:
+    """The layer of the longest listed prefix (`cryocube` alone only for the package's own __init__)."""
+    best = max((p for p in order if module == p or (p != "cryocube" and module.startswith(p + "."))), key=len,
+               default=None)
+    return None if best is None else order[best]
+
+
+def upward_imports(graph: dict[str, set[str]], order: dict[str, int]) -> list[tuple[str, str]]:
+    return sorted((m, d) for m, deps in graph.items() for d in deps
+                  if layer_of(d, order) is not None and layer_of(m, order) is not None
+                  and layer_of(d, order) > layer_of(m, order))
+
+
+def test_no_module_imports_up_the_layers_the_architecture_doc_writes():
+    graph, order = import_graph(), layers()
+    assert order["cryocube.record"] == 1 < order["cryocube.families"] < order["cryocube.engine"] < order["cryocube.cli"]
+    assert [m for m in graph if layer_of(m, order) is None] == []  # every module has its layer in the doc
+    assert upward_imports(graph, order) == []
+
+
+def test_a_planted_upward_import_is_found(tmp_path):
+    """The same check on a copy of the package with two imports planted up the layers: one at module level in
+    the record (bottom layer), one inside a function of the families' base (below the engine)."""
+    import shutil
+
+    shutil.copytree(PKG, tmp_path / "cryocube", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    rec = tmp_path / "cryocube" / "record.py"
+    rec.write_text(rec.read_text() + "\nfrom .engine.records import write_parquet\n")
+    base = tmp_path / "cryocube" / "families" / "base.py"
+    base.write_text(base.read_text() + "\n\ndef _report():\n    from ..report.build import build_report\n")
+    assert upward_imports(import_graph(tmp_path), layers()) == [
+        ("cryocube.families.base", "cryocube.report.build"),
+        ("cryocube.record", "cryocube.engine"), ("cryocube.record", "cryocube.engine.records")]
+    assert upward_imports(import_graph(), layers()) == []  # (the original is untouched)
+
+
+def test_the_report_names_no_family():
+    """report/ reaches families only through the registry (`names`, `get(...).report_sections`): no report
+    module imports a family's package, and none spells a family's name."""
+    from cryocube.families import names
+
+    graph = import_graph()
+    report = [m for m in graph if m.startswith("cryocube.report")]
+    assert len(report) >= 10
+    for m in report:
+        assert not {d for d in graph[m] if d.startswith("cryocube.families.")}, (m, graph[m])
+    fams = set(names())
+    assert {"segmentation", "embedding", "vqa", "heads"} <= fams
+    for p in (PKG / "report").glob("*.py"):
+        consts = {n.value for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Constant)}
+        assert not consts & fams, (p.name, consts & fams)
 
 
 def test_cycle_finder_finds_a_cycle():
@@ -195,3 +266,56 @@ def test_every_registry_entry_is_listed():
 
     for what in ("datasets", "models", "protocols", "readers", "families", "benchmarks"):
         assert main(["list", what]) == 0
+
+
+TOY = Path(__file__).parent / "data" / "toyfam"  # a distribution: the package and its dist-info (entry points)
+
+
+def test_a_family_from_another_package_is_planned_run_and_reported(tmp_path, client):
+    """A toy family installed through real entry points only (`cryocube.families` for its module,
+    `cryocube.catalogs` for its protocol): `list` shows it, `evaluate --protocol brightness` plans and runs it on
+    worker processes that import it from the same path, and `report` carries its own section. Nothing in
+    cryocube names it: the distribution's folder is all it took."""
+    import shutil
+    import subprocess
+    import sys
+
+    from cryocube.convert.writer import convert
+    from cryocube.cube import as_text, open_cube
+    from cryocube.synthetic import make_raw
+
+    assert sorted(p.name for p in TOY.iterdir() if p.name != "__pycache__") == ["toyfam", "toyfam-0.1.dist-info"]
+    for p in list(PKG.rglob("*.py")) + list((ROOT / "catalogs").rglob("*.yaml")) + [ROOT / "pyproject.toml"]:
+        assert "toyfam" not in p.read_text(), p
+    site = tmp_path / "site"
+    shutil.copytree(TOY, site, ignore=shutil.ignore_patterns("__pycache__"))
+    m = make_raw("glid", tmp_path / "raw", n={"train": 3, "val": 1, "test": 6}, seed=5)
+    cube = str(tmp_path / "glid.zarr")
+    convert("glid", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONWARNINGS": "ignore"}
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "cryocube.cli", *args], capture_output=True, text=True, env=env,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    assert re.search(r"^toyfam\s+brightness$", cli("list", "families"), re.M)
+    assert re.search(r"^brightness\s+toyfam\s", cli("list", "protocols"), re.M)
+    out = tmp_path / "out"
+    grid = ["--cubes", cube, "--models", "mean", "--protocol", "brightness", "--out", str(out), "--quiet"]
+    assert "mean/glid.zarr/brightness/seed0" in cli("evaluate", *grid, "--dry-run")  # planned
+    cli("evaluate", *grid, "--workers", "1", "--threads-per-worker", "1")  # run, on a local cluster of its own
+    (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    ds = open_cube(cube)
+    test = np.flatnonzero(as_text(ds["split"].values) == "test")
+    x = np.asarray(ds["image"].values[test], dtype=np.float64)
+    assert rec["family"] == "toyfam" and rec["status"] == "ok" and rec["record_version"] == 2
+    assert rec["metrics"]["brightness"] == pytest.approx(x.mean(), rel=1e-12) and rec["metrics"]["blocks"] == 2
+    cli("report", str(out), "--out", str(tmp_path / "report"), "--format", "md")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Toy family: test-split brightness" in md and f"| toy mean | glid | {x.mean():.4f} | {x.size} |" in md
+    # and the board the report lays out from the cell it contributed
+    assert "## toyfam on glid" in md and "| Model | brightness mean (DN) |" in md
+    assert f"| toy mean | {x.mean():.2f} n={x.size} |" in md

@@ -323,3 +323,24 @@ def test_rows_run_with_a_deviation_are_marked():
     lb = leaderboard_from_runs(res.runs, key="frozen", title="T", protocol="frozen", fraction=1.0)
     t = leaderboard_table(lb)
     assert any("declared deviation" in n and "follow_reference" in n for n in t.notes)
+
+
+def test_a_board_from_cells_refuses_a_cell_over_other_samples():
+    """report/board.py lays out any family's cells: one column per (task, metric) in its unit; a cell over other
+    samples than its column's is refused, naming the record and the model."""
+    from cryocube.report.board import cells_table
+    from cryocube.report.records import parse_record
+
+    def run(model, value, samples="s1", unit="%"):
+        cell = {"task": "t", "metric": "accuracy", "class": None, "unit": unit, "split": "test", "samples": samples,
+                "n": 10, "value": value, "ci_low": value - 1, "ci_high": value + 1}
+        return parse_record(rec(model, "glid", 0.0, family="toy", primary_metric="accuracy",
+                                metrics={"accuracy": value, "cells": [cell]}), f"r.jsonl:{model}")
+
+    t = cells_table([run("b", 50.0), run("a", 70.0)], "board", "Board")
+    assert [c.header for c in t.columns] == ["Model", "t accuracy (%)"]
+    assert t.texts == [["a", "70.00 [69.00, 71.00] n=10"], ["b", "50.00 [49.00, 51.00] n=10"]]
+    with pytest.raises(UserError, match=r"r.jsonl:b: the t accuracy cell of b has samples 's2', its column 's1'"):
+        cells_table([run("a", 70.0), run("b", 50.0, samples="s2")], "board", "Board")
+    with pytest.raises(UserError, match="has unit 'count'"):
+        cells_table([run("a", 70.0), run("b", 50.0, unit="count")], "board", "Board")

@@ -95,7 +95,7 @@ def _check_report(results, out, rec, rows):
     """`cryocube report` writes the vqa section, a LEADERBOARD.md in InSAR-VLM-Bench's shape and the gallery."""
     from cryocube.cli import main
     from cryocube.report.records import load_results
-    from cryocube.report.vqa import CANNOT, leaderboard
+    from cryocube.families.vqa.report import CANNOT, leaderboard
 
     assert main(["report", str(results), "--out", str(out)]) == 0
     board = (out / "LEADERBOARD.md").read_text()
@@ -118,7 +118,7 @@ def _check_report(results, out, rec, rows):
                metrics={"Q": 0.5, "task_A": {"coherence_classification__cls": 0.61, "fringe_counting__regr": 0.2}})
     from cryocube.report.records import parse_record
 
-    res.embedding.append(parse_record(emb, "test"))
+    res.of("embedding").append(parse_record(emb, "test"))
     t = leaderboard(res, rec["dataset"])
     assert "DOFA" not in [r[0] for r in t.rows] and CANNOT not in str(t.texts)
 
@@ -312,7 +312,7 @@ def test_every_phrasing_is_asked_and_the_board_keeps_the_first(ifg_cube, lab_tas
     assert "Prompt phrasings on" in html and f"{np.mean(vals):.2f}" in html
     # the gallery: a row per phrasing, each with the model's answer to that phrasing
     from cryocube.report.records import load_results
-    from cryocube.report.vqa import gallery
+    from cryocube.families.vqa.report import gallery
 
     qa = rec["gallery"][0]["qa"]
     assert [q["variant"] for q in qa] == [0, 1, 2]

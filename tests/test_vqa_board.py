@@ -40,7 +40,7 @@ def _done_when(text: str, results: Path, blind: bool = True) -> dict[str, list[s
     """Issue 25's Done-when on one LEADERBOARD.md: every column holds one metric in one unit (the records' cells of a
     column share metric, unit and sample hash; the header names the unit), every cell shows n or says why it is
     empty, the chance and blind rows are present. Returns the rows by model name."""
-    from cryocube.report.vqa import CANNOT, NOT_ASKED, NOT_RUN
+    from cryocube.families.vqa.report import CANNOT, NOT_ASKED, NOT_RUN
 
     rows = _rows(text)
     head, body = rows[0], rows[1:]
@@ -127,7 +127,7 @@ def test_the_encoder_head_beats_chance_on_learnable_interferograms(board):
 
 def test_leaderboard_one_metric_one_unit_per_column_n_in_every_cell(board, tmp_path):
     from cryocube.cli import main
-    from cryocube.report.vqa import CANNOT
+    from cryocube.families.vqa.report import CANNOT
 
     _, out, recs = board
     assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
@@ -179,7 +179,7 @@ def test_report_refuses_a_cell_over_other_samples_or_units(board, tmp_path):
 def test_blind_run_not_asked_tasks_and_blind_not_run(board, tmp_path, client):
     from cryocube.cli import main
     from cryocube.families.vqa.answer import blank_like
-    from cryocube.report.vqa import NOT_ASKED, NOT_RUN
+    from cryocube.families.vqa.report import NOT_ASKED, NOT_RUN
 
     pic = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
     assert blank_like(pic).shape == pic.shape and len(np.unique(blank_like(pic))) == 1
@@ -199,7 +199,7 @@ def test_hephaestus_rendered_rgb_reaches_optical_encoders_on_one_board(tmp_path,
     from cryocube.cli import main
     from cryocube.convert.writer import convert
     from cryocube.insar_synthetic import make_interferograms
-    from cryocube.report.vqa import CANNOT, NOT_RUN
+    from cryocube.families.vqa.report import CANNOT, NOT_RUN
 
     make_interferograms(tmp_path / "raw", n=12, size=32, seed=1, dataset="hephaestus")
     url = str(tmp_path / "heph.zarr")

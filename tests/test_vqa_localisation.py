@@ -129,7 +129,7 @@ def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client, caps
     from cryocube.cube import open_cube
     from cryocube.engine.evaluate import evaluate
     from cryocube.families.recipes import load_recipe
-    from cryocube.report.vqa import CANNOT
+    from cryocube.families.vqa.report import CANNOT
 
     ds = open_cube(ifg_cube)
     assert ds["mask"].dims == ("sample", "y", "x") and ds.attrs["mask"]["classes"] == ["stable", "deformation"]

@@ -22,6 +22,7 @@ from typing import Any, Callable, ClassVar
 from ..errors import UserError
 from ..precision import DeviceInfo
 from ..recipe import BaseRecipe
+from ..record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,22 @@ class Family:
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe  # its recipe fields (the shared ones and its own)
 
+    def base_record(self, spec: RunSpec, run_id: str, identity: dict[str, Any], cube, *, model_name: str | None,
+                    weights: dict | None, precision: dict | None, fraction: float = 1.0, dataset: str | None = None,
+                    **own: Any) -> dict[str, Any]:
+        """The one way a run record starts: the fields every family's records share, typed (`RunRecord`), then
+        this family's own (`own`). `cube` is the CubeInfo read (or its record, or None for vectors made
+        elsewhere); returns the JSON form the scheduler completes with status and metrics."""
+        if cube is None or isinstance(cube, dict):
+            cube_rec = cube or None
+        else:
+            cube_rec = {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version}
+            dataset = dataset or cube.dataset
+        return RunRecord(run_id=run_id, family=self.name, model=spec.model, model_name=model_name, dataset=str(dataset),
+                         protocol=spec.protocol, fraction=fraction, seed=spec.seed, primary_metric=self.primary_metric,
+                         identity=identity, cube=cube_rec, weights=weights, precision=precision,
+                         overrides=dict(spec.overrides) or None, fields=own).to_dict()
+
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
         """`recipe` is this family's own (`recipe.of(family)`), with the run's overrides not yet applied."""
         raise NotImplementedError
@@ -123,6 +140,19 @@ class Family:
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         raise NotImplementedError
+
+    def report_sections(self, page, results) -> None:
+        """Add this family's sections to a report: `results` (report.records.Results) holds its ok runs in
+        `results.of(self.name)`; `page` writes sections, tables and figures (report/build.py's writer). By
+        default: one board per dataset from the board cells its runs carry (`metrics.cells`). A family whose
+        primary metric is mIoU is ranked on the protocol leaderboards."""
+        from ..report.board import cells_table
+
+        runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
+        for d in sorted({r.dataset for r in runs}):
+            sec = page.section(f"{self.name} on {d}")
+            page.table(sec, self.name, cells_table([r for r in runs if r.dataset == d], f"board_{d}",
+                                                   f"{self.name} on {d}: board cells"))
 
 
 def content_hash(identity: dict, n: int = 20) -> str:

@@ -61,21 +61,23 @@ def _title(protocol: str, fraction: float) -> str:
 def _cube_task(dataset: str) -> str:
     """The dataset's catalog task: `segmentation` for Cryo-Bench's datasets; `vqa` for interferogram cubes, whose
     segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's averages and ranks."""
-    from ..catalog import CatalogError, load_dataset
+    from ..catalog import DEFAULT_TASK, CatalogError, load_dataset
 
     try:
         return load_dataset(dataset).task
     except (CatalogError, OSError):
-        return "segmentation"
+        return DEFAULT_TASK
 
 
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
     """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get boards of their own
     (protocol `<protocol>:interferograms`)."""
+    from ..catalog import DEFAULT_TASK
+
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
         task = _cube_task(r.dataset)
-        groups[(r.protocol if task == "segmentation" else f"{r.protocol}:interferograms", r.fraction)].append(r)
+        groups[(r.protocol if task == DEFAULT_TASK else f"{r.protocol}:interferograms", r.fraction)].append(r)
     return dict(sorted(groups.items(), key=lambda kv: (protocol_sort_key(kv[0][0]), -kv[0][1])))
 
 
@@ -127,7 +129,8 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
 
 
 class _Writer:
-    """Writes tables and figures, remembering them for the HTML/Markdown summary."""
+    """Writes tables and figures, remembering them for the HTML/Markdown summary. Families write their sections
+    through it (`Family.report_sections`): section, table, figure, picture, stem and add_file."""
 
     def __init__(self, rep: Report, formats: list[str], measured: dict[str, dict] | None = None):
         self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
@@ -154,6 +157,22 @@ class _Writer:
 
     def stem(self, name: str) -> Path:
         return self.rep.out / "figures" / name
+
+    def picture(self, sec: Section, path: Path, caption: str) -> None:
+        """A picture already written (a gallery's PNG) shown in a section."""
+        self.rep.files.append(path)
+        sec.figures.append(FigureRef(path, caption))
+
+    def add_file(self, name: str, text: str) -> Path:
+        """A file of its own beside the report (a family's LEADERBOARD.md)."""
+        p = self.rep.out / name
+        p.write_text(text, encoding="utf-8")
+        self.rep.files.append(p)
+        return p
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.rep.out / "figures"
 
 
 def _protocol_sections(w: _Writer, res: Results, protocols: set[str] | None) -> dict[tuple[str, float], Leaderboard]:
@@ -214,50 +233,19 @@ def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> 
         w.table(sec, frozen.key, analysis.published_comparison_table(frozen, paper))
 
 
-def _embedding_sections(w: _Writer, res: Results) -> None:
-    from . import embedding
+def _family_sections(w: _Writer, res: Results) -> None:
+    """Every installed family's own sections (`Family.report_sections`), in the registry's order; the report
+    itself knows none of them. Runs of a family this installation lacks are listed, never dropped."""
+    from .. import families
 
-    if not res.embedding:
-        return
-    sec = w.section("Embedding probes (NeuCo-Bench)")
-    for t in embedding.leaderboard_tables(res):
-        w.table(sec, "embedding", t)
-    both = embedding.probe_vs_segmentation(res)
-    if both is not None:
-        t, pts = both
-        w.table(sec, "embedding", t)
-        w.figure(sec, plots.labelled_scatter(pts, w.stem("probe_q_vs_miou"), "Probe Q against segmentation mIoU",
-                                             "probe Q (NeuCo-Bench)", "mIoU (%)"), t.notes[-1])
-
-
-def _vqa_sections(w: _Writer, res: Results) -> None:
-    """Generative models on question tasks (InSAR-VLM-Bench's, Cryo-Bench's image-level ones; report/vqa.py), and
-    LEADERBOARD.md beside the report."""
-    from . import vqa
-
-    if not res.vqa and not res.heads:
-        return
-    for d in sorted({r.dataset for r in res.vqa + res.heads}):
-        sec = w.section(f"{vqa.board(res, d).title} ({d}): VLMs and GFMs",
-                        text="Each task's metric on the cube's test split with its 95 % bootstrap interval and n, beside "
-                             "the chance and blind baselines; unparsed answers count as wrong.")
-        w.table(sec, "vqa", vqa.leaderboard(res, d))
-        w.table(sec, "vqa", vqa.task_table(res, d))
-        if (ph := vqa.phrasing_table(res, d)) is not None:
-            w.table(sec, "vqa", ph)
-        for t in vqa.confusion_tables(res, d):
-            w.table(sec, "vqa", t)
-        if any(((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") for r in res.vqa if r.dataset == d):
-            w.figure(sec, vqa.fringe_plot(res, d, w.stem(f"vqa_fringes_{d}")), f"{d}: answered against true fringe counts")
-        for pic, caption, t in vqa.gallery(res, d, w.rep.out / "figures"):
-            sub = w.section(f"Gallery: {t.title}", level=3)
-            if pic is not None:
-                w.rep.files.append(pic)
-                sub.figures.append(FigureRef(pic, caption))
-            w.table(sub, "vqa", t)
-    p = w.rep.out / "LEADERBOARD.md"
-    p.write_text(vqa.leaderboard_md(res), encoding="utf-8")
-    w.rep.files.append(p)
+    known = families.names()
+    for name in known:
+        families.get(name).report_sections(w, res)
+    lost = sorted(f for f, runs in res.by_family.items() if runs and f not in known)
+    if lost:
+        w.section("Runs of families not installed here", text=(
+            f"{sum(len(res.by_family[f]) for f in lost)} run(s) of the famil(ies) {', '.join(lost)}: install the "
+            "package that provides them to see their sections."))
 
 
 def _published_section(w: _Writer, path: str | Path | None) -> None:
@@ -332,15 +320,14 @@ def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_ur
     w = _Writer(rep, fmts, measured)
     wanted = set(protocols) if protocols else None
     if res is not None:
-        if not res.runs and not res.failures and not res.embedding and not res.vqa and not res.heads:
+        if not res.runs and not res.failures and not any(res.by_family.values()):
             raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
         lbs = _protocol_sections(w, res, wanted)
         if wanted and not lbs and not published:
             known = sorted({r.protocol for r in res.runs})
             raise ReportError(f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found: {', '.join(known)})")
         _compare_sections(w, lbs)
-        _embedding_sections(w, res)
-        _vqa_sections(w, res)
+        _family_sections(w, res)
         sweeps.sections(w, res)  # tune studies (their trials never reach the leaderboards) and label-fraction curves
     if published:
         _published_section(w, None if published is True else published)

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import store
-from ..engine.records import RESULTS_FILE, missing_records
 from ..errors import ResultsError
+from ..record import RESULTS_FILE, RecordError, RunRecord, missing_records
 from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
 DEVIATES = " (deviates: "  # + the record's deviations in effect + ")": see docs/deviations.md
 TUNED = " (tuned)"  # the best trial of a `cryocube tune` study: its own row, never averaged with default-recipe runs
-REQUIRED = ("model", "dataset", "protocol", "seed", "status")
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,11 @@ class Run:
 
     @property
     def family(self) -> str:
-        return str(self.record.get("family") or "segmentation")
+        return str(self.record["family"])
+
+    @property
+    def primary_metric(self) -> str:
+        return str(self.record["primary_metric"])
 
     @property
     def class_iou(self) -> dict[str, float]:
@@ -146,7 +149,7 @@ class Run:
     def key(self) -> tuple:
         return (self.model, self.model_name, self.dataset, self.protocol, self.fraction, self.seed,
                 str((self.record.get("probe") or {}).get("probe", "")),
-                self.label_set if self.family == "embedding" else "", self.recipe_digest)
+                str(self.record.get("label_set") or ""), self.recipe_digest)
 
 
 @dataclass
@@ -159,15 +162,20 @@ class Results:
     replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
     other_recipes: list[Run] = field(default_factory=list)  # ok runs of a cell's other recipes (curves only, never averaged)
     trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
-    embedding: list[Run] = field(default_factory=list)  # family "embedding" (probe Q; see report/embedding.py)
-    vqa: list[Run] = field(default_factory=list)  # family "vqa" (generative models' answers; see report/vqa.py)
-    heads: list[Run] = field(default_factory=list)  # family "heads" (encoders' answers to the same tasks; report/vqa.py)
+    # ok runs of the families scored on another primary metric than mIoU, by family: their sections are the
+    # families' own (`Family.report_sections`); the leaderboards above rank mIoU runs only
+    by_family: dict[str, list[Run]] = field(default_factory=dict)
+
+    def of(self, family: str) -> list[Run]:
+        """The ok runs of one family with a report section of its own (a list the caller may extend)."""
+        return self.by_family.setdefault(family, [])
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
         return [r for r in self.runs if (protocol is None or r.protocol == protocol)
                 and (fraction is None or math.isclose(r.fraction, fraction))]
 
 
+LEADERBOARD_METRIC = "mIoU"  # the protocol leaderboards (Cryo-Bench's) rank runs scored on it, of any family
 NOT_RECIPE = ("fraction", "seed", "protocol")  # identity fields that vary along a curve, not between curves
 
 
@@ -217,20 +225,14 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
 
 
 def parse_record(d: Any, where: str) -> Run:
-    if not isinstance(d, dict):
-        raise ResultsError(f"{where}: a record must be a JSON object, got {type(d).__name__}")
-    missing = [k for k in REQUIRED if k not in d]
-    if missing:
-        raise ResultsError(f"{where}: record lacks {', '.join(missing)}")
-    metrics = d.get("metrics") if isinstance(d.get("metrics"), dict) else {}
+    """A record of any version, validated and migrated (cryocube/record.py), flattened for tables and plots."""
     try:
-        seed = int(d["seed"])
-        fraction = float(d.get("fraction", 1.0) if d.get("fraction") is not None else 1.0)
-    except (TypeError, ValueError) as e:
-        raise ResultsError(f"{where}: seed/fraction must be numbers ({e})") from None
-    status = str(d["status"])
-    error = d.get("error")
-    primary = str(d.get("primary_metric") or ("Q" if d.get("family") == "embedding" else "mIoU"))
+        rec = RunRecord.from_dict(d, where)
+    except RecordError as e:
+        raise ResultsError(str(e)) from None
+    d = rec.to_dict()
+    metrics, seed, fraction, status, error = rec.metrics, rec.seed, rec.fraction, rec.status, rec.error
+    primary = str(rec.primary_metric)
     if status == "ok" and _num(metrics.get(primary)) is None and not (primary == "Q" and "Q" in metrics):
         # (an embedding run's Q may be NaN by the NeuCo-Bench NaN rule: it is dropped from the ranking, visibly)
         status, error = "error", error or f"record has status ok but no numeric metrics.{primary}"
@@ -336,13 +338,15 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     paths = list(paths)
     every = read_runs(paths)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
-    ok, other = one_recipe_per_cell([r for r in kept if r.status == "ok" and r.family not in ("embedding", "vqa", "heads")])
+    ranked = [r for r in kept if r.status == "ok" and r.primary_metric == LEADERBOARD_METRIC]
+    ok, other = one_recipe_per_cell(ranked)
+    by_family: dict[str, list[Run]] = {}
+    for r in kept:
+        if r.status == "ok" and r.primary_metric != LEADERBOARD_METRIC:
+            by_family.setdefault(r.family, []).append(r)
     failed = [r for r in kept if r.status != "ok"]
     return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced, other_recipes=other,
-                   trials=[r for r in every if r.is_trial],
-                   embedding=[r for r in kept if r.status == "ok" and r.family == "embedding"],
-                   vqa=[r for r in kept if r.status == "ok" and r.family == "vqa"],
-                   heads=[r for r in kept if r.status == "ok" and r.family == "heads"])
+                   trials=[r for r in every if r.is_trial], by_family=by_family)
 
 
 def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict[Any, str]:

@@ -63,16 +63,13 @@ class Embedding(Family):
         identity = {"family": self.name, "embedding": emb.key, "tasks": tasks_digest(tasks), "probe": pr.as_dict(),
                     "seed": spec.seed, "v": IDENTITY_VERSION}
         run_id = content_hash(identity)
-        record = {"run_id": run_id, "family": self.name, "model": spec.model,
-                  "model_name": prov.get("model_name", f"{spec.model} baseline"), "dataset": cube.dataset,
-                  "protocol": spec.protocol, "fraction": 1.0, "seed": spec.seed,
-                  "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
-                  "embedding": emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, "probe": pr.record(),
-                  "band_mode": prov.get("band_mode"), "neuco_bench_differences": differences(pr, tasks),
-                  **({"deviations": prov["deviations"]} if "deviations" in prov else {}),
-                  "tasks": [t.name for t in tasks], "label_set": identity["tasks"], "weights": prov["weights"],
-                  "precision": prov.get("precision", {"requested": "fp32", "effective": "fp32"}), "torch_threads": emb.threads,
-                  "identity": identity, "overrides": dict(spec.overrides) or None}
+        record = self.base_record(
+            spec, run_id, identity, cube, model_name=prov.get("model_name", f"{spec.model} baseline"),
+            weights=prov["weights"], precision=prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
+            embedding=emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, probe=pr.record(),
+            band_mode=prov.get("band_mode"), neuco_bench_differences=differences(pr, tasks),
+            **({"deviations": prov["deviations"]} if "deviations" in prov else {}),
+            tasks=[t.name for t in tasks], label_set=identity["tasks"], torch_threads=emb.threads)
         work = CubeProbe(emb, pr, tasks, embeddings_url(ctx.out, emb.key))
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
                           model_name=record["model_name"], fraction=1.0, record=record, work=work, cube=cube,
@@ -104,6 +101,11 @@ class Embedding(Family):
         from .probe import merge
 
         return merge(a, b)
+
+    def report_sections(self, page, results) -> None:
+        from .report import sections
+
+        sections(page, results)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         from .work import finish_fields

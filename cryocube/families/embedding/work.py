@@ -115,6 +115,7 @@ def probe_run(embeddings: str, out: str, recipe, inputs, labels: str | None = No
     """`cryocube probe`'s one run, planned for the engine: its id hashes the vectors, the tasks and the recipe."""
     import hashlib
 
+    from .. import get
     from ..base import PlannedRun, RunSpec, content_hash
     from .probe import align, differences, fold_tasks, standardized, stats_rows, tasks_digest
 
@@ -126,23 +127,23 @@ def probe_run(embeddings: str, out: str, recipe, inputs, labels: str | None = No
     cube = prov.get("cube") or {}
     source = prov.get("source", embeddings)
     dataset = cube.get("dataset") or (tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels")
-    record = {"run_id": run_id, "family": "embedding", "model": source, "model_name": prov.get("model_name") or source,
-              "dataset": dataset, "protocol": "probe", "fraction": 1.0, "seed": recipe.seed,
-              "cube": cube or None, "embedding": {"input": embeddings, "sha256": digest, "format": prov.get("format"),
-                                                  "dim": int(X.shape[1]), "pca": prov.get("pca")},
-              "weights": prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
-              "precision": prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-              "probe": recipe.record(), "neuco_bench_differences": differences(recipe, tasks),
-              "tasks": sorted(t.name for t in tasks),
-              "labelled": {t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
-              "labels": labels or tasks_from, "label_set": identity["tasks"], "identity": identity}
+    # what the progress board names the run by: the vectors' file and the tasks' folder (or cube)
+    spec = RunSpec(model=source.rstrip("/").rsplit("/", 1)[-1], cube=tasks_from or labels or "", protocol="probe",
+                   seed=recipe.seed)
+    record = get("embedding").base_record(
+        RunSpec(source, tasks_from or labels or "", "probe", seed=recipe.seed), run_id, identity, cube or None,
+        dataset=dataset, model_name=prov.get("model_name") or source,
+        weights=prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
+        precision=prov.get("precision") or {"effective": prov.get("precision", "unknown")},
+        embedding={"input": embeddings, "sha256": digest, "format": prov.get("format"), "dim": int(X.shape[1]),
+                   "pca": prov.get("pca")},
+        probe=recipe.record(), neuco_bench_differences=differences(recipe, tasks), tasks=sorted(t.name for t in tasks),
+        labelled={t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
+        labels=labels or tasks_from, label_set=identity["tasks"])
     aligned = align(ids, tasks, recipe.fold_order)
     Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
     work = MatrixProbe(Xs, hashlib.sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings)
     fold_tasks(aligned, recipe, None, work.digest)  # a task too small to split is refused here, before any probe
-    # what the progress board names the run by: the vectors' file and the tasks' folder (or cube)
-    spec = RunSpec(model=source.rstrip("/").rsplit("/", 1)[-1], cube=tasks_from or labels or "", protocol="probe",
-                   seed=recipe.seed)
     return PlannedRun(spec=spec, family="embedding", run_id=run_id, identity=identity, dataset=dataset,
                       model_name=record["model_name"], fraction=1.0, record=record, work=work,
                       estimate={"steps": recipe.k * len(tasks)})

@@ -71,19 +71,16 @@ class Heads(Family):
         run_id = content_hash(identity)
         url = embeddings_url(ctx.out, emb.key)
         by_name = {t.name: t for t in tasks}
-        record = {"run_id": run_id, "family": self.name, "model": spec.model,
-                  "model_name": prov.get("model_name", spec.model), "dataset": cube.dataset, "protocol": spec.protocol,
-                  "fraction": 1.0, "seed": spec.seed,
-                  "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
-                  "embedding": emb.describe() | {"url": url}, "band_mode": prov.get("band_mode"),
-                  "weights": prov["weights"], "precision": prov.get("precision"), "torch_threads": emb.threads,
-                  "tasks": {t.name: {"answer": t.answer, "metrics": [m for m, _, _ in t.metrics], "source": t.source,
-                                     "prompt_sha256": t.digest()} for t in tasks},
-                  "tasks_left_out": left_out, "board_split": split_record,
-                  "tasks_text": [t.name for t in every if not answerable(t)],  # no head writes text
-                  "head": {"kind": "linear on pooled frozen features", "C_grid": list(C_GRID),
-                           "alpha_grid": list(ALPHA_GRID), "chosen_on": "val split, by the task's own metric"},
-                  "identity": identity, "overrides": dict(spec.overrides) or None}
+        record = self.base_record(
+            spec, run_id, identity, cube, model_name=prov.get("model_name", spec.model), weights=prov["weights"],
+            precision=prov.get("precision"), embedding=emb.describe() | {"url": url}, band_mode=prov.get("band_mode"),
+            torch_threads=emb.threads,
+            tasks={t.name: {"answer": t.answer, "metrics": [m for m, _, _ in t.metrics], "source": t.source,
+                            "prompt_sha256": t.digest()} for t in tasks},
+            tasks_left_out=left_out, board_split=split_record,
+            tasks_text=[t.name for t in every if not answerable(t)],  # no head writes text
+            head={"kind": "linear on pooled frozen features", "C_grid": list(C_GRID), "alpha_grid": list(ALPHA_GRID),
+                  "chosen_on": "val split, by the task's own metric"})
         job = HeadsJob(url, tuple(qs), tuple(tasks), tuple(split.tolist()), tuple(ids))
         work = {"embed": emb, "url": url, "job": job, "tasks": by_name, "split": split, "ids": ids,
                 "chance": chance_cells(qs, by_name, split, ids, N_BOOT, spec.seed)}
@@ -110,6 +107,9 @@ class Heads(Family):
     @staticmethod
     def reduce(a, b):
         return {"rows": a["rows"] + b["rows"], "heads": {**a["heads"], **b["heads"]}}
+
+    def report_sections(self, page, results) -> None:
+        """None of its own: its cells are rows of the vqa family's boards, beside the VLMs and chance."""
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         from ..vqa.cells import cells

@@ -107,18 +107,13 @@ class Segmentation(Family):
                     "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1, "windows_per_tile": windows,
                     "encoder_items": 0 if trains_encoder else int(train_all.size * recipe.crops_per_sample
                                                                  + (cube.samples("val").size + cube.samples("test").size) * windows)}
-        record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": mspec.display_name,
-                  "dataset": cube.dataset, "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
-                  "trains_encoder": trains_encoder,
-                  "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
-                  "config": recipe.as_dict(), "input_size": int(size), "band_rule": rule, "band_index": list(inputs.index),
-                  "normalization": recipe.normalization, "decoder": decoder,
-                  "precision": {"requested": recipe.precision, "effective": precision, "device": device.describe()},
-                  "memory_format": memory_format, "weights": weights.as_record(), "torch_threads": recipe.threads,
-                  "deviations": mspec.deviation_record(),
-                  "subset": subset.tolist() if fraction < 1 else None, "identity": identity,
-                  **({"split": drawn} if drawn is not None else {}),
-                  "overrides": dict(spec.overrides) or None}
+        record = self.base_record(
+            spec, run_id, identity, cube, model_name=mspec.display_name, fraction=fraction, weights=weights.as_record(),
+            precision={"requested": recipe.precision, "effective": precision, "device": device.describe()},
+            trains_encoder=trains_encoder, config=recipe.as_dict(), input_size=int(size), band_rule=rule,
+            band_index=list(inputs.index), normalization=recipe.normalization, decoder=decoder,
+            memory_format=memory_format, torch_threads=recipe.threads, deviations=mspec.deviation_record(),
+            subset=subset.tolist() if fraction < 1 else None, **({"split": drawn} if drawn is not None else {}))
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
                           model_name=mspec.display_name, fraction=fraction, record=record, work=work, cube=cube,
                           prep_key=cache.key if cache else None, estimate=estimate)

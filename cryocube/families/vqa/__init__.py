@@ -94,16 +94,14 @@ class Vqa(Family):
         split, ids, split_record = cube_split(cube.url, cube.checksum)
         every = questions(cube.url, tasks, every_split=True)[0] if cube.kind == "tiles" else qs
         chance = chance_cells(every, {t.name: t for t in tasks}, split, ids, N_BOOT, spec.seed)
-        record = {"run_id": run_id, "family": self.name, "model": spec.model, "model_name": prov.model_name,
-                  "model_class": prov.model_class, "dataset": cube.dataset, "protocol": spec.protocol, "fraction": 1.0,
-                  "seed": spec.seed, "cube": {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version},
-                  "weights": prov.weights, "precision": {"requested": vr.precision, "effective": prec},
-                  "tasks": {t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
-                                     "questions": sum(q.task == t.name for q in qs), "source": t.source,
-                                     "unparsed_value": t.unparsed_value, "phrasings": len(t.phrasings)} for t in tasks},
-                  "tasks_left_out": left_out, **_asked(qs, cube.kind), "generation": generation, "adapter": ref.adapter,
-                  "identity": identity, "overrides": dict(spec.overrides) or None, "params": prov.facts,
-                  "torch_threads": threads, "blind": vr.blind, "board_split": split_record}
+        record = self.base_record(
+            spec, run_id, identity, cube, model_name=prov.model_name, weights=prov.weights,
+            precision={"requested": vr.precision, "effective": prec}, model_class=prov.model_class,
+            tasks={t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
+                            "questions": sum(q.task == t.name for q in qs), "source": t.source,
+                            "unparsed_value": t.unparsed_value, "phrasings": len(t.phrasings)} for t in tasks},
+            tasks_left_out=left_out, **_asked(qs, cube.kind), generation=generation, adapter=ref.adapter,
+            params=prov.facts, torch_threads=threads, blind=vr.blind, board_split=split_record)
         work = {"blocks": blocks, "tasks": {t.name: t for t in tasks}, "dir": rdir, "questions": len(qs),
                 "split": split, "ids": ids, "chance": chance}
         return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
@@ -123,6 +121,11 @@ class Vqa(Family):
         from .answer import merge
 
         return merge(a, b)
+
+    def report_sections(self, page, results) -> None:
+        from .report import sections
+
+        sections(page, results)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         import json

@@ -1,4 +1,4 @@
-"""Board cells: what a family contributes to a comparison board (report/vqa.py lays them out).
+"""Board cells: what a family contributes to a comparison board (families/vqa/report.py lays them out).
 
 A cell is one (task, metric[, class]) figure on the cube's test split, over the task's first phrasing (families/split.py): its unit, a hash of
 the sample ids scored, n, the value and its 95 % bootstrap interval (metrics.py). `report` refuses a cell whose

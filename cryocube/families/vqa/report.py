@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .records import Results, Run
-from .tables import MISSING, Column, Table
+from ...report.records import Results, Run
+from ...report.tables import MISSING, Column, Table
 
 if TYPE_CHECKING:
-    from ..families.vqa.tasks import Board
+    from .tasks import Board
 
 CANNOT = "cannot answer (encoder)"
 NOT_ASKED = "not asked"
@@ -71,8 +71,8 @@ def _localisers(res: Results, dataset: str) -> dict[str, Run]:
 def board_rows(res: Results, dataset: str) -> list[BoardRow]:
     """The board's rows in order: the chance baseline, the blind baseline (or that it was not run), VLMs, encoder
     heads, encoders that localise through segmentation. Baselines are labelled and never ranked."""
-    vlms = sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
-    heads = sorted((r for r in res.heads if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
+    vlms = sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
+    heads = sorted((r for r in res.of("heads") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
     rows: list[BoardRow] = []
     chance = next((r.metrics.get("baselines", {}).get("chance") for r in vlms + heads
                    if (r.metrics.get("baselines") or {}).get("chance")), None)
@@ -107,8 +107,8 @@ def board_rows(res: Results, dataset: str) -> list[BoardRow]:
 def _header(task, metric: str, header: str, units: set[str]) -> str:
     """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its task's cells would have."""
     if not units:
-        from ..families.vqa.cells import unit
-        from ..families.vqa.tasks import all_tasks
+        from .cells import unit
+        from .tasks import all_tasks
 
         t = all_tasks().get(task)
         units = {unit(t, metric)} if t is not None and metric in [m for m, _, _ in t.metrics] else set()
@@ -179,12 +179,12 @@ def board(res: Results, dataset: str) -> "Board":
     """The board of every task file the dataset's VLM and head runs answered (their records name each task's file):
     a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its board has both files' columns, the
     dataset's own file first. InSAR-VLM-Bench's when no file can be found."""
-    from ..catalog import CatalogError
-    from ..families.vqa.tasks import Board, all_tasks, board_of
+    from ...catalog import CatalogError
+    from .tasks import Board, all_tasks, board_of
 
     known = all_tasks()
     stems: dict[str, bool] = {}  # file stem -> whether its tasks are this dataset's own (`datasets:`)
-    for r in res.vqa + res.heads:
+    for r in res.of("vqa") + res.of("heads"):
         if r.dataset != dataset:
             continue
         for name, d in (r.record.get("tasks") or {}).items():
@@ -228,7 +228,7 @@ def leaderboard(res: Results, dataset: str) -> Table:
     for raw, txt in zip(raws, txts):
         t.add(raw, txt)
     t.notes = list(NOTES) + notes
-    if any(r.random_init for r in res.vqa + res.heads + res.runs if r.dataset == dataset):
+    if any(r.random_init for r in res.of("vqa") + res.of("heads") + res.runs if r.dataset == dataset):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
 
@@ -240,7 +240,7 @@ def task_table(res: Results, dataset: str) -> Table:
                Column("metric", "Metric", numeric=False), Column("value", "Value"), Column("ci_low", "CI low"),
                Column("ci_high", "CI high"), Column("n", "n"), Column("unparsed", "Unparsed"),
                Column("prompt", "Prompt sha256", numeric=False)])
-    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+    for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
             for m, s in d.get("metrics", {}).items():
                 t.add([r.model_name, task, m, s["value"], s["ci_low"], s["ci_high"], s["n"], d.get("unparsed"),
@@ -259,7 +259,7 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
                Column("metric", "Metric", numeric=False), Column("phrasings", "Phrasings"), Column("mean", "Mean"),
                Column("sd", "SD"), Column("min", "Min"), Column("max", "Max"), Column("first", "First (the board's phrasing)"),
                Column("unparsed", "Unparsed per phrasing", numeric=False)])
-    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+    for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
             ph = d.get("phrasings") or []
             m = next(iter(d.get("metrics") or {}), None)
@@ -290,7 +290,7 @@ def generation_cost(r: Run) -> str:
 
 def confusion_tables(res: Results, dataset: str) -> list[Table]:
     out = []
-    for r in sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name):
+    for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
             c = d.get("confusion")
             if not c:
@@ -306,11 +306,11 @@ def confusion_tables(res: Results, dataset: str) -> list[Table]:
 
 
 def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
-    from . import plots
+    from ...report import plots
 
     fig, ax = plots._subplots((4.6, 4.2))
     hi = 1.0
-    for i, r in enumerate(sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name)):
+    for i, r in enumerate(sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name)):
         pairs = ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
         pts = [(a, b) for a, b in pairs if b is not None]
         if not pairs:
@@ -329,9 +329,9 @@ def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
 def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None, str, Table]]:
     """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption and a table of
     each model's answers."""
-    from .. import store
+    from ... import store
 
-    runs = sorted((r for r in res.vqa if r.dataset == dataset), key=lambda r: r.model_name)
+    runs = sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name)
     if not runs:
         return []
     base = runs[0]
@@ -363,11 +363,37 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
 
 def leaderboard_md(res: Results) -> str:
     """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per dataset (its columns from the task file)."""
-    from .tables import to_markdown
+    from ...report.tables import to_markdown
 
-    titles = sorted({board(res, d).title for d in {r.dataset for r in res.vqa + res.heads}}) or ["InSAR-VLM-Bench tasks"]
+    titles = sorted({board(res, d).title for d in {r.dataset for r in res.of("vqa") + res.of("heads")}}) or ["InSAR-VLM-Bench tasks"]
     parts = [f"# Leaderboard ({'; '.join(titles)})", "",
              "Written by `cryocube report`; every number is read from the run records (results.jsonl).", ""]
-    for d in sorted({r.dataset for r in res.vqa + res.heads}):
+    for d in sorted({r.dataset for r in res.of("vqa") + res.of("heads")}):
         parts += [to_markdown(leaderboard(res, d)), ""]
     return "\n".join(parts)
+
+
+def sections(page, res: Results) -> None:
+    """The family's report section (`VQA.report_sections`): generative models and encoder heads on question tasks
+    (InSAR-VLM-Bench's, Cryo-Bench's image-level ones), and LEADERBOARD.md beside the report."""
+    if not res.of("vqa") and not res.of("heads"):
+        return
+    for d in sorted({r.dataset for r in res.of("vqa") + res.of("heads")}):
+        sec = page.section(f"{board(res, d).title} ({d}): VLMs and GFMs",
+                           text="Each task's metric on the cube's test split with its 95 % bootstrap interval and n, "
+                                "beside the chance and blind baselines; unparsed answers count as wrong.")
+        page.table(sec, "vqa", leaderboard(res, d))
+        page.table(sec, "vqa", task_table(res, d))
+        if (ph := phrasing_table(res, d)) is not None:
+            page.table(sec, "vqa", ph)
+        for t in confusion_tables(res, d):
+            page.table(sec, "vqa", t)
+        if any(((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") for r in res.of("vqa")
+               if r.dataset == d):
+            page.figure(sec, fringe_plot(res, d, page.stem(f"vqa_fringes_{d}")), f"{d}: answered against true fringe counts")
+        for pic, caption, t in gallery(res, d, page.figures_dir):
+            sub = page.section(f"Gallery: {t.title}", level=3)
+            if pic is not None:
+                page.picture(sub, pic, caption)
+            page.table(sub, "vqa", t)
+    page.add_file("LEADERBOARD.md", leaderboard_md(res))

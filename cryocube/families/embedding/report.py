@@ -9,9 +9,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..families.embedding import neuco
-from .records import Results, Run, distinct_labels
-from .tables import Column, Table, fmt
+from ...report.records import Results, Run, distinct_labels
+from ...report.tables import Column, Table, fmt
+from .neuco import leaderboard as neuco_leaderboard
 
 
 def run_name(r: Run) -> str:
@@ -29,7 +29,7 @@ def leaderboard_tables(res: Results) -> list[Table]:
     together, whatever their dataset is called); rows are (model id, recipe), a row's seeds averaged per task."""
     out = []
     by_ds: dict[tuple[str, str], list[Run]] = defaultdict(list)
-    for r in res.embedding:
+    for r in res.of("embedding"):
         by_ds[(r.dataset, r.label_set)].append(r)
     sets_of: dict[str, int] = defaultdict(int)
     for ds, _ in by_ds:
@@ -42,7 +42,7 @@ def leaderboard_tables(res: Results) -> list[Table]:
             for t, q in (r.metrics.get("task_Q") or {}).items():
                 per[names[(r.model, r.recipe_digest)]][t].append(math.nan if q is None else float(q))
         q = {name: {t: (float(np.mean(v)) if v else math.nan) for t, v in tasks.items()} for name, tasks in per.items()}
-        lb = neuco.leaderboard(q)
+        lb = neuco_leaderboard(q)
         tasks = sorted({t for v in q.values() for t in v})
         several = sets_of[ds] > 1
         t = Table(name=f"embedding_leaderboard_{ds}" + (f"_{label_set[:8]}" if several else ""),
@@ -79,9 +79,9 @@ def probe_vs_segmentation(res: Results, protocol: str = "frozen") -> tuple[Table
     """Per model: probe Q and segmentation mIoU (the same dataset where both ran, else each averaged over
     its datasets), and the rank correlation between them."""
     seg = [r for r in res.runs if r.protocol == protocol and math.isclose(r.fraction, 1.0)]
-    if not res.embedding or not seg:
+    if not res.of("embedding") or not seg:
         return None
-    emb = [r for r in res.embedding if (r.record.get("probe") or {}).get("probe", "linear") == "linear"] or res.embedding
+    emb = [r for r in res.of("embedding") if (r.record.get("probe") or {}).get("probe", "linear") == "linear"] or res.of("embedding")
     shared = {r.dataset for r in emb} & {r.dataset for r in seg}
     key = (lambda r: (r.model, r.dataset)) if shared else (lambda r: (r.model,))
     q, m = defaultdict(list), defaultdict(list)
@@ -110,3 +110,20 @@ def probe_vs_segmentation(res: Results, protocol: str = "frozen") -> tuple[Table
     t.notes.append(f"Spearman rank correlation between probe Q and mIoU over {len(finite)} (model, dataset) pairs: "
                    + (f"{rho:.2f}" if math.isfinite(rho) else "n/a (fewer than 3 pairs)"))
     return t, pts
+
+
+def sections(page, res: Results) -> None:
+    """The family's report section (`Embedding.report_sections`): NeuCo-Bench rankings, probe Q against mIoU."""
+    from ...report import plots
+
+    if not res.of("embedding"):
+        return
+    sec = page.section("Embedding probes (NeuCo-Bench)")
+    for t in leaderboard_tables(res):
+        page.table(sec, "embedding", t)
+    both = probe_vs_segmentation(res)
+    if both is not None:
+        t, pts = both
+        page.table(sec, "embedding", t)
+        page.figure(sec, plots.labelled_scatter(pts, page.stem("probe_q_vs_miou"), "Probe Q against segmentation mIoU",
+                                                "probe Q (NeuCo-Bench)", "mIoU (%)"), t.notes[-1])
