@@ -111,6 +111,37 @@ def make_data(root: Path, row: Row, cc_env: dict) -> tuple[Path, str, float]:
     return raw.parent, str(cube), 0.0
 
 
+def subset_raw(row: Row, raw: Path, cube: str, a) -> tuple[Path, list[int]]:
+    """The reference's raw folder for a label-fraction row: the train tiles of cryocube's own 10 % draw, linked
+    (val and test whole). peer.py builds the reference's datasets itself and does not apply
+    `limited_label_train` (pangaea/run.py does), so without this the reference trained on every tile: the same
+    samples on both sides, drawn once (cryocube's stratified draw), instead of two different draws."""
+    from cryocube.cube import open_cube
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext, RunSpec
+    from cryocube.families.recipes import load_recipe
+
+    recipe = load_recipe(None, [f"batch_size={a.batch_size}", f"epochs={a.epochs}", f"val_every={a.val_every}"],
+                         families=("segmentation",))
+    p = plan_runs([RunSpec(row.model, cube, row.protocol, row.fraction)], recipe,
+                  PlanContext(out=str(raw.parent / "unused"), allow_random_weights=True))[0]
+    subset = [int(i) for i in p.record["subset"]]
+    names = [str(n) for n in open_cube(cube)["source"].values[subset]]
+    dst = raw.parent / f"{raw.name}-{row.name}"
+    if not dst.exists():
+        src = raw / "glid"
+        for split in ("train", "val", "test"):
+            for kind in ("images", "masks"):
+                (dst / "glid" / split / kind).mkdir(parents=True, exist_ok=True)
+                for f in sorted((src / split / kind).iterdir()):
+                    if split != "train" or f.name in names:
+                        (dst / "glid" / split / kind / f.name).symlink_to(f.resolve())
+    got = sorted(f.name for f in (dst / "glid" / "train" / "images").iterdir())
+    if got != sorted(names):
+        raise RuntimeError(f"{dst}: train tiles {got} are not cryocube's draw {sorted(names)}")
+    return dst, subset
+
+
 def run_reference(row: Row, raw: Path, out: Path, a, cores: int) -> dict:
     peer, py, mirror, cache = peer_paths()
     env = {**os.environ, "PEER_REF_MIRROR": str(mirror), "PEER_REF_CACHE": cache}
@@ -118,8 +149,6 @@ def run_reference(row: Row, raw: Path, out: Path, a, cores: int) -> dict:
     cmd = [str(py), str(peer), "train", "glid", str(raw), "--encoder", row.ref_encoder, "--epochs", str(a.epochs),
            "--eval-interval", str(a.val_every), "--batch-size", str(a.batch_size), "--threads", str(cores),
            "--out", str(out), "--finetune" if row.protocol == "finetune" else "--frozen"]
-    if row.fraction:
-        cmd += ["--override", f"limited_label_train={row.fraction}"]
     r = timed(cmd, env, out.parent / f"{out.name}.log")
     res = json.loads((out / "peer_result.json").read_text())
     return {**r, "mIoU": float(res["test_mIoU"]), "result": res}
@@ -349,9 +378,15 @@ def main(argv=None) -> None:
         for row in rows:
             raw, cube, conv_s = make_data(root, row, cc_env)
             fl = flops(row, cube, a)
+            subset = None
+            if row.fraction:
+                raw, subset = subset_raw(row, raw, cube, a)
             ref = run_reference(row, raw, root / f"ref-{row.name}", a, cores)
             print(f"[{row.name}] reference: {ref['wall_s']:.1f} s, mIoU {ref['mIoU']:.2f}", flush=True)
             cc = run_cryocube(row, cube, root / f"cc-{row.name}", a, "auto", cc_env)
+            if subset is not None and cc["record"]["subset"] != subset:
+                raise RuntimeError(f"[{row.name}] cryocube trained on samples {cc['record']['subset']}, not the planned "
+                                   f"draw {subset} the reference was given")
             print(f"[{row.name}] cryocube ({cc['record']['precision']['effective']}): {cc['wall_s']:.1f} s, "
                   f"mIoU {cc['mIoU']:.2f}", flush=True)
             c32 = None
