@@ -92,6 +92,10 @@ class SubmissionError(UserError):
 # --- results and reports -------------------------------------------------------------------------
 
 
+class RecordError(UserError, ValueError):
+    """Raised when a run record cannot be read: a required field missing or of the wrong type, or a newer version."""
+
+
 class ResultsError(UserError, ValueError):
     """Raised when a results file is missing, unreadable or holds a record without a required field."""
 

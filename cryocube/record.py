@@ -32,16 +32,12 @@ import numpy as np
 
 from . import __version__
 from . import store as _store
-from .errors import UserError
+from .errors import RecordError  # noqa: F401  (re-exported: cryocube.record names it)
 
 RECORD_VERSION = 2  # 2: typed common fields (this module); 1: the untyped dicts of releases before it
 RESULTS_FILE = "results.jsonl"
 TORN_SUFFIX = ".torn"
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")  # a record of any version lacks none of these
-
-
-class RecordError(UserError, ValueError):
-    """A run record that cannot be read: a required field missing or of the wrong type, or a newer version."""
 
 
 @dataclass
