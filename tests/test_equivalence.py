@@ -164,4 +164,4 @@ def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_
                            for extra in ([], ["follow_reference=true"]))
     assert probe.record["deviations"] == default.record["deviations"]
     assert probe_follow.record["deviations"] == follow.record["deviations"]
-    assert probe_follow.work["embed"].key != probe.work["embed"].key
+    assert probe_follow.work.embed.key != probe.work.embed.key

@@ -74,7 +74,7 @@ def test_dry_check_measures_every_section(tmp_path):
     assert 0 < bal["cache"]["features_share"] < 1
     assert bal["loader"]["items"] == 8 and bal["loader"]["items_per_s"] > 0  # 4 train tiles x 2 crops
     assert bal["gpu_waits_for_chunks"] == (bal["loader_over_encoder"] < 1)
-    assert set(bal["loader"]["items_per_s_by_threads"]) >= {2, 4} and all(v > 0 for v in bal["loader"]["items_per_s_by_threads"].values())
+    assert {int(n) for n in bal["loader"]["items_per_s_by_threads"]} >= {2, 4} and all(v > 0 for v in bal["loader"]["items_per_s_by_threads"].values())
     assert bal["cache"]["outside_read_encode_write_s"] >= 0
     assert "evaluate frozen" in p.stdout and "% peak" in p.stdout
     back = tmp_path / "out"  # what comes back from a device run: the JSON, the log and the records, not the cube

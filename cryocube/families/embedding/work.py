@@ -81,7 +81,7 @@ class MatrixProbe:
         return [(probe_fold_on, (f, self.matrix)) for f in fold_tasks(self.aligned, self.probe, None, self.digest)]
 
     def results(self, run) -> tuple[str, dict]:
-        from ...engine.records import run_dir
+        from ...record import run_dir
 
         # per run: a second probe into `out` never overwrites the files another record points to
         return run_dir(self.out, run.run_id), {
@@ -157,7 +157,7 @@ def probe_embeddings(embeddings: str, out: str, recipe, labels: str | None = Non
     (`inputs`: what `load_probe_inputs` read already). `cryocube probe` plans the same run (`work.probe_run`)
     and hands it to the engine, which scores it on a cluster."""
     from ... import outputs
-    from ...engine.records import write_record
+    from ...record import write_record
     from .probe import load_probe_inputs, probe_inputs, run_probes
 
     outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from), write_marker=False)
