@@ -142,5 +142,5 @@ def test_every_family_starts_its_record_through_base_record():
     for p in pkg.rglob("*.py"):
         assert not re.search(r"""["']run_id["']\s*:\s*run_id,\s*["']family["']""", p.read_text()), p
     uses = [p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py") if "base_record(" in p.read_text()]
-    assert sorted(uses) == ["base.py", "embedding/__init__.py", "embedding/probe.py", "heads/__init__.py",
+    assert sorted(uses) == ["base.py", "embedding/__init__.py", "embedding/work.py", "heads/__init__.py",
                             "segmentation/__init__.py", "vqa/__init__.py"]

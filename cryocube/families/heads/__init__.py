@@ -89,9 +89,14 @@ class Heads(Family):
                           prep_key=emb.key, estimate={"steps": 1, "encoder_items": cube.n_samples})
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        from ..embedding import Embedding
+        """The embedding family's pooled features, embedded once per (model, cube) by its own step."""
+        from ..embedding.work import CubeProbe
 
-        return Embedding.prepare(self, runner, runs)  # the same pooled features (work: embed, url; record: weights)
+        out: dict[str, dict] = {}
+        for p in runs:
+            if p.prep_key not in out:
+                out[p.prep_key] = CubeProbe(p.work["embed"], None, [], p.work["url"]).prepare(runner, p)
+        return out
 
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
         return [runs] if runs else []
