@@ -43,17 +43,6 @@ class CubeLayout:
         return b * self.block_size, min((b + 1) * self.block_size, self.n_samples)
 
 
-def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
-    """Few-shot stratum of each sample, as the reference sampler builds it.
-
-    Per class: bin = ceil(ratio * bins) - 1 (so 0 -> -1, (0, 1/3] -> 0, ...); the key is the bin
-    integers concatenated as a string ("2-1" = all background in a binary task).
-    """
-    cf = np.asarray(class_fraction, dtype=np.float64)
-    b = np.ceil(np.round(cf * bins, 9)).astype(int) - 1
-    return _text("".join(str(v) for v in row) for row in b)
-
-
 def as_text(a) -> np.ndarray:
     """Strings read back from zarr/xarray (numpy StringDType or object) as an object array of str."""
     return np.array([str(v) for v in np.asarray(a).ravel()], dtype=object).reshape(np.shape(a))

@@ -5,6 +5,7 @@ import numpy as np
 
 from .schema import STATS, _text
 
+
 def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
     """Few-shot stratum of each sample, as the reference sampler builds it.
 
@@ -14,7 +15,6 @@ def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
     cf = np.asarray(class_fraction, dtype=np.float64)
     b = np.ceil(np.round(cf * bins, 9)).astype(int) - 1
     return _text("".join(str(v) for v in row) for row in b)
-
 
 
 def merge_moments(count: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
