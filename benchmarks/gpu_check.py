@@ -375,7 +375,7 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
     from cryocube.families.segmentation.data import crop_offsets
-    from cryocube.families.segmentation.features import _windows
+    from cryocube.families.segmentation.features import _windows, _windows_threaded
     from cryocube.families.segmentation.recipe import load_recipe
     from cryocube.precision import this_device
 
@@ -404,16 +404,12 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
     x, _, nbytes, _ = _windows(cache, samples, offsets, per)
     sec = time.perf_counter() - t0
     out["loader"] = {"items": int(x.shape[0]), "seconds": sec, "items_per_s": x.shape[0] / sec, "mb_per_s": nbytes / sec / 2**20}
-    # the same reads spread over threads (zarr's decompression releases the GIL): what parallel prefetch would give
-    from concurrent.futures import ThreadPoolExecutor
-
+    # the same reads on several threads, as extraction reads on a GPU (features._windows_threaded)
     threaded = {}
     for n in sorted({2, 4, os.cpu_count() or 1}):
-        parts = [i for i in np.array_split(np.arange(samples.size), n) if i.size]
-        with ThreadPoolExecutor(len(parts)) as pool:
-            t0 = time.perf_counter()
-            got = list(pool.map(lambda i: _windows(cache, samples[i], offsets[i[0] * per:(i[-1] + 1) * per], per)[0].shape[0], parts))
-            threaded[n] = round(sum(got) / (time.perf_counter() - t0), 1)
+        t0 = time.perf_counter()
+        x = _windows_threaded(cache, samples, offsets, per, n)[0]
+        threaded[n] = round(x.shape[0] / (time.perf_counter() - t0), 1)
     out["loader"]["items_per_s_by_threads"] = threaded
     if enc_sps:
         out["encoder_items_per_s"] = enc_sps
