@@ -14,6 +14,7 @@ overrides):
     python benchmarks/bench_models.py                  # all 20 configs (several minutes on a CPU)
     python benchmarks/bench_models.py --models dofa,ramen --batch 16 --device cuda --precision bf16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,8 @@ def optical(n: int) -> list[Band]:
 
 
 def _published_setup(model_id: str) -> dict:
-    """build_encoder options of the setup behind the published figures (catalog `published.setup`)."""
+    """build_encoder options of the setup behind the published figures (catalog
+    `published.setup`)."""
     pub = model_spec(model_id).published_setup
     out = dict(pub.get("arch") or {})
     if "bands" in pub:
@@ -52,14 +54,22 @@ def _published_setup(model_id: str) -> dict:
     return out
 
 
-# The configurations behind the published figures (bands, tile size, RAMEN's resolutions), from the catalog.
+# The configurations behind the published figures (bands, tile size, RAMEN's resolutions), from the
+# catalog.
 PUBLISHED_SETUP = {m: _published_setup(m) for m in list_models() if model_spec(m).published_setup}
-SHORT_SETUP = {"unet": dict(bands=optical(10), input_size=256)}  # --short: a quarter of the 512-px work
+# --short: a quarter of the 512-px work
+SHORT_SETUP = {"unet": dict(bands=optical(10), input_size=256)}
 
 
-def matmul_peak(device: str, n: int = 1536, iters: int = 3, trials: int = 3, dtype: torch.dtype = torch.float32) -> float:
-    """FLOP/s of a square torch.matmul in `dtype` (best of `trials`), the practical ceiling for these models."""
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+def matmul_peak(
+    device: str, n: int = 1536, iters: int = 3, trials: int = 3, dtype: torch.dtype = torch.float32
+) -> float:
+    """FLOP/s of a square torch.matmul in `dtype` (best of `trials`), the practical ceiling for
+    these models."""
+    a, b = (
+        torch.randn(n, n, device=device, dtype=dtype),
+        torch.randn(n, n, device=device, dtype=dtype),
+    )
     torch.matmul(a, b)
     best = 0.0
     for _ in range(trials):
@@ -78,21 +88,33 @@ def sync(device: str) -> None:
 
 
 def peaks(device: str) -> dict[str, float]:
-    """fp32 and bf16 matmul peaks, measured now (bf16 with a small matrix where the device lacks fast bf16)."""
+    """fp32 and bf16 matmul peaks, measured now (bf16 with a small matrix where the device lacks
+    fast bf16)."""
     fast = fast_bf16(this_device(device))
     big = 4096 if device.startswith("cuda") else 1536
-    return {"fp32": matmul_peak(device, big),
-            "bf16": matmul_peak(device, big if fast else 256, iters=3 if fast else 1, trials=3 if fast else 1,
-                                dtype=torch.bfloat16)}
+    return {
+        "fp32": matmul_peak(device, big),
+        "bf16": matmul_peak(
+            device,
+            big if fast else 256,
+            iters=3 if fast else 1,
+            trials=3 if fast else 1,
+            dtype=torch.bfloat16,
+        ),
+    }
 
 
-TENSOR_CORE = re.compile(r"gemm|nvjet|cutlass|xmma|wgmma|sm90|sm80|conv|cudnn|fmha|flash|attention|dot_product", re.I)
+TENSOR_CORE = re.compile(
+    r"gemm|nvjet|cutlass|xmma|wgmma|sm90|sm80|conv|cudnn|fmha|flash|attention|dot_product", re.I
+)
 
 
 def kernel_split(fn, device: str, step_s: float) -> dict:
-    """Where one call's GPU time goes (torch's profiler, CUDA kernels): tensor-core kernels (GEMM, convolution,
-    attention) against the rest (norms, activations, copies), and the share of the step the GPU was busy at all.
-    A low busy share means the step waits on the host (kernel launches); a low tensor-core share, on memory-bound ops."""
+    """Where one call's GPU time goes (torch's profiler, CUDA kernels): tensor-core kernels (GEMM,
+    convolution, attention) against the rest (norms, activations, copies), and the share of the step
+    the GPU was busy at all. A low busy share means the step waits on the host (kernel launches); a
+    low tensor-core share, on memory-bound ops.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     sync(device)
@@ -112,28 +134,53 @@ def kernel_split(fn, device: str, step_s: float) -> dict:
             other += us
             top[ev.key] = top.get(ev.key, 0.0) + us
     total = (mm + other) / 1e6
-    return {"kernel_s": total, "tensor_core_share": mm / 1e6 / total if total else None,
-            "gpu_busy_share": total / step_s if step_s else None, "kernels": len(prof.key_averages()),
-            "top_other": sorted(((k[:60], round(v / 1e3, 3)) for k, v in top.items()), key=lambda kv: -kv[1])[:4]}
+    return {
+        "kernel_s": total,
+        "tensor_core_share": mm / 1e6 / total if total else None,
+        "gpu_busy_share": total / step_s if step_s else None,
+        "kernels": len(prof.key_averages()),
+        "top_other": sorted(
+            ((k[:60], round(v / 1e3, 3)) for k, v in top.items()), key=lambda kv: -kv[1]
+        )[:4],
+    }
 
 
-def measure(model_id: str, setup: dict, batch, iters: int, device: str, precision: str = "fp32",
-            kernels: bool = False) -> dict:
-    """batch: a number, or a function of the built encoder (the engine's memory-sized batch); kernels: also
-    where the GPU time of one forward goes (`kernel_split`, CUDA only)."""
+def measure(
+    model_id: str,
+    setup: dict,
+    batch,
+    iters: int,
+    device: str,
+    precision: str = "fp32",
+    kernels: bool = False,
+) -> dict:
+    """batch: a number, or a function of the built encoder (the engine's memory-sized batch);
+    kernels: also where the GPU time of one forward goes (`kernel_split`, CUDA only)."""
     torch.manual_seed(0)
     t0 = time.perf_counter()
     enc = build_encoder(model_id, **setup).eval().to(device)
     build_s = time.perf_counter() - t0
     x1 = torch.randn(1, enc.in_chans, enc.input_size, enc.input_size, device=device)
-    flops, _ = count_flops(enc, x1)  # the profile's counter: math SDPA backend, 2 FLOPs per multiply-add
+    # the profile's counter: math SDPA backend, 2 FLOPs per multiply-add
+    flops, _ = count_flops(enc, x1)
     batch = batch(enc) if callable(batch) else batch
     xb = x1.expand(batch, -1, -1, -1).contiguous()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16 if precision == "fp16" else torch.float32
+    dtype = (
+        torch.bfloat16
+        if precision == "bf16"
+        else torch.float16
+        if precision == "fp16"
+        else torch.float32
+    )
     with torch.no_grad(), autocast(device, precision):
         enc(xb)  # warm-up
-        peak = matmul_peak(device, dtype=dtype, n=1536 if precision == "fp32" or fast_bf16(this_device(device)) else 256,
-                           iters=3 if precision == "fp32" else 1)  # next to the timing: the same machine load
+        peak = matmul_peak(
+            device,
+            dtype=dtype,
+            n=1536 if precision == "fp32" or fast_bf16(this_device(device)) else 256,
+            # next to the timing: the same machine load
+            iters=3 if precision == "fp32" else 1,
+        )
         times = []
         for _ in range(iters):
             sync(device)
@@ -145,40 +192,73 @@ def measure(model_id: str, setup: dict, batch, iters: int, device: str, precisio
         if kernels and device.startswith("cuda"):
             try:
                 split = kernel_split(lambda: enc(xb), device, statistics.median(times))
-            except Exception as e:  # the profile explains a figure; it never costs the figure itself
+            # the profile explains a figure; it never costs the figure itself
+            except Exception as e:
                 split = {"error": f"{type(e).__name__}: {e}"}
     sps = batch / statistics.median(times)
     spec = model_spec(model_id)
-    return dict(model=model_id, size=enc.input_size, chans=enc.in_chans, params_m=count_params(enc) / 1e6,
-                gflops=flops / 1e9, pub_gflops=spec.gflops, sps=sps, flops_s=flops * sps, build_s=build_s, peak=peak,
-                precision=precision, batch=batch, **({"kernels": split} if split else {}))
+    return dict(
+        model=model_id,
+        size=enc.input_size,
+        chans=enc.in_chans,
+        params_m=count_params(enc) / 1e6,
+        gflops=flops / 1e9,
+        pub_gflops=spec.gflops,
+        sps=sps,
+        flops_s=flops * sps,
+        build_s=build_s,
+        peak=peak,
+        precision=precision,
+        batch=batch,
+        **({"kernels": split} if split else {}),
+    )
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'model':20s} {'in':>8s} {'params M':>9s} {'GFLOPs':>8s} {'published':>9s} {'ratio':>6s} {'prec':>5s} "
-            f"{'samples/s':>10s} {'GFLOP/s':>8s} {'matmul':>7s} {'% peak':>7s}")
+    head = (
+        f"{'model':20s} {'in':>8s} {'params M':>9s} {'GFLOPs':>8s} {'published':>9s} {'ratio':>6s}"
+        f" {'prec':>5s} {'samples/s':>10s} {'GFLOP/s':>8s} {'matmul':>7s} {'% peak':>7s}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         pub = r["pub_gflops"]
         ratio = f"{r['gflops'] / pub:6.2f}" if pub else "     -"
         lines.append(
-            f"{r['model']:20s} {r['chans']:>2d}x{r['size']:<5d} {r['params_m']:9.2f} {r['gflops']:8.2f} "
-            f"{(f'{pub:9.2f}' if pub else '        -')} {ratio} {r['precision']:>5s} {r['sps']:10.3f} {r['flops_s'] / 1e9:8.1f} "
-            f"{r['peak'] / 1e9:7.1f} {100 * r['flops_s'] / r['peak']:6.1f}%"
+            f"{r['model']:20s} {r['chans']:>2d}x{r['size']:<5d} {r['params_m']:9.2f}"
+            f" {r['gflops']:8.2f} {(f'{pub:9.2f}' if pub else '        -')} {ratio}"
+            f" {r['precision']:>5s} {r['sps']:10.3f} {r['flops_s'] / 1e9:8.1f}"
+            f" {r['peak'] / 1e9:7.1f} {100 * r['flops_s'] / r['peak']:6.1f}%"
         )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--short", action="store_true", help=f"only {', '.join(SHORT)} (U-Net at 256 px), 2 timed iterations")
+    ap.add_argument(
+        "--short",
+        action="store_true",
+        help=f"only {', '.join(SHORT)} (U-Net at 256 px), 2 timed iterations",
+    )
     ap.add_argument("--models", help="comma-separated model ids (default: all)")
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--iters", type=int, default=None, help="timed forwards per model (default 3, --short 2)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (default 1: on a shared machine multi-thread OpenMP barriers stall on busy cores)")
+    ap.add_argument(
+        "--iters", type=int, default=None, help="timed forwards per model (default 3, --short 2)"
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help=(
+            "torch threads (default 1: on a shared machine multi-thread OpenMP barriers stall on"
+            " busy cores)"
+        ),
+    )
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--precision", default="auto", help="auto (as the engine resolves it here) | fp32 | bf16 | fp16")
+    ap.add_argument(
+        "--precision",
+        default="auto",
+        help="auto (as the engine resolves it here) | fp32 | bf16 | fp16",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     models = args.models.split(",") if args.models else (SHORT if args.short else list_models())
@@ -187,9 +267,13 @@ def main(argv=None) -> int:
     info = this_device(args.device)
     precision = resolve(args.precision, info)
     pk = peaks(args.device)
-    print(f"device {info.describe()}, {torch.get_num_threads()} threads, torch {torch.__version__}; matmul peaks at start: "
-          f"fp32 {pk['fp32'] / 1e9:.1f} GFLOP/s, bf16 {pk['bf16'] / 1e9:.1f} GFLOP/s; encoders run in {precision} "
-          f"(requested {args.precision}); batch {args.batch}, median of {iters} timed forwards", flush=True)
+    print(
+        f"device {info.describe()}, {torch.get_num_threads()} threads, torch {torch.__version__};"
+        f" matmul peaks at start: fp32 {pk['fp32'] / 1e9:.1f} GFLOP/s, bf16 {pk['bf16'] / 1e9:.1f}"
+        f" GFLOP/s; encoders run in {precision} (requested {args.precision}); batch {args.batch},"
+        f" median of {iters} timed forwards",
+        flush=True,
+    )
     rows = []
     for m in models:
         setup = dict(PUBLISHED_SETUP.get(m, {}))
@@ -197,15 +281,22 @@ def main(argv=None) -> int:
             setup.update(SHORT_SETUP.get(m, {}))
         r = measure(m, setup, args.batch, iters, args.device, precision)
         rows.append(r)
-        print(f"  {m}: {r['gflops']:.2f} GFLOPs/sample, {r['sps']:.3f} samples/s (built in {r['build_s']:.1f}s)", flush=True)
+        print(
+            f"  {m}: {r['gflops']:.2f} GFLOPs/sample, {r['sps']:.3f} samples/s (built in"
+            f" {r['build_s']:.1f}s)",
+            flush=True,
+        )
     print()
     print(table(rows))
-    print("\nGFLOPs: FlopCounterMode at batch 1, 2 FLOPs per multiply-add, attention counted (math SDPA backend). "
-          "'published': pangaea-models.md 1.5, measured on the reference code. ratio != 1: CROMA-optical stops after "
-          "block 11 (the reference runs all 24); the reference figures of encoders built on timm Blocks (fused SDPA: "
-          "MoCo, MAE, DOFA, Prithvi, Scale-MAE, ViT, RAMEN) or nn.MultiheadAttention (RemoteCLIP) miss what runs inside "
-          "the fused attention kernels. 'matmul': torch.matmul GFLOP/s in the model's precision, measured just before "
-          "its timing (same threads); '% peak' = achieved / that.")
+    print(
+        "\nGFLOPs: FlopCounterMode at batch 1, 2 FLOPs per multiply-add, attention counted (math"
+        " SDPA backend). 'published': pangaea-models.md 1.5, measured on the reference code. ratio"
+        " != 1: CROMA-optical stops after block 11 (the reference runs all 24); the reference"
+        " figures of encoders built on timm Blocks (fused SDPA: MoCo, MAE, DOFA, Prithvi,"
+        " Scale-MAE, ViT, RAMEN) or nn.MultiheadAttention (RemoteCLIP) miss what runs inside the"
+        " fused attention kernels. 'matmul': torch.matmul GFLOP/s in the model's precision,"
+        " measured just before its timing (same threads); '% peak' = achieved / that."
+    )
     print(f"total {time.perf_counter() - t_start:.0f} s")
     return 0
 

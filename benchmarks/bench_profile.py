@@ -1,9 +1,10 @@
-"""Time of `cryocube list models --profile` on this machine: the whole table measured cold (an empty cache),
-then read back warm (every row a cache hit), and the small configs on their own.
+"""Time of `cryocube list models --profile` on this machine: the whole table measured cold (an empty
+cache), then read back warm (every row a cache hit), and the small configs on their own.
 
-    python benchmarks/bench_profile.py --short        # the small configs only (target: under a minute)
-    python benchmarks/bench_profile.py                # all 20 configs, then the small ones, then warm
+    python benchmarks/bench_profile.py --short   # the small configs only (target: under a minute)
+    python benchmarks/bench_profile.py           # all 20 configs, then the small ones, then warm
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,14 +18,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cryocube.models import list_models  # noqa: E402
 from cryocube.models import profile as prof  # noqa: E402
 
-SMALL = ["ssl4eo_moco", "ssl4eo_mae_sar", "remoteclip", "satlasnet_si"]  # < 12 GFLOPs per sample each
+# < 12 GFLOPs per sample each
+SMALL = ["ssl4eo_moco", "ssl4eo_mae_sar", "remoteclip", "satlasnet_si"]
 
 
 def timed(models, root: str, precision: str, device: str) -> prof.Profile:
     t = time.perf_counter()
     setups = prof.validate(models, None, 1, precision, device)
     p = prof.profile(setups, root=root, progress=False)
-    p.seconds = time.perf_counter() - t  # validation (meta-device dry runs) included, as the command does it
+    # validation (meta-device dry runs) included, as the command does it
+    p.seconds = time.perf_counter() - t
     return p
 
 
@@ -33,8 +36,15 @@ def main(argv=None) -> int:
     ap.add_argument("--short", action="store_true", help=f"only {', '.join(SMALL)}")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (default 1: on a shared machine multi-thread OpenMP barriers stall on busy cores)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help=(
+            "torch threads (default 1: on a shared machine multi-thread OpenMP barriers stall on"
+            " busy cores)"
+        ),
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -46,12 +56,19 @@ def main(argv=None) -> int:
         for label, models in runs:
             with tempfile.TemporaryDirectory(prefix="cold-", dir=root) as cold:
                 p = timed(models, cold, args.precision, args.device)
-                print(f"{label}: {len(p.rows)} configs in {p.seconds:.1f} s on {p.device} "
-                      f"({p.rows[0]['precision']}, {p.rows[0]['threads']} threads)", flush=True)
+                print(
+                    f"{label}: {len(p.rows)} configs in {p.seconds:.1f} s on {p.device} "
+                    f"({p.rows[0]['precision']}, {p.rows[0]['threads']} threads)",
+                    flush=True,
+                )
                 if label.startswith("all"):
                     print(prof.table(p), flush=True)
                 w = timed(models, cold, args.precision, args.device)
-                print(f"{label.split(',')[0]}, warm (cache hits {w.cached}/{len(w.rows)}): {w.seconds:.1f} s", flush=True)
+                print(
+                    f"{label.split(',')[0]}, warm (cache hits {w.cached}/{len(w.rows)}):"
+                    f" {w.seconds:.1f} s",
+                    flush=True,
+                )
     return 0
 
 

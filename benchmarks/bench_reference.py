@@ -1,28 +1,34 @@
-"""cryocube against the real Cryo-Bench code (issue 26), side by side in one invocation, figures printed.
+"""cryocube against the real Cryo-Bench code (issue 26), side by side in one invocation, figures
+printed.
 
-The reference is github Sk-2103/Cryo-Bench run by the peer harness (../shared/peer/peer.py `train`: the
-reference's own Hydra configs, GLID dataset class, SegUPerNet, SegTrainer and SegEvaluator, one CPU
-process). cryocube is the `cryocube evaluate` command. Both read the same synthetic raw GLID tiles
-(`cryocube.synthetic.make_raw`; cryocube converts them to a cube first, timed apart as a one-off), both
-run as fresh processes given every core, one after the other; wall time, test mIoU and the cores each
-really used (child CPU seconds / wall) are printed with the ratio, then a time budget of both sides:
-start-up, reads, feature extraction, per-epoch decoder forward/backward/optimiser, validation and test
-inference, writing, each compute phase with its FLOPs beside the fp32/bf16 matmul peaks measured here.
+The reference is github Sk-2103/Cryo-Bench run by the peer harness (../shared/peer/peer.py `train`:
+the reference's own Hydra configs, GLID dataset class, SegUPerNet, SegTrainer and SegEvaluator, one
+CPU process). cryocube is the `cryocube evaluate` command. Both read the same synthetic raw GLID
+tiles (`cryocube.synthetic.make_raw`; cryocube converts them to a cube first, timed apart as a
+one-off), both run as fresh processes given every core, one after the other; wall time, test mIoU
+and the cores each really used (child CPU seconds / wall) are printed with the ratio, then a time
+budget of both sides: start-up, reads, feature extraction, per-epoch decoder
+forward/backward/optimiser, validation and test inference, writing, each compute phase with its
+FLOPs beside the fp32/bf16 matmul peaks measured here.
 
 Rows: frozen (SSL4EO-MAE ViT-S + UPerNet-512, frozen; the headline), vitb (DOFA ViT-B/16, frozen),
-fewshot (10 % of 40 training tiles), finetune (SSL4EO-MAE ViT-S trained end to end). cryocube's bf16 run
-(precision auto on a CPU with AMX/AVX512-BF16) is also run in fp32 on the same data and seed (the
-accuracy check: within 1 mIoU point), and with `--workers 2` (1 worker with every core against 2 workers with
-one thread each). The load average is printed beside each run: other processes on the cores show there.
+fewshot (10 % of 40 training tiles), finetune (SSL4EO-MAE ViT-S trained end to end). cryocube's bf16
+run (precision auto on a CPU with AMX/AVX512-BF16) is also run in fp32 on the same data and seed
+(the accuracy check: within 1 mIoU point), and with `--workers 2` (1 worker with every core against
+2 workers with one thread each). The load average is printed beside each run: other processes on the
+cores show there.
 
-    python benchmarks/bench_reference.py                          # frozen row, 20 epochs, validation every 5
+    python benchmarks/bench_reference.py          # frozen row, 20 epochs, validation every 5
     python benchmarks/bench_reference.py --rows frozen,vitb,fewshot,finetune
-    python benchmarks/bench_reference.py --epochs 4 --val-every 2 --rows frozen   # minutes, for a smoke check
+    # minutes, for a smoke check
+    python benchmarks/bench_reference.py --epochs 4 --val-every 2 --rows frozen
 
-Needs the reference and its venv: fetch github Sk-2103/Cryo-Bench (the search tool's `fetch`) and point
-PEER_REF_MIRROR at the git directory it returns; PEER_VENV is a Python 3.11 venv with torch, timm, hydra-core
-1.3, omegaconf, einops, fvcore, matplotlib, wandb, scikit-learn, rasterio (see ../shared/peer/README.md).
+Needs the reference and its venv: fetch github Sk-2103/Cryo-Bench (the search tool's `fetch`) and
+point PEER_REF_MIRROR at the git directory it returns; PEER_VENV is a Python 3.11 venv with torch,
+timm, hydra-core 1.3, omegaconf, einops, fvcore, matplotlib, wandb, scikit-learn, rasterio (see
+../shared/peer/README.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,24 +71,35 @@ ROWS = {
 
 
 def peer_paths() -> tuple[Path, Path, Path, str]:
-    """(peer.py, the venv's python, the reference mirror, its cache); exits with one sentence when missing."""
+    """(peer.py, the venv's python, the reference mirror, its cache); exits with one sentence when
+    missing."""
     peer = Path(os.environ.get("PEER_PY", REPO.parent / "shared" / "peer" / "peer.py"))
     venv = Path(os.environ.get("PEER_VENV", "/work/peervenv"))
     mirror = Path(os.environ.get("PEER_REF_MIRROR", "/work/.mirror/Sk-2103+Cryo-Bench/repo"))
     cache = os.environ.get("PEER_REF_CACHE", str(Path(tempfile.gettempdir()) / "peer_ref"))
     py = venv / "bin" / "python"
-    missing = [what for what, ok in (("peer.py", peer.is_file()), ("the reference's venv", py.is_file()),
-                                     ("the reference snapshot", (mirror / "HEAD").is_file() or (mirror / ".git").exists()))
-               if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("peer.py", peer.is_file()),
+            ("the reference's venv", py.is_file()),
+            ("the reference snapshot", (mirror / "HEAD").is_file() or (mirror / ".git").exists()),
+        )
+        if not ok
+    ]
     if missing:
-        sys.exit(f"bench_reference: {', '.join(missing)} missing ({peer}, {py}, {mirror}): fetch github Sk-2103/Cryo-Bench "
-                 "and set PEER_REF_MIRROR to its git directory, and make a Python 3.11 venv with the packages of "
-                 "../shared/peer/README.md (`Setup`) at PEER_VENV (PEER_PY names peer.py if it lives elsewhere).")
+        sys.exit(
+            f"bench_reference: {', '.join(missing)} missing ({peer}, {py}, {mirror}): fetch github"
+            " Sk-2103/Cryo-Bench and set PEER_REF_MIRROR to its git directory, and make a Python"
+            " 3.11 venv with the packages of ../shared/peer/README.md (`Setup`) at PEER_VENV"
+            " (PEER_PY names peer.py if it lives elsewhere)."
+        )
     return peer, py, mirror, cache
 
 
 def timed(cmd: list[str], env: dict, log: Path) -> dict:
-    """Run a fresh process; wall seconds and the cores it used (CPU seconds of it and its children / wall)."""
+    """Run a fresh process; wall seconds and the cores it used (CPU seconds of it and its children /
+    wall)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     with open(log, "w") as err:
@@ -93,11 +110,18 @@ def timed(cmd: list[str], env: dict, log: Path) -> dict:
     if p.returncode:
         tail = log.read_text()[-2000:]
         raise RuntimeError(f"{' '.join(cmd[:4])} ... exited {p.returncode}; end of {log}:\n{tail}")
-    return {"wall_s": wall, "cpu_s": cpu, "cores_used": cpu / wall, "stdout": p.stdout, "load_after": os.getloadavg()[0]}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "cores_used": cpu / wall,
+        "stdout": p.stdout,
+        "load_after": os.getloadavg()[0],
+    }
 
 
 def make_data(root: Path, row: Row, cc_env: dict) -> tuple[Path, str, float]:
-    """Raw GLID tiles in the published layout (the reference reads these) and their cube (cryocube reads it)."""
+    """Raw GLID tiles in the published layout (the reference reads these) and their cube (cryocube
+    reads it)."""
     from cryocube.synthetic import make_raw
 
     raw = root / f"raw-{row.train_tiles}" / "glid"
@@ -105,26 +129,51 @@ def make_data(root: Path, row: Row, cc_env: dict) -> tuple[Path, str, float]:
     if not cube.exists():
         make_raw("glid", raw, n={"train": row.train_tiles, "val": 2, "test": 2}, size=512, seed=0)
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "cryocube.cli", "convert", "glid", "--raw", str(raw), "--out", str(cube),
-                        "--quiet", "--workers", "1"], env=cc_env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cryocube.cli",
+                "convert",
+                "glid",
+                "--raw",
+                str(raw),
+                "--out",
+                str(cube),
+                "--quiet",
+                "--workers",
+                "1",
+            ],
+            env=cc_env,
+            check=True,
+            capture_output=True,
+        )
         return raw.parent, str(cube), time.perf_counter() - t
     return raw.parent, str(cube), 0.0
 
 
 def subset_raw(row: Row, raw: Path, cube: str, a) -> tuple[Path, list[int]]:
-    """The reference's raw folder for a label-fraction row: the train tiles of cryocube's own 10 % draw, linked
-    (val and test whole). peer.py builds the reference's datasets itself and does not apply
-    `limited_label_train` (pangaea/run.py does), so without this the reference trained on every tile: the same
-    samples on both sides, drawn once (cryocube's stratified draw), instead of two different draws."""
+    """The reference's raw folder for a label-fraction row: the train tiles of cryocube's own 10 %
+    draw, linked (val and test whole). peer.py builds the reference's datasets itself and does not
+    apply `limited_label_train` (pangaea/run.py does), so without this the reference trained on
+    every tile: the same samples on both sides, drawn once (cryocube's stratified draw), instead of
+    two different draws.
+    """
     from cryocube.cube import open_cube
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
     from cryocube.families.recipes import load_recipe
 
-    recipe = load_recipe(None, [f"batch_size={a.batch_size}", f"epochs={a.epochs}", f"val_every={a.val_every}"],
-                         families=("segmentation",))
-    p = plan_runs([RunSpec(row.model, cube, row.protocol, row.fraction)], recipe,
-                  PlanContext(out=str(raw.parent / "unused"), allow_random_weights=True))[0]
+    recipe = load_recipe(
+        None,
+        [f"batch_size={a.batch_size}", f"epochs={a.epochs}", f"val_every={a.val_every}"],
+        families=("segmentation",),
+    )
+    p = plan_runs(
+        [RunSpec(row.model, cube, row.protocol, row.fraction)],
+        recipe,
+        PlanContext(out=str(raw.parent / "unused"), allow_random_weights=True),
+    )[0]
     subset = [int(i) for i in p.record["subset"]]
     names = [str(n) for n in open_cube(cube)["source"].values[subset]]
     dst = raw.parent / f"{raw.name}-{row.name}"
@@ -146,34 +195,80 @@ def run_reference(row: Row, raw: Path, out: Path, a, cores: int) -> dict:
     peer, py, mirror, cache = peer_paths()
     env = {**os.environ, "PEER_REF_MIRROR": str(mirror), "PEER_REF_CACHE": cache}
     env.pop("PYTHONPATH", None)
-    cmd = [str(py), str(peer), "train", "glid", str(raw), "--encoder", row.ref_encoder, "--epochs", str(a.epochs),
-           "--eval-interval", str(a.val_every), "--batch-size", str(a.batch_size), "--threads", str(cores),
-           "--out", str(out), "--finetune" if row.protocol == "finetune" else "--frozen"]
+    cmd = [
+        str(py),
+        str(peer),
+        "train",
+        "glid",
+        str(raw),
+        "--encoder",
+        row.ref_encoder,
+        "--epochs",
+        str(a.epochs),
+        "--eval-interval",
+        str(a.val_every),
+        "--batch-size",
+        str(a.batch_size),
+        "--threads",
+        str(cores),
+        "--out",
+        str(out),
+        "--finetune" if row.protocol == "finetune" else "--frozen",
+    ]
     r = timed(cmd, env, out.parent / f"{out.name}.log")
     res = json.loads((out / "peer_result.json").read_text())
     return {**r, "mIoU": float(res["test_mIoU"]), "result": res}
 
 
-def run_cryocube(row: Row, cube: str, out: Path, a, precision: str, env: dict, extra: tuple = ()) -> dict:
-    cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", row.model, "--protocol",
-           row.protocol, "--epochs", str(a.epochs), "--set", f"val_every={a.val_every}", "--set",
-           f"batch_size={a.batch_size}", "--set", f"precision={precision}", "--allow-random-weights", "--out", str(out),
-           "--quiet", "--cluster", "local"]
+def run_cryocube(
+    row: Row, cube: str, out: Path, a, precision: str, env: dict, extra: tuple = ()
+) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "cryocube.cli",
+        "evaluate",
+        "--cubes",
+        cube,
+        "--models",
+        row.model,
+        "--protocol",
+        row.protocol,
+        "--epochs",
+        str(a.epochs),
+        "--set",
+        f"val_every={a.val_every}",
+        "--set",
+        f"batch_size={a.batch_size}",
+        "--set",
+        f"precision={precision}",
+        "--allow-random-weights",
+        "--out",
+        str(out),
+        "--quiet",
+        "--cluster",
+        "local",
+    ]
     if row.fraction:
         cmd += ["--fraction", str(row.fraction)]
     r = timed([*cmd, *extra], env, out.parent / f"{out.name}.log")
-    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    recs = [
+        json.loads(line)
+        for line in (out / "results.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     rec = [x for x in recs if x.get("status") == "ok"][-1]
     return {**r, "mIoU": float(rec["metrics"]["mIoU"]), "record": rec}
 
 
-# -- FLOPs and peaks ---------------------------------------------------------------------------------------
+# -- FLOPs and peaks
+# ---------------------------------------------------------------------------------------
 
 
 def flops(row: Row, cube: str, a) -> dict:
-    """FLOPs of one encoder forward (one 224 window), one decoder training step (batch, forward + backward),
-    one decoder forward (one window), counted by torch's FlopCounterMode on cryocube's modules (the same
-    architectures as the reference's)."""
+    """FLOPs of one encoder forward (one 224 window), one decoder training step (batch, forward +
+    backward), one decoder forward (one window), counted by torch's FlopCounterMode on cryocube's
+    modules (the same architectures as the reference's)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from cryocube.engine.plan import plan_runs
@@ -182,11 +277,19 @@ def flops(row: Row, cube: str, a) -> dict:
     from cryocube.families.segmentation.train import build_model
     from cryocube.models import build_encoder
 
-    recipe = load_recipe(None, [f"batch_size={a.batch_size}", "precision=fp32"], families=("segmentation",))
-    p = plan_runs([RunSpec(row.model, cube, "frozen")], recipe, PlanContext(out="unused", allow_random_weights=True))[0]
+    recipe = load_recipe(
+        None, [f"batch_size={a.batch_size}", "precision=fp32"], families=("segmentation",)
+    )
+    p = plan_runs(
+        [RunSpec(row.model, cube, "frozen")],
+        recipe,
+        PlanContext(out="unused", allow_random_weights=True),
+    )[0]
     w = p.work
     e = w.encoder
-    enc = build_encoder(e.model, bands=list(e.bands), weights=None, input_size=e.input_size, rule=e.rule)
+    enc = build_encoder(
+        e.model, bands=list(e.bands), weights=None, input_size=e.input_size, rule=e.rule
+    )
     dec, _ = build_model(w, "cpu")
     S, bs = e.input_size, a.batch_size
     x = torch.randn(1, len(w.inputs.index), S, S)
@@ -201,8 +304,14 @@ def flops(row: Row, cube: str, a) -> dict:
         dec(feats, (S, S))
     from cryocube.families.segmentation.data import window_offsets
 
-    return {"encoder_item": fe.get_total_flops(), "decoder_step": fs.get_total_flops(), "decoder_item": fd.get_total_flops(),
-            "windows": len(window_offsets(w.tile, S)), "tile": w.tile, "S": S}
+    return {
+        "encoder_item": fe.get_total_flops(),
+        "decoder_step": fs.get_total_flops(),
+        "decoder_item": fd.get_total_flops(),
+        "windows": len(window_offsets(w.tile, S)),
+        "tile": w.tile,
+        "S": S,
+    }
 
 
 def machine_peaks(cores: int) -> dict:
@@ -212,36 +321,63 @@ def machine_peaks(cores: int) -> dict:
     return peaks("cpu")
 
 
-# -- the budget --------------------------------------------------------------------------------------------
+# -- the budget
+# --------------------------------------------------------------------------------------------
 
 
 def ref_budget(ref: dict, fl: dict, row: Row, a) -> list[tuple]:
-    """(phase, seconds, FLOPs or None, precision) of the reference run, from its peer_result.json timings."""
+    """(phase, seconds, FLOPs or None, precision) of the reference run, from its peer_result.json
+    timings."""
     t = ref["result"]["timing"]
     enc_calls = ref["result"]["encoder_forward"]
     epochs = t["train_epochs"]
     vals = t["validations"]
     train_samples = enc_calls["train"]["samples"]
     steps = sum(e["iterations"] for e in epochs)
-    train_fl = train_samples * fl["encoder_item"] * (3 if row.protocol == "finetune" else 1) + steps * fl["decoder_step"]
+    train_fl = (
+        train_samples * fl["encoder_item"] * (3 if row.protocol == "finetune" else 1)
+        + steps * fl["decoder_step"]
+    )
     val_fl = enc_calls["val"]["samples"] * (fl["encoder_item"] + fl["decoder_item"])
     test_fl = enc_calls["test"]["samples"] * (fl["encoder_item"] + fl["decoder_item"])
     saves = t.get("seconds_checkpoint_saves_total", 0.0)
     val_s = sum(v["seconds"] for v in vals)
-    rest = ref["wall_s"] - t["setup_seconds"] - sum(e["seconds"] for e in epochs) - val_s - saves - t["test_seconds"]
-    return [("start-up (process, imports, model, datasets)", t["setup_seconds"] + max(rest, 0.0), None, ""),
-            ("cube/raw reads", None, None, "inside the epochs (DataLoader, num_workers 0)"),
-            ("feature extraction", None, None, "none: the encoder runs in every step and validation"),
-            (f"training: {len(epochs)} epochs x {steps // max(1, len(epochs))} steps (encoder fwd + decoder fwd/bwd/opt)",
-             sum(e["seconds"] for e in epochs), train_fl, "fp32"),
-            (f"validation: {len(vals)} x encoder + decoder on the windows", val_s, val_fl, "fp32"),
-            ("test: encoder + decoder on the windows", t["test_seconds"], test_fl, "fp32"),
-            ("writing (checkpoints)", saves, None, "")]
+    rest = (
+        ref["wall_s"]
+        - t["setup_seconds"]
+        - sum(e["seconds"] for e in epochs)
+        - val_s
+        - saves
+        - t["test_seconds"]
+    )
+    return [
+        (
+            "start-up (process, imports, model, datasets)",
+            t["setup_seconds"] + max(rest, 0.0),
+            None,
+            "",
+        ),
+        ("cube/raw reads", None, None, "inside the epochs (DataLoader, num_workers 0)"),
+        ("feature extraction", None, None, "none: the encoder runs in every step and validation"),
+        (
+            (
+                f"training: {len(epochs)} epochs x {steps // max(1, len(epochs))} steps (encoder"
+                " fwd + decoder fwd/bwd/opt)"
+            ),
+            sum(e["seconds"] for e in epochs),
+            train_fl,
+            "fp32",
+        ),
+        (f"validation: {len(vals)} x encoder + decoder on the windows", val_s, val_fl, "fp32"),
+        ("test: encoder + decoder on the windows", t["test_seconds"], test_fl, "fp32"),
+        ("writing (checkpoints)", saves, None, ""),
+    ]
 
 
 def cc_budget(cc: dict, fl: dict, row: Row) -> list[tuple]:
-    """(phase, seconds, FLOPs or None, precision) of a cryocube run, from its record's timings; start-up is
-    the wall time that no task accounts for (process start, imports, planning, cluster, records)."""
+    """(phase, seconds, FLOPs or None, precision) of a cryocube run, from its record's timings;
+    start-up is the wall time that no task accounts for (process start, imports, planning, cluster,
+    records)."""
     rec = cc["record"]
     tm = rec["timings"]
     fp, fe = tm.get("fit_phases", {}), tm.get("feature_phases", {})
@@ -253,29 +389,69 @@ def cc_budget(cc: dict, fl: dict, row: Row) -> list[tuple]:
     step_fl = fl["decoder_step"] + (3 * bs * fl["encoder_item"] if ft else 0)
     per_split = 2 * fl["windows"]  # the benchmark's val and test splits: 2 tiles each
     item_fl = fl["decoder_item"] + (fl["encoder_item"] if ft else 0)
-    rest = cc["wall_s"] - tm.get("features_wall_s", 0.0) - tm.get("train_s", 0.0) - tm.get("test_s", 0.0)
-    return [("start-up (process, imports, planning, cluster) + records", max(rest, 0.0), None, ""),
-            ("fit task set-up (decoder build, feature cache into worker memory)", tm.get("setup_s"), None, ""),
-            ("cube reads for the feature cache (on a 2nd thread; waited for)" if not ft else "cube reads + crops",
-             fe.get("read_wait_s") if not ft else fp.get("batches_s"), None,
-             f"{fe.get('read_s', 0.0):.2f} s in all" if not ft else ""),
-            ("feature extraction (encoder, inference mode, once)", fe.get("encode_s") if not ft else None,
-             rec.get("encoder_forward_items", 0) * fl["encoder_item"] if not ft else None, prec),
-            ("feature cache writes", fe.get("write_s") if not ft else None, None, ""),
-            (f"training: {steps} steps, forward" + (" (encoder + decoder)" if ft else " (decoder)"), fp.get("forward_s"),
-             steps * step_fl / 3, prec),
-            ("training: backward", fp.get("backward_s"), steps * step_fl * 2 / 3, prec),
-            ("training: optimiser (AdamW, fp32 master weights)", fp.get("optimizer_s"), None, ""),
-            ("training: batches from the in-memory cache", fp.get("batches_s") if not ft else None, None, ""),
-            (f"validation: {n_val} x {'encoder + ' if ft else ''}decoder on {'windows' if ft else 'cached windows'}",
-             fp.get("validate_s"), n_val * per_split * item_fl, prec),
-            ("test (scoring task, predictions written)", tm.get("test_s"), per_split * item_fl, prec),
-            ("writing (best checkpoint)", fp.get("checkpoint_write_s"), None, "")]
+    rest = (
+        cc["wall_s"]
+        - tm.get("features_wall_s", 0.0)
+        - tm.get("train_s", 0.0)
+        - tm.get("test_s", 0.0)
+    )
+    return [
+        ("start-up (process, imports, planning, cluster) + records", max(rest, 0.0), None, ""),
+        (
+            "fit task set-up (decoder build, feature cache into worker memory)",
+            tm.get("setup_s"),
+            None,
+            "",
+        ),
+        (
+            (
+                "cube reads for the feature cache (on a 2nd thread; waited for)"
+                if not ft
+                else "cube reads + crops"
+            ),
+            fe.get("read_wait_s") if not ft else fp.get("batches_s"),
+            None,
+            f"{fe.get('read_s', 0.0):.2f} s in all" if not ft else "",
+        ),
+        (
+            "feature extraction (encoder, inference mode, once)",
+            fe.get("encode_s") if not ft else None,
+            rec.get("encoder_forward_items", 0) * fl["encoder_item"] if not ft else None,
+            prec,
+        ),
+        ("feature cache writes", fe.get("write_s") if not ft else None, None, ""),
+        (
+            f"training: {steps} steps, forward" + (" (encoder + decoder)" if ft else " (decoder)"),
+            fp.get("forward_s"),
+            steps * step_fl / 3,
+            prec,
+        ),
+        ("training: backward", fp.get("backward_s"), steps * step_fl * 2 / 3, prec),
+        ("training: optimiser (AdamW, fp32 master weights)", fp.get("optimizer_s"), None, ""),
+        (
+            "training: batches from the in-memory cache",
+            fp.get("batches_s") if not ft else None,
+            None,
+            "",
+        ),
+        (
+            (
+                f"validation: {n_val} x {'encoder + ' if ft else ''}decoder on"
+                f" {'windows' if ft else 'cached windows'}"
+            ),
+            fp.get("validate_s"),
+            n_val * per_split * item_fl,
+            prec,
+        ),
+        ("test (scoring task, predictions written)", tm.get("test_s"), per_split * item_fl, prec),
+        ("writing (best checkpoint)", fp.get("checkpoint_write_s"), None, ""),
+    ]
 
 
 def unit_budget(row: Row, ref: dict, cc: dict, fl: dict, a, cores: int) -> dict:
-    """Unit costs of this machine for `evaluate --dry-run --budget` (cryocube/engine/estimate.py), from the
-    frozen row's two runs: what a planned step, window and encoder item cost on each side."""
+    """Unit costs of this machine for `evaluate --dry-run --budget` (cryocube/engine/estimate.py),
+    from the frozen row's two runs: what a planned step, window and encoder item cost on each
+    side."""
     from cryocube.engine.estimate import BUDGET_VERSION
     from cryocube.models import model_spec
 
@@ -291,27 +467,59 @@ def unit_budget(row: Row, ref: dict, cc: dict, fl: dict, a, cores: int) -> dict:
     enc_share = fl["encoder_item"] / (fl["encoder_item"] + fl["decoder_item"])
     ref_enc = ref_window * enc_share
     ref_steps = max(1, sum(e["iterations"] for e in t["train_epochs"]))
-    ref_rest = ref["wall_s"] - sum(e["seconds"] for e in t["train_epochs"]) - sum(v["seconds"] for v in t["validations"]) \
-        - t["test_seconds"] - t.get("seconds_checkpoint_saves_total", 0.0)
-    return {"version": BUDGET_VERSION, "date": str(datetime.date.today()),
-            "machine": {"cpu": cpu_name(), "matrix_units": cpu_flags(), "cores": cores, "torch": torch.__version__},
-            "measured_with": {"model": row.model, "epochs": a.epochs, "val_every": a.val_every,
-                              "precision": rec["precision"]["effective"], "torch_threads": rec["torch_threads"]},
-            "encoder_gflops": model_spec(row.model).gflops, "batch_size": a.batch_size,
-            "cryocube": {"startup_s": max(rest, 0.0), "fit_setup_s": tm["setup_s"],
-                         "encoder_s_per_item": tm["features_wall_s"] / max(1, rec["encoder_forward_items"]),
-                         "step_s": (fp["forward_s"] + fp["backward_s"] + fp["optimizer_s"] + fp["batches_s"]) / steps,
-                         "decoder_window_s": window_s,
-                         "test_fixed_s": max(tm["test_s"] - 2 * fl["windows"] * window_s, 0.0)},
-            "reference": {"setup_s": max(ref_rest, 0.0), "encoder_s_per_item": ref_enc,
-                          "decoder_window_s": ref_window - ref_enc, "train_encoder_s_per_item": ref_enc,
-                          "decoder_step_s": max(sum(e["seconds"] for e in t["train_epochs"]) / ref_steps
-                                                - a.batch_size * ref_enc, 0.0)}}
+    ref_rest = (
+        ref["wall_s"]
+        - sum(e["seconds"] for e in t["train_epochs"])
+        - sum(v["seconds"] for v in t["validations"])
+        - t["test_seconds"]
+        - t.get("seconds_checkpoint_saves_total", 0.0)
+    )
+    return {
+        "version": BUDGET_VERSION,
+        "date": str(datetime.date.today()),
+        "machine": {
+            "cpu": cpu_name(),
+            "matrix_units": cpu_flags(),
+            "cores": cores,
+            "torch": torch.__version__,
+        },
+        "measured_with": {
+            "model": row.model,
+            "epochs": a.epochs,
+            "val_every": a.val_every,
+            "precision": rec["precision"]["effective"],
+            "torch_threads": rec["torch_threads"],
+        },
+        "encoder_gflops": model_spec(row.model).gflops,
+        "batch_size": a.batch_size,
+        "cryocube": {
+            "startup_s": max(rest, 0.0),
+            "fit_setup_s": tm["setup_s"],
+            "encoder_s_per_item": tm["features_wall_s"] / max(1, rec["encoder_forward_items"]),
+            "step_s": (
+                (fp["forward_s"] + fp["backward_s"] + fp["optimizer_s"] + fp["batches_s"]) / steps
+            ),
+            "decoder_window_s": window_s,
+            "test_fixed_s": max(tm["test_s"] - 2 * fl["windows"] * window_s, 0.0),
+        },
+        "reference": {
+            "setup_s": max(ref_rest, 0.0),
+            "encoder_s_per_item": ref_enc,
+            "decoder_window_s": ref_window - ref_enc,
+            "train_encoder_s_per_item": ref_enc,
+            "decoder_step_s": max(
+                sum(e["seconds"] for e in t["train_epochs"]) / ref_steps - a.batch_size * ref_enc,
+                0.0,
+            ),
+        },
+    }
 
 
 def print_budget(title: str, rows: list[tuple], wall: float, pk: dict) -> None:
     print(f"\n  {title} (wall {wall:.1f} s)")
-    print(f"    {'phase':<76} {'s':>7} {'% wall':>7} {'GFLOP':>8} {'TFLOP/s':>8} {'% peak':>7}  note")
+    print(
+        f"    {'phase':<76} {'s':>7} {'% wall':>7} {'GFLOP':>8} {'TFLOP/s':>8} {'% peak':>7}  note"
+    )
     for name, s, fl, note in rows:
         if s is None and fl is None:
             if not note:
@@ -343,7 +551,11 @@ def cpu_flags() -> str:
         flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
     except (OSError, StopIteration):
         return "?"
-    return "AMX" if "amx_bf16" in flags else ("AVX512-BF16" if "avx512_bf16" in flags else "AVX2/other")
+    return (
+        "AMX"
+        if "amx_bf16" in flags
+        else ("AVX512-BF16" if "avx512_bf16" in flags else "AVX2/other")
+    )
 
 
 def main(argv=None) -> None:
@@ -354,25 +566,53 @@ def main(argv=None) -> None:
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--val-every", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--no-fp32", action="store_true", help="skip cryocube's fp32 run (the accuracy check)")
-    ap.add_argument("--workers-too", type=int, default=2,
-                    help="also run cryocube with this many workers (1 torch thread each when it equals the cores; 0: not)")
+    ap.add_argument(
+        "--no-fp32", action="store_true", help="skip cryocube's fp32 run (the accuracy check)"
+    )
+    ap.add_argument(
+        "--workers-too",
+        type=int,
+        default=2,
+        help=(
+            "also run cryocube with this many workers (1 torch thread each when it equals the"
+            " cores; 0: not)"
+        ),
+    )
     ap.add_argument("--keep", default=None, help="keep the data and outputs in this folder")
-    ap.add_argument("--budget-out", default=None, metavar="FILE",
-                    help="write this machine's unit costs (frozen row) for `cryocube evaluate --dry-run --budget FILE`")
+    ap.add_argument(
+        "--budget-out",
+        default=None,
+        metavar="FILE",
+        help=(
+            "write this machine's unit costs (frozen row) for `cryocube evaluate --dry-run --budget"
+            " FILE`"
+        ),
+    )
     a = ap.parse_args(argv)
     rows = [ROWS[r.strip()] for r in a.rows.split(",") if r.strip()]
     peer_paths()  # missing reference: one sentence before any work
     cores = max(1, int(CPU_COUNT))
     root = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench-ref-"))
     root.mkdir(parents=True, exist_ok=True)
-    cc_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    print(f"cryocube vs the real Cryo-Bench code (github Sk-2103/Cryo-Bench via peer.py), {datetime.date.today()}, "
-          f"{cpu_name()} ({cpu_flags()}), {cores} cores, torch {torch.__version__}; {a.epochs} epochs, validation every "
-          f"{a.val_every}, batch {a.batch_size}, synthetic GLID 512 px tiles, random encoder weights", flush=True)
+    cc_env = {
+        **os.environ,
+        "PYTHONPATH": (
+            os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        ),
+    }
+    print(
+        "cryocube vs the real Cryo-Bench code (github Sk-2103/Cryo-Bench via peer.py),"
+        f" {datetime.date.today()}, {cpu_name()} ({cpu_flags()}), {cores} cores, torch"
+        f" {torch.__version__}; {a.epochs} epochs, validation every {a.val_every}, batch"
+        f" {a.batch_size}, synthetic GLID 512 px tiles, random encoder weights",
+        flush=True,
+    )
     pk = machine_peaks(cores)
-    print(f"matmul peaks measured now on {cores} cores: fp32 {pk['fp32'] / 1e12:.3f} TFLOP/s, bf16 {pk['bf16'] / 1e12:.3f} "
-          f"TFLOP/s ({pk['bf16'] / pk['fp32']:.1f}x)", flush=True)
+    print(
+        f"matmul peaks measured now on {cores} cores: fp32 {pk['fp32'] / 1e12:.3f} TFLOP/s, bf16"
+        f" {pk['bf16'] / 1e12:.3f} TFLOP/s ({pk['bf16'] / pk['fp32']:.1f}x)",
+        flush=True,
+    )
     table = []
     try:
         for row in rows:
@@ -382,58 +622,108 @@ def main(argv=None) -> None:
             if row.fraction:
                 raw, subset = subset_raw(row, raw, cube, a)
             ref = run_reference(row, raw, root / f"ref-{row.name}", a, cores)
-            print(f"[{row.name}] reference: {ref['wall_s']:.1f} s, mIoU {ref['mIoU']:.2f}", flush=True)
+            print(
+                f"[{row.name}] reference: {ref['wall_s']:.1f} s, mIoU {ref['mIoU']:.2f}", flush=True
+            )
             cc = run_cryocube(row, cube, root / f"cc-{row.name}", a, "auto", cc_env)
             if subset is not None and cc["record"]["subset"] != subset:
-                raise RuntimeError(f"[{row.name}] cryocube trained on samples {cc['record']['subset']}, not the planned "
-                                   f"draw {subset} the reference was given")
-            print(f"[{row.name}] cryocube ({cc['record']['precision']['effective']}): {cc['wall_s']:.1f} s, "
-                  f"mIoU {cc['mIoU']:.2f}", flush=True)
+                raise RuntimeError(
+                    f"[{row.name}] cryocube trained on samples {cc['record']['subset']}, not the"
+                    f" planned draw {subset} the reference was given"
+                )
+            print(
+                f"[{row.name}] cryocube ({cc['record']['precision']['effective']}):"
+                f" {cc['wall_s']:.1f} s, mIoU {cc['mIoU']:.2f}",
+                flush=True,
+            )
             c32 = None
             if not a.no_fp32 and cc["record"]["precision"]["effective"] != "fp32":
                 c32 = run_cryocube(row, cube, root / f"cc32-{row.name}", a, "fp32", cc_env)
-                print(f"[{row.name}] cryocube (fp32): {c32['wall_s']:.1f} s, mIoU {c32['mIoU']:.2f}", flush=True)
+                print(
+                    f"[{row.name}] cryocube (fp32): {c32['wall_s']:.1f} s, mIoU {c32['mIoU']:.2f}",
+                    flush=True,
+                )
             cw = None
             if a.workers_too and a.workers_too != cc["record"]["cluster"]["n_workers"]:
-                cw = run_cryocube(row, cube, root / f"ccw-{row.name}", a, "auto", cc_env, ("--workers", str(a.workers_too)))
-                print(f"[{row.name}] cryocube ({cw['record']['precision']['effective']}, {a.workers_too} workers): "
-                      f"{cw['wall_s']:.1f} s, mIoU {cw['mIoU']:.2f}", flush=True)
+                cw = run_cryocube(
+                    row,
+                    cube,
+                    root / f"ccw-{row.name}",
+                    a,
+                    "auto",
+                    cc_env,
+                    ("--workers", str(a.workers_too)),
+                )
+                print(
+                    f"[{row.name}] cryocube ({cw['record']['precision']['effective']},"
+                    f" {a.workers_too} workers): {cw['wall_s']:.1f} s, mIoU {cw['mIoU']:.2f}",
+                    flush=True,
+                )
             table.append((row, ref, cc, c32, fl, conv_s, cw))
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\n{'row':<10} {'side':<34} {'wall s':>8} {'mIoU':>7} {'cores':>6} {'threads x workers':>18} {'ratio':>7} "
-          f"{'load 1-min after':>17}")
+    print(
+        f"\n{'row':<10} {'side':<34} {'wall s':>8} {'mIoU':>7} {'cores':>6}"
+        f" {'threads x workers':>18} {'ratio':>7} {'load 1-min after':>17}"
+    )
     for row, ref, cc, c32, fl, conv_s, cw in table:
-        print(f"{row.name:<10} {'reference (fp32, 1 process)':<34} {ref['wall_s']:8.1f} {ref['mIoU']:7.2f} "
-              f"{ref['cores_used']:6.2f} {ref['result']['machine']['torch_threads']:>14} x 1 {'1.00x':>7} "
-              f"{ref['load_after']:17.2f}")
-        for label, r in ((f"cryocube ({cc['record']['precision']['effective']})", cc), ("cryocube (fp32)", c32),
-                         (f"cryocube ({cc['record']['precision']['effective']}, --workers {a.workers_too})", cw)):
+        print(
+            f"{row.name:<10} {'reference (fp32, 1 process)':<34} {ref['wall_s']:8.1f}"
+            f" {ref['mIoU']:7.2f} {ref['cores_used']:6.2f}"
+            f" {ref['result']['machine']['torch_threads']:>14} x 1 {'1.00x':>7}"
+            f" {ref['load_after']:17.2f}"
+        )
+        for label, r in (
+            (f"cryocube ({cc['record']['precision']['effective']})", cc),
+            ("cryocube (fp32)", c32),
+            (f"cryocube ({cc['record']['precision']['effective']}, --workers {a.workers_too})", cw),
+        ):
             if r is None:
                 continue
             rec = r["record"]
-            print(f"{'':<10} {label:<34} {r['wall_s']:8.1f} {r['mIoU']:7.2f} {r['cores_used']:6.2f} "
-                  f"{rec['torch_threads']:>14} x {rec['cluster']['n_workers']} {ref['wall_s'] / r['wall_s']:6.2f}x "
-                  f"{r['load_after']:17.2f}")
+            print(
+                f"{'':<10} {label:<34} {r['wall_s']:8.1f} {r['mIoU']:7.2f} {r['cores_used']:6.2f}"
+                f" {rec['torch_threads']:>14} x {rec['cluster']['n_workers']}"
+                f" {ref['wall_s'] / r['wall_s']:6.2f}x {r['load_after']:17.2f}"
+            )
         if c32 is not None:
             d = cc["mIoU"] - c32["mIoU"]
-            print(f"{'':<10} bf16 - fp32 mIoU: {d:+.2f} points ({'within' if abs(d) <= 1 else 'NOT within'} 1 point); "
-                  f"fp32 is {c32['wall_s'] / cc['wall_s']:.2f}x the bf16 wall")
+            print(
+                f"{'':<10} bf16 - fp32 mIoU: {d:+.2f} points"
+                f" ({'within' if abs(d) <= 1 else 'NOT within'} 1 point); fp32 is"
+                f" {c32['wall_s'] / cc['wall_s']:.2f}x the bf16 wall"
+            )
         if conv_s:
-            print(f"{'':<10} (one-off, not in the ratio: converting the raw tiles to a cube took {conv_s:.1f} s)")
+            print(
+                f"{'':<10} (one-off, not in the ratio: converting the raw tiles to a cube took"
+                f" {conv_s:.1f} s)"
+            )
     for row, ref, cc, c32, fl, conv_s, cw in table:
-        print(f"\n[{row.name}] time budget; FLOPs counted on the modules, peaks fp32 {pk['fp32'] / 1e12:.3f} / bf16 "
-              f"{pk['bf16'] / 1e12:.3f} TFLOP/s; encoder {fl['encoder_item'] / 1e9:.1f} GFLOP per window, decoder step "
-              f"{fl['decoder_step'] / 1e9:.0f} GFLOP (batch {a.batch_size}, fwd+bwd)")
+        print(
+            f"\n[{row.name}] time budget; FLOPs counted on the modules, peaks fp32"
+            f" {pk['fp32'] / 1e12:.3f} / bf16 {pk['bf16'] / 1e12:.3f} TFLOP/s; encoder"
+            f" {fl['encoder_item'] / 1e9:.1f} GFLOP per window, decoder step"
+            f" {fl['decoder_step'] / 1e9:.0f} GFLOP (batch {a.batch_size}, fwd+bwd)"
+        )
         print_budget("reference", ref_budget(ref, fl, row, a), ref["wall_s"], pk)
-        print_budget(f"cryocube ({cc['record']['precision']['effective']})", cc_budget(cc, fl, row), cc["wall_s"], pk)
+        print_budget(
+            f"cryocube ({cc['record']['precision']['effective']})",
+            cc_budget(cc, fl, row),
+            cc["wall_s"],
+            pk,
+        )
         if c32 is not None:
             print_budget("cryocube (fp32)", cc_budget(c32, fl, row), c32["wall_s"], pk)
         if a.budget_out and row.name == "frozen":
-            Path(a.budget_out).write_text(json.dumps(unit_budget(row, ref, cc, fl, a, cores), indent=1))
-            print(f"\nunit costs written to {a.budget_out}: cryocube evaluate --dry-run --budget {a.budget_out} ...")
+            Path(a.budget_out).write_text(
+                json.dumps(unit_budget(row, ref, cc, fl, a, cores), indent=1)
+            )
+            print(
+                f"\nunit costs written to {a.budget_out}: cryocube evaluate --dry-run --budget"
+                f" {a.budget_out} ..."
+            )
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """`cryocube tune` benchmark (issue 13), figures printed.
 
 The cost of a study of N trials of decoder-side parameters (lr, weight_decay) on one cached feature
-extraction, against one `evaluate` run and against N separate `evaluate` runs (each in its own results
-folder, so each extracts its features, as N independent jobs would). The study also trains the
-default-recipe baseline with the trials and plans the best retrain (a cache hit).
+extraction, against one `evaluate` run and against N separate `evaluate` runs (each in its own
+results folder, so each extracts its features, as N independent jobs would). The study also trains
+the default-recipe baseline with the trials and plans the best retrain (a cache hit).
 
-    python benchmarks/bench_tune.py --short        # the quickstart sample size (64 px, 48 tiles): a few minutes
+    python benchmarks/bench_tune.py --short   # the quickstart sample size (64 px, 48 tiles)
     python benchmarks/bench_tune.py --trials 8 --tiles 96 --size 128
 
-At the reference recipe the study's wall time is about E + ceil((N+1)/W) * F + N*T against E + F + T for
-one run (E extraction, F one decoder's training, T its test, W workers; plus the fit task's set-up S, shared); the script prints that estimate
-from its own measured E, F, T and for F/E ratios typical of the reference recipe.
+At the reference recipe the study's wall time is about E + ceil((N+1)/W) * F + N*T against E + F + T
+for one run (E extraction, F one decoder's training, T its test, W workers; plus the fit task's
+set-up S, shared); the script prints that estimate from its own measured E, F, T and for F/E ratios
+typical of the reference recipe.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +49,18 @@ def main(argv=None) -> None:
     cl, client = cluster(a.workers)
     try:
         cube = make_cube(root, a.tiles, a.size, client=client)
-        recipe = load_recipe(None, [f"epochs={a.epochs}", "decoder_channels=64", f"input_size={a.size}", "val_every=2",
-                                    "batch_size=8", "crops_per_sample=2", "normalization=cube"])
+        recipe = load_recipe(
+            None,
+            [
+                f"epochs={a.epochs}",
+                "decoder_channels=64",
+                f"input_size={a.size}",
+                "val_every=2",
+                "batch_size=8",
+                "crops_per_sample=2",
+                "normalization=cube",
+            ],
+        )
         space = parse_space(["lr=1e-4:1e-2:log", "weight_decay=0.01:0.1"], None, recipe)
         base = RunSpec(a.model, cube, "frozen")
         lrs = [10 ** (-4 + 2 * i / max(1, n - 1)) for i in range(n)]
@@ -56,35 +68,66 @@ def main(argv=None) -> None:
         one, parts = [], []
         for i, lr in enumerate(lrs):  # N separate runs, each in its own folder (its own extraction)
             t = time.perf_counter()
-            rec = evaluate([RunSpec(a.model, cube, "frozen", overrides=(("lr", lr),))], str(root / f"sep{i}"), recipe,
-                           client=client, progress=False, allow_random_weights=True).records[0]
+            rec = evaluate(
+                [RunSpec(a.model, cube, "frozen", overrides=(("lr", lr),))],
+                str(root / f"sep{i}"),
+                recipe,
+                client=client,
+                progress=False,
+                allow_random_weights=True,
+            ).records[0]
             one.append(time.perf_counter() - t)
             parts.append(rec["timings"])
         t = time.perf_counter()
-        (res,) = tune([base], space, str(root / "study"), recipe, trials=n, pruner="none", batch=n, client=client,
-                      progress=False, allow_random_weights=True)
+        (res,) = tune(
+            [base],
+            space,
+            str(root / "study"),
+            recipe,
+            trials=n,
+            pruner="none",
+            batch=n,
+            client=client,
+            progress=False,
+            allow_random_weights=True,
+        )
         study = time.perf_counter() - t
         run1 = sorted(one)[len(one) // 2]  # median single run
         E = sorted(p["features_wall_s"] for p in parts)[len(parts) // 2]
-        S = sorted(p["setup_s"] for p in parts)[len(parts) // 2]  # fit-task set-up (encoder, features in memory): shared
+        # fit-task set-up (encoder, features in memory): shared
+        S = sorted(p["setup_s"] for p in parts)[len(parts) // 2]
         F = sorted(p["train_s"] for p in parts)[len(parts) // 2] - S
         T = sorted(p["test_s"] for p in parts)[len(parts) // 2]
-        print(f"sample: {a.tiles} train tiles of {a.size} px, {a.model} frozen (random weights), {a.epochs} epochs, "
-              f"{a.workers} workers")
-        print(f"one evaluate run (median of {n}): {run1:.1f} s  (extraction {E:.1f} s, fit set-up {S:.1f} s, "
-              f"decoder training {F:.1f} s, test {T:.1f} s)")
+        print(
+            f"sample: {a.tiles} train tiles of {a.size} px, {a.model} frozen (random weights),"
+            f" {a.epochs} epochs, {a.workers} workers"
+        )
+        print(
+            f"one evaluate run (median of {n}): {run1:.1f} s  (extraction {E:.1f} s, fit set-up"
+            f" {S:.1f} s, decoder training {F:.1f} s, test {T:.1f} s)"
+        )
         print(f"{n} separate evaluate runs: {sum(one):.1f} s  ({sum(one) / run1:.2f}x one run)")
-        print(f"study of {n} trials (+ default baseline, best retrain): {study:.1f} s  = {study / run1:.2f}x one run "
-              f"(target <= 2.5x for 4 trials), {sum(one) / study:.2f}x faster than {n} separate runs")
-        print(f"  best trial {res.best['sweep']['trial']} {res.best['sweep']['params']}: test mIoU "
-              f"{res.best['metrics']['mIoU']:.2f} (default {res.baseline['metrics']['mIoU']:.2f})")
+        print(
+            f"study of {n} trials (+ default baseline, best retrain): {study:.1f} s  ="
+            f" {study / run1:.2f}x one run (target <= 2.5x for 4 trials), {sum(one) / study:.2f}x"
+            f" faster than {n} separate runs"
+        )
+        print(
+            f"  best trial {res.best['sweep']['trial']} {res.best['sweep']['params']}: test mIoU "
+            f"{res.best['metrics']['mIoU']:.2f} (default {res.baseline['metrics']['mIoU']:.2f})"
+        )
         groups = math.ceil((n + 1) / a.workers)
         est = (E + S + groups * F + (n + 1) * T) / (E + S + F + T)
-        print(f"estimate from these parts, E + S + ceil((N+1)/W) F + (N+1) T over E + S + F + T: {est:.2f}x")
+        print(
+            "estimate from these parts, E + S + ceil((N+1)/W) F + (N+1) T over E + S + F + T:"
+            f" {est:.2f}x"
+        )
         for ratio in (0.5, 1.0, 2.0):
             e, f = 1.0, ratio
-            print(f"  reference recipe with decoder training = {ratio:g} x extraction: study ~ "
-                  f"{(e + groups * f) / (e + f):.2f}x one run, {n} separate runs {n:.0f}x")
+            print(
+                f"  reference recipe with decoder training = {ratio:g} x extraction: study ~ "
+                f"{(e + groups * f) / (e + f):.2f}x one run, {n} separate runs {n:.0f}x"
+            )
     finally:
         client.close()
         cl.close()

@@ -1,11 +1,14 @@
-"""Generation throughput of the vqa family's adapter: batched greedy generation (left padding) against
-batch 1, on the tiny random LLaVA (or a checkpoint folder: --model transformers:/path). Prints samples/s
-and new tokens/s for each batch size, and checks that batching leaves the answers unchanged. Then the same
-vqa run (`evaluate --protocol vqa` on synthetic interferograms) on a LocalCluster of 1 and then 2 worker
-processes, 1 thread each: samples/s of the whole run and the ratio, and whether the answers agree.
+"""Generation throughput of the vqa family's adapter: batched greedy generation (left padding)
+against batch 1, on the tiny random LLaVA (or a checkpoint folder: --model transformers:/path).
+Prints samples/s and new tokens/s for each batch size, and checks that batching leaves the answers
+unchanged. Then the same vqa run (`evaluate --protocol vqa` on synthetic interferograms) on a
+LocalCluster of 1 and then 2 worker processes, 1 thread each: samples/s of the whole run and the
+ratio, and whether the answers agree.
 
-    python benchmarks/bench_vlm.py [--short] [--model transformers:/ckpt/SmolVLM-256M-Instruct] [--precision bf16]
+    python benchmarks/bench_vlm.py [--short] [--precision bf16] \
+        [--model transformers:/ckpt/SmolVLM-256M-Instruct]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,14 +21,15 @@ def run(adapter, pics, prompts, batch: int, max_new_tokens: int) -> tuple[list[s
     t0 = time.perf_counter()
     texts, tokens = [], 0
     for k in range(0, len(pics), batch):
-        outs = adapter.generate(pics[k: k + batch], prompts[k: k + batch], max_new_tokens)
+        outs = adapter.generate(pics[k : k + batch], prompts[k : k + batch], max_new_tokens)
         texts += [o.text for o in outs]
         tokens += sum(o.new_tokens for o in outs)
     return texts, time.perf_counter() - t0, tokens
 
 
 def _load(name: str, ref) -> None:
-    """Build the adapter on a worker: its model stays resident there, as after a run's first block."""
+    """Build the adapter on a worker: its model stays resident there, as after a run's first
+    block."""
     from cryocube.adapters import get
     from cryocube.cluster.runtime import device_for_worker
 
@@ -33,12 +37,13 @@ def _load(name: str, ref) -> None:
 
 
 def workers(model: str, pairs: int, max_new_tokens: int, precision: str) -> None:
-    """The same vqa run on 1 then 2 worker processes (torch threads pinned to 1, so both are one run id):
-    wall-clock samples/s of `evaluate` with the model already resident on every worker (its load, once per
-    worker, and other first-use costs are left out by a warm-up run), and the ratio."""
-    from cryocube.adapters import get, split_ref
+    """The same vqa run on 1 then 2 worker processes (torch threads pinned to 1, so both are one run
+    id): wall-clock samples/s of `evaluate` with the model already resident on every worker (its
+    load, once per worker, and other first-use costs are left out by a warm-up run), and the
+    ratio."""
     import tempfile
 
+    from cryocube.adapters import get, split_ref
     from cryocube.cluster import open_cluster
     from cryocube.convert.writer import convert
     from cryocube.engine.evaluate import evaluate
@@ -46,23 +51,46 @@ def workers(model: str, pairs: int, max_new_tokens: int, precision: str) -> None
     from cryocube.families.recipes import load_recipe
     from cryocube.insar_synthetic import make_interferograms
 
-    recipe = load_recipe(None, ["threads=1", "block_samples=4", "gen_batch=4", f"max_new_tokens={max_new_tokens}",
-                                f"precision={precision}"])
+    recipe = load_recipe(
+        None,
+        [
+            "threads=1",
+            "block_samples=4",
+            "gen_batch=4",
+            f"max_new_tokens={max_new_tokens}",
+            f"precision={precision}",
+        ],
+    )
     with tempfile.TemporaryDirectory() as d:
         make_interferograms(f"{d}/raw", n=pairs, size=32, seed=0)
         cube, seen = f"{d}/insar.zarr", {}
         for k in (1, 2):
-            with open_cluster("local", n_workers=k, threads_per_worker=1, dashboard=False, quiet=True) as client:
+            with open_cluster(
+                "local", n_workers=k, threads_per_worker=1, dashboard=False, quiet=True
+            ) as client:
                 if k == 1:
                     convert("insar", f"{d}/raw", cube, client=client, progress=False)
                 name, loc = split_ref(model)
                 client.run(_load, name, get(name).check(loc, True, precision, 0)[0])
-                # a first pass into another folder warms what else each worker loads once (zarr, rendering)
-                evaluate([RunSpec(model, cube, "vqa")], f"{d}/warm{k}", recipe, client=client, progress=False,
-                         allow_random_weights=True)
+                # a first pass into another folder warms what else each worker loads once (zarr,
+                # rendering)
+                evaluate(
+                    [RunSpec(model, cube, "vqa")],
+                    f"{d}/warm{k}",
+                    recipe,
+                    client=client,
+                    progress=False,
+                    allow_random_weights=True,
+                )
                 t0 = time.perf_counter()
-                (rec,) = evaluate([RunSpec(model, cube, "vqa")], f"{d}/out{k}", recipe, client=client, progress=False,
-                                  allow_random_weights=True).records
+                (rec,) = evaluate(
+                    [RunSpec(model, cube, "vqa")],
+                    f"{d}/out{k}",
+                    recipe,
+                    client=client,
+                    progress=False,
+                    allow_random_weights=True,
+                ).records
                 s = time.perf_counter() - t0
             if rec["status"] != "ok":
                 raise SystemExit(f"bench_vlm: the vqa run failed on {k} worker(s): {rec['error']}")
@@ -70,10 +98,21 @@ def workers(model: str, pairs: int, max_new_tokens: int, precision: str) -> None
                 seen[k] = (f.read(), s, rec["run_id"])
             n = rec["generation_stats"]["questions"]
             speed = "" if k == 1 else f"  ({seen[1][1] / s:.2f}x 1 worker)"
-            same = "" if k == 1 else ("  answers = 1 worker" if seen[1][0] == seen[2][0] else "  ANSWERS DIFFER from 1 worker")
-            print(f"  {k} worker{'s' if k > 1 else ' '}: {n / s:7.2f} samples/s  ({n} questions in {s:.2f} s, "
-                  f"{rec['generation_stats']['blocks']} blocks, {rec['timings']['generate_s']:.2f} s of it inside "
-                  f"generate() summed over workers){speed}{same}")
+            same = (
+                ""
+                if k == 1
+                else (
+                    "  answers = 1 worker"
+                    if seen[1][0] == seen[2][0]
+                    else "  ANSWERS DIFFER from 1 worker"
+                )
+            )
+            print(
+                f"  {k} worker{'s' if k > 1 else ' '}: {n / s:7.2f} samples/s  ({n} questions in"
+                f" {s:.2f} s, {rec['generation_stats']['blocks']} blocks,"
+                f" {rec['timings']['generate_s']:.2f} s of it inside generate() summed over"
+                f" workers){speed}{same}"
+            )
         assert seen[1][2] == seen[2][2], "the two runs should be one run id (threads pinned)"
 
 
@@ -106,22 +145,38 @@ def main(argv=None) -> None:
         phase = rng.uniform(-np.pi, np.pi, (32, 32)).astype(np.float32)
         coh = rng.uniform(0, 1, (32, 32)).astype(np.float32)
         pics.append(render(np.stack([phase, coh]), ["wrapped_phase", "coherence"], task.render))
-        prompts.append(fill(task, {"primary_date": "2020-01-01", "secondary_date": f"2020-01-{13 + i % 12:02d}",
-                                   "radar_wavelength_m": 0.05547}))
-    print(f"bench_vlm: {prov.model_name} ({prov.model_class}), {dev}, {a.precision}, {n} samples, "
-          f"max_new_tokens {a.max_new_tokens}, torch threads {torch.get_num_threads()}")
+        prompts.append(
+            fill(
+                task,
+                {
+                    "primary_date": "2020-01-01",
+                    "secondary_date": f"2020-01-{13 + i % 12:02d}",
+                    "radar_wavelength_m": 0.05547,
+                },
+            )
+        )
+    print(
+        f"bench_vlm: {prov.model_name} ({prov.model_class}), {dev}, {a.precision}, {n} samples, "
+        f"max_new_tokens {a.max_new_tokens}, torch threads {torch.get_num_threads()}"
+    )
     run(adapter, pics[:2], prompts[:2], 2, 2)  # warm-up
     base = None
     for b in [int(x) for x in a.batches.split(",")]:
         texts, s, tok = run(adapter, pics, prompts, b, a.max_new_tokens)
-        same = "" if base is None else ("  answers = batch 1" if texts == base[0] else "  ANSWERS DIFFER from batch 1")
+        same = (
+            ""
+            if base is None
+            else ("  answers = batch 1" if texts == base[0] else "  ANSWERS DIFFER from batch 1")
+        )
         speed = "" if base is None else f"  ({base[1] / s:.2f}x batch 1)"
         print(f"  batch {b:>3}: {n / s:7.2f} samples/s  {tok / s:8.1f} new tokens/s{speed}{same}")
         if base is None:
             base = (texts, s)
     pairs = 8 if a.short else a.samples // 2
-    print(f"bench_vlm: the same vqa run ({pairs} synthetic interferograms x their tasks, blocks of 4 pairs) on a "
-          "LocalCluster of 1 and 2 worker processes, 1 thread each")
+    print(
+        f"bench_vlm: the same vqa run ({pairs} synthetic interferograms x their tasks, blocks of 4"
+        " pairs) on a LocalCluster of 1 and 2 worker processes, 1 thread each"
+    )
     workers(a.model, pairs, a.max_new_tokens, a.precision)
 
 

@@ -1,21 +1,28 @@
-"""The GPU path seen working (issue 20): encoders and the UPerNet step against a matmul peak measured in the
-same run, and `cryocube evaluate --cluster cuda` end to end, on one small generated cube.
+"""The GPU path seen working (issue 20): encoders and the UPerNet step against a matmul peak
+measured in the same run, and `cryocube evaluate --cluster cuda` end to end, on one small generated
+cube.
 
-    benchmarks/gpu_check.sh --out DIR                    # on a GPU machine: installs the carried wheels, then this
-    python benchmarks/gpu_check.py --cluster local --dry --out DIR   # the same sections, tiny, on a CPU
+    # on a GPU machine: installs the carried wheels, then this
+    benchmarks/gpu_check.sh --out DIR
+    # the same sections, tiny, on a CPU
+    python benchmarks/gpu_check.py --cluster local --dry --out DIR
 
 Sections (each time-boxed; one that fails is reported and the others still run):
   env       device, versions, fp32/bf16 matmul peaks
-  encoders  samples/s, TFLOP/s and % of the peak of their precision, batches sized as the engine sizes them
+  encoders  samples/s, TFLOP/s and % of the peak of their precision, batches sized as the engine
+            sizes them
   upernet   UPerNet training step at two batches and a validation forward, bf16 and fp32, % of peak
-  evaluate  one frozen and one fine-tuning run through the CLI on the cluster; every record must name the
-            cluster's device (cuda on `--cluster cuda`: nothing may quietly run on the CPU)
-  vqa       the tiny random VLM on synthetic interferograms (`evaluate --protocol vqa`) on the cluster, twice into
-            two folders: questions/s, the device it generated on, and whether the two runs gave identical answers
-  balance   the feature cache's share of the frozen run, and the chunk loader's rate against the encoder's
+  evaluate  one frozen and one fine-tuning run through the CLI on the cluster; every record must
+            name the cluster's device (cuda on `--cluster cuda`: nothing may quietly run on the CPU)
+  vqa       the tiny random VLM on synthetic interferograms (`evaluate --protocol vqa`) on the
+            cluster, twice into two folders: questions/s, the device it generated on, and whether
+            the two runs gave identical answers
+  balance   the feature cache's share of the frozen run, and the chunk loader's rate against the
+            encoder's
 DIR/gpu_check.json holds every figure (rewritten after each section); a short table ends the output.
 Exit status 1 when a section failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,47 +51,104 @@ VLM = "transformers"  # with --allow-random-weights: the tiny random-config LLaV
 
 @dataclass(frozen=True)
 class Profile:
-    """Sizes of one check: `gpu` fills an H200 for a few seconds per figure, `dry` proves the code on a CPU."""
+    """Sizes of one check: `gpu` fills an H200 for a few seconds per figure, `dry` proves the code
+    on a CPU."""
 
     tile: int
     n_train: int  # train tiles of the generated GLID-like cube (val, test: a quarter, at least 2)
     encoders: tuple  # (label, model id, build options beyond bench_models.PUBLISHED_SETUP)
-    encoder_batch: int | None  # None: sized to free memory by the engine's rule (extract_batch_size)
+    # None: sized to free memory by the engine's rule (extract_batch_size)
+    encoder_batch: int | None
     encoder_iters: int
     upernet: dict  # input_size, decoder_channels, batches
     evaluate: tuple  # recipe overrides of the end-to-end runs
     loader_samples: int
-    vqa: dict = field(default_factory=dict)  # pairs (synthetic interferograms), recipe overrides of the vqa runs
+    # pairs (synthetic interferograms), recipe overrides of the vqa runs
+    vqa: dict = field(default_factory=dict)
     boxes: dict = field(default_factory=dict)  # seconds per section
 
 
 PROFILES = {
     "gpu": Profile(
-        tile=512, n_train=16,
-        encoders=(("ViT-S", "ssl4eo_moco", {}), ("ViT-B", "remoteclip", {}), ("ViT-L", "scalemae", {}),
-                  ("Swin", "satlasnet_si", {}), ("U-Net", "unet", {})),
-        encoder_batch=None, encoder_iters=5,
+        tile=512,
+        n_train=16,
+        encoders=(
+            ("ViT-S", "ssl4eo_moco", {}),
+            ("ViT-B", "remoteclip", {}),
+            ("ViT-L", "scalemae", {}),
+            ("Swin", "satlasnet_si", {}),
+            ("U-Net", "unet", {}),
+        ),
+        encoder_batch=None,
+        encoder_iters=5,
         upernet={"input_size": 224, "decoder_channels": 512, "batches": (8, 32)},
-        evaluate=("epochs=10", "input_size=224", "decoder_channels=512", "val_every=5", "crops_per_sample=4",
-                  "batch_size=8", "normalization=cube"),
+        evaluate=(
+            "epochs=10",
+            "input_size=224",
+            "decoder_channels=512",
+            "val_every=5",
+            "crops_per_sample=4",
+            "batch_size=8",
+            "normalization=cube",
+        ),
         loader_samples=16,
         vqa={"pairs": 64, "sets": ("block_samples=16", "gen_batch=16")},
-        boxes={"env": 30, "cube": 40, "evaluate": 150, "vqa": 60, "encoders": 80, "upernet": 50, "balance": 20}),
+        boxes={
+            "env": 30,
+            "cube": 40,
+            "evaluate": 150,
+            "vqa": 60,
+            "encoders": 80,
+            "upernet": 50,
+            "balance": 20,
+        },
+    ),
     "dry": Profile(
-        tile=32, n_train=4,
-        encoders=(("ViT-S", "ssl4eo_moco", {"input_size": 32}), ("U-Net", "unet", {"input_size": 32})),
-        encoder_batch=2, encoder_iters=1,
+        tile=32,
+        n_train=4,
+        encoders=(
+            ("ViT-S", "ssl4eo_moco", {"input_size": 32}),
+            ("U-Net", "unet", {"input_size": 32}),
+        ),
+        encoder_batch=2,
+        encoder_iters=1,
         upernet={"input_size": 32, "decoder_channels": 32, "batches": (2, 4)},
-        evaluate=("epochs=1", "input_size=32", "decoder_channels=32", "val_every=1", "crops_per_sample=2",
-                  "batch_size=2", "normalization=cube", "threads=1"),
+        evaluate=(
+            "epochs=1",
+            "input_size=32",
+            "decoder_channels=32",
+            "val_every=1",
+            "crops_per_sample=2",
+            "batch_size=2",
+            "normalization=cube",
+            "threads=1",
+        ),
         loader_samples=4,
-        vqa={"pairs": 4, "sets": ("block_samples=2", "gen_batch=4", "max_new_tokens=4", "threads=1")},
-        boxes={"env": 60, "cube": 60, "evaluate": 240, "vqa": 120, "encoders": 120, "upernet": 120, "balance": 60}),
+        vqa={
+            "pairs": 4,
+            "sets": ("block_samples=2", "gen_batch=4", "max_new_tokens=4", "threads=1"),
+        },
+        boxes={
+            "env": 60,
+            "cube": 60,
+            "evaluate": 240,
+            "vqa": 120,
+            "encoders": 120,
+            "upernet": 120,
+            "balance": 60,
+        },
+    ),
 }
 
 
-SECTIONS = ("env", "cube", "evaluate", "vqa", "encoders", "upernet", "balance")  # in the order they run
-NEEDS = {"evaluate": ("cube",), "encoders": ("env",), "upernet": ("env", "cube"), "balance": ("cube",)}
+# in the order they run
+SECTIONS = ("env", "cube", "evaluate", "vqa", "encoders", "upernet", "balance")
+NEEDS = {
+    "evaluate": ("cube",),
+    "encoders": ("env",),
+    "upernet": ("env", "cube"),
+    "balance": ("cube",),
+}
 
 
 class SectionFailed(Exception):
@@ -100,7 +164,10 @@ class Check:
 
     def __init__(self, out: Path, budget: float):
         self.out, self.budget, self.t0 = out, budget, time.perf_counter()
-        self.result: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sections": {}}
+        self.result: dict = {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "sections": {},
+        }
 
     def left(self) -> float:
         return self.budget - (time.perf_counter() - self.t0)
@@ -115,8 +182,12 @@ class Check:
             try:
                 rec = {"status": "ok", **fn(t + box, *args)}
             except Exception as e:  # a failed section is a result too; the others still run
-                rec = {**getattr(e, "partial", {}), "status": "failed", "error": f"{type(e).__name__}: {e}",
-                       "traceback": traceback.format_exc()}
+                rec = {
+                    **getattr(e, "partial", {}),
+                    "status": "failed",
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc(),
+                }
                 print(f"gpu_check: {name} FAILED: {rec['error']}", flush=True)
         rec["seconds"] = round(time.perf_counter() - t, 2)
         if rec["status"] == "ok" and rec["seconds"] > box + 1:
@@ -130,22 +201,30 @@ class Check:
         (self.out / "gpu_check.json").write_text(json.dumps(self.result, indent=1, default=str))
 
 
-# -- sections ---------------------------------------------------------------------------------------------
+# -- sections
+# ---------------------------------------------------------------------------------------------
 
 
 def env(deadline: float, device: str) -> dict:
     import importlib.metadata as md
 
     from bench_models import matmul_peak, peaks
+
     from cryocube.precision import resolve, this_device
 
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--cluster cuda but torch sees no CUDA device (torch.cuda.is_available() is False)")
+        raise RuntimeError(
+            "--cluster cuda but torch sees no CUDA device (torch.cuda.is_available() is False)"
+        )
     info = this_device(device)
     if device == "cuda":  # big enough to keep the tensor cores busy for tens of milliseconds
-        pk = {"fp32": matmul_peak(device, n=8192, iters=5), "bf16": matmul_peak(device, n=8192, iters=20, dtype=torch.bfloat16)}
+        pk = {
+            "fp32": matmul_peak(device, n=8192, iters=5),
+            "bf16": matmul_peak(device, n=8192, iters=20, dtype=torch.bfloat16),
+        }
         was = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True  # what cuDNN's fp32 convolutions run on by default
+        # what cuDNN's fp32 convolutions run on by default
+        torch.backends.cuda.matmul.allow_tf32 = True
         try:
             pk["tf32"] = matmul_peak(device, n=8192, iters=10)
         finally:
@@ -154,20 +233,43 @@ def env(deadline: float, device: str) -> dict:
     else:
         pk = peaks(device)
     versions = {}
-    for d in ("torch", "dask", "distributed", "dask-cuda", "zarr", "numcodecs", "xarray", "timm", "numpy", "cuda-core"):
+    for d in (
+        "torch",
+        "dask",
+        "distributed",
+        "dask-cuda",
+        "zarr",
+        "numcodecs",
+        "xarray",
+        "timm",
+        "numpy",
+        "cuda-core",
+    ):
         try:
             versions[d] = md.version(d)
         except md.PackageNotFoundError:
             versions[d] = None
-    return {"device": info.describe(), "memory_gb": (info.memory_bytes or 0) / 2**30, "python": platform.python_version(),
-            "precision_auto": resolve("auto", info), "peak_fp32_tflops": pk["fp32"] / 1e12, "peak_bf16_tflops": pk["bf16"] / 1e12,
-            "peak_tf32_tflops": pk.get("tf32", pk["fp32"]) / 1e12,
-            "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
-            "cpu_count": os.cpu_count(), "versions": versions, "peaks": pk}
+    return {
+        "device": info.describe(),
+        "memory_gb": (info.memory_bytes or 0) / 2**30,
+        "python": platform.python_version(),
+        "precision_auto": resolve("auto", info),
+        "peak_fp32_tflops": pk["fp32"] / 1e12,
+        "peak_bf16_tflops": pk["bf16"] / 1e12,
+        "peak_tf32_tflops": pk.get("tf32", pk["fp32"]) / 1e12,
+        "tf32": {
+            "matmul": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn": torch.backends.cudnn.allow_tf32,
+        },
+        "cpu_count": os.cpu_count(),
+        "versions": versions,
+        "peaks": pk,
+    }
 
 
 def encoders(deadline: float, prof: Profile, device: str, peaks: dict) -> dict:
     from bench_models import PUBLISHED_SETUP, measure
+
     from cryocube.families.encoders import extract_batch_size
     from cryocube.precision import resolve, this_device
 
@@ -182,56 +284,123 @@ def encoders(deadline: float, prof: Profile, device: str, peaks: dict) -> dict:
         if time.perf_counter() > deadline:
             left_out.append(label)
             continue
-        r = measure(model, {**PUBLISHED_SETUP.get(model, {}), **setup}, batch, prof.encoder_iters, device, precision,
-                    kernels=True)
-        r.update(label=label, tflops=r["flops_s"] / 1e12, pct_peak=100 * r["flops_s"] / peaks[precision])
+        r = measure(
+            model,
+            {**PUBLISHED_SETUP.get(model, {}), **setup},
+            batch,
+            prof.encoder_iters,
+            device,
+            precision,
+            kernels=True,
+        )
+        r.update(
+            label=label, tflops=r["flops_s"] / 1e12, pct_peak=100 * r["flops_s"] / peaks[precision]
+        )
         del r["peak"]  # measure's own small probe; pct_peak is against the run's peak
         rows.append(r)
         k = r.get("kernels") or {}
-        print(f"  {label} ({model}): batch {r['batch']}, {r['sps']:.1f} samples/s, {r['tflops']:.2f} TFLOP/s, "
-              f"{r['pct_peak']:.0f}% of the {precision} peak"
-              + (f"; GPU busy {100 * k['gpu_busy_share']:.0f}% of the forward, tensor-core kernels "
-                 f"{100 * k['tensor_core_share']:.0f}% of GPU time, most other: {k['top_other'][:2]}"
-                 if k.get("tensor_core_share") is not None else f"; kernels: {k.get('error', 'not profiled')}"), flush=True)
+        print(
+            f"  {label} ({model}): batch {r['batch']}, {r['sps']:.1f} samples/s, {r['tflops']:.2f}"
+            f" TFLOP/s, {r['pct_peak']:.0f}% of the {precision} peak"
+            + (
+                f"; GPU busy {100 * k['gpu_busy_share']:.0f}% of the forward, tensor-core kernels "
+                f"{100 * k['tensor_core_share']:.0f}% of GPU time, most other: {k['top_other'][:2]}"
+                if k.get("tensor_core_share") is not None
+                else f"; kernels: {k.get('error', 'not profiled')}"
+            ),
+            flush=True,
+        )
         if device == "cuda":
             torch.cuda.empty_cache()
     if left_out:
-        raise TimeoutError(f"time box spent before {', '.join(left_out)} (measured: {[r['label'] for r in rows]})")
+        raise TimeoutError(
+            f"time box spent before {', '.join(left_out)} (measured: {[r['label'] for r in rows]})"
+        )
     return {"precision": precision, "rows": rows}
 
 
 def upernet(deadline: float, prof: Profile, cube: str, device: str, peaks: dict) -> dict:
     from bench_engine import upernet_step
+
     from cryocube.families.segmentation.recipe import load_recipe
 
     u, rows = prof.upernet, []
     for bs in u["batches"]:
         if time.perf_counter() > deadline:
             raise TimeoutError(f"time box spent before batch {bs}")
-        cfg = load_recipe(None, [f"input_size={u['input_size']}", f"decoder_channels={u['decoder_channels']}",
-                                 f"batch_size={bs}", "normalization=cube"])
-        s = upernet_step(cube, MODEL, cfg, torch.get_num_threads(), device, precisions=("bf16", "fp32"), peaks=peaks)
+        cfg = load_recipe(
+            None,
+            [
+                f"input_size={u['input_size']}",
+                f"decoder_channels={u['decoder_channels']}",
+                f"batch_size={bs}",
+                "normalization=cube",
+            ],
+        )
+        s = upernet_step(
+            cube,
+            MODEL,
+            cfg,
+            torch.get_num_threads(),
+            device,
+            precisions=("bf16", "fp32"),
+            peaks=peaks,
+        )
         for prec in ("bf16", "fp32"):
-            # fp32 convolutions run on TF32 tensor cores where cuDNN allows it (torch's default): that is their peak
-            against = "tf32" if prec == "fp32" and device == "cuda" and torch.backends.cudnn.allow_tf32 and "tf32" in peaks else prec
+            # fp32 convolutions run on TF32 tensor cores where cuDNN allows it (torch's default):
+            # that is their peak
+            against = (
+                "tf32"
+                if prec == "fp32"
+                and device == "cuda"
+                and torch.backends.cudnn.allow_tf32
+                and "tf32" in peaks
+                else prec
+            )
             for what in ("step", "val"):
                 sec, gf = s[f"{what}_{prec}_s"], s[f"gflop_per_{what}"]
-                rows.append({"what": what, "batch": bs, "precision": prec, "seconds": sec, "gflop": gf,
-                             "tflops": gf / sec / 1e3, "pct_peak": 100 * gf * 1e9 / sec / peaks[against],
-                             "peak": against, "memory_format": s["memory_format"]})
-        print(f"  batch {bs}: " + ", ".join(f"{r['what']} {r['precision']} {r['pct_peak']:.0f}%" for r in rows if r["batch"] == bs),
-              flush=True)
+                rows.append(
+                    {
+                        "what": what,
+                        "batch": bs,
+                        "precision": prec,
+                        "seconds": sec,
+                        "gflop": gf,
+                        "tflops": gf / sec / 1e3,
+                        "pct_peak": 100 * gf * 1e9 / sec / peaks[against],
+                        "peak": against,
+                        "memory_format": s["memory_format"],
+                    }
+                )
+        print(
+            f"  batch {bs}: "
+            + ", ".join(
+                f"{r['what']} {r['precision']} {r['pct_peak']:.0f}%"
+                for r in rows
+                if r["batch"] == bs
+            ),
+            flush=True,
+        )
         if device == "cuda":
             torch.cuda.empty_cache()
     return {"input_size": u["input_size"], "decoder_channels": u["decoder_channels"], "rows": rows}
 
 
 def cli(cmd: list[str], log_path: Path, deadline: float, mode: str = "w"):
-    """Run a cryocube command until the deadline, its output into `log_path`; its exit status, or "timeout"."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    """Run a cryocube command until the deadline, its output into `log_path`; its exit status, or
+    "timeout"."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": (
+            os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        ),
+    }
     with open(log_path, mode) as log:
-        # its own process group: at the time box, its cluster's worker processes (holding the GPU) go with it
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+        # its own process group: at the time box, its cluster's worker processes (holding the GPU)
+        # go with it
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+        )
         try:
             rc = proc.wait(timeout=max(5.0, deadline - time.perf_counter()))
         except subprocess.TimeoutExpired:
@@ -246,46 +415,100 @@ def cli(cmd: list[str], log_path: Path, deadline: float, mode: str = "w"):
     return rc
 
 
-REPEATED = ("metrics", "confusion_matrix", "val_curve", "best_epoch", "steps")  # what the same run must repeat exactly
+# what the same run must repeat exactly
+REPEATED = ("metrics", "confusion_matrix", "val_curve", "best_epoch", "steps")
 
 
-def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: str, out: Path, work: Path) -> dict:
-    """The frozen and fine-tuning runs through the CLI, then the same command again into a second folder (no cache
-    hit): every record on the cluster's device, and the second run's metrics, confusion matrix and curve equal to
-    the first's bit for bit."""
+def evaluate(
+    deadline: float, prof: Profile, cube: str, cluster: str, device: str, out: Path, work: Path
+) -> dict:
+    """The frozen and fine-tuning runs through the CLI, then the same command again into a second
+    folder (no cache hit): every record on the cluster's device, and the second run's metrics,
+    confusion matrix and curve equal to the first's bit for bit."""
     res = work / "evaluate"
-    cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", cube, "--models", MODEL, "--protocol",
-           "frozen,finetune", "--allow-random-weights", "--out", str(res), "--cluster", cluster, "--workers", "1", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cryocube.cli",
+        "evaluate",
+        "--cubes",
+        cube,
+        "--models",
+        MODEL,
+        "--protocol",
+        "frozen,finetune",
+        "--allow-random-weights",
+        "--out",
+        str(res),
+        "--cluster",
+        cluster,
+        "--workers",
+        "1",
+        "--quiet",
+    ]
     for s in prof.evaluate:
         cmd += ["--set", s]
     t = time.perf_counter()
     rc = cli(cmd, out / "evaluate.log", deadline)
     wall = time.perf_counter() - t
     again = work / "evaluate-again"
-    rc2 = cli([str(again) if c == str(res) else c for c in cmd], out / "evaluate.log", deadline, "a") if rc == 0 else None
-    for f in ("results.jsonl", "logs/errors.log"):  # the records and tracebacks come back with the JSON
+    rc2 = (
+        cli([str(again) if c == str(res) else c for c in cmd], out / "evaluate.log", deadline, "a")
+        if rc == 0
+        else None
+    )
+    # the records and tracebacks come back with the JSON
+    for f in ("results.jsonl", "logs/errors.log"):
         if (res / f).exists():
             shutil.copy(res / f, out / f"evaluate-{Path(f).name}")
-    lines = (res / "results.jsonl").read_text().splitlines() if (res / "results.jsonl").exists() else []
+    lines = (
+        (res / "results.jsonl").read_text().splitlines() if (res / "results.jsonl").exists() else []
+    )
     recs = {r["protocol"]: r for r in map(json.loads, lines)}
     runs = {}
     for proto, r in recs.items():
-        runs[proto] = {k: r.get(k) for k in ("status", "error", "device", "feature_devices", "precision", "memory_format",
-                                             "timings", "samples_per_s", "peak_memory_mb", "encoder_forward_items",
-                                             "threads", "steps")}
+        runs[proto] = {
+            k: r.get(k)
+            for k in (
+                "status",
+                "error",
+                "device",
+                "feature_devices",
+                "precision",
+                "memory_format",
+                "timings",
+                "samples_per_s",
+                "peak_memory_mb",
+                "encoder_forward_items",
+                "threads",
+                "steps",
+            )
+        }
         runs[proto]["mIoU"] = (r.get("metrics") or {}).get("mIoU")
-        runs[proto]["cluster"] = {k: (r.get("cluster") or {}).get(k) for k in ("n_workers", "gpu", "resources")}
+        runs[proto]["cluster"] = {
+            k: (r.get("cluster") or {}).get(k) for k in ("n_workers", "gpu", "resources")
+        }
     result = {"command": " ".join(cmd), "rc": rc, "wall_s": wall, "runs": runs, "rerun_rc": rc2}
-    problems = ([f"the CLI exited {rc} (see evaluate.log)"] if rc != 0 else []) + device_problems(runs, device)
+    problems = ([f"the CLI exited {rc} (see evaluate.log)"] if rc != 0 else []) + device_problems(
+        runs, device
+    )
     if rc2 is not None:
-        lines2 = (again / "results.jsonl").read_text().splitlines() if (again / "results.jsonl").exists() else []
+        lines2 = (
+            (again / "results.jsonl").read_text().splitlines()
+            if (again / "results.jsonl").exists()
+            else []
+        )
         recs2 = {r["protocol"]: r for r in map(json.loads, lines2)}
-        result["repeated_bits"] = {p: {k: recs2.get(p, {}).get(k) == r.get(k) for k in REPEATED} for p, r in recs.items()}
+        result["repeated_bits"] = {
+            p: {k: recs2.get(p, {}).get(k) == r.get(k) for k in REPEATED} for p, r in recs.items()
+        }
         for p, same in result["repeated_bits"].items():
             if not all(same.values()):
                 a, b = recs[p].get("metrics", {}), recs2.get(p, {}).get("metrics", {})
-                problems.append(f"{p}: the same run again differs in {[k for k, v in same.items() if not v]} "
-                                f"(mIoU {a.get('mIoU')} then {b.get('mIoU')})")
+                problems.append(
+                    f"{p}: the same run again differs in {[k for k, v in same.items() if not v]} "
+                    f"(mIoU {a.get('mIoU')} then {b.get('mIoU')})"
+                )
         if rc2 != 0:
             problems.append(f"the second run exited {rc2} (see evaluate.log)")
     if problems:
@@ -295,9 +518,12 @@ def evaluate(deadline: float, prof: Profile, cube: str, cluster: str, device: st
 
 
 def vqa(deadline: float, prof: Profile, cluster: str, device: str, out: Path, work: Path) -> dict:
-    """The same vqa run twice (two results folders, so neither is a cache hit): questions/s inside generate()
-    and over the whole answer phase, where it generated, and whether the two gave identical answers."""
+    """The same vqa run twice (two results folders, so neither is a cache hit): questions/s inside
+    generate() and over the whole answer phase, where it generated, and whether the two gave
+    identical answers.
+    """
     from bench_engine import cluster as local_cluster
+
     from cryocube.convert.writer import convert
     from cryocube.insar_synthetic import make_interferograms
 
@@ -311,32 +537,83 @@ def vqa(deadline: float, prof: Profile, cluster: str, device: str, out: Path, wo
     runs, result = [], {"pairs": prof.vqa["pairs"], "runs": []}
     for k in (1, 2):
         res = work / f"vqa{k}"
-        cmd = [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", str(work / "vqa-cube"), "--models", VLM,
-               "--protocol", "vqa", "--allow-random-weights", "--out", str(res), "--cluster", cluster, "--workers", "1",
-               "--quiet"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cryocube.cli",
+            "evaluate",
+            "--cubes",
+            str(work / "vqa-cube"),
+            "--models",
+            VLM,
+            "--protocol",
+            "vqa",
+            "--allow-random-weights",
+            "--out",
+            str(res),
+            "--cluster",
+            cluster,
+            "--workers",
+            "1",
+            "--quiet",
+        ]
         for s in prof.vqa["sets"]:
             cmd += ["--set", s]
         result["command"] = " ".join(cmd)
-        rc = cli(cmd, out / "vqa.log", deadline, "w" if k == 1 else "a")  # one file: what comes back is counted
-        lines = (res / "results.jsonl").read_text().splitlines() if (res / "results.jsonl").exists() else []
+        # one file: what comes back is counted
+        rc = cli(cmd, out / "vqa.log", deadline, "w" if k == 1 else "a")
+        lines = (
+            (res / "results.jsonl").read_text().splitlines()
+            if (res / "results.jsonl").exists()
+            else []
+        )
         if rc != 0 or len(lines) != 1:
             result["log_tail"] = (out / "vqa.log").read_text()[-3000:]
-            raise SectionFailed(f"run {k}: the CLI exited {rc} with {len(lines)} record(s) (see vqa.log)", result)
+            raise SectionFailed(
+                f"run {k}: the CLI exited {rc} with {len(lines)} record(s) (see vqa.log)", result
+            )
         r = json.loads(lines[0])
         g, t = r["generation_stats"], r["timings"]
-        result["runs"].append({"run_id": r["run_id"], "status": r["status"], "error": r.get("error"),
-                               "precision": r["precision"], "devices": g.get("devices"), "gpu": (r.get("cluster") or {}).get("gpu"),
-                               "questions": g["questions"], "generate_s": t["generate_s"], "answer_s": t["test_s"],
-                               "questions_per_s": g["questions_per_s"], "tokens_per_s": g["tokens_per_s"],
-                               "answer_phase_questions_per_s": g["questions"] / t["test_s"], "parsed": r["metrics"]["parsed"]})
-        runs.append((res / "runs" / r["run_id"] / "answers.jsonl").read_text() if r["status"] == "ok" else None)
+        result["runs"].append(
+            {
+                "run_id": r["run_id"],
+                "status": r["status"],
+                "error": r.get("error"),
+                "precision": r["precision"],
+                "devices": g.get("devices"),
+                "gpu": (r.get("cluster") or {}).get("gpu"),
+                "questions": g["questions"],
+                "generate_s": t["generate_s"],
+                "answer_s": t["test_s"],
+                "questions_per_s": g["questions_per_s"],
+                "tokens_per_s": g["tokens_per_s"],
+                "answer_phase_questions_per_s": g["questions"] / t["test_s"],
+                "parsed": r["metrics"]["parsed"],
+            }
+        )
+        runs.append(
+            (res / "runs" / r["run_id"] / "answers.jsonl").read_text()
+            if r["status"] == "ok"
+            else None
+        )
     a, b = result["runs"]
     result["identical_answers"] = runs[0] is not None and runs[0] == runs[1]
-    problems = [f"run {i + 1}: {x['status']}: {x['error']}" for i, x in enumerate(result["runs"]) if x["status"] != "ok"]
-    problems += [f"run {i + 1} generated on {x['devices']}, not {device}" for i, x in enumerate(result["runs"])
-                 if x["status"] == "ok" and x["devices"] != [device]]
+    problems = [
+        f"run {i + 1}: {x['status']}: {x['error']}"
+        for i, x in enumerate(result["runs"])
+        if x["status"] != "ok"
+    ]
+    problems += [
+        f"run {i + 1} generated on {x['devices']}, not {device}"
+        for i, x in enumerate(result["runs"])
+        if x["status"] == "ok" and x["devices"] != [device]
+    ]
     if device == "cuda":
-        problems += [f"run {i + 1}: the cluster's workers advertise no GPU resource" for i, x in enumerate(result["runs"]) if not x["gpu"]]
+        problems += [
+            f"run {i + 1}: the cluster's workers advertise no GPU resource"
+            for i, x in enumerate(result["runs"])
+            if not x["gpu"]
+        ]
     if a["run_id"] != b["run_id"]:
         problems.append(f"the same command planned two run ids ({a['run_id']}, {b['run_id']})")
     if not problems and not result["identical_answers"]:
@@ -347,7 +624,8 @@ def vqa(deadline: float, prof: Profile, cluster: str, device: str, out: Path, wo
 
 
 def device_problems(runs: dict, device: str) -> list[str]:
-    """What in the frozen and fine-tuning records did not run where the cluster's device is (one line each)."""
+    """What in the frozen and fine-tuning records did not run where the cluster's device is (one
+    line each)."""
     problems = []
     for proto in ("frozen", "finetune"):
         r = runs.get(proto)
@@ -357,7 +635,10 @@ def device_problems(runs: dict, device: str) -> list[str]:
         if r["status"] != "ok":
             problems.append(f"{proto}: {r['status']}: {r['error']}")
             continue
-        where = {"fit": r["device"], "precision": (r["precision"] or {}).get("device", "").split(" ")[0]}
+        where = {
+            "fit": r["device"],
+            "precision": (r["precision"] or {}).get("device", "").split(" ")[0],
+        }
         if proto == "frozen":  # the feature cache was extracted in this run (a fresh --out)
             where["features"] = ",".join(r["feature_devices"] or []) or "none"
         wrong = {k: v for k, v in where.items() if v != device}
@@ -368,8 +649,11 @@ def device_problems(runs: dict, device: str) -> list[str]:
     return problems
 
 
-def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, enc_sps: float | None) -> dict:
-    """Cache share of the frozen run, and whether one loader thread (extraction's prefetch) keeps up with the encoder."""
+def balance(
+    deadline: float, prof: Profile, cube: str, device: str, run: dict, enc_sps: float | None
+) -> dict:
+    """Cache share of the frozen run, and whether one loader thread (extraction's prefetch) keeps up
+    with the encoder."""
     import numpy as np
 
     from cryocube.engine.plan import plan_runs
@@ -383,18 +667,42 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
     if run:
         t = run["timings"]
         work = t["features_wall_s"] + t["train_s"] + t["test_s"]
-        out["cache"] = {"features_wall_s": t["features_wall_s"], "decoder_train_s": t["train_s"], "test_s": t["test_s"],
-                        "features_share": t["features_wall_s"] / work if work else None,
-                        "extraction_items_per_s": run["encoder_forward_items"] / t["features_wall_s"] if t["features_wall_s"] else None}
+        out["cache"] = {
+            "features_wall_s": t["features_wall_s"],
+            "decoder_train_s": t["train_s"],
+            "test_s": t["test_s"],
+            "features_share": t["features_wall_s"] / work if work else None,
+            "extraction_items_per_s": (
+                run["encoder_forward_items"] / t["features_wall_s"]
+                if t["features_wall_s"]
+                else None
+            ),
+        }
         ph = t.get("feature_phases") or {}
-        if ph:  # the extraction's wall beyond its own reads, encodes and writes: encoder build, CUDA start, scheduling
+        # the extraction's wall beyond its own reads, encodes and writes: encoder build, CUDA start,
+        # scheduling
+        if ph:
             out["cache"]["phases"] = ph
-            out["cache"]["outside_read_encode_write_s"] = t["features_wall_s"] - ph.get("read_wait_s", 0) - ph.get("encode_s", 0) - ph.get("write_s", 0)
+            out["cache"]["outside_read_encode_write_s"] = (
+                t["features_wall_s"]
+                - ph.get("read_wait_s", 0)
+                - ph.get("encode_s", 0)
+                - ph.get("write_s", 0)
+            )
         if enc_sps and out["cache"]["extraction_items_per_s"]:
-            out["cache"]["extraction_over_encoder"] = out["cache"]["extraction_items_per_s"] / enc_sps
+            out["cache"]["extraction_over_encoder"] = (
+                out["cache"]["extraction_items_per_s"] / enc_sps
+            )
     cfg = load_recipe(None, list(prof.evaluate))
-    p = plan_runs([RunSpec(MODEL, cube)], cfg, PlanContext(out=str(Path(cube).parent / "plan"), allow_random_weights=True,
-                                                            device=this_device(device)))[0]
+    p = plan_runs(
+        [RunSpec(MODEL, cube)],
+        cfg,
+        PlanContext(
+            out=str(Path(cube).parent / "plan"),
+            allow_random_weights=True,
+            device=this_device(device),
+        ),
+    )[0]
     cache = p.work.cache
     samples = np.asarray(p.work.train_samples)[: prof.loader_samples]
     per = cfg.crops_per_sample
@@ -403,7 +711,12 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
     t0 = time.perf_counter()
     x, _, nbytes, _ = _windows(cache, samples, offsets, per)
     sec = time.perf_counter() - t0
-    out["loader"] = {"items": int(x.shape[0]), "seconds": sec, "items_per_s": x.shape[0] / sec, "mb_per_s": nbytes / sec / 2**20}
+    out["loader"] = {
+        "items": int(x.shape[0]),
+        "seconds": sec,
+        "items_per_s": x.shape[0] / sec,
+        "mb_per_s": nbytes / sec / 2**20,
+    }
     # the same reads on several threads, as extraction reads on a GPU (features._windows_threaded)
     threaded = {}
     for n in sorted({2, 4, os.cpu_count() or 1}):
@@ -418,81 +731,153 @@ def balance(deadline: float, prof: Profile, cube: str, device: str, run: dict, e
     return out
 
 
-# -- table ------------------------------------------------------------------------------------------------
+# -- table
+# ------------------------------------------------------------------------------------------------
 
 
 def table(result: dict) -> str:
     s = result["sections"]
-    lines = [f"gpu_check {result['profile']} on {s.get('env', {}).get('device', '?')}, --cluster {result['cluster']}, "
-             f"{result['wall_s']:.0f} s"]
+    lines = [
+        f"gpu_check {result['profile']} on {s.get('env', {}).get('device', '?')}, --cluster"
+        f" {result['cluster']}, {result['wall_s']:.0f} s"
+    ]
     for name, sec in s.items():
-        lines.append(f"  {name:9s} {sec['status']:8s} {sec['seconds']:6.1f} s" + (f"  {sec['error'][:200]}" if "error" in sec else ""))
+        lines.append(
+            f"  {name:9s} {sec['status']:8s} {sec['seconds']:6.1f} s"
+            + (f"  {sec['error'][:200]}" if "error" in sec else "")
+        )
     e = s.get("env", {})
     if e.get("status") == "ok":
-        lines.append(f"peaks: fp32 {e['peak_fp32_tflops']:.2f} TFLOP/s, tf32 {e.get('peak_tf32_tflops', 0):.2f}, "
-                     f"bf16 {e['peak_bf16_tflops']:.2f} TFLOP/s "
-                     f"(tf32 {e['tf32']})")
+        lines.append(
+            f"peaks: fp32 {e['peak_fp32_tflops']:.2f} TFLOP/s, tf32"
+            f" {e.get('peak_tf32_tflops', 0):.2f}, bf16 {e['peak_bf16_tflops']:.2f} TFLOP/s (tf32"
+            f" {e['tf32']})"
+        )
     if s.get("encoders", {}).get("status") == "ok":
-        lines.append(f"{'encoder':8s} {'model':14s} {'batch':>5s} {'samples/s':>10s} {'TFLOP/s':>8s} {'% peak':>7s}")
+        lines.append(
+            f"{'encoder':8s} {'model':14s} {'batch':>5s} {'samples/s':>10s} {'TFLOP/s':>8s}"
+            f" {'% peak':>7s}"
+        )
         for r in s["encoders"]["rows"]:
-            lines.append(f"{r['label']:8s} {r['model']:14s} {r['batch']:5d} {r['sps']:10.1f} {r['tflops']:8.2f} {r['pct_peak']:6.0f}%")
+            lines.append(
+                f"{r['label']:8s} {r['model']:14s} {r['batch']:5d} {r['sps']:10.1f}"
+                f" {r['tflops']:8.2f} {r['pct_peak']:6.0f}%"
+            )
     if s.get("upernet", {}).get("status") == "ok":
-        lines.append(f"{'UPerNet':8s} {'batch':>5s} {'prec':>5s} {'seconds':>8s} {'TFLOP/s':>8s} {'% peak':>7s}")
+        lines.append(
+            f"{'UPerNet':8s} {'batch':>5s} {'prec':>5s} {'seconds':>8s} {'TFLOP/s':>8s}"
+            f" {'% peak':>7s}"
+        )
         for r in s["upernet"]["rows"]:
-            lines.append(f"{r['what']:8s} {r['batch']:5d} {r['precision']:>5s} {r['seconds']:8.4f} {r['tflops']:8.2f} {r['pct_peak']:6.0f}%"
-                         f" of {r.get('peak', r['precision'])}")
+            lines.append(
+                f"{r['what']:8s} {r['batch']:5d} {r['precision']:>5s} {r['seconds']:8.4f}"
+                f" {r['tflops']:8.2f} {r['pct_peak']:6.0f}% of {r.get('peak', r['precision'])}"
+            )
     ev = s.get("evaluate", {})
     for proto, r in (ev.get("runs") or {}).items():
         t = r.get("timings") or {}
-        lines.append(f"evaluate {proto:9s} {r['status']} device {r['device']} features {r.get('feature_devices')} "
-                     f"precision {(r.get('precision') or {}).get('effective')} mIoU {r.get('mIoU')} "
-                     f"features {t.get('features_wall_s', 0):.1f} s train {t.get('train_s', 0):.1f} s test {t.get('test_s', 0):.1f} s")
+        lines.append(
+            f"evaluate {proto:9s} {r['status']} device {r['device']} features"
+            f" {r.get('feature_devices')} precision {(r.get('precision') or {}).get('effective')}"
+            f" mIoU {r.get('mIoU')} features {t.get('features_wall_s', 0):.1f} s train"
+            f" {t.get('train_s', 0):.1f} s test {t.get('test_s', 0):.1f} s"
+        )
     if "repeated_bits" in ev:
-        lines.append("evaluate again: " + ", ".join(f"{p} {'same bits' if all(v.values()) else 'DIFFERENT'}"
-                                                    for p, v in ev["repeated_bits"].items()))
+        lines.append(
+            "evaluate again: "
+            + ", ".join(
+                f"{p} {'same bits' if all(v.values()) else 'DIFFERENT'}"
+                for p, v in ev["repeated_bits"].items()
+            )
+        )
     for i, r in enumerate(s.get("vqa", {}).get("runs") or []):
-        lines.append(f"vqa run {i + 1}  {r['status']} on {r['devices']} {r['precision']['effective']}: "
-                     f"{r['questions']} questions, {r['questions_per_s'] or 0:.1f}/s in generate(), "
-                     f"{r['answer_phase_questions_per_s']:.1f}/s over the answer phase, parsed {r['parsed']:.0f}%")
+        lines.append(
+            f"vqa run {i + 1}  {r['status']} on {r['devices']} {r['precision']['effective']}:"
+            f" {r['questions']} questions, {r['questions_per_s'] or 0:.1f}/s in generate(),"
+            f" {r['answer_phase_questions_per_s']:.1f}/s over the answer phase, parsed"
+            f" {r['parsed']:.0f}%"
+        )
     if "identical_answers" in s.get("vqa", {}):
-        lines.append(f"vqa: two runs gave {'identical' if s['vqa']['identical_answers'] else 'DIFFERENT'} answers")
+        lines.append(
+            f"vqa: two runs gave {'identical' if s['vqa']['identical_answers'] else 'DIFFERENT'}"
+            " answers"
+        )
     b = s.get("balance", {})
     if b.get("status") == "ok":
         if "cache" in b:
-            lines.append(f"cache: extraction {100 * (b['cache']['features_share'] or 0):.0f}% of the frozen run's work"
-                         + (f", of it {b['cache']['outside_read_encode_write_s']:.1f} s outside reads, encodes and writes"
-                            if "outside_read_encode_write_s" in b["cache"] else ""))
+            lines.append(
+                f"cache: extraction {100 * (b['cache']['features_share'] or 0):.0f}% of the frozen"
+                " run's work"
+                + (
+                    f", of it {b['cache']['outside_read_encode_write_s']:.1f} s outside reads,"
+                    " encodes and writes"
+                    if "outside_read_encode_write_s" in b["cache"]
+                    else ""
+                )
+            )
         ratio = b.get("loader_over_encoder")
-        lines.append(f"loader: {b['loader']['items_per_s']:.0f} items/s on one thread"
-                     + (f", {ratio:.2f}x the encoder's {b['encoder_items_per_s']:.0f}/s: "
-                        f"{'the GPU waits for chunks' if ratio < 1 else 'the GPU is not kept waiting'}" if ratio else "")
-                     + f"; by threads {b['loader'].get('items_per_s_by_threads')}")
+        lines.append(
+            f"loader: {b['loader']['items_per_s']:.0f} items/s on one thread"
+            + (
+                f", {ratio:.2f}x the encoder's {b['encoder_items_per_s']:.0f}/s: "
+                f"{'the GPU waits for chunks' if ratio < 1 else 'the GPU is not kept waiting'}"
+                if ratio
+                else ""
+            )
+            + f"; by threads {b['loader'].get('items_per_s_by_threads')}"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cluster", default="cuda", help="cuda (the check) or local (a dry run on a CPU)")
-    ap.add_argument("--dry", action="store_true", help="tiny sizes (the CPU dry check); default with --cluster local")
-    ap.add_argument("--out", default=os.environ.get("OUT") or "gpu-check-out", help="folder of gpu_check.json (default $OUT)")
-    ap.add_argument("--work", help="scratch folder for the cube and the runs (default: a new temporary one, removed "
-                    "at the end; only the JSON, logs and records go to --out)")
+    ap.add_argument(
+        "--cluster", default="cuda", help="cuda (the check) or local (a dry run on a CPU)"
+    )
+    ap.add_argument(
+        "--dry",
+        action="store_true",
+        help="tiny sizes (the CPU dry check); default with --cluster local",
+    )
+    ap.add_argument(
+        "--out",
+        default=os.environ.get("OUT") or "gpu-check-out",
+        help="folder of gpu_check.json (default $OUT)",
+    )
+    ap.add_argument(
+        "--work",
+        help=(
+            "scratch folder for the cube and the runs (default: a new temporary one, removed "
+            "at the end; only the JSON, logs and records go to --out)"
+        ),
+    )
     ap.add_argument("--budget", type=float, default=420.0, help="seconds for all sections together")
-    ap.add_argument("--sections", default=",".join(SECTIONS),
-                    help="comma-separated sections to run (a rerun of what failed); env and cube run too when a "
-                         "chosen section needs them")
+    ap.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=(
+            "comma-separated sections to run (a rerun of what failed); env and cube run too when a "
+            "chosen section needs them"
+        ),
+    )
     a = ap.parse_args(argv)
     chosen = set(filter(None, a.sections.split(",")))
     if chosen - set(SECTIONS):
-        ap.error(f"unknown section(s) {sorted(chosen - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
+        ap.error(
+            f"unknown section(s) {sorted(chosen - set(SECTIONS))}; choose from"
+            f" {', '.join(SECTIONS)}"
+        )
     chosen |= {need for s in chosen for need in NEEDS.get(s, ())}
     device = "cuda" if a.cluster == "cuda" else "cpu"
     prof_name = "dry" if a.dry or a.cluster != "cuda" else "gpu"
     prof = PROFILES[prof_name]
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(a.work).resolve() if a.work else Path(tempfile.mkdtemp(prefix="cryocube-gpu-check-"))
-    for mine in ("cube", "evaluate", "evaluate-again", "vqa-raw", "vqa-cube", "vqa1", "vqa2"):  # this script's own folders: a rerun measures again
+    work = (
+        Path(a.work).resolve() if a.work else Path(tempfile.mkdtemp(prefix="cryocube-gpu-check-"))
+    )
+    # this script's own folders: a rerun measures again
+    for mine in ("cube", "evaluate", "evaluate-again", "vqa-raw", "vqa-cube", "vqa1", "vqa2"):
         shutil.rmtree(work / mine, ignore_errors=True)
     check = Check(out, a.budget)
     check.result.update(profile=prof_name, cluster=a.cluster, device=device, argv=sys.argv[1:])
@@ -515,15 +900,30 @@ def main(argv=None) -> int:
     # evaluate first: it is the claim to see working; its cluster's worker gets the GPU to itself
     ev = None
     if cube and "evaluate" in chosen:
-        ev = check.section("evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out, work)
+        ev = check.section(
+            "evaluate", prof.boxes["evaluate"], evaluate, prof, cube, a.cluster, device, out, work
+        )
     if "vqa" in chosen:
         check.section("vqa", prof.boxes["vqa"], vqa, prof, a.cluster, device, out, work)
-    enc = check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks) if peaks and "encoders" in chosen else None
+    enc = (
+        check.section("encoders", prof.boxes["encoders"], encoders, prof, device, peaks)
+        if peaks and "encoders" in chosen
+        else None
+    )
     if peaks and cube and "upernet" in chosen:
         check.section("upernet", prof.boxes["upernet"], upernet, prof, cube, device, peaks)
     vit_s = next((r["sps"] for r in (enc or {}).get("rows", []) if r["model"] == MODEL), None)
     if cube and "balance" in chosen:
-        check.section("balance", prof.boxes["balance"], balance, prof, cube, device, (ev or {}).get("runs", {}).get("frozen"), vit_s)
+        check.section(
+            "balance",
+            prof.boxes["balance"],
+            balance,
+            prof,
+            cube,
+            device,
+            (ev or {}).get("runs", {}).get("frozen"),
+            vit_s,
+        )
     check.save()
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)

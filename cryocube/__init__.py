@@ -1,4 +1,5 @@
-"""cryocube: evaluate geospatial foundation models on cryosphere benchmarks over Zarr cubes with Dask.
+"""cryocube: evaluate geospatial foundation models on cryosphere benchmarks over Zarr cubes with
+Dask.
 
 The notebook API (names load on first use, so `import cryocube` stays light):
 
@@ -6,6 +7,7 @@ The notebook API (names load on first use, so `import cryocube` stays light):
     runs = runs_from_grid(["dofa"], ["s3://bucket/glid.zarr"], ["frozen"], [None], [0, 1, 2])
     res = evaluate(runs, "s3://bucket/results", load_recipe(overrides=["epochs=80"]), client=client)
 """
+
 __version__ = "0.2.0"
 
 import warnings as _warnings
@@ -13,15 +15,26 @@ from importlib import import_module as _import
 
 # zarr warns on every consolidated-metadata write for v3 stores; cubes rely on it deliberately
 # (one GET for all metadata on object stores) and xarray/zarr both read it.
-_warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part", category=UserWarning)
+_warnings.filterwarnings(
+    "ignore", message="Consolidated metadata is currently not part", category=UserWarning
+)
 
 _API = {
-    "evaluate": "cryocube.engine.evaluate", "plan_runs": "cryocube.engine.plan", "runs_from_grid": "cryocube.engine.plan",
-    "runs_from_benchmark": "cryocube.engine.plan", "RunSpec": "cryocube.families", "load_recipe": "cryocube.families.recipes",
-    "convert": "cryocube.convert.writer", "open_cube": "cryocube.cube", "build_report": "cryocube.report",
-    "cluster_info": "cryocube.cluster", "gpu_resources": "cryocube.cluster",
-    "plan_embedding": "cryocube.families.embedding.embed", "embed": "cryocube.families.embedding.embed",
-    "load_embeddings": "cryocube.families.embedding.embed", "probe_embeddings": "cryocube.families.embedding.work",
+    "evaluate": "cryocube.engine.evaluate",
+    "plan_runs": "cryocube.engine.plan",
+    "runs_from_grid": "cryocube.engine.plan",
+    "runs_from_benchmark": "cryocube.engine.plan",
+    "RunSpec": "cryocube.families",
+    "load_recipe": "cryocube.families.recipes",
+    "convert": "cryocube.convert.writer",
+    "open_cube": "cryocube.cube",
+    "build_report": "cryocube.report",
+    "cluster_info": "cryocube.cluster",
+    "gpu_resources": "cryocube.cluster",
+    "plan_embedding": "cryocube.families.embedding.embed",
+    "embed": "cryocube.families.embedding.embed",
+    "load_embeddings": "cryocube.families.embedding.embed",
+    "probe_embeddings": "cryocube.families.embedding.work",
     "probe_recipe": "cryocube.families.embedding.probe",
 }
 __all__ = ["__version__", *sorted(_API)]

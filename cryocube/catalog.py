@@ -5,6 +5,7 @@ through these specs so a malformed entry fails once, at load, with the file and 
 Catalog files are looked up in the folders of $CRYOCUBE_CATALOGS (os.pathsep-separated: a lab's own
 datasets and models) first, then in the catalogs shipped with cryocube.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,14 +29,27 @@ def packaged_dir(packaged: str, in_repo: str) -> Path:
 
 CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with cryocube
 # Band roles the cube and the band matcher understand.
-ROLES = ("optical", "sar", "coherence", "elevation", "slope", "velocity", "thermal", "incidence", "ancillary", "phase",
-         "rendering")
-DEFAULT_TASK = "segmentation"  # a dataset's task when its YAML names none (Cryo-Bench's tiles, ranked on its boards)
+ROLES = (
+    "optical",
+    "sar",
+    "coherence",
+    "elevation",
+    "slope",
+    "velocity",
+    "thermal",
+    "incidence",
+    "ancillary",
+    "phase",
+    "rendering",
+)
+# a dataset's task when its YAML names none (Cryo-Bench's tiles, ranked on its boards)
+DEFAULT_TASK = "segmentation"
 CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whatever the source used
 
 
 def catalog_dirs() -> list[Path]:
-    """Folders searched for catalog files, first match wins: $CRYOCUBE_CATALOGS, then the shipped catalogs."""
+    """Folders searched for catalog files, first match wins: $CRYOCUBE_CATALOGS, then the shipped
+    catalogs."""
     extra = [Path(p) for p in os.environ.get("CRYOCUBE_CATALOGS", "").split(os.pathsep) if p]
     return extra + [CATALOG_DIR]
 
@@ -62,7 +76,8 @@ class ClassSpec:
 
 @dataclass(frozen=True)
 class Layout:
-    """One published raw layout of a dataset: which reader reads it (cryocube.convert), its options, its labels."""
+    """One published raw layout of a dataset: which reader reads it (cryocube.convert), its options,
+    its labels."""
 
     name: str
     reader: str  # reader name (see `cryocube list readers`)
@@ -91,9 +106,12 @@ class DatasetSpec:
     sensors: tuple[str, ...] = ()
     class_distribution: tuple[float, ...] = ()
     time: tuple[str, ...] = ()  # names of the time steps of multi-temporal datasets (e.g. seasons)
-    statistics: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)  # other published (mean, std) sets
-    mean_baseline: dict[str, Any] = field(default_factory=dict)  # the organisers' mean embedding: band groups, grid
-    embed_bands: str = "named"  # band-matching rule of `embed` (no protocol to choose one): see models/bands.py
+    # other published (mean, std) sets
+    statistics: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    # the organisers' mean embedding: band groups, grid
+    mean_baseline: dict[str, Any] = field(default_factory=dict)
+    # band-matching rule of `embed` (no protocol to choose one): see models/bands.py
+    embed_bands: str = "named"
     path: str = ""
 
     @property
@@ -106,7 +124,9 @@ class DatasetSpec:
 
     def layout(self, name: str) -> Layout:
         if name not in self.layouts:
-            raise CatalogError(f"dataset {self.id!r} has no layout {name!r}; known: {sorted(self.layouts)}")
+            raise CatalogError(
+                f"dataset {self.id!r} has no layout {name!r}; known: {sorted(self.layouts)}"
+            )
         return self.layouts[name]
 
 
@@ -115,7 +135,9 @@ def need(d: dict, key: str, where: str, kind: type | tuple[type, ...] | None = N
         raise CatalogError(f"{where}: missing field {key!r}")
     v = d[key]
     if kind is not None and not isinstance(v, kind):
-        raise CatalogError(f"{where}: field {key!r} should be {kind}, got {type(v).__name__} ({v!r})")
+        raise CatalogError(
+            f"{where}: field {key!r} should be {kind}, got {type(v).__name__} ({v!r})"
+        )
     return v
 
 
@@ -156,7 +178,9 @@ def _layout(name: str, d: Any, where: str) -> Layout:
     try:
         label_map = {int(k): int(v) for k, v in lm.items()}
     except (TypeError, ValueError):
-        raise CatalogError(f"{where}: label_map must map integers to integers, got {lm!r}") from None
+        raise CatalogError(
+            f"{where}: label_map must map integers to integers, got {lm!r}"
+        ) from None
     ignore = tuple(int(v) for v in d.get("ignore_values", []) or [])
     reader = need(d, "reader", where, str)
     opts = {k: v for k, v in d.items() if k not in ("label_map", "ignore_values", "reader")}
@@ -168,9 +192,13 @@ def _statistics(d: Any, where: str) -> dict[str, dict[str, tuple[float, float]]]
         raise CatalogError(f"{where}: statistics must map a set name to {{band: [mean, std]}}")
     out = {}
     for name, table in d.items():
-        if not isinstance(table, dict) or not all(isinstance(v, list) and len(v) == 2 for v in table.values()):
+        if not isinstance(table, dict) or not all(
+            isinstance(v, list) and len(v) == 2 for v in table.values()
+        ):
             raise CatalogError(f"{where}: statistics.{name} must map band names to [mean, std]")
-        out[str(name)] = {str(b): (_float(v[0], where), _float(v[1], where)) for b, v in table.items()}
+        out[str(name)] = {
+            str(b): (_float(v[0], where), _float(v[1], where)) for b, v in table.items()
+        }
     return out
 
 
@@ -189,7 +217,9 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
         dtype=str(need(d, "dtype", where, str)),
         bands=tuple(_band(b, f"{where}: bands[{i}]") for i, b in enumerate(bands)),
         classes=tuple(
-            ClassSpec(str(need(c, "name", f"{where}: classes[{i}]")), str(c.get("colour", "#808080")))
+            ClassSpec(
+                str(need(c, "name", f"{where}: classes[{i}]")), str(c.get("colour", "#808080"))
+            )
             for i, c in enumerate(classes)
         ),
         layouts={k: _layout(k, v, f"{where}: layouts.{k}") for k, v in layouts.items()},
@@ -208,18 +238,25 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
         path=where,
     )
     if spec.nan_policy not in ("error", "fill"):
-        raise CatalogError(f"{where}: nan_policy must be 'error' or 'fill', got {spec.nan_policy!r}")
+        raise CatalogError(
+            f"{where}: nan_policy must be 'error' or 'fill', got {spec.nan_policy!r}"
+        )
     names = spec.band_names
     if len(set(names)) != len(names):
         raise CatalogError(f"{where}: duplicate band names in {names}")
     for sname, table in spec.statistics.items():
         unknown = sorted(set(table) - set(names))
         if unknown:
-            raise CatalogError(f"{where}: statistics.{sname} names bands {unknown} that the dataset does not have")
+            raise CatalogError(
+                f"{where}: statistics.{sname} names bands {unknown} that the dataset does not have"
+            )
     for lay in spec.layouts.values():
         bad = [v for v in lay.label_map.values() if not 0 <= v < spec.num_classes]
         if bad:
-            raise CatalogError(f"{where}: layout {lay.name!r} maps to class indices {bad} outside 0..{spec.num_classes - 1}")
+            raise CatalogError(
+                f"{where}: layout {lay.name!r} maps to class indices {bad} outside"
+                f" 0..{spec.num_classes - 1}"
+            )
     return spec
 
 
@@ -233,7 +270,8 @@ def _read_yaml(path: Path) -> Any:
 
 
 def find(kind: str, name: str) -> Path:
-    """The catalog file of `name` under catalogs/<kind>/ (or `name` itself when it is a YAML path)."""
+    """The catalog file of `name` under catalogs/<kind>/ (or `name` itself when it is a YAML
+    path)."""
     p = Path(name)
     if p.suffix in (".yaml", ".yml"):
         if not p.is_file():
@@ -244,8 +282,10 @@ def find(kind: str, name: str) -> Path:
         if q.is_file():
             return q
     singular = kind[:-1] if kind.endswith("s") else kind
-    raise CatalogError(f"unknown {singular} {name!r} (known: {', '.join(ids(kind)) or 'none'}; "
-                       f"searched {', '.join(str(d / kind) for d in catalog_dirs())})")
+    raise CatalogError(
+        f"unknown {singular} {name!r} (known: {', '.join(ids(kind)) or 'none'}; "
+        f"searched {', '.join(str(d / kind) for d in catalog_dirs())})"
+    )
 
 
 def ids(kind: str) -> list[str]:
@@ -265,7 +305,9 @@ def load_yaml(kind: str, name: str) -> dict:
 @lru_cache(maxsize=None)
 def load_dataset(dataset_id: str) -> DatasetSpec:
     """The spec of a dataset by id (catalogs/datasets/<id>.yaml) or by a YAML path."""
-    p = find("datasets", dataset_id if dataset_id.endswith((".yaml", ".yml")) else dataset_id.lower())
+    p = find(
+        "datasets", dataset_id if dataset_id.endswith((".yaml", ".yml")) else dataset_id.lower()
+    )
     spec = parse_dataset(_read_yaml(p), str(p))
     if p.stem != spec.id and not dataset_id.endswith((".yaml", ".yml")):
         raise CatalogError(f"{p}: id {spec.id!r} does not match the file name")
@@ -288,7 +330,8 @@ def _top_file(name: str) -> Path:
 
 @dataclass(frozen=True)
 class BandNames:
-    """Names the Cryo-Bench / PANGAEA configs give bands; encoder slots and band aliases use them."""
+    """Names the Cryo-Bench / PANGAEA configs give bands; encoder slots and band aliases use
+    them."""
 
     optical: tuple[str, ...]
     sar: tuple[str, ...]
@@ -304,10 +347,13 @@ def band_names() -> BandNames:
     p = _top_file("bands.yaml")
     d = _read_yaml(p)
     where = str(p)
-    return BandNames(*(tuple(str(b) for b in need(d, k, where, list)) for k in ("optical", "sar", "rgb_slots")))
+    return BandNames(
+        *(tuple(str(b) for b in need(d, k, where, list)) for k in ("optical", "sar", "rgb_slots"))
+    )
 
 
-# -- protocols and benchmarks ------------------------------------------------------------------------
+# -- protocols and benchmarks
+# ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -322,16 +368,19 @@ class ProtocolSpec:
 
 
 def plugin_catalog_dirs() -> list[Path]:
-    """Catalog folders that installed packages ship, declared as entry points of the `cryocube.catalogs` group
-    (`mylab = "mylab.catalogs"`: the folder mylab/catalogs beside the package's metadata). Found without
-    importing the package, so reading the catalog never runs plug-in code."""
+    """Catalog folders that installed packages ship, declared as entry points of the
+    `cryocube.catalogs` group (`mylab = "mylab.catalogs"`: the folder mylab/catalogs beside the
+    package's metadata). Found without importing the package, so reading the catalog never runs
+    plug-in code."""
     from importlib.metadata import entry_points
 
     out = []
     for ep in entry_points(group="cryocube.catalogs"):
         where = ep.dist.locate_file(ep.value.replace(".", "/")) if ep.dist is not None else None
         if where is None or not Path(str(where)).is_dir():
-            raise CatalogError(f"catalog plug-in {ep.name!r} ({ep.value}) of cryocube.catalogs: no folder {where}")
+            raise CatalogError(
+                f"catalog plug-in {ep.name!r} ({ep.value}) of cryocube.catalogs: no folder {where}"
+            )
         out.append(Path(str(where)))
     return out
 
@@ -348,16 +397,22 @@ def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
         unknown = set(d) - {"family", "title", "fraction", "trains_encoder", "bands", "description"}
         if unknown:
             raise CatalogError(f"{where}: unknown fields {sorted(unknown)}")
-        out[name] = ProtocolSpec(name=name, family=str(need(d, "family", where, str)), title=str(d.get("title", name)),
-                                 fraction=_float(d.get("fraction", 1.0), where), trains_encoder=bool(d.get("trains_encoder", False)),
-                                 bands=str(d.get("bands", "named")), description=str(d.get("description", "")).strip())
+        out[name] = ProtocolSpec(
+            name=name,
+            family=str(need(d, "family", where, str)),
+            title=str(d.get("title", name)),
+            fraction=_float(d.get("fraction", 1.0), where),
+            trains_encoder=bool(d.get("trains_encoder", False)),
+            bands=str(d.get("bands", "named")),
+            description=str(d.get("description", "")).strip(),
+        )
     return out
 
 
 @lru_cache(maxsize=None)
 def protocols() -> dict[str, ProtocolSpec]:
-    """catalogs/protocols.yaml (the first found, in file order), then the protocols plug-in packages ship
-    (`plugin_catalog_dirs`): a family from another package brings its protocols along."""
+    """catalogs/protocols.yaml (the first found, in file order), then the protocols plug-in packages
+    ship (`plugin_catalog_dirs`): a family from another package brings its protocols along."""
     top = _top_file("protocols.yaml")
     out = _protocol_file(top)
     seen = {name: top for name in out}
@@ -366,8 +421,10 @@ def protocols() -> dict[str, ProtocolSpec]:
             continue
         for name, spec in _protocol_file(d / "protocols.yaml").items():
             if name in seen:
-                raise CatalogError(f"{d / 'protocols.yaml'}: protocol {name!r} is defined in {seen[name]} already; "
-                                   "give it another name")
+                raise CatalogError(
+                    f"{d / 'protocols.yaml'}: protocol {name!r} is defined in {seen[name]} already;"
+                    " give it another name"
+                )
             out[name], seen[name] = spec, d / "protocols.yaml"
     return out
 
@@ -383,7 +440,8 @@ def protocol(name: str) -> ProtocolSpec:
 class BenchmarkSpec:
     name: str
     datasets: tuple[str, ...]  # in the paper's column order
-    models: dict[str, dict[str, str]]  # row name -> {"default": model id, <dataset>: model id}, in row order
+    # row name -> {"default": model id, <dataset>: model id}, in row order
+    models: dict[str, dict[str, str]]
     protocols: dict[str, dict[str, Any]]  # protocol -> {"fraction": f, "datasets": [...]}
     recipe: dict[str, Any]  # recipe fields of the benchmark's training protocol
     path: str = ""
@@ -410,11 +468,18 @@ def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
         elif isinstance(m, dict) and "default" in m:
             models[str(row)] = {str(k): str(v) for k, v in m.items()}
         else:
-            raise CatalogError(f"{where}: models.{row} must be a model id or a mapping with a 'default' id")
+            raise CatalogError(
+                f"{where}: models.{row} must be a model id or a mapping with a 'default' id"
+            )
     protos = need(d, "protocols", where, dict)
     for k, v in protos.items():
         if not isinstance(v, dict):
             raise CatalogError(f"{where}: protocols.{k} must be a mapping (fraction, datasets)")
-    return BenchmarkSpec(name=str(d.get("name", p.stem)), datasets=tuple(need(d, "datasets", where, list)), models=models,
-                         protocols={str(k): dict(v) for k, v in protos.items()}, recipe=dict(d.get("recipe") or {}),
-                         path=where)
+    return BenchmarkSpec(
+        name=str(d.get("name", p.stem)),
+        datasets=tuple(need(d, "datasets", where, list)),
+        models=models,
+        protocols={str(k): dict(v) for k, v in protos.items()},
+        recipe=dict(d.get("recipe") or {}),
+        path=where,
+    )

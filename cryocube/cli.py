@@ -4,6 +4,7 @@ A module listed in COMMAND_MODULES exposes `register(subparsers)`, which adds it
 `func` (called with the parsed args; returns an exit code or None). User errors print one line and
 exit 2; warnings print one line each; a closed pipe (`| head`) ends the command quietly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,8 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def _quiet_on_interrupt():
-    """Ctrl-C reaches the workers too (one process group): before the scheduler logs their loss, silence the
-    cluster's logs, then interrupt as Python does; main says it in one line."""
+    """Ctrl-C reaches the workers too (one process group): before the scheduler logs their loss,
+    silence the cluster's logs, then interrupt as Python does; main says it in one line."""
     import signal
     import threading
 
@@ -51,7 +52,10 @@ def _quiet_on_interrupt():
             quiet_shutdown()
         raise KeyboardInterrupt
 
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):
         signal.signal(signal.SIGINT, handler)
         return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
     return lambda: None
@@ -82,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`cryocube inspect X | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except OSError as e:  # a full disk is the user's to fix: one sentence naming what was being written
+    # a full disk is the user's to fix: one sentence naming what was being written
+    except OSError as e:
         from .outputs import disk_full_message
 
         msg = disk_full_message(e, getattr(args, "out", None))
@@ -91,9 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cryocube {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"cryocube {args.command}: interrupted; rerunning the same command resumes", file=sys.stderr)
+        print(
+            f"cryocube {args.command}: interrupted; rerunning the same command resumes",
+            file=sys.stderr,
+        )
         return 130
-    except Exception as e:  # a connection failure is the user's network or endpoint, not a bug: one sentence
+    # a connection failure is the user's network or endpoint, not a bug: one sentence
+    except Exception as e:
         from .errors import network_message
 
         msg = network_message(e)

@@ -1,6 +1,8 @@
-"""Every error class of cryocube, in one module. A UserError is one the user can act on: the CLI prints its
-message as one sentence (no traceback) and exits 2. The concept modules re-export their classes from here, so
-`from cryocube.cube import DamagedCubeError` keeps working. RunFailed alone is internal (never raised)."""
+"""Every error class of cryocube, in one module. A UserError is one the user can act on: the CLI
+prints its message as one sentence (no traceback) and exits 2. The concept modules re-export their
+classes from here, so `from cryocube.cube import DamagedCubeError` keeps working. RunFailed alone is
+internal (never raised).
+"""
 
 
 class UserError(Exception):
@@ -12,12 +14,12 @@ class UserError(Exception):
         return (type(self), self.args)
 
 
-
 # --- inputs: catalogs, recipes, raw files, labels, downloads -------------------------------------
 
 
 class CatalogError(UserError, ValueError):
-    """Raised when a catalog file (datasets, models, protocols) lacks a field or has a value of the wrong kind."""
+    """Raised when a catalog file (datasets, models, protocols) lacks a field or has a value of the
+    wrong kind."""
 
 
 class RecipeError(UserError, ValueError):
@@ -25,11 +27,13 @@ class RecipeError(UserError, ValueError):
 
 
 class ConvertError(UserError, ValueError):
-    """Raised by `convert` on bad raw input; the message names the file (and band/sample) at fault."""
+    """Raised by `convert` on bad raw input; the message names the file (and band/sample) at
+    fault."""
 
 
 class WindowError(UserError, ValueError):
-    """Raised when a read asks for a window outside a raw image: the file changed size since it was scanned."""
+    """Raised when a read asks for a window outside a raw image: the file changed size since it was
+    scanned."""
 
 
 class LabelError(UserError, ValueError):
@@ -37,26 +41,31 @@ class LabelError(UserError, ValueError):
 
 
 class DownloadError(UserError):
-    """Raised when a download fails, is not the file (an HTML page) or does not match its checksum."""
+    """Raised when a download fails, is not the file (an HTML page) or does not match its
+    checksum."""
 
 
 # --- cubes and caches ----------------------------------------------------------------------------
 
 
 class DamagedCubeError(UserError):
-    """Raised when a cube's stored pixels do not match their digests (a chunk deleted, truncated or altered)."""
+    """Raised when a cube's stored pixels do not match their digests (a chunk deleted, truncated or
+    altered)."""
 
 
 class IncompleteCubeError(UserError):
-    """Raised when a cube has no completion marker: its conversion is still running or was interrupted."""
+    """Raised when a cube has no completion marker: its conversion is still running or was
+    interrupted."""
 
 
 class DamagedStoreError(UserError, ValueError):
-    """Raised when a Zarr store's metadata (zarr.json) is not valid JSON: truncated or overwritten."""
+    """Raised when a Zarr store's metadata (zarr.json) is not valid JSON: truncated or
+    overwritten."""
 
 
 class DamagedCacheError(UserError):
-    """Raised when a feature cache holds unwritten or damaged items; removing it makes it rebuild."""
+    """Raised when a feature cache holds unwritten or damaged items; removing it makes it
+    rebuild."""
 
 
 # --- models --------------------------------------------------------------------------------------
@@ -67,37 +76,44 @@ class BandMatchError(UserError):
 
 
 class WeightsError(UserError):
-    """Raised when a checkpoint is missing, corrupt, has the wrong checksum or does not fit the model."""
+    """Raised when a checkpoint is missing, corrupt, has the wrong checksum or does not fit the
+    model."""
 
 
 class NonFiniteLoss(UserError, FloatingPointError):
-    """Raised when a run's training loss becomes NaN or infinite (the run fails; its group goes on)."""
+    """Raised when a run's training loss becomes NaN or infinite (the run fails; its group goes
+    on)."""
 
 
 # --- embeddings and probes -----------------------------------------------------------------------
 
 
 class ProbeError(UserError):
-    """Raised when a task's labels, embeddings or probe settings are ones a probe cannot work with."""
+    """Raised when a task's labels, embeddings or probe settings are ones a probe cannot work
+    with."""
 
 
 class NeuCoError(UserError):
-    """Raised when a task name, embedding matrix or score table is one the NeuCo-Bench protocol cannot use."""
+    """Raised when a task name, embedding matrix or score table is one the NeuCo-Bench protocol
+    cannot use."""
 
 
 class SubmissionError(UserError):
-    """Raised when a submission CSV is one the challenge's validator (or NeuCo-Bench) would not accept."""
+    """Raised when a submission CSV is one the challenge's validator (or NeuCo-Bench) would not
+    accept."""
 
 
 # --- results and reports -------------------------------------------------------------------------
 
 
 class RecordError(UserError, ValueError):
-    """Raised when a run record cannot be read: a required field missing or of the wrong type, or a newer version."""
+    """Raised when a run record cannot be read: a required field missing or of the wrong type, or a
+    newer version."""
 
 
 class ResultsError(UserError, ValueError):
-    """Raised when a results file is missing, unreadable or holds a record without a required field."""
+    """Raised when a results file is missing, unreadable or holds a record without a required
+    field."""
 
 
 class ReportError(UserError, ValueError):
@@ -112,11 +128,13 @@ class CubeReadError(UserError, ValueError):
 
 
 class ClusterError(UserError):
-    """Raised when a cluster cannot be created or reached; the message says which and what to install or fix."""
+    """Raised when a cluster cannot be created or reached; the message says which and what to
+    install or fix."""
 
 
 class ManifestError(UserError):
-    """Raised when a Kubernetes manifest does not match its schema; the message names the file and fields."""
+    """Raised when a Kubernetes manifest does not match its schema; the message names the file and
+    fields."""
 
 
 def yaml_problem(e: BaseException) -> str:
@@ -147,7 +165,8 @@ def task_boundary(fn):
 
 
 class RunFailed(Exception):
-    """Internal, never raised: one failed run of a group, as the worker saw it; evaluate records it and goes on."""
+    """Internal, never raised: one failed run of a group, as the worker saw it; evaluate records it
+    and goes on."""
 
     def __init__(self, kind: str, message: str, tb: str = ""):
         super().__init__(message)
@@ -158,20 +177,40 @@ class RunFailed(Exception):
 
 
 def failure(e: BaseException) -> dict:
-    """What a task returns for one of its runs that failed (picklable, traceback kept for the log)."""
+    """What a task returns for one of its runs that failed (picklable, traceback kept for the
+    log)."""
     import traceback
 
-    return {"failed": {"kind": type(e).__name__, "message": str(e), "traceback": "".join(traceback.format_exception(e))}}
+    return {
+        "failed": {
+            "kind": type(e).__name__,
+            "message": str(e),
+            "traceback": "".join(traceback.format_exception(e)),
+        }
+    }
 
 
-# connection-level failures, by class name (botocore, aiohttp, urllib3, requests, the socket module): the
-# libraries are optional, and their exceptions arrive wrapped (fsspec turns a refused HTTP connection into
+# connection-level failures, by class name (botocore, aiohttp, urllib3, requests, the socket
+# module): the
+# libraries are optional, and their exceptions arrive wrapped (fsspec turns a refused HTTP
+# connection into
 # FileNotFoundError) or re-raised from a worker
-_NETWORK = {"EndpointConnectionError": "", "ConnectTimeoutError": "timed out", "ConnectionClosedError": "connection closed",
-            "ClientConnectorDNSError": "host name not resolved", "ClientConnectorError": "", "ServerTimeoutError": "timed out",
-            "ServerDisconnectedError": "server disconnected", "NewConnectionError": "", "NameResolutionError":
-            "host name not resolved", "MaxRetryError": "", "ConnectionRefusedError": "connection refused",
-            "ConnectionResetError": "connection reset", "gaierror": "host name not resolved", "URLError": ""}
+_NETWORK = {
+    "EndpointConnectionError": "",
+    "ConnectTimeoutError": "timed out",
+    "ConnectionClosedError": "connection closed",
+    "ClientConnectorDNSError": "host name not resolved",
+    "ClientConnectorError": "",
+    "ServerTimeoutError": "timed out",
+    "ServerDisconnectedError": "server disconnected",
+    "NewConnectionError": "",
+    "NameResolutionError": "host name not resolved",
+    "MaxRetryError": "",
+    "ConnectionRefusedError": "connection refused",
+    "ConnectionResetError": "connection reset",
+    "gaierror": "host name not resolved",
+    "URLError": "",
+}
 
 
 def _chain(e: BaseException | None):
@@ -196,17 +235,26 @@ def unreachable(e: BaseException) -> tuple[str, str] | None:
         if getattr(x, "host", None):  # aiohttp
             where = f"{x.host}:{x.port}" if getattr(x, "port", None) else str(x.host)
             break
-    why = next((_NETWORK[type(x).__name__] for x in reversed(list(_chain(e))) if _NETWORK.get(type(x).__name__)),
-               "could not connect")
+    why = next(
+        (
+            _NETWORK[type(x).__name__]
+            for x in reversed(list(_chain(e)))
+            if _NETWORK.get(type(x).__name__)
+        ),
+        "could not connect",
+    )
     return where or str(hits[0]), why
 
 
 def network_message(e: BaseException, url: str | None = None) -> str | None:
-    """One sentence for a connection failure (None if `e` is not one), naming what was unreachable."""
+    """One sentence for a connection failure (None if `e` is not one), naming what was
+    unreachable."""
     hit = unreachable(e)
     if hit is None:
         return None
     where, why = hit
     where = url or where
-    return (f"cannot reach {where} ({why}): check the address or endpoint (--storage-options, "
-            "$CRYOCUBE_STORAGE_OPTIONS) and the network")
+    return (
+        f"cannot reach {where} ({why}): check the address or endpoint (--storage-options, "
+        "$CRYOCUBE_STORAGE_OPTIONS) and the network"
+    )

@@ -4,6 +4,7 @@ One implementation for dataset archives (`cryocube download`) and model checkpoi
 weights fetch`): a crash never leaves a file that looks complete, a sign-in page served instead of
 the file is refused, and a checksum mismatch discards the download.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,11 +27,20 @@ def file_digest(path: str | Path, algo: str = "sha256") -> str:
 
 
 def _expected(sha256: str | None, md5: str | None) -> tuple[str, str | None]:
-    return ("sha256", sha256.lower()) if sha256 else ("md5", md5.lower()) if md5 else ("sha256", None)
+    return (
+        ("sha256", sha256.lower()) if sha256 else ("md5", md5.lower()) if md5 else ("sha256", None)
+    )
 
 
-def fetch(url: str, dest: str | Path, sha256: str | None = None, md5: str | None = None, progress: bool = True,
-          force: bool = False, error: type[UserError] = DownloadError) -> Path:
+def fetch(
+    url: str,
+    dest: str | Path,
+    sha256: str | None = None,
+    md5: str | None = None,
+    progress: bool = True,
+    force: bool = False,
+    error: type[UserError] = DownloadError,
+) -> Path:
     """Download `url` to `dest` unless a verified copy is there (or `force`); returns the path.
 
     The checksum is computed while streaming; errors are raised as `error` (callers' own types).
@@ -50,9 +60,14 @@ def fetch(url: str, dest: str | Path, sha256: str | None = None, md5: str | None
             total = getattr(src, "size", None) or 0
             with progress_bar(f"download {dest.name}", total or 1, progress) as bar:
                 while block := src.read(CHUNK):
-                    if n == 0 and block[:512].lstrip().lower().startswith((b"<!doctype html", b"<html")):
-                        raise error(f"{url} returned an HTML page, not the file (a sign-in or download-confirmation page, "
-                                    f"e.g. Google Drive or OneDrive): download it in a browser and pass the local path")
+                    if n == 0 and block[:512].lstrip().lower().startswith(
+                        (b"<!doctype html", b"<html")
+                    ):
+                        raise error(
+                            f"{url} returned an HTML page, not the file (a sign-in or"
+                            " download-confirmation page, e.g. Google Drive or OneDrive): download"
+                            " it in a browser and pass the local path"
+                        )
                     h.update(block)
                     out.write(block)
                     n += len(block)
@@ -62,18 +77,26 @@ def fetch(url: str, dest: str | Path, sha256: str | None = None, md5: str | None
     except UserError:
         part.unlink(missing_ok=True)
         raise
-    except (OSError, ValueError) as e:  # fsspec says FileNotFoundError also when the server was never reached
+    # fsspec says FileNotFoundError also when the server was never reached
+    except (OSError, ValueError) as e:
         part.unlink(missing_ok=True)
         net = unreachable(e)
         if net is not None:
-            raise error(f"{url}: the server could not be reached ({net[1]}); the file may exist: check the network "
-                        "(offline?) or the URL, then fetch again") from None
+            raise error(
+                f"{url}: the server could not be reached ({net[1]}); the file may exist: check the"
+                " network (offline?) or the URL, then fetch again"
+            ) from None
         if isinstance(e, FileNotFoundError):
-            raise error(f"{url}: not found (the server answered that there is no such file)") from None
+            raise error(
+                f"{url}: not found (the server answered that there is no such file)"
+            ) from None
         raise error(f"{url}: download failed: {e}") from None
     got = h.hexdigest()
     if want is not None and got != want:
         part.unlink()
-        raise error(f"{url}: checksum mismatch: {algo} {got} does not match the catalog's {want}; the file was discarded")
+        raise error(
+            f"{url}: checksum mismatch: {algo} {got} does not match the catalog's {want}; the file"
+            " was discarded"
+        )
     os.replace(part, dest)
     return dest

@@ -3,13 +3,14 @@
 Physics, small and seeded: a Mogi point source (elastic half-space) or a buried screw dislocation
 (interseismic strike-slip, u = s/pi * arctan(x/D)) is projected on Sentinel-1's line of sight and
 turned into phase (d = -lambda/(4 pi) phase, one fringe = lambda/2); a power-law (Kolmogorov-like,
-beta = 8/3) turbulent atmosphere, a planar orbital ramp and coherence-dependent phase noise are added;
-decorrelated patches carry random phase and near-zero coherence. The raw tree is written by the
-dataset's own reader (`write`), and the manifest keeps the truth: the coherence class the pair was
-designed in, the deformation box (where the *noise-free* |LOS| exceeds the catalog threshold) and
-the fringe count of the deformation signal over that box. The converter derives the same labels
+beta = 8/3) turbulent atmosphere, a planar orbital ramp and coherence-dependent phase noise are
+added; decorrelated patches carry random phase and near-zero coherence. The raw tree is written by
+the dataset's own reader (`write`), and the manifest keeps the truth: the coherence class the pair
+was designed in, the deformation box (where the *noise-free* |LOS| exceeds the catalog threshold)
+and the fringe count of the deformation signal over that box. The converter derives the same labels
 from the noisy maps, so a test compares the two.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -41,8 +42,10 @@ class IfgPair:
     secondary: str
     wrapped: np.ndarray  # (H, W) float32 rad, as written (GeoTIFF layout)
     coherence: np.ndarray  # (H, W) float32 0..1
-    unwrapped: np.ndarray | None  # (H, W) float32 rad, NaN in decorrelated patches (None when the tree has none)
-    los_m: np.ndarray  # (H, W) noise-free LOS deformation, metres, relative to its median (as InSAR measures it)
+    # (H, W) float32 rad, NaN in decorrelated patches (None when the tree has none)
+    unwrapped: np.ndarray | None
+    # (H, W) noise-free LOS deformation, metres, relative to its median (as InSAR measures it)
+    los_m: np.ndarray
     coherence_class: int  # designed class (index into the rules' classes)
     fringes: int  # fringes of the deformation signal over the true box (0 without deformation)
     box: tuple[float, float, float, float] | None  # (x_min, y_min, x_max, y_max) end-exclusive px
@@ -70,24 +73,33 @@ class IfgManifest:
         raise KeyError(pid)
 
 
-# -- physics -------------------------------------------------------------------------------------------
+# -- physics
+# -------------------------------------------------------------------------------------------
 
 
-def look_vector(incidence_deg: float = INCIDENCE_DEG, heading_deg: float = HEADING_DEG) -> np.ndarray:
+def look_vector(
+    incidence_deg: float = INCIDENCE_DEG, heading_deg: float = HEADING_DEG
+) -> np.ndarray:
     """Unit vector (east, north, up) from the ground to a right-looking satellite."""
     th, az = math.radians(incidence_deg), math.radians(heading_deg + 90.0)
     return np.array([-math.sin(th) * math.sin(az), -math.sin(th) * math.cos(az), math.cos(th)])
 
 
-def mogi(x: np.ndarray, y: np.ndarray, depth: float, dv: float, nu: float = 0.25) -> tuple[np.ndarray, ...]:
-    """(east, north, up) displacement (m) of a Mogi source of volume change dv (m^3) at `depth` (m) below (0, 0)."""
+def mogi(
+    x: np.ndarray, y: np.ndarray, depth: float, dv: float, nu: float = 0.25
+) -> tuple[np.ndarray, ...]:
+    """(east, north, up) displacement (m) of a Mogi source of volume change dv (m^3) at `depth` (m)
+    below (0, 0)."""
     r2 = x * x + y * y
     c = (1 - nu) * dv / math.pi / (depth * depth + r2) ** 1.5
     return c * x, c * y, c * depth
 
 
-def screw_dislocation(x: np.ndarray, y: np.ndarray, strike_deg: float, slip: float, locking_m: float) -> tuple[np.ndarray, ...]:
-    """(east, north, up) of a buried strike-slip fault through (0, 0): u = slip/pi * arctan(distance / locking depth)."""
+def screw_dislocation(
+    x: np.ndarray, y: np.ndarray, strike_deg: float, slip: float, locking_m: float
+) -> tuple[np.ndarray, ...]:
+    """(east, north, up) of a buried strike-slip fault through (0, 0): u = slip/pi * arctan(distance
+    / locking depth)."""
     s = math.radians(strike_deg)
     along = np.array([math.sin(s), math.cos(s)])
     dist = x * along[1] - y * along[0]  # signed distance across the fault
@@ -100,7 +112,9 @@ def project(u: tuple[np.ndarray, ...]) -> np.ndarray:
     return u[0] * e[0] + u[1] * e[1] + u[2] * e[2]
 
 
-def turbulence(rng: np.random.Generator, h: int, w: int, sigma: float, beta: float = 8 / 3) -> np.ndarray:
+def turbulence(
+    rng: np.random.Generator, h: int, w: int, sigma: float, beta: float = 8 / 3
+) -> np.ndarray:
     """Power-law (P(k) ~ k^-beta) random screen with std `sigma`."""
     ky = np.fft.fftfreq(h)[:, None]
     kx = np.fft.rfftfreq(w)[None, :]
@@ -119,23 +133,35 @@ def ramp(rng: np.random.Generator, h: int, w: int, amplitude: float) -> np.ndarr
 
 
 def phase_noise_std(coherence: np.ndarray, looks: int = 4) -> np.ndarray:
-    """Cramer-Rao phase std of a multilooked interferogram, capped at that of uniform phase (pi/sqrt 3)."""
+    """Cramer-Rao phase std of a multilooked interferogram, capped at that of uniform phase (pi/sqrt
+    3)."""
     g = np.clip(coherence, 1e-3, 0.999)
     return np.minimum(np.sqrt(1 - g * g) / (g * math.sqrt(2 * looks)), math.pi / math.sqrt(3))
 
 
-def _deformation(kind: str, rng, size: int, fringes: int, wavelength: float, rules: Rules) -> np.ndarray:
-    """LOS deformation (m) scaled so that the phase over its thresholded box spans `fringes` cycles."""
+def _deformation(
+    kind: str, rng, size: int, fringes: int, wavelength: float, rules: Rules
+) -> np.ndarray:
+    """LOS deformation (m) scaled so that the phase over its thresholded box spans `fringes`
+    cycles."""
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
     cx, cy = rng.uniform(0.35, 0.65) * size, rng.uniform(0.35, 0.65) * size
     x, y = (xx - cx) * PIXEL_M, (yy - cy) * PIXEL_M
     if kind == "mogi":
         shape = project(mogi(x, y, depth=rng.uniform(0.08, 0.14) * size * PIXEL_M, dv=1.0))
-    else:  # through the centre, so that after referencing both sides clear the threshold (a fault's far field never decays)
+    # through the centre, so that after referencing both sides clear the threshold (a fault's far
+    # field never decays)
+    else:
         x, y = (xx - size / 2) * PIXEL_M, (yy - size / 2) * PIXEL_M
-        shape = project(screw_dislocation(x, y, rng.uniform(0, 180), 1.0, rng.uniform(0.05, 0.1) * size * PIXEL_M))
-    shape = shape - np.median(shape)  # InSAR measures relative displacement: the truth is referenced as the converter does
+        shape = project(
+            screw_dislocation(
+                x, y, rng.uniform(0, 180), 1.0, rng.uniform(0.05, 0.1) * size * PIXEL_M
+            )
+        )
+    # InSAR measures relative displacement: the truth is referenced as the converter does
+    shape = shape - np.median(shape)
     shape = shape / np.abs(shape).max()
+
     def span(amp: float) -> float:  # the fringe-count rule on the noise-free signal
         d = amp * shape
         box = box_of(np.abs(d) > rules.threshold_m, rules.min_pixels)
@@ -144,7 +170,8 @@ def _deformation(kind: str, rng, size: int, fringes: int, wavelength: float, rul
         x0, y0, x1, y1 = (int(v) for v in box)
         return float(np.ptp(los_to_phase(d[y0:y1, x0:x1], wavelength))) / (2 * math.pi)
 
-    lo, hi = 0.0, (fringes + 2) * wavelength  # span(hi) > fringes: more than fringes + 2 half-wavelengths of peak
+    # span(hi) > fringes: more than fringes + 2 half-wavelengths of peak
+    lo, hi = 0.0, (fringes + 2) * wavelength
     for _ in range(60):  # bisection: the span grows with the amplitude
         amp = 0.5 * (lo + hi)
         lo, hi = (amp, hi) if span(amp) < fringes else (lo, amp)
@@ -168,9 +195,17 @@ def _patches(rng, size: int, avoid: tuple | None, k: int) -> np.ndarray:
     return out
 
 
-def synth_pair(rng: np.random.Generator, i: int, size: int, wavelength: float, rules: Rules, with_unwrapped: bool = True,
-               heavy_atmosphere: bool = False) -> dict:
-    """Maps and truth of one pair; the class cycles low/medium/high, the source none/mogi/dislocation."""
+def synth_pair(
+    rng: np.random.Generator,
+    i: int,
+    size: int,
+    wavelength: float,
+    rules: Rules,
+    with_unwrapped: bool = True,
+    heavy_atmosphere: bool = False,
+) -> dict:
+    """Maps and truth of one pair; the class cycles low/medium/high, the source
+    none/mogi/dislocation."""
     ncls = len(rules.coherence_classes)
     cls = i % ncls
     edges = [0.0, *rules.coherence_thresholds, 1.0]
@@ -178,38 +213,82 @@ def synth_pair(rng: np.random.Generator, i: int, size: int, wavelength: float, r
     kinds = ("mogi", "dislocation", "mogi", "none")
     kind = "none" if cls == 0 else kinds[(i // ncls) % len(kinds)]
     fringes = int(rng.integers(1, 4)) if kind != "none" else 0
-    los = _deformation(kind, rng, size, fringes, wavelength, rules) if kind != "none" else np.zeros((size, size))
+    los = (
+        _deformation(kind, rng, size, fringes, wavelength, rules)
+        if kind != "none"
+        else np.zeros((size, size))
+    )
     box = box_of(np.abs(los) > rules.threshold_m, rules.min_pixels) if kind != "none" else None
     atmo_level = int(rng.integers(0, 4))
     sigma = (0.1 + 0.35 * atmo_level) if heavy_atmosphere else (0.05 + 0.07 * atmo_level)
-    signal = los_to_phase(los, wavelength) + turbulence(rng, size, size, sigma) + ramp(rng, size, size, rng.uniform(0.2, 1.0))
+    signal = (
+        los_to_phase(los, wavelength)
+        + turbulence(rng, size, size, sigma)
+        + ramp(rng, size, size, rng.uniform(0.2, 1.0))
+    )
     coh = np.clip(level + 0.02 * smooth_field(rng, size, size, size / 8), 0.01, 0.99)
     patch = _patches(rng, size, box, int(rng.integers(1, 3)))
     coh = np.where(patch, rng.uniform(0.01, 0.08, coh.shape), coh)
     noisy = signal + rng.standard_normal(coh.shape) * phase_noise_std(coh)
     wrapped = wrap(np.where(patch, rng.uniform(-math.pi, math.pi, coh.shape), noisy))
-    unw = np.where(patch, np.nan, signal + 0.05 * rng.standard_normal(coh.shape))  # unwrappers mask decorrelated areas
-    words = ["a Mogi-type inflation ring" if kind == "mogi" else "a linear fault offset" if kind == "dislocation" else "no deformation"]
+    # unwrappers mask decorrelated areas
+    unw = np.where(patch, np.nan, signal + 0.05 * rng.standard_normal(coh.shape))
+    words = [
+        (
+            "a Mogi-type inflation ring"
+            if kind == "mogi"
+            else "a linear fault offset"
+            if kind == "dislocation"
+            else "no deformation"
+        )
+    ]
     if box is not None:
         words.append(f"centred near x={(box[0] + box[2]) / 2:.0f}, y={(box[1] + box[3]) / 2:.0f}")
-    noise = [f"{('weak', 'moderate', 'strong', 'very strong')[atmo_level]} turbulent atmosphere", "an orbital ramp",
-             f"{'one decorrelated patch' if patch.any() else 'no decorrelated patch'}", f"{rules.coherence_classes[cls]} coherence"]
-    return {"wrapped": wrapped.astype(np.float32), "coherence": coh.astype(np.float32),
-            "unwrapped": unw.astype(np.float32) if with_unwrapped else None, "los_m": los, "coherence_class": cls,
-            "fringes": fringes, "box": box, "source": kind, "atmosphere_level": atmo_level,
-            "answers": {"deformation_localization": " ".join(words), "noise_assessment": ", ".join(noise)}}
+    noise = [
+        f"{('weak', 'moderate', 'strong', 'very strong')[atmo_level]} turbulent atmosphere",
+        "an orbital ramp",
+        f"{'one decorrelated patch' if patch.any() else 'no decorrelated patch'}",
+        f"{rules.coherence_classes[cls]} coherence",
+    ]
+    return {
+        "wrapped": wrapped.astype(np.float32),
+        "coherence": coh.astype(np.float32),
+        "unwrapped": unw.astype(np.float32) if with_unwrapped else None,
+        "los_m": los,
+        "coherence_class": cls,
+        "fringes": fringes,
+        "box": box,
+        "source": kind,
+        "atmosphere_level": atmo_level,
+        "answers": {
+            "deformation_localization": " ".join(words),
+            "noise_assessment": ", ".join(noise),
+        },
+    }
 
 
-# -- the raw tree -----------------------------------------------------------------------------------
+# -- the raw tree
+# -----------------------------------------------------------------------------------
 
 
-def make_interferograms(root: str | Path, n: int = 9, size: int = 64, seed: int = 0, dataset: str | DatasetSpec = "insar",
-                        layout: str | None = None, unwrapped: bool = True, annotate: bool = True, frames: int = 1) -> IfgManifest:
+def make_interferograms(
+    root: str | Path,
+    n: int = 9,
+    size: int = 64,
+    seed: int = 0,
+    dataset: str | DatasetSpec = "insar",
+    layout: str | None = None,
+    unwrapped: bool = True,
+    annotate: bool = True,
+    frames: int = 1,
+) -> IfgManifest:
     """Write `n` pairs in the dataset's raw layout under `root` and return their truth.
 
-    `dataset` "insar" (GeoTIFFs; `unwrapped=False` leaves unwrapped_phase.tif out, and the annotations then
-    carry the true boxes) or "hephaestus" (PNG renderings + annotation JSONs; heavier atmosphere, the
-    annotation's atmospheric_fringes is the level used). `frames` > 1 spreads pairs over frame folders."""
+    `dataset` "insar" (GeoTIFFs; `unwrapped=False` leaves unwrapped_phase.tif out, and the
+    annotations then carry the true boxes) or "hephaestus" (PNG renderings + annotation JSONs;
+    heavier atmosphere, the annotation's atmospheric_fringes is the level used). `frames` > 1
+    spreads pairs over frame folders.
+    """
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     layout = layout or sorted(spec.layouts)[0]
     reader = open_reader(spec, layout)
@@ -219,19 +298,44 @@ def make_interferograms(root: str | Path, n: int = 9, size: int = 64, seed: int 
     m = IfgManifest(spec.id, layout, Path(root), seed, size, wavelength, rules)
     hephaestus = getattr(reader, "rendered", False)
     for i in range(n):
-        d = synth_pair(rng, i, size, wavelength, rules, with_unwrapped=unwrapped and not hephaestus, heavy_atmosphere=hephaestus)
+        d = synth_pair(
+            rng,
+            i,
+            size,
+            wavelength,
+            rules,
+            with_unwrapped=unwrapped and not hephaestus,
+            heavy_atmosphere=hephaestus,
+        )
         p0 = EPOCH + _dt.timedelta(days=REVISIT_DAYS * i)
         p1 = p0 + _dt.timedelta(days=REVISIT_DAYS * int(rng.integers(1, 4)))
         frame = reader.frame_name(i % frames) if (frames > 1 or hephaestus) else ""
-        pair = IfgPair("", frame, p0.isoformat(), p1.isoformat(), d["wrapped"], d["coherence"], d["unwrapped"], d["los_m"],
-                       d["coherence_class"], d["fringes"], d["box"], d["source"], d["atmosphere_level"], d["answers"])
-        pair.id, pair.paths = reader.write_pair(str(root), pair, annotate=annotate, boxes=not unwrapped, index=i)
+        pair = IfgPair(
+            "",
+            frame,
+            p0.isoformat(),
+            p1.isoformat(),
+            d["wrapped"],
+            d["coherence"],
+            d["unwrapped"],
+            d["los_m"],
+            d["coherence_class"],
+            d["fringes"],
+            d["box"],
+            d["source"],
+            d["atmosphere_level"],
+            d["answers"],
+        )
+        pair.id, pair.paths = reader.write_pair(
+            str(root), pair, annotate=annotate, boxes=not unwrapped, index=i
+        )
         m.pairs.append(pair)
     m.pairs.sort(key=lambda p: p.id)
     return m
 
 
-# -- damage for bad-input tests ----------------------------------------------------------------------
+# -- damage for bad-input tests
+# ----------------------------------------------------------------------
 
 
 def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:
@@ -261,7 +365,8 @@ def _missing_pair_heph(m: IfgManifest, p: IfgPair) -> str:
 
 
 def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
-    """Rename the pair's folder so its secondary date is impossible (the annotation follows); returns the new folder."""
+    """Rename the pair's folder so its secondary date is impossible (the annotation follows);
+    returns the new folder."""
     import os
 
     key = "wrapped_phase" if "wrapped_phase" in p.paths else "insar"
@@ -270,7 +375,8 @@ def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
     new = os.path.join(os.path.dirname(old), name)
     os.rename(old, new)
     if "annotation" in p.paths:
-        if p.paths["annotation"].startswith(old + os.sep):  # GeoTIFF layout: the annotation lies in the pair folder
+        # GeoTIFF layout: the annotation lies in the pair folder
+        if p.paths["annotation"].startswith(old + os.sep):
             p.paths["annotation"] = os.path.join(new, os.path.basename(p.paths["annotation"]))
             _annotation(m, p, pair=name)
         else:
@@ -278,27 +384,48 @@ def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
     return new
 
 
-CORRUPTIONS = {  # kind -> (damage(manifest, pair) -> path of the file at fault); layout-specific where named
+# kind -> (damage(manifest, pair) -> path of the file at fault); layout-specific where named
+CORRUPTIONS = {
     "bad_date": _bad_date,  # month 13
     "heph_bad_date": lambda m, p: _bad_date(m, p, "20210230"),  # 30 February
-    "phase_range": lambda m, p: _rewrite(p.paths["wrapped_phase"], p.wrapped * 1.5) or p.paths["wrapped_phase"],
-    "phase_degrees": lambda m, p: _rewrite(p.paths["wrapped_phase"], np.degrees(p.wrapped)) or p.paths["wrapped_phase"],
-    "coherence_range": lambda m, p: _rewrite(p.paths["coherence"], p.coherence * 100) or p.paths["coherence"],
-    "missing_coherence": lambda m, p: (Path(p.paths["coherence"]).unlink(), str(Path(p.paths["coherence"]).parent))[1],
-    "shape_mismatch": lambda m, p: _rewrite(p.paths["unwrapped_phase"], p.unwrapped[:, :-3]) or p.paths["unwrapped_phase"],
-    "crs_mismatch": lambda m, p: _rewrite(p.paths["coherence"], p.coherence, "EPSG:32632") or p.paths["coherence"],
-    "missing_unwrapped": lambda m, p: (Path(p.paths["unwrapped_phase"]).unlink(), str(Path(p.paths["unwrapped_phase"]).parent))[1],
+    "phase_range": lambda m, p: (
+        _rewrite(p.paths["wrapped_phase"], p.wrapped * 1.5) or p.paths["wrapped_phase"]
+    ),
+    "phase_degrees": lambda m, p: (
+        _rewrite(p.paths["wrapped_phase"], np.degrees(p.wrapped)) or p.paths["wrapped_phase"]
+    ),
+    "coherence_range": lambda m, p: (
+        _rewrite(p.paths["coherence"], p.coherence * 100) or p.paths["coherence"]
+    ),
+    "missing_coherence": lambda m, p: (
+        Path(p.paths["coherence"]).unlink(),
+        str(Path(p.paths["coherence"]).parent),
+    )[1],
+    "shape_mismatch": lambda m, p: (
+        _rewrite(p.paths["unwrapped_phase"], p.unwrapped[:, :-3]) or p.paths["unwrapped_phase"]
+    ),
+    "crs_mismatch": lambda m, p: (
+        _rewrite(p.paths["coherence"], p.coherence, "EPSG:32632") or p.paths["coherence"]
+    ),
+    "missing_unwrapped": lambda m, p: (
+        Path(p.paths["unwrapped_phase"]).unlink(),
+        str(Path(p.paths["unwrapped_phase"]).parent),
+    )[1],
     "annotation_pair": lambda m, p: _annotation(m, p, pair="19990101_19990113"),
     "annotation_answer": lambda m, p: _annotation(m, p, answers={"weather": "sunny"}),
     "annotation_box": lambda m, p: _annotation(m, p, box=[0, 0, m.size + 10, 5]),
     "heph_missing_pair": _missing_pair_heph,
-    "heph_missing_coherence": lambda m, p: (Path(p.paths["coherence"]).unlink(), str(Path(p.paths["coherence"]).parent))[1],
+    "heph_missing_coherence": lambda m, p: (
+        Path(p.paths["coherence"]).unlink(),
+        str(Path(p.paths["coherence"]).parent),
+    )[1],
     "heph_field": lambda m, p: _annotation(m, p, atmospheric_fringes=7),
 }
 
 
 def corrupt_ifg(manifest: IfgManifest, kind: str, index: int = 1) -> str:
-    """Damage pair `index` of a generated tree in one way; returns the path a good error message names."""
+    """Damage pair `index` of a generated tree in one way; returns the path a good error message
+    names."""
     if kind not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {kind!r}; known: {', '.join(CORRUPTIONS)}")
     return CORRUPTIONS[kind](manifest, manifest.pairs[index])

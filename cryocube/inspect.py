@@ -1,36 +1,106 @@
-"""`cryocube inspect` (a cube, its integrity, or a band-matching table) and `cryocube list` (what exists)."""
+"""`cryocube inspect` (a cube, its integrity, or a band-matching table) and `cryocube list` (what
+exists)."""
+
 from __future__ import annotations
 
 from .errors import UserError
 
-LISTS = ("datasets", "models", "protocols", "readers", "families", "benchmarks", "tasks", "adapters")
+LISTS = (
+    "datasets",
+    "models",
+    "protocols",
+    "readers",
+    "families",
+    "benchmarks",
+    "tasks",
+    "adapters",
+)
 
 
 def register(sub) -> None:
     from .store import options_arg
 
-    p = sub.add_parser("inspect", help="summarise a cube (--verify: check every chunk), or print a band-matching table")
+    p = sub.add_parser(
+        "inspect",
+        help="summarise a cube (--verify: check every chunk), or print a band-matching table",
+    )
     p.add_argument("url", nargs="?", help="cube path or URL")
-    p.add_argument("--bands", nargs=2, metavar=("MODEL", "DATASET"), help="band-matching table of MODEL on DATASET (catalog id or cube URL)")
-    p.add_argument("--cross-sensor", action="store_true", help="with --bands: the cross-sensor rule (SAR/grey into RGB)")
-    p.add_argument("--verify", action="store_true", help="read every sample and check it against the digests written at conversion")
-    p.add_argument("--storage-options", type=options_arg, default=None, help="JSON fsspec options for remote URLs")
+    p.add_argument(
+        "--bands",
+        nargs=2,
+        metavar=("MODEL", "DATASET"),
+        help="band-matching table of MODEL on DATASET (catalog id or cube URL)",
+    )
+    p.add_argument(
+        "--cross-sensor",
+        action="store_true",
+        help="with --bands: the cross-sensor rule (SAR/grey into RGB)",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="read every sample and check it against the digests written at conversion",
+    )
+    p.add_argument(
+        "--storage-options",
+        type=options_arg,
+        default=None,
+        help="JSON fsspec options for remote URLs",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_inspect)
 
-    ls = sub.add_parser("list", help="what exists: datasets, models, protocols, readers, families, benchmarks, tasks, adapters")
+    ls = sub.add_parser(
+        "list",
+        help=(
+            "what exists: datasets, models, protocols, readers, families, benchmarks, tasks,"
+            " adapters"
+        ),
+    )
     ls.add_argument("what", choices=LISTS)
-    g = ls.add_argument_group("models --profile", "measure parameters, GFLOPs, samples/s and peak memory here (cached per device)")
-    g.add_argument("--profile", action="store_true", help="with `models`: the measured compute profile of every (or each --models) config")
+    g = ls.add_argument_group(
+        "models --profile",
+        "measure parameters, GFLOPs, samples/s and peak memory here (cached per device)",
+    )
+    g.add_argument(
+        "--profile",
+        action="store_true",
+        help="with `models`: the measured compute profile of every (or each --models) config",
+    )
     g.add_argument("--models", default=None, help="comma-separated model ids (default: all)")
-    g.add_argument("--input-size", type=int, default=None, help="input side in pixels (default: the catalog's, or the published figures' setup)")
+    g.add_argument(
+        "--input-size",
+        type=int,
+        default=None,
+        help="input side in pixels (default: the catalog's, or the published figures' setup)",
+    )
     g.add_argument("--batch", type=int, default=1, help="samples per timed forward (default 1)")
-    g.add_argument("--precision", default="auto", help="auto (bf16 where the device has fast bf16, else fp32) | bf16 | fp16 | fp32")
-    g.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when visible, else cpu)")
-    g.add_argument("--iters", type=int, default=3, help="timed forwards per config, median taken (default 3; fewer past 20 s)")
-    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; on a busy shared machine 1 is much faster: "
-                        "OpenMP barriers stall on busy cores)")
-    g.add_argument("--refresh", action="store_true", help="measure again even where the cache has the config")
+    g.add_argument(
+        "--precision",
+        default="auto",
+        help="auto (bf16 where the device has fast bf16, else fp32) | bf16 | fp16 | fp32",
+    )
+    g.add_argument(
+        "--device", default=None, help="cpu or cuda[:N] (default: cuda when visible, else cpu)"
+    )
+    g.add_argument(
+        "--iters",
+        type=int,
+        default=3,
+        help="timed forwards per config, median taken (default 3; fewer past 20 s)",
+    )
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help=(
+            "torch CPU threads (default: torch's; on a busy shared machine 1 is much faster: "
+            "OpenMP barriers stall on busy cores)"
+        ),
+    )
+    g.add_argument(
+        "--refresh", action="store_true", help="measure again even where the cache has the config"
+    )
     g.add_argument("--quiet", action="store_true", help="no progress lines")
     ls.set_defaults(func=_list)
 
@@ -54,9 +124,11 @@ def _inspect(args) -> int:
         if len(rep.damaged) > 50:
             print(f"... and {len(rep.damaged) - 50} more")
         state = "ok" if rep.ok else "DAMAGED"
-        print(f"{args.url}: {rep.n_samples} samples read, {len(rep.damaged)} damaged, checksum "
-              f"{'matches' if rep.checksum_ok else 'DOES NOT match'} the marker: {state}"
-              + ("" if rep.digests else " (schema without per-sample digests: checked per block)"))
+        print(
+            f"{args.url}: {rep.n_samples} samples read, {len(rep.damaged)} damaged, checksum "
+            f"{'matches' if rep.checksum_ok else 'DOES NOT match'} the marker: {state}"
+            + ("" if rep.digests else " (schema without per-sample digests: checked per block)")
+        )
         return 0 if rep.ok else 1
     print(cube.summary(args.url))
     return 0
@@ -64,15 +136,26 @@ def _inspect(args) -> int:
 
 def _rows(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows
+    )
 
 
-PROFILE_OPTIONS = {"models": None, "input_size": None, "batch": 1, "precision": "auto", "device": None, "iters": 3,
-                   "threads": None, "refresh": False}
+PROFILE_OPTIONS = {
+    "models": None,
+    "input_size": None,
+    "batch": 1,
+    "precision": "auto",
+    "device": None,
+    "iters": 3,
+    "threads": None,
+    "refresh": False,
+}
 
 
 def _profile(args) -> int:
-    """`list models --profile`: check every option and config first (meta-device dry runs), then measure."""
+    """`list models --profile`: check every option and config first (meta-device dry runs), then
+    measure."""
     import torch
 
     from .models import profile as prof
@@ -87,10 +170,15 @@ def _profile(args) -> int:
         torch.set_num_threads(args.threads)
 
     def row_done(r: dict) -> None:
-        say(f"{r['model']} {r['input']}: {r['gflops']:.2f} GFLOPs, {r['samples_per_s']:.3f} samples/s"
-            + (" (cached)" if r["cached"] else ""), not args.quiet)
+        say(
+            f"{r['model']} {r['input']}: {r['gflops']:.2f} GFLOPs, {r['samples_per_s']:.3f}"
+            " samples/s" + (" (cached)" if r["cached"] else ""),
+            not args.quiet,
+        )
 
-    p = prof.profile(setups, iters=args.iters, refresh=args.refresh, progress=not args.quiet, on_row=row_done)
+    p = prof.profile(
+        setups, iters=args.iters, refresh=args.refresh, progress=not args.quiet, on_row=row_done
+    )
     print(prof.table(p))
     print(f"{len(p.rows)} configs in {p.seconds:.1f} s ({len(p.rows) - p.cached} measured)")
     return 0
@@ -103,7 +191,9 @@ def _list(args) -> int:
         if args.what != "models":
             raise UserError(f"--profile measures models; `list {args.what}` takes no --profile")
         return _profile(args)
-    given = [f"--{k.replace('_', '-')}" for k, v in PROFILE_OPTIONS.items() if getattr(args, k, v) != v]
+    given = [
+        f"--{k.replace('_', '-')}" for k, v in PROFILE_OPTIONS.items() if getattr(args, k, v) != v
+    ]
     if given:
         raise UserError(f"{', '.join(given)} only apply to `cryocube list models --profile`")
     if args.what == "datasets":
@@ -111,7 +201,9 @@ def _list(args) -> int:
         for d in catalog.dataset_ids():
             s = catalog.load_dataset(d)
             lays = ", ".join(f"{k} ({v.reader})" for k, v in s.layouts.items())
-            rows.append((s.id, s.short_name, str(s.tile_size), str(len(s.bands)), str(s.num_classes), lays))
+            rows.append(
+                (s.id, s.short_name, str(s.tile_size), str(len(s.bands)), str(s.num_classes), lays)
+            )
     elif args.what == "models":
         from .models import list_models, model_spec
 
@@ -119,34 +211,67 @@ def _list(args) -> int:
         for m in list_models():
             s = model_spec(m)
             bands = "dataset" if s.takes_dataset_bands else ",".join(s.slots)
-            rows.append((s.id, s.display_name, s.architecture, str(s.input_size or "tile"), bands,
-                         "pretrained" if s.pretrained else "from scratch"))
+            rows.append(
+                (
+                    s.id,
+                    s.display_name,
+                    s.architecture,
+                    str(s.input_size or "tile"),
+                    bands,
+                    "pretrained" if s.pretrained else "from scratch",
+                )
+            )
     elif args.what == "protocols":
         rows = [("name", "family", "fraction", "encoder", "description")]
         for p in catalog.protocols().values():
-            rows.append((p.name, p.family, f"{p.fraction:g}", "trained" if p.trains_encoder else "frozen", p.description))
+            rows.append(
+                (
+                    p.name,
+                    p.family,
+                    f"{p.fraction:g}",
+                    "trained" if p.trains_encoder else "frozen",
+                    p.description,
+                )
+            )
     elif args.what == "readers":
         from .convert import readers
 
-        rows = [("reader", "layout options")] + [(n, r.options_doc) for n, r in sorted(readers().items())]
+        rows = [("reader", "layout options")] + [
+            (n, r.options_doc) for n, r in sorted(readers().items())
+        ]
     elif args.what == "families":
         from . import families
 
-        rows = [("family", "primary metric")] + [(n, families.get(n).primary_metric) for n in families.names()]
+        rows = [("family", "primary metric")] + [
+            (n, families.get(n).primary_metric) for n in families.names()
+        ]
     elif args.what == "tasks":
         from .families.vqa.tasks import all_tasks
 
         rows = [("task", "cubes", "answer", "metrics", "source")] + [
-            (t.name, t.cube_kind, t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""),
-             ", ".join(m for m, _, _ in t.metrics), t.source)
-            for t in all_tasks().values()]
+            (
+                t.name,
+                t.cube_kind,
+                t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""),
+                ", ".join(m for m, _, _ in t.metrics),
+                t.source,
+            )
+            for t in all_tasks().values()
+        ]
     elif args.what == "adapters":
         from . import adapters
 
         rows = [("adapter", "random models (--allow-random-weights)", "what it loads")] + [
-            (n, ", ".join(adapters.get(n).random_models()) or "-", (adapters.get(n).__doc__ or "").strip().splitlines()[0])
-            for n in adapters.names()]
+            (
+                n,
+                ", ".join(adapters.get(n).random_models()) or "-",
+                (adapters.get(n).__doc__ or "").strip().splitlines()[0],
+            )
+            for n in adapters.names()
+        ]
     else:
-        rows = [("benchmark", "datasets")] + [(b, ", ".join(catalog.load_benchmark(b).datasets)) for b in catalog.ids("benchmarks")]
+        rows = [("benchmark", "datasets")] + [
+            (b, ", ".join(catalog.load_benchmark(b).datasets)) for b in catalog.ids("benchmarks")
+        ]
     print(_rows(rows))
     return 0

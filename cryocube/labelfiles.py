@@ -1,12 +1,14 @@
-"""NeuCo-Bench label folders, read strictly: one `<task>__<cls|regr>.csv` per task, columns id,label.
+"""NeuCo-Bench label folders, read strictly: one `<task>__<cls|regr>.csv` per task, columns
+id,label.
 
 Every way a label file could silently change a score is refused in one sentence that names the file,
 line and id: a label that is not a finite number (NaN, text, inf), an id given twice, two files for
 one task name (`x__cls.csv` beside `x__regr.csv`), a row with more or fewer fields than the header.
 An empty label cell means "unlabelled", as in NeuCo-Bench: the row is skipped and counted. Excel's
-UTF-8 byte-order mark is read, not refused. `cryocube probe --labels` and the SSL4EO converter (whose
-cube `evaluate --protocol probe` scores) both read labels here, before any cluster starts.
+UTF-8 byte-order mark is read, not refused. `cryocube probe --labels` and the SSL4EO converter
+(whose cube `evaluate --protocol probe` scores) both read labels here, before any cluster starts.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,7 +16,6 @@ import io
 import math
 import posixpath
 from dataclasses import dataclass
-
 from pathlib import Path
 
 from .errors import LabelError
@@ -65,8 +66,10 @@ def _label(path: str, line: int, id_: str, text: str) -> float:
     except ValueError:
         v = None
     if v is None or not math.isfinite(v):
-        raise LabelError(f"{path} line {line}: the label of id {id_!r} is {text!r}, not a finite number "
-                         "(leave the cell empty to mark the sample unlabelled)")
+        raise LabelError(
+            f"{path} line {line}: the label of id {id_!r} is {text!r}, not a finite number "
+            "(leave the cell empty to mark the sample unlabelled)"
+        )
     return v
 
 
@@ -77,10 +80,14 @@ def read_label_file(path: str, text: str) -> LabelFile:
     header = next(rows, None)
     names = [h.strip() for h in header or []]
     if "id" not in names or "label" not in names:
-        raise LabelError(f"{path}: a label file needs the columns id and label, found {names or 'no header'}")
+        raise LabelError(
+            f"{path}: a label file needs the columns id and label, found {names or 'no header'}"
+        )
     for col in ("id", "label"):
         if names.count(col) > 1:
-            raise LabelError(f"{path}: the column {col!r} appears {names.count(col)} times in the header")
+            raise LabelError(
+                f"{path}: the column {col!r} appears {names.count(col)} times in the header"
+            )
     i_id, i_label = names.index("id"), names.index("label")
     labels: dict[str, float] = {}
     first_line: dict[str, int] = {}
@@ -90,13 +97,17 @@ def read_label_file(path: str, text: str) -> LabelFile:
         if not row or all(not c.strip() for c in row):
             continue  # a blank line
         if len(row) != len(names):
-            raise LabelError(f"{path} line {line}: {len(row)} fields where the header has {len(names)}")
+            raise LabelError(
+                f"{path} line {line}: {len(row)} fields where the header has {len(names)}"
+            )
         id_ = strip_id(row[i_id].strip())
         if not id_:
             raise LabelError(f"{path} line {line}: the id cell is empty")
         if id_ in first_line:
-            raise LabelError(f"{path}: id {id_!r} appears twice (lines {first_line[id_]} and {line}); "
-                             "one label per sample")
+            raise LabelError(
+                f"{path}: id {id_!r} appears twice (lines {first_line[id_]} and {line}); "
+                "one label per sample"
+            )
         first_line[id_] = line
         cell = row[i_label].strip()
         if not cell:
@@ -109,7 +120,8 @@ def read_label_file(path: str, text: str) -> LabelFile:
 
 
 def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[str, LabelFile]:
-    """Every `*.csv` of a labels folder (local or object store) -> task -> LabelFile, strictly checked."""
+    """Every `*.csv` of a labels folder (local or object store) -> task -> LabelFile, strictly
+    checked."""
     import fsspec
 
     from . import store as _store
@@ -118,7 +130,9 @@ def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[
     base = base.rstrip("/")
     if not fs.isdir(base):
         raise LabelError(f"{folder}: no such labels folder")
-    files = sorted(p for p in fs.ls(base, detail=False) if p.lower().endswith(".csv") and fs.isfile(p))
+    files = sorted(
+        p for p in fs.ls(base, detail=False) if p.lower().endswith(".csv") and fs.isfile(p)
+    )
     if not files:
         raise LabelError(f"{folder}: no <task>__<cls|regr>.csv label files")
     out: dict[str, LabelFile] = {}
@@ -129,16 +143,21 @@ def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[
             task, _ = split_task_name(name)
         except LabelError as e:
             raise LabelError(f"{p}: {e}") from None
-        key = task.lower()  # x__cls and X__regr would share a results folder on a case-insensitive disk
+        # x__cls and X__regr would share a results folder on a case-insensitive disk
+        key = task.lower()
         if key in owner:
-            raise LabelError(f"{folder}: {owner[key]} and {name} both define task {task!r}; "
-                             "one file per task name (rename one)")
+            raise LabelError(
+                f"{folder}: {owner[key]} and {name} both define task {task!r}; "
+                "one file per task name (rename one)"
+            )
         owner[key] = name
         with fs.open(p, "rb") as f:
             raw = f.read()
         try:
             text = raw.decode("utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
         except UnicodeDecodeError as e:
-            raise LabelError(f"{p}: not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
+            raise LabelError(
+                f"{p}: not UTF-8 text (byte {e.start}); save it as CSV UTF-8"
+            ) from None
         out[task] = read_label_file(p, text)
     return out

@@ -1,14 +1,15 @@
 """The output contract: what a command may write at its `--out`, checked before any cluster starts.
 
 Every command claims its output here. A new or empty path, or a cryocube output of the same kind
-(which the command resumes, appends to, or replaces with `--overwrite` as it always did), is accepted;
-anything else (a folder of the user's files, a plain file, another kind of cryocube output, the
-command's own input, a path inside it or around it) is refused in one sentence, and `--overwrite`
-never overrides that. cryocube recognises its outputs by a marker written first (a
+(which the command resumes, appends to, or replaces with `--overwrite` as it always did), is
+accepted; anything else (a folder of the user's files, a plain file, another kind of cryocube
+output, the command's own input, a path inside it or around it) is refused in one sentence, and
+`--overwrite` never overrides that. cryocube recognises its outputs by a marker written first (a
 `.cryocube-output.json` file in folders, a `cryocube_output` attribute in Zarr stores) and, for
 outputs of earlier versions, by what they hold. Also here: reports built beside their folder and
 swapped in whole, and a full disk said in one sentence.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,25 +45,45 @@ KINDS: dict[str, Kind] = {
     "study": Kind("a cryocube study (written by tune)"),
     "report": Kind("a cryocube report (written by report)"),
     "quickstart": Kind("a cryocube quickstart folder"),
-    "submission": Kind("a cryocube submission CSV (written by embed --format csv)", file=True,
-                       first_line=lambda line: line.lstrip("\ufeff").startswith("id,0")),
+    "submission": Kind(
+        "a cryocube submission CSV (written by embed --format csv)",
+        file=True,
+        first_line=lambda line: line.lstrip("\ufeff").startswith("id,0"),
+    ),
 }
 
-# outputs of cryocube versions without a marker: (kind, test on the folder's entry names), first match wins
+# outputs of cryocube versions without a marker: (kind, test on the folder's entry names), first
+# match wins
 LEGACY: tuple[tuple[str, Callable[[set[str]], bool]], ...] = (
     ("study", lambda names: "study.journal" in names),
-    ("results", lambda names: "results.jsonl" in names or "runs" in names
-     or names <= {"features", "embeddings", "logs", "results.parquet", "results.jsonl.torn"}),  # killed before a record
+    (
+        "results",
+        lambda names: (
+            "results.jsonl" in names
+            or "runs" in names
+            # killed before a record
+            or names <= {"features", "embeddings", "logs", "results.parquet", "results.jsonl.torn"}
+        ),
+    ),
     ("report", lambda names: bool({"report.html", "report.md"} & names)),
-    ("quickstart", lambda names: bool(names) and names <= {"raw", "cubes", "results", "report"} and "cubes" in names),
+    (
+        "quickstart",
+        lambda names: (
+            bool(names) and names <= {"raw", "cubes", "results", "report"} and "cubes" in names
+        ),
+    ),
 )
 
 
 def marker(kind: str, command: str) -> dict:
     from . import __version__
 
-    return {"kind": kind, "command": command, "cryocube": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+    return {
+        "kind": kind,
+        "command": command,
+        "cryocube": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+    }
 
 
 def _zarr_kind(attrs: dict) -> str | None:
@@ -71,7 +92,11 @@ def _zarr_kind(attrs: dict) -> str | None:
 
     if isinstance(attrs.get(ZARR_MARKER), dict) and attrs[ZARR_MARKER].get("kind") in KINDS:
         return attrs[ZARR_MARKER]["kind"]
-    if COMPLETE_ATTR in attrs or PLAN_ATTR in attrs or str(attrs.get("converter", "")).startswith("cryocube"):
+    if (
+        COMPLETE_ATTR in attrs
+        or PLAN_ATTR in attrs
+        or str(attrs.get("converter", "")).startswith("cryocube")
+    ):
         return "cube"
     if "cryocube_embedding_complete" in attrs or {"key", "source"} <= set(attrs):
         return "embeddings"
@@ -80,12 +105,14 @@ def _zarr_kind(attrs: dict) -> str | None:
 
 @dataclass(frozen=True)
 class Found:
-    """What is at a path: state is absent, empty, file, ours (kind set) or foreign (what says what)."""
+    """What is at a path: state is absent, empty, file, ours (kind set) or foreign (what says
+    what)."""
 
     state: str
     kind: str | None = None
     what: str = ""
-    strangers: tuple[str, ...] = ()  # entries beside a folder's manifest (files put there after it was written)
+    # entries beside a folder's manifest (files put there after it was written)
+    strangers: tuple[str, ...] = ()
 
 
 def identify(url: str, storage_options=None, expect: str | None = None) -> Found:
@@ -115,7 +142,11 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
             mark_, kind = {}, None
         if kind in KINDS:
             listed = mark_.get("files")
-            strangers = sorted(names - {MARKER} - {f.split("/", 1)[0] for f in listed}) if isinstance(listed, list) else []
+            strangers = (
+                sorted(names - {MARKER} - {f.split("/", 1)[0] for f in listed})
+                if isinstance(listed, list)
+                else []
+            )
             return Found("ours", kind, KINDS[kind].what, tuple(strangers))
     if "zarr.json" in names:
         try:
@@ -123,12 +154,22 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
         except (ValueError, OSError):
             attrs = {}
         kind = _zarr_kind(attrs)
-        return Found("ours", kind, KINDS[kind].what) if kind else Found("foreign", what="a Zarr store cryocube did not write")
+        return (
+            Found("ours", kind, KINDS[kind].what)
+            if kind
+            else Found("foreign", what="a Zarr store cryocube did not write")
+        )
     for kind, test in LEGACY:
         if test(names):
             return Found("ours", kind, KINDS[kind].what)
     shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-    return Found("foreign", what=f"a folder cryocube did not write ({len(names)} entr{'y' if len(names) == 1 else 'ies'}: {shown})")
+    return Found(
+        "foreign",
+        what=(
+            f"a folder cryocube did not write ({len(names)}"
+            f" entr{'y' if len(names) == 1 else 'ies'}: {shown})"
+        ),
+    )
 
 
 def _norm(url: str) -> str:
@@ -144,46 +185,74 @@ def _inside(inner: str, outer: str) -> bool:
     return inner.startswith(outer.rstrip(sep) + sep)
 
 
-def check_inputs(url: str, inputs: Iterable[tuple[str, str | None]], flag: str = "--out", inside_ok: bool = False) -> None:
-    """Refuse an output that is one of the command's inputs, lies inside one (unless `inside_ok`), or holds one."""
+def check_inputs(
+    url: str, inputs: Iterable[tuple[str, str | None]], flag: str = "--out", inside_ok: bool = False
+) -> None:
+    """Refuse an output that is one of the command's inputs, lies inside one (unless `inside_ok`),
+    or holds one."""
     out = _norm(url)
     for name, given in inputs:
         if not given:
             continue
         inp = _norm(given)
         if out == inp:
-            raise UserError(f"{flag} {url} is this command's input ({name} {given}); choose another {flag}")
+            raise UserError(
+                f"{flag} {url} is this command's input ({name} {given}); choose another {flag}"
+            )
         if _inside(out, inp) and not inside_ok:
-            raise UserError(f"{flag} {url} lies inside this command's input ({name} {given}); choose a {flag} outside it")
+            raise UserError(
+                f"{flag} {url} lies inside this command's input ({name} {given}); choose a {flag}"
+                " outside it"
+            )
         if _inside(inp, out):
-            raise UserError(f"the input {name} {given} lies inside {flag} {url}; choose a {flag} that does not hold an input")
+            raise UserError(
+                f"the input {name} {given} lies inside {flag} {url}; choose a {flag} that does not"
+                " hold an input"
+            )
 
 
-def claim(url: str, kind: str, command: str, *, inputs: Iterable[tuple[str, str | None]] = (), flag: str = "--out",
-          storage_options=None, write_marker: bool = True) -> Found:
-    """Check that `command` may write a `kind` output at `url` and mark it as such; returns what was there.
+def claim(
+    url: str,
+    kind: str,
+    command: str,
+    *,
+    inputs: Iterable[tuple[str, str | None]] = (),
+    flag: str = "--out",
+    storage_options=None,
+    write_marker: bool = True,
+) -> Found:
+    """Check that `command` may write a `kind` output at `url` and mark it as such; returns what was
+    there.
 
-    Accepted: nothing, an empty folder, or an output of the same kind (the command then resumes, appends
-    or, with its --overwrite, replaces it). Everything else is refused before anything is written.
-    `write_marker=False` checks only (a dry run writes nothing).
+    Accepted: nothing, an empty folder, or an output of the same kind (the command then resumes,
+    appends or, with its --overwrite, replaces it). Everything else is refused before anything is
+    written. `write_marker=False` checks only (a dry run writes nothing).
     """
     k = KINDS[kind]
     check_inputs(url, inputs, flag)
     found = identify(url, storage_options, expect=kind)
     if found.state == "file":
-        raise UserError(f"{flag} {url} is a file, not {'a folder' if not k.file else 'a file cryocube wrote'}; "
-                        f"{command} refuses to replace it (choose another {flag})")
+        raise UserError(
+            f"{flag} {url} is a file, not {'a folder' if not k.file else 'a file cryocube wrote'}; "
+            f"{command} refuses to replace it (choose another {flag})"
+        )
     if found.state == "foreign" or (k.file and found.state == "empty"):
-        raise UserError(f"{flag} {url} holds {found.what or 'a folder'}; {command} writes only to a new path"
-                        f"{' ' if k.file else ', an empty folder '}or {k.what.split(' (')[0]} (choose another {flag}; "
-                        "--overwrite never replaces files cryocube did not write)")
+        raise UserError(
+            f"{flag} {url} holds {found.what or 'a folder'}; {command} writes only to a new"
+            f" path{' ' if k.file else ', an empty folder '}or {k.what.split(' (')[0]} (choose"
+            f" another {flag}; --overwrite never replaces files cryocube did not write)"
+        )
     if found.state == "ours" and found.kind != kind:
-        raise UserError(f"{flag} {url} holds {found.what}, not {k.what}; {command} refuses to write there "
-                        f"(choose another {flag}; --overwrite only replaces {k.what.split(' (')[0]})")
+        raise UserError(
+            f"{flag} {url} holds {found.what}, not {k.what}; {command} refuses to write there "
+            f"(choose another {flag}; --overwrite only replaces {k.what.split(' (')[0]})"
+        )
     if found.strangers:
         shown = ", ".join(found.strangers[:3]) + (", ..." if len(found.strangers) > 3 else "")
-        raise UserError(f"{flag} {url} holds {found.what} and files it did not write ({shown}); {command} would "
-                        f"replace the whole folder, so it refuses (move them out, or choose another {flag})")
+        raise UserError(
+            f"{flag} {url} holds {found.what} and files it did not write ({shown}); {command} would"
+            f" replace the whole folder, so it refuses (move them out, or choose another {flag})"
+        )
     if write_marker and not k.zarr and not k.file:
         mark(url, kind, command, storage_options)
     return found
@@ -204,7 +273,8 @@ def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
     """Build a local folder output beside `out` and swap it in whole at the end.
 
     A build killed midway leaves the previous output as it was (the half-built sibling is removed by
-    the next build); a finished one replaces it, so no file of an earlier build survives beside the new.
+    the next build); a finished one replaces it, so no file of an earlier build survives beside the
+    new.
     """
     out = Path(out)
     parent = out.parent
@@ -216,8 +286,14 @@ def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
     try:
         mark(str(tmp), kind, command)
         yield tmp
-        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file() and p.name != MARKER)
-        _store.write_atomic(str(tmp / MARKER), json.dumps(marker(kind, command) | {"files": files}, indent=1) + "\n")
+        files = sorted(
+            p.relative_to(tmp).as_posix()
+            for p in tmp.rglob("*")
+            if p.is_file() and p.name != MARKER
+        )
+        _store.write_atomic(
+            str(tmp / MARKER), json.dumps(marker(kind, command) | {"files": files}, indent=1) + "\n"
+        )
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -240,10 +316,14 @@ def _os_error(e: BaseException) -> OSError | None:
 
 
 def disk_full_message(e: BaseException, out: str | None) -> str | None:
-    """One sentence for a full disk (or quota) met while writing, naming the file or the output; else None."""
+    """One sentence for a full disk (or quota) met while writing, naming the file or the output;
+    else None."""
     err = _os_error(e)
     if err is None:
         return None
     where = err.filename or out or "the output"
     why = "disk quota exceeded" if err.errno == errno.EDQUOT else "no space left on device"
-    return f"{why} writing {where}; free some space (or choose another --out) and rerun the same command"
+    return (
+        f"{why} writing {where}; free some space (or choose another --out) and rerun the same"
+        " command"
+    )

@@ -5,6 +5,7 @@ a CPU with AMX or AVX512-BF16, as torch reports them) and fp32 elsewhere; bf16 a
 with fp32 master weights, optimiser state and loss (fp16 with a gradient scaler). `resolve` takes
 the device's reported capability as input, so both answers are testable on any machine.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,12 +26,18 @@ class DeviceInfo:
     cuda_capability: tuple[int, int] | None = None
     cpu_bf16: bool = False  # AMX tiles or AVX512-BF16 (oneDNN's fast bf16 paths)
     memory_bytes: int | None = None
-    cpu_amx: bool = False  # AMX tiles: oneDNN's bf16 convolutions run fastest on channels_last there
+    # AMX tiles: oneDNN's bf16 convolutions run fastest on channels_last there
+    cpu_amx: bool = False
 
     def describe(self) -> str:
         if self.type == "cuda":
-            return f"cuda {self.name} (compute capability {'.'.join(map(str, self.cuda_capability or ()))})"
-        return f"cpu {self.name}" + (" with AMX/AVX512-BF16" if self.cpu_bf16 else " without bf16 matrix units")
+            return (
+                f"cuda {self.name} (compute capability"
+                f" {'.'.join(map(str, self.cuda_capability or ()))})"
+            )
+        return f"cpu {self.name}" + (
+            " with AMX/AVX512-BF16" if self.cpu_bf16 else " without bf16 matrix units"
+        )
 
 
 def fast_bf16(info: DeviceInfo) -> bool:
@@ -46,7 +53,9 @@ def resolve(requested: str, info: DeviceInfo) -> str:
     if requested == "auto":
         return "bf16" if fast_bf16(info) else "fp32"
     if requested == "fp16" and info.type == "cpu":
-        raise UserError("precision fp16 needs a GPU (CPU autocast computes in bf16); use bf16 or auto")
+        raise UserError(
+            "precision fp16 needs a GPU (CPU autocast computes in bf16); use bf16 or auto"
+        )
     return requested
 
 
@@ -63,18 +72,25 @@ def this_device(device: str | None = None) -> DeviceInfo:
     cpu = torch.cpu
     amx = bool(getattr(cpu, "_is_amx_tile_supported", lambda: False)())
     bf16 = amx or bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)())
-    return DeviceInfo("cpu", platform.processor() or platform.machine(), None, bf16, None, cpu_amx=amx)
+    return DeviceInfo(
+        "cpu", platform.processor() or platform.machine(), None, bf16, None, cpu_amx=amx
+    )
 
 
 def auto_memory_format(info: DeviceInfo, precision: str) -> str:
-    """`memory_format: auto`: channels_last where it measured faster for conv decoders (CUDA; bf16 on AMX, where
-    UPerNet-512's step took 1.08 s against 1.50 s contiguous, forward 2x), contiguous elsewhere (slower on AVX2 and
-    AVX512-BF16 CPUs)."""
-    return "channels_last" if info.type == "cuda" or (info.cpu_amx and precision == "bf16") else "contiguous"
+    """`memory_format: auto`: channels_last where it measured faster for conv decoders (CUDA; bf16
+    on AMX, where UPerNet-512's step took 1.08 s against 1.50 s contiguous, forward 2x), contiguous
+    elsewhere (slower on AVX2 and AVX512-BF16 CPUs)."""
+    return (
+        "channels_last"
+        if info.type == "cuda" or (info.cpu_amx and precision == "bf16")
+        else "contiguous"
+    )
 
 
 def weakest(infos: list[DeviceInfo]) -> DeviceInfo:
-    """The device that decides `auto` for a cluster: one without fast bf16 if any worker lacks it."""
+    """The device that decides `auto` for a cluster: one without fast bf16 if any worker lacks
+    it."""
     if not infos:
         raise UserError("no workers to ask for their device")
     slow = [i for i in infos if not fast_bf16(i)]
@@ -87,11 +103,15 @@ def autocast(device: str, precision: str):
 
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast("cuda" if device.startswith("cuda") else "cpu", dtype=getattr(torch, DTYPES[precision]))
+    return torch.autocast(
+        "cuda" if device.startswith("cuda") else "cpu", dtype=getattr(torch, DTYPES[precision])
+    )
 
 
 def grad_scaler(device: str, precision: str):
     """A gradient scaler for fp16 (bf16 has fp32's range and needs none)."""
     import torch
 
-    return torch.amp.GradScaler("cuda" if device.startswith("cuda") else "cpu", enabled=(precision == "fp16"))
+    return torch.amp.GradScaler(
+        "cuda" if device.startswith("cuda") else "cpu", enabled=(precision == "fp16")
+    )

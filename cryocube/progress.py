@@ -1,9 +1,10 @@
 """Progress of long work, on a terminal and when piped to a log.
 
 On a terminal: rich bars, and a live table with each training run's epoch, loss and validation mIoU.
-Piped (not a TTY): plain timestamped lines, one per 10 % of a phase and per few epochs of a run, so a
-log shows movement as it happens. `enabled=False` (--quiet) prints nothing.
+Piped (not a TTY): plain timestamped lines, one per 10 % of a phase and per few epochs of a run, so
+a log shows movement as it happens. `enabled=False` (--quiet) prints nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,13 @@ class _PlainBar:
     """Prints `label: 40% (12/30), 8 s` at each tenth of the total and at the end."""
 
     def __init__(self, label: str, total: float):
-        self.label, self.total, self.done, self.t0, self.next = label, max(total, 1e-9), 0.0, time.perf_counter(), 1
+        self.label, self.total, self.done, self.t0, self.next = (
+            label,
+            max(total, 1e-9),
+            0.0,
+            time.perf_counter(),
+            1,
+        )
 
     def advance(self, n: float = 1) -> None:
         self.done += n
@@ -52,7 +59,10 @@ class _PlainBar:
             self.next, crossed = self.next + 1, True
         if crossed:  # one line per advance, at the highest tenth it reached
             pct = 100 * (self.next - 1) // STEPS
-            say(f"{self.label}: {pct}% ({self.done:g}/{self.total:g}), {time.perf_counter() - self.t0:.0f} s")
+            say(
+                f"{self.label}: {pct}% ({self.done:g}/{self.total:g}),"
+                f" {time.perf_counter() - self.t0:.0f} s"
+            )
 
 
 @contextlib.contextmanager
@@ -65,9 +75,22 @@ def progress_bar(label: str, total: float, enabled: bool = True):
         say(f"{label}: started ({total:g})")
         yield _PlainBar(label, total)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
+    cols = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
     with Progress(*cols, transient=False) as p:
         yield _Bar(p, p.add_task(label, total=total))
 
@@ -95,16 +118,18 @@ def gather(futures: list, label: str, total: float, enabled: bool, weight) -> li
 class RunBoard:
     """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU).
 
-    Terminal: a live table (one row per run). Piped: a line every ~10 % of a run's epochs and at every
-    validation, and one when it finishes. Events arrive on the Dask client's thread; the board is
-    thread-safe.
+    Terminal: a live table (one row per run). Piped: a line every ~10 % of a run's epochs and at
+    every validation, and one when it finishes. Events arrive on the Dask client's thread; the board
+    is thread-safe.
     """
 
     def __init__(self, labels: dict[str, str], enabled: bool = True):
         self.labels = dict(labels)
         self.mode = mode(enabled)
-        self.state: dict[str, dict] = {k: {"epoch": 0, "epochs": None, "loss": None, "val": None, "status": "queued"}
-                                       for k in labels}
+        self.state: dict[str, dict] = {
+            k: {"epoch": 0, "epochs": None, "loss": None, "val": None, "status": "queued"}
+            for k in labels
+        }
         self._lock = threading.Lock()
         self._live = None
 
@@ -131,8 +156,13 @@ class RunBoard:
         t.title = f"train + test: {done}/{len(self.state)} runs finished"
         for k, s in self.state.items():
             ep = f"{s['epoch']}/{s['epochs']}" if s["epochs"] else "-"
-            t.add_row(self.labels[k], ep, f"{s['loss']:.4f}" if s["loss"] is not None else "-",
-                      f"{s['val']:.2f}" if s["val"] is not None else "-", s["status"])
+            t.add_row(
+                self.labels[k],
+                ep,
+                f"{s['loss']:.4f}" if s["loss"] is not None else "-",
+                f"{s['val']:.2f}" if s["val"] is not None else "-",
+                s["status"],
+            )
         return t
 
     def event(self, ev: dict) -> None:
@@ -141,7 +171,11 @@ class RunBoard:
             return
         with self._lock:
             s = self.state[run]
-            s.update(epoch=ev.get("epoch", s["epoch"]), epochs=ev.get("epochs", s["epochs"]), status="training")
+            s.update(
+                epoch=ev.get("epoch", s["epoch"]),
+                epochs=ev.get("epochs", s["epochs"]),
+                status="training",
+            )
             if ev.get("loss") is not None:
                 s["loss"] = ev["loss"]
             if ev.get("val_mIoU") is not None:
@@ -160,7 +194,10 @@ class RunBoard:
                 s = self.state[run]
                 loss = f" loss {s['loss']:.4f}" if ev.get("loss") is not None else ""
                 val = f" val mIoU {ev['val_mIoU']:.2f}" if ev.get("val_mIoU") is not None else ""
-                say(f"{self.labels[run]}: epoch {e}/{epochs}{loss}{val}" + (" (best state kept, testing)" if ev.get("done") else ""))
+                say(
+                    f"{self.labels[run]}: epoch {e}/{epochs}{loss}{val}"
+                    + (" (best state kept, testing)" if ev.get("done") else "")
+                )
 
     def scoring(self, run: str, tasks: int) -> None:
         """A run's score tasks are submitted (its fit is done)."""

@@ -1,4 +1,5 @@
-"""The recipe fields every evaluation family shares, their checks, and the `--set` / `--config` readers.
+"""The recipe fields every evaluation family shares, their checks, and the `--set` / `--config`
+readers.
 
 A family's recipe is a frozen dataclass over `BaseRecipe` that adds its own fields and checks
 (families/segmentation/recipe.py); fields without a default take the benchmark catalog's value
@@ -6,6 +7,7 @@ A family's recipe is a frozen dataclass over `BaseRecipe` that adds its own fiel
 with one sentence naming the field, the value and what it may be. The set of all families' recipes
 read from one set of values is `families.recipes.Recipe`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,10 +27,14 @@ def check_int(name: str, v: Any, lo: int = 1, none: bool = False) -> None:
     if v is None and none:
         return
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise RecipeError(f"recipe field {name} must be an integer >= {lo}{' or null' if none else ''}, got {v!r}")
+        raise RecipeError(
+            f"recipe field {name} must be an integer >= {lo}{' or null' if none else ''}, got {v!r}"
+        )
 
 
-def check_num(name: str, v: Any, lo: float, lo_open: bool = False, hi: float = math.inf, hi_open: bool = False) -> None:
+def check_num(
+    name: str, v: Any, lo: float, lo_open: bool = False, hi: float = math.inf, hi_open: bool = False
+) -> None:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ok = ok and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
     if not ok:
@@ -43,19 +49,29 @@ def check_choice(name: str, v: Any, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class BaseRecipe:
-    """The fields every family reads: how inputs are normalised and computed, and how tasks are cut."""
+    """The fields every family reads: how inputs are normalised and computed, and how tasks are
+    cut."""
 
     precision: str  # auto | bf16 | fp16 | fp32
-    normalization: str  # "published": the dataset catalog's mean/std (the reference); "cube": the cube's train stats
+    # "published": the dataset catalog's mean/std (the reference); "cube": the cube's train stats
+    normalization: str
     input_size: int | None = None  # override the encoder's input size (e.g. small test tiles)
     block_samples: int = 8  # samples per Dask task when extracting features / embedding / testing
-    threads: int | None = None  # torch threads per task (default: the worker's configured torch threads)
-    extract_batch: int | None = None  # encoder batch in extraction/inference (None: sized to the device)
+    # torch threads per task (default: the worker's configured torch threads)
+    threads: int | None = None
+    # encoder batch in extraction/inference (None: sized to the device)
+    extract_batch: int | None = None
     encoder_weights: dict[str, str] = field(default_factory=dict)  # model id -> checkpoint path/URL
-    follow_reference: bool = False  # switch every model deviation to the reference's behaviour (docs/deviations.md)
+    # switch every model deviation to the reference's behaviour (docs/deviations.md)
+    follow_reference: bool = False
 
     # fields that never change a run's result (left out of its content hash)
-    EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = ("block_samples", "threads", "extract_batch", "encoder_weights")
+    EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = (
+        "block_samples",
+        "threads",
+        "extract_batch",
+        "encoder_weights",
+    )
     TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ()  # list-valued fields, kept as tuples (hashable)
     FLOAT_FIELDS: ClassVar[tuple[str, ...]] = ()  # YAML reads 1e-4 (no dot) as a string
 
@@ -70,10 +86,18 @@ class BaseRecipe:
         check_int("threads", self.threads, none=True)
         check_int("extract_batch", self.extract_batch, none=True)
         if not isinstance(self.follow_reference, bool):
-            raise RecipeError(f"recipe field follow_reference must be true or false, got {self.follow_reference!r}")
+            raise RecipeError(
+                "recipe field follow_reference must be true or false, got"
+                f" {self.follow_reference!r}"
+            )
         w = self.encoder_weights
-        if not isinstance(w, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in w.items()):
-            raise RecipeError(f"recipe field encoder_weights must map model ids to checkpoint paths/URLs, got {w!r}")
+        if not isinstance(w, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in w.items()
+        ):
+            raise RecipeError(
+                "recipe field encoder_weights must map model ids to checkpoint paths/URLs, got"
+                f" {w!r}"
+            )
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -82,12 +106,16 @@ class BaseRecipe:
     @classmethod
     def benchmark_fields(cls) -> tuple[str, ...]:
         """Fields without a default: the benchmark catalog must give them."""
-        return tuple(f.name for f in dataclasses.fields(cls)
-                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        return tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
 
     @classmethod
     def from_values(cls, values: dict[str, Any], where: str = "recipe"):
-        """This family's recipe from a mapping that may hold other families' fields too (they are left)."""
+        """This family's recipe from a mapping that may hold other families' fields too (they are
+        left)."""
         mine = {k: v for k, v in coerce(cls, values).items() if k in cls.field_names()}
         missing = [f for f in cls.benchmark_fields() if f not in mine]
         if missing:
@@ -111,13 +139,15 @@ class BaseRecipe:
     def identity(self) -> dict[str, Any]:
         """The fields that define a run's result (its content hash takes these)."""
         d = {k: v for k, v in self.as_dict().items() if k not in self.EXECUTION_FIELDS}
-        if not d.get("follow_reference"):  # the default leaves every existing run's identity as it was
+        # the default leaves every existing run's identity as it was
+        if not d.get("follow_reference"):
             d.pop("follow_reference", None)
         return d
 
 
 def coerce(cls: type[BaseRecipe], values: dict[str, Any]) -> dict[str, Any]:
-    """YAML's types as the fields take them: lists -> tuples, numbers written as strings -> floats."""
+    """YAML's types as the fields take them: lists -> tuples, numbers written as strings ->
+    floats."""
     out = dict(values)
     for k in cls.TUPLE_FIELDS:
         if k in out:
@@ -154,7 +184,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def read_config(path: str) -> dict[str, Any]:
-    """A --config YAML file as a mapping (its fields not yet checked: `tune` takes a `space:` section too)."""
+    """A --config YAML file as a mapping (its fields not yet checked: `tune` takes a `space:`
+    section too)."""
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}

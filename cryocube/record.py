@@ -1,21 +1,23 @@
 """The run record: what one run of any family was, typed and versioned, and the files that keep it.
 
-Every family builds its record through one constructor (`Family.base_record` -> `RunRecord`): the fields
-every run has are typed here, a family's own fields ride along in `fields`. Reading validates a record and
-migrates an older one (`record_version` 1: the untyped dicts written before this module) to the current
-version, so results folders written by earlier releases keep loading with the same run ids.
+Every family builds its record through one constructor (`Family.base_record` -> `RunRecord`): the
+fields every run has are typed here, a family's own fields ride along in `fields`. Reading validates
+a record and migrates an older one (`record_version` 1: the untyped dicts written before this
+module) to the current version, so results folders written by earlier releases keep loading with the
+same run ids.
 
-On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth) and results.jsonl,
-their index. A record file is written whole or not at all (temporary file + rename, or one object-store
-PUT), and "cached" means a record that parses exists. results.jsonl only ever grows by whole lines; a line
-torn by a crash is moved aside to results.jsonl.torn (with a warning) before the next record is appended,
-so earlier records are never corrupted. The table can always be rebuilt from the records: `evaluate`
-re-adds what it lacks (`sync_results`) before it counts a run as cached, and the report reads the
-records the table lacks (`missing_records`).
+On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth) and
+results.jsonl, their index. A record file is written whole or not at all (temporary file + rename,
+or one object-store PUT), and "cached" means a record that parses exists. results.jsonl only ever
+grows by whole lines; a line torn by a crash is moved aside to results.jsonl.torn (with a warning)
+before the next record is appended, so earlier records are never corrupted. The table can always be
+rebuilt from the records: `evaluate` re-adds what it lacks (`sync_results`) before it counts a run
+as cached, and the report reads the records the table lacks (`missing_records`).
 
-This module sits in the bottom layer (docs/architecture.md): families, the engine and the report all read
-and write records through it, and it imports nothing of cryocube but the store and the errors.
+This module sits in the bottom layer (docs/architecture.md): families, the engine and the report all
+read and write records through it, and it imports nothing of cryocube but the store and the errors.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -24,7 +26,8 @@ import hashlib
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, fields as _fields
+from dataclasses import asdict, dataclass, field
+from dataclasses import fields as _fields
 from importlib import metadata
 from typing import Any
 
@@ -34,15 +37,18 @@ from . import __version__
 from . import store as _store
 from .errors import RecordError  # noqa: F401  (re-exported: cryocube.record names it)
 
-RECORD_VERSION = 2  # 2: typed common fields (this module); 1: the untyped dicts of releases before it
+# 2: typed common fields (this module); 1: the untyped dicts of releases before it
+RECORD_VERSION = 2
 RESULTS_FILE = "results.jsonl"
 TORN_SUFFIX = ".torn"
-REQUIRED = ("model", "dataset", "protocol", "seed", "status")  # a record of any version lacks none of these
+# a record of any version lacks none of these
+REQUIRED = ("model", "dataset", "protocol", "seed", "status")
 
 
 @dataclass
 class RunRecord:
-    """One run's record. `fields` holds what only its family writes (config, embedding, tasks, ...)."""
+    """One run's record. `fields` holds what only its family writes (config, embedding, tasks,
+    ...)."""
 
     run_id: str
     family: str
@@ -67,22 +73,28 @@ class RunRecord:
     fields: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object written to record.json and results.jsonl (common fields, then the family's)."""
+        """The JSON object written to record.json and results.jsonl (common fields, then the
+        family's)."""
         d = asdict(self)
         own = d.pop("fields")
         return d | {k: v for k, v in own.items() if k not in d}
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "record") -> RunRecord:
-        """Validate and migrate a record read from disk; `where` ("file:line") starts every error sentence."""
+        """Validate and migrate a record read from disk; `where` ("file:line") starts every error
+        sentence."""
         if not isinstance(d, dict):
             raise RecordError(f"{where}: a record must be a JSON object, got {type(d).__name__}")
         version = d.get("record_version", 1)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise RecordError(f"{where}: record_version must be a positive integer, got {version!r}")
+            raise RecordError(
+                f"{where}: record_version must be a positive integer, got {version!r}"
+            )
         if version > RECORD_VERSION:
-            raise RecordError(f"{where}: record_version {version} was written by a newer cryocube (this one reads up "
-                              f"to {RECORD_VERSION}); upgrade cryocube to read it")
+            raise RecordError(
+                f"{where}: record_version {version} was written by a newer cryocube (this one reads"
+                f" up to {RECORD_VERSION}); upgrade cryocube to read it"
+            )
         missing = [k for k in REQUIRED if k not in d]
         if missing:
             raise RecordError(f"{where}: record lacks {', '.join(missing)}")
@@ -104,23 +116,43 @@ class RunRecord:
         for k in ("cube", "weights", "precision", "overrides", "versions"):
             if common.get(k) is not None and not isinstance(common[k], dict):
                 if k != "precision":  # precision was a bare string in early records
-                    raise RecordError(f"{where}: field {k} must be an object, got {type(common[k]).__name__}")
+                    raise RecordError(
+                        f"{where}: field {k} must be an object, got {type(common[k]).__name__}"
+                    )
         return cls(**common, fields={k: v for k, v in d.items() if k not in names})
 
 
 def _v1_to_v2(d: dict) -> dict:
-    """Records before typing: fill the fields they left implicit (family, primary metric, fraction, run id)."""
+    """Records before typing: fill the fields they left implicit (family, primary metric, fraction,
+    run id)."""
     family = str(d.get("family") or "segmentation")
     primary = d.get("primary_metric") or ("Q" if family == "embedding" else "mIoU")
     fraction = d.get("fraction")
-    out = d | {"family": family, "primary_metric": primary, "fraction": 1.0 if fraction is None else fraction,
-               "run_id": str(d.get("run_id") or ""), "record_version": 2}
+    out = d | {
+        "family": family,
+        "primary_metric": primary,
+        "fraction": 1.0 if fraction is None else fraction,
+        "run_id": str(d.get("run_id") or ""),
+        "record_version": 2,
+    }
     if primary == "Q" and not d.get("label_set"):
-        # probe runs are ranked only against runs on the same labels: an early probe record names them by
+        # probe runs are ranked only against runs on the same labels: an early probe record names
+        # them by
         # their digest in its identity, else by its labels source and task names
-        tasks = (d.get("identity") or {}).get("tasks") if isinstance(d.get("identity"), dict) else None
-        out["label_set"] = str(tasks) if tasks else hashlib.sha256(json.dumps(
-            {"labels": d.get("labels"), "tasks": d.get("tasks")}, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        tasks = (
+            (d.get("identity") or {}).get("tasks") if isinstance(d.get("identity"), dict) else None
+        )
+        out["label_set"] = (
+            str(tasks)
+            if tasks
+            else hashlib.sha256(
+                json.dumps(
+                    {"labels": d.get("labels"), "tasks": d.get("tasks")},
+                    sort_keys=True,
+                    default=str,
+                ).encode()
+            ).hexdigest()[:12]
+        )
     return out
 
 
@@ -162,14 +194,18 @@ def clean(v):
 
 
 def load_record(out: str, run_id: str) -> dict | None:
-    """The run's record if one exists, parses and validates (a damaged one counts as absent, with a warning)."""
+    """The run's record if one exists, parses and validates (a damaged one counts as absent, with a
+    warning)."""
     url = f"{run_dir(out, run_id)}/record.json"
     if not _store.file_exists(url):
         return None
     try:
         rec = json.loads(_store.read_text(url))
     except (ValueError, UnicodeDecodeError) as e:
-        warnings.warn(f"{url}: not a readable record ({e}); the run counts as not done and will run again", stacklevel=2)
+        warnings.warn(
+            f"{url}: not a readable record ({e}); the run counts as not done and will run again",
+            stacklevel=2,
+        )
         return None
     if not isinstance(rec, dict):
         return None
@@ -181,7 +217,8 @@ def load_record(out: str, run_id: str) -> dict | None:
 
 
 def repair_results(out: str) -> int:
-    """Move a torn last line of results.jsonl (a crash while appending) to results.jsonl.torn; returns lines moved."""
+    """Move a torn last line of results.jsonl (a crash while appending) to results.jsonl.torn;
+    returns lines moved."""
     url = results_url(out)
     if not _store.file_exists(url):
         return 0
@@ -202,46 +239,61 @@ def repair_results(out: str) -> int:
         return 0
     _store.append_text(url + TORN_SUFFIX, "\n".join(bad) + "\n")
     _store.write_atomic(url, "".join(line + "\n" for line in keep if line.strip()))
-    warnings.warn(f"{url}: {len(bad)} torn line(s) at the end (an interrupted write) moved to {url + TORN_SUFFIX}", stacklevel=2)
+    warnings.warn(
+        f"{url}: {len(bad)} torn line(s) at the end (an interrupted write) moved to"
+        f" {url + TORN_SUFFIX}",
+        stacklevel=2,
+    )
     return len(bad)
 
 
 def missing_records(out: str, table: list[dict]) -> list[dict]:
-    """Run records (runs/*/record.json) whose latest version the table lacks: a crash between a record file and
-    its line, or a line lost to a torn tail. Oldest first."""
+    """Run records (runs/*/record.json) whose latest version the table lacks: a crash between a
+    record file and its line, or a line lost to a torn tail. Oldest first."""
     last = {}
     for r in table:
         last[r.get("run_id")] = r.get("created")
     found = []
     for rid in _store.list_dir(f"{out.rstrip('/')}/runs"):
-        with warnings.catch_warnings():  # a damaged record file is warned about where a run is looked up
+        # a damaged record file is warned about where a run is looked up
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rec = load_record(out, rid)
-        if rec is not None and rec.get("run_id") == rid and last.get(rid, object()) != rec.get("created"):
+        if (
+            rec is not None
+            and rec.get("run_id") == rid
+            and last.get(rid, object()) != rec.get("created")
+        ):
             found.append(rec)
     return sorted(found, key=lambda r: str(r.get("created") or ""))
 
 
 def sync_results(out: str) -> int:
-    """Make results.jsonl a complete view of the run records: repair a torn tail, re-add the records it lacks.
-    Returns the lines added."""
+    """Make results.jsonl a complete view of the run records: repair a torn tail, re-add the records
+    it lacks. Returns the lines added."""
     repair_results(out)
     add = missing_records(out, read_results(out))
     if add:
         _store.append_text(results_url(out), "".join(json.dumps(r) + "\n" for r in add))
-        warnings.warn(f"{results_url(out)}: {len(add)} run record(s) missing from the table re-added from "
-                      f"{out.rstrip('/')}/runs/*/record.json", stacklevel=2)
+        warnings.warn(
+            f"{results_url(out)}: {len(add)} run record(s) missing from the table re-added from "
+            f"{out.rstrip('/')}/runs/*/record.json",
+            stacklevel=2,
+        )
     return len(add)
 
 
 def write_record(out: str, record: dict | RunRecord) -> dict:
-    """Write the run's record file, then append it to results.jsonl; returns the record as written."""
+    """Write the run's record file, then append it to results.jsonl; returns the record as
+    written."""
     record = clean(record.to_dict() if isinstance(record, RunRecord) else record)
     if record.get("created") is None:
         record["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
     if record.get("versions") is None:
         record["versions"] = versions()
-    _store.write_atomic(f"{run_dir(out, record['run_id'])}/record.json", json.dumps(record, indent=1))
+    _store.write_atomic(
+        f"{run_dir(out, record['run_id'])}/record.json", json.dumps(record, indent=1)
+    )
     repair_results(out)
     _store.append_text(results_url(out), json.dumps(record) + "\n")
     return record
@@ -262,7 +314,9 @@ def read_results(out: str) -> list[dict]:
             recs.append(json.loads(line))
         except ValueError:
             if i == len(lines) and not text.endswith("\n"):
-                warnings.warn(f"{url}:{i}: torn last line skipped (an interrupted write)", stacklevel=2)
+                warnings.warn(
+                    f"{url}:{i}: torn last line skipped (an interrupted write)", stacklevel=2
+                )
                 continue
             raise
     return recs

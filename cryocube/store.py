@@ -3,9 +3,11 @@
 Every module reads and writes cubes, caches, records and reports through here, so storage options
 are resolved once and the same URL works on the client and on Dask workers. Options come from, in
 order: those passed to a call, those registered for the URL's bucket (`register_options`, which the
-engine also installs on the workers with `share_with`), and $CRYOCUBE_STORAGE_OPTIONS for remote URLs.
-Options never enter task graphs, records or messages: workers receive them once, in a worker plugin.
+engine also installs on the workers with `share_with`), and $CRYOCUBE_STORAGE_OPTIONS for remote
+URLs. Options never enter task graphs, records or messages: workers receive them once, in a worker
+plugin.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +24,8 @@ from .errors import DamagedStoreError, UserError
 
 StorageOptions = dict[str, Any]
 ENV = "CRYOCUBE_STORAGE_OPTIONS"
-_REGISTERED: dict[str, StorageOptions] = {}  # "proto://bucket" or "proto://" -> options, in this process
+# "proto://bucket" or "proto://" -> options, in this process
+_REGISTERED: dict[str, StorageOptions] = {}
 
 
 def is_remote(url: str) -> bool:
@@ -38,18 +41,21 @@ def join(url: str, *parts: str) -> str:
 
 
 def _prefix(url: str) -> str:
-    """"s3://bucket" for s3://bucket/a/b (the scope options are registered under)."""
+    """ "s3://bucket" for s3://bucket/a/b (the scope options are registered under)."""
     proto, _, rest = str(url).partition("://")
     return f"{proto}://{rest.split('/', 1)[0]}"
 
 
 def parse_options(text: str, what: str = "--storage-options") -> StorageOptions:
-    """JSON storage options from the command line, with an error that never echoes the value (it may hold secrets)."""
+    """JSON storage options from the command line, with an error that never echoes the value (it may
+    hold secrets)."""
     try:
         v = json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"{what} is not valid JSON ({e.msg} at character {e.pos}); the value is not shown "
-                        "because it may hold credentials") from None
+        raise UserError(
+            f"{what} is not valid JSON ({e.msg} at character {e.pos}); the value is not shown "
+            "because it may hold credentials"
+        ) from None
     if not isinstance(v, dict):
         raise UserError(f"{what} must be a JSON object of fsspec options, got a {type(v).__name__}")
     return v
@@ -66,7 +72,8 @@ def options_arg(text: str) -> StorageOptions:
 
 
 def register_options(url: str, options: StorageOptions | None) -> None:
-    """Use `options` for every URL in the bucket of `url` (or for the whole protocol if `url` is "proto://")."""
+    """Use `options` for every URL in the bucket of `url` (or for the whole protocol if `url` is
+    "proto://")."""
     if options and is_remote(url):
         _REGISTERED[_prefix(url) if not str(url).endswith("://") else str(url)] = dict(options)
 
@@ -76,7 +83,8 @@ def registered() -> dict[str, StorageOptions]:
 
 
 def options_for(url: str, given: StorageOptions | None = None) -> StorageOptions:
-    """Storage options for `url`: given, else registered for its bucket/protocol, else $CRYOCUBE_STORAGE_OPTIONS."""
+    """Storage options for `url`: given, else registered for its bucket/protocol, else
+    $CRYOCUBE_STORAGE_OPTIONS."""
     if given:
         return dict(given)
     if not is_remote(url):
@@ -90,7 +98,8 @@ def options_for(url: str, given: StorageOptions | None = None) -> StorageOptions
 
 
 class StorageCredentials(WorkerPlugin):
-    """Installs registered storage options in each worker process (once per worker, not per task)."""
+    """Installs registered storage options in each worker process (once per worker, not per
+    task)."""
 
     name = "cryocube-storage-options"
 
@@ -116,21 +125,28 @@ def share_with(client) -> None:
 def make_store(url: str, storage_options: StorageOptions | None = None, read_only: bool = False):
     url = str(url)
     if is_remote(url):
-        return zarr.storage.FsspecStore.from_url(url, storage_options=options_for(url, storage_options), read_only=read_only)
+        return zarr.storage.FsspecStore.from_url(
+            url, storage_options=options_for(url, storage_options), read_only=read_only
+        )
     path = local_path(url)
     if not read_only:
         os.makedirs(path, exist_ok=True)
     return zarr.storage.LocalStore(path, read_only=read_only)
 
 
-def open_group(url: str, mode: str = "r", storage_options: StorageOptions | None = None) -> zarr.Group:
-    """The Zarr group at `url`; a metadata file that is not JSON (truncated, overwritten) is named, not a traceback."""
+def open_group(
+    url: str, mode: str = "r", storage_options: StorageOptions | None = None
+) -> zarr.Group:
+    """The Zarr group at `url`; a metadata file that is not JSON (truncated, overwritten) is named,
+    not a traceback."""
     store = make_store(url, storage_options, read_only=(mode == "r"))
     try:
         return zarr.open_group(store=store, mode=mode)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise DamagedStoreError(f"{join(url, 'zarr.json')}: not valid JSON: the store's metadata is damaged "
-                                "(truncated or overwritten); write it again (a cube: `cryocube convert --overwrite`)") from None
+        raise DamagedStoreError(
+            f"{join(url, 'zarr.json')}: not valid JSON: the store's metadata is damaged "
+            "(truncated or overwritten); write it again (a cube: `cryocube convert --overwrite`)"
+        ) from None
 
 
 def exists(url: str, storage_options: StorageOptions | None = None) -> bool:
@@ -171,10 +187,13 @@ def read_text(url: str, storage_options: StorageOptions | None = None) -> str:
     return read_bytes(url, storage_options).decode("utf-8")
 
 
-def write_atomic(url: str, data: bytes | str, storage_options: StorageOptions | None = None) -> None:
+def write_atomic(
+    url: str, data: bytes | str, storage_options: StorageOptions | None = None
+) -> None:
     """Write a whole file so a reader sees the old content or the new one, never half of it.
 
-    Local files go through a temporary sibling and os.replace; an object-store PUT is atomic already.
+    Local files go through a temporary sibling and os.replace; an object-store PUT is atomic
+    already.
     """
     data = data.encode("utf-8") if isinstance(data, str) else data
     if not is_remote(url):
@@ -192,7 +211,8 @@ def write_atomic(url: str, data: bytes | str, storage_options: StorageOptions | 
 
 
 def append_text(url: str, text: str, storage_options: StorageOptions | None = None) -> None:
-    """Append to a file: a real append (flushed, fsynced) locally; a rewrite on object stores, which cannot append."""
+    """Append to a file: a real append (flushed, fsynced) locally; a rewrite on object stores, which
+    cannot append."""
     if not is_remote(url):
         path = local_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

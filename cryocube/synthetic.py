@@ -12,6 +12,7 @@ label_map), so a test can compare a converted cube with what was generated. `cor
 kind)` damages one file for bad-input tests. Pixel recipes are keyed by dataset id (`RECIPES`); a
 catalog dataset without one can still be converted, just not generated. Everything is seeded.
 """
+
 from __future__ import annotations
 
 import os
@@ -100,7 +101,9 @@ def synth_gsdd(rng, h, w):
     """Debris = brownish, textured, bright in SWIR; clean ice = bright visible, dark SWIR."""
     debris = blobs(rng, h, w, rng.uniform(0.12, 0.4), h / 8)
     tex = rng.normal(0, 0.06, (6, h, w)) + 0.04 * smooth_field(rng, h, w, 1.5)
-    ice = np.array([0.72, 0.70, 0.68, 0.58, 0.10, 0.08])[:, None, None] + 0.03 * smooth_field(rng, h, w, h / 4)
+    ice = np.array([0.72, 0.70, 0.68, 0.58, 0.10, 0.08])[:, None, None] + 0.03 * smooth_field(
+        rng, h, w, h / 4
+    )
     deb = np.array([0.24, 0.27, 0.31, 0.35, 0.42, 0.36])[:, None, None] + tex
     optical = _mix(debris, deb, ice)
     slope = 0.35 + 0.2 * smooth_field(rng, h, w, h / 5)
@@ -114,7 +117,11 @@ def synth_gsdd(rng, h, w):
 def synth_glid(rng, h, w):
     """Lakes = dark, smooth, blue-green blobs on bright textured mountain terrain (8-bit RGB)."""
     lake = blobs(rng, h, w, rng.uniform(0.1, 0.35), h / 6)
-    terrain = np.array([150.0, 142.0, 132.0])[:, None, None] + 25 * smooth_field(rng, h, w, 3) + rng.normal(0, 12, (3, h, w))
+    terrain = (
+        np.array([150.0, 142.0, 132.0])[:, None, None]
+        + 25 * smooth_field(rng, h, w, 3)
+        + rng.normal(0, 12, (3, h, w))
+    )
     water = np.array([35.0, 85.0, 110.0])[:, None, None] + rng.normal(0, 4, (3, h, w))
     return _u8(_mix(lake, water, terrain)), lake.astype(np.int16)
 
@@ -123,11 +130,17 @@ def synth_gld(rng, h, w):
     """Ten GLNet layers in their DN ranges; lakes: low NIR/SWIR, cold, incoherent, flat."""
     lake = blobs(rng, h, w, rng.uniform(0.04, 0.2), h / 6)
     g = smooth_field(rng, h, w, 4)
-    land_opt = np.array([1800.0, 1700, 1800, 2000, 1700])[:, None, None] + 400 * g + rng.normal(0, 150, (5, h, w))
+    land_opt = (
+        np.array([1800.0, 1700, 1800, 2000, 1700])[:, None, None]
+        + 400 * g
+        + rng.normal(0, 150, (5, h, w))
+    )
     lake_opt = np.array([1500.0, 1300, 900, 400, 200])[:, None, None] + rng.normal(0, 50, (5, h, w))
     optical = np.clip(_mix(lake, lake_opt, land_opt), 1, 13000)
     thermal = np.where(lake, 16500, 19000 + 1500 * g)
-    coherence = np.clip(np.where(lake, 140 + rng.normal(0, 8, (h, w)), 200 + rng.normal(0, 25, (h, w))), 128, 253)
+    coherence = np.clip(
+        np.where(lake, 140 + rng.normal(0, 8, (h, w)), 200 + rng.normal(0, 25, (h, w))), 128, 253
+    )
     slope = np.clip(np.where(lake, 1.0, 25 + 12 * smooth_field(rng, h, w, 5)), 0, 88)
     elevation = 4800 + 400 * smooth_field(rng, h, w, h / 2)
     band9 = np.clip(125 + 25 * smooth_field(rng, h, w, 6), 36, 255)
@@ -136,7 +149,9 @@ def synth_gld(rng, h, w):
 
 
 # SOD class -> (HH, HV) mean backscatter, z-scored like the ready-to-train data
-SICD_BACKSCATTER = np.array([(-1.2, -0.9), (-0.6, -1.1), (0.9, -0.2), (0.2, 0.2), (-0.1, 0.7), (0.6, 1.3)])
+SICD_BACKSCATTER = np.array(
+    [(-1.2, -0.9), (-0.6, -1.1), (0.9, -0.2), (0.2, 0.2), (-0.1, 0.7), (0.6, 1.3)]
+)
 
 
 def synth_sicd(rng, h, w):
@@ -145,7 +160,9 @@ def synth_sicd(rng, h, w):
     k = int(rng.integers(6, 10))
     seeds = np.stack([rng.uniform(0, h, k), rng.uniform(0, w, k)], 1)
     yy, xx = np.mgrid[0:h, 0:w]
-    cell = np.argmin((yy[..., None] - seeds[:, 0]) ** 2 + (xx[..., None] - seeds[:, 1]) ** 2, axis=-1)
+    cell = np.argmin(
+        (yy[..., None] - seeds[:, 0]) ** 2 + (xx[..., None] - seeds[:, 1]) ** 2, axis=-1
+    )
     cls_of_cell = np.concatenate([rng.permutation(6), rng.integers(0, 6, k)])[:k]
     classes = cls_of_cell[cell].astype(np.int16)
     sar = SICD_BACKSCATTER[classes].transpose(2, 0, 1) + rng.normal(0, 0.25, (2, h, w))
@@ -177,8 +194,15 @@ def synth_caffe(rng, h, w):
     if rng.random() < 0.5:
         classes[xx + yy < min(h, w) * 0.25] = 0  # no-data corner
     level = np.array([0.0, 105.0, 185.0, 25.0])[classes]
-    noise = np.choose(classes, [np.zeros((h, w)), 35 * smooth_field(rng, h, w, 2) + rng.normal(0, 25, (h, w)),
-                                10 * smooth_field(rng, h, w, 8) + rng.normal(0, 20, (h, w)), rng.normal(0, 8, (h, w))])
+    noise = np.choose(
+        classes,
+        [
+            np.zeros((h, w)),
+            35 * smooth_field(rng, h, w, 2) + rng.normal(0, 25, (h, w)),
+            10 * smooth_field(rng, h, w, 8) + rng.normal(0, 20, (h, w)),
+            rng.normal(0, 8, (h, w)),
+        ],
+    )
     image = np.where(classes == 0, 0, np.clip(level + noise, 1, 255))
     return _u8(image)[None], classes
 
@@ -208,7 +232,9 @@ CAFFE_SENSORS = (("ERS", 20), ("ENVISAT", 20), ("RSAT", 12), ("PALSAR", 17), ("T
 def _caffe_name(rng, i):
     sensor, res = CAFFE_SENSORS[int(rng.integers(len(CAFFE_SENSORS)))]
     day = np.datetime64("1995-01-01") + int(rng.integers(0, 9000))
-    return f"{CAFFE_GLACIERS[i % len(CAFFE_GLACIERS)]}_{day}_{sensor}_{res}_{int(rng.integers(1, 6))}_{int(rng.integers(1, 999)):03d}"
+    # drawn in this order (the names of earlier releases' sample data stay the same)
+    scene, seq = int(rng.integers(1, 6)), int(rng.integers(1, 999))
+    return f"{CAFFE_GLACIERS[i % len(CAFFE_GLACIERS)]}_{day}_{sensor}_{res}_{scene}_{seq:03d}"
 
 
 def _sicd_name(rng, i):
@@ -220,10 +246,19 @@ RECIPES: dict[str, Recipe] = {
     "gsdd": Recipe(synth_gsdd, 64, 64, TILES_N, lambda rng, i: f"gsdd_{i:05d}", crs="EPSG:32645"),
     "glid": Recipe(synth_glid, 64, 64, TILES_N, lambda rng, i: str(i + 1)),
     "gld": Recipe(synth_gld, 60, 60, TILES_N, lambda rng, i: f"glnet_{i:05d}", crs="EPSG:32645"),
-    "sicd": Recipe(synth_sicd, 200, 64, SCENES_N, _sicd_name, scenes=True, aspect=1.3, crs="EPSG:3413", pixel_m=80.0),
+    "sicd": Recipe(
+        synth_sicd,
+        200,
+        64,
+        SCENES_N,
+        _sicd_name,
+        scenes=True,
+        aspect=1.3,
+        crs="EPSG:3413",
+        pixel_m=80.0,
+    ),
     "caffe": Recipe(synth_caffe, 150, 64, SCENES_N, _caffe_name, scenes=True, aspect=1.53),
 }
-
 
 
 def encode_labels(classes: np.ndarray, layout: Layout) -> np.ndarray:
@@ -240,8 +275,15 @@ def encode_labels(classes: np.ndarray, layout: Layout) -> np.ndarray:
     return raw
 
 
-def make_raw(dataset: str | DatasetSpec, root: str | Path, layout: str = "cryobench", n: dict[str, int] | None = None,
-             size: int | None = None, seed: int = 0, recipe: str | None = None) -> RawManifest:
+def make_raw(
+    dataset: str | DatasetSpec,
+    root: str | Path,
+    layout: str = "cryobench",
+    n: dict[str, int] | None = None,
+    size: int | None = None,
+    seed: int = 0,
+    recipe: str | None = None,
+) -> RawManifest:
     """Write a small `dataset` in `layout` under `root`. `n` = items per split (defaults: 4/2/2
     tiles or 3/1/1 scenes; where the layout draws val from train, train+val items are written to
     train/ and the manifest records the reader's draw). `size` = tile side, or scene height for
@@ -249,7 +291,9 @@ def make_raw(dataset: str | DatasetSpec, root: str | Path, layout: str = "cryobe
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     name = recipe or spec.id
     if name not in RECIPES:
-        raise ValueError(f"no sample-data recipe for dataset {name!r}; known: {', '.join(sorted(RECIPES))}")
+        raise ValueError(
+            f"no sample-data recipe for dataset {name!r}; known: {', '.join(sorted(RECIPES))}"
+        )
     rec = RECIPES[name]
     reader = open_reader(spec, layout)
     lay = spec.layout(layout)
@@ -265,8 +309,10 @@ def make_raw(dataset: str | DatasetSpec, root: str | Path, layout: str = "cryobe
             while scene in {s for _, s in plan}:
                 scene = rec.name(rng, len(plan))
             plan.append((split, scene))
-    plan = [(sp, reader.example_name(s, i)) for i, (sp, s) in enumerate(plan)]  # e.g. TorchGeo's patch names
-    if lay.options.get("val_from_train"):  # val is whatever the reader's rule draws from the train folder
+    # e.g. TorchGeo's patch names
+    plan = [(sp, reader.example_name(s, i)) for i, (sp, s) in enumerate(plan)]
+    # val is whatever the reader's rule draws from the train folder
+    if lay.options.get("val_from_train"):
         on_train = [s for sp, s in plan if sp != "test"]
         val = draw_val(on_train, lay.options["val_from_train"], reader.where)
         plan = [(("val" if s in val else "train") if sp != "test" else sp, s) for sp, s in plan]
@@ -281,17 +327,36 @@ def make_raw(dataset: str | DatasetSpec, root: str | Path, layout: str = "cryobe
         crs = transform = None
         if rec.crs:
             crs = rec.crs
-            transform = (rec.pixel_m, 0.0, 400000.0 + i * (w + 7) * rec.pixel_m, 0.0, -rec.pixel_m, 3100000.0)
+            transform = (
+                rec.pixel_m,
+                0.0,
+                400000.0 + i * (w + 7) * rec.pixel_m,
+                0.0,
+                -rec.pixel_m,
+                3100000.0,
+            )
         raw = encode_labels(classes, lay)
         img_path, lbl_path = reader.write(str(root), split, scene, image, raw, crs, transform)
         georef = img_path.endswith((".tif", ".tiff"))
-        manifest.items.append(RawItem(split, scene, img_path, lbl_path, image, classes, raw,
-                                      crs if georef else None, transform if georef else None))
+        manifest.items.append(
+            RawItem(
+                split,
+                scene,
+                img_path,
+                lbl_path,
+                image,
+                classes,
+                raw,
+                crs if georef else None,
+                transform if georef else None,
+            )
+        )
     manifest.items.sort(key=lambda it: (("train", "val", "test").index(it.split), it.scene))
     return manifest
 
 
-# -- damage for bad-input tests ----------------------------------------------------------------------
+# -- damage for bad-input tests
+# ----------------------------------------------------------------------
 
 
 def _separate_label_item(m: RawManifest) -> RawItem:
@@ -301,11 +366,19 @@ def _separate_label_item(m: RawManifest) -> RawItem:
     raise ValueError(f"{m.dataset}/{m.layout}: no item with a separate label file")
 
 
-def _rewrite(m: RawManifest, it: RawItem, image: np.ndarray | None = None, raw: np.ndarray | None = None) -> None:
+def _rewrite(
+    m: RawManifest, it: RawItem, image: np.ndarray | None = None, raw: np.ndarray | None = None
+) -> None:
     """Write an item again through its reader, with a damaged image and/or label."""
-    open_reader(load_dataset(m.dataset), m.layout).write(str(m.root), it.split, it.scene,
-                                                         it.image if image is None else image,
-                                                         it.raw_label if raw is None else raw, it.crs, it.transform)
+    open_reader(load_dataset(m.dataset), m.layout).write(
+        str(m.root),
+        it.split,
+        it.scene,
+        it.image if image is None else image,
+        it.raw_label if raw is None else raw,
+        it.crs,
+        it.transform,
+    )
 
 
 def _truncate(m, it):
@@ -383,7 +456,8 @@ def corrupt(manifest: RawManifest, kind: str, index: int = 0) -> str:
     return CORRUPTIONS[kind](manifest, manifest.items[index])
 
 
-# -- sample datasets (image-level tasks) ---------------------------------------------------------------------
+# -- sample datasets (image-level tasks)
+# ---------------------------------------------------------------------
 
 
 @dataclass
@@ -392,14 +466,22 @@ class SampleManifest:
     root: Path
     ids: list[str]
     images: dict[str, np.ndarray]  # id -> (time, band, y, x) float32 as written (before any offset)
-    tasks: dict[str, tuple[str, dict[str, float]]]  # task -> (cls|regr, {id: label}) (unlabelled ids left out)
+    # task -> (cls|regr, {id: label}) (unlabelled ids left out)
+    tasks: dict[str, tuple[str, dict[str, float]]]
 
 
-def make_samples(dataset: str | DatasetSpec, root: str | Path, n: int = 12, size: int = 16, seed: int = 0,
-                 layout: str = "neuco") -> SampleManifest:
-    """A small multi-temporal sample dataset in its published layout, with learnable image-level tasks:
-    `water_fraction__regr` (the share of dark, low-NIR pixels), `cloudy__cls` (a bright B02 haze in
-    some seasons) and `noise__regr` (random: nothing should predict it); a few labels left empty."""
+def make_samples(
+    dataset: str | DatasetSpec,
+    root: str | Path,
+    n: int = 12,
+    size: int = 16,
+    seed: int = 0,
+    layout: str = "neuco",
+) -> SampleManifest:
+    """A small multi-temporal sample dataset in its published layout, with learnable image-level
+    tasks: `water_fraction__regr` (the share of dark, low-NIR pixels), `cloudy__cls` (a bright B02
+    haze in some seasons) and `noise__regr` (random: nothing should predict it); a few labels left
+    empty."""
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     reader = open_reader(spec, layout)
     rng = np.random.default_rng(seed)
@@ -408,7 +490,11 @@ def make_samples(dataset: str | DatasetSpec, root: str | Path, n: int = 12, size
     blue = [i for i, b in enumerate(spec.bands) if b.alias == "B2"]
     sar = [i for i, b in enumerate(spec.bands) if b.role == "sar"]
     ids, images = [], {}
-    tasks: dict[str, tuple[str, dict]] = {"water_fraction": ("regr", {}), "cloudy": ("cls", {}), "noise": ("regr", {})}
+    tasks: dict[str, tuple[str, dict]] = {
+        "water_fraction": ("regr", {}),
+        "cloudy": ("cls", {}),
+        "noise": ("regr", {}),
+    }
     for k in range(n):
         sid = f"{rng.integers(0, 2**63):016x}{k:04d}"
         water = blobs(rng, size, size, rng.uniform(0.05, 0.6), size / 5)
@@ -421,7 +507,9 @@ def make_samples(dataset: str | DatasetSpec, root: str | Path, n: int = 12, size
         cloudy = bool(rng.random() < 0.5)
         if cloudy:
             img[rng.integers(0, T), blue] += 3000.0
-        img[:, [i for i in range(C) if i not in sar]] = np.clip(img[:, [i for i in range(C) if i not in sar]], 0, 20000)
+        img[:, [i for i in range(C) if i not in sar]] = np.clip(
+            img[:, [i for i in range(C) if i not in sar]], 0, 20000
+        )
         ids.append(sid)
         images[sid] = img
         reader.write(root, "all", sid, img)
@@ -429,5 +517,7 @@ def make_samples(dataset: str | DatasetSpec, root: str | Path, n: int = 12, size
             tasks["water_fraction"][1][sid] = float(water.mean())
         tasks["cloudy"][1][sid] = float(cloudy)
         tasks["noise"][1][sid] = float(rng.random())
-    reader.write_labels(root, {t: (kind, {i: values.get(i) for i in ids}) for t, (kind, values) in tasks.items()})
+    reader.write_labels(
+        root, {t: (kind, {i: values.get(i) for i in ids}) for t, (kind, values) in tasks.items()}
+    )
     return SampleManifest(spec.id, Path(root), ids, images, tasks)

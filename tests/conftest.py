@@ -1,4 +1,6 @@
-"""Shared fixtures: a real Dask LocalCluster with worker processes and a real S3 server on loopback."""
+"""Shared fixtures: a real Dask LocalCluster with worker processes and a real S3 server on
+loopback."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +9,8 @@ import tempfile
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# reports read measured compute profiles from here: an empty folder, so no developer's cache changes a test
+# reports read measured compute profiles from here: an empty folder, so no developer's cache changes
+# a test
 os.environ["CRYOCUBE_PROFILES"] = tempfile.mkdtemp(prefix="cryocube-profiles-")
 
 
@@ -28,7 +31,13 @@ def client():
     """LocalCluster with 2 worker processes (1 thread each), shared by the session's tests."""
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit="4GB")
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        memory_limit="4GB",
+    )
     c = Client(cluster)
     yield c
     c.close()
@@ -43,7 +52,11 @@ def s3_server():
     """moto's S3 server mode on 127.0.0.1 (real HTTP, real s3fs/zarr code path)."""
     from moto.server import ThreadedMotoServer
 
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         os.environ.setdefault(k, v)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -61,7 +74,11 @@ def s3_bucket(s3_server):
 
     name = f"cube-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=name)
-    opts = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": s3_server, "region_name": "us-east-1"}}
+    opts = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": s3_server, "region_name": "us-east-1"},
+    }
     return name, opts
 
 
@@ -85,7 +102,8 @@ def http_dir(tmp_path):
 
 @pytest.fixture()
 def lab_tasks(tmp_path, monkeypatch):
-    """A lab's own catalog folder (CRYOCUBE_CATALOGS) with an empty tasks/ for task files written by a test."""
+    """A lab's own catalog folder (CRYOCUBE_CATALOGS) with an empty tasks/ for task files written by
+    a test."""
     root = tmp_path / "labcat"
     (root / "tasks").mkdir(parents=True)
     monkeypatch.setenv("CRYOCUBE_CATALOGS", str(root))

@@ -1,4 +1,6 @@
-"""Band matching of every (model, dataset) pair of the Cryo-Bench grid, cross-sensor cases included."""
+"""Band matching of every (model, dataset) pair of the Cryo-Bench grid, cross-sensor cases
+included."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,15 +11,51 @@ from cryocube.models.cli import bands_table
 
 OPTICAL_DATASETS = ("glid", "gsdd", "gld")
 ALL_ENCODERS = (
-    "croma_optical", "dofa", "gfmswin", "prithvi", "remoteclip", "satlasnet_si", "scalemae", "spectralgpt", "ssl4eo_moco",
-    "ssl4eo_dino", "ssl4eo_mae_optical", "ssl4eo_data2vec", "terramind_large", "ramen", "unet", "vit_scratch",
+    "croma_optical",
+    "dofa",
+    "gfmswin",
+    "prithvi",
+    "remoteclip",
+    "satlasnet_si",
+    "scalemae",
+    "spectralgpt",
+    "ssl4eo_moco",
+    "ssl4eo_dino",
+    "ssl4eo_mae_optical",
+    "ssl4eo_data2vec",
+    "terramind_large",
+    "ramen",
+    "unet",
+    "vit_scratch",
 )
 # Cryo-Bench README / protocol section 12: optical encoders get SAR through the RGB proxy configs.
-SICD_OPTICAL = ("vit_scratch", "gfmswin", "prithvi", "remoteclip", "satlasnet_si", "scalemae", "spectralgpt", "ssl4eo_moco",
-                "ssl4eo_dino", "ssl4eo_mae_optical", "ssl4eo_data2vec", "terramind_large")
+SICD_OPTICAL = (
+    "vit_scratch",
+    "gfmswin",
+    "prithvi",
+    "remoteclip",
+    "satlasnet_si",
+    "scalemae",
+    "spectralgpt",
+    "ssl4eo_moco",
+    "ssl4eo_dino",
+    "ssl4eo_mae_optical",
+    "ssl4eo_data2vec",
+    "terramind_large",
+)
 SICD_SAR = ("dofa", "terramind_large_sar", "croma_sar", "ramen", "unet")
-CAFFE_OPTICAL = ("gfmswin", "prithvi", "remoteclip", "satlasnet_si", "scalemae", "spectralgpt", "ssl4eo_moco", "ssl4eo_dino",
-                 "ssl4eo_data2vec", "vit_scratch")
+CAFFE_OPTICAL = (
+    "gfmswin",
+    "prithvi",
+    "remoteclip",
+    "satlasnet_si",
+    "scalemae",
+    "spectralgpt",
+    "ssl4eo_moco",
+    "ssl4eo_dino",
+    "ssl4eo_data2vec",
+    "vit_scratch",
+)
 CAFFE_SAR = ("croma_sar", "dofa", "ssl4eo_mae_sar", "terramind_large_sar", "ramen", "unet")
 
 GRID = (
@@ -45,7 +83,8 @@ def test_grid_pair_matches(model, dataset, rule):
         assert m.slots == spec.slots
     text = m.table()
     assert model in text and text.count("\n") >= len(m.slots)
-    # the cross-sensor rule applies exactly when a dataset without optical bands meets an optical-only encoder
+    # the cross-sensor rule applies exactly when a dataset without optical bands meets an
+    # optical-only encoder
     no_optical = not any(b.alias.startswith("B") for b in bands)
     assert m.replicated == (rule == "cross_sensor" and no_optical and spec.optical_only)
 
@@ -58,7 +97,14 @@ def test_prithvi_on_gld_takes_renamed_layers_and_zero_fills():
     m = _match("prithvi", "gld")
     names = [b.name for b in load_dataset("gld").bands]
     assert m.slots == ["B2", "B3", "B4", "B8A", "B11", "B12"]
-    assert [names[i] if i >= 0 else None for i in m.index] == ["B2", "B3", "B4", "thermal", "B11", None]
+    assert [names[i] if i >= 0 else None for i in m.index] == [
+        "B2",
+        "B3",
+        "B4",
+        "thermal",
+        "B11",
+        None,
+    ]
     assert m.zero_slots == ["B12"]
     assert "zero-filled slots (1/6): B12" in m.table()
     assert "coherence" in m.table() and "not fed" in m.table()
@@ -76,7 +122,8 @@ def test_dataset_encoders_follow_reference_modalities():
     assert _match("dofa", "gld").index == list(range(len(gld)))  # optical + sar modality: all 10
     vit = _match("vit_scratch", "gld")  # the reference ViT reads only the optical modality
     assert len(vit.index) == 9 and gld[6].name == "coherence" and 6 not in vit.index
-    sicd = _match("unet", "sicd")  # the reference SICD config declares VV, VH only: incidence angle is not fed
+    # the reference SICD config declares VV, VH only: incidence angle is not fed
+    sicd = _match("unet", "sicd")
     assert sicd.slots == ["VV", "VH"] and sicd.index == [0, 1]
     assert "incidence_angle" in sicd.table() and "not a Cryo-Bench band name" in sicd.table()
     r = _match("ramen", "gld")
@@ -97,7 +144,11 @@ def test_cross_sensor_replicates_grey_band_into_rgb():
 def test_cross_sensor_sicd_maps_hh_hv_incidence_to_b4_b3_b2():
     m = _match("scalemae", "sicd", "cross_sensor")
     names = [b.name for b in load_dataset("sicd").bands]
-    assert dict(zip(m.slots, (names[i] for i in m.index))) == {"B4": "HH", "B3": "HV", "B2": "incidence_angle"}
+    assert dict(zip(m.slots, (names[i] for i in m.index))) == {
+        "B4": "HH",
+        "B3": "HV",
+        "B2": "incidence_angle",
+    }
 
 
 def test_cross_sensor_on_optical_data_is_protocol():
@@ -105,13 +156,16 @@ def test_cross_sensor_on_optical_data_is_protocol():
     assert not _match("remoteclip", "glid", "cross_sensor").replicated
 
 
-@pytest.mark.parametrize("model,dataset,rule", [
-    ("remoteclip", "caffe", "named"),  # optical encoder, SAR data, no cross-sensor rule asked
-    ("terramind_large", "sicd", "named"),  # the reference would feed 12 zero channels
-    ("croma_sar", "glid", "named"),
-    ("ssl4eo_mae_sar", "gsdd", "cross_sensor"),  # no rule feeds optical bands to a SAR encoder
-    ("vit_scratch", "sicd", "named"),
-])
+@pytest.mark.parametrize(
+    "model,dataset,rule",
+    [
+        ("remoteclip", "caffe", "named"),  # optical encoder, SAR data, no cross-sensor rule asked
+        ("terramind_large", "sicd", "named"),  # the reference would feed 12 zero channels
+        ("croma_sar", "glid", "named"),
+        ("ssl4eo_mae_sar", "gsdd", "cross_sensor"),  # no rule feeds optical bands to a SAR encoder
+        ("vit_scratch", "sicd", "named"),
+    ],
+)
 def test_impossible_pairing_is_a_clear_error(model, dataset, rule):
     with pytest.raises(BandMatchError) as e:
         _match(model, dataset, rule)

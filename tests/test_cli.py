@@ -1,8 +1,9 @@
-"""The `cryocube` command end to end: inspect, evaluate on an existing scheduler (tcp://), report."""
+"""The `cryocube` command end to end: inspect, evaluate on an existing scheduler (tcp://),
+report."""
+
 from __future__ import annotations
 
 import json
-
 
 from cryocube.cli import build_parser, main
 from cryocube.convert.writer import convert
@@ -11,13 +12,17 @@ from cryocube.synthetic import make_raw
 
 def test_every_command_is_registered():
     sub = build_parser()._subparsers._group_actions[0].choices
-    assert {"convert", "download", "inspect", "evaluate", "quickstart", "report", "weights"} <= set(sub)
+    assert {"convert", "download", "inspect", "evaluate", "quickstart", "report", "weights"} <= set(
+        sub
+    )
 
 
 def test_inspect_evaluate_report(tmp_path, client, capsys):
     m = make_raw("gld", tmp_path / "raw", n={"train": 8, "val": 2, "test": 2}, seed=2)
     cube = str(tmp_path / "gld.zarr")
-    convert("gld", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False)
+    convert(
+        "gld", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False
+    )
 
     assert main(["inspect", cube]) == 0
     out = capsys.readouterr().out
@@ -27,9 +32,26 @@ def test_inspect_evaluate_report(tmp_path, client, capsys):
     assert "B2" in capsys.readouterr().out
 
     res = str(tmp_path / "results")
-    rc = main(["evaluate", "--cubes", "gld", "--data-root", str(tmp_path), "--models", "unet", "--out", res,
-               "--set", "decoder_channels=16", "--epochs", "1", "--cluster", client.scheduler.address,
-               "--quiet"])
+    rc = main(
+        [
+            "evaluate",
+            "--cubes",
+            "gld",
+            "--data-root",
+            str(tmp_path),
+            "--models",
+            "unet",
+            "--out",
+            res,
+            "--set",
+            "decoder_channels=16",
+            "--epochs",
+            "1",
+            "--cluster",
+            client.scheduler.address,
+            "--quiet",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "gld" in printed and "mIoU" in printed

@@ -1,6 +1,7 @@
 """Cluster backends on real parts: LocalCluster worker processes, an existing scheduler reached by
 address and by scheduler file, a real dask-gateway server on loopback, dask-cuda on this machine,
 and the dask-kubernetes operator up to the Kubernetes API."""
+
 from __future__ import annotations
 
 import base64
@@ -31,9 +32,9 @@ from cryocube.cluster import (
 from cryocube.errors import UserError
 
 
-
 def _torch_probe() -> tuple[int, str | None, str]:
-    """Inside a task: torch's intra-op threads, OMP_NUM_THREADS, and the device the engine would use."""
+    """Inside a task: torch's intra-op threads, OMP_NUM_THREADS, and the device the engine would
+    use."""
     import os
 
     import torch
@@ -74,11 +75,17 @@ def test_local_cluster_has_worker_processes_cpu_device_and_torch_threads():
 
     from dask.system import CPU_COUNT
 
-    # torch_threads=2: Dask's default would be 1 (OMP_NUM_THREADS=1), so this shows the setting works
+    # torch_threads=2: Dask's default would be 1 (OMP_NUM_THREADS=1), so this shows the setting
+    # works
     with open_cluster("local", n_workers=2, dashboard=False, torch_threads=2) as client:
         assert get_client() is client  # open_cluster's client is the default for library calls
         info = cluster_info(client)
-        assert (info["n_workers"], info["threads"], info["resources"], info["gpu"]) == (2, 2, {}, False)
+        assert (info["n_workers"], info["threads"], info["resources"], info["gpu"]) == (
+            2,
+            2,
+            {},
+            False,
+        )
         assert info["memory"] > 0
         pids = set(client.run(_pid).values())
         assert len(pids) == 2 and os.getpid() not in pids  # processes, not threads
@@ -110,12 +117,18 @@ def test_local_sizing_follows_the_plan_and_the_cores_never_the_load():
     assert local_sizing(None, None, None, parallel=2, cores=2) == (2, 1, 1)
     assert local_sizing(None, None, None, parallel=8, cores=2) == (2, 1, 1)
     assert local_sizing(None, None, None, parallel=3, cores=16) == (3, 1, 5)
-    assert local_sizing(None, None, None, parallel=None, cores=16) == (MAX_LOCAL_WORKERS, 1, 4)  # unknown plan: as before
+    # unknown plan: as before
+    assert local_sizing(None, None, None, parallel=None, cores=16) == (MAX_LOCAL_WORKERS, 1, 4)
     assert local_sizing(2, None, None, parallel=1, cores=2) == (2, 1, 1)  # --workers wins
-    assert local_sizing(None, None, 3, parallel=1, cores=2) == (1, 1, 3)  # so do fixed torch threads
+    # so do fixed torch threads
+    assert local_sizing(None, None, 3, parallel=1, cores=2) == (1, 1, 3)
     idle = [planned_threads("local", parallel=p) for p in (1, 2, 5)]
-    procs = [subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<4: pass"])
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<4: pass"]
+        )
+        for _ in range(3)
+    ]
     try:
         _busy(0.5)
         loaded = [planned_threads("local", parallel=p) for p in (1, 2, 5)]
@@ -123,7 +136,8 @@ def test_local_sizing_follows_the_plan_and_the_cores_never_the_load():
         for p in procs:
             p.wait()
     assert loaded == idle
-    assert planned_threads("k8s", parallel=1) is None  # remote workers: their own share, read when they start
+    # remote workers: their own share, read when they start
+    assert planned_threads("k8s", parallel=1) is None
 
 
 def test_single_run_plan_gets_one_worker_with_every_core():
@@ -135,7 +149,10 @@ def test_single_run_plan_gets_one_worker_with_every_core():
         assert cluster_info(client)["n_workers"] == 1
         threads = list(client.run(configured_threads).values())
         assert threads == [planned_threads("local", parallel=1)] == [max(1, int(CPU_COUNT))]
-        assert client.submit(_torch_probe, pure=False).result()[:2] == (max(1, int(CPU_COUNT)), str(max(1, int(CPU_COUNT))))
+        assert client.submit(_torch_probe, pure=False).result()[:2] == (
+            max(1, int(CPU_COUNT)),
+            str(max(1, int(CPU_COUNT))),
+        )
 
 
 def test_get_client_returns_given_client_and_refuses_to_start_one(client):
@@ -164,9 +181,14 @@ def gpu_annotated_cluster(tmp_path_factory):
     from distributed import LocalCluster
 
     sched_file = tmp_path_factory.mktemp("sched") / "scheduler.json"
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, resources={"GPU": 1},
-                      dashboard_address=None,
-                      scheduler_kwargs={"scheduler_file": str(sched_file), "dashboard_address": ":0"}) as cluster:
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        resources={"GPU": 1},
+        dashboard_address=None,
+        scheduler_kwargs={"scheduler_file": str(sched_file), "dashboard_address": ":0"},
+    ) as cluster:
         yield cluster, sched_file
 
 
@@ -178,7 +200,12 @@ def test_connect_by_address_detects_gpu_workers_and_leaves_scheduler_running(gpu
         assert gpu_resources(client) == {"GPU": 1}
         assert cluster_info(client)["resources"] == {"GPU": 1}
         # the annotated task runs (a worker offers GPU); the device comes from the worker's torch
-        assert client.submit(device_for_worker, resources=gpu_resources(client), pure=False).result(timeout=60) == "cpu"
+        assert (
+            client.submit(device_for_worker, resources=gpu_resources(client), pure=False).result(
+                timeout=60
+            )
+            == "cpu"
+        )
     assert client.status == "closed"
     assert _scheduler_alive(address)
     assert len(cluster.scheduler_info["workers"]) == 1
@@ -199,12 +226,15 @@ def test_connect_by_scheduler_file(gpu_annotated_cluster):
 def test_unreachable_scheduler_and_unknown_specs_are_user_errors(monkeypatch):
     from cryocube.cluster import remote
 
-    monkeypatch.setattr(remote, "CONNECT_TIMEOUT", "2s")  # Dask retries a refused connection until then
+    # Dask retries a refused connection until then
+    monkeypatch.setattr(remote, "CONNECT_TIMEOUT", "2s")
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    with pytest.raises(ClusterError, match=f"no Dask scheduler answers at tcp://127.0.0.1:{port} within 2s"):
+    with pytest.raises(
+        ClusterError, match=f"no Dask scheduler answers at tcp://127.0.0.1:{port} within 2s"
+    ):
         with open_cluster(f"tcp://127.0.0.1:{port}"):
             pass
     with pytest.raises(ClusterError, match="unknown protocol 'foo'"):
@@ -213,7 +243,10 @@ def test_unreachable_scheduler_and_unknown_specs_are_user_errors(monkeypatch):
     with pytest.raises(ClusterError, match="unknown cluster 'slurm'"):
         parse_cluster_spec("slurm")
     assert parse_cluster_spec("local") == ("local", "")
-    assert parse_cluster_spec("k8s:deployments/k8s/daskcluster.yaml") == ("k8s", "deployments/k8s/daskcluster.yaml")
+    assert parse_cluster_spec("k8s:deployments/k8s/daskcluster.yaml") == (
+        "k8s",
+        "deployments/k8s/daskcluster.yaml",
+    )
     assert parse_cluster_spec("gateway") == ("gateway", "")
     assert parse_cluster_spec("tls://10.0.0.1:8786") == ("address", "tls://10.0.0.1:8786")
     assert parse_cluster_spec("/tmp/s.json") == ("scheduler-file", "/tmp/s.json")
@@ -234,7 +267,10 @@ def test_cuda_spec_uses_local_cuda_cluster_or_says_why_not():
     if torch.cuda.is_available() and importlib.util.find_spec("dask_cuda"):
         with open_cluster("cuda", n_workers=1, dashboard=False) as client:
             assert gpu_resources(client) == {"GPU": 1}
-            assert client.submit(device_for_worker, resources={"GPU": 1}, pure=False).result() == "cuda"
+            assert (
+                client.submit(device_for_worker, resources={"GPU": 1}, pure=False).result()
+                == "cuda"
+            )
         return
     with pytest.raises(UserError) as err:
         with open_cluster("cuda", dashboard=False):
@@ -262,8 +298,11 @@ def test_cuda_refuses_a_visibility_that_hides_every_gpu(monkeypatch, value):
         assert hidden_gpus() is None
 
 
-def test_a_backend_package_that_is_installed_but_broken_is_not_called_missing(tmp_path, monkeypatch):
-    """dask-cuda against an older cuda-core fails inside its own imports: the message must say so."""
+def test_a_backend_package_that_is_installed_but_broken_is_not_called_missing(
+    tmp_path, monkeypatch
+):
+    """dask-cuda against an older cuda-core fails inside its own imports: the message must say
+    so."""
     from cryocube.cluster.registry import require
 
     (tmp_path / "halfcuda").mkdir()
@@ -272,8 +311,14 @@ def test_a_backend_package_that_is_installed_but_broken_is_not_called_missing(tm
     with pytest.raises(UserError) as err:
         require("halfcuda", "cuda", "cuda")
     msg = str(err.value)
-    assert "halfcuda is installed but does not import" in msg and "no_such_name" in msg and "needs the" not in msg
-    with pytest.raises(UserError, match="needs the nosuchpkg package: pip install 'cryocube\\[cuda\\]'"):
+    assert (
+        "halfcuda is installed but does not import" in msg
+        and "no_such_name" in msg
+        and "needs the" not in msg
+    )
+    with pytest.raises(
+        UserError, match="needs the nosuchpkg package: pip install 'cryocube\\[cuda\\]'"
+    ):
         require("nosuchpkg", "cuda", "cuda")
 
 
@@ -281,7 +326,9 @@ def test_a_backend_package_that_is_installed_but_broken_is_not_called_missing(tm
 
 
 def test_k8s_spec_requests_gpus_on_workers_only_as_strings():
-    spec = k8s_cluster_spec(name="cc", image="img:1", n_workers=3, worker_cpu=8, worker_memory="30Gi")
+    spec = k8s_cluster_spec(
+        name="cc", image="img:1", n_workers=3, worker_cpu=8, worker_memory="30Gi"
+    )
     validate_k8s_manifest(spec, "built")  # the CRD shipped in the dask-kubernetes wheel
     worker = spec["spec"]["worker"]
     res = worker["spec"]["containers"][0]["resources"]
@@ -294,7 +341,10 @@ def test_k8s_spec_requests_gpus_on_workers_only_as_strings():
     assert sched["args"][:2] == ["dask", "scheduler"]
     cpu = k8s_cluster_spec(gpu=False)
     validate_k8s_manifest(cpu, "cpu")
-    assert "nvidia.com/gpu" not in cpu["spec"]["worker"]["spec"]["containers"][0]["resources"]["limits"]
+    assert (
+        "nvidia.com/gpu"
+        not in cpu["spec"]["worker"]["spec"]["containers"][0]["resources"]["limits"]
+    )
     assert "GPU=1" not in cpu["spec"]["worker"]["spec"]["containers"][0]["args"]
 
     spec["spec"]["worker"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1
@@ -303,7 +353,8 @@ def test_k8s_spec_requests_gpus_on_workers_only_as_strings():
 
 
 def test_k8s_overrides_apply_to_the_manifest(tmp_path):
-    doc = load_k8s_cluster_spec(n_workers=5, threads_per_worker=2, memory_limit="8GB")  # the repo's manifest
+    # the repo's manifest
+    doc = load_k8s_cluster_spec(n_workers=5, threads_per_worker=2, memory_limit="8GB")
     c = doc["spec"]["worker"]["spec"]["containers"][0]
     assert doc["spec"]["worker"]["replicas"] == 5
     assert c["args"][c["args"].index("--nthreads") + 1] == "2"
@@ -311,14 +362,18 @@ def test_k8s_overrides_apply_to_the_manifest(tmp_path):
     bad = tmp_path / "bad.yaml"
     doc["spec"]["worker"]["replicas"] = "two"
     bad.write_text(yaml.safe_dump(doc))
-    with pytest.raises(ManifestError, match=r"(?s)bad.yaml: DaskCluster 'cryocube'.*spec.worker.replicas: 'two'"):
+    with pytest.raises(
+        ManifestError, match=r"(?s)bad.yaml: DaskCluster 'cryocube'.*spec.worker.replicas: 'two'"
+    ):
         load_k8s_cluster_spec(bad)
 
 
 def test_k8s_backend_reaches_kubecluster_and_explains_missing_cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(ClusterError, match="(?s)cannot create DaskCluster 'cryocube'.*needs a kubeconfig"):
+    with pytest.raises(
+        ClusterError, match="(?s)cannot create DaskCluster 'cryocube'.*needs a kubeconfig"
+    ):
         with open_cluster("k8s", dashboard=False):
             pass
 
@@ -339,7 +394,8 @@ def gateway_server(tmp_path_factory):
     """A real dask-gateway-server (UnsafeLocalBackend, SimpleAuthenticator) on loopback."""
     d = tmp_path_factory.mktemp("gateway")
     port = _free_port()
-    (d / "config.py").write_text(textwrap.dedent(f"""
+    (d / "config.py").write_text(
+        textwrap.dedent(f"""
         import sys
         from dask_gateway_server.options import Float, Integer, Options
 
@@ -357,16 +413,22 @@ def gateway_server(tmp_path_factory):
         c.LocalBackend.sigterm_timeout = 1
 
         def handler(options):
-            return {{"worker_cores": options.worker_cores, "worker_memory": int(options.worker_memory * 2**30)}}
+            return {{"worker_cores": options.worker_cores,
+                    "worker_memory": int(options.worker_memory * 2**30)}}
 
         c.Backend.cluster_options = Options(
             Integer("worker_cores", default=1, min=1, max=2),
             Float("worker_memory", default=1, min=0.25, max=2),
             handler=handler,
         )
-    """))
-    proc = subprocess.Popen([sys.executable, "-m", "dask_gateway_server", "-f", str(d / "config.py")], cwd=d,
-                            stdout=open(d / "server.log", "w"), stderr=subprocess.STDOUT)
+    """)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dask_gateway_server", "-f", str(d / "config.py")],
+        cwd=d,
+        stdout=open(d / "server.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     address = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -377,9 +439,14 @@ def gateway_server(tmp_path_factory):
                         break
             except OSError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, (d / "server.log").read_text()
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                d / "server.log"
+            ).read_text()
             time.sleep(0.3)
-        yield {"address": address, "auth": {"type": "basic", "username": "tester", "password": "cryo"}}
+        yield {
+            "address": address,
+            "auth": {"type": "basic", "username": "tester", "password": "cryo"},
+        }
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -387,16 +454,26 @@ def gateway_server(tmp_path_factory):
 
 def _live_gateway_clusters(address: str) -> list[str]:
     """Names of the test user's pending/running clusters, from the gateway's REST API."""
-    req = urllib.request.Request(f"{address}/api/v1/clusters/?status=PENDING,RUNNING",
-                                 headers={"Authorization": "Basic " + base64.b64encode(b"tester:cryo").decode()})
+    req = urllib.request.Request(
+        f"{address}/api/v1/clusters/?status=PENDING,RUNNING",
+        headers={"Authorization": "Basic " + base64.b64encode(b"tester:cryo").decode()},
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return list(json.loads(r.read()))
 
 
 def test_gateway_cluster_from_options_file_runs_tasks_and_shuts_down(gateway_server, tmp_path):
     opts = tmp_path / "gateway-options.yaml"
-    opts.write_text(yaml.safe_dump({**gateway_server, "cluster_options": {"worker_cores": 1, "worker_memory": 1},
-                                    "workers": 1, "worker_timeout": 120}))
+    opts.write_text(
+        yaml.safe_dump(
+            {
+                **gateway_server,
+                "cluster_options": {"worker_cores": 1, "worker_memory": 1},
+                "workers": 1,
+                "worker_timeout": 120,
+            }
+        )
+    )
     with open_cluster(f"gateway:{opts}", dashboard=False) as client:
         info = cluster_info(client)
         assert info["n_workers"] == 1 and info["memory"] == 2**30  # the option reached the worker
@@ -405,7 +482,8 @@ def test_gateway_cluster_from_options_file_runs_tasks_and_shuts_down(gateway_ser
         import torch
         from dask.system import CPU_COUNT
 
-        # the gateway's nanny starts workers with OMP_NUM_THREADS=1; the plugin gave torch the CPU share
+        # the gateway's nanny starts workers with OMP_NUM_THREADS=1; the plugin gave torch the CPU
+        # share
         assert client.submit(torch.get_num_threads, pure=False).result(timeout=60) == CPU_COUNT
         assert get_client() is client
         assert len(_live_gateway_clusters(gateway_server["address"])) == 1
@@ -413,15 +491,23 @@ def test_gateway_cluster_from_options_file_runs_tasks_and_shuts_down(gateway_ser
 
 
 def test_gateway_rejects_bad_options_before_creating_a_cluster(gateway_server):
-    with pytest.raises(ClusterError, match="worker_cores=9 rejected.*offers: worker_cores, worker_memory"):
-        with open_cluster("gateway", gateway_options={**gateway_server, "cluster_options": {"worker_cores": 9}}):
+    with pytest.raises(
+        ClusterError, match="worker_cores=9 rejected.*offers: worker_cores, worker_memory"
+    ):
+        with open_cluster(
+            "gateway", gateway_options={**gateway_server, "cluster_options": {"worker_cores": 9}}
+        ):
             pass
     with pytest.raises(ClusterError, match="worker_gpus=1 rejected"):
-        with open_cluster("gateway", gateway_options={**gateway_server, "cluster_options": {"worker_gpus": 1}}):
+        with open_cluster(
+            "gateway", gateway_options={**gateway_server, "cluster_options": {"worker_gpus": 1}}
+        ):
             pass
     with pytest.raises(ClusterError, match="unknown gateway keys \\['image'\\]"):
         with open_cluster("gateway", gateway_options={**gateway_server, "image": "x"}):
             pass
     with pytest.raises(ClusterError, match="cannot reach the gateway"):
-        with open_cluster("gateway", gateway_options={"address": f"http://127.0.0.1:{_free_port()}"}):
+        with open_cluster(
+            "gateway", gateway_options={"address": f"http://127.0.0.1:{_free_port()}"}
+        ):
             pass

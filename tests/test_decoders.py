@@ -1,4 +1,6 @@
-"""Decoders: UPerNet/linear/U-Net sizes against the reference, shapes, end-to-end training, decoder-only checkpoints."""
+"""Decoders: UPerNet/linear/U-Net sizes against the reference, shapes, end-to-end training,
+decoder-only checkpoints."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,29 +8,34 @@ import torch
 import torch.nn.functional as F
 
 from cryocube.catalog import Band
-from cryocube.errors import UserError
 from cryocube.decoders import Segmenter, build_decoder
+from cryocube.errors import UserError
 from cryocube.models import build_encoder
 from cryocube.models.base import count_params
 from cryocube.models.weights import WeightsError, load_decoder, save_decoder
 
 
-
 def bands(n: int) -> list[Band]:
-    return [Band(name=f"b{i}", alias=a, role="optical") for i, a in enumerate(["B4", "B3", "B2", "B8", "B11"][:n])]
+    return [
+        Band(name=f"b{i}", alias=a, role="optical")
+        for i, a in enumerate(["B4", "B3", "B2", "B8", "B11"][:n])
+    ]
 
 
 # UPerNet parameters (M, 2 classes) measured on the reference, pangaea-models.md 1.5.
-@pytest.mark.parametrize("model_id,published,kw", [
-    ("croma_optical", 46.95, {}),
-    ("dofa", 39.35, {"bands": bands(3)}),
-    ("gfmswin", 33.71, {}),
-    ("prithvi", 21.64, {}),
-    ("satlasnet_si", 33.25, {}),
-    ("spectralgpt", 164.40, {}),
-    ("ssl4eo_moco", 30.89, {}),
-    ("terramind_large", 46.95, {}),
-])
+@pytest.mark.parametrize(
+    "model_id,published,kw",
+    [
+        ("croma_optical", 46.95, {}),
+        ("dofa", 39.35, {"bands": bands(3)}),
+        ("gfmswin", 33.71, {}),
+        ("prithvi", 21.64, {}),
+        ("satlasnet_si", 33.25, {}),
+        ("spectralgpt", 164.40, {}),
+        ("ssl4eo_moco", 30.89, {}),
+        ("terramind_large", 46.95, {}),
+    ],
+)
 def test_upernet_size_matches_reference(model_id, published, kw):
     with torch.device("meta"):
         enc = build_encoder(model_id, **kw)
@@ -55,14 +62,17 @@ def test_upernet_neck_and_output_size():
     single = build_decoder("upernet", FakeEncoder([32], False), num_classes=2, channels=16).eval()
     assert single.neck.rescales == [4]  # the fork's one-layer Prithvi: upsampled x4
     assert single([torch.randn(1, 32, 14, 14)], (100, 120)).shape == (1, 2, 100, 120)
-    pyr = build_decoder("upernet", FakeEncoder([8, 16, 32, 32], True), num_classes=2, channels=16).eval()
+    pyr = build_decoder(
+        "upernet", FakeEncoder([8, 16, 32, 32], True), num_classes=2, channels=16
+    ).eval()
     assert pyr.neck.rescales == [1, 1, 1, 1]
     feats = [torch.randn(1, c, s, s) for c, s in zip([8, 16, 32, 32], [24, 12, 6, 6])]
     assert pyr(feats, (192, 192)).shape == (1, 2, 192, 192)
 
 
 def test_linear_head_works_on_pyramid_encoders():
-    enc = FakeEncoder([256, 512, 1024, 1024], True)  # GFM-Swin widths: the reference head crashes here
+    # GFM-Swin widths: the reference head crashes here
+    enc = FakeEncoder([256, 512, 1024, 1024], True)
     dec = build_decoder("linear", enc, num_classes=4)
     assert count_params(dec) == 1024 * 4 + 4
     feats = [torch.randn(1, c, s, s) for c, s in zip([256, 512, 1024, 1024], [24, 12, 6, 6])]
@@ -79,12 +89,23 @@ def test_unet_matches_reference_size_and_resolution():
     x = torch.randn(2, 3, 64, 64)
     assert model(x).shape == (2, 2, 64, 64)
     with pytest.raises(UserError, match="U-Net decoder needs skip maps coarsest first"):
-        build_decoder("unet", build_encoder("ssl4eo_mae_sar", depth=1, output_layers=[0]), num_classes=2)
+        build_decoder(
+            "unet", build_encoder("ssl4eo_mae_sar", depth=1, output_layers=[0]), num_classes=2
+        )
 
 
 def test_segmenter_trains_end_to_end():
     torch.manual_seed(0)
-    enc = build_encoder("vit_scratch", bands=bands(3), embed_dim=32, depth=2, num_heads=2, output_layers=[0, 1], input_size=32, patch_size=8)
+    enc = build_encoder(
+        "vit_scratch",
+        bands=bands(3),
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        output_layers=[0, 1],
+        input_size=32,
+        patch_size=8,
+    )
     model = Segmenter(enc, build_decoder("upernet", enc, num_classes=2, channels=16))
     x = torch.randn(4, 3, 32, 32)
     y = (x[:, 0] > 0).long()
@@ -102,7 +123,9 @@ def test_segmenter_trains_end_to_end():
 
 def test_decoder_trains_on_cached_frozen_features(tmp_path):
     torch.manual_seed(0)
-    enc = build_encoder("ssl4eo_mae_sar", embed_dim=32, depth=2, num_heads=2, output_layers=[0, 1], input_size=64).eval()
+    enc = build_encoder(
+        "ssl4eo_mae_sar", embed_dim=32, depth=2, num_heads=2, output_layers=[0, 1], input_size=64
+    ).eval()
     x = torch.randn(4, 2, 64, 64)
     with torch.no_grad():
         feats = enc(x)  # computed once, reused every step
@@ -138,8 +161,9 @@ def test_unknown_decoder_kind():
 
 
 def test_deterministic_cuda_forms_equal_torchs_own():
-    """The forms UPerNet's pool and the trainer's loss take on CUDA under deterministic algorithms (matrix
-    pooling, per-pixel loss summed) compute what torch's own kernels do; run here on CPU tensors."""
+    """The forms UPerNet's pool and the trainer's loss take on CUDA under deterministic algorithms
+    (matrix pooling, per-pixel loss summed) compute what torch's own kernels do; run here on CPU
+    tensors."""
     import torch.nn.functional as F
 
     from cryocube.decoders.upernet import AdaptiveAvgPool2d, adaptive_avg_pool_mm
@@ -152,7 +176,8 @@ def test_deterministic_cuda_forms_equal_torchs_own():
             want = F.adaptive_avg_pool2d(x, s)
             got = adaptive_avg_pool_mm(x, s)
             assert got.shape == want.shape and torch.allclose(got, want, atol=1e-12), (h, w, s)
-            assert torch.equal(AdaptiveAvgPool2d(s)(x), want)  # off CUDA: torch's own kernel, bit for bit
+            # off CUDA: torch's own kernel, bit for bit
+            assert torch.equal(AdaptiveAvgPool2d(s)(x), want)
     logits = torch.randn(3, 4, 8, 8, generator=g, dtype=torch.float64)
     target = torch.randint(0, 4, (3, 8, 8), generator=g)
     target[0, :4] = 255

@@ -1,6 +1,9 @@
-"""The deployments/ files, checked offline against what would run them: the DaskCluster CRD shipped in
-the dask-kubernetes wheel, the Kubernetes PodSpec schema, the real `dask worker`/`dask scheduler`/
-`cryocube` argument parsers, pyproject/Makefile for the Docker image, and cryocube's API for the notebook."""
+"""The deployments/ files, checked offline against what would run them: the DaskCluster CRD shipped
+in the dask-kubernetes wheel, the Kubernetes PodSpec schema, the real `dask worker`/`dask
+scheduler`/ `cryocube` argument parsers, pyproject/Makefile for the Docker image, and cryocube's API
+for the notebook.
+"""
+
 from __future__ import annotations
 
 import ast
@@ -63,18 +66,39 @@ def test_daskcluster_container_args_parse_with_the_real_dask_cli():
     params = dask_worker.make_context("dask worker", list(wargs[2:])).params
     assert params["resources"] == "GPU=1" and params["nthreads"] == 1
     assert params["scheduler"] is None  # the operator sets DASK_SCHEDULER_ADDRESS
-    assert dask_scheduler.make_context("dask scheduler", list(sargs[2:])).params["host"] == "0.0.0.0"
+    assert (
+        dask_scheduler.make_context("dask scheduler", list(sargs[2:])).params["host"] == "0.0.0.0"
+    )
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["spec"]["worker"].__setitem__("replicas", "two"), "spec.worker.replicas: 'two' is not of type 'integer'"),
-    (lambda d: d["spec"]["worker"]["spec"]["containers"][0]["resources"]["limits"].__setitem__("nvidia.com/gpu", 1),
-     "nvidia.com/gpu: 1 is not of type 'string'"),
-    (lambda d: d["spec"]["worker"]["spec"].__setitem__("nodeSelecter", {"gpu": "a100"}), "'nodeSelecter' was unexpected"),
-    (lambda d: d.__setitem__("apiVersion", "kubernetes.dask.org/v2"), "apiVersion: 'kubernetes.dask.org/v1' was expected"),
-    (lambda d: d["metadata"].__setitem__("name", "Cryo_Cube"), "metadata.name: 'Cryo_Cube' does not match"),
-    (lambda d: d["spec"].pop("scheduler"), "'scheduler' is a required property"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (
+            lambda d: d["spec"]["worker"].__setitem__("replicas", "two"),
+            "spec.worker.replicas: 'two' is not of type 'integer'",
+        ),
+        (
+            lambda d: d["spec"]["worker"]["spec"]["containers"][0]["resources"][
+                "limits"
+            ].__setitem__("nvidia.com/gpu", 1),
+            "nvidia.com/gpu: 1 is not of type 'string'",
+        ),
+        (
+            lambda d: d["spec"]["worker"]["spec"].__setitem__("nodeSelecter", {"gpu": "a100"}),
+            "'nodeSelecter' was unexpected",
+        ),
+        (
+            lambda d: d.__setitem__("apiVersion", "kubernetes.dask.org/v2"),
+            "apiVersion: 'kubernetes.dask.org/v1' was expected",
+        ),
+        (
+            lambda d: d["metadata"].__setitem__("name", "Cryo_Cube"),
+            "metadata.name: 'Cryo_Cube' does not match",
+        ),
+        (lambda d: d["spec"].pop("scheduler"), "'scheduler' is a required property"),
+    ],
+)
 def test_validator_rejects_what_the_api_server_would(mutate, expected):
     doc = copy.deepcopy(_one(DEPLOY / "k8s" / "daskcluster.yaml"))
     mutate(doc)
@@ -103,7 +127,9 @@ def test_evaluate_job_runs_cryocube_against_the_daskcluster():
     ports = {p["name"]: p["port"] for p in cluster["spec"]["scheduler"]["service"]["ports"]}
     assert ports["tcp-comm"] == 8786
     # the workers read the same cubes as the job: both take the same storage secret
-    assert container["envFrom"] == _container(cluster["spec"]["worker"]["spec"], "worker")["envFrom"]
+    assert (
+        container["envFrom"] == _container(cluster["spec"]["worker"]["spec"], "worker")["envFrom"]
+    )
 
     bad = copy.deepcopy(job)
     bad["spec"]["template"]["spec"]["restartPolicy"] = "Always"  # not allowed for a Job
@@ -119,9 +145,18 @@ def test_evaluate_job_runs_cryocube_against_the_daskcluster():
 
 def _dockerfile() -> list[tuple[str, str]]:
     """(instruction, arguments) with comments dropped and continuation lines joined."""
-    text = re.sub(r"\\\n", " ", "\n".join(l for l in (DEPLOY / "docker" / "Dockerfile").read_text().splitlines()
-                                          if not l.lstrip().startswith("#")))
-    return [(m.group(1).upper(), m.group(2).strip()) for m in re.finditer(r"^(\w+)\s+(.*)$", text, re.M)]
+    text = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(
+            line
+            for line in (DEPLOY / "docker" / "Dockerfile").read_text().splitlines()
+            if not line.lstrip().startswith("#")
+        ),
+    )
+    return [
+        (m.group(1).upper(), m.group(2).strip()) for m in re.finditer(r"^(\w+)\s+(.*)$", text, re.M)
+    ]
 
 
 def test_dockerfile_builds_from_this_repository():
@@ -133,9 +168,13 @@ def test_dockerfile_builds_from_this_repository():
         if i == "COPY":
             *sources, _ = shlex.split(a)
             for s in sources:
-                assert (ROOT / s).exists(), f"COPY {s}: not in the repository (build context is the repo root)"
+                assert (ROOT / s).exists(), (
+                    f"COPY {s}: not in the repository (build context is the repo root)"
+                )
     # the torch pin is the one the tests run with
-    make_pin = re.search(r"^TORCH_PIN \?= (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).strip()
+    make_pin = (
+        re.search(r"^TORCH_PIN \?= (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).strip()
+    )
     (arg,) = [a for i, a in steps if i == "ARG" and a.startswith("TORCH_PIN=")]
     assert arg.split("=", 1)[1].strip('"') == make_pin
     # the extras it installs exist in pyproject
@@ -164,8 +203,10 @@ def test_manifests_use_the_image_tag_of_this_version():
 
 def test_gateway_options_file_is_valid_and_leaves_hub_settings_alone():
     opts = read_gateway_options(DEPLOY / "pangeo" / "gateway-options.yaml")
-    assert {"address", "auth", "proxy_address"}.isdisjoint(opts)  # the hub's dask config provides them
-    assert "image" not in opts.get("cluster_options", {})  # hubs run workers on the notebook's image
+    # the hub's dask config provides them
+    assert {"address", "auth", "proxy_address"}.isdisjoint(opts)
+    # hubs run workers on the notebook's image
+    assert "image" not in opts.get("cluster_options", {})
     assert opts["adapt"]["minimum"] >= 1 and opts["adapt"]["maximum"] >= opts["adapt"]["minimum"]
     assert all(isinstance(v, (int, float)) for v in opts["cluster_options"].values())
 
@@ -173,8 +214,9 @@ def test_gateway_options_file_is_valid_and_leaves_hub_settings_alone():
 def test_notebook_uses_the_existing_client_and_real_cryocube_names():
     nb = json.loads((DEPLOY / "pangeo" / "cryocube-gateway.ipynb").read_text())
     assert nb["nbformat"] == 4 and nb["metadata"]["kernelspec"]["language"] == "python"
-    code = [("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "code"]
-    assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")  # stored clean
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    # stored clean
+    assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
     trees = [ast.parse(src) for src in code]
     imported = 0
     calls = {}
@@ -191,12 +233,15 @@ def test_notebook_uses_the_existing_client_and_real_cryocube_names():
     assert imported >= 4
     # cryocube gets the notebook's client; nothing in the notebook starts a cluster of its own
     (evaluate,) = calls["evaluate"]
-    assert any(k.arg == "client" and getattr(k.value, "id", None) == "client" for k in evaluate.keywords)
+    assert any(
+        k.arg == "client" and getattr(k.value, "id", None) == "client" for k in evaluate.keywords
+    )
     assert {"open_cluster", "LocalCluster", "LocalCUDACluster", "KubeCluster"}.isdisjoint(calls)
     assert "new_cluster" in calls and "get_client" in calls
     # runs_from_grid's keywords are its real parameters
-    from cryocube.engine.plan import runs_from_grid
     import inspect
+
+    from cryocube.engine.plan import runs_from_grid
 
     (grid,) = calls["runs_from_grid"]
     assert {k.arg for k in grid.keywords} <= set(inspect.signature(runs_from_grid).parameters)

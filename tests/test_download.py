@@ -1,4 +1,5 @@
 """Downloads over real HTTP on loopback, checksum verification and safe archive extraction."""
+
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +27,10 @@ def _tar(path, members: dict[str, bytes], links: dict[str, str] | None = None):
 
 def test_fetch_verifies_and_extracts(tmp_path, http_dir):
     root, base = http_dir
-    _tar(root / "GLD.tar.gz", {"GLD/GLNet/train/image/a.tif": b"x" * 1000, "GLD/GLNet/train/mask/a.tif": b"y"})
+    _tar(
+        root / "GLD.tar.gz",
+        {"GLD/GLNet/train/image/a.tif": b"x" * 1000, "GLD/GLNet/train/mask/a.tif": b"y"},
+    )
     sha = hashlib.sha256((root / "GLD.tar.gz").read_bytes()).hexdigest()
     dest = tmp_path / "dl"
     p = fetch(f"{base}/GLD.tar.gz", dest / "GLD.tar.gz", sha256=sha, progress=False)
@@ -53,12 +57,15 @@ def test_missing_url(tmp_path, http_dir):
         fetch(f"{base}/missing.tar.gz", tmp_path / "m.tar.gz", progress=False)
 
 
-@pytest.mark.parametrize("members,links", [
-    ({"../escape.txt": b"bad"}, None),
-    ({"/abs/escape.txt": b"bad"}, None),
-    ({"ok/file": b"1"}, {"ok/link": "../../outside"}),
-    ({"ok/file": b"1"}, {"ok/abs": "/etc/passwd"}),
-])
+@pytest.mark.parametrize(
+    "members,links",
+    [
+        ({"../escape.txt": b"bad"}, None),
+        ({"/abs/escape.txt": b"bad"}, None),
+        ({"ok/file": b"1"}, {"ok/link": "../../outside"}),
+        ({"ok/file": b"1"}, {"ok/abs": "/etc/passwd"}),
+    ],
+)
 def test_unsafe_tar_refused(tmp_path, members, links):
     _tar(tmp_path / "evil.tar.gz", members, links)
     with pytest.raises(DownloadError, match="outside"):
@@ -79,7 +86,8 @@ def test_unsafe_zip_refused_and_truncated_tar(tmp_path):
 
 
 def test_html_page_instead_of_archive_is_refused(tmp_path, http_dir):
-    """Hosts answer with a sign-in/confirmation page at the archive's URL: never keep it as the archive."""
+    """Hosts answer with a sign-in/confirmation page at the archive's URL: never keep it as the
+    archive."""
     root, base = http_dir
     (root / "GLID.zip").write_text("<!DOCTYPE html><html><body>Sign in to continue</body></html>")
     with pytest.raises(DownloadError, match="HTML page"):

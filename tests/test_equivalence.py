@@ -1,11 +1,12 @@
 """Every encoder equals the Cryo-Bench reference's own encoder, from stored reference features.
 
-tools/verify_encoders.py ran the reference (github Sk-2103/Cryo-Bench at the commit in the manifest) on a
-checkpoint in the published layout and stored its features (a seeded sample of values and the per-channel
-means of every level) under tests/data/equivalence/. Here cryocube alone regenerates the same seeded
-state dict, checkpoint file and input at the published model size, loads the file through the catalog's
-key map and must give the reference's features.
+tools/verify_encoders.py ran the reference (github Sk-2103/Cryo-Bench at the commit in the manifest)
+on a checkpoint in the published layout and stored its features (a seeded sample of values and the
+per-channel means of every level) under tests/data/equivalence/. Here cryocube alone regenerates the
+same seeded state dict, checkpoint file and input at the published model size, loads the file
+through the catalog's key map and must give the reference's features.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,7 +26,9 @@ DATA = ROOT / "tests" / "data" / "equivalence"
 MANIFEST = json.loads((DATA / "manifest.json").read_text())
 ATOL, RTOL = 5e-5, 1e-4  # fp32, different op order (fused qkv, timm blocks) on the same arithmetic
 
-_spec = importlib.util.spec_from_file_location("verify_encoders", ROOT / "tools" / "verify_encoders.py")
+_spec = importlib.util.spec_from_file_location(
+    "verify_encoders", ROOT / "tools" / "verify_encoders.py"
+)
 verify = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(verify)
 
@@ -51,8 +54,10 @@ def mismatch(feats, ref: dict) -> list[str]:
     return bad
 
 
-#: tensors the reference's loader reported missing although the features are equal: Prithvi's T=1 position
-#: embedding is computed by both (the released 3-frame one is not used); data2vec's mask token is never used
+#: tensors the reference's loader reported missing although the features are equal: Prithvi's T=1
+# position
+#: embedding is computed by both (the released 3-frame one is not used); data2vec's mask token is
+# never used
 #: by the encoder's forward pass, and the released file's key map sets it aside
 REFERENCE_MISSING_OK = {"prithvi": ["pos_embed"], "ssl4eo_data2vec": ["mask_token"]}
 
@@ -63,9 +68,15 @@ def test_every_config_has_a_reference_result_at_one_commit():
     assert len(commits) == 1 and re.fullmatch(r"[0-9a-f]{40}", commits.pop())
     for mid, m in MANIFEST.items():
         assert sorted(m["band_order"]["cryocube"]) == sorted(m["band_order"]["reference"]), mid
-        assert all(lv["max_abs"] is not None and lv["max_abs"] <= ATOL * 4 for lv in m["levels"]), (mid, m["levels"])
+        assert all(lv["max_abs"] is not None and lv["max_abs"] <= ATOL * 4 for lv in m["levels"]), (
+            mid,
+            m["levels"],
+        )
         for w in m["warnings"]:
-            assert w["missing"] == REFERENCE_MISSING_OK.get(mid, []) and not w["incompatible"], (mid, m["warnings"])
+            assert w["missing"] == REFERENCE_MISSING_OK.get(mid, []) and not w["incompatible"], (
+                mid,
+                m["warnings"],
+            )
 
 
 @pytest.mark.parametrize("model_id", sorted(MANIFEST))
@@ -80,20 +91,26 @@ def test_features_equal_the_reference(model_id, tmp_path):
 
 def test_dino_deviation_differs_by_default_and_its_switch_gives_the_reference(tmp_path):
     """S12-DINO: cryocube keeps the checkpoint's qkv biases (declared deviation dino_qkv_bias); with
-    follow_reference it builds none, drops the checkpoint's with a warning, and equals the reference."""
+    follow_reference it builds none, drops the checkpoint's with a warning, and equals the
+    reference.
+    """
     spec = model_spec("ssl4eo_dino")
     assert [d.name for d in spec.deviations] == ["dino_qkv_bias"]
     assert spec.deviation_record() == {"in_effect": ["dino_qkv_bias"], "followed": []}
     ref = stored("ssl4eo_dino")
     _, _, feats, sd = verify.make_case("ssl4eo_dino", tmp_path)  # default: biases loaded
     assert sum(k.endswith("attn.qkv.bias") for k in sd) == 12
-    assert mismatch(feats, ref), "the default build should differ from the reference (it keeps the qkv biases)"
+    assert mismatch(feats, ref), (
+        "the default build should differ from the reference (it keeps the qkv biases)"
+    )
 
     from cryocube.models.weights import load_weights
 
     enc = verify.build("ssl4eo_dino", follow_reference=True)
     assert enc.spec.deviation_record() == {"in_effect": [], "followed": ["dino_qkv_bias"]}
-    with pytest.warns(UserWarning, match=r"dropped 12 checkpoint tensors as the Cryo-Bench reference does"):
+    with pytest.warns(
+        UserWarning, match=r"dropped 12 checkpoint tensors as the Cryo-Bench reference does"
+    ):
         rep = load_weights(enc, tmp_path / "ssl4eo_dino.pth")
     assert len(rep.dropped) == 12 and all(k.endswith("attn.qkv.bias") for k in rep.dropped)
     with torch.no_grad():
@@ -101,7 +118,8 @@ def test_dino_deviation_differs_by_default_and_its_switch_gives_the_reference(tm
 
 
 def test_without_the_switch_a_bias_free_dino_refuses_the_biases(tmp_path):
-    """arch.qkv_bias: false alone (no follow_reference) is strict: the 12 biases are named, not dropped."""
+    """arch.qkv_bias: false alone (no follow_reference) is strict: the 12 biases are named, not
+    dropped."""
     from cryocube.models.registry import get_keymap
     from cryocube.models.weights import WeightsError, load_weights
 
@@ -118,7 +136,9 @@ def test_spectralgpt_channels_follow_the_reference_group_major():
     g, d = enc.groups, enc.output_channels[0] // enc.groups
     x = verify.make_input(enc)
     tokens = {}
-    hook = enc.blocks[enc.output_layers[0]].register_forward_hook(lambda m, i, o: tokens.setdefault("t", o))
+    hook = enc.blocks[enc.output_layers[0]].register_forward_hook(
+        lambda m, i, o: tokens.setdefault("t", o)
+    )
     with torch.no_grad():
         f = enc(x)[0]
     hook.remove()
@@ -134,10 +154,13 @@ def test_every_catalog_deviation_is_a_row_of_the_one_table():
     assert devs, "the catalog declares no deviation (S12-DINO's qkv biases is one)"
     for m, d in devs:
         row = next((ln for ln in table.splitlines() if ln.startswith(f"| `{d.name}` ({m})")), None)
-        assert row is not None and row.count("|") == 7, f"{m}: deviation {d.name} has no row in docs/deviations.md"
+        assert row is not None and row.count("|") == 7, (
+            f"{m}: deviation {d.name} has no row in docs/deviations.md"
+        )
         assert "follow_reference" in row and "`deviations`" in row
     readme = (ROOT / "README.md").read_text()
-    assert "docs/deviations.md" in readme and "**Pairing.**" not in readme  # the README links, the table holds
+    # the README links, the table holds
+    assert "docs/deviations.md" in readme and "**Pairing.**" not in readme
 
 
 def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_path, client):
@@ -152,16 +175,25 @@ def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_
     convert("gld", str(tmp_path / "raw"), url, client=client, tile_size=32, progress=False)
     ctx = PlanContext(out=str(tmp_path / "out"), allow_random_weights=True)
     fast = ["epochs=1", "input_size=32", "normalization=cube"]
-    default, follow, moco = (plan_runs([RunSpec(mid, url)], load_recipe(None, fast + extra), ctx)[0] for mid, extra in (
-        ("ssl4eo_dino", []), ("ssl4eo_dino", ["follow_reference=true"]), ("ssl4eo_moco", [])))
+    default, follow, moco = (
+        plan_runs([RunSpec(mid, url)], load_recipe(None, fast + extra), ctx)[0]
+        for mid, extra in (
+            ("ssl4eo_dino", []),
+            ("ssl4eo_dino", ["follow_reference=true"]),
+            ("ssl4eo_moco", []),
+        )
+    )
     assert default.record["deviations"] == {"in_effect": ["dino_qkv_bias"], "followed": []}
     assert follow.record["deviations"] == {"in_effect": [], "followed": ["dino_qkv_bias"]}
     assert moco.record["deviations"] == {"in_effect": [], "followed": []}
     assert follow.run_id != default.run_id and follow.work.encoder.model.arch["qkv_bias"] is False
-    assert "follow_reference" not in default.identity["recipe"]  # the default keeps existing run ids
+    # the default keeps existing run ids
+    assert "follow_reference" not in default.identity["recipe"]
     # the embedding family (NeuCo-Bench probes) reads the same switch and records the same field
-    probe, probe_follow = (plan_runs([RunSpec("ssl4eo_dino", url, "probe")], load_recipe(None, fast + extra), ctx)[0]
-                           for extra in ([], ["follow_reference=true"]))
+    probe, probe_follow = (
+        plan_runs([RunSpec("ssl4eo_dino", url, "probe")], load_recipe(None, fast + extra), ctx)[0]
+        for extra in ([], ["follow_reference=true"])
+    )
     assert probe.record["deviations"] == default.record["deviations"]
     assert probe_follow.record["deviations"] == follow.record["deviations"]
     assert probe_follow.work.embed.key != probe.work.embed.key

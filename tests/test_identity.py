@@ -1,6 +1,9 @@
-"""Identity all the way: unique sample ids in every cube (tiles of one scene included), embeddings that
-carry their cube's checksum (store and CSV) and are refused against another cube's tasks, and folds
-drawn over rows ordered by id, so `--labels` and `--tasks-from` give the same Q for the same data."""
+"""Identity all the way: unique sample ids in every cube (tiles of one scene included), embeddings
+that carry their cube's checksum (store and CSV) and are refused against another cube's tasks, and
+folds drawn over rows ordered by id, so `--labels` and `--tasks-from` give the same Q for the same
+data.
+"""
+
 from __future__ import annotations
 
 import csv
@@ -18,8 +21,8 @@ from cryocube.cube import as_text, open_cube, sample_ids
 from cryocube.errors import UserError
 from cryocube.families.embedding.embed import load_embeddings
 from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
-from cryocube.families.embedding.work import probe_embeddings
 from cryocube.families.embedding.submission import read_submission
+from cryocube.families.embedding.work import probe_embeddings
 from cryocube.synthetic import make_raw, make_samples
 
 RECIPE = {"epochs": 3, "lr": 1e-2}
@@ -29,7 +32,9 @@ RECIPE = {"epochs": 3, "lr": 1e-2}
 def caffe(tmp_path_factory, client):
     """Three small CaFFe scenes cut into 32 px tiles: several tiles per scene share one `source`."""
     root = tmp_path_factory.mktemp("caffe")
-    make_raw("caffe", root / "raw", "cryobench", n={"train": 2, "val": 0, "test": 1}, size=64, seed=4)
+    make_raw(
+        "caffe", root / "raw", "cryobench", n={"train": 2, "val": 0, "test": 1}, size=64, seed=4
+    )
     url = str(root / "caffe.zarr")
     convert("caffe", str(root / "raw"), url, client=client, tile_size=32, progress=False)
     return root, url
@@ -37,7 +42,8 @@ def caffe(tmp_path_factory, client):
 
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory, client):
-    """One sample cube and a second one converted from the same files with other options (same ids)."""
+    """One sample cube and a second one converted from the same files with other options (same
+    ids)."""
     root = tmp_path_factory.mktemp("ssl")
     make_samples("ssl4eo-downstream", root / "raw", n=40, size=8, seed=5)
     a, b = str(root / "a.zarr"), str(root / "b.zarr")
@@ -57,12 +63,31 @@ def test_tiles_of_one_scene_keep_their_own_ids_through_embed_csv_and_tasks(caffe
     first = sources[0].rsplit(".", 1)[0]
     assert ids[0] == f"{first}__0_0" and ids[1] == f"{first}__0_32"
     csv_path = tmp_path / "mean.csv"
-    assert main(["embed", "mean", "--cube", url, "--out", str(csv_path), "--format", "csv", "--quiet",
-                 "--cluster", client.scheduler.address]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                "mean",
+                "--cube",
+                url,
+                "--out",
+                str(csv_path),
+                "--format",
+                "csv",
+                "--quiet",
+                "--cluster",
+                client.scheduler.address,
+            ]
+        )
+        == 0
+    )
     got, X, _ = read_submission(csv_path, None, None, strict=False)
     assert got == list(ids) and X.shape[0] == n  # every tile is a row: nothing merged
     store_ids, _, _, attrs = load_embeddings(str(tmp_path / "mean.zarr"))
-    assert store_ids == list(ids) and attrs["cube"]["checksum"] == ds.attrs["cryocube_complete"]["checksum"]
+    assert (
+        store_ids == list(ids)
+        and attrs["cube"]["checksum"] == ds.attrs["cryocube_complete"]["checksum"]
+    )
     side = json.loads((tmp_path / "mean.csv.json").read_text())
     assert side["cube"]["checksum"] == attrs["cube"]["checksum"] and side["source"] == "mean"
     labelled = np.asarray(ds["class_fraction"].values).sum(axis=1) > 0
@@ -70,7 +95,9 @@ def test_tiles_of_one_scene_keep_their_own_ids_through_embed_csv_and_tasks(caffe
         assert set(t.labels) == set(ids[labelled])  # a task has a label per labelled tile
 
 
-def test_a_cube_written_before_ids_gets_them_derived_once_and_duplicates_are_refused(caffe, tmp_path):
+def test_a_cube_written_before_ids_gets_them_derived_once_and_duplicates_are_refused(
+    caffe, tmp_path
+):
     _, url = caffe
     want = sample_ids(open_cube(url), url)
     old = str(tmp_path / "old.zarr")
@@ -97,27 +124,65 @@ def test_a_cube_written_before_ids_gets_them_derived_once_and_duplicates_are_ref
         tasks_from_cube(dup)
 
 
-def test_embeddings_of_another_cube_are_refused_by_checksum_store_and_csv(samples, client, tmp_path):
+def test_embeddings_of_another_cube_are_refused_by_checksum_store_and_csv(
+    samples, client, tmp_path
+):
     root, a, b = samples
     out = tmp_path / "emb.csv"
-    assert main(["embed", "mean", "--cube", a, "--out", str(out), "--format", "csv", "--quiet",
-                 "--cluster", client.scheduler.address]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                "mean",
+                "--cube",
+                a,
+                "--out",
+                str(out),
+                "--format",
+                "csv",
+                "--quiet",
+                "--cluster",
+                client.scheduler.address,
+            ]
+        )
+        == 0
+    )
     ca, cb = (open_cube(u).attrs["cryocube_complete"]["checksum"] for u in (a, b))
-    assert ca != cb and list(sample_ids(open_cube(a), a)) == list(sample_ids(open_cube(b), b))  # same ids
+    # same ids
+    assert ca != cb and list(sample_ids(open_cube(a), a)) == list(sample_ids(open_cube(b), b))
     for emb in (str(tmp_path / "emb.zarr"), str(out)):
-        with pytest.raises(UserError, match=f"{emb} was embedded from the cube {a} \\(checksum {ca[:16]}\\), not from "
-                                            f"{b} \\(checksum {cb[:16]}\\)"):
-            probe_embeddings(emb, str(tmp_path / "p"), probe_recipe("linear", 2, RECIPE), tasks_from=b)
+        with pytest.raises(
+            UserError,
+            match=(
+                f"{emb} was embedded from the cube {a} \\(checksum {ca[:16]}\\), not from "
+                f"{b} \\(checksum {cb[:16]}\\)"
+            ),
+        ):
+            probe_embeddings(
+                emb, str(tmp_path / "p"), probe_recipe("linear", 2, RECIPE), tasks_from=b
+            )
     assert not (tmp_path / "p").exists()  # refused before any probe ran
-    rec = probe_embeddings(str(out), str(tmp_path / "ok"), probe_recipe("linear", 2, RECIPE), tasks_from=a,
-                           progress=False).record
-    assert rec["cube"]["checksum"] == ca and rec["model"] == "mean"  # the CSV's provenance reaches the record
-    # an edited CSV is no longer credited to the cube (a warning says so) and is scored as vectors made elsewhere
+    rec = probe_embeddings(
+        str(out),
+        str(tmp_path / "ok"),
+        probe_recipe("linear", 2, RECIPE),
+        tasks_from=a,
+        progress=False,
+    ).record
+    # the CSV's provenance reaches the record
+    assert rec["cube"]["checksum"] == ca and rec["model"] == "mean"
+    # an edited CSV is no longer credited to the cube (a warning says so) and is scored as vectors
+    # made elsewhere
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:1] + lines[2:] + lines[1:2]) + "\n")
     with pytest.warns(UserWarning, match="changed since `cryocube embed` wrote it"):
-        rec = probe_embeddings(str(out), str(tmp_path / "edited"), probe_recipe("linear", 2, RECIPE), tasks_from=b,
-                               progress=False).record
+        rec = probe_embeddings(
+            str(out),
+            str(tmp_path / "edited"),
+            probe_recipe("linear", 2, RECIPE),
+            tasks_from=b,
+            progress=False,
+        ).record
     assert rec["cube"] is None
 
 
@@ -134,7 +199,9 @@ def test_labels_folder_and_tasks_from_give_the_same_q_for_the_same_data(samples,
     labels = tmp_path / "labels"
     labels.mkdir()
     rng = np.random.default_rng(0)
-    for j, (task, kind) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))):
+    for j, (task, kind) in enumerate(
+        zip(as_text(ds["task"].values), as_text(ds["task_type"].values))
+    ):
         y = np.asarray(ds["target"].values)[:, j]
         with open(labels / f"{task}__{kind}.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -143,47 +210,86 @@ def test_labels_folder_and_tasks_from_give_the_same_q_for_the_same_data(samples,
                 if np.isfinite(y[r]):
                     w.writerow([ids[r], repr(float(y[r]))])
     recipe = probe_recipe("linear", 3, RECIPE)
-    by_labels = probe_embeddings(emb, str(tmp_path / "l"), recipe, labels=str(labels), progress=False)
+    by_labels = probe_embeddings(
+        emb, str(tmp_path / "l"), recipe, labels=str(labels), progress=False
+    )
     by_cube = probe_embeddings(emb, str(tmp_path / "c"), recipe, tasks_from=a, progress=False)
     assert by_labels.scores.keys() == by_cube.scores.keys() and len(by_cube.scores) == 3
-    assert by_labels.scores == by_cube.scores  # bit for bit: the folds follow the ids, not the file order
+    # bit for bit: the folds follow the ids, not the file order
+    assert by_labels.scores == by_cube.scores
     assert by_labels.summary["overall_q_score"] == by_cube.summary["overall_q_score"]
 
 
-# -- report groups keyed by identity -------------------------------------------------------------------
+# -- report groups keyed by identity
+# -------------------------------------------------------------------
 
 
 def _seg(i, model, fraction, miou, epochs, name="U-Net", protocol="frozen"):
-    """A segmentation record as the engine writes it: identity = what defines the run (recipe included)."""
-    ident = {"family": "segmentation", "model": model, "arch": "unet", "cube": "c0ffee", "protocol": protocol,
-             "fraction": fraction, "seed": 0, "recipe": {"epochs": epochs, "lr": 1e-3}, "weights": "random", "v": 1}
-    return {"run_id": f"r{i}", "family": "segmentation", "model": model, "model_name": name, "dataset": "glid",
-            "protocol": protocol, "fraction": fraction, "seed": 0, "status": "ok", "metrics": {"mIoU": miou},
-            "identity": ident, "config": ident["recipe"], "created": f"2026-01-01T00:00:{i:02d}+00:00"}
+    """A segmentation record as the engine writes it: identity = what defines the run (recipe
+    included)."""
+    ident = {
+        "family": "segmentation",
+        "model": model,
+        "arch": "unet",
+        "cube": "c0ffee",
+        "protocol": protocol,
+        "fraction": fraction,
+        "seed": 0,
+        "recipe": {"epochs": epochs, "lr": 1e-3},
+        "weights": "random",
+        "v": 1,
+    }
+    return {
+        "run_id": f"r{i}",
+        "family": "segmentation",
+        "model": model,
+        "model_name": name,
+        "dataset": "glid",
+        "protocol": protocol,
+        "fraction": fraction,
+        "seed": 0,
+        "status": "ok",
+        "metrics": {"mIoU": miou},
+        "identity": ident,
+        "config": ident["recipe"],
+        "created": f"2026-01-01T00:00:{i:02d}+00:00",
+    }
 
 
 def test_fraction_curves_never_join_models_that_share_a_name_or_recipes_that_differ(tmp_path):
     from cryocube.report import build_report
 
-    lines = [_seg(0, "unet", 0.1, 10.0, 1), _seg(1, "unet", 1.0, 11.0, 1),  # U-Net, 1 epoch
-             _seg(2, "unet", 0.1, 30.0, 3), _seg(3, "unet", 0.5, 31.0, 3), _seg(4, "unet", 1.0, 32.0, 3),  # 3 epochs
-             _seg(5, "my_unet", 0.1, 50.0, 1), _seg(6, "my_unet", 1.0, 51.0, 1)]  # another model, the same name
+    lines = [
+        _seg(0, "unet", 0.1, 10.0, 1),
+        _seg(1, "unet", 1.0, 11.0, 1),  # U-Net, 1 epoch
+        # 3 epochs
+        _seg(2, "unet", 0.1, 30.0, 3),
+        _seg(3, "unet", 0.5, 31.0, 3),
+        _seg(4, "unet", 1.0, 32.0, 3),
+        # another model, the same name
+        _seg(5, "my_unet", 0.1, 50.0, 1),
+        _seg(6, "my_unet", 1.0, 51.0, 1),
+    ]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     rep = build_report([str(tmp_path)], str(tmp_path / "rep"), formats=["md"])
     f = rep.tables["fractions/label_fraction"]
     got = {}
     for row in f.rows:
         got.setdefault(row[f.col("model")], {})[row[f.col("fraction")]] = row[f.col("miou")]
-    assert got == {"U-Net (unet; epochs=1)": {0.1: 10.0, 1.0: 11.0}, "U-Net (unet; epochs=3)": {0.1: 30.0, 0.5: 31.0, 1.0: 32.0},
-                   "U-Net (my_unet)": {0.1: 50.0, 1.0: 51.0}}
+    assert got == {
+        "U-Net (unet; epochs=1)": {0.1: 10.0, 1.0: 11.0},
+        "U-Net (unet; epochs=3)": {0.1: 30.0, 0.5: 31.0, 1.0: 32.0},
+        "U-Net (my_unet)": {0.1: 50.0, 1.0: 51.0},
+    }
     cell = {r.name: r.cells["glid"].mean for r in rep.leaderboards["frozen-100pct"].rows}["U-Net"]
-    assert cell in (32.0, 51.0)  # one model's one recipe, never an average of recipes (or of models) as seeds
+    # one model's one recipe, never an average of recipes (or of models) as seeds
+    assert cell in (32.0, 51.0)
     assert any("another recipe" in n for n in rep.tables["failures"].notes)
 
 
 def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
-    """Two label folders, one dataset name ("labels"): before, they were pooled, every run missed the other
-    set's tasks and was listed as dropped for a NaN Q."""
+    """Two label folders, one dataset name ("labels"): before, they were pooled, every run missed
+    the other set's tasks and was listed as dropped for a NaN Q."""
     from cryocube.cube import cube_info
     from cryocube.families.embedding.embed import embed, plan_embedding
     from cryocube.report import build_report
@@ -204,12 +310,27 @@ def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
             for task, kind in picked:
                 j = [t for t, _ in tasks].index(task)
                 (labels / f"{task}__{kind}.csv").write_text(
-                    "id,label\n" + "".join(f"{i},{float(target[r, j])!r}\n" for r, i in enumerate(ids) if np.isfinite(target[r, j])))
-            res = probe_embeddings(emb, str(results / f"{model}{s}"), probe_recipe("linear", 3, RECIPE), labels=str(labels),
-                                   progress=False)
+                    "id,label\n"
+                    + "".join(
+                        f"{i},{float(target[r, j])!r}\n"
+                        for r, i in enumerate(ids)
+                        if np.isfinite(target[r, j])
+                    )
+                )
+            res = probe_embeddings(
+                emb,
+                str(results / f"{model}{s}"),
+                probe_recipe("linear", 3, RECIPE),
+                labels=str(labels),
+                progress=False,
+            )
             assert res.record["dataset"] == "ssl4eo-downstream" and res.record["label_set"]
     rep = build_report([str(results)], str(tmp_path / "rep"), formats=["md"])
-    boards = {k: t for k, t in rep.tables.items() if k.startswith("embedding/embedding_leaderboard_ssl4eo-downstream")}
+    boards = {
+        k: t
+        for k, t in rep.tables.items()
+        if k.startswith("embedding/embedding_leaderboard_ssl4eo-downstream")
+    }
     assert len(boards) == 2  # one per label set, each ranking both models
     for t in boards.values():
         assert len(t.rows) == 2 and not any("Dropped" in n for n in t.notes)
@@ -217,7 +338,8 @@ def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
 
 
 def test_an_embedding_store_with_repeated_ids_is_refused(caffe, tmp_path):
-    """A store embedded before ids were unique (its rows named by `source`) is refused, never collapsed."""
+    """A store embedded before ids were unique (its rows named by `source`) is refused, never
+    collapsed."""
     from cryocube.cube import cube_info
     from cryocube.families.embedding.embed import embed, plan_embedding
 
@@ -228,31 +350,52 @@ def test_an_embedding_store_with_repeated_ids_is_refused(caffe, tmp_path):
     g = zarr.open_group(emb, mode="r+")
     src = as_text(open_cube(url)["source"].values)
     g["id"][:] = src.astype(object)  # what v1 stores held: the scene's file for every tile
-    with pytest.raises(UserError, match="old.zarr: .* used more than once.*run `cryocube embed` again with --overwrite"):
+    with pytest.raises(
+        UserError,
+        match="old.zarr: .* used more than once.*run `cryocube embed` again with --overwrite",
+    ):
         load_embeddings(emb)
 
 
 def test_derived_ids_tell_tiles_and_split_folders_apart():
     from cryocube.cube import derive_sample_ids
 
-    ids = derive_sample_ids(["a.tif", "a.tif", "b.png", "b.png", "c.nc"], ["train", "train", "train", "test", "test"],
-                            [0, 0, 0, 0, 0], [0, 32, 0, 0, 0])
-    assert list(ids) == ["a__0_0", "a__0_32", "train/b", "test/b", "c"]  # one stem in two split folders: prefixed
+    ids = derive_sample_ids(
+        ["a.tif", "a.tif", "b.png", "b.png", "c.nc"],
+        ["train", "train", "train", "test", "test"],
+        [0, 0, 0, 0, 0],
+        [0, 32, 0, 0, 0],
+    )
+    # one stem in two split folders: prefixed
+    assert list(ids) == ["a__0_0", "a__0_32", "train/b", "test/b", "c"]
 
 
 def test_a_study_finds_its_default_run_when_another_recipe_fills_the_leaderboard_cell(tmp_path):
-    """A study's default run and a later fraction curve at another recipe share (model, dataset, protocol, 1.0):
-    the cell shows one recipe, and the study still compares against its own default."""
+    """A study's default run and a later fraction curve at another recipe share (model, dataset,
+    protocol, 1.0): the cell shows one recipe, and the study still compares against its own
+    default."""
     from cryocube.report import build_report
 
     base = _seg(0, "unet", 1.0, 20.0, 1)
-    best = _seg(1, "unet", 1.0, 40.0, 1) | {"sweep": {"study": "s", "trial": 0, "best": True, "baseline_run_id": "r0",
-                                                       "params": {"lr": 0.01}, "value": 1.0, "metric": "val_mIoU"}}
+    best = _seg(1, "unet", 1.0, 40.0, 1) | {
+        "sweep": {
+            "study": "s",
+            "trial": 0,
+            "best": True,
+            "baseline_run_id": "r0",
+            "params": {"lr": 0.01},
+            "value": 1.0,
+            "metric": "val_mIoU",
+        }
+    }
     best["identity"] = best["identity"] | {"recipe": {"epochs": 1, "lr": 0.01}}
     curve = [_seg(2 + i, "unet", f, 30.0 + i, 6) for i, f in enumerate((0.25, 0.5, 1.0))]
-    (tmp_path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [base, best, *curve]))
+    (tmp_path / "results.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in [base, best, *curve])
+    )
     rep = build_report([str(tmp_path)], str(tmp_path / "rep"), formats=["md"])
     s = rep.tables["tune/studies"]
     assert s.rows[0][s.col("default")] == 20.0 and s.rows[0][s.col("tuned")] == 40.0
     cells = {r.name: r.cells["glid"].mean for r in rep.leaderboards["frozen-100pct"].rows}
-    assert cells == {"U-Net": 32.0, "U-Net (tuned)": 40.0}  # the newest recipe fills the cell; never 26.0, an average
+    # the newest recipe fills the cell; never 26.0, an average
+    assert cells == {"U-Net": 32.0, "U-Net (tuned)": 40.0}

@@ -1,5 +1,8 @@
-"""The house keeps its walls: no import cycles, no import up the layers docs/architecture.md writes, new datasets
-and ViT models are one YAML each, and a family from another package is one folder and its entry points."""
+"""The house keeps its walls: no import cycles, no import up the layers docs/architecture.md writes,
+new datasets and ViT models are one YAML each, and a family from another package is one folder and
+its entry points.
+"""
+
 from __future__ import annotations
 
 import ast
@@ -92,7 +95,8 @@ def test_no_import_cycles():
 
 
 def layers(doc: Path = ROOT / "docs" / "architecture.md") -> dict[str, int]:
-    """The layer order docs/architecture.md writes (its ```layers block): module prefix -> layer number."""
+    """The layer order docs/architecture.md writes (its ```layers block): module prefix -> layer
+    number."""
     block = re.search(r"```layers\n(.*?)```", doc.read_text(), re.S)
     assert block, f"{doc}: no ```layers block"
     out: dict[str, int] = {}
@@ -106,44 +110,67 @@ def layers(doc: Path = ROOT / "docs" / "architecture.md") -> dict[str, int]:
 
 
 def layer_of(module: str, order: dict[str, int]) -> int | None:
-    """The layer of the longest listed prefix (`cryocube` alone only for the package's own __init__)."""
-    best = max((p for p in order if module == p or (p != "cryocube" and module.startswith(p + "."))), key=len,
-               default=None)
+    """The layer of the longest listed prefix (`cryocube` alone only for the package's own
+    __init__)."""
+    best = max(
+        (p for p in order if module == p or (p != "cryocube" and module.startswith(p + "."))),
+        key=len,
+        default=None,
+    )
     return None if best is None else order[best]
 
 
 def upward_imports(graph: dict[str, set[str]], order: dict[str, int]) -> list[tuple[str, str]]:
-    return sorted((m, d) for m, deps in graph.items() for d in deps
-                  if layer_of(d, order) is not None and layer_of(m, order) is not None
-                  and layer_of(d, order) > layer_of(m, order))
+    return sorted(
+        (m, d)
+        for m, deps in graph.items()
+        for d in deps
+        if layer_of(d, order) is not None
+        and layer_of(m, order) is not None
+        and layer_of(d, order) > layer_of(m, order)
+    )
 
 
 def test_no_module_imports_up_the_layers_the_architecture_doc_writes():
     graph, order = import_graph(), layers()
-    assert order["cryocube.record"] == 1 < order["cryocube.families"] < order["cryocube.engine"] < order["cryocube.cli"]
-    assert [m for m in graph if layer_of(m, order) is None] == []  # every module has its layer in the doc
+    assert (
+        order["cryocube.record"]
+        == 1
+        < order["cryocube.families"]
+        < order["cryocube.engine"]
+        < order["cryocube.cli"]
+    )
+    # every module has its layer in the doc
+    assert [m for m in graph if layer_of(m, order) is None] == []
     assert upward_imports(graph, order) == []
 
 
 def test_a_planted_upward_import_is_found(tmp_path):
-    """The same check on a copy of the package with two imports planted up the layers: one at module level in
-    the record (bottom layer), one inside a function of the families' base (below the engine)."""
+    """The same check on a copy of the package with two imports planted up the layers: one at module
+    level in the record (bottom layer), one inside a function of the families' base (below the
+    engine)."""
     import shutil
 
-    shutil.copytree(PKG, tmp_path / "cryocube", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copytree(
+        PKG, tmp_path / "cryocube", ignore=shutil.ignore_patterns("__pycache__", "data")
+    )
     rec = tmp_path / "cryocube" / "record.py"
     rec.write_text(rec.read_text() + "\nfrom .engine.records import write_parquet\n")
     base = tmp_path / "cryocube" / "families" / "base.py"
-    base.write_text(base.read_text() + "\n\ndef _report():\n    from ..report.build import build_report\n")
+    base.write_text(
+        base.read_text() + "\n\ndef _report():\n    from ..report.build import build_report\n"
+    )
     assert upward_imports(import_graph(tmp_path), layers()) == [
         ("cryocube.families.base", "cryocube.report.build"),
-        ("cryocube.record", "cryocube.engine"), ("cryocube.record", "cryocube.engine.records")]
+        ("cryocube.record", "cryocube.engine"),
+        ("cryocube.record", "cryocube.engine.records"),
+    ]
     assert upward_imports(import_graph(), layers()) == []  # (the original is untouched)
 
 
 def test_the_report_names_no_family():
-    """report/ reaches families only through the registry (`names`, `get(...).report_sections`): no report
-    module imports a family's package, and none spells a family's name."""
+    """report/ reaches families only through the registry (`names`, `get(...).report_sections`): no
+    report module imports a family's package, and none spells a family's name."""
     from cryocube.families import names
 
     graph = import_graph()
@@ -154,7 +181,9 @@ def test_the_report_names_no_family():
     fams = set(names())
     assert {"segmentation", "embedding", "vqa", "heads"} <= fams
     for p in (PKG / "report").glob("*.py"):
-        consts = {n.value for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Constant)}
+        consts = {
+            n.value for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Constant)
+        }
         assert not consts & fams, (p.name, consts & fams)
 
 
@@ -166,17 +195,23 @@ def test_convert_does_not_depend_on_the_engine():
     graph = import_graph()
     for m, deps in graph.items():
         if m.startswith("cryocube.convert"):
-            assert not any(d.startswith(("cryocube.engine", "cryocube.families")) for d in deps), (m, deps)
+            assert not any(d.startswith(("cryocube.engine", "cryocube.families")) for d in deps), (
+                m,
+                deps,
+            )
 
 
 def test_the_engine_knows_no_family():
-    """engine/ reaches families only through the registry, the Family contract and the shared recipe, so a
-    new family is a package in families/ and nothing in the engine changes."""
+    """engine/ reaches families only through the registry, the Family contract and the shared
+    recipe, so a new family is a package in families/ and nothing in the engine changes."""
     graph = import_graph()
     shared = {"cryocube.families", "cryocube.families.base", "cryocube.families.recipes"}
     families = {m for m in graph if m.startswith("cryocube.families.")} - shared
     engine = [m for m in graph if m.startswith("cryocube.engine")]
-    assert len(engine) >= 5 and families >= {"cryocube.families.segmentation.recipe", "cryocube.families.embedding"}
+    assert len(engine) >= 5 and families >= {
+        "cryocube.families.segmentation.recipe",
+        "cryocube.families.embedding",
+    }
     for m in engine:
         assert not graph[m] & families, (m, sorted(graph[m] & families))
     for m in shared:  # nor does what the engine reads of families
@@ -184,8 +219,8 @@ def test_the_engine_knows_no_family():
 
 
 def test_each_family_declares_its_recipe():
-    """Shared fields once (cryocube/recipe.py), each family's own on its recipe class; a field no family
-    declares is refused, and each family's part holds only its fields."""
+    """Shared fields once (cryocube/recipe.py), each family's own on its recipe class; a field no
+    family declares is refused, and each family's part holds only its fields."""
     from cryocube.families import get, names
     from cryocube.families.recipes import load_recipe
     from cryocube.recipe import BaseRecipe, RecipeError
@@ -226,8 +261,24 @@ def test_a_dataset_on_a_known_layout_is_one_yaml(lab_catalog, tmp_path, client):
     assert "mylakes" in dataset_ids() and load_dataset("mylakes").short_name == "MYL"
     m = make_raw("glid", tmp_path / "raw", n={"train": 3, "val": 1, "test": 1}, seed=2)
     out = tmp_path / "mylakes.zarr"
-    assert main(["convert", "mylakes", "--raw", str(tmp_path / "raw"), "--out", str(out), "--tile", str(m.tile_size),
-                 "--cluster", client.scheduler.address, "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                "mylakes",
+                "--raw",
+                str(tmp_path / "raw"),
+                "--out",
+                str(out),
+                "--tile",
+                str(m.tile_size),
+                "--cluster",
+                client.scheduler.address,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     ds = open_cube(str(out))
     assert ds.attrs["dataset"] == "mylakes" and ds.sizes["sample"] == 5
     np.testing.assert_array_equal(ds["image"].values[0], m.items[0].image)
@@ -250,32 +301,47 @@ def test_a_vit_model_is_one_yaml(lab_catalog, tmp_path, client):
     assert enc.vit.embed_dim == 192 and enc.vit.blocks[0].attn.num_heads == 3
     m = make_raw("glid", tmp_path / "raw", n={"train": 4, "val": 2, "test": 2}, seed=3)
     cube = str(tmp_path / "glid.zarr")
-    convert("glid", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False)
-    cfg = load_recipe(None, ["epochs=1", "decoder_channels=16", "input_size=32", "crops_per_sample=1", "batch_size=2"])
+    convert(
+        "glid", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False
+    )
+    cfg = load_recipe(
+        None,
+        ["epochs=1", "decoder_channels=16", "input_size=32", "crops_per_sample=1", "batch_size=2"],
+    )
     # the workers never saw the lab's catalog folder: the model's spec travels with the tasks
-    res = evaluate([RunSpec("tiny_vit", cube, "frozen")], str(tmp_path / "out"), cfg, client=client, progress=False,
-                   allow_random_weights=True)
+    res = evaluate(
+        [RunSpec("tiny_vit", cube, "frozen")],
+        str(tmp_path / "out"),
+        cfg,
+        client=client,
+        progress=False,
+        allow_random_weights=True,
+    )
     (rec,) = res.records
     assert rec["status"] == "ok", rec.get("error")
-    assert rec["model_name"] == "Tiny ViT" and rec["params"]["encoder"] == sum(p.numel() for p in enc.parameters())
+    assert rec["model_name"] == "Tiny ViT" and rec["params"]["encoder"] == sum(
+        p.numel() for p in enc.parameters()
+    )
 
 
 def test_every_registry_entry_is_listed():
-    """`cryocube list` shows every dataset, model, protocol, reader and family from the registries."""
+    """`cryocube list` shows every dataset, model, protocol, reader and family from the
+    registries."""
     from cryocube.cli import main
 
     for what in ("datasets", "models", "protocols", "readers", "families", "benchmarks"):
         assert main(["list", what]) == 0
 
 
-TOY = Path(__file__).parent / "data" / "toyfam"  # a distribution: the package and its dist-info (entry points)
+# a distribution: the package and its dist-info (entry points)
+TOY = Path(__file__).parent / "data" / "toyfam"
 
 
 def test_a_family_from_another_package_is_planned_run_and_reported(tmp_path, client):
     """A toy family installed through real entry points only (`cryocube.families` for its module,
-    `cryocube.catalogs` for its protocol): `list` shows it, `evaluate --protocol brightness` plans and runs it on
-    worker processes that import it from the same path, and `report` carries its own section. Nothing in
-    cryocube names it: the distribution's folder is all it took."""
+    `cryocube.catalogs` for its protocol): `list` shows it, `evaluate --protocol brightness` plans
+    and runs it on worker processes that import it from the same path, and `report` carries its own
+    section. Nothing in cryocube names it: the distribution's folder is all it took."""
     import shutil
     import subprocess
     import sys
@@ -284,38 +350,72 @@ def test_a_family_from_another_package_is_planned_run_and_reported(tmp_path, cli
     from cryocube.cube import as_text, open_cube
     from cryocube.synthetic import make_raw
 
-    assert sorted(p.name for p in TOY.iterdir() if p.name != "__pycache__") == ["toyfam", "toyfam-0.1.dist-info"]
-    for p in list(PKG.rglob("*.py")) + list((ROOT / "catalogs").rglob("*.yaml")) + [ROOT / "pyproject.toml"]:
+    assert sorted(p.name for p in TOY.iterdir() if p.name != "__pycache__") == [
+        "toyfam",
+        "toyfam-0.1.dist-info",
+    ]
+    for p in (
+        list(PKG.rglob("*.py"))
+        + list((ROOT / "catalogs").rglob("*.yaml"))
+        + [ROOT / "pyproject.toml"]
+    ):
         assert "toyfam" not in p.read_text(), p
     site = tmp_path / "site"
     shutil.copytree(TOY, site, ignore=shutil.ignore_patterns("__pycache__"))
     m = make_raw("glid", tmp_path / "raw", n={"train": 3, "val": 1, "test": 6}, seed=5)
     cube = str(tmp_path / "glid.zarr")
-    convert("glid", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "PYTHONWARNINGS": "ignore"}
+    convert(
+        "glid", str(tmp_path / "raw"), cube, client=client, tile_size=m.tile_size, progress=False
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONWARNINGS": "ignore",
+    }
 
     def cli(*args):
-        p = subprocess.run([sys.executable, "-m", "cryocube.cli", *args], capture_output=True, text=True, env=env,
-                           timeout=600)
+        p = subprocess.run(
+            [sys.executable, "-m", "cryocube.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout
 
     assert re.search(r"^toyfam\s+brightness$", cli("list", "families"), re.M)
     assert re.search(r"^brightness\s+toyfam\s", cli("list", "protocols"), re.M)
     out = tmp_path / "out"
-    grid = ["--cubes", cube, "--models", "mean", "--protocol", "brightness", "--out", str(out), "--quiet"]
+    grid = [
+        "--cubes",
+        cube,
+        "--models",
+        "mean",
+        "--protocol",
+        "brightness",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert "mean/glid.zarr/brightness/seed0" in cli("evaluate", *grid, "--dry-run")  # planned
-    cli("evaluate", *grid, "--workers", "1", "--threads-per-worker", "1")  # run, on a local cluster of its own
+    # run, on a local cluster of its own
+    cli("evaluate", *grid, "--workers", "1", "--threads-per-worker", "1")
     (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     ds = open_cube(cube)
     test = np.flatnonzero(as_text(ds["split"].values) == "test")
     x = np.asarray(ds["image"].values[test], dtype=np.float64)
     assert rec["family"] == "toyfam" and rec["status"] == "ok" and rec["record_version"] == 2
-    assert rec["metrics"]["brightness"] == pytest.approx(x.mean(), rel=1e-12) and rec["metrics"]["blocks"] == 2
+    assert (
+        rec["metrics"]["brightness"] == pytest.approx(x.mean(), rel=1e-12)
+        and rec["metrics"]["blocks"] == 2
+    )
     cli("report", str(out), "--out", str(tmp_path / "report"), "--format", "md")
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "## Toy family: test-split brightness" in md and f"| toy mean | glid | {x.mean():.4f} | {x.size} |" in md
+    assert (
+        "## Toy family: test-split brightness" in md
+        and f"| toy mean | glid | {x.mean():.4f} | {x.size} |" in md
+    )
     # and the board the report lays out from the cell it contributed
     assert "## toyfam on glid" in md and "| Model | brightness mean (DN) |" in md
     assert f"| toy mean | {x.mean():.2f} n={x.size} |" in md

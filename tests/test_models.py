@@ -1,5 +1,6 @@
 """Encoders: catalog facts, parameter counts against the measured reference, feature maps at the
 reference input sizes (random weights, batch 1), and input validation."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,9 +11,24 @@ from cryocube.errors import UserError
 from cryocube.models import build_encoder, list_models, model_spec
 from cryocube.models.base import count_params
 
-
-PUBLISHED_ROWS = {"CROMA", "DOFA", "GFM-Swin", "Prithvi", "RemoteCLIP", "SatlasNet", "Scale-MAE", "SpectralGPT", "S12-MoCo",
-                  "S12-DINO", "S12-MAE", "S12-Data2Vec", "TerraMind", "RAMEN", "U-Net", "ViT"}
+PUBLISHED_ROWS = {
+    "CROMA",
+    "DOFA",
+    "GFM-Swin",
+    "Prithvi",
+    "RemoteCLIP",
+    "SatlasNet",
+    "Scale-MAE",
+    "SpectralGPT",
+    "S12-MoCo",
+    "S12-DINO",
+    "S12-MAE",
+    "S12-Data2Vec",
+    "TerraMind",
+    "RAMEN",
+    "U-Net",
+    "ViT",
+}
 
 
 def rgb_bands(n: int) -> list[Band]:
@@ -28,7 +44,8 @@ COUNT_ARGS = {
     "vit_scratch": dict(bands=rgb_bands(3)),
 }
 
-# Feature maps (C, h, w) of the reference encoders at their default input size (pangaea-models.md 1.3).
+# Feature maps (C, h, w) of the reference encoders at their default input size (pangaea-models.md
+# 1.3).
 REFERENCE_SHAPES = {
     "croma_optical": [(1024, 15, 15)] * 4,
     "croma_sar": [(1024, 15, 15)] * 4,
@@ -51,11 +68,18 @@ REFERENCE_SHAPES = {
     "unet": [(512, 4, 4), (512, 8, 8), (256, 16, 16), (128, 32, 32), (64, 64, 64)],  # 64 px tile
     "vit_scratch": [(768, 14, 14)] * 4,
 }
-FORWARD_ARGS = {**COUNT_ARGS, "unet": dict(bands=rgb_bands(10), input_size=64), "ramen": dict(bands=rgb_bands(3), input_size=64)}
-# Width, patch and input size as published, 4 blocks instead of 12-24: the same maps at a fraction of the cost
+FORWARD_ARGS = {
+    **COUNT_ARGS,
+    "unet": dict(bands=rgb_bands(10), input_size=64),
+    "ramen": dict(bands=rgb_bands(3), input_size=64),
+}
+# Width, patch and input size as published, 4 blocks instead of 12-24: the same maps at a fraction
+# of the cost
 # (the full-depth ViT-L forward is covered by croma_optical and terramind_large).
 SHALLOW = dict(depth=4, output_layers=[0, 1, 2, 3])
-FORWARD_ARGS.update({m: SHALLOW for m in ("croma_sar", "scalemae", "spectralgpt", "terramind_large_sar")})
+FORWARD_ARGS.update(
+    {m: SHALLOW for m in ("croma_sar", "scalemae", "spectralgpt", "terramind_large_sar")}
+)
 HEAVY = {"croma_optical", "terramind_large"}
 
 
@@ -83,16 +107,22 @@ def test_parameter_count_within_one_percent_of_reference(model_id):
     with torch.device("meta"):
         enc = build_encoder(model_id, **COUNT_ARGS.get(model_id, {}))
     n = count_params(enc)
-    if spec.params_m is None:  # terramind_large_sar: large with a 2-band instead of a 12-band patch embedding
+    # terramind_large_sar: large with a 2-band instead of a 12-band patch embedding
+    if spec.params_m is None:
         with torch.device("meta"):
             ref = count_params(build_encoder("terramind_large")) - 10 * 16 * 16 * 1024
         assert n == ref
         return
     dev = n / (spec.params_m * 1e6) - 1
-    assert abs(dev) < 0.01, f"{model_id}: {n:,} parameters vs published {spec.params_m} M ({dev:+.3%})"
+    assert abs(dev) < 0.01, (
+        f"{model_id}: {n:,} parameters vs published {spec.params_m} M ({dev:+.3%})"
+    )
 
 
-@pytest.mark.parametrize("model_id", [pytest.param(m, marks=pytest.mark.slow) if m in HEAVY else m for m in list_models()])
+@pytest.mark.parametrize(
+    "model_id",
+    [pytest.param(m, marks=pytest.mark.slow) if m in HEAVY else m for m in list_models()],
+)
 def test_forward_matches_reference_feature_maps(model_id):
     torch.manual_seed(0)
     enc = build_encoder(model_id, **FORWARD_ARGS.get(model_id, {})).eval()
@@ -111,9 +141,15 @@ def test_gld_bands_drive_dataset_encoders():
     gld = load_dataset("gld").bands
     dofa = build_encoder("dofa", bands=gld)
     assert dofa.in_chans == 10
-    assert dofa.wavelengths_um.tolist() == pytest.approx([0.49, 0.56, 0.665, 0.832, 1.61, 0.864, 3.75, 0.705, 0.74, 0.783])
+    assert dofa.wavelengths_um.tolist() == pytest.approx(
+        [0.49, 0.56, 0.665, 0.832, 1.61, 0.864, 3.75, 0.705, 0.74, 0.783]
+    )
     ramen = build_encoder("ramen", bands=gld, input_size=32, depth=1, output_layers=[0])
-    assert ramen.modalities == ["optical", "sar"] and ramen.output_channels == [1536] and ramen.grid == 8
+    assert (
+        ramen.modalities == ["optical", "sar"]
+        and ramen.output_channels == [1536]
+        and ramen.grid == 8
+    )
     with torch.no_grad():
         (out,) = ramen(torch.randn(2, 10, 32, 32))
     assert out.shape == (2, 1536, 8, 8)
@@ -147,7 +183,9 @@ def test_output_layers_override():
 
 
 def test_spectralgpt_drop_path_is_active_only_in_train_mode():
-    enc = build_encoder("spectralgpt", embed_dim=64, depth=2, num_heads=4, output_layers=[1], input_size=32)
+    enc = build_encoder(
+        "spectralgpt", embed_dim=64, depth=2, num_heads=4, output_layers=[1], input_size=32
+    )
     x = torch.randn(2, 12, 32, 32)
     with torch.no_grad():
         enc.train()
@@ -160,14 +198,22 @@ def test_spectralgpt_drop_path_is_active_only_in_train_mode():
 def test_unknown_model_and_bad_arch():
     with pytest.raises(UserError, match="unknown model 'croma'"):
         model_spec("croma")
-    with pytest.raises(UserError, match="ssl4eo_moco.yaml: arch does not fit architecture .vit.*unknown architecture arguments"):
+    with pytest.raises(
+        UserError,
+        match=(
+            "ssl4eo_moco.yaml: arch does not fit architecture .vit.*unknown architecture arguments"
+        ),
+    ):
         build_encoder("ssl4eo_moco", wings=2)
 
 
-# -- "architecture", the old "family" ---------------------------------------------------------------
+# -- "architecture", the old "family"
+# ---------------------------------------------------------------
 
 
-def test_a_model_config_names_its_architecture_and_the_old_family_field_loads_with_one_warning(tmp_path):
+def test_a_model_config_names_its_architecture_and_the_old_family_field_loads_with_one_warning(
+    tmp_path,
+):
     import warnings
     from pathlib import Path
 
@@ -177,7 +223,8 @@ def test_a_model_config_names_its_architecture_and_the_old_family_field_loads_wi
     from cryocube.models import architectures
 
     root = Path(__file__).resolve().parents[1] / "catalogs" / "models"
-    for f in sorted(root.glob("*.yaml")):  # the shipped configs use the new name, and every one is built by a builder
+    # the shipped configs use the new name, and every one is built by a builder
+    for f in sorted(root.glob("*.yaml")):
         d = yaml.safe_load(f.read_text())
         assert "family" not in d and d["architecture"] in architectures(), f.name
     old = yaml.safe_load((root / "ssl4eo_moco.yaml").read_text())
@@ -189,11 +236,18 @@ def test_a_model_config_names_its_architecture_and_the_old_family_field_loads_wi
         spec = model_spec(str(path))
         model_spec(str(path))  # read once per process: one warning, not one per use
     (w,) = [w for w in caught if issubclass(w.category, FutureWarning)]
-    assert str(path) in str(w.message) and "`family: vit` is the old name of `architecture:`" in str(w.message)
-    assert spec.architecture == "vit" and build_encoder(spec, in_chans=13, depth=1, output_layers=[0]).spec.architecture == "vit"
+    assert str(path) in str(
+        w.message
+    ) and "`family: vit` is the old name of `architecture:`" in str(w.message)
+    assert (
+        spec.architecture == "vit"
+        and build_encoder(spec, in_chans=13, depth=1, output_layers=[0]).spec.architecture == "vit"
+    )
     both = dict(old, architecture="vit")
     (tmp_path / "both.yaml").write_text(yaml.safe_dump(both))
-    with pytest.raises(CatalogError, match=r"both.yaml: has both architecture: and its old name family:"):
+    with pytest.raises(
+        CatalogError, match=r"both.yaml: has both architecture: and its old name family:"
+    ):
         model_spec(str(tmp_path / "both.yaml"))
     none = {k: v for k, v in old.items() if k != "family"}
     (tmp_path / "none.yaml").write_text(yaml.safe_dump(none))
@@ -204,33 +258,46 @@ def test_a_model_config_names_its_architecture_and_the_old_family_field_loads_wi
         build_encoder(str(tmp_path / "odd.yaml"), in_chans=13)
 
 
-def test_a_lab_architecture_joins_through_its_entry_point_and_the_old_group_name_still_loads_saying_so(tmp_path):
+def test_a_lab_architecture_joins_through_its_entry_point_and_the_old_group_still_loads_saying_so(
+    tmp_path,
+):
     """Two real distributions on the path: one declares `cryocube.architectures`, one the old
-    `cryocube.model_families` group with the old decorator; both architectures build, and the old names are named."""
+    `cryocube.model_families` group with the old decorator; both architectures build, and the old
+    names are named.
+    """
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    for dist, group, deco in (("newlab", "cryocube.architectures", "register_architecture"),
-                              ("oldlab", "cryocube.model_families", "register_family")):
+    for dist, group, deco in (
+        ("newlab", "cryocube.architectures", "register_architecture"),
+        ("oldlab", "cryocube.model_families", "register_family"),
+    ):
         (tmp_path / dist).mkdir()
         (tmp_path / dist / "__init__.py").write_text(
-            f"from cryocube.models.unet import build_unet\nfrom cryocube.models.registry import {deco}\n"
-            f"{deco}('{dist}_unet')(build_unet)\n")
+            "from cryocube.models.unet import build_unet\nfrom cryocube.models.registry import"
+            f" {deco}\n{deco}('{dist}_unet')(build_unet)\n"
+        )
         info = tmp_path / f"{dist}-0.1.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
         (info / "entry_points.txt").write_text(f"[{group}]\n{dist} = {dist}\n")
-    code = ("import warnings; warnings.simplefilter('always')\n"
-            "from cryocube.models import architectures\n"
-            "a = architectures(); print('newlab_unet' in a, 'oldlab_unet' in a, 'vit' in a)\n")
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "from cryocube.models import architectures\n"
+        "a = architectures(); print('newlab_unet' in a, 'oldlab_unet' in a, 'vit' in a)\n"
+    )
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(root)]))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "True", "True"]
-    assert "plug-in 'oldlab' (oldlab) is declared in the entry-point group 'cryocube.model_families', the old name of " \
-           "'cryocube.architectures'" in r.stderr
+    assert (
+        "plug-in 'oldlab' (oldlab) is declared in the entry-point group 'cryocube.model_families',"
+        " the old name of 'cryocube.architectures'" in r.stderr
+    )
     assert "register_family('oldlab_unet') is the old name of" in r.stderr
     assert "newlab" not in r.stderr  # the new names load without a word

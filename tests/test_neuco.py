@@ -1,4 +1,6 @@
-"""NeuCo-Bench scoring, probes and the Embed2Scale submission CSV, checked by hand and against references."""
+"""NeuCo-Bench scoring, probes and the Embed2Scale submission CSV, checked by hand and against
+references."""
+
 from __future__ import annotations
 
 import json
@@ -29,7 +31,9 @@ def test_standardize_is_one_global_scalar_after_nan_to_zero():
     np.testing.assert_allclose(Z, (X0 - X0.mean()) / X0.std(), rtol=1e-6)
     assert abs(Z.mean()) < 1e-6 and abs(Z.std() - 1) < 1e-6
     assert not np.allclose(Z.mean(axis=0), 0)  # not per dimension
-    np.testing.assert_array_equal(neuco.standardize(np.full((2, 3), 7.0)), np.zeros((2, 3), np.float32))
+    np.testing.assert_array_equal(
+        neuco.standardize(np.full((2, 3), 7.0)), np.zeros((2, 3), np.float32)
+    )
 
 
 def test_standardize_over_some_rows_applies_their_mean_and_std_to_all():
@@ -37,7 +41,8 @@ def test_standardize_over_some_rows_applies_their_mean_and_std_to_all():
     Z = neuco.standardize(X, rows=np.array([0, 1]))
     ref = X[:2]
     np.testing.assert_allclose(Z, (X - ref.mean()) / ref.std(), rtol=1e-6)
-    assert not np.allclose(Z, neuco.standardize(X))  # the third row moves the file-wide mean and std
+    # the third row moves the file-wide mean and std
+    assert not np.allclose(Z, neuco.standardize(X))
 
 
 def test_pad_to_zero_pads_and_refuses_wider():
@@ -60,21 +65,31 @@ def test_scale_labels_min_max_per_task():
 
 @pytest.mark.parametrize(
     "name,kind",
-    [("forest__regr", "regr"), ("a__b__regression", "regr"), ("cloud__cls", "cls"),
-     ("labels/cloud__classification.csv", "cls"), ("x__CLS.csv", "cls")],
+    [
+        ("forest__regr", "regr"),
+        ("a__b__regression", "regr"),
+        ("cloud__cls", "cls"),
+        ("labels/cloud__classification.csv", "cls"),
+        ("x__CLS.csv", "cls"),
+    ],
 )
 def test_task_type_from_suffix(name, kind):
     assert neuco.task_type(name) == kind
 
 
-@pytest.mark.parametrize("name", ["forest", "forest_regr", "forest__seg", "__cls", "forest__regr.txt"])
+@pytest.mark.parametrize(
+    "name", ["forest", "forest_regr", "forest__seg", "__cls", "forest__regr.txt"]
+)
 def test_task_type_rejects_unknown_suffix(name):
     with pytest.raises(NeuCoError, match="must end in __cls"):
         neuco.task_type(name)
 
 
 def test_split_task_name():
-    assert neuco.split_task_name("labels/landcover_forest__regr.csv") == ("landcover_forest", "regr")
+    assert neuco.split_task_name("labels/landcover_forest__regr.csv") == (
+        "landcover_forest",
+        "regr",
+    )
 
 
 @pytest.mark.parametrize("n", [10, 30, 57, 100, 1001])
@@ -83,7 +98,9 @@ def test_shuffle_splits_reproduce_sklearn(n, seed):
     from sklearn.model_selection import ShuffleSplit
 
     ours = neuco.shuffle_splits(n, 5, test_size=0.1, seed=seed)
-    theirs = list(ShuffleSplit(n_splits=5, test_size=0.1, random_state=seed).split(np.zeros((n, 1))))
+    theirs = list(
+        ShuffleSplit(n_splits=5, test_size=0.1, random_state=seed).split(np.zeros((n, 1)))
+    )
     assert len(ours) == len(theirs) == 5
     for (a_tr, a_te), (b_tr, b_te) in zip(ours, theirs):
         np.testing.assert_array_equal(a_tr, b_tr)
@@ -120,11 +137,23 @@ def test_nan_rule_three_and_four_of_ten():
 
 
 def test_summarize_and_write_results(tmp_path):
-    scores = {"forest__regr": [0.5, 0.7], "cloud__cls": [0.9, np.nan] + [0.9] * 2, "dead__regr": [np.nan] * 4}
+    scores = {
+        "forest__regr": [0.5, 0.7],
+        "cloud__cls": [0.9, np.nan] + [0.9] * 2,
+        "dead__regr": [np.nan] * 4,
+    }
     s = neuco.summarize({k: v for k, v in scores.items() if k != "dead__regr"})
-    assert s["task_q_scores"] == {"forest__regr": pytest.approx(10.0), "cloud__cls": pytest.approx(90.0)}
-    assert s["task_acc_scores"] == {"forest__regr": pytest.approx(0.6), "cloud__cls": pytest.approx(0.9)}
-    assert s["overall_q_score"] == pytest.approx(50.0) and s["overall_acc_score"] == pytest.approx(0.75)
+    assert s["task_q_scores"] == {
+        "forest__regr": pytest.approx(10.0),
+        "cloud__cls": pytest.approx(90.0),
+    }
+    assert s["task_acc_scores"] == {
+        "forest__regr": pytest.approx(0.6),
+        "cloud__cls": pytest.approx(0.9),
+    }
+    assert s["overall_q_score"] == pytest.approx(50.0) and s["overall_acc_score"] == pytest.approx(
+        0.75
+    )
     assert s["task_std_scores"]["forest__regr"] == pytest.approx(0.1)
 
     path = neuco.write_results(tmp_path / "run", scores, {"model": "m1"})
@@ -135,9 +164,15 @@ def test_summarize_and_write_results(tmp_path):
     assert summary["task_fold_scores"]["cloud__cls"] == [0.9, None, 0.9, 0.9]
     assert summary["tasks_failing_nan_rule"] == ["dead__regr"]
     assert summary["meta"] == {"model": "m1"}
-    task = json.loads((tmp_path / "run" / "forest__regr" / "forest__regr_result.json").read_text(), **strict)
-    assert task == {"q_stat": pytest.approx(10.0), "mean_score": pytest.approx(0.6),
-                    "std_dev": pytest.approx(0.1), "q_t": [0.5, 0.7]}
+    task = json.loads(
+        (tmp_path / "run" / "forest__regr" / "forest__regr_result.json").read_text(), **strict
+    )
+    assert task == {
+        "q_stat": pytest.approx(10.0),
+        "mean_score": pytest.approx(0.6),
+        "std_dev": pytest.approx(0.1),
+        "q_t": [0.5, 0.7],
+    }
     assert not [p for p in (tmp_path / "run").rglob("*") if ".tmp" in p.name]
 
 
@@ -150,7 +185,9 @@ def test_write_results_refuses_a_task_name_that_is_a_path(tmp_path):
 
 
 def test_leaderboard_ties_take_the_minimum_rank():
-    lb = neuco.leaderboard({"a": {"t1": 10.0, "t2": 5.0}, "b": {"t1": 10.0, "t2": 4.0}, "c": {"t1": 1.0, "t2": 6.0}})
+    lb = neuco.leaderboard(
+        {"a": {"t1": 10.0, "t2": 5.0}, "b": {"t1": 10.0, "t2": 4.0}, "c": {"t1": 1.0, "t2": 6.0}}
+    )
     ranks = {r["run"]: r["task_ranks"] for r in lb.rows}
     assert ranks["a"]["t1"] == ranks["b"]["t1"] == 1 and ranks["c"]["t1"] == 3
     assert (ranks["c"]["t2"], ranks["a"]["t2"], ranks["b"]["t2"]) == (1, 2, 3)
@@ -175,18 +212,30 @@ def test_leaderboard_rank_disagrees_with_mean_q():
 
 
 def test_leaderboard_drops_nan_runs_and_handles_a_single_run():
-    lb = neuco.leaderboard({"ok": {"t1": 3.0, "t2": -1.0}, "bad": {"t1": 5.0, "t2": float("nan")}, "short": {"t1": 9.0}})
+    lb = neuco.leaderboard(
+        {
+            "ok": {"t1": 3.0, "t2": -1.0},
+            "bad": {"t1": 5.0, "t2": float("nan")},
+            "short": {"t1": 9.0},
+        }
+    )
     assert lb.dropped == ["bad", "short"]
     assert len(lb.rows) == 1
     row = lb.rows[0]
-    assert row["run"] == "ok" and row["aggregated_rank"] == 1 and row["mean_score"] == pytest.approx(1.0)
+    assert (
+        row["run"] == "ok"
+        and row["aggregated_rank"] == 1
+        and row["mean_score"] == pytest.approx(1.0)
+    )
     assert lb.weights == {"t1": 0.5, "t2": 0.5}  # single run: uniform
     assert row["weighted_score"] == pytest.approx(1.0)
     rows, dropped, _ = lb  # unpacks like a tuple
 
 
 def test_leaderboard_zero_spread_gives_uniform_weights_and_shared_rank():
-    lb = neuco.leaderboard({"a": {"t1": 2.0, "t2": 1.0, "t3": 0.0}, "b": {"t1": 2.0, "t2": 1.0, "t3": 0.0}})
+    lb = neuco.leaderboard(
+        {"a": {"t1": 2.0, "t2": 1.0, "t3": 0.0}, "b": {"t1": 2.0, "t2": 1.0, "t3": 0.0}}
+    )
     assert lb.weights == {t: pytest.approx(1 / 3) for t in ("t1", "t2", "t3")}
     assert [r["aggregated_rank"] for r in lb.rows] == [1, 1]
     # equal spread, swapped ranks: the same weighted score (1.5) in a different summation order ties
@@ -202,7 +251,8 @@ def test_binary_f1_matches_torchmetrics():
     from torchmetrics.classification import BinaryF1Score
 
     g = torch.Generator().manual_seed(0)
-    for preds in (torch.randn(200, generator=g) * 3, torch.rand(200, generator=g)):  # logits, probabilities
+    # logits, probabilities
+    for preds in (torch.randn(200, generator=g) * 3, torch.rand(200, generator=g)):
         target = (torch.rand(200, generator=g) > 0.6).int()
         expected = float(BinaryF1Score()(preds, target))
         assert probes.binary_f1(preds.numpy(), target.numpy()) == pytest.approx(expected, abs=1e-6)
@@ -211,12 +261,21 @@ def test_binary_f1_matches_torchmetrics():
 
 
 _R2_EDGES = {
-    "random": (np.random.default_rng(1).normal(size=100), np.random.default_rng(2).normal(size=100)),
+    "random": (
+        np.random.default_rng(1).normal(size=100),
+        np.random.default_rng(2).normal(size=100),
+    ),
     "close fit": (np.linspace(0, 1, 50) + 0.01, np.linspace(0, 1, 50)),
     "all targets equal": (np.array([0.1, 0.2, 0.3, 0.4]), np.full(4, 0.5)),
     "all targets equal, exact fit": (np.full(4, 0.5), np.full(4, 0.5)),
-    "targets nearly equal (TSS < 1e-4)": (np.array([0.0, 0.5, 1.0]), np.array([0.5, 0.5 + 5e-3, 0.5])),
-    "residuals nearly zero (RSS < 1e-4)": (np.array([0.5, 0.5 + 1e-3, 0.5]), np.array([0.5, 0.5 + 3e-3, 0.5])),
+    "targets nearly equal (TSS < 1e-4)": (
+        np.array([0.0, 0.5, 1.0]),
+        np.array([0.5, 0.5 + 5e-3, 0.5]),
+    ),
+    "residuals nearly zero (RSS < 1e-4)": (
+        np.array([0.5, 0.5 + 1e-3, 0.5]),
+        np.array([0.5, 0.5 + 3e-3, 0.5]),
+    ),
     "rare target, zero fold": (np.array([0.02, -0.1, 0.3]), np.zeros(3)),
     "NaN prediction, equal targets": (np.array([np.nan, 0.1, 0.2]), np.full(3, 0.3)),
     "NaN prediction": (np.array([np.nan, 0.1, 0.2]), np.array([0.0, 1.0, 2.0])),
@@ -226,11 +285,16 @@ _R2_EDGES = {
 
 @pytest.mark.parametrize("case", list(_R2_EDGES))
 def test_r2_is_torchmetrics_r2score_on_its_edge_cases(case):
-    """NeuCo-Bench scores R² with torchmetrics' R2Score (float32): a constant test fold is 0.0, not NaN."""
+    """NeuCo-Bench scores R² with torchmetrics' R2Score (float32): a constant test fold is 0.0, not
+    NaN."""
     from torchmetrics.regression import R2Score
 
     preds, target = _R2_EDGES[case]
-    expected = float(R2Score()(torch.tensor(preds, dtype=torch.float32), torch.tensor(target, dtype=torch.float32)))
+    expected = float(
+        R2Score()(
+            torch.tensor(preds, dtype=torch.float32), torch.tensor(target, dtype=torch.float32)
+        )
+    )
     got = probes.r2(preds, target)
     assert got == pytest.approx(expected, abs=1e-6, nan_ok=True), case
     if case == "all targets equal":
@@ -250,7 +314,8 @@ def test_r2_of_one_row_is_nan_where_torchmetrics_refuses():
 
 @pytest.fixture(scope="module")
 def planted():
-    """~500 rows, D=32, y = X @ w + small noise; cls labels threshold it at 0; plus random labels."""
+    """~500 rows, D=32, y = X @ w + small noise; cls labels threshold it at 0; plus random
+    labels."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((500, 32)).astype(np.float32)
     w = rng.standard_normal(32) / np.sqrt(32)
@@ -287,7 +352,7 @@ def test_random_labels_score_near_zero(planted):
 
 def test_linear_probe_is_deterministic_and_ignores_the_global_seed(planted):
     X, y, _, _ = planted
-    (tr, te), = neuco.shuffle_splits(len(y), 1)
+    ((tr, te),) = neuco.shuffle_splits(len(y), 1)
     torch.manual_seed(0)
     a = probes.fold_score(X, y, "regr", tr, te, "linear", seed=3, epochs=3)
     torch.manual_seed(12345)
@@ -298,9 +363,10 @@ def test_linear_probe_is_deterministic_and_ignores_the_global_seed(planted):
 
 
 def test_linear_probe_keeps_the_best_epoch(planted):
-    # Same seed: the first epoch is the same run, so the best of three cannot be worse than the first.
+    # Same seed: the first epoch is the same run, so the best of three cannot be worse than the
+    # first.
     X, y, _, _ = planted
-    (tr, te), = neuco.shuffle_splits(len(y), 1)
+    ((tr, te),) = neuco.shuffle_splits(len(y), 1)
     one = probes.fold_score(X, y, "regr", tr, te, "linear", seed=0, epochs=1)
     three = probes.fold_score(X, y, "regr", tr, te, "linear", seed=0, epochs=3)
     assert three >= one
@@ -317,7 +383,8 @@ def test_knn_and_linear_svm_score_the_planted_signal(planted):
     X, y, yc, _ = planted
     knn_cls = probes.probe_task_scores(X, yc, "cls", probe="knn", k=10)
     knn_regr = probes.probe_task_scores(X, y, "regr", probe="knn", k=10)
-    assert np.mean(knn_cls) > 0.8 and np.mean(knn_regr) > 0.3  # kNN in 32-D with 450 rows: smooth, not exact
+    # kNN in 32-D with 450 rows: smooth, not exact
+    assert np.mean(knn_cls) > 0.8 and np.mean(knn_regr) > 0.3
     svm_cls = probes.probe_task_scores(X, yc, "cls", probe="linear-svm", k=10)
     svm_regr = probes.probe_task_scores(X, y, "regr", probe="linear-svm", k=10)
     assert neuco.q_score(svm_cls) > 20 and neuco.q_score(svm_regr) > 20
@@ -386,14 +453,19 @@ def test_rule_1_missing_id_column(tmp_path):
 def test_rule_2_missing_expected_ids(tmp_path):
     p = _csv(tmp_path, "id,0,1\na,1,2\n")
     expected = ["a", "b", "c", "d", "e", "f", "g", "h"]
-    with pytest.raises(SubmissionError, match=r"lacks 7 expected ids, among them 'b', 'c', 'd', 'e', 'f', \.\.\.") as e:
+    with pytest.raises(
+        SubmissionError, match=r"lacks 7 expected ids, among them 'b', 'c', 'd', 'e', 'f', \.\.\."
+    ) as e:
         submission.read_submission(p, expected_ids=expected, dim=2)
     assert "'g'" not in str(e.value) and "sub.csv" in str(e.value)
 
 
 def test_rule_3_value_column_count(tmp_path):
     p = _csv(tmp_path, "id,0,1,2\na,1,2,3\n")
-    with pytest.raises(SubmissionError, match="has 3 value columns after 'id', expected 2 .the first beyond 2 is '2'"):
+    with pytest.raises(
+        SubmissionError,
+        match="has 3 value columns after 'id', expected 2 .the first beyond 2 is '2'",
+    ):
         submission.read_submission(p, dim=2)
     with pytest.raises(SubmissionError, match="has 3 value columns after 'id', expected 1024"):
         submission.read_submission(p)
@@ -401,13 +473,17 @@ def test_rule_3_value_column_count(tmp_path):
 
 def test_rule_4_value_that_is_not_a_number(tmp_path):
     p = _csv(tmp_path, "id,0,1\na,1,2\nb,3,x7\nc,oops,1\n")
-    with pytest.raises(SubmissionError, match="row of id 'b' has a value that is not a number in column '1'"):
+    with pytest.raises(
+        SubmissionError, match="row of id 'b' has a value that is not a number in column '1'"
+    ):
         submission.read_submission(p, dim=2)
 
 
 def test_rule_5_nan(tmp_path):
     p = _csv(tmp_path, "id,0,1\na,1,2\nb,,2\nc,nan,1\n")
-    with pytest.raises(SubmissionError, match="row of id 'b' has a NaN .or empty. value in column '0'"):
+    with pytest.raises(
+        SubmissionError, match="row of id 'b' has a NaN .or empty. value in column '0'"
+    ):
         submission.read_submission(p, dim=2)
 
 
@@ -442,7 +518,9 @@ def test_duplicate_ids_are_refused(tmp_path):
 
 def test_lenient_mode_follows_neuco_bench(tmp_path):
     p = _csv(tmp_path, "note,id,10,2,0\nx,a,1,2,3\ny,b,nan,oops,6\nz,c,7,8,9\n")
-    ids, X, notes = submission.read_submission(p, expected_ids=["a", "b", "missing"], dim=5, strict=False)
+    ids, X, notes = submission.read_submission(
+        p, expected_ids=["a", "b", "missing"], dim=5, strict=False
+    )
     assert ids == ["a", "b"]  # 'c' is not expected: dropped; 'missing' is tolerated
     # digit columns sorted numerically (0, 2, 10), 'note' ignored, NaN/text -> 0, padded to 5
     np.testing.assert_array_equal(X, [[3, 2, 1, 0, 0], [6, 0, 0, 0, 0]])
@@ -453,7 +531,9 @@ def test_lenient_mode_follows_neuco_bench(tmp_path):
     assert submission.read_submission(p, dim=2, strict=False)[1].tolist() == [[1.0, 2.0]]
     # wider than dim is an error
     with pytest.raises(SubmissionError, match="3 embedding columns, more than the expected 2"):
-        submission.read_submission(_csv(tmp_path, "id,0,1,2\na,1,2,3\n", "wide.csv"), dim=2, strict=False)
+        submission.read_submission(
+            _csv(tmp_path, "id,0,1,2\na,1,2,3\n", "wide.csv"), dim=2, strict=False
+        )
 
 
 def test_unreadable_files(tmp_path):
@@ -465,38 +545,73 @@ def test_unreadable_files(tmp_path):
 
 # --- NeuCo-Bench's SVM probe and its folds, against figures stored from its own evaluator ---------
 
-NEUCO_SMALL = __import__("pathlib").Path(__file__).parent / "data" / "neuco_small"  # benchmarks/bench_neuco.py --save
+# benchmarks/bench_neuco.py --save
+NEUCO_SMALL = __import__("pathlib").Path(__file__).parent / "data" / "neuco_small"
 
 
 def _probe_small(tmp_path, client, *extra):
     from cryocube.cli import main
 
     out = tmp_path / ("out" + "".join(e.replace("=", "-") for e in extra if "=" in e))
-    rc = main(["probe", str(NEUCO_SMALL / "embeddings.csv"), "--labels", str(NEUCO_SMALL / "labels"), "--out", str(out),
-               "--standardize", "labelled", "--quiet", "--cluster", client.scheduler.address, *extra])
+    rc = main(
+        [
+            "probe",
+            str(NEUCO_SMALL / "embeddings.csv"),
+            "--labels",
+            str(NEUCO_SMALL / "labels"),
+            "--out",
+            str(out),
+            "--standardize",
+            "labelled",
+            "--quiet",
+            "--cluster",
+            client.scheduler.address,
+            *extra,
+        ]
+    )
     rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     summary = json.loads((out / "runs" / rec["run_id"] / "results_summary.json").read_text())
-    return rc, rec, {t.rsplit("__", 1)[0]: v for t, v in summary["task_fold_scores"].items()}, \
-        {t.rsplit("__", 1)[0]: q for t, q in summary["task_q_scores"].items()}
+    return (
+        rc,
+        rec,
+        {t.rsplit("__", 1)[0]: v for t, v in summary["task_fold_scores"].items()},
+        {t.rsplit("__", 1)[0]: q for t, q in summary["task_q_scores"].items()},
+    )
 
 
 def test_svm_probe_with_file_folds_equals_neuco_bench_stored_figures(tmp_path, client):
-    """The SVM (scikit-optimize's BayesSearchCV, random_state 42) draws the same random numbers as NeuCo-Bench's
-    evaluator, so on its folds (fold_order=file over shuffled label files) every split's score and every task's Q
-    equal the figures its own main.py gave (NeuCo-Bench commit in figures.json), within float arithmetic."""
+    """The SVM (scikit-optimize's BayesSearchCV, random_state 42) draws the same random numbers as
+    NeuCo-Bench's evaluator, so on its folds (fold_order=file over shuffled label files) every
+    split's score and every task's Q equal the figures its own main.py gave (NeuCo-Bench commit in
+    figures.json), within float arithmetic.
+    """
     fig = json.loads((NEUCO_SMALL / "figures.json").read_text())
     assert fig["neuco_bench"]["commit"] == "a89ba06"
     svm = fig["probes"]["svm"]
-    rc, rec, folds, q = _probe_small(tmp_path, client, "--probe", "svm", "--k", str(svm["k"]),
-                                     "--set", f"n_iter={svm['n_iter']}", "--set", "fold_order=file")
-    assert rc == 0 and rec["probe"]["fold_order"] == "file" and rec["probe"]["n_iter"] == svm["n_iter"]
+    rc, rec, folds, q = _probe_small(
+        tmp_path,
+        client,
+        "--probe",
+        "svm",
+        "--k",
+        str(svm["k"]),
+        "--set",
+        f"n_iter={svm['n_iter']}",
+        "--set",
+        "fold_order=file",
+    )
+    assert (
+        rc == 0 and rec["probe"]["fold_order"] == "file" and rec["probe"]["n_iter"] == svm["n_iter"]
+    )
     assert set(q) == set(svm["neuco_task_q"]) == {"biomass", "soil_moisture", "cloud", "forest"}
     for t, ref in svm["neuco_split_scores"].items():
         np.testing.assert_allclose(folds[t], ref, rtol=1e-9, atol=1e-12, err_msg=t)
         assert q[t] == pytest.approx(svm["neuco_task_q"][t], rel=1e-9)
-    # cryocube's default (id order) draws other folds from the same shuffled files: other per-split scores
-    _, rec_id, folds_id, _ = _probe_small(tmp_path, client, "--probe", "svm", "--k", str(svm["k"]),
-                                          "--set", f"n_iter={svm['n_iter']}")
+    # cryocube's default (id order) draws other folds from the same shuffled files: other per-split
+    # scores
+    _, rec_id, folds_id, _ = _probe_small(
+        tmp_path, client, "--probe", "svm", "--k", str(svm["k"]), "--set", f"n_iter={svm['n_iter']}"
+    )
     assert rec_id["run_id"] != rec["run_id"] and rec_id["probe"]["fold_order"] == "id"
     assert any(not np.allclose(folds_id[t], svm["neuco_split_scores"][t]) for t in folds_id)
     assert any("fold_order=file" in d for d in rec_id["neuco_bench_differences"])
@@ -510,18 +625,22 @@ def test_fold_order_switch_orders_rows_by_file_or_by_id():
     assert align(ids, [t])[0][1].tolist() == [0, 1, 2]
     assert align(ids, [t], "file")[0][1].tolist() == [1, 2, 0]
     assert align(ids, [t], "file")[0][2].tolist() == [2.0, 3.0, 1.0]
-    assert "fold_order" not in probe_recipe().as_dict()  # the default keeps the run ids made before the switch
+    # the default keeps the run ids made before the switch
+    assert "fold_order" not in probe_recipe().as_dict()
     assert probe_recipe(overrides={"fold_order": "file"}).as_dict()["fold_order"] == "file"
     with pytest.raises(UserError, match="fold_order must be one of id, file, got 'files'"):
         probe_recipe(overrides={"fold_order": "files"})
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"n_iter": 0}, "probe field n_iter must be an integer >= 1"),
-    ({"degrees": "2,x"}, "probe field degrees must be a number"),
-    ({"C_min": 10, "C_max": 1}, "C_min \\(10\\) must be below C_max"),
-    ({"epochs": 3}, "the svm probe has no field 'epochs'"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"n_iter": 0}, "probe field n_iter must be an integer >= 1"),
+        ({"degrees": "2,x"}, "probe field degrees must be a number"),
+        ({"C_min": 10, "C_max": 1}, "C_min \\(10\\) must be below C_max"),
+        ({"epochs": 3}, "the svm probe has no field 'epochs'"),
+    ],
+)
 def test_svm_fields_are_checked_before_any_work(overrides, message):
     from cryocube.families.embedding.probe import probe_recipe
 

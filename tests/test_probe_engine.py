@@ -1,6 +1,7 @@
-"""`cryocube probe` is one run of the embedding family on the engine's scheduler (no loop of its own): its
-record says which cluster scored it, its scores equal the in-process path's bit for bit, and the same command
-again resumes (the cached run is shown, not recomputed)."""
+"""`cryocube probe` is one run of the embedding family on the engine's scheduler (no loop of its
+own): its record says which cluster scored it, its scores equal the in-process path's bit for bit,
+and the same command again resumes (the cached run is shown, not recomputed)."""
+
 from __future__ import annotations
 
 import json
@@ -21,28 +22,52 @@ def _inputs(tmp_path):
     X[:, :2] += 2 * y[:, None]
     emb = write_submission(tmp_path / "emb.csv", ids, X)
     (tmp_path / "labels").mkdir()
-    (tmp_path / "labels" / "sig__regr.csv").write_text("id,label\n" + "".join(f"{i},{float(v)!r}\n" for i, v in zip(ids, y)))
-    (tmp_path / "labels" / "pos__cls.csv").write_text("id,label\n" + "".join(f"{i},{int(v > 0)}\n" for i, v in zip(ids, y)))
+    (tmp_path / "labels" / "sig__regr.csv").write_text(
+        "id,label\n" + "".join(f"{i},{float(v)!r}\n" for i, v in zip(ids, y))
+    )
+    (tmp_path / "labels" / "pos__cls.csv").write_text(
+        "id,label\n" + "".join(f"{i},{int(v > 0)}\n" for i, v in zip(ids, y))
+    )
     return str(emb), str(tmp_path / "labels")
 
 
 def test_probe_command_runs_on_the_scheduler_and_resumes(tmp_path, client, capsys):
     emb, labels = _inputs(tmp_path)
     out = tmp_path / "out"
-    argv = ["probe", emb, "--labels", labels, "--out", str(out), "--k", "3", "--set", "epochs=2",
-            "--cluster", client.scheduler.address, "--quiet"]
+    argv = [
+        "probe",
+        emb,
+        "--labels",
+        labels,
+        "--out",
+        str(out),
+        "--k",
+        "3",
+        "--set",
+        "epochs=2",
+        "--cluster",
+        client.scheduler.address,
+        "--quiet",
+    ]
     assert main(argv) == 0
     first = capsys.readouterr().out
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 1
     rec = json.loads(lines[0])
-    assert rec["status"] == "ok" and rec["cluster"]["scheduler"] == client.scheduler.address  # the engine recorded it
+    # the engine recorded it
+    assert rec["status"] == "ok" and rec["cluster"]["scheduler"] == client.scheduler.address
     assert rec["summary_file"] in first and "overall Q" in first
 
-    here = probe_embeddings(emb, str(tmp_path / "here"), probe_recipe("linear", 3, {"epochs": 2}), labels=labels,
-                            progress=False)
+    here = probe_embeddings(
+        emb,
+        str(tmp_path / "here"),
+        probe_recipe("linear", 3, {"epochs": 2}),
+        labels=labels,
+        progress=False,
+    )
     assert here.record["run_id"] == rec["run_id"]
-    assert here.record["metrics"] == rec["metrics"]  # the same folds, seeds and arithmetic on the workers
+    # the same folds, seeds and arithmetic on the workers
+    assert here.record["metrics"] == rec["metrics"]
     there = json.loads((out / "runs" / rec["run_id"] / "results_summary.json").read_text())
     assert here.scores == there["task_fold_scores"]
 

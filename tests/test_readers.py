@@ -1,5 +1,6 @@
 """Every raw-layout reader against real generated files: pixels, labels, splits, georeferencing,
 windows, remote URLs, and each kind of bad input naming the file at fault."""
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,15 @@ from cryocube.convert.splits import choice, shuffle_split
 from cryocube.synthetic import RECIPES, corrupt, make_raw
 
 # every layout of every catalog dataset: a new layout is tested because it is in the catalog
-# (tile datasets; sample datasets such as ssl4eo-downstream have their own suite in test_embedding.py)
-PAIRS = sorted((d, lay) for d in dataset_ids() for lay in load_dataset(d).layouts if load_dataset(d).task == "segmentation")
-IDS = [f"{d}-{l}" for d, l in PAIRS]
+# (tile datasets; sample datasets such as ssl4eo-downstream have their own suite in
+# test_embedding.py)
+PAIRS = sorted(
+    (d, lay)
+    for d in dataset_ids()
+    for lay in load_dataset(d).layouts
+    if load_dataset(d).task == "segmentation"
+)
+IDS = [f"{d}-{layout}" for d, layout in PAIRS]
 SMALL = {"train": 2, "val": 1, "test": 1}
 
 
@@ -107,10 +114,19 @@ def test_detect_tells_the_layouts_apart(generated):
     assert reader(m.dataset, m.layout).detect(str(m.root))
     for lay in load_dataset(m.dataset).layouts:
         if lay != m.layout:
-            assert not reader(m.dataset, lay).detect(str(m.root)), f"{m.dataset}/{lay} claims a {m.layout} tree"
+            assert not reader(m.dataset, lay).detect(str(m.root)), (
+                f"{m.dataset}/{lay} claims a {m.layout} tree"
+            )
 
 
-SCAN_OR_READ_ERRORS = ["truncate", "header", "missing_mask", "missing_image", "size_mismatch", "band_count"]
+SCAN_OR_READ_ERRORS = [
+    "truncate",
+    "header",
+    "missing_mask",
+    "missing_image",
+    "size_mismatch",
+    "band_count",
+]
 
 
 def _scan_and_read_all(r, root):
@@ -124,8 +140,10 @@ def test_bad_input_raises_naming_the_file(pair, kind, tmp_path):
     m = make_raw(pair[0], tmp_path, pair[1], n=SMALL)
     damaged = corrupt(m, kind)
     # a deleted file is reported through its partner left alone
-    partner = {"missing_mask": {it.label_path: it.image_path for it in m.items},
-               "missing_image": {it.image_path: it.label_path for it in m.items}}
+    partner = {
+        "missing_mask": {it.label_path: it.image_path for it in m.items},
+        "missing_image": {it.image_path: it.label_path for it in m.items},
+    }
     named = partner.get(kind, {}).get(damaged, damaged)
     with pytest.raises(ConvertError) as e:
         _scan_and_read_all(reader(*pair), str(tmp_path))
@@ -173,7 +191,7 @@ def test_glid_original_accepts_train_or_GLID_but_not_both(tmp_path):
 
 
 def test_empty_root_is_an_error(tmp_path):
-    for (d, lay) in PAIRS:
+    for d, lay in PAIRS:
         with pytest.raises(ConvertError, match=re.escape(str(tmp_path))):
             reader(d, lay).scan(str(tmp_path))
 
@@ -200,15 +218,20 @@ def test_sicd_original_test_scene_with_charts_inside(tmp_path):
     t = m.split("test")[0]
     os.remove(t.label_path)
     r = reader("sicd", "original")
-    write_netcdf(t.image_path, t.scene, dict(zip(r.variables, t.image)), chart_set(r.chart, t.raw_label))
+    write_netcdf(
+        t.image_path, t.scene, dict(zip(r.variables, t.image)), chart_set(r.chart, t.raw_label)
+    )
     r = reader("sicd", "original")
     it = next(i for i in r.scan(str(tmp_path)) if i.scene == t.scene)
     assert it.label == it.image and it.split == "test"
     np.testing.assert_array_equal(r.read(it)[1], t.raw_label)
 
 
-@pytest.mark.parametrize("pair", [("gld", "cryobench"), ("caffe", "original"), ("sicd", "original")],
-                         ids=["tif", "png", "netcdf"])
+@pytest.mark.parametrize(
+    "pair",
+    [("gld", "cryobench"), ("caffe", "original"), ("sicd", "original")],
+    ids=["tif", "png", "netcdf"],
+)
 def test_remote_urls_read_like_local_files(pair, tmp_path):
     m = make_raw(pair[0], tmp_path, pair[1], n=SMALL)
     fs = fsspec.filesystem("memory")

@@ -1,6 +1,9 @@
-"""Run records already on disk keep loading: tests/data/records_v1 holds a results folder written by the code before
-run records were typed (tests/data/records_v1.py made it). The report reads every family's run from it, each stored
-run id is still the hash of its identity, and planning the same runs again today gives the same ids."""
+"""Run records already on disk keep loading: tests/data/records_v1 holds a results folder written by
+the code before run records were typed (tests/data/records_v1.py made it). The report reads every
+family's run from it, each stored run id is still the hash of its identity, and planning the same
+runs again today gives the same ids.
+"""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +23,13 @@ def _stored() -> list[dict]:
 
 def test_the_stored_folder_holds_every_family():
     recs = _stored()
-    assert sorted(r["family"] for r in recs) == ["embedding", "embedding", "heads", "segmentation", "vqa"]
+    assert sorted(r["family"] for r in recs) == [
+        "embedding",
+        "embedding",
+        "heads",
+        "segmentation",
+        "vqa",
+    ]
     assert all(r["status"] == "ok" for r in recs)
     for r in recs:
         assert json.loads((STORED / "runs" / r["run_id"] / "record.json").read_text()) == r
@@ -38,13 +47,31 @@ def test_the_report_reads_records_written_before_they_were_typed(tmp_path):
     res = load_results(STORED)
     assert not res.failures and [r.run_id for r in res.runs] == ["60eae79bbd20179bf465"]
     assert res.runs[0].miou is not None and res.runs[0].random_init
-    assert sorted(r.run_id for r in res.of("embedding")) == ["3c0a867c1e8517d460ea", "c57b811c5380b52f6fdd"]
+    assert sorted(r.run_id for r in res.of("embedding")) == [
+        "3c0a867c1e8517d460ea",
+        "c57b811c5380b52f6fdd",
+    ]
     assert [r.run_id for r in res.of("vqa")] == ["dd7b040b91183bd7a995"]
     assert [r.run_id for r in res.of("heads")] == ["4a9b6059d66eaaa8269d"]
     out = tmp_path / "report"
-    assert main(["report", str(STORED), "--out", str(out), "--format", "md", "--profiles", str(tmp_path / "none")]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(STORED),
+                "--out",
+                str(out),
+                "--format",
+                "md",
+                "--profiles",
+                str(tmp_path / "none"),
+            ]
+        )
+        == 0
+    )
     md = (out / "report.md").read_text()
-    # the same report the code that wrote the records made (records_v1_report.md), but for its run metadata
+    # the same report the code that wrote the records made (records_v1_report.md), but for its run
+    # metadata
     assert md[: md.index("## Run metadata")] == (STORED.parent / "records_v1_report.md").read_text()
     files = sorted(f"./{p.relative_to(out).as_posix()}" for p in out.rglob("*") if p.is_file())
     assert files == (STORED.parent / "records_v1_report_files.txt").read_text().split()
@@ -56,15 +83,17 @@ def test_a_record_missing_from_the_table_is_read_from_its_file(tmp_path):
     out = tmp_path / "results"
     shutil.copytree(STORED, out)
     lines = (out / "results.jsonl").read_text().splitlines()
-    (out / "results.jsonl").write_text("\n".join(lines[1:]) + "\n")  # the segmentation run's line lost
+    # the segmentation run's line lost
+    (out / "results.jsonl").write_text("\n".join(lines[1:]) + "\n")
     with pytest.warns(UserWarning, match="1 run"):
         res = load_results(out)
     assert [r.run_id for r in res.runs] == ["60eae79bbd20179bf465"]
 
 
 def test_planning_the_stored_runs_again_gives_their_ids(tmp_path, client):
-    """The cubes rebuilt from the generator's seeds have the stored checksums, and today's planning derives the
-    stored run ids from them (on the device the records name: a CPU with bf16 matrix units)."""
+    """The cubes rebuilt from the generator's seeds have the stored checksums, and today's planning
+    derives the stored run ids from them (on the device the records name: a CPU with bf16 matrix
+    units)."""
     import sys
 
     from cryocube.engine.plan import plan_runs
@@ -78,10 +107,15 @@ def test_planning_the_stored_runs_again_gives_their_ids(tmp_path, client):
     finally:
         sys.path.remove(str(STORED.parent))
     glid, insar = gen.make_cubes(tmp_path, client)
-    stored = {(r["family"], r["model"]): r["run_id"] for r in _stored() if "labels" not in r}  # (not `cryocube probe`'s)
+    # (not `cryocube probe`'s)
+    stored = {(r["family"], r["model"]): r["run_id"] for r in _stored() if "labels" not in r}
     assert len(stored) == 4
-    ctx = PlanContext(out=str(tmp_path / "out"), allow_random_weights=True, threads=1,
-                      device=DeviceInfo("cpu", "x86_64", cpu_bf16=True, cpu_amx=True))
+    ctx = PlanContext(
+        out=str(tmp_path / "out"),
+        allow_random_weights=True,
+        threads=1,
+        device=DeviceInfo("cpu", "x86_64", cpu_bf16=True, cpu_amx=True),
+    )
     got = {}
     for spec, sets in gen.specs(glid, insar):
         (p,) = plan_runs([spec], load_recipe(None, sets), ctx)
@@ -95,37 +129,107 @@ def test_every_stored_record_reads_as_a_typed_record_of_the_current_version():
     for d in _stored():
         assert "record_version" not in d  # written before records were typed: version 1
         r = RunRecord.from_dict(d, d["run_id"])
-        assert r.record_version == RECORD_VERSION == 2 and r.run_id == d["run_id"] and r.family == d["family"]
-        assert r.primary_metric == d["primary_metric"] and r.identity == d["identity"] and r.cube == d["cube"]
-        assert r.fields and not set(r.fields) & {"run_id", "model", "metrics"}  # the family's own fields ride along
+        assert (
+            r.record_version == RECORD_VERSION == 2
+            and r.run_id == d["run_id"]
+            and r.family == d["family"]
+        )
+        assert (
+            r.primary_metric == d["primary_metric"]
+            and r.identity == d["identity"]
+            and r.cube == d["cube"]
+        )
+        # the family's own fields ride along
+        assert r.fields and not set(r.fields) & {"run_id", "model", "metrics"}
         back = r.to_dict()
         assert {k: back[k] for k in d} == d  # nothing lost or changed
-        assert {k: back[k] for k in set(back) - set(d)} in ({"record_version": 2}, {"record_version": 2, "overrides": None})
+        assert {k: back[k] for k in set(back) - set(d)} in (
+            {"record_version": 2},
+            {"record_version": 2, "overrides": None},
+        )
         assert load_record(str(STORED), d["run_id"])["record_version"] == RECORD_VERSION
 
 
 def test_a_version_1_record_gets_the_fields_it_left_implicit():
     from cryocube.record import RunRecord
 
-    r = RunRecord.from_dict({"model": "dofa", "dataset": "glid", "protocol": "frozen", "seed": "1", "status": "ok",
-                             "fraction": None, "metrics": {"mIoU": 1.0}}, "old.jsonl:3")
-    assert (r.family, r.primary_metric, r.fraction, r.seed, r.run_id) == ("segmentation", "mIoU", 1.0, 1, "")
-    e = RunRecord.from_dict({"model": "m", "dataset": "d", "protocol": "probe", "seed": 0, "status": "ok",
-                             "family": "embedding"}, "x")
+    r = RunRecord.from_dict(
+        {
+            "model": "dofa",
+            "dataset": "glid",
+            "protocol": "frozen",
+            "seed": "1",
+            "status": "ok",
+            "fraction": None,
+            "metrics": {"mIoU": 1.0},
+        },
+        "old.jsonl:3",
+    )
+    assert (r.family, r.primary_metric, r.fraction, r.seed, r.run_id) == (
+        "segmentation",
+        "mIoU",
+        1.0,
+        1,
+        "",
+    )
+    e = RunRecord.from_dict(
+        {
+            "model": "m",
+            "dataset": "d",
+            "protocol": "probe",
+            "seed": 0,
+            "status": "ok",
+            "family": "embedding",
+        },
+        "x",
+    )
     assert e.primary_metric == "Q"
 
 
-@pytest.mark.parametrize("record, words", [
-    ([1, 2], "old.jsonl:3: a record must be a JSON object, got list"),
-    ({"model": "m", "dataset": "d"}, "old.jsonl:3: record lacks protocol, seed, status"),
-    ({"model": "m", "dataset": "d", "protocol": "p", "seed": "x", "status": "ok"}, "old.jsonl:3: seed/fraction must be numbers"),
-    ({"model": "m", "dataset": "d", "protocol": "p", "seed": 0, "status": "ok", "record_version": 9},
-     "old.jsonl:3: record_version 9 was written by a newer cryocube"),
-    ({"model": "m", "dataset": "d", "protocol": "p", "seed": 0, "status": "ok", "record_version": "2"},
-     "old.jsonl:3: record_version must be a positive integer"),
-    ({"model": "m", "dataset": "d", "protocol": "p", "seed": 0, "status": "ok", "cube": "glid.zarr"},
-     "old.jsonl:3: field cube must be an object, got str"),
-])
+@pytest.mark.parametrize(
+    "record, words",
+    [
+        ([1, 2], "old.jsonl:3: a record must be a JSON object, got list"),
+        ({"model": "m", "dataset": "d"}, "old.jsonl:3: record lacks protocol, seed, status"),
+        (
+            {"model": "m", "dataset": "d", "protocol": "p", "seed": "x", "status": "ok"},
+            "old.jsonl:3: seed/fraction must be numbers",
+        ),
+        (
+            {
+                "model": "m",
+                "dataset": "d",
+                "protocol": "p",
+                "seed": 0,
+                "status": "ok",
+                "record_version": 9,
+            },
+            "old.jsonl:3: record_version 9 was written by a newer cryocube",
+        ),
+        (
+            {
+                "model": "m",
+                "dataset": "d",
+                "protocol": "p",
+                "seed": 0,
+                "status": "ok",
+                "record_version": "2",
+            },
+            "old.jsonl:3: record_version must be a positive integer",
+        ),
+        (
+            {
+                "model": "m",
+                "dataset": "d",
+                "protocol": "p",
+                "seed": 0,
+                "status": "ok",
+                "cube": "glid.zarr",
+            },
+            "old.jsonl:3: field cube must be an object, got str",
+        ),
+    ],
+)
 def test_a_bad_record_is_one_sentence_naming_where(record, words):
     from cryocube.errors import UserError
     from cryocube.record import RunRecord
@@ -141,6 +245,14 @@ def test_every_family_starts_its_record_through_base_record():
     pkg = Path(__file__).resolve().parents[1] / "cryocube" / "families"
     for p in pkg.rglob("*.py"):
         assert not re.search(r"""["']run_id["']\s*:\s*run_id,\s*["']family["']""", p.read_text()), p
-    uses = [p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py") if "base_record(" in p.read_text()]
-    assert sorted(uses) == ["base.py", "embedding/__init__.py", "embedding/work.py", "heads/__init__.py",
-                            "segmentation/__init__.py", "vqa/__init__.py"]
+    uses = [
+        p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py") if "base_record(" in p.read_text()
+    ]
+    assert sorted(uses) == [
+        "base.py",
+        "embedding/__init__.py",
+        "embedding/work.py",
+        "heads/__init__.py",
+        "segmentation/__init__.py",
+        "vqa/__init__.py",
+    ]

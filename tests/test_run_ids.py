@@ -1,8 +1,10 @@
-"""Run ids are content hashes of a run's identity, so renaming a word in the code must not move them: these
-ids were written down before the encoder "family" became its "architecture" (issue 29, item 5) and must
-stay as they are through any rename. The identity's "family" key is the EVALUATION family (segmentation,
-embedding) and keeps its name; the encoder's architecture name never entered an identity (its arguments do,
-under "arch"). A changed id here means every existing run of that kind would be run again."""
+"""Run ids are content hashes of a run's identity, so renaming a word in the code must not move
+them: these ids were written down before the encoder "family" became its "architecture" (issue 29,
+item 5) and must stay as they are through any rename. The identity's "family" key is the EVALUATION
+family (segmentation, embedding) and keeps its name; the encoder's architecture name never entered
+an identity (its arguments do, under "arch"). A changed id here means every existing run of that
+kind would be run again."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +17,17 @@ from cryocube.families.recipes import load_recipe
 from cryocube.synthetic import make_raw
 
 # fixed precision and threads: the ids then do not depend on the machine that plans them
-SETS = ["epochs=2", "decoder_channels=16", "input_size=32", "val_every=1", "crops_per_sample=2", "batch_size=4",
-        "normalization=cube", "precision=fp32", "threads=1"]
+SETS = [
+    "epochs=2",
+    "decoder_channels=16",
+    "input_size=32",
+    "val_every=1",
+    "crops_per_sample=2",
+    "batch_size=4",
+    "normalization=cube",
+    "precision=fp32",
+    "threads=1",
+]
 CHECKSUM = "2619cdd2e0b2d9a822fbd4a39397d59546606c30f6e0b1a80e22790c8a06ba0f"
 PINNED = {  # (model, protocol) -> run id, from plan_runs before the rename
     ("ssl4eo_moco", "frozen"): "64281d1f5de9464d2189",
@@ -29,8 +40,22 @@ PINNED = {  # (model, protocol) -> run id, from plan_runs before the rename
     ("ssl4eo_moco", "heads"): "95c127fca668fc40eba0",
 }
 IDENTITY_KEYS = {  # evaluation family -> the names an identity holds (a renamed key moves every id)
-    "segmentation": ["arch", "band_rule", "cube", "family", "fraction", "input_size", "model", "precision", "protocol",
-                     "recipe", "seed", "threads", "v", "weights"],
+    "segmentation": [
+        "arch",
+        "band_rule",
+        "cube",
+        "family",
+        "fraction",
+        "input_size",
+        "model",
+        "precision",
+        "protocol",
+        "recipe",
+        "seed",
+        "threads",
+        "v",
+        "weights",
+    ],
     "embedding": ["embedding", "family", "probe", "seed", "tasks", "v"],
     "heads": ["embedding", "family", "grid", "seed", "split", "tasks", "v"],
 }
@@ -47,11 +72,19 @@ def cube(tmp_path_factory, client):
 
 def test_run_ids_of_existing_runs_do_not_change(cube, tmp_path):
     info = cube_info(cube)
-    assert info.checksum == CHECKSUM, "the synthetic cube's bits changed (generator or converter), not a rename"
-    ctx = PlanContext(out=str(tmp_path / "out"), weights_dir=str(tmp_path / "no-weights"), allow_random_weights=True)
+    assert info.checksum == CHECKSUM, (
+        "the synthetic cube's bits changed (generator or converter), not a rename"
+    )
+    ctx = PlanContext(
+        out=str(tmp_path / "out"),
+        weights_dir=str(tmp_path / "no-weights"),
+        allow_random_weights=True,
+    )
     got = {}
     for model, protocol in PINNED:
-        (p,) = plan_runs([RunSpec(model, cube, protocol)], load_recipe(None, SETS), ctx, {cube: info})
+        (p,) = plan_runs(
+            [RunSpec(model, cube, protocol)], load_recipe(None, SETS), ctx, {cube: info}
+        )
         got[model, protocol] = p.run_id
         assert sorted(p.identity) == IDENTITY_KEYS[p.family], (model, protocol, sorted(p.identity))
         assert "architecture" not in p.identity and p.identity["family"] == p.family

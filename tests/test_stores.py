@@ -1,17 +1,19 @@
-"""One round-trip suite, subclassed per store: a directory, a sharded directory, fsspec's memory store
-(a threads-only cluster: its workers share the process) and S3 on moto. Each converts the same raw GLD
-folder, reads it back exactly, verifies every chunk, resumes as a no-op and catches a deleted chunk."""
+"""One round-trip suite, subclassed per store: a directory, a sharded directory, fsspec's memory
+store (a threads-only cluster: its workers share the process) and S3 on moto. Each converts the same
+raw GLD folder, reads it back exactly, verifies every chunk, resumes as a no-op and catches a
+deleted chunk.
+"""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_convert import expected_tiles
 
 from cryocube import store
 from cryocube.convert.writer import convert
 from cryocube.cube import COMPLETE_ATTR, DamagedCubeError, open_cube, read_samples, verify
 from cryocube.synthetic import make_raw
-
-from test_convert import expected_tiles
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +35,16 @@ class StoreRoundTrip:
         m, src = raw
         url, opts, client = target
         store.register_options(url, opts)
-        r = convert("gld", src, url, client=client, tile_size=m.tile_size, shard_samples=self.shard, storage_options=opts,
-                    progress=False)
+        r = convert(
+            "gld",
+            src,
+            url,
+            client=client,
+            tile_size=m.tile_size,
+            shard_samples=self.shard,
+            storage_options=opts,
+            progress=False,
+        )
         exp = expected_tiles(m, m.tile_size)
         ds = open_cube(url)
         assert COMPLETE_ATTR in ds.attrs and ds.sizes["sample"] == len(exp) == r.n_samples
@@ -45,16 +55,32 @@ class StoreRoundTrip:
             assert ds["image"].encoding.get("shards", (None,))[0] == self.shard
         rep = verify(url, progress=False)
         assert rep.ok and rep.digests
-        again = convert("gld", src, url, client=client, tile_size=m.tile_size, shard_samples=self.shard,
-                        storage_options=opts, progress=False)
+        again = convert(
+            "gld",
+            src,
+            url,
+            client=client,
+            tile_size=m.tile_size,
+            shard_samples=self.shard,
+            storage_options=opts,
+            progress=False,
+        )
         assert again.blocks_written == 0  # complete: resuming is a no-op
 
     def test_a_deleted_chunk_is_caught(self, raw, target):
         m, src = raw
         url, opts, client = target
         store.register_options(url, opts)
-        convert("gld", src, url, client=client, tile_size=m.tile_size, shard_samples=self.shard, storage_options=opts,
-                progress=False)
+        convert(
+            "gld",
+            src,
+            url,
+            client=client,
+            tile_size=m.tile_size,
+            shard_samples=self.shard,
+            storage_options=opts,
+            progress=False,
+        )
         fs, path = store.fs_path(url)
         chunks = sorted(p for p in fs.find(f"{path.rstrip('/')}/image") if "/image/c/" in p)
         fs.rm(chunks[-1])
@@ -82,7 +108,12 @@ class TestMemory(StoreRoundTrip):
 
         from distributed import Client, LocalCluster
 
-        with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as lc, Client(lc) as c:
+        with (
+            LocalCluster(
+                n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+            ) as lc,
+            Client(lc) as c,
+        ):
             yield f"memory://cubes-{uuid.uuid4().hex[:8]}/gld.zarr", None, c
 
 

@@ -1,4 +1,5 @@
 """Answer parsers on messy model output, and the metrics on hand-computed cases."""
+
 from __future__ import annotations
 
 import math
@@ -6,29 +7,60 @@ import math
 import numpy as np
 import pytest
 
-from cryocube.families.vqa.metrics import bootstrap_ci, box_iou, confusion, normalize_answer, score, summarize, token_f1
+from cryocube.families.vqa.metrics import (
+    bootstrap_ci,
+    box_iou,
+    confusion,
+    normalize_answer,
+    score,
+    summarize,
+    token_f1,
+)
 from cryocube.families.vqa.parsers import parse
 
 LABELS = ("low", "medium", "high")
 
 
-@pytest.mark.parametrize("text, want", [
-    ("high", "high"), ("High.", "high"), ("The coherence is medium overall.", "medium"), ("  LOW  ", "low"),
-    ("poor", "low"),  # an alias
-    ("High. Not low at all.", "high"),  # two labels, the answer starts with one
-    ("between low and high", None),  # ambiguous
-    ("", None), (None, None), ("I cannot tell", None), ("highly", None),  # a word containing a label is not the label
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("high", "high"),
+        ("High.", "high"),
+        ("The coherence is medium overall.", "medium"),
+        ("  LOW  ", "low"),
+        ("poor", "low"),  # an alias
+        ("High. Not low at all.", "high"),  # two labels, the answer starts with one
+        ("between low and high", None),  # ambiguous
+        # a word containing a label is not the label
+        ("", None),
+        (None, None),
+        ("I cannot tell", None),
+        ("highly", None),
+    ],
+)
 def test_class_answers(text, want):
     p = parse("class", text, labels=LABELS, aliases={"low": ("poor",)})
     assert p.ok == (want is not None) and p.value == want
 
 
-@pytest.mark.parametrize("text, want", [
-    ("3", 3.0), ("about 3", 3.0), ("3 fringes", 3.0), ("I count 4.5 fringes (22 cm)", 4.5), ("three", 3.0),
-    ("There are two fringes.", 2.0), ("2-3", 2.5), ("2 to 4 fringes", 3.0), ("no fringes", 0.0), ("No: I count 3", 3.0),
-    ("", None), ("many", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("3", 3.0),
+        ("about 3", 3.0),
+        ("3 fringes", 3.0),
+        ("I count 4.5 fringes (22 cm)", 4.5),
+        ("three", 3.0),
+        ("There are two fringes.", 2.0),
+        ("2-3", 2.5),
+        ("2 to 4 fringes", 3.0),
+        ("no fringes", 0.0),
+        ("No: I count 3", 3.0),
+        ("", None),
+        ("many", None),
+        (None, None),
+    ],
+)
 def test_number_answers(text, want):
     p = parse("number", text)
     assert p.ok == (want is not None) and p.value == want
@@ -36,7 +68,11 @@ def test_number_answers(text, want):
 
 def test_box_answers():
     p = parse("box", "The uplift is at [0.2, 0.3, 0.6, 0.7], a ring north of the summit")
-    assert p.ok and p.value == (0.2, 0.3, 0.6, 0.7) and p.text == "The uplift is at , a ring north of the summit"
+    assert (
+        p.ok
+        and p.value == (0.2, 0.3, 0.6, 0.7)
+        and p.text == "The uplift is at , a ring north of the summit"
+    )
     # two boxes: the first counts; corners given in the wrong order are sorted
     assert parse("box", "(0.6, 0.7, 0.2, 0.3) and [0, 0, 1, 1]").value == (0.2, 0.3, 0.6, 0.7)
     # pixels of a 64 x 32 panel become fractions; coordinates beyond the picture are clipped
@@ -75,19 +111,32 @@ def test_box_iou_by_hand():
 
 
 def test_unparsed_answers_score_as_wrong():
-    assert score("accuracy", None, "low", False) == 0.0 and score("accuracy", "low", "low", True) == 1.0
-    assert score("mae", None, 4.0, False, unparsed_value=0.0) == 4.0 and score("mae", 2.5, 4.0, True) == 1.5
+    assert (
+        score("accuracy", None, "low", False) == 0.0
+        and score("accuracy", "low", "low", True) == 1.0
+    )
+    assert (
+        score("mae", None, 4.0, False, unparsed_value=0.0) == 4.0
+        and score("mae", 2.5, 4.0, True) == 1.5
+    )
     assert score("box_iou", None, (0, 0, 1, 1), False) == 0.0
-    assert score("token_f1", None, "ring", False, text="ring") == 0.0  # an unparsed answer's text does not count
+    # an unparsed answer's text does not count
+    assert score("token_f1", None, "ring", False, text="ring") == 0.0
 
 
 def test_means_and_bootstrap_intervals():
     s = summarize("accuracy", [1, 0, 1, 1])
-    assert s["value"] == 75.0 and s["n"] == 4 and s["ci_low"] <= 75.0 <= s["ci_high"] and s["ci_high"] <= 100.0
+    assert (
+        s["value"] == 75.0
+        and s["n"] == 4
+        and s["ci_low"] <= 75.0 <= s["ci_high"]
+        and s["ci_high"] <= 100.0
+    )
     assert summarize("mae", [1.0, 3.0])["value"] == 2.0
     assert bootstrap_ci([2.0] * 10) == (2.0, 2.0)  # no spread, no interval
     lo, hi = bootstrap_ci(np.r_[np.zeros(50), np.ones(50)])
-    # the mean of 100 fair coin flips: its standard error is 0.05, so the 95 % interval is about +-0.1
+    # the mean of 100 fair coin flips: its standard error is 0.05, so the 95 % interval is about
+    # +-0.1
     assert 0.37 < lo < 0.43 and 0.57 < hi < 0.63
     assert bootstrap_ci([0.0, 1.0, 1.0], seed=3) == bootstrap_ci([0.0, 1.0, 1.0], seed=3)
     assert all(math.isnan(x) for x in bootstrap_ci([]))
@@ -98,7 +147,8 @@ def test_confusion_counts_unparsed_in_its_own_column():
     assert m == [[1, 0, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0]]
 
 
-# -- the answer table: tests/data/vqa_answers.yaml --------------------------------------------------------
+# -- the answer table: tests/data/vqa_answers.yaml
+# --------------------------------------------------------
 
 TABLE_FILE = __import__("pathlib").Path(__file__).parent / "data" / "vqa_answers.yaml"
 
@@ -115,13 +165,23 @@ def _options(row: dict) -> tuple[str, dict]:
 
     text, opts = row["text"], {}
     if "prompt" in row:
-        opts["prompt"] = fill(all_tasks()[row["prompt"]], {"primary_date": "2020-01-01", "secondary_date": "2020-01-13",
-                                                           "radar_wavelength_m": 0.05546576})
+        opts["prompt"] = fill(
+            all_tasks()[row["prompt"]],
+            {
+                "primary_date": "2020-01-01",
+                "secondary_date": "2020-01-13",
+                "radar_wavelength_m": 0.05546576,
+            },
+        )
         text = text.replace("{prompt}", opts["prompt"])
     if row["kind"] == "class":
         opts["labels"] = tuple(row.get("labels", LABELS))
-        opts["aliases"] = {k: tuple(v) for k, v in row.get("aliases", {"low": ["poor", "bad", "decorrelated"],
-                                                                        "high": ["good", "excellent"]}).items()}
+        opts["aliases"] = {
+            k: tuple(v)
+            for k, v in row.get(
+                "aliases", {"low": ["poor", "bad", "decorrelated"], "high": ["good", "excellent"]}
+            ).items()
+        }
         opts["letters"] = bool(row.get("letters"))
     if row["kind"] == "number":
         opts["domain"] = tuple(row.get("domain", (0, None)))
@@ -135,13 +195,20 @@ def test_the_answer_table_is_big_and_covers_every_habit_and_misread():
     assert len(rows) >= 150
     assert {"llava", "qwen2-vl", "smolvlm", "paligemma"} <= {r["habit"] for r in rows}
     assert {"class", "number", "fraction", "box", "text"} == {r["kind"] for r in rows}
-    assert sum("source" in r for r in rows) >= 3  # verbatim answers from public logs, with where they were published
+    # verbatim answers from public logs, with where they were published
+    assert sum("source" in r for r in rows) >= 3
     texts = {(r["kind"], r["text"]): r["want"] for r in rows}
     # every misread of issue 25, with its refusal or its one reading
     assert texts[("number", "between 2 and 4")] == texts[("number", "2 to 4 fringes")] == 3
     assert texts[("number", "1,000")] == 1000 and texts[("number", "-2")] == "unparsed"
-    assert texts[("number", "2020-01-01")] == "unparsed" and texts[("class", "Medium-high")] == "unparsed"
-    assert texts[("box", "[0.2, 0.3, 45, 60]")] == "unparsed" and texts[("box", "[0.5, 0.2, 0.5, 0.6]")] == "unparsed"
+    assert (
+        texts[("number", "2020-01-01")] == "unparsed"
+        and texts[("class", "Medium-high")] == "unparsed"
+    )
+    assert (
+        texts[("box", "[0.2, 0.3, 45, 60]")] == "unparsed"
+        and texts[("box", "[0.5, 0.2, 0.5, 0.6]")] == "unparsed"
+    )
     assert sum("misread" in r for r in rows) >= 7
 
 

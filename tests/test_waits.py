@@ -1,5 +1,8 @@
-"""Waiting on a loaded machine: patient timeouts on the clusters cryocube opens, a timeout that says what it
-waited for, a close problem that never turns finished work into a failure, and refusals before any cluster."""
+"""Waiting on a loaded machine: patient timeouts on the clusters cryocube opens, a timeout that says
+what it waited for, a close problem that never turns finished work into a failure, and refusals
+before any cluster.
+"""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +24,9 @@ def _sleep(s: float) -> float:
 def test_a_timeout_names_what_it_waited_for(client):
     with pytest.raises(TimeoutError) as workers:
         client.wait_for_workers(9, timeout=0.2)
-    assert "a worker to start" in explain_timeout(workers.value) and "--workers" in explain_timeout(workers.value)
+    assert "a worker to start" in explain_timeout(workers.value) and "--workers" in explain_timeout(
+        workers.value
+    )
     fut = client.submit(_sleep, 3, pure=False)
     with pytest.raises(TimeoutError) as task:
         fut.result(timeout=0.2)
@@ -32,7 +37,9 @@ def test_a_timeout_names_what_it_waited_for(client):
 def test_a_close_that_times_out_is_a_warning(client):
     stack = contextlib.ExitStack()
     stack.callback(client.wait_for_workers, 9, timeout=0.2)  # a real wait that ends in TimeoutError
-    with pytest.warns(UserWarning, match="did not close cleanly .*what the command wrote is complete"):
+    with pytest.warns(
+        UserWarning, match="did not close cleanly .*what the command wrote is complete"
+    ):
         close_quietly(stack, "local")
 
 
@@ -42,7 +49,8 @@ def test_clusters_cryocube_opens_wait_longer(client):
         assert dask.config.get("distributed.comm.timeouts.connect") == "120s"
         assert dask.config.get("distributed.comm.timeouts.tcp") == "120s"
     assert dask.config.get("distributed.comm.timeouts.connect") == before
-    with dask.config.set({"distributed.comm.timeouts.connect": "7s"}):  # the user's own setting stands
+    # the user's own setting stands
+    with dask.config.set({"distributed.comm.timeouts.connect": "7s"}):
         with open_cluster(client.scheduler.address, quiet=True):
             assert dask.config.get("distributed.comm.timeouts.connect") == "7s"
 
@@ -52,10 +60,33 @@ def test_an_unknown_raw_layout_is_refused_before_a_cluster(tmp_path, capsys):
     (raw / "something").mkdir(parents=True)
     (raw / "something" / "a.txt").write_text("not a dataset")
     # no scheduler at that address: the layout error must come before any cluster is reached
-    rc = main(["convert", "glid", "--raw", str(raw), "--out", str(tmp_path / "c.zarr"), "--cluster", "tcp://127.0.0.1:9"])
+    rc = main(
+        [
+            "convert",
+            "glid",
+            "--raw",
+            str(raw),
+            "--out",
+            str(tmp_path / "c.zarr"),
+            "--cluster",
+            "tcp://127.0.0.1:9",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "does not look like any known glid layout" in err and str(raw) in err, err
     assert len(err.strip().splitlines()) == 1
-    rc = main(["convert", "glid", "--raw", str(raw), "--out", str(tmp_path / "c.zarr"), "--layout", "nope",
-               "--cluster", "tcp://127.0.0.1:9"])
+    rc = main(
+        [
+            "convert",
+            "glid",
+            "--raw",
+            str(raw),
+            "--out",
+            str(tmp_path / "c.zarr"),
+            "--layout",
+            "nope",
+            "--cluster",
+            "tcp://127.0.0.1:9",
+        ]
+    )
     assert rc == 2 and "has no layout 'nope'" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Weights: reference-layout checkpoints load through the key maps and reproduce outputs exactly;
 corrupt, mismatched and incomplete checkpoints fail with errors that name the file and the keys."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,12 +19,17 @@ from cryocube.models.weights import WeightsError, fetch_weights, load_weights, s
 
 GLD = load_dataset("gld").bands
 TINY_VIT = dict(embed_dim=64, depth=2, num_heads=4, output_layers=[0, 1])
-# Shallow versions of every pretrained model: same module names (so the same key maps), seconds to run.
+# Shallow versions of every pretrained model: same module names (so the same key maps), seconds to
+# run.
 SMALL = {
     "croma_optical": dict(embed_dim=64, depth=4, num_heads=4, output_layers=[1, 3], input_size=40),
     "croma_sar": dict(embed_dim=64, depth=2, num_heads=4, output_layers=[0, 1], input_size=40),
-    "dofa": dict(embed_dim=96, depth=2, num_heads=4, output_layers=[0, 1], input_size=64, bands=GLD),
-    "gfmswin": dict(embed_dim=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8], window_size=3, input_size=96),
+    "dofa": dict(
+        embed_dim=96, depth=2, num_heads=4, output_layers=[0, 1], input_size=64, bands=GLD
+    ),
+    "gfmswin": dict(
+        embed_dim=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8], window_size=3, input_size=96
+    ),
     "prithvi": dict(TINY_VIT, output_layers=[1], input_size=64),
     "remoteclip": dict(TINY_VIT, input_size=64),
     "satlasnet_si": dict(arch="swin_v2_t", input_size=64),
@@ -103,7 +109,10 @@ def test_full_size_moco_checkpoint_roundtrip(tmp_path):
     ck = reference_checkpoint(a)
     assert set(ck) == {"state_dict", "epoch"}
     keys = list(ck["state_dict"])
-    assert "module.base_encoder.blocks.11.attn.qkv.weight" in keys and "module.base_encoder.pos_embed" in keys
+    assert (
+        "module.base_encoder.blocks.11.attn.qkv.weight" in keys
+        and "module.base_encoder.pos_embed" in keys
+    )
     path = tmp_path / "B13_vits16_moco_0099.pth"
     torch.save(ck, path)
     torch.manual_seed(5)
@@ -123,11 +132,18 @@ def test_keymaps_use_the_published_layouts():
     assert {"blocks.0.attn.q.weight", "blocks.0.attn.k.bias", "blocks.0.attn.v.weight"} <= set(sg)
     assert not any(".qkv." in k for k in sg)
     gfm = get_keymap("gfm").to_reference(small("gfmswin").state_dict())["model"]
-    assert "encoder.layers.0.downsample.reduction.weight" in gfm and "encoder.layers.3.downsample.norm.weight" not in gfm
+    assert (
+        "encoder.layers.0.downsample.reduction.weight" in gfm
+        and "encoder.layers.3.downsample.norm.weight" not in gfm
+    )
     cr = get_keymap("croma_optical").to_reference(small("croma_optical").state_dict())["s2_encoder"]
     assert "transformer.layers.3.1.net.3.weight" in cr and "linear_input.weight" in cr
     tm = get_keymap("terramind_s2l2a").to_reference(small("terramind_large").state_dict())
-    assert {"encoder.1.mlp.fc3.weight", "encoder_embeddings.untok_sen2l2a@224.mod_emb", "encoder_norm.weight"} <= set(tm)
+    assert {
+        "encoder.1.mlp.fc3.weight",
+        "encoder_embeddings.untok_sen2l2a@224.mod_emb",
+        "encoder_norm.weight",
+    } <= set(tm)
     pr = get_keymap("prithvi").to_reference(small("prithvi").state_dict())
     assert pr["patch_embed.proj.weight"].ndim == 5 and "pos_embed" not in pr
 
@@ -154,7 +170,9 @@ def test_unexpected_and_misshapen_keys_are_errors(tmp_path):
         load_weights(small("ssl4eo_mae_optical"), _saved(tmp_path, ck))
     ck = reference_checkpoint(enc)
     ck["model"]["cls_token"] = torch.zeros(1, 1, 32)
-    with pytest.raises(WeightsError, match=r"1 shape mismatches: vit\.cls_token \(1, 1, 32\) vs model \(1, 1, 64\)"):
+    with pytest.raises(
+        WeightsError, match=r"1 shape mismatches: vit\.cls_token \(1, 1, 32\) vs model \(1, 1, 64\)"
+    ):
         load_weights(small("ssl4eo_mae_optical"), _saved(tmp_path, ck))
 
 
@@ -169,7 +187,9 @@ def test_truncated_checkpoint_names_the_file(tmp_path):
     path = _saved(tmp_path, reference_checkpoint(small("ssl4eo_mae_sar")), "B2_vits16_mae_ep99.pth")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(WeightsError, match=r"B2_vits16_mae_ep99\.pth: cannot read the checkpoint .*truncated"):
+    with pytest.raises(
+        WeightsError, match=r"B2_vits16_mae_ep99\.pth: cannot read the checkpoint .*truncated"
+    ):
         load_weights(small("ssl4eo_mae_sar"), path)
 
 
@@ -196,7 +216,8 @@ def test_terramind_bias_buffers_must_be_zero(tmp_path):
     enc = small("terramind_large")
     ck = reference_checkpoint(enc)
     ck["encoder.0.norm1.bias"] = torch.zeros(64)
-    ck["encoder_embeddings.untok_sen1grd@224.proj.weight"] = torch.ones(64, 512)  # another modality: set aside
+    # another modality: set aside
+    ck["encoder_embeddings.untok_sen1grd@224.proj.weight"] = torch.ones(64, 512)
     rep = load_weights(small("terramind_large"), _saved(tmp_path, ck))
     assert "encoder_embeddings.untok_sen1grd@224.proj.weight" in rep.set_aside
     ck["encoder.0.norm1.bias"] = torch.ones(64)
@@ -234,12 +255,22 @@ def test_fetch_over_http_verifies_sha256(http_dir, tmp_path):
     digest = hashlib.sha256((root / "B2_vits16_mae_ep99.pth").read_bytes()).hexdigest()
     dest = tmp_path / "weights"
     with pytest.raises(WeightsError, match="does not match the catalog's"):
-        fetch_weights("ssl4eo_mae_sar", dest, url=f"{base}/B2_vits16_mae_ep99.pth", sha256="f" * 64, progress=False)
+        fetch_weights(
+            "ssl4eo_mae_sar",
+            dest,
+            url=f"{base}/B2_vits16_mae_ep99.pth",
+            sha256="f" * 64,
+            progress=False,
+        )
     assert not list(dest.glob("*"))  # nothing half-written is left behind
-    path = fetch_weights("ssl4eo_mae_sar", dest, url=f"{base}/B2_vits16_mae_ep99.pth", sha256=digest, progress=False)
+    path = fetch_weights(
+        "ssl4eo_mae_sar", dest, url=f"{base}/B2_vits16_mae_ep99.pth", sha256=digest, progress=False
+    )
     assert path == dest / "B2_vits16_mae_ep99.pth" and sha256_file(path) == digest
     load_weights(small("ssl4eo_mae_sar"), path)
-    (root / "confirm.html").write_text("<!DOCTYPE html><html><body>Google Drive can't scan this file</body></html>")
+    (root / "confirm.html").write_text(
+        "<!DOCTYPE html><html><body>Google Drive can't scan this file</body></html>"
+    )
     with pytest.raises(WeightsError, match="HTML page"):
         fetch_weights("ssl4eo_moco", dest, url=f"{base}/confirm.html", progress=False)
 
@@ -275,19 +306,27 @@ def test_native_encoder_save_and_load(tmp_path):
 
 
 def test_a_checkpoint_of_another_model_is_refused_and_nothing_is_loaded(tmp_path):
-    """Every pretrained model's file, offered to every other model: one WeightsError naming the file and the
-    model, and the target's weights untouched (never partly loaded). Pairs that share a key map and, made
-    small here, the very same architecture (the TerraMind sizes, one TerraMind file for S2 and S1) are left
-    out: at published sizes their shapes differ or the file is theirs."""
+    """Every pretrained model's file, offered to every other model: one WeightsError naming the file
+    and the model, and the target's weights untouched (never partly loaded). Pairs that share a key
+    map and, made small here, the very same architecture (the TerraMind sizes, one TerraMind file
+    for S2 and S1) are left out: at published sizes their shapes differ or the file is theirs."""
     encs = {m: small(m) for m in sorted(SMALL)}
-    files = {m: _saved(tmp_path, reference_checkpoint(e, extra=False), f"{m}.pth") for m, e in encs.items()}
+    files = {
+        m: _saved(tmp_path, reference_checkpoint(e, extra=False), f"{m}.pth")
+        for m, e in encs.items()
+    }
     refused = 0
     for target, enc in encs.items():
         before = {k: v.clone() for k, v in enc.state_dict().items()}
         for source, path in files.items():
-            if source == target or (enc.spec.weights.key_map == encs[source].spec.weights.key_map
-                                    and SMALL[source] == SMALL[target]) or {source, target} <= {
-                                        "terramind_base", "terramind_large", "terramind_large_sar"}:
+            if (
+                source == target
+                or (
+                    enc.spec.weights.key_map == encs[source].spec.weights.key_map
+                    and SMALL[source] == SMALL[target]
+                )
+                or {source, target} <= {"terramind_base", "terramind_large", "terramind_large_sar"}
+            ):
                 continue
             with pytest.raises(WeightsError) as e:
                 load_weights(enc, path)
@@ -306,5 +345,9 @@ def test_a_mismatch_names_missing_and_unexpected_keys_in_one_sentence(tmp_path):
         load_weights(small("ssl4eo_mae_optical"), _saved(tmp_path, ck))
     msg = str(e.value)
     assert "\n" not in msg and msg.count(". ") == 0
-    assert re.search(r"does not fit ssl4eo_mae_optical \(key map 'ssl4eo_mae'\); missing 1 keys: vit\.blocks\.1\.attn\.qkv"
-                     r"\.weight; unexpected 1 keys: vit\.blocks\.9\.attn\.qkv\.weight", msg), msg
+    assert re.search(
+        r"does not fit ssl4eo_mae_optical \(key map 'ssl4eo_mae'\); missing 1 keys:"
+        r" vit\.blocks\.1\.attn\.qkv"
+        r"\.weight; unexpected 1 keys: vit\.blocks\.9\.attn\.qkv\.weight",
+        msg,
+    ), msg

@@ -1,9 +1,11 @@
 """Generative model adapters: a model that reads a picture and a prompt and writes text.
 
-One file per adapter, each a `base.Adapter` subclass registered with `@register`; a lab adds one from
-its own package through the `cryocube.adapters` entry point. A run names its model as
-`<adapter>[:<location>]` (`transformers:/ckpt/SmolVLM-256M-Instruct`, `transformers:s3://bucket/llava`).
+One file per adapter, each a `base.Adapter` subclass registered with `@register`; a lab adds one
+from its own package through the `cryocube.adapters` entry point. A run names its model as
+`<adapter>[:<location>]` (`transformers:/ckpt/SmolVLM-256M-Instruct`,
+`transformers:s3://bucket/llava`).
 """
+
 from __future__ import annotations
 
 from .. import plugins
@@ -29,7 +31,10 @@ def names() -> list[str]:
 def get(name: str) -> type[Adapter]:
     plugins.load("cryocube.adapters", BUILTIN)
     if name not in _ADAPTERS:
-        raise UserError(f"unknown model adapter {name!r}; known: {', '.join(sorted(_ADAPTERS))} (`cryocube list adapters`)")
+        raise UserError(
+            f"unknown model adapter {name!r}; known: {', '.join(sorted(_ADAPTERS))} (`cryocube list"
+            " adapters`)"
+        )
     return _ADAPTERS[name]
 
 

@@ -1,9 +1,10 @@
-"""The adapter contract: `check` on the client before any work (weights there? can it see pictures?),
-then, on a worker, `load` once per process and `generate` batches greedily.
+"""The adapter contract: `check` on the client before any work (weights there? can it see
+pictures?), then, on a worker, `load` once per process and `generate` batches greedily.
 
 `check` returns the model's provenance for the record (weights sha256 or random, the model class);
 `generate` takes pictures (H, W, 3 uint8) and prompts and returns one `Generation` per sample.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ class ModelRef:
 
     adapter: str
     location: str  # local folder or fsspec URL; "" for a random model
-    random: str | None = None  # the random architecture built in code (--allow-random-weights), else None
+    # the random architecture built in code (--allow-random-weights), else None
+    random: str | None = None
     sha256: str = ""  # of the weights (random: of the state dict as built)
     precision: str = "fp32"  # effective
     seed: int = 0
@@ -30,7 +32,11 @@ class ModelRef:
 
     @property
     def label(self) -> str:
-        return f"{self.adapter}:{self.location}" if self.location else f"{self.adapter} (random {self.random})"
+        return (
+            f"{self.adapter}:{self.location}"
+            if self.location
+            else f"{self.adapter} (random {self.random})"
+        )
 
 
 @dataclass
@@ -51,13 +57,16 @@ class Adapter:
     name: ClassVar[str]
 
     @classmethod
-    def check(cls, location: str, allow_random: bool, precision: str, seed: int) -> tuple[ModelRef, Provenance]:
+    def check(
+        cls, location: str, allow_random: bool, precision: str, seed: int
+    ) -> tuple[ModelRef, Provenance]:
         """On the client, before any cluster work: refuse what cannot run, in one sentence."""
         raise NotImplementedError
 
     @classmethod
     def random_models(cls) -> list[str]:
-        """The model names (`adapter:random-<arch>`) that `--allow-random-weights` builds in code, for `cryocube list`."""
+        """The model names (`adapter:random-<arch>`) that `--allow-random-weights` builds in code,
+        for `cryocube list`."""
         return []
 
     def __init__(self, ref: ModelRef, device: str):

@@ -1,32 +1,44 @@
-"""Tiny random-weight VLMs built from transformers configs (no downloads), for `--allow-random-weights`:
-they measure the pipeline (batching, parsing, scoring, records), never a model's skill. Two families, so the
-adapter is exercised on more than one processor/model contract: LLaVA (CLIP tower, one image token per
-patch) and Qwen2-VL (patches merged 2x2, multimodal rotary positions). A run picks one as
-`transformers:random-<arch>` (plain `transformers` is `random-llava`).
+"""Tiny random-weight VLMs built from transformers configs (no downloads), for
+`--allow-random-weights`: they measure the pipeline (batching, parsing, scoring, records), never a
+model's skill. Two families, so the adapter is exercised on more than one processor/model contract:
+LLaVA (CLIP tower, one image token per patch) and Qwen2-VL (patches merged 2x2, multimodal rotary
+positions). A run picks one as `transformers:random-<arch>` (plain `transformers` is
+`random-llava`).
 
-The tokenizer is built in code: a word-level vocabulary of the words the InSAR tasks' answers use, so a
-random model's greedy answers are short strings of real words and numbers that the parsers can read.
-Built under a fixed seed on CPU, so every worker builds the same weights (the record's sha256 says so).
+The tokenizer is built in code: a word-level vocabulary of the words the InSAR tasks' answers use,
+so a random model's greedy answers are short strings of real words and numbers that the parsers can
+read. Built under a fixed seed on CPU, so every worker builds the same weights (the record's sha256
+says so).
 """
+
 from __future__ import annotations
 
 from typing import Callable
 
-WORDS = ("low medium high coherence coherent fringe fringes none no one two three deformation uplift subsidence "
-         "ring north south east west centre noise atmospheric orbital ramp turbulent decorrelated area the a is of in "
-         "and 0 1 2 3 4 5 6 7 8 9 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 , . [ ] :").split()
+WORDS = (
+    "low medium high coherence coherent fringe fringes none no one two three deformation uplift"
+    " subsidence ring north south east west centre noise atmospheric orbital ramp turbulent"
+    " decorrelated area the a is of in and 0 1 2 3 4 5 6 7 8 9 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9"
+    " , . [ ] :"
+).split()
 SPECIAL = ("<pad>", "<unk>", "<s>", "</s>", "<image>")
 PREFIX = "random-"  # transformers:random-<arch>
 
 
 def chat(image: str = "<image>") -> str:
-    """The chat template: the picture's placeholder (an architecture's own markup around `<image>`), then the text."""
-    return ("{% for m in messages %}{% for c in m['content'] %}{% if c['type'] == 'image' %}" + image + " {% else %}"
-            "{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}{% if add_generation_prompt %} answer :{% endif %}")
+    """The chat template: the picture's placeholder (an architecture's own markup around `<image>`),
+    then the text."""
+    return (
+        "{% for m in messages %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+        + image
+        + " {% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}{% if add_generation_prompt"
+        " %} answer :{% endif %}"
+    )
 
 
 def tokenizer(extra: dict[str, str] | None = None):
-    """The word-level tokenizer; `extra` adds an architecture's own special tokens ({attribute: token})."""
+    """The word-level tokenizer; `extra` adds an architecture's own special tokens ({attribute:
+    token})."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -35,61 +47,138 @@ def tokenizer(extra: dict[str, str] | None = None):
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", extra_special_tokens={"image_token": "<image>", **extra},
-                                   padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        extra_special_tokens={"image_token": "<image>", **extra},
+        padding_side="left",
+    )
 
 
 def llava(seed: int, image_size: int = 16, patch: int = 4):
     """LLaVA: a 2-layer CLIP vision tower of 16 px pictures, a 2-layer 32-wide Llama."""
     import torch
-    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
-                              LlavaProcessor)
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
     tok = tokenizer()
     n_img = (image_size // patch) ** 2 + 1  # + CLS ("full" feature selection keeps it)
-    vc = CLIPVisionConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-                          image_size=image_size, patch_size=patch, num_channels=3, projection_dim=32)
-    tc = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, max_position_embeddings=512, pad_token_id=tok.pad_token_id,
-                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    cfg = LlavaConfig(vision_config=vc, text_config=tc, image_token_index=tok.convert_tokens_to_ids("<image>"),
-                      image_seq_length=n_img, vision_feature_layer=-1, vision_feature_select_strategy="full")
+    vc = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=image_size,
+        patch_size=patch,
+        num_channels=3,
+        projection_dim=32,
+    )
+    tc = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    cfg = LlavaConfig(
+        vision_config=vc,
+        text_config=tc,
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_seq_length=n_img,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlavaForConditionalGeneration(cfg)
     model.generation_config.pad_token_id = tok.pad_token_id
-    ip = CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size})
-    proc = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=patch, vision_feature_select_strategy="full",
-                          image_token="<image>", num_additional_image_tokens=1, chat_template=chat())
+    ip = CLIPImageProcessor(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    proc = LlavaProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        patch_size=patch,
+        vision_feature_select_strategy="full",
+        image_token="<image>",
+        num_additional_image_tokens=1,
+        chat_template=chat(),
+    )
     return model.eval(), proc
 
 
 def qwen2_vl(seed: int, pixels: int = 16 * 16, patch: int = 4, merge: int = 2):
-    """Qwen2-VL: a 2-layer vision tower whose 4 px patches are merged 2x2 into one token (pictures resized to about
-    `pixels`), a 2-layer 32-wide Qwen2 with multimodal rotary positions (left padding is in its position ids)."""
+    """Qwen2-VL: a 2-layer vision tower whose 4 px patches are merged 2x2 into one token (pictures
+    resized to about `pixels`), a 2-layer 32-wide Qwen2 with multimodal rotary positions (left
+    padding is in its position ids).
+    """
     import torch
-    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor,
-                              Qwen2VLVideoProcessor)
+    from transformers import (
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
 
-    marks = {"vision_start_token": "<|vision_start|>", "vision_end_token": "<|vision_end|>", "video_token": "<|video_pad|>"}
+    marks = {
+        "vision_start_token": "<|vision_start|>",
+        "vision_end_token": "<|vision_end|>",
+        "video_token": "<|video_pad|>",
+    }
     tok = tokenizer(marks)
     ids = {f"{k}_id": tok.convert_tokens_to_ids(t) for k, t in marks.items()}
-    vc = dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, mlp_ratio=1, patch_size=patch, spatial_merge_size=merge,
-              temporal_patch_size=2)
-    tc = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=512, pad_token_id=tok.pad_token_id,
-              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
-    cfg = Qwen2VLConfig(text_config=tc, vision_config=vc, image_token_id=tok.convert_tokens_to_ids("<image>"), **ids)
+    vc = dict(
+        depth=2,
+        embed_dim=32,
+        hidden_size=32,
+        num_heads=4,
+        mlp_ratio=1,
+        patch_size=patch,
+        spatial_merge_size=merge,
+        temporal_patch_size=2,
+    )
+    tc = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+    )
+    cfg = Qwen2VLConfig(
+        text_config=tc, vision_config=vc, image_token_id=tok.convert_tokens_to_ids("<image>"), **ids
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2VLForConditionalGeneration(cfg)
     model.generation_config.pad_token_id = tok.pad_token_id
     geom = dict(patch_size=patch, merge_size=merge, temporal_patch_size=2)
-    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, **geom),
-                            video_processor=Qwen2VLVideoProcessor(**geom), tokenizer=tok,
-                            chat_template=chat(f"{marks['vision_start_token']}<image>{marks['vision_end_token']}"))
+    proc = Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, **geom),
+        video_processor=Qwen2VLVideoProcessor(**geom),
+        tokenizer=tok,
+        chat_template=chat(f"{marks['vision_start_token']}<image>{marks['vision_end_token']}"),
+    )
     return model.eval(), proc
 
 
@@ -101,8 +190,10 @@ def build(arch: str, seed: int):
 
 
 def loaded_as(model, dtype):
-    """The model as its saved checkpoint loads with from_pretrained(dtype=...): built in `dtype`, then given the weights.
-    `.to(dtype)` would also round the rotary tables that from_pretrained keeps in float32, and so answer differently."""
+    """The model as its saved checkpoint loads with from_pretrained(dtype=...): built in `dtype`,
+    then given the weights. `.to(dtype)` would also round the rotary tables that from_pretrained
+    keeps in float32, and so answer differently.
+    """
     if next(model.parameters()).dtype == dtype:
         return model
     out = type(model)._from_config(model.config, dtype=dtype)
@@ -112,7 +203,8 @@ def loaded_as(model, dtype):
 
 
 def state_sha256(model) -> str:
-    """sha256 of a model's parameters and buffers in name order (what a random model's record names)."""
+    """sha256 of a model's parameters and buffers in name order (what a random model's record
+    names)."""
     import hashlib
 
     h = hashlib.sha256()

@@ -1,11 +1,12 @@
-"""`transformers`: any image-text-to-text model of Hugging Face transformers (LLaVA, Qwen2-VL, SmolVLM,
-PaliGemma, Idefics ...) through AutoModelForImageTextToText + AutoProcessor, from a local folder or an
-fsspec URL (copied once per worker host into a cache keyed by the weights' sha256).
+"""`transformers`: any image-text-to-text model of Hugging Face transformers (LLaVA, Qwen2-VL,
+SmolVLM, PaliGemma, Idefics ...) through AutoModelForImageTextToText + AutoProcessor, from a local
+folder or an fsspec URL (copied once per worker host into a cache keyed by the weights' sha256).
 
-Generation is batched and greedy (do_sample=False: reruns give the same answers) with left padding, in
-the run's precision (weights loaded in bf16/fp16/fp32). The prompt goes through the processor's chat
-template when it has one (which places the image token), else "<image token>\\n<prompt>".
+Generation is batched and greedy (do_sample=False: reruns give the same answers) with left padding,
+in the run's precision (weights loaded in bf16/fp16/fp32). The prompt goes through the processor's
+chat template when it has one (which places the image token), else "<image token>\\n<prompt>".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,13 +33,17 @@ def _quiet() -> None:
 
 
 def _cache_root() -> Path:
-    return Path(os.environ.get("CRYOCUBE_VLM_CACHE", Path(tempfile.gettempdir()) / f"cryocube-vlm-{os.getuid()}"))
+    return Path(
+        os.environ.get(
+            "CRYOCUBE_VLM_CACHE", Path(tempfile.gettempdir()) / f"cryocube-vlm-{os.getuid()}"
+        )
+    )
 
 
 def local_folder(location: str, sha256: str | None = None) -> Path:
-    """A local folder holding the checkpoint. A remote URL is copied: with `sha256` (a worker loading the planned
-    weights) into a per-host cache named by it, checked against it; without, only its small files (config,
-    processor, tokenizer) into a fresh temporary folder (planning)."""
+    """A local folder holding the checkpoint. A remote URL is copied: with `sha256` (a worker
+    loading the planned weights) into a per-host cache named by it, checked against it; without,
+    only its small files (config, processor, tokenizer) into a fresh temporary folder (planning)."""
     if not _store.is_remote(location):
         return Path(_store.local_path(location))
     fs, path = _store.fs_path(location)
@@ -56,8 +61,10 @@ def local_folder(location: str, sha256: str | None = None) -> Path:
         return tmp
     got, _ = weights_sha256(str(tmp))
     if got != sha256:
-        raise UserError(f"{location}: its weights changed since the run was planned (sha256 {got[:12]}, planned "
-                        f"{sha256[:12]}); plan the run again")
+        raise UserError(
+            f"{location}: its weights changed since the run was planned (sha256 {got[:12]}, planned"
+            f" {sha256[:12]}); plan the run again"
+        )
     (tmp / ".complete").write_text(location)
     try:
         tmp.rename(dest)
@@ -66,19 +73,31 @@ def local_folder(location: str, sha256: str | None = None) -> Path:
     return dest
 
 
-_SHA_MEMO: dict[tuple, tuple[str, list[str]]] = {}  # planning hashes a checkpoint once per process (it plans twice)
+# planning hashes a checkpoint once per process (it plans twice)
+_SHA_MEMO: dict[tuple, tuple[str, list[str]]] = {}
 
 
 def weights_sha256(location: str) -> tuple[str, list[str]]:
-    """sha256 over the checkpoint's weight files (name and bytes, in name order), read where they lie."""
+    """sha256 over the checkpoint's weight files (name and bytes, in name order), read where they
+    lie."""
     if _store.is_remote(location):
         fs, path = _store.fs_path(location)
-        info = sorted((d["name"], d.get("size"), str(d.get("ETag") or d.get("mtime") or d.get("LastModified")))
-                      for d in fs.ls(path, detail=True) if d["name"].endswith(WEIGHT_SUFFIXES))
+        info = sorted(
+            (
+                d["name"],
+                d.get("size"),
+                str(d.get("ETag") or d.get("mtime") or d.get("LastModified")),
+            )
+            for d in fs.ls(path, detail=True)
+            if d["name"].endswith(WEIGHT_SUFFIXES)
+        )
         opener = fs.open
     else:
-        info = sorted((str(p), p.stat().st_size, str(p.stat().st_mtime_ns)) for p in Path(location).iterdir()
-                      if p.name.endswith(WEIGHT_SUFFIXES))
+        info = sorted(
+            (str(p), p.stat().st_size, str(p.stat().st_mtime_ns))
+            for p in Path(location).iterdir()
+            if p.name.endswith(WEIGHT_SUFFIXES)
+        )
         opener = open
     key = (location, tuple(info))
     if key in _SHA_MEMO:
@@ -102,7 +121,8 @@ def _exists(location: str) -> bool:
 
 @register
 class Transformers(Adapter):
-    """Any transformers image-text-to-text model: transformers:<folder or fsspec URL>; without one, a tiny random one."""
+    """Any transformers image-text-to-text model: transformers:<folder or fsspec URL>; without one,
+    a tiny random one."""
 
     name = "transformers"
 
@@ -117,22 +137,50 @@ class Transformers(Adapter):
         from .random_vlm import ARCHS, PREFIX, build, state_sha256
 
         _quiet()
-        if not _exists(location):  # a folder named random-<arch> holding a checkpoint is that checkpoint
+        # a folder named random-<arch> holding a checkpoint is that checkpoint
+        if not _exists(location):
             random_arch = location.removeprefix(PREFIX) if location.startswith(PREFIX) else "llava"
             if location.startswith(PREFIX) and random_arch not in ARCHS:
-                raise UserError(f"transformers: no random architecture {random_arch!r} ({location}); known: "
-                                f"{', '.join(PREFIX + a for a in ARCHS)}")
+                raise UserError(
+                    f"transformers: no random architecture {random_arch!r} ({location}); known: "
+                    f"{', '.join(PREFIX + a for a in ARCHS)}"
+                )
             if not allow_random:
-                what = (f"{location} is a random-weights model" if location.startswith(PREFIX) else
-                        f"no checkpoint folder (config.json) at {location}" if location else "no checkpoint folder given")
-                raise UserError(f"transformers: {what}; pass transformers:<folder or URL> of an image-text-to-text model, "
-                                "or --allow-random-weights for a tiny random model that measures the pipeline")
+                what = (
+                    f"{location} is a random-weights model"
+                    if location.startswith(PREFIX)
+                    else (
+                        f"no checkpoint folder (config.json) at {location}"
+                        if location
+                        else "no checkpoint folder given"
+                    )
+                )
+                raise UserError(
+                    f"transformers: {what}; pass transformers:<folder or URL> of an"
+                    " image-text-to-text model, or --allow-random-weights for a tiny random model"
+                    " that measures the pipeline"
+                )
             model, _ = build(random_arch, seed)
-            ref = ModelRef(cls.name, "", random=random_arch, sha256=state_sha256(model), precision=precision, seed=seed)
-            return ref, Provenance(model_name=f"tiny random {random_arch}", model_class=type(model).__name__,
-                                   weights={"source": None, "sha256": ref.sha256, "pretrained": True, "random_init": True,
-                                            "requested": location or None},
-                                   facts={"parameters": sum(p.numel() for p in model.parameters())})
+            ref = ModelRef(
+                cls.name,
+                "",
+                random=random_arch,
+                sha256=state_sha256(model),
+                precision=precision,
+                seed=seed,
+            )
+            return ref, Provenance(
+                model_name=f"tiny random {random_arch}",
+                model_class=type(model).__name__,
+                weights={
+                    "source": None,
+                    "sha256": ref.sha256,
+                    "pretrained": True,
+                    "random_init": True,
+                    "requested": location or None,
+                },
+                facts={"parameters": sum(p.numel() for p in model.parameters())},
+            )
         small = local_folder(location)
         try:
             return cls._check_folder(location, small, precision, seed)
@@ -147,28 +195,52 @@ class Transformers(Adapter):
         try:
             config = AutoConfig.from_pretrained(small)
         except Exception as e:  # noqa: BLE001 - any unreadable config is the user's folder
-            raise UserError(f"{location}: config.json cannot be read by transformers ({type(e).__name__}: {e})") from None
+            raise UserError(
+                f"{location}: config.json cannot be read by transformers ({type(e).__name__}: {e})"
+            ) from None
         if type(config) not in AutoModelForImageTextToText._model_mapping:
-            raise UserError(f"{location}: a {config.model_type!r} model is not an image-text-to-text model "
-                            "(AutoModelForImageTextToText has no class for it)")
-        no_pics = (f"{location}: the model has no image processor (no preprocessor_config.json or processor_config.json "
-                   "naming one), so it cannot be given pictures")
+            raise UserError(
+                f"{location}: a {config.model_type!r} model is not an image-text-to-text model "
+                "(AutoModelForImageTextToText has no class for it)"
+            )
+        no_pics = (
+            f"{location}: the model has no image processor (no preprocessor_config.json or"
+            " processor_config.json naming one), so it cannot be given pictures"
+        )
         try:
             proc = AutoProcessor.from_pretrained(small)
         except Exception as e:  # noqa: BLE001
             if "image processor" in str(e).lower() or "preprocessor_config" in str(e):
                 raise UserError(no_pics) from None
-            raise UserError(f"{location}: its processor cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+            raise UserError(
+                f"{location}: its processor cannot be loaded ({type(e).__name__}:"
+                f" {str(e).splitlines()[0]})"
+            ) from None
         if getattr(proc, "image_processor", None) is None:
             raise UserError(no_pics)
         sha, files = weights_sha256(location)
         if not files:
-            raise UserError(f"{location}: no weight files ({', '.join('*' + s for s in WEIGHT_SUFFIXES)}) in the checkpoint folder")
+            raise UserError(
+                f"{location}: no weight files ({', '.join('*' + s for s in WEIGHT_SUFFIXES)}) in"
+                " the checkpoint folder"
+            )
         ref = ModelRef(cls.name, location, None, sha256=sha, precision=precision, seed=seed)
         name = getattr(config, "_name_or_path", "") or location.rstrip("/").rsplit("/", 1)[-1]
-        return ref, Provenance(model_name=str(name).rstrip("/").rsplit("/", 1)[-1], model_class=config.architectures[0]
-                               if getattr(config, "architectures", None) else config.model_type,
-                               weights={"source": location, "sha256": sha, "files": files, "pretrained": True, "random_init": False})
+        return ref, Provenance(
+            model_name=str(name).rstrip("/").rsplit("/", 1)[-1],
+            model_class=(
+                config.architectures[0]
+                if getattr(config, "architectures", None)
+                else config.model_type
+            ),
+            weights={
+                "source": location,
+                "sha256": sha,
+                "files": files,
+                "pretrained": True,
+                "random_init": False,
+            },
+        )
 
     def __init__(self, ref: ModelRef, device: str):
         super().__init__(ref, device)
@@ -184,7 +256,10 @@ class Transformers(Adapter):
 
                 model, proc = build(ref.random, ref.seed)
                 if state_sha256(model) != ref.sha256:
-                    raise RuntimeError(f"random {ref.random} built on this worker differs from the planned one (sha256)")
+                    raise RuntimeError(
+                        f"random {ref.random} built on this worker differs from the planned one"
+                        " (sha256)"
+                    )
                 model = loaded_as(model, dtype)
             else:
                 from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -195,14 +270,17 @@ class Transformers(Adapter):
             model.eval().requires_grad_(False).to(device)
             tok = getattr(proc, "tokenizer", None)
             if tok is not None:
-                tok.padding_side = "left"  # batched generation continues every row from its last real token
+                # batched generation continues every row from its last real token
+                tok.padding_side = "left"
             got = _LOADED[ref] = (model, proc)
         self.model, self.processor = got
 
     def prompt_text(self, prompt: str) -> str:
         p = self.processor
         if getattr(p, "chat_template", None):
-            msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+            msgs = [
+                {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}
+            ]
             return p.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         token = getattr(p, "image_token", None) or "<image>"
         return f"{token}\n{prompt}"
@@ -215,16 +293,32 @@ class Transformers(Adapter):
         pics = [Image.fromarray(a) for a in images]
         enc = self.processor(images=pics, text=texts, return_tensors="pt", padding=True)
         dtype = next(self.model.parameters()).dtype
-        enc = {k: (v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)) for k, v in enc.items()}
+        enc = {
+            k: v.to(self.device, dtype) if v.is_floating_point() else v.to(self.device)
+            for k, v in enc.items()
+        }
         tok = getattr(self.processor, "tokenizer", self.processor)
         with torch.inference_mode():
-            out = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                                      pad_token_id=tok.pad_token_id)
-        new = out[:, enc["input_ids"].shape[1]:].cpu()
-        eos = {t for t in ([self.model.generation_config.eos_token_id] if isinstance(self.model.generation_config.eos_token_id, int)
-                           else (self.model.generation_config.eos_token_id or [])) if t is not None} | {tok.eos_token_id}
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=tok.pad_token_id,
+            )
+        new = out[:, enc["input_ids"].shape[1] :].cpu()
+        eos = {
+            t
+            for t in (
+                [self.model.generation_config.eos_token_id]
+                if isinstance(self.model.generation_config.eos_token_id, int)
+                else (self.model.generation_config.eos_token_id or [])
+            )
+            if t is not None
+        } | {tok.eos_token_id}
         res = []
         for row in new.tolist():
-            n = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))  # tokens up to and with the first EOS
+            # tokens up to and with the first EOS
+            n = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
             res.append(Generation(tok.decode(row[:n], skip_special_tokens=True).strip(), n))
         return res

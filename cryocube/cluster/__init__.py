@@ -1,4 +1,5 @@
-"""Where Dask work runs: one registry of cluster backends, and what tasks need to know about workers.
+"""Where Dask work runs: one registry of cluster backends, and what tasks need to know about
+workers.
 
 Only the CLI creates and owns clusters, through `open_cluster(spec)`, a context manager:
 
@@ -12,6 +13,7 @@ Only the CLI creates and owns clusters, through `open_cluster(spec)`, a context 
 Library functions take the caller's Client (`client.get_client`). Inside tasks, `runtime` tunes
 malloc and fixes each torch task's threads from its run (never from the load).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,42 +22,89 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import gateway, k8s, local, remote  # noqa: F401  (each registers its backend)
 from .client import cluster_info, dashboard_link, get_client, gpu_resources
-from .k8s import (DEFAULT_IMAGE, DEFAULT_K8S_MANIFEST, ManifestError, k8s_cluster_spec, load_k8s_cluster_spec,
-                  read_k8s_manifests, validate_k8s_manifest)
 from .gateway import read_gateway_options
+from .k8s import (
+    DEFAULT_IMAGE,
+    DEFAULT_K8S_MANIFEST,
+    ManifestError,
+    k8s_cluster_spec,
+    load_k8s_cluster_spec,
+    read_k8s_manifests,
+    validate_k8s_manifest,
+)
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
+from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
 from .timeouts import close_quietly, explain_timeout, patient
 from .worker_logs import quiet_shutdown, quiet_task_errors
-from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
 
 if TYPE_CHECKING:
     from distributed import Client
 
 __all__ = [
-    "BACKENDS", "add_cluster_args", "ClusterError", "ClusterRequest", "configured_threads", "DEFAULT_IMAGE", "DEFAULT_K8S_MANIFEST", "ManifestError",
-    "TorchThreads", "cluster_info", "dashboard_link", "device_for_worker", "get_client", "gpu_resources",
-    "k8s_cluster_spec", "load_k8s_cluster_spec", "open_cluster", "planned_threads", "parse_cluster_spec", "read_gateway_options",
-    "read_k8s_manifests", "torch_task", "tune_malloc", "validate_k8s_manifest",
+    "BACKENDS",
+    "add_cluster_args",
+    "ClusterError",
+    "ClusterRequest",
+    "configured_threads",
+    "DEFAULT_IMAGE",
+    "DEFAULT_K8S_MANIFEST",
+    "ManifestError",
+    "TorchThreads",
+    "cluster_info",
+    "dashboard_link",
+    "device_for_worker",
+    "get_client",
+    "gpu_resources",
+    "k8s_cluster_spec",
+    "load_k8s_cluster_spec",
+    "open_cluster",
+    "planned_threads",
+    "parse_cluster_spec",
+    "read_gateway_options",
+    "read_k8s_manifests",
+    "torch_task",
+    "tune_malloc",
+    "validate_k8s_manifest",
 ]
 
 
 def add_cluster_args(p) -> None:
     """The cluster options of every command that runs Dask work."""
-    p.add_argument("--cluster", default="local", help="local | cuda | k8s | gateway | tcp://host:port | scheduler-file:PATH")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (local/cuda) or workers to scale to")
+    p.add_argument(
+        "--cluster",
+        default="local",
+        help="local | cuda | k8s | gateway | tcp://host:port | scheduler-file:PATH",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes (local/cuda) or workers to scale to",
+    )
     p.add_argument("--threads-per-worker", type=int, default=None)
     p.add_argument("--memory-limit", default=None, help="per worker, e.g. 4GB")
 
 
-def planned_threads(spec: str, n_workers: int | None = None, threads_per_worker: int | None = None,
-                    torch_threads: int | None = None, parallel: int | None = None) -> int | None:
-    """The torch threads per worker `open_cluster(spec, ..., parallel=...)` will configure, where known before
-    it starts (a run's default threads, so a plan made before the cluster has the run ids made after); else None."""
+def planned_threads(
+    spec: str,
+    n_workers: int | None = None,
+    threads_per_worker: int | None = None,
+    torch_threads: int | None = None,
+    parallel: int | None = None,
+) -> int | None:
+    """The torch threads per worker `open_cluster(spec, ..., parallel=...)` will configure, where
+    known before it starts (a run's default threads, so a plan made before the cluster has the run
+    ids made after); else None.
+    """
     from .local import local_sizing
 
     if torch_threads:
         return torch_threads
-    return local_sizing(n_workers, threads_per_worker, None, parallel)[2] if parse_cluster_spec(spec)[0] == "local" else None
+    return (
+        local_sizing(n_workers, threads_per_worker, None, parallel)[2]
+        if parse_cluster_spec(spec)[0] == "local"
+        else None
+    )
 
 
 @contextlib.contextmanager
@@ -76,11 +125,15 @@ def open_cluster(
     n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the
     manifest/options of k8s and gateway clusters. torch_threads fixes torch's threads per worker
     (default: the worker's share of the cores, so workers x threads fit them); it is the default
-    thread count of the runs planned on the cluster. parallel: how many runs the plan trains at once; a
-    local cluster gets no more workers than that (a single run: one worker with every core). quiet: no
-    cluster line.
+    thread count of the runs planned on the cluster. parallel: how many runs the plan trains at
+    once; a local cluster gets no more workers than that (a single run: one worker with every core).
+    quiet: no cluster line.
     """
-    for label, v in (("n_workers", n_workers), ("threads_per_worker", threads_per_worker), ("torch_threads", torch_threads)):
+    for label, v in (
+        ("n_workers", n_workers),
+        ("threads_per_worker", threads_per_worker),
+        ("torch_threads", torch_threads),
+    ):
         if v is not None and v < 1:
             raise ClusterError(f"{label} must be >= 1, got {v}")
     if memory_limit is not None and memory_limit != "auto":
@@ -89,10 +142,22 @@ def open_cluster(
         try:
             parse_bytes(memory_limit)
         except (ValueError, TypeError):
-            raise ClusterError(f"--memory-limit {memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or auto)") from None
+            raise ClusterError(
+                f"--memory-limit {memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or auto)"
+            ) from None
     name, target = parse_cluster_spec(spec)
-    req = ClusterRequest(name, target, n_workers, threads_per_worker, memory_limit, gateway_options, k8s_spec,
-                         dashboard, torch_threads, parallel)
+    req = ClusterRequest(
+        name,
+        target,
+        n_workers,
+        threads_per_worker,
+        memory_limit,
+        gateway_options,
+        k8s_spec,
+        dashboard,
+        torch_threads,
+        parallel,
+    )
     stack = contextlib.ExitStack()
     try:
         stack.enter_context(patient())  # load alone must not fail a worker start or a connection
@@ -100,8 +165,11 @@ def open_cluster(
         quiet_task_errors(client)
         if not quiet:
             n = len(client.scheduler_info(n_workers=-1)["workers"])
-            print(f"cryocube: {name} cluster, {n} workers, dashboard {dashboard_link(client) or '(none)'}",
-                  file=sys.stderr)
+            print(
+                f"cryocube: {name} cluster, {n} workers, dashboard"
+                f" {dashboard_link(client) or '(none)'}",
+                file=sys.stderr,
+            )
     except TimeoutError as e:
         close_quietly(stack, name)
         raise ClusterError(f"--cluster {spec}: {explain_timeout(e)}") from e
@@ -110,7 +178,8 @@ def open_cluster(
         raise
     try:
         yield client
-    except BaseException:  # an error or Ctrl-C: the cluster closes under busy workers; the CLI says what happened
+    # an error or Ctrl-C: the cluster closes under busy workers; the CLI says what happened
+    except BaseException:
         quiet_shutdown()
         raise
     finally:

@@ -1,8 +1,10 @@
-"""The client side of a cluster: which Client to use, what its workers offer, what a record says of it.
+"""The client side of a cluster: which Client to use, what its workers offer, what a record says of
+it.
 
 Library functions take `client: Client | None` and resolve it with `get_client`, never starting a
 cluster behind the user's back (in a hub notebook that would bypass the user's gateway cluster).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -15,8 +17,9 @@ if TYPE_CHECKING:
 
 
 def get_client(client: "Client | None" = None) -> "Client":
-    """The given client, else the default one (the Client a notebook or `open_cluster` holds). Its workers keep
-    cryocube's task failures off their logs (the caller reports them: `worker_logs`)."""
+    """The given client, else the default one (the Client a notebook or `open_cluster` holds). Its
+    workers keep cryocube's task failures off their logs (the caller reports them:
+    `worker_logs`)."""
     from .worker_logs import quiet_task_errors
 
     if client is not None:
@@ -28,8 +31,9 @@ def get_client(client: "Client | None" = None) -> "Client":
         client = default_client()
     except ValueError:
         raise UserError(
-            "no Dask client: pass client=Client(...) (e.g. the one your notebook or hub created), "
-            "or run through the `cryocube` CLI, which starts a cluster with --cluster local|cuda|k8s|gateway|tcp://..."
+            "no Dask client: pass client=Client(...) (e.g. the one your notebook or hub created),"
+            " or run through the `cryocube` CLI, which starts a cluster with --cluster"
+            " local|cuda|k8s|gateway|tcp://..."
         ) from None
     quiet_task_errors(client)
     return client
@@ -48,8 +52,8 @@ def gpu_resources(client: "Client") -> dict | None:
 
 
 def cluster_threads(client: "Client") -> int:
-    """The torch threads the cluster's workers were configured with when they started (the fewest, if
-    they differ): the default thread count of the runs planned on it."""
+    """The torch threads the cluster's workers were configured with when they started (the fewest,
+    if they differ): the default thread count of the runs planned on it."""
     return min(client.run(configured_threads).values(), default=1)
 
 
@@ -61,7 +65,8 @@ def dashboard_link(client: "Client") -> str | None:
 
 
 def cluster_info(client: "Client") -> dict:
-    """What the run ran on, for result records: worker count, threads, memory, resources, dashboard."""
+    """What the run ran on, for result records: worker count, threads, memory, resources,
+    dashboard."""
     info = client.scheduler_info(n_workers=-1)
     workers = list(info["workers"].values())
     resources: dict[str, float] = {}

@@ -1,4 +1,6 @@
-"""`--cluster gateway`: a new cluster on the hub's dask-gateway (address and auth from the hub's dask config)."""
+"""`--cluster gateway`: a new cluster on the hub's dask-gateway (address and auth from the hub's
+dask config)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -7,18 +9,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import yaml_problem
-from .registry import WORKER_WAIT_S, ClusterError, ClusterRequest, backend, require, wait_first_worker
+from .registry import (
+    WORKER_WAIT_S,
+    ClusterError,
+    ClusterRequest,
+    backend,
+    require,
+    wait_first_worker,
+)
 from .runtime import TorchThreads
 
 if TYPE_CHECKING:
     from distributed import Client
 
-GATEWAY_KEYS = {"address", "proxy_address", "public_address", "auth", "cluster_options", "workers", "adapt",
-                "worker_timeout"}
+GATEWAY_KEYS = {
+    "address",
+    "proxy_address",
+    "public_address",
+    "auth",
+    "cluster_options",
+    "workers",
+    "adapt",
+    "worker_timeout",
+}
 
 
 def read_gateway_options(path: str | os.PathLike) -> dict:
-    """The gateway options YAML (see deployments/pangeo/gateway-options.yaml), checked for unknown keys."""
+    """The gateway options YAML (see deployments/pangeo/gateway-options.yaml), checked for unknown
+    keys."""
     import yaml
 
     p = Path(path)
@@ -37,14 +55,19 @@ def read_gateway_options(path: str | os.PathLike) -> dict:
 def _check_gateway_keys(doc: dict, source: str) -> None:
     unknown = set(doc) - GATEWAY_KEYS
     if unknown:
-        raise ClusterError(f"{source}: unknown gateway keys {sorted(unknown)} (known: {sorted(GATEWAY_KEYS)}; "
-                           "server-defined cluster options go under cluster_options)")
+        raise ClusterError(
+            f"{source}: unknown gateway keys {sorted(unknown)} (known: {sorted(GATEWAY_KEYS)}; "
+            "server-defined cluster options go under cluster_options)"
+        )
     if "workers" in doc and "adapt" in doc:
-        raise ClusterError(f"{source}: give either workers (fixed size) or adapt (minimum/maximum), not both")
+        raise ClusterError(
+            f"{source}: give either workers (fixed size) or adapt (minimum/maximum), not both"
+        )
 
 
 def _gateway_auth(dask_gateway, auth):
-    """None/str → dask-gateway resolves it from config; {"type": ..., **kwargs} → that auth with kwargs."""
+    """None/str → dask-gateway resolves it from config; {"type": ..., **kwargs} → that auth with
+    kwargs."""
     if not isinstance(auth, dict):
         return auth
     import dask
@@ -70,32 +93,43 @@ def _shutdown_gateway_cluster(cluster) -> None:
 
 @backend("gateway")
 def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
-    """A new cluster on the hub's dask-gateway (address and auth come from the hub's dask config)."""
+    """A new cluster on the hub's dask-gateway (address and auth come from the hub's dask
+    config)."""
     dask_gateway = require("dask_gateway", "gateway", "gateway")
     opts = read_gateway_options(req.target) if req.target else {}
     _check_gateway_keys(req.gateway_options or {}, "gateway_options")
     opts = {**opts, **(req.gateway_options or {})}
     try:
-        gateway = dask_gateway.Gateway(address=opts.get("address"), proxy_address=opts.get("proxy_address"),
-                                       public_address=opts.get("public_address"),
-                                       auth=_gateway_auth(dask_gateway, opts.get("auth")))
+        gateway = dask_gateway.Gateway(
+            address=opts.get("address"),
+            proxy_address=opts.get("proxy_address"),
+            public_address=opts.get("public_address"),
+            auth=_gateway_auth(dask_gateway, opts.get("auth")),
+        )
     except ValueError as e:  # "No dask-gateway address provided or found in configuration"
-        raise ClusterError(f"--cluster gateway: {e} (hubs set gateway.address in dask config; else give address:)") from e
+        raise ClusterError(
+            f"--cluster gateway: {e} (hubs set gateway.address in dask config; else give address:)"
+        ) from e
     try:  # this Gateway only validates options and submits; the cluster keeps its own connection
         try:
             options = gateway.cluster_options()
         except Exception as e:  # aiohttp ClientConnectorError, GatewayServerError, 401
-            raise ClusterError(f"--cluster gateway: cannot reach the gateway at {gateway.address}: "
-                               f"{type(e).__name__}: {e}") from e
+            raise ClusterError(
+                f"--cluster gateway: cannot reach the gateway at {gateway.address}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
         for key, value in (opts.get("cluster_options") or {}).items():
             try:
                 options[key] = value
             except (KeyError, AttributeError, TypeError, ValueError) as e:
-                raise ClusterError(f"gateway cluster option {key}={value!r} rejected: {e} "
-                                   f"(this gateway offers: {', '.join(options)})") from e
+                raise ClusterError(
+                    f"gateway cluster option {key}={value!r} rejected: {e} "
+                    f"(this gateway offers: {', '.join(options)})"
+                ) from e
         cluster = gateway.new_cluster(options, shutdown_on_close=True)
     finally:
-        _close_gateway(gateway)  # before the cluster's: they share one event loop, stopped by the last close
+        # before the cluster's: they share one event loop, stopped by the last close
+        _close_gateway(gateway)
     stack.callback(_shutdown_gateway_cluster, cluster)
     if req.n_workers or "adapt" not in opts:
         first = req.n_workers or opts.get("workers", 2)
@@ -106,5 +140,7 @@ def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     client = stack.enter_context(cluster.get_client(set_as_default=True))
     client.register_plugin(TorchThreads(req.torch_threads), name=TorchThreads.name)
     if first:  # an adaptive cluster with minimum 0 gets workers only once tasks arrive
-        wait_first_worker(client, f"gateway cluster {cluster.name}", opts.get("worker_timeout", WORKER_WAIT_S))
+        wait_first_worker(
+            client, f"gateway cluster {cluster.name}", opts.get("worker_timeout", WORKER_WAIT_S)
+        )
     return client

@@ -3,6 +3,7 @@
 Manifests are validated against the CRDs shipped in the installed dask-kubernetes wheel (the schema
 the API server enforces) before anything is submitted, so a typo fails here with its field path.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,13 +24,23 @@ if TYPE_CHECKING:
     from distributed import Client
 
 DEFAULT_K8S_MANIFEST = packaged_dir("k8s", "deployments/k8s") / "daskcluster.yaml"
-DEFAULT_IMAGE = f"cryocube:{__version__}"  # built from deployments/docker/Dockerfile; push it and use its registry ref
-STORAGE_SECRET = "cryocube-storage"  # optional k8s Secret with AWS_ACCESS_KEY_ID/... for s3:// cubes
+# built from deployments/docker/Dockerfile; push it and use its registry ref
+DEFAULT_IMAGE = f"cryocube:{__version__}"
+# optional k8s Secret with AWS_ACCESS_KEY_ID/... for s3:// cubes
+STORAGE_SECRET = "cryocube-storage"
 
 
-def k8s_cluster_spec(name: str = "cryocube", image: str = DEFAULT_IMAGE, n_workers: int = 2, gpu: bool = True,
-                     threads_per_worker: int = 1, worker_cpu: int = 4, worker_memory: str = "24Gi",
-                     env: dict[str, str] | None = None, storage_secret: str | None = STORAGE_SECRET) -> dict:
+def k8s_cluster_spec(
+    name: str = "cryocube",
+    image: str = DEFAULT_IMAGE,
+    n_workers: int = 2,
+    gpu: bool = True,
+    threads_per_worker: int = 1,
+    worker_cpu: int = 4,
+    worker_memory: str = "24Gi",
+    env: dict[str, str] | None = None,
+    storage_secret: str | None = STORAGE_SECRET,
+) -> dict:
     """A DaskCluster resource (operator CRD) whose worker group requests one GPU per worker.
 
     Built with `make_cluster_spec`, then edited: its `resources` would apply to the scheduler too,
@@ -42,19 +53,34 @@ def k8s_cluster_spec(name: str = "cryocube", image: str = DEFAULT_IMAGE, n_worke
     command = f"dask worker --nthreads {threads_per_worker} --memory-limit auto"
     if gpu:
         command += f" --resources {GPU}=1"
-    spec = kube.make_cluster_spec(name=name, image=image, n_workers=n_workers, worker_command=command,
-                                  env={**thread_env(torch_threads), **(env or {})})
+    spec = kube.make_cluster_spec(
+        name=name,
+        image=image,
+        n_workers=n_workers,
+        worker_command=command,
+        env={**thread_env(torch_threads), **(env or {})},
+    )
     worker = spec["spec"]["worker"]["spec"]
     quantities = {"cpu": str(worker_cpu), "memory": worker_memory}
     worker["containers"][0]["resources"] = {
-        "requests": dict(quantities), "limits": {**quantities, **({"nvidia.com/gpu": "1"} if gpu else {})}}
+        "requests": dict(quantities),
+        "limits": {**quantities, **({"nvidia.com/gpu": "1"} if gpu else {})},
+    }
     if storage_secret:
-        worker["containers"][0]["envFrom"] = [{"secretRef": {"name": storage_secret, "optional": True}}]
+        worker["containers"][0]["envFrom"] = [
+            {"secretRef": {"name": storage_secret, "optional": True}}
+        ]
     if gpu:  # GPU node pools are commonly tainted nvidia.com/gpu=present:NoSchedule
-        worker["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        worker["tolerations"] = [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
     scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
-    scheduler["args"] = ["dask", "scheduler", "--host", "0.0.0.0"]  # distributed has no `dask-scheduler` script any more
-    scheduler["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+    # distributed has no `dask-scheduler` script any more
+    scheduler["args"] = ["dask", "scheduler", "--host", "0.0.0.0"]
+    scheduler["resources"] = {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"memory": "4Gi"},
+    }
     scheduler["env"] = []
     return _drop_nulls(spec)
 
@@ -80,13 +106,23 @@ def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
         raise ManifestError(f"{p}: not valid YAML ({yaml_problem(e)})") from e
 
 
-_CRD_FILES = {"DaskCluster": "daskcluster.yaml", "DaskWorkerGroup": "daskworkergroup.yaml",
-              "DaskJob": "daskjob.yaml", "DaskAutoscaler": "daskautoscaler.yaml"}
+_CRD_FILES = {
+    "DaskCluster": "daskcluster.yaml",
+    "DaskWorkerGroup": "daskworkergroup.yaml",
+    "DaskJob": "daskjob.yaml",
+    "DaskAutoscaler": "daskautoscaler.yaml",
+}
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-_OBJECT_META = {"type": "object", "required": ["name"], "properties": {
-    "name": {"type": "string", "pattern": _DNS_LABEL}, "namespace": {"type": "string", "pattern": _DNS_LABEL},
-    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-    "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}}
+_OBJECT_META = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": _DNS_LABEL},
+        "namespace": {"type": "string", "pattern": _DNS_LABEL},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,8 +131,11 @@ def _crd(kind: str) -> dict:
     import yaml
 
     if importlib.util.find_spec("dask_kubernetes") is None:
-        raise ClusterError("validating Dask operator manifests needs dask-kubernetes: pip install 'cryocube[k8s]'")
-    root = Path(importlib.util.find_spec("dask_kubernetes").origin).parent  # no import: kopf/kubernetes are slow
+        raise ClusterError(
+            "validating Dask operator manifests needs dask-kubernetes: pip install 'cryocube[k8s]'"
+        )
+    # no import: kopf/kubernetes are slow
+    root = Path(importlib.util.find_spec("dask_kubernetes").origin).parent
     path = root / "operator/deployment/helm/dask-kubernetes-operator/crds" / _CRD_FILES[kind]
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(path.read_text(), Loader=loader)
@@ -109,8 +148,11 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -120,34 +162,73 @@ def _crd_schema(kind: str) -> dict:
     crd = _crd(kind)["spec"]
     version = next(v for v in crd["versions"] if v.get("served", True))
     schema = _strict(version["schema"]["openAPIV3Schema"])
-    schema["properties"] = {"apiVersion": {"const": f"{crd['group']}/{version['name']}"},
-                            "kind": {"const": crd["names"]["kind"]}, "metadata": _OBJECT_META,
-                            **schema["properties"]}
+    schema["properties"] = {
+        "apiVersion": {"const": f"{crd['group']}/{version['name']}"},
+        "kind": {"const": crd["names"]["kind"]},
+        "metadata": _OBJECT_META,
+        **schema["properties"],
+    }
     schema["required"] = ["apiVersion", "kind", "metadata", *schema.get("required", ["spec"])]
     return schema
 
 
 @functools.lru_cache(maxsize=None)
 def _job_schema() -> dict:
-    """batch/v1 Job; its pod spec is checked against the PodSpec schema expanded in the DaskCluster CRD."""
-    pod = _crd_schema("DaskCluster")["properties"]["spec"]["properties"]["worker"]["properties"]["spec"]
+    """batch/v1 Job; its pod spec is checked against the PodSpec schema expanded in the DaskCluster
+    CRD."""
+    pod = _crd_schema("DaskCluster")["properties"]["spec"]["properties"]["worker"]["properties"][
+        "spec"
+    ]
     integer = {"type": "integer", "minimum": 0}
-    job_fields = {k: integer for k in ("activeDeadlineSeconds", "backoffLimit", "backoffLimitPerIndex", "completions",
-                                       "maxFailedIndexes", "parallelism", "ttlSecondsAfterFinished")}
-    job_fields |= {k: {"type": "string"} for k in ("completionMode", "podReplacementPolicy", "managedBy")}
+    job_fields = {
+        k: integer
+        for k in (
+            "activeDeadlineSeconds",
+            "backoffLimit",
+            "backoffLimitPerIndex",
+            "completions",
+            "maxFailedIndexes",
+            "parallelism",
+            "ttlSecondsAfterFinished",
+        )
+    }
+    job_fields |= {
+        k: {"type": "string"} for k in ("completionMode", "podReplacementPolicy", "managedBy")
+    }
     job_fields |= {k: {"type": "object"} for k in ("podFailurePolicy", "selector", "successPolicy")}
     job_fields |= {"suspend": {"type": "boolean"}, "manualSelector": {"type": "boolean"}}
-    restart = {"required": ["restartPolicy"], "properties": {"restartPolicy": {"enum": ["Never", "OnFailure"]}}}
-    template = {"type": "object", "required": ["spec"], "additionalProperties": False, "properties": {
-        "metadata": {"type": "object"}, "spec": {"allOf": [pod, restart]}}}
-    return {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"], "additionalProperties": False,
-            "properties": {"apiVersion": {"const": "batch/v1"}, "kind": {"const": "Job"}, "metadata": _OBJECT_META,
-                           "spec": {"type": "object", "required": ["template"], "additionalProperties": False,
-                                    "properties": {**job_fields, "template": template}}}}
+    restart = {
+        "required": ["restartPolicy"],
+        "properties": {"restartPolicy": {"enum": ["Never", "OnFailure"]}},
+    }
+    template = {
+        "type": "object",
+        "required": ["spec"],
+        "additionalProperties": False,
+        "properties": {"metadata": {"type": "object"}, "spec": {"allOf": [pod, restart]}},
+    }
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": "batch/v1"},
+            "kind": {"const": "Job"},
+            "metadata": _OBJECT_META,
+            "spec": {
+                "type": "object",
+                "required": ["template"],
+                "additionalProperties": False,
+                "properties": {**job_fields, "template": template},
+            },
+        },
+    }
 
 
 MANIFEST_SCHEMAS: dict[str, Callable[[], dict]] = {
-    **{kind: functools.partial(_crd_schema, kind) for kind in _CRD_FILES}, "Job": _job_schema}
+    **{kind: functools.partial(_crd_schema, kind) for kind in _CRD_FILES},
+    "Job": _job_schema,
+}
 
 
 def validate_k8s_manifest(doc: dict, source: str = "<manifest>") -> None:
@@ -162,12 +243,19 @@ def validate_k8s_manifest(doc: dict, source: str = "<manifest>") -> None:
     kind = doc.get("kind") if isinstance(doc, dict) else None
     if kind not in MANIFEST_SCHEMAS:
         raise ManifestError(f"{source}: kind {kind!r} is not one of {', '.join(MANIFEST_SCHEMAS)}")
-    errors = sorted(jsonschema.Draft7Validator(MANIFEST_SCHEMAS[kind]()).iter_errors(doc),
-                    key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(
+        jsonschema.Draft7Validator(MANIFEST_SCHEMAS[kind]()).iter_errors(doc),
+        key=lambda e: [str(p) for p in e.absolute_path],
+    )
     if errors:
-        lines = [f"  {'.'.join(str(p) for p in e.absolute_path) or '(top)'}: {_short(e.message)}" for e in errors]
-        raise ManifestError(f"{source}: {kind} {doc.get('metadata', {}).get('name', '?')!r} does not match its "
-                            f"schema ({len(errors)} problems):\n" + "\n".join(lines))
+        lines = [
+            f"  {'.'.join(str(p) for p in e.absolute_path) or '(top)'}: {_short(e.message)}"
+            for e in errors
+        ]
+        raise ManifestError(
+            f"{source}: {kind} {doc.get('metadata', {}).get('name', '?')!r} does not match its "
+            f"schema ({len(errors)} problems):\n" + "\n".join(lines)
+        )
 
 
 def _short(message: str, limit: int = 200) -> str:
@@ -179,24 +267,36 @@ def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
     out = list(args)
     if flag in out:
         i = out.index(flag)
-        out[i + 1:i + 2] = [value]
+        out[i + 1 : i + 2] = [value]
     else:
         out += [flag, value]
     return out
 
 
-def load_k8s_cluster_spec(path: str | os.PathLike | None = None, n_workers: int | None = None,
-                          threads_per_worker: int | None = None, memory_limit: str | None = None) -> dict:
+def load_k8s_cluster_spec(
+    path: str | os.PathLike | None = None,
+    n_workers: int | None = None,
+    threads_per_worker: int | None = None,
+    memory_limit: str | None = None,
+) -> dict:
     """The DaskCluster `--cluster k8s` creates: from `path`, else deployments/k8s/daskcluster.yaml
-    (in a checkout or the image), else `k8s_cluster_spec()`; with the CLI's sizes applied, validated."""
+    (in a checkout or the image), else `k8s_cluster_spec()`; with the CLI's sizes applied,
+    validated.
+    """
     if path is None and DEFAULT_K8S_MANIFEST.is_file():
         path = DEFAULT_K8S_MANIFEST
     if path is None:
         doc, source = k8s_cluster_spec(), "k8s_cluster_spec()"
     else:
-        docs = [d for d in read_k8s_manifests(path) if isinstance(d, dict) and d.get("kind") == "DaskCluster"]
+        docs = [
+            d
+            for d in read_k8s_manifests(path)
+            if isinstance(d, dict) and d.get("kind") == "DaskCluster"
+        ]
         if len(docs) != 1:
-            raise ManifestError(f"{path}: expected exactly one DaskCluster document, found {len(docs)}")
+            raise ManifestError(
+                f"{path}: expected exactly one DaskCluster document, found {len(docs)}"
+            )
         doc, source = copy.deepcopy(docs[0]), str(path)
     worker = doc.get("spec", {}).get("worker", {})
     if n_workers:
@@ -219,13 +319,19 @@ def k8s(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     kube = require("dask_kubernetes.operator", "k8s", "k8s")
     name = doc["metadata"]["name"]
     try:
-        cluster = kube.KubeCluster(custom_cluster_spec=doc, namespace=doc["metadata"].get("namespace"),
-                                   shutdown_on_close=True, quiet=True)
+        cluster = kube.KubeCluster(
+            custom_cluster_spec=doc,
+            namespace=doc["metadata"].get("namespace"),
+            shutdown_on_close=True,
+            quiet=True,
+        )
     except Exception as e:  # kr8s/kopf raise ValueError, ConnectionError, ServerError, ...
         raise ClusterError(
-            f"cannot create DaskCluster {name!r} from {source}: {type(e).__name__}: {e}. It needs a kubeconfig "
-            "(KUBECONFIG) or an in-cluster service account allowed to manage daskclusters.kubernetes.dask.org, "
-            "and the dask-kubernetes operator installed in the cluster") from e
+            f"cannot create DaskCluster {name!r} from {source}: {type(e).__name__}: {e}. It needs a"
+            " kubeconfig (KUBECONFIG) or an in-cluster service account allowed to manage"
+            " daskclusters.kubernetes.dask.org, and the dask-kubernetes operator installed in the"
+            " cluster"
+        ) from e
     stack.callback(cluster.close)
     client = own_client(stack, cluster, req.torch_threads)
     wait_first_worker(client, f"DaskCluster {name!r}")

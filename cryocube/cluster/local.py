@@ -1,11 +1,21 @@
-"""`--cluster local` (LocalCluster of worker processes) and `--cluster cuda` (dask-cuda, one worker per GPU)."""
+"""`--cluster local` (LocalCluster of worker processes) and `--cluster cuda` (dask-cuda, one worker
+per GPU)."""
+
 from __future__ import annotations
 
 import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from .registry import ClusterError, ClusterRequest, backend, dashboard_kwargs, own_client, own_cluster, require
+from .registry import (
+    ClusterError,
+    ClusterRequest,
+    backend,
+    dashboard_kwargs,
+    own_client,
+    own_cluster,
+    require,
+)
 from .runtime import GPU, host_cores, thread_env
 
 if TYPE_CHECKING:
@@ -14,15 +24,21 @@ if TYPE_CHECKING:
 MAX_LOCAL_WORKERS = 4  # beyond this, fewer processes with more torch threads each use memory better
 
 
-def local_sizing(n_workers: int | None, threads_per_worker: int | None, torch_threads: int | None,
-                 parallel: int | None = None, cores: int | None = None) -> tuple[int, int, int]:
-    """(workers, Dask threads per worker, torch threads per worker) of `--cluster local`: they fit the cores,
-    and the torch threads are the default threads of every run planned on the cluster.
+def local_sizing(
+    n_workers: int | None,
+    threads_per_worker: int | None,
+    torch_threads: int | None,
+    parallel: int | None = None,
+    cores: int | None = None,
+) -> tuple[int, int, int]:
+    """(workers, Dask threads per worker, torch threads per worker) of `--cluster local`: they fit
+    the cores, and the torch threads are the default threads of every run planned on the cluster.
 
-    `parallel`: how many runs the plan can train at once (None: unknown, as many workers as fit). A plan
-    of fewer runs than cores gets fewer workers with more torch threads each, so a single run computes on
-    every core instead of one. The answer follows from the plan and the machine's cores alone, never
-    from the load: the same plan on the same machine gets the same threads, and so the same bits."""
+    `parallel`: how many runs the plan can train at once (None: unknown, as many workers as fit). A
+    plan of fewer runs than cores gets fewer workers with more torch threads each, so a single run
+    computes on every core instead of one. The answer follows from the plan and the machine's cores
+    alone, never from the load: the same plan on the same machine gets the same threads, and so the
+    same bits."""
     cores = cores or host_cores()
     tpw = threads_per_worker or 1
     n = n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS, parallel or MAX_LOCAL_WORKERS))
@@ -31,9 +47,11 @@ def local_sizing(n_workers: int | None, threads_per_worker: int | None, torch_th
 
 @contextlib.contextmanager
 def ctrl_c_stays_here():
-    """Worker processes spawned inside inherit an ignored SIGINT (ignored signals survive exec): a terminal's
-    Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts on it (a
-    worker interrupted while it started printed its traceback). A Ctrl-C during these seconds is ignored."""
+    """Worker processes spawned inside inherit an ignored SIGINT (ignored signals survive exec): a
+    terminal's Ctrl-C reaches the whole process group, and only this process, which closes the
+    cluster, acts on it (a worker interrupted while it started printed its traceback). A Ctrl-C
+    during these seconds is ignored.
+    """
     import signal
     import threading
 
@@ -54,51 +72,75 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
 
     from .worker_logs import LOCAL_WORKER
 
-    n, tpw, threads = local_sizing(req.n_workers, req.threads_per_worker, req.torch_threads, req.parallel)
+    n, tpw, threads = local_sizing(
+        req.n_workers, req.threads_per_worker, req.torch_threads, req.parallel
+    )
     with ctrl_c_stays_here():
-        made = LocalCluster(n_workers=n, threads_per_worker=tpw, processes=True, memory_limit=req.memory_limit or "auto",
-                            env={**thread_env(threads), LOCAL_WORKER: "1"}, **dashboard_kwargs(req.dashboard))
+        made = LocalCluster(
+            n_workers=n,
+            threads_per_worker=tpw,
+            processes=True,
+            memory_limit=req.memory_limit or "auto",
+            env={**thread_env(threads), LOCAL_WORKER: "1"},
+            **dashboard_kwargs(req.dashboard),
+        )
     cluster = own_cluster(stack, made)
     return own_client(stack, cluster, threads)
 
 
 def hidden_gpus() -> str | None:
-    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None. dask-cuda counts its comma-separated entries, so
-    "" would count as one GPU and "-1" (the usual way to hide them) as a device numbered -1."""
+    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None. dask-cuda counts its comma-separated
+    entries, so "" would count as one GPU and "-1" (the usual way to hide them) as a device numbered
+    -1."""
     v = os.environ.get("CUDA_VISIBLE_DEVICES")
     if v is None:
         return None
     entries = [e.strip() for e in v.split(",")]
     if not any(entries):
         return "CUDA_VISIBLE_DEVICES is set and empty"
-    if entries[0].lstrip("-").isdigit() and int(entries[0]) < 0:  # CUDA stops at the first invalid index
+    # CUDA stops at the first invalid index
+    if entries[0].lstrip("-").isdigit() and int(entries[0]) < 0:
         return f"CUDA_VISIBLE_DEVICES={v!r} starts with a negative index"
     return None
 
 
 @backend("cuda")
 def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
-    """One worker process per visible GPU, each advertising {"GPU": 1} for the engine's annotations."""
+    """One worker process per visible GPU, each advertising {"GPU": 1} for the engine's
+    annotations."""
     hidden = hidden_gpus()
     if hidden:
-        raise ClusterError(f"--cluster cuda: {hidden}, which hides every GPU: unset it, name GPUs (e.g. 0,1) "
-                           "or use --cluster local")
+        raise ClusterError(
+            f"--cluster cuda: {hidden}, which hides every GPU: unset it, name GPUs (e.g. 0,1) "
+            "or use --cluster local"
+        )
     dask_cuda = require("dask_cuda", "cuda", "cuda")
     from dask_cuda.utils import get_n_gpus
 
     try:
         n_gpus = get_n_gpus()
-    except Exception as e:  # pynvml raises NVMLError_LibraryNotFound/DriverNotLoaded/... without a GPU
-        raise ClusterError(f"--cluster cuda: LocalCUDACluster finds no GPU ({type(e).__name__}: {e}); "
-                           "this machine has no visible NVIDIA GPU/driver: use --cluster local") from e
+    # pynvml raises NVMLError_LibraryNotFound/DriverNotLoaded/... without a GPU
+    except Exception as e:
+        raise ClusterError(
+            f"--cluster cuda: LocalCUDACluster finds no GPU ({type(e).__name__}: {e}); "
+            "this machine has no visible NVIDIA GPU/driver: use --cluster local"
+        ) from e
     if n_gpus < 1:
         raise ClusterError("--cluster cuda: LocalCUDACluster finds no GPU; use --cluster local")
     n = req.n_workers or n_gpus
     if n > n_gpus:
-        raise ClusterError(f"--cluster cuda: {n} workers asked but {n_gpus} GPUs visible (one worker per GPU)")
+        raise ClusterError(
+            f"--cluster cuda: {n} workers asked but {n_gpus} GPUs visible (one worker per GPU)"
+        )
     tpw = req.threads_per_worker or 1
     with ctrl_c_stays_here():
-        made = dask_cuda.LocalCUDACluster(n_workers=n, threads_per_worker=tpw, memory_limit=req.memory_limit or "auto",
-                                          resources={GPU: 1}, pre_import=["torch"], **dashboard_kwargs(req.dashboard))
+        made = dask_cuda.LocalCUDACluster(
+            n_workers=n,
+            threads_per_worker=tpw,
+            memory_limit=req.memory_limit or "auto",
+            resources={GPU: 1},
+            pre_import=["torch"],
+            **dashboard_kwargs(req.dashboard),
+        )
     cluster = stack.enter_context(made)
     return own_client(stack, cluster, req.torch_threads or max(1, host_cores() // (n * tpw)))

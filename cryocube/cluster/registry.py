@@ -1,8 +1,9 @@
-"""The registry of cluster backends (`--cluster NAME[:TARGET]`) and the pieces every backend shares."""
+"""The registry of cluster backends (`--cluster NAME[:TARGET]`) and the pieces every backend
+shares."""
+
 from __future__ import annotations
 
 import contextlib
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -18,7 +19,8 @@ WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, no
 
 @dataclass(frozen=True)
 class ClusterRequest:
-    """What `open_cluster` was asked for; `target` is what follows "NAME:" in the spec (or the address)."""
+    """What `open_cluster` was asked for; `target` is what follows "NAME:" in the spec (or the
+    address)."""
 
     backend: str
     target: str
@@ -29,7 +31,8 @@ class ClusterRequest:
     k8s_spec: str | None
     dashboard: bool
     torch_threads: int | None
-    parallel: int | None = None  # runs the plan can train at once (sizes local clusters); None: unknown
+    # runs the plan can train at once (sizes local clusters); None: unknown
+    parallel: int | None = None
 
 
 Backend = Callable[[ClusterRequest, contextlib.ExitStack], "Client"]
@@ -55,14 +58,16 @@ def parse_cluster_spec(spec: str) -> tuple[str, str]:
     if spec.endswith(".json"):
         return "scheduler-file", spec
     raise ClusterError(
-        f"unknown cluster {spec!r}: use one of local, cuda, k8s[:MANIFEST.yaml], gateway[:OPTIONS.yaml], "
-        "tcp://HOST:PORT (or tls://...), scheduler-file:PATH"
+        f"unknown cluster {spec!r}: use one of local, cuda, k8s[:MANIFEST.yaml],"
+        " gateway[:OPTIONS.yaml], tcp://HOST:PORT (or tls://...), scheduler-file:PATH"
     )
 
 
 def require(module: str, extra: str, what: str):
-    """Import an optional backend package, or say which extra installs it (or, where it is installed but
-    does not import, what it lacks: e.g. dask-cuda against an older cuda-core than it was built for)."""
+    """Import an optional backend package, or say which extra installs it (or, where it is installed
+    but does not import, what it lacks: e.g. dask-cuda against an older cuda-core than it was built
+    for).
+    """
     import importlib.util
 
     top = module.split(".")[0]
@@ -70,9 +75,13 @@ def require(module: str, extra: str, what: str):
         return importlib.import_module(module)
     except ImportError as e:
         if importlib.util.find_spec(top) is None:
-            raise ClusterError(f"--cluster {what} needs the {top} package: pip install 'cryocube[{extra}]'") from e
-        raise ClusterError(f"--cluster {what}: {top} is installed but does not import ({e}); install the versions "
-                           f"it requires (pip check; pip install -U 'cryocube[{extra}]')") from e
+            raise ClusterError(
+                f"--cluster {what} needs the {top} package: pip install 'cryocube[{extra}]'"
+            ) from e
+        raise ClusterError(
+            f"--cluster {what}: {top} is installed but does not import ({e}); install the versions "
+            f"it requires (pip check; pip install -U 'cryocube[{extra}]')"
+        ) from e
 
 
 def dashboard_kwargs(dashboard: bool) -> dict:
@@ -95,15 +104,19 @@ def wait_first_worker(client: "Client", what: str, timeout: float = WORKER_WAIT_
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
-        raise ClusterError(f"{what}: no worker joined within {timeout:.0f} s (image pull, quota or "
-                           "scheduling problem? see the dashboard / kubectl describe)") from None
+        raise ClusterError(
+            f"{what}: no worker joined within {timeout:.0f} s (image pull, quota or "
+            "scheduling problem? see the dashboard / kubectl describe)"
+        ) from None
 
 
-CLOSE_TIMEOUT_S = 120  # for worker processes to stop on a loaded machine (the default 30 s ends runs in a traceback)
+# for worker processes to stop on a loaded machine (the default 30 s ends runs in a traceback)
+CLOSE_TIMEOUT_S = 120
 
 
 def own_cluster(stack: contextlib.ExitStack, cluster):
-    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop; a close that still
-    fails is a warning, said once by `timeouts.close_quietly` (which closes the stack)."""
+    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop; a close
+    that still fails is a warning, said once by `timeouts.close_quietly` (which closes the
+    stack)."""
     stack.callback(cluster.close, timeout=CLOSE_TIMEOUT_S)
     return cluster

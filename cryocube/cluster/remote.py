@@ -1,7 +1,9 @@
-"""Existing schedulers: `--cluster tcp://host:port` (or any distributed protocol) and `scheduler-file:PATH`.
+"""Existing schedulers: `--cluster tcp://host:port` (or any distributed protocol) and
+`scheduler-file:PATH`.
 
 The Client is ours to close; the scheduler and its workers are not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,11 +31,16 @@ def address(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
 
     scheme = req.target.split("://", 1)[0]
     if scheme not in comm_backends:
-        raise ClusterError(f"--cluster {req.target}: unknown protocol {scheme!r} (known: {', '.join(sorted(comm_backends))})")
+        raise ClusterError(
+            f"--cluster {req.target}: unknown protocol {scheme!r} (known:"
+            f" {', '.join(sorted(comm_backends))})"
+        )
     try:
         client = Client(req.target, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError) as e:
-        raise ClusterError(f"no Dask scheduler answers at {req.target} within {CONNECT_TIMEOUT} ({e})") from e
+        raise ClusterError(
+            f"no Dask scheduler answers at {req.target} within {CONNECT_TIMEOUT} ({e})"
+        ) from e
     return _connected(stack, client, req)
 
 
@@ -43,9 +50,13 @@ def scheduler_file(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client"
 
     path = Path(req.target).expanduser()
     if not path.is_file():
-        raise ClusterError(f"scheduler file {path} does not exist (written by `dask scheduler --scheduler-file`)")
+        raise ClusterError(
+            f"scheduler file {path} does not exist (written by `dask scheduler --scheduler-file`)"
+        )
     try:
         client = Client(scheduler_file=str(path), timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError) as e:
-        raise ClusterError(f"the scheduler named in {path} does not answer within {CONNECT_TIMEOUT} ({e})") from e
+        raise ClusterError(
+            f"the scheduler named in {path} does not answer within {CONNECT_TIMEOUT} ({e})"
+        ) from e
     return _connected(stack, client, req)

@@ -1,10 +1,12 @@
 """What a task needs to know about the worker it runs on: memory allocator, device, torch threads.
 
 Runs inside worker processes (and in a plain process for one-machine use). A torch task's thread
-count is fixed when it starts, from its run's own settings (`torch_task`): the float reduction order,
-and so the result, must not depend on what else runs. Oversubscription is avoided where the cluster
-is sized: workers x Dask threads x torch threads fit the cores (cluster/local.py, `TorchThreads`).
+count is fixed when it starts, from its run's own settings (`torch_task`): the float reduction
+order, and so the result, must not depend on what else runs. Oversubscription is avoided where the
+cluster is sized: workers x Dask threads x torch threads fit the cores (cluster/local.py,
+`TorchThreads`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +19,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 GPU = "GPU"  # the abstract worker resource that GPU tasks request
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-THREADS_VAR = "CRYOCUBE_TORCH_THREADS"  # the worker's configured torch threads (set by `TorchThreads`)
+# the worker's configured torch threads (set by `TorchThreads`)
+THREADS_VAR = "CRYOCUBE_TORCH_THREADS"
 MALLOC_MMAP_THRESHOLD = 32 * 2**20  # glibc's ceiling: per-sample arrays come from the reusable heap
 MALLOC_TRIM_THRESHOLD = 256 * 2**20  # freed heap a worker may keep instead of faulting it in again
 
@@ -42,7 +45,9 @@ def tune_malloc() -> bool:
     except OSError:
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    return bool(libc.mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)) and bool(libc.mallopt(m_trim_threshold, MALLOC_TRIM_THRESHOLD))
+    return bool(libc.mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)) and bool(
+        libc.mallopt(m_trim_threshold, MALLOC_TRIM_THRESHOLD)
+    )
 
 
 def device_for_worker() -> str:
@@ -61,8 +66,10 @@ def host_cores() -> int:
 
 def configured_threads(dask_worker=None) -> int:
     """The torch threads this worker was configured with when it started: `TorchThreads` (cryocube's
-    clusters), else the OMP_NUM_THREADS its launcher set (Dask's nanny sets 1), else the host's cores
-    divided among the worker's Dask threads. Never the load: the same cluster gives the same answer."""
+    clusters), else the OMP_NUM_THREADS its launcher set (Dask's nanny sets 1), else the host's
+    cores divided among the worker's Dask threads. Never the load: the same cluster gives the same
+    answer.
+    """
     for var in (THREADS_VAR, "OMP_NUM_THREADS"):
         v = os.environ.get(var, "")
         if v.isdigit() and int(v) >= 1:
@@ -82,9 +89,9 @@ def torch_task(threads: int | None = None):
     """What every torch task does first on its worker: malloc tuning, a fixed thread count, torch's
     deterministic algorithms; yields (device, threads).
 
-    `threads` is the run's own (planned from its recipe, part of its identity on CPU); None (tasks no
-    run's result depends on, e.g. reading an encoder's shapes): the worker's configured threads. The
-    count stays for the whole task, so the float reduction order never follows what else runs.
+    `threads` is the run's own (planned from its recipe, part of its identity on CPU); None (tasks
+    no run's result depends on, e.g. reading an encoder's shapes): the worker's configured threads.
+    The count stays for the whole task, so the float reduction order never follows what else runs.
     """
     import torch
 
@@ -113,6 +120,8 @@ class TorchThreads(WorkerPlugin):
 
     def setup(self, worker) -> None:
         n = self.threads or max(1, host_cores() // max(1, worker.state.nthreads))
-        os.environ.update({**thread_env(n), THREADS_VAR: str(n)})  # read by torch/OpenMP when first imported
-        if "torch" in sys.modules:  # already imported (e.g. dask-cuda's pre_import): set it directly
+        # read by torch/OpenMP when first imported
+        os.environ.update({**thread_env(n), THREADS_VAR: str(n)})
+        # already imported (e.g. dask-cuda's pre_import): set it directly
+        if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(n)

@@ -1,9 +1,11 @@
-"""Waiting on a loaded machine: patient timeouts, a timeout named by what it waited for, a close that never fails work.
+"""Waiting on a loaded machine: patient timeouts, a timeout named by what it waited for, a close
+that never fails work.
 
-Load alone can make a worker start, a connection or a close slower than Dask's defaults (30 s); on the
-clusters the CLI creates those waits are longer (`PATIENT`, unless the user set them). When a wait
-still ends, the error says what timed out and what to change, instead of a bare `TimeoutError`.
+Load alone can make a worker start, a connection or a close slower than Dask's defaults (30 s); on
+the clusters the CLI creates those waits are longer (`PATIENT`, unless the user set them). When a
+wait still ends, the error says what timed out and what to change, instead of a bare `TimeoutError`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,12 +17,28 @@ DASK_DEFAULTS = {"distributed.comm.timeouts.connect": "30s", "distributed.comm.t
 
 # (where in the traceback, what it was waiting for, what to change): the first that matches names it
 _WAITS = (
-    (("nanny.py", "deploy/spec.py", "wait_for_workers", "wait_first_worker"), "a worker to start",
-     "start fewer --workers, give them more --memory-limit, or wait until the machine is less busy"),
-    (("comm/core.py", "comm/tcp.py", "connect"), "a connection between the client, scheduler and workers",
-     "raise DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT and ..._TCP (e.g. 300s) on a heavily loaded machine"),
+    (
+        ("nanny.py", "deploy/spec.py", "wait_for_workers", "wait_first_worker"),
+        "a worker to start",
+        (
+            "start fewer --workers, give them more --memory-limit, or wait until the machine is"
+            " less busy"
+        ),
+    ),
+    (
+        ("comm/core.py", "comm/tcp.py", "connect"),
+        "a connection between the client, scheduler and workers",
+        (
+            "raise DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT and ..._TCP (e.g. 300s) on a heavily"
+            " loaded machine"
+        ),
+    ),
     (("close", "shutdown"), "the cluster to close", "nothing: the results were written before it"),
-    (("client.py",), "a task's result", "see OUT/logs/errors.log and the dashboard; fewer --workers on a loaded machine"),
+    (
+        ("client.py",),
+        "a task's result",
+        "see OUT/logs/errors.log and the dashboard; fewer --workers on a loaded machine",
+    ),
 )
 
 
@@ -33,21 +51,28 @@ def patient():
 
 
 def explain_timeout(e: BaseException) -> str:
-    """One sentence: what a TimeoutError was waiting for and what to change (from where it was raised)."""
+    """One sentence: what a TimeoutError was waiting for and what to change (from where it was
+    raised)."""
     frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ else []
     where = " ".join(f"{f.filename} {f.name}" for f in reversed(frames))
     detail = f" ({e})" if str(e) else ""
     for keys, what, change in _WAITS:
         if any(k in where for k in keys):
             return f"timed out waiting for {what}{detail}; {change}"
-    return f"timed out{detail}; on a loaded machine raise DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT (e.g. 300s) or use fewer --workers"
+    return (
+        f"timed out{detail}; on a loaded machine raise DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"
+        " (e.g. 300s) or use fewer --workers"
+    )
 
 
 def close_quietly(stack: contextlib.ExitStack, name: str) -> None:
-    """Close what `open_cluster` created; a close that fails or times out is a warning (the work is done)."""
+    """Close what `open_cluster` created; a close that fails or times out is a warning (the work is
+    done)."""
     try:
         stack.close()
     except Exception as e:  # noqa: BLE001 (any close error: the command's own outcome stands)
         msg = explain_timeout(e) if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
-        warnings.warn(f"the {name} cluster did not close cleanly ({msg}); what the command wrote is complete",
-                      stacklevel=3)
+        warnings.warn(
+            f"the {name} cluster did not close cleanly ({msg}); what the command wrote is complete",
+            stacklevel=3,
+        )

@@ -1,10 +1,13 @@
-"""What workers print: a user error raised in a task reaches the user once, as its sentence, on the client.
+"""What workers print: a user error raised in a task reaches the user once, as its sentence, on the
+client.
 
 distributed logs every failed task on its worker ("Compute Failed", the exception and its traceback)
 and, when a cluster closes under running tasks, one warning per cancelled task. For cryocube's tasks
-the client already says what happened (a UserError's sentence; a run's traceback in OUT/logs/errors.log),
-so on the workers those logs are dropped: a filter installed by a worker plugin on every worker.
+the client already says what happened (a UserError's sentence; a run's traceback in
+OUT/logs/errors.log), so on the workers those logs are dropped: a filter installed by a worker
+plugin on every worker.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,7 +17,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..errors import UserError
 
-TASK_PREFIX = "cryocube-"  # every cryocube task key starts so; their failures are reported by the client
+# every cryocube task key starts so; their failures are reported by the client
+TASK_PREFIX = "cryocube-"
 
 
 def user_error_names() -> set[str]:
@@ -28,23 +32,35 @@ def user_error_names() -> set[str]:
 
 
 def reported_by_client(record: logging.LogRecord) -> bool:
-    """A worker log line the client reports better: a failed task of cryocube's, any user error, an interrupt,
-    and the cancellations of a cluster closing under running tasks (after an error or Ctrl-C)."""
+    """A worker log line the client reports better: a failed task of cryocube's, any user error, an
+    interrupt, and the cancellations of a cluster closing under running tasks (after an error or
+    Ctrl-C)."""
     msg = str(record.msg)
-    if msg.startswith("Compute Failed") and isinstance(record.args, tuple) and len(record.args) >= 4:
+    if (
+        msg.startswith("Compute Failed")
+        and isinstance(record.args, tuple)
+        and len(record.args) >= 4
+    ):
         key, exc = str(record.args[0]), str(record.args[3])
         kind = exc.split("(", 1)[0].rsplit(".", 1)[-1]
         return key.startswith(TASK_PREFIX) or kind in user_error_names() | {"KeyboardInterrupt"}
     text = record.getMessage()
     if os.environ.get(LOCAL_WORKER) and any(m in text for m in SCHEDULER_GONE + PEER_GONE):
-        return True  # a local worker's scheduler lives in the client's process: it is ending, and says why
+        # a local worker's scheduler lives in the client's process: it is ending, and says why
+        return True
     return "ended with CancelledError" in text
 
 
-LOCAL_WORKER = "CRYOCUBE_LOCAL_WORKER"  # set in the environment of a local cluster's worker processes
-SCHEDULER_GONE = ("Failed to communicate with scheduler during heartbeat", "Connection to scheduler broken")
-# a local peer closed while this worker sent it a result (the client closes the cluster on Ctrl-C while a reduce
-# moves partial scores between workers); a worker that dies on its own is reported by its nanny and the scheduler
+# set in the environment of a local cluster's worker processes
+LOCAL_WORKER = "CRYOCUBE_LOCAL_WORKER"
+SCHEDULER_GONE = (
+    "Failed to communicate with scheduler during heartbeat",
+    "Connection to scheduler broken",
+)
+# a local peer closed while this worker sent it a result (the client closes the cluster on Ctrl-C
+# while a reduce
+# moves partial scores between workers); a worker that dies on its own is reported by its nanny and
+# the scheduler
 PEER_GONE = ("failed during get data with",)
 
 
@@ -57,7 +73,8 @@ LOGGERS = ("distributed.worker", "distributed.worker.state_machine")
 
 
 def install() -> None:
-    """In this process (a worker, or the client's process for in-process clusters): drop those lines."""
+    """In this process (a worker, or the client's process for in-process clusters): drop those
+    lines."""
     for name in LOGGERS:
         lg = logging.getLogger(name)
         if not any(isinstance(f, _Filter) for f in lg.filters):
@@ -74,15 +91,17 @@ class QuietTaskErrors(WorkerPlugin):
 
 
 def quiet_task_errors(client) -> None:
-    """Register the plugin on the client's cluster (idempotent: the name replaces an earlier copy)."""
+    """Register the plugin on the client's cluster (idempotent: the name replaces an earlier
+    copy)."""
     install()
     client.register_plugin(QuietTaskErrors(), name=QuietTaskErrors.name)
 
 
 def quiet_shutdown() -> None:
-    """In the client's process, when a command ends on an error or Ctrl-C: closing busy workers is expected, not
-    worth a warning ("Worker process still alive after 4.0 seconds, killing"), nor is the scheduler's ERROR
-    that workers it is losing held scattered data (the command is ending; nothing will read it)."""
+    """In the client's process, when a command ends on an error or Ctrl-C: closing busy workers is
+    expected, not worth a warning ("Worker process still alive after 4.0 seconds, killing"), nor is
+    the scheduler's ERROR that workers it is losing held scattered data (the command is ending;
+    nothing will read it)."""
     for name in ("distributed.nanny", "distributed.core", "distributed.client"):
         logging.getLogger(name).setLevel(logging.ERROR)
     logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)

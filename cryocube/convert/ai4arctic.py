@@ -1,13 +1,16 @@
-"""The AI4Arctic ready-to-train netCDF layout (SICD original): whole Sentinel-1 EW scenes with charts.
+"""The AI4Arctic ready-to-train netCDF layout (SICD original): whole Sentinel-1 EW scenes with
+charts.
 
-`<root>/train/<scene>_prep.nc` holds the image variables and the charts; `<root>/test/<scene>_prep.nc`
-has its charts in `<scene>_prep_reference.nc` (or in the same file). Image variables lie on
-(sar_lines, sar_samples); the chart (SOD) is uint8 with fill 255. Which netCDF variable is which cube
-band, the dimensions and the chart come from the layout's options in the dataset catalog; the
-release has train/test only, and val is drawn from train by the layout's `val_from_train` rule.
+`<root>/train/<scene>_prep.nc` holds the image variables and the charts;
+`<root>/test/<scene>_prep.nc` has its charts in `<scene>_prep_reference.nc` (or in the same file).
+Image variables lie on (sar_lines, sar_samples); the chart (SOD) is uint8 with fill 255. Which
+netCDF variable is which cube band, the dimensions and the chart come from the layout's options in
+the dataset catalog; the release has train/test only, and val is drawn from train by the layout's
+`val_from_train` rule.
 
 netCDF/HDF5 is not thread-safe, so every netCDF access in this process goes through one lock.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,7 +48,10 @@ def open_nc(reader: Reader, url: str):
         except FileNotFoundError:
             raise ConvertError(f"{url}: file not found") from None
         except Exception as e:  # OSError/RuntimeError from HDF5 for a bad or truncated file
-            raise ConvertError(f"{url}: cannot open as netCDF ({type(e).__name__}: {e}); the file is corrupt or truncated") from None
+            raise ConvertError(
+                f"{url}: cannot open as netCDF ({type(e).__name__}: {e}); the file is corrupt or"
+                " truncated"
+            ) from None
         try:
             yield ds
         finally:
@@ -54,7 +60,9 @@ def open_nc(reader: Reader, url: str):
 
 def _shape(ds, url: str, name: str, dims: tuple[str, str]) -> tuple[int, int]:
     if name not in ds.variables:
-        raise ConvertError(f"{url}: no variable {name!r} (variables: {', '.join(sorted(ds.variables))})")
+        raise ConvertError(
+            f"{url}: no variable {name!r} (variables: {', '.join(sorted(ds.variables))})"
+        )
     var = ds.variables[name]
     if var.ndim != 2:
         raise ConvertError(f"{url}: variable {name!r} has dims {var.dimensions}, expected {dims}")
@@ -65,7 +73,11 @@ def _read_image_var(ds, name: str, win: Window) -> np.ndarray:
     r0, r1, c0, c1 = win
     a = ds.variables[name][r0:r1, c0:c1]  # auto-masking: _FillValue/missing_value -> masked
     if np.ma.isMaskedArray(a):
-        a = a.astype(a.dtype if a.dtype.kind == "f" else np.float32).filled(np.nan) if a.mask.any() else a.data
+        a = (
+            a.astype(a.dtype if a.dtype.kind == "f" else np.float32).filled(np.nan)
+            if a.mask.any()
+            else a.data
+        )
     return np.asarray(a)
 
 
@@ -84,14 +96,19 @@ class AI4ArcticReader(TileReader):
 
     def detect(self, root: str) -> bool:
         fs, path = self.fs(root)
-        return any(fs.glob(posixpath.join(path.rstrip("/"), s, "*.nc")) for s in self.splits_on_disk)
+        return any(
+            fs.glob(posixpath.join(path.rstrip("/"), s, "*.nc")) for s in self.splits_on_disk
+        )
 
     @property
     def variables(self) -> list[str]:
         table = self.option("variables", kind=dict)
         missing = [b for b in self.spec.band_names if b not in table]
         if missing:
-            raise ConvertError(f"{self.where}: bands {missing} have no netCDF variable in its variables table {table}")
+            raise ConvertError(
+                f"{self.where}: bands {missing} have no netCDF variable in its variables table"
+                f" {table}"
+            )
         return [str(table[b]) for b in self.spec.band_names]
 
     @property
@@ -114,12 +131,21 @@ class AI4ArcticReader(TileReader):
                     scenes[stem.removesuffix(PREP_SUFFIX)] = url
             lonely = sorted(set(refs) - set(scenes))
             if lonely:
-                raise ConvertError(f"{folder}: charts without a scene file: " + ", ".join(refs[s] for s in lonely[:10]))
+                raise ConvertError(
+                    f"{folder}: charts without a scene file: "
+                    + ", ".join(refs[s] for s in lonely[:10])
+                )
             jobs += [(split, s, scenes[s], refs.get(s)) for s in sorted(scenes)]
         items = (map_headers or map_threads)(self._scene_item, jobs, header_threads(root))
         if not items:
-            raise ConvertError(f"{root}: no AI4Arctic scenes (expected train/*_prep.nc and test/*_prep.nc)")
-        val = draw_val([it.scene for it in items if it.split == "train"], self.options.get("val_from_train"), self.where)
+            raise ConvertError(
+                f"{root}: no AI4Arctic scenes (expected train/*_prep.nc and test/*_prep.nc)"
+            )
+        val = draw_val(
+            [it.scene for it in items if it.split == "train"],
+            self.options.get("val_from_train"),
+            self.where,
+        )
         return order_items(val_from_train(items, val))
 
     def _scene_item(self, job: tuple[str, str, str, str | None]) -> SourceItem:
@@ -142,13 +168,18 @@ class AI4ArcticReader(TileReader):
                 raise ConvertError(f"{url} is {h}x{w} but its chart {ref} is {hl}x{wl}")
             label = ref
         elif not has_chart:
-            raise ConvertError(f"{url}: no {self.chart} chart in the file and no {scene}{PREP_SUFFIX}{REFERENCE_SUFFIX}.nc next to it")
+            raise ConvertError(
+                f"{url}: no {self.chart} chart in the file and no"
+                f" {scene}{PREP_SUFFIX}{REFERENCE_SUFFIX}.nc next to it"
+            )
         return SourceItem(split, scene, url, label, h, w, len(self.variables))
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
         win = check_window(item.image, window, item.height, item.width)
         with open_nc(self, item.image) as ds:
-            image = self._guard(item.image, lambda: np.stack([_read_image_var(ds, v, win) for v in self.variables]))
+            image = self._guard(
+                item.image, lambda: np.stack([_read_image_var(ds, v, win) for v in self.variables])
+            )
             if item.label == item.image:
                 label = self._guard(item.label, lambda: _read_chart(ds, self.chart, win))
         if item.label != item.image:
@@ -163,36 +194,51 @@ class AI4ArcticReader(TileReader):
         except ConvertError:
             raise
         except Exception as e:  # HDF5 errors on truncated data chunks
-            raise ConvertError(f"{url}: cannot read the pixels ({type(e).__name__}: {e}); the file is corrupt or truncated") from None
+            raise ConvertError(
+                f"{url}: cannot read the pixels ({type(e).__name__}: {e}); the file is corrupt or"
+                " truncated"
+            ) from None
 
     # -- sample data ---------------------------------------------------------------------------
     def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
         folder = join(str(root), self.disk_split(split))
         img = join(folder, f"{scene}{PREP_SUFFIX}.nc")
-        return img, (join(folder, f"{scene}{PREP_SUFFIX}{REFERENCE_SUFFIX}.nc") if split == "test" else img)
+        return img, (
+            join(folder, f"{scene}{PREP_SUFFIX}{REFERENCE_SUFFIX}.nc") if split == "test" else img
+        )
 
-    def write(self, root, split, scene, image, raw_label, crs=None, transform=None) -> tuple[str, str]:
+    def write(
+        self, root, split, scene, image, raw_label, crs=None, transform=None
+    ) -> tuple[str, str]:
         img, lbl = self.paths(root, split, scene)
         os.makedirs(os.path.dirname(img), exist_ok=True)
         charts = chart_set(self.chart, raw_label)
-        write_netcdf(img, scene, dict(zip(self.variables, image)), charts if lbl == img else None, self.dims)
+        write_netcdf(
+            img, scene, dict(zip(self.variables, image)), charts if lbl == img else None, self.dims
+        )
         if lbl != img:
             write_netcdf(lbl, scene, None, charts, self.dims)
         return img, lbl
 
 
 def chart_set(chart: str, codes: np.ndarray) -> dict[str, np.ndarray]:
-    """The chart plus SIC and FLOE derived from it (open water 0, ice 100 % / medium floes), as the release has them."""
+    """The chart plus SIC and FLOE derived from it (open water 0, ice 100 % / medium floes), as the
+    release has them."""
     fill = codes == 255
     sic = np.where(fill, 255, np.where(codes == 0, 0, 10)).astype(np.uint8)
     floe = np.where(fill, 255, np.where(codes == 0, 0, 3)).astype(np.uint8)
     return {chart: codes.astype(np.uint8), "SIC": sic, "FLOE": floe}
 
 
-def write_netcdf(path: str, scene: str, images: dict[str, np.ndarray] | None, charts: dict[str, np.ndarray] | None,
-                 dims: tuple[str, str] = ("sar_lines", "sar_samples")) -> None:
-    """A ready-to-train AI4Arctic netCDF: image variables on `dims`, charts uint8 with chart_fill_value 255,
-    an AMSR2 variable on the 2 km grid, and the global attributes."""
+def write_netcdf(
+    path: str,
+    scene: str,
+    images: dict[str, np.ndarray] | None,
+    charts: dict[str, np.ndarray] | None,
+    dims: tuple[str, str] = ("sar_lines", "sar_samples"),
+) -> None:
+    """A ready-to-train AI4Arctic netCDF: image variables on `dims`, charts uint8 with
+    chart_fill_value 255, an AMSR2 variable on the 2 km grid, and the global attributes."""
     import netCDF4
 
     shape = next(iter((images or charts).values())).shape[-2:]
@@ -205,8 +251,14 @@ def write_netcdf(path: str, scene: str, images: dict[str, np.ndarray] | None, ch
         ds.flip = 0
         ds.pixel_spacing = 80
         for name, band in (images or {}).items():
-            v = ds.createVariable(name, "f4", dims, fill_value=np.float32(np.nan), zlib=True,
-                                  chunksizes=(min(64, shape[0]), min(64, shape[1])))
+            v = ds.createVariable(
+                name,
+                "f4",
+                dims,
+                fill_value=np.float32(np.nan),
+                zlib=True,
+                chunksizes=(min(64, shape[0]), min(64, shape[1])),
+            )
             v[:] = band
         if images:
             ds.createDimension("2km_grid_lines", math.ceil(shape[0] / 25))

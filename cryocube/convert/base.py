@@ -4,18 +4,20 @@ A dataset's layout names its reader (`reader: paired_raster`) and gives it optio
 templates, suffixes, variable names), so a dataset whose files follow a layout cryocube already
 reads is one YAML. Every reader derives from one of two bases, by the cube it makes:
 
-- `writer.TileReader` (tile cubes, dense labels): `scan` lists the source images (headers only, cheap)
-  and `read` returns raw pixels and raw label values for one image (on a worker); `write` puts an
-  image where `scan` will find it (the sample-data generator uses it, so generated trees follow the
-  reader's own declarations). Tiling, label remapping, validation and statistics are the tile
-  writer's job (`writer.py`).
+- `writer.TileReader` (tile cubes, dense labels): `scan` lists the source images (headers only,
+  cheap) and `read` returns raw pixels and raw label values for one image (on a worker); `write`
+  puts an image where `scan` will find it (the sample-data generator uses it, so generated trees
+  follow the reader's own declarations). Tiling, label remapping, validation and statistics are the
+  tile writer's job (`writer.py`).
 - `samples.SampleReader` (sample cubes, image-level targets): `plan` lists the samples and computes
   every target on the client, so bad input is found before a cluster starts; `read_sample` returns
   one whole image (on a worker); `samples.py` reads the images on the workers.
 
 Each base lives beside the code that writes its kind; both store through the cube's one writer
-(`cube.write`). `convert` treats every reader alike: `precheck` (before a cluster starts), then `convert`.
+(`cube.write`). `convert` treats every reader alike: `precheck` (before a cluster starts), then
+`convert`.
 """
+
 from __future__ import annotations
 
 import io
@@ -29,8 +31,13 @@ from ..cube.write import ConvertResult, WriteOptions
 from ..errors import ConvertError
 
 SPLITS = ("train", "val", "test")
-BUILTIN_READERS = ("cryocube.convert.paired", "cryocube.convert.ai4arctic", "cryocube.convert.ssl4eo", "cryocube.convert.insar",
-                   "cryocube.convert.hephaestus")
+BUILTIN_READERS = (
+    "cryocube.convert.paired",
+    "cryocube.convert.ai4arctic",
+    "cryocube.convert.ssl4eo",
+    "cryocube.convert.insar",
+    "cryocube.convert.hephaestus",
+)
 
 
 @dataclass(frozen=True)
@@ -45,21 +52,28 @@ class SourceItem:
     width: int
     bands: int
     crs: str | None = None  # WKT/"EPSG:n" of the scene, when georeferenced
-    transform: tuple[float, ...] | None = None  # affine (a, b, c, d, e, f) of the scene's pixel (0, 0)
+    # affine (a, b, c, d, e, f) of the scene's pixel (0, 0)
+    transform: tuple[float, ...] | None = None
 
 
-Mapper = Callable[[Callable[[Any], Any], list, int], list]  # (fn, jobs, threads per process) -> [fn(job)]
+# (fn, jobs, threads per process) -> [fn(job)]
+Mapper = Callable[[Callable[[Any], Any], list, int], list]
 Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, inside the image
 
 
 class Reader:
-    """What every reader shares: its catalog layout and options, file access, and the two steps of `convert`."""
+    """What every reader shares: its catalog layout and options, file access, and the two steps of
+    `convert`."""
 
     name: ClassVar[str]  # what a catalog layout's `reader:` field names
-    options_doc: ClassVar[str] = ""  # the layout options it reads (shown by `cryocube list readers`)
-    flags_samples: ClassVar[bool] = False  # its annotations flag damaged samples (`--keep-corrupted` applies)
+    # the layout options it reads (shown by `cryocube list readers`)
+    options_doc: ClassVar[str] = ""
+    # its annotations flag damaged samples (`--keep-corrupted` applies)
+    flags_samples: ClassVar[bool] = False
 
-    def __init__(self, spec: DatasetSpec, layout: str, storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self, spec: DatasetSpec, layout: str, storage_options: dict[str, Any] | None = None
+    ):
         self.spec = spec
         self.layout: Layout = spec.layout(layout)
         self.storage_options = dict(storage_options or {})
@@ -72,7 +86,9 @@ class Reader:
     def where(self) -> str:
         return f"{self.spec.path}: layouts.{self.layout.name}"
 
-    def option(self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None) -> Any:
+    def option(
+        self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None
+    ) -> Any:
         """A layout option, checked; a missing required one names the catalog file and field."""
         if key not in self.options:
             if default is ...:
@@ -88,13 +104,19 @@ class Reader:
         """Whether `root` looks like this layout (used by --layout auto)."""
         raise NotImplementedError
 
-    def precheck(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options) -> Any:
-        """What `convert` needs that can be checked before a cluster starts (the CLI calls it first and passes
-        the result on); None where nothing can (tile readers read their headers on the workers)."""
+    def precheck(
+        self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
+    ) -> Any:
+        """What `convert` needs that can be checked before a cluster starts (the CLI calls it first
+        and passes the result on); None where nothing can (tile readers read their headers on the
+        workers)."""
         return None
 
-    def convert(self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options) -> ConvertResult:
-        """Write (or resume) this layout's cube at `out` (`writer.convert` resolves and checks the options)."""
+    def convert(
+        self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
+    ) -> ConvertResult:
+        """Write (or resume) this layout's cube at `out` (`writer.convert` resolves and checks the
+        options)."""
         raise NotImplementedError
 
     # -- shared helpers ---------------------------------------------------------------------
@@ -148,7 +170,8 @@ def register(cls: type[Reader]) -> type[Reader]:
 
 
 def readers() -> dict[str, type[Reader]]:
-    """Every reader: the built-in ones and those of installed plug-ins (entry points `cryocube.readers`)."""
+    """Every reader: the built-in ones and those of installed plug-ins (entry points
+    `cryocube.readers`)."""
     plugins.load("cryocube.readers", BUILTIN_READERS)
     return READERS
 
@@ -158,11 +181,16 @@ def open_reader(spec: DatasetSpec, layout: str, storage_options: dict | None = N
     lay = spec.layout(layout)
     known = readers()
     if lay.reader not in known:
-        raise ConvertError(f"{spec.path}: layouts.{layout} names reader {lay.reader!r}; known: {', '.join(sorted(known))}")
+        raise ConvertError(
+            f"{spec.path}: layouts.{layout} names reader {lay.reader!r}; known:"
+            f" {', '.join(sorted(known))}"
+        )
     return known[lay.reader](spec, layout, storage_options)
 
 
-def pair_by_stem(images: dict[str, str], labels: dict[str, str], where: str) -> list[tuple[str, str, str]]:
+def pair_by_stem(
+    images: dict[str, str], labels: dict[str, str], where: str
+) -> list[tuple[str, str, str]]:
     """Pair image and label files by name (never by sort order); unpaired files are an error."""
     lonely_img = sorted(set(images) - set(labels))
     lonely_lbl = sorted(set(labels) - set(images))

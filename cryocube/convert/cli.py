@@ -1,4 +1,5 @@
 """`cryocube convert` and `cryocube download`."""
+
 from __future__ import annotations
 
 from ..catalog import dataset_ids
@@ -11,32 +12,75 @@ def register(sub) -> None:
     from ..store import options_arg
 
     p = sub.add_parser("convert", help="convert a dataset's published raw layout into a Zarr cube")
-    p.add_argument("dataset", help=f"catalog id ({', '.join(dataset_ids())}) or a dataset YAML file")
+    p.add_argument(
+        "dataset", help=f"catalog id ({', '.join(dataset_ids())}) or a dataset YAML file"
+    )
     p.add_argument("--raw", required=True, help="root of the raw download (path or fsspec URL)")
     p.add_argument("--out", required=True, help="cube path or URL (e.g. s3://bucket/gsdd.zarr)")
     p.add_argument("--layout", default="auto", help="cryobench | original | auto (detect)")
     p.add_argument("--tile", type=int, default=None, help="tile size (default: the catalog's)")
     p.add_argument("--block", type=int, default=16, help="samples per write task")
-    p.add_argument("--shard", type=int, default=None, help="samples per Zarr shard (few large objects on object stores)")
-    p.add_argument("--compressor", choices=list(COMPRESSORS), default="lz4",
-                   help="image/label codec: lz4 (fast), zstd (smaller, for paid object storage), none (local scratch)")
-    p.add_argument("--on-error", choices=("raise", "skip"), default="raise", help="skip: record bad samples in the cube's attrs and go on")
-    p.add_argument("--keep-corrupted", action="store_true",
-                   help="keep samples the annotations flag as corrupted or processing_error (Hephaestus); they are "
-                        "left out by default, and either way listed in the cube's attrs")
-    p.add_argument("--overwrite", action="store_true", help="replace a cube made from other inputs/options")
-    p.add_argument("--storage-options", type=options_arg, default=None, help="JSON fsspec options for --out")
-    p.add_argument("--raw-storage-options", type=options_arg, default=None, help="JSON fsspec options for --raw")
-    p.add_argument("--shift-s2", action="store_true",
-                   help="ssl4eo-downstream: add SSL4EO-S12 v1.1's +1000 DN offset to the S2 bands (and carry the v1.1 statistics)")
+    p.add_argument(
+        "--shard",
+        type=int,
+        default=None,
+        help="samples per Zarr shard (few large objects on object stores)",
+    )
+    p.add_argument(
+        "--compressor",
+        choices=list(COMPRESSORS),
+        default="lz4",
+        help=(
+            "image/label codec: lz4 (fast), zstd (smaller, for paid object storage), none (local"
+            " scratch)"
+        ),
+    )
+    p.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="skip: record bad samples in the cube's attrs and go on",
+    )
+    p.add_argument(
+        "--keep-corrupted",
+        action="store_true",
+        help=(
+            "keep samples the annotations flag as corrupted or processing_error (Hephaestus); they"
+            " are left out by default, and either way listed in the cube's attrs"
+        ),
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a cube made from other inputs/options"
+    )
+    p.add_argument(
+        "--storage-options", type=options_arg, default=None, help="JSON fsspec options for --out"
+    )
+    p.add_argument(
+        "--raw-storage-options",
+        type=options_arg,
+        default=None,
+        help="JSON fsspec options for --raw",
+    )
+    p.add_argument(
+        "--shift-s2",
+        action="store_true",
+        help=(
+            "ssl4eo-downstream: add SSL4EO-S12 v1.1's +1000 DN offset to the S2 bands (and carry"
+            " the v1.1 statistics)"
+        ),
+    )
     p.add_argument("--quiet", action="store_true")
     add_cluster_args(p)
     p.set_defaults(func=_convert)
 
-    d = sub.add_parser("download", help="download and extract a dataset's published archive (checksum verified)")
+    d = sub.add_parser(
+        "download", help="download and extract a dataset's published archive (checksum verified)"
+    )
     d.add_argument("dataset", help=f"catalog id ({', '.join(dataset_ids())})")
     d.add_argument("--dest", required=True)
-    d.add_argument("--source", default="cryobench", help="cryobench (Hugging Face archives) | original")
+    d.add_argument(
+        "--source", default="cryobench", help="cryobench (Hugging Face archives) | original"
+    )
     d.add_argument("--no-extract", action="store_true")
     d.set_defaults(func=_download)
 
@@ -53,29 +97,70 @@ def _convert(args) -> int:
             raise UserError(f"{what} must be a positive number, got {v}")
     store.register_options(args.raw, args.raw_storage_options)
     store.register_options(args.out, args.storage_options)
-    outputs.claim(args.out, "cube", "convert", inputs=[("--raw", args.raw)], storage_options=args.storage_options)
-    if args.layout == "auto":  # an unknown raw layout is refused here, not after a cluster has started
+    outputs.claim(
+        args.out,
+        "cube",
+        "convert",
+        inputs=[("--raw", args.raw)],
+        storage_options=args.storage_options,
+    )
+    # an unknown raw layout is refused here, not after a cluster has started
+    if args.layout == "auto":
         args.layout = detect_layout(spec, args.raw)
     elif args.layout not in spec.layouts:
-        raise UserError(f"dataset {spec.id!r} has no layout {args.layout!r}; known: {', '.join(sorted(spec.layouts))}")
-    extra = _precheck(spec, args)  # sample-cube readers check every file and label before a cluster starts
-    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
-        r = convert(spec, args.raw, args.out, layout=extra.pop("layout", args.layout), client=client, tile_size=args.tile,
-                    block_samples=args.block, shard_samples=args.shard, on_error=args.on_error,
-                    compressor=args.compressor, overwrite=args.overwrite, raw_storage_options=args.raw_storage_options,
-                    storage_options=args.storage_options, progress=not args.quiet,
-                    **({"shift_s2": True} if args.shift_s2 else {}), **extra)
-    what = "already complete" if r.blocks_written == 0 else f"wrote {r.blocks_written}/{r.blocks_total} blocks"
+        raise UserError(
+            f"dataset {spec.id!r} has no layout {args.layout!r}; known:"
+            f" {', '.join(sorted(spec.layouts))}"
+        )
+    # sample-cube readers check every file and label before a cluster starts
+    extra = _precheck(spec, args)
+    with open_cluster(
+        args.cluster,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        memory_limit=args.memory_limit,
+        quiet=args.quiet,
+    ) as client:
+        r = convert(
+            spec,
+            args.raw,
+            args.out,
+            layout=extra.pop("layout", args.layout),
+            client=client,
+            tile_size=args.tile,
+            block_samples=args.block,
+            shard_samples=args.shard,
+            on_error=args.on_error,
+            compressor=args.compressor,
+            overwrite=args.overwrite,
+            raw_storage_options=args.raw_storage_options,
+            storage_options=args.storage_options,
+            progress=not args.quiet,
+            **({"shift_s2": True} if args.shift_s2 else {}),
+            **extra,
+        )
+    what = (
+        "already complete"
+        if r.blocks_written == 0
+        else f"wrote {r.blocks_written}/{r.blocks_total} blocks"
+    )
     mb = r.read_bytes / 1e6
-    print(f"{args.out}: {r.n_samples} samples, {what} in {r.seconds:.1f} s ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), "
-          f"checksum {r.marker['checksum'][:16]}" + (f", skipped {r.skipped} bad samples" if r.skipped else ""))
+    print(
+        f"{args.out}: {r.n_samples} samples, {what} in {r.seconds:.1f} s"
+        f" ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), checksum {r.marker['checksum'][:16]}"
+        + (f", skipped {r.skipped} bad samples" if r.skipped else "")
+    )
     if r.skipped:
         _print_skipped(args.out)
     kept = store.open_group(args.out, "r").attrs.get("kept_flagged_samples") or []
     if kept:
-        print(f"  kept {len(kept)} samples the annotations flag ({', '.join(sorted({f for d in kept for f in d['flags']}))}), "
-              f"as --keep-corrupted asked: " + ", ".join(d["source"] for d in kept[:10]) + (" ..." if len(kept) > 10 else ""))
+        print(
+            f"  kept {len(kept)} samples the annotations flag"
+            f" ({', '.join(sorted({f for d in kept for f in d['flags']}))}), as --keep-corrupted"
+            " asked: "
+            + ", ".join(d["source"] for d in kept[:10])
+            + (" ..." if len(kept) > 10 else "")
+        )
     return 0
 
 
@@ -87,12 +172,17 @@ def _print_skipped(url: str, most: int = 10) -> None:
     for d in skipped[:most]:
         print(f"  skipped {d['source']}: {d['reason']}")
     if len(skipped) > most:
-        print(f"  ... and {len(skipped) - most} more (the cube's attrs['skipped_samples'] lists them all)")
+        print(
+            f"  ... and {len(skipped) - most} more (the cube's attrs['skipped_samples'] lists them"
+            " all)"
+        )
 
 
 def _precheck(spec, args) -> dict:
-    """{"layout", "prechecked"}: what the layout's reader checks before a cluster starts (a sample reader's whole
-    plan, so bad input is found here; None for tile readers, whose headers are read on the workers)."""
+    """{"layout", "prechecked"}: what the layout's reader checks before a cluster starts (a sample
+    reader's whole plan, so bad input is found here; None for tile readers, whose headers are read
+    on the workers).
+    """
     from .. import store
     from .base import open_reader
     from .writer import detect_layout
@@ -104,10 +194,19 @@ def _precheck(spec, args) -> dict:
     reader = open_reader(spec, layout, args.raw_storage_options)
     keep = bool(args.keep_corrupted)
     if keep and not reader.flags_samples:
-        raise UserError(f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag corrupted samples "
-                        "(only Hephaestus's do)")
-    return {"layout": layout, "prechecked": reader.precheck(args.raw, on_error=args.on_error, keep_corrupted=keep,
-                                                            **({"shift_s2": True} if args.shift_s2 else {}))}
+        raise UserError(
+            f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag"
+            " corrupted samples (only Hephaestus's do)"
+        )
+    return {
+        "layout": layout,
+        "prechecked": reader.precheck(
+            args.raw,
+            on_error=args.on_error,
+            keep_corrupted=keep,
+            **({"shift_s2": True} if args.shift_s2 else {}),
+        ),
+    }
 
 
 def _download(args) -> int:

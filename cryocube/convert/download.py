@@ -1,9 +1,11 @@
-"""Fetch a dataset's published archive (Hugging Face / Zenodo / PANGAEA), verify it, extract it safely.
+"""Fetch a dataset's published archive (Hugging Face / Zenodo / PANGAEA), verify it, extract it
+safely.
 
 Downloads go through `cryocube.fetch` (fsspec, a `.part` file renamed once its checksum matches).
 Extraction refuses any archive member that would land outside the target folder (absolute paths,
 `..`, links pointing out).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +36,9 @@ def safe_extract(archive: str | Path, target: str | Path) -> Path:
         with zipfile.ZipFile(archive) as z:
             for m in z.infolist():
                 if m.filename.startswith("/") or not _inside(root, m.filename):
-                    raise DownloadError(f"{archive}: member {m.filename!r} would be written outside {target}")
+                    raise DownloadError(
+                        f"{archive}: member {m.filename!r} would be written outside {target}"
+                    )
             z.extractall(target)
         return target
     try:
@@ -45,36 +49,66 @@ def safe_extract(archive: str | Path, target: str | Path) -> Path:
         try:
             members = tf.getmembers()
         except (tarfile.TarError, EOFError, OSError) as e:
-            raise DownloadError(f"{archive}: cannot list members ({e}); the archive is truncated or corrupt") from None
+            raise DownloadError(
+                f"{archive}: cannot list members ({e}); the archive is truncated or corrupt"
+            ) from None
         for m in members:
             if m.name.startswith("/") or not _inside(root, m.name):
-                raise DownloadError(f"{archive}: member {m.name!r} would be written outside {target}")
+                raise DownloadError(
+                    f"{archive}: member {m.name!r} would be written outside {target}"
+                )
             if m.issym() or m.islnk():
-                link = m.linkname if m.islnk() else posixpath.join(posixpath.dirname(m.name), m.linkname)
+                link = (
+                    m.linkname
+                    if m.islnk()
+                    else posixpath.join(posixpath.dirname(m.name), m.linkname)
+                )
                 if m.linkname.startswith("/") or not _inside(root, link):
-                    raise DownloadError(f"{archive}: link {m.name!r} -> {m.linkname!r} points outside {target}")
+                    raise DownloadError(
+                        f"{archive}: link {m.name!r} -> {m.linkname!r} points outside {target}"
+                    )
             if m.isdev():
                 raise DownloadError(f"{archive}: member {m.name!r} is a device file")
         try:
             tf.extractall(target, members=members, filter="data")
         except (tarfile.TarError, EOFError, OSError) as e:
-            raise DownloadError(f"{archive}: extraction failed ({e}); the archive is truncated or corrupt") from None
+            raise DownloadError(
+                f"{archive}: extraction failed ({e}); the archive is truncated or corrupt"
+            ) from None
     return target
 
 
-def download(dataset: str, dest: str | Path, source: str = "cryobench", extract: bool = True, progress: bool = True) -> Path:
-    """Download the dataset's archive(s) from the catalog source and extract; returns the raw root."""
+def download(
+    dataset: str,
+    dest: str | Path,
+    source: str = "cryobench",
+    extract: bool = True,
+    progress: bool = True,
+) -> Path:
+    """Download the dataset's archive(s) from the catalog source and extract; returns the raw
+    root."""
     spec = load_dataset(dataset)
     if source not in spec.sources:
-        raise DownloadError(f"dataset {spec.id!r} has no source {source!r}; known: {sorted(spec.sources)}")
+        raise DownloadError(
+            f"dataset {spec.id!r} has no source {source!r}; known: {sorted(spec.sources)}"
+        )
     src = spec.sources[source]
     dest = Path(dest)
-    files = src.get("files") or [{"name": posixpath.basename(src["url"]), "sha256": src.get("sha256"), "md5": src.get("md5")}]
+    files = src.get("files") or [
+        {"name": posixpath.basename(src["url"]), "sha256": src.get("sha256"), "md5": src.get("md5")}
+    ]
     base = src["url"] if src.get("files") else posixpath.dirname(src["url"]) + "/"
-    paths = [fetch(base + f["name"], dest / f["name"], f.get("sha256"), f.get("md5"), progress) for f in files]
+    paths = [
+        fetch(base + f["name"], dest / f["name"], f.get("sha256"), f.get("md5"), progress)
+        for f in files
+    ]
     if not extract:
         return dest
-    archives = [p for p in paths if p.name.endswith((".tar.gz", ".tgz", ".tar", ".zip", ".tar.xz", ".tar.bz2"))]
+    archives = [
+        p
+        for p in paths
+        if p.name.endswith((".tar.gz", ".tgz", ".tar", ".zip", ".tar.xz", ".tar.bz2"))
+    ]
     parts = sorted(p for p in paths if ".tar.gza" in p.name)
     if parts:  # split archive (AI4Arctic train.tar.gzaa + ab): byte-concatenate first
         whole = dest / parts[0].name[: parts[0].name.index(".tar.gz") + 7]

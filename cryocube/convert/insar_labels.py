@@ -1,10 +1,12 @@
-"""Labels derived from interferogram maps at convert time, by rules whose parameters live in the catalog.
+"""Labels derived from interferogram maps at convert time, by rules whose parameters live in the
+catalog.
 
-Each rule takes numpy maps of one pair and the `derive:` parameters of the dataset's layout and returns a
-label; `RULES_TEXT` says in one sentence what each computes (written into the cube's attrs with the
-parameters). Sign convention: line-of-sight displacement d = -lambda / (4 pi) * phase, positive towards
-the satellite; one fringe (2 pi) is lambda / 2 of LOS change.
+Each rule takes numpy maps of one pair and the `derive:` parameters of the dataset's layout and
+returns a label; `RULES_TEXT` says in one sentence what each computes (written into the cube's attrs
+with the parameters). Sign convention: line-of-sight displacement d = -lambda / (4 pi) * phase,
+positive towards the satellite; one fringe (2 pi) is lambda / 2 of LOS change.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,15 +14,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LOS_CONVENTION = "d_los = -lambda / (4 pi) * (phi_unwrapped - median over valid pixels), metres, positive towards the satellite"
+LOS_CONVENTION = (
+    "d_los = -lambda / (4 pi) * (phi_unwrapped - median over valid pixels), metres, positive"
+    " towards the satellite"
+)
 RULES_TEXT = {
     "valid": "valid pixels: finite unwrapped phase and coherence >= mask_coherence",
-    "coherence_classification": "class = number of thresholds <= the statistic (median) of coherence over finite pixels",
-    "deformation_box": "extent (x_min, y_min, x_max, y_max; end-exclusive px) of valid pixels with |d_los| > threshold_m, "
-                       "connected regions smaller than min_pixels dropped; none left: no box",
-    "fringe_counting": "round((max - min) / 2 pi) of the unwrapped phase over valid pixels inside the deformation box; 0 without a box",
-    "deformation_mask": "per pixel: 1 = the pixels the deformation_box rule keeps, 0 = other valid pixels, -1 (ignore) = "
-                        "invalid pixels; so the box of the mask's 1s is the deformation box",
+    "coherence_classification": (
+        "class = number of thresholds <= the statistic (median) of coherence over finite pixels"
+    ),
+    "deformation_box": (
+        "extent (x_min, y_min, x_max, y_max; end-exclusive px) of valid pixels with |d_los| >"
+        " threshold_m, connected regions smaller than min_pixels dropped; none left: no box"
+    ),
+    "fringe_counting": (
+        "round((max - min) / 2 pi) of the unwrapped phase over valid pixels inside the deformation"
+        " box; 0 without a box"
+    ),
+    "deformation_mask": (
+        "per pixel: 1 = the pixels the deformation_box rule keeps, 0 = other valid pixels, -1"
+        " (ignore) = invalid pixels; so the box of the mask's 1s is the deformation box"
+    ),
 }
 MASK_IGNORE = -1  # catalog.CUBE_IGNORE_INDEX: every cube stores ignore pixels as -1
 
@@ -43,23 +57,42 @@ class Rules:
         c = dict(d.get("coherence_classification") or {})
         b = dict(d.get("deformation_box") or {})
         try:
-            r = cls(str(c.get("statistic", "median")), tuple(float(t) for t in c.get("thresholds", (0.3, 0.6))),
-                    tuple(str(n) for n in c.get("classes", ("low", "medium", "high"))), float(d.get("mask_coherence", 0.3)),
-                    float(b.get("threshold_m", 0.01)), int(b.get("min_pixels", 4)))
+            r = cls(
+                str(c.get("statistic", "median")),
+                tuple(float(t) for t in c.get("thresholds", (0.3, 0.6))),
+                tuple(str(n) for n in c.get("classes", ("low", "medium", "high"))),
+                float(d.get("mask_coherence", 0.3)),
+                float(b.get("threshold_m", 0.01)),
+                int(b.get("min_pixels", 4)),
+            )
         except (TypeError, ValueError) as e:
             raise ConvertError(f"{where}: derive: parameters are not numbers ({e})") from None
         if r.coherence_statistic not in ("median", "mean"):
-            raise ConvertError(f"{where}: derive.coherence_classification.statistic must be median or mean, not {r.coherence_statistic!r}")
-        if len(r.coherence_classes) != len(r.coherence_thresholds) + 1 or list(r.coherence_thresholds) != sorted(r.coherence_thresholds):
-            raise ConvertError(f"{where}: derive.coherence_classification needs ascending thresholds and one class more than thresholds")
+            raise ConvertError(
+                f"{where}: derive.coherence_classification.statistic must be median or mean, not"
+                f" {r.coherence_statistic!r}"
+            )
+        if len(r.coherence_classes) != len(r.coherence_thresholds) + 1 or list(
+            r.coherence_thresholds
+        ) != sorted(r.coherence_thresholds):
+            raise ConvertError(
+                f"{where}: derive.coherence_classification needs ascending thresholds and one class"
+                " more than thresholds"
+            )
         return r
 
     def as_attrs(self) -> dict:
-        return {"coherence_classification": {"statistic": self.coherence_statistic, "thresholds": list(self.coherence_thresholds),
-                                             "classes": list(self.coherence_classes)},
-                "mask_coherence": self.mask_coherence,
-                "deformation_box": {"threshold_m": self.threshold_m, "min_pixels": self.min_pixels},
-                "los_convention": LOS_CONVENTION, "rules": dict(RULES_TEXT)}
+        return {
+            "coherence_classification": {
+                "statistic": self.coherence_statistic,
+                "thresholds": list(self.coherence_thresholds),
+                "classes": list(self.coherence_classes),
+            },
+            "mask_coherence": self.mask_coherence,
+            "deformation_box": {"threshold_m": self.threshold_m, "min_pixels": self.min_pixels},
+            "los_convention": LOS_CONVENTION,
+            "rules": dict(RULES_TEXT),
+        }
 
 
 def phase_to_los(phase: np.ndarray, wavelength_m: float) -> np.ndarray:
@@ -73,7 +106,9 @@ def los_to_phase(los_m: np.ndarray, wavelength_m: float) -> np.ndarray:
 
 def wrap(phase: np.ndarray) -> np.ndarray:
     """Phase wrapped into (-pi, pi]."""
-    return np.angle(np.exp(1j * phase)).astype(np.asarray(phase).dtype if np.asarray(phase).dtype.kind == "f" else np.float64)
+    return np.angle(np.exp(1j * phase)).astype(
+        np.asarray(phase).dtype if np.asarray(phase).dtype.kind == "f" else np.float64
+    )
 
 
 def coherence_class(coherence: np.ndarray, rules: Rules) -> int:
@@ -89,7 +124,8 @@ def valid_mask(unwrapped: np.ndarray, coherence: np.ndarray, rules: Rules) -> np
 
 
 def relative_los(unwrapped: np.ndarray, valid: np.ndarray, wavelength_m: float) -> np.ndarray:
-    """LOS displacement relative to the median of the valid pixels (the unwrapped phase has no absolute zero)."""
+    """LOS displacement relative to the median of the valid pixels (the unwrapped phase has no
+    absolute zero)."""
     ref = float(np.median(unwrapped[valid])) if valid.any() else 0.0
     return phase_to_los(unwrapped - ref, wavelength_m)
 
@@ -106,8 +142,8 @@ def kept_regions(mask: np.ndarray, min_pixels: int) -> np.ndarray:
 
 
 def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, float] | None:
-    """(x_min, y_min, x_max, y_max), end-exclusive, of the pixels of `mask` in regions of >= min_pixels (all of
-    them, not only the largest region); None when no region is left."""
+    """(x_min, y_min, x_max, y_max), end-exclusive, of the pixels of `mask` in regions of >=
+    min_pixels (all of them, not only the largest region); None when no region is left."""
     ys, xs = np.nonzero(kept_regions(mask, min_pixels))
     if xs.size == 0:
         return None
@@ -118,12 +154,15 @@ def deformation_pixels(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np
     return kept_regions(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
 
 
-def deformation_box(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> tuple[float, float, float, float] | None:
+def deformation_box(
+    los_m: np.ndarray, valid: np.ndarray, rules: Rules
+) -> tuple[float, float, float, float] | None:
     return box_of(deformation_pixels(los_m, valid, rules), 1)
 
 
 def deformation_mask(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
-    """int8 map: 1 deformation (the box rule's pixels), 0 other valid pixels, -1 invalid (ignore)."""
+    """int8 map: 1 deformation (the box rule's pixels), 0 other valid pixels, -1 invalid
+    (ignore)."""
     out = np.where(valid, 0, MASK_IGNORE).astype(np.int8)
     out[deformation_pixels(los_m, valid, rules)] = 1
     return out
@@ -139,7 +178,8 @@ def box_mask(box, height: int, width: int) -> np.ndarray:
 
 
 def polygon_mask(polygons: list[list[tuple[float, float]]], height: int, width: int) -> np.ndarray:
-    """int8 map: 1 where a pixel centre (x + 0.5, y + 0.5) lies inside any polygon (even-odd rule), else 0."""
+    """int8 map: 1 where a pixel centre (x + 0.5, y + 0.5) lies inside any polygon (even-odd rule),
+    else 0."""
     yy, xx = np.mgrid[0:height, 0:width]
     px, py = xx.ravel() + 0.5, yy.ravel() + 0.5
     out = np.zeros(px.size, bool)
@@ -164,12 +204,18 @@ def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
     return int(round(float(v.max() - v.min()) / (2 * math.pi))) if v.size else 0
 
 
-def derive(coherence: np.ndarray, unwrapped: np.ndarray | None, wavelength_m: float, rules: Rules, box=...) -> dict:
-    """Every derived label of one pair: the coherence class and, with unwrapped phase, the box and mask (unless a
-    box is given, e.g. by an annotation: then the mask is that box) and the fringe count over that box; None
-    where the maps cannot tell."""
-    out = {"coherence_class": coherence_class(coherence, rules), "box": None if box is ... else box, "fringes": None,
-           "mask": None if box is ... else box_mask(box, *coherence.shape)}
+def derive(
+    coherence: np.ndarray, unwrapped: np.ndarray | None, wavelength_m: float, rules: Rules, box=...
+) -> dict:
+    """Every derived label of one pair: the coherence class and, with unwrapped phase, the box and
+    mask (unless a box is given, e.g. by an annotation: then the mask is that box) and the fringe
+    count over that box; None where the maps cannot tell."""
+    out = {
+        "coherence_class": coherence_class(coherence, rules),
+        "box": None if box is ... else box,
+        "fringes": None,
+        "mask": None if box is ... else box_mask(box, *coherence.shape),
+    }
     if unwrapped is not None:
         valid = valid_mask(unwrapped, coherence, rules)
         if box is ...:

@@ -1,4 +1,5 @@
-"""The paired-folder layout: an image raster and a label raster per item, in split folders, paired by name.
+"""The paired-folder layout: an image raster and a label raster per item, in split folders, paired
+by name.
 
 Four of the five datasets publish their files this way (GeoTIFF or PNG) and differ only in folder
 names, so this one reader serves them all, driven by the layout's options in the dataset catalog:
@@ -9,14 +10,18 @@ names, so this one reader serves them all, driven by the layout's options in the
     bands: exact | first           the catalog's band count exactly, or the first N bands (GLID)
     split_folders: {GLID: train}   folder on disk -> split (default train/val/test)
     label_suffix: _zones           label stem = image stem + suffix (CaFFe original)
-    image_name: "{stem}__{patch}"  the parts of an image stem (TorchGeo's CaFFe patches), for label_name
-    label_name: "{stem}_zones__{patch}"   label stem from those parts (default: image stem + label_suffix)
-    example_fields: {patch: "..."} what the sample-data generator puts in the parts other than {stem}
+    image_name: "{stem}__{patch}"  the parts of an image stem (TorchGeo's CaFFe patches), for
+                                   label_name
+    label_name: "{stem}_zones__{patch}"   label stem from those parts (default: image stem +
+                                          label_suffix)
+    example_fields: {patch: "..."} what the sample-data generator puts in the parts other than
+                                   {stem}
     val_from_train: {rule: ...}    val drawn from the train folder (cryocube.convert.splits)
 
 Folders beside the split folders that hold images (a `val/` in a layout whose val is drawn from
 train) are not read, and a warning says which.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +33,15 @@ import numpy as np
 
 from ..store import join
 from .base import SPLITS, ConvertError, Mapper, SourceItem, Window, pair_by_stem, register
-from .rawio import WRITERS, header_threads, map_threads, order_items, raster_header, read_raster, val_from_train
+from .rawio import (
+    WRITERS,
+    header_threads,
+    map_threads,
+    order_items,
+    raster_header,
+    read_raster,
+    val_from_train,
+)
 from .splits import draw_val
 from .writer import TileReader
 
@@ -36,8 +49,10 @@ from .writer import TileReader
 @register
 class PairedRasterReader(TileReader):
     name = "paired_raster"
-    options_doc = ("images, labels (folder templates with {folder}), suffixes, bands (exact|first), split_folders, label_suffix, "
-                   "image_name, label_name, example_fields, val_from_train")
+    options_doc = (
+        "images, labels (folder templates with {folder}), suffixes, bands (exact|first),"
+        " split_folders, label_suffix, image_name, label_name, example_fields, val_from_train"
+    )
 
     @property
     def image_dir(self) -> str:
@@ -72,14 +87,20 @@ class PairedRasterReader(TileReader):
         return self.option("label_name", "{stem}" + self.label_suffix, str)
 
     def _name_fields(self, stem: str, where: str) -> dict[str, str]:
-        """The parts of an image stem by `image_name` (each field non-greedy but the last), or an error."""
+        """The parts of an image stem by `image_name` (each field non-greedy but the last), or an
+        error."""
         parts = list(string.Formatter().parse(self.image_name))
-        pattern = "".join(re.escape(lit) + (f"(?P<{f}>.+)" if i == len(parts) - 1 else f"(?P<{f}>.+?)" if f else "")
-                          for i, (lit, f, _, _) in enumerate(parts))
+        pattern = "".join(
+            re.escape(lit)
+            + (f"(?P<{f}>.+)" if i == len(parts) - 1 else f"(?P<{f}>.+?)" if f else "")
+            for i, (lit, f, _, _) in enumerate(parts)
+        )
         m = re.fullmatch(pattern, stem)
         if m is None:
-            raise ConvertError(f"{where}: the name {stem!r} does not follow the {self.layout.name!r} layout's "
-                               f"image names ({self.image_name}); pass the --layout it was published in")
+            raise ConvertError(
+                f"{where}: the name {stem!r} does not follow the {self.layout.name!r} layout's "
+                f"image names ({self.image_name}); pass the --layout it was published in"
+            )
         return m.groupdict()
 
     def label_stem(self, stem: str, where: str = "") -> str:
@@ -98,13 +119,19 @@ class PairedRasterReader(TileReader):
         return p
 
     def detect(self, root: str) -> bool:
-        """Its folders exist, and masks there follow this layout's naming for some of the first images (two
-        layouts with the same folders, CaFFe's original and TorchGeo's, differ only in file names; a missing
-        mask is left to `scan`, which names it)."""
+        """Its folders exist, and masks there follow this layout's naming for some of the first
+        images (two layouts with the same folders, CaFFe's original and TorchGeo's, differ only in
+        file names; a missing mask is left to `scan`, which names it)."""
         for f in self.split_folders:
-            img_dir, lbl_dir = join(root, self.image_dir.format(folder=f)), join(root, self.label_dir.format(folder=f))
+            img_dir, lbl_dir = (
+                join(root, self.image_dir.format(folder=f)),
+                join(root, self.label_dir.format(folder=f)),
+            )
             if self.isdir(img_dir) and self.isdir(lbl_dir):
-                images, labels = self.listdir(img_dir, self.suffixes), self.listdir(lbl_dir, self.suffixes)
+                images, labels = (
+                    self.listdir(img_dir, self.suffixes),
+                    self.listdir(lbl_dir, self.suffixes),
+                )
                 if not images or not labels:
                     return True
                 try:
@@ -114,8 +141,8 @@ class PairedRasterReader(TileReader):
         return False
 
     def _unread_folders(self, root: str) -> list[str]:
-        """Folders beside the split folders that hold images this layout does not read (e.g. `val/` where val
-        is drawn from train): said, never skipped without a word."""
+        """Folders beside the split folders that hold images this layout does not read (e.g. `val/`
+        where val is drawn from train): said, never skipped without a word."""
         parent = self.image_dir.split("{folder}")[0].rstrip("/")
         fs, path = self.fs(join(root, parent) if parent else root)
         if not fs.isdir(path):
@@ -134,9 +161,14 @@ class PairedRasterReader(TileReader):
         """[(folder, split)] present under root; two folders for one split is ambiguous."""
         found: dict[str, str] = {}
         for folder, split in self.split_folders.items():
-            if self.isdir(join(root, self.image_dir.format(folder=folder))) or self.isdir(join(root, self.label_dir.format(folder=folder))):
+            if self.isdir(join(root, self.image_dir.format(folder=folder))) or self.isdir(
+                join(root, self.label_dir.format(folder=folder))
+            ):
                 if split in found:
-                    raise ConvertError(f"{root}: both {found[split]!r} and {folder!r} look like the {split} split; keep one")
+                    raise ConvertError(
+                        f"{root}: both {found[split]!r} and {folder!r} look like the {split} split;"
+                        " keep one"
+                    )
                 found[split] = folder
         return [(folder, split) for split, folder in found.items()]
 
@@ -144,9 +176,17 @@ class PairedRasterReader(TileReader):
         unread = self._unread_folders(root)
         if unread:
             splits = ", ".join(sorted(set(self.split_folders)))
-            warnings.warn(f"{', '.join(unread)}: not read (the {self.spec.id} {self.layout.name!r} layout reads the split "
-                          f"folders {splits}" + ("; its val split is drawn from train" if self.options.get("val_from_train")
-                                                 else "") + "); pass --layout for a layout that has them", stacklevel=2)
+            warnings.warn(
+                f"{', '.join(unread)}: not read (the {self.spec.id} {self.layout.name!r} layout"
+                f" reads the split folders {splits}"
+                + (
+                    "; its val split is drawn from train"
+                    if self.options.get("val_from_train")
+                    else ""
+                )
+                + "); pass --layout for a layout that has them",
+                stacklevel=2,
+            )
         jobs = []
         for folder, split in self._folders(root):
             img_dir = join(root, self.image_dir.format(folder=folder))
@@ -160,11 +200,16 @@ class PairedRasterReader(TileReader):
                 jobs.append((split, stem, img, lbl))
         if not jobs:
             raise ConvertError(
-                f"{root}: no {self.spec.id} files in the {self.layout.name!r} layout "
-                f"(expected {self.image_dir.format(folder='<split>')}/* and {self.label_dir.format(folder='<split>')}/*)"
+                f"{root}: no {self.spec.id} files in the {self.layout.name!r} layout (expected"
+                f" {self.image_dir.format(folder='<split>')}/* and"
+                f" {self.label_dir.format(folder='<split>')}/*)"
             )
         items = (map_headers or map_threads)(self._item, jobs, header_threads(root))
-        val = draw_val([it.scene for it in items if it.split == "train"], self.options.get("val_from_train"), self.where)
+        val = draw_val(
+            [it.scene for it in items if it.split == "train"],
+            self.options.get("val_from_train"),
+            self.where,
+        )
         return order_items(val_from_train(items, val))
 
     def _item(self, job: tuple[str, str, str, str]) -> SourceItem:
@@ -174,16 +219,23 @@ class PairedRasterReader(TileReader):
         want = len(self.spec.bands)
         if hi.bands != want and not (self.band_policy == "first" and hi.bands > want):
             need = f"at least {want}" if self.band_policy == "first" else str(want)
-            raise ConvertError(f"{img}: {hi.bands} band(s), but {self.spec.id} needs {need} ({', '.join(self.spec.band_names)})")
+            raise ConvertError(
+                f"{img}: {hi.bands} band(s), but {self.spec.id} needs {need}"
+                f" ({', '.join(self.spec.band_names)})"
+            )
         if (hi.height, hi.width) != (hl.height, hl.width):
-            raise ConvertError(f"{img} is {hi.height}x{hi.width} but its mask {lbl} is {hl.height}x{hl.width}")
+            raise ConvertError(
+                f"{img} is {hi.height}x{hi.width} but its mask {lbl} is {hl.height}x{hl.width}"
+            )
         return SourceItem(split, stem, img, lbl, hi.height, hi.width, want, hi.crs, hi.transform)
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
         image = read_raster(self, item.image, window, bands=len(self.spec.bands))
         label = read_raster(self, item.label, window, bands=1)[0]
         if image.shape[1:] != label.shape:
-            raise ConvertError(f"{item.image} is {image.shape[1:]} but its mask {item.label} is {label.shape}")
+            raise ConvertError(
+                f"{item.image} is {image.shape[1:]} but its mask {item.label} is {label.shape}"
+            )
         return image, label
 
     # -- sample data ---------------------------------------------------------------------------
@@ -191,8 +243,10 @@ class PairedRasterReader(TileReader):
         disk = self.disk_split(split)
         folder = next(f for f, s in self.split_folders.items() if s == disk)
         ext = self.suffixes[0]
-        return (join(str(root), self.image_dir.format(folder=folder), f"{scene}{ext}"),
-                join(str(root), self.label_dir.format(folder=folder), f"{self.label_stem(scene)}{ext}"))
+        return (
+            join(str(root), self.image_dir.format(folder=folder), f"{scene}{ext}"),
+            join(str(root), self.label_dir.format(folder=folder), f"{self.label_stem(scene)}{ext}"),
+        )
 
     def write_image(self, path: str, image: np.ndarray, crs=None, transform=None) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -202,7 +256,9 @@ class PairedRasterReader(TileReader):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         WRITERS[os.path.splitext(path)[1]](path, raw_label.astype(np.uint8), crs, transform)
 
-    def write(self, root, split, scene, image, raw_label, crs=None, transform=None) -> tuple[str, str]:
+    def write(
+        self, root, split, scene, image, raw_label, crs=None, transform=None
+    ) -> tuple[str, str]:
         img, lbl = self.paths(root, split, scene)
         if not img.endswith((".tif", ".tiff")):
             crs = transform = None  # PNG carries no georeferencing

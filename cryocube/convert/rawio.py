@@ -1,4 +1,5 @@
-"""Raster file I/O shared by the readers: header-only opens, windowed reads, and writers for sample data.
+"""Raster file I/O shared by the readers: header-only opens, windowed reads, and writers for sample
+data.
 
 File formats are chosen by suffix through `FORMATS` (rasterio for GeoTIFF, PIL for PNG/JPEG, which
 reads a PNG header without decoding pixels).
@@ -7,6 +8,7 @@ Remote files (s3://, memory://, ...) are opened lazily through fsspec, so a head
 window read fetches only the bytes it needs (rasterio >= 1.4 accepts an fsspec filesystem as
 `opener`; PIL reads from any seekable file object).
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -84,7 +86,9 @@ class RasterioFormat:
                     transform = None
                 return Header(ds.count, ds.height, ds.width, str(ds.dtypes[0]), crs, transform)
 
-    def read(self, reader: Reader, url: str, window: Window | None, bands: int | None) -> np.ndarray:
+    def read(
+        self, reader: Reader, url: str, window: Window | None, bands: int | None
+    ) -> np.ndarray:
         from rasterio.errors import NotGeoreferencedWarning
         from rasterio.windows import Window as RWindow
 
@@ -118,7 +122,9 @@ class PILFormat:
             w, h = im.size
             return Header(len(im.getbands()), h, w, _pil_dtype(im.mode))
 
-    def read(self, reader: Reader, url: str, window: Window | None, bands: int | None) -> np.ndarray:
+    def read(
+        self, reader: Reader, url: str, window: Window | None, bands: int | None
+    ) -> np.ndarray:
         with self._open(reader, url) as im:
             w, h = im.size
             r0, r1, c0, c1 = check_window(url, window, h, w)
@@ -132,7 +138,9 @@ class PILFormat:
 
 
 def _pil_dtype(mode: str) -> str:
-    return {"1": "uint8", "I;16": "uint16", "I;16B": "uint16", "I": "int32", "F": "float32"}.get(mode, "uint8")
+    return {"1": "uint8", "I;16": "uint16", "I;16B": "uint16", "I": "int32", "F": "float32"}.get(
+        mode, "uint8"
+    )
 
 
 FORMATS: dict[str, Any] = {
@@ -150,7 +158,9 @@ def file_format(url: str):
 
 
 def _unreadable(url: str, e: Exception, what: str) -> ConvertError:
-    return ConvertError(f"{url}: cannot read the {what} ({type(e).__name__}: {e}); the file is corrupt or truncated")
+    return ConvertError(
+        f"{url}: cannot read the {what} ({type(e).__name__}: {e}); the file is corrupt or truncated"
+    )
 
 
 def raster_header(reader: Reader, url: str) -> Header:
@@ -165,7 +175,9 @@ def raster_header(reader: Reader, url: str) -> Header:
         raise _unreadable(url, e, "header") from None
 
 
-def read_raster(reader: Reader, url: str, window: Window | None = None, bands: int | None = None) -> np.ndarray:
+def read_raster(
+    reader: Reader, url: str, window: Window | None = None, bands: int | None = None
+) -> np.ndarray:
     """(C, h, w) pixels of the first `bands` bands (all if None) in the window, source dtype."""
     try:
         return file_format(url).read(reader, url, window, bands)
@@ -179,12 +191,14 @@ def read_raster(reader: Reader, url: str, window: Window | None = None, bands: i
 
 def header_threads(root: str) -> int:
     """Threads per process for header reads: remote reads wait on the network; local ones cost CPU
-    (GDAL's open), where threads only contend (0.30 s with 1 thread vs 0.51 s with 16, 320 files)."""
+    (GDAL's open), where threads only contend (0.30 s with 1 thread vs 0.51 s with 16, 320 files).
+    """
     return HEADER_THREADS if is_remote(root) else 1
 
 
 def map_threads(fn: Callable, items: list, threads: int = HEADER_THREADS) -> list:
-    """`[fn(x) for x in items]` on a thread pool (remote header reads wait on the network, not the CPU)."""
+    """`[fn(x) for x in items]` on a thread pool (remote header reads wait on the network, not the
+    CPU)."""
     if len(items) <= 1 or threads <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(min(threads, len(items))) as pool:
@@ -197,18 +211,29 @@ def order_items(items: list[SourceItem]) -> list[SourceItem]:
 
 def val_from_train(items: list[SourceItem], chosen: set[str]) -> list[SourceItem]:
     """Move the train items whose scene is in `chosen` to the val split."""
-    return [replace(it, split="val") if it.split == "train" and it.scene in chosen else it for it in items]
+    return [
+        replace(it, split="val") if it.split == "train" and it.scene in chosen else it
+        for it in items
+    ]
 
 
 # -- writers (sample data) ------------------------------------------------------------------------
 
 
-def write_geotiff(path: str | Path, arr: np.ndarray, crs: str | None = None, transform: tuple | None = None) -> None:
+def write_geotiff(
+    path: str | Path, arr: np.ndarray, crs: str | None = None, transform: tuple | None = None
+) -> None:
     import rasterio
     from rasterio.transform import Affine
 
     arr = arr[None] if arr.ndim == 2 else arr
-    profile = dict(driver="GTiff", count=arr.shape[0], height=arr.shape[1], width=arr.shape[2], dtype=arr.dtype.name)
+    profile = dict(
+        driver="GTiff",
+        count=arr.shape[0],
+        height=arr.shape[1],
+        width=arr.shape[2],
+        dtype=arr.dtype.name,
+    )
     if crs is not None:
         profile.update(crs=crs, transform=Affine(*transform))
     with rasterio.open(path, "w", **profile) as ds:

@@ -1,12 +1,15 @@
-"""Sample cubes (`kind: samples`): one whole image per sample and image-level targets instead of dense labels.
+"""Sample cubes (`kind: samples`): one whole image per sample and image-level targets instead of
+dense labels.
 
-A `SampleReader` (SSL4EO-downstream, interferograms) lists its items and everything known before pixels are
-read in a `cube.SamplePlan` (ids, per-sample image shape, task targets, extra coordinates and small per-sample
-variables, attrs); this module reads and checks the images block by block on Dask workers
-(`reader.read_sample(item, **read_kwargs)`, validated by `writer.check_image`) and hands them to the cube's one
-writer (`cube.write`: store, digests of image, target and every small per-sample variable, block moments,
-progress flags, the completion marker last), so a killed conversion resumes block by block as tile cubes do.
+A `SampleReader` (SSL4EO-downstream, interferograms) lists its items and everything known before
+pixels are read in a `cube.SamplePlan` (ids, per-sample image shape, task targets, extra coordinates
+and small per-sample variables, attrs); this module reads and checks the images block by block on
+Dask workers (`reader.read_sample(item, **read_kwargs)`, validated by `writer.check_image`) and
+hands them to the cube's one writer (`cube.write`: store, digests of image, target and every small
+per-sample variable, block moments, progress flags, the completion marker last), so a killed
+conversion resumes block by block as tile cubes do.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -16,22 +19,36 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, outputs, store as _store
+from .. import __version__, outputs
+from .. import store as _store
 from ..cube import COMPLETE_ATTR, SCHEMA_VERSION, digest_vars, partial_stats
-from ..cube.write import ConvertResult, SamplePlan, WriteOptions, finalize, put_block, sample_template
+from ..cube.write import (
+    ConvertResult,
+    SamplePlan,
+    WriteOptions,
+    finalize,
+    put_block,
+    sample_template,
+)
 from ..errors import task_boundary
 from .base import ConvertError, Reader
 from .writer import check_image, create_cube
 
-__all__ = ["SamplePlan", "SampleReader", "convert_samples", "write_sample_block"]  # SamplePlan lives in cube.write; importable here
+# SamplePlan lives in cube.write; importable here
+__all__ = ["SamplePlan", "SampleReader", "convert_samples", "write_sample_block"]
 
 
 class SampleReader(Reader):
-    """Layouts of whole samples with image-level targets (and small per-sample variables); one sample cube."""
+    """Layouts of whole samples with image-level targets (and small per-sample variables); one
+    sample cube."""
 
-    def plan(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options) -> tuple[list, SamplePlan]:
-        """(items, `SamplePlan`): every sample and everything known of it before pixels are written, computed
-        on the client; `items[i]` is what `read_sample` reads for sample i. Bad input raises ConvertError here."""
+    def plan(
+        self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
+    ) -> tuple[list, SamplePlan]:
+        """(items, `SamplePlan`): every sample and everything known of it before pixels are written,
+        computed on the client; `items[i]` is what `read_sample` reads for sample i. Bad input
+        raises ConvertError here.
+        """
         raise NotImplementedError
 
     def read_sample(self, item: Any, **read_kwargs) -> np.ndarray:
@@ -42,17 +59,24 @@ class SampleReader(Reader):
         """What `read_sample` needs besides the item (the cube's image shape, a value offset)."""
         return {}
 
-    def precheck(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options) -> Any:
+    def precheck(
+        self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
+    ) -> Any:
         return self.plan(raw, on_error, keep_corrupted, **options)
 
-    def convert(self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options) -> ConvertResult:
+    def convert(
+        self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
+    ) -> ConvertResult:
         items, plan = prechecked or self.plan(raw, opts.on_error, **options)
-        return convert_samples(self, items, plan, raw, out, client, opts, self.read_kwargs(plan, **options))
+        return convert_samples(
+            self, items, plan, raw, out, client, opts, self.read_kwargs(plan, **options)
+        )
 
 
 @task_boundary
 def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
-    """Read, check and write samples [s0, s0 + len(items)) with their digests; the progress flag last."""
+    """Read, check and write samples [s0, s0 + len(items)) with their digests; the progress flag
+    last."""
     from ..cluster.runtime import tune_malloc
 
     t0 = time.perf_counter()
@@ -66,7 +90,12 @@ def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
             raise ConvertError(f"sample {sid}: image {img.shape}, the cube's samples are {shape}")
         if img.ndim == 4:
             names = task["time"] or [str(t) for t in range(img.shape[0])]
-            img = np.stack([check_image(img[t], reader.spec, f"sample {sid} ({names[t]})")[0] for t in range(img.shape[0])])
+            img = np.stack(
+                [
+                    check_image(img[t], reader.spec, f"sample {sid} ({names[t]})")[0]
+                    for t in range(img.shape[0])
+                ]
+            )
         else:
             img = check_image(img, reader.spec, f"sample {sid}")[0]
         imgs.append(img.astype(np.float32, copy=False))
@@ -75,36 +104,96 @@ def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
     targets = np.asarray(g["target"][s0 : s0 + len(imgs)])
     extras = [np.asarray(g[v][s0 : s0 + len(imgs)]) for v in digest_vars(g)]
     c, h, w = images.shape[-3:]
-    flat = images.reshape(-1, c, h, w)  # every pixel of every time step counts (sample cubes have no split)
-    stats = partial_stats(flat, np.zeros((flat.shape[0], h, w), np.int8), np.ones(flat.shape[0], bool))
+    # every pixel of every time step counts (sample cubes have no split)
+    flat = images.reshape(-1, c, h, w)
+    stats = partial_stats(
+        flat, np.zeros((flat.shape[0], h, w), np.int8), np.ones(flat.shape[0], bool)
+    )
     put_block(g, task["block"], s0, {"image": images}, (images, targets, *extras), stats)
-    return {"samples": len(imgs), "read_bytes": int(images.nbytes), "seconds": time.perf_counter() - t0}
+    return {
+        "samples": len(imgs),
+        "read_bytes": int(images.nbytes),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
-def convert_samples(reader: SampleReader, items: list, plan: SamplePlan, raw: str, out: str, client, opts: WriteOptions,
-                    read_kwargs: dict | None = None) -> ConvertResult:
-    """Create (or resume) the sample cube of `plan` at `out`; `items[i]` is what `reader.read_sample` reads for sample i."""
+def convert_samples(
+    reader: SampleReader,
+    items: list,
+    plan: SamplePlan,
+    raw: str,
+    out: str,
+    client,
+    opts: WriteOptions,
+    read_kwargs: dict | None = None,
+) -> ConvertResult:
+    """Create (or resume) the sample cube of `plan` at `out`; `items[i]` is what
+    `reader.read_sample` reads for sample i."""
     from ..progress import gather
 
     t0 = time.perf_counter()
     block, overwrite, progress = opts.block, opts.overwrite, opts.progress
     fingerprint = plan.key(block)
     spec = reader.spec
-    attrs = {"dataset": spec.id, "title": spec.name, "description": spec.description, "licence": spec.licence,
-             "layout": reader.layout.name, "schema_version": SCHEMA_VERSION, "converter": f"cryocube {__version__}",
-             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(), "raw_source": raw,
-             outputs.ZARR_MARKER: outputs.marker("cube", "convert")}
-    g = create_cube(out, lambda: sample_template(spec.bands, plan, block, attrs), fingerprint, overwrite)
+    attrs = {
+        "dataset": spec.id,
+        "title": spec.name,
+        "description": spec.description,
+        "licence": spec.licence,
+        "layout": reader.layout.name,
+        "schema_version": SCHEMA_VERSION,
+        "converter": f"cryocube {__version__}",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "raw_source": raw,
+        outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
+    }
+    g = create_cube(
+        out, lambda: sample_template(spec.bands, plan, block, attrs), fingerprint, overwrite
+    )
     nb = math.ceil(plan.n / block)
-    skipped = len(plan.attrs.get("skipped_samples") or ())  # bad raw samples left out with --on-error skip
+    # bad raw samples left out with --on-error skip
+    skipped = len(plan.attrs.get("skipped_samples") or ())
     if COMPLETE_ATTR in g.attrs:
-        return ConvertResult(out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), skipped)
+        return ConvertResult(
+            out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), skipped
+        )
     done = np.asarray(g["progress"][:]).astype(bool)
-    jobs = [{"reader": reader, "items": items[b * block : (b + 1) * block], "ids": plan.ids[b * block : (b + 1) * block],
-             "s0": b * block, "block": b, "out": out, "shape": plan.shape, "time": list(plan.time),
-             "read_kwargs": dict(read_kwargs or {})} for b in range(nb) if not done[b]]
-    futs = client.map(write_sample_block, jobs, pure=False, key=[f"cryocube-samples-{j['block']}-{time.time_ns()}" for j in jobs])
-    results = gather(futs, f"convert {reader.spec.id}", sum(len(j["items"]) for j in jobs), progress, lambda i, r: r["samples"])
+    jobs = [
+        {
+            "reader": reader,
+            "items": items[b * block : (b + 1) * block],
+            "ids": plan.ids[b * block : (b + 1) * block],
+            "s0": b * block,
+            "block": b,
+            "out": out,
+            "shape": plan.shape,
+            "time": list(plan.time),
+            "read_kwargs": dict(read_kwargs or {}),
+        }
+        for b in range(nb)
+        if not done[b]
+    ]
+    futs = client.map(
+        write_sample_block,
+        jobs,
+        pure=False,
+        key=[f"cryocube-samples-{j['block']}-{time.time_ns()}" for j in jobs],
+    )
+    results = gather(
+        futs,
+        f"convert {reader.spec.id}",
+        sum(len(j["items"]) for j in jobs),
+        progress,
+        lambda i, r: r["samples"],
+    )
     marker = finalize(out)
-    return ConvertResult(out, plan.n, len(jobs), nb, sum(r["read_bytes"] for r in results), time.perf_counter() - t0, marker,
-                         skipped)
+    return ConvertResult(
+        out,
+        plan.n,
+        len(jobs),
+        nb,
+        sum(r["read_bytes"] for r in results),
+        time.perf_counter() - t0,
+        marker,
+        skipped,
+    )

@@ -3,6 +3,7 @@
 A layout names its rule in the catalog (`val_from_train: {rule: ..., <options>}`); the readers and
 the sample-data generator both draw through here, so generated trees and conversions agree.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,9 +27,9 @@ def val_rule(name: str):
 
 @val_rule("shuffle_split")
 def shuffle_split(names: list[str], options: dict) -> set[str]:
-    """The names sklearn's train_test_split(test_size=fraction, random_state=seed) holds out (CaFFe's
-    reference preprocessing): a permutation of a RandomState, the first ceil(fraction n) are val, over
-    the names sorted (the reference listed its files in an order we cannot see)."""
+    """The names sklearn's train_test_split(test_size=fraction, random_state=seed) holds out
+    (CaFFe's reference preprocessing): a permutation of a RandomState, the first ceil(fraction n)
+    are val, over the names sorted (the reference listed its files in an order we cannot see)."""
     names = sorted(names)
     n = len(names)
     if n < 2:
@@ -40,15 +41,20 @@ def shuffle_split(names: list[str], options: dict) -> set[str]:
 
 @val_rule("choice")
 def choice(names: list[str], options: dict) -> set[str]:
-    """RandomState(seed).choice over the sorted names, without replacement, of min(scenes, max(1, n // 5))
-    (the AutoICE starter kit's 10 scenes on the real 512-scene train set; the n // 5 cap keeps most
-    of a tiny set for training)."""
+    """RandomState(seed).choice over the sorted names, without replacement, of min(scenes, max(1, n
+    // 5)) (the AutoICE starter kit's 10 scenes on the real 512-scene train set; the n // 5 cap
+    keeps most of a tiny set for training)."""
     names = sorted(names)
     n = len(names)
     k = min(int(options.get("scenes", 10)), max(1, n // 5)) if n >= 2 else 0
     if k == 0:
         return set()
-    return {str(s) for s in np.random.RandomState(int(options.get("seed", 0))).choice(np.array(names), size=k, replace=False)}
+    return {
+        str(s)
+        for s in np.random.RandomState(int(options.get("seed", 0))).choice(
+            np.array(names), size=k, replace=False
+        )
+    }
 
 
 def draw_val(names: list[str], spec: dict | None, where: str) -> set[str]:
@@ -57,5 +63,7 @@ def draw_val(names: list[str], spec: dict | None, where: str) -> set[str]:
         return set()
     rule = spec.get("rule")
     if rule not in VAL_RULES:
-        raise ConvertError(f"{where}: val_from_train rule {rule!r} is not one of {sorted(VAL_RULES)}")
+        raise ConvertError(
+            f"{where}: val_from_train rule {rule!r} is not one of {sorted(VAL_RULES)}"
+        )
     return VAL_RULES[rule](names, spec)

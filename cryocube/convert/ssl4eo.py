@@ -1,18 +1,21 @@
-"""SSL4EO-S12-downstream (Embed2Scale / NeuCo-Bench): zipped Zarr v2 stores per location and modality
--> one multi-temporal *sample cube*.
+"""SSL4EO-S12-downstream (Embed2Scale / NeuCo-Bench): zipped Zarr v2 stores per location and
+modality -> one multi-temporal *sample cube*.
 
-Raw layout (options in the dataset catalog): `data/<modality>/part-XXXXXX/<id>.zarr.zip`, each a Zarr v2
-group with variable `bands` of dims (sample, time, band, y, x) and shape (1, 4, C, H, W), the same id in
-every modality folder; `labels/<task>__<cls|regr>.csv` with columns id,label (empty labels skipped).
+Raw layout (options in the dataset catalog): `data/<modality>/part-XXXXXX/<id>.zarr.zip`, each a
+Zarr v2 group with variable `bands` of dims (sample, time, band, y, x) and shape (1, 4, C, H, W),
+the same id in every modality folder; `labels/<task>__<cls|regr>.csv` with columns id,label (empty
+labels skipped).
 
-The cube: `image(sample, time, band, y, x)` float32 (written by the shared sample-cube writer, convert/samples.py) (the modalities side by side on `band`, in the
-catalog's band order), `target(sample, task)` float32 (NaN = no label), coordinates `source` (the id),
-`split` ("all": the challenge has no split; probes draw their own), `task_type(task)`, `time`, and the
-band coordinates of every cube (alias, role, sensor, both published statistics). `--shift-s2` adds the
-+1000 DN offset of SSL4EO-S12 v1.1 to the S2 bands (the organisers' `shift_s2_channels`), and the
-cube then carries the v1.1 statistics as its published ones. Blocks are written by Dask tasks with
-progress flags and per-sample digests; the completion marker is written last, as for tile cubes.
+The cube: `image(sample, time, band, y, x)` float32 (written by the shared sample-cube writer,
+convert/samples.py) (the modalities side by side on `band`, in the catalog's band order),
+`target(sample, task)` float32 (NaN = no label), coordinates `source` (the id), `split` ("all": the
+challenge has no split; probes draw their own), `task_type(task)`, `time`, and the band coordinates
+of every cube (alias, role, sensor, both published statistics). `--shift-s2` adds the +1000 DN
+offset of SSL4EO-S12 v1.1 to the S2 bands (the organisers' `shift_s2_channels`), and the cube then
+carries the v1.1 statistics as its published ones. Blocks are written by Dask tasks with progress
+flags and per-sample digests; the completion marker is written last, as for tile cubes.
 """
+
 from __future__ import annotations
 
 import csv
@@ -47,10 +50,13 @@ def strip_suffix(name: str) -> str:
     return name
 
 
-def read_label_csvs(folder: str, storage_options: dict | None = None) -> dict[str, tuple[str, dict[str, float]]]:
-    """A NeuCo-Bench labels folder: task -> (cls|regr, {id: label}), read by the probe's strict reader
-    (families/embedding/labels.py: empty labels skipped; NaN, text, inf, duplicate ids and clashing task
-    names refused), so a cube's targets and `cryocube probe --labels` see the same labels."""
+def read_label_csvs(
+    folder: str, storage_options: dict | None = None
+) -> dict[str, tuple[str, dict[str, float]]]:
+    """A NeuCo-Bench labels folder: task -> (cls|regr, {id: label}), read by the probe's strict
+    reader (families/embedding/labels.py: empty labels skipped; NaN, text, inf, duplicate ids and
+    clashing task names refused), so a cube's targets and `cryocube probe --labels` see the same
+    labels."""
     from ..labelfiles import read_label_folder
 
     return {t: (f.kind, f.labels) for t, f in read_label_folder(folder, storage_options).items()}
@@ -70,16 +76,22 @@ class SSL4EOReader(SampleReader):
         return self.option("variable", "bands", str)
 
     def band_slices(self) -> dict[str, slice]:
-        """Where each modality's bands sit on the cube's band axis (the catalog's `sensor` field)."""
+        """Where each modality's bands sit on the cube's band axis (the catalog's `sensor`
+        field)."""
         out, i = {}, 0
         for m in self.modalities:
             n = sum(1 for b in self.spec.bands if b.sensor == m)
             if n == 0:
-                raise ConvertError(f"{self.where}: modality {m!r} has no band in the catalog (bands' sensor field)")
+                raise ConvertError(
+                    f"{self.where}: modality {m!r} has no band in the catalog (bands' sensor field)"
+                )
             out[m] = slice(i, i + n)
             i += n
         if i != len(self.spec.bands):
-            raise ConvertError(f"{self.where}: the catalog's bands are not grouped by modality in the order {self.modalities}")
+            raise ConvertError(
+                f"{self.where}: the catalog's bands are not grouped by modality in the order"
+                f" {self.modalities}"
+            )
         return out
 
     def detect(self, root: str) -> bool:
@@ -91,15 +103,23 @@ class SSL4EOReader(SampleReader):
         proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
         for m in self.modalities:
             paths = fs.glob(posixpath.join(base.rstrip("/"), "data", m, "*", "*.zarr.zip"))
-            by_mod[m] = {strip_suffix(posixpath.basename(p)): (p if p.startswith(proto) else proto + p) for p in sorted(paths)}
+            by_mod[m] = {
+                strip_suffix(posixpath.basename(p)): p if p.startswith(proto) else proto + p
+                for p in sorted(paths)
+            }
         if not any(by_mod.values()):
-            raise ConvertError(f"{root}: no SSL4EO-S12-downstream stores (expected data/<{'|'.join(self.modalities)}>/part-*/<id>.zarr.zip)")
+            raise ConvertError(
+                f"{root}: no SSL4EO-S12-downstream stores (expected"
+                f" data/<{'|'.join(self.modalities)}>/part-*/<id>.zarr.zip)"
+            )
         ids = sorted(set().union(*by_mod.values()))
         for m, found in by_mod.items():
             lonely = [i for i in ids if i not in found]
             if lonely:
-                raise ConvertError(f"{root}: {len(lonely)} location(s) have no {m} store, e.g. {lonely[0]} "
-                                   f"(expected data/{m}/part-*/{lonely[0]}.zarr.zip)")
+                raise ConvertError(
+                    f"{root}: {len(lonely)} location(s) have no {m} store, e.g. {lonely[0]} "
+                    f"(expected data/{m}/part-*/{lonely[0]}.zarr.zip)"
+                )
         return [Location(i, tuple((m, by_mod[m][i]) for m in self.modalities)) for i in ids]
 
     def labels(self, root: str) -> dict[str, tuple[str, dict[str, float]]]:
@@ -115,7 +135,8 @@ class SSL4EOReader(SampleReader):
         return zarr.storage.ZipStore(tmp.name, mode="r"), tmp.name
 
     def read(self, item: Location, window=None, shift_s2: bool = False) -> tuple[np.ndarray, None]:
-        """(time, band, y, x) float32 of one location, modalities side by side in the catalog's band order."""
+        """(time, band, y, x) float32 of one location, modalities side by side in the catalog's band
+        order."""
         parts = []
         slices = self.band_slices()
         for m, url in item.files:
@@ -123,18 +144,25 @@ class SSL4EOReader(SampleReader):
             try:
                 g = zarr.open_group(st, mode="r")
                 if self.variable not in g:
-                    raise ConvertError(f"{url}: no variable {self.variable!r} (found {sorted(g.keys())})")
+                    raise ConvertError(
+                        f"{url}: no variable {self.variable!r} (found {sorted(g.keys())})"
+                    )
                 a = np.asarray(g[self.variable][:], dtype=np.float32)
             except ConvertError:
                 raise
             except Exception as e:  # a truncated zip or chunk
-                raise ConvertError(f"{url}: cannot read ({type(e).__name__}: {e}); the file is corrupt or truncated") from None
+                raise ConvertError(
+                    f"{url}: cannot read ({type(e).__name__}: {e}); the file is corrupt or"
+                    " truncated"
+                ) from None
             finally:
                 st.close()
                 if tmp:
                     os.unlink(tmp)
             if a.ndim != 5 or a.shape[0] != 1:
-                raise ConvertError(f"{url}: {self.variable} has shape {a.shape}, expected (1, time, band, y, x)")
+                raise ConvertError(
+                    f"{url}: {self.variable} has shape {a.shape}, expected (1, time, band, y, x)"
+                )
             want = slices[m].stop - slices[m].start
             if a.shape[2] != want:
                 raise ConvertError(f"{url}: {a.shape[2]} {m} bands, the catalog lists {want}")
@@ -144,11 +172,17 @@ class SSL4EOReader(SampleReader):
             parts.append(a)
         shapes = {p.shape[::2] for p in parts}
         if len(shapes) != 1:
-            raise ConvertError(f"location {item.id}: modalities differ in time steps or size {[p.shape for p in parts]}")
+            raise ConvertError(
+                f"location {item.id}: modalities differ in time steps or size"
+                f" {[p.shape for p in parts]}"
+            )
         return np.concatenate(parts, axis=1), None
 
-    def write(self, root, split, scene, image, raw_label=None, crs=None, transform=None) -> tuple[str, str]:
-        """Sample data: one location's stores, one per modality ((time, band, y, x) in catalog band order)."""
+    def write(
+        self, root, split, scene, image, raw_label=None, crs=None, transform=None
+    ) -> tuple[str, str]:
+        """Sample data: one location's stores, one per modality ((time, band, y, x) in catalog band
+        order)."""
         import xarray as xr
 
         paths = []
@@ -157,12 +191,15 @@ class SSL4EOReader(SampleReader):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             arr = image[None, :, sl]
             dtype = np.float16 if m == "s1" else np.uint16
-            ds = xr.Dataset({self.variable: (("sample", "time", "band", "y", "x"), arr.astype(dtype))})
+            ds = xr.Dataset(
+                {self.variable: (("sample", "time", "band", "y", "x"), arr.astype(dtype))}
+            )
             st = zarr.storage.ZipStore(path, mode="w")
             import warnings
 
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # zipfile warns about duplicate names of consolidated metadata
+                # zipfile warns about duplicate names of consolidated metadata
+                warnings.simplefilter("ignore")
                 ds.to_zarr(st, zarr_format=2, consolidated=True)
             st.close()
             paths.append(path)
@@ -171,7 +208,9 @@ class SSL4EOReader(SampleReader):
     def write_labels(self, root, tasks: dict[str, tuple[str, dict[str, float | None]]]) -> None:
         os.makedirs(os.path.join(str(root), "labels"), exist_ok=True)
         for task, (kind, values) in tasks.items():
-            with open(os.path.join(str(root), "labels", f"{task}__{kind}.csv"), "w", newline="") as f:
+            with open(
+                os.path.join(str(root), "labels", f"{task}__{kind}.csv"), "w", newline=""
+            ) as f:
                 w = csv.writer(f)
                 w.writerow(["id", "label"])
                 for i, v in values.items():
@@ -184,14 +223,22 @@ class SSL4EOReader(SampleReader):
     def read_kwargs(self, plan: SamplePlan, shift_s2: bool = False, **_) -> dict:
         return {"shift_s2": bool(plan.attrs["shift_s2"])}
 
-    def plan(self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, shift_s2: bool = False,
-             **_) -> tuple[list[Location], SamplePlan]:
+    def plan(
+        self,
+        raw: str,
+        on_error: str = "raise",
+        keep_corrupted: bool = False,
+        shift_s2: bool = False,
+        **_,
+    ) -> tuple[list[Location], SamplePlan]:
         items = self.scan(raw)
         tasks = self.labels(raw)
         first = self.read_sample(items[0], shift_s2=shift_s2)
         T, C, H, W = first.shape
         if H != W:
-            raise ConvertError(f"location {items[0].id}: {H}x{W} pixels; sample cubes hold square images")
+            raise ConvertError(
+                f"location {items[0].id}: {H}x{W} pixels; sample cubes hold square images"
+            )
         index = {it.id: i for i, it in enumerate(items)}
         target = np.full((len(items), len(tasks)), np.nan, dtype=np.float32)
         for j, (_, values) in enumerate(tasks.values()):
@@ -200,10 +247,19 @@ class SSL4EOReader(SampleReader):
                     target[index[i], j] = v
         pub = self.spec.statistics.get(SHIFTED_STATS) if shift_s2 else None
         plan = SamplePlan(
-            ids=[it.id for it in items], shape=first.shape, tasks=[(t, kind) for t, (kind, _) in tasks.items()], target=target,
-            attrs={"shift_s2": shift_s2,
-                   "published_statistics": SHIFTED_STATS if shift_s2 else "raw (catalog band mean/std)"},
-            fingerprint={"shift_s2": shift_s2}, time=tuple(self.spec.time),
+            ids=[it.id for it in items],
+            shape=first.shape,
+            tasks=[(t, kind) for t, (kind, _) in tasks.items()],
+            target=target,
+            attrs={
+                "shift_s2": shift_s2,
+                "published_statistics": (
+                    SHIFTED_STATS if shift_s2 else "raw (catalog band mean/std)"
+                ),
+            },
+            fingerprint={"shift_s2": shift_s2},
+            time=tuple(self.spec.time),
             published_mean=[pub[b.name][0] for b in self.spec.bands] if pub else None,
-            published_std=[pub[b.name][1] for b in self.spec.bands] if pub else None)
+            published_std=[pub[b.name][1] for b in self.spec.bands] if pub else None,
+        )
         return items, plan

@@ -1,12 +1,14 @@
-"""Tile cubes: the `TileReader` base, and the writer that plans tiles on the client and fills fixed blocks of
-samples on Dask workers.
+"""Tile cubes: the `TileReader` base, and the writer that plans tiles on the client and fills fixed
+blocks of samples on Dask workers.
 
-Every block task opens the store itself, reads only the raw windows it needs, validates and remaps them,
-and hands images, labels and class fractions to the cube's one block write (`cube.write.put_block`:
-digests, moments, the progress flag last). A killed conversion therefore resumes by redoing only the
-blocks whose flag is not set, and the cube is marked complete (by `cube.write.finalize`) only when every
-flag is set. `convert` is the front door for both kinds of cube.
+Every block task opens the store itself, reads only the raw windows it needs, validates and remaps
+them, and hands images, labels and class fractions to the cube's one block write
+(`cube.write.put_block`: digests, moments, the progress flag last). A killed conversion therefore
+resumes by redoing only the blocks whose flag is not set, and the cube is marked complete (by
+`cube.write.finalize`) only when every flag is set. `convert` is the front door for both kinds of
+cube.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -18,10 +20,26 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, outputs, store as _store
+from .. import __version__, outputs
+from .. import store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
-from ..cube import COMPLETE_ATTR, SCHEMA_VERSION, CubeLayout, check_unique_ids, derive_sample_ids, partial_stats
-from ..cube.write import ConvertResult, WriteOptions, create, encoding, finalize, put_block, tile_template
+from ..cube import (
+    COMPLETE_ATTR,
+    SCHEMA_VERSION,
+    CubeLayout,
+    check_unique_ids,
+    derive_sample_ids,
+    partial_stats,
+)
+from ..cube.write import (
+    ConvertResult,
+    WriteOptions,
+    create,
+    encoding,
+    finalize,
+    put_block,
+    tile_template,
+)
 from ..errors import UserError, task_boundary
 from .base import ConvertError, Mapper, Reader, SourceItem, Window, open_reader
 from .rawio import map_threads
@@ -38,7 +56,8 @@ class Plan:
     tile_y: np.ndarray
     tile_x: np.ndarray
     tile: int
-    dropped: list[dict] = field(default_factory=list)  # items refused at scan time (with --on-error skip)
+    # items refused at scan time (with --on-error skip)
+    dropped: list[dict] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -60,8 +79,11 @@ class Plan:
             "split": split,
             "scene": np.array([it[i].scene for i in io]),
             "source": source,
-            "sample_id": check_unique_ids(derive_sample_ids(source, split, self.tile_y, self.tile_x), "the raw files",
-                                          "two files of one split folder share a name; rename one"),
+            "sample_id": check_unique_ids(
+                derive_sample_ids(source, split, self.tile_y, self.tile_x),
+                "the raw files",
+                "two files of one split folder share a name; rename one",
+            ),
             "crs": np.array([it[i].crs or "" for i in io]),
             "tile_y": self.tile_y,
             "tile_x": self.tile_x,
@@ -71,7 +93,9 @@ class Plan:
     def fingerprint(self, extra: dict) -> str:
         h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode())
         for it in self.items:
-            h.update(f"{it.split}|{it.scene}|{it.image}|{it.label}|{it.height}|{it.width}|{it.bands}".encode())
+            h.update(
+                f"{it.split}|{it.scene}|{it.image}|{it.label}|{it.height}|{it.width}|{it.bands}".encode()
+            )
         return h.hexdigest()
 
 
@@ -84,11 +108,18 @@ def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
                 item_of.append(i)
                 ty.append(y)
                 tx.append(x)
-    return Plan(items, np.array(item_of, dtype=np.int64), np.array(ty, dtype=np.int32), np.array(tx, dtype=np.int32), tile)
+    return Plan(
+        items,
+        np.array(item_of, dtype=np.int64),
+        np.array(ty, dtype=np.int32),
+        np.array(tx, dtype=np.int32),
+        tile,
+    )
 
 
 class TileReader(Reader):
-    """Layouts of scenes or tiles with dense labels; the shared writer cuts them into a tile cube."""
+    """Layouts of scenes or tiles with dense labels; the shared writer cuts them into a tile
+    cube."""
 
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
         """All items under `root`, sorted by (split order, name). Raises ConvertError on
@@ -99,7 +130,8 @@ class TileReader(Reader):
         raise NotImplementedError
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(image (C, h, w) in the source dtype, raw label (h, w)) for the window (whole image if None)."""
+        """(image (C, h, w) in the source dtype, raw label (h, w)) for the window (whole image if
+        None)."""
         raise NotImplementedError
 
     def disk_split(self, split: str) -> str:
@@ -107,15 +139,27 @@ class TileReader(Reader):
         return "train" if split == "val" and self.options.get("val_from_train") else split
 
     def example_name(self, base: str, i: int) -> str:
-        """The name generated sample item `i` gets in this layout, from a dataset-style name (`base`)."""
+        """The name generated sample item `i` gets in this layout, from a dataset-style name
+        (`base`)."""
         return base
 
-    def write(self, root: str, split: str, scene: str, image: np.ndarray, raw_label: np.ndarray,
-              crs: str | None = None, transform: tuple | None = None) -> tuple[str, str]:
-        """Write one image and its raw label where `scan` finds them; returns (image path, label path)."""
+    def write(
+        self,
+        root: str,
+        split: str,
+        scene: str,
+        image: np.ndarray,
+        raw_label: np.ndarray,
+        crs: str | None = None,
+        transform: tuple | None = None,
+    ) -> tuple[str, str]:
+        """Write one image and its raw label where `scan` finds them; returns (image path, label
+        path)."""
         raise NotImplementedError
 
-    def convert(self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options) -> ConvertResult:
+    def convert(
+        self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
+    ) -> ConvertResult:
         return convert_tiles(self, raw, out, client, opts)
 
 
@@ -126,7 +170,8 @@ LUT_MAX = 1 << 16  # integer labels below this are remapped by table lookup (one
 
 
 def _lookup_table(layout: Layout, size: int) -> np.ndarray:
-    """raw value (0..size-1 at least) -> class index; ignore values -> -1; unknown values -> -2 (an error)."""
+    """raw value (0..size-1 at least) -> class index; ignore values -> -1; unknown values -> -2 (an
+    error)."""
     lut = np.full(max(size, *layout.label_map, *layout.ignore_values, 0) + 1, -2, dtype=np.int16)
     lut[list(layout.ignore_values)] = CUBE_IGNORE_INDEX
     for k, v in layout.label_map.items():
@@ -135,13 +180,18 @@ def _lookup_table(layout: Layout, size: int) -> np.ndarray:
 
 
 def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
-    """Raw label values -> class indices (int16), ignore values -> -1; unknown values are an error."""
+    """Raw label values -> class indices (int16), ignore values -> -1; unknown values are an
+    error."""
     raw = np.asarray(raw)
     if raw.dtype.kind == "f":
         if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
             raise ConvertError(f"{where}: label has non-integer or non-finite values")
         raw = raw.astype(np.int64)
-    if min(layout.label_map, default=0) >= 0 and min(layout.ignore_values, default=0) >= 0 and raw.size:
+    if (
+        min(layout.label_map, default=0) >= 0
+        and min(layout.ignore_values, default=0) >= 0
+        and raw.size
+    ):
         lo, hi = int(raw.min()), int(raw.max())
         if lo >= 0 and hi < LUT_MAX:
             out = np.take(_lookup_table(layout, hi), raw)
@@ -154,7 +204,11 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
     flat = raw.astype(np.int64)
     pos = np.clip(np.searchsorted(keys, flat), 0, len(keys) - 1)
     known = keys[pos] == flat
-    ignored = np.isin(flat, np.array(layout.ignore_values, dtype=np.int64)) if layout.ignore_values else np.zeros(flat.shape, bool)
+    ignored = (
+        np.isin(flat, np.array(layout.ignore_values, dtype=np.int64))
+        if layout.ignore_values
+        else np.zeros(flat.shape, bool)
+    )
     bad = ~(known | ignored)
     if bad.any():
         _unknown(np.unique(flat[bad]), layout, where)
@@ -164,32 +218,44 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
 
 def _unknown(values: np.ndarray, layout: Layout, where: str):
     raise ConvertError(
-        f"{where}: label values {values[:10].tolist()} are not in the {layout.name} mapping {dict(layout.label_map)}"
+        f"{where}: label values {values[:10].tolist()} are not in the {layout.name} mapping"
+        f" {dict(layout.label_map)}"
         + (f" (ignore values {list(layout.ignore_values)})" if layout.ignore_values else "")
     )
 
 
 def check_image(img: np.ndarray, spec: DatasetSpec, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """Validated image in the cube dtype, and a mask of no-data pixels (NaN with nan_policy 'fill')."""
+    """Validated image in the cube dtype, and a mask of no-data pixels (NaN with nan_policy
+    'fill')."""
     if img.ndim != 3 or img.shape[0] != len(spec.bands):
-        raise ConvertError(f"{where}: expected {len(spec.bands)} bands ({', '.join(spec.band_names)}), got shape {img.shape}")
+        raise ConvertError(
+            f"{where}: expected {len(spec.bands)} bands ({', '.join(spec.band_names)}), got shape"
+            f" {img.shape}"
+        )
     nodata = np.zeros(img.shape[1:], dtype=bool)
-    if img.dtype.kind == "f" and not np.isfinite(img).all():  # one pass in the usual all-finite case
+    # one pass in the usual all-finite case
+    if img.dtype.kind == "f" and not np.isfinite(img).all():
         bad = ~np.isfinite(img)
         if spec.nan_policy == "error":
             b = int(np.flatnonzero(bad.any(axis=(1, 2)))[0])
-            raise ConvertError(f"{where}: {int(bad.sum())} NaN/inf pixels (first in band {spec.bands[b].name})")
+            raise ConvertError(
+                f"{where}: {int(bad.sum())} NaN/inf pixels (first in band {spec.bands[b].name})"
+            )
         nodata = bad.any(axis=0)
         img = np.where(bad, spec.nan_fill, img)
     target = np.dtype(spec.dtype)
     if target.kind in "ui" and img.dtype != target:
         info = np.iinfo(target)
         if img.min() < info.min or img.max() > info.max:
-            raise ConvertError(f"{where}: values {img.min()}..{img.max()} do not fit the dataset dtype {target}")
+            raise ConvertError(
+                f"{where}: values {img.min()}..{img.max()} do not fit the dataset dtype {target}"
+            )
     return img.astype(target, copy=False), nodata
 
 
-def _tile_from(window_img: np.ndarray, window_lbl: np.ndarray, oy: int, ox: int, tile: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+def _tile_from(
+    window_img: np.ndarray, window_lbl: np.ndarray, oy: int, ox: int, tile: int, dtype
+) -> tuple[np.ndarray, np.ndarray]:
     img = window_img[:, oy : oy + tile, ox : ox + tile]
     lbl = window_lbl[oy : oy + tile, ox : ox + tile]
     h, w = lbl.shape
@@ -249,7 +315,10 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
             img, raw = reader.read(it, win)
             where = it.image
             if img.shape[1:] != raw.shape:
-                raise ConvertError(f"{it.image}: image {img.shape[1:]} and mask {it.label} {raw.shape} differ in size")
+                raise ConvertError(
+                    f"{it.image}: image {img.shape[1:]} and mask {it.label} {raw.shape} differ in"
+                    " size"
+                )
             read_bytes += img.nbytes + raw.nbytes
             img, nodata = check_image(img, spec, where)
             lbl = remap_labels(raw, layout, it.label)
@@ -262,14 +331,31 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
                 images[j] = 0  # a skipped sample is stored as zeros with ignore labels
             continue
         for j in js:
-            images[j], labels[j] = _tile_from(img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype)
+            images[j], labels[j] = _tile_from(
+                img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype
+            )
     cf = class_fractions(labels, spec.num_classes)
     stats = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
-    put_block(_store.open_group(task["out"], "r+"), task["block"], s0,
-              {"image": images, "label": labels, "class_fraction": cf, "skip_reason": np.array(reasons, dtype=object)},
-              (images, labels), stats)
-    return {"block": task["block"], "samples": n, "read_bytes": read_bytes, "seconds": time.perf_counter() - t0,
-            "skipped": sum(1 for r in reasons if r)}
+    put_block(
+        _store.open_group(task["out"], "r+"),
+        task["block"],
+        s0,
+        {
+            "image": images,
+            "label": labels,
+            "class_fraction": cf,
+            "skip_reason": np.array(reasons, dtype=object),
+        },
+        (images, labels),
+        stats,
+    )
+    return {
+        "block": task["block"],
+        "samples": n,
+        "read_bytes": read_bytes,
+        "seconds": time.perf_counter() - t0,
+        "skipped": sum(1 for r in reasons if r),
+    }
 
 
 # -- orchestration (client side) -----------------------------------------------------------------
@@ -283,8 +369,8 @@ def _map_chunk(fn, jobs: list, threads: int) -> list:
 
 
 def worker_mapper(client):
-    """A `Mapper` that reads headers on the Dask workers, a few chunks per worker (for datasets of many
-    files, or on object stores, where the client alone would wait on thousands of GETs)."""
+    """A `Mapper` that reads headers on the Dask workers, a few chunks per worker (for datasets of
+    many files, or on object stores, where the client alone would wait on thousands of GETs)."""
 
     def run(fn, jobs: list, threads: int) -> list:
         workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
@@ -302,12 +388,14 @@ def worker_mapper(client):
     return run
 
 
-
 def detect_layout(spec: DatasetSpec, raw: str) -> str:
     """The first of the dataset's catalog layouts (in name order) whose reader recognises `raw`."""
     candidates = [lay for lay in sorted(spec.layouts) if open_reader(spec, lay).detect(raw)]
     if not candidates:
-        raise ConvertError(f"{raw}: does not look like any known {spec.id} layout ({', '.join(sorted(spec.layouts))}); pass --layout")
+        raise ConvertError(
+            f"{raw}: does not look like any known {spec.id} layout"
+            f" ({', '.join(sorted(spec.layouts))}); pass --layout"
+        )
     return candidates[0]
 
 
@@ -337,53 +425,110 @@ def convert(
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     _store.register_options(raw, raw_storage_options)
     _store.register_options(out, storage_options)
-    outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])  # never replace what convert did not write
+    # never replace what convert did not write
+    outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])
     if layout == "auto":
         layout = detect_layout(spec, raw)
     if layout not in spec.layouts:
-        raise UserError(f"dataset {spec.id!r} has no layout {layout!r}; known: {', '.join(sorted(spec.layouts))}")
+        raise UserError(
+            f"dataset {spec.id!r} has no layout {layout!r}; known:"
+            f" {', '.join(sorted(spec.layouts))}"
+        )
     if on_error not in ("raise", "skip"):
         raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
     # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
-    tile = int(tile_size if tile_size is not None else spec.layout(layout).options.get("tile_size") or spec.tile_size)
+    tile = int(
+        tile_size
+        if tile_size is not None
+        else spec.layout(layout).options.get("tile_size") or spec.tile_size
+    )
     if shard_samples:
         block_samples = shard_samples  # a Dask task must write whole shards, never part of one
     for what, v in (("--tile", tile), ("--block", block_samples), ("--shard", shard_samples)):
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
     if reader_options.get("keep_corrupted") and not open_reader(spec, layout).flags_samples:
-        raise UserError(f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag corrupted samples "
-                        "(only Hephaestus's do)")
+        raise UserError(
+            f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag"
+            " corrupted samples (only Hephaestus's do)"
+        )
     client = get_client(client)
     _store.share_with(client)
-    opts = WriteOptions(block=block_samples, overwrite=overwrite, progress=progress, on_error=on_error, tile=tile,
-                        shard=shard_samples, compressor=compressor)
-    prechecked = reader_options.pop("prechecked", None)  # `cryocube convert` planned sample cubes before the cluster
+    opts = WriteOptions(
+        block=block_samples,
+        overwrite=overwrite,
+        progress=progress,
+        on_error=on_error,
+        tile=tile,
+        shard=shard_samples,
+        compressor=compressor,
+    )
+    # `cryocube convert` planned sample cubes before the cluster
+    prechecked = reader_options.pop("prechecked", None)
     return open_reader(spec, layout).convert(raw, out, client, opts, prechecked, **reader_options)
 
 
-def convert_tiles(reader: TileReader, raw: str, out: str, client, opts: WriteOptions) -> ConvertResult:
-    """The tile cube of `reader`'s layout: scan (headers on the workers), plan the tiles, write blocks, finalise."""
+def convert_tiles(
+    reader: TileReader, raw: str, out: str, client, opts: WriteOptions
+) -> ConvertResult:
+    """The tile cube of `reader`'s layout: scan (headers on the workers), plan the tiles, write
+    blocks, finalise."""
     t0 = time.perf_counter()
     spec, layout, tile, block_samples = reader.spec, reader.layout.name, opts.tile, opts.block
     items = reader.scan(raw, map_headers=worker_mapper(client))
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
     plan = plan_tiles(items, tile)
-    lay = CubeLayout(plan.n, len(spec.bands), tile, spec.num_classes, spec.dtype, block_samples, opts.shard, opts.compressor)
-    fingerprint = plan.fingerprint({"dataset": spec.id, "layout": layout, "tile": tile, "block": block_samples,
-                                    "shard": opts.shard, "on_error": opts.on_error, "compressor": opts.compressor,
-                                    "schema": SCHEMA_VERSION})
+    lay = CubeLayout(
+        plan.n,
+        len(spec.bands),
+        tile,
+        spec.num_classes,
+        spec.dtype,
+        block_samples,
+        opts.shard,
+        opts.compressor,
+    )
+    fingerprint = plan.fingerprint(
+        {
+            "dataset": spec.id,
+            "layout": layout,
+            "tile": tile,
+            "block": block_samples,
+            "shard": opts.shard,
+            "on_error": opts.on_error,
+            "compressor": opts.compressor,
+            "schema": SCHEMA_VERSION,
+        }
+    )
     g = _prepare_store(out, spec, layout, plan, lay, fingerprint, opts.overwrite, raw)
     if COMPLETE_ATTR in g.attrs:
-        return ConvertResult(out, plan.n, 0, lay.n_blocks, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), 0)
+        return ConvertResult(
+            out,
+            plan.n,
+            0,
+            lay.n_blocks,
+            0,
+            time.perf_counter() - t0,
+            dict(g.attrs[COMPLETE_ATTR]),
+            0,
+        )
     done = np.asarray(g["progress"][:]).astype(bool)
-    tasks = [_block_task(b, spec, layout, plan, lay, out, opts.on_error) for b in range(lay.n_blocks) if not done[b]]
+    tasks = [
+        _block_task(b, spec, layout, plan, lay, out, opts.on_error)
+        for b in range(lay.n_blocks)
+        if not done[b]
+    ]
     results = _run_blocks(client, tasks, opts.progress, f"convert {spec.id}")
     marker = finalize(out)
     return ConvertResult(
-        url=out, n_samples=plan.n, blocks_written=len(tasks), blocks_total=lay.n_blocks,
-        read_bytes=sum(r["read_bytes"] for r in results), seconds=time.perf_counter() - t0, marker=marker,
+        url=out,
+        n_samples=plan.n,
+        blocks_written=len(tasks),
+        blocks_total=lay.n_blocks,
+        read_bytes=sum(r["read_bytes"] for r in results),
+        seconds=time.perf_counter() - t0,
+        marker=marker,
         skipped=sum(r["skipped"] for r in results),
     )
 
@@ -394,10 +539,18 @@ def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, out, on_error) -> 
     uniq = list(dict.fromkeys(iidx.tolist()))
     local = {ii: k for k, ii in enumerate(uniq)}
     return {
-        "block": b, "range": (s0, s1), "spec": spec, "layout": layout, "tile": lay.tile,
+        "block": b,
+        "range": (s0, s1),
+        "spec": spec,
+        "layout": layout,
+        "tile": lay.tile,
         "items": [plan.items[i] for i in uniq],
-        "samples": [(local[int(ii)], int(y), int(x)) for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])],
-        "out": out, "on_error": on_error,
+        "samples": [
+            (local[int(ii)], int(y), int(x))
+            for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])
+        ],
+        "out": out,
+        "on_error": on_error,
         "train": [plan.items[i].split == "train" for i in iidx],
     }
 
@@ -407,13 +560,33 @@ def _run_blocks(client, tasks: list[dict], progress: bool, label: str) -> list[d
 
     if not tasks:
         return []
-    futures = client.map(write_block, tasks, pure=False, key=[f"cryocube-write-block-{t['out'][-24:]}-{t['block']}" for t in tasks])
-    return gather(futures, label, sum(t["range"][1] - t["range"][0] for t in tasks), progress, lambda i, r: r["samples"])
+    futures = client.map(
+        write_block,
+        tasks,
+        pure=False,
+        key=[f"cryocube-write-block-{t['out'][-24:]}-{t['block']}" for t in tasks],
+    )
+    return gather(
+        futures,
+        label,
+        sum(t["range"][1] - t["range"][0] for t in tasks),
+        progress,
+        lambda i, r: r["samples"],
+    )
 
 
-def _prepare_store(out, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLayout, fingerprint: str,
-                   overwrite: bool, raw: str):
-    """Create the cube's metadata, or reopen it to resume when the plan is the same (`cube.write.create`)."""
+def _prepare_store(
+    out,
+    spec: DatasetSpec,
+    layout: str,
+    plan: Plan,
+    lay: CubeLayout,
+    fingerprint: str,
+    overwrite: bool,
+    raw: str,
+):
+    """Create the cube's metadata, or reopen it to resume when the plan is the same
+    (`cube.write.create`)."""
 
     def make():
         attrs = {
@@ -447,8 +620,11 @@ def _prepare_store(out, spec: DatasetSpec, layout: str, plan: Plan, lay: CubeLay
 
 
 def create_cube(out: str, make, fingerprint: str, overwrite: bool):
-    """`cube.write.create` (either kind), with a full disk or an unwritable --out said in one sentence."""
+    """`cube.write.create` (either kind), with a full disk or an unwritable --out said in one
+    sentence."""
     try:
         return create(out, make, fingerprint, overwrite)
     except OSError as e:
-        raise UserError(outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}") from None
+        raise UserError(
+            outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}"
+        ) from None

@@ -1,33 +1,125 @@
 """The cube: every write and read of a cube goes through this package.
 
-One Zarr v3 group per dataset, `image(sample, band, y, x)` + `label(sample, y, x)` (tile cubes) or whole images
-and image-level `target(sample, task)` (sample cubes). Everything a protocol needs to pick samples (split, scene,
-tile position, stratum, class fractions) and to normalise (train-split band statistics) lives in coordinates, so
-no label has to be read to plan a run. A cube is complete only when the `cryocube_complete` attribute exists; it
-is written last. Every sample carries the crc32 of its image and label bytes (`sample_digest`), checked whenever
-a task reads it: a deleted or damaged chunk is an error naming the sample, never fill values.
+One Zarr v3 group per dataset, `image(sample, band, y, x)` + `label(sample, y, x)` (tile cubes) or
+whole images and image-level `target(sample, task)` (sample cubes). Everything a protocol needs to
+pick samples (split, scene, tile position, stratum, class fractions) and to normalise (train-split
+band statistics) lives in coordinates, so no label has to be read to plan a run. A cube is complete
+only when the `cryocube_complete` attribute exists; it is written last. Every sample carries the
+crc32 of its image and label bytes (`sample_digest`), checked whenever a task reads it: a deleted or
+damaged chunk is an error naming the sample, never fill values.
 
-Modules: `schema` (markers, layout, codecs, errors), `ids`, `digests` (crc32 maths), `stats` (moments, strata),
-`write` (one template, one store creation, one block write, one finalisation, for tiles and samples), `read` (open, plan facts, checked reads), `check` (verify),
-`describe` (summary text). The names below are the package's public face.
+Modules: `schema` (markers, layout, codecs, errors), `ids`, `digests` (crc32 maths), `stats`
+(moments, strata), `write` (one template, one store creation, one block write, one finalisation, for
+tiles and samples), `read` (open, plan facts, checked reads), `check` (verify), `describe` (summary
+text). The names below are the package's public face.
 """
+
 from .check import VerifyReport, verify
 from .describe import summary
-from .digests import (block_digest, crc32_concat, cube_checksum, digest_rows, digest_vars, sample_digests)
+from .digests import (
+    block_digest,
+    crc32_concat,
+    cube_checksum,
+    digest_rows,
+    digest_vars,
+    sample_digests,
+)
 from .ids import check_unique_ids, derive_sample_ids, sample_ids
-from .read import (_GROUPS, CubeInfo, CubeView, SampleCube, TileCube, cube_info, not_a_cube, open_cube, open_view, read_checked, read_dense,
-                   read_samples)
-from .schema import (COMPLETE_ATTR, COMPRESSORS, DIGEST_BYTES, INTERNAL_VARS, PLAN_ATTR, SCHEMA_VERSION, STATS, CubeLayout,
-                     SAMPLE_VARS, DamagedCubeError, IncompleteCubeError, _text, as_text, declared)
+from .read import (
+    _GROUPS,
+    CubeInfo,
+    CubeView,
+    SampleCube,
+    TileCube,
+    cube_info,
+    not_a_cube,
+    open_cube,
+    open_view,
+    read_checked,
+    read_dense,
+    read_samples,
+)
+from .schema import (
+    COMPLETE_ATTR,
+    COMPRESSORS,
+    DIGEST_BYTES,
+    INTERNAL_VARS,
+    PLAN_ATTR,
+    SAMPLE_VARS,
+    SCHEMA_VERSION,
+    STATS,
+    CubeLayout,
+    DamagedCubeError,
+    IncompleteCubeError,
+    _text,
+    as_text,
+    declared,
+)
 from .stats import combine_stats, merge_moments, partial_stats, stratum_keys
-from .write import (ConvertResult, SamplePlan, WriteOptions, create, encoding, finalize, put_block, sample_template, template,
-                    tile_template)
+from .write import (
+    ConvertResult,
+    SamplePlan,
+    WriteOptions,
+    create,
+    encoding,
+    finalize,
+    put_block,
+    sample_template,
+    template,
+    tile_template,
+)
 
 __all__ = [
-    "COMPLETE_ATTR", "COMPRESSORS", "ConvertResult", "DIGEST_BYTES", "INTERNAL_VARS", "PLAN_ATTR", "SCHEMA_VERSION", "STATS", "CubeInfo",
-    "CubeLayout", "DamagedCubeError", "IncompleteCubeError", "VerifyReport", "as_text", "block_digest", "check_unique_ids",
-    "combine_stats", "crc32_concat", "cube_checksum", "cube_info", "derive_sample_ids", "digest_rows", "digest_vars",
-    "encoding", "finalize", "merge_moments", "not_a_cube", "open_cube", "partial_stats", "read_checked", "read_dense",
-    "read_samples", "sample_digests", "sample_ids", "stratum_keys", "summary", "template", "verify", "WriteOptions",
-    "CubeView", "SampleCube", "TileCube", "open_view", "SAMPLE_VARS", "declared", "SamplePlan", "create", "put_block", "sample_template", "tile_template",
+    "_GROUPS",  # the store groups a cube holds (tests check a store round-trip against them)
+    "_text",  # attrs as text, for the readers that build sample cubes
+    "COMPLETE_ATTR",
+    "COMPRESSORS",
+    "ConvertResult",
+    "DIGEST_BYTES",
+    "INTERNAL_VARS",
+    "PLAN_ATTR",
+    "SCHEMA_VERSION",
+    "STATS",
+    "CubeInfo",
+    "CubeLayout",
+    "DamagedCubeError",
+    "IncompleteCubeError",
+    "VerifyReport",
+    "as_text",
+    "block_digest",
+    "check_unique_ids",
+    "combine_stats",
+    "crc32_concat",
+    "cube_checksum",
+    "cube_info",
+    "derive_sample_ids",
+    "digest_rows",
+    "digest_vars",
+    "encoding",
+    "finalize",
+    "merge_moments",
+    "not_a_cube",
+    "open_cube",
+    "partial_stats",
+    "read_checked",
+    "read_dense",
+    "read_samples",
+    "sample_digests",
+    "sample_ids",
+    "stratum_keys",
+    "summary",
+    "template",
+    "verify",
+    "WriteOptions",
+    "CubeView",
+    "SampleCube",
+    "TileCube",
+    "open_view",
+    "SAMPLE_VARS",
+    "declared",
+    "SamplePlan",
+    "create",
+    "put_block",
+    "sample_template",
+    "tile_template",
 ]

@@ -1,4 +1,6 @@
-"""`cryocube inspect --verify`: every sample against its digest, every block against the cube checksum."""
+"""`cryocube inspect --verify`: every sample against its digest, every block against the cube
+checksum."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +12,7 @@ from ..errors import UserError
 from .digests import block_digest, cube_checksum, digest_rows, digest_vars, sample_digests
 from .read import not_a_cube
 from .schema import COMPLETE_ATTR, IncompleteCubeError, as_text
+
 
 @dataclass
 class VerifyReport:
@@ -25,8 +28,8 @@ class VerifyReport:
 
 
 def verify(url: str, storage_options: dict | None = None, progress: bool = True) -> VerifyReport:
-    """Read every sample and check it against its digest, every block against its block digest and the
-    block digests against the cube checksum (`cryocube inspect --verify`)."""
+    """Read every sample and check it against its digest, every block against its block digest and
+    the block digests against the cube checksum (`cryocube inspect --verify`)."""
     from ..progress import progress_bar
 
     _store.register_options(url, storage_options)
@@ -36,9 +39,12 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
     if "schema_version" not in g.attrs:
         raise UserError(not_a_cube(url, storage_options))
     if COMPLETE_ATTR not in g.attrs:
-        raise IncompleteCubeError(f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); nothing to verify yet")
+        raise IncompleteCubeError(
+            f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); nothing to verify yet"
+        )
     n = g["image"].shape[0]
-    # what the per-sample digests cover, in part order: the image, the label (target), a sample cube's extras
+    # what the per-sample digests cover, in part order: the image, the label (target), a sample
+    # cube's extras
     parts = ("image", "target" if g.attrs.get("kind") == "samples" else "label", *digest_vars(g))
     bs = int(g.attrs.get("block_samples") or 16)
     has = "sample_digest" in g
@@ -59,7 +65,13 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
                         try:
                             g[v][i]
                         except Exception as e:  # noqa: BLE001
-                            damaged.append({"sample": i, "source": str(sources[i]), "what": f"{v} unreadable ({type(e).__name__})"})
+                            damaged.append(
+                                {
+                                    "sample": i,
+                                    "source": str(sources[i]),
+                                    "what": f"{v} unreadable ({type(e).__name__})",
+                                }
+                            )
                 computed.append(np.zeros(stored_blocks.shape[1], np.uint8))
                 bar.advance(s1 - s0)
                 continue
@@ -68,10 +80,22 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
                 want = np.asarray(g["sample_digest"][s0:s1])
                 for k in np.flatnonzero((got != want).any(axis=1)):
                     what = ", ".join(v for v, a, w in zip(parts, got[k], want[k]) if a != w)
-                    damaged.append({"sample": s0 + int(k), "source": str(sources[s0 + k]), "what": f"{what} digest mismatch"})
+                    damaged.append(
+                        {
+                            "sample": s0 + int(k),
+                            "source": str(sources[s0 + k]),
+                            "what": f"{what} digest mismatch",
+                        }
+                    )
             blk = block_digest(got, *(digest_rows(a)[0].nbytes for a in arrs))
             if not np.array_equal(blk, stored_blocks[b]) and not has:
-                damaged.append({"sample": s0, "source": str(sources[s0]), "what": f"block {b} ({s0}..{s1 - 1}) digest mismatch"})
+                damaged.append(
+                    {
+                        "sample": s0,
+                        "source": str(sources[s0]),
+                        "what": f"block {b} ({s0}..{s1 - 1}) digest mismatch",
+                    }
+                )
             computed.append(blk)
             bar.advance(s1 - s0)
     checksum_ok = cube_checksum(np.array(computed)) == g.attrs[COMPLETE_ATTR]["checksum"]

@@ -1,8 +1,10 @@
-"""The crc32 maths of a cube: per-sample digests, block digests combined from them, the cube checksum.
+"""The crc32 maths of a cube: per-sample digests, block digests combined from them, the cube
+checksum.
 
-Every sample carries the crc32 of its image and label bytes (`sample_digest`), checked whenever a task reads
-it: a deleted or damaged chunk is an error naming the sample, never fill values.
+Every sample carries the crc32 of its image and label bytes (`sample_digest`), checked whenever a
+task reads it: a deleted or damaged chunk is an error naming the sample, never fill values.
 """
+
 from __future__ import annotations
 
 import functools
@@ -11,6 +13,7 @@ import struct
 import zlib
 
 import numpy as np
+
 
 def cube_checksum(block_digests: np.ndarray) -> str:
     """Content checksum of a cube: sha256 over the per-block digests, in block order."""
@@ -22,28 +25,32 @@ def _crc(a: np.ndarray) -> int:
 
 
 def sample_digests(images: np.ndarray, labels: np.ndarray, *extras: np.ndarray) -> np.ndarray:
-    """(n, 2 + len(extras)) uint32: crc32 of each sample's image bytes, of its label bytes and of its row of
-    each extra per-sample variable (`digest_rows`), hashed without copies.
+    """(n, 2 + len(extras)) uint32: crc32 of each sample's image bytes, of its label bytes and of
+    its row of each extra per-sample variable (`digest_rows`), hashed without copies.
 
     crc32 runs at ~2 GB/s here, where sha256 would cost a third of a plain read; it identifies
     content and catches corruption, and is cheap enough to check on every read.
     """
     parts = (images, labels, *(digest_rows(x) for x in extras))
-    return np.array([tuple(_crc(p[i]) for p in parts) for i in range(len(images))], dtype=np.uint32).reshape(-1, len(parts))
+    return np.array(
+        [tuple(_crc(p[i]) for p in parts) for i in range(len(images))], dtype=np.uint32
+    ).reshape(-1, len(parts))
 
 
 def digest_rows(values: np.ndarray) -> np.ndarray:
-    """A per-sample variable as equal-sized byte rows: numbers as stored; text as the crc32 of each string
-    (UTF-8), so a variable-length answer still has a fixed-size row for the block digest."""
+    """A per-sample variable as equal-sized byte rows: numbers as stored; text as the crc32 of each
+    string (UTF-8), so a variable-length answer still has a fixed-size row for the block digest."""
     a = np.asarray(values)
     if a.dtype.kind in "OUT":
-        a = np.array([zlib.crc32(str(v).encode()) for v in a.ravel()], dtype=np.uint32).reshape(a.shape)
+        a = np.array([zlib.crc32(str(v).encode()) for v in a.ravel()], dtype=np.uint32).reshape(
+            a.shape
+        )
     return np.ascontiguousarray(a).reshape(len(a), -1)
 
 
 def digest_vars(g) -> tuple[str, ...]:
-    """The per-sample variables a cube's `sample_digest` covers after image and label/target, in part order
-    (sample cubes written before extras were digested have none)."""
+    """The per-sample variables a cube's `sample_digest` covers after image and label/target, in
+    part order (sample cubes written before extras were digested have none)."""
     return tuple(g.attrs.get("digest_vars") or ())
 
 
@@ -59,8 +66,10 @@ def _gf2_times(mat: list[int], vec: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _crc_shift(nbytes: int) -> tuple[int, ...]:
-    """The GF(2) operator that advances a crc32 over `nbytes` zero bytes (zlib's crc32_combine, precomputed
-    once per sample size, so combining a block's sample digests costs a few dozen operations each)."""
+    """The GF(2) operator that advances a crc32 over `nbytes` zero bytes (zlib's crc32_combine,
+    precomputed once per sample size, so combining a block's sample digests costs a few dozen
+    operations each).
+    """
     op = [0xEDB88320] + [1 << (n - 1) for n in range(1, 32)]  # one zero bit
     for _ in range(3):  # eight zero bits: one byte
         op = [_gf2_times(op, op[n]) for n in range(32)]
@@ -83,9 +92,10 @@ def crc32_concat(crcs, nbytes: int) -> int:
 
 
 def block_digest(digests: np.ndarray, *part_nbytes: int) -> np.ndarray:
-    """4 bytes per digest part (image, label, then a sample cube's extra variables): the crc32 of the block's
-    bytes of that part (big-endian), combined from the samples' digests (so identical to hashing the block
-    whole; 8 bytes for image + label). The cube checksum is a sha256 over these."""
+    """4 bytes per digest part (image, label, then a sample cube's extra variables): the crc32 of
+    the block's bytes of that part (big-endian), combined from the samples' digests (so identical to
+    hashing the block whole; 8 bytes for image + label). The cube checksum is a sha256 over
+    these."""
     d = np.asarray(digests, dtype=np.uint32).reshape(-1, len(part_nbytes))
     crcs = [crc32_concat(d[:, k], n) for k, n in enumerate(part_nbytes)]
     return np.frombuffer(struct.pack(f">{len(crcs)}I", *crcs), dtype=np.uint8)

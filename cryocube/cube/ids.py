@@ -1,4 +1,6 @@
-"""Sample identity: one id per sample, stored in the cube, derived the same way for cubes written before ids."""
+"""Sample identity: one id per sample, stored in the cube, derived the same way for cubes written
+before ids."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,10 +9,13 @@ import xarray as xr
 from ..errors import UserError
 from .schema import _text, as_text
 
+
 def derive_sample_ids(source, split, tile_y, tile_x) -> np.ndarray:
-    """One id per tile sample: the source file's stem where the source is one tile, `<stem>__<row>_<col>`
-    (the tile's pixel offset) where a scene is cut into several, and `<split>/<id>` where one stem is in
-    two split folders. Tiles of one scene share their `source`, so the source alone would merge them."""
+    """One id per tile sample: the source file's stem where the source is one tile,
+    `<stem>__<row>_<col>` (the tile's pixel offset) where a scene is cut into several, and
+    `<split>/<id>` where one stem is in two split folders. Tiles of one scene share their `source`,
+    so the source alone would merge them.
+    """
     import collections
     import posixpath
 
@@ -18,7 +23,10 @@ def derive_sample_ids(source, split, tile_y, tile_x) -> np.ndarray:
     ty, tx = np.asarray(tile_y).astype(int), np.asarray(tile_x).astype(int)
     stem = [posixpath.splitext(s)[0] for s in source]
     tiles = collections.Counter(zip(split, source))
-    ids = [st if tiles[(sp, so)] == 1 else f"{st}__{y}_{x}" for st, sp, so, y, x in zip(stem, split, source, ty, tx)]
+    ids = [
+        st if tiles[(sp, so)] == 1 else f"{st}__{y}_{x}"
+        for st, sp, so, y, x in zip(stem, split, source, ty, tx)
+    ]
     splits_of: dict[str, set] = collections.defaultdict(set)
     for i, sp in zip(ids, split):
         splits_of[i].add(sp)
@@ -26,22 +34,28 @@ def derive_sample_ids(source, split, tile_y, tile_x) -> np.ndarray:
 
 
 def check_unique_ids(ids, where: str, fix: str = "convert the cube again") -> np.ndarray:
-    """The ids, or a UserError naming the first repeated ones (a repeated id would merge samples)."""
+    """The ids, or a UserError naming the first repeated ones (a repeated id would merge
+    samples)."""
     ids = as_text(ids)
     names, first, counts = np.unique(ids, return_index=True, return_counts=True)
     if (counts > 1).any():
         rep = names[counts > 1]
-        show = ", ".join(f"{r!r} (samples {np.flatnonzero(ids == r)[:3].tolist()})" for r in rep[:3])
-        raise UserError(f"{where}: {rep.size} sample id(s) are used more than once, e.g. {show}; "
-                        f"ids must be unique ({fix})")
+        show = ", ".join(
+            f"{r!r} (samples {np.flatnonzero(ids == r)[:3].tolist()})" for r in rep[:3]
+        )
+        raise UserError(
+            f"{where}: {rep.size} sample id(s) are used more than once, e.g. {show}; "
+            f"ids must be unique ({fix})"
+        )
     return ids
 
 
 def sample_ids(ds: xr.Dataset, url: str) -> np.ndarray:
-    """The cube's per-sample ids, the one source of sample identity for embeddings, CSVs and probe tasks.
+    """The cube's per-sample ids, the one source of sample identity for embeddings, CSVs and probe
+    tasks.
 
-    Cubes store them (`sample_id`); a cube written before that has them derived from `source` and the
-    tile position (said once per cube: they equal what a new conversion stores)."""
+    Cubes store them (`sample_id`); a cube written before that has them derived from `source` and
+    the tile position (said once per cube: they equal what a new conversion stores)."""
     if "sample_id" in ds.variables:
         return check_unique_ids(ds["sample_id"].values, url)
     if ds.attrs.get("kind") == "samples":  # sample cubes: `source` is the location id
@@ -50,10 +64,18 @@ def sample_ids(ds: xr.Dataset, url: str) -> np.ndarray:
         import warnings
 
         _IDS_WARNED.add(url)
-        warnings.warn(f"{url}: this cube has no stored sample ids (written before they existed); they are derived from "
-                      "source and tile position (<stem>__<row>_<col>), as a new `cryocube convert` stores them", stacklevel=2)
-    return check_unique_ids(derive_sample_ids(ds["source"].values, ds["split"].values, ds["tile_y"].values,
-                                              ds["tile_x"].values), url)
+        warnings.warn(
+            f"{url}: this cube has no stored sample ids (written before they existed); they are"
+            " derived from source and tile position (<stem>__<row>_<col>), as a new `cryocube"
+            " convert` stores them",
+            stacklevel=2,
+        )
+    return check_unique_ids(
+        derive_sample_ids(
+            ds["source"].values, ds["split"].values, ds["tile_y"].values, ds["tile_x"].values
+        ),
+        url,
+    )
 
 
 _IDS_WARNED: set[str] = set()

@@ -1,5 +1,6 @@
-"""Reading a cube: open it (refusing what is no cube or incomplete), plan from its coordinates, read samples
-checked against their digests."""
+"""Reading a cube: open it (refusing what is no cube or incomplete), plan from its coordinates, read
+samples checked against their digests."""
+
 from __future__ import annotations
 
 import warnings
@@ -13,9 +14,19 @@ from .. import store as _store
 from ..catalog import Band
 from ..errors import UserError
 from .digests import _crc, digest_rows, digest_vars, sample_digests
-from .schema import COMPLETE_ATTR, INTERNAL_VARS, SAMPLE_VARS, DamagedCubeError, IncompleteCubeError, as_text
+from .schema import (
+    COMPLETE_ATTR,
+    INTERNAL_VARS,
+    SAMPLE_VARS,
+    DamagedCubeError,
+    IncompleteCubeError,
+    as_text,
+)
 
-def open_cube(url: str, storage_options: dict | None = None, allow_incomplete: bool = False) -> xr.Dataset:
+
+def open_cube(
+    url: str, storage_options: dict | None = None, allow_incomplete: bool = False
+) -> xr.Dataset:
     """The cube as an xarray Dataset (lazy). Refuses an incomplete cube unless asked."""
     if not _store.exists(url, storage_options):
         raise UserError(not_a_cube(url, storage_options))
@@ -24,7 +35,8 @@ def open_cube(url: str, storage_options: dict | None = None, allow_incomplete: b
         warnings.simplefilter("always")
         try:
             ds = xr.open_zarr(st, decode_coords="all", consolidated=None, chunks={})
-        except (KeyError, ValueError, TypeError):  # a Zarr group of another kind (an embedding store, someone's data)
+        # a Zarr group of another kind (an embedding store, someone's data)
+        except (KeyError, ValueError, TypeError):
             raise UserError(not_a_cube(url, storage_options)) from None
     for w in caught:  # xarray's own warnings about a cube, not about what turned out to be no cube
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -32,26 +44,35 @@ def open_cube(url: str, storage_options: dict | None = None, allow_incomplete: b
         raise UserError(not_a_cube(url, storage_options))
     if COMPLETE_ATTR not in ds.attrs and not allow_incomplete:
         raise IncompleteCubeError(
-            f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); rerun `cryocube convert` with the same "
-            "arguments to resume it"
+            f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); rerun `cryocube convert`"
+            " with the same arguments to resume it"
         )
     return ds.drop_vars([v for v in INTERNAL_VARS if v in ds.variables])
 
 
 def not_a_cube(url: str, storage_options: dict | None = None) -> str:
-    """Why `url` is no cube, in one sentence: nothing there, a results folder, an embedding store, other data."""
+    """Why `url` is no cube, in one sentence: nothing there, a results folder, an embedding store,
+    other data."""
     if _store.exists(url, storage_options):
         attrs = dict(_store.open_group(url, "r", storage_options).attrs)
         if "cryocube_embedding_complete" in attrs or "embedding_sha256" in attrs:
-            return f"{url}: no cube here: it is an embedding store (`cryocube embed`); `cryocube probe {url}` scores it"
-        return f"{url}: no cube here: a Zarr group that cryocube did not write as a cube (no schema_version attribute)"
+            return (
+                f"{url}: no cube here: it is an embedding store (`cryocube embed`); `cryocube probe"
+                f" {url}` scores it"
+            )
+        return (
+            f"{url}: no cube here: a Zarr group that cryocube did not write as a cube (no"
+            " schema_version attribute)"
+        )
     if _store.file_exists(_store.join(url, "results.jsonl"), storage_options):
-        return f"{url}: no cube here: it is a results folder (results.jsonl); `cryocube report {url} --out DIR` summarises it"
+        return (
+            f"{url}: no cube here: it is a results folder (results.jsonl); `cryocube report {url}"
+            " --out DIR` summarises it"
+        )
     fs, path = _store.fs_path(url, storage_options)
     if fs.exists(path):
         return f"{url}: no cube here (a folder without zarr.json)"
     return f"{url}: no cube here (no such file or folder)"
-
 
 
 @dataclass
@@ -72,7 +93,8 @@ class CubeInfo:
     published_mean: np.ndarray
     published_std: np.ndarray
     labelled: np.ndarray  # per sample: has at least one labelled (non-ignore) pixel
-    kind: str = "tiles"  # "tiles" (dense labels) | "samples" (image-level task targets, e.g. SSL4EO-downstream)
+    # "tiles" (dense labels) | "samples" (image-level task targets, e.g. SSL4EO-downstream)
+    kind: str = "tiles"
     time: tuple[str, ...] = ()  # time steps of multi-temporal sample cubes
     tasks: tuple[tuple[str, str], ...] = ()  # sample cubes: (task, cls|regr)
 
@@ -90,26 +112,59 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
     ds = open_cube(url)
     b = ds["band"]
     bands = tuple(
-        Band(name=str(n), alias=str(a), role=str(r), wavelength_um=float(w), sensor=str(s), units=str(u),
-             mean=float(pm), std=float(ps))
-        for n, a, r, w, s, u, pm, ps in zip(b.values, ds["alias"].values, ds["role"].values, ds["wavelength_um"].values,
-                                           ds["sensor"].values, ds["units"].values, ds["published_mean"].values,
-                                           ds["published_std"].values)
+        Band(
+            name=str(n),
+            alias=str(a),
+            role=str(r),
+            wavelength_um=float(w),
+            sensor=str(s),
+            units=str(u),
+            mean=float(pm),
+            std=float(ps),
+        )
+        for n, a, r, w, s, u, pm, ps in zip(
+            b.values,
+            ds["alias"].values,
+            ds["role"].values,
+            ds["wavelength_um"].values,
+            ds["sensor"].values,
+            ds["units"].values,
+            ds["published_mean"].values,
+            ds["published_std"].values,
+        )
     )
     common = dict(
-        url=url, dataset=str(ds.attrs["dataset"]), checksum=str(ds.attrs[COMPLETE_ATTR]["checksum"]),
-        schema_version=int(ds.attrs[COMPLETE_ATTR].get("schema_version", ds.attrs.get("schema_version", 0))),
-        tile=int(ds.sizes["y"]), bands=bands, splits=as_text(ds["split"].values),
-        mean=ds["band_mean"].values.astype(float), std=ds["band_std"].values.astype(float),
-        published_mean=ds["published_mean"].values.astype(float), published_std=ds["published_std"].values.astype(float),
+        url=url,
+        dataset=str(ds.attrs["dataset"]),
+        checksum=str(ds.attrs[COMPLETE_ATTR]["checksum"]),
+        schema_version=int(
+            ds.attrs[COMPLETE_ATTR].get("schema_version", ds.attrs.get("schema_version", 0))
+        ),
+        tile=int(ds.sizes["y"]),
+        bands=bands,
+        splits=as_text(ds["split"].values),
+        mean=ds["band_mean"].values.astype(float),
+        std=ds["band_std"].values.astype(float),
+        published_mean=ds["published_mean"].values.astype(float),
+        published_std=ds["published_std"].values.astype(float),
     )
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values)
-        return CubeInfo(**common, class_names=[], strata=common["splits"], labelled=np.isfinite(target).any(axis=1),
-                        kind="samples", time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
-                        tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))))
-    return CubeInfo(**common, class_names=[str(c) for c in ds["class"].values], strata=as_text(ds["stratum"].values),
-                    labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0)
+        return CubeInfo(
+            **common,
+            class_names=[],
+            strata=common["splits"],
+            labelled=np.isfinite(target).any(axis=1),
+            kind="samples",
+            time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
+            tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))),
+        )
+    return CubeInfo(
+        **common,
+        class_names=[str(c) for c in ds["class"].values],
+        strata=as_text(ds["stratum"].values),
+        labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0,
+    )
 
 
 _GROUPS: dict[str, zarr.Group] = {}  # per process: read-only groups of cubes tasks read from
@@ -124,8 +179,12 @@ def _group(url: str) -> zarr.Group:
             import warnings
 
             _WARNED.add(url)
-            warnings.warn(f"{url}: cube schema v{g.attrs.get('schema_version')} has no per-sample digests, so damaged chunks "
-                          "cannot be detected when it is read; convert it again with --overwrite", stacklevel=3)
+            warnings.warn(
+                f"{url}: cube schema v{g.attrs.get('schema_version')} has no per-sample digests, so"
+                " damaged chunks cannot be detected when it is read; convert it again with"
+                " --overwrite",
+                stacklevel=3,
+            )
     return g
 
 
@@ -143,79 +202,101 @@ def _where(g: zarr.Group, url: str, i: int) -> str:
     return f"{url}: sample {i} (source {src})"
 
 
-def read_samples(url: str, idx, labels: bool = True, verify: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-    """image (n, C, T, T) and label (n, T, T) of the given sample indices, in that order, checked against
-    their digests: a missing or damaged chunk raises DamagedCubeError naming the sample. Sample cubes
-    give image (n, time, C, H, W) and their task targets (n, tasks) in place of the label."""
+def read_samples(
+    url: str, idx, labels: bool = True, verify: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """image (n, C, T, T) and label (n, T, T) of the given sample indices, in that order, checked
+    against their digests: a missing or damaged chunk raises DamagedCubeError naming the sample.
+    Sample cubes give image (n, time, C, H, W) and their task targets (n, tasks) in place of the
+    label."""
     g = _group(url)
     var = "target" if g.attrs.get("kind") == "samples" else "label"
     idx = np.asarray(idx, dtype=np.int64)
     try:
         img = _select(g["image"], idx)
         lab = _select(g[var], idx) if labels or verify else None
-    except Exception as e:  # a truncated chunk fails in its codec (blosc/zstd), or the store read fails
+    # a truncated chunk fails in its codec (blosc/zstd), or the store read fails
+    except Exception as e:
         for i in idx:  # find the sample at fault
             try:
                 g["image"][int(i)]
                 g[var][int(i)]
             except Exception:  # noqa: BLE001
-                raise DamagedCubeError(f"{_where(g, url, int(i))}: its stored chunk cannot be read ({type(e).__name__}: "
-                                       f"{e}); the cube is damaged: run `cryocube inspect --verify {url}`") from None
+                raise DamagedCubeError(
+                    f"{_where(g, url, int(i))}: its stored chunk cannot be read"
+                    f" ({type(e).__name__}: {e}); the cube is damaged: run `cryocube inspect"
+                    f" --verify {url}`"
+                ) from None
         raise
     if verify and "sample_digest" in g:
-        want = _select(g["sample_digest"], idx)[:, :2]  # image and label/target (a sample cube's extras follow)
+        # image and label/target (a sample cube's extras follow)
+        want = _select(g["sample_digest"], idx)[:, :2]
         got = sample_digests(img, lab)
         bad = np.flatnonzero((got != want).any(axis=1))
         if bad.size:
             i = int(idx[bad[0]])
             what = "image" if got[bad[0], 0] != want[bad[0], 0] else "label"
-            raise DamagedCubeError(f"{_where(g, url, i)}: its {what} does not match the digest written at conversion "
-                                   f"(a chunk was deleted, truncated or altered; {bad.size} of {idx.size} samples read are "
-                                   f"damaged); run `cryocube inspect --verify {url}`, then convert again")
+            raise DamagedCubeError(
+                f"{_where(g, url, i)}: its {what} does not match the digest written at conversion"
+                f" (a chunk was deleted, truncated or altered; {bad.size} of {idx.size} samples"
+                f" read are damaged); run `cryocube inspect --verify {url}`, then convert again"
+            )
     return img, (lab if labels else None)
 
 
 def read_checked(url: str, name: str, idx=None) -> np.ndarray:
-    """A per-sample variable of a sample cube (`target`, or an extra its digests cover: `box`, `answer`, `mask`),
-    whole or at the sample indices `idx`, checked against the digests written at conversion: a deleted or
-    damaged chunk raises DamagedCubeError naming the sample and the variable, never fill values. Variables
-    no digest covers are read as stored."""
+    """A per-sample variable of a sample cube (`target`, or an extra its digests cover: `box`,
+    `answer`, `mask`), whole or at the sample indices `idx`, checked against the digests written at
+    conversion: a deleted or damaged chunk raises DamagedCubeError naming the sample and the
+    variable, never fill values. Variables no digest covers are read as stored."""
     g = _group(url)
     sel = np.arange(g[name].shape[0]) if idx is None else np.asarray(idx, dtype=np.int64)
     try:
         values = np.asarray(g[name][:]) if idx is None else _select(g[name], sel)
     except Exception as e:  # noqa: BLE001 - a chunk that fails in its codec, or a failing store read
-        raise DamagedCubeError(f"{url}: variable {name!r} cannot be read ({type(e).__name__}: {e}); the cube is damaged: "
-                               f"run `cryocube inspect --verify {url}`") from None
+        raise DamagedCubeError(
+            f"{url}: variable {name!r} cannot be read ({type(e).__name__}: {e}); the cube is"
+            f" damaged: run `cryocube inspect --verify {url}`"
+        ) from None
     parts = ("target", *digest_vars(g))
     if name in parts and "sample_digest" in g:
         want = _select(g["sample_digest"], sel)[:, 1 + parts.index(name)]
-        bad = np.flatnonzero(np.array([_crc(r) for r in digest_rows(values)], dtype=np.uint32) != want)
+        bad = np.flatnonzero(
+            np.array([_crc(r) for r in digest_rows(values)], dtype=np.uint32) != want
+        )
         if bad.size:
-            raise DamagedCubeError(f"{_where(g, url, int(sel[bad[0]]))}: its {name} does not match the digest written at "
-                                   f"conversion (a chunk was deleted, truncated or altered; {bad.size} of {len(values)} "
-                                   f"samples read are damaged); run `cryocube inspect --verify {url}`, then convert again")
+            raise DamagedCubeError(
+                f"{_where(g, url, int(sel[bad[0]]))}: its {name} does not match the digest written"
+                f" at conversion (a chunk was deleted, truncated or altered; {bad.size} of"
+                f" {len(values)} samples read are damaged); run `cryocube inspect --verify {url}`,"
+                " then convert again"
+            )
     return values
 
 
 def read_dense(url: str, idx) -> tuple[np.ndarray, np.ndarray]:
-    """image (n, C, H, W) and a dense int16 label (n, H, W) of any cube: a tile cube's `label`, or a sample cube's
-    per-pixel `mask` (interferograms' deformation target), each checked against the digests."""
+    """image (n, C, H, W) and a dense int16 label (n, H, W) of any cube: a tile cube's `label`, or a
+    sample cube's per-pixel `mask` (interferograms' deformation target), each checked against the
+    digests."""
     g = _group(url)
     if g.attrs.get("kind") != "samples":
         return read_samples(url, idx)
     if "mask" not in g:
-        raise UserError(f"{url}: this sample cube has no per-pixel target (`mask`), so it cannot be segmented")
+        raise UserError(
+            f"{url}: this sample cube has no per-pixel target (`mask`), so it cannot be segmented"
+        )
     img, _ = read_samples(url, idx, labels=False)
     return img, read_checked(url, "mask", idx).astype(np.int16)
 
 
-# -- typed views: what a task reads of each kind of cube ----------------------------------------------------
+# -- typed views: what a task reads of each kind of cube
+# ----------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CubeView:
-    """A complete cube opened lazily (no pixels read); the kind's view says what a task may ask of it."""
+    """A complete cube opened lazily (no pixels read); the kind's view says what a task may ask of
+    it."""
 
     url: str
     ds: xr.Dataset
@@ -240,8 +321,10 @@ class TileCube(CubeView):
 
 
 class SampleCube(CubeView):
-    """A sample cube (image-level targets): every variable `schema.SAMPLE_VARS` declares, by name, with its declared
-    default where this cube lacks it (SSL4EO cubes have no interferogram facts); references read checked."""
+    """A sample cube (image-level targets): every variable `schema.SAMPLE_VARS` declares, by name,
+    with its declared default where this cube lacks it (SSL4EO cubes have no interferogram facts);
+    references read checked.
+    """
 
     kind = "samples"
 
@@ -262,33 +345,40 @@ class SampleCube(CubeView):
         return name in self.ds
 
     def values(self, name: str) -> np.ndarray:
-        """A declared coordinate (per sample, or along its own dim), or its default: text as an object array of str,
-        the valid extent (`height`, `width`) as the cube's own size."""
+        """A declared coordinate (per sample, or along its own dim), or its default: text as an
+        object array of str, the valid extent (`height`, `width`) as the cube's own size."""
         var = SAMPLE_VARS[name]
         if name in self.ds:
             v = self.ds[name].values
-            return as_text(v) if np.asarray(v).dtype.kind in "OUT" or "String" in str(np.asarray(v).dtype) else np.asarray(v)
+            return (
+                as_text(v)
+                if np.asarray(v).dtype.kind in "OUT" or "String" in str(np.asarray(v).dtype)
+                else np.asarray(v)
+            )
         if name in ("height", "width"):
             return np.full(self.n, self.size[0 if name == "height" else 1], dtype=np.int64)
         if var.default is None:
             return np.array([], dtype=object)  # e.g. no text tasks: none
         length = self.n if var.dims[0] == "sample" else int(self.ds.sizes.get(var.dims[0], 0))
-        return np.full(length, var.default, dtype=object if isinstance(var.default, str) else np.float64)
+        return np.full(
+            length, var.default, dtype=object if isinstance(var.default, str) else np.float64
+        )
 
     @property
     def tasks(self) -> list[str]:
         return [str(t) for t in as_text(self.ds["task"].values)] if "task" in self.ds else []
 
     def checked(self, name: str) -> np.ndarray | None:
-        """`target` or a declared data variable (`box`, `answer`, `mask`), checked against the digests; None where the
-        cube has none."""
+        """`target` or a declared data variable (`box`, `answer`, `mask`), checked against the
+        digests; None where the cube has none."""
         if name != "target" and SAMPLE_VARS[name].coord:
             raise KeyError(f"{name!r} is a coordinate; read it with values()")
         return read_checked(self.url, name) if name in self.ds else None
 
 
 def open_view(url: str, storage_options: dict | None = None) -> TileCube | SampleCube:
-    """The cube at `url` (complete) as its typed view: a `SampleCube` for `kind: samples`, else a `TileCube`."""
+    """The cube at `url` (complete) as its typed view: a `SampleCube` for `kind: samples`, else a
+    `TileCube`."""
     _store.register_options(url, storage_options)
     ds = open_cube(url)
     return SampleCube(url, ds) if ds.attrs.get("kind") == "samples" else TileCube(url, ds)

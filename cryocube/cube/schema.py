@@ -1,9 +1,10 @@
 """What a cube is: its schema version and markers, its layout facts, its codecs, its two errors.
 
-One Zarr v3 group per dataset. A tile cube holds `image(sample, band, y, x)` + `label(sample, y, x)`; a sample
-cube (`kind: samples`) holds whole images and image-level `target(sample, task)`. A cube is complete only when
-the `cryocube_complete` attribute exists; it is written last.
+One Zarr v3 group per dataset. A tile cube holds `image(sample, band, y, x)` + `label(sample, y,
+x)`; a sample cube (`kind: samples`) holds whole images and image-level `target(sample, task)`. A
+cube is complete only when the `cryocube_complete` attribute exists; it is written last.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DamagedCubeError, IncompleteCubeError  # noqa: F401  (re-exported: cryocube.cube names them)
+# re-exported: cryocube.cube names them
+from ..errors import DamagedCubeError, IncompleteCubeError  # noqa: F401
 
-SCHEMA_VERSION = 3  # 2: block moments, crc32 block digests; 3: per-sample digests checked on read (same checksum)
+# 2: block moments, crc32 block digests; 3: per-sample digests checked on read (same checksum)
+SCHEMA_VERSION = 3
 COMPLETE_ATTR = "cryocube_complete"
 PLAN_ATTR = "cryocube_plan"
 INTERNAL_VARS = ("progress", "block_digest", "block_stats", "skip_reason", "sample_digest")
@@ -44,7 +47,8 @@ class CubeLayout:
 
 
 def as_text(a) -> np.ndarray:
-    """Strings read back from zarr/xarray (numpy StringDType or object) as an object array of str."""
+    """Strings read back from zarr/xarray (numpy StringDType or object) as an object array of
+    str."""
     return np.array([str(v) for v in np.asarray(a).ravel()], dtype=object).reshape(np.shape(a))
 
 
@@ -74,46 +78,56 @@ COMPRESSORS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Var:
-    """One declared variable of a sample cube: its dims, and what a cube without it reads as (per sample)."""
+    """One declared variable of a sample cube: its dims, and what a cube without it reads as (per
+    sample)."""
 
     dims: tuple[str, ...]
     default: Any = None  # None: no default (the typed view gives None where the cube lacks it)
     coord: bool = True  # False: a data variable covered by the sample digests (read checked)
 
 
-# The interferogram sample cube (docs/insar-cube.md): the readers build these by name (`declared`), the typed view
+# The interferogram sample cube (docs/insar-cube.md): the readers build these by name (`declared`),
+# the typed view
 # (`read.SampleCube`) reads them back by name with these defaults (SSL4EO cubes have none of them).
 SAMPLE_VARS: dict[str, Var] = {
     "frame": Var(("sample",), ""),  # the frame (track) folder of a pair; "" when pairs lie flat
     "primary_date": Var(("sample",), "?"),  # ISO dates of the pair
     "secondary_date": Var(("sample",), "?"),
     "radar_wavelength_m": Var(("sample",), np.nan),
-    "height": Var(("sample",)),  # valid extent of each sample (smaller ones are padded bottom/right); default: the cube's
+    # valid extent of each sample (smaller ones are padded bottom/right); default: the cube's
+    "height": Var(("sample",)),
     "width": Var(("sample",)),
     "crs": Var(("sample",), ""),
     "transform": Var(("sample", "affine")),
     "box_origin": Var(("sample",), ""),  # annotation | derived | none
     "mask_origin": Var(("sample",), ""),  # MASK_ORIGINS of convert/insar.py
-    "mask_pixels": Var(("sample", "mask_class")),  # labelled pixels per mask class: what planning reads, not the mask
+    # labelled pixels per mask class: what planning reads, not the mask
+    "mask_pixels": Var(("sample", "mask_class")),
     "mask_class": Var(("mask_class",)),
     "task_classes": Var(("task",), ""),  # "a|b|c": class names of a cls target ("": none)
     "text_task": Var(("text_task",)),
     "corner": Var(("corner",)),
     "box": Var(("sample", "corner"), coord=False),  # the deformation box in pixels (NaN: none)
     "answer": Var(("sample", "text_task"), coord=False),  # reference free-text answers ("" = none)
-    "mask": Var(("sample", "y", "x"), coord=False),  # per-pixel deformation target (int8; MASK_IGNORE = no label)
+    # per-pixel deformation target (int8; MASK_IGNORE = no label)
+    "mask": Var(("sample", "y", "x"), coord=False),
 }
 
 
 def declared(values: dict[str, Any]) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """(coords, data_vars) of a sample cube from {name: values}, dims from `SAMPLE_VARS`; an undeclared name or
-    values of the wrong rank are a programming error named here, not a cube nobody can read back."""
+    """(coords, data_vars) of a sample cube from {name: values}, dims from `SAMPLE_VARS`; an
+    undeclared name or values of the wrong rank are a programming error named here, not a cube
+    nobody can read back."""
     coords, data_vars = {}, {}
     for name, v in values.items():
         if name not in SAMPLE_VARS:
-            raise KeyError(f"sample-cube variable {name!r} is not declared in cube.schema.SAMPLE_VARS")
+            raise KeyError(
+                f"sample-cube variable {name!r} is not declared in cube.schema.SAMPLE_VARS"
+            )
         var = SAMPLE_VARS[name]
         if np.ndim(v) != len(var.dims):
-            raise ValueError(f"sample-cube variable {name!r}: {np.ndim(v)}-D values for dims {var.dims}")
+            raise ValueError(
+                f"sample-cube variable {name!r}: {np.ndim(v)}-D values for dims {var.dims}"
+            )
         (coords if var.coord else data_vars)[name] = (var.dims, v)
     return coords, data_vars

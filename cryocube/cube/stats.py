@@ -1,4 +1,6 @@
-"""Band statistics (exact merged moments, Chan et al.) and few-shot strata, computed while pixels are in memory."""
+"""Band statistics (exact merged moments, Chan et al.) and few-shot strata, computed while pixels
+are in memory."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +19,9 @@ def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
     return _text("".join(str(v) for v in row) for row in b)
 
 
-def merge_moments(count: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def merge_moments(
+    count: np.ndarray, mean: np.ndarray, m2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge per-part (count, mean, M2) along axis 0 exactly (Chan et al.), in float64."""
     count, mean, m2 = (np.asarray(a, dtype=np.float64) for a in (count, mean, m2))
     n = count.sum(axis=0)
@@ -28,7 +32,8 @@ def merge_moments(count: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[
 
 
 def _moments(px: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """(count, mean, M2) per band of px (bands, pixels), with float32 pairwise sums where px is float32.
+    """(count, mean, M2) per band of px (bands, pixels), with float32 pairwise sums where px is
+    float32.
 
     Centring first (the corrected two-pass algorithm) keeps low-contrast bands exact, where a
     sum of squares would cancel; the mean is accumulated in float64.
@@ -43,11 +48,12 @@ def _moments(px: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
 
 
 def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np.ndarray:
-    """(len(STATS), bands) moments, min and max over valid (label != ignore) pixels of the samples in `use`.
+    """(len(STATS), bands) moments, min and max over valid (label != ignore) pixels of the samples
+    in `use`.
 
-    The map side of the train-split statistics: each block task computes its part while the pixels are
-    in memory, so finalisation never reads the cube again. Per sample the work is a few vectorised
-    passes over the pixels (no float64 copy); samples are merged exactly in float64.
+    The map side of the train-split statistics: each block task computes its part while the pixels
+    are in memory, so finalisation never reads the cube again. Per sample the work is a few
+    vectorised passes over the pixels (no float64 copy); samples are merged exactly in float64.
     """
     c = images.shape[1]
     counts, means, m2s, mins, maxs = [], [], [], [], []
@@ -72,12 +78,18 @@ def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np
 
 
 def combine_stats(parts: np.ndarray) -> dict[str, np.ndarray]:
-    """Reduce per-block partials (blocks, len(STATS), bands) to mean/std/min/max (population std)."""
+    """Reduce per-block partials (blocks, len(STATS), bands) to mean/std/min/max (population
+    std)."""
     parts = np.asarray(parts, dtype=np.float64)
     count, mean, m2 = merge_moments(parts[:, 0], parts[:, 1], parts[:, 2])
     mn, mx = parts[:, 3].min(axis=0), parts[:, 4].max(axis=0)
     has = count > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         var = np.maximum(m2 / count, 0.0)
-    return {"mean": np.where(has, mean, np.nan), "std": np.where(has, np.sqrt(var), np.nan),
-            "min": np.where(has, mn, np.nan), "max": np.where(has, mx, np.nan), "count": count}
+    return {
+        "mean": np.where(has, mean, np.nan),
+        "std": np.where(has, np.sqrt(var), np.nan),
+        "min": np.where(has, mn, np.nan),
+        "max": np.where(has, mx, np.nan),
+        "count": count,
+    }

@@ -1,6 +1,7 @@
-"""Writing a cube, either kind: one template, one store creation (resumable), one block write (digests and
-progress flag last), one finalisation (statistics, checksum, completion marker last). Readers of raw layouts
-(convert/) decide what goes into a cube; how it is stored is decided here."""
+"""Writing a cube, either kind: one template, one store creation (resumable), one block write
+(digests and progress flag last), one finalisation (statistics, checksum, completion marker last).
+Readers of raw layouts (convert/) decide what goes into a cube; how it is stored is decided here."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -16,16 +17,27 @@ import zarr
 from .. import store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec
 from ..errors import UserError
-from .ids import check_unique_ids
 from .digests import block_digest, cube_checksum, digest_rows, sample_digests
-from .schema import (COMPLETE_ATTR, COMPRESSORS, DIGEST_BYTES, PLAN_ATTR, SCHEMA_VERSION, STATS, CubeLayout,
-                     IncompleteCubeError, _text, as_text)
+from .ids import check_unique_ids
+from .schema import (
+    COMPLETE_ATTR,
+    COMPRESSORS,
+    DIGEST_BYTES,
+    PLAN_ATTR,
+    SCHEMA_VERSION,
+    STATS,
+    CubeLayout,
+    IncompleteCubeError,
+    _text,
+    as_text,
+)
 from .stats import combine_stats, stratum_keys
 
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """How a cube is written, whichever kind: checked once by `convert.writer.convert`, given to every reader."""
+    """How a cube is written, whichever kind: checked once by `convert.writer.convert`, given to
+    every reader."""
 
     block: int = 16  # samples per write task (and per block digest)
     overwrite: bool = False
@@ -38,7 +50,8 @@ class WriteOptions:
 
 @dataclass
 class ConvertResult:
-    """What one conversion did: samples, blocks written of the total (0 = already complete), bytes read, marker."""
+    """What one conversion did: samples, blocks written of the total (0 = already complete), bytes
+    read, marker."""
 
     url: str
     n_samples: int
@@ -55,7 +68,8 @@ class SamplePlan:
     """What the client knows of a sample cube before any pixel is written."""
 
     ids: list[str]
-    shape: tuple[int, ...]  # one sample's image: (C, H, W), or (T, C, H, W) for multi-temporal cubes
+    # one sample's image: (C, H, W), or (T, C, H, W) for multi-temporal cubes
+    shape: tuple[int, ...]
     tasks: list[tuple[str, str]]  # (name, cls|regr) along the target's task axis
     target: np.ndarray  # (n, tasks) float32, NaN = no label
     attrs: dict[str, Any]
@@ -63,8 +77,10 @@ class SamplePlan:
     time: tuple[str, ...] = ()  # names of the T axis (4-D shapes)
     published_mean: list[float] | None = None  # default: the catalog bands' mean/std
     published_std: list[float] | None = None
-    coords: dict[str, tuple[tuple[str, ...], np.ndarray]] = field(default_factory=dict)  # extra coordinates
-    data_vars: dict[str, tuple[tuple[str, ...], np.ndarray]] = field(default_factory=dict)  # small per-sample variables
+    # extra coordinates
+    coords: dict[str, tuple[tuple[str, ...], np.ndarray]] = field(default_factory=dict)
+    # small per-sample variables
+    data_vars: dict[str, tuple[tuple[str, ...], np.ndarray]] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -72,31 +88,62 @@ class SamplePlan:
 
     @property
     def digest_vars(self) -> list[str]:
-        """The per-sample variables the sample digests cover after image and target, in part order."""
+        """The per-sample variables the sample digests cover after image and target, in part
+        order."""
         return sorted(k for k, (dims, _) in self.data_vars.items() if dims[0] == "sample")
 
     def key(self, block: int) -> str:
-        extra = {k: (v[0], _fingerprint(v[1])) for k, v in sorted({**self.coords, **self.data_vars}.items())}
-        return hashlib.sha256(json.dumps({"ids": self.ids, "shape": list(self.shape), "tasks": self.tasks,
-                                          "target": np.nan_to_num(self.target, nan=-1e30).tolist(), "extra": extra,
-                                          "options": self.fingerprint, "block": block, "schema": SCHEMA_VERSION},
-                                         default=str, sort_keys=True).encode()).hexdigest()
+        extra = {
+            k: (v[0], _fingerprint(v[1]))
+            for k, v in sorted({**self.coords, **self.data_vars}.items())
+        }
+        return hashlib.sha256(
+            json.dumps(
+                {
+                    "ids": self.ids,
+                    "shape": list(self.shape),
+                    "tasks": self.tasks,
+                    "target": np.nan_to_num(self.target, nan=-1e30).tolist(),
+                    "extra": extra,
+                    "options": self.fingerprint,
+                    "block": block,
+                    "schema": SCHEMA_VERSION,
+                },
+                default=str,
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()
 
 
 def _fingerprint(a) -> Any:
-    """Small variables as values; per-pixel ones (3-D and more, e.g. a deformation mask) as a digest of their bytes."""
+    """Small variables as values; per-pixel ones (3-D and more, e.g. a deformation mask) as a digest
+    of their bytes."""
     a = np.asarray(a)
     if a.ndim >= 3:
-        return [a.dtype.str, list(a.shape), hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()]
+        return [
+            a.dtype.str,
+            list(a.shape),
+            hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest(),
+        ]
     return a.tolist()
 
 
-def template(bands, n: int, block: int, image: tuple, attrs: dict[str, Any], coords: dict | None = None,
-             data_vars: dict | None = None, parts: int = 2, published: tuple | None = None) -> xr.Dataset:
-    """The one template of every cube, tiles and samples: the image, the bookkeeping every cube carries (progress
-    flags, block digests and moments, per-sample digests of `parts` parts) and the band coordinates with their
-    published and (NaN until finalised) measured statistics; `coords` and `data_vars` add what the kind holds.
-    Lazy (dask) variables are filled by region writes; the others are written with the metadata."""
+def template(
+    bands,
+    n: int,
+    block: int,
+    image: tuple,
+    attrs: dict[str, Any],
+    coords: dict | None = None,
+    data_vars: dict | None = None,
+    parts: int = 2,
+    published: tuple | None = None,
+) -> xr.Dataset:
+    """The one template of every cube, tiles and samples: the image, the bookkeeping every cube
+    carries (progress flags, block digests and moments, per-sample digests of `parts` parts) and the
+    band coordinates with their published and (NaN until finalised) measured statistics; `coords`
+    and `data_vars` add what the kind holds. Lazy (dask) variables are filled by region writes; the
+    others are written with the metadata."""
     import dask.array as da
 
     c, nb = len(bands), -(-n // block)
@@ -106,9 +153,18 @@ def template(bands, n: int, block: int, image: tuple, attrs: dict[str, Any], coo
             "image": image,
             **(data_vars or {}),
             "progress": (("block",), da.zeros((nb,), dtype="uint8", chunks=1)),
-            "block_digest": (("block", "digest_byte"), da.zeros((nb, 4 * parts), dtype="uint8", chunks=(1, 4 * parts))),
-            "block_stats": (("block", "stat", "band"), da.zeros((nb, len(STATS), c), dtype="float64", chunks=(1, len(STATS), c))),
-            "sample_digest": (("sample", "part"), da.zeros((n, parts), dtype="uint32", chunks=(block, parts))),
+            "block_digest": (
+                ("block", "digest_byte"),
+                da.zeros((nb, 4 * parts), dtype="uint8", chunks=(1, 4 * parts)),
+            ),
+            "block_stats": (
+                ("block", "stat", "band"),
+                da.zeros((nb, len(STATS), c), dtype="float64", chunks=(1, len(STATS), c)),
+            ),
+            "sample_digest": (
+                ("sample", "part"),
+                da.zeros((n, parts), dtype="uint32", chunks=(block, parts)),
+            ),
         },
         coords={
             **(coords or {}),
@@ -126,18 +182,33 @@ def template(bands, n: int, block: int, image: tuple, attrs: dict[str, Any], coo
     )
 
 
-def tile_template(spec: DatasetSpec, layout: CubeLayout, coords: dict[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
-    """A tile cube: `image` and a dense `label` per tile, class fractions, where each tile lies in its scene."""
+def tile_template(
+    spec: DatasetSpec, layout: CubeLayout, coords: dict[str, np.ndarray], attrs: dict[str, Any]
+) -> xr.Dataset:
+    """A tile cube: `image` and a dense `label` per tile, class fractions, where each tile lies in
+    its scene."""
     import dask.array as da
 
     n, c, t, k = layout.n_samples, layout.n_bands, layout.tile, layout.n_classes
     bs = layout.shard_size or 1
     ds = template(
-        spec.bands, n, layout.block_size, (("sample", "band", "y", "x"), da.zeros((n, c, t, t), dtype=layout.dtype, chunks=(bs, c, t, t))),
+        spec.bands,
+        n,
+        layout.block_size,
+        (
+            ("sample", "band", "y", "x"),
+            da.zeros((n, c, t, t), dtype=layout.dtype, chunks=(bs, c, t, t)),
+        ),
         attrs,
         data_vars={
-            "label": (("sample", "y", "x"), da.full((n, t, t), CUBE_IGNORE_INDEX, dtype="int16", chunks=(bs, t, t))),
-            "class_fraction": (("sample", "class"), da.zeros((n, k), dtype="float32", chunks=(layout.block_size, k))),
+            "label": (
+                ("sample", "y", "x"),
+                da.full((n, t, t), CUBE_IGNORE_INDEX, dtype="int16", chunks=(bs, t, t)),
+            ),
+            "class_fraction": (
+                ("sample", "class"),
+                da.zeros((n, k), dtype="float32", chunks=(layout.block_size, k)),
+            ),
         },
         coords={
             "split": ("sample", _text(coords["split"])),
@@ -153,21 +224,34 @@ def tile_template(spec: DatasetSpec, layout: CubeLayout, coords: dict[str, np.nd
             "class": ("class", _text([cl.name for cl in spec.classes])),
         },
     )
-    ds["image"].attrs.update(long_name="image", grid_mapping_note="per-sample crs/transform coordinates")
+    ds["image"].attrs.update(
+        long_name="image", grid_mapping_note="per-sample crs/transform coordinates"
+    )
     ds["label"].attrs.update(long_name="class index", ignore_index=CUBE_IGNORE_INDEX)
     return ds
 
 
-def sample_template(bands, plan: SamplePlan, block: int, attrs: dict[str, Any]) -> tuple[xr.Dataset, dict]:
-    """A sample cube (`kind: samples`): one whole image per sample, image-level `target(sample, task)`, and the
-    plan's extra coordinates and small per-sample variables (digested with the image); with its encoding."""
+def sample_template(
+    bands, plan: SamplePlan, block: int, attrs: dict[str, Any]
+) -> tuple[xr.Dataset, dict]:
+    """A sample cube (`kind: samples`): one whole image per sample, image-level `target(sample,
+    task)`, and the plan's extra coordinates and small per-sample variables (digested with the
+    image); with its encoding.
+    """
     import dask.array as da
 
     n, k, parts = plan.n, len(plan.tasks), 2 + len(plan.digest_vars)  # parts: image, target, extras
-    dims = ("sample", "time", "band", "y", "x") if len(plan.shape) == 4 else ("sample", "band", "y", "x")
+    dims = (
+        ("sample", "time", "band", "y", "x")
+        if len(plan.shape) == 4
+        else ("sample", "band", "y", "x")
+    )
     coords = {
         "source": ("sample", _text(plan.ids)),
-        "sample_id": ("sample", check_unique_ids(plan.ids, "the raw samples", "rename the repeated samples")),
+        "sample_id": (
+            "sample",
+            check_unique_ids(plan.ids, "the raw samples", "rename the repeated samples"),
+        ),
         "split": ("sample", _text(["all"] * n)),
         "task": ("task", _text([t for t, _ in plan.tasks])),
         "task_type": ("task", _text([t for _, t in plan.tasks])),
@@ -175,16 +259,40 @@ def sample_template(bands, plan: SamplePlan, block: int, attrs: dict[str, Any]) 
     }
     if len(plan.shape) == 4:
         coords["time"] = ("time", _text(plan.time or [str(t) for t in range(plan.shape[0])]))
-    published = (plan.published_mean or [b.mean for b in bands], plan.published_std or [b.std for b in bands])
-    ds = template(bands, n, block, (dims, da.zeros((n, *plan.shape), dtype="float32", chunks=(1, *plan.shape))),
-                  {**attrs, "kind": "samples", "block_samples": block, "digest_vars": plan.digest_vars, **plan.attrs},
-                  coords=coords, data_vars={"target": (("sample", "task"), plan.target.astype("float32")), **plan.data_vars},
-                  parts=parts, published=published)
-    enc = {"image": {"chunks": (1, *plan.shape)}, "target": {"chunks": (block, max(1, k))},
-           "sample_digest": {"chunks": (block, parts)}, "progress": {"chunks": (1,)},
-           # small per-sample variables in blocks; maps (the deformation mask) one sample per chunk, as the image
-           **{v: {"chunks": (block, *(max(1, d) for d in shp[1:])) if len(shp) < 3 else (1, *shp[1:])}
-              for v in plan.digest_vars for shp in [np.shape(plan.data_vars[v][1])]}}
+    published = (
+        plan.published_mean or [b.mean for b in bands],
+        plan.published_std or [b.std for b in bands],
+    )
+    ds = template(
+        bands,
+        n,
+        block,
+        (dims, da.zeros((n, *plan.shape), dtype="float32", chunks=(1, *plan.shape))),
+        {
+            **attrs,
+            "kind": "samples",
+            "block_samples": block,
+            "digest_vars": plan.digest_vars,
+            **plan.attrs,
+        },
+        coords=coords,
+        data_vars={"target": (("sample", "task"), plan.target.astype("float32")), **plan.data_vars},
+        parts=parts,
+        published=published,
+    )
+    enc = {
+        "image": {"chunks": (1, *plan.shape)},
+        "target": {"chunks": (block, max(1, k))},
+        "sample_digest": {"chunks": (block, parts)},
+        "progress": {"chunks": (1,)},
+        # small per-sample variables in blocks; maps (the deformation mask) one sample per chunk,
+        # as the image
+        **{
+            v: {"chunks": (block, *(max(1, d) for d in shp[1:])) if len(shp) < 3 else (1, *shp[1:])}
+            for v in plan.digest_vars
+            for shp in [np.shape(plan.data_vars[v][1])]
+        },
+    }
     return ds, enc
 
 
@@ -192,7 +300,9 @@ def encoding(layout: CubeLayout) -> dict[str, dict]:
     """A tile cube's chunks, shards and codecs: one tile per chunk, bookkeeping per block."""
     c, t = layout.n_bands, layout.tile
     if layout.compressor not in COMPRESSORS:
-        raise UserError(f"unknown compressor {layout.compressor!r}; choose one of {', '.join(COMPRESSORS)}")
+        raise UserError(
+            f"unknown compressor {layout.compressor!r}; choose one of {', '.join(COMPRESSORS)}"
+        )
     fast = COMPRESSORS[layout.compressor]()
     enc = {
         "image": {"chunks": (1, c, t, t), "compressors": fast},
@@ -210,12 +320,14 @@ def encoding(layout: CubeLayout) -> dict[str, dict]:
     return enc
 
 
-
-def create(out: str, make: Callable[[], tuple[xr.Dataset, dict]], fingerprint: str, overwrite: bool) -> zarr.Group:
-    """The one way a cube's store comes to be: its metadata from `make()` (template and encoding), or the store
-    already there reopened to resume when it was planned from the same inputs (`fingerprint`). A store of other
-    inputs is refused unless `overwrite`; one killed while its metadata was written is started again. OSErrors
-    (a full disk, an unwritable --out) are the caller's to word (`convert.writer.create_cube`)."""
+def create(
+    out: str, make: Callable[[], tuple[xr.Dataset, dict]], fingerprint: str, overwrite: bool
+) -> zarr.Group:
+    """The one way a cube's store comes to be: its metadata from `make()` (template and encoding),
+    or the store already there reopened to resume when it was planned from the same inputs
+    (`fingerprint`). A store of other inputs is refused unless `overwrite`; one killed while its
+    metadata was written is started again. OSErrors (a full disk, an unwritable --out) are the
+    caller's to word (`convert.writer.create_cube`)."""
     if _store.exists(out):
         if overwrite:
             _store.remove(out)
@@ -225,20 +337,38 @@ def create(out: str, make: Callable[[], tuple[xr.Dataset, dict]], fingerprint: s
             if old == fingerprint:
                 return g
             if old is not None or COMPLETE_ATTR in g.attrs:
-                raise UserError(f"{out}: a cube from different inputs or options is already there; pass --overwrite to replace it")
+                raise UserError(
+                    f"{out}: a cube from different inputs or options is already there; pass"
+                    " --overwrite to replace it"
+                )
             _store.remove(out)  # killed while writing metadata: nothing written yet
     ds, enc = make()
-    ds.to_zarr(_store.make_store(out), mode="w", compute=False, zarr_format=3, encoding=enc, consolidated=True)
+    ds.to_zarr(
+        _store.make_store(out),
+        mode="w",
+        compute=False,
+        zarr_format=3,
+        encoding=enc,
+        consolidated=True,
+    )
     g = _store.open_group(out, "r+")
     g.attrs[PLAN_ATTR] = fingerprint  # only now is the store a resumable cube
     zarr.consolidate_metadata(g.store)
     return g
 
 
-def put_block(g: zarr.Group, block: int, s0: int, region: dict[str, np.ndarray], parts: tuple[np.ndarray, ...],
-              stats: np.ndarray) -> None:
-    """Write one block of samples from `s0` (the `region` variables), the digests of its `parts` (image, label or
-    target, a sample cube's extras), its moments, and last its progress flag: only then does the block count."""
+def put_block(
+    g: zarr.Group,
+    block: int,
+    s0: int,
+    region: dict[str, np.ndarray],
+    parts: tuple[np.ndarray, ...],
+    stats: np.ndarray,
+) -> None:
+    """Write one block of samples from `s0` (the `region` variables), the digests of its `parts`
+    (image, label or target, a sample cube's extras), its moments, and last its progress flag: only
+    then does the block count.
+    """
     digests = sample_digests(*parts)
     digest = block_digest(digests, *(digest_rows(p[:1])[0].nbytes for p in parts))
     n = len(parts[0])
@@ -252,7 +382,9 @@ def put_block(g: zarr.Group, block: int, s0: int, region: dict[str, np.ndarray],
         g["progress"][block] = 1  # last: the block counts as written only now
 
 
-def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | None = None) -> dict:
+def finalize(
+    url: str, storage_options: dict | None = None, extra_attrs: dict | None = None
+) -> dict:
     """Write strata, train statistics, checksum and (last) the completion marker.
 
     Idempotent: safe to call again on a complete cube or after a crash inside finalisation.
@@ -261,9 +393,14 @@ def finalize(url: str, storage_options: dict | None = None, extra_attrs: dict | 
     progress = np.asarray(g["progress"][:])
     missing = np.flatnonzero(progress == 0)
     if missing.size:
-        raise IncompleteCubeError(f"{url}: {missing.size} of {progress.size} sample blocks not written yet (first: {missing[:5].tolist()})")
+        raise IncompleteCubeError(
+            f"{url}: {missing.size} of {progress.size} sample blocks not written yet (first:"
+            f" {missing[:5].tolist()})"
+        )
     if g.attrs.get("kind") == "samples":  # no split: every pixel of every sample counts
-        return _mark_complete(g, int(g["image"].shape[0]), {**(extra_attrs or {}), "statistics_split": "all"})
+        return _mark_complete(
+            g, int(g["image"].shape[0]), {**(extra_attrs or {}), "statistics_split": "all"}
+        )
     cf = np.asarray(g["class_fraction"][:])
     g["stratum"][:] = stratum_keys(cf)
     reasons = as_text(g["skip_reason"][:])

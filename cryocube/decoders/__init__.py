@@ -1,8 +1,10 @@
-"""Segmentation heads that take an encoder's feature list: `build_decoder(kind, encoder, num_classes)`.
+"""Segmentation heads that take an encoder's feature list: `build_decoder(kind, encoder,
+num_classes)`.
 
 A decoder's forward is `(features, out_size) -> logits (B, K, *out_size)`, so the engine can cache
 frozen-encoder features and train the head on them alone.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -48,8 +50,10 @@ def _linear(encoder, num_classes: int, **kw) -> nn.Module:
 def _unet(encoder, num_classes: int, **kw) -> nn.Module:
     red = list(getattr(encoder, "output_reductions", []))
     if len(red) < 2 or any(a != 2 * b for a, b in zip(red, red[1:])):
-        raise UserError(f"the U-Net decoder needs skip maps coarsest first, each twice the resolution of the one before; "
-                        f"{encoder.spec.id!r} returns maps at reductions {red}")
+        raise UserError(
+            "the U-Net decoder needs skip maps coarsest first, each twice the resolution of the"
+            f" one before; {encoder.spec.id!r} returns maps at reductions {red}"
+        )
     return UNetDecoder(list(encoder.output_channels), num_classes, **kw)
 
 
@@ -65,12 +69,14 @@ def build_decoder(kind: str, encoder, num_classes: int, **kw) -> nn.Module:
         raise UserError(f"num_classes must be >= 1, got {num_classes}")
     dec = _DECODERS[kind](encoder, num_classes, **kw)
     dec.kind = kind
-    dec.build_kwargs = dict(kw)  # saved with decoder checkpoints so load_decoder can rebuild the head
+    # saved with decoder checkpoints so load_decoder can rebuild the head
+    dec.build_kwargs = dict(kw)
     return dec
 
 
 class Segmenter(nn.Module):
-    """Encoder + decoder end to end (fine-tuning and scratch baselines): logits at the input size."""
+    """Encoder + decoder end to end (fine-tuning and scratch baselines): logits at the input
+    size."""
 
     def __init__(self, encoder: nn.Module, decoder: nn.Module):
         super().__init__()
@@ -81,4 +87,14 @@ class Segmenter(nn.Module):
         return self.decoder(self.encoder(x), tuple(x.shape[-2:]))
 
 
-__all__ = ["build_decoder", "decoder_kinds", "decoder_options", "register_decoder", "Segmenter", "UPerNet", "LinearHead", "UNetDecoder", "Feature2Pyramid"]
+__all__ = [
+    "build_decoder",
+    "decoder_kinds",
+    "decoder_options",
+    "register_decoder",
+    "Segmenter",
+    "UPerNet",
+    "LinearHead",
+    "UNetDecoder",
+    "Feature2Pyramid",
+]

@@ -4,6 +4,7 @@ The reference (`seg_linear`) sizes the conv from output_dim[0] but applies it to
 crashes on pyramid encoders whose widths differ (GFM-Swin 256 vs 1024). Here the width is that of
 the map actually used, so the head works for every encoder.
 """
+
 from __future__ import annotations
 
 import torch.nn.functional as F

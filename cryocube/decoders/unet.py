@@ -4,6 +4,7 @@ Each level: ConvTranspose 2x2/2 (C -> C), pad to the skip's size, concatenate th
 (conv3x3-BN-ReLU x2) to the next skip's width; a final 1x1 conv to the classes. The output is at
 the input resolution already; it is resized only if `out_size` differs.
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,12 @@ from torch import Tensor, nn
 
 def double_conv(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
-        nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+        nn.Conv2d(cin, cout, 3, padding=1),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(cout, cout, 3, padding=1),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
     )
 
 

@@ -1,10 +1,12 @@
-"""UPerNet head (PPM + FPN) with the Feature2Pyramid neck, as the PANGAEA/Cryo-Bench protocol uses it.
+"""UPerNet head (PPM + FPN) with the Feature2Pyramid neck, as the PANGAEA/Cryo-Bench protocol uses
+it.
 
 Facts carried over (pangaea-models.md 2.1): 512 channels, pool scales (1, 2, 3, 6), neck rescales
 [4, 2, 1, 0.5][int(i / L * 4)] for non-pyramid encoders (identity for Swin-type pyramids),
 Dropout2d(0.1), 1x1 classifier, bilinear upsampling (align_corners=False) to the requested size.
 Norms are BatchNorm2d; wrap with torch.nn.SyncBatchNorm.convert_sync_batchnorm for DDP.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,7 +17,9 @@ NECK_SCALES = (4, 2, 1, 0.5)
 
 
 def conv_bn_relu(cin: int, cout: int, k: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, k, padding=k // 2), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, k, padding=k // 2), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+    )
 
 
 def neck_rescales(n: int, pyramid: bool) -> list[float]:
@@ -31,7 +35,14 @@ class Feature2Pyramid(nn.Module):
         ops = []
         for c, k in zip(channels, rescales):
             if k == 4:
-                ops.append(nn.Sequential(nn.ConvTranspose2d(c, c, 2, 2), nn.BatchNorm2d(c), nn.GELU(), nn.ConvTranspose2d(c, c, 2, 2)))
+                ops.append(
+                    nn.Sequential(
+                        nn.ConvTranspose2d(c, c, 2, 2),
+                        nn.BatchNorm2d(c),
+                        nn.GELU(),
+                        nn.ConvTranspose2d(c, c, 2, 2),
+                    )
+                )
             elif k == 2:
                 ops.append(nn.Sequential(nn.ConvTranspose2d(c, c, 2, 2)))
             elif k == 1:
@@ -51,8 +62,10 @@ class Feature2Pyramid(nn.Module):
 
 
 class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
-    """torch's adaptive average pool, but on CUDA under deterministic algorithms the same bins as two small
-    matrix products: CUDA's own backward adds with atomics, so two equal runs would differ in the last bits."""
+    """torch's adaptive average pool, but on CUDA under deterministic algorithms the same bins as
+    two small matrix products: CUDA's own backward adds with atomics, so two equal runs would differ
+    in the last bits.
+    """
 
     def forward(self, x: Tensor) -> Tensor:
         if not (x.is_cuda and torch.are_deterministic_algorithms_enabled()):
@@ -63,12 +76,16 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
 def adaptive_avg_pool_mm(x: Tensor, output_size) -> Tensor:
     """Adaptive average pooling as P_h · x · P_wᵀ (backward: matrix products, no atomics)."""
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
-    ph, pw = pool_matrix(oh or x.shape[-2], x.shape[-2], x), pool_matrix(ow or x.shape[-1], x.shape[-1], x)
+    ph, pw = (
+        pool_matrix(oh or x.shape[-2], x.shape[-2], x),
+        pool_matrix(ow or x.shape[-1], x.shape[-1], x),
+    )
     return torch.einsum("ih,nchw,jw->ncij", ph, x, pw)
 
 
 def pool_matrix(out: int, size: int, like: Tensor) -> Tensor:
-    """(out, size) weights of adaptive pooling's bins: [floor(i*size/out), ceil((i+1)*size/out)), each averaged."""
+    """(out, size) weights of adaptive pooling's bins: [floor(i*size/out), ceil((i+1)*size/out)),
+    each averaged."""
     m = torch.zeros(out, size, dtype=like.dtype, device=like.device)
     for i in range(out):
         a, b = (i * size) // out, -((-(i + 1) * size) // out)
@@ -79,12 +96,20 @@ def pool_matrix(out: int, size: int, like: Tensor) -> Tensor:
 class PPM(nn.ModuleList):
     def __init__(self, pool_scales, cin: int, channels: int):
         super().__init__(
-            nn.Sequential(AdaptiveAvgPool2d(s), nn.Conv2d(cin, channels, 1), nn.BatchNorm2d(channels), nn.ReLU(inplace=True))
+            nn.Sequential(
+                AdaptiveAvgPool2d(s),
+                nn.Conv2d(cin, channels, 1),
+                nn.BatchNorm2d(channels),
+                nn.ReLU(inplace=True),
+            )
             for s in pool_scales
         )
 
     def forward(self, x: Tensor) -> list[Tensor]:
-        return [F.interpolate(m(x), size=x.shape[2:], mode="bilinear", align_corners=False) for m in self]
+        return [
+            F.interpolate(m(x), size=x.shape[2:], mode="bilinear", align_corners=False)
+            for m in self
+        ]
 
 
 class UPerNet(nn.Module):
@@ -101,11 +126,21 @@ class UPerNet(nn.Module):
         super().__init__()
         self.in_channels = list(in_channels)
         self.num_classes = num_classes
-        self.neck = Feature2Pyramid(self.in_channels, neck_rescales(len(in_channels), pyramid)) if neck else None
+        self.neck = (
+            Feature2Pyramid(self.in_channels, neck_rescales(len(in_channels), pyramid))
+            if neck
+            else None
+        )
         self.psp_modules = PPM(pool_scales, self.in_channels[-1], channels)
-        self.bottleneck = conv_bn_relu(self.in_channels[-1] + len(pool_scales) * channels, channels, 3)
-        self.lateral_convs = nn.ModuleList(conv_bn_relu(c, channels, 1) for c in self.in_channels[:-1])
-        self.fpn_convs = nn.ModuleList(conv_bn_relu(channels, channels, 3) for _ in self.in_channels[:-1])
+        self.bottleneck = conv_bn_relu(
+            self.in_channels[-1] + len(pool_scales) * channels, channels, 3
+        )
+        self.lateral_convs = nn.ModuleList(
+            conv_bn_relu(c, channels, 1) for c in self.in_channels[:-1]
+        )
+        self.fpn_convs = nn.ModuleList(
+            conv_bn_relu(channels, channels, 3) for _ in self.in_channels[:-1]
+        )
         self.fpn_bottleneck = conv_bn_relu(len(self.in_channels) * channels, channels, 3)
         self.dropout = nn.Dropout2d(dropout)
         self.conv_seg = nn.Conv2d(channels, num_classes, 1)
@@ -116,9 +151,14 @@ class UPerNet(nn.Module):
         top = feats[-1]
         laterals.append(self.bottleneck(torch.cat([top, *self.psp_modules(top)], dim=1)))
         for i in range(len(laterals) - 1, 0, -1):
-            laterals[i - 1] = laterals[i - 1] + F.interpolate(laterals[i], size=laterals[i - 1].shape[2:], mode="bilinear", align_corners=False)
+            laterals[i - 1] = laterals[i - 1] + F.interpolate(
+                laterals[i], size=laterals[i - 1].shape[2:], mode="bilinear", align_corners=False
+            )
         outs = [self.fpn_convs[i](laterals[i]) for i in range(len(laterals) - 1)] + [laterals[-1]]
-        outs = [outs[0]] + [F.interpolate(o, size=outs[0].shape[2:], mode="bilinear", align_corners=False) for o in outs[1:]]
+        outs = [outs[0]] + [
+            F.interpolate(o, size=outs[0].shape[2:], mode="bilinear", align_corners=False)
+            for o in outs[1:]
+        ]
         x = self.fpn_bottleneck(torch.cat(outs, dim=1))
         x = self.conv_seg(self.dropout(x))
         return F.interpolate(x, size=tuple(out_size), mode="bilinear", align_corners=False)

@@ -1,4 +1,5 @@
 """`cryocube evaluate` and `cryocube quickstart`."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,9 @@ from ..errors import UserError
 
 def fractions_arg(text: str) -> list[float]:
     """Comma-separated numbers in (0, 1]; an empty item (`,`, `0.1,`) is refused, not skipped."""
-    bad = argparse.ArgumentTypeError(f"--fraction takes comma-separated numbers in (0, 1], got {text!r}")
+    bad = argparse.ArgumentTypeError(
+        f"--fraction takes comma-separated numbers in (0, 1], got {text!r}"
+    )
     try:
         values = [float(x) for x in text.split(",")]
     except ValueError:
@@ -25,45 +28,111 @@ def register(sub) -> None:
     from ..cluster import add_cluster_args
     from ..store import options_arg
 
-    p = sub.add_parser("evaluate", help="evaluate models on cubes under the benchmark protocols (cached, resumable)")
-    p.add_argument("--cubes", help="comma-separated cube paths/URLs, or catalog dataset ids with --data-root")
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate models on cubes under the benchmark protocols (cached, resumable)",
+    )
+    p.add_argument(
+        "--cubes", help="comma-separated cube paths/URLs, or catalog dataset ids with --data-root"
+    )
     p.add_argument("--data-root", help="folder/URL holding <dataset>.zarr cubes")
     p.add_argument("--models", help="comma-separated model ids (see `cryocube list models`)")
-    p.add_argument("--protocol", default="frozen", help="comma-separated protocols (see `cryocube list protocols`)")
-    p.add_argument("--fraction", type=fractions_arg, default=None,
-                   help="share(s) of training labels, comma-separated for a label-fraction curve (default: the protocol's)")
+    p.add_argument(
+        "--protocol",
+        default="frozen",
+        help="comma-separated protocols (see `cryocube list protocols`)",
+    )
+    p.add_argument(
+        "--fraction",
+        type=fractions_arg,
+        default=None,
+        help=(
+            "share(s) of training labels, comma-separated for a label-fraction curve (default: the"
+            " protocol's)"
+        ),
+    )
     p.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
-    p.add_argument("--benchmark", help="plan the grid of catalogs/benchmarks/<name>.yaml (e.g. cryobench)")
+    p.add_argument(
+        "--benchmark", help="plan the grid of catalogs/benchmarks/<name>.yaml (e.g. cryobench)"
+    )
     p.add_argument("--config", help="YAML file of recipe fields (epochs, lr, batch_size, ...)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one recipe field")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override one recipe field"
+    )
     p.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
-    p.add_argument("--weights", default=None, metavar="DIR",
-                   help="folder of checkpoints (default: where `cryocube weights fetch` puts them)")
-    p.add_argument("--allow-random-weights", action="store_true",
-                   help="run pretrained models without a checkpoint (random init; every record and report says so)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (runs, cache hits, weights, steps) and stop")
-    p.add_argument("--budget", default=None, metavar="FILE",
-                   help="with --dry-run: estimate the wall time (and the reference's) from a budget measured by "
-                        "benchmarks/bench_reference.py --budget-out FILE")
-    p.add_argument("--out", required=True, help="results folder/URL (results.jsonl, runs/, features/, logs/)")
-    p.add_argument("--storage-options", type=options_arg, default=None,
-                   help="JSON fsspec options for remote cubes and --out (or $CRYOCUBE_STORAGE_OPTIONS)")
-    p.add_argument("--quiet", action="store_true", help="no progress output (results are still printed)")
+    p.add_argument(
+        "--weights",
+        default=None,
+        metavar="DIR",
+        help="folder of checkpoints (default: where `cryocube weights fetch` puts them)",
+    )
+    p.add_argument(
+        "--allow-random-weights",
+        action="store_true",
+        help=(
+            "run pretrained models without a checkpoint (random init; every record and report"
+            " says so)"
+        ),
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (runs, cache hits, weights, steps) and stop",
+    )
+    p.add_argument(
+        "--budget",
+        default=None,
+        metavar="FILE",
+        help=(
+            "with --dry-run: estimate the wall time (and the reference's) from a budget measured by"
+            " benchmarks/bench_reference.py --budget-out FILE"
+        ),
+    )
+    p.add_argument(
+        "--out", required=True, help="results folder/URL (results.jsonl, runs/, features/, logs/)"
+    )
+    p.add_argument(
+        "--storage-options",
+        type=options_arg,
+        default=None,
+        help="JSON fsspec options for remote cubes and --out (or $CRYOCUBE_STORAGE_OPTIONS)",
+    )
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress output (results are still printed)"
+    )
     add_cluster_args(p)
     p.set_defaults(func=_evaluate)
 
-    q = sub.add_parser("quickstart", help="generate sample datasets, convert, evaluate a few models, print the leaderboard")
+    q = sub.add_parser(
+        "quickstart",
+        help="generate sample datasets, convert, evaluate a few models, print the leaderboard",
+    )
     q.add_argument("--out", default="quickstart-out")
     q.add_argument("--datasets", default="glid,caffe")
     q.add_argument("--models", default="unet,vit_scratch,ssl4eo_moco")
     q.add_argument("--epochs", type=int, default=6)
-    q.add_argument("--interferograms", type=int, default=24,
-                   help=f"synthetic interferogram pairs for the InSAR question tasks (0: leave them out; "
-                        f"at least {QUICKSTART_MIN_PAIRS} with --gfm)")
-    q.add_argument("--vlm", default="transformers", help="generative model for the interferogram tasks (adapter[:checkpoint])")
-    q.add_argument("--gfm", default="ssl4eo_moco",
-                   help="encoder on the interferogram board beside the VLM: probed, and, when pretrained, frozen + a "
-                        "decoder for localisation ('': none)")
+    q.add_argument(
+        "--interferograms",
+        type=int,
+        default=24,
+        help=(
+            "synthetic interferogram pairs for the InSAR question tasks (0: leave them out; "
+            f"at least {QUICKSTART_MIN_PAIRS} with --gfm)"
+        ),
+    )
+    q.add_argument(
+        "--vlm",
+        default="transformers",
+        help="generative model for the interferogram tasks (adapter[:checkpoint])",
+    )
+    q.add_argument(
+        "--gfm",
+        default="ssl4eo_moco",
+        help=(
+            "encoder on the interferogram board beside the VLM: probed, and, when pretrained,"
+            " frozen + a decoder for localisation ('': none)"
+        ),
+    )
     q.add_argument("--quiet", action="store_true")
     add_cluster_args(q)
     q.set_defaults(func=_quickstart)
@@ -76,7 +145,9 @@ def resolve_cubes(cubes: str, data_root: str | None) -> list[str]:
     for c in [c.strip() for c in cubes.split(",") if c.strip()]:
         if c in dataset_ids() and not Path(c).exists():
             if not data_root:
-                raise UserError(f"{c!r} is a dataset id: pass --data-root holding {c}.zarr, or a cube path/URL")
+                raise UserError(
+                    f"{c!r} is a dataset id: pass --data-root holding {c}.zarr, or a cube path/URL"
+                )
             out.append(f"{data_root.rstrip('/')}/{c}.zarr")
         else:
             out.append(c)
@@ -90,13 +161,22 @@ def _specs(args):
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     if args.benchmark:
-        return runs_from_benchmark(args.benchmark, args.data_root, seeds=args.seeds,
-                                   models=args.models.split(",") if args.models else None,
-                                   protocols=protocols if args.protocol != "frozen" else None)
+        return runs_from_benchmark(
+            args.benchmark,
+            args.data_root,
+            seeds=args.seeds,
+            models=args.models.split(",") if args.models else None,
+            protocols=protocols if args.protocol != "frozen" else None,
+        )
     if not args.cubes or not args.models:
         raise UserError("evaluate needs --cubes and --models (or --benchmark)")
-    return runs_from_grid([m.strip() for m in args.models.split(",") if m.strip()], resolve_cubes(args.cubes, args.data_root),
-                          protocols, args.fraction or [None], list(range(args.seeds)))
+    return runs_from_grid(
+        [m.strip() for m in args.models.split(",") if m.strip()],
+        resolve_cubes(args.cubes, args.data_root),
+        protocols,
+        args.fraction or [None],
+        list(range(args.seeds)),
+    )
 
 
 def _evaluate(args) -> int:
@@ -111,15 +191,29 @@ def _evaluate(args) -> int:
     sets = list(args.set) + ([f"epochs={args.epochs}"] if args.epochs is not None else [])
     specs = _specs(args)
     # a field no requested family reads is refused, not accepted and ignored
-    recipe = load_recipe(args.config, sets, families=tuple(sorted({protocol(s.protocol).family for s in specs})))
+    recipe = load_recipe(
+        args.config, sets, families=tuple(sorted({protocol(s.protocol).family for s in specs}))
+    )
     for url in [args.out, *{s.cube for s in specs}]:
         store.register_options(url, args.storage_options)
-    outputs.claim(args.out, "results", "evaluate", inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
-                  write_marker=False)
+    outputs.claim(
+        args.out,
+        "results",
+        "evaluate",
+        inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
+        write_marker=False,
+    )
     # plan on this machine first: every user error surfaces before a cluster starts
-    parallel = len(set(specs))  # a plan of fewer runs than cores gets fewer workers, each with more threads
-    ctx = PlanContext(out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights,
-                      threads=planned_threads(args.cluster, args.workers, args.threads_per_worker, parallel=parallel))
+    # a plan of fewer runs than cores gets fewer workers, each with more threads
+    parallel = len(set(specs))
+    ctx = PlanContext(
+        out=args.out,
+        weights_dir=args.weights,
+        allow_random_weights=args.allow_random_weights,
+        threads=planned_threads(
+            args.cluster, args.workers, args.threads_per_worker, parallel=parallel
+        ),
+    )
     budget = None
     if args.budget:
         from .estimate import load_budget
@@ -128,84 +222,153 @@ def _evaluate(args) -> int:
     planned = plan_runs(specs, recipe, ctx)
     if args.dry_run:
         root = args.out.rstrip("/")
-        def workers_for(t: int) -> int | None:  # the --workers whose local cluster gives t torch threads
+
+        # the --workers whose local cluster gives t torch threads
+        def workers_for(t: int) -> int | None:
             from ..cluster.runtime import host_cores
 
-            return next((w for w in range(1, host_cores() + 1) if planned_threads(args.cluster, w, None) == t), None)
+            return next(
+                (
+                    w
+                    for w in range(1, host_cores() + 1)
+                    if planned_threads(args.cluster, w, None) == t
+                ),
+                None,
+            )
 
-        print(dry_run(planned, args.out, lambda key: any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings")),
-                      workers_for if args.threads_per_worker is None else None))
+        print(
+            dry_run(
+                planned,
+                args.out,
+                lambda key: any(
+                    store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings")
+                ),
+                workers_for if args.threads_per_worker is None else None,
+            )
+        )
         if budget is not None:
             from .estimate import estimate_text
             from .records import load_record
 
-            todo = [p for p in planned if (r := load_record(args.out, p.run_id)) is None or r.get("status") != "ok"]
+            todo = [
+                p
+                for p in planned
+                if (r := load_record(args.out, p.run_id)) is None or r.get("status") != "ok"
+            ]
             print(estimate_text(todo, budget, args.budget))
-        print("(precision auto is decided by the workers' device, and the default torch threads by the cluster's "
-              "configuration; this plan assumed this machine's)")
+        print(
+            "(precision auto is decided by the workers' device, and the default torch threads by"
+            " the cluster's configuration; this plan assumed this machine's)"
+        )
         return 0
     _warn_random(planned, args.quiet)
     outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
-    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet, parallel=parallel) as client:
-        res = evaluate(specs, args.out, recipe, client=client, progress=not args.quiet, weights_dir=args.weights,
-                       allow_random_weights=args.allow_random_weights)
+    with open_cluster(
+        args.cluster,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        memory_limit=args.memory_limit,
+        quiet=args.quiet,
+        parallel=parallel,
+    ) as client:
+        res = evaluate(
+            specs,
+            args.out,
+            recipe,
+            client=client,
+            progress=not args.quiet,
+            weights_dir=args.weights,
+            allow_random_weights=args.allow_random_weights,
+        )
     print_records(res.records, res.skipped)
     return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
 
 def run_handed(job, args) -> int:
-    """A family command's runs (`EngineRuns`) through `evaluate`, on the cluster its --cluster flags ask for;
-    the command shows their records, cached ones included."""
+    """A family command's runs (`EngineRuns`) through `evaluate`, on the cluster its --cluster flags
+    ask for; the command shows their records, cached ones included."""
     from ..cluster import open_cluster
     from .evaluate import evaluate
     from .records import load_record
 
-    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
+    with open_cluster(
+        args.cluster,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        memory_limit=args.memory_limit,
+        quiet=args.quiet,
+    ) as client:
         evaluate(job.runs, job.out, client=client, progress=not args.quiet)
     return job.show([load_record(job.out, p.run_id) for p in job.runs])
 
 
 def _warn_random(planned, quiet: bool) -> None:
-    rnd = sorted({p.spec.model for p in planned if p.record["weights"]["random_init"] and p.record["weights"]["pretrained"]})
+    rnd = sorted(
+        {
+            p.spec.model
+            for p in planned
+            if p.record["weights"]["random_init"] and p.record["weights"]["pretrained"]
+        }
+    )
     if rnd:
-        print(f"cryocube: WARNING: {', '.join(rnd)} run with RANDOM weights (--allow-random-weights): the results measure "
-              "the pipeline, not the pretrained models; records and reports mark them random_init", file=sys.stderr)
+        print(
+            f"cryocube: WARNING: {', '.join(rnd)} run with RANDOM weights (--allow-random-weights):"
+            " the results measure the pipeline, not the pretrained models; records and reports"
+            " mark them random_init",
+            file=sys.stderr,
+        )
 
 
 def metrics_text(r: dict) -> str:
-    """A record's metrics as its family shows them: the primary metric first (mIoU, Q, ...), then the others."""
+    """A record's metrics as its family shows them: the primary metric first (mIoU, Q, ...), then
+    the others."""
     from ..families import get
 
     fam = get(r.get("family") or "segmentation")
     names = [r.get("primary_metric") or fam.primary_metric, *fam.shown_metrics]
     m = r.get("metrics") or {}
-    return "  ".join(f"{n} {m[n]:6.2f}" if abs(m[n]) >= 1 else f"{n} {m[n]:6.3f}"
-                     for n in names if isinstance(m.get(n), (int, float)))
+    return "  ".join(
+        f"{n} {m[n]:6.2f}" if abs(m[n]) >= 1 else f"{n} {m[n]:6.3f}"
+        for n in names
+        if isinstance(m.get(n), (int, float))
+    )
 
 
 def print_records(records: list[dict], skipped: list[str]) -> None:
     for r in sorted(records, key=lambda r: (r["dataset"], r["protocol"], r["model"], r["seed"])):
-        tag = " (random init)" if (r.get("weights") or {}).get("random_init") and (r.get("weights") or {}).get("pretrained") else ""
+        tag = (
+            " (random init)"
+            if (r.get("weights") or {}).get("random_init")
+            and (r.get("weights") or {}).get("pretrained")
+            else ""
+        )
         if r.get("status") == "ok":
             t = (r.get("timings") or {}).get("total_s")
-            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['fraction']:<4g} {r['model'] + tag:<32} seed {r['seed']}: "
-                  f"{metrics_text(r)}" + (f"  {r['summary_line']}" if r.get("summary_line") else "")
-                  + (f"  ({t:.0f} s)" if t is not None else ""))
+            print(
+                f"{r['dataset']:<6} {r['protocol']:<12} {r['fraction']:<4g} {r['model'] + tag:<32}"
+                f" seed {r['seed']}: {metrics_text(r)}"
+                + (f"  {r['summary_line']}" if r.get("summary_line") else "")
+                + (f"  ({t:.0f} s)" if t is not None else "")
+            )
         else:
-            print(f"{r['dataset']:<6} {r['protocol']:<12} {r['model']:<32} seed {r['seed']}: FAILED {r['error']}")
+            print(
+                f"{r['dataset']:<6} {r['protocol']:<12} {r['model']:<32} seed {r['seed']}: FAILED"
+                f" {r['error']}"
+            )
     if skipped:
         print(f"{len(skipped)} runs already done (cached), not recomputed")
 
 
-QUICKSTART_MIN_PAIRS = 11  # the embedding probe's R² needs 2 test rows of a 10 % split (families/embedding/probe.py)
-QUICKSTART_TILES = {"train": 48, "val": 8, "test": 8}  # a 10 % few-shot subset is then ~5 tiles, one per stratum or more
+# the embedding probe's R² needs 2 test rows of a 10 % split (families/embedding/probe.py)
+QUICKSTART_MIN_PAIRS = 11
+# a 10 % few-shot subset is then ~5 tiles, one per stratum or more
+QUICKSTART_TILES = {"train": 48, "val": 8, "test": 8}
 QUICKSTART_SCENES = {"train": 6, "val": 1, "test": 1}
 
 
 def chance_miou(cube: str) -> float:
-    """mIoU of predicting every pixel as the test split's most frequent class (what any model must beat)."""
+    """mIoU of predicting every pixel as the test split's most frequent class (what any model must
+    beat)."""
 
     from ..cube import as_text, open_cube
 
@@ -216,11 +379,13 @@ def chance_miou(cube: str) -> float:
 
 
 def _insar_runs(args, out: Path, client) -> list:
-    """Synthetic interferograms (Mogi sources, atmosphere, ramps, decorrelation) as a cube, asked the
-    InSAR-VLM-Bench questions by a tiny random VLM (and by the same VLM blind), and one encoder (--gfm) on the same
-    board: answering through linear heads on its embeddings (phase and coherence by the cross-sensor band rule), probed
-    for the embedding report and, when it is a pretrained (frozen) encoder, segmenting the deformation masks (its
-    localisation cell: mask -> box IoU). Every row is scored on the cube's test split, beside the chance row."""
+    """Synthetic interferograms (Mogi sources, atmosphere, ramps, decorrelation) as a cube, asked
+    the InSAR-VLM-Bench questions by a tiny random VLM (and by the same VLM blind), and one encoder
+    (--gfm) on the same board: answering through linear heads on its embeddings (phase and coherence
+    by the cross-sensor band rule), probed for the embedding report and, when it is a pretrained
+    (frozen) encoder, segmenting the deformation masks (its localisation cell: mask -> box IoU).
+    Every row is scored on the cube's test split, beside the chance row.
+    """
     from ..convert.writer import convert
     from ..families import RunSpec
     from ..insar_synthetic import make_interferograms
@@ -232,25 +397,43 @@ def _insar_runs(args, out: Path, client) -> list:
     cube = str(out / "cubes" / "insar.zarr")
     convert("insar", str(raw), cube, client=client, progress=not args.quiet)
     if not args.quiet:
-        gfm = (f" and the encoder {args.gfm} answers them through linear heads (and is probed on the same pairs)"
-               if args.gfm else "")
-        print(f"cryocube quickstart: {args.interferograms} synthetic interferograms; {args.vlm} answers the four "
-              f"InSAR-VLM-Bench questions, once more blind (a blank picture: the blind baseline){gfm}, beside the chance "
-              "baseline, all with RANDOM weights (a tiny random-config LLaVA, a random "
-              "encoder; no downloads): random models measure the pipeline (rendering, batched generation, embedding, "
-              "parsing, probing, scoring), not what a model can read from an interferogram. The board marks what an "
-              "encoder cannot answer.", file=sys.stderr)
-    # the VLM, and the same VLM shown blank pictures (the blind baseline: what it scores without the picture)
-    runs = [RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),) + blind) for blind in ((), (("blind", True),))]
+        gfm = (
+            f" and the encoder {args.gfm} answers them through linear heads (and is probed on the"
+            " same pairs)"
+            if args.gfm
+            else ""
+        )
+        print(
+            f"cryocube quickstart: {args.interferograms} synthetic interferograms; {args.vlm}"
+            " answers the four InSAR-VLM-Bench questions, once more blind (a blank picture: the"
+            f" blind baseline){gfm}, beside the chance baseline, all with RANDOM weights (a tiny"
+            " random-config LLaVA, a random encoder; no downloads): random models measure the"
+            " pipeline (rendering, batched generation, embedding, parsing, probing, scoring), not"
+            " what a model can read from an interferogram. The board marks what an encoder cannot"
+            " answer.",
+            file=sys.stderr,
+        )
+    # the VLM, and the same VLM shown blank pictures (the blind baseline: what it scores without the
+    # picture)
+    runs = [
+        RunSpec(args.vlm, cube, "vqa", overrides=(("max_new_tokens", 12),) + blind)
+        for blind in ((), (("blind", True),))
+    ]
     if not args.gfm:
         return runs
-    runs.append(RunSpec(args.gfm, cube, "heads"))  # linear answer heads: the VLM's questions, metrics and test samples
+    # linear answer heads: the VLM's questions, metrics and test samples
+    runs.append(RunSpec(args.gfm, cube, "heads"))
     runs.append(RunSpec(args.gfm, cube, "probe"))  # NeuCo-Bench's probes: the embedding report
-    if model_spec(args.gfm).pretrained:  # localisation through the segmentation family (mask -> box IoU)
+    # localisation through the segmentation family (mask -> box IoU)
+    if model_spec(args.gfm).pretrained:
         runs.append(RunSpec(args.gfm, cube, "frozen", overrides=(("input_size", 32),)))
         if not args.quiet:
-            print(f"cryocube quickstart: {args.gfm} (frozen) + a decoder also segment the interferograms' deformation "
-                  "masks; the box of each predicted mask fills its 'Localisation IoU' cell.", file=sys.stderr)
+            print(
+                f"cryocube quickstart: {args.gfm} (frozen) + a decoder also segment the"
+                " interferograms' deformation masks; the box of each predicted mask fills its"
+                " 'Localisation IoU' cell.",
+                file=sys.stderr,
+            )
     return runs
 
 
@@ -267,48 +450,87 @@ def _quickstart(args) -> int:
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if args.interferograms < 0 or (args.gfm and 0 < args.interferograms < QUICKSTART_MIN_PAIRS):
-        raise UserError(f"--interferograms {args.interferograms}: the probe of --gfm {args.gfm} needs at least "
-                        f"{QUICKSTART_MIN_PAIRS} labelled pairs (R² on a 10 % test split); pass "
-                        f"{QUICKSTART_MIN_PAIRS} or more, --gfm '' to leave the encoder out, or 0 to leave the "
-                        "interferograms out")
+        raise UserError(
+            f"--interferograms {args.interferograms}: the probe of --gfm {args.gfm} needs at least "
+            f"{QUICKSTART_MIN_PAIRS} labelled pairs (R² on a 10 % test split); pass "
+            f"{QUICKSTART_MIN_PAIRS} or more, --gfm '' to leave the encoder out, or 0 to leave the "
+            "interferograms out"
+        )
     if not (datasets and models) and args.interferograms == 0:
-        raise UserError("quickstart has nothing to run: --datasets and --models are empty and --interferograms is 0")
+        raise UserError(
+            "quickstart has nothing to run: --datasets and --models are empty and --interferograms"
+            " is 0"
+        )
     outputs.claim(args.out, "quickstart", "quickstart")
     out = Path(args.out)
-    recipe = load_recipe(None, [f"epochs={args.epochs}", "decoder_channels=64", "input_size=64", "val_every=2",
-                                "batch_size=8", "crops_per_sample=2", "normalization=cube"])
+    recipe = load_recipe(
+        None,
+        [
+            f"epochs={args.epochs}",
+            "decoder_channels=64",
+            "input_size=64",
+            "val_every=2",
+            "batch_size=8",
+            "crops_per_sample=2",
+            "normalization=cube",
+        ],
+    )
     pretrained = [m for m in models if model_spec(m).pretrained]
     if args.gfm and args.interferograms:
         model_spec(args.gfm)  # an unknown id is refused before the cluster starts
     if datasets and not args.quiet:
-        print(f"cryocube quickstart: sample data, {args.epochs} epochs ({10 * args.epochs} for few-shot runs), 64 px crops. "
-              f"The pretrained models "
-              f"({', '.join(pretrained) or 'none'}) run with RANDOM weights here (no downloads): the numbers measure the "
-              "pipeline on learnable synthetic data, not the models.", file=sys.stderr)
-    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
+        print(
+            f"cryocube quickstart: sample data, {args.epochs} epochs ({10 * args.epochs} for"
+            " few-shot runs), 64 px crops. The pretrained models"
+            f" ({', '.join(pretrained) or 'none'}) run with RANDOM weights here (no downloads): the"
+            " numbers measure the pipeline on learnable synthetic data, not the models.",
+            file=sys.stderr,
+        )
+    with open_cluster(
+        args.cluster,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        memory_limit=args.memory_limit,
+        quiet=args.quiet,
+    ) as client:
         cubes = []
         for d in datasets:
             raw = out / "raw" / d
             if not raw.exists():
-                make_raw(d, raw, n=QUICKSTART_SCENES if RECIPES[d].scenes else QUICKSTART_TILES, seed=1)
+                make_raw(
+                    d, raw, n=QUICKSTART_SCENES if RECIPES[d].scenes else QUICKSTART_TILES, seed=1
+                )
             cube = str(out / "cubes" / f"{d}.zarr")
             convert(d, str(raw), cube, client=client, tile_size=64, progress=not args.quiet)
             cubes.append(cube)
         runs = []
         if cubes and models:  # `--datasets ''` runs only the interferogram board
             runs = runs_from_grid(models, cubes, ["frozen"], [None], [0])
-            # a 10 % subset has a tenth of the steps per epoch: few-shot runs get ten times the epochs, so every run
-            # takes about as many optimisation steps (on the sample data 6 epochs of 5 tiles would learn nothing)
+            # a 10 % subset has a tenth of the steps per epoch: few-shot runs get ten times the
+            # epochs, so every run
+            # takes about as many optimisation steps (on the sample data 6 epochs of 5 tiles would
+            # learn nothing)
             fewshot_epochs = (("epochs", args.epochs * 10),)
-            runs += [replace(r, overrides=fewshot_epochs)
-                     for r in runs_from_grid(pretrained or models, cubes, ["fewshot"], [None], [0])]
+            runs += [
+                replace(r, overrides=fewshot_epochs)
+                for r in runs_from_grid(pretrained or models, cubes, ["fewshot"], [None], [0])
+            ]
         if args.interferograms > 0:
             runs += _insar_runs(args, out, client)
-        res = evaluate(runs, str(out / "results"), recipe, client=client, progress=not args.quiet, allow_random_weights=True)
+        res = evaluate(
+            runs,
+            str(out / "results"),
+            recipe,
+            client=client,
+            progress=not args.quiet,
+            allow_random_weights=True,
+        )
     print_records(res.records, res.skipped)
     for d, c in zip(datasets, cubes):
-        print(f"{d}: predicting every pixel as the most frequent class scores mIoU {chance_miou(c):.2f} (chance level)")
+        print(
+            f"{d}: predicting every pixel as the most frequent class scores mIoU"
+            f" {chance_miou(c):.2f} (chance level)"
+        )
     from ..report import build_report
     from ..report.tables import to_markdown
 

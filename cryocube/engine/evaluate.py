@@ -8,6 +8,7 @@ Everything runs on the Dask client given (or the default one). Finished runs are
 fails (e.g. non-finite loss) is recorded as an error, its traceback goes to OUT/logs/errors.log, the
 console gets one line, and the other runs go on.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,8 +25,10 @@ from .plan import plan_runs
 from .records import load_record, sync_results, write_parquet, write_record
 
 PROGRESS_TOPIC = "cryocube-progress"
-KEY = "cryocube"  # prefix of every task key (their worker-side failure logs are silenced: we log them)
-SCORE_PRIORITY = 10  # ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
+# prefix of every task key (their worker-side failure logs are silenced: we log them)
+KEY = "cryocube"
+# ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
+SCORE_PRIORITY = 10
 
 
 @dataclass
@@ -33,7 +36,8 @@ class EvaluateResult:
     records: list[dict] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # run ids already done
     planned: list[PlannedRun] = field(default_factory=list)
-    prepared: dict[str, dict] = field(default_factory=dict)  # prep key -> facts (encoder items, timings)
+    # prep key -> facts (encoder items, timings)
+    prepared: dict[str, dict] = field(default_factory=dict)
 
     @property
     def encoder_items(self) -> dict[str, int]:
@@ -41,21 +45,28 @@ class EvaluateResult:
 
 
 class Runner:
-    """The one way to the cluster, for the scheduler and the families: tasks with GPU annotations, keys
-    and progress."""
+    """The one way to the cluster, for the scheduler and the families: tasks with GPU annotations,
+    keys and progress."""
 
     def __init__(self, client, resources: dict | None, progress: bool):
         self.client, self.resources, self.progress = client, resources, progress
 
     def submit(self, fn: Callable, arg: Any, key: str, priority: int = 0):
-        return self.client.submit(fn, arg, pure=False, resources=self.resources, priority=priority,
-                                  key=f"{key}-{time.time_ns()}")
+        return self.client.submit(
+            fn,
+            arg,
+            pure=False,
+            resources=self.resources,
+            priority=priority,
+            key=f"{key}-{time.time_ns()}",
+        )
 
     def result(self, fut):
         return fut.result()
 
     def scatter(self, data):
-        """`data` on every worker once (a matrix that many tasks read), as a future to pass in their arguments."""
+        """`data` on every worker once (a matrix that many tasks read), as a future to pass in their
+        arguments."""
         return self.client.scatter(data, broadcast=True)
 
     def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
@@ -67,9 +78,18 @@ class Runner:
         """Reduce futures pairwise on the workers (log-depth), returning one future."""
         level = list(futures)
         while len(level) > 1:
-            nxt = [self.client.submit(fn, level[i], level[i + 1], pure=False, resources=self.resources,
-                                      priority=priority, key=f"{KEY}-reduce-{time.time_ns()}-{i}")
-                   for i in range(0, len(level) - 1, 2)]
+            nxt = [
+                self.client.submit(
+                    fn,
+                    level[i],
+                    level[i + 1],
+                    pure=False,
+                    resources=self.resources,
+                    priority=priority,
+                    key=f"{KEY}-reduce-{time.time_ns()}-{i}",
+                )
+                for i in range(0, len(level) - 1, 2)
+            ]
             if len(level) % 2:
                 nxt.append(level[-1])
             level = nxt
@@ -77,10 +97,14 @@ class Runner:
 
 
 class Schedule:
-    """The runs of one `evaluate` call through their stages, one method each; a run that fails at any
-    stage is recorded as an error and the others go on. Results are handled as their tasks complete."""
+    """The runs of one `evaluate` call through their stages, one method each; a run that fails at
+    any stage is recorded as an error and the others go on. Results are handled as their tasks
+    complete.
+    """
 
-    def __init__(self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None):
+    def __init__(
+        self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None
+    ):
         from distributed import as_completed
 
         from ..cluster.client import cluster_info
@@ -103,7 +127,9 @@ class Schedule:
                 self.fit(name, group)
         self.board = RunBoard({p.run_id: p.label for p in todo}, self.runner.progress)
         client = self.runner.client
-        client.subscribe_topic(PROGRESS_TOPIC, lambda ev: self.board.event(ev[1] if isinstance(ev, tuple) else ev))
+        client.subscribe_topic(
+            PROGRESS_TOPIC, lambda ev: self.board.event(ev[1] if isinstance(ev, tuple) else ev)
+        )
         try:
             with self.board:
                 for fut in self.done:
@@ -125,7 +151,9 @@ class Schedule:
 
     def fit(self, name: str, group: list[PlannedRun]) -> None:
         fn, task = get(name).fit(group)
-        self._then(self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group)
+        self._then(
+            self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group
+        )
 
     def score(self, fut, name: str, group: list[PlannedRun]) -> None:
         """A fitted group: each run's score tasks; a failed group is recorded run by run."""
@@ -140,8 +168,10 @@ class Schedule:
                 x = f["failed"]
                 self.fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
                 continue
-            parts = [self.runner.submit(fn, t, f"{KEY}-score-{p.run_id}-{i}", priority=SCORE_PRIORITY)
-                     for i, (fn, t) in enumerate(get(name).score(p, f))]
+            parts = [
+                self.runner.submit(fn, t, f"{KEY}-score-{p.run_id}-{i}", priority=SCORE_PRIORITY)
+                for i, (fn, t) in enumerate(get(name).score(p, f))
+            ]
             self.board.scoring(p.run_id, len(parts))
             self.reduce(name, p, f, parts)
 
@@ -158,10 +188,23 @@ class Schedule:
             return
         test_s = time.perf_counter() - scored
         # a run's own time: its fit task (shared by the decoders trained with it) and its scoring
-        timings = {**fields.get("timings", {}), "test_s": test_s,
-                   "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
-                   "since_start_s": time.perf_counter() - self.started}
-        self._write(run, run.record | fields | {"status": "ok", "error": None, "cluster": self.info, "timings": timings})
+        timings = {
+            **fields.get("timings", {}),
+            "test_s": test_s,
+            "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
+            "since_start_s": time.perf_counter() - self.started,
+        }
+        self._write(
+            run,
+            run.record
+            | fields
+            | {
+                "status": "ok",
+                "error": None,
+                "cluster": self.info,
+                "timings": timings,
+            },
+        )
         metric = fields.get("primary_metric", "mIoU")
         m = fields["metrics"].get(metric)
         self.board.finish(run.run_id, f"done: {metric} {m:.2f}" if m is not None else "done")
@@ -169,16 +212,30 @@ class Schedule:
     def fail(self, run: PlannedRun, e: BaseException) -> None:
         log = _log_failure(self.out, run, e)
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
-        if isinstance(e, TimeoutError):  # never a bare "TimeoutError": what it waited for, what to change
+        # never a bare "TimeoutError": what it waited for, what to change
+        if isinstance(e, TimeoutError):
             from ..cluster.timeouts import explain_timeout
 
             e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
-        self._write(run, run.record | {"status": "error", "error": f"{kind}: {e}", "error_log": log, "cluster": self.info})
+        self._write(
+            run,
+            run.record
+            | {
+                "status": "error",
+                "error": f"{kind}: {e}",
+                "error_log": log,
+                "cluster": self.info,
+            },
+        )
         first = str(e).splitlines()[0] if str(e) else ""
-        self.board.finish(run.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True)
+        self.board.finish(
+            run.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True
+        )
 
     def _write(self, run: PlannedRun, rec: dict) -> None:
-        self.res.records.append(write_record(self.out, rec | (self.extra(run, rec) if self.extra else {})))
+        self.res.records.append(
+            write_record(self.out, rec | (self.extra(run, rec) if self.extra else {}))
+        )
 
 
 def _device_info() -> DeviceInfo:
@@ -195,7 +252,8 @@ def errors_log(out: str) -> str:
 
 
 def log_hint(out: str) -> str:
-    """' (tracebacks in OUT/logs/errors.log)' when that file exists, else '': never point at a file not written."""
+    """' (tracebacks in OUT/logs/errors.log)' when that file exists, else '': never point at a file
+    not written."""
     url = errors_log(out)
     return f" (tracebacks in {url})" if _store.file_exists(url) else ""
 
@@ -203,7 +261,9 @@ def log_hint(out: str) -> str:
 def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
     url = errors_log(out)
     tb = e.tb if isinstance(e, RunFailed) else "".join(traceback.format_exception(e))
-    _store.append_text(url, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.label} (run {run.run_id})\n{tb}\n")
+    _store.append_text(
+        url, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.label} (run {run.run_id})\n{tb}\n"
+    )
     return url
 
 
@@ -216,9 +276,17 @@ def _done(out: str, run: PlannedRun) -> bool:
     return rec is not None and rec.get("status") == "ok"
 
 
-def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, client=None, progress: bool = True,
-             storage_options: dict | None = None, weights_dir: str | None = None, allow_random_weights: bool = False,
-             extra: Callable[[PlannedRun, dict], dict] | None = None) -> EvaluateResult:
+def evaluate(
+    runs: list[RunSpec] | list[PlannedRun],
+    out: str,
+    config=None,
+    client=None,
+    progress: bool = True,
+    storage_options: dict | None = None,
+    weights_dir: str | None = None,
+    allow_random_weights: bool = False,
+    extra: Callable[[PlannedRun, dict], dict] | None = None,
+) -> EvaluateResult:
     """Run (or resume) the given runs; returns the records written to `out`/results.jsonl.
 
     `runs` may be RunSpecs (planned here with the workers' device) or runs planned already.
@@ -233,9 +301,16 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
     _store.share_with(client)
     planned = [r for r in runs if isinstance(r, PlannedRun)]
     if len(planned) != len(runs):
-        ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights,
-                          device=cluster_device(client), threads=cluster_threads(client))
-        planned = plan_runs([r for r in runs if isinstance(r, RunSpec)], config or default_recipe(), ctx)
+        ctx = PlanContext(
+            out=out,
+            weights_dir=weights_dir,
+            allow_random_weights=allow_random_weights,
+            device=cluster_device(client),
+            threads=cluster_threads(client),
+        )
+        planned = plan_runs(
+            [r for r in runs if isinstance(r, RunSpec)], config or default_recipe(), ctx
+        )
     res = EvaluateResult(planned=planned)
     if sync_results(out):  # the table re-indexes every record before a run counts as cached
         write_parquet(out)
@@ -250,24 +325,43 @@ def evaluate(runs: list[RunSpec] | list[PlannedRun], out: str, config=None, clie
 def _without_threads(identity: dict) -> str:
     import json
 
-    return json.dumps({k: v for k, v in (identity or {}).items() if k != "threads"}, sort_keys=True, default=str)
+    return json.dumps(
+        {k: v for k, v in (identity or {}).items() if k != "threads"}, sort_keys=True, default=str
+    )
 
 
 def cached_with_other_threads(planned: list[PlannedRun], out: str) -> dict[str, int]:
-    """run_id -> the torch threads of an ok record in `out` that is the same run but for its threads (the
-    threads are part of the run id: a plan made with other --workers finds none of them cached)."""
+    """run_id -> the torch threads of an ok record in `out` that is the same run but for its threads
+    (the threads are part of the run id: a plan made with other --workers finds none of them
+    cached)."""
     from .records import read_results
 
-    ok = {_without_threads(r["identity"]): r["identity"]["threads"] for r in read_results(out)
-          if r.get("status") == "ok" and isinstance(r.get("identity"), dict) and r["identity"].get("threads")}
-    return {p.run_id: ok[k] for p in planned if "threads" in p.identity
-            and (k := _without_threads(p.identity)) in ok and ok[k] != p.identity["threads"]}
+    ok = {
+        _without_threads(r["identity"]): r["identity"]["threads"]
+        for r in read_results(out)
+        if r.get("status") == "ok"
+        and isinstance(r.get("identity"), dict)
+        and r["identity"].get("threads")
+    }
+    return {
+        p.run_id: ok[k]
+        for p in planned
+        if "threads" in p.identity
+        and (k := _without_threads(p.identity)) in ok
+        and ok[k] != p.identity["threads"]
+    }
 
 
-def dry_run(planned: list[PlannedRun], out: str, prepared_exists: Callable[[str], bool] | None = None,
-            workers_for: Callable[[int], int | None] | None = None) -> str:
-    """What `evaluate` would do: runs (cached or to do), weights, precision, estimated steps and encoder items;
-    runs cached under other torch threads are counted with the --workers that gives them (`workers_for`)."""
+def dry_run(
+    planned: list[PlannedRun],
+    out: str,
+    prepared_exists: Callable[[str], bool] | None = None,
+    workers_for: Callable[[int], int | None] | None = None,
+) -> str:
+    """What `evaluate` would do: runs (cached or to do), weights, precision, estimated steps and
+    encoder items; runs cached under other torch threads are counted with the --workers that gives
+    them (`workers_for`).
+    """
     lines, todo, items = [], 0, {}
     other = {}
     for p in planned:
@@ -276,24 +370,36 @@ def dry_run(planned: list[PlannedRun], out: str, prepared_exists: Callable[[str]
         if not cached and not other:
             other = cached_with_other_threads(planned, out)
         w = p.record.get("weights", {})
-        wtxt = "random init" if w.get("random_init") and w.get("pretrained") else ("scratch" if not w.get("pretrained") else w.get("source"))
+        wtxt = (
+            "random init"
+            if w.get("random_init") and w.get("pretrained")
+            else ("scratch" if not w.get("pretrained") else w.get("source"))
+        )
         prec = p.record.get("precision", {})
         est = p.estimate
         if p.prep_key and not cached:
             items[p.prep_key] = est.get("encoder_items", 0)
-        lines.append(f"{'cached ' if cached else 'to run '} {p.run_id}  {p.label:<48} {est.get('steps', '?'):>6} steps  "
-                     f"weights {wtxt}  precision {prec.get('requested')}->{prec.get('effective')}")
+        lines.append(
+            f"{'cached ' if cached else 'to run '} {p.run_id}  {p.label:<48}"
+            f" {est.get('steps', '?'):>6} steps  weights {wtxt}  precision"
+            f" {prec.get('requested')}->{prec.get('effective')}"
+        )
     cache_txt = ""
     if items:
         have = [k for k in items if prepared_exists and prepared_exists(k)]
-        cache_txt = (f"; {len(items)} shared preparation(s) (feature caches, embeddings), {len(have)} already built, "
-                     f"{sum(v for k, v in items.items() if k not in have)} encoder items to compute")
+        cache_txt = (
+            f"; {len(items)} shared preparation(s) (feature caches, embeddings), {len(have)}"
+            f" already built, {sum(v for k, v in items.items() if k not in have)} encoder items to"
+            " compute"
+        )
     head = f"{len(planned)} runs: {todo} to run, {len(planned) - todo} cached{cache_txt}"
     if other:
         how = []
         for t in sorted(set(other.values())):
             w = workers_for(t) if workers_for else None
             how.append(f"--workers {w}" if w else f"--set threads={t}")
-        head += (f"\n{len(other)} runs are cached with other torch threads ({' or '.join(how)}); the threads are part "
-                 "of the run id, so this plan runs them again")
+        head += (
+            f"\n{len(other)} runs are cached with other torch threads ({' or '.join(how)}); the"
+            " threads are part of the run id, so this plan runs them again"
+        )
     return "\n".join([head, *lines])

@@ -1,9 +1,10 @@
 """Planning: run specs -> planned runs (each through its protocol's family), before any work starts.
 
-Everything a run needs is checked here, on the client: complete cubes, bands that fit, recipe values,
-checkpoints, label fractions. The CLI plans once before it starts a cluster (so a user error never
-costs a cluster start) and again with the workers' device, which decides `precision: auto`.
+Everything a run needs is checked here, on the client: complete cubes, bands that fit, recipe
+values, checkpoints, label fractions. The CLI plans once before it starts a cluster (so a user error
+never costs a cluster start) and again with the workers' device, which decides `precision: auto`.
 """
+
 from __future__ import annotations
 
 from ..catalog import load_benchmark, protocol
@@ -13,17 +14,33 @@ from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..families.recipes import Recipe
 
 
-def runs_from_grid(models: list[str], cubes: list[str], protocols: list[str], fractions: list[float | None],
-                   seeds: list[int]) -> list[RunSpec]:
-    out = [RunSpec(model=m, cube=c, protocol=pr, fraction=f, seed=s)
-           for c in cubes for m in models for pr in protocols for f in fractions for s in seeds]
+def runs_from_grid(
+    models: list[str],
+    cubes: list[str],
+    protocols: list[str],
+    fractions: list[float | None],
+    seeds: list[int],
+) -> list[RunSpec]:
+    out = [
+        RunSpec(model=m, cube=c, protocol=pr, fraction=f, seed=s)
+        for c in cubes
+        for m in models
+        for pr in protocols
+        for f in fractions
+        for s in seeds
+    ]
     if not out:
         raise UserError("no runs selected")
     return out
 
 
-def runs_from_benchmark(name: str, data_root: str | None, seeds: int = 1, models: list[str] | None = None,
-                        protocols: list[str] | None = None) -> list[RunSpec]:
+def runs_from_benchmark(
+    name: str,
+    data_root: str | None,
+    seeds: int = 1,
+    models: list[str] | None = None,
+    protocols: list[str] | None = None,
+) -> list[RunSpec]:
     """The grid of catalogs/benchmarks/<name>.yaml: models x datasets x protocols (x seeds)."""
     if not data_root:
         raise UserError("--benchmark needs --data-root holding <dataset>.zarr cubes")
@@ -38,16 +55,25 @@ def runs_from_benchmark(name: str, data_root: str | None, seeds: int = 1, models
                 model = b.model_for(row, d)
                 if models and model not in models and row not in models:
                     continue
-                runs += [RunSpec(model=model, cube=f"{data_root.rstrip('/')}/{d}.zarr", protocol=pname, seed=s)
-                         for s in range(seeds)]
+                runs += [
+                    RunSpec(
+                        model=model,
+                        cube=f"{data_root.rstrip('/')}/{d}.zarr",
+                        protocol=pname,
+                        seed=s,
+                    )
+                    for s in range(seeds)
+                ]
     if not runs:
         raise UserError(f"{b.path}: the selection matches no runs")
     return runs
 
 
-def plan_runs(runs: list[RunSpec], recipe: Recipe, ctx: PlanContext, cubes: dict[str, CubeInfo] | None = None) -> list[PlannedRun]:
-    """Plan every run up front (an incomplete cube or a model that does not fit fails before any work);
-    runs that plan to the same id are planned once."""
+def plan_runs(
+    runs: list[RunSpec], recipe: Recipe, ctx: PlanContext, cubes: dict[str, CubeInfo] | None = None
+) -> list[PlannedRun]:
+    """Plan every run up front (an incomplete cube or a model that does not fit fails before any
+    work); runs that plan to the same id are planned once."""
     cubes = {} if cubes is None else cubes
     planned: dict[str, PlannedRun] = {}
     for r in runs:

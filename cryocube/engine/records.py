@@ -1,27 +1,70 @@
-"""The engine's side of run records: the Parquet copy of results.jsonl, rewritten once per `evaluate` call.
+"""The engine's side of run records: the Parquet copy of results.jsonl, rewritten once per
+`evaluate` call.
 
-The record itself (`RunRecord`) and its files (record.json, results.jsonl, their repair) live in the bottom
-layer, cryocube/record.py, so that families and the report read and write them without reaching up into
-the engine; they are named here too for the engine's modules and for notebooks written against them.
+The record itself (`RunRecord`) and its files (record.json, results.jsonl, their repair) live in the
+bottom layer, cryocube/record.py, so that families and the report read and write them without
+reaching up into the engine; they are named here too for the engine's modules and for notebooks
+written against them.
 """
+
 from __future__ import annotations
 
 import json
 
 from .. import store as _store
-from ..record import (RESULTS_FILE, TORN_SUFFIX, clean, load_record, missing_records, read_results, repair_results,
-                      results_url, run_dir, sync_results, versions, write_record)
+from ..record import (
+    RESULTS_FILE,
+    TORN_SUFFIX,
+    clean,
+    load_record,
+    missing_records,
+    read_results,
+    repair_results,
+    results_url,
+    run_dir,
+    sync_results,
+    versions,
+    write_record,
+)
 
-__all__ = ["RESULTS_FILE", "TORN_SUFFIX", "clean", "load_record", "missing_records", "read_results", "repair_results",
-           "results_url", "run_dir", "sync_results", "versions", "write_parquet", "write_record"]
+__all__ = [
+    "RESULTS_FILE",
+    "TORN_SUFFIX",
+    "clean",
+    "load_record",
+    "missing_records",
+    "read_results",
+    "repair_results",
+    "results_url",
+    "run_dir",
+    "sync_results",
+    "versions",
+    "write_parquet",
+    "write_record",
+]
 
 
-PARQUET_COLUMNS = ("run_id", "family", "model", "model_name", "dataset", "protocol", "fraction", "seed", "status", "error",
-                   "samples_per_s", "peak_memory_mb", "device", "created")
+PARQUET_COLUMNS = (
+    "run_id",
+    "family",
+    "model",
+    "model_name",
+    "dataset",
+    "protocol",
+    "fraction",
+    "seed",
+    "status",
+    "error",
+    "samples_per_s",
+    "peak_memory_mb",
+    "device",
+    "created",
+)
 
 
 def write_parquet(out: str) -> None:
-    """results.parquet beside results.jsonl: one row per record, metrics flattened, the record as JSON."""
+    """results.parquet beside results.jsonl: one row per record, metrics flattened, the record as
+    JSON."""
     import pandas as pd
 
     recs = read_results(out)
@@ -32,10 +75,15 @@ def write_parquet(out: str) -> None:
         m = r.get("metrics") or {}
         w = r.get("weights") or {}
         p = r.get("precision") or {}
-        rows.append({k: r.get(k) for k in PARQUET_COLUMNS}
-                    | {f"metric_{k}": m.get(k) for k in ("mIoU", "mF1", "oAcc", "mAcc")}
-                    | {"random_init": w.get("random_init"), "precision": p.get("effective") if isinstance(p, dict) else p,
-                       "record": json.dumps(r)})
+        rows.append(
+            {k: r.get(k) for k in PARQUET_COLUMNS}
+            | {f"metric_{k}": m.get(k) for k in ("mIoU", "mF1", "oAcc", "mAcc")}
+            | {
+                "random_init": w.get("random_init"),
+                "precision": p.get("effective") if isinstance(p, dict) else p,
+                "record": json.dumps(r),
+            }
+        )
     url = f"{out.rstrip('/')}/results.parquet"
     fs, path = _store.fs_path(url)
     with fs.open(path, "wb") as f:

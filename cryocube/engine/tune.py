@@ -1,10 +1,10 @@
 """`tune`: hyper-parameter studies (Optuna) whose trials are ordinary engine runs.
 
-A trial is a run with its params as recipe overrides (`RunSpec.overrides`), so it has its own content
-hash, record and cache like any run. Trials are asked from the study a batch at a time and the batch
-goes through one `evaluate` call: trials that differ only in decoder-side values share one feature
-extraction and, where the family can, one pass over the features (K decoders per fit task). The
-objective is the best validation value of the family's primary metric, the value whose state the
+A trial is a run with its params as recipe overrides (`RunSpec.overrides`), so it has its own
+content hash, record and cache like any run. Trials are asked from the study a batch at a time and
+the batch goes through one `evaluate` call: trials that differ only in decoder-side values share one
+feature extraction and, where the family can, one pass over the features (K decoders per fit task).
+The objective is the best validation value of the family's primary metric, the value whose state the
 engine keeps and tests; test metrics are recorded but never read for selection.
 
 Pruning reads the validation curve the engine records. The engine trains a run in one task, so a
@@ -17,10 +17,11 @@ a client is used), so a killed client or scheduler loses nothing: a rerun loads 
 trials left RUNNING and enqueues their params again (their runs, if they finished, are cache hits),
 and asks only for the trials still missing. One tune process per study at a time.
 
-Every trial's record carries `sweep: {study, trial, params, state, value, ...}`; the best trial's run
-is planned again from its params (exactly what `evaluate --set` plans), tested, and appended with
-`sweep.best: true` together with a default-recipe baseline run.
+Every trial's record carries `sweep: {study, trial, params, state, value, ...}`; the best trial's
+run is planned again from its params (exactly what `evaluate --set` plans), tested, and appended
+with `sweep.best: true` together with a default-recipe baseline run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,7 +51,8 @@ SAMPLERS = ("tpe", "grid", "random")
 PRUNERS = ("median", "hyperband", "none")
 
 
-# -- the search space --------------------------------------------------------------------------------
+# -- the search space
+# --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,10 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
     if name not in known:
         raise RecipeError(f"--space {name}: not a recipe field (known: {', '.join(sorted(known))})")
     if name in recipe.execution_fields():
-        raise RecipeError(f"--space {name}: {name} does not change a run's result (an execution field); nothing to tune")
+        raise RecipeError(
+            f"--space {name}: {name} does not change a run's result (an execution field); nothing"
+            " to tune"
+        )
     like = getattr(recipe, name)
     if isinstance(spec, dict):
         if "choices" in spec:
@@ -105,7 +110,9 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
         elif {"low", "high"} <= set(spec):
             spec = f"{spec['low']}:{spec['high']}{':log' if spec.get('log') else ''}"
         else:
-            raise RecipeError(f"--space {name}: a mapping needs low/high (and log) or choices, got {spec!r}")
+            raise RecipeError(
+                f"--space {name}: a mapping needs low/high (and log) or choices, got {spec!r}"
+            )
     if isinstance(spec, (list, tuple)):
         p = Param(name, "choice", choices=tuple(_value(v, like) for v in spec))
     elif isinstance(spec, str) and ":" in spec:
@@ -116,9 +123,16 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
             lo, hi = _number(parts[0]), _number(parts[1])
         except ValueError:
             raise RecipeError(f"--space {name}={spec}: the range ends must be numbers") from None
-        integer = isinstance(lo, int) and isinstance(hi, int) and isinstance(like, int) and not isinstance(like, bool)
+        integer = (
+            isinstance(lo, int)
+            and isinstance(hi, int)
+            and isinstance(like, int)
+            and not isinstance(like, bool)
+        )
         if not isinstance(like, (int, float)) or isinstance(like, bool):
-            raise RecipeError(f"--space {name}={spec}: {name} is not numeric; list its values (a,b,c) instead")
+            raise RecipeError(
+                f"--space {name}={spec}: {name} is not numeric; list its values (a,b,c) instead"
+            )
         if not lo < hi:
             raise RecipeError(f"--space {name}={spec}: the range needs low < high")
         if len(parts) == 3 and lo <= 0:
@@ -126,7 +140,11 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
         p = Param(name, "int" if integer else "float", lo, hi, log=len(parts) == 3)
     else:
         text = str(spec)
-        p = Param(name, "choice", choices=tuple(_value(yaml.safe_load(v), like) for v in text.split(",") if v.strip()))
+        p = Param(
+            name,
+            "choice",
+            choices=tuple(_value(yaml.safe_load(v), like) for v in text.split(",") if v.strip()),
+        )
     if p.kind == "choice" and not p.choices:
         raise RecipeError(f"--space {name}: no values given")
     for v in p.choices or (p.low, p.high):  # every end and choice must be a value the recipe takes
@@ -138,12 +156,16 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
 
 
 def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tuple[Param, ...]:
-    """`name=low:high[:log]` (float, or int when both ends and the field are) or `name=a,b,c`; a YAML
-    `space:` maps names to the same strings, to lists, or to {low, high, log}. Checked against the recipe."""
+    """`name=low:high[:log]` (float, or int when both ends and the field are) or `name=a,b,c`; a
+    YAML `space:` maps names to the same strings, to lists, or to {low, high, log}. Checked against
+    the recipe.
+    """
     specs: dict[str, Any] = {}
     if yaml_space is not None:
         if not isinstance(yaml_space, dict):
-            raise RecipeError("space: must map recipe fields to ranges (lr: 1e-5:1e-2:log) or lists of values")
+            raise RecipeError(
+                "space: must map recipe fields to ranges (lr: 1e-5:1e-2:log) or lists of values"
+            )
         specs.update(yaml_space)
     for item in items or []:
         if "=" not in item:
@@ -151,7 +173,9 @@ def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tup
         k, v = item.split("=", 1)
         specs[k.strip()] = v.strip()
     if not specs:
-        raise RecipeError("tune needs a search space: --space lr=1e-5:1e-2:log (or a space: section in --config)")
+        raise RecipeError(
+            "tune needs a search space: --space lr=1e-5:1e-2:log (or a space: section in --config)"
+        )
     return tuple(_parse_one(k, v, recipe) for k, v in specs.items())
 
 
@@ -164,7 +188,8 @@ def load_tune_config(path: str | None, sets: list[str]):
     return load_recipe(None, {**fields, **parse_overrides(sets)}), space
 
 
-# -- studies ------------------------------------------------------------------------------------------
+# -- studies
+# ------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -180,18 +205,24 @@ def _optuna():
     try:
         import optuna
     except ImportError:
-        raise UserError("cryocube tune needs optuna and optuna-integration: pip install 'optuna>=4' 'optuna-integration>=4'") from None
+        raise UserError(
+            "cryocube tune needs optuna and optuna-integration: pip install 'optuna>=4'"
+            " 'optuna-integration>=4'"
+        ) from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
 
 
 def open_storage(out: str, client=None):
-    """The study journal in `out` (local), served from the scheduler through DaskStorage when a client is given."""
+    """The study journal in `out` (local), served from the scheduler through DaskStorage when a
+    client is given."""
     optuna = _optuna()
     from optuna.storages.journal import JournalFileBackend
 
     if _store.is_remote(out):
-        raise UserError(f"tune keeps its study journal in --out, which must be a local folder (got {out})")
+        raise UserError(
+            f"tune keeps its study journal in --out, which must be a local folder (got {out})"
+        )
     Path(out).mkdir(parents=True, exist_ok=True)
     path = str(Path(out).resolve() / JOURNAL)
     storage = optuna.storages.JournalStorage(JournalFileBackend(path))
@@ -199,10 +230,14 @@ def open_storage(out: str, client=None):
         return storage
     from optuna_integration import DaskStorage
 
-    with warnings.catch_warnings():  # "DaskStorage is experimental": said once per study, to every user
+    # "DaskStorage is experimental": said once per study, to every user
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return DaskStorage(storage=storage, name=f"cryocube-{hashlib.sha256(path.encode()).hexdigest()[:12]}",
-                           client=client)
+        return DaskStorage(
+            storage=storage,
+            name=f"cryocube-{hashlib.sha256(path.encode()).hexdigest()[:12]}",
+            client=client,
+        )
 
 
 def make_sampler(name: str, space: tuple[Param, ...], seed: int):
@@ -214,11 +249,14 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
     if name == "grid":
         ranged = [p.name for p in space if p.kind != "choice"]
         if ranged:
-            raise UserError(f"--sampler grid needs listed values (name=a,b,c); {', '.join(ranged)} are ranges")
+            raise UserError(
+                f"--sampler grid needs listed values (name=a,b,c); {', '.join(ranged)} are ranges"
+            )
 
         class Grid(optuna.samplers.GridSampler):
             def after_trial(self, study, trial, state, values) -> None:
-                """No `study.stop()` at the end of the grid (it only works inside `optimize`); the loop counts."""
+                """No `study.stop()` at the end of the grid (it only works inside `optimize`); the
+                loop counts."""
 
         return Grid({p.name: list(p.choices) for p in space}, seed=seed)
     raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
@@ -227,7 +265,9 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
 def make_pruner(name: str, trials: int):
     optuna = _optuna()
     if name == "median":  # step 0 is the untrained decoder: never prune on it
-        return optuna.pruners.MedianPruner(n_startup_trials=max(1, min(5, trials // 4)), n_warmup_steps=1)
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=max(1, min(5, trials // 4)), n_warmup_steps=1
+        )
     if name == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=1, reduction_factor=ETA)
     if name == "none":
@@ -236,8 +276,9 @@ def make_pruner(name: str, trials: int):
 
 
 def refuse_untunable(protocols) -> None:
-    """A study selects on a validation curve: a protocol whose family records none is refused, with its reason,
-    before any cube is read or cluster started (every trial would otherwise fail without one)."""
+    """A study selects on a validation curve: a protocol whose family records none is refused, with
+    its reason, before any cube is read or cluster started (every trial would otherwise fail without
+    one)."""
     for name in protocols:
         fam = get(protocol_spec(name).family)
         if fam.not_tunable:
@@ -246,23 +287,55 @@ def refuse_untunable(protocols) -> None:
 
 def objective(rec: dict, metric: str, higher: bool) -> float | None:
     """The best validation value of the primary metric (the state the engine keeps and tests)."""
-    vals = [float(p[metric]) for p in rec.get("val_curve") or [] if isinstance(p.get(metric), (int, float))]
+    vals = [
+        float(p[metric])
+        for p in rec.get("val_curve") or []
+        if isinstance(p.get(metric), (int, float))
+    ]
     vals = [v for v in vals if math.isfinite(v)]
     return (max(vals) if higher else min(vals)) if vals else None
 
 
-def study_name(base: PlannedRun, space: tuple[Param, ...], sampler: str, pruner: str, seed: int) -> str:
-    """Same command, same study (a rerun resumes it); another space, sampler or recipe, another study."""
-    key = json.dumps({"run": base.run_id, "space": [p.describe() for p in space], "sampler": sampler, "pruner": pruner,
-                      "seed": seed}, sort_keys=True)
-    return f"{base.spec.model}-{base.dataset}-{base.spec.protocol}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+def study_name(
+    base: PlannedRun, space: tuple[Param, ...], sampler: str, pruner: str, seed: int
+) -> str:
+    """Same command, same study (a rerun resumes it); another space, sampler or recipe, another
+    study."""
+    key = json.dumps(
+        {
+            "run": base.run_id,
+            "space": [p.describe() for p in space],
+            "sampler": sampler,
+            "pruner": pruner,
+            "seed": seed,
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"{base.spec.model}-{base.dataset}-{base.spec.protocol}-{digest}"
 
 
 class _Study:
     """One (model, cube, protocol) study: the ask/evaluate/tell loop over the engine."""
 
-    def __init__(self, base: RunSpec, space, out, recipe, trials, sampler, pruner, batch, client, progress,
-                 weights_dir, allow_random_weights, seed, ctx, cubes):
+    def __init__(
+        self,
+        base: RunSpec,
+        space,
+        out,
+        recipe,
+        trials,
+        sampler,
+        pruner,
+        batch,
+        client,
+        progress,
+        weights_dir,
+        allow_random_weights,
+        seed,
+        ctx,
+        cubes,
+    ):
         self.optuna = _optuna()
         self.base, self.space, self.out, self.recipe = base, space, out, recipe
         self.trials, self.batch, self.client, self.progress = trials, batch, client, progress
@@ -275,40 +348,66 @@ class _Study:
         self.name = study_name(self.base_plan, space, sampler, pruner, seed)
         storage = open_storage(out, client)
         direction = "maximize" if self.family.higher_is_better else "minimize"
-        # a resumed study is loaded, not re-created: create_study(load_if_exists) raises DuplicatedStudyError on
+        # a resumed study is loaded, not re-created: create_study(load_if_exists) raises
+        # DuplicatedStudyError on
         # the storage's side first, which a DaskStorage's scheduler logs as a traceback
         if self.name in {st.study_name for st in storage.get_all_studies()}:
             self.study = self.optuna.load_study(study_name=self.name, storage=storage)
         else:
-            self.study = self.optuna.create_study(study_name=self.name, storage=storage, direction=direction)
-        # the sampler's random stream continues where the journal stands: seeded by (seed, trials so far), a resumed
-        # study does not replay the stream of its first session (which repeated finished trials' params)
+            self.study = self.optuna.create_study(
+                study_name=self.name, storage=storage, direction=direction
+            )
+        # the sampler's random stream continues where the journal stands: seeded by (seed, trials so
+        # far), a resumed
+        # study does not replay the stream of its first session (which repeated finished trials'
+        # params)
         n = len(self.study.get_trials(deepcopy=False))
-        self.study.sampler = make_sampler(sampler, space, seed if n == 0 else derive_seed("tune", seed, n) % 2**31)
+        self.study.sampler = make_sampler(
+            sampler, space, seed if n == 0 else derive_seed("tune", seed, n) % 2**31
+        )
         self.study.pruner = make_pruner(pruner, trials)
-        self.meta = {"sampler": sampler, "pruner": pruner, "space": [p.describe() for p in space],
-                     "metric": f"val_{self.metric}", "direction": self.study.direction.name.lower()}
+        self.meta = {
+            "sampler": sampler,
+            "pruner": pruner,
+            "space": [p.describe() for p in space],
+            "metric": f"val_{self.metric}",
+            "direction": self.study.direction.name.lower(),
+        }
 
     def _plan(self, spec: RunSpec) -> PlannedRun:
         return plan_runs([spec], self.recipe, self.ctx, self.cubes)[0]
 
     def _spec(self, params: dict, epochs: int | None = None) -> RunSpec:
-        over = dict(self.base.overrides) | params | ({"epochs": epochs} if epochs is not None else {})
+        over = (
+            dict(self.base.overrides) | params | ({"epochs": epochs} if epochs is not None else {})
+        )
         return replace(self.base, overrides=tuple(over.items()))
 
     @staticmethod
     def _claim(t, params: dict, state: str) -> dict:
         return {"number": t.number, "params": params[t.number], "state": state}
 
-    def _sweep(self, number: int, params: dict, state: str, rec: dict | None = None, **more) -> dict:
+    def _sweep(
+        self, number: int, params: dict, state: str, rec: dict | None = None, **more
+    ) -> dict:
         value = objective(rec, self.metric, self.family.higher_is_better) if rec else None
         state = "failed" if rec is not None and rec.get("status") != "ok" else state
-        return clean({"study": self.name, "trial": number, "params": params, "state": state, "value": value,
-                      "epochs": (rec or {}).get("config", {}).get("epochs"), **self.meta, **more})
+        return clean(
+            {
+                "study": self.name,
+                "trial": number,
+                "params": params,
+                "state": state,
+                "value": value,
+                "epochs": (rec or {}).get("config", {}).get("epochs"),
+                **self.meta,
+                **more,
+            }
+        )
 
     def _run(self, claims: list[tuple[RunSpec, dict | None]]) -> list[dict]:
-        """Evaluate runs in one call; each claim (spec, `_sweep` arguments, or None for a plain run) ends with
-        a results.jsonl line of its own sweep. Returns each claim's record."""
+        """Evaluate runs in one call; each claim (spec, `_sweep` arguments, or None for a plain run)
+        ends with a results.jsonl line of its own sweep. Returns each claim's record."""
         from .evaluate import evaluate
 
         plans = [self._plan(s) for s, _ in claims]
@@ -321,7 +420,15 @@ class _Study:
             return {"sweep": self._sweep(rec=rec, **c)} if c else {}
 
         unique = list({p.run_id: p for p in plans}.values())
-        evaluate(unique, self.out, self.recipe, client=self.client, progress=self.progress, extra=extra, **self.kw)
+        evaluate(
+            unique,
+            self.out,
+            self.recipe,
+            client=self.client,
+            progress=self.progress,
+            extra=extra,
+            **self.kw,
+        )
         out = []
         for p, (_, c) in zip(plans, claims):
             rec = load_record(self.out, p.run_id)
@@ -340,14 +447,21 @@ class _Study:
 
     def _mark(self, number: int, state: str) -> None:
         """Append a line with a new state for a trial's latest record (a crashed trial: failed)."""
-        recs = [r for r in read_results(self.out) if (r.get("sweep") or {}).get("study") == self.name
-                and r["sweep"].get("trial") == number and not r["sweep"].get("best")]
+        recs = [
+            r
+            for r in read_results(self.out)
+            if (r.get("sweep") or {}).get("study") == self.name
+            and r["sweep"].get("trial") == number
+            and not r["sweep"].get("best")
+        ]
         if recs:
             self._append(recs[-1], recs[-1]["sweep"] | {"state": state})
 
     def recover(self) -> None:
-        """Trials left RUNNING by a killed process: failed, and their params asked again. A trial killed
-        between `ask` and its last `suggest` never started a run: it is failed, and the sampler asks anew."""
+        """Trials left RUNNING by a killed process: failed, and their params asked again. A trial
+        killed between `ask` and its last `suggest` never started a run: it is failed, and the
+        sampler asks anew.
+        """
         TS = self.optuna.trial.TrialState
         names = {p.name for p in self.space}
         for t in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
@@ -358,8 +472,11 @@ class _Study:
 
     def finished(self) -> int:
         TS = self.optuna.trial.TrialState
-        return sum(t.state in (TS.COMPLETE, TS.PRUNED) or (t.state == TS.FAIL and "run_error" in t.user_attrs)
-                   for t in self.study.get_trials(deepcopy=False))
+        return sum(
+            t.state in (TS.COMPLETE, TS.PRUNED)
+            or (t.state == TS.FAIL and "run_error" in t.user_attrs)
+            for t in self.study.get_trials(deepcopy=False)
+        )
 
     def _fail(self, t, rec: dict) -> None:
         t.set_user_attr("run_error", str(rec.get("error"))[:500])
@@ -369,8 +486,13 @@ class _Study:
         TS = self.optuna.trial.TrialState
         res = StudyResult(self.name)
         self.recover()
-        cap = math.prod(len(p.choices) for p in self.space) if self.meta["sampler"] == "grid" else None
-        baseline = [(self.base, None)]  # the default recipe: evaluated with the first batch (shares its pass)
+        cap = (
+            math.prod(len(p.choices) for p in self.space)
+            if self.meta["sampler"] == "grid"
+            else None
+        )
+        # the default recipe: evaluated with the first batch (shares its pass)
+        baseline = [(self.base, None)]
         while (left := min(self.trials, cap or self.trials) - self.finished()) > 0:
             asked = [self.study.ask() for _ in range(min(self.batch, left))]
             res.asked += len(asked)
@@ -380,7 +502,12 @@ class _Study:
                 claims = []
                 for t in asked:
                     epochs = int(params[t.number].get("epochs", self.recipe.epochs))
-                    claims.append((self._spec(params[t.number], max(1, epochs // ETA)), self._claim(t, params, "rung")))
+                    claims.append(
+                        (
+                            self._spec(params[t.number], max(1, epochs // ETA)),
+                            self._claim(t, params, "rung"),
+                        )
+                    )
                 full = []
                 for t, rec in zip(asked, self._run(claims + baseline)):
                     if rec.get("status") != "ok":
@@ -393,10 +520,19 @@ class _Study:
                         full.append(t)
                 baseline = []
             if full or baseline:
-                recs = self._run([(self._spec(params[t.number]), self._claim(t, params, "complete")) for t in full]
-                                 + baseline)
+                recs = self._run(
+                    [
+                        (self._spec(params[t.number]), self._claim(t, params, "complete"))
+                        for t in full
+                    ]
+                    + baseline
+                )
                 for t, rec in zip(full, recs):
-                    v = objective(rec, self.metric, self.family.higher_is_better) if rec.get("status") == "ok" else None
+                    v = (
+                        objective(rec, self.metric, self.family.higher_is_better)
+                        if rec.get("status") == "ok"
+                        else None
+                    )
                     if v is None:
                         self._fail(t, rec)
                     else:
@@ -405,7 +541,8 @@ class _Study:
         return self._finish(res)
 
     def _prune(self, t, rec: dict) -> bool:
-        """Feed the rung's validation curve to the pruner point by point, as a training loop would."""
+        """Feed the rung's validation curve to the pruner point by point, as a training loop
+        would."""
         for pt in rec.get("val_curve") or []:
             v = pt.get(self.metric)
             if isinstance(v, (int, float)) and math.isfinite(v):
@@ -418,26 +555,40 @@ class _Study:
         TS = self.optuna.trial.TrialState
         done = self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,))
         if not done:
-            states = ", ".join(f"{len(self.study.get_trials(deepcopy=False, states=(s,)))} {s.name.lower()}"
-                               for s in (TS.PRUNED, TS.FAIL))
+            states = ", ".join(
+                f"{len(self.study.get_trials(deepcopy=False, states=(s,)))} {s.name.lower()}"
+                for s in (TS.PRUNED, TS.FAIL)
+            )
             raise UserError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
         best = self.study.best_trial
         importance: dict[str, float] = {}
         if len(done) >= 2:
             try:
                 ev = self.optuna.importance.FanovaImportanceEvaluator(seed=0)
-                importance = {k: float(v) for k, v in self.optuna.importance.get_param_importances(self.study, evaluator=ev).items()}
-            except (RuntimeError, ValueError) as e:  # e.g. every completed trial has the same params
+                importance = {
+                    k: float(v)
+                    for k, v in self.optuna.importance.get_param_importances(
+                        self.study, evaluator=ev
+                    ).items()
+                }
+            # e.g. every completed trial has the same params
+            except (RuntimeError, ValueError) as e:
                 warnings.warn(f"study {self.name}: no parameter importances ({e})", stacklevel=2)
         params = dict(best.params)
         base_id = self.base_plan.run_id
-        n = {s.name.lower(): len(self.study.get_trials(deepcopy=False, states=(s,))) for s in (TS.COMPLETE, TS.PRUNED, TS.FAIL)}
+        n = {
+            s.name.lower(): len(self.study.get_trials(deepcopy=False, states=(s,)))
+            for s in (TS.COMPLETE, TS.PRUNED, TS.FAIL)
+        }
         more = {"best": True, "importance": importance, "baseline_run_id": base_id, "n_trials": n}
-        # the best trial's run, planned again from its params alone (what `evaluate --set` plans): same code, split, seed
+        # the best trial's run, planned again from its params alone (what `evaluate --set` plans):
+        # same code, split, seed
         claim = {"number": best.number, "params": params, "state": "complete", **more}
         res.best, res.baseline = self._run([(self._spec(params), claim), (self.base, None)])
         if res.best.get("status") != "ok":
-            raise UserError(f"study {self.name}: the best trial's retrain failed: {res.best.get('error')}")
+            raise UserError(
+                f"study {self.name}: the best trial's retrain failed: {res.best.get('error')}"
+            )
         latest: dict[int, dict] = {}
         for r in read_results(self.out):
             s = r.get("sweep") or {}
@@ -447,10 +598,24 @@ class _Study:
         return res
 
 
-def tune(bases: list[RunSpec], space: tuple[Param, ...], out: str, recipe, *, trials: int, sampler: str = "tpe",
-         pruner: str = "median", batch: int | None = None, client=None, progress: bool = True,
-         weights_dir: str | None = None, allow_random_weights: bool = False, seed: int = 0) -> list[StudyResult]:
-    """One study per base run (model x cube x protocol [x fraction]); returns each study's outcome."""
+def tune(
+    bases: list[RunSpec],
+    space: tuple[Param, ...],
+    out: str,
+    recipe,
+    *,
+    trials: int,
+    sampler: str = "tpe",
+    pruner: str = "median",
+    batch: int | None = None,
+    client=None,
+    progress: bool = True,
+    weights_dir: str | None = None,
+    allow_random_weights: bool = False,
+    seed: int = 0,
+) -> list[StudyResult]:
+    """One study per base run (model x cube x protocol [x fraction]); returns each study's
+    outcome."""
     from ..cluster.client import cluster_threads, get_client
     from .evaluate import cluster_device
 
@@ -460,9 +625,32 @@ def tune(bases: list[RunSpec], space: tuple[Param, ...], out: str, recipe, *, tr
     if batch is not None and batch < 1:
         raise UserError(f"--batch must be >= 1, got {batch}")
     client = get_client(client)
-    ctx = PlanContext(out=out, weights_dir=weights_dir, allow_random_weights=allow_random_weights,
-                      device=cluster_device(client), threads=cluster_threads(client))
+    ctx = PlanContext(
+        out=out,
+        weights_dir=weights_dir,
+        allow_random_weights=allow_random_weights,
+        device=cluster_device(client),
+        threads=cluster_threads(client),
+    )
     cubes: dict = {}
     size = batch or min(trials, max(4, recipe.decoders_per_task))
-    return [_Study(b, space, out, recipe, trials, sampler, pruner, size, client, progress, weights_dir,
-                   allow_random_weights, seed, ctx, cubes).run() for b in bases]
+    return [
+        _Study(
+            b,
+            space,
+            out,
+            recipe,
+            trials,
+            sampler,
+            pruner,
+            size,
+            client,
+            progress,
+            weights_dir,
+            allow_random_weights,
+            seed,
+            ctx,
+            cubes,
+        ).run()
+        for b in bases
+    ]

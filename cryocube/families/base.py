@@ -1,7 +1,7 @@
 """The contract between the scheduler (`cryocube.engine`) and an evaluation family.
 
-A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names the
-family that plans and executes it. The scheduler knows no family: it asks the family to
+A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names
+the family that plans and executes it. The scheduler knows no family: it asks the family to
 
 1. `plan` each run (check everything, fix what its tasks need, derive its content-hash id);
 2. `prepare` what runs share (a frozen-feature cache, embeddings), once per `prep_key`;
@@ -12,6 +12,7 @@ family that plans and executes it. The scheduler knows no family: it asks the fa
 
 Records and reports key on the family's `primary_metric`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +20,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-from ..errors import UserError
 from ..precision import DeviceInfo
 from ..recipe import BaseRecipe
 from ..record import RunRecord
@@ -32,34 +32,40 @@ class RunSpec:
     protocol: str = "frozen"
     fraction: float | None = None  # None: the protocol's default
     seed: int = 0
-    overrides: tuple[tuple[str, Any], ...] = ()  # recipe fields of this run only (e.g. a study's trial)
+    # recipe fields of this run only (e.g. a study's trial)
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     @property
     def label(self) -> str:
         f = "" if self.fraction is None else f"@{self.fraction:g}"
         o = "".join(f",{k}={v}" for k, v in self.overrides)
-        return f"{self.model}/{self.cube.rstrip('/').rsplit('/', 1)[-1]}/{self.protocol}{f}/seed{self.seed}{o}"
+        cube = self.cube.rstrip("/").rsplit("/", 1)[-1]
+        return f"{self.model}/{cube}/{self.protocol}{f}/seed{self.seed}{o}"
 
 
 @dataclass
 class PlanContext:
-    """What planning needs beyond the run and the cube: where checkpoints are, what the workers are."""
+    """What planning needs beyond the run and the cube: where checkpoints are, what the workers
+    are."""
 
     out: str = ""  # results root (run dirs, caches)
     weights_dir: str | None = None
     allow_random_weights: bool = False
-    device: DeviceInfo | None = None  # None: not known yet (no cluster); planning assumes this machine's
-    threads: int | None = None  # the workers' configured torch threads; None: not known yet (this process's)
+    # None: not known yet (no cluster); planning assumes this machine's
+    device: DeviceInfo | None = None
+    # the workers' configured torch threads; None: not known yet (this process's)
+    threads: int | None = None
 
     def run_threads(self, requested: int | None) -> int:
-        """A run's torch threads, fixed at planning: its recipe's, else the cluster's configured threads per
-        worker (never the load, so a rerun computes in the same order)."""
+        """A run's torch threads, fixed at planning: its recipe's, else the cluster's configured
+        threads per worker (never the load, so a rerun computes in the same order)."""
         from ..cluster.runtime import configured_threads
 
         return int(requested or self.threads or configured_threads())
 
     def arithmetic_threads(self, threads: int) -> int | None:
-        """The thread count where it changes a run's bits (CPU reductions), None where it does not (CUDA)."""
+        """The thread count where it changes a run's bits (CPU reductions), None where it does not
+        (CUDA)."""
         from ..precision import this_device
 
         return threads if (self.device or this_device()).type == "cpu" else None
@@ -94,30 +100,63 @@ class Family:
     name: ClassVar[str]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
-    # why `tune` cannot run a study on this family's protocols ("" = it can: its runs record a validation curve)
+    # why `tune` cannot run a study on this family's protocols ("" = it can: its runs record a
+    # validation curve)
     not_tunable: ClassVar[str] = ""
-    shown_metrics: ClassVar[tuple[str, ...]] = ()  # printed after the primary metric on a run's result line
+    # printed after the primary metric on a run's result line
+    shown_metrics: ClassVar[tuple[str, ...]] = ()
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
-    recipe: ClassVar[type[BaseRecipe]] = BaseRecipe  # its recipe fields (the shared ones and its own)
+    # its recipe fields (the shared ones and its own)
+    recipe: ClassVar[type[BaseRecipe]] = BaseRecipe
 
-    def base_record(self, spec: RunSpec, run_id: str, identity: dict[str, Any], cube, *, model_name: str | None,
-                    weights: dict | None, precision: dict | None, fraction: float = 1.0, dataset: str | None = None,
-                    **own: Any) -> dict[str, Any]:
-        """The one way a run record starts: the fields every family's records share, typed (`RunRecord`), then
-        this family's own (`own`). `cube` is the CubeInfo read (or its record, or None for vectors made
-        elsewhere); returns the JSON form the scheduler completes with status and metrics."""
+    def base_record(
+        self,
+        spec: RunSpec,
+        run_id: str,
+        identity: dict[str, Any],
+        cube,
+        *,
+        model_name: str | None,
+        weights: dict | None,
+        precision: dict | None,
+        fraction: float = 1.0,
+        dataset: str | None = None,
+        **own: Any,
+    ) -> dict[str, Any]:
+        """The one way a run record starts: the fields every family's records share, typed
+        (`RunRecord`), then this family's own (`own`). `cube` is the CubeInfo read (or its record,
+        or None for vectors made elsewhere); returns the JSON form the scheduler completes with
+        status and metrics."""
         if cube is None or isinstance(cube, dict):
             cube_rec = cube or None
         else:
-            cube_rec = {"url": cube.url, "checksum": cube.checksum, "schema_version": cube.schema_version}
+            cube_rec = {
+                "url": cube.url,
+                "checksum": cube.checksum,
+                "schema_version": cube.schema_version,
+            }
             dataset = dataset or cube.dataset
-        return RunRecord(run_id=run_id, family=self.name, model=spec.model, model_name=model_name, dataset=str(dataset),
-                         protocol=spec.protocol, fraction=fraction, seed=spec.seed, primary_metric=self.primary_metric,
-                         identity=identity, cube=cube_rec, weights=weights, precision=precision,
-                         overrides=dict(spec.overrides) or None, fields=own).to_dict()
+        return RunRecord(
+            run_id=run_id,
+            family=self.name,
+            model=spec.model,
+            model_name=model_name,
+            dataset=str(dataset),
+            protocol=spec.protocol,
+            fraction=fraction,
+            seed=spec.seed,
+            primary_metric=self.primary_metric,
+            identity=identity,
+            cube=cube_rec,
+            weights=weights,
+            precision=precision,
+            overrides=dict(spec.overrides) or None,
+            fields=own,
+        ).to_dict()
 
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
-        """`recipe` is this family's own (`recipe.of(family)`), with the run's overrides not yet applied."""
+        """`recipe` is this family's own (`recipe.of(family)`), with the run's overrides not yet
+        applied."""
         raise NotImplementedError
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
@@ -142,22 +181,32 @@ class Family:
         raise NotImplementedError
 
     def report_sections(self, page, results) -> None:
-        """Add this family's sections to a report: `results` (report.records.Results) holds its ok runs in
-        `results.of(self.name)`; `page` writes sections, tables and figures (report/build.py's writer). By
-        default: one board per dataset from the board cells its runs carry (`metrics.cells`). A family whose
-        primary metric is mIoU is ranked on the protocol leaderboards."""
+        """Add this family's sections to a report: `results` (report.records.Results) holds its ok
+        runs in `results.of(self.name)`; `page` writes sections, tables and figures
+        (report/build.py's writer). By default: one board per dataset from the board cells its runs
+        carry (`metrics.cells`). A family whose primary metric is mIoU is ranked on the protocol
+        leaderboards."""
         from ..report.board import cells_table
 
         runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
         for d in sorted({r.dataset for r in runs}):
             sec = page.section(f"{self.name} on {d}")
-            page.table(sec, self.name, cells_table([r for r in runs if r.dataset == d], f"board_{d}",
-                                                   f"{self.name} on {d}: board cells"))
+            page.table(
+                sec,
+                self.name,
+                cells_table(
+                    [r for r in runs if r.dataset == d],
+                    f"board_{d}",
+                    f"{self.name} on {d}: board cells",
+                ),
+            )
 
 
 def content_hash(identity: dict, n: int = 20) -> str:
     """The run id: a sha256 of everything that defines the run's result."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:n]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
+        :n
+    ]
 
 
 def derive_seed(*parts: Any) -> int:
@@ -165,12 +214,11 @@ def derive_seed(*parts: Any) -> int:
     return int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:8], 16)
 
 
-
-
 @dataclass
 class EngineRuns:
-    """What a family's command hands the engine: runs it planned (every check done), where they write, and
-    how the command shows their records (its exit code). The command plans, the engine schedules."""
+    """What a family's command hands the engine: runs it planned (every check done), where they
+    write, and how the command shows their records (its exit code). The command plans, the engine
+    schedules."""
 
     runs: list[PlannedRun]
     out: str

@@ -1,7 +1,9 @@
-"""Image-level labels of a Cryo-Bench tile cube, derived from its per-tile class fractions: whether a class
-occurs in a tile and its share of the tile's labelled pixels. `probe --tasks-from` and the vqa family's
-Cryo-Bench questions both read them from here, so a VLM is scored against exactly the probe's labels.
+"""Image-level labels of a Cryo-Bench tile cube, derived from its per-tile class fractions: whether
+a class occurs in a tile and its share of the tile's labelled pixels. `probe --tasks-from` and the
+vqa family's Cryo-Bench questions both read them from here, so a VLM is scored against exactly the
+probe's labels.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,10 +25,14 @@ def slug(name: str) -> str:
 
 
 def class_labels(ds) -> tuple[np.ndarray, list[ClassLabels]]:
-    """(labelled, per class labels) of an open tile cube; a tile without a labelled pixel has no label."""
+    """(labelled, per class labels) of an open tile cube; a tile without a labelled pixel has no
+    label."""
     from ..cube import as_text
 
-    frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)  # share of each class among labelled pixels
+    # share of each class among labelled pixels
+    frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)
     labelled = frac.sum(axis=1) > 0
-    return labelled, [ClassLabels(str(name), slug(str(name)), (frac[:, c] > 0).astype(float), frac[:, c])
-                      for c, name in enumerate(as_text(ds["class"].values))]
+    return labelled, [
+        ClassLabels(str(name), slug(str(name)), (frac[:, c] > 0).astype(float), frac[:, c])
+        for c, name in enumerate(as_text(ds["class"].values))
+    ]

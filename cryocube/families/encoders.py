@@ -1,5 +1,6 @@
-"""Encoders as every family's tasks build them: the typed spec (model, inputs, checkpoint, arithmetic),
-the per-worker build cache, and the cube-band -> encoder-slot normalisation map."""
+"""Encoders as every family's tasks build them: the typed spec (model, inputs, checkpoint,
+arithmetic), the per-worker build cache, and the cube-band -> encoder-slot normalisation map."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,19 +18,23 @@ from ..precision import autocast
 
 @dataclass(frozen=True)
 class InputMap:
-    """How cube bands become encoder input: per-slot band index (-1 = zero) and per-band mean/std."""
+    """How cube bands become encoder input: per-slot band index (-1 = zero) and per-band
+    mean/std."""
 
     index: tuple[int, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
     def apply(self, image: np.ndarray) -> torch.Tensor:
-        """(B, C_cube, H, W) raw -> (B, slots, H, W) float32, normalised; unmatched slots are 0 (the mean)."""
+        """(B, C_cube, H, W) raw -> (B, slots, H, W) float32, normalised; unmatched slots are 0 (the
+        mean)."""
         x = torch.from_numpy(np.ascontiguousarray(image)).float()
         mean = torch.tensor(self.mean, dtype=torch.float32)[None, :, None, None]
         std = torch.tensor(self.std, dtype=torch.float32)[None, :, None, None]
         x = (x - mean) / std
-        out = torch.zeros((x.shape[0], len(self.index), x.shape[2], x.shape[3]), dtype=torch.float32)
+        out = torch.zeros(
+            (x.shape[0], len(self.index), x.shape[2], x.shape[3]), dtype=torch.float32
+        )
         for slot, b in enumerate(self.index):
             if b >= 0:
                 out[:, slot] = x[:, b]
@@ -37,9 +42,9 @@ class InputMap:
 
 
 def dataset_band_rule(dataset: str, default: str = "named") -> str:
-    """The band-matching rule a dataset's catalog asks for where no protocol chooses one (`embed_bands`:
-    cross_sensor for interferograms, whose phase and coherence fit no encoder slot); `default` for a cube whose
-    dataset is not in the catalog."""
+    """The band-matching rule a dataset's catalog asks for where no protocol chooses one
+    (`embed_bands`: cross_sensor for interferograms, whose phase and coherence fit no encoder slot);
+    `default` for a cube whose dataset is not in the catalog."""
     from ..catalog import load_dataset
 
     try:
@@ -49,9 +54,11 @@ def dataset_band_rule(dataset: str, default: str = "named") -> str:
 
 
 def match_cube_bands(mspec: ModelSpec, bands, rule: str, offers_cross_sensor: bool = True):
-    """(rule, BandMatch): the one band rule of `evaluate` and `embed`. An optical-only encoder on a cube with no
-    optical band gets the SAR/grey bands in its RGB slots (the cross-sensor rule, as Cryo-Bench feeds SAR to
-    optical GFMs) instead of a refusal; anything else that fits no slot is refused, naming the bands."""
+    """(rule, BandMatch): the one band rule of `evaluate` and `embed`. An optical-only encoder on a
+    cube with no optical band gets the SAR/grey bands in its RGB slots (the cross-sensor rule, as
+    Cryo-Bench feeds SAR to optical GFMs) instead of a refusal; anything else that fits no slot is
+    refused, naming the bands.
+    """
     from ..models import BandMatchError, match_bands
 
     try:
@@ -67,7 +74,8 @@ _ENCODERS: dict[tuple, torch.nn.Module] = {}  # per worker process: built once, 
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """An encoder as tasks build it: the model, the inputs it sees, its checkpoint, the arithmetic."""
+    """An encoder as tasks build it: the model, the inputs it sees, its checkpoint, the
+    arithmetic."""
 
     model: ModelSpec
     bands: tuple[Band, ...]
@@ -79,18 +87,29 @@ class EncoderSpec:
     threads: int | None = None  # torch threads where they change the arithmetic (CPU); None on CUDA
 
     def arithmetic(self) -> dict:
-        """What decides the features' bits besides model and inputs (for cache and embedding keys)."""
+        """What decides the features' bits besides model and inputs (for cache and embedding
+        keys)."""
         return {"precision": self.precision, **({"threads": self.threads} if self.threads else {})}
 
     @property
     def key(self) -> tuple:
-        # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse another's module
-        return (self.model.id, json.dumps(self.model.arch, sort_keys=True, default=str), self.model.followed, repr(self.bands), self.input_size,
-                self.weights, self.weights_sha256, self.rule)
+        # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse
+        # another's module
+        return (
+            self.model.id,
+            json.dumps(self.model.arch, sort_keys=True, default=str),
+            self.model.followed,
+            repr(self.bands),
+            self.input_size,
+            self.weights,
+            self.weights_sha256,
+            self.rule,
+        )
 
 
 def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
-    """The encoder for these inputs, built once per worker process (in eval mode: frozen means frozen)."""
+    """The encoder for these inputs, built once per worker process (in eval mode: frozen means
+    frozen)."""
     from ..models import build_encoder
 
     key = spec.key + (device,)
@@ -98,16 +117,26 @@ def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
     if enc is None:
         # the same initial weights on every worker: without pretrained weights, features must not
         # depend on which worker computed them
-        torch.manual_seed(int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16))
-        enc = build_encoder(spec.model, bands=list(spec.bands), weights=spec.weights, sha256=spec.weights_sha256,
-                            input_size=spec.input_size, rule=spec.rule)
+        torch.manual_seed(
+            int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16)
+        )
+        enc = build_encoder(
+            spec.model,
+            bands=list(spec.bands),
+            weights=spec.weights,
+            sha256=spec.weights_sha256,
+            input_size=spec.input_size,
+            rule=spec.rule,
+        )
         enc.eval().requires_grad_(False).to(device)
         _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
         _ENCODERS[key] = enc
     return enc
 
 
-def extract_batch_size(enc: torch.nn.Module, spec: EncoderSpec, device: str, fixed: int | None) -> int:
+def extract_batch_size(
+    enc: torch.nn.Module, spec: EncoderSpec, device: str, fixed: int | None
+) -> int:
     """Encoder batch for extraction and inference: fixed, or sized to the device's free memory."""
     if fixed:
         return fixed
@@ -128,30 +157,43 @@ def input_map(cube, index: list[int], normalization: str) -> InputMap:
         mean, std = cube.published_mean, cube.published_std
     else:
         mean, std = cube.mean, cube.std
-    bad = [cube.bands[i].name for i in range(len(cube.bands)) if i in index and (not np.isfinite(mean[i]) or not std[i] > 0)]
+    bad = [
+        cube.bands[i].name
+        for i in range(len(cube.bands))
+        if i in index and (not np.isfinite(mean[i]) or not std[i] > 0)
+    ]
     if bad:
-        hint = ("the dataset catalog gives no published mean/std for them: use --set normalization=cube"
-                if normalization == "published" else "an empty train split or a constant band?")
+        hint = (
+            "the dataset catalog gives no published mean/std for them: use --set normalization=cube"
+            if normalization == "published"
+            else "an empty train split or a constant band?"
+        )
         raise UserError(f"{cube.url}: bands {bad} have no usable {normalization} mean/std ({hint})")
     return InputMap(tuple(int(i) for i in index), tuple(map(float, mean)), tuple(map(float, std)))
 
 
 @task_boundary
 def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
-    """Feature shapes and parameter count of an encoder, from a worker: the worker keeps the
-    encoder for the extraction (or embedding) that follows, and the client never builds (or loads weights of) it."""
+    """Feature shapes and parameter count of an encoder, from a worker: the worker keeps the encoder
+    for the extraction (or embedding) that follows, and the client never builds (or loads weights
+    of) it.
+    """
     from ..cluster.runtime import torch_task
 
     with torch_task() as (device, _):
         enc = get_encoder(spec, device)
-        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(sum(q.numel() for q in enc.parameters()))
+        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(
+            sum(q.numel() for q in enc.parameters())
+        )
 
 
 def encoder_input_size(mspec: ModelSpec, tile: int, requested: int | None, where: str) -> int:
-    """The encoder's input side: the recipe's, else the model's, else the whole tile padded to a multiple of
-    32 (U-Net, RAMEN; GLD: 300 -> 320); it must be a multiple of the patch size."""
+    """The encoder's input side: the recipe's, else the model's, else the whole tile padded to a
+    multiple of 32 (U-Net, RAMEN; GLD: 300 -> 320); it must be a multiple of the patch size."""
     size = int(requested or mspec.input_size or -(-tile // 32) * 32)
     patch = int(mspec.arch.get("patch_size", 1) or 1)
     if size % patch:
-        raise UserError(f"{where}: input_size {size} is not a multiple of the encoder's patch size {patch}")
+        raise UserError(
+            f"{where}: input_size {size} is not a multiple of the encoder's patch size {patch}"
+        )
     return size

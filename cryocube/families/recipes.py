@@ -5,6 +5,7 @@ its recipe class declares (`Family.recipe`: the shared `BaseRecipe` plus its own
 A field no family declares is refused. The engine holds a `Recipe` and hands each family its part
 (`recipe.of(name)`), so it never needs to know a family's fields.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,13 +17,16 @@ from . import get, names
 
 def recipe_types(only: tuple[str, ...] | None = None) -> dict[str, type[BaseRecipe]]:
     """Family name -> its recipe class (every registered family, or `only` these)."""
-    return {n: get(n).recipe for n in (only or names())}
+    return {n: get(n).recipe for n in only or names()}
 
 
 class Recipe:
-    """Every family's recipe from one mapping of values; `recipe.epochs` reads any family's field."""
+    """Every family's recipe from one mapping of values; `recipe.epochs` reads any family's
+    field."""
 
-    def __init__(self, values: dict[str, Any], types: dict[str, type[BaseRecipe]], where: str = "recipe"):
+    def __init__(
+        self, values: dict[str, Any], types: dict[str, type[BaseRecipe]], where: str = "recipe"
+    ):
         check_keys(values, {f for t in types.values() for f in t.field_names()}, where)
         self._types = types
         self._parts = {n: t.from_values(values, where) for n, t in types.items()}
@@ -74,15 +78,23 @@ def default_recipe(benchmark: str = "cryobench", families: tuple[str, ...] | Non
     if families:  # the benchmark's fields of other families are theirs, not errors
         check_keys(values, {f for t in recipe_types().values() for f in t.field_names()}, where)
         types = recipe_types(families)
-        values = {k: v for k, v in values.items() if any(k in t.field_names() for t in types.values())}
+        values = {
+            k: v for k, v in values.items() if any(k in t.field_names() for t in types.values())
+        }
     return Recipe(values, recipe_types(families), where)
 
 
-def load_recipe(path: str | None = None, overrides: list[str] | dict | None = None, base: Recipe | None = None,
-                families: tuple[str, ...] | None = None) -> Recipe:
+def load_recipe(
+    path: str | None = None,
+    overrides: list[str] | dict | None = None,
+    base: Recipe | None = None,
+    families: tuple[str, ...] | None = None,
+) -> Recipe:
     """Recipe from the catalog's defaults (or `base`), then a YAML file, then `key=value` overrides.
 
-    `families` limits the known fields to those families' (`cryocube embed` takes the embedding family's)."""
+    `families` limits the known fields to those families' (`cryocube embed` takes the embedding
+    family's).
+    """
     cfg = base or default_recipe(families=families)
     values: dict[str, Any] = {}
     if path:
@@ -97,14 +109,17 @@ def load_recipe(path: str | None = None, overrides: list[str] | dict | None = No
 
 
 def _check_used(values: dict, cfg: Recipe, families: tuple[str, ...] | None, where: str) -> None:
-    """A field another family reads but none of `families` does would be accepted and ignored: refused,
-    naming it; a field no family knows is refused as unknown."""
+    """A field another family reads but none of `families` does would be accepted and ignored:
+    refused, naming it; a field no family knows is refused as unknown."""
     if families:
         every = {f for t in recipe_types().values() for f in t.field_names()}
         unused = sorted(k for k in values if k in every and k not in cfg.fields())
         if unused:
-            raise RecipeError(f"{where} {', '.join(unused)}: not used by the {', '.join(families)} family "
-                              f"(it reads: {', '.join(sorted(cfg.fields()))}); drop {'it' if len(unused) == 1 else 'them'}")
+            raise RecipeError(
+                f"{where} {', '.join(unused)}: not used by the {', '.join(families)} family (it"
+                f" reads: {', '.join(sorted(cfg.fields()))}); drop"
+                f" {'it' if len(unused) == 1 else 'them'}"
+            )
     check_keys(values, cfg.fields(), where)
 
 

@@ -1,23 +1,25 @@
 """Band matching: which cube band feeds which encoder input slot.
 
-The reference (PANGAEA BandFilter + BandPadding) matches by the band *names* of the dataset
-configs, after normalisation, and fills missing slots with 0 (= the band mean). Cryo-Bench gives
-non-spectral layers S2 names (GLD's slope is "B5"), so the cube keeps that name as each band's
-`alias` and matching here keys on it. The result is an explicit, printable table instead of a
-silent tensor reshuffle, and a pairing with no shared band at all is an error, not an all-zero input.
+The reference (PANGAEA BandFilter + BandPadding) matches by the band *names* of the dataset configs,
+after normalisation, and fills missing slots with 0 (= the band mean). Cryo-Bench gives non-spectral
+layers S2 names (GLD's slope is "B5"), so the cube keeps that name as each band's `alias` and
+matching here keys on it. The result is an explicit, printable table instead of a silent tensor
+reshuffle, and a pairing with no shared band at all is an error, not an all-zero input.
 
 Rules (a protocol's `bands:` field in catalogs/protocols.yaml):
 - "named": as the reference configs do it (alias matching; SAR-only data gives an optical-only
   encoder nothing, which is an error here).
 - "cross_sensor": like named, except that an optical-only encoder that would get no band from a
   dataset without optical bands gets the dataset's SAR/grey bands in its RGB slots (B4, B3, B2),
-  cycled in cube order (CaFFe's one band three times; SICD's HH, HV, incidence as B4, B3, B2), as the
-  Cryo-Bench `zone_mapping_optical` / `ai4arctic_rgb` configs do.
-- "rendered_rgb": a dataset shipped as a rendered picture (Hephaestus's InSAR.png: bands of role `rendering`)
-  gives its first three rendering bands, in cube order, to an encoder's red, green and blue slots (B4, B3, B2): the
-  picture an optical encoder was trained on. Further rendering bands (Hephaestus's coherence grey) go in only where
-  a slot of the encoder takes them; no optical slot does, so they are listed as not fed, with the reason.
+  cycled in cube order (CaFFe's one band three times; SICD's HH, HV, incidence as B4, B3, B2), as
+  the Cryo-Bench `zone_mapping_optical` / `ai4arctic_rgb` configs do.
+- "rendered_rgb": a dataset shipped as a rendered picture (Hephaestus's InSAR.png: bands of role
+  `rendering`) gives its first three rendering bands, in cube order, to an encoder's red, green and
+  blue slots (B4, B3, B2): the picture an optical encoder was trained on. Further rendering bands
+  (Hephaestus's coherence grey) go in only where a slot of the encoder takes them; no optical slot
+  does, so they are listed as not fed, with the reason.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,13 +27,13 @@ from dataclasses import dataclass, field
 from itertools import cycle, islice
 from typing import Sequence
 
-from ..catalog import Band
+from ..catalog import Band, band_names
 from ..errors import BandMatchError, UserError
-from ..catalog import band_names
 from .spec import ModelSpec
 
 RULES = ("named", "cross_sensor", "rendered_rgb")
-RENDERED = "rendering"  # the band role of a rendered picture's channels (catalogs/datasets/hephaestus.yaml)
+# the band role of a rendered picture's channels (catalogs/datasets/hephaestus.yaml)
+RENDERED = "rendering"
 
 
 def reference_modality(band: Band) -> str | None:
@@ -53,7 +55,8 @@ class BandMatch:
     replicated: bool  # the cross-sensor rule put SAR/grey bands into RGB slots
     bands: tuple[Band, ...]  # the cube's bands (all of them)
     slot_modality: list[str] = field(default_factory=list)  # "optical" / "sar" per slot
-    unused_reasons: dict[int, str] = field(default_factory=dict)  # cube band index -> why it is not fed
+    # cube band index -> why it is not fed
+    unused_reasons: dict[int, str] = field(default_factory=dict)
 
     @property
     def in_chans(self) -> int:
@@ -78,8 +81,14 @@ class BandMatch:
                 rows.append((slot, f"[{i}] {b.name}", b.alias, b.role, wl))
         widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        lines = [f"band match: {self.model_id}, rule={self.rule}"
-                 + (" (cross-sensor: SAR/grey bands replicated into RGB slots)" if self.replicated else "")]
+        lines = [
+            f"band match: {self.model_id}, rule={self.rule}"
+            + (
+                " (cross-sensor: SAR/grey bands replicated into RGB slots)"
+                if self.replicated
+                else ""
+            )
+        ]
         lines += [fmt.format(*r).rstrip() for r in rows]
         used = {i for i in self.index if i >= 0}
         for i, b in enumerate(self.bands):
@@ -92,15 +101,23 @@ class BandMatch:
         return "\n".join(lines)
 
 
-def _error(spec: ModelSpec, bands: Sequence[Band], rule: str, slots: Sequence[str], hint: str) -> BandMatchError:
+def _error(
+    spec: ModelSpec, bands: Sequence[Band], rule: str, slots: Sequence[str], hint: str
+) -> BandMatchError:
     desc = ", ".join(f"{b.name} (alias {b.alias}, {b.role})" for b in bands) or "none"
+    wanted = ", ".join(slots) or "the dataset bands of modalities " + "/".join(
+        spec.dataset_modalities
+    )
     return BandMatchError(
-        f"model {spec.id!r} cannot take any band of this dataset (bands rule {rule}): dataset bands: {desc}; "
-        f"encoder slots: {', '.join(slots) if slots else 'the dataset bands of modalities ' + '/'.join(spec.dataset_modalities)}. {hint}"
+        f"model {spec.id!r} cannot take any band of this dataset (bands rule {rule}): dataset"
+        f" bands: {desc}; encoder slots: {wanted}."
+        f" {hint}"
     )
 
 
-def _cross_sensor_rgb(spec: ModelSpec, bands: Sequence[Band], slots: list[str]) -> tuple[list[int], dict[int, str]] | None:
+def _cross_sensor_rgb(
+    spec: ModelSpec, bands: Sequence[Band], slots: list[str]
+) -> tuple[list[int], dict[int, str]] | None:
     """RGB replication for an optical-only encoder on a dataset without optical bands."""
     if any(reference_modality(b) == "optical" for b in bands):
         return None  # the dataset has optical bands: protocol matching applies
@@ -111,7 +128,9 @@ def _cross_sensor_rgb(spec: ModelSpec, bands: Sequence[Band], slots: list[str]) 
         return None
     fill = dict(zip(band_names().rgb_slots, islice(cycle(src), len(band_names().rgb_slots))))
     index = [fill.get(s, -1) for s in slots]
-    reasons = {i: "more non-optical bands than RGB slots" for i in range(len(bands)) if i not in index}
+    reasons = {
+        i: "more non-optical bands than RGB slots" for i in range(len(bands)) if i not in index
+    }
     return index, reasons
 
 
@@ -121,18 +140,30 @@ def _rendered_rgb(spec: ModelSpec, bands: tuple[Band, ...], rule: str) -> BandMa
     rendered = [i for i, b in enumerate(bands) if b.role == RENDERED]
     slots = rgb_slots if spec.takes_dataset_bands else spec.slots
     if len(rendered) < 3 or not all(s in slots for s in rgb_slots):
-        why = (f"it has {len(rendered)} bands of role {RENDERED!r} (needs 3: red, green, blue)" if len(rendered) < 3
-               else "the encoder has no red, green and blue slots")
+        why = (
+            f"it has {len(rendered)} bands of role {RENDERED!r} (needs 3: red, green, blue)"
+            if len(rendered) < 3
+            else "the encoder has no red, green and blue slots"
+        )
         raise _error(spec, bands, rule, slots, f"The rendered_rgb rule cannot apply: {why}.")
     fill = dict(zip(rgb_slots, rendered[:3]))
     index = [fill.get(s, -1) for s in slots]
-    reasons = {i: ("a rendered grey layer (coherence): no slot of this encoder takes it" if b.role == RENDERED
-                   else "not part of the rendered picture") for i, b in enumerate(bands) if i not in index}
+    reasons = {
+        i: (
+            "a rendered grey layer (coherence): no slot of this encoder takes it"
+            if b.role == RENDERED
+            else "not part of the rendered picture"
+        )
+        for i, b in enumerate(bands)
+        if i not in index
+    }
     modality = ["sar" if s in band_names().sar else "optical" for s in slots]
     return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
 
 
-def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named", offers_cross_sensor: bool = True) -> BandMatch:
+def match_bands(
+    spec: ModelSpec, bands: Sequence[Band], rule: str = "named", offers_cross_sensor: bool = True
+) -> BandMatch:
     """Which cube band feeds each encoder slot (see the module docstring for the rules).
 
     offers_cross_sensor: whether the caller has a cross_sensor protocol to suggest when nothing fits
@@ -160,22 +191,35 @@ def match_bands(spec: ModelSpec, bands: Sequence[Band], rule: str = "named", off
             if rep is not None:
                 index, reasons = rep
                 return BandMatch(spec.id, rule, slots, index, True, bands, modality, reasons)
-        hint = ("Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into the RGB slots of an optical-only encoder."
-                if rule == "named" and spec.optical_only and not any(reference_modality(b) == "optical" for b in bands)
-                and offers_cross_sensor else "Choose an encoder that takes these bands.")
+        hint = (
+            "Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into"
+            " the RGB slots of an optical-only encoder."
+            if rule == "named"
+            and spec.optical_only
+            and not any(reference_modality(b) == "optical" for b in bands)
+            and offers_cross_sensor
+            else "Choose an encoder that takes these bands."
+        )
         raise _error(spec, bands, rule, slots, hint)
     return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
 
 
-def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], rule: str, offers_cross_sensor: bool = True) -> BandMatch:
-    """Encoders configured with `${dataset.bands}` take every band a Cryo-Bench config would declare."""
+def _match_dataset(
+    spec: ModelSpec, bands: tuple[Band, ...], rule: str, offers_cross_sensor: bool = True
+) -> BandMatch:
+    """Encoders configured with `${dataset.bands}` take every band a Cryo-Bench config would
+    declare."""
     index, slots, modality, reasons = [], [], [], {}
     for i, b in enumerate(bands):
         m = reference_modality(b)
         if m is None:
-            reasons[i] = f"alias {b.alias!r} is not a Cryo-Bench band name (no reference config declares it)"
+            reasons[i] = (
+                f"alias {b.alias!r} is not a Cryo-Bench band name (no reference config declares it)"
+            )
         elif m not in spec.dataset_modalities:
-            reasons[i] = f"the reference encoder reads only the {'/'.join(spec.dataset_modalities)} modality"
+            reasons[i] = (
+                f"the reference encoder reads only the {'/'.join(spec.dataset_modalities)} modality"
+            )
         else:
             index.append(i)
             slots.append(b.alias)
@@ -185,8 +229,21 @@ def _match_dataset(spec: ModelSpec, bands: tuple[Band, ...], rule: str, offers_c
             rep = _cross_sensor_rgb(spec, bands, list(band_names().rgb_slots))
             if rep is not None:
                 idx, reasons = rep
-                return BandMatch(spec.id, rule, list(band_names().rgb_slots), idx, True, bands, ["optical"] * 3, reasons)
-        hint = ("Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into RGB slots."
-                if rule == "named" and spec.optical_only and offers_cross_sensor else "Choose an encoder that takes these bands.")
+                return BandMatch(
+                    spec.id,
+                    rule,
+                    list(band_names().rgb_slots),
+                    idx,
+                    True,
+                    bands,
+                    ["optical"] * 3,
+                    reasons,
+                )
+        hint = (
+            "Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into"
+            " RGB slots."
+            if rule == "named" and spec.optical_only and offers_cross_sensor
+            else "Choose an encoder that takes these bands."
+        )
         raise _error(spec, bands, rule, [], hint)
     return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)

@@ -4,6 +4,7 @@ An encoder takes an already band-matched, normalised tensor (B, in_chans, H, W) 
 of feature maps (B, C_i, h_i, w_i). The attributes below are what decoders and the engine need to
 know without running a forward pass.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,11 +17,14 @@ from .spec import ModelSpec
 class Encoder(nn.Module):
     """Base class: subclasses build their layers and implement `features(x)`."""
 
-    #: whether H, W must equal input_size (patch/position-embedding models) or only be divisible by `size_multiple`
+    #: whether H, W must equal input_size (patch/position-embedding models) or only be divisible by
+    # `size_multiple`
     fixed_size: bool = True
     size_multiple: int = 1
 
-    def __init__(self, spec: ModelSpec, in_chans: int, input_size: int, match: BandMatch | None = None):
+    def __init__(
+        self, spec: ModelSpec, in_chans: int, input_size: int, match: BandMatch | None = None
+    ):
         super().__init__()
         self.spec = spec
         self.in_chans = int(in_chans)
@@ -44,29 +48,48 @@ class Encoder(nn.Module):
     def _check_input(self, x: Tensor) -> None:
         if x.ndim != 4 or x.shape[1] != self.in_chans:
             raise ValueError(
-                f"{self.spec.id}: expected input (B, {self.in_chans}, H, W) after band matching, got {tuple(x.shape)}"
+                f"{self.spec.id}: expected input (B, {self.in_chans}, H, W) after band matching,"
+                f" got {tuple(x.shape)}"
             )
         h, w = x.shape[-2:]
         if self.fixed_size and (h, w) != (self.input_size, self.input_size):
-            raise ValueError(f"{self.spec.id}: expected {self.input_size}x{self.input_size} input, got {h}x{w}")
+            raise ValueError(
+                f"{self.spec.id}: expected {self.input_size}x{self.input_size} input, got {h}x{w}"
+            )
         if not self.fixed_size and (h % self.size_multiple or w % self.size_multiple):
-            raise ValueError(f"{self.spec.id}: input side must be a multiple of {self.size_multiple}, got {h}x{w}")
+            raise ValueError(
+                f"{self.spec.id}: input side must be a multiple of {self.size_multiple}, got"
+                f" {h}x{w}"
+            )
 
     def feature_shapes(self, size: int | None = None) -> list[tuple[int, int, int]]:
         """(C, h, w) of every output at `size` (default input_size), without running the model."""
         s = size or self.input_size
-        return [(c, int(s // r), int(s // r)) for c, r in zip(self.output_channels, self.output_reductions)]
+        return [
+            (c, int(s // r), int(s // r))
+            for c, r in zip(self.output_channels, self.output_reductions)
+        ]
 
     def extra_repr(self) -> str:
         return f"model={self.spec.id}, in_chans={self.in_chans}, input_size={self.input_size}"
 
 
-def collect_layers(blocks, t: Tensor, layers: list[int], *, norm: nn.Module | None = None, norm_after_final: bool = False,
-                   stop_early: bool = True, **block_kwargs) -> tuple[list[Tensor], Tensor]:
-    """Run transformer `blocks` on tokens `t`, keeping the tokens after each block index in `layers`.
+def collect_layers(
+    blocks,
+    t: Tensor,
+    layers: list[int],
+    *,
+    norm: nn.Module | None = None,
+    norm_after_final: bool = False,
+    stop_early: bool = True,
+    **block_kwargs,
+) -> tuple[list[Tensor], Tensor]:
+    """Run transformer `blocks` on tokens `t`, keeping the tokens after each block index in
+    `layers`.
 
-    norm_after_final: apply `norm` right after the network's final block (DOFA, RAMEN); stop_early: stop
-    after the deepest requested block. Returns (kept token tensors in order, the last tokens computed).
+    norm_after_final: apply `norm` right after the network's final block (DOFA, RAMEN); stop_early:
+    stop after the deepest requested block. Returns (kept token tensors in order, the last tokens
+    computed).
     """
     wanted, last = set(layers), max(layers)
     outs = []
@@ -90,7 +113,8 @@ def tokens_to_map(tokens: Tensor, grid: int) -> Tensor:
 
 
 def sincos_1d(dim: int, pos: Tensor) -> Tensor:
-    """MAE 1-D sin-cos embedding: [sin(pos*w), cos(pos*w)] with w = 1/10000^(k/(dim/2)); (M, dim)."""
+    """MAE 1-D sin-cos embedding: [sin(pos*w), cos(pos*w)] with w = 1/10000^(k/(dim/2)); (M,
+    dim)."""
     if dim % 2:
         raise ValueError("sin-cos embedding dimension must be even")
     omega = torch.arange(dim // 2, dtype=torch.float64) / (dim / 2.0)
@@ -100,11 +124,16 @@ def sincos_1d(dim: int, pos: Tensor) -> Tensor:
 
 
 def sincos_2d(dim: int, grid: int, scale: float = 1.0, cls_token: bool = False) -> Tensor:
-    """MAE 2-D sin-cos embedding (first half encodes the column, second the row); (1, [1+]grid^2, dim).
+    """MAE 2-D sin-cos embedding (first half encodes the column, second the row); (1, [1+]grid^2,
+    dim).
 
     `scale` multiplies the grid coordinates (Scale-MAE's ground-sample-distance scaling).
     """
-    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(grid, dtype=torch.float64),
+        torch.arange(grid, dtype=torch.float64),
+        indexing="ij",
+    )
     emb = torch.cat([sincos_1d(dim // 2, cols * scale), sincos_1d(dim // 2, rows * scale)], dim=1)
     if cls_token:
         emb = torch.cat([torch.zeros(1, dim), emb], dim=0)
@@ -112,25 +141,35 @@ def sincos_2d(dim: int, grid: int, scale: float = 1.0, cls_token: bool = False) 
 
 
 def sincos_2d_mocov3(dim: int, grid: int, temperature: float = 10000.0) -> Tensor:
-    """MoCo-v3 2-D sin-cos (sin/cos of the row, then of the column, each dim/4 wide); (1, grid^2, dim)."""
+    """MoCo-v3 2-D sin-cos (sin/cos of the row, then of the column, each dim/4 wide); (1, grid^2,
+    dim)."""
     if dim % 4:
         raise ValueError("MoCo-v3 sin-cos embedding needs a dimension divisible by 4")
-    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float32), torch.arange(grid, dtype=torch.float32), indexing="ij")
+    rows, cols = torch.meshgrid(
+        torch.arange(grid, dtype=torch.float32),
+        torch.arange(grid, dtype=torch.float32),
+        indexing="ij",
+    )
     pos_dim = dim // 4
     omega = 1.0 / (temperature ** (torch.arange(pos_dim, dtype=torch.float32) / pos_dim))
     out_r = rows.reshape(-1)[:, None] * omega[None]
     out_c = cols.reshape(-1)[:, None] * omega[None]
-    return torch.cat([torch.sin(out_r), torch.cos(out_r), torch.sin(out_c), torch.cos(out_c)], dim=1).unsqueeze(0)
+    return torch.cat(
+        [torch.sin(out_r), torch.cos(out_r), torch.sin(out_c), torch.cos(out_c)], dim=1
+    ).unsqueeze(0)
 
 
 def sincos_3d(dim: int, grid: tuple[int, int, int], cls_token: bool = False) -> Tensor:
-    """Prithvi 3-D sin-cos (width 6/16, height 6/16, time 4/16 of the channels); (1, [1+]T*H*W, dim)."""
+    """Prithvi 3-D sin-cos (width 6/16, height 6/16, time 4/16 of the channels); (1, [1+]T*H*W,
+    dim)."""
     if dim % 16:
         raise ValueError("3-D sin-cos embedding needs a dimension divisible by 16")
     t, h, w = grid
     wd, hd, td = dim // 16 * 6, dim // 16 * 6, dim // 16 * 4
     tt, hh, ww = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
-    emb = torch.cat([sincos_1d(wd, ww.double()), sincos_1d(hd, hh.double()), sincos_1d(td, tt.double())], dim=1)
+    emb = torch.cat(
+        [sincos_1d(wd, ww.double()), sincos_1d(hd, hh.double()), sincos_1d(td, tt.double())], dim=1
+    )
     if cls_token:
         emb = torch.cat([torch.zeros(1, dim), emb], dim=0)
     return emb.unsqueeze(0)

@@ -1,4 +1,6 @@
-"""`build_encoder`: a catalog model spec (or id) + the cube's bands -> an encoder module, weights loaded."""
+"""`build_encoder`: a catalog model spec (or id) + the cube's bands -> an encoder module, weights
+loaded."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +30,8 @@ def build_encoder(
     explicit `match`); without bands the spec's own slots are used (dataset-band encoders then need
     `in_chans=`). `input_size` is required for encoders whose catalog input_size is null (the tile
     size). `overrides` change architecture arguments of the catalog (e.g. `drop_path_rate=0`).
-    `follow_reference` switches every declared deviation (docs/deviations.md) to the reference's behaviour.
+    `follow_reference` switches every declared deviation (docs/deviations.md) to the reference's
+    behaviour.
     """
     spec: ModelSpec = model if isinstance(model, ModelSpec) else model_spec(model)
     if follow_reference:
@@ -49,16 +52,22 @@ def build_encoder(
     overrides.pop("in_chans", None)
     known = architectures()
     if spec.architecture not in known:
-        raise UserError(f"{spec.path}: unknown architecture {spec.architecture!r}; known: {sorted(known)}")
+        raise UserError(
+            f"{spec.path}: unknown architecture {spec.architecture!r}; known: {sorted(known)}"
+        )
     allow_pickle = overrides.pop("allow_pickle", None)
     layers = overrides.pop("output_layers", None)
     if layers is not None:  # e.g. Prithvi's upstream [3, 5, 7, 11], or shallow test models
         spec = dataclasses.replace(spec, output_layers=[int(i) for i in layers], output_channels=[])
     arch = {**spec.arch, **overrides}
     try:
-        enc = known[spec.architecture](spec=spec, in_chans=in_chans, input_size=int(size), match=match, **arch)
+        enc = known[spec.architecture](
+            spec=spec, in_chans=in_chans, input_size=int(size), match=match, **arch
+        )
     except TypeError as e:  # an argument under `arch:` that the architecture does not take
-        raise UserError(f"{spec.path}: arch does not fit architecture {spec.architecture!r}: {e}") from None
+        raise UserError(
+            f"{spec.path}: arch does not fit architecture {spec.architecture!r}: {e}"
+        ) from None
     if layers is not None:
         enc.spec = dataclasses.replace(spec, output_channels=list(enc.output_channels))
     if weights is not None:

@@ -1,4 +1,6 @@
-"""`cryocube weights fetch|list`, and `bands_table` behind `cryocube inspect --bands MODEL DATASET`."""
+"""`cryocube weights fetch|list`, and `bands_table` behind `cryocube inspect --bands MODEL
+DATASET`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +11,11 @@ from .bands import match_bands
 from .spec import list_models, model_spec
 
 
-def bands_table(model_id: str, dataset_id_or_bands: str | Sequence[Band], rule: str = "named") -> str:
-    """The band-matching table of a model on a dataset (catalog id or YAML, a cube path/URL, or Bands)."""
+def bands_table(
+    model_id: str, dataset_id_or_bands: str | Sequence[Band], rule: str = "named"
+) -> str:
+    """The band-matching table of a model on a dataset (catalog id or YAML, a cube path/URL, or
+    Bands)."""
     if isinstance(dataset_id_or_bands, (str, Path)):
         name = str(dataset_id_or_bands)
         if name.lower() in dataset_ids() or name.endswith((".yaml", ".yml")):
@@ -37,9 +42,13 @@ def weights_table() -> str:
             continue
         src = w.url or "no public URL (see notes)"
         lic = "unverified" if s.licence.startswith("not verified") else (s.licence or "-")
-        rows.append((mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], lic, src))
+        rows.append(
+            (mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], lic, src)
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(r[:-1], widths)) + "  " + r[-1] for r in rows)
+    return "\n".join(
+        "  ".join(c.ljust(wd) for c, wd in zip(r[:-1], widths)) + "  " + r[-1] for r in rows
+    )
 
 
 def _fetch(args) -> int:
@@ -59,9 +68,17 @@ def _list(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("weights", help="fetch and list pretrained encoder weights")
     sub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
-    f = sub.add_parser("fetch", help="download a model's published checkpoint (sha256-verified when known)")
-    f.add_argument("models", nargs="+", metavar="MODEL", help=f"model id(s): {', '.join(list_models())}")
-    f.add_argument("--dest", default=None, help="directory (default: $CRYOCUBE_WEIGHTS or ~/.cache/cryocube/weights)")
+    f = sub.add_parser(
+        "fetch", help="download a model's published checkpoint (sha256-verified when known)"
+    )
+    f.add_argument(
+        "models", nargs="+", metavar="MODEL", help=f"model id(s): {', '.join(list_models())}"
+    )
+    f.add_argument(
+        "--dest",
+        default=None,
+        help="directory (default: $CRYOCUBE_WEIGHTS or ~/.cache/cryocube/weights)",
+    )
     f.add_argument("--force", action="store_true", help="download again even if the file exists")
     f.set_defaults(func=_fetch)
     ls = sub.add_parser("list", help="models, checkpoint files, checksums, licences and sources")

@@ -1,9 +1,11 @@
-"""CROMA (optical and SAR) ViT encoders: linear 8x8 patch projection, no position embedding, 2-D ALiBi.
+"""CROMA (optical and SAR) ViT encoders: linear 8x8 patch projection, no position embedding, 2-D
+ALiBi.
 
 The transformer blocks are timm Blocks (pre-norm, bias-free qkv, GELU MLP); ALiBi is an additive
 attention bias passed as `attn_mask`, which is exactly CROMA's `scores * scale + bias` softmax.
 The final LayerNorm is applied to the last returned map, as the reference does.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,14 +43,31 @@ def alibi_2d(num_heads: int, grid: int) -> Tensor:
 
 
 class CromaEncoder(Encoder):
-    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=1024, depth=24, num_heads=16, patch_size=8,
-                 mlp_ratio=4.0, norm_eps=1e-5):
+    def __init__(
+        self,
+        spec,
+        in_chans,
+        input_size,
+        match=None,
+        embed_dim=1024,
+        depth=24,
+        num_heads=16,
+        patch_size=8,
+        mlp_ratio=4.0,
+        norm_eps=1e-5,
+    ):
         super().__init__(spec, in_chans, input_size, match)
         self.patch_size = patch_size
         self.grid = input_size // patch_size
         self.patch_embed = nn.Linear(patch_size * patch_size * in_chans, embed_dim)
         self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=False, norm_layer=partial(nn.LayerNorm, eps=norm_eps))
+            Block(
+                embed_dim,
+                num_heads,
+                mlp_ratio,
+                qkv_bias=False,
+                norm_layer=partial(nn.LayerNorm, eps=norm_eps),
+            )
             for _ in range(depth)
         )
         self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
@@ -60,11 +79,17 @@ class CromaEncoder(Encoder):
         """(B, C, H, W) -> (B, N, C*p*p), channel-major inside a patch as CROMA's rearrange."""
         b, c, h, w = x.shape
         p = self.patch_size
-        return x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
+        return (
+            x.reshape(b, c, h // p, p, w // p, p)
+            .permute(0, 2, 4, 1, 3, 5)
+            .reshape(b, (h // p) * (w // p), c * p * p)
+        )
 
     def features(self, x: Tensor) -> list[Tensor]:
         t = self.patch_embed(self.patchify(x))
-        outs, _ = collect_layers(self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype))
+        outs, _ = collect_layers(
+            self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype)
+        )
         outs[-1] = self.norm(outs[-1])
         return [tokens_to_map(o, self.grid) for o in outs]
 
@@ -84,7 +109,10 @@ def _croma_keymap(name: str, container: str) -> KeyMap:
             Rename(L + "1.net.3.", "blocks.{i}.mlp.fc2."),
             Rename("transformer.norm_out.", "norm."),
         ),
-        notes=f"CROMA_large.pt holds s1_encoder / s2_encoder / joint_encoder sub-dicts; this map reads {container!r}",
+        notes=(
+            "CROMA_large.pt holds s1_encoder / s2_encoder / joint_encoder sub-dicts; this map"
+            f" reads {container!r}"
+        ),
     )
 
 

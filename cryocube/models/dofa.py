@@ -6,6 +6,7 @@ outputs into a 16x16 conv kernel per band and a bias (both scaled by 0.01), appl
 and padding 1 as in the reference. The body is timm Blocks; the final LayerNorm follows the last
 block. Module names equal the reference's, so the key map only selects the encoder's keys.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -20,8 +21,10 @@ from .base import Encoder, collect_layers, sincos_2d, tokens_to_map
 from .keymap import KeyMap
 from .registry import register_architecture, register_keymap
 
+
 def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
-    """The reference's float32 1-D sin-cos (kept in float32 so pretrained kernels see the same inputs)."""
+    """The reference's float32 1-D sin-cos (kept in float32 so pretrained kernels see the same
+    inputs)."""
     omega = torch.arange(dim // 2, dtype=torch.float32, device=pos.device) / (dim / 2.0)
     omega = 1.0 / 10000**omega
     out = pos.reshape(-1).float()[:, None] * omega[None]
@@ -29,10 +32,27 @@ def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
 
 
 class TransformerWeightGenerator(nn.Module):
-    def __init__(self, input_dim: int, output_dim: int, embed_dim: int, num_heads: int = 4, num_layers: int = 1, wt_num: int = 128):
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        embed_dim: int,
+        num_heads: int = 4,
+        num_layers: int = 1,
+        wt_num: int = 128,
+    ):
         super().__init__()
-        layer = nn.TransformerEncoderLayer(d_model=input_dim, nhead=num_heads, activation="gelu", norm_first=False, batch_first=False, dropout=0.0)
-        self.transformer_encoder = nn.TransformerEncoder(layer, num_layers=num_layers, enable_nested_tensor=False)
+        layer = nn.TransformerEncoderLayer(
+            d_model=input_dim,
+            nhead=num_heads,
+            activation="gelu",
+            norm_first=False,
+            batch_first=False,
+            dropout=0.0,
+        )
+        self.transformer_encoder = nn.TransformerEncoder(
+            layer, num_layers=num_layers, enable_nested_tensor=False
+        )
         self.fc_weight = nn.Linear(input_dim, output_dim)
         self.fc_bias = nn.Linear(input_dim, embed_dim)
         self.wt_num = wt_num
@@ -42,7 +62,7 @@ class TransformerWeightGenerator(nn.Module):
     def forward(self, waves: Tensor) -> tuple[Tensor, Tensor]:
         x = torch.cat([self.weight_tokens, waves, self.bias_token], dim=0)
         out = self.transformer_encoder(x)
-        weights = self.fc_weight(out[self.wt_num:-1] + waves)
+        weights = self.fc_weight(out[self.wt_num : -1] + waves)
         bias = self.fc_bias(out[-1])
         return weights, bias
 
@@ -58,10 +78,23 @@ class FCResLayer(nn.Module):
 
 
 class DynamicPatchEmbed(nn.Module):
-    def __init__(self, wv_planes: int = 128, kernel_size: int = 16, embed_dim: int = 768, scaler: float = 0.01):
+    def __init__(
+        self,
+        wv_planes: int = 128,
+        kernel_size: int = 16,
+        embed_dim: int = 768,
+        scaler: float = 0.01,
+    ):
         super().__init__()
-        self.wv_planes, self.kernel_size, self.embed_dim, self.scaler = wv_planes, kernel_size, embed_dim, scaler
-        self.weight_generator = TransformerWeightGenerator(wv_planes, kernel_size * kernel_size * embed_dim, embed_dim)
+        self.wv_planes, self.kernel_size, self.embed_dim, self.scaler = (
+            wv_planes,
+            kernel_size,
+            embed_dim,
+            scaler,
+        )
+        self.weight_generator = TransformerWeightGenerator(
+            wv_planes, kernel_size * kernel_size * embed_dim, embed_dim
+        )
         self.fclayer = FCResLayer(wv_planes)
         for m in list(self.weight_generator.modules()) + list(self.fclayer.modules()):
             if isinstance(m, nn.Linear):
@@ -72,33 +105,70 @@ class DynamicPatchEmbed(nn.Module):
         waves = self.fclayer(sincos_1d_f32(self.wv_planes, wavelengths_um * 1000))
         weight, bias = self.weight_generator(waves)
         k = self.kernel_size
-        kernel = weight.view(len(wavelengths_um), k, k, self.embed_dim).permute(3, 0, 1, 2) * self.scaler
-        out = F.conv2d(img, kernel, bias=bias.view(self.embed_dim) * self.scaler, stride=k, padding=1)
+        kernel = (
+            weight.view(len(wavelengths_um), k, k, self.embed_dim).permute(3, 0, 1, 2) * self.scaler
+        )
+        out = F.conv2d(
+            img, kernel, bias=bias.view(self.embed_dim) * self.scaler, stride=k, padding=1
+        )
         return out.flatten(2).transpose(1, 2)
 
 
 class DofaEncoder(Encoder):
-    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=768, depth=12, num_heads=12, patch_size=16,
-                 mlp_ratio=4.0, wv_planes=128, norm_eps=1e-6, wavelengths_um: list[float] | dict[str, float] | None = None):
+    def __init__(
+        self,
+        spec,
+        in_chans,
+        input_size,
+        match=None,
+        embed_dim=768,
+        depth=12,
+        num_heads=12,
+        patch_size=16,
+        mlp_ratio=4.0,
+        wv_planes=128,
+        norm_eps=1e-6,
+        wavelengths_um: list[float] | dict[str, float] | None = None,
+    ):
         super().__init__(spec, in_chans, input_size, match)
         if isinstance(wavelengths_um, dict):  # the catalog's table, keyed by Cryo-Bench band name
             if match is None:
-                raise UserError("dofa needs each input band's name to look up its wavelength: pass bands=")
+                raise UserError(
+                    "dofa needs each input band's name to look up its wavelength: pass bands="
+                )
             missing = [s for s in match.slots if s not in wavelengths_um]
             if missing:
-                raise UserError(f"{spec.path}: arch.wavelengths_um has no wavelength for bands {missing}")
+                raise UserError(
+                    f"{spec.path}: arch.wavelengths_um has no wavelength for bands {missing}"
+                )
             wavelengths_um = [float(wavelengths_um[s]) for s in match.slots]
         if wavelengths_um is None:
-            raise UserError(f"{spec.path}: dofa needs arch.wavelengths_um (a table by band name, or one per input channel)")
+            raise UserError(
+                f"{spec.path}: dofa needs arch.wavelengths_um (a table by band name, or one per"
+                " input channel)"
+            )
         if len(wavelengths_um) != in_chans:
-            raise UserError(f"dofa: {len(wavelengths_um)} wavelengths for {in_chans} input channels")
-        self.register_buffer("wavelengths_um", torch.tensor(wavelengths_um, dtype=torch.float32), persistent=False)
+            raise UserError(
+                f"dofa: {len(wavelengths_um)} wavelengths for {in_chans} input channels"
+            )
+        self.register_buffer(
+            "wavelengths_um", torch.tensor(wavelengths_um, dtype=torch.float32), persistent=False
+        )
         self.grid = input_size // patch_size
         self.patch_embed = DynamicPatchEmbed(wv_planes, patch_size, embed_dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.pos_embed = nn.Parameter(sincos_2d(embed_dim, self.grid, cls_token=True), requires_grad=False)
+        self.pos_embed = nn.Parameter(
+            sincos_2d(embed_dim, self.grid, cls_token=True), requires_grad=False
+        )
         self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True, norm_layer=partial(nn.LayerNorm, eps=norm_eps)) for _ in range(depth)
+            Block(
+                embed_dim,
+                num_heads,
+                mlp_ratio,
+                qkv_bias=True,
+                norm_layer=partial(nn.LayerNorm, eps=norm_eps),
+            )
+            for _ in range(depth)
         )
         self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.output_channels = [embed_dim] * len(spec.output_layers)
@@ -108,15 +178,22 @@ class DofaEncoder(Encoder):
         t = self.patch_embed(x, self.wavelengths_um) + self.pos_embed[:, 1:]
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(t.shape[0], -1, -1)
         t = torch.cat([cls, t], dim=1)
-        outs, _ = collect_layers(self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True)
+        outs, _ = collect_layers(
+            self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True
+        )
         return [tokens_to_map(o[:, 1:], self.grid) for o in outs]
 
 
-register_keymap(KeyMap(
-    name="dofa",
-    include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)",
-    notes="DOFA_ViT_base_e100.pth is a plain state dict; fc_norm and the classification head are not part of the encoder",
-))
+register_keymap(
+    KeyMap(
+        name="dofa",
+        include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)",
+        notes=(
+            "DOFA_ViT_base_e100.pth is a plain state dict; fc_norm and the classification head are"
+            " not part of the encoder"
+        ),
+    )
+)
 
 
 @register_architecture("dofa")

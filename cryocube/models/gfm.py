@@ -4,6 +4,7 @@ GFM's outputs are taken *after* each stage's PatchMerging (the original Swin lay
 at the end of a stage); timm puts it at the start of the next stage, so output k here is the
 output of timm stage k+1's downsample, and the last output is the final stage's blocks.
 """
+
 from __future__ import annotations
 
 from timm.models.swin_transformer import SwinTransformer
@@ -15,13 +16,33 @@ from .registry import register_architecture, register_keymap
 
 
 class GfmSwinEncoder(Encoder):
-    def __init__(self, spec, in_chans, input_size, match=None, patch_size=4, embed_dim=128, depths=(2, 2, 18, 2),
-                 num_heads=(4, 8, 16, 32), window_size=6, mlp_ratio=4.0, drop_path_rate=0.1):
+    def __init__(
+        self,
+        spec,
+        in_chans,
+        input_size,
+        match=None,
+        patch_size=4,
+        embed_dim=128,
+        depths=(2, 2, 18, 2),
+        num_heads=(4, 8, 16, 32),
+        window_size=6,
+        mlp_ratio=4.0,
+        drop_path_rate=0.1,
+    ):
         super().__init__(spec, in_chans, input_size, match)
         self.swin = SwinTransformer(
-            img_size=input_size, patch_size=patch_size, in_chans=in_chans, num_classes=0, embed_dim=embed_dim,
-            depths=tuple(depths), num_heads=tuple(num_heads), window_size=window_size, mlp_ratio=mlp_ratio,
-            qkv_bias=True, drop_path_rate=drop_path_rate,
+            img_size=input_size,
+            patch_size=patch_size,
+            in_chans=in_chans,
+            num_classes=0,
+            embed_dim=embed_dim,
+            depths=tuple(depths),
+            num_heads=tuple(num_heads),
+            window_size=window_size,
+            mlp_ratio=mlp_ratio,
+            qkv_bias=True,
+            drop_path_rate=drop_path_rate,
         )
         n = len(depths)
         dims = [embed_dim * 2 ** min(i + 1, n - 1) for i in range(n)]
@@ -41,21 +62,26 @@ class GfmSwinEncoder(Encoder):
         return [outs[i].permute(0, 3, 1, 2).contiguous() for i in self.output_layers]
 
 
-register_keymap(KeyMap(
-    name="gfm",
-    container=("model",),
-    prefix=("encoder.",),
-    require_prefix=True,
-    include=r"(?!.*(relative_position_index|attn_mask|mask_token)).*",
-    renames=(
-        Rename("layers.0.downsample.", "swin.layers.1.downsample."),
-        Rename("layers.1.downsample.", "swin.layers.2.downsample."),
-        Rename("layers.2.downsample.", "swin.layers.3.downsample."),
-        Rename("", "swin."),
-    ),
-    notes="SimMIM checkpoint: 'encoder.' keys only (decoder/teacher set aside); index and mask buffers are recomputed. "
-          "The reference interpolates relative-position tables when the window differs: not needed for window 6.",
-))
+register_keymap(
+    KeyMap(
+        name="gfm",
+        container=("model",),
+        prefix=("encoder.",),
+        require_prefix=True,
+        include=r"(?!.*(relative_position_index|attn_mask|mask_token)).*",
+        renames=(
+            Rename("layers.0.downsample.", "swin.layers.1.downsample."),
+            Rename("layers.1.downsample.", "swin.layers.2.downsample."),
+            Rename("layers.2.downsample.", "swin.layers.3.downsample."),
+            Rename("", "swin."),
+        ),
+        notes=(
+            "SimMIM checkpoint: 'encoder.' keys only (decoder/teacher set aside); index and mask"
+            " buffers are recomputed. The reference interpolates relative-position tables when the"
+            " window differs: not needed for window 6."
+        ),
+    )
+)
 
 
 @register_architecture("gfm_swin")

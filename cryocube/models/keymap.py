@@ -15,6 +15,7 @@ from a model and load it back (`to_reference` then `to_model`). Steps, in load o
 Anything left must equal the model's state dict exactly: that is checked by weights.load_weights.
 Key maps are declared by their architecture modules and registered with `registry.register_keymap`.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,7 +30,9 @@ StateDict = dict[str, Tensor]
 
 def _template_regex(t: str) -> re.Pattern:
     parts = re.split(r"(\{[a-z]\})", t)
-    rx = "".join(f"(?P<{p[1]}>\\d+)" if re.fullmatch(r"\{[a-z]\}", p) else re.escape(p) for p in parts)
+    rx = "".join(
+        f"(?P<{p[1]}>\\d+)" if re.fullmatch(r"\{[a-z]\}", p) else re.escape(p) for p in parts
+    )
     return re.compile(rx)
 
 
@@ -43,12 +46,13 @@ class Rename:
         m = _template_regex(src).match(key)
         if m is None:
             return None
-        return dst.format(**m.groupdict()) + key[m.end():]
+        return dst.format(**m.groupdict()) + key[m.end() :]
 
 
 @dataclass(frozen=True)
 class Transform:
-    """A pair of functions rewriting a whole state dict (reference names on both sides of `load`)."""
+    """A pair of functions rewriting a whole state dict (reference names on both sides of
+    `load`)."""
 
     name: str
     load: Callable[[StateDict], StateDict]
@@ -65,7 +69,8 @@ class KeyMap:
     checks_zero: str | None = None
     transforms: tuple[Transform, ...] = ()
     renames: tuple[Rename, ...] = ()
-    computed: tuple[str, ...] = ()  # regexes of our keys that are recomputed at build time, never loaded
+    # regexes of our keys that are recomputed at build time, never loaded
+    computed: tuple[str, ...] = ()
     notes: str = ""
 
     # ---- load direction -------------------------------------------------------------------
@@ -73,10 +78,15 @@ class KeyMap:
         for k in self.container:
             if not isinstance(obj, Mapping) or k not in obj:
                 have = sorted(obj.keys())[:20] if isinstance(obj, Mapping) else type(obj).__name__
-                raise KeyError(f"{where}: expected a {k!r} entry (key map {self.name!r}); top-level keys: {have}")
+                raise KeyError(
+                    f"{where}: expected a {k!r} entry (key map {self.name!r}); top-level keys:"
+                    f" {have}"
+                )
             obj = obj[k]
         if not isinstance(obj, Mapping):
-            raise KeyError(f"{where}: the state dict is a {type(obj).__name__}, not a mapping of tensors")
+            raise KeyError(
+                f"{where}: the state dict is a {type(obj).__name__}, not a mapping of tensors"
+            )
         return obj
 
     def to_model(self, checkpoint, where: str = "checkpoint") -> tuple[StateDict, list[str]]:
@@ -92,7 +102,7 @@ class KeyMap:
             k = key
             for p in self.prefix:
                 if k.startswith(p):
-                    k = k[len(p):]
+                    k = k[len(p) :]
                     break
             else:
                 if self.require_prefix:
@@ -103,7 +113,9 @@ class KeyMap:
                 continue
             if self.checks_zero is not None and re.fullmatch(self.checks_zero, k):
                 if torch.is_tensor(v) and torch.count_nonzero(v) > 0:
-                    raise ValueError(f"{where}: {key} should hold zeros (a bias-free layer) but does not")
+                    raise ValueError(
+                        f"{where}: {key} should hold zeros (a bias-free layer) but does not"
+                    )
                 continue
             if not torch.is_tensor(v):
                 aside.append(key)
@@ -143,7 +155,9 @@ NATIVE = KeyMap(name="native")
 
 
 # ---- reusable transforms -------------------------------------------------------------------------
-def reshape_transform(key: str, ref_shape: Callable[[tuple], tuple], our_shape: Callable[[tuple], tuple]) -> Transform:
+def reshape_transform(
+    key: str, ref_shape: Callable[[tuple], tuple], our_shape: Callable[[tuple], tuple]
+) -> Transform:
     """Reshape one tensor (e.g. CLIP's class_embedding (D,) <-> cls_token (1, 1, D))."""
 
     def load(sd: StateDict) -> StateDict:

@@ -1,22 +1,26 @@
-"""Measured compute profile of the encoders: parameters, forward FLOPs per sample, samples/s and peak memory
-on this device and precision, cached per device so `cryocube list models --profile` and the report read it.
+"""Measured compute profile of the encoders: parameters, forward FLOPs per sample, samples/s and
+peak memory on this device and precision, cached per device so `cryocube list models --profile` and
+the report read it.
 
-Why: the catalog's published figures were measured on the reference code, not on these modules, and say
-nothing about the user's device. Conventions (stated with every table, `CONVENTION`):
-  * FLOPs: torch.utils.flop_counter.FlopCounterMode at batch 1, fp32, eval, no_grad; one multiply-add = 2
-    FLOPs. Counted: matrix products (mm, addmm, bmm, baddbmm, linear) and convolutions; scaled-dot-product
-    attention runs on the math backend so its two matmuls are counted. Not counted: elementwise ops, norms,
-    softmax, activations, pooling, interpolation. The catalog's figures (pangaea-models.md 1.5) used the same
-    counter and convention; fvcore (Cryo-Bench's `ModelProfiler`) counts one per multiply-add (half).
-  * samples/s: batch / median time of the timed forwards (up to --iters, fewer for slow configs) after one
-    warm-up, in the precision's autocast.
-  * peak memory (weights + activations): CUDA: torch.cuda.max_memory_allocated from the build through the
-    forwards minus what was allocated before; CPU: the process's peak resident set (VmHWM, reset through
-    /proc/self/clear_refs, after malloc_trim) over the same span minus its RSS before.
-The cache is one JSON file per device under `profile_dir()`; an entry's key holds the model, input, batch,
-precision, threads, torch version and a digest of the model's catalog entry and architecture code, so any change
-measures again.
+Why: the catalog's published figures were measured on the reference code, not on these modules, and
+say nothing about the user's device. Conventions (stated with every table, `CONVENTION`):
+  * FLOPs: torch.utils.flop_counter.FlopCounterMode at batch 1, fp32, eval, no_grad; one
+    multiply-add = 2 FLOPs. Counted: matrix products (mm, addmm, bmm, baddbmm, linear) and
+    convolutions; scaled-dot-product attention runs on the math backend so its two matmuls are
+    counted. Not counted: elementwise ops, norms, softmax, activations, pooling, interpolation. The
+    catalog's figures (pangaea-models.md 1.5) used the same counter and convention; fvcore
+    (Cryo-Bench's `ModelProfiler`) counts one per multiply-add (half).
+  * samples/s: batch / median time of the timed forwards (up to --iters, fewer for slow configs)
+    after one warm-up, in the precision's autocast.
+  * peak memory (weights + activations): CUDA: torch.cuda.max_memory_allocated from the build
+    through the forwards minus what was allocated before; CPU: the process's peak resident set
+    (VmHWM, reset through /proc/self/clear_refs, after malloc_trim) over the same span minus its RSS
+    before.
+The cache is one JSON file per device under `profile_dir()`; an entry's key holds the model, input,
+batch, precision, threads, torch version and a digest of the model's catalog entry and architecture
+code, so any change measures again.
 """
+
 from __future__ import annotations
 
 import gc
@@ -37,14 +41,22 @@ from ..errors import UserError
 from .registry import architectures
 from .spec import list_models, model_spec
 
-CONVENTION = ("GFLOPs: torch FlopCounterMode, batch 1, fp32, 1 multiply-add = 2 FLOPs; matmuls, convolutions and "
-              "attention (math backend) counted, elementwise/norm/softmax/pooling/interpolation not; the catalog's "
-              "published figures used the same counter on the reference code (fvcore, as in Cryo-Bench's profiler, "
-              "counts 1 per multiply-add, half these).")
-MEMORY_NOTE = {"cuda": "peak memory: torch.cuda.max_memory_allocated from before the build through the forwards, "
-                       "minus what was allocated before (weights + activations)",
-               "cpu": "peak memory: the process's peak RSS (VmHWM, reset) from before the build through the forwards, "
-                      "minus its RSS before (weights + activations)"}
+CONVENTION = (
+    "GFLOPs: torch FlopCounterMode, batch 1, fp32, 1 multiply-add = 2 FLOPs; matmuls, convolutions"
+    " and attention (math backend) counted, elementwise/norm/softmax/pooling/interpolation not; the"
+    " catalog's published figures used the same counter on the reference code (fvcore, as in"
+    " Cryo-Bench's profiler, counts 1 per multiply-add, half these)."
+)
+MEMORY_NOTE = {
+    "cuda": (
+        "peak memory: torch.cuda.max_memory_allocated from before the build through the forwards, "
+        "minus what was allocated before (weights + activations)"
+    ),
+    "cpu": (
+        "peak memory: the process's peak RSS (VmHWM, reset) from before the build through the"
+        " forwards, minus its RSS before (weights + activations)"
+    ),
+}
 VERSION = 1  # of the measuring method: a change here measures everything again
 
 
@@ -73,8 +85,13 @@ class Setup:
     def build(self, device: str | None = None):
         from .build import build_encoder
 
-        bands = [Band(name=b, alias=b, role="sar" if b in ("VV", "VH", "HH", "HV") else "optical") for b in self.bands]
-        return build_encoder(self.model, bands or None, input_size=self.input_size, **dict(self.arch))
+        bands = [
+            Band(name=b, alias=b, role="sar" if b in ("VV", "VH", "HH", "HV") else "optical")
+            for b in self.bands
+        ]
+        return build_encoder(
+            self.model, bands or None, input_size=self.input_size, **dict(self.arch)
+        )
 
     @property
     def input_text(self) -> str:
@@ -83,28 +100,44 @@ class Setup:
 
 
 def setup_for(model: str, input_size: int | None, batch: int, precision: str, device: str) -> Setup:
-    """The model's setup: its catalog input size and slots, or for dataset-band models and null sizes the
-    setup its published figures were measured with; `input_size` overrides the size."""
+    """The model's setup: its catalog input size and slots, or for dataset-band models and null
+    sizes the setup its published figures were measured with; `input_size` overrides the size."""
     spec = model_spec(model)
     pub = spec.published_setup
     size = spec.input_size or pub.get("input_size")
     if size is None:
-        raise UserError(f"model {model!r} takes the dataset tile size and its catalog has no published.setup.input_size; pass --input-size")
+        raise UserError(
+            f"model {model!r} takes the dataset tile size and its catalog has no"
+            " published.setup.input_size; pass --input-size"
+        )
     bands = tuple(pub.get("bands", ())) if spec.takes_dataset_bands else ()
     if spec.takes_dataset_bands and not bands:
-        raise UserError(f"model {model!r} takes the dataset's bands and its catalog has no published.setup.bands to profile with")
+        raise UserError(
+            f"model {model!r} takes the dataset's bands and its catalog has no"
+            " published.setup.bands to profile with"
+        )
     arch = tuple(sorted((pub.get("arch") or {}).items()))
     size = int(input_size or size)
-    return Setup(model, size, bands, arch, batch, precision, device, default=input_size in (None, spec.input_size or pub.get("input_size")))
+    return Setup(
+        model,
+        size,
+        bands,
+        arch,
+        batch,
+        precision,
+        device,
+        default=input_size in (None, spec.input_size or pub.get("input_size")),
+    )
 
 
 def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
-    """(forward FLOPs at batch 1, their split by op, parameters) of `s`, built and run on the meta device: shapes
-    only, no memory and no arithmetic, so it is the check before any work and the FLOP count in one.
+    """(forward FLOPs at batch 1, their split by op, parameters) of `s`, built and run on the meta
+    device: shapes only, no memory and no arithmetic, so it is the check before any work and the
+    FLOP count in one.
 
-    Refuses, in one sentence, an input size the model cannot take: one its forward rejects, or, where the
-    catalog names a patch size, one that is not a multiple of it (a strided patch embedding would silently
-    drop the remainder)."""
+    Refuses, in one sentence, an input size the model cannot take: one its forward rejects, or,
+    where the catalog names a patch size, one that is not a multiple of it (a strided patch
+    embedding would silently drop the remainder)."""
     import torch
 
     from .base import count_params
@@ -112,21 +145,31 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
     spec = model_spec(s.model)
     patch = spec.arch.get("patch_size")
     if s.input_size < 1 or (patch and s.input_size % int(patch)):
-        raise UserError(f"model {s.model!r} does not accept input size {s.input_size}: it must be a positive multiple of its patch size {patch}")
+        raise UserError(
+            f"model {s.model!r} does not accept input size {s.input_size}: it must be a positive"
+            f" multiple of its patch size {patch}"
+        )
     try:
         with torch.device("meta"):
             enc = s.build().eval()
-            flops, by_op = count_flops(enc, torch.empty(1, enc.in_chans, s.input_size, s.input_size))
+            flops, by_op = count_flops(
+                enc, torch.empty(1, enc.in_chans, s.input_size, s.input_size)
+            )
     except UserError as e:
-        raise UserError(f"model {s.model!r} does not accept input size {s.input_size}: {e}") from None
+        raise UserError(
+            f"model {s.model!r} does not accept input size {s.input_size}: {e}"
+        ) from None
     except (RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"model {s.model!r} does not accept input size {s.input_size}: {first}") from None
+        raise UserError(
+            f"model {s.model!r} does not accept input size {s.input_size}: {first}"
+        ) from None
     return flops, by_op, count_params(enc)
 
 
 def config_digest(model: str) -> str:
-    """Digest of what decides a model's cost: its model config file and the source of its architecture's module."""
+    """Digest of what decides a model's cost: its model config file and the source of its
+    architecture's module."""
     spec = model_spec(model)
     h = hashlib.sha256(Path(find("models", model)).read_bytes())
     builder = architectures()[spec.architecture]
@@ -144,8 +187,10 @@ def device_name(device: str) -> str:
 def cache_key(s: Setup, threads: int, torch_version: str, digest: str) -> str:
     arch = ",".join(f"{k}={v}" for k, v in s.arch)
     bands = ",".join(s.bands)
-    return (f"{s.model}|{s.input_size}|{bands}|{arch}|batch {s.batch}|{s.precision}|threads {threads}|"
-            f"torch {torch_version}|{digest}")
+    return (
+        f"{s.model}|{s.input_size}|{bands}|{arch}|batch {s.batch}|{s.precision}|threads {threads}|"
+        f"torch {torch_version}|{digest}"
+    )
 
 
 def cache_path(device: str, root: str | Path | None = None) -> Path:
@@ -159,9 +204,13 @@ def _read(path: Path) -> dict:
     try:
         d = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise UserError(f"profile cache {path} is unreadable ({e}); delete it to measure again") from None
+        raise UserError(
+            f"profile cache {path} is unreadable ({e}); delete it to measure again"
+        ) from None
     if not isinstance(d, dict) or not isinstance(d.get("entries"), dict):
-        raise UserError(f"profile cache {path} is not a profile file (no 'entries'); delete it to measure again")
+        raise UserError(
+            f"profile cache {path} is not a profile file (no 'entries'); delete it to measure again"
+        )
     return d
 
 
@@ -210,21 +259,27 @@ def _trim() -> None:
 
 
 def count_flops(enc, x) -> tuple[int, dict[str, int]]:
-    """Forward FLOPs of `enc` on `x` (no_grad, math attention: fused kernels would hide their matmuls) and
-    their split by op. FLOPs depend on shapes only, so meta tensors count the same as real ones."""
+    """Forward FLOPs of `enc` on `x` (no_grad, math attention: fused kernels would hide their
+    matmuls) and their split by op. FLOPs depend on shapes only, so meta tensors count the same as
+    real ones."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as fc:
         enc(x)
-    by_op = {str(k).removeprefix("aten."): int(v) for k, v in fc.get_flop_counts().get("Global", {}).items()}
+    by_op = {
+        str(k).removeprefix("aten."): int(v)
+        for k, v in fc.get_flop_counts().get("Global", {}).items()
+    }
     return int(fc.get_total_flops()), by_op
 
 
 def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
-    """Build `s` with random weights (seed 0) and measure it; see the module docstring for what is measured how.
-    Up to `iters` timed forwards, fewer (at least one) once warm-up and timing have taken `budget_s`."""
+    """Build `s` with random weights (seed 0) and measure it; see the module docstring for what is
+    measured how. Up to `iters` timed forwards, fewer (at least one) once warm-up and timing have
+    taken `budget_s`.
+    """
     import torch
 
     from ..precision import autocast
@@ -239,7 +294,8 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        _trim()  # freed pages of earlier models go back to the system, so this model's rise shows in RSS
+        # freed pages of earlier models go back to the system, so this model's rise shows in RSS
+        _trim()
         base, reset = _rss_bytes(), _reset_hwm()
     torch.manual_seed(0)
     t0 = time.perf_counter()
@@ -259,22 +315,40 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
             enc(xb)
             sync()
             times.append(time.perf_counter() - t)
-            if warm_s + sum(times) > budget_s:  # a slow config: fewer timed forwards (the row says how many)
+            # a slow config: fewer timed forwards (the row says how many)
+            if warm_s + sum(times) > budget_s:
                 break
     if cuda:
         peak = torch.cuda.max_memory_allocated() - base
     else:
         hwm = _hwm_bytes()
-        peak = (hwm - base) if (reset and hwm is not None) else None  # without a reset VmHWM is the process's, not the model's
+        # without a reset VmHWM is the process's, not the model's
+        peak = (hwm - base) if (reset and hwm is not None) else None
     sps = s.batch / statistics.median(times)
     spec = model_spec(s.model)
-    return {"model": s.model, "input": s.input_text, "input_size": s.input_size, "bands": list(s.bands),
-            "arch": dict(s.arch), "default_setup": s.default, "batch": s.batch, "precision": s.precision,
-            "params": params, "flops": flops, "gflops": flops / 1e9, "flops_by_op": by_op,
-            "published_params_m": spec.params_m, "published_gflops": spec.gflops,
-            "published_setup": s.default,  # the published figures hold for the default setup only
-            "samples_per_s": sps, "forward_s": times, "warmup_s": warm_s, "peak_memory_mb": None if peak is None else max(peak, 0) / 2**20,
-            "memory_method": "cuda" if cuda else "cpu", "build_s": build_s}
+    return {
+        "model": s.model,
+        "input": s.input_text,
+        "input_size": s.input_size,
+        "bands": list(s.bands),
+        "arch": dict(s.arch),
+        "default_setup": s.default,
+        "batch": s.batch,
+        "precision": s.precision,
+        "params": params,
+        "flops": flops,
+        "gflops": flops / 1e9,
+        "flops_by_op": by_op,
+        "published_params_m": spec.params_m,
+        "published_gflops": spec.gflops,
+        "published_setup": s.default,  # the published figures hold for the default setup only
+        "samples_per_s": sps,
+        "forward_s": times,
+        "warmup_s": warm_s,
+        "peak_memory_mb": None if peak is None else max(peak, 0) / 2**20,
+        "memory_method": "cuda" if cuda else "cpu",
+        "build_s": build_s,
+    }
 
 
 @dataclass
@@ -291,9 +365,16 @@ class Profile:
         return sum(1 for r in self.rows if r.get("cached"))
 
 
-def validate(models: Sequence[str] | None, input_size: int | None, batch: int, precision: str, device: str,
-             iters: int = 3) -> list[Setup]:
-    """Every requested setup, checked before any measurement: one sentence for the first bad option."""
+def validate(
+    models: Sequence[str] | None,
+    input_size: int | None,
+    batch: int,
+    precision: str,
+    device: str,
+    iters: int = 3,
+) -> list[Setup]:
+    """Every requested setup, checked before any measurement: one sentence for the first bad
+    option."""
     from ..precision import resolve, this_device
 
     known = list_models()
@@ -311,7 +392,10 @@ def validate(models: Sequence[str] | None, input_size: int | None, batch: int, p
         import torch
 
         if not torch.cuda.is_available():
-            raise UserError(f"device {device!r} is not available here (torch sees no CUDA device); use --device cpu")
+            raise UserError(
+                f"device {device!r} is not available here (torch sees no CUDA device); use"
+                " --device cpu"
+            )
     elif device != "cpu":
         raise UserError(f"device must be cpu or cuda[:N], got {device!r}")
     prec = resolve(precision, this_device(device))
@@ -321,9 +405,16 @@ def validate(models: Sequence[str] | None, input_size: int | None, batch: int, p
     return setups
 
 
-def profile(setups: Sequence[Setup], iters: int = 3, refresh: bool = False, root: str | Path | None = None,
-            on_row: Callable[[dict], None] | None = None, progress: bool = True) -> Profile:
-    """Measure each setup, or read it from this device's cache (a hit needs the same key: see `cache_key`)."""
+def profile(
+    setups: Sequence[Setup],
+    iters: int = 3,
+    refresh: bool = False,
+    root: str | Path | None = None,
+    on_row: Callable[[dict], None] | None = None,
+    progress: bool = True,
+) -> Profile:
+    """Measure each setup, or read it from this device's cache (a hit needs the same key: see
+    `cache_key`)."""
     import torch
 
     from ..progress import progress_bar
@@ -341,8 +432,14 @@ def profile(setups: Sequence[Setup], iters: int = 3, refresh: bool = False, root
             if hit is not None and not refresh:
                 row = {**hit, "cached": True}
             else:
-                row = {**measure(s, iters), "threads": threads, "torch": torch.__version__, "device": data["device"],
-                       "key": key, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                row = {
+                    **measure(s, iters),
+                    "threads": threads,
+                    "torch": torch.__version__,
+                    "device": data["device"],
+                    "key": key,
+                    "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                }
                 data["entries"][key] = row
                 _write(path, data)  # after each model: an interrupted table keeps what it measured
                 row = {**row, "cached": False}
@@ -354,9 +451,9 @@ def profile(setups: Sequence[Setup], iters: int = 3, refresh: bool = False, root
 
 
 def difference(r: dict[str, Any]) -> str:
-    """Why measured and published GFLOPs differ, where the row's own op split shows it: "=" (within 1 %),
-    "+attention" (the difference is the attention matmuls, which the published count missed inside fused
-    kernels), else "other" (see the model's catalog notes)."""
+    """Why measured and published GFLOPs differ, where the row's own op split shows it: "=" (within
+    1 %), "+attention" (the difference is the attention matmuls, which the published count missed
+    inside fused kernels), else "other" (see the model's catalog notes)."""
     pub = r.get("published_gflops") if r.get("published_setup") else None
     if not pub:
         return "-"
@@ -373,34 +470,80 @@ def _f(v, nd=2) -> str:
 
 def table(p: Profile) -> str:
     """The profile as a text table, with its conventions and where it is cached."""
-    head = ("model", "input", "params M", "published", "GFLOPs", "published", "ratio", "why", "prec", "batch",
-            "samples/s", "timed", "peak MB", "source")
+    head = (
+        "model",
+        "input",
+        "params M",
+        "published",
+        "GFLOPs",
+        "published",
+        "ratio",
+        "why",
+        "prec",
+        "batch",
+        "samples/s",
+        "timed",
+        "peak MB",
+        "source",
+    )
     rows = [head]
     for r in p.rows:
         pub_g = r.get("published_gflops") if r.get("published_setup") else None
         pub_p = r.get("published_params_m") if r.get("published_setup") else None
         ratio = f"{r['gflops'] / pub_g:.2f}" if pub_g else "-"
-        rows.append((r["model"], r["input"], _f(r["params"] / 1e6), _f(pub_p), _f(r["gflops"]), _f(pub_g), ratio, difference(r),
-                     r["precision"], str(r["batch"]), _f(r["samples_per_s"], 3), str(len(r["forward_s"])), _f(r["peak_memory_mb"], 0),
-                     "cached" if r.get("cached") else "measured"))
+        rows.append(
+            (
+                r["model"],
+                r["input"],
+                _f(r["params"] / 1e6),
+                _f(pub_p),
+                _f(r["gflops"]),
+                _f(pub_g),
+                ratio,
+                difference(r),
+                r["precision"],
+                str(r["batch"]),
+                _f(r["samples_per_s"], 3),
+                str(len(r["forward_s"])),
+                _f(r["peak_memory_mb"], 0),
+                "cached" if r.get("cached") else "measured",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
+    lines = [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in rows
+    ]
     kind = "cuda" if any(r.get("memory_method") == "cuda" for r in p.rows) else "cpu"
     threads = sorted({str(r.get("threads")) for r in p.rows})
     return "\n".join(
-        [f"device: {p.device}; torch threads {', '.join(threads)}"] + lines + [
-            "", CONVENTION,
-            "published: the catalog's figures (pangaea-models.md 1.5), shown only for the setup they were measured with. "
-            "why: '=' within 1 %; '+attention' the difference is exactly the attention matmuls, which the published "
-            "count missed inside fused attention kernels; 'other' see the model's catalog notes (e.g. CROMA-optical "
-            "stops after block 11; RemoteCLIP's reference ran nn.MultiheadAttention's fused path, uncounted).",
-            f"samples/s: batch / median of the 'timed' forwards after a warm-up, in the precision shown; {MEMORY_NOTE[kind]}.",
-            f"cache: {p.path} ({p.cached} of {len(p.rows)} rows read from it)"])
+        [f"device: {p.device}; torch threads {', '.join(threads)}"]
+        + lines
+        + [
+            "",
+            CONVENTION,
+            (
+                "published: the catalog's figures (pangaea-models.md 1.5), shown only for the setup"
+                " they were measured with. why: '=' within 1 %; '+attention' the difference is"
+                " exactly the attention matmuls, which the published count missed inside fused"
+                " attention kernels; 'other' see the model's catalog notes (e.g. CROMA-optical"
+                " stops after block 11; RemoteCLIP's reference ran nn.MultiheadAttention's fused"
+                " path, uncounted)."
+            ),
+            (
+                "samples/s: batch / median of the 'timed' forwards after a warm-up, in the"
+                f" precision shown; {MEMORY_NOTE[kind]}."
+            ),
+            f"cache: {p.path} ({p.cached} of {len(p.rows)} rows read from it)",
+        ]
+    )
 
 
 def measured_costs(root: str | Path | None = None) -> dict[str, dict[str, Any]]:
-    """Per model id, its measured default-setup profile from every device cached under `root`: the newest
-    entry, preferring fp32 (GFLOPs do not depend on device or precision; samples/s do, and are labelled)."""
+    """Per model id, its measured default-setup profile from every device cached under `root`: the
+    newest entry, preferring fp32 (GFLOPs do not depend on device or precision; samples/s do, and
+    are labelled).
+    """
     d = Path(root or profile_dir())
     best: dict[str, dict[str, Any]] = {}
     for f in sorted(d.glob("*.json")) if d.is_dir() else []:
@@ -414,10 +557,26 @@ def measured_costs(root: str | Path | None = None) -> dict[str, dict[str, Any]]:
                 continue
             rank = (e.get("precision") == "fp32", str(e.get("measured_at", "")))
             cur = best.get(e["model"])
-            if cur is None or rank > (cur.get("precision") == "fp32", str(cur.get("measured_at", ""))):
+            if cur is None or rank > (
+                cur.get("precision") == "fp32",
+                str(cur.get("measured_at", "")),
+            ):
                 best[e["model"]] = e
     return best
 
 
-__all__ = ["CONVENTION", "Profile", "Setup", "config_digest", "count_flops", "dry_run", "measure", "measured_costs",
-           "profile", "profile_dir", "setup_for", "table", "validate"]
+__all__ = [
+    "CONVENTION",
+    "Profile",
+    "Setup",
+    "config_digest",
+    "count_flops",
+    "dry_run",
+    "measure",
+    "measured_costs",
+    "profile",
+    "profile_dir",
+    "setup_for",
+    "table",
+    "validate",
+]

@@ -6,6 +6,7 @@ bilinear resize by input_res/res plus a mixture of four 1x1-conv experts turns i
 (g = int(input_size * input_res / res)). Modalities are separate token sequences sharing the
 GSD-scaled 2-D sin-cos positions; the outputs concatenate them on channels (768 x modalities).
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,9 @@ MODALITY_ORDER = ("optical", "sar")
 
 
 def _mlp(dim: int, hidden: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.LayerNorm(dim))
+    return nn.Sequential(
+        nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.LayerNorm(dim)
+    )
 
 
 class SpectralProjector(nn.Module):
@@ -51,13 +54,17 @@ class ScaleResampler(nn.Module):
     def __init__(self, dim: int, num_experts: int = 4):
         super().__init__()
         self.experts = nn.ModuleList(nn.Conv2d(dim, dim, 1) for _ in range(num_experts))
-        self.mlp = nn.Sequential(nn.Linear(dim, dim // 4), nn.GELU(), nn.Linear(dim // 4, num_experts))
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, dim // 4), nn.GELU(), nn.Linear(dim // 4, num_experts)
+        )
         self.temperature = nn.Parameter(torch.tensor(0.7))
         self.dim = dim
 
     def forward(self, x: Tensor, scale: float) -> Tensor:
         x = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
-        emb = sincos_1d_f32(self.dim, torch.log(torch.tensor([scale], device=x.device, dtype=torch.float32))).to(x.dtype)
+        emb = sincos_1d_f32(
+            self.dim, torch.log(torch.tensor([scale], device=x.device, dtype=torch.float32))
+        ).to(x.dtype)
         w = (self.mlp(emb) / self.temperature.clamp(min=1e-3)).softmax(dim=-1)
         out = torch.zeros_like(x)
         for i, expert in enumerate(self.experts):
@@ -68,21 +75,41 @@ class ScaleResampler(nn.Module):
 class RamenEncoder(Encoder):
     fixed_size = True
 
-    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0,
-                 input_res: float = 10.0, res: float = 40.0, band_slots: list[str] | None = None,
-                 wavelengths_nm: dict[str, float] | None = None, polarisations: dict[str, str] | None = None):
+    def __init__(
+        self,
+        spec,
+        in_chans,
+        input_size,
+        match=None,
+        embed_dim=768,
+        depth=12,
+        num_heads=12,
+        mlp_ratio=4.0,
+        input_res: float = 10.0,
+        res: float = 40.0,
+        band_slots: list[str] | None = None,
+        wavelengths_nm: dict[str, float] | None = None,
+        polarisations: dict[str, str] | None = None,
+    ):
         super().__init__(spec, in_chans, input_size, match)
         slots = band_slots or (match.slots if match is not None else None)
         if slots is None:
-            raise UserError("ramen needs the band of each input channel: pass bands= (or band_slots=)")
+            raise UserError(
+                "ramen needs the band of each input channel: pass bands= (or band_slots=)"
+            )
         if len(slots) != in_chans:
             raise UserError(f"ramen: {len(slots)} band slots for {in_chans} channels")
         wavelengths_nm, polarisations = dict(wavelengths_nm or {}), dict(polarisations or {})
         if not wavelengths_nm and not polarisations:
-            raise UserError(f"{spec.path}: ramen needs arch.wavelengths_nm and arch.polarisations (band name -> embedding)")
+            raise UserError(
+                f"{spec.path}: ramen needs arch.wavelengths_nm and arch.polarisations (band name ->"
+                " embedding)"
+            )
         bad = sorted(set(polarisations.values()) - set(POLS))
         if bad:
-            raise UserError(f"{spec.path}: arch.polarisations names {bad}, not among the projector's {POLS}")
+            raise UserError(
+                f"{spec.path}: arch.polarisations names {bad}, not among the projector's {POLS}"
+            )
         groups: dict[str, list[int]] = {}
         for k, s in enumerate(slots):
             if s in wavelengths_nm:
@@ -90,31 +117,52 @@ class RamenEncoder(Encoder):
             elif s in polarisations:
                 groups.setdefault("sar", []).append(k)
             else:
-                raise UserError(f"ramen has no embedding for band {s!r} (known: {sorted(wavelengths_nm) + sorted(polarisations)})")
+                raise UserError(
+                    f"ramen has no embedding for band {s!r} (known:"
+                    f" {sorted(wavelengths_nm) + sorted(polarisations)})"
+                )
         self.modalities = [m for m in MODALITY_ORDER if m in groups]
         for m in self.modalities:
             self.register_buffer(f"idx_{m}", torch.tensor(groups[m]), persistent=False)
-        self.register_buffer("wavelengths_nm", torch.tensor([float(wavelengths_nm[slots[k]]) for k in groups.get("optical", [])], dtype=torch.float32), persistent=False)
+        self.register_buffer(
+            "wavelengths_nm",
+            torch.tensor(
+                [float(wavelengths_nm[slots[k]]) for k in groups.get("optical", [])],
+                dtype=torch.float32,
+            ),
+            persistent=False,
+        )
         self.pols = [str(polarisations[slots[k]]) for k in groups.get("sar", [])]
         self.input_res, self.res = float(input_res), float(res)
         self.scale = self.input_res / self.res
         self.grid = int(input_size * self.scale)
         if self.grid < 1:
-            raise UserError(f"ramen: input_size {input_size} x input_res {input_res} / res {res} leaves no token")
+            raise UserError(
+                f"ramen: input_size {input_size} x input_res {input_res} / res {res} leaves no"
+                " token"
+            )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.spectral_projector = SpectralProjector(embed_dim, embed_dim * 2)
         if "sar" in self.modalities:
             self.radar_projector = RadarProjector(embed_dim, embed_dim * 2)
         self.resampler = ScaleResampler(embed_dim)
         self.in_norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True) for _ in range(depth))
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True) for _ in range(depth)
+        )
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.register_buffer("pos_embed", sincos_2d(embed_dim, self.grid, scale=self.res, cls_token=True), persistent=False)
+        self.register_buffer(
+            "pos_embed",
+            sincos_2d(embed_dim, self.grid, scale=self.res, cls_token=True),
+            persistent=False,
+        )
         m = len(self.modalities)
         self.output_channels = [embed_dim * m] * len(spec.output_layers)
         self.output_reductions = [self.res / self.input_res] * len(spec.output_layers)
         # checkpoint parts this instance does not build (other modalities, the multi-temporal L-TAE)
-        self.unused_checkpoint_keys = r"(dem_projector|ltae)\..*" + ("" if "sar" in self.modalities else r"|radar_projector\..*")
+        self.unused_checkpoint_keys = r"(dem_projector|ltae)\..*" + (
+            "" if "sar" in self.modalities else r"|radar_projector\..*"
+        )
 
     def feature_shapes(self, size: int | None = None):
         return [(c, self.grid, self.grid) for c in self.output_channels]
@@ -124,7 +172,11 @@ class RamenEncoder(Encoder):
         tokens = []
         for m in self.modalities:
             xm = x.index_select(1, getattr(self, f"idx_{m}")).permute(0, 2, 3, 1)  # (B, H, W, Cm)
-            enc = self.spectral_projector(self.wavelengths_nm) if m == "optical" else self.radar_projector(self.pols)
+            enc = (
+                self.spectral_projector(self.wavelengths_nm)
+                if m == "optical"
+                else self.radar_projector(self.pols)
+            )
             f = (xm @ enc.to(xm.dtype)).permute(0, 3, 1, 2)  # (B, D, H, W)
             f = self.resampler(f, self.scale)
             if f.shape[-1] != self.grid or f.shape[-2] != self.grid:
@@ -135,22 +187,29 @@ class RamenEncoder(Encoder):
         cls = (self.cls_token + pos[:, :1]).expand(b, -1, -1)
         t = torch.cat([cls, t], dim=1)
         n = self.grid**2
-        outs, _ = collect_layers(self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True)
+        outs, _ = collect_layers(
+            self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True
+        )
         maps = []
         for o in outs:  # each modality's token run, side by side on channels
-            parts = [o[:, 1 + i * n: 1 + (i + 1) * n] for i in range(len(self.modalities))]
+            parts = [o[:, 1 + i * n : 1 + (i + 1) * n] for i in range(len(self.modalities))]
             maps.append(tokens_to_map(torch.cat(parts, dim=-1), self.grid))
         return maps
 
 
-register_keymap(KeyMap(
-    name="ramen",
-    container=("state_dict",),
-    prefix=("model.encoder.", "encoder."),
-    include=r"(cls_token|(spectral|radar|dem)_projector\..*|resampler\..*|ltae\..*|in_norm\..*|blocks\..*|norm\..*)",
-    notes="Lightning checkpoint: encoder keys under 'model.encoder.' (or 'encoder.'); the MAE decoder is set aside. "
-          "The reference strips these prefixes from its own (unprefixed) names instead, so it likely never loaded them.",
-))
+register_keymap(
+    KeyMap(
+        name="ramen",
+        container=("state_dict",),
+        prefix=("model.encoder.", "encoder."),
+        include=r"(cls_token|(spectral|radar|dem)_projector\..*|resampler\..*|ltae\..*|in_norm\..*|blocks\..*|norm\..*)",
+        notes=(
+            "Lightning checkpoint: encoder keys under 'model.encoder.' (or 'encoder.'); the MAE"
+            " decoder is set aside. The reference strips these prefixes from its own (unprefixed)"
+            " names instead, so it likely never loaded them."
+        ),
+    )
+)
 
 
 @register_architecture("ramen")
@@ -160,4 +219,3 @@ def build_ramen(spec, in_chans, input_size, match=None, **arch):
 
 def ramen_grid(input_size: int, input_res: float = 10.0, res: float = 40.0) -> int:
     return int(input_size * input_res / res)
-

@@ -1,8 +1,10 @@
-"""SatlasNet Sentinel-2 multi-spectral single-image encoder: torchvision swin_v2_b with a 9-band stem.
+"""SatlasNet Sentinel-2 multi-spectral single-image encoder: torchvision swin_v2_b with a 9-band
+stem.
 
 As in the reference, the torchvision model is kept whole (its unused classification head included,
 which is also in the checkpoint) and the four stage outputs (strides 4/8/16/32) are returned.
 """
+
 from __future__ import annotations
 
 import torchvision
@@ -18,7 +20,9 @@ class SatlasSwinEncoder(Encoder):
         super().__init__(spec, in_chans, input_size, match)
         self.backbone = getattr(torchvision.models, arch)()
         stem = self.backbone.features[0][0]
-        self.backbone.features[0][0] = nn.Conv2d(in_chans, stem.out_channels, kernel_size=(4, 4), stride=(4, 4))
+        self.backbone.features[0][0] = nn.Conv2d(
+            in_chans, stem.out_channels, kernel_size=(4, 4), stride=(4, 4)
+        )
         c = stem.out_channels
         self.output_channels = [c * 2**i for i in spec.output_layers]
         self.output_reductions = [4.0 * 2**i for i in spec.output_layers]
@@ -32,12 +36,17 @@ class SatlasSwinEncoder(Encoder):
         return [outs[i] for i in self.output_layers]
 
 
-register_keymap(KeyMap(
-    name="satlas",
-    prefix=("backbone.",),
-    require_prefix=True,
-    notes="SatlasPretrain state dict ('backbone.backbone.*'); the FPN ('intermediates.*') and task heads are set aside",
-))
+register_keymap(
+    KeyMap(
+        name="satlas",
+        prefix=("backbone.",),
+        require_prefix=True,
+        notes=(
+            "SatlasPretrain state dict ('backbone.backbone.*'); the FPN ('intermediates.*') and"
+            " task heads are set aside"
+        ),
+    )
+)
 
 
 @register_architecture("satlas_swin")

@@ -3,6 +3,7 @@
 An encoder's architecture arguments, input bands, output layers and weights source live in the
 catalog, not in code, so `cryocube inspect`, the band matcher and the engine all read one truth.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,17 +21,19 @@ class WeightsSpec:
     sha256: str | None  # None: not published; fetch prints the digest it computed
     key_map: str  # name of the checkpoint key map (cryocube.models.keymap registry)
     filename: str | None = None
-    allow_pickle: bool = False  # checkpoint holds non-tensor objects (args, configs): needs full unpickling
+    # checkpoint holds non-tensor objects (args, configs): needs full unpickling
+    allow_pickle: bool = False
     notes: str = ""
 
 
 @dataclass(frozen=True)
 class Deviation:
-    """A place where this model's wrapper chooses differently from the Cryo-Bench reference, on purpose.
+    """A place where this model's wrapper chooses differently from the Cryo-Bench reference, on
+    purpose.
 
-    `follow` is the switch that reproduces the reference: architecture arguments (`arch`) and checkpoint
-    keys the reference's loader drops (`drop_keys`, a regex on our key names). docs/deviations.md lists
-    every deviation; a run record names those in effect."""
+    `follow` is the switch that reproduces the reference: architecture arguments (`arch`) and
+    checkpoint keys the reference's loader drops (`drop_keys`, a regex on our key names).
+    docs/deviations.md lists every deviation; a run record names those in effect."""
 
     name: str
     reference: str
@@ -42,8 +45,9 @@ class Deviation:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model config: one catalogs/models/<id>.yaml, typed. `architecture` names the registered builder
-    (models/registry.py) that turns it into an encoder; `arch` holds that builder's arguments."""
+    """A model config: one catalogs/models/<id>.yaml, typed. `architecture` names the registered
+    builder (models/registry.py) that turns it into an encoder; `arch` holds that builder's
+    arguments."""
 
     id: str
     architecture: str
@@ -59,9 +63,11 @@ class ModelSpec:
     params_m: float | None  # published (measured on the reference code, pangaea-models.md 1.5)
     gflops: float | None
     licence: str
-    published_setup: dict[str, Any] = field(default_factory=dict)  # bands/input_size/arch the figures were measured with
+    # bands/input_size/arch the figures were measured with
+    published_setup: dict[str, Any] = field(default_factory=dict)
     arch: dict[str, Any] = field(default_factory=dict)
-    decoder: str | None = None  # a decoder this encoder always takes (U-Net's up path), else the recipe's
+    # a decoder this encoder always takes (U-Net's up path), else the recipe's
+    decoder: str | None = None
     benchmark_entry: str = ""
     dataset_modalities: tuple[str, ...] = ("optical", "sar")  # for input_bands == "dataset"
     reference_config: str = ""
@@ -69,21 +75,29 @@ class ModelSpec:
     path: str = ""
     deviations: tuple[Deviation, ...] = ()  # in effect unless following the reference
     followed: tuple[str, ...] = ()  # deviations switched to the reference's behaviour
-    drop_checkpoint_keys: str | None = None  # set by following_reference(): keys the reference's loader drops
+    # set by following_reference(): keys the reference's loader drops
+    drop_checkpoint_keys: str | None = None
 
     def following_reference(self) -> "ModelSpec":
-        """This spec with every deviation switched to the reference's behaviour (`follow_reference: true`)."""
+        """This spec with every deviation switched to the reference's behaviour (`follow_reference:
+        true`)."""
         if not self.deviations:
             return self
         drops = [d.drop_keys for d in self.deviations if d.drop_keys]
         arch = dict(self.arch)
         for d in self.deviations:
             arch.update(d.arch)
-        return dataclasses.replace(self, arch=arch, deviations=(), followed=self.followed + tuple(d.name for d in self.deviations),
-                                   drop_checkpoint_keys="|".join(f"(?:{r})" for r in drops) or None)
+        return dataclasses.replace(
+            self,
+            arch=arch,
+            deviations=(),
+            followed=self.followed + tuple(d.name for d in self.deviations),
+            drop_checkpoint_keys="|".join(f"(?:{r})" for r in drops) or None,
+        )
 
     def deviation_record(self) -> dict:
-        """The run record's `deviations` field: deviations from the reference in effect, and those followed."""
+        """The run record's `deviations` field: deviations from the reference in effect, and those
+        followed."""
         return {"in_effect": [d.name for d in self.deviations], "followed": list(self.followed)}
 
     @property
@@ -108,18 +122,26 @@ def _band_list(v, where: str, key: str) -> list[str]:
         raise CatalogError(f"{where}: {key} must be a list of band names, got {v!r}")
     unknown = [b for b in v if b not in band_names().all]
     if unknown:
-        raise CatalogError(f"{where}: {key} has names that are not Cryo-Bench band names: {unknown}")
+        raise CatalogError(
+            f"{where}: {key} has names that are not Cryo-Bench band names: {unknown}"
+        )
     return list(v)
 
 
 def _architecture(d: dict, where: str) -> str:
-    """The `architecture:` field; a config written before the rename says `family:`, which still loads and says so
-    (in this project "family" means an evaluation family only)."""
+    """The `architecture:` field; a config written before the rename says `family:`, which still
+    loads and says so (in this project "family" means an evaluation family only)."""
     if "family" in d:
         if "architecture" in d:
-            raise CatalogError(f"{where}: has both architecture: and its old name family:; keep architecture: only")
-        warnings.warn(f"{where}: `family: {d['family']}` is the old name of `architecture:`; read as "
-                      f"`architecture: {d['family']}` (rename the field in this file)", FutureWarning, stacklevel=4)
+            raise CatalogError(
+                f"{where}: has both architecture: and its old name family:; keep architecture: only"
+            )
+        warnings.warn(
+            f"{where}: `family: {d['family']}` is the old name of `architecture:`; read as "
+            f"`architecture: {d['family']}` (rename the field in this file)",
+            FutureWarning,
+            stacklevel=4,
+        )
         return str(d["family"])
     return str(need(d, "architecture", where))
 
@@ -132,10 +154,14 @@ def parse_model(d: dict, where: str) -> ModelSpec:
     layers = need(d, "output_layers", where, list)
     chans = need(d, "output_channels", where, list)
     if len(layers) != len(chans):
-        raise CatalogError(f"{where}: output_layers {layers} and output_channels {chans} differ in length")
+        raise CatalogError(
+            f"{where}: output_layers {layers} and output_channels {chans} differ in length"
+        )
     size = d.get("input_size")
     if size is not None and not isinstance(size, int):
-        raise CatalogError(f"{where}: input_size must be an integer or null (the dataset tile size), got {size!r}")
+        raise CatalogError(
+            f"{where}: input_size must be an integer or null (the dataset tile size), got {size!r}"
+        )
     w = d.get("weights")
     weights = None
     if w is not None:
@@ -155,7 +181,9 @@ def parse_model(d: dict, where: str) -> ModelSpec:
     pub = d.get("published", {}) or {}
     setup = pub.get("setup") or {}
     if not isinstance(setup, dict) or set(setup) - {"bands", "input_size", "arch"}:
-        raise CatalogError(f"{where}: published.setup takes bands, input_size and arch, got {setup!r}")
+        raise CatalogError(
+            f"{where}: published.setup takes bands, input_size and arch, got {setup!r}"
+        )
     if "bands" in setup:
         setup = {**setup, "bands": _band_list(setup["bands"], where, "published.setup.bands")}
     devs = []
@@ -168,10 +196,19 @@ def parse_model(d: dict, where: str) -> ModelSpec:
             raise CatalogError(f"{w_} has unknown fields {sorted(unknown)}")
         follow = dv.get("follow") or {}
         if not isinstance(follow, dict) or set(follow) - {"arch", "drop_keys"}:
-            raise CatalogError(f"{w_}: follow must be a mapping with arch and/or drop_keys, got {follow!r}")
-        devs.append(Deviation(name=str(need(dv, "name", w_)), reference=str(need(dv, "reference", w_)).strip(),
-                              cryocube=str(need(dv, "cryocube", w_)).strip(), why=str(need(dv, "why", w_)).strip(),
-                              arch=dict(follow.get("arch") or {}), drop_keys=follow.get("drop_keys")))
+            raise CatalogError(
+                f"{w_}: follow must be a mapping with arch and/or drop_keys, got {follow!r}"
+            )
+        devs.append(
+            Deviation(
+                name=str(need(dv, "name", w_)),
+                reference=str(need(dv, "reference", w_)).strip(),
+                cryocube=str(need(dv, "cryocube", w_)).strip(),
+                why=str(need(dv, "why", w_)).strip(),
+                arch=dict(follow.get("arch") or {}),
+                drop_keys=follow.get("drop_keys"),
+            )
+        )
     mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
     return ModelSpec(
         id=str(need(d, "id", where)),

@@ -1,10 +1,12 @@
 """SpectralGPT+ encoder: 3-D spectral-spatial tokens (groups of 3 bands x 8x8 px) and timm Blocks.
 
-The reference attention has separate q/k/v linears; timm's fused qkv is the same computation, so
-the key map concatenates them. Separate learned spatial and spectral position embeddings are summed.
-The outputs concatenate the spectral groups on channels (768 x 4 = 3072) group-major, channel = g * D + c,
-as the reference does (a seeded decoder or one trained on the reference's features sees the same channels).
+The reference attention has separate q/k/v linears; timm's fused qkv is the same computation, so the
+key map concatenates them. Separate learned spatial and spectral position embeddings are summed. The
+outputs concatenate the spectral groups on channels (768 x 4 = 3072) group-major, channel = g * D +
+c, as the reference does (a seeded decoder or one trained on the reference's features sees the same
+channels).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -19,20 +21,51 @@ from .registry import register_architecture, register_keymap
 
 
 class SpectralGptEncoder(Encoder):
-    def __init__(self, spec, in_chans, input_size, match=None, patch_size=8, t_patch_size=3, embed_dim=768, depth=12,
-                 num_heads=12, mlp_ratio=4.0, drop_path_rate=0.5, norm_eps=1e-5):
+    def __init__(
+        self,
+        spec,
+        in_chans,
+        input_size,
+        match=None,
+        patch_size=8,
+        t_patch_size=3,
+        embed_dim=768,
+        depth=12,
+        num_heads=12,
+        mlp_ratio=4.0,
+        drop_path_rate=0.5,
+        norm_eps=1e-5,
+    ):
         super().__init__(spec, in_chans, input_size, match)
         if in_chans % t_patch_size:
-            raise ValueError(f"spectralgpt: {in_chans} bands do not split into groups of {t_patch_size}")
+            raise ValueError(
+                f"spectralgpt: {in_chans} bands do not split into groups of {t_patch_size}"
+            )
         self.grid = input_size // patch_size
         self.groups = in_chans // t_patch_size
         self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv3d(1, embed_dim, kernel_size=(t_patch_size, patch_size, patch_size), stride=(t_patch_size, patch_size, patch_size))
-        self.pos_embed_spatial = nn.Parameter(torch.zeros(1, self.grid**2, embed_dim).normal_(std=0.02))
-        self.pos_embed_temporal = nn.Parameter(torch.zeros(1, self.groups, embed_dim).normal_(std=0.02))
+        self.patch_embed.proj = nn.Conv3d(
+            1,
+            embed_dim,
+            kernel_size=(t_patch_size, patch_size, patch_size),
+            stride=(t_patch_size, patch_size, patch_size),
+        )
+        self.pos_embed_spatial = nn.Parameter(
+            torch.zeros(1, self.grid**2, embed_dim).normal_(std=0.02)
+        )
+        self.pos_embed_temporal = nn.Parameter(
+            torch.zeros(1, self.groups, embed_dim).normal_(std=0.02)
+        )
         dpr = drop_path_schedule(drop_path_rate, depth)
         self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True, drop_path=dpr[i], norm_layer=partial(nn.LayerNorm, eps=norm_eps))
+            Block(
+                embed_dim,
+                num_heads,
+                mlp_ratio,
+                qkv_bias=True,
+                drop_path=dpr[i],
+                norm_layer=partial(nn.LayerNorm, eps=norm_eps),
+            )
             for i in range(depth)
         )
         self.output_channels = [embed_dim * self.groups] * len(spec.output_layers)
@@ -43,20 +76,34 @@ class SpectralGptEncoder(Encoder):
         t = self.patch_embed.proj(x.unsqueeze(1))  # (B, D, G, g, g)
         d = t.shape[1]
         t = t.flatten(3).permute(0, 2, 3, 1).reshape(b, -1, d)  # (B, G*g*g, D), group-major
-        pos = self.pos_embed_spatial.repeat(1, self.groups, 1) + torch.repeat_interleave(self.pos_embed_temporal, self.grid**2, dim=1)
+        pos = self.pos_embed_spatial.repeat(1, self.groups, 1) + torch.repeat_interleave(
+            self.pos_embed_temporal, self.grid**2, dim=1
+        )
         t = t + pos
         outs, _ = collect_layers(self.blocks, t, self.output_layers)
         g = self.groups
-        return [o.reshape(b, g, -1, d).transpose(2, 3).reshape(b, g * d, self.grid, self.grid) for o in outs]
+        return [
+            o.reshape(b, g, -1, d).transpose(2, 3).reshape(b, g * d, self.grid, self.grid)
+            for o in outs
+        ]
 
 
-register_keymap(KeyMap(
-    name="spectralgpt",
-    container=("model",),
-    include=r"(patch_embed\.proj\..*|pos_embed_spatial|pos_embed_temporal|blocks\..*)",
-    transforms=(merge_qkv_transform("blocks.{i}.attn.q", "blocks.{i}.attn.k", "blocks.{i}.attn.v", "blocks.{i}.attn.qkv"),),
-    notes="SpectralGPT+ MAE checkpoint: decoder, mask token and norm are not part of the encoder; q/k/v are fused",
-))
+register_keymap(
+    KeyMap(
+        name="spectralgpt",
+        container=("model",),
+        include=r"(patch_embed\.proj\..*|pos_embed_spatial|pos_embed_temporal|blocks\..*)",
+        transforms=(
+            merge_qkv_transform(
+                "blocks.{i}.attn.q", "blocks.{i}.attn.k", "blocks.{i}.attn.v", "blocks.{i}.attn.qkv"
+            ),
+        ),
+        notes=(
+            "SpectralGPT+ MAE checkpoint: decoder, mask token and norm are not part of the encoder;"
+            " q/k/v are fused"
+        ),
+    )
+)
 
 
 @register_architecture("spectralgpt")

@@ -6,6 +6,7 @@ and its SwiGLU layer are that computation. The per-modality patch embedding is a
 map of (16*16*C) pixels (pixel-major, channel-minor) plus a modality embedding and MoCo-v3 2-D
 sin-cos positions. The final LayerNorm replaces the last returned map, as in the reference.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,9 +22,22 @@ from .keymap import KeyMap, Rename
 from .registry import register_architecture, register_keymap
 
 
-def terramind_mlp(in_features: int, hidden_features: int | None = None, act_layer=nn.SiLU, bias: bool = False, drop: float = 0.0, **_):
+def terramind_mlp(
+    in_features: int,
+    hidden_features: int | None = None,
+    act_layer=nn.SiLU,
+    bias: bool = False,
+    drop: float = 0.0,
+    **_,
+):
     """SwiGLU with TerraMind's width rule: 2/3 of the nominal 4x hidden width."""
-    return SwiGLU(in_features=in_features, hidden_features=int(2 * hidden_features / 3), act_layer=act_layer, bias=bias, drop=drop)
+    return SwiGLU(
+        in_features=in_features,
+        hidden_features=int(2 * hidden_features / 3),
+        act_layer=act_layer,
+        bias=bias,
+        drop=drop,
+    )
 
 
 class PatchEmbedLinear(nn.Module):
@@ -36,13 +50,29 @@ class PatchEmbedLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, c, h, w = x.shape
         p = self.patch_size
-        x = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), p * p * c)
+        x = (
+            x.reshape(b, c, h // p, p, w // p, p)
+            .permute(0, 2, 4, 3, 5, 1)
+            .reshape(b, (h // p) * (w // p), p * p * c)
+        )
         return self.proj(x)
 
 
 class TerraMindEncoder(Encoder):
-    def __init__(self, spec, in_chans, input_size, match=None, embed_dim=1024, depth=24, num_heads=16, patch_size=16,
-                 mlp_ratio=4.0, modality: str = "untok_sen2l2a@224", drop_path_rate=0.0):
+    def __init__(
+        self,
+        spec,
+        in_chans,
+        input_size,
+        match=None,
+        embed_dim=1024,
+        depth=24,
+        num_heads=16,
+        patch_size=16,
+        mlp_ratio=4.0,
+        modality: str = "untok_sen2l2a@224",
+        drop_path_rate=0.0,
+    ):
         super().__init__(spec, in_chans, input_size, match)
         self.modality = modality
         self.grid = input_size // patch_size
@@ -51,8 +81,17 @@ class TerraMindEncoder(Encoder):
         norm = partial(nn.LayerNorm, eps=1e-6, bias=False)
         dpr = drop_path_schedule(drop_path_rate, depth)
         self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=False, proj_bias=False, act_layer=nn.SiLU, norm_layer=norm,
-                  mlp_layer=terramind_mlp, drop_path=dpr[i])
+            Block(
+                embed_dim,
+                num_heads,
+                mlp_ratio,
+                qkv_bias=False,
+                proj_bias=False,
+                act_layer=nn.SiLU,
+                norm_layer=norm,
+                mlp_layer=terramind_mlp,
+                drop_path=dpr[i],
+            )
             for i in range(depth)
         )
         self.norm = norm(embed_dim)
@@ -62,7 +101,8 @@ class TerraMindEncoder(Encoder):
     def features(self, x: Tensor) -> list[Tensor]:
         t = self.embed(x) + (self.pos_emb.to(x.dtype) + self.embed.mod_emb)
         outs, t = collect_layers(self.blocks, t, self.output_layers, stop_early=False)
-        outs[-1] = self.norm(t)  # the reference replaces the last output by the final-normed last block
+        # the reference replaces the last output by the final-normed last block
+        outs[-1] = self.norm(t)
         return [tokens_to_map(o, self.grid) for o in outs]
 
 
@@ -79,8 +119,11 @@ def _terramind_keymap(name: str, modality: str) -> KeyMap:
             Rename("encoder.{i}.", "blocks.{i}."),
             Rename("encoder_norm.", "norm."),
         ),
-        notes=f"TerraMind backbone state dict: reads the {modality} patch embedding; other modalities' embeddings and the "
-              f"position buffers (recomputed) are set aside; the zero bias buffers of its bias-free LayerNorms are checked and dropped",
+        notes=(
+            f"TerraMind backbone state dict: reads the {modality} patch embedding; other"
+            " modalities' embeddings and the position buffers (recomputed) are set aside; the zero"
+            " bias buffers of its bias-free LayerNorms are checked and dropped"
+        ),
     )
 
 

@@ -1,5 +1,6 @@
 """The U-Net baseline encoder (trained from scratch): in-conv to 64, then 4 max-pool + DoubleConv
 levels 64-128-256-512-512; returns the 5 maps coarsest first, as the U-Net decoder consumes them."""
+
 from __future__ import annotations
 
 from torch import Tensor, nn
@@ -17,7 +18,9 @@ class UNetEncoder(Encoder):
         topo = list(topology)
         self.in_conv = double_conv(in_chans, topo[0])
         outs = topo[1:] + topo[-1:]
-        self.downs = nn.ModuleList(nn.Sequential(nn.MaxPool2d(2), double_conv(cin, cout)) for cin, cout in zip(topo, outs))
+        self.downs = nn.ModuleList(
+            nn.Sequential(nn.MaxPool2d(2), double_conv(cin, cout)) for cin, cout in zip(topo, outs)
+        )
         self.size_multiple = 2 ** len(topo)
         chans = [topo[0]] + outs
         self.output_channels = chans[::-1]

@@ -1,4 +1,5 @@
-"""Plain ViTs on timm's VisionTransformer: one architecture for every ViT-shaped model of the benchmark.
+"""Plain ViTs on timm's VisionTransformer: one architecture for every ViT-shaped model of the
+benchmark.
 
 timm supplies the patch embedding, blocks and `forward_intermediates`; what differs between the
 ViT-based models (SSL4EO MoCo/DINO/MAE, Prithvi, RemoteCLIP, Scale-MAE, the scratch ViT: position
@@ -11,6 +12,7 @@ with the time axis squeezed, which its key map does, and the position embedding 
 for T=1 (recomputed). RemoteCLIP's OpenCLIP visual tower is timm's pre-norm CLIP ViT (bias-free
 patch conv, ln_pre). Scale-MAE's GSD-scaled sin-cos at the protocol's input_res=1.0 is the MAE one.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -59,11 +61,16 @@ class TimmViTEncoder(Encoder):
     ):
         super().__init__(spec, in_chans, input_size, match)
         if pos_embed not in POS_EMBEDS:
-            raise ValueError(f"{spec.path}: pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
+            raise ValueError(
+                f"{spec.path}: pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}"
+            )
         if unused:
             raise TypeError(f"{spec.id}: unknown architecture arguments {sorted(unused)}")
         if input_res != 1.0:
-            raise ValueError(f"{spec.path}: only input_res 1.0 (Scale-MAE at the protocol's value) is implemented")
+            raise ValueError(
+                f"{spec.path}: only input_res 1.0 (Scale-MAE at the protocol's value) is"
+                " implemented"
+            )
         self.grid = input_size // patch_size
         self.patch_size = patch_size
         self.norm_last = norm_last
@@ -87,7 +94,9 @@ class TimmViTEncoder(Encoder):
         )
         fixed = {
             "sincos": lambda: sincos_2d(embed_dim, self.grid, cls_token=True),
-            "mocov3": lambda: torch.cat([torch.zeros(1, 1, embed_dim), sincos_2d_mocov3(embed_dim, self.grid)], dim=1),
+            "mocov3": lambda: torch.cat(
+                [torch.zeros(1, 1, embed_dim), sincos_2d_mocov3(embed_dim, self.grid)], dim=1
+            ),
             "sincos3d": lambda: sincos_3d(embed_dim, (1, self.grid, self.grid), cls_token=True),
             "zeros": lambda: torch.zeros(1, self.grid**2 + 1, embed_dim),
         }
@@ -100,7 +109,12 @@ class TimmViTEncoder(Encoder):
 
     def features(self, x: Tensor) -> list[Tensor]:
         outs = self.vit.forward_intermediates(
-            x, indices=self.output_layers, norm=False, output_fmt="NCHW", intermediates_only=True, stop_early=True
+            x,
+            indices=self.output_layers,
+            norm=False,
+            output_fmt="NCHW",
+            intermediates_only=True,
+            stop_early=True,
         )
         outs = list(outs)
         if self.norm_last:
@@ -118,65 +132,104 @@ def build_vit(spec, in_chans, input_size, match=None, **arch):
 VIT_PARTS = r"(patch_embed\..*|cls_token|pos_embed|blocks\..*)"
 TIMM = (Rename("", "vit."),)
 
-register_keymap(KeyMap(
-    name="ssl4eo_moco", container=("state_dict",), prefix=("module.base_encoder.",),
-    include=VIT_PARTS, renames=TIMM,
-    notes="MoCo-v3 checkpoint: the momentum encoder, predictor, final norm and projection head are not part of the encoder",
-))
-register_keymap(KeyMap(
-    name="ssl4eo_dino", container=("teacher",), prefix=("backbone.",),
-    include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)", renames=TIMM,
-    notes="DINO teacher backbone; the projection head is not part of the encoder",
-))
-register_keymap(KeyMap(
-    name="ssl4eo_mae", container=("model",), include=VIT_PARTS, renames=TIMM,
-    notes="MAE checkpoint: mask token, final norm and decoder are not part of the encoder",
-))
-register_keymap(KeyMap(
-    name="prithvi",
-    include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
-    transforms=(reshape_transform(
-        "patch_embed.proj.weight",
-        ref_shape=lambda s: (s[0], s[1], 1, s[2], s[3]),
-        our_shape=lambda s: (s[0], s[1], s[-2], s[-1]) if len(s) == 5 else s,
-    ),),
-    renames=(Rename("", "vit."),),
-    computed=(r"vit\.pos_embed",),
-    notes="MAE checkpoint (3 frames): the 3-frame position embedding, mask token, norm and decoder are not used; "
-          "the T=1 3-D sin-cos embedding is recomputed",
-))
+register_keymap(
+    KeyMap(
+        name="ssl4eo_moco",
+        container=("state_dict",),
+        prefix=("module.base_encoder.",),
+        include=VIT_PARTS,
+        renames=TIMM,
+        notes=(
+            "MoCo-v3 checkpoint: the momentum encoder, predictor, final norm and projection head"
+            " are not part of the encoder"
+        ),
+    )
+)
+register_keymap(
+    KeyMap(
+        name="ssl4eo_dino",
+        container=("teacher",),
+        prefix=("backbone.",),
+        include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)",
+        renames=TIMM,
+        notes="DINO teacher backbone; the projection head is not part of the encoder",
+    )
+)
+register_keymap(
+    KeyMap(
+        name="ssl4eo_mae",
+        container=("model",),
+        include=VIT_PARTS,
+        renames=TIMM,
+        notes="MAE checkpoint: mask token, final norm and decoder are not part of the encoder",
+    )
+)
+register_keymap(
+    KeyMap(
+        name="prithvi",
+        include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
+        transforms=(
+            reshape_transform(
+                "patch_embed.proj.weight",
+                ref_shape=lambda s: (s[0], s[1], 1, s[2], s[3]),
+                our_shape=lambda s: (s[0], s[1], s[-2], s[-1]) if len(s) == 5 else s,
+            ),
+        ),
+        renames=(Rename("", "vit."),),
+        computed=(r"vit\.pos_embed",),
+        notes=(
+            "MAE checkpoint (3 frames): the 3-frame position embedding, mask token, norm and"
+            " decoder are not used; the T=1 3-D sin-cos embedding is recomputed"
+        ),
+    )
+)
 
-register_keymap(KeyMap(
-    name="remoteclip",
-    prefix=("visual.",),
-    require_prefix=True,
-    include=r"(conv1\.weight|class_embedding|positional_embedding|ln_pre\..*|transformer\.resblocks\..*)",
-    transforms=(
-        reshape_transform("class_embedding", ref_shape=lambda s: (s[-1],), our_shape=lambda s: (1, 1, s[-1])),
-        reshape_transform("positional_embedding", ref_shape=lambda s: s[-2:], our_shape=lambda s: (1, *s[-2:])),
-    ),
-    renames=(
-        Rename("conv1.weight", "vit.patch_embed.proj.weight"),
-        Rename("class_embedding", "vit.cls_token"),
-        Rename("positional_embedding", "vit.pos_embed"),
-        Rename("ln_pre.", "vit.norm_pre."),
-        Rename("transformer.resblocks.{i}.ln_1.", "vit.blocks.{i}.norm1."),
-        Rename("transformer.resblocks.{i}.ln_2.", "vit.blocks.{i}.norm2."),
-        Rename("transformer.resblocks.{i}.attn.in_proj_weight", "vit.blocks.{i}.attn.qkv.weight"),
-        Rename("transformer.resblocks.{i}.attn.in_proj_bias", "vit.blocks.{i}.attn.qkv.bias"),
-        Rename("transformer.resblocks.{i}.attn.out_proj.", "vit.blocks.{i}.attn.proj."),
-        Rename("transformer.resblocks.{i}.mlp.c_fc.", "vit.blocks.{i}.mlp.fc1."),
-        Rename("transformer.resblocks.{i}.mlp.c_proj.", "vit.blocks.{i}.mlp.fc2."),
-    ),
-    notes="OpenCLIP state dict: the text tower, ln_post and the visual projection are not part of the encoder",
-))
+register_keymap(
+    KeyMap(
+        name="remoteclip",
+        prefix=("visual.",),
+        require_prefix=True,
+        include=r"(conv1\.weight|class_embedding|positional_embedding|ln_pre\..*|transformer\.resblocks\..*)",
+        transforms=(
+            reshape_transform(
+                "class_embedding", ref_shape=lambda s: (s[-1],), our_shape=lambda s: (1, 1, s[-1])
+            ),
+            reshape_transform(
+                "positional_embedding", ref_shape=lambda s: s[-2:], our_shape=lambda s: (1, *s[-2:])
+            ),
+        ),
+        renames=(
+            Rename("conv1.weight", "vit.patch_embed.proj.weight"),
+            Rename("class_embedding", "vit.cls_token"),
+            Rename("positional_embedding", "vit.pos_embed"),
+            Rename("ln_pre.", "vit.norm_pre."),
+            Rename("transformer.resblocks.{i}.ln_1.", "vit.blocks.{i}.norm1."),
+            Rename("transformer.resblocks.{i}.ln_2.", "vit.blocks.{i}.norm2."),
+            Rename(
+                "transformer.resblocks.{i}.attn.in_proj_weight", "vit.blocks.{i}.attn.qkv.weight"
+            ),
+            Rename("transformer.resblocks.{i}.attn.in_proj_bias", "vit.blocks.{i}.attn.qkv.bias"),
+            Rename("transformer.resblocks.{i}.attn.out_proj.", "vit.blocks.{i}.attn.proj."),
+            Rename("transformer.resblocks.{i}.mlp.c_fc.", "vit.blocks.{i}.mlp.fc1."),
+            Rename("transformer.resblocks.{i}.mlp.c_proj.", "vit.blocks.{i}.mlp.fc2."),
+        ),
+        notes=(
+            "OpenCLIP state dict: the text tower, ln_post and the visual projection are not part of"
+            " the encoder"
+        ),
+    )
+)
 
-register_keymap(KeyMap(
-    name="scalemae",
-    container=("model",),
-    include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
-    renames=(Rename("", "vit."),),
-    computed=(r"vit\.pos_embed",),
-    notes="Scale-MAE pre-training checkpoint: mask token, norm, decoder and FPN heads are not part of the encoder; "
-          "positions are computed from the GSD (input_res 1.0), not stored",
-))
+register_keymap(
+    KeyMap(
+        name="scalemae",
+        container=("model",),
+        include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
+        renames=(Rename("", "vit."),),
+        computed=(r"vit\.pos_embed",),
+        notes=(
+            "Scale-MAE pre-training checkpoint: mask token, norm, decoder and FPN heads are not"
+            " part of the encoder; positions are computed from the GSD (input_res 1.0), not stored"
+        ),
+    )
+)

@@ -5,6 +5,7 @@ must cover every parameter of the encoder and every encoder key it holds must ex
 with the same shape; otherwise the error lists the keys. What the key map declares as "not part
 of the encoder" (decoders, heads, other modalities) is set aside and reported, not silently used.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import WeightsError
 from .. import store
+from ..errors import WeightsError
 from ..fetch import fetch, file_digest
 from .registry import get_keymap
 from .spec import model_spec
@@ -29,7 +30,9 @@ from .spec import model_spec
 
 def cache_dir() -> Path:
     """Where fetched checkpoints go: $CRYOCUBE_WEIGHTS, else ~/.cache/cryocube/weights."""
-    return Path(os.environ.get("CRYOCUBE_WEIGHTS") or Path.home() / ".cache" / "cryocube" / "weights")
+    return Path(
+        os.environ.get("CRYOCUBE_WEIGHTS") or Path.home() / ".cache" / "cryocube" / "weights"
+    )
 
 
 @dataclass
@@ -39,11 +42,14 @@ class LoadReport:
     set_aside: list[str] = field(default_factory=list)
     computed: list[str] = field(default_factory=list)
     sha256: str | None = None
-    dropped: list[str] = field(default_factory=list)  # dropped as the reference's loader does (a followed deviation)
+    # dropped as the reference's loader does (a followed deviation)
+    dropped: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{self.path}: loaded {self.loaded} tensors; {len(self.set_aside)} checkpoint keys are not part of the "
-                f"encoder; {len(self.computed)} recomputed at build time")
+        return (
+            f"{self.path}: loaded {self.loaded} tensors; {len(self.set_aside)} checkpoint keys are"
+            f" not part of the encoder; {len(self.computed)} recomputed at build time"
+        )
 
 
 def sha256_file(path: str | Path) -> str:
@@ -53,14 +59,23 @@ def sha256_file(path: str | Path) -> str:
 def _check_sha(path: Path, sha256: str | None) -> str:
     digest = sha256_file(path)
     if sha256 and digest.lower() != sha256.lower():
-        raise WeightsError(f"{path}: sha256 {digest} does not match the expected {sha256}; the file is corrupt, "
-                           f"truncated or a different release: delete it and fetch again")
+        raise WeightsError(
+            f"{path}: sha256 {digest} does not match the expected {sha256}; the file is corrupt, "
+            "truncated or a different release: delete it and fetch again"
+        )
     return digest
 
 
-def fetch_weights(model_id: str, dest_dir: str | Path | None = None, force: bool = False, progress: bool = True,
-                  url: str | None = None, sha256: str | None = None) -> Path:
-    """Download the published checkpoint of `model_id` into `dest_dir` (verified when a sha256 is known).
+def fetch_weights(
+    model_id: str,
+    dest_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    url: str | None = None,
+    sha256: str | None = None,
+) -> Path:
+    """Download the published checkpoint of `model_id` into `dest_dir` (verified when a sha256 is
+    known).
 
     `url` replaces the catalog's source (a mirror, an object store: any fsspec URL); `sha256` the
     catalog's checksum.
@@ -68,7 +83,9 @@ def fetch_weights(model_id: str, dest_dir: str | Path | None = None, force: bool
     spec = model_spec(model_id)
     w = spec.weights
     if w is None or not spec.pretrained:
-        raise WeightsError(f"model {model_id!r} is trained from scratch: it has no pretrained weights")
+        raise WeightsError(
+            f"model {model_id!r} is trained from scratch: it has no pretrained weights"
+        )
     src = url or w.url
     if not src:
         raise WeightsError(f"model {model_id!r} has no public download URL. {w.notes}".strip())
@@ -83,8 +100,14 @@ def fetch_weights(model_id: str, dest_dir: str | Path | None = None, force: bool
 def _local(path_or_url: str | Path, sha256: str | None) -> Path:
     s = str(path_or_url)
     if store.is_remote(s):
-        dest = cache_dir() / "by-url" / hashlib.sha1(s.encode()).hexdigest()[:16] / Path(s.split("?")[0]).name
-        fetch(s, dest, sha256=sha256, progress=False, error=WeightsError)  # re-checks a cached copy's checksum
+        dest = (
+            cache_dir()
+            / "by-url"
+            / hashlib.sha1(s.encode()).hexdigest()[:16]
+            / Path(s.split("?")[0]).name
+        )
+        # re-checks a cached copy's checksum
+        fetch(s, dest, sha256=sha256, progress=False, error=WeightsError)
         return dest
     p = Path(s[7:] if s.startswith("file://") else s)
     if not p.exists():
@@ -99,13 +122,19 @@ def read_checkpoint(path: Path, allow_pickle: bool = False) -> Any:
             return torch.load(f, map_location="cpu", weights_only=not allow_pickle)
     except pickle.UnpicklingError as e:
         if "weights only" in str(e).lower() or "weights_only" in str(e):
-            raise WeightsError(f"{path}: the checkpoint holds pickled Python objects besides tensors; load it with "
-                               f"allow_pickle=True (or set weights.allow_pickle in the model catalog) only if you trust "
-                               f"its source ({str(e).splitlines()[0]})") from None
-        raise WeightsError(f"{path}: corrupt or truncated checkpoint ({path.stat().st_size} bytes): {e}") from None
+            raise WeightsError(
+                f"{path}: the checkpoint holds pickled Python objects besides tensors; load it with"
+                " allow_pickle=True (or set weights.allow_pickle in the model catalog) only if you"
+                f" trust its source ({str(e).splitlines()[0]})"
+            ) from None
+        raise WeightsError(
+            f"{path}: corrupt or truncated checkpoint ({path.stat().st_size} bytes): {e}"
+        ) from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as e:
-        raise WeightsError(f"{path}: cannot read the checkpoint ({path.stat().st_size} bytes; truncated or not a torch "
-                           f"file?): {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        raise WeightsError(
+            f"{path}: cannot read the checkpoint ({path.stat().st_size} bytes; truncated or not a"
+            f" torch file?): {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
 
 
 def _fmt_keys(keys: list, n: int = 25) -> str:
@@ -113,9 +142,15 @@ def _fmt_keys(keys: list, n: int = 25) -> str:
     return shown + (f", ... ({len(keys) - n} more)" if len(keys) > n else "")
 
 
-def load_weights(encoder: nn.Module, path_or_url: str | Path, sha256: str | None = None, key_map: str | None = None,
-                 allow_pickle: bool | None = None) -> LoadReport:
-    """Load a checkpoint into `encoder` strictly through its key map (the catalog's, or `key_map`)."""
+def load_weights(
+    encoder: nn.Module,
+    path_or_url: str | Path,
+    sha256: str | None = None,
+    key_map: str | None = None,
+    allow_pickle: bool | None = None,
+) -> LoadReport:
+    """Load a checkpoint into `encoder` strictly through its key map (the catalog's, or
+    `key_map`)."""
     spec = getattr(encoder, "spec", None)
     w = spec.weights if spec is not None else None
     km = get_keymap(key_map or (w.key_map if w is not None else "native"))
@@ -140,8 +175,11 @@ def load_weights(encoder: nn.Module, path_or_url: str | Path, sha256: str | None
     computed = [k for k in model_sd if any(re.fullmatch(c, k) for c in km.computed) and k not in sd]
     missing = sorted(set(model_sd) - set(sd) - set(computed))
     unexpected = sorted(set(sd) - set(model_sd))
-    shapes = [f"{k} {tuple(sd[k].shape)} vs model {tuple(model_sd[k].shape)}"
-              for k in sorted(set(sd) & set(model_sd)) if tuple(sd[k].shape) != tuple(model_sd[k].shape)]
+    shapes = [
+        f"{k} {tuple(sd[k].shape)} vs model {tuple(model_sd[k].shape)}"
+        for k in sorted(set(sd) & set(model_sd))
+        if tuple(sd[k].shape) != tuple(model_sd[k].shape)
+    ]
     if missing or unexpected or shapes:
         who = spec.id if spec is not None else type(encoder).__name__
         parts = [f"{path} does not fit {who} (key map {km.name!r})"]
@@ -157,8 +195,10 @@ def load_weights(encoder: nn.Module, path_or_url: str | Path, sha256: str | None
 
 
 def _drop_as_reference(encoder: nn.Module, sd: dict, model_sd: dict, path: Path) -> list[str]:
-    """Checkpoint tensors the reference's loader drops, dropped here too when the run follows the reference
-    (e.g. S12-DINO's qkv biases: the reference builds no qkv bias and loads with strict=False); said in a warning."""
+    """Checkpoint tensors the reference's loader drops, dropped here too when the run follows the
+    reference (e.g. S12-DINO's qkv biases: the reference builds no qkv bias and loads with
+    strict=False); said in a warning.
+    """
     spec = getattr(encoder, "spec", None)
     rx = getattr(spec, "drop_checkpoint_keys", None)
     if not rx:
@@ -167,13 +207,17 @@ def _drop_as_reference(encoder: nn.Module, sd: dict, model_sd: dict, path: Path)
     for k in dropped:
         sd.pop(k)
     if dropped:
-        warnings.warn(f"{path}: dropped {len(dropped)} checkpoint tensors as the Cryo-Bench reference does "
-                      f"(following deviations {', '.join(spec.followed)}): {_fmt_keys(dropped, 4)}", stacklevel=3)
+        warnings.warn(
+            f"{path}: dropped {len(dropped)} checkpoint tensors as the Cryo-Bench reference does "
+            f"(following deviations {', '.join(spec.followed)}): {_fmt_keys(dropped, 4)}",
+            stacklevel=3,
+        )
     return dropped
 
 
 def save_encoder(encoder: nn.Module, path: str | Path) -> Path:
-    """Save a (fine-tuned) encoder in this package's layout; reload with load_weights(..., key_map='native')."""
+    """Save a (fine-tuned) encoder in this package's layout; reload with load_weights(...,
+    key_map='native')."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(encoder.state_dict(), path)
@@ -201,33 +245,60 @@ def save_decoder(decoder: nn.Module, path: str | Path, meta: dict | None = None)
     return path
 
 
-def load_decoder(path: str | Path, decoder: nn.Module | None = None, encoder: nn.Module | None = None) -> tuple[nn.Module, dict]:
-    """(decoder, meta) from a save_decoder file: loads into `decoder`, or builds one for `encoder`."""
+def load_decoder(
+    path: str | Path, decoder: nn.Module | None = None, encoder: nn.Module | None = None
+) -> tuple[nn.Module, dict]:
+    """(decoder, meta) from a save_decoder file: loads into `decoder`, or builds one for
+    `encoder`."""
     path = Path(path)
     if not path.exists():
         raise WeightsError(f"decoder checkpoint {path} does not exist")
     try:
         with open(path, "rb") as f:
             payload = torch.load(f, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError) as e:
-        raise WeightsError(f"{path}: cannot read the decoder checkpoint (truncated?): {str(e).splitlines()[0]}") from None
+    except (
+        RuntimeError,
+        EOFError,
+        OSError,
+        zipfile.BadZipFile,
+        pickle.UnpicklingError,
+        ValueError,
+    ) as e:
+        raise WeightsError(
+            f"{path}: cannot read the decoder checkpoint (truncated?): {str(e).splitlines()[0]}"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != DECODER_FORMAT:
-        raise WeightsError(f"{path}: not a cryocube decoder checkpoint (format {payload.get('format') if isinstance(payload, dict) else None!r})")
+        raise WeightsError(
+            f"{path}: not a cryocube decoder checkpoint (format"
+            f" {payload.get('format') if isinstance(payload, dict) else None!r})"
+        )
     if decoder is None:
         if encoder is None:
-            raise WeightsError("load_decoder needs the decoder to fill or the encoder to build one for")
+            raise WeightsError(
+                "load_decoder needs the decoder to fill or the encoder to build one for"
+            )
         from ..decoders import build_decoder
 
-        decoder = build_decoder(payload["kind"], encoder, int(payload["num_classes"]), **payload.get("build_kwargs", {}))
+        decoder = build_decoder(
+            payload["kind"], encoder, int(payload["num_classes"]), **payload.get("build_kwargs", {})
+        )
     sd = payload["state_dict"]
     model_sd = decoder.state_dict()
     missing, unexpected = sorted(set(model_sd) - set(sd)), sorted(set(sd) - set(model_sd))
-    shapes = [f"{k} {tuple(sd[k].shape)} vs {tuple(model_sd[k].shape)}" for k in set(sd) & set(model_sd) if sd[k].shape != model_sd[k].shape]
+    shapes = [
+        f"{k} {tuple(sd[k].shape)} vs {tuple(model_sd[k].shape)}"
+        for k in set(sd) & set(model_sd)
+        if sd[k].shape != model_sd[k].shape
+    ]
     if missing or unexpected or shapes:
         parts = [f"{path} does not fit the decoder"]
         parts += [f"missing {len(missing)} keys: {_fmt_keys(missing)}"] if missing else []
-        parts += [f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}"] if unexpected else []
-        parts += [f"{len(shapes)} shape mismatches: {_fmt_keys(sorted(shapes), 10)}"] if shapes else []
+        parts += (
+            [f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}"] if unexpected else []
+        )
+        parts += (
+            [f"{len(shapes)} shape mismatches: {_fmt_keys(sorted(shapes), 10)}"] if shapes else []
+        )
         raise WeightsError("; ".join(parts))
     decoder.load_state_dict(sd, strict=True)
     return decoder, dict(payload.get("meta", {}))
@@ -237,7 +308,9 @@ def load_decoder(path: str | Path, decoder: nn.Module | None = None, encoder: nn
 class WeightsInfo:
     """What a run's encoder starts from; every record carries it."""
 
-    source: str  # checkpoint path/URL, "scratch" (trained from scratch by design) or "random" (a GFM without weights)
+    # checkpoint path/URL, "scratch" (trained from scratch by design) or "random" (a GFM without
+    # weights)
+    source: str
     sha256: str | None
     random_init: bool
     pretrained: bool  # the catalog calls this a pretrained model
@@ -247,11 +320,17 @@ class WeightsInfo:
         return None if self.random_init else self.source
 
     def as_record(self) -> dict:
-        return {"source": self.source, "sha256": self.sha256, "random_init": self.random_init, "pretrained": self.pretrained}
+        return {
+            "source": self.source,
+            "sha256": self.sha256,
+            "random_init": self.random_init,
+            "pretrained": self.pretrained,
+        }
 
 
 def checkpoint_digest(path: Path) -> str:
-    """sha256 of a checkpoint, remembered beside it (keyed by size and mtime) so planning hashes it once."""
+    """sha256 of a checkpoint, remembered beside it (keyed by size and mtime) so planning hashes it
+    once."""
     st = path.stat()
     side = path.with_name(path.name + ".sha256")
     key = f"{st.st_size}:{st.st_mtime_ns}"
@@ -270,8 +349,8 @@ def checkpoint_digest(path: Path) -> str:
 
 
 def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str | None:
-    """A fetched checkpoint of `model_id`: in `weights_dir` (--weights: a folder or any fsspec URL), else where
-    `cryocube weights fetch` puts it. Returns its path or URL."""
+    """A fetched checkpoint of `model_id`: in `weights_dir` (--weights: a folder or any fsspec URL),
+    else where `cryocube weights fetch` puts it. Returns its path or URL."""
     spec = model_spec(model_id)
     w = spec.weights
     if w is None or not spec.pretrained:
@@ -287,41 +366,89 @@ def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str
     return str(p) if p.is_file() else None
 
 
-def resolve_weights(model_id: str, explicit: str | None = None, weights_dir: str | Path | None = None,
-                    allow_random: bool = False) -> WeightsInfo:
-    """The checkpoint a run of `model_id` loads: the recipe's `encoder_weights` entry, else one found in
-    `weights_dir` or the weights cache; a pretrained model without one is refused unless `allow_random`."""
+def resolve_weights(
+    model_id: str,
+    explicit: str | None = None,
+    weights_dir: str | Path | None = None,
+    allow_random: bool = False,
+) -> WeightsInfo:
+    """The checkpoint a run of `model_id` loads: the recipe's `encoder_weights` entry, else one
+    found in `weights_dir` or the weights cache; a pretrained model without one is refused unless
+    `allow_random`.
+    """
     spec = model_spec(model_id)
     if not spec.pretrained and explicit is None:
         return WeightsInfo("scratch", None, True, False)
     if explicit is not None:
         if store.is_remote(explicit):
-            path = _local(explicit, spec.weights.sha256 if spec.weights and explicit == spec.weights.url else None)
+            path = _local(
+                explicit,
+                spec.weights.sha256 if spec.weights and explicit == spec.weights.url else None,
+            )
         else:
             path = Path(store.local_path(explicit))
             if not path.is_file():
-                raise WeightsError(f"checkpoint {path} for {model_id} (recipe field encoder_weights) does not exist")
+                raise WeightsError(
+                    f"checkpoint {path} for {model_id} (recipe field encoder_weights) does not"
+                    " exist"
+                )
         digest = checkpoint_digest(path)
-        if spec.weights and spec.weights.sha256 and digest != spec.weights.sha256.lower() and path.name == spec.weights.filename:
-            raise WeightsError(f"{path}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for {model_id}")
-        return WeightsInfo(str(explicit) if store.is_remote(explicit) else str(path.resolve()), digest, False, spec.pretrained)
+        if (
+            spec.weights
+            and spec.weights.sha256
+            and digest != spec.weights.sha256.lower()
+            and path.name == spec.weights.filename
+        ):
+            raise WeightsError(
+                f"{path}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for"
+                f" {model_id}"
+            )
+        return WeightsInfo(
+            str(explicit) if store.is_remote(explicit) else str(path.resolve()),
+            digest,
+            False,
+            spec.pretrained,
+        )
     found = find_checkpoint(model_id, weights_dir)
     if found is not None:
         local = _local(found, None) if store.is_remote(found) else Path(found)
         digest = checkpoint_digest(local)
         if spec.weights.sha256 and digest != spec.weights.sha256.lower():
-            raise WeightsError(f"{found}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for {model_id}; "
-                               f"fetch it again: cryocube weights fetch {model_id} --force")
-        return WeightsInfo(found if store.is_remote(found) else str(local.resolve()), digest, False, True)
+            raise WeightsError(
+                f"{found}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for"
+                f" {model_id}; fetch it again: cryocube weights fetch {model_id} --force"
+            )
+        return WeightsInfo(
+            found if store.is_remote(found) else str(local.resolve()), digest, False, True
+        )
     if allow_random:
         return WeightsInfo("random", None, True, True)
     where = weights_dir or cache_dir()
-    how = (f"`cryocube weights fetch {model_id}`" if spec.weights and spec.weights.url
-           else f"downloading it by hand ({spec.weights.notes or 'no public URL'}) into {where}")
-    raise WeightsError(f"{model_id} is a pretrained model but no checkpoint was found in {where}: get it with {how}, "
-                       f"pass --weights DIR or --set encoder_weights={{{model_id}: PATH}}, or pass --allow-random-weights "
-                       "to measure the pipeline with random weights (results then say random_init)")
+    how = (
+        f"`cryocube weights fetch {model_id}`"
+        if spec.weights and spec.weights.url
+        else f"downloading it by hand ({spec.weights.notes or 'no public URL'}) into {where}"
+    )
+    raise WeightsError(
+        f"{model_id} is a pretrained model but no checkpoint was found in {where}: get it with"
+        f" {how}, pass --weights DIR or --set encoder_weights={{{model_id}: PATH}}, or pass"
+        " --allow-random-weights to measure the pipeline with random weights (results then say"
+        " random_init)"
+    )
 
 
-__all__ = ["WeightsError", "WeightsInfo", "resolve_weights", "find_checkpoint", "checkpoint_digest", "LoadReport", "fetch_weights", "load_weights", "read_checkpoint", "save_decoder",
-           "load_decoder", "save_encoder", "sha256_file"]
+__all__ = [
+    "WeightsError",
+    "WeightsInfo",
+    "resolve_weights",
+    "find_checkpoint",
+    "checkpoint_digest",
+    "LoadReport",
+    "fetch_weights",
+    "load_weights",
+    "read_checkpoint",
+    "save_decoder",
+    "load_decoder",
+    "save_encoder",
+    "sha256_file",
+]

@@ -1,18 +1,31 @@
 """Reports: leaderboards as in the Cryo-Bench paper, robustness over seeds, costs, plots, HTML.
 
     from cryocube.report import build_report
-    rep = build_report("runs/", "report-out")          # tables (md/csv/json/tex), figures, report.html
-    build_report(None, "paper", published=True)        # the paper's table, re-checked
+    rep = build_report("runs/", "report-out")    # tables (md/csv/json/tex), figures, report.html
+    build_report(None, "paper", published=True)  # the paper's table, re-checked
 
 Names are imported on first use, so `cryocube --help` does not pay for matplotlib.
 """
+
 from importlib import import_module
 
 _EXPORTS = {
     "build": ("Report", "ReportError", "build_report", "render_published"),
-    "leaderboard": ("Leaderboard", "best_two", "build_leaderboard", "competition_ranks", "leaderboard_from_runs",
-                    "stability_q"),
-    "published": ("PUBLISHED_CSV", "Mismatch", "check_consistency", "load_leaderboard_csv", "published_leaderboard"),
+    "leaderboard": (
+        "Leaderboard",
+        "best_two",
+        "build_leaderboard",
+        "competition_ranks",
+        "leaderboard_from_runs",
+        "stability_q",
+    ),
+    "published": (
+        "PUBLISHED_CSV",
+        "Mismatch",
+        "check_consistency",
+        "load_leaderboard_csv",
+        "published_leaderboard",
+    ),
     "qualitative": ("qualitative_panels",),
     "records": ("Results", "ResultsError", "Run", "load_results"),
 }

@@ -2,6 +2,7 @@
 
 Each function returns a `tables.Table`; nothing here renders or writes files.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -15,10 +16,14 @@ from .published import Mismatch
 from .records import DEVIATES, RANDOM_INIT, Results, Run
 from .tables import MISSING, Column, Table, fmt
 
-RANK_NOTE = ("Rank: competition ranking per dataset (ties share the best rank), averaged over the datasets a "
-             "model has; ties judged at 0.01 mIoU.")
-MARK_NOTE = ("Bold = best, underlined = second best (per column; in the average columns only rows averaged "
-             "over every dataset are marked).")
+RANK_NOTE = (
+    "Rank: competition ranking per dataset (ties share the best rank), averaged over the datasets a"
+    " model has; ties judged at 0.01 mIoU."
+)
+MARK_NOTE = (
+    "Bold = best, underlined = second best (per column; in the average columns only rows averaged "
+    "over every dataset are marked)."
+)
 
 
 def _d(d: str) -> str:
@@ -44,7 +49,8 @@ class Cost:
     cpu_hours: float
     n_runs: int
     precision: str = "fp32"
-    gflops_source: str = ""  # "measured on <device>" (a `list models --profile` cache), "catalog" (copied), "" (none)
+    # "measured on <device>" (a `list models --profile` cache), "catalog" (copied), "" (none)
+    gflops_source: str = ""
     profile: dict | None = None  # the measured profile entry, when one exists
 
     @property
@@ -66,8 +72,10 @@ def _median_int(vals: Sequence[int | None]) -> int | None:
 def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[str, Cost]:
     """Per display name: median parameters, mean GFLOPs and throughput, max memory, device hours.
 
-    GFLOPs come from `measured` (model id -> profile entry, `models.profile.measured_costs`) where it has the
-    model, else from the run records, which copy the catalog's published figure; `gflops_source` says which."""
+    GFLOPs come from `measured` (model id -> profile entry, `models.profile.measured_costs`) where
+    it has the model, else from the run records, which copy the catalog's published figure;
+    `gflops_source` says which.
+    """
     measured = measured or {}
     by: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
@@ -83,16 +91,33 @@ def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[
         gflops = _mean([r.gflops for r in rs])
         source = "catalog" if gflops is not None else ""
         if prof is not None:
-            gflops, source = float(prof["gflops"]), f"measured on {prof.get('device', 'an unnamed device')}"
-        out[m] = Cost(_median_int([r.params[0] for r in rs]), _median_int([r.params[1] for r in rs]),
-                      gflops, _mean([r.samples_per_s for r in rs]),
-                      max(mem) if mem else None, hours["cuda"], hours["cpu"], len(rs),
-                      ", ".join(sorted({r.precision for r in rs})), source, prof)
+            gflops, source = (
+                float(prof["gflops"]),
+                f"measured on {prof.get('device', 'an unnamed device')}",
+            )
+        out[m] = Cost(
+            _median_int([r.params[0] for r in rs]),
+            _median_int([r.params[1] for r in rs]),
+            gflops,
+            _mean([r.samples_per_s for r in rs]),
+            max(mem) if mem else None,
+            hours["cuda"],
+            hours["cpu"],
+            len(rs),
+            ", ".join(sorted({r.precision for r in rs})),
+            source,
+            prof,
+        )
     return out
 
 
-COST_COLUMNS = [Column("params_M", "Params (M)"), Column("gflops", "GFLOPs"),
-                Column("samples_per_s", "samples/s"), Column("gpu_hours", "GPU h"), Column("cpu_hours", "CPU h")]
+COST_COLUMNS = [
+    Column("params_M", "Params (M)"),
+    Column("gflops", "GFLOPs"),
+    Column("samples_per_s", "samples/s"),
+    Column("gpu_hours", "GPU h"),
+    Column("cpu_hours", "CPU h"),
+]
 
 
 def _cost_values(c: Cost | None) -> list:
@@ -106,20 +131,30 @@ def _cost_texts(c: Cost | None) -> list[str]:
     return [fmt(v[0], 1), fmt(v[1], 1), fmt(v[2], 1), fmt(v[3], 3), fmt(v[4], 3)]
 
 
-def _mark_complete(t: Table, lb: Leaderboard, key: str, values: dict[int, float | None], higher: bool) -> None:
+def _mark_complete(
+    t: Table, lb: Leaderboard, key: str, values: dict[int, float | None], higher: bool
+) -> None:
     eligible = {i: v for i, v in values.items() if v is not None and lb.complete(lb.rows[i])}
     t.mark(best_two(eligible, higher_is_better=higher, decimals=lb.decimals), key)
 
 
-def leaderboard_table(lb: Leaderboard, cost: dict[str, Cost] | None = None,
-                      mismatches: Sequence[Mismatch] = ()) -> Table:
-    """The paper's table: mIoU per dataset, average mIoU, average rank (+ printed values and costs)."""
+def leaderboard_table(
+    lb: Leaderboard, cost: dict[str, Cost] | None = None, mismatches: Sequence[Mismatch] = ()
+) -> Table:
+    """The paper's table: mIoU per dataset, average mIoU, average rank (+ printed values and
+    costs)."""
     has_pub = any(r.published_avg is not None or r.published_rank is not None for r in lb.rows)
     cols = [Column("model", "Model", numeric=False)] + [Column(d, _d(d)) for d in lb.datasets]
-    cols += [Column("avg_mIoU", "Avg mIoU"), Column("n_datasets", "datasets", show=False),
-             Column("avg_rank", "Avg rank")]
+    cols += [
+        Column("avg_mIoU", "Avg mIoU"),
+        Column("n_datasets", "datasets", show=False),
+        Column("avg_rank", "Avg rank"),
+    ]
     if has_pub:
-        cols += [Column("avg_mIoU_published", "Avg (printed)"), Column("avg_rank_published", "Rank (printed)")]
+        cols += [
+            Column("avg_mIoU_published", "Avg (printed)"),
+            Column("avg_rank_published", "Rank (printed)"),
+        ]
     if cost is not None:
         cols += COST_COLUMNS
     t = Table("leaderboard", f"{lb.title}: mIoU (%)", cols)
@@ -129,53 +164,94 @@ def leaderboard_table(lb: Leaderboard, cost: dict[str, Cost] | None = None,
         cells = [r.cells.get(d) for d in lb.datasets]
         raw = [r.name] + [c.mean if c else None for c in cells] + [r.avg, r.n_avg, r.avg_rank]
         text = [r.name] + [fmt(c.mean if c else None, lb.decimals) for c in cells]
-        text += [_avg_text(r.avg, r.n_avg, n, lb.decimals), str(r.n_avg), _avg_text(r.avg_rank, r.n_avg, n)]
+        text += [
+            _avg_text(r.avg, r.n_avg, n, lb.decimals),
+            str(r.n_avg),
+            _avg_text(r.avg_rank, r.n_avg, n),
+        ]
         if has_pub:
             raw += [r.published_avg, r.published_rank]
-            text += [fmt(r.published_avg) + (" †" if (r.name, "avg_mIoU") in bad else ""),
-                     fmt(r.published_rank) + (" †" if (r.name, "avg_rank") in bad else "")]
+            text += [
+                fmt(r.published_avg) + (" †" if (r.name, "avg_mIoU") in bad else ""),
+                fmt(r.published_rank) + (" †" if (r.name, "avg_rank") in bad else ""),
+            ]
         if cost is not None:
             raw += _cost_values(cost.get(r.name))
             text += _cost_texts(cost.get(r.name))
         t.add(raw, text)
     for d in lb.datasets:
-        t.mark(best_two({i: r.cells[d].mean for i, r in enumerate(lb.rows) if d in r.cells},
-                        decimals=lb.decimals), d)
+        t.mark(
+            best_two(
+                {i: r.cells[d].mean for i, r in enumerate(lb.rows) if d in r.cells},
+                decimals=lb.decimals,
+            ),
+            d,
+        )
     _mark_complete(t, lb, "avg_mIoU", {i: r.avg for i, r in enumerate(lb.rows)}, True)
     _mark_complete(t, lb, "avg_rank", {i: r.avg_rank for i, r in enumerate(lb.rows)}, False)
     if any(r.name.endswith(RANDOM_INIT) for r in lb.rows):
-        t.notes.append(f"Rows marked{RANDOM_INIT} ran a pretrained model WITHOUT its checkpoint (--allow-random-weights): "
-                       "they measure the pipeline, not the model.")
+        t.notes.append(
+            f"Rows marked{RANDOM_INIT} ran a pretrained model WITHOUT its checkpoint"
+            " (--allow-random-weights): they measure the pipeline, not the model."
+        )
     if any(DEVIATES in r.name for r in lb.rows):
-        t.notes.append(f"Rows marked{DEVIATES}…) ran with a declared deviation from the Cryo-Bench reference in effect "
-                       "(docs/deviations.md); --set follow_reference=true runs the reference's behaviour.")
-    t.notes += [RANK_NOTE, MARK_NOTE,
-                f"A missing cell is shown as {MISSING}; an average over fewer than the {n} datasets says (k/{n})."]
+        t.notes.append(
+            f"Rows marked{DEVIATES}…) ran with a declared deviation from the Cryo-Bench reference"
+            " in effect (docs/deviations.md); --set follow_reference=true runs the reference's"
+            " behaviour."
+        )
+    t.notes += [
+        RANK_NOTE,
+        MARK_NOTE,
+        (
+            f"A missing cell is shown as {MISSING}; an average over fewer than the {n} datasets"
+            f" says (k/{n})."
+        ),
+    ]
     if len(lb.seeds) > 1:
-        t.notes.append(f"Cells are means over seeds {', '.join(map(str, lb.seeds))}; see the robustness table.")
+        t.notes.append(
+            f"Cells are means over seeds {', '.join(map(str, lb.seeds))}; see the robustness table."
+        )
     if mismatches:
-        t.notes.append("† printed value differs from the one recomputed from the per-dataset numbers: "
-                       + "; ".join(map(str, mismatches)) + ".")
+        t.notes.append(
+            "† printed value differs from the one recomputed from the per-dataset numbers: "
+            + "; ".join(map(str, mismatches))
+            + "."
+        )
     if cost is not None:
         srcs = sorted({c.gflops_source for c in cost.values() if c.gflops_source})
-        t.notes.append("Cost: parameters = encoder + decoder (median over runs), samples/s averaged over the model's "
-                       "runs, GPU/CPU hours = total wall time of the runs on each device; encoder GFLOPs per sample "
-                       f"{' / '.join(srcs) if srcs else 'not recorded'} (the cost table says which per model).")
+        t.notes.append(
+            "Cost: parameters = encoder + decoder (median over runs), samples/s averaged over the"
+            " model's runs, GPU/CPU hours = total wall time of the runs on each device; encoder"
+            f" GFLOPs per sample {' / '.join(srcs) if srcs else 'not recorded'} (the cost table"
+            " says which per model)."
+        )
     t.notes += lb.notes
     return t
 
 
 def robustness_table(lb: Leaderboard) -> Table:
-    """Mean ± std over seeds, stability Q and the rank interval per cell, and the place over seeds."""
+    """Mean ± std over seeds, stability Q and the rank interval per cell, and the place over
+    seeds."""
     cols = [Column("model", "Model", numeric=False)]
     for d in lb.datasets:
         D = _d(d)
-        cols += [Column(f"{d}_mean", f"{D} mean ± std (n)"), Column(f"{d}_std", f"{D} std", show=False),
-                 Column(f"{d}_n", f"{D} seeds", show=False), Column(f"{d}_Q", f"{D} Q"),
-                 Column(f"{d}_rank", f"{D} rank (range)"), Column(f"{d}_rank_best", "", show=False),
-                 Column(f"{d}_rank_worst", "", show=False)]
-    cols += [Column("place", "Place"), Column("place_best", "", show=False), Column("place_worst", "", show=False),
-             Column("place_over_seeds", "Place over seeds", numeric=False), Column("seed_flip", "Seeds flip it", numeric=False)]
+        cols += [
+            Column(f"{d}_mean", f"{D} mean ± std (n)"),
+            Column(f"{d}_std", f"{D} std", show=False),
+            Column(f"{d}_n", f"{D} seeds", show=False),
+            Column(f"{d}_Q", f"{D} Q"),
+            Column(f"{d}_rank", f"{D} rank (range)"),
+            Column(f"{d}_rank_best", "", show=False),
+            Column(f"{d}_rank_worst", "", show=False),
+        ]
+    cols += [
+        Column("place", "Place"),
+        Column("place_best", "", show=False),
+        Column("place_worst", "", show=False),
+        Column("place_over_seeds", "Place over seeds", numeric=False),
+        Column("seed_flip", "Seeds flip it", numeric=False),
+    ]
     t = Table("robustness", f"{lb.title}: robustness over seeds", cols)
     for r in lb.rows:
         raw, text = [r.name], [r.name]
@@ -187,26 +263,53 @@ def robustness_table(lb: Leaderboard) -> Table:
                 continue
             rr = c.rank_range or (c.rank, c.rank)
             raw += [c.mean, c.std, c.n, c.stability, c.rank, rr[0], rr[1]]
-            ms = fmt(c.mean, lb.decimals) + (f" ± {fmt(c.std, lb.decimals)}" if c.std is not None else "") + f" ({c.n})"
+            ms = (
+                fmt(c.mean, lb.decimals)
+                + (f" ± {fmt(c.std, lb.decimals)}" if c.std is not None else "")
+                + f" ({c.n})"
+            )
             rk = str(c.rank) + (f" ({rr[0]}–{rr[1]})" if rr[0] != rr[1] else "")
             text += [ms, fmt(c.std), str(c.n), fmt(c.stability, 1), rk, str(rr[0]), str(rr[1])]
         pr = r.place_range
         flip = None if pr is None else pr[0] != pr[1]
-        raw += [r.place, pr[0] if pr else None, pr[1] if pr else None,
-                f"{pr[0]}–{pr[1]}" if pr else None, flip]
-        text += [fmt(r.place), fmt(pr[0] if pr else None), fmt(pr[1] if pr else None),
-                 (f"{pr[0]}–{pr[1]}" if pr[0] != pr[1] else str(pr[0])) if pr else MISSING, fmt(flip)]
+        raw += [
+            r.place,
+            pr[0] if pr else None,
+            pr[1] if pr else None,
+            f"{pr[0]}–{pr[1]}" if pr else None,
+            flip,
+        ]
+        text += [
+            fmt(r.place),
+            fmt(pr[0] if pr else None),
+            fmt(pr[1] if pr else None),
+            (f"{pr[0]}–{pr[1]}" if pr[0] != pr[1] else str(pr[0])) if pr else MISSING,
+            fmt(flip),
+        ]
         t.add(raw, text)
     for d in lb.datasets:
-        t.mark(best_two({i: r.cells[d].stability for i, r in enumerate(lb.rows) if d in r.cells}, decimals=1),
-               f"{d}_Q")
+        t.mark(
+            best_two(
+                {i: r.cells[d].stability for i, r in enumerate(lb.rows) if d in r.cells}, decimals=1
+            ),
+            f"{d}_Q",
+        )
     t.notes += [
         "mean ± std: over seeds, sample std (ddof 1); n = number of seeds.",
-        "Q = 2·A/(0.02 + ΔA) with A = mean/100 and ΔA = population std/100 over seeds (NeuCo-Bench's stability-"
-        "weighted score; 100 = perfect and perfectly repeatable); shown from two seeds on.",
-        "Rank (range): the rank of the mean, and the best–worst rank the cell could take if every model's score "
-        "were any of its seeds' scores; a range means seeds can flip the ranking.",
-        "Place: position by average rank; place over seeds: the range of that position over per-seed leaderboards.",
+        (
+            "Q = 2·A/(0.02 + ΔA) with A = mean/100 and ΔA = population std/100 over seeds"
+            " (NeuCo-Bench's stability-weighted score; 100 = perfect and perfectly repeatable);"
+            " shown from two seeds on."
+        ),
+        (
+            "Rank (range): the rank of the mean, and the best–worst rank the cell could take if"
+            " every model's score were any of its seeds' scores; a range means seeds can flip the"
+            " ranking."
+        ),
+        (
+            "Place: position by average rank; place over seeds: the range of that position over"
+            " per-seed leaderboards."
+        ),
     ]
     return t
 
@@ -217,32 +320,49 @@ def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
     models = sorted(set(full.model_names) | set(few.model_names), key=model_sort_key)
     pct = int(round(few.fraction * 100))
     cols = [Column("model", "Model", numeric=False)] + [Column(d, f"{_d(d)} %") for d in datasets]
-    cols += [Column("avg_fewshot", f"Avg mIoU {pct}%"), Column("avg_full", "Avg mIoU 100%"),
-             Column("retention", "Retention %"), Column("n_datasets", "datasets")]
-    t = Table("fewshot_retention", f"Few-shot retention ({pct}% labels vs 100%, frozen encoder)", cols)
+    cols += [
+        Column("avg_fewshot", f"Avg mIoU {pct}%"),
+        Column("avg_full", "Avg mIoU 100%"),
+        Column("retention", "Retention %"),
+        Column("n_datasets", "datasets"),
+    ]
+    t = Table(
+        "fewshot_retention", f"Few-shot retention ({pct}% labels vs 100%, frozen encoder)", cols
+    )
     ret = {}
     for i, m in enumerate(models):
         pairs = {d: (few.mean(m, d), full.mean(m, d)) for d in datasets}
-        both = {d: p for d, p in pairs.items() if p[0] is not None and p[1] is not None and p[1] > 0}
+        both = {
+            d: p for d, p in pairs.items() if p[0] is not None and p[1] is not None and p[1] > 0
+        }
         per = [100 * both[d][0] / both[d][1] if d in both else None for d in datasets]
         a10 = _mean([p[0] for p in both.values()])
         a100 = _mean([p[1] for p in both.values()])
         ret[i] = 100 * a10 / a100 if a10 is not None and a100 else None
         t.add([m] + per + [a10, a100, ret[i], len(both)])
     t.mark(best_two(ret, decimals=2), "retention")
-    t.notes += [f"Retention = average {pct}%-label mIoU / average 100%-label mIoU × 100, over the datasets "
-                "where the model has both (count in the last column); per-dataset columns are the same ratio."]
+    t.notes += [
+        f"Retention = average {pct}%-label mIoU / average 100%-label mIoU × 100, over the datasets"
+        " where the model has both (count in the last column); per-dataset columns are the same"
+        " ratio."
+    ]
     return t
 
 
 def finetune_gain_table(frozen: Leaderboard, finetune: Leaderboard) -> Table:
     """Fine-tuning gain over the frozen encoder, in mIoU points and relative %."""
     datasets = [d for d in frozen.datasets if d in finetune.datasets] or list(finetune.datasets)
-    models = [m for m in sorted(set(frozen.model_names) | set(finetune.model_names), key=model_sort_key)]
+    models = [
+        m for m in sorted(set(frozen.model_names) | set(finetune.model_names), key=model_sort_key)
+    ]
     cols = [Column("model", "Model", numeric=False)]
     for d in datasets:
         cols += [Column(f"{d}_gain", f"{_d(d)} Δ (rel.)"), Column(f"{d}_rel_pct", "", show=False)]
-    cols += [Column("avg_gain", "Avg Δ mIoU"), Column("avg_rel_pct", "Avg relative %"), Column("n_datasets", "datasets")]
+    cols += [
+        Column("avg_gain", "Avg Δ mIoU"),
+        Column("avg_rel_pct", "Avg relative %"),
+        Column("n_datasets", "datasets"),
+    ]
     t = Table("finetune_gain", "Fine-tuning gain over the frozen encoder", cols)
     rels = {}
     for i, m in enumerate(models):
@@ -260,11 +380,21 @@ def finetune_gain_table(frozen: Leaderboard, finetune: Leaderboard) -> Table:
             text += [f"{g:+.2f}" + (f" ({rp:+.1f}%)" if rp is not None else ""), fmt(rp, 1)]
         ag, ar = _mean(gains), _mean(rel)
         rels[i] = ar
-        t.add(raw + [ag, ar, len(gains)], text + [f"{ag:+.2f}" if ag is not None else MISSING,
-                                                   f"{ar:+.2f}" if ar is not None else MISSING, str(len(gains))])
+        t.add(
+            raw + [ag, ar, len(gains)],
+            text
+            + [
+                f"{ag:+.2f}" if ag is not None else MISSING,
+                f"{ar:+.2f}" if ar is not None else MISSING,
+                str(len(gains)),
+            ],
+        )
     t.mark(best_two(rels, decimals=2), "avg_rel_pct")
-    t.notes += ["Δ = fine-tuned mIoU − frozen mIoU (points); relative = Δ / frozen × 100; averages over the "
-                "datasets where the model has both protocols (the paper reports the average relative improvement)."]
+    t.notes += [
+        "Δ = fine-tuned mIoU − frozen mIoU (points); relative = Δ / frozen × 100; averages over the"
+        " datasets where the model has both protocols (the paper reports the average relative"
+        " improvement)."
+    ]
     return t
 
 
@@ -284,7 +414,7 @@ def per_class_tables(lb: Leaderboard, runs: Sequence[Run]) -> list[Table]:
     for d in lb.datasets:
         per_model: dict[str, dict[str, list[float]]] = {}
         for r in runs:
-            cell = (lb.row(r.model_name).cells.get(d) if lb.row(r.model_name) else None)
+            cell = lb.row(r.model_name).cells.get(d) if lb.row(r.model_name) else None
             if r.dataset != d or cell is None or (cell.model_ids and r.model not in cell.model_ids):
                 continue
             for c, v in r.class_iou.items():
@@ -293,25 +423,39 @@ def per_class_tables(lb: Leaderboard, runs: Sequence[Run]) -> list[Table]:
             continue
         classes = _class_order(d, {c for v in per_model.values() for c in v})
         models = [m for m in lb.model_names if m in per_model]
-        t = Table(f"per_class_iou_{d}", f"{lb.title}: per-class IoU (%) on {_d(d)}",
-                  [Column("model", "Model", numeric=False)] + [Column(c, c) for c in classes])
+        t = Table(
+            f"per_class_iou_{d}",
+            f"{lb.title}: per-class IoU (%) on {_d(d)}",
+            [Column("model", "Model", numeric=False)] + [Column(c, c) for c in classes],
+        )
         for m in models:
             t.add([m] + [_mean(per_model[m].get(c, [])) for c in classes])
         for j, c in enumerate(classes, 1):
             t.mark(best_two({i: row[j] for i, row in enumerate(t.rows)}, decimals=lb.decimals), c)
-        t.notes.append("Mean over seeds of each class's test IoU; mIoU averages these classes, background included.")
+        t.notes.append(
+            "Mean over seeds of each class's test IoU; mIoU averages these classes, background"
+            " included."
+        )
         tables.append(t)
     return tables
 
 
 def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
-    cols = [Column("model", "Model", numeric=False), Column("avg_mIoU", "Avg mIoU"),
-            Column("params_encoder_M", "Encoder params (M)"), Column("params_decoder_M", "Decoder params (M)"),
-            Column("gflops", "GFLOPs"), Column("gflops_source", "GFLOPs from", numeric=False),
-            Column("encoder_samples_per_s", "Encoder fwd samples/s"), Column("samples_per_s", "samples/s"),
-            Column("peak_memory_mb", "Peak MB"),
-            Column("gpu_hours", "GPU h"), Column("cpu_hours", "CPU h"), Column("n_runs", "runs"),
-            Column("precision", "precision", numeric=False)]
+    cols = [
+        Column("model", "Model", numeric=False),
+        Column("avg_mIoU", "Avg mIoU"),
+        Column("params_encoder_M", "Encoder params (M)"),
+        Column("params_decoder_M", "Decoder params (M)"),
+        Column("gflops", "GFLOPs"),
+        Column("gflops_source", "GFLOPs from", numeric=False),
+        Column("encoder_samples_per_s", "Encoder fwd samples/s"),
+        Column("samples_per_s", "samples/s"),
+        Column("peak_memory_mb", "Peak MB"),
+        Column("gpu_hours", "GPU h"),
+        Column("cpu_hours", "CPU h"),
+        Column("n_runs", "runs"),
+        Column("precision", "precision", numeric=False),
+    ]
     t = Table("cost", f"{lb.title}: accuracy against cost", cols)
     for r in lb.rows:
         c = cost.get(r.name)
@@ -320,33 +464,83 @@ def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
         pe = c.params_encoder / 1e6 if c.params_encoder is not None else None
         pd_ = c.params_decoder / 1e6 if c.params_decoder is not None else None
         enc_sps = c.profile.get("samples_per_s") if c.profile else None
-        raw = [r.name, r.avg, pe, pd_, c.gflops, c.gflops_source or None, enc_sps, c.samples_per_s, c.peak_memory_mb,
-               c.gpu_hours, c.cpu_hours, c.n_runs, c.precision]
-        t.add(raw, [r.name, _avg_text(r.avg, r.n_avg, len(lb.datasets)), fmt(pe, 2), fmt(pd_, 2), fmt(c.gflops, 1),
-                    c.gflops_source or MISSING,
-                    (fmt(enc_sps, 2) + f" ({c.profile.get('precision')}, batch {c.profile.get('batch')})") if enc_sps else MISSING,
-                    fmt(c.samples_per_s, 1), fmt(c.peak_memory_mb, 0), fmt(c.gpu_hours, 3), fmt(c.cpu_hours, 3),
-                    str(c.n_runs), c.precision])
-    t.notes.append("GFLOPs: encoder forward per sample. 'measured on <device>': `cryocube list models --profile` "
-                   "(torch FlopCounterMode, 1 multiply-add = 2 FLOPs, attention counted); 'catalog': the published "
-                   "figure copied from the catalog (measured on the reference code), where no profile exists. Encoder "
-                   "fwd samples/s: the profile's, on its device; samples/s: training throughput of the runs. "
-                   "Hours = sum of the runs' total time.")
+        raw = [
+            r.name,
+            r.avg,
+            pe,
+            pd_,
+            c.gflops,
+            c.gflops_source or None,
+            enc_sps,
+            c.samples_per_s,
+            c.peak_memory_mb,
+            c.gpu_hours,
+            c.cpu_hours,
+            c.n_runs,
+            c.precision,
+        ]
+        t.add(
+            raw,
+            [
+                r.name,
+                _avg_text(r.avg, r.n_avg, len(lb.datasets)),
+                fmt(pe, 2),
+                fmt(pd_, 2),
+                fmt(c.gflops, 1),
+                c.gflops_source or MISSING,
+                (
+                    (
+                        fmt(enc_sps, 2)
+                        + f" ({c.profile.get('precision')}, batch {c.profile.get('batch')})"
+                    )
+                    if enc_sps
+                    else MISSING
+                ),
+                fmt(c.samples_per_s, 1),
+                fmt(c.peak_memory_mb, 0),
+                fmt(c.gpu_hours, 3),
+                fmt(c.cpu_hours, 3),
+                str(c.n_runs),
+                c.precision,
+            ],
+        )
+    t.notes.append(
+        "GFLOPs: encoder forward per sample. 'measured on <device>': `cryocube list models"
+        " --profile` (torch FlopCounterMode, 1 multiply-add = 2 FLOPs, attention counted);"
+        " 'catalog': the published figure copied from the catalog (measured on the reference code),"
+        " where no profile exists. Encoder fwd samples/s: the profile's, on its device; samples/s:"
+        " training throughput of the runs. Hours = sum of the runs' total time."
+    )
     return t
 
 
 def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
-    """Our run beside the paper: per dataset ours / paper / Δ, then averages over the shared datasets."""
+    """Our run beside the paper: per dataset ours / paper / Δ, then averages over the shared
+    datasets."""
     datasets = [d for d in paper.datasets if d in ours.datasets]
-    models = [m for m in paper.model_names if ours.row(m)] + [m for m in ours.model_names if not paper.row(m)]
+    models = [m for m in paper.model_names if ours.row(m)] + [
+        m for m in ours.model_names if not paper.row(m)
+    ]
     cols = [Column("model", "Model", numeric=False)]
     for d in datasets:
-        cols += [Column(f"{d}_ours", f"{_d(d)} ours"), Column(f"{d}_paper", f"{_d(d)} paper"),
-                 Column(f"{d}_delta", f"{_d(d)} Δ")]
-    cols += [Column("avg_ours", "Avg ours"), Column("avg_paper", "Avg paper"), Column("avg_delta", "Avg Δ"),
-             Column("n_datasets", "datasets"), Column("rank_ours", "Avg rank ours"),
-             Column("rank_paper", "Avg rank paper")]
-    t = Table("published_comparison", "Our runs beside the published Cryo-Bench table (frozen, 100% labels)", cols)
+        cols += [
+            Column(f"{d}_ours", f"{_d(d)} ours"),
+            Column(f"{d}_paper", f"{_d(d)} paper"),
+            Column(f"{d}_delta", f"{_d(d)} Δ"),
+        ]
+    cols += [
+        Column("avg_ours", "Avg ours"),
+        Column("avg_paper", "Avg paper"),
+        Column("avg_delta", "Avg Δ"),
+        Column("n_datasets", "datasets"),
+        Column("rank_ours", "Avg rank ours"),
+        Column("rank_paper", "Avg rank paper"),
+    ]
+    t = Table(
+        "published_comparison",
+        "Our runs beside the published Cryo-Bench table (frozen, 100% labels)",
+        cols,
+    )
     for m in models:
         raw, text, o_l, p_l = [m], [m], [], []
         for d in datasets:
@@ -360,47 +554,113 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
         ao, ap = _mean(o_l), _mean(p_l)
         ad = ao - ap if ao is not None and ap is not None else None
         ro, rp = ours.row(m), paper.row(m)
-        raw += [ao, ap, ad, len(o_l), ro.avg_rank if ro else None, rp.published_rank if rp else None]
-        text += [fmt(ao), fmt(ap), f"{ad:+.2f}" if ad is not None else MISSING, str(len(o_l)),
-                 fmt(ro.avg_rank if ro else None), fmt(rp.published_rank if rp else None)]
+        raw += [
+            ao,
+            ap,
+            ad,
+            len(o_l),
+            ro.avg_rank if ro else None,
+            rp.published_rank if rp else None,
+        ]
+        text += [
+            fmt(ao),
+            fmt(ap),
+            f"{ad:+.2f}" if ad is not None else MISSING,
+            str(len(o_l)),
+            fmt(ro.avg_rank if ro else None),
+            fmt(rp.published_rank if rp else None),
+        ]
         t.add(raw, text)
-    t.notes += ["Δ = ours − paper (mIoU points). Averages over the datasets where both have a number.",
-                "Avg rank ours ranks our models among themselves; the paper's rank is among its 16 rows as printed."]
+    t.notes += [
+        "Δ = ours − paper (mIoU points). Averages over the datasets where both have a number.",
+        (
+            "Avg rank ours ranks our models among themselves; the paper's rank is among its 16 rows"
+            " as printed."
+        ),
+    ]
     return t
 
 
 def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
-    cols = [Column("model", "Model", numeric=False), Column("avg_printed", "Avg printed"),
-            Column("avg_recomputed", "Avg recomputed"), Column("avg_ok", "Avg agrees", numeric=False),
-            Column("rank_printed", "Rank printed"), Column("rank_recomputed", "Rank recomputed"),
-            Column("rank_ok", "Rank agrees", numeric=False)]
-    t = Table("consistency", f"{lb.title}: printed averages and ranks against the per-dataset numbers", cols)
+    cols = [
+        Column("model", "Model", numeric=False),
+        Column("avg_printed", "Avg printed"),
+        Column("avg_recomputed", "Avg recomputed"),
+        Column("avg_ok", "Avg agrees", numeric=False),
+        Column("rank_printed", "Rank printed"),
+        Column("rank_recomputed", "Rank recomputed"),
+        Column("rank_ok", "Rank agrees", numeric=False),
+    ]
+    t = Table(
+        "consistency",
+        f"{lb.title}: printed averages and ranks against the per-dataset numbers",
+        cols,
+    )
     bad = {(m.model, m.field) for m in mismatches}
     for i, r in enumerate(lb.rows):
         a_ok = None if r.published_avg is None else (r.name, "avg_mIoU") not in bad
         k_ok = None if r.published_rank is None else (r.name, "avg_rank") not in bad
-        t.add([r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok],
-              [r.name, fmt(r.published_avg), fmt(r.avg, 3), fmt(a_ok), fmt(r.published_rank), fmt(r.avg_rank, 3), fmt(k_ok)])
+        t.add(
+            [r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok],
+            [
+                r.name,
+                fmt(r.published_avg),
+                fmt(r.avg, 3),
+                fmt(a_ok),
+                fmt(r.published_rank),
+                fmt(r.avg_rank, 3),
+                fmt(k_ok),
+            ],
+        )
         for key, ok in (("avg_ok", a_ok), ("rank_ok", k_ok)):
             if ok is False:
                 t.marks[(i, key)] = 1
-    t.notes.append(f"{len(mismatches)} mismatch(es)" + (": " + "; ".join(map(str, mismatches)) if mismatches else "")
-                   + ". Agreement = within half a unit of the printed precision (±0.005).")
+    t.notes.append(
+        f"{len(mismatches)} mismatch(es)"
+        + (": " + "; ".join(map(str, mismatches)) if mismatches else "")
+        + ". Agreement = within half a unit of the printed precision (±0.005)."
+    )
     return t
 
 
 def failures_table(results: Results) -> Table:
-    cols = [Column(k, k.replace("_", " "), numeric=k in ("fraction", "seed")) for k in
-            ("run_id", "model", "dataset", "protocol", "fraction", "seed", "error", "source")]
+    cols = [
+        Column(k, k.replace("_", " "), numeric=k in ("fraction", "seed"))
+        for k in ("run_id", "model", "dataset", "protocol", "fraction", "seed", "error", "source")
+    ]
     t = Table("failures", "Failed runs (listed, never averaged)", cols)
     for r in sorted(results.failures, key=lambda r: (r.protocol, r.model, r.dataset, r.seed)):
-        t.add([r.run_id, r.model, r.dataset, r.protocol, r.fraction, r.seed, (r.error or "").strip(), r.source],
-              [r.run_id, r.model, _d(r.dataset), r.protocol, fmt(r.fraction, 2), str(r.seed),
-               (r.error or "").strip().splitlines()[-1][:200] if r.error else "", r.source])
+        t.add(
+            [
+                r.run_id,
+                r.model,
+                r.dataset,
+                r.protocol,
+                r.fraction,
+                r.seed,
+                (r.error or "").strip(),
+                r.source,
+            ],
+            [
+                r.run_id,
+                r.model,
+                _d(r.dataset),
+                r.protocol,
+                fmt(r.fraction, 2),
+                str(r.seed),
+                (r.error or "").strip().splitlines()[-1][:200] if r.error else "",
+                r.source,
+            ],
+        )
     if results.replaced:
-        t.notes.append(f"{len(results.replaced)} older record(s) of repeated runs were replaced by the latest one.")
+        t.notes.append(
+            f"{len(results.replaced)} older record(s) of repeated runs were replaced by the latest"
+            " one."
+        )
     if results.other_recipes:
-        t.notes.append(f"{len(results.other_recipes)} run(s) of another recipe than the one shown for their model, dataset "
-                       "and protocol are left out of the leaderboards (never averaged with it); label-fraction curves "
-                       "show each recipe as its own curve.")
+        t.notes.append(
+            f"{len(results.other_recipes)} run(s) of another recipe than the one shown for their"
+            " model, dataset and protocol are left out of the leaderboards (never averaged with"
+            " it); label-fraction curves show each recipe as its own curve."
+        )
     return t

@@ -4,13 +4,16 @@ Layout of OUT:
   report.html                      self-contained (tables, embedded PNGs, run metadata)
   report.md                        every table in one Markdown file (when "md" is a format)
   <group>/leaderboard.{md,csv,json,tex}, robustness.*, cost.*, per_class_iou_<dataset>.*,
-          published_comparison.*   (group = protocol, or protocol-<pct>pct when it ran at several fractions)
+          published_comparison.*   (group = protocol, or protocol-<pct>pct when it ran at
+                                   several fractions)
   compare/fewshot_retention[_<group>].*, compare/finetune_gain.*
-  tune/studies.*, tune/importance.*, fractions/label_fraction.*   (`cryocube tune` studies; runs at several fractions)
+  tune/studies.*, tune/importance.*, fractions/label_fraction.*
+                                   (`cryocube tune` studies; runs at several fractions)
   published/leaderboard.*, published/consistency.*   (with `published`)
   failures.*                       runs with status "error"
   figures/*.png, *.svg
 """
+
 from __future__ import annotations
 
 import math
@@ -54,13 +57,17 @@ def _group_key(protocol: str, fraction: float, fractions: set[float]) -> str:
 
 def _title(protocol: str, fraction: float) -> str:
     base, _, part = protocol.partition(":")
-    t = protocol_title(base) + (f" ({part}: deformation masks, not in the Cryo-Bench averages)" if part else "")
+    t = protocol_title(base) + (
+        f" ({part}: deformation masks, not in the Cryo-Bench averages)" if part else ""
+    )
     return t if math.isclose(fraction, 1.0) else f"{t}, {fraction * 100:g}% labels"
 
 
 def _cube_task(dataset: str) -> str:
-    """The dataset's catalog task: `segmentation` for Cryo-Bench's datasets; `vqa` for interferogram cubes, whose
-    segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's averages and ranks."""
+    """The dataset's catalog task: `segmentation` for Cryo-Bench's datasets; `vqa` for interferogram
+    cubes, whose segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's
+    averages and ranks.
+    """
     from ..catalog import DEFAULT_TASK, CatalogError, load_dataset
 
     try:
@@ -70,14 +77,16 @@ def _cube_task(dataset: str) -> str:
 
 
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
-    """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get boards of their own
-    (protocol `<protocol>:interferograms`)."""
+    """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get
+    boards of their own (protocol `<protocol>:interferograms`)."""
     from ..catalog import DEFAULT_TASK
 
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
         task = _cube_task(r.dataset)
-        groups[(r.protocol if task == DEFAULT_TASK else f"{r.protocol}:interferograms", r.fraction)].append(r)
+        groups[
+            (r.protocol if task == DEFAULT_TASK else f"{r.protocol}:interferograms", r.fraction)
+        ].append(r)
     return dict(sorted(groups.items(), key=lambda kv: (protocol_sort_key(kv[0][0]), -kv[0][1])))
 
 
@@ -96,14 +105,23 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
     if res is not None:
         runs = res.runs + res.failures
         meta["results files"] = ", ".join(map(str, res.sources))
-        meta["runs"] = f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates replaced" + (
-            f", {len(res.other_recipes)} of other recipes left out of the leaderboards" if res.other_recipes else "")
+        meta["runs"] = (
+            f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates"
+            " replaced"
+            + (
+                f", {len(res.other_recipes)} of other recipes left out of the leaderboards"
+                if res.other_recipes
+                else ""
+            )
+        )
         meta["protocols"] = ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key))
         meta["seeds"] = ", ".join(map(str, sorted({r.seed for r in runs})))
         meta["devices"] = ", ".join(sorted({r.device for r in runs if r.device})) or "–"
         meta["precision"] = ", ".join(sorted({r.precision for r in runs})) or "–"
         rnd = sorted({r.model for r in runs if r.random_init})
-        meta["random-init models"] = ", ".join(rnd) if rnd else "none (every pretrained model loaded its checkpoint)"
+        meta["random-init models"] = (
+            ", ".join(rnd) if rnd else "none (every pretrained model loaded its checkpoint)"
+        )
         created = sorted(r.created for r in runs if r.created)
         if created:
             meta["run times"] = f"{created[0]} … {created[-1]}"
@@ -122,20 +140,24 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         for u, c in sorted(cubes.items()):
             meta[f"cube {u}"] = f"checksum {c}" if c else "no checksum recorded"
         if versions:
-            meta["versions"] = "; ".join(f"{k} {' / '.join(sorted(v))}" for k, v in sorted(versions.items()))
+            meta["versions"] = "; ".join(
+                f"{k} {' / '.join(sorted(v))}" for k, v in sorted(versions.items())
+            )
     meta.update(extra)
     meta["report files"] = str(rep.final or rep.out)
     return meta
 
 
 class _Writer:
-    """Writes tables and figures, remembering them for the HTML/Markdown summary. Families write their sections
-    through it (`Family.report_sections`): section, table, figure, picture, stem and add_file."""
+    """Writes tables and figures, remembering them for the HTML/Markdown summary. Families write
+    their sections through it (`Family.report_sections`): section, table, figure, picture, stem and
+    add_file."""
 
     def __init__(self, rep: Report, formats: list[str], measured: dict[str, dict] | None = None):
         self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
         self.sections: list[Section] = []
-        self.measured = measured or {}  # model id -> measured compute profile (`cryocube list models --profile`)
+        # model id -> measured compute profile (`cryocube list models --profile`)
+        self.measured = measured or {}
 
     def section(self, title: str, level: int = 2, text: str = "") -> Section:
         s = Section(title, level=level, text=text)
@@ -175,7 +197,9 @@ class _Writer:
         return self.rep.out / "figures"
 
 
-def _protocol_sections(w: _Writer, res: Results, protocols: set[str] | None) -> dict[tuple[str, float], Leaderboard]:
+def _protocol_sections(
+    w: _Writer, res: Results, protocols: set[str] | None
+) -> dict[tuple[str, float], Leaderboard]:
     groups = group_runs(res.runs)
     fractions = defaultdict(set)
     for p, f in groups:
@@ -186,33 +210,51 @@ def _protocol_sections(w: _Writer, res: Results, protocols: set[str] | None) -> 
         if protocols and base not in protocols:
             continue
         key = _group_key(proto, frac, fractions[proto]).replace(":", "-")
-        lb = leaderboard_from_runs(runs, key=key, title=_title(proto, frac), protocol=base, fraction=frac)
+        lb = leaderboard_from_runs(
+            runs, key=key, title=_title(proto, frac), protocol=base, fraction=frac
+        )
         lbs[(proto, frac)] = lb
         w.rep.leaderboards[key] = lb
         cost = analysis.costs(runs, w.measured)
         sec = w.section(lb.title)
         w.table(sec, key, analysis.leaderboard_table(lb, cost))
         w.table(sec, key, analysis.robustness_table(lb))
-        w.figure(sec, plots.radar_chart(lb, w.stem(f"{key}_radar")), f"{lb.title}: mIoU per dataset")
+        w.figure(
+            sec, plots.radar_chart(lb, w.stem(f"{key}_radar")), f"{lb.title}: mIoU per dataset"
+        )
         w.table(sec, key, analysis.cost_table(lb, cost))
-        with_cost = [r for r in lb.rows if r.name in cost and cost[r.name].gflops and r.avg is not None]
+        with_cost = [
+            r for r in lb.rows if r.name in cost and cost[r.name].gflops and r.avg is not None
+        ]
         pts = [(r.name, cost[r.name].gflops, r.avg) for r in with_cost]
         if pts:
             srcs = [cost[r.name].gflops_source for r in with_cost]
-            w.figure(sec, plots.cost_scatter(pts, w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost", srcs),
-                     "Average mIoU against GFLOPs per forward pass (measured where a profile exists; "
-                     "\"(catalog)\": the published figure, copied)")
+            w.figure(
+                sec,
+                plots.cost_scatter(
+                    pts, w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost", srcs
+                ),
+                "Average mIoU against GFLOPs per forward pass (measured where a profile exists; "
+                '"(catalog)": the published figure, copied)',
+            )
         pc = analysis.per_class_tables(lb, runs)
         for t in pc:
             w.table(sec, key, t)
         if pc:
-            w.figure(sec, plots.per_class_heatmap(pc, w.stem(f"{key}_per_class_iou"), f"{lb.title}: per-class IoU"),
-                     "Per-class IoU (%) per model and dataset")
+            w.figure(
+                sec,
+                plots.per_class_heatmap(
+                    pc, w.stem(f"{key}_per_class_iou"), f"{lb.title}: per-class IoU"
+                ),
+                "Per-class IoU (%) per model and dataset",
+            )
     return lbs
 
 
 def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> None:
-    frozen = next((lb for (p, f), lb in lbs.items() if p == "frozen" and math.isclose(f, 1.0)), None)
+    frozen = next(
+        (lb for (p, f), lb in lbs.items() if p == "frozen" and math.isclose(f, 1.0)), None
+    )
     if frozen is None:
         return
     few = [lb for (p, f), lb in lbs.items() if p == "fewshot" and f < 1.0]
@@ -234,8 +276,10 @@ def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> 
 
 
 def _family_sections(w: _Writer, res: Results) -> None:
-    """Every installed family's own sections (`Family.report_sections`), in the registry's order; the report
-    itself knows none of them. Runs of a family this installation lacks are listed, never dropped."""
+    """Every installed family's own sections (`Family.report_sections`), in the registry's order;
+    the report itself knows none of them. Runs of a family this installation lacks are listed, never
+    dropped.
+    """
     from .. import families
 
     known = families.names()
@@ -243,9 +287,13 @@ def _family_sections(w: _Writer, res: Results) -> None:
         families.get(name).report_sections(w, res)
     lost = sorted(f for f, runs in res.by_family.items() if runs and f not in known)
     if lost:
-        w.section("Runs of families not installed here", text=(
-            f"{sum(len(res.by_family[f]) for f in lost)} run(s) of the famil(ies) {', '.join(lost)}: install the "
-            "package that provides them to see their sections."))
+        w.section(
+            "Runs of families not installed here",
+            text=(
+                f"{sum(len(res.by_family[f]) for f in lost)} run(s) of the famil(ies)"
+                f" {', '.join(lost)}: install the package that provides them to see their sections."
+            ),
+        )
 
 
 def _published_section(w: _Writer, path: str | Path | None) -> None:
@@ -253,58 +301,94 @@ def _published_section(w: _Writer, path: str | Path | None) -> None:
     mism = check_consistency(lb)
     w.rep.mismatches = mism
     w.rep.leaderboards["published"] = lb
-    sec = w.section(lb.title, text=("The printed table re-rendered from its per-dataset numbers; averages and "
-                                    f"ranks recomputed. {len(mism)} printed value(s) disagree."))
+    sec = w.section(
+        lb.title,
+        text=(
+            "The printed table re-rendered from its per-dataset numbers; averages and "
+            f"ranks recomputed. {len(mism)} printed value(s) disagree."
+        ),
+    )
     w.table(sec, "published", analysis.leaderboard_table(lb, mismatches=mism))
     w.table(sec, "published", analysis.consistency_table(lb, mism))
     w.figure(sec, plots.radar_chart(lb, w.stem("published_radar")), f"{lb.title}: mIoU per dataset")
 
 
-def _qualitative_section(w: _Writer, res: Results | None, cube_urls: Sequence[str],
-                         samples: Sequence[int] | None) -> None:
+def _qualitative_section(
+    w: _Writer, res: Results | None, cube_urls: Sequence[str], samples: Sequence[int] | None
+) -> None:
     sec = w.section("Qualitative examples")
     for k, url in enumerate(cube_urls):
         best: tuple[float, Run, Path] | None = None
-        for r in (res.runs if res else []):
+        for r in res.runs if res else []:
             if str(r.cube.get("url", "")).rstrip("/") != str(url).rstrip("/"):
                 continue
             p = find_predictions(r, res.sources)
             if p is not None and (best is None or (r.miou or 0) > best[0]):
                 best = (r.miou or 0, r, p)
         name = Path(str(url).rstrip("/")).stem or f"cube{k}"
-        title = f"{name}: test tiles" + (f", prediction of {best[1].model_name} ({best[1].protocol}, seed "
-                                         f"{best[1].seed})" if best else ", no stored prediction")
-        paths = qualitative_panels(str(url), str(best[2]) if best else None, samples,
-                                   w.stem(f"qualitative_{k}_{name}"), title=title)
+        title = f"{name}: test tiles" + (
+            f", prediction of {best[1].model_name} ({best[1].protocol}, seed {best[1].seed})"
+            if best
+            else ", no stored prediction"
+        )
+        paths = qualitative_panels(
+            str(url),
+            str(best[2]) if best else None,
+            samples,
+            w.stem(f"qualitative_{k}_{name}"),
+            title=title,
+        )
         w.figure(sec, paths, title)
 
 
-def build_report(results: str | Path | Iterable[str | Path] | Results | None = None, out: str | Path = "report", *,
-                 protocols: Iterable[str] | None = None, formats: Iterable[str] | None = None,
-                 cube_urls: Sequence[str] = (), samples: Sequence[int] | None = None,
-                 published: bool | str | Path = False, title: str = "cryocube report",
-                 profiles: str | Path | None = None) -> Report:
+def build_report(
+    results: str | Path | Iterable[str | Path] | Results | None = None,
+    out: str | Path = "report",
+    *,
+    protocols: Iterable[str] | None = None,
+    formats: Iterable[str] | None = None,
+    cube_urls: Sequence[str] = (),
+    samples: Sequence[int] | None = None,
+    published: bool | str | Path = False,
+    title: str = "cryocube report",
+    profiles: str | Path | None = None,
+) -> Report:
     """Write the report for results files/directories (or a loaded `Results`) into `out`.
 
     profiles: the folder of measured compute profiles (default `models.profile.profile_dir()`, where
-    `cryocube list models --profile` caches them); the cost table and plot use their GFLOPs over the catalog's.
+    `cryocube list models --profile` caches them); the cost table and plot use their GFLOPs over the
+    catalog's.
 
-    published: True renders the bundled Cryo-Bench table (with its consistency check); a path renders
-    that CSV instead. Our frozen leaderboard is compared with the paper's table whenever it shares models.
+    published: True renders the bundled Cryo-Bench table (with its consistency check); a path
+    renders that CSV instead. Our frozen leaderboard is compared with the paper's table whenever it
+    shares models.
     """
     fmts = _parse_formats(formats)
     if results is None and not published:
-        raise ReportError("nothing to report: give results files/directories, or published=True (--published)")
+        raise ReportError(
+            "nothing to report: give results files/directories, or published=True (--published)"
+        )
     from .. import outputs
 
-    outputs.claim(str(out), "report", "report", write_marker=False)  # never replace a folder report did not write
+    # never replace a folder report did not write
+    outputs.claim(str(out), "report", "report", write_marker=False)
     res = results if isinstance(results, Results) or results is None else load_results(results)
     # built in a sibling folder and swapped in whole: complete, or the previous report untouched
     with outputs.staged_folder(out, "report", "report") as tmp:
         rep = Report(out=tmp, results=res, final=Path(out))
         from ..models.profile import measured_costs
 
-        _build(rep, res, fmts, protocols, cube_urls, samples, published, title, measured_costs(profiles))
+        _build(
+            rep,
+            res,
+            fmts,
+            protocols,
+            cube_urls,
+            samples,
+            published,
+            title,
+            measured_costs(profiles),
+        )
 
     def moved(p: Path) -> Path:
         return rep.final / p.relative_to(tmp)
@@ -315,8 +399,17 @@ def build_report(results: str | Path | Iterable[str | Path] | Results | None = N
     return rep
 
 
-def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_urls, samples, published, title,
-           measured: dict[str, dict] | None = None) -> None:
+def _build(
+    rep: Report,
+    res: Results | None,
+    fmts: list[str],
+    protocols,
+    cube_urls,
+    samples,
+    published,
+    title,
+    measured: dict[str, dict] | None = None,
+) -> None:
     w = _Writer(rep, fmts, measured)
     wanted = set(protocols) if protocols else None
     if res is not None:
@@ -325,10 +418,14 @@ def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_ur
         lbs = _protocol_sections(w, res, wanted)
         if wanted and not lbs and not published:
             known = sorted({r.protocol for r in res.runs})
-            raise ReportError(f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found: {', '.join(known)})")
+            raise ReportError(
+                f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found:"
+                f" {', '.join(known)})"
+            )
         _compare_sections(w, lbs)
         _family_sections(w, res)
-        sweeps.sections(w, res)  # tune studies (their trials never reach the leaderboards) and label-fraction curves
+        # tune studies (their trials never reach the leaderboards) and label-fraction curves
+        sweeps.sections(w, res)
     if published:
         _published_section(w, None if published is True else published)
     if cube_urls:
@@ -339,7 +436,9 @@ def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_ur
         rep.files += write_table(t, rep.out, w.formats)
         rep.tables["failures"] = t
         sec.tables.append(t)
-    meta = _metadata(res, rep, {"published table": str(published)} if published and published is not True else {})
+    meta = _metadata(
+        res, rep, {"published table": str(published)} if published and published is not True else {}
+    )
     if "md" in fmts:
         md = [f"# {title}", ""]
         for s in w.sections:
@@ -355,7 +454,10 @@ def _build(rep: Report, res: Results | None, fmts: list[str], protocols, cube_ur
         rep.files.append(rep.html)
 
 
-def render_published(out: str | Path, path: str | Path | None = None, *,
-                     formats: Iterable[str] | None = None) -> Report:
+def render_published(
+    out: str | Path, path: str | Path | None = None, *, formats: Iterable[str] | None = None
+) -> Report:
     """The paper's (or an imported) table through the same code, with its consistency check."""
-    return build_report(None, out, formats=formats, published=path or True, title="Cryo-Bench published leaderboard")
+    return build_report(
+        None, out, formats=formats, published=path or True, title="Cryo-Bench published leaderboard"
+    )

@@ -1,49 +1,105 @@
 """`cryocube report`: leaderboards, robustness, plots and a self-contained HTML report."""
+
 from __future__ import annotations
 
 import argparse
 
 from .tables import RENDERERS
 
-ALL_FORMATS = (*RENDERERS, "html")  # build.py imports matplotlib: only load it when the command runs
+# build.py imports matplotlib: only load it when the command runs
+ALL_FORMATS = (*RENDERERS, "html")
 
 
 def _samples(text: str) -> list[int]:
     try:
         return [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--samples takes comma-separated sample indices, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--samples takes comma-separated sample indices, got {text!r}"
+        ) from None
 
 
 def register(subparsers) -> None:
     from ..store import options_arg
 
     p = subparsers.add_parser(
-        "report", help="leaderboards, robustness over seeds, plots and an HTML report from results.jsonl",
-        description=__doc__)
-    p.add_argument("results", nargs="*", metavar="RESULTS",
-                   help="results.jsonl files or directories holding them (searched recursively)")
+        "report",
+        help="leaderboards, robustness over seeds, plots and an HTML report from results.jsonl",
+        description=__doc__,
+    )
+    p.add_argument(
+        "results",
+        nargs="*",
+        metavar="RESULTS",
+        help="results.jsonl files or directories holding them (searched recursively)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the report files")
-    p.add_argument("--published", action="store_true",
-                   help="also render the Cryo-Bench published table through the same code, with averages and "
-                        "ranks recomputed from its per-dataset numbers and mismatches reported")
-    p.add_argument("--published-table", default=None, metavar="CSV",
-                   help="render and check this leaderboard CSV instead (columns: model, one per dataset, "
-                        "optional avg_miou_published/avg_rank_published); implies --published")
-    p.add_argument("--cube", action="append", default=[], metavar="URL",
-                   help="cube URL for qualitative panels (repeatable); predictions of a matching run are used when stored")
-    p.add_argument("--samples", type=_samples, default=None, metavar="I,J,...",
-                   help="cube sample indices for the qualitative panels (default: the first 4 test samples)")
-    p.add_argument("--protocol", action="append", default=None, metavar="NAME",
-                   help="only these protocols (repeatable): frozen, fewshot, finetune, cross_sensor")
-    p.add_argument("--format", action="append", default=None, metavar="FMT",
-                   help=f"output formats, comma-separated or repeated (default: all of {','.join(ALL_FORMATS)})")
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help=(
+            "also render the Cryo-Bench published table through the same code, with averages and "
+            "ranks recomputed from its per-dataset numbers and mismatches reported"
+        ),
+    )
+    p.add_argument(
+        "--published-table",
+        default=None,
+        metavar="CSV",
+        help=(
+            "render and check this leaderboard CSV instead (columns: model, one per dataset, "
+            "optional avg_miou_published/avg_rank_published); implies --published"
+        ),
+    )
+    p.add_argument(
+        "--cube",
+        action="append",
+        default=[],
+        metavar="URL",
+        help=(
+            "cube URL for qualitative panels (repeatable); predictions of a matching run are used"
+            " when stored"
+        ),
+    )
+    p.add_argument(
+        "--samples",
+        type=_samples,
+        default=None,
+        metavar="I,J,...",
+        help="cube sample indices for the qualitative panels (default: the first 4 test samples)",
+    )
+    p.add_argument(
+        "--protocol",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="only these protocols (repeatable): frozen, fewshot, finetune, cross_sensor",
+    )
+    p.add_argument(
+        "--format",
+        action="append",
+        default=None,
+        metavar="FMT",
+        help=(
+            f"output formats, comma-separated or repeated (default: all of {','.join(ALL_FORMATS)})"
+        ),
+    )
     p.add_argument("--title", default="cryocube report")
-    p.add_argument("--profiles", default=None, metavar="DIR",
-                   help="measured compute profiles for the cost table (default: $CRYOCUBE_PROFILES, else "
-                        "~/.cache/cryocube/profiles, where `cryocube list models --profile` writes them)")
-    p.add_argument("--storage-options", type=options_arg, default=None,
-                   help="JSON fsspec options for remote results and cubes (or $CRYOCUBE_STORAGE_OPTIONS)")
+    p.add_argument(
+        "--profiles",
+        default=None,
+        metavar="DIR",
+        help=(
+            "measured compute profiles for the cost table (default: $CRYOCUBE_PROFILES, else "
+            "~/.cache/cryocube/profiles, where `cryocube list models --profile` writes them)"
+        ),
+    )
+    p.add_argument(
+        "--storage-options",
+        type=options_arg,
+        default=None,
+        help="JSON fsspec options for remote results and cubes (or $CRYOCUBE_STORAGE_OPTIONS)",
+    )
     p.set_defaults(func=run)
 
 
@@ -53,12 +109,21 @@ def run(args) -> int:
 
     for url in [*(args.results or []), *args.cube]:
         store.register_options(url, args.storage_options)
-    # a report may sit inside a results folder (it holds no records to be read back); never the reverse,
+    # a report may sit inside a results folder (it holds no records to be read back); never the
+    # reverse,
     # since a report is replaced whole
     outputs.check_inputs(args.out, [("RESULTS", r) for r in args.results or []], inside_ok=True)
-    rep = build_report(args.results or None, args.out, protocols=args.protocol, formats=args.format,
-                       cube_urls=args.cube, samples=args.samples, published=args.published_table or args.published,
-                       title=args.title, profiles=args.profiles)
+    rep = build_report(
+        args.results or None,
+        args.out,
+        protocols=args.protocol,
+        formats=args.format,
+        cube_urls=args.cube,
+        samples=args.samples,
+        published=args.published_table or args.published,
+        title=args.title,
+        profiles=args.profiles,
+    )
     for key, lb in rep.leaderboards.items():
         print(f"{key}: {len(lb.rows)} models x {len(lb.datasets)} datasets")
     if rep.results is not None and rep.results.failures:

@@ -3,6 +3,7 @@
 Nothing is linked from outside the file (no CDN, no external CSS or images), so the report can be
 mailed, archived next to the results, or opened offline.
 """
+
 from __future__ import annotations
 
 import base64
@@ -14,11 +15,13 @@ from pathlib import Path
 from .tables import Table, to_html
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;max-width:1400px;
-padding:0 1rem;color:#1b1b1b;line-height:1.4}
-h1{font-size:1.6rem}h2{font-size:1.3rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.2rem}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
+max-width:1400px;padding:0 1rem;color:#1b1b1b;line-height:1.4}
+h1{font-size:1.6rem}
+h2{font-size:1.3rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.2rem}
 h3{font-size:1.05rem;margin-top:1.6rem}
-table.report{border-collapse:collapse;margin:.8rem 0;font-size:.82rem;font-variant-numeric:tabular-nums}
+table.report{border-collapse:collapse;margin:.8rem 0;font-size:.82rem;
+font-variant-numeric:tabular-nums}
 table.report caption{text-align:left;font-weight:600;padding:.3rem 0}
 table.report th,table.report td{border-bottom:1px solid #ddd;padding:.25rem .5rem}
 table.report th{background:#f2f4f7;position:sticky;top:0}
@@ -53,7 +56,9 @@ class Section:
 
 
 def data_uri(path: Path) -> str:
-    mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}.get(path.suffix.lower())
+    mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}.get(
+        path.suffix.lower()
+    )
     if mime is None:
         raise ValueError(f"{path}: cannot embed a {path.suffix} file")
     return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
@@ -62,12 +67,19 @@ def data_uri(path: Path) -> str:
 def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str:
     e = html.escape
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
-           f"<h1>{e(title)}</h1>", f'<p class="generated">Generated {e(now)} by cryocube.</p>',
-           "<nav><ul>" + "".join(f'<li><a href="#{s.anchor}">{e(s.title)}</a></li>' for s in sections if s.level == 2)
-           + "</ul></nav>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+        f'<p class="generated">Generated {e(now)} by cryocube.</p>',
+        "<nav><ul>"
+        + "".join(
+            f'<li><a href="#{s.anchor}">{e(s.title)}</a></li>' for s in sections if s.level == 2
+        )
+        + "</ul></nav>",
+    ]
     for s in sections:
         out.append(f'<h{s.level} id="{s.anchor}">{e(s.title)}</h{s.level}>')
         if s.text:
@@ -75,8 +87,10 @@ def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str
         for t in s.tables:
             out.append(f'<div class="scroll">{to_html(t)}</div>')
         for f in s.figures:
-            out.append(f'<figure><img src="{data_uri(f.path)}" alt="{e(f.caption)}">'
-                       f"<figcaption>{e(f.caption)}</figcaption></figure>")
+            out.append(
+                f'<figure><img src="{data_uri(f.path)}" alt="{e(f.caption)}">'
+                f"<figcaption>{e(f.caption)}</figcaption></figure>"
+            )
     if metadata:
         out.append('<h2 id="run-metadata">Run metadata</h2><dl class="meta">')
         out += [f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in metadata.items()]

@@ -11,6 +11,7 @@ Conventions (stated in every rendered table's notes):
 - rank interval: the best and worst rank a cell could take if each model's score were any of
   its seeds' scores; a ranking that seeds can flip has an interval wider than one rank.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,16 +30,21 @@ def _r(v: float, decimals: int | None) -> float:
     return round(v, decimals) if decimals is not None else v
 
 
-def competition_ranks(values: Mapping[K, float], *, higher_is_better: bool = True,
-                      decimals: int | None = None) -> dict[K, int]:
-    """Rank = 1 + number of strictly better values (ties share the best rank, the next rank is skipped)."""
+def competition_ranks(
+    values: Mapping[K, float], *, higher_is_better: bool = True, decimals: int | None = None
+) -> dict[K, int]:
+    """Rank = 1 + number of strictly better values (ties share the best rank, the next rank is
+    skipped)."""
     sign = -1.0 if higher_is_better else 1.0
-    keyed = {k: sign * _r(v, decimals) for k, v in values.items() if v is not None and math.isfinite(v)}
+    keyed = {
+        k: sign * _r(v, decimals) for k, v in values.items() if v is not None and math.isfinite(v)
+    }
     return {k: 1 + sum(1 for o in keyed.values() if o < x) for k, x in keyed.items()}
 
 
-def best_two(values: Mapping[K, float], *, higher_is_better: bool = True,
-             decimals: int | None = None) -> dict[K, int]:
+def best_two(
+    values: Mapping[K, float], *, higher_is_better: bool = True, decimals: int | None = None
+) -> dict[K, int]:
     """1 for every key holding the best value, 2 for every key holding the next distinct value."""
     vals = {k: _r(v, decimals) for k, v in values.items() if v is not None and math.isfinite(v)}
     distinct = sorted(set(vals.values()), reverse=higher_is_better)[:2]
@@ -131,35 +137,64 @@ class Leaderboard:
         return [r.name for r in self.rows]
 
 
-def _rank_rows(rows: Mapping[str, Mapping[str, float]], datasets: Sequence[str],
-               decimals: int | None) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
+def _rank_rows(
+    rows: Mapping[str, Mapping[str, float]], datasets: Sequence[str], decimals: int | None
+) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
     """Per-dataset competition ranks and the mean rank over the datasets each row has."""
     ranks: dict[str, dict[str, int]] = {m: {} for m in rows}
     for d in datasets:
-        for m, k in competition_ranks({m: v[d] for m, v in rows.items() if d in v}, decimals=decimals).items():
+        for m, k in competition_ranks(
+            {m: v[d] for m, v in rows.items() if d in v}, decimals=decimals
+        ).items():
             ranks[m][d] = k
     return ranks, {m: statistics.fmean(rk.values()) for m, rk in ranks.items() if rk}
 
 
-def build_leaderboard(samples: Mapping[tuple[str, str], Iterable[tuple[int, float]]], *, key: str, title: str,
-                      protocol: str = "", fraction: float = 1.0, datasets: Sequence[str] | None = None,
-                      models: Sequence[str] | None = None, decimals: int = 2,
-                      model_ids: Mapping[tuple[str, str], Sequence[str]] | None = None) -> Leaderboard:
-    """Leaderboard from {(model, dataset): [(seed, mIoU), ...]}; models and datasets in paper order."""
+def build_leaderboard(
+    samples: Mapping[tuple[str, str], Iterable[tuple[int, float]]],
+    *,
+    key: str,
+    title: str,
+    protocol: str = "",
+    fraction: float = 1.0,
+    datasets: Sequence[str] | None = None,
+    models: Sequence[str] | None = None,
+    decimals: int = 2,
+    model_ids: Mapping[tuple[str, str], Sequence[str]] | None = None,
+) -> Leaderboard:
+    """Leaderboard from {(model, dataset): [(seed, mIoU), ...]}; models and datasets in paper
+    order."""
     samples = {k: sorted(v) for k, v in samples.items() if v}
-    datasets = list(datasets) if datasets is not None else sorted({d for _, d in samples}, key=dataset_sort_key)
-    models = list(models) if models is not None else sorted({m for m, _ in samples}, key=model_sort_key)
+    datasets = (
+        list(datasets)
+        if datasets is not None
+        else sorted({d for _, d in samples}, key=dataset_sort_key)
+    )
+    models = (
+        list(models) if models is not None else sorted({m for m, _ in samples}, key=model_sort_key)
+    )
     rows = []
     for m in models:
         row = Row(m)
         for d in datasets:
             if (m, d) in samples:
                 seeds, vals = zip(*samples[(m, d)])
-                row.cells[d] = Cell(tuple(seeds), tuple(float(v) for v in vals),
-                                    tuple((model_ids or {}).get((m, d), ())))
+                row.cells[d] = Cell(
+                    tuple(seeds),
+                    tuple(float(v) for v in vals),
+                    tuple((model_ids or {}).get((m, d), ())),
+                )
         rows.append(row)
-    lb = Leaderboard(key=key, title=title, protocol=protocol, fraction=fraction, datasets=datasets, rows=rows,
-                     decimals=decimals, seeds=tuple(sorted({s for v in samples.values() for s, _ in v})))
+    lb = Leaderboard(
+        key=key,
+        title=title,
+        protocol=protocol,
+        fraction=fraction,
+        datasets=datasets,
+        rows=rows,
+        decimals=decimals,
+        seeds=tuple(sorted({s for v in samples.values() for s, _ in v})),
+    )
     _fill_ranks(lb)
     return lb
 
@@ -175,17 +210,25 @@ def _fill_ranks(lb: Leaderboard) -> None:
         for d, c in r.cells.items():
             c.rank = ranks[r.name][d]
             others = [o.cells[d] for o in lb.rows if o is not r and d in o.cells]
-            c.rank_range = (1 + sum(_r(o.lo, lb.decimals) > _r(c.hi, lb.decimals) for o in others),
-                            1 + sum(_r(o.hi, lb.decimals) > _r(c.lo, lb.decimals) for o in others))
-    places = competition_ranks({r.name: r.avg_rank for r in lb.rows if r.avg_rank is not None},
-                               higher_is_better=False, decimals=lb.decimals)
+            c.rank_range = (
+                1 + sum(_r(o.lo, lb.decimals) > _r(c.hi, lb.decimals) for o in others),
+                1 + sum(_r(o.hi, lb.decimals) > _r(c.lo, lb.decimals) for o in others),
+            )
+    places = competition_ranks(
+        {r.name: r.avg_rank for r in lb.rows if r.avg_rank is not None},
+        higher_is_better=False,
+        decimals=lb.decimals,
+    )
     for r in lb.rows:
         r.place = places.get(r.name)
     if len(lb.seeds) < 2:
         return
     per_seed: dict[str, list[int]] = {}
     for s in lb.seeds:
-        vals = {r.name: {d: c.at_seed(s) for d, c in r.cells.items() if c.at_seed(s) is not None} for r in lb.rows}
+        vals = {
+            r.name: {d: c.at_seed(s) for d, c in r.cells.items() if c.at_seed(s) is not None}
+            for r in lb.rows
+        }
         _, ar = _rank_rows({m: v for m, v in vals.items() if v}, lb.datasets, lb.decimals)
         for m, p in competition_ranks(ar, higher_is_better=False, decimals=lb.decimals).items():
             per_seed.setdefault(m, []).append(p)
@@ -193,11 +236,15 @@ def _fill_ranks(lb: Leaderboard) -> None:
         if r.name in per_seed:
             r.place_range = (min(per_seed[r.name]), max(per_seed[r.name]))
     if any(r.place_range and r.place_range[0] != r.place_range[1] for r in lb.rows):
-        lb.notes.append("The order by average rank differs between seeds: see the place range in the robustness table.")
+        lb.notes.append(
+            "The order by average rank differs between seeds: see the place range in the robustness"
+            " table."
+        )
 
 
-def leaderboard_from_runs(runs: Sequence[Run], *, key: str, title: str, protocol: str, fraction: float,
-                          decimals: int = 2) -> Leaderboard:
+def leaderboard_from_runs(
+    runs: Sequence[Run], *, key: str, title: str, protocol: str, fraction: float, decimals: int = 2
+) -> Leaderboard:
     """Group runs by (display name, dataset); several catalog ids under one display name (e.g.
     croma_optical/croma_sar) are never mixed in one cell: the variant with the most runs (then the
     most recent) fills it, and the other is named in the notes."""
@@ -207,14 +254,28 @@ def leaderboard_from_runs(runs: Sequence[Run], *, key: str, title: str, protocol
     samples, ids, notes = {}, {}, []
     order = {id(r): i for i, r in enumerate(runs)}
     for (m, d), variants in by_cell.items():
-        pick = max(variants, key=lambda mid: (len(variants[mid]),
-                                              max(_created_key(r, order[id(r)]) for r in variants[mid])))
+        pick = max(
+            variants,
+            key=lambda mid: (
+                len(variants[mid]),
+                max(_created_key(r, order[id(r)]) for r in variants[mid]),
+            ),
+        )
         if len(variants) > 1:
             others = ", ".join(sorted(set(variants) - {pick}))
-            notes.append(f"{m} on {d}: runs of {pick} are shown; runs of {others} are left out of this cell.")
+            notes.append(
+                f"{m} on {d}: runs of {pick} are shown; runs of {others} are left out of this cell."
+            )
         samples[(m, d)] = [(r.seed, r.miou) for r in variants[pick]]
         ids[(m, d)] = [pick]
-    lb = build_leaderboard(samples, key=key, title=title, protocol=protocol, fraction=fraction,
-                           decimals=decimals, model_ids=ids)
+    lb = build_leaderboard(
+        samples,
+        key=key,
+        title=title,
+        protocol=protocol,
+        fraction=fraction,
+        decimals=decimals,
+        model_ids=ids,
+    )
     lb.notes.extend(sorted(notes))
     return lb

@@ -5,6 +5,7 @@ Orders come from the benchmark catalog (its datasets list and its model rows), n
 and dataset catalogs (`display_name`, `short_name`), protocol titles from catalogs/protocols.yaml.
 Anything the catalogs do not know sorts after, by name.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -6,6 +6,7 @@ figure registry, so importing the report inside a notebook leaves its plotting s
 Every function takes what it plots and an output stem, and returns the written paths, so the
 HTML report and the CLI list exactly what was produced.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,11 @@ def save(fig, stem: Path) -> list[Path]:
     paths = []
     for ext in FORMATS:
         p = stem.with_suffix(f".{ext}")
-        with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text: searchable, editable
-            fig.savefig(p, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        # SVG text stays text: searchable, editable
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            fig.savefig(
+                p, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None
+            )
         paths.append(p)
     return paths
 
@@ -55,11 +59,20 @@ def radar_chart(lb: Leaderboard, stem: Path) -> list[Path]:
     ax = fig.add_subplot(polar=True)
     for row, colour in zip(lb.rows, _colours(len(lb.rows))):
         vals = [row.cells[d].mean if d in row.cells else np.nan for d in ds]
-        ax.plot(angles + angles[:1], vals + vals[:1], color=colour, lw=1.4, label=row.name, marker="o", ms=3)
+        ax.plot(
+            angles + angles[:1],
+            vals + vals[:1],
+            color=colour,
+            lw=1.4,
+            label=row.name,
+            marker="o",
+            ms=3,
+        )
     ax.set_xticks(angles)
     ax.set_xticklabels([dataset_display_name(d) for d in ds])
     ax.set_ylim(0, 100)
-    ax.set_rlabel_position(180 / len(ds))  # radial tick labels between the first two axes, off the data
+    # radial tick labels between the first two axes, off the data
+    ax.set_rlabel_position(180 / len(ds))
     ax.set_title(f"{lb.title}: mIoU per dataset", pad=18)
     ax.legend(loc="upper left", bbox_to_anchor=(1.08, 1.0), fontsize=8, frameon=False)
     return save(fig, stem)
@@ -70,8 +83,15 @@ def _grouped_bars(lb: Leaderboard, stem: Path) -> list[Path]:
     w = 0.8 / max(1, len(lb.datasets))
     x = np.arange(len(lb.rows))
     for k, d in enumerate(lb.datasets):
-        ax.bar(x + k * w, [r.cells[d].mean if d in r.cells else 0 for r in lb.rows], w, label=dataset_display_name(d))
-    ax.set_xticks(x + w * (len(lb.datasets) - 1) / 2, [r.name for r in lb.rows], rotation=45, ha="right")
+        ax.bar(
+            x + k * w,
+            [r.cells[d].mean if d in r.cells else 0 for r in lb.rows],
+            w,
+            label=dataset_display_name(d),
+        )
+    ax.set_xticks(
+        x + w * (len(lb.datasets) - 1) / 2, [r.name for r in lb.rows], rotation=45, ha="right"
+    )
     ax.set_ylabel("mIoU (%)")
     ax.legend(frameon=False)
     ax.set_title(f"{lb.title}: mIoU per dataset")
@@ -95,23 +115,42 @@ def retention_bars(t: Table, stem: Path) -> list[Path]:
     return save(fig, stem)
 
 
-def cost_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str,
-                 sources: Sequence[str] = ()) -> list[Path]:
+def cost_scatter(
+    points: Sequence[tuple[str, float, float]], stem: Path, title: str, sources: Sequence[str] = ()
+) -> list[Path]:
     """Average mIoU against GFLOPs (log axis when they span a decade), one labelled point per model.
-    `sources` (per point: "measured on <device>" or "catalog") marks copied figures with "(catalog)" and names
-    the measuring device on the axis."""
+    `sources` (per point: "measured on <device>" or "catalog") marks copied figures with "(catalog)"
+    and names the measuring device on the axis."""
     gs = [g for _, g, _ in points]
-    log = bool(gs) and min(gs) > 0 and max(gs) / min(gs) > 10  # GFLOPs span decades across the catalog
+    # GFLOPs span decades across the catalog
+    log = bool(gs) and min(gs) > 0 and max(gs) / min(gs) > 10
     if sources:
-        points = [(n + (" (catalog)" if src == "catalog" else ""), g, a) for (n, g, a), src in zip(points, sources)]
-    measured = sorted({src.removeprefix("measured on ") for src in sources if src.startswith("measured on ")})
-    xlabel = "GFLOPs per forward pass" + (f" (measured on {'; '.join(measured)}" + (", others catalog)" if "catalog" in sources else ")")
-                                          if measured else " (catalog)" if sources else "")
+        points = [
+            (n + (" (catalog)" if src == "catalog" else ""), g, a)
+            for (n, g, a), src in zip(points, sources)
+        ]
+    measured = sorted(
+        {src.removeprefix("measured on ") for src in sources if src.startswith("measured on ")}
+    )
+    xlabel = "GFLOPs per forward pass" + (
+        f" (measured on {'; '.join(measured)}"
+        + (", others catalog)" if "catalog" in sources else ")")
+        if measured
+        else " (catalog)"
+        if sources
+        else ""
+    )
     return labelled_scatter(points, stem, title, xlabel, "average mIoU (%)", log_x=log)
 
 
-def labelled_scatter(points: Sequence[tuple[str, float, float]], stem: Path, title: str, xlabel: str,
-                     ylabel: str, log_x: bool = False) -> list[Path]:
+def labelled_scatter(
+    points: Sequence[tuple[str, float, float]],
+    stem: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    log_x: bool = False,
+) -> list[Path]:
     """One labelled point per model (accuracy against cost, probe Q against mIoU)."""
     fig, ax = _subplots(figsize=(6.5, 4.5))
     for (name, x, y), colour in zip(points, _colours(len(points))):
@@ -137,13 +176,27 @@ def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[P
     im = None
     for k, (ax, t) in enumerate(zip(axes[0], tables)):
         classes = [c.header for c in t.columns[1:]]
-        data = np.array([[np.nan if v is None else v for v in row[1:]] for row in t.rows], dtype=float)
+        data = np.array(
+            [[np.nan if v is None else v for v in row[1:]] for row in t.rows], dtype=float
+        )
         im = ax.imshow(data, vmin=0, vmax=100, cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right", fontsize=8)
-        ax.set_yticks(range(len(t.rows)), [row[0] for row in t.rows] if k == 0 or not same_rows else [], fontsize=8)
+        ax.set_yticks(
+            range(len(t.rows)),
+            [row[0] for row in t.rows] if k == 0 or not same_rows else [],
+            fontsize=8,
+        )
         for (i, j), v in np.ndenumerate(data):
             if np.isfinite(v):
-                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color="white" if v < 60 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if v < 60 else "black",
+                )
         ax.set_title(t.title.rsplit(" on ", 1)[-1])
     if im is not None:
         fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="IoU (%)", pad=0.01)

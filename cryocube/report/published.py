@@ -5,6 +5,7 @@ The bundled CSV is the frozen-encoder, 100 %-label, UPerNet mIoU table of the Cr
 table is rendered through the same leaderboard code; averages and ranks are recomputed from its
 per-dataset numbers and any difference from the printed ones is reported, never copied.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,7 +19,9 @@ from .records import ResultsError
 
 PUBLISHED_CSV = Path(__file__).resolve().parent / "data" / "cryobench-published.csv"
 AVG_COLUMN, RANK_COLUMN = "avg_miou_published", "avg_rank_published"
-SOURCE = "Cryo-Bench (arXiv 2603.01576), README table: frozen encoder, 100 % labels, UPerNet, test mIoU"
+SOURCE = (
+    "Cryo-Bench (arXiv 2603.01576), README table: frozen encoder, 100 % labels, UPerNet, test mIoU"
+)
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,9 @@ def _float(v: str, where: str) -> float | None:
         raise ResultsError(f"{where}: {v!r} is not a number") from None
 
 
-def load_leaderboard_csv(path: str | Path | None = None, *, key: str = "published",
-                         title: str | None = None) -> Leaderboard:
+def load_leaderboard_csv(
+    path: str | Path | None = None, *, key: str = "published", title: str | None = None
+) -> Leaderboard:
     """Read a published/imported table (column `model`, one column per dataset, optional
     avg_miou_published / avg_rank_published) into a Leaderboard with recomputed ranks."""
     path = Path(path) if path else PUBLISHED_CSV
@@ -56,7 +60,9 @@ def load_leaderboard_csv(path: str | Path | None = None, *, key: str = "publishe
     except OSError as e:
         raise ResultsError(f"{path}: cannot read the published table ({e})") from None
     if not rows or "model" not in rows[0]:
-        raise ResultsError(f"{path}: needs a header with a 'model' column and one column per dataset")
+        raise ResultsError(
+            f"{path}: needs a header with a 'model' column and one column per dataset"
+        )
     ds_cols = [c for c in rows[0] if c not in ("model", AVG_COLUMN, RANK_COLUMN)]
     datasets = [dataset_id_from_name(c) for c in ds_cols]
     samples, published = {}, {}
@@ -66,9 +72,19 @@ def load_leaderboard_csv(path: str | Path | None = None, *, key: str = "publishe
             v = _float(row[c], f"{path}:{i} column {c}")
             if v is not None:
                 samples[(m, d)] = [(0, v)]
-        published[m] = (_float(row.get(AVG_COLUMN, ""), f"{path}:{i}"), _float(row.get(RANK_COLUMN, ""), f"{path}:{i}"))
-    lb = build_leaderboard(samples, key=key, title=title or f"Published: {path.name}", protocol="frozen",
-                           fraction=1.0, datasets=datasets, models=list(published))
+        published[m] = (
+            _float(row.get(AVG_COLUMN, ""), f"{path}:{i}"),
+            _float(row.get(RANK_COLUMN, ""), f"{path}:{i}"),
+        )
+    lb = build_leaderboard(
+        samples,
+        key=key,
+        title=title or f"Published: {path.name}",
+        protocol="frozen",
+        fraction=1.0,
+        datasets=datasets,
+        models=list(published),
+    )
     for r in lb.rows:
         r.published_avg, r.published_rank = published[r.name]
     lb.notes.append(f"Source: {SOURCE}." if path == PUBLISHED_CSV else f"Source: {path}.")
@@ -80,10 +96,13 @@ def check_consistency(lb: Leaderboard, *, tolerance: float | None = None) -> lis
 
     The tolerance is half a unit of the printed precision (0.005 for two decimals) plus float slack.
     """
-    tol = (0.5 * 10 ** -lb.decimals if tolerance is None else tolerance) + 1e-9
+    tol = (0.5 * 10**-lb.decimals if tolerance is None else tolerance) + 1e-9
     out = []
     for r in lb.rows:
-        for name, pub, rec in (("avg_mIoU", r.published_avg, r.avg), ("avg_rank", r.published_rank, r.avg_rank)):
+        for name, pub, rec in (
+            ("avg_mIoU", r.published_avg, r.avg),
+            ("avg_rank", r.published_rank, r.avg_rank),
+        ):
             if pub is None:
                 continue
             if rec is None or not math.isclose(pub, rec, abs_tol=tol):
@@ -93,4 +112,6 @@ def check_consistency(lb: Leaderboard, *, tolerance: float | None = None) -> lis
 
 def published_leaderboard() -> Leaderboard:
     """The paper's table, rendered through the same code as our runs."""
-    return load_leaderboard_csv(PUBLISHED_CSV, key="published", title="Cryo-Bench published (frozen encoder)")
+    return load_leaderboard_csv(
+        PUBLISHED_CSV, key="published", title="Cryo-Bench published (frozen encoder)"
+    )

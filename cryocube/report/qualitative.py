@@ -4,6 +4,7 @@ Reads the cube (through `cube.open_cube`, any store) and optionally a run's `pre
 (`pred(sample, y, x)` plus a `sample` array giving the cube index of each row). Only the few chosen
 samples are read, so xarray's convenience costs nothing here.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -29,7 +30,8 @@ def open_cube(url: str):
 
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # "not consolidated" fallback is fine here
+            # "not consolidated" fallback is fine here
+            warnings.simplefilter("ignore", RuntimeWarning)
             ds = cube.open_cube(url, allow_incomplete=True)
     except UserError:
         raise
@@ -37,14 +39,17 @@ def open_cube(url: str):
         raise CubeReadError(f"{url}: cannot open the cube ({type(e).__name__}: {e})") from None
     for var in ("image", "label"):
         if var not in ds:
-            raise CubeReadError(f"{url}: the cube has no '{var}' array (found: {', '.join(ds.data_vars)})")
+            raise CubeReadError(
+                f"{url}: the cube has no '{var}' array (found: {', '.join(ds.data_vars)})"
+            )
     return ds
 
 
 def default_samples(ds, n: int = 4, split: str = "test") -> list[int]:
     """The first n samples of the split (all samples if the cube has no split coordinate)."""
     if "split" in ds.coords:
-        splits = np.array([str(v) for v in ds["split"].values])  # vlen strings come back as StringDType
+        # vlen strings come back as StringDType
+        splits = np.array([str(v) for v in ds["split"].values])
         idx = np.flatnonzero(splits == split)
         if idx.size:
             return [int(i) for i in idx[:n]]
@@ -70,8 +75,12 @@ def _class_palette(ds) -> tuple[list[str], list]:
 def colourise(label: np.ndarray, colours: list) -> np.ndarray:
     """Class indices -> RGB; ignore (<0) and out-of-range values in light grey."""
     n = max(len(colours), int(label.max()) + 1 if label.size else 0)
-    lut = np.array(list(colours) + [matplotlib.colormaps["tab10"](k % 10)[:3] for k in range(len(colours), n)]
-                   + [IGNORE_COLOUR], dtype=float)
+    lut = np.array(
+        list(colours)
+        + [matplotlib.colormaps["tab10"](k % 10)[:3] for k in range(len(colours), n)]
+        + [IGNORE_COLOUR],
+        dtype=float,
+    )
     idx = np.where((label < 0) | (label >= n), n, label)
     return lut[idx]
 
@@ -79,7 +88,9 @@ def colourise(label: np.ndarray, colours: list) -> np.ndarray:
 def to_display(image: np.ndarray, band_names: Sequence[str]) -> np.ndarray:
     """(band, y, x) -> RGB (or grey) in [0, 1], 2-98 percentile stretch per channel."""
     names = [str(b) for b in band_names]
-    chans = next(([names.index(b) for b in trio] for trio in RGB_BANDS if all(b in names for b in trio)), [0])
+    chans = next(
+        ([names.index(b) for b in trio] for trio in RGB_BANDS if all(b in names for b in trio)), [0]
+    )
     img = np.asarray(image, dtype=float)[chans]
     out = np.zeros_like(img)
     for k, ch in enumerate(img):
@@ -87,7 +98,9 @@ def to_display(image: np.ndarray, band_names: Sequence[str]) -> np.ndarray:
         if finite.size:
             lo, hi = np.percentile(finite, [2, 98])
             out[k] = np.clip((np.nan_to_num(ch, nan=lo) - lo) / (hi - lo if hi > lo else 1.0), 0, 1)
-    return np.repeat(out, 3, axis=0).transpose(1, 2, 0) if len(chans) == 1 else out.transpose(1, 2, 0)
+    return (
+        np.repeat(out, 3, axis=0).transpose(1, 2, 0) if len(chans) == 1 else out.transpose(1, 2, 0)
+    )
 
 
 def _predictions(url: str | None):
@@ -99,7 +112,9 @@ def _predictions(url: str | None):
         g = store.open_group(str(url), "r")
         pred, index = g["pred"], np.asarray(g["sample"][:]).astype(int)
     except Exception as e:
-        raise CubeReadError(f"{url}: cannot read predictions (needs arrays 'pred' and 'sample'): {e}") from None
+        raise CubeReadError(
+            f"{url}: cannot read predictions (needs arrays 'pred' and 'sample'): {e}"
+        ) from None
     return pred, {int(s): k for k, s in enumerate(index)}
 
 
@@ -108,9 +123,16 @@ def _pixel_accuracy(pred: np.ndarray, label: np.ndarray) -> float | None:
     return float((pred[valid] == label[valid]).mean() * 100) if valid.any() else None
 
 
-def qualitative_panels(cube_url: str, predictions_url: str | None, samples: Sequence[int] | None,
-                       out: str | Path, *, title: str | None = None) -> list[Path]:
-    """Write a figure (PNG + SVG at stem `out`) with one row per sample: image, label[, prediction]."""
+def qualitative_panels(
+    cube_url: str,
+    predictions_url: str | None,
+    samples: Sequence[int] | None,
+    out: str | Path,
+    *,
+    title: str | None = None,
+) -> list[Path]:
+    """Write a figure (PNG + SVG at stem `out`) with one row per sample: image, label[,
+    prediction]."""
     ds = open_cube(cube_url)
     samples = list(samples) if samples else default_samples(ds)
     n_samples = ds.sizes["sample"]
@@ -119,7 +141,9 @@ def qualitative_panels(cube_url: str, predictions_url: str | None, samples: Sequ
         raise CubeReadError(f"{cube_url}: sample(s) {bad} out of range (the cube has {n_samples})")
     pred, pred_row = _predictions(predictions_url)
     names, colours = _class_palette(ds)
-    band_names = ds["band"].values if "band" in ds.coords else [str(i) for i in range(ds.sizes["band"])]
+    band_names = (
+        ds["band"].values if "band" in ds.coords else [str(i) for i in range(ds.sizes["band"])]
+    )
     ncol = 3 if pred is not None else 2
     fig = Figure(figsize=(3.0 * ncol, 3.0 * len(samples) + 0.9), layout="constrained")
     axes = fig.subplots(len(samples), ncol, squeeze=False)
@@ -129,7 +153,10 @@ def qualitative_panels(cube_url: str, predictions_url: str | None, samples: Sequ
         scene = str(item["scene"].values) if "scene" in item.coords else ""
         split = str(item["split"].values) if "split" in item.coords else ""
         row[0].imshow(to_display(item["image"].values, band_names))
-        row[0].set_title(f"sample {s}" + (f" · {scene}" if scene else "") + (f" ({split})" if split else ""), fontsize=8)
+        row[0].set_title(
+            f"sample {s}" + (f" · {scene}" if scene else "") + (f" ({split})" if split else ""),
+            fontsize=8,
+        )
         row[1].imshow(colourise(label, colours), interpolation="nearest")
         row[1].set_title("label", fontsize=8)
         if pred is not None:
@@ -137,21 +164,37 @@ def qualitative_panels(cube_url: str, predictions_url: str | None, samples: Sequ
                 p = np.asarray(pred[pred_row[s]]).astype(int)
                 row[2].imshow(colourise(p, colours), interpolation="nearest")
                 acc = _pixel_accuracy(p, label)
-                row[2].set_title("prediction" + (f" (pixel acc {acc:.1f}%)" if acc is not None else ""), fontsize=8)
+                row[2].set_title(
+                    "prediction" + (f" (pixel acc {acc:.1f}%)" if acc is not None else ""),
+                    fontsize=8,
+                )
             else:
-                row[2].text(0.5, 0.5, "no prediction\nfor this sample", ha="center", va="center", fontsize=8)
+                row[2].text(
+                    0.5, 0.5, "no prediction\nfor this sample", ha="center", va="center", fontsize=8
+                )
                 row[2].set_title("prediction", fontsize=8)
         for ax in row:
             ax.set_xticks([])
             ax.set_yticks([])
-    handles = [Patch(color=c, label=n) for n, c in zip(names, colours)] + [Patch(color=IGNORE_COLOUR, label="ignore")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
-    fig.suptitle(title or f"{ds.attrs.get('dataset', Path(str(cube_url)).name)}: test tiles", fontsize=10)
+    handles = [Patch(color=c, label=n) for n, c in zip(names, colours)] + [
+        Patch(color=IGNORE_COLOUR, label="ignore")
+    ]
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncol=min(len(handles), 4),
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        title or f"{ds.attrs.get('dataset', Path(str(cube_url)).name)}: test tiles", fontsize=10
+    )
     return save(fig, Path(out))
 
 
 def find_predictions(run: Run, sources: Sequence[str]) -> str | None:
-    """Where a run's predictions.zarr lives: a URL in the record, or <results dir>[/runs]/<run_id>/."""
+    """Where a run's predictions.zarr lives: a URL in the record, or <results
+    dir>[/runs]/<run_id>/."""
     from .. import store
 
     rec = run.record
@@ -161,7 +204,10 @@ def find_predictions(run: Run, sources: Sequence[str]) -> str | None:
     for src in sources:
         base = str(src).rsplit("/", 1)[0]
         if run.run_id:
-            cands += [store.join(base, run.run_id, "predictions.zarr"), store.join(base, "runs", run.run_id, "predictions.zarr")]
+            cands += [
+                store.join(base, run.run_id, "predictions.zarr"),
+                store.join(base, "runs", run.run_id, "predictions.zarr"),
+            ]
     for c in cands:
         if c and store.exists(str(c)):
             return str(c)

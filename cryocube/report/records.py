@@ -8,6 +8,7 @@ every table and plot says so and never averages it with real-weight runs.
 The trials of a `cryocube tune` study (records with `sweep`) stay out of the runs and leaderboards;
 the study's best retrain is its own row, "S12-MoCo (tuned)".
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,8 @@ from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
 DEVIATES = " (deviates: "  # + the record's deviations in effect + ")": see docs/deviations.md
-TUNED = " (tuned)"  # the best trial of a `cryocube tune` study: its own row, never averaged with default-recipe runs
+# the best trial of a `cryocube tune` study: its own row, never averaged with default-recipe runs
+TUNED = " (tuned)"
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,11 @@ class Run:
     @property
     def class_iou(self) -> dict[str, float]:
         iou = self.metrics.get("IoU") or {}
-        return {str(k): float(v) for k, v in iou.items() if _num(v) is not None} if isinstance(iou, dict) else {}
+        return (
+            {str(k): float(v) for k, v in iou.items() if _num(v) is not None}
+            if isinstance(iou, dict)
+            else {}
+        )
 
     @property
     def gflops(self) -> float | None:
@@ -74,7 +80,11 @@ class Run:
     @property
     def params(self) -> tuple[int | None, int | None]:
         p = self.record.get("params") or {}
-        enc, dec = (_num(p.get("encoder")), _num(p.get("decoder"))) if isinstance(p, dict) else (None, None)
+        enc, dec = (
+            (_num(p.get("encoder")), _num(p.get("decoder")))
+            if isinstance(p, dict)
+            else (None, None)
+        )
         return (int(enc) if enc is not None else None, int(dec) if dec is not None else None)
 
     @property
@@ -112,7 +122,8 @@ class Run:
 
     @property
     def is_trial(self) -> bool:
-        """A study's trial (not its best retrain): read for the study's section, never for leaderboards."""
+        """A study's trial (not its best retrain): read for the study's section, never for
+        leaderboards."""
         return bool(self.sweep) and not self.sweep.get("best")
 
     @property
@@ -128,28 +139,50 @@ class Run:
 
     @property
     def recipe_digest(self) -> str:
-        """What defines the run apart from its label fraction, seed and protocol: points with equal digests
-        belong on one curve. From the identity the engine hashed; an older record without one is keyed by
-        what it does say (model, config, cube, weights), so runs that may differ are never joined."""
+        """What defines the run apart from its label fraction, seed and protocol: points with equal
+        digests belong on one curve. From the identity the engine hashed; an older record without
+        one is keyed by what it does say (model, config, cube, weights), so runs that may differ are
+        never joined.
+        """
         body = {k: v for k, v in self.identity.items() if k not in NOT_RECIPE}
         if not body:
-            body = {"model": self.model, "config": self.record.get("config"), "cube": self.cube.get("checksum"),
-                    "random_init": self.random_init, "weights": (self.record.get("weights") or {}).get("sha256")
-                    if isinstance(self.record.get("weights"), dict) else None}
+            body = {
+                "model": self.model,
+                "config": self.record.get("config"),
+                "cube": self.cube.get("checksum"),
+                "random_init": self.random_init,
+                "weights": (
+                    (self.record.get("weights") or {}).get("sha256")
+                    if isinstance(self.record.get("weights"), dict)
+                    else None
+                ),
+            }
         return _digest(body)
 
     @property
     def label_set(self) -> str:
-        """Digest of the labels a probe run was scored on (runs on other label sets are never ranked together);
-        an older record without one: its labels source and task names."""
+        """Digest of the labels a probe run was scored on (runs on other label sets are never ranked
+        together); an older record without one: its labels source and task names."""
         d = self.record.get("label_set") or self.identity.get("tasks")
-        return str(d) if d else _digest({"labels": self.record.get("labels"), "tasks": self.record.get("tasks")})
+        return (
+            str(d)
+            if d
+            else _digest({"labels": self.record.get("labels"), "tasks": self.record.get("tasks")})
+        )
 
     @property
     def key(self) -> tuple:
-        return (self.model, self.model_name, self.dataset, self.protocol, self.fraction, self.seed,
-                str((self.record.get("probe") or {}).get("probe", "")),
-                str(self.record.get("label_set") or ""), self.recipe_digest)
+        return (
+            self.model,
+            self.model_name,
+            self.dataset,
+            self.protocol,
+            self.fraction,
+            self.seed,
+            str((self.record.get("probe") or {}).get("probe", "")),
+            str(self.record.get("label_set") or ""),
+            self.recipe_digest,
+        )
 
 
 @dataclass
@@ -160,23 +193,33 @@ class Results:
     failures: list[Run]  # status error (or "ok" without a usable mIoU)
     sources: list[str]
     replaced: list[Run] = field(default_factory=list)  # older records of a repeated run
-    other_recipes: list[Run] = field(default_factory=list)  # ok runs of a cell's other recipes (curves only, never averaged)
-    trials: list[Run] = field(default_factory=list)  # `cryocube tune` trials, every line (see report/sweeps.py)
-    # ok runs of the families scored on another primary metric than mIoU, by family: their sections are the
+    # ok runs of a cell's other recipes (curves only, never averaged)
+    other_recipes: list[Run] = field(default_factory=list)
+    # `cryocube tune` trials, every line (see report/sweeps.py)
+    trials: list[Run] = field(default_factory=list)
+    # ok runs of the families scored on another primary metric than mIoU, by family: their sections
+    # are the
     # families' own (`Family.report_sections`); the leaderboards above rank mIoU runs only
     by_family: dict[str, list[Run]] = field(default_factory=dict)
 
     def of(self, family: str) -> list[Run]:
-        """The ok runs of one family with a report section of its own (a list the caller may extend)."""
+        """The ok runs of one family with a report section of its own (a list the caller may
+        extend)."""
         return self.by_family.setdefault(family, [])
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
-        return [r for r in self.runs if (protocol is None or r.protocol == protocol)
-                and (fraction is None or math.isclose(r.fraction, fraction))]
+        return [
+            r
+            for r in self.runs
+            if (protocol is None or r.protocol == protocol)
+            and (fraction is None or math.isclose(r.fraction, fraction))
+        ]
 
 
-LEADERBOARD_METRIC = "mIoU"  # the protocol leaderboards (Cryo-Bench's) rank runs scored on it, of any family
-NOT_RECIPE = ("fraction", "seed", "protocol")  # identity fields that vary along a curve, not between curves
+# the protocol leaderboards (Cryo-Bench's) rank runs scored on it, of any family
+LEADERBOARD_METRIC = "mIoU"
+# identity fields that vary along a curve, not between curves
+NOT_RECIPE = ("fraction", "seed", "protocol")
 
 
 def _digest(obj: Any) -> str:
@@ -196,7 +239,8 @@ def _num(v: Any) -> float | None:
 
 
 def result_files(paths: Iterable[str | Path]) -> list[str]:
-    """Expand directories (local or remote) to the results.jsonl files they hold (the folder's own file first)."""
+    """Expand directories (local or remote) to the results.jsonl files they hold (the folder's own
+    file first)."""
     files: list[str] = []
     for p in map(str, paths):
         if store.is_remote(p):
@@ -211,7 +255,11 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
             continue
         q = Path(p)
         if q.is_dir():
-            found = [q / RESULTS_FILE] if (q / RESULTS_FILE).is_file() else sorted(q.rglob(RESULTS_FILE))
+            found = (
+                [q / RESULTS_FILE]
+                if (q / RESULTS_FILE).is_file()
+                else sorted(q.rglob(RESULTS_FILE))
+            )
             if not found:
                 raise ResultsError(f"{q}: no {RESULTS_FILE} in this directory or below it")
             files.extend(str(f) for f in found)
@@ -225,16 +273,28 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
 
 
 def parse_record(d: Any, where: str) -> Run:
-    """A record of any version, validated and migrated (cryocube/record.py), flattened for tables and plots."""
+    """A record of any version, validated and migrated (cryocube/record.py), flattened for tables
+    and plots."""
     try:
         rec = RunRecord.from_dict(d, where)
     except RecordError as e:
         raise ResultsError(str(e)) from None
     d = rec.to_dict()
-    metrics, seed, fraction, status, error = rec.metrics, rec.seed, rec.fraction, rec.status, rec.error
+    metrics, seed, fraction, status, error = (
+        rec.metrics,
+        rec.seed,
+        rec.fraction,
+        rec.status,
+        rec.error,
+    )
     primary = str(rec.primary_metric)
-    if status == "ok" and _num(metrics.get(primary)) is None and not (primary == "Q" and "Q" in metrics):
-        # (an embedding run's Q may be NaN by the NeuCo-Bench NaN rule: it is dropped from the ranking, visibly)
+    if (
+        status == "ok"
+        and _num(metrics.get(primary)) is None
+        and not (primary == "Q" and "Q" in metrics)
+    ):
+        # (an embedding run's Q may be NaN by the NeuCo-Bench NaN rule: it is dropped from the
+        # ranking, visibly)
         status, error = "error", error or f"record has status ok but no numeric metrics.{primary}"
     model = str(d["model"])
     w = d.get("weights") if isinstance(d.get("weights"), dict) else {}
@@ -243,12 +303,22 @@ def parse_record(d: Any, where: str) -> Run:
     deviates = [str(x) for x in dev.get("in_effect") or []]
     tuned = isinstance(d.get("sweep"), dict) and bool(d["sweep"].get("best"))
     return Run(
-        run_id=str(d.get("run_id") or ""), model=model,
-        model_name=model_display_name(model, d.get("model_name")) + (RANDOM_INIT if random_init else "")
-        + (f"{DEVIATES}{', '.join(deviates)})" if deviates else "") + (TUNED if tuned else ""), dataset=str(d["dataset"]).lower(),
-        protocol=str(d["protocol"]), fraction=fraction, seed=seed, status=status,
-        error=None if error is None else str(error), metrics=metrics, created=str(d.get("created") or ""),
-        source=where, record=d,
+        run_id=str(d.get("run_id") or ""),
+        model=model,
+        model_name=model_display_name(model, d.get("model_name"))
+        + (RANDOM_INIT if random_init else "")
+        + (f"{DEVIATES}{', '.join(deviates)})" if deviates else "")
+        + (TUNED if tuned else ""),
+        dataset=str(d["dataset"]).lower(),
+        protocol=str(d["protocol"]),
+        fraction=fraction,
+        seed=seed,
+        status=status,
+        error=None if error is None else str(error),
+        metrics=metrics,
+        created=str(d.get("created") or ""),
+        source=where,
+        record=d,
     )
 
 
@@ -270,14 +340,16 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
             raise ResultsError(f"{f}: cannot read ({e})") from None
         lines = text.splitlines()
         table: list = []
-        torn = bool(text) and not text.endswith("\n")  # a crash while appending leaves the last line unterminated
+        # a crash while appending leaves the last line unterminated
+        torn = bool(text) and not text.endswith("\n")
         for i, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
-                if torn and i == len(lines):  # an interrupted write: the engine moves it aside next time
+                # an interrupted write: the engine moves it aside next time
+                if torn and i == len(lines):
                     warnings.warn(f"{f}:{i}: torn last line skipped", stacklevel=2)
                     continue
                 raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
@@ -288,20 +360,25 @@ def read_runs(paths: Iterable[str | Path]) -> list[Run]:
 
 
 def _records_not_in(f: str, table: list) -> list[Run]:
-    """The runs of f's folder whose record files the table lacks (the records are the truth), said in a warning."""
+    """The runs of f's folder whose record files the table lacks (the records are the truth), said
+    in a warning."""
     if f.rstrip("/").rsplit("/", 1)[-1] != RESULTS_FILE:
         return []
     out = f.rstrip("/")[: -len(RESULTS_FILE)].rstrip("/") or "."
     add = missing_records(out, [d for d in table if isinstance(d, dict)])
     if add:
-        warnings.warn(f"{f}: {len(add)} run(s) with a record in {out}/runs/ but no line in the table read from their "
-                      "records (the next `cryocube evaluate` into this folder re-adds them)", stacklevel=3)
+        warnings.warn(
+            f"{f}: {len(add)} run(s) with a record in {out}/runs/ but no line in the table read"
+            " from their records (the next `cryocube evaluate` into this folder re-adds them)",
+            stacklevel=3,
+        )
     return [parse_record(d, f"{out}/runs/{d['run_id']}/record.json") for d in add]
 
 
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """Keep the latest record (by `created`, then by read order) per (model, name, dataset, protocol, fraction, seed);
-    a random-init run has its own name, so it never replaces a run with weights."""
+    """Keep the latest record (by `created`, then by read order) per (model, name, dataset,
+    protocol, fraction, seed); a random-init run has its own name, so it never replaces a run with
+    weights."""
     latest: dict[tuple, tuple[tuple, Run]] = {}
     replaced: list[Run] = []
     for order, r in enumerate(runs):
@@ -317,22 +394,27 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def one_recipe_per_cell(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """(runs shown, runs left out): where one model, dataset, protocol and fraction ran under several recipes
-    (epochs 1 and 3), the recipe with the most runs (then the newest) fills the cell; the others are never
-    averaged with it as if they were more seeds."""
+    """(runs shown, runs left out): where one model, dataset, protocol and fraction ran under
+    several recipes (epochs 1 and 3), the recipe with the most runs (then the newest) fills the
+    cell; the others are never averaged with it as if they were more seeds."""
     cells: dict[tuple, dict[str, list[tuple[int, Run]]]] = {}
     for order, r in enumerate(runs):
-        cells.setdefault((r.model, r.model_name, r.dataset, r.protocol, r.fraction), {}) \
-            .setdefault(r.recipe_digest, []).append((order, r))
+        cells.setdefault((r.model, r.model_name, r.dataset, r.protocol, r.fraction), {}).setdefault(
+            r.recipe_digest, []
+        ).append((order, r))
     shown: set[int] = set()
     for recipes in cells.values():
         pick = max(recipes.values(), key=lambda v: (len(v), max(_created_key(r, o) for o, r in v)))
         shown.update(o for o, _ in pick)
-    return ([r for o, r in enumerate(runs) if o in shown], [r for o, r in enumerate(runs) if o not in shown])
+    return (
+        [r for o, r in enumerate(runs) if o in shown],
+        [r for o, r in enumerate(runs) if o not in shown],
+    )
 
 
 def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
-    """Read results.jsonl files (or directories holding them) into de-duplicated runs and failures."""
+    """Read results.jsonl files (or directories holding them) into de-duplicated runs and
+    failures."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = list(paths)
@@ -345,14 +427,22 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
         if r.status == "ok" and r.primary_metric != LEADERBOARD_METRIC:
             by_family.setdefault(r.family, []).append(r)
     failed = [r for r in kept if r.status != "ok"]
-    return Results(runs=ok, failures=failed, sources=result_files(paths), replaced=replaced, other_recipes=other,
-                   trials=[r for r in every if r.is_trial], by_family=by_family)
+    return Results(
+        runs=ok,
+        failures=failed,
+        sources=result_files(paths),
+        replaced=replaced,
+        other_recipes=other,
+        trials=[r for r in every if r.is_trial],
+        by_family=by_family,
+    )
 
 
 def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict[Any, str]:
-    """Display names for groups keyed by identity (one representative run each): the display name, plus, where
-    groups share it, what tells them apart: the model id, the recipe fields that differ (`epochs=3`), else the
-    recipe digest. Names are only for show: two groups never merge because they print alike."""
+    """Display names for groups keyed by identity (one representative run each): the display name,
+    plus, where groups share it, what tells them apart: the model id, the recipe fields that differ
+    (`epochs=3`), else the recipe digest. Names are only for show: two groups never merge because
+    they print alike."""
     by_name: dict[str, list] = {}
     for k, r in groups.items():
         by_name.setdefault(base(r), []).append(k)
@@ -367,11 +457,21 @@ def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict
             parts = [r.model] if len(models) > 1 else []
             mates = [groups[j].recipe for j in keys if groups[j].model == r.model]
             if len(mates) > 1:
-                differ = sorted({f for rc in mates for f in rc
-                                 if len({json.dumps(m.get(f), sort_keys=True, default=str) for m in mates}) > 1})
-                parts.append(", ".join(f"{f}={r.recipe.get(f)}" for f in differ[:3]) or f"recipe {r.recipe_digest[:6]}")
+                differ = sorted(
+                    {
+                        f
+                        for rc in mates
+                        for f in rc
+                        if len({json.dumps(m.get(f), sort_keys=True, default=str) for m in mates})
+                        > 1
+                    }
+                )
+                parts.append(
+                    ", ".join(f"{f}={r.recipe.get(f)}" for f in differ[:3])
+                    or f"recipe {r.recipe_digest[:6]}"
+                )
             out[k] = f"{name} ({'; '.join(parts)})"
     seen: dict[str, int] = {}
     for label in out.values():
         seen[label] = seen.get(label, 0) + 1
-    return {k: (f"{v} [{groups[k].recipe_digest[:6]}]" if seen[v] > 1 else v) for k, v in out.items()}
+    return {k: f"{v} [{groups[k].recipe_digest[:6]}]" if seen[v] > 1 else v for k, v in out.items()}

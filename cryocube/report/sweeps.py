@@ -6,6 +6,7 @@ parameter, and its optimisation history (validation objective per trial, pruned 
 Label fractions: metric against the share of training labels per model, frozen against fine-tuned,
 from plain runs (`evaluate --fraction 0.01,0.05,...`; tune trials never enter).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -41,31 +42,62 @@ def _latest_trials(trials: Sequence[Run], study: str) -> dict[int, Run]:
 
 
 def studies_table(res: Results) -> tuple[Table, Table]:
-    tuned = sorted((r for r in res.runs if r.sweep.get("best")), key=lambda r: (r.dataset, r.model_name, r.protocol))
+    tuned = sorted(
+        (r for r in res.runs if r.sweep.get("best")),
+        key=lambda r: (r.dataset, r.model_name, r.protocol),
+    )
     by_id = {r.run_id: r for r in res.runs + res.other_recipes + res.replaced if not r.sweep}
-    cols = [Column("model", "Model", numeric=False), Column("dataset", "Dataset", numeric=False),
-            Column("protocol", "Protocol", numeric=False), Column("default", "Default test mIoU"),
-            Column("tuned", "Tuned test mIoU"), Column("gain", "Gain"), Column("best_params", "Best params", numeric=False),
-            Column("val", "Best val objective"), Column("trials", "Trials (complete/pruned/failed)", numeric=False),
-            Column("study", "Study", numeric=False)]
+    cols = [
+        Column("model", "Model", numeric=False),
+        Column("dataset", "Dataset", numeric=False),
+        Column("protocol", "Protocol", numeric=False),
+        Column("default", "Default test mIoU"),
+        Column("tuned", "Tuned test mIoU"),
+        Column("gain", "Gain"),
+        Column("best_params", "Best params", numeric=False),
+        Column("val", "Best val objective"),
+        Column("trials", "Trials (complete/pruned/failed)", numeric=False),
+        Column("study", "Study", numeric=False),
+    ]
     t = Table("studies", "Hyper-parameter studies: default recipe vs tuned", cols)
-    imp = Table("importance", "Parameter importance (fANOVA over completed trials)",
-                [Column("study", "Study", numeric=False), Column("model", "Model", numeric=False),
-                 Column("dataset", "Dataset", numeric=False), Column("param", "Parameter", numeric=False),
-                 Column("importance", "Importance")])
+    imp = Table(
+        "importance",
+        "Parameter importance (fANOVA over completed trials)",
+        [
+            Column("study", "Study", numeric=False),
+            Column("model", "Model", numeric=False),
+            Column("dataset", "Dataset", numeric=False),
+            Column("param", "Parameter", numeric=False),
+            Column("importance", "Importance"),
+        ],
+    )
     for r in tuned:
         s = r.sweep
         base = by_id.get(str(s.get("baseline_run_id")))
         d, v = (base.miou if base else None), r.miou
         n = s.get("n_trials") or {}
         params = ", ".join(f"{k}={_fmt_param(x)}" for k, x in (s.get("params") or {}).items())
-        t.add([r.model_name, r.dataset, r.protocol, d, v, v - d if v is not None and d is not None else None, params,
-               s.get("value"), f"{n.get('complete', 0)}/{n.get('pruned', 0)}/{n.get('fail', 0)}", s.get("study")])
+        t.add(
+            [
+                r.model_name,
+                r.dataset,
+                r.protocol,
+                d,
+                v,
+                v - d if v is not None and d is not None else None,
+                params,
+                s.get("value"),
+                f"{n.get('complete', 0)}/{n.get('pruned', 0)}/{n.get('fail', 0)}",
+                s.get("study"),
+            ]
+        )
         for k, x in sorted((s.get("importance") or {}).items(), key=lambda kv: -kv[1]):
             imp.add([s.get("study"), r.model_name, dataset_display_name(r.dataset), k, float(x)])
-    t.notes.append("Trials are selected on the validation split only (objective: best validation mIoU of the run); "
-                   "the tuned column is the best trial's retrain on the same split, tested once. Default: the recipe "
-                   "without the study's params, same seed.")
+    t.notes.append(
+        "Trials are selected on the validation split only (objective: best validation mIoU of the"
+        " run); the tuned column is the best trial's retrain on the same split, tested once."
+        " Default: the recipe without the study's params, same seed."
+    )
     return t, imp
 
 
@@ -74,14 +106,28 @@ def _fmt_param(x) -> str:
 
 
 def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -> list[Path]:
-    """Validation objective per trial (pruned: at their rung), and the best so far over completed trials."""
+    """Validation objective per trial (pruned: at their rung), and the best so far over completed
+    trials."""
     fig = Figure(figsize=(6.5, 4))
     ax = fig.add_subplot()
-    for state, marker, colour in (("complete", "o", "tab:blue"), ("pruned", "x", "tab:red"), ("failed", "s", "grey")):
-        pts = [(k, r.sweep.get("value")) for k, r in trials.items() if r.sweep.get("state") == state]
+    for state, marker, colour in (
+        ("complete", "o", "tab:blue"),
+        ("pruned", "x", "tab:red"),
+        ("failed", "s", "grey"),
+    ):
+        pts = [
+            (k, r.sweep.get("value")) for k, r in trials.items() if r.sweep.get("state") == state
+        ]
         pts = [(k, v) for k, v in pts if isinstance(v, (int, float))]
         if pts:
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=colour, label=state, zorder=3)
+            ax.scatter(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker=marker,
+                color=colour,
+                label=state,
+                zorder=3,
+            )
     best, xs, ys = None, [], []
     for k, r in trials.items():
         v = r.sweep.get("value")
@@ -94,7 +140,9 @@ def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -
         ax.step(xs, ys, where="post", color="black", lw=1.2, label="best so far")
     ax.set_xlabel("trial")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(str(next(iter(trials.values())).sweep.get("metric", "val_mIoU")) if trials else "val_mIoU")
+    ax.set_ylabel(
+        str(next(iter(trials.values())).sweep.get("metric", "val_mIoU")) if trials else "val_mIoU"
+    )
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -104,9 +152,9 @@ def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -
 def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float, list[float]]]]:
     """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed.
 
-    A curve is one model id and one recipe (the run's identity apart from fraction, seed and protocol):
-    two models that share a display name, or one model at epochs 1 and 3, are separate curves, labelled
-    apart (`distinct_labels`)."""
+    A curve is one model id and one recipe (the run's identity apart from fraction, seed and
+    protocol): two models that share a display name, or one model at epochs 1 and 3, are separate
+    curves, labelled apart (`distinct_labels`)."""
     out, rep = _fraction_groups(res)
     curves = {}
     for d, cs in out.items():
@@ -118,13 +166,20 @@ def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float,
 
 
 def _fraction_groups(res: Results) -> tuple[dict, dict]:
-    """dataset -> (model, recipe digest, encoder mode) -> fraction -> mIoUs, and one run per group."""
+    """dataset -> (model, recipe digest, encoder mode) -> fraction -> mIoUs, and one run per
+    group."""
     out: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     rep: dict[tuple, Run] = {}
     for r in res.runs + res.other_recipes:
         if r.sweep or r.miou is None:
             continue
-        kind = "frozen" if r.protocol in FROZEN_PROTOCOLS else "fine-tuned" if r.protocol in FINETUNED_PROTOCOLS else None
+        kind = (
+            "frozen"
+            if r.protocol in FROZEN_PROTOCOLS
+            else "fine-tuned"
+            if r.protocol in FINETUNED_PROTOCOLS
+            else None
+        )
         if kind:
             key = (r.model, r.recipe_digest, kind)
             out[r.dataset][key][r.fraction].append(r.miou)
@@ -133,8 +188,10 @@ def _fraction_groups(res: Results) -> tuple[dict, dict]:
 
 
 def fraction_left_out(res: Results) -> list[str]:
-    """The runs no curve shows because their recipe ran at one label fraction while the same model (and encoder
-    mode) ran other fractions under another recipe: a curve never joins recipes, and the report says so."""
+    """The runs no curve shows because their recipe ran at one label fraction while the same model
+    (and encoder mode) ran other fractions under another recipe: a curve never joins recipes, and
+    the report says so.
+    """
     out, rep = _fraction_groups(res)
     lines = []
     for d, cs in sorted(out.items()):
@@ -143,26 +200,48 @@ def fraction_left_out(res: Results) -> list[str]:
             mates = [p for (m, _, k), p in cs.items() if (m, k) == (model, kind)]
             if len(pts) == 1 and len({f for p in mates for f in p}) >= 2:
                 f = next(iter(pts))
-                lines.append(f"{dataset_display_name(d)}: {names[(model, digest, kind)]} ({kind}, recipe {digest[:6]}) "
-                             f"at fraction {f:g}, {len(pts[f])} run(s)")
+                lines.append(
+                    f"{dataset_display_name(d)}: {names[(model, digest, kind)]} ({kind}, recipe"
+                    f" {digest[:6]}) at fraction {f:g}, {len(pts[f])} run(s)"
+                )
     return lines
 
 
 def fraction_table(curves: dict) -> Table:
-    t = Table("label_fraction", "Test mIoU against the share of training labels",
-              [Column("dataset", "Dataset", numeric=False), Column("model", "Model", numeric=False),
-               Column("encoder", "Encoder", numeric=False), Column("fraction", "Label fraction"),
-               Column("miou", "mIoU (mean over seeds)"), Column("seeds", "seeds")])
+    t = Table(
+        "label_fraction",
+        "Test mIoU against the share of training labels",
+        [
+            Column("dataset", "Dataset", numeric=False),
+            Column("model", "Model", numeric=False),
+            Column("encoder", "Encoder", numeric=False),
+            Column("fraction", "Label fraction"),
+            Column("miou", "mIoU (mean over seeds)"),
+            Column("seeds", "seeds"),
+        ],
+    )
     for d, cs in sorted(curves.items()):
         for (m, kind), pts in sorted(cs.items()):
             for f, vals in sorted(pts.items()):
-                t.add([d, m, kind, f, _mean(vals), len(vals)], [dataset_display_name(d), m, kind, f"{f:g}",
-                                                               f"{_mean(vals):.2f}", str(len(vals))])
+                t.add(
+                    [d, m, kind, f, _mean(vals), len(vals)],
+                    [
+                        dataset_display_name(d),
+                        m,
+                        kind,
+                        f"{f:g}",
+                        f"{_mean(vals):.2f}",
+                        str(len(vals)),
+                    ],
+                )
     return t
 
 
-def fraction_plot(curves: dict[tuple[str, str], dict[float, list[float]]], stem: Path, title: str) -> list[Path]:
-    """One line per model and encoder mode (solid: frozen, dashed: fine-tuned), log-scaled label fraction."""
+def fraction_plot(
+    curves: dict[tuple[str, str], dict[float, list[float]]], stem: Path, title: str
+) -> list[Path]:
+    """One line per model and encoder mode (solid: frozen, dashed: fine-tuned), log-scaled label
+    fraction."""
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.add_subplot()
     models = sorted({m for m, _ in curves})
@@ -170,8 +249,15 @@ def fraction_plot(curves: dict[tuple[str, str], dict[float, list[float]]], stem:
     colour = {m: cmap(i % cmap.N) for i, m in enumerate(models)}
     for (m, kind), pts in sorted(curves.items()):
         fs = sorted(pts)
-        ax.plot(fs, [_mean(pts[f]) for f in fs], marker="o", ms=4, color=colour[m],
-                ls="-" if kind == "frozen" else "--", label=f"{m}, {kind}")
+        ax.plot(
+            fs,
+            [_mean(pts[f]) for f in fs],
+            marker="o",
+            ms=4,
+            color=colour[m],
+            ls="-" if kind == "frozen" else "--",
+            label=f"{m}, {kind}",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("share of training labels")
     ax.set_ylabel("test mIoU")
@@ -182,7 +268,8 @@ def fraction_plot(curves: dict[tuple[str, str], dict[float, list[float]]], stem:
 
 
 def sections(w: Any, res: Results) -> None:
-    """The studies section and the label-fraction section, where the results hold either (w: build's writer)."""
+    """The studies section and the label-fraction section, where the results hold either (w: build's
+    writer)."""
     if any(r.sweep.get("best") for r in res.runs):
         sec = w.section("Hyper-parameter studies")
         t, imp = studies_table(res)
@@ -192,18 +279,40 @@ def sections(w: Any, res: Results) -> None:
         for i, study in enumerate(t.column_values("study")):
             trials = _latest_trials(res.trials, str(study))
             if trials:
-                higher = next(iter(trials.values())).sweep.get("direction", "maximize") != "minimize"
-                w.figure(sec, history_plot(trials, higher, w.stem(f"tune_history_{i}"), f"{study}: optimisation history"),
-                         f"{study}: validation objective per trial")
+                higher = (
+                    next(iter(trials.values())).sweep.get("direction", "maximize") != "minimize"
+                )
+                w.figure(
+                    sec,
+                    history_plot(
+                        trials,
+                        higher,
+                        w.stem(f"tune_history_{i}"),
+                        f"{study}: optimisation history",
+                    ),
+                    f"{study}: validation objective per trial",
+                )
     curves = fraction_curves(res)
     left = fraction_left_out(res)
     if curves or left:
-        note = (f"Left out of the curves, {len(left)} point(s) whose recipe ran at one label fraction only (a curve "
-                "joins runs of one recipe, never recipes at other fractions): " + "; ".join(left) + ".") if left else ""
+        note = (
+            (
+                f"Left out of the curves, {len(left)} point(s) whose recipe ran at one label"
+                " fraction only (a curve joins runs of one recipe, never recipes at other"
+                " fractions): " + "; ".join(left) + "."
+            )
+            if left
+            else ""
+        )
         sec = w.section("Label-fraction curves", text=note)
         if curves:
             w.table(sec, "fractions", fraction_table(curves))
         for d, cs in sorted(curves.items()):
-            w.figure(sec, fraction_plot(cs, w.stem(f"label_fraction_{d}"), f"{dataset_display_name(d)}: mIoU vs labels"),
-                     f"{dataset_display_name(d)}: test mIoU against the share of training labels (frozen solid, "
-                     "fine-tuned dashed)")
+            w.figure(
+                sec,
+                fraction_plot(
+                    cs, w.stem(f"label_fraction_{d}"), f"{dataset_display_name(d)}: mIoU vs labels"
+                ),
+                f"{dataset_display_name(d)}: test mIoU against the share of training labels (frozen"
+                " solid, fine-tuned dashed)",
+            )

@@ -4,6 +4,7 @@ Each table keeps raw values (CSV/JSON: numbers, null for missing) and display te
 (Markdown/LaTeX/HTML: "61.47 (4/5)", "–" for missing) side by side, plus best/second-best marks,
 so every format shows the same numbers.
 """
+
 from __future__ import annotations
 
 import csv
@@ -33,13 +34,16 @@ class Table:
     columns: list[Column]
     rows: list[list[Any]] = field(default_factory=list)  # raw values
     texts: list[list[str]] = field(default_factory=list)  # display texts
-    marks: dict[tuple[int, str], int] = field(default_factory=dict)  # (row, column key) -> 1 best, 2 second
+    # (row, column key) -> 1 best, 2 second
+    marks: dict[tuple[int, str], int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     group: str = ""  # the report section/folder it belongs to (makes HTML ids unique)
 
     def add(self, raw: list[Any], text: list[str] | None = None) -> None:
         if len(raw) != len(self.columns):
-            raise ValueError(f"table {self.name}: row has {len(raw)} values for {len(self.columns)} columns")
+            raise ValueError(
+                f"table {self.name}: row has {len(raw)} values for {len(self.columns)} columns"
+            )
         self.rows.append(raw)
         self.texts.append(text if text is not None else [fmt(v) for v in raw])
 
@@ -78,13 +82,19 @@ def _json_value(v: Any) -> Any:
     return v
 
 
-# --- renderers ---------------------------------------------------------------------------------------
+# --- renderers
+# ---------------------------------------------------------------------------------------
+
 
 def to_markdown(t: Table) -> str:
     cols = t.shown()
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    out = [f"### {t.title}", "", "| " + " | ".join(esc(c.header) for _, c in cols) + " |",
-           "|" + "|".join("---:" if c.numeric else "---" for _, c in cols) + "|"]
+    out = [
+        f"### {t.title}",
+        "",
+        "| " + " | ".join(esc(c.header) for _, c in cols) + " |",
+        "|" + "|".join("---:" if c.numeric else "---" for _, c in cols) + "|",
+    ]
     for i, text in enumerate(t.texts):
         cells = []
         for j, c in cols:
@@ -101,25 +111,56 @@ def to_csv(t: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([c.key for c in t.columns])
     for r in t.rows:
-        w.writerow(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else
-                    (f"{v:.6g}" if isinstance(v, float) else v) for v in r])
+        w.writerow(
+            [
+                (
+                    ""
+                    if v is None or (isinstance(v, float) and not math.isfinite(v))
+                    else (f"{v:.6g}" if isinstance(v, float) else v)
+                )
+                for v in r
+            ]
+        )
     return buf.getvalue()
 
 
 def to_json(t: Table) -> str:
     keys = [c.key for c in t.columns]
-    return json.dumps({
-        "name": t.name, "title": t.title,
-        "columns": [{"key": c.key, "header": c.header} for c in t.columns],
-        "rows": [{k: _json_value(v) for k, v in zip(keys, r)} for r in t.rows],
-        "marks": [{"row": i, "column": k, "mark": "best" if m == 1 else "second"} for (i, k), m in sorted(t.marks.items())],
-        "notes": t.notes,
-    }, indent=1) + "\n"
+    return (
+        json.dumps(
+            {
+                "name": t.name,
+                "title": t.title,
+                "columns": [{"key": c.key, "header": c.header} for c in t.columns],
+                "rows": [{k: _json_value(v) for k, v in zip(keys, r)} for r in t.rows],
+                "marks": [
+                    {"row": i, "column": k, "mark": "best" if m == 1 else "second"}
+                    for (i, k), m in sorted(t.marks.items())
+                ],
+                "notes": t.notes,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "–": "--", "†": r"$^\dagger$",
-        "Δ": r"$\Delta$"}
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "–": "--",
+    "†": r"$^\dagger$",
+    "Δ": r"$\Delta$",
+}
 
 
 def tex_escape(s: str) -> str:
@@ -129,14 +170,22 @@ def tex_escape(s: str) -> str:
 def to_latex(t: Table) -> str:
     cols = t.shown()
     spec = "".join("r" if c.numeric else "l" for _, c in cols)
-    out = [r"\begin{table}[t]", r"\centering", r"\caption{" + tex_escape(t.title) + "}",
-           r"\begin{tabular}{" + spec + "}", r"\toprule",
-           " & ".join(tex_escape(c.header) for _, c in cols) + r" \\", r"\midrule"]
+    out = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\caption{" + tex_escape(t.title) + "}",
+        r"\begin{tabular}{" + spec + "}",
+        r"\toprule",
+        " & ".join(tex_escape(c.header) for _, c in cols) + r" \\",
+        r"\midrule",
+    ]
     for i, text in enumerate(t.texts):
         cells = []
         for j, c in cols:
             s, m = tex_escape(text[j]), t.marks.get((i, c.key))
-            cells.append(r"\textbf{" + s + "}" if m == 1 else r"\underline{" + s + "}" if m == 2 else s)
+            cells.append(
+                r"\textbf{" + s + "}" if m == 1 else r"\underline{" + s + "}" if m == 2 else s
+            )
         out.append(" & ".join(cells) + r" \\")
     out += [r"\bottomrule", r"\end{tabular}"]
     if t.notes:
@@ -149,7 +198,11 @@ def to_html(t: Table) -> str:
     cols = t.shown()
     e = html.escape
     tid = f"table-{t.group}-{t.name}" if t.group else f"table-{t.name}"
-    out = [f'<table class="report" id="{e(tid)}">', f"<caption>{e(t.title)}</caption>", "<thead><tr>"]
+    out = [
+        f'<table class="report" id="{e(tid)}">',
+        f"<caption>{e(t.title)}</caption>",
+        "<thead><tr>",
+    ]
     out += [f'<th class="{"num" if c.numeric else "txt"}">{e(c.header)}</th>' for _, c in cols]
     out.append("</tr></thead><tbody>")
     for i, text in enumerate(t.texts):

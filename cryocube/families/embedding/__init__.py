@@ -1,11 +1,13 @@
-"""The embedding family: one vector per sample, scored by cheap probes (NeuCo-Bench / Embed2Scale, PANGAEA).
+"""The embedding family: one vector per sample, scored by cheap probes (NeuCo-Bench / Embed2Scale,
+PANGAEA).
 
-`cryocube evaluate --protocol probe` and `cryocube probe` both run it through the scheduler, as runs of
-two kinds (work.py): a `CubeProbe` embeds its (model, cube) once in `prepare`, a `MatrixProbe` places
-vectors made elsewhere on the workers; then `score` is one Dask task per (task, split) probe, the
-reduce merges their scores and `finish` computes Q (neuco.py). `cryocube embed` (cli.py) makes the
-vectors on its own, for submissions.
+`cryocube evaluate --protocol probe` and `cryocube probe` both run it through the scheduler, as runs
+of two kinds (work.py): a `CubeProbe` embeds its (model, cube) once in `prepare`, a `MatrixProbe`
+places vectors made elsewhere on the workers; then `score` is one Dask task per (task, split) probe,
+the reduce merges their scores and `finish` computes Q (neuco.py). `cryocube embed` (cli.py) makes
+the vectors on its own, for submissions.
 """
+
 from __future__ import annotations
 
 from ...catalog import protocol as protocol_spec
@@ -29,51 +31,108 @@ class Embedding(Family):
     primary_metric = "Q"
     shown_metrics = ("A",)
     variables = ("image",)
-    not_tunable = ("a probe has no validation split: NeuCo-Bench scores each of its k splits on that split's test rows "
-                   "(the best epoch, the best SVM setting), so a study would select its fields on the test score; "
-                   "set them with `--set` on `evaluate` or `probe` instead")
-    # the encoder's side of the recipe (probe fields are the protocol's own: k, epochs, ... as run overrides)
+    not_tunable = (
+        "a probe has no validation split: NeuCo-Bench scores each of its k splits on that split's"
+        " test rows (the best epoch, the best SVM setting), so a study would select its fields on"
+        " the test score; set them with `--set` on `evaluate` or `probe` instead"
+    )
+    # the encoder's side of the recipe (probe fields are the protocol's own: k, epochs, ... as run
+    # overrides)
 
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
         from ...precision import this_device
         from .embed import plan_embedding
-        from .probe import K_DEFAULT, check_tasks, differences, probe_recipe, tasks_digest, tasks_from_cube
+        from .probe import (
+            K_DEFAULT,
+            check_tasks,
+            differences,
+            probe_recipe,
+            tasks_digest,
+            tasks_from_cube,
+        )
         from .work import IDENTITY_VERSION, CubeProbe
 
         protocol_spec(spec.protocol)
         if spec.fraction not in (None, 1, 1.0):
-            raise UserError(f"{spec.label}: the {spec.protocol} protocol probes every label (k random 90/10 splits); "
-                            f"--fraction {spec.fraction:g} does not apply to it (drop --fraction or run it separately)")
+            raise UserError(
+                f"{spec.label}: the {spec.protocol} protocol probes every label (k random 90/10"
+                f" splits); --fraction {spec.fraction:g} does not apply to it (drop --fraction or"
+                " run it separately)"
+            )
         ov = dict(spec.overrides)
         dim = ov.pop("dim", None)
         pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", K_DEFAULT)), ov, dim=dim)
         tasks = tasks_from_cube(cube.url)
-        # too few labelled samples for a split, one class: said before any embedding. evaluate keeps NeuCo-Bench's
-        # splits (runs on one board share them), so another test size is `cryocube probe`'s, and the fix says so
+        # too few labelled samples for a split, one class: said before any embedding. evaluate keeps
+        # NeuCo-Bench's
+        # splits (runs on one board share them), so another test size is `cryocube probe`'s, and the
+        # fix says so
         url = cube.url.replace("{", "{{").replace("}", "}}")
-        check_tasks(tasks, pr, f"`cryocube embed {spec.model} --cube {url} --out EMB.zarr` then `cryocube probe EMB.zarr "
-                               f"--tasks-from {url} --out PROBE --set test_size={{}}`: evaluate keeps test_size "
-                               f"{pr.test_size:g}")
-        emb, prov = plan_embedding(spec.model, cube, dim=dim, weights_dir=ctx.weights_dir,
-                                   allow_random_weights=ctx.allow_random_weights, precision=recipe.precision,
-                                   input_size=recipe.input_size or None, normalization=recipe.normalization, seed=spec.seed,
-                                   block_samples=recipe.block_samples, batch=recipe.extract_batch,
-                                   threads=ctx.run_threads(recipe.threads), device=ctx.device or this_device(),
-                                   weights=recipe.encoder_weights.get(spec.model), follow_reference=recipe.follow_reference)
-        identity = {"family": self.name, "embedding": emb.key, "tasks": tasks_digest(tasks), "probe": pr.as_dict(),
-                    "seed": spec.seed, "v": IDENTITY_VERSION}
+        check_tasks(
+            tasks,
+            pr,
+            f"`cryocube embed {spec.model} --cube {url} --out EMB.zarr` then `cryocube probe"
+            f" EMB.zarr --tasks-from {url} --out PROBE --set test_size={{}}`: evaluate keeps"
+            f" test_size {pr.test_size:g}",
+        )
+        emb, prov = plan_embedding(
+            spec.model,
+            cube,
+            dim=dim,
+            weights_dir=ctx.weights_dir,
+            allow_random_weights=ctx.allow_random_weights,
+            precision=recipe.precision,
+            input_size=recipe.input_size or None,
+            normalization=recipe.normalization,
+            seed=spec.seed,
+            block_samples=recipe.block_samples,
+            batch=recipe.extract_batch,
+            threads=ctx.run_threads(recipe.threads),
+            device=ctx.device or this_device(),
+            weights=recipe.encoder_weights.get(spec.model),
+            follow_reference=recipe.follow_reference,
+        )
+        identity = {
+            "family": self.name,
+            "embedding": emb.key,
+            "tasks": tasks_digest(tasks),
+            "probe": pr.as_dict(),
+            "seed": spec.seed,
+            "v": IDENTITY_VERSION,
+        }
         run_id = content_hash(identity)
         record = self.base_record(
-            spec, run_id, identity, cube, model_name=prov.get("model_name", f"{spec.model} baseline"),
-            weights=prov["weights"], precision=prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
-            embedding=emb.describe() | {"url": embeddings_url(ctx.out, emb.key)}, probe=pr.record(),
-            band_mode=prov.get("band_mode"), neuco_bench_differences=differences(pr, tasks),
+            spec,
+            run_id,
+            identity,
+            cube,
+            model_name=prov.get("model_name", f"{spec.model} baseline"),
+            weights=prov["weights"],
+            precision=prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
+            embedding=emb.describe() | {"url": embeddings_url(ctx.out, emb.key)},
+            probe=pr.record(),
+            band_mode=prov.get("band_mode"),
+            neuco_bench_differences=differences(pr, tasks),
             **({"deviations": prov["deviations"]} if "deviations" in prov else {}),
-            tasks=[t.name for t in tasks], label_set=identity["tasks"], torch_threads=emb.threads)
+            tasks=[t.name for t in tasks],
+            label_set=identity["tasks"],
+            torch_threads=emb.threads,
+        )
         work = CubeProbe(emb, pr, tasks, embeddings_url(ctx.out, emb.key))
-        return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
-                          model_name=record["model_name"], fraction=1.0, record=record, work=work, cube=cube,
-                          prep_key=emb.key, estimate={"steps": pr.k * len(tasks), "encoder_items": cube.n_samples})
+        return PlannedRun(
+            spec=spec,
+            family=self.name,
+            run_id=run_id,
+            identity=identity,
+            dataset=cube.dataset,
+            model_name=record["model_name"],
+            fraction=1.0,
+            record=record,
+            work=work,
+            cube=cube,
+            prep_key=emb.key,
+            estimate={"steps": pr.k * len(tasks), "encoder_items": cube.n_samples},
+        )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         out: dict[str, dict] = {}

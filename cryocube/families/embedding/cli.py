@@ -1,4 +1,5 @@
 """`cryocube embed` and `cryocube probe`."""
+
 from __future__ import annotations
 
 import math
@@ -11,18 +12,50 @@ def register(sub) -> None:
     from ...cluster import add_cluster_args
     from ...store import options_arg
 
-    p = sub.add_parser("embed", help="one vector per cube sample from an encoder (or the random/mean baseline) -> Zarr/CSV")
-    p.add_argument("model", help="model id (see `cryocube list models`), or a baseline: random, mean")
+    p = sub.add_parser(
+        "embed",
+        help="one vector per cube sample from an encoder (or the random/mean baseline) -> Zarr/CSV",
+    )
+    p.add_argument(
+        "model", help="model id (see `cryocube list models`), or a baseline: random, mean"
+    )
     p.add_argument("--cube", required=True, help="cube path/URL (tile or sample cube)")
-    p.add_argument("--out", required=True, help="embedding store (.zarr) or, with --format csv, the submission CSV")
-    p.add_argument("--dim", type=int, default=None, help="vector width: PCA fitted on the train split (all samples if "
-                   "none), zero-padded when fewer directions exist; 1024 for Embed2Scale submissions")
-    p.add_argument("--format", choices=("zarr", "csv"), default="zarr",
-                   help="csv: also write a submission CSV (id,0..dim-1) beside/at --out")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="embedding store (.zarr) or, with --format csv, the submission CSV",
+    )
+    p.add_argument(
+        "--dim",
+        type=int,
+        default=None,
+        help=(
+            "vector width: PCA fitted on the train split (all samples if "
+            "none), zero-padded when fewer directions exist; 1024 for Embed2Scale submissions"
+        ),
+    )
+    p.add_argument(
+        "--format",
+        choices=("zarr", "csv"),
+        default="zarr",
+        help="csv: also write a submission CSV (id,0..dim-1) beside/at --out",
+    )
     p.add_argument("--weights", default=None, metavar="DIR", help="folder of checkpoints")
-    p.add_argument("--allow-random-weights", action="store_true", help="embed with a random-init encoder (recorded as such)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="precision, input_size, normalization, encoder_weights, block_samples, extract_batch, threads")
+    p.add_argument(
+        "--allow-random-weights",
+        action="store_true",
+        help="embed with a random-init encoder (recorded as such)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=(
+            "precision, input_size, normalization, encoder_weights, block_samples, extract_batch,"
+            " threads"
+        ),
+    )
     p.add_argument("--seed", type=int, default=0, help="the random baseline's seed")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--storage-options", type=options_arg, default=None)
@@ -30,24 +63,66 @@ def register(sub) -> None:
     add_cluster_args(p)
     p.set_defaults(func=_embed)
 
-    q = sub.add_parser("probe", help="score embeddings with NeuCo-Bench probes (k splits x tasks as Dask tasks)")
-    q.add_argument("embeddings", help="a submission CSV or an embedding store from `cryocube embed`")
+    q = sub.add_parser(
+        "probe", help="score embeddings with NeuCo-Bench probes (k splits x tasks as Dask tasks)"
+    )
+    q.add_argument(
+        "embeddings", help="a submission CSV or an embedding store from `cryocube embed`"
+    )
     src = q.add_mutually_exclusive_group(required=True)
-    src.add_argument("--labels", help="NeuCo-Bench labels folder (<task>__<cls|regr>.csv with id,label)")
-    src.add_argument("--tasks-from", metavar="CUBE", help="derive image-level tasks from a cube (class presence/fraction)")
-    q.add_argument("--out", required=True, help="results folder: results_summary.json, <task>/<task>_result.json, results.jsonl")
-    q.add_argument("--probe", default="linear", metavar="{linear,svm,knn,linear-svm}",
-                   help="linear: NeuCo-Bench's probe; svm: NeuCo-Bench's polynomial SVC/SVR picked by a Bayesian search "
-                        "(needs cryocube[neuco]); knn: PANGAEA's weighted kNN; linear-svm: LinearSVC/SVR at C=1")
-    q.add_argument("--k", type=int, default=40, help="random 90/10 splits per task (NeuCo-Bench's configs: 40)")
-    q.add_argument("--standardize", choices=("all", "labelled"), default="all",
-                   help="rows the one global mean/std come from: all rows of the file (NeuCo-Bench's docs, default) "
-                        "or the labelled rows only (NeuCo-Bench's code)")
-    q.add_argument("--dim", type=int, default=None, help="expected width (submissions: 1024; checked and zero-padded)")
-    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed, split_seed, "
-                        "fold_order=id|file (file: NeuCo-Bench's folds); svm: n_iter, n_initial_points, C_min, C_max, "
-                        "gamma_min, gamma_max, coef0_min, coef0_max, degrees=2,3, epsilons=0.01,0.1")
+    src.add_argument(
+        "--labels", help="NeuCo-Bench labels folder (<task>__<cls|regr>.csv with id,label)"
+    )
+    src.add_argument(
+        "--tasks-from",
+        metavar="CUBE",
+        help="derive image-level tasks from a cube (class presence/fraction)",
+    )
+    q.add_argument(
+        "--out",
+        required=True,
+        help="results folder: results_summary.json, <task>/<task>_result.json, results.jsonl",
+    )
+    q.add_argument(
+        "--probe",
+        default="linear",
+        metavar="{linear,svm,knn,linear-svm}",
+        help=(
+            "linear: NeuCo-Bench's probe; svm: NeuCo-Bench's polynomial SVC/SVR picked by a"
+            " Bayesian search (needs cryocube[neuco]); knn: PANGAEA's weighted kNN; linear-svm:"
+            " LinearSVC/SVR at C=1"
+        ),
+    )
+    q.add_argument(
+        "--k", type=int, default=40, help="random 90/10 splits per task (NeuCo-Bench's configs: 40)"
+    )
+    q.add_argument(
+        "--standardize",
+        choices=("all", "labelled"),
+        default="all",
+        help=(
+            "rows the one global mean/std come from: all rows of the file (NeuCo-Bench's docs,"
+            " default) or the labelled rows only (NeuCo-Bench's code)"
+        ),
+    )
+    q.add_argument(
+        "--dim",
+        type=int,
+        default=None,
+        help="expected width (submissions: 1024; checked and zero-padded)",
+    )
+    q.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=(
+            "probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed,"
+            " split_seed, fold_order=id|file (file: NeuCo-Bench's folds); svm: n_iter,"
+            " n_initial_points, C_min, C_max, gamma_min, gamma_max, coef0_min, coef0_max,"
+            " degrees=2,3, epsilons=0.01,0.1"
+        ),
+    )
     q.add_argument("--quiet", action="store_true")
     add_cluster_args(q)
     q.set_defaults(func=_probe)
@@ -70,23 +145,56 @@ def _embed(args) -> int:
     cube = cube_info(args.cube)
 
     def plan(threads):
-        return plan_embedding(args.model, cube, dim=args.dim, weights_dir=args.weights,
-                              allow_random_weights=args.allow_random_weights, precision=r.precision,
-                              input_size=r.input_size or None, normalization=r.normalization, seed=args.seed,
-                              block_samples=r.block_samples, batch=r.extract_batch, threads=threads,
-                              weights=r.encoder_weights.get(args.model))
+        return plan_embedding(
+            args.model,
+            cube,
+            dim=args.dim,
+            weights_dir=args.weights,
+            allow_random_weights=args.allow_random_weights,
+            precision=r.precision,
+            input_size=r.input_size or None,
+            normalization=r.normalization,
+            seed=args.seed,
+            block_samples=r.block_samples,
+            batch=r.extract_batch,
+            threads=threads,
+            weights=r.encoder_weights.get(args.model),
+        )
 
-    spec, prov = plan(r.threads or planned_threads(args.cluster, args.workers, args.threads_per_worker))  # errors first
+    # errors first
+    spec, prov = plan(
+        r.threads or planned_threads(args.cluster, args.workers, args.threads_per_worker)
+    )
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
-        print(f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights); the store says so",
-              file=sys.stderr)
-    with open_cluster(args.cluster, n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, quiet=args.quiet) as client:
-        spec, prov = plan(r.threads or cluster_threads(client))  # the threads the workers were started with
-        res = embed(spec, cube, url, client=client, progress=not args.quiet, provenance=prov, overwrite=args.overwrite)
-    print(f"{url}: {res.n_samples} samples x {res.dim} dims ({args.model}"
-          f"{', PCA ' + format(res.attrs['pca']['explained_variance'], '.1%') + ' of the variance' if res.attrs.get('pca') else ''}; "
-          f"{res.blocks_run} blocks computed in {res.seconds:.1f} s)")
+        print(
+            f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights);"
+            " the store says so",
+            file=sys.stderr,
+        )
+    with open_cluster(
+        args.cluster,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        memory_limit=args.memory_limit,
+        quiet=args.quiet,
+    ) as client:
+        # the threads the workers were started with
+        spec, prov = plan(r.threads or cluster_threads(client))
+        res = embed(
+            spec,
+            cube,
+            url,
+            client=client,
+            progress=not args.quiet,
+            provenance=prov,
+            overwrite=args.overwrite,
+        )
+    pca = res.attrs.get("pca")
+    pca = f", PCA {pca['explained_variance']:.1%} of the variance" if pca else ""
+    print(
+        f"{url}: {res.n_samples} samples x {res.dim} dims ({args.model}{pca};"
+        f" {res.blocks_run} blocks computed in {res.seconds:.1f} s)"
+    )
     if args.format == "csv":
         ids, X, _, attrs = load_embeddings(url)
         write_submission(csv, ids, X)
@@ -96,7 +204,8 @@ def _embed(args) -> int:
 
 
 def output_paths(out: str, fmt: str) -> tuple[str, str | None]:
-    """(store, submission CSV): `emb/x.zarr` -> `emb/x.csv` beside it; `emb/x.csv` -> the store `emb/x.zarr`."""
+    """(store, submission CSV): `emb/x.zarr` -> `emb/x.csv` beside it; `emb/x.csv` -> the store
+    `emb/x.zarr`."""
     out = out.rstrip("/")
     if fmt != "csv":
         return out, None
@@ -114,46 +223,71 @@ def claim_outputs(url: str, csv: str | None, cube: str, overwrite: bool) -> None
         return
     sub = outputs.claim(csv, "submission", "embed", inputs=[("--cube", cube)])
     if sub.state == "ours" and found.state != "ours" and not overwrite:
-        raise UserError(f"{csv} holds a submission CSV whose embedding store {url} is not there (other embeddings); "
-                        "pass --overwrite to replace it")
+        raise UserError(
+            f"{csv} holds a submission CSV whose embedding store {url} is not there (other"
+            " embeddings); pass --overwrite to replace it"
+        )
 
 
 def _probe(args):
-    """Plans the one run (every input read and checked, before any cluster) and hands it to the engine."""
+    """Plans the one run (every input read and checked, before any cluster) and hands it to the
+    engine."""
     from ... import outputs
     from ...recipe import parse_overrides
     from ..base import EngineRuns
     from .probe import load_probe_inputs, probe_inputs, probe_recipe
     from .work import probe_run
 
-    recipe = probe_recipe(args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize)
-    outputs.claim(args.out, "results", "probe", inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from),
-                  write_marker=False)  # marked once its inputs are checked
-    inputs = load_probe_inputs(args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from)
+    recipe = probe_recipe(
+        args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize
+    )
+    outputs.claim(
+        args.out,
+        "results",
+        "probe",
+        inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from),
+        write_marker=False,
+    )  # marked once its inputs are checked
+    inputs = load_probe_inputs(
+        args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from
+    )
     run = probe_run(args.embeddings, args.out, recipe, inputs, args.labels, args.tasks_from)
     outputs.mark(args.out, "results", "probe")
     return EngineRuns([run], args.out, lambda records: _show_probe(records[0], recipe, args.out))
 
 
 def _show_probe(rec: dict, recipe, out: str) -> int:
-    """Per task Q and A, then the overall Q; a failed run, or a Q the challenge's rule leaves undefined, is one
-    sentence."""
+    """Per task Q and A, then the overall Q; a failed run, or a Q the challenge's rule leaves
+    undefined, is one sentence."""
     from .neuco import allowed_failures
     from .work import probe_result
 
     if rec.get("status") != "ok":
-        raise UserError(f"probing {rec['embedding']['input']} failed: {rec.get('error')} "
-                        f"(traceback in {rec.get('error_log')})")
+        raise UserError(
+            f"probing {rec['embedding']['input']} failed: {rec.get('error')} "
+            f"(traceback in {rec.get('error_log')})"
+        )
     s = probe_result(rec, recipe, out).summary
     allowed = allowed_failures(recipe.k, recipe.max_nan_fraction)
     for t in sorted(s["task_q_scores"]):
         q, a, failed = s["task_q_scores"][t], s["task_acc_scores"][t], s["task_failed_probes"][t]
-        note = (f"  ({failed} of {recipe.k} probes failed (no finite score), more than the {allowed} allowed)"
-                if t in s["tasks_failing_nan_rule"] else f"  ({failed} of {recipe.k} probes failed)" if failed else "")
+        note = (
+            f"  ({failed} of {recipe.k} probes failed (no finite score), more than the {allowed}"
+            " allowed)"
+            if t in s["tasks_failing_nan_rule"]
+            else f"  ({failed} of {recipe.k} probes failed)"
+            if failed
+            else ""
+        )
         print(f"{t:<36} Q {q:8.3f}  A {a:7.4f}{note}")
-    print(f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f}); {rec['summary_file']}")
+    print(
+        f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f});"
+        f" {rec['summary_file']}"
+    )
     if math.isnan(s["overall_q_score"]):
         failing = ", ".join(s["tasks_failing_nan_rule"]) or "a task"
-        raise UserError(f"overall Q is undefined: {failing} had more than {allowed} of {recipe.k} probes fail "
-                        "(the challenge's rule); see the per-task lines above")
+        raise UserError(
+            f"overall Q is undefined: {failing} had more than {allowed} of {recipe.k} probes fail "
+            "(the challenge's rule); see the per-task lines above"
+        )
     return 0

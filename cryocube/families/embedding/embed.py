@@ -1,4 +1,5 @@
-"""`cryocube embed`: one vector per cube sample from any registered encoder, or an organiser baseline.
+"""`cryocube embed`: one vector per cube sample from any registered encoder, or an organiser
+baseline.
 
 Vectors are pooled the PANGAEA probe way: each output level's map is global-average-pooled and the
 levels concatenated; samples larger than the encoder input are cut into the sliding windows of the
@@ -12,6 +13,7 @@ Baselines (Embed2Scale organisers): `random` draws N(0, 1) values (seeded per sa
 rerun gives the same vectors); `mean` averages band groups (the catalog's `mean_baseline.groups`,
 else every band alone) per time step, resamples them bilinearly to a small grid and flattens them.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -53,20 +55,48 @@ class EmbedSpec:
     @property
     def key(self) -> str:
         e = self.encoder
-        ident = {"source": self.source, "cube": self.cube_checksum, "inputs": self.inputs, "dim": self.dim,
-                 "seed": self.seed if self.source == "random" else None, "groups": self.groups, "grid": self.grid,
-                 "encoder": None if e is None else {"arch": e.model.arch, "rule": e.rule, "S": e.input_size,
-                                                    "weights": e.weights_sha256 or e.weights, **e.arithmetic(),
-                                                    **({"followed": list(e.model.followed)} if e.model.followed else {})},
-                 "v": 2}  # 2: rows carry the cube's sample ids (v1 stores used `source`, shared by a scene's tiles)
-        return f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
+        ident = {
+            "source": self.source,
+            "cube": self.cube_checksum,
+            "inputs": self.inputs,
+            "dim": self.dim,
+            "seed": self.seed if self.source == "random" else None,
+            "groups": self.groups,
+            "grid": self.grid,
+            "encoder": (
+                None
+                if e is None
+                else {
+                    "arch": e.model.arch,
+                    "rule": e.rule,
+                    "S": e.input_size,
+                    "weights": e.weights_sha256 or e.weights,
+                    **e.arithmetic(),
+                    **({"followed": list(e.model.followed)} if e.model.followed else {}),
+                }
+            ),
+            # 2: rows carry the cube's sample ids (v1 stores used `source`, shared by a scene's
+            # tiles)
+            "v": 2,
+        }
+        return (
+            f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
+        )
 
     def describe(self) -> dict[str, Any]:
         e = self.encoder
-        return {"source": self.source, "key": self.key, "dim": self.dim, "pooling": "gap-levels+mean-windows+mean-time",
-                "baseline": self.source if e is None else None, "seed": self.seed if self.source == "random" else None,
-                "input_size": e.input_size if e else None, "band_rule": e.rule if e else None,
-                "precision": e.precision if e else "fp32", "weights": (e.weights_sha256 or e.weights) if e else None}
+        return {
+            "source": self.source,
+            "key": self.key,
+            "dim": self.dim,
+            "pooling": "gap-levels+mean-windows+mean-time",
+            "baseline": self.source if e is None else None,
+            "seed": self.seed if self.source == "random" else None,
+            "input_size": e.input_size if e else None,
+            "band_rule": e.rule if e else None,
+            "precision": e.precision if e else "fp32",
+            "weights": (e.weights_sha256 or e.weights) if e else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -80,16 +110,31 @@ class EmbedBlock:
 # -- planning ------------------------------------------------------------------------------------
 
 
-def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: str | None = None,
-                   allow_random_weights: bool = False, precision: str = "auto", input_size: int | None = None,
-                   normalization: str = "published", seed: int = 0, block_samples: int = 16, batch: int | None = None,
-                   threads: int | None = None, device=None, weights: str | None = None,
-                   follow_reference: bool = False) -> tuple[EmbedSpec, dict]:
-    """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and provenance.
-    `weights`: a checkpoint path (the recipe's encoder_weights), else looked up in `weights_dir`. `threads`:
-    torch threads of every block (default: this process's configured threads); on CPU part of the key."""
-    from ...cluster.runtime import configured_threads
+def plan_embedding(
+    source: str,
+    cube,
+    *,
+    dim: int | None = None,
+    weights_dir: str | None = None,
+    allow_random_weights: bool = False,
+    precision: str = "auto",
+    input_size: int | None = None,
+    normalization: str = "published",
+    seed: int = 0,
+    block_samples: int = 16,
+    batch: int | None = None,
+    threads: int | None = None,
+    device=None,
+    weights: str | None = None,
+    follow_reference: bool = False,
+) -> tuple[EmbedSpec, dict]:
+    """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and
+    provenance. `weights`: a checkpoint path (the recipe's encoder_weights), else looked up in
+    `weights_dir`. `threads`: torch threads of every block (default: this process's configured
+    threads); on CPU part of the key.
+    """
     from ...catalog import load_dataset
+    from ...cluster.runtime import configured_threads
     from ...models import model_spec
     from ...models.weights import resolve_weights
     from ...precision import resolve, this_device
@@ -110,42 +155,89 @@ def plan_embedding(source: str, cube, *, dim: int | None = None, weights_dir: st
             if mb.get("groups"):
                 missing = sorted({n for g in mb["groups"] for n in g} - set(names))
                 if missing:
-                    raise UserError(f"{cube.url}: the catalog's mean_baseline names bands {missing} the cube lacks")
+                    raise UserError(
+                        f"{cube.url}: the catalog's mean_baseline names bands {missing} the cube"
+                        " lacks"
+                    )
                 groups = tuple(tuple(names.index(n) for n in g) for g in mb["groups"])
             T = max(1, len(cube.time))
             grid = int(mb.get("grid") or max(1, math.isqrt((dim or 1024) // (T * len(groups)))))
-        spec = EmbedSpec(source, cube.url, cube.checksum, inputs, None, dim, seed=seed, groups=groups, grid=grid,
-                         block_samples=block_samples)
+        spec = EmbedSpec(
+            source,
+            cube.url,
+            cube.checksum,
+            inputs,
+            None,
+            dim,
+            seed=seed,
+            groups=groups,
+            grid=grid,
+            block_samples=block_samples,
+        )
         return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
     mspec = model_spec(source)
-    if follow_reference:  # every declared deviation switched to the reference's behaviour (docs/deviations.md)
+    # every declared deviation switched to the reference's behaviour (docs/deviations.md)
+    if follow_reference:
         mspec = mspec.following_reference()
-    rule = dataset_band_rule(cube.dataset)  # embed has no protocols: the dataset's catalog says the rule
-    rule, match = match_cube_bands(mspec, cube.bands, rule, offers_cross_sensor=False)  # evaluate's rule
+    # embed has no protocols: the dataset's catalog says the rule
+    rule = dataset_band_rule(cube.dataset)
+    # evaluate's rule
+    rule, match = match_cube_bands(mspec, cube.bands, rule, offers_cross_sensor=False)
     size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
     found = resolve_weights(source, weights, weights_dir, allow_random_weights)
     device = device or this_device()
     eff = resolve(precision, device)
     threads = int(threads or configured_threads())
-    enc = EncoderSpec(mspec, cube.bands, rule, int(size), found.path, found.sha256, eff,
-                      threads if device.type == "cpu" else None)
+    enc = EncoderSpec(
+        mspec,
+        cube.bands,
+        rule,
+        int(size),
+        found.path,
+        found.sha256,
+        eff,
+        threads if device.type == "cpu" else None,
+    )
     inputs = input_map(cube, match.index, normalization)
-    spec = EmbedSpec(source, cube.url, cube.checksum, inputs, enc, dim, block_samples=block_samples, batch=batch,
-                     threads=threads)
-    fed = ", ".join(f"{s}<-{b.name}" for s, b in ((s, match.slot_band(k)) for k, s in enumerate(match.slots)) if b)
-    mode = f"{rule}: {fed}" + (" (grey-like bands replicated into RGB slots)" if match.replicated else "")
+    spec = EmbedSpec(
+        source,
+        cube.url,
+        cube.checksum,
+        inputs,
+        enc,
+        dim,
+        block_samples=block_samples,
+        batch=batch,
+        threads=threads,
+    )
+    fed = ", ".join(
+        f"{s}<-{b.name}"
+        for s, b in ((s, match.slot_band(k)) for k, s in enumerate(match.slots))
+        if b
+    )
+    mode = f"{rule}: {fed}" + (
+        " (grey-like bands replicated into RGB slots)" if match.replicated else ""
+    )
     if rule == "rendered_rgb":  # what went where includes what did not go in
-        mode += "".join(f"; not fed: {match.bands[i].name} ({why})" for i, why in sorted(match.unused_reasons.items()))
-    return spec, {"weights": found.as_record(), "model_name": mspec.display_name, "band_mode": mode,
-                  "deviations": mspec.deviation_record(),
-                  "precision": {"requested": precision, "effective": eff}}
+        mode += "".join(
+            f"; not fed: {match.bands[i].name} ({why})"
+            for i, why in sorted(match.unused_reasons.items())
+        )
+    return spec, {
+        "weights": found.as_record(),
+        "model_name": mspec.display_name,
+        "band_mode": mode,
+        "deviations": mspec.deviation_record(),
+        "precision": {"requested": precision, "effective": eff},
+    }
 
 
 # -- the block task --------------------------------------------------------------------------------
 
 
 def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
-    """(items, slots, H, W) normalised -> (items, features): windows of the encoder input, GAP per level."""
+    """(items, slots, H, W) normalised -> (items, features): windows of the encoder input, GAP per
+    level."""
     import torch
 
     from ...precision import autocast
@@ -167,12 +259,16 @@ def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
             out.append((acc / len(offs)).cpu().numpy())
     v = np.concatenate(out)
     if not np.isfinite(v).all():
-        raise FloatingPointError(f"{spec.source}: non-finite embeddings on {spec.cube_url} (precision {spec.encoder.precision})")
+        raise FloatingPointError(
+            f"{spec.source}: non-finite embeddings on {spec.cube_url} (precision"
+            f" {spec.encoder.precision})"
+        )
     return v
 
 
 def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
-    """(n, T, C, H, W) normalised -> (n, T * groups * grid^2), C order (time, group, y, x) as the organisers flatten."""
+    """(n, T, C, H, W) normalised -> (n, T * groups * grid^2), C order (time, group, y, x) as the
+    organisers flatten."""
     from scipy.ndimage import zoom
 
     n, T, _, H, W = x.shape
@@ -198,8 +294,12 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
     with torch_task(spec.threads) as (device, threads):
         x = spec.inputs.apply(img.reshape(n * T, C, H, W))  # (n*T, slots, H, W)
         if spec.source == "random":
-            v = np.stack([np.random.default_rng([spec.seed, int(s)]).standard_normal(spec.dim or 1024)
-                          for s in task.samples]).astype(np.float32)
+            v = np.stack(
+                [
+                    np.random.default_rng([spec.seed, int(s)]).standard_normal(spec.dim or 1024)
+                    for s in task.samples
+                ]
+            ).astype(np.float32)
         elif spec.source == "mean":
             v = _mean_baseline(spec, x.numpy().reshape(n, T, -1, H, W))
         else:
@@ -213,7 +313,8 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
         return {"samples": n, "seconds": time.perf_counter() - t0, "threads": [threads]}
 
 
-# -- the store ---------------------------------------------------------------------------------------
+# -- the store
+# ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -230,25 +331,39 @@ def _width(spec: EmbedSpec, cube) -> int:
     if spec.source == "random":
         return spec.dim or 1024
     if spec.source == "mean":
-        return max(1, len(cube.time)) * len(spec.groups) * spec.grid ** 2
+        return max(1, len(cube.time)) * len(spec.groups) * spec.grid**2
     return 0  # encoders: from the first block's output (the encoder is never built on the client)
 
 
-def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, provenance: dict | None = None,
-          overwrite: bool = False) -> EmbedResult:
-    """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this process."""
+def embed(
+    spec: EmbedSpec,
+    cube,
+    url: str,
+    client=None,
+    progress: bool = True,
+    provenance: dict | None = None,
+    overwrite: bool = False,
+) -> EmbedResult:
+    """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this
+    process."""
     from ... import outputs
     from ..encoders import encoder_facts
 
     t0 = time.perf_counter()
-    outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])  # never replace what embed did not write
+    # never replace what embed did not write
+    outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])
     if _store.exists(url):
         g = _store.open_group(url, "r")
         if COMPLETE in g.attrs and g.attrs.get("key") == spec.key and not overwrite:
-            return EmbedResult(url, cube.n_samples, int(g["embedding"].shape[1]), 0, 0.0, dict(g.attrs))
+            return EmbedResult(
+                url, cube.n_samples, int(g["embedding"].shape[1]), 0, 0.0, dict(g.attrs)
+            )
         if g.attrs.get("key") != spec.key or overwrite:
             if not overwrite and g.attrs.get("key") is not None:
-                raise UserError(f"{url}: embeddings of other inputs ({g.attrs.get('source')}) are there; pass --overwrite")
+                raise UserError(
+                    f"{url}: embeddings of other inputs ({g.attrs.get('source')}) are there; pass"
+                    " --overwrite"
+                )
             _store.remove(url)
     n, bs = cube.n_samples, spec.block_samples
     blocks = math.ceil(n / bs)
@@ -261,13 +376,29 @@ def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, p
                 shapes, _ = client.submit(encoder_facts, spec.encoder, pure=False).result()
             width = sum(s[0] for s in shapes)
         g = _store.open_group(url, "w")
-        g.create_array("features", shape=(n, width), chunks=(bs, width), dtype="float32", fill_value=float("nan"),
-                       dimension_names=("sample", "feature"))
+        g.create_array(
+            "features",
+            shape=(n, width),
+            chunks=(bs, width),
+            dtype="float32",
+            fill_value=float("nan"),
+            dimension_names=("sample", "feature"),
+        )
         g.create_array("progress", shape=(blocks,), chunks=(1,), dtype="uint8", fill_value=0)
-        g.attrs.update({"key": spec.key, "source": spec.source, outputs.ZARR_MARKER: outputs.marker("embeddings", "embed")})
+        g.attrs.update(
+            {
+                "key": spec.key,
+                "source": spec.source,
+                outputs.ZARR_MARKER: outputs.marker("embeddings", "embed"),
+            }
+        )
     g = _store.open_group(url, "r+")
     done = np.asarray(g["progress"][:]).astype(bool)
-    tasks = [EmbedBlock(spec, url, b, np.arange(b * bs, min(n, (b + 1) * bs))) for b in range(blocks) if not done[b]]
+    tasks = [
+        EmbedBlock(spec, url, b, np.arange(b * bs, min(n, (b + 1) * bs)))
+        for b in range(blocks)
+        if not done[b]
+    ]
     threads: set[int] = set()
     if tasks:
         from ...progress import gather, progress_bar
@@ -279,32 +410,57 @@ def embed(spec: EmbedSpec, cube, url: str, client=None, progress: bool = True, p
                     threads |= set(r["threads"])
                     bar.advance(r["samples"])
         else:
-            futs = client.map(embed_block, tasks, pure=False, key=[f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks])
-            for r in gather(futs, f"embed {spec.source}", sum(t.samples.size for t in tasks), progress, lambda i, r: r["samples"]):
+            futs = client.map(
+                embed_block,
+                tasks,
+                pure=False,
+                key=[f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks],
+            )
+            for r in gather(
+                futs,
+                f"embed {spec.source}",
+                sum(t.samples.size for t in tasks),
+                progress,
+                lambda i, r: r["samples"],
+            ):
                 threads |= set(r["threads"])
-    return _finish(spec, cube, url, len(tasks), time.perf_counter() - t0, provenance or {}, sorted(threads))
+    return _finish(
+        spec, cube, url, len(tasks), time.perf_counter() - t0, provenance or {}, sorted(threads)
+    )
 
 
 def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, components (k, F) and explained-variance ratios of the top k = min(dim, rank) directions."""
+    """Mean, components (k, F) and explained-variance ratios of the top k = min(dim, rank)
+    directions."""
     mu = X.mean(axis=0)
     Xc = (X - mu).astype(np.float64)
     _, s, vt = np.linalg.svd(Xc, full_matrices=False)
     k = min(dim, vt.shape[0])
-    var = s ** 2
+    var = s**2
     total = var.sum() or 1.0
     return mu, vt[:k], var[:k] / total
 
 
-def _finish(spec: EmbedSpec, cube, url: str, blocks_run: int, seconds: float, provenance: dict, threads: list[int]) -> EmbedResult:
+def _finish(
+    spec: EmbedSpec,
+    cube,
+    url: str,
+    blocks_run: int,
+    seconds: float,
+    provenance: dict,
+    threads: list[int],
+) -> EmbedResult:
     from .neuco import pad_to
 
     g = _store.open_group(url, "r+")
     F = np.asarray(g["features"][:])
     bad = np.flatnonzero(~np.isfinite(F).all(axis=1))
-    if bad.size:  # a lost or unwritten chunk: never scored as vectors of NaN (the NaN -> 0 rule would hide it)
-        raise UserError(f"{url}: features of {bad.size} samples (e.g. sample {int(bad[0])}) are missing or damaged; "
-                        "remove the store and run embed again")
+    # a lost or unwritten chunk: never scored as vectors of NaN (the NaN -> 0 rule would hide it)
+    if bad.size:
+        raise UserError(
+            f"{url}: features of {bad.size} samples (e.g. sample {int(bad[0])}) are missing or"
+            " damaged; remove the store and run embed again"
+        )
     split = as_text(np.asarray(cube.splits))
     fit_on = "train" if (split == "train").any() else "all"
     pca = None
@@ -313,11 +469,16 @@ def _finish(spec: EmbedSpec, cube, url: str, blocks_run: int, seconds: float, pr
             rows = F[split == "train"] if fit_on == "train" else F
             mu, comp, ratio = pca_fit(rows, spec.dim)
             E = ((F - mu) @ comp.T).astype(np.float32)
-            pca = {"fitted_on": fit_on, "samples": int(rows.shape[0]), "components": int(comp.shape[0]),
-                   "explained_variance": float(ratio.sum())}
+            pca = {
+                "fitted_on": fit_on,
+                "samples": int(rows.shape[0]),
+                "components": int(comp.shape[0]),
+                "explained_variance": float(ratio.sum()),
+            }
         else:
             E = F
-        E = pad_to(E, spec.dim)  # fewer directions than asked (small data): zero columns, as NeuCo-Bench pads
+        # fewer directions than asked (small data): zero columns, as NeuCo-Bench pads
+        E = pad_to(E, spec.dim)
     else:
         E = F
     from ...cube import open_cube, sample_ids
@@ -326,16 +487,37 @@ def _finish(spec: EmbedSpec, cube, url: str, blocks_run: int, seconds: float, pr
     for k in ("embedding", "sample", "split", "id"):
         if k in g:
             del g[k]
-    g.create_array("embedding", data=E.astype(np.float32), chunks=(spec.block_samples, E.shape[1]),
-                   dimension_names=("sample", "dim"))
-    g.create_array("sample", data=np.arange(E.shape[0], dtype=np.int64), dimension_names=("sample",))
-    for name, values in (("split", split), ("id", ids)):  # variable-length UTF-8: a specified zarr v3 type
-        g.create_array(name, shape=(len(values),), dtype=str, dimension_names=("sample",))[:] = _text(values)
-    attrs = {**spec.describe(), **provenance, "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
-             "pooled_width": int(F.shape[1]), "pca": pca, "threads": threads, "cryocube": __version__,
-             "embedding_sha256": hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()}
+    g.create_array(
+        "embedding",
+        data=E.astype(np.float32),
+        chunks=(spec.block_samples, E.shape[1]),
+        dimension_names=("sample", "dim"),
+    )
+    g.create_array(
+        "sample", data=np.arange(E.shape[0], dtype=np.int64), dimension_names=("sample",)
+    )
+    # variable-length UTF-8: a specified zarr v3 type
+    for name, values in (("split", split), ("id", ids)):
+        g.create_array(name, shape=(len(values),), dtype=str, dimension_names=("sample",))[:] = (
+            _text(values)
+        )
+    attrs = {
+        **spec.describe(),
+        **provenance,
+        "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
+        "pooled_width": int(F.shape[1]),
+        "pca": pca,
+        "threads": threads,
+        "cryocube": __version__,
+        "embedding_sha256": (
+            hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()
+        ),
+    }
     g.attrs.update(attrs)
-    g.attrs[COMPLETE] = {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(), "n_samples": int(E.shape[0])}
+    g.attrs[COMPLETE] = {
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "n_samples": int(E.shape[0]),
+    }
     return EmbedResult(url, int(E.shape[0]), int(E.shape[1]), blocks_run, seconds, dict(g.attrs))
 
 
@@ -343,17 +525,40 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
     """(ids, vectors, splits, attrs) of a complete embedding store."""
     g = _store.open_group(url, "r")
     if COMPLETE not in g.attrs:
-        raise UserError(f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed` again")
+        raise UserError(
+            f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed`"
+            " again"
+        )
     from ...cube import check_unique_ids
 
-    ids = check_unique_ids(g["id"][:], url, "an embedding store made before sample ids were unique: run `cryocube embed` "
-                           "again with --overwrite")
-    return [str(i) for i in ids], np.asarray(g["embedding"][:]), as_text(g["split"][:]), dict(g.attrs)
+    ids = check_unique_ids(
+        g["id"][:],
+        url,
+        "an embedding store made before sample ids were unique: run `cryocube embed` "
+        "again with --overwrite",
+    )
+    return (
+        [str(i) for i in ids],
+        np.asarray(g["embedding"][:]),
+        as_text(g["split"][:]),
+        dict(g.attrs),
+    )
 
 
-# -- the submission CSV's provenance -------------------------------------------------------------------
+# -- the submission CSV's provenance
+# -------------------------------------------------------------------
 
-SIDECAR_KEYS = ("source", "key", "model_name", "cube", "weights", "precision", "dim", "pca", "embedding_sha256")
+SIDECAR_KEYS = (
+    "source",
+    "key",
+    "model_name",
+    "cube",
+    "weights",
+    "precision",
+    "dim",
+    "pca",
+    "embedding_sha256",
+)
 
 
 def sidecar_path(csv: str) -> str:
@@ -369,13 +574,16 @@ def _file_sha256(path: str) -> str:
 
 
 def write_sidecar(csv: str, attrs: dict) -> str:
-    """`<csv>.json`: what made the CSV (the cube's checksum, the model), with the CSV's own sha256 so an
-    edited CSV is never credited to it; written then renamed."""
+    """`<csv>.json`: what made the CSV (the cube's checksum, the model), with the CSV's own sha256
+    so an edited CSV is never credited to it; written then renamed."""
     import json
     import os
 
     out = sidecar_path(csv)
-    doc = {k: attrs.get(k) for k in SIDECAR_KEYS} | {"csv_sha256": _file_sha256(csv), "cryocube": __version__}
+    doc = {k: attrs.get(k) for k in SIDECAR_KEYS} | {
+        "csv_sha256": _file_sha256(csv),
+        "cryocube": __version__,
+    }
     tmp = f"{out}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, sort_keys=True, default=str)
@@ -384,8 +592,8 @@ def write_sidecar(csv: str, attrs: dict) -> str:
 
 
 def read_sidecar(csv: str) -> dict:
-    """The provenance `embed` wrote beside a CSV; {} when there is none, or (with a warning) when the CSV
-    no longer has the bytes it was written with."""
+    """The provenance `embed` wrote beside a CSV; {} when there is none, or (with a warning) when
+    the CSV no longer has the bytes it was written with."""
     import json
     import os
     import warnings
@@ -397,9 +605,16 @@ def read_sidecar(csv: str) -> dict:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError) as e:
-        warnings.warn(f"{path}: unreadable provenance ({e}); {csv} is treated as vectors made elsewhere", stacklevel=2)
+        warnings.warn(
+            f"{path}: unreadable provenance ({e}); {csv} is treated as vectors made elsewhere",
+            stacklevel=2,
+        )
         return {}
     if doc.get("csv_sha256") != _file_sha256(csv):
-        warnings.warn(f"{csv} changed since `cryocube embed` wrote it, so its provenance in {path} is not used", stacklevel=2)
+        warnings.warn(
+            f"{csv} changed since `cryocube embed` wrote it, so its provenance in {path} is not"
+            " used",
+            stacklevel=2,
+        )
         return {}
     return {k: v for k, v in doc.items() if k in SIDECAR_KEYS and v is not None}

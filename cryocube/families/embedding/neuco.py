@@ -4,6 +4,7 @@ Everything here is a pure function over arrays and dicts, so the same protocol r
 for a test and fold by fold on a Dask cluster for a full run. The probes themselves live in
 `probes.py`; the submission CSV in `submission.py`.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,14 +24,17 @@ Q_EPS = 0.02  # the FAQ's epsilon: Q_t = 2 * A_t / (0.02 + dA_t), capped at 100 
 
 
 def standardize(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values of X, or of
-    X[rows] only (NeuCo-Bench's code keeps the labelled rows before it standardises; its docs say the file)."""
+    """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values of X,
+    or of X[rows] only (NeuCo-Bench's code keeps the labelled rows before it standardises; its docs
+    say the file).
+    """
     X = np.asarray(X, dtype=np.float32)
     X = np.where(np.isnan(X), np.float32(0.0), X)
     ref = X if rows is None else X[np.asarray(rows, dtype=np.int64)]
     if ref.size == 0:
         return X
-    # NeuCo-Bench's arithmetic to the bit: float32 reductions over the column-major array pandas hands it
+    # NeuCo-Bench's arithmetic to the bit: float32 reductions over the column-major array pandas
+    # hands it
     ref = np.asfortranarray(ref)
     mu = ref.mean()
     sigma = ref.std()
@@ -52,7 +56,8 @@ def pad_to(X: np.ndarray, dim: int) -> np.ndarray:
 
 
 def scale_labels(y: np.ndarray) -> np.ndarray:
-    """Min-max labels to [0, 1] per task (per column of a 2-D y); constant labels become 0, NaN stays."""
+    """Min-max labels to [0, 1] per task (per column of a 2-D y); constant labels become 0, NaN
+    stays."""
     y = np.asarray(y, dtype=np.float64)
     cols = y.reshape(y.shape[0], -1) if y.ndim > 1 else y.reshape(-1, 1)
     out = np.full(cols.shape, np.nan)
@@ -67,7 +72,8 @@ def scale_labels(y: np.ndarray) -> np.ndarray:
 
 
 def task_type(name: str) -> str:
-    """"cls" or "regr" from a task file/name suffix (`__cls`, `__classification`, `__regr`, `__regression`)."""
+    """ "cls" or "regr" from a task file/name suffix (`__cls`, `__classification`, `__regr`,
+    `__regression`)."""
     try:
         return split_task_name(name)[1]
     except LabelError as e:
@@ -77,17 +83,23 @@ def task_type(name: str) -> str:
 # --- splits --------------------------------------------------------------------------------------
 
 
-def shuffle_splits(n: int, k: int, test_size: float = 0.1, seed: int = 42) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Repeated random train/test splits, index for index those of sklearn's ShuffleSplit(k, test_size, seed)."""
+def shuffle_splits(
+    n: int, k: int, test_size: float = 0.1, seed: int = 42
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Repeated random train/test splits, index for index those of sklearn's ShuffleSplit(k,
+    test_size, seed)."""
     n, k = int(n), int(k)
     if k < 1:
         raise NeuCoError(f"the number of probe splits must be at least 1, got {k}.")
     if not 0 < test_size < 1:
         raise NeuCoError(f"test_size must lie strictly between 0 and 1, got {test_size}.")
-    n_test = math.ceil(test_size * n)  # same float expression as sklearn, so ceil(0.1 * 30) == 4 there too
+    # same float expression as sklearn, so ceil(0.1 * 30) == 4 there too
+    n_test = math.ceil(test_size * n)
     n_train = n - n_test
     if n_train < 1 or n_test < 1:
-        raise NeuCoError(f"{n} labelled samples are too few for a {1 - test_size:.0%}/{test_size:.0%} split.")
+        raise NeuCoError(
+            f"{n} labelled samples are too few for a {1 - test_size:.0%}/{test_size:.0%} split."
+        )
     rng = np.random.RandomState(seed)
     out = []
     for _ in range(k):
@@ -100,7 +112,8 @@ def shuffle_splits(n: int, k: int, test_size: float = 0.1, seed: int = 42) -> li
 
 
 def _scores(scores: Iterable[float]) -> np.ndarray:
-    """Fold scores as a float64 vector; a probe without a finite score (None, NaN, inf) failed: NaN."""
+    """Fold scores as a float64 vector; a probe without a finite score (None, NaN, inf) failed:
+    NaN."""
     out = np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
     out[~np.isfinite(out)] = np.nan
     return out
@@ -122,8 +135,8 @@ def q_score(scores: Iterable[float]) -> float:
 
 
 def failed_probes(scores: Iterable[float]) -> int:
-    """How many of a task's probes failed (gave no finite score). A fold the metric defines, such as R² 0.0
-    on a test fold whose targets are all equal, is a score, not a failure."""
+    """How many of a task's probes failed (gave no finite score). A fold the metric defines, such as
+    R² 0.0 on a test fold whose targets are all equal, is a score, not a failure."""
     return int(np.isnan(_scores(scores)).sum())
 
 
@@ -133,7 +146,8 @@ def allowed_failures(k: int, max_nan_fraction: float = 0.3) -> int:
 
 
 def nan_rule(scores: Iterable[float], max_nan_fraction: float = 0.3) -> bool:
-    """True if few enough probes failed: at most floor(fraction * k) without a finite score (3 of 10)."""
+    """True if few enough probes failed: at most floor(fraction * k) without a finite score (3 of
+    10)."""
     s = _scores(scores)
     return failed_probes(s) <= allowed_failures(s.size, max_nan_fraction)
 
@@ -145,8 +159,9 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def summarize(task_scores: dict[str, list[float]], max_nan_fraction: float = 0.3) -> dict[str, Any]:
-    """The `results_summary.json` content: overall and per-task Q and A, plus per-task std, fold scores and
-    failed probes (no finite score), and the tasks that break the challenge's failed-probe rule."""
+    """The `results_summary.json` content: overall and per-task Q and A, plus per-task std, fold
+    scores and failed probes (no finite score), and the tasks that break the challenge's
+    failed-probe rule."""
     q, a, sd, folds, failed, failing = {}, {}, {}, {}, {}, []
     for task, scores in task_scores.items():
         a[task], sd[task], q[task] = task_stats(scores)
@@ -194,10 +209,16 @@ def _check_task_dir(task: str) -> None:
         raise NeuCoError(f"task name {task!r} cannot be used as a folder name in the results.")
 
 
-def write_results(out_dir: str | os.PathLike, task_scores: dict[str, list[float]], meta: dict | None = None,
-                  summary: dict | None = None):
-    """Write `results_summary.json` and `<task>/<task>_result.json` (q_stat, mean_score, std_dev, q_t) into a
-    folder or store URL; `summary` defaults to `summarize(task_scores)`. Returns the summary file's path."""
+def write_results(
+    out_dir: str | os.PathLike,
+    task_scores: dict[str, list[float]],
+    meta: dict | None = None,
+    summary: dict | None = None,
+):
+    """Write `results_summary.json` and `<task>/<task>_result.json` (q_stat, mean_score, std_dev,
+    q_t) into a folder or store URL; `summary` defaults to `summarize(task_scores)`. Returns the
+    summary file's path.
+    """
     from ... import store
 
     for task in task_scores:
@@ -217,7 +238,11 @@ def write_results(out_dir: str | os.PathLike, task_scores: dict[str, list[float]
     if meta:
         summary["meta"] = dict(meta)
     _write_json(f"{out}/results_summary.json", summary)
-    return f"{out}/results_summary.json" if store.is_remote(out) else Path(out) / "results_summary.json"
+    return (
+        f"{out}/results_summary.json"
+        if store.is_remote(out)
+        else Path(out) / "results_summary.json"
+    )
 
 
 # --- leaderboard ---------------------------------------------------------------------------------
@@ -238,7 +263,8 @@ def rank_min(values: np.ndarray) -> np.ndarray:
 
 
 def leaderboard(q: dict[str, dict[str, float]]) -> Leaderboard:
-    """NeuCo-Bench's dynamic rank aggregation over runs x tasks of Q (std-weighted mean task rank)."""
+    """NeuCo-Bench's dynamic rank aggregation over runs x tasks of Q (std-weighted mean task
+    rank)."""
     tasks: list[str] = []
     for scores in q.values():
         tasks += [t for t in scores if t not in tasks]

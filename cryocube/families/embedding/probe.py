@@ -2,14 +2,16 @@
 
 Embeddings come from a submission CSV or an embedding store (`cryocube embed`); tasks from a
 NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`) or derived from any cryocube cube: a sample
-cube's own targets (a multi-class target as one-vs-rest binary tasks), or, for a tile cube, per class
-`<class>_present__cls` (the class occurs in the tile) and `<class>_fraction__regr` (its share of the labelled pixels; e.g. lake fraction on GLD).
-The protocol: zero-padding, one global scalar standardisation (over every row of the file, or with
-`standardize: labelled` over the labelled rows only, as NeuCo-Bench's code does), labels min-max scaled
-per task, `ShuffleSplit(k, test_size=0.1, random_state=42)`, one probe per split (seed + split), Q_t
-over the k scores, overall Q = mean Q_t (cryocube.families.embedding.neuco). Inputs are read strictly
-(labels.py, submission.py) and the tasks checked against the protocol (`check_tasks`) before any work.
+cube's own targets (a multi-class target as one-vs-rest binary tasks), or, for a tile cube, per
+class `<class>_present__cls` (the class occurs in the tile) and `<class>_fraction__regr` (its share
+of the labelled pixels; e.g. lake fraction on GLD). The protocol: zero-padding, one global scalar
+standardisation (over every row of the file, or with `standardize: labelled` over the labelled rows
+only, as NeuCo-Bench's code does), labels min-max scaled per task, `ShuffleSplit(k, test_size=0.1,
+random_state=42)`, one probe per split (seed + split), Q_t over the k scores, overall Q = mean Q_t
+(cryocube.families.embedding.neuco). Inputs are read strictly (labels.py, submission.py) and the
+tasks checked against the protocol (`check_tasks`) before any work.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,30 +24,69 @@ import numpy as np
 
 from ... import store as _store
 from ...errors import UserError, task_boundary
-from ..class_labels import class_labels, slug as _slug
+from ..class_labels import class_labels
+from ..class_labels import slug as _slug
 from .neuco import NeuCoError, pad_to, shuffle_splits, standardize, summarize
 from .probes import PROBES, SVM_DEFAULTS, TASK_PROBES, check_labels, fold_score
 
-_X: dict[str, np.ndarray] = {}  # per worker: the standardised matrix of an embedding store, read once
+# per worker: the standardised matrix of an embedding store, read once
+_X: dict[str, np.ndarray] = {}
 _INT = ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
 _POS = ("a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
-_NUM = ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
-_INTS = ("integers >= 1 separated by commas (2,3)",
-         lambda v: isinstance(v, tuple) and v and all(isinstance(x, int) and x >= 1 for x in v))
-_POSS = ("numbers > 0 separated by commas (0.01,0.1)",
-         lambda v: isinstance(v, tuple) and v and all(isinstance(x, (int, float)) and x > 0 for x in v))
+_NUM = (
+    "a number",
+    lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+)
+_INTS = (
+    "integers >= 1 separated by commas (2,3)",
+    lambda v: isinstance(v, tuple) and v and all(isinstance(x, int) and x >= 1 for x in v),
+)
+_POSS = (
+    "numbers > 0 separated by commas (0.01,0.1)",
+    lambda v: isinstance(v, tuple) and v and all(isinstance(x, (int, float)) and x > 0 for x in v),
+)
 LIST_FIELDS = ("degrees", "epsilons")  # svm fields that take a comma-separated list
-FIELD_RULES = {"epochs": _INT, "batch_size": _INT, "k": _INT, "max_iter": _INT, "lr": _POS, "temperature": _POS, "C": _POS,
-               "C_min": _POS, "C_max": _POS, "gamma_min": _POS, "gamma_max": _POS, "coef0_min": _NUM, "coef0_max": _NUM,
-               "n_iter": _INT, "n_initial_points": _INT, "degrees": _INTS, "epsilons": _POSS,
-               "base_estimator": ("one of RF, ET, GP, GBRT", lambda v: v in ("RF", "ET", "GP", "GBRT")),
-               "weight_decay": ("a number >= 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)}
-DEFAULTS = {"linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64},  # NeuCo-Bench's challenge probe
-            "svm": dict(SVM_DEFAULTS)}  # its sample SVM config
-FOLD_ORDER = {"id": "each task's rows ordered by id before the splits (the same folds whatever the label file's order)",
-              "file": "each task's rows in its label file's order (or the cube's), as NeuCo-Bench draws its folds"}
-STANDARDIZE = {"all": "over every row of the embedding file (NeuCo-Bench's documentation)",
-               "labelled": "over the rows labelled in some task (NeuCo-Bench's code)"}
+FIELD_RULES = {
+    "epochs": _INT,
+    "batch_size": _INT,
+    "k": _INT,
+    "max_iter": _INT,
+    "lr": _POS,
+    "temperature": _POS,
+    "C": _POS,
+    "C_min": _POS,
+    "C_max": _POS,
+    "gamma_min": _POS,
+    "gamma_max": _POS,
+    "coef0_min": _NUM,
+    "coef0_max": _NUM,
+    "n_iter": _INT,
+    "n_initial_points": _INT,
+    "degrees": _INTS,
+    "epsilons": _POSS,
+    "base_estimator": ("one of RF, ET, GP, GBRT", lambda v: v in ("RF", "ET", "GP", "GBRT")),
+    "weight_decay": (
+        "a number >= 0",
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
+    ),
+}
+DEFAULTS = {
+    "linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64},  # NeuCo-Bench's challenge probe
+    "svm": dict(SVM_DEFAULTS),
+}  # its sample SVM config
+FOLD_ORDER = {
+    "id": (
+        "each task's rows ordered by id before the splits (the same folds whatever the label file's"
+        " order)"
+    ),
+    "file": (
+        "each task's rows in its label file's order (or the cube's), as NeuCo-Bench draws its folds"
+    ),
+}
+STANDARDIZE = {
+    "all": "over every row of the embedding file (NeuCo-Bench's documentation)",
+    "labelled": "over the rows labelled in some task (NeuCo-Bench's code)",
+}
 K_DEFAULT = 40  # NeuCo-Bench's shipped configs (k_folds: 40); the challenge FAQ's rule speaks of 10
 
 
@@ -66,28 +107,43 @@ class ProbeRecipe:
 
     def check(self) -> "ProbeRecipe":
         if self.probe not in PROBES and self.probe not in TASK_PROBES:
-            raise UserError(f"--probe must be one of {', '.join([*PROBES, *TASK_PROBES])}, got {self.probe!r}")
+            raise UserError(
+                f"--probe must be one of {', '.join([*PROBES, *TASK_PROBES])}, got {self.probe!r}"
+            )
         if self.probe in TASK_PROBES:
             try:
                 import skopt  # noqa: F401
             except ImportError:
-                raise UserError(f"--probe {self.probe} (NeuCo-Bench's Bayesian-searched SVM) needs scikit-optimize: "
-                                "pip install 'cryocube[neuco]'") from None
+                raise UserError(
+                    f"--probe {self.probe} (NeuCo-Bench's Bayesian-searched SVM) needs"
+                    " scikit-optimize: pip install 'cryocube[neuco]'"
+                ) from None
         if self.fold_order not in FOLD_ORDER:
-            raise UserError(f"fold_order must be one of {', '.join(FOLD_ORDER)}, got {self.fold_order!r}")
+            raise UserError(
+                f"fold_order must be one of {', '.join(FOLD_ORDER)}, got {self.fold_order!r}"
+            )
         if self.k < 1:
             raise UserError(f"--k must be >= 1 (probes per task), got {self.k}")
         if not 0 < self.test_size < 1:
             raise UserError(f"test_size must be in (0, 1), got {self.test_size}")
         if self.standardize not in STANDARDIZE:
-            raise UserError(f"--standardize must be one of {', '.join(STANDARDIZE)}, got {self.standardize!r}")
-        fields = [n for n, q in inspect.signature({**PROBES, **TASK_PROBES}[self.probe]).parameters.items()
-                  if q.kind is q.KEYWORD_ONLY and n != "seed"]
+            raise UserError(
+                f"--standardize must be one of {', '.join(STANDARDIZE)}, got {self.standardize!r}"
+            )
+        fields = [
+            n
+            for n, q in inspect.signature({**PROBES, **TASK_PROBES}[self.probe]).parameters.items()
+            if q.kind is q.KEYWORD_ONLY and n != "seed"
+        ]
         for name, v in self.probe_params().items():
-            shown = "knn_k" if (self.probe, name) == ("knn", "k") else name  # --k is the number of splits
+            # --k is the number of splits
+            shown = "knn_k" if (self.probe, name) == ("knn", "k") else name
             if name not in fields:
-                raise UserError(f"the {self.probe} probe has no field {shown!r} (it takes: "
-                                f"{', '.join('knn_k' if f == 'k' and self.probe == 'knn' else f for f in fields)})")
+                raise UserError(
+                    f"the {self.probe} probe has no field {shown!r} (it takes: "
+                    + ", ".join("knn_k" if f == "k" and self.probe == "knn" else f for f in fields)
+                    + ")"
+                )
             rule, ok = FIELD_RULES.get(name, ("", lambda v: True))
             if not ok(v):
                 raise UserError(f"probe field {shown} must be {rule}, got {v!r}")
@@ -101,19 +157,35 @@ class ProbeRecipe:
         return {**DEFAULTS.get(self.probe, {}), **dict(self.params)}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"probe": self.probe, "k": self.k, "test_size": self.test_size, "split_seed": self.split_seed,
-                "seed": self.seed, "dim": self.dim, "max_nan_fraction": self.max_nan_fraction,
-                "standardize": self.standardize, **self.probe_params(),
-                **({"fold_order": self.fold_order} if self.fold_order != "id" else {})}  # id: run ids as before
+        return {
+            "probe": self.probe,
+            "k": self.k,
+            "test_size": self.test_size,
+            "split_seed": self.split_seed,
+            "seed": self.seed,
+            "dim": self.dim,
+            "max_nan_fraction": self.max_nan_fraction,
+            "standardize": self.standardize,
+            **self.probe_params(),
+            # id: run ids as before
+            **({"fold_order": self.fold_order} if self.fold_order != "id" else {}),
+        }
 
     def record(self) -> dict[str, Any]:
-        """What a run record shows: the recipe with its fold order named even where it is the default."""
+        """What a run record shows: the recipe with its fold order named even where it is the
+        default."""
         return {**self.as_dict(), "fold_order": self.fold_order}
 
 
-def probe_recipe(probe: str = "linear", k: int = K_DEFAULT, overrides: dict | None = None, dim: int | None = None,
-                 standardize: str = "all") -> ProbeRecipe:
-    """The recipe, with `key=value` overrides: recipe fields or probe parameters (epochs, lr, k_neighbours...)."""
+def probe_recipe(
+    probe: str = "linear",
+    k: int = K_DEFAULT,
+    overrides: dict | None = None,
+    dim: int | None = None,
+    standardize: str = "all",
+) -> ProbeRecipe:
+    """The recipe, with `key=value` overrides: recipe fields or probe parameters (epochs, lr,
+    k_neighbours...)."""
     r = ProbeRecipe(probe=probe, k=k, dim=dim, standardize=standardize)
     params: dict[str, Any] = {}
     fields = {"k", "test_size", "split_seed", "seed", "max_nan_fraction", "dim"}
@@ -124,8 +196,13 @@ def probe_recipe(probe: str = "linear", k: int = K_DEFAULT, overrides: dict | No
         if key == "base_estimator":
             params[key] = str(v)
             continue
-        v = (tuple(_number(key, x) for x in (v if isinstance(v, (list, tuple)) else str(v).split(",")))
-             if key in LIST_FIELDS else _number(key, v))
+        v = (
+            tuple(
+                _number(key, x) for x in (v if isinstance(v, (list, tuple)) else str(v).split(","))
+            )
+            if key in LIST_FIELDS
+            else _number(key, v)
+        )
         if key in fields:
             r = replace(r, **{key: v})
         elif key == "knn_k":
@@ -160,14 +237,19 @@ class Task:
 
 
 def tasks_from_labels(folder: str) -> list[Task]:
-    """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly (labels.py)."""
+    """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly
+    (labels.py)."""
     from ...labelfiles import read_label_folder
 
-    return [Task(f"{t}__{f.kind}", f.kind, f.labels, f.n_unlabelled) for t, f in read_label_folder(folder).items()]
+    return [
+        Task(f"{t}__{f.kind}", f.kind, f.labels, f.n_unlabelled)
+        for t, f in read_label_folder(folder).items()
+    ]
 
 
 def _min_labelled(test_size: float, n_test: int) -> int:
-    """The fewest labelled samples whose ShuffleSplit test part holds at least `n_test` rows (and a train row)."""
+    """The fewest labelled samples whose ShuffleSplit test part holds at least `n_test` rows (and a
+    train row)."""
     n = n_test + 1
     while math.ceil(test_size * n) < n_test or n - math.ceil(test_size * n) < 1:
         n += 1
@@ -178,39 +260,50 @@ SET_TEST_SIZE = "--set test_size={}"  # how `cryocube probe` takes another test 
 
 
 def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET_TEST_SIZE) -> None:
-    """Refuse, in one sentence naming the task, what the protocol cannot score, before any embedding or cluster:
-    a task with one value (NeuCo-Bench's min-max scaling divides by zero there and its metrics then fail), a
-    classification task with more than two classes (binary F1), and splits too small to score (R² needs two
-    test rows; every split needs a train row). `set_test_size` is how the caller's command takes another test
-    size (a format of the value), so the suggested fix is one that command accepts."""
+    """Refuse, in one sentence naming the task, what the protocol cannot score, before any embedding
+    or cluster: a task with one value (NeuCo-Bench's min-max scaling divides by zero there and its
+    metrics then fail), a classification task with more than two classes (binary F1), and splits too
+    small to score (R² needs two test rows; every split needs a train row). `set_test_size` is how
+    the caller's command takes another test size (a format of the value), so the suggested fix is
+    one that command accepts."""
     for t in tasks:
         values = np.unique(np.fromiter(t.labels.values(), dtype=np.float64, count=len(t.labels)))
         n = len(t.labels)
         if values.size == 0:
             raise UserError(f"task {t.name} has no labelled sample")
         if values.size < 2:
-            raise UserError(f"task {t.name} has the single value {values[0]:g} in all its {n} labelled samples: "
-                            "one class (or one value) cannot be probed; drop the task or label both classes")
+            raise UserError(
+                f"task {t.name} has the single value {values[0]:g} in all its {n} labelled samples:"
+                " one class (or one value) cannot be probed; drop the task or label both classes"
+            )
         if t.kind == "cls" and values.size > 2:
-            raise UserError(f"classification task {t.name} has {values.size} distinct labels "
-                            f"({', '.join(f'{v:g}' for v in values[:5])}{', ...' if values.size > 5 else ''}); "
-                            "NeuCo-Bench scores binary F1, so a __cls task has two")
+            raise UserError(
+                f"classification task {t.name} has {values.size} distinct labels "
+                f"({', '.join(f'{v:g}' for v in values[:5])}{', ...' if values.size > 5 else ''}); "
+                "NeuCo-Bench scores binary F1, so a __cls task has two"
+            )
         n_test = math.ceil(recipe.test_size * n)
         need = 2 if t.kind == "regr" else 1
         if n_test < need or n - n_test < 1:
-            why = (f"leaves {n_test} test row per split, and R² needs at least 2" if n_test < need
-                   else "leaves no train row per split")
+            why = (
+                f"leaves {n_test} test row per split, and R² needs at least 2"
+                if n_test < need
+                else "leaves no train row per split"
+            )
             fix = f"label at least {_min_labelled(recipe.test_size, need)} samples"
             ts = math.ceil(100 * need / n) / 100
             if need <= math.ceil(ts * n) < n:
                 fix += f", or {set_test_size.format(f'{ts:g}')}"
-            raise UserError(f"task {t.name} has {n} labelled samples: test_size {recipe.test_size:g} {why} ({fix})")
+            raise UserError(
+                f"task {t.name} has {n} labelled samples: test_size {recipe.test_size:g} {why}"
+                f" ({fix})"
+            )
 
 
 def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task]:
-    """A multi-class target (coherence low/medium/high) as binary `<task>_<class>_vs_rest__cls` tasks: NeuCo-Bench
-    scores binary F1, and one-vs-rest keeps its probe unchanged instead of inventing a multi-class one. A class
-    in every labelled sample or in none is no task."""
+    """A multi-class target (coherence low/medium/high) as binary `<task>_<class>_vs_rest__cls`
+    tasks: NeuCo-Bench scores binary F1, and one-vs-rest keeps its probe unchanged instead of
+    inventing a multi-class one. A class in every labelled sample or in none is no task."""
     names = classes.split("|") if classes else []
     out = []
     for c in sorted(set(labels.values())):
@@ -222,37 +315,64 @@ def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task
 
 
 def tasks_from_cube(url: str) -> list[Task]:
-    """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and fraction."""
+    """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and
+    fraction."""
     from ...cube import as_text, open_cube, sample_ids
 
     ds = open_cube(url)
     ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values, dtype=np.float64)
-        classes = (as_text(ds["task_classes"].values) if "task_classes" in ds.coords
-                   else [""] * target.shape[1])
+        classes = (
+            as_text(ds["task_classes"].values)
+            if "task_classes" in ds.coords
+            else [""] * target.shape[1]
+        )
         found = []
-        for j, (t, k) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))):
+        for j, (t, k) in enumerate(
+            zip(as_text(ds["task"].values), as_text(ds["task_type"].values))
+        ):
             labels = {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)}
-            found += _one_vs_rest(t, labels, classes[j]) if k == "cls" and len(set(labels.values())) > 2 \
+            found += (
+                _one_vs_rest(t, labels, classes[j])
+                if k == "cls" and len(set(labels.values())) > 2
                 else [Task(f"{t}__{k}", k, labels)]
-        return [t for t in found if t.labels]  # a task the cube cannot serve (all NaN, e.g. no unwrapped phase) is no task
+            )
+        # a task the cube cannot serve (all NaN, e.g. no unwrapped phase) is no task
+        return [t for t in found if t.labels]
     labelled, per_class = class_labels(ds)
     out = []
     for c in per_class:
         if np.unique(c.present[labelled]).size == 2:  # a class in every tile (or none) is no task
-            out.append(Task(f"{c.slug}_present__cls", "cls", {i: v for i, v, ok in zip(ids, c.present, labelled) if ok}))
+            out.append(
+                Task(
+                    f"{c.slug}_present__cls",
+                    "cls",
+                    {i: v for i, v, ok in zip(ids, c.present, labelled) if ok},
+                )
+            )
         if np.ptp(c.fraction[labelled]) > 0 if labelled.any() else False:
-            out.append(Task(f"{c.slug}_fraction__regr", "regr", {i: v for i, v, ok in zip(ids, c.fraction, labelled) if ok}))
+            out.append(
+                Task(
+                    f"{c.slug}_fraction__regr",
+                    "regr",
+                    {i: v for i, v, ok in zip(ids, c.fraction, labelled) if ok},
+                )
+            )
     if not out:
-        raise UserError(f"{url}: no class varies between tiles, so no image-level task can be derived")
+        raise UserError(
+            f"{url}: no class varies between tiles, so no image-level task can be derived"
+        )
     return out
 
 
-def align(ids: list[str], tasks: list[Task], fold_order: str = "id") -> list[tuple[Task, np.ndarray, np.ndarray]]:
-    """(task, embedding rows, labels) per task, rows ordered by id (so folds depend on which ids are labelled,
-    never on the order of a label file or a cube), or with `fold_order="file"` in the label file's (the cube's)
-    order, as NeuCo-Bench keeps it; a labelled id without an embedding is an error."""
+def align(
+    ids: list[str], tasks: list[Task], fold_order: str = "id"
+) -> list[tuple[Task, np.ndarray, np.ndarray]]:
+    """(task, embedding rows, labels) per task, rows ordered by id (so folds depend on which ids are
+    labelled, never on the order of a label file or a cube), or with `fold_order="file"` in the
+    label file's (the cube's) order, as NeuCo-Bench keeps it; a labelled id without an embedding is
+    an error."""
     from .submission import strip_id
 
     pos = {strip_id(i): r for r, i in enumerate(ids)}
@@ -260,7 +380,9 @@ def align(ids: list[str], tasks: list[Task], fold_order: str = "id") -> list[tup
     for t in tasks:
         missing = [i for i in t.labels if strip_id(i) not in pos]
         if missing:
-            raise UserError(f"task {t.name}: {len(missing)} labelled ids have no embedding, e.g. {missing[0]!r}")
+            raise UserError(
+                f"task {t.name}: {len(missing)} labelled ids have no embedding, e.g. {missing[0]!r}"
+            )
         keys = sorted(t.labels, key=strip_id) if fold_order == "id" else list(t.labels)
         rows = np.array([pos[strip_id(i)] for i in keys], dtype=np.int64)
         out.append((t, rows, np.array([t.labels[i] for i in keys], dtype=np.float64)))
@@ -281,7 +403,8 @@ def tasks_digest(tasks: list[Task]) -> str:
 
 @dataclass(frozen=True)
 class FoldTask:
-    url: str | None  # embedding store the worker reads (None: the matrix comes as the task's second argument)
+    # embedding store the worker reads (None: the matrix comes as the task's second argument)
+    url: str | None
     digest: str  # of the embedding matrix (worker cache key)
     task: str
     kind: str
@@ -291,25 +414,35 @@ class FoldTask:
     train: np.ndarray  # positions in rows
     test: np.ndarray
     recipe: ProbeRecipe
-    stats_rows: np.ndarray | None = None  # rows the standardisation's mean and std come from (None: all)
-    splits: tuple = ()  # a task-level probe (svm): every (train, test) split of the task, scored in one task
+    # rows the standardisation's mean and std come from (None: all)
+    stats_rows: np.ndarray | None = None
+    # a task-level probe (svm): every (train, test) split of the task, scored in one task
+    splits: tuple = ()
 
 
 def stats_rows(aligned, recipe: ProbeRecipe) -> np.ndarray | None:
     """The rows `standardize: labelled` takes its mean and std from: those labelled in some task."""
     if recipe.standardize == "all":
         return None
-    return np.unique(np.concatenate([rows for _, rows, _ in aligned])) if aligned else np.zeros(0, np.int64)
+    return (
+        np.unique(np.concatenate([rows for _, rows, _ in aligned]))
+        if aligned
+        else np.zeros(0, np.int64)
+    )
 
 
 def standardized(X: np.ndarray, dim: int | None, rows: np.ndarray | None = None) -> np.ndarray:
-    """NeuCo-Bench's input: zero-padded to `dim`, then NaN -> 0 and one global scalar standardisation
-    (its mean and std over `rows`, else over every row)."""
+    """NeuCo-Bench's input: zero-padded to `dim`, then NaN -> 0 and one global scalar
+    standardisation (its mean and std over `rows`, else over every row)."""
     return standardize(pad_to(X, dim) if dim else X, rows)
 
 
 def _matrix(t: FoldTask) -> np.ndarray:
-    key = t.digest if t.stats_rows is None else f"{t.digest}-{hashlib.sha256(t.stats_rows.tobytes()).hexdigest()[:16]}"
+    key = (
+        t.digest
+        if t.stats_rows is None
+        else f"{t.digest}-{hashlib.sha256(t.stats_rows.tobytes()).hexdigest()[:16]}"
+    )
     X = _X.get(key)
     if X is None:
         from .embed import load_embeddings
@@ -329,11 +462,21 @@ def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
         X = _matrix(t) if X is None else X
         if t.splits:  # the SVM's search spans the task's splits: one score per split
             ys = check_labels(t.y, t.kind, t.task)
-            got = TASK_PROBES[t.recipe.probe](X[t.rows], ys, t.kind, list(t.splits), seed=t.recipe.seed,
-                                              **t.recipe.probe_params())
+            got = TASK_PROBES[t.recipe.probe](
+                X[t.rows], ys, t.kind, list(t.splits), seed=t.recipe.seed, **t.recipe.probe_params()
+            )
             return {t.task: list(enumerate(got))}
-        s = fold_score(X[t.rows], t.y, t.kind, t.train, t.test, t.recipe.probe, t.recipe.seed + t.fold, task=t.task,
-                       **t.recipe.probe_params())
+        s = fold_score(
+            X[t.rows],
+            t.y,
+            t.kind,
+            t.train,
+            t.test,
+            t.recipe.probe,
+            t.recipe.seed + t.fold,
+            task=t.task,
+            **t.recipe.probe_params(),
+        )
     return {t.task: [(t.fold, float(s))]}
 
 
@@ -349,15 +492,34 @@ def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> li
     out = []
     for task, rows, y in aligned:
         try:
-            splits = shuffle_splits(rows.size, recipe.k, test_size=recipe.test_size, seed=recipe.split_seed)
+            splits = shuffle_splits(
+                rows.size, recipe.k, test_size=recipe.test_size, seed=recipe.split_seed
+            )
         except NeuCoError as e:
             raise UserError(f"task {task.name}: {e}") from None
         if recipe.probe in TASK_PROBES:
             e = np.zeros(0, np.int64)
-            out.append(FoldTask(url, digest, task.name, task.kind, rows, y, 0, e, e, recipe, srows, tuple(splits)))
+            out.append(
+                FoldTask(
+                    url,
+                    digest,
+                    task.name,
+                    task.kind,
+                    rows,
+                    y,
+                    0,
+                    e,
+                    e,
+                    recipe,
+                    srows,
+                    tuple(splits),
+                )
+            )
             continue
-        out += [FoldTask(url, digest, task.name, task.kind, rows, y, f, tr, te, recipe, srows)
-                for f, (tr, te) in enumerate(splits)]
+        out += [
+            FoldTask(url, digest, task.name, task.kind, rows, y, f, tr, te, recipe, srows)
+            for f, (tr, te) in enumerate(splits)
+        ]
     return out
 
 
@@ -366,8 +528,8 @@ def task_scores(total: dict[str, list]) -> dict[str, list[float]]:
 
 
 def finish_scores(scores: dict[str, list[float]], recipe: ProbeRecipe) -> dict[str, Any]:
-    """NeuCo-Bench's summary with the challenge's rule applied: a task where more than max_nan_fraction of
-    the probes failed (no finite score) has Q NaN, and so has the run."""
+    """NeuCo-Bench's summary with the challenge's rule applied: a task where more than
+    max_nan_fraction of the probes failed (no finite score) has Q NaN, and so has the run."""
     summary = summarize(scores, recipe.max_nan_fraction)
     for t in summary["tasks_failing_nan_rule"]:
         summary["task_q_scores"][t] = math.nan
@@ -384,14 +546,22 @@ class ProbeResult:
     scores: dict[str, list[float]] = field(default_factory=dict)
 
 
-def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRecipe, client=None,
-               progress: bool = True) -> dict[str, list[float]]:
-    """k probes per task in this process (`client` must be None: on a cluster, `cryocube probe` hands the
-    run to the engine, whose scheduler scores it as it scores every run)."""
+def run_probes(
+    X: np.ndarray,
+    ids: list[str],
+    tasks: list[Task],
+    recipe: ProbeRecipe,
+    client=None,
+    progress: bool = True,
+) -> dict[str, list[float]]:
+    """k probes per task in this process (`client` must be None: on a cluster, `cryocube probe`
+    hands the run to the engine, whose scheduler scores it as it scores every run)."""
     from ...progress import progress_bar
 
     if client is not None:
-        raise TypeError("run_probes scores in this process; on a cluster the engine scores probe runs")
+        raise TypeError(
+            "run_probes scores in this process; on a cluster the engine scores probe runs"
+        )
     aligned = align(ids, tasks, recipe.fold_order)
     Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
     digest = hashlib.sha256(Xs.tobytes()).hexdigest()[:16]
@@ -405,28 +575,40 @@ def run_probes(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRe
 
 
 def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
-    """Embeddings scored against a cube's tasks must come from that cube: ids alone match across cubes
-    converted from other raw data or options (checked by the checksum `embed` recorded)."""
+    """Embeddings scored against a cube's tasks must come from that cube: ids alone match across
+    cubes converted from other raw data or options (checked by the checksum `embed` recorded)."""
     from ...cube import cube_info
 
     made = (prov.get("cube") or {}).get("checksum")
     have = cube_info(cube_url).checksum
     if made and made != have:
-        raise UserError(f"{embeddings} was embedded from the cube {prov['cube'].get('url')} (checksum {made[:16]}), not "
-                        f"from {cube_url} (checksum {have[:16]}); probe it with the tasks of the cube it was made from")
+        raise UserError(
+            f"{embeddings} was embedded from the cube {prov['cube'].get('url')} (checksum"
+            f" {made[:16]}), not from {cube_url} (checksum {have[:16]}); probe it with the tasks of"
+            " the cube it was made from"
+        )
 
 
 def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndarray, dict]:
-    """A submission CSV or an embedding store -> (ids, X, provenance). A CSV's values must all be finite
-    numbers (NeuCo-Bench reads text, NaN and empty cells as 0; cryocube refuses them, naming line, id and
-    column); with a `dim`, the challenge's column-count rule applies too. A CSV that `embed` wrote carries
-    its provenance (cube checksum, model) in a sidecar JSON."""
+    """A submission CSV or an embedding store -> (ids, X, provenance). A CSV's values must all be
+    finite numbers (NeuCo-Bench reads text, NaN and empty cells as 0; cryocube refuses them, naming
+    line, id and column); with a `dim`, the challenge's column-count rule applies too. A CSV that
+    `embed` wrote carries its provenance (cube checksum, model) in a sidecar JSON."""
     if path.rstrip("/").endswith(".csv"):
         from .embed import read_sidecar
         from .submission import read_submission
 
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
-        return ids, X, {"source": path, **read_sidecar(path), "format": "csv", **({"notes": notes} if notes else {})}
+        return (
+            ids,
+            X,
+            {
+                "source": path,
+                **read_sidecar(path),
+                "format": "csv",
+                **({"notes": notes} if notes else {}),
+            },
+        )
     if not _store.exists(path):
         raise UserError(f"{path}: no such embedding store or submission CSV")
     from .embed import load_embeddings
@@ -435,26 +617,48 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
     bad = ~np.isfinite(X)
     if bad.any():
         r, c = map(int, np.argwhere(bad)[0])
-        raise UserError(f"{path}: the embedding of sample {ids[r]!r} has the value {X[r, c]} in dimension {c}")
+        raise UserError(
+            f"{path}: the embedding of sample {ids[r]!r} has the value {X[r, c]} in dimension {c}"
+        )
     return ids, X, {"format": "zarr", **attrs}
 
 
 def differences(recipe: ProbeRecipe, tasks: Sequence[Task] = ()) -> list[str]:
-    """What this run does differently from NeuCo-Bench's released evaluator, for the record and the results."""
-    out = [f"standardisation {recipe.standardize}: mean and std {STANDARDIZE[recipe.standardize]}",
-           "embedding and label values that are not finite numbers are refused (NeuCo-Bench: embeddings 0)",
-           "a probe without a finite score counts as failed; more than "
-           f"{recipe.max_nan_fraction:.0%} failed probes make a task's Q NaN (NeuCo-Bench averages what it has)"]
+    """What this run does differently from NeuCo-Bench's released evaluator, for the record and the
+    results."""
+    out = [
+        f"standardisation {recipe.standardize}: mean and std {STANDARDIZE[recipe.standardize]}",
+        (
+            "embedding and label values that are not finite numbers are refused (NeuCo-Bench:"
+            " embeddings 0)"
+        ),
+        (
+            "a probe without a finite score counts as failed; more than"
+            f" {recipe.max_nan_fraction:.0%} failed probes make a task's Q NaN (NeuCo-Bench"
+            " averages what it has)"
+        ),
+    ]
     if recipe.probe not in ("linear", "svm"):
-        out.append(f"probe {recipe.probe} is not NeuCo-Bench's (its probes: linear; svm with a Bayesian search)")
+        out.append(
+            f"probe {recipe.probe} is not NeuCo-Bench's (its probes: linear; svm with a Bayesian"
+            " search)"
+        )
     if recipe.fold_order == "id":
-        out.append(f"fold order id: {FOLD_ORDER['id']} (NeuCo-Bench: the label file's order; fold_order=file)")
+        out.append(
+            f"fold order id: {FOLD_ORDER['id']} (NeuCo-Bench: the label file's order;"
+            " fold_order=file)"
+        )
     if recipe.test_size != 0.1 or recipe.split_seed != 42:
-        out.append(f"splits: test_size {recipe.test_size:g}, seed {recipe.split_seed} (NeuCo-Bench: 0.1, 42)")
+        out.append(
+            f"splits: test_size {recipe.test_size:g}, seed {recipe.split_seed} (NeuCo-Bench:"
+            " 0.1, 42)"
+        )
     ovr = sorted(t.name for t in tasks if t.name.endswith("_vs_rest__cls"))
     if ovr:
-        out.append(f"multi-class targets probed as one-vs-rest binary tasks ({', '.join(ovr)}): NeuCo-Bench has "
-                   "binary classification only")
+        out.append(
+            f"multi-class targets probed as one-vs-rest binary tasks ({', '.join(ovr)}):"
+            " NeuCo-Bench has binary classification only"
+        )
     return out
 
 
@@ -468,10 +672,11 @@ class ProbeInputs:
     tasks: list[Task]
 
 
-def load_probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None = None,
-                      tasks_from: str | None = None) -> ProbeInputs:
-    """Read the vectors and the tasks strictly and check them against the protocol: every user error here,
-    in one sentence, before a cluster starts or a probe runs."""
+def load_probe_inputs(
+    embeddings: str, recipe: ProbeRecipe, labels: str | None = None, tasks_from: str | None = None
+) -> ProbeInputs:
+    """Read the vectors and the tasks strictly and check them against the protocol: every user error
+    here, in one sentence, before a cluster starts or a probe runs."""
     if (labels is None) == (tasks_from is None):
         raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
     tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
@@ -483,6 +688,9 @@ def load_probe_inputs(embeddings: str, recipe: ProbeRecipe, labels: str | None =
     return ProbeInputs(ids, X, prov, tasks)
 
 
-def probe_inputs(embeddings: str, labels: str | None, tasks_from: str | None) -> list[tuple[str, str | None]]:
-    """What `probe` reads, for the output contract (its --out must be none of them, nor hold one)."""
+def probe_inputs(
+    embeddings: str, labels: str | None, tasks_from: str | None
+) -> list[tuple[str, str | None]]:
+    """What `probe` reads, for the output contract (its --out must be none of them, nor hold
+    one)."""
     return [("EMBEDDINGS", embeddings), ("--labels", labels), ("--tasks-from", tasks_from)]

@@ -4,6 +4,7 @@ Each probe is `fit_score(Xtr, ytr, Xte, yte, kind, *, seed, **params) -> float` 
 split's metric (binary F1 for "cls", R² for "regr"). A split is self-contained and seeded by its
 own argument, so a fold gives the same score in this process or on any Dask worker.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,13 +37,16 @@ def binary_f1(preds: np.ndarray, target: np.ndarray, threshold: float = 0.5) -> 
     return 2 * tp / denom if denom else 0.0
 
 
-R2_ATOL = 1e-4  # torchmetrics' R2Score: a residual or total sum of squares within 1e-4 of zero counts as zero
+# torchmetrics' R2Score: a residual or total sum of squares within 1e-4 of zero counts as zero
+R2_ATOL = 1e-4
 
 
 def r2(preds: np.ndarray, target: np.ndarray) -> float:
-    """R² as torchmetrics' R2Score (NeuCo-Bench's metric) computes it, sums in float32: 1 - RSS / TSS, but 1.0
-    when RSS ~ 0 and 0.0 when only TSS ~ 0 (a test fold whose targets are all equal is scored, not failed);
-    NaN for fewer than two rows (torchmetrics refuses them; `check_tasks` refuses such splits first)."""
+    """R² as torchmetrics' R2Score (NeuCo-Bench's metric) computes it, sums in float32: 1 - RSS /
+    TSS, but 1.0 when RSS ~ 0 and 0.0 when only TSS ~ 0 (a test fold whose targets are all equal is
+    scored, not failed); NaN for fewer than two rows (torchmetrics refuses them; `check_tasks`
+    refuses such splits first).
+    """
     p = torch.as_tensor(np.asarray(preds, dtype=np.float32).ravel())
     t = torch.as_tensor(np.asarray(target, dtype=np.float32).ravel())
     if t.numel() < 2:
@@ -85,7 +89,8 @@ def linear_probe(
     weight_decay: float = 0.01,
     batch_size: int = 64,
 ) -> float:
-    """NeuCo-Bench's probe: Linear(D, 1) + AdamW, scored on the test rows after every epoch; the best epoch counts."""
+    """NeuCo-Bench's probe: Linear(D, 1) + AdamW, scored on the test rows after every epoch; the
+    best epoch counts."""
     _check_kind(kind)
     g = torch.Generator().manual_seed(int(seed))
     xtr = torch.as_tensor(np.ascontiguousarray(Xtr, dtype=np.float32))
@@ -102,7 +107,8 @@ def linear_probe(
     loss_fn = torch.nn.BCEWithLogitsLoss() if kind == "cls" else torch.nn.MSELoss()
     best = math.nan
     for _ in range(int(epochs)):
-        order = torch.randperm(xtr.shape[0], generator=g)  # a random-subset sampler over the train rows
+        # a random-subset sampler over the train rows
+        order = torch.randperm(xtr.shape[0], generator=g)
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             opt.zero_grad(set_to_none=True)
@@ -146,9 +152,11 @@ def knn_probe(
         sim = a[s : s + chunk] @ b.T
         top = np.argpartition(-sim, kk - 1, axis=1)[:, :kk]
         st = np.take_along_axis(sim, top, axis=1).astype(np.float64)
-        w = np.exp((st - st.max(axis=1, keepdims=True)) / temperature)  # shift cancels in the normalised vote
+        # shift cancels in the normalised vote
+        w = np.exp((st - st.max(axis=1, keepdims=True)) / temperature)
         preds[s : s + chunk] = (w * ytr[top]).sum(axis=1) / w.sum(axis=1)
-    # cls: the weighted vote for class 1 is a probability in [0, 1], so F1 thresholds it at 0.5 directly
+    # cls: the weighted vote for class 1 is a probability in [0, 1], so F1 thresholds it at 0.5
+    # directly
     return metric(preds, yte, kind)
 
 
@@ -166,8 +174,8 @@ def linear_svm_probe(
 ) -> float:
     """scikit-learn LinearSVC (cls, hard predictions -> F1) or LinearSVR (regr -> R²) at a fixed C.
 
-    Not NeuCo-Bench's SVM probe (a polynomial-kernel SVC/SVR whose C, degree and gamma a Bayesian search
-    picks per fold on that fold's test rows), hence its name.
+    Not NeuCo-Bench's SVM probe (a polynomial-kernel SVC/SVR whose C, degree and gamma a Bayesian
+    search picks per fold on that fold's test rows), hence its name.
 
     LinearSVR defaults to the squared epsilon-insensitive loss: liblinear then solves the primal
     when rows outnumber dims and converges in a few iterations, where the L1 loss's dual needs
@@ -188,10 +196,21 @@ def linear_svm_probe(
     return metric(model.predict(Xte), yte, kind)
 
 
-# NeuCo-Bench's configs/sample_config_svm.yaml (@a89ba06): the search space and BayesSearchCV's settings
-SVM_DEFAULTS: dict[str, object] = {"C_min": 1e-3, "C_max": 1e3, "degrees": (2, 3), "gamma_min": 1e-4, "gamma_max": 10.0,
-                                   "coef0_min": -1.0, "coef0_max": 2.0, "epsilons": (0.01, 0.05, 0.1, 0.5),
-                                   "n_iter": 50, "n_initial_points": 5, "base_estimator": "RF"}
+# NeuCo-Bench's configs/sample_config_svm.yaml (@a89ba06): the search space and BayesSearchCV's
+# settings
+SVM_DEFAULTS: dict[str, object] = {
+    "C_min": 1e-3,
+    "C_max": 1e3,
+    "degrees": (2, 3),
+    "gamma_min": 1e-4,
+    "gamma_max": 10.0,
+    "coef0_min": -1.0,
+    "coef0_max": 2.0,
+    "epsilons": (0.01, 0.05, 0.1, 0.5),
+    "n_iter": 50,
+    "n_initial_points": 5,
+    "base_estimator": "RF",
+}
 
 
 def svm_search(
@@ -213,61 +232,95 @@ def svm_search(
     n_initial_points: int = 5,
     base_estimator: str = "RF",
 ) -> list[float]:
-    """NeuCo-Bench's SVM probe for one task (its `SVMHPOptimizer`): ONE scikit-optimize BayesSearchCV over a
-    polynomial SVC (cls, labels -1/1, accuracy steers the search) or SVR (regr, negative MSE steers it), with
-    the task's k splits as its cv; each split's score is the best test F1 (cls) or R² (regr, sklearn's) that any
-    of the `n_iter` tried settings reached on it. The search couples the splits (each setting is scored on all of
-    them), so the task, not the split, is the unit of work. Needs the `neuco` extra (scikit-optimize)."""
+    """NeuCo-Bench's SVM probe for one task (its `SVMHPOptimizer`): ONE scikit-optimize
+    BayesSearchCV over a polynomial SVC (cls, labels -1/1, accuracy steers the search) or SVR (regr,
+    negative MSE steers it), with the task's k splits as its cv; each split's score is the best test
+    F1 (cls) or R² (regr, sklearn's) that any of the `n_iter` tried settings reached on it. The
+    search couples the splits (each setting is scored on all of them), so the task, not the split,
+    is the unit of work. Needs the `neuco` extra (scikit-optimize).
+    """
     _check_kind(kind)
     try:
         from skopt import BayesSearchCV
         from skopt.space import Categorical, Real
     except ImportError:
-        raise ProbeError("--probe svm needs scikit-optimize: pip install 'cryocube[neuco]'") from None
+        raise ProbeError(
+            "--probe svm needs scikit-optimize: pip install 'cryocube[neuco]'"
+        ) from None
     from sklearn.svm import SVC, SVR
 
     y = np.array(ys, dtype=np.float64).ravel()
-    space = {"C": Real(C_min, C_max, prior="log-uniform"), "degree": Categorical(list(degrees)),
-             "kernel": Categorical(["poly"]), "gamma": Real(gamma_min, gamma_max, prior="log-uniform"),
-             "coef0": Real(coef0_min, coef0_max, prior="uniform")}
+    space = {
+        "C": Real(C_min, C_max, prior="log-uniform"),
+        "degree": Categorical(list(degrees)),
+        "kernel": Categorical(["poly"]),
+        "gamma": Real(gamma_min, gamma_max, prior="log-uniform"),
+        "coef0": Real(coef0_min, coef0_max, prior="uniform"),
+    }
     if kind == "cls":
         model, scoring = SVC(), {"metric": "f1", "scoring": "accuracy"}
         y[y == 0] = -1  # NeuCo-Bench's prepare_targets
     else:
         model, scoring = SVR(), {"metric": "r2", "scoring": "neg_mean_squared_error"}
         space["epsilon"] = Categorical(list(epsilons))
-    opt = BayesSearchCV(model, space, return_train_score=True, scoring=scoring, cv=list(splits), refit="scoring",
-                        n_iter=int(n_iter), n_jobs=1, n_points=1, random_state=int(seed),
-                        optimizer_kwargs={"base_estimator": base_estimator, "n_initial_points": int(n_initial_points)})
+    opt = BayesSearchCV(
+        model,
+        space,
+        return_train_score=True,
+        scoring=scoring,
+        cv=list(splits),
+        refit="scoring",
+        n_iter=int(n_iter),
+        n_jobs=1,
+        n_points=1,
+        random_state=int(seed),
+        optimizer_kwargs={
+            "base_estimator": base_estimator,
+            "n_initial_points": int(n_initial_points),
+        },
+    )
     opt.fit(np.asarray(X, dtype=np.float32), y)
-    return [float(max(opt.cv_results_[f"split{f}_test_metric"])) for f in range(len(splits))]  # as NeuCo-Bench
+    # as NeuCo-Bench
+    return [float(max(opt.cv_results_[f"split{f}_test_metric"])) for f in range(len(splits))]
 
 
 ProbeFn = Callable[..., float]
-PROBES: dict[str, ProbeFn] = {"linear": linear_probe, "knn": knn_probe, "linear-svm": linear_svm_probe}
-# probes that score all of a task's splits at once (a search shared by the splits): name -> fn(X, ys, kind, splits)
+PROBES: dict[str, ProbeFn] = {
+    "linear": linear_probe,
+    "knn": knn_probe,
+    "linear-svm": linear_svm_probe,
+}
+# probes that score all of a task's splits at once (a search shared by the splits): name -> fn(X,
+# ys, kind, splits)
 TASK_PROBES: dict[str, Callable[..., list[float]]] = {"svm": svm_search}
 
 
 # --- the protocol for one task -------------------------------------------------------------------
 
 
-def _prepare(X: np.ndarray, y: np.ndarray, kind: str, probe: str, task: str) -> tuple[np.ndarray, np.ndarray, ProbeFn]:
+def _prepare(
+    X: np.ndarray, y: np.ndarray, kind: str, probe: str, task: str
+) -> tuple[np.ndarray, np.ndarray, ProbeFn]:
     """Check one task's inputs and return (X float32, labels scaled to [0,1], probe function)."""
     if kind not in KINDS:
         raise ProbeError(f"task {task!r} has kind {kind!r}; expected 'cls' or 'regr'.")
     fn = PROBES.get(probe)
     if fn is None:
-        raise ProbeError(f"unknown probe {probe!r} for task {task!r}; choose one of {sorted(PROBES)}.")
+        raise ProbeError(
+            f"unknown probe {probe!r} for task {task!r}; choose one of {sorted(PROBES)}."
+        )
     X = np.asarray(X, dtype=np.float32)
     y = np.asarray(y, dtype=np.float64).ravel()
     if X.ndim != 2 or X.shape[0] != y.shape[0]:
-        raise ProbeError(f"task {task!r}: embeddings of shape {X.shape} do not match {y.shape[0]} labels.")
+        raise ProbeError(
+            f"task {task!r}: embeddings of shape {X.shape} do not match {y.shape[0]} labels."
+        )
     return X, check_labels(y, kind, task), fn
 
 
 def check_labels(y: np.ndarray, kind: str, task: str) -> np.ndarray:
-    """One task's labels, scaled to [0, 1], or a ProbeError naming the task (run before any probe task)."""
+    """One task's labels, scaled to [0, 1], or a ProbeError naming the task (run before any probe
+    task)."""
     y = np.asarray(y, dtype=np.float64).ravel()
     n_nan = int(np.isnan(y).sum())
     if n_nan:
@@ -277,7 +330,8 @@ def check_labels(y: np.ndarray, kind: str, task: str) -> np.ndarray:
         extra = np.setdiff1d(np.unique(ys), [0.0, 1.0])
         if extra.size:
             raise ProbeError(
-                f"classification task {task!r} has {np.unique(y).size} distinct labels; binary F1 needs two."
+                f"classification task {task!r} has {np.unique(y).size} distinct labels; binary F1"
+                " needs two."
             )
     return ys
 
@@ -294,9 +348,12 @@ def fold_score(
     task: str = "task",
     **params,
 ) -> float:
-    """One split of one task (raw labels in, min-max scaled over all rows of y) -> the fold's metric."""
+    """One split of one task (raw labels in, min-max scaled over all rows of y) -> the fold's
+    metric."""
     X, ys, fn = _prepare(X, y, kind, probe, task)
-    return float(fn(X[train_idx], ys[train_idx], X[test_idx], ys[test_idx], kind, seed=seed, **params))
+    return float(
+        fn(X[train_idx], ys[train_idx], X[test_idx], ys[test_idx], kind, seed=seed, **params)
+    )
 
 
 def probe_task_scores(
@@ -311,7 +368,8 @@ def probe_task_scores(
     test_size: float = 0.1,
     **params,
 ) -> list[float]:
-    """The whole per-task protocol in-process: scale labels, k ShuffleSplits, one probe per split (seed + fold)."""
+    """The whole per-task protocol in-process: scale labels, k ShuffleSplits, one probe per split
+    (seed + fold)."""
     X, ys, fn = _prepare(X, y, kind, probe, task)
     try:
         splits = shuffle_splits(len(ys), k, test_size=test_size, seed=seed)

@@ -2,6 +2,7 @@
 tasks ranked by -Q, ranks weighted by each task's spread of Q across runs) and, per model, probe Q
 next to segmentation mIoU with their Spearman rank correlation: does the cheap probe predict the
 expensive ranking?"""
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,10 @@ def _mean(v: list[float]) -> float:
 
 
 def leaderboard_tables(res: Results) -> list[Table]:
-    """One NeuCo-Bench leaderboard per dataset and label set (runs scored on other labels are never ranked
-    together, whatever their dataset is called); rows are (model id, recipe), a row's seeds averaged per task."""
+    """One NeuCo-Bench leaderboard per dataset and label set (runs scored on other labels are never
+    ranked together, whatever their dataset is called); rows are (model id, recipe), a row's seeds
+    averaged per task.
+    """
     out = []
     by_ds: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in res.of("embedding"):
@@ -40,28 +43,55 @@ def leaderboard_tables(res: Results) -> list[Table]:
         per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for r in runs:
             for t, q in (r.metrics.get("task_Q") or {}).items():
-                per[names[(r.model, r.recipe_digest)]][t].append(math.nan if q is None else float(q))
-        q = {name: {t: (float(np.mean(v)) if v else math.nan) for t, v in tasks.items()} for name, tasks in per.items()}
+                per[names[(r.model, r.recipe_digest)]][t].append(
+                    math.nan if q is None else float(q)
+                )
+        q = {
+            name: {t: float(np.mean(v)) if v else math.nan for t, v in tasks.items()}
+            for name, tasks in per.items()
+        }
         lb = neuco_leaderboard(q)
         tasks = sorted({t for v in q.values() for t in v})
         several = sets_of[ds] > 1
-        t = Table(name=f"embedding_leaderboard_{ds}" + (f"_{label_set[:8]}" if several else ""),
-                  title=f"Embedding probes on {ds}" + (f" (label set {label_set[:8]})" if several else "")
-                  + ": NeuCo-Bench ranking",
-                  columns=[Column("rank", "Rank"), Column("model", "Model", numeric=False), Column("q_mean", "Mean Q")]
-                  + [Column(f"q_{k}", k) for k in tasks])
+        t = Table(
+            name=f"embedding_leaderboard_{ds}" + (f"_{label_set[:8]}" if several else ""),
+            title=f"Embedding probes on {ds}"
+            + (f" (label set {label_set[:8]})" if several else "")
+            + ": NeuCo-Bench ranking",
+            columns=[
+                Column("rank", "Rank"),
+                Column("model", "Model", numeric=False),
+                Column("q_mean", "Mean Q"),
+            ]
+            + [Column(f"q_{k}", k) for k in tasks],
+        )
         for row in lb.rows:
             name = row["run"]
-            vals = [row["aggregated_rank"], name, row["mean_score"]] + [q[name].get(k) for k in tasks]
-            t.add(vals, [fmt(v, 0) if i == 0 else (str(v) if i == 1 else fmt(v, 3)) for i, v in enumerate(vals)])
-        t.notes.append("Rank: per task, runs ranked by -Q (ties share the lower rank); task weight = std of Q across runs "
-                       "over the sum of those stds; aggregated rank = rank of the weighted sum of ranks (NeuCo-Bench). "
-                       "So rank 1 need not have the highest mean Q.")
+            vals = [row["aggregated_rank"], name, row["mean_score"]] + [
+                q[name].get(k) for k in tasks
+            ]
+            t.add(
+                vals,
+                [
+                    fmt(v, 0) if i == 0 else (str(v) if i == 1 else fmt(v, 3))
+                    for i, v in enumerate(vals)
+                ],
+            )
+        t.notes.append(
+            "Rank: per task, runs ranked by -Q (ties share the lower rank); task weight = std of Q"
+            " across runs over the sum of those stds; aggregated rank = rank of the weighted sum of"
+            " ranks (NeuCo-Bench). So rank 1 need not have the highest mean Q."
+        )
         if several:
-            t.notes.append(f"Label set {label_set[:8]}: tasks {', '.join(tasks)}; {ds} has runs on {sets_of[ds]} label sets, "
-                           "each ranked on its own.")
+            t.notes.append(
+                f"Label set {label_set[:8]}: tasks {', '.join(tasks)}; {ds} has runs on"
+                f" {sets_of[ds]} label sets, each ranked on its own."
+            )
         if lb.dropped:
-            t.notes.append(f"Dropped for a NaN Q (more than 30% of a task's probes failed, without a finite score): {', '.join(lb.dropped)}")
+            t.notes.append(
+                "Dropped for a NaN Q (more than 30% of a task's probes failed, without a finite"
+                f" score): {', '.join(lb.dropped)}"
+            )
         out.append(t)
     return out
 
@@ -75,13 +105,19 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(rho) if rho == rho else math.nan
 
 
-def probe_vs_segmentation(res: Results, protocol: str = "frozen") -> tuple[Table, list[tuple[str, float, float]]] | None:
-    """Per model: probe Q and segmentation mIoU (the same dataset where both ran, else each averaged over
-    its datasets), and the rank correlation between them."""
+def probe_vs_segmentation(
+    res: Results, protocol: str = "frozen"
+) -> tuple[Table, list[tuple[str, float, float]]] | None:
+    """Per model: probe Q and segmentation mIoU (the same dataset where both ran, else each averaged
+    over its datasets), and the rank correlation between them."""
     seg = [r for r in res.runs if r.protocol == protocol and math.isclose(r.fraction, 1.0)]
     if not res.of("embedding") or not seg:
         return None
-    emb = [r for r in res.of("embedding") if (r.record.get("probe") or {}).get("probe", "linear") == "linear"] or res.of("embedding")
+    emb = [
+        r
+        for r in res.of("embedding")
+        if (r.record.get("probe") or {}).get("probe", "linear") == "linear"
+    ] or res.of("embedding")
     shared = {r.dataset for r in emb} & {r.dataset for r in seg}
     key = (lambda r: (r.model, r.dataset)) if shared else (lambda r: (r.model,))
     q, m = defaultdict(list), defaultdict(list)
@@ -96,9 +132,16 @@ def probe_vs_segmentation(res: Results, protocol: str = "frozen") -> tuple[Table
     both = sorted(k for k in q if k in m)
     if not both:
         return None
-    t = Table(name="probe_vs_segmentation", title=f"Probe Q against {protocol} segmentation mIoU",
-              columns=[Column("model", "Model", numeric=False), Column("dataset", "Dataset", numeric=False),
-                       Column("q", "Probe Q"), Column("miou", "mIoU")])
+    t = Table(
+        name="probe_vs_segmentation",
+        title=f"Probe Q against {protocol} segmentation mIoU",
+        columns=[
+            Column("model", "Model", numeric=False),
+            Column("dataset", "Dataset", numeric=False),
+            Column("q", "Probe Q"),
+            Column("miou", "mIoU"),
+        ],
+    )
     pts = []
     for k in both:
         qq, mm = _mean(q[k]), _mean(m[k])
@@ -107,13 +150,16 @@ def probe_vs_segmentation(res: Results, protocol: str = "frozen") -> tuple[Table
         pts.append((names[k] + (f" ({ds})" if len(k) > 1 and len(shared) > 1 else ""), qq, mm))
     finite = [(a, b) for _, a, b in pts if math.isfinite(a) and math.isfinite(b)]
     rho = spearman([a for a, _ in finite], [b for _, b in finite])
-    t.notes.append(f"Spearman rank correlation between probe Q and mIoU over {len(finite)} (model, dataset) pairs: "
-                   + (f"{rho:.2f}" if math.isfinite(rho) else "n/a (fewer than 3 pairs)"))
+    t.notes.append(
+        f"Spearman rank correlation between probe Q and mIoU over {len(finite)} (model, dataset)"
+        " pairs: " + (f"{rho:.2f}" if math.isfinite(rho) else "n/a (fewer than 3 pairs)")
+    )
     return t, pts
 
 
 def sections(page, res: Results) -> None:
-    """The family's report section (`Embedding.report_sections`): NeuCo-Bench rankings, probe Q against mIoU."""
+    """The family's report section (`Embedding.report_sections`): NeuCo-Bench rankings, probe Q
+    against mIoU."""
     from ...report import plots
 
     if not res.of("embedding"):
@@ -125,5 +171,14 @@ def sections(page, res: Results) -> None:
     if both is not None:
         t, pts = both
         page.table(sec, "embedding", t)
-        page.figure(sec, plots.labelled_scatter(pts, page.stem("probe_q_vs_miou"), "Probe Q against segmentation mIoU",
-                                                "probe Q (NeuCo-Bench)", "mIoU (%)"), t.notes[-1])
+        page.figure(
+            sec,
+            plots.labelled_scatter(
+                pts,
+                page.stem("probe_q_vs_miou"),
+                "Probe Q against segmentation mIoU",
+                "probe Q (NeuCo-Bench)",
+                "mIoU (%)",
+            ),
+            t.notes[-1],
+        )

@@ -4,6 +4,7 @@ Writing produces what the challenge accepted; reading either applies the challen
 pre-submission checks (strict) or mirrors NeuCo-Bench as released (lenient), so a file that
 would have been rejected says why, with the first offending id and column.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,9 @@ def write_submission(path: str | os.PathLike, ids: Iterable[str], X: np.ndarray)
     ids = [strip_id(i) for i in ids]
     X = np.asarray(X, dtype=np.float32)
     if X.ndim != 2 or X.shape[0] != len(ids):
-        raise SubmissionError(f"{path}: {len(ids)} ids do not match an embedding matrix of shape {X.shape}.")
+        raise SubmissionError(
+            f"{path}: {len(ids)} ids do not match an embedding matrix of shape {X.shape}."
+        )
     seen: set[str] = set()
     for i in ids:
         if i in seen:
@@ -47,7 +50,9 @@ def write_submission(path: str | os.PathLike, ids: Iterable[str], X: np.ndarray)
     bad = ~np.isfinite(X)
     if bad.any():
         r, c = map(int, np.argwhere(bad)[0])
-        raise SubmissionError(f"{path}: the embedding of id {ids[r]!r} has a non-finite value in column {c}.")
+        raise SubmissionError(
+            f"{path}: the embedding of id {ids[r]!r} has a non-finite value in column {c}."
+        )
     row_fmt = ",".join(["%.9g"] * X.shape[1])  # 9 significant digits round-trip float32 exactly
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -77,10 +82,13 @@ def read_submission(
     strict: bool = True,
     strict_values: bool | None = None,
 ) -> tuple[list[str], np.ndarray, dict[str, Any]]:
-    """Read a submission CSV -> (ids, float32 matrix, notes); strict applies the challenge's checks in order.
+    """Read a submission CSV -> (ids, float32 matrix, notes); strict applies the challenge's checks
+    in order.
 
-    `strict_values` (default: as `strict`) refuses a value that is not a finite number (text, NaN, an empty
-    cell, inf) and an empty id, naming the line, id and column, where NeuCo-Bench reads such a value as 0."""
+    `strict_values` (default: as `strict`) refuses a value that is not a finite number (text, NaN,
+    an empty cell, inf) and an empty id, naming the line, id and column, where NeuCo-Bench reads
+    such a value as 0.
+    """
     strict_values = strict if strict_values is None else strict_values
     import pandas as pd
 
@@ -93,7 +101,9 @@ def read_submission(
         raise SubmissionError(f"{path} is not a readable CSV file ({e}).") from None
     # 1. the id column
     if "id" not in header:
-        raise SubmissionError(f"{path} has no 'id' column (its first columns are {_fmt_ids(header, 3)}).")
+        raise SubmissionError(
+            f"{path} has no 'id' column (its first columns are {_fmt_ids(header, 3)})."
+        )
     try:
         df = pd.read_csv(path, dtype={"id": str})
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
@@ -119,9 +129,13 @@ def read_submission(
     cols = _value_columns(others, lenient=not strict)
     if strict and dim is not None and len(cols) != dim:
         extra = f" (the first beyond {dim} is {cols[dim]!r})" if len(cols) > dim else ""
-        raise SubmissionError(f"{path} has {len(cols)} value columns after 'id', expected {dim}{extra}.")
+        raise SubmissionError(
+            f"{path} has {len(cols)} value columns after 'id', expected {dim}{extra}."
+        )
     if not strict and dim is not None and len(cols) > dim:
-        raise SubmissionError(f"{path} has {len(cols)} embedding columns, more than the expected {dim}.")
+        raise SubmissionError(
+            f"{path} has {len(cols)} embedding columns, more than the expected {dim}."
+        )
     frame = df[cols]
     values = np.empty(frame.shape, dtype=np.float64)
     uncastable = np.zeros(frame.shape, dtype=bool)
@@ -136,15 +150,23 @@ def read_submission(
     nan = np.isnan(values) & ~uncastable
     if strict_values:
         # 4. every value casts to float, 5. no NaN (first offending row, then column, in file order)
-        for mask, what in ((uncastable, "a value that is not a number"), (nan, "a NaN (or empty) value")):
+        for mask, what in (
+            (uncastable, "a value that is not a number"),
+            (nan, "a NaN (or empty) value"),
+        ):
             if mask.any():
                 r, c = map(int, np.argwhere(mask)[0])
-                raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has {what} in column {cols[c]!r} (line {r + 2}).")
+                raise SubmissionError(
+                    f"{path}: row of id {raw_ids[r]!r} has {what} in column {cols[c]!r} (line"
+                    f" {r + 2})."
+                )
         inf = np.isinf(values)
         if inf.any():  # not a challenge rule, but an infinity poisons the global standardisation
             r, c = map(int, np.argwhere(inf)[0])
-            raise SubmissionError(f"{path}: row of id {raw_ids[r]!r} has an infinite value in column {cols[c]!r} "
-                                  f"(line {r + 2}).")
+            raise SubmissionError(
+                f"{path}: row of id {raw_ids[r]!r} has an infinite value in column {cols[c]!r} "
+                f"(line {r + 2})."
+            )
         empty = [r for r, i in enumerate(ids) if not i.strip()]
         if empty:
             raise SubmissionError(f"{path}: the id cell of line {empty[0] + 2} is empty.")
@@ -158,7 +180,9 @@ def read_submission(
     seen: dict[str, int] = {}
     for r, i in enumerate(ids):
         if i in seen:
-            raise SubmissionError(f"{path}: id {i!r} appears more than once (rows {seen[i] + 2} and {r + 2}).")
+            raise SubmissionError(
+                f"{path}: id {i!r} appears more than once (rows {seen[i] + 2} and {r + 2})."
+            )
         seen[i] = r
     keep = np.arange(len(ids))
     if expected is not None:

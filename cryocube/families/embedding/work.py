@@ -1,11 +1,13 @@
 """The two kinds of probe run the embedding family takes through the engine's stages.
 
 `CubeProbe` (`evaluate --protocol probe`): a model's embeddings of a cube, made in `prepare`, probed
-on the cube's tasks. `MatrixProbe` (`cryocube probe`, planned by `probe_run`): vectors made elsewhere
-(a submission CSV or an embedding store), placed on the workers once in `prepare` and probed on the
-given tasks. Both score one Dask task per (task, split) and write NeuCo-Bench's result files into the
-run's folder. `probe_embeddings` scores a `MatrixProbe` in this process, for library use without a cluster.
+on the cube's tasks. `MatrixProbe` (`cryocube probe`, planned by `probe_run`): vectors made
+elsewhere (a submission CSV or an embedding store), placed on the workers once in `prepare` and
+probed on the given tasks. Both score one Dask task per (task, split) and write NeuCo-Bench's result
+files into the run's folder. `probe_embeddings` scores a `MatrixProbe` in this process, for library
+use without a cluster.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -14,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
 
 
 def probe_fold_on(task: tuple) -> dict[str, list]:
@@ -34,11 +35,22 @@ class CubeProbe:
     def prepare(self, runner, run) -> dict:
         from .embed import embed
 
-        r = embed(self.embed, run.cube, self.url, client=runner.client, progress=runner.progress,
-                  provenance={"weights": run.record["weights"]})
-        return {"embed_s": r.seconds, "blocks_run": r.blocks_run, "dim": r.dim,
-                "embedding_sha256": r.attrs.get("embedding_sha256"), "pca": r.attrs.get("pca"),
-                "threads": r.attrs.get("threads", [])}
+        r = embed(
+            self.embed,
+            run.cube,
+            self.url,
+            client=runner.client,
+            progress=runner.progress,
+            provenance={"weights": run.record["weights"]},
+        )
+        return {
+            "embed_s": r.seconds,
+            "blocks_run": r.blocks_run,
+            "dim": r.dim,
+            "embedding_sha256": r.attrs.get("embedding_sha256"),
+            "pca": r.attrs.get("pca"),
+            "threads": r.attrs.get("threads", []),
+        }
 
     def folds(self) -> list:
         from .embed import load_embeddings
@@ -46,19 +58,37 @@ class CubeProbe:
 
         ids, _, _, attrs = load_embeddings(self.url)
         digest = str(attrs.get("embedding_sha256", ""))[:16]
-        return [(probe_fold, t) for t in fold_tasks(align(ids, self.tasks, self.probe.fold_order), self.probe, self.url, digest)]
+        return [
+            (probe_fold, t)
+            for t in fold_tasks(
+                align(ids, self.tasks, self.probe.fold_order), self.probe, self.url, digest
+            )
+        ]
 
     def results(self, run) -> tuple[str, dict]:
         """(the run's folder, the meta of its results_summary.json)."""
         rdir = f"{run.record['embedding']['url'].rsplit('/embeddings/', 1)[0]}/runs/{run.run_id}"
-        return rdir, {"run_id": run.run_id, "model": run.spec.model, "dataset": run.dataset, "probe": run.record["probe"],
-                      "differences": run.record["neuco_bench_differences"]}
+        return rdir, {
+            "run_id": run.run_id,
+            "model": run.spec.model,
+            "dataset": run.dataset,
+            "probe": run.record["probe"],
+            "differences": run.record["neuco_bench_differences"],
+        }
 
     def fields(self, run, prepared: dict) -> dict:
         prep = prepared.get(run.prep_key, {})
-        return {"embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256"), "pca": prep.get("pca")},
-                "threads": {"embed": prep.get("threads", [])},
-                "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0}}
+        return {
+            "embedding": (
+                run.record["embedding"]
+                | {
+                    "sha256": prep.get("embedding_sha256"),
+                    "pca": prep.get("pca"),
+                }
+            ),
+            "threads": {"embed": prep.get("threads", [])},
+            "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0},
+        }
 
 
 @dataclass
@@ -78,26 +108,34 @@ class MatrixProbe:
     def folds(self) -> list:
         from .probe import fold_tasks
 
-        return [(probe_fold_on, (f, self.matrix)) for f in fold_tasks(self.aligned, self.probe, None, self.digest)]
+        return [
+            (probe_fold_on, (f, self.matrix))
+            for f in fold_tasks(self.aligned, self.probe, None, self.digest)
+        ]
 
     def results(self, run) -> tuple[str, dict]:
         from ...record import run_dir
 
         # per run: a second probe into `out` never overwrites the files another record points to
         return run_dir(self.out, run.run_id), {
-            "run_id": run.run_id, "embeddings": self.embeddings, "probe": self.probe.record(),
+            "run_id": run.run_id,
+            "embeddings": self.embeddings,
+            "probe": self.probe.record(),
             "differences": run.record["neuco_bench_differences"],
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        }
 
     def fields(self, run, prepared: dict) -> dict:
         return {}
 
 
-IDENTITY_VERSION = 3  # 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds, standardize
+# 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds, standardize
+IDENTITY_VERSION = 3
 
 
 def finish_fields(run, total: dict, prepared: dict) -> dict:
-    """A probe run's record fields from its merged fold scores; NeuCo-Bench's result files into its folder."""
+    """A probe run's record fields from its merged fold scores; NeuCo-Bench's result files into its
+    folder."""
     from .neuco import write_results
     from .probe import finish_scores, task_scores
 
@@ -105,14 +143,29 @@ def finish_fields(run, total: dict, prepared: dict) -> dict:
     summary = finish_scores(scores, run.work.probe)
     rdir, meta = run.work.results(run)
     write_results(rdir, scores, meta, summary)
-    return {"metrics": {"Q": summary["overall_q_score"], "A": summary["overall_acc_score"],
-                        "task_Q": summary["task_q_scores"], "task_A": summary["task_acc_scores"]},
-            "primary_metric": "Q", "summary_file": f"{rdir}/results_summary.json", **run.work.fields(run, prepared)}
+    return {
+        "metrics": {
+            "Q": summary["overall_q_score"],
+            "A": summary["overall_acc_score"],
+            "task_Q": summary["task_q_scores"],
+            "task_A": summary["task_acc_scores"],
+        },
+        "primary_metric": "Q",
+        "summary_file": f"{rdir}/results_summary.json",
+        **run.work.fields(run, prepared),
+    }
 
 
-def probe_run(embeddings: str, out: str, recipe, inputs, labels: str | None = None,
-              tasks_from: str | None = None):
-    """`cryocube probe`'s one run, planned for the engine: its id hashes the vectors, the tasks and the recipe."""
+def probe_run(
+    embeddings: str,
+    out: str,
+    recipe,
+    inputs,
+    labels: str | None = None,
+    tasks_from: str | None = None,
+):
+    """`cryocube probe`'s one run, planned for the engine: its id hashes the vectors, the tasks and
+    the recipe."""
     import hashlib
 
     from .. import get
@@ -121,62 +174,118 @@ def probe_run(embeddings: str, out: str, recipe, inputs, labels: str | None = No
 
     ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
     digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
-    identity = {"family": "embedding", "embedding": digest, "tasks": tasks_digest(tasks), "probe": recipe.as_dict(),
-                "v": IDENTITY_VERSION}
+    identity = {
+        "family": "embedding",
+        "embedding": digest,
+        "tasks": tasks_digest(tasks),
+        "probe": recipe.as_dict(),
+        "v": IDENTITY_VERSION,
+    }
     run_id = content_hash(identity)
     cube = prov.get("cube") or {}
     source = prov.get("source", embeddings)
-    dataset = cube.get("dataset") or (tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels")
+    dataset = cube.get("dataset") or (
+        tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels"
+    )
     # what the progress board names the run by: the vectors' file and the tasks' folder (or cube)
-    spec = RunSpec(model=source.rstrip("/").rsplit("/", 1)[-1], cube=tasks_from or labels or "", protocol="probe",
-                   seed=recipe.seed)
+    spec = RunSpec(
+        model=source.rstrip("/").rsplit("/", 1)[-1],
+        cube=tasks_from or labels or "",
+        protocol="probe",
+        seed=recipe.seed,
+    )
     record = get("embedding").base_record(
-        RunSpec(source, tasks_from or labels or "", "probe", seed=recipe.seed), run_id, identity, cube or None,
-        dataset=dataset, model_name=prov.get("model_name") or source,
+        RunSpec(source, tasks_from or labels or "", "probe", seed=recipe.seed),
+        run_id,
+        identity,
+        cube or None,
+        dataset=dataset,
+        model_name=prov.get("model_name") or source,
         weights=prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
         precision=prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-        embedding={"input": embeddings, "sha256": digest, "format": prov.get("format"), "dim": int(X.shape[1]),
-                   "pca": prov.get("pca")},
-        probe=recipe.record(), neuco_bench_differences=differences(recipe, tasks), tasks=sorted(t.name for t in tasks),
-        labelled={t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled} for t in tasks},
-        labels=labels or tasks_from, label_set=identity["tasks"])
+        embedding={
+            "input": embeddings,
+            "sha256": digest,
+            "format": prov.get("format"),
+            "dim": int(X.shape[1]),
+            "pca": prov.get("pca"),
+        },
+        probe=recipe.record(),
+        neuco_bench_differences=differences(recipe, tasks),
+        tasks=sorted(t.name for t in tasks),
+        labelled={
+            t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled}
+            for t in tasks
+        },
+        labels=labels or tasks_from,
+        label_set=identity["tasks"],
+    )
     aligned = align(ids, tasks, recipe.fold_order)
     Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
-    work = MatrixProbe(Xs, hashlib.sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings)
-    fold_tasks(aligned, recipe, None, work.digest)  # a task too small to split is refused here, before any probe
-    return PlannedRun(spec=spec, family="embedding", run_id=run_id, identity=identity, dataset=dataset,
-                      model_name=record["model_name"], fraction=1.0, record=record, work=work,
-                      estimate={"steps": recipe.k * len(tasks)})
+    work = MatrixProbe(
+        Xs, hashlib.sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings
+    )
+    # a task too small to split is refused here, before any probe
+    fold_tasks(aligned, recipe, None, work.digest)
+    return PlannedRun(
+        spec=spec,
+        family="embedding",
+        run_id=run_id,
+        identity=identity,
+        dataset=dataset,
+        model_name=record["model_name"],
+        fraction=1.0,
+        record=record,
+        work=work,
+        estimate={"steps": recipe.k * len(tasks)},
+    )
 
 
-def probe_embeddings(embeddings: str, out: str, recipe, labels: str | None = None,
-                     tasks_from: str | None = None, progress: bool = True,
-                     inputs=None):
-    """Score one embedding matrix in this process; writes NeuCo-Bench's result files into `out` and a run
-    record (family embedding) into `out`/results.jsonl. Everything is checked before any probe runs
-    (`inputs`: what `load_probe_inputs` read already). `cryocube probe` plans the same run (`work.probe_run`)
-    and hands it to the engine, which scores it on a cluster."""
+def probe_embeddings(
+    embeddings: str,
+    out: str,
+    recipe,
+    labels: str | None = None,
+    tasks_from: str | None = None,
+    progress: bool = True,
+    inputs=None,
+):
+    """Score one embedding matrix in this process; writes NeuCo-Bench's result files into `out` and
+    a run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe
+    runs (`inputs`: what `load_probe_inputs` read already). `cryocube probe` plans the same run
+    (`work.probe_run`) and hands it to the engine, which scores it on a cluster."""
     from ... import outputs
     from ...record import write_record
     from .probe import load_probe_inputs, probe_inputs, run_probes
 
-    outputs.claim(out, "results", "probe", inputs=probe_inputs(embeddings, labels, tasks_from), write_marker=False)
+    outputs.claim(
+        out,
+        "results",
+        "probe",
+        inputs=probe_inputs(embeddings, labels, tasks_from),
+        write_marker=False,
+    )
     inputs = inputs or load_probe_inputs(embeddings, recipe, labels, tasks_from)
     run = probe_run(embeddings, out, recipe, inputs, labels, tasks_from)
     outputs.mark(out, "results", "probe")
     scores = run_probes(inputs.X, inputs.ids, inputs.tasks, recipe, progress=progress)
     total = {t: list(enumerate(v)) for t, v in scores.items()}
-    rec = write_record(out, run.record | finish_fields(run, total, {}) | {"status": "ok", "error": None})
+    rec = write_record(
+        out, run.record | finish_fields(run, total, {}) | {"status": "ok", "error": None}
+    )
     return probe_result(rec, recipe, out)
 
 
 def probe_result(rec: dict, recipe, out: str):
-    """A record's scores and summary, read back from its results_summary.json (a cached run's too)."""
+    """A record's scores and summary, read back from its results_summary.json (a cached run's
+    too)."""
     import json
 
     from ... import store as _store
     from .probe import ProbeResult, finish_scores
 
     summary = json.loads(_store.read_text(rec["summary_file"]))
-    scores = {t: [math.nan if s is None else s for s in v] for t, v in summary["task_fold_scores"].items()}
+    scores = {
+        t: [math.nan if s is None else s for s in v] for t, v in summary["task_fold_scores"].items()
+    }
     return ProbeResult(finish_scores(scores, recipe), rec, out, scores)

@@ -1,12 +1,14 @@
-"""The heads family: encoders answer the question tasks (catalogs/tasks/*.yaml) whose answer is a class, a number,
-a fraction or a box, on the same test questions the VLMs are scored on, with the same metrics and intervals
-(`cryocube evaluate --protocol heads --models <encoder> --cubes CUBE`).
+"""The heads family: encoders answer the question tasks (catalogs/tasks/*.yaml) whose answer is a
+class, a number, a fraction or a box, on the same test questions the VLMs are scored on, with the
+same metrics and intervals (`cryocube evaluate --protocol heads --models <encoder> --cubes CUBE`).
 
-`prepare` embeds each (model, cube) once, as the embedding family does (its pooled frozen features, shared with
-probe runs); `score` is one Dask task per run that fits a linear head per task (and class asked) on the cube's
-train split, chooses its regularisation on val (heads/linear.py) and answers the test questions; `finish` writes
-board cells (families/vqa/cells.py) and the chance baseline's. Text tasks have no head: the board says so.
+`prepare` embeds each (model, cube) once, as the embedding family does (its pooled frozen features,
+shared with probe runs); `score` is one Dask task per run that fits a linear head per task (and
+class asked) on the cube's train split, chooses its regularisation on val (heads/linear.py) and
+answers the test questions; `finish` writes board cells (families/vqa/cells.py) and the chance
+baseline's. Text tasks have no head: the board says so.
 """
+
 from __future__ import annotations
 
 from ...errors import UserError
@@ -27,75 +29,145 @@ def _fit_nothing(group: list) -> list[dict]:
 @register
 class Heads(Family):
     name = "heads"
-    primary_metric = "answered"  # share of test questions a head answered (each task's metrics are board cells)
+    # share of test questions a head answered (each task's metrics are board cells)
+    primary_metric = "answered"
     variables = ("image", "target", "box")
     recipe = HeadsRecipe
 
     def plan(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> PlannedRun:
         from ...catalog import protocol as protocol_spec
         from ...precision import this_device
-        from ..split import cube_split
-        from ..vqa.cells import chance_cells
         from ..embedding import embeddings_url
         from ..embedding.embed import BASELINES, plan_embedding
+        from ..split import cube_split
+        from ..vqa.cells import chance_cells
         from ..vqa.questions import questions
         from ..vqa.tasks import select
         from .linear import ALPHA_GRID, C_GRID, HeadsJob
 
         protocol_spec(spec.protocol)
-        hr = recipe.updated(dict(spec.overrides), f"{spec.label}: overrides") if spec.overrides else recipe
+        hr = (
+            recipe.updated(dict(spec.overrides), f"{spec.label}: overrides")
+            if spec.overrides
+            else recipe
+        )
         if spec.model in BASELINES:
-            raise UserError(f"{spec.label}: the heads protocol answers with an encoder's features; the chance baseline "
-                            "is on every board already")
+            raise UserError(
+                f"{spec.label}: the heads protocol answers with an encoder's features; the chance"
+                " baseline is on every board already"
+            )
         every = select(hr.task_names or None, cube.kind, cube.dataset)
         tasks = [t for t in every if answerable(t)]
         if not tasks:
-            raise UserError(f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer an encoder "
-                            "head gives (class, number, fraction, box); text tasks read 'cannot answer (encoder)'")
+            raise UserError(
+                f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer"
+                " an encoder head gives (class, number, fraction, box); text tasks read 'cannot"
+                " answer (encoder)'"
+            )
         qs, left_out = questions(cube.url, tasks, every_split=True)
-        qs = [q for q in qs if q.variant == 0]  # one question per sample and task: phrasings are a VLM's matter
+        # one question per sample and task: phrasings are a VLM's matter
+        qs = [q for q in qs if q.variant == 0]
         asked = {q.task for q in qs}
         tasks = [t for t in tasks if t.name in asked]
         split, ids, split_record = cube_split(cube.url, cube.checksum)
         if not any(split[q.sample] == "test" for q in qs):
-            raise UserError(f"{cube.url}: no test-split sample has a reference for {', '.join(t.name for t in tasks)}")
-        emb, prov = plan_embedding(spec.model, cube, weights_dir=ctx.weights_dir,
-                                   allow_random_weights=ctx.allow_random_weights, precision=hr.precision,
-                                   input_size=hr.input_size or None, normalization=hr.normalization, seed=spec.seed,
-                                   block_samples=hr.block_samples, batch=hr.extract_batch,
-                                   threads=ctx.run_threads(hr.threads), device=ctx.device or this_device(),
-                                   weights=hr.encoder_weights.get(spec.model))
-        identity = {"family": self.name, "embedding": emb.key, "tasks": {t.name: t.digest() for t in tasks},
-                    "split": split_record["digest"], "grid": {"C": C_GRID, "alpha": ALPHA_GRID}, "seed": spec.seed,
-                    "v": IDENTITY_VERSION}
+            raise UserError(
+                f"{cube.url}: no test-split sample has a reference for"
+                f" {', '.join(t.name for t in tasks)}"
+            )
+        emb, prov = plan_embedding(
+            spec.model,
+            cube,
+            weights_dir=ctx.weights_dir,
+            allow_random_weights=ctx.allow_random_weights,
+            precision=hr.precision,
+            input_size=hr.input_size or None,
+            normalization=hr.normalization,
+            seed=spec.seed,
+            block_samples=hr.block_samples,
+            batch=hr.extract_batch,
+            threads=ctx.run_threads(hr.threads),
+            device=ctx.device or this_device(),
+            weights=hr.encoder_weights.get(spec.model),
+        )
+        identity = {
+            "family": self.name,
+            "embedding": emb.key,
+            "tasks": {t.name: t.digest() for t in tasks},
+            "split": split_record["digest"],
+            "grid": {"C": C_GRID, "alpha": ALPHA_GRID},
+            "seed": spec.seed,
+            "v": IDENTITY_VERSION,
+        }
         run_id = content_hash(identity)
         url = embeddings_url(ctx.out, emb.key)
         by_name = {t.name: t for t in tasks}
         record = self.base_record(
-            spec, run_id, identity, cube, model_name=prov.get("model_name", spec.model), weights=prov["weights"],
-            precision=prov.get("precision"), embedding=emb.describe() | {"url": url}, band_mode=prov.get("band_mode"),
+            spec,
+            run_id,
+            identity,
+            cube,
+            model_name=prov.get("model_name", spec.model),
+            weights=prov["weights"],
+            precision=prov.get("precision"),
+            embedding=emb.describe() | {"url": url},
+            band_mode=prov.get("band_mode"),
             torch_threads=emb.threads,
-            tasks={t.name: {"answer": t.answer, "metrics": [m for m, _, _ in t.metrics], "source": t.source,
-                            "prompt_sha256": t.digest()} for t in tasks},
-            tasks_left_out=left_out, board_split=split_record,
+            tasks={
+                t.name: {
+                    "answer": t.answer,
+                    "metrics": [m for m, _, _ in t.metrics],
+                    "source": t.source,
+                    "prompt_sha256": t.digest(),
+                }
+                for t in tasks
+            },
+            tasks_left_out=left_out,
+            board_split=split_record,
             tasks_text=[t.name for t in every if not answerable(t)],  # no head writes text
-            head={"kind": "linear on pooled frozen features", "C_grid": list(C_GRID), "alpha_grid": list(ALPHA_GRID),
-                  "chosen_on": "val split, by the task's own metric"})
+            head={
+                "kind": "linear on pooled frozen features",
+                "C_grid": list(C_GRID),
+                "alpha_grid": list(ALPHA_GRID),
+                "chosen_on": "val split, by the task's own metric",
+            },
+        )
         job = HeadsJob(url, tuple(qs), tuple(tasks), tuple(split.tolist()), tuple(ids))
-        work = {"embed": emb, "url": url, "job": job, "tasks": by_name, "split": split, "ids": ids,
-                "chance": chance_cells(qs, by_name, split, ids, N_BOOT, spec.seed)}
-        return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
-                          model_name=record["model_name"], fraction=1.0, record=record, work=work, cube=cube,
-                          prep_key=emb.key, estimate={"steps": 1, "encoder_items": cube.n_samples})
+        work = {
+            "embed": emb,
+            "url": url,
+            "job": job,
+            "tasks": by_name,
+            "split": split,
+            "ids": ids,
+            "chance": chance_cells(qs, by_name, split, ids, N_BOOT, spec.seed),
+        }
+        return PlannedRun(
+            spec=spec,
+            family=self.name,
+            run_id=run_id,
+            identity=identity,
+            dataset=cube.dataset,
+            model_name=record["model_name"],
+            fraction=1.0,
+            record=record,
+            work=work,
+            cube=cube,
+            prep_key=emb.key,
+            estimate={"steps": 1, "encoder_items": cube.n_samples},
+        )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        """The embedding family's pooled features, embedded once per (model, cube) by its own step."""
+        """The embedding family's pooled features, embedded once per (model, cube) by its own
+        step."""
         from ..embedding.work import CubeProbe
 
         out: dict[str, dict] = {}
         for p in runs:
             if p.prep_key not in out:
-                out[p.prep_key] = CubeProbe(p.work["embed"], None, [], p.work["url"]).prepare(runner, p)
+                out[p.prep_key] = CubeProbe(p.work["embed"], None, [], p.work["url"]).prepare(
+                    runner, p
+                )
         return out
 
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
@@ -114,7 +186,8 @@ class Heads(Family):
         return {"rows": a["rows"] + b["rows"], "heads": {**a["heads"], **b["heads"]}}
 
     def report_sections(self, page, results) -> None:
-        """None of its own: its cells are rows of the vqa family's boards, beside the VLMs and chance."""
+        """None of its own: its cells are rows of the vqa family's boards, beside the VLMs and
+        chance."""
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         from ..vqa.cells import cells
@@ -122,13 +195,27 @@ class Heads(Family):
         w = run.work
         rows = total["rows"]
         box_how = "box head (linear on pooled features)"
-        board = cells(rows, w["tasks"], w["split"], w["ids"], N_BOOT, run.spec.seed,
-                      how=lambda t, m: box_how if t.answer == "box" else f"linear head ({t.answer})")
+        board = cells(
+            rows,
+            w["tasks"],
+            w["split"],
+            w["ids"],
+            N_BOOT,
+            run.spec.seed,
+            how=lambda t, m: box_how if t.answer == "box" else f"linear head ({t.answer})",
+        )
         answered = 100.0 * sum(r["ok"] for r in rows) / len(rows) if rows else float("nan")
         prep = prepared.get(run.prep_key, {})
-        return {"metrics": {"answered": answered, "cells": board, "baselines": {"chance": w["chance"]}},
-                "primary_metric": self.primary_metric, "heads": total["heads"],
-                "summary_line": "; ".join(f"{c['task']}{'/' + c['class'] if c['class'] else ''} {c['metric']} "
-                                          f"{c['value']:.2f} (n {c['n']})" for c in board if c["class"] is None),
-                "embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256")},
-                "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0}}
+        return {
+            "metrics": {"answered": answered, "cells": board, "baselines": {"chance": w["chance"]}},
+            "primary_metric": self.primary_metric,
+            "heads": total["heads"],
+            "summary_line": "; ".join(
+                f"{c['task']}{'/' + c['class'] if c['class'] else ''} {c['metric']} "
+                f"{c['value']:.2f} (n {c['n']})"
+                for c in board
+                if c["class"] is None
+            ),
+            "embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256")},
+            "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0},
+        }

@@ -1,11 +1,14 @@
-"""Answer heads: a linear model on pooled frozen features gives a task's own kind of answer (a class, a number, a
-fraction, a box), so an encoder is scored with the VLM's metric on the VLM's test questions.
+"""Answer heads: a linear model on pooled frozen features gives a task's own kind of answer (a
+class, a number, a fraction, a box), so an encoder is scored with the VLM's metric on the VLM's test
+questions.
 
-Per (task, class asked about): features standardised on the train split, a logistic regression (classes) or a
-ridge regression (numbers, fractions, the box's four fractions) fitted on train, its regularisation chosen on the
-val split by the task's own metric (ties: the stronger one), then refitted on train alone and asked the test
-questions. Numbers are clipped to >= 0, fractions and boxes to 0..1 (a box's corners sorted).
+Per (task, class asked about): features standardised on the train split, a logistic regression
+(classes) or a ridge regression (numbers, fractions, the box's four fractions) fitted on train, its
+regularisation chosen on the val split by the task's own metric (ties: the stronger one), then
+refitted on train alone and asked the test questions. Numbers are clipped to >= 0, fractions and
+boxes to 0..1 (a box's corners sorted).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +18,10 @@ import numpy as np
 from ...errors import task_boundary
 from ..vqa.cells import answerable, scored_rows, target_of
 
-C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)  # logistic regression: inverse regularisation strength
-ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)  # ridge: regularisation strength (strongest first)
+# logistic regression: inverse regularisation strength
+C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
+# ridge: regularisation strength (strongest first)
+ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,15 @@ def _clip(t, v: np.ndarray) -> np.ndarray:
         return np.maximum(v, 0.0)
     if t.answer == "box":
         v = np.clip(v, 0.0, 1.0)
-        return np.stack([np.minimum(v[:, 0], v[:, 2]), np.minimum(v[:, 1], v[:, 3]),
-                         np.maximum(v[:, 0], v[:, 2]), np.maximum(v[:, 1], v[:, 3])], axis=1)
+        return np.stack(
+            [
+                np.minimum(v[:, 0], v[:, 2]),
+                np.minimum(v[:, 1], v[:, 3]),
+                np.maximum(v[:, 0], v[:, 2]),
+                np.maximum(v[:, 1], v[:, 3]),
+            ],
+            axis=1,
+        )
     return np.clip(v, 0.0, 1.0) if t.answer == "fraction" else v
 
 
@@ -59,30 +71,45 @@ def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
     def z(X):
         return (X - mu) / sd
 
-    if t.answer == "class" and len(set(ytr.tolist())) < 2:  # one class in train: nothing to learn, say so
+    # one class in train: nothing to learn, say so
+    if t.answer == "class" and len(set(ytr.tolist())) < 2:
         only = ytr[0]
-        return (lambda X: np.full(len(X), only, dtype=object)), {"head": "constant (one class in train)", "class": str(only)}
+        return (lambda X: np.full(len(X), only, dtype=object)), {
+            "head": "constant (one class in train)",
+            "class": str(only),
+        }
     grid = C_GRID if t.answer == "class" else ALPHA_GRID
 
     def make(g):
-        return (LogisticRegression(C=g, max_iter=5000) if t.answer == "class" else Ridge(alpha=g)).fit(z(Xtr), ytr)
+        return (
+            LogisticRegression(C=g, max_iter=5000) if t.answer == "class" else Ridge(alpha=g)
+        ).fit(z(Xtr), ytr)
 
     if len(Xva):
-        scores = [(_val_score(t, _clip(t, make(g).predict(z(Xva))), yva), -k) for k, g in enumerate(grid)]
+        scores = [
+            (_val_score(t, _clip(t, make(g).predict(z(Xva))), yva), -k) for k, g in enumerate(grid)
+        ]
         best = grid[-max(scores)[1]]
-        chosen = {"chosen_on": f"val ({len(Xva)} samples)",
-                  "val": {str(g): s for g, (s, _) in zip(grid, scores)}}
+        chosen = {
+            "chosen_on": f"val ({len(Xva)} samples)",
+            "val": {str(g): s for g, (s, _) in zip(grid, scores)},
+        }
     else:
         best, chosen = 1.0, {"chosen_on": "no val samples: the default"}
     m = make(best)
     name = "logistic" if t.answer == "class" else "ridge"
-    return (lambda X: _clip(t, m.predict(z(X)))), {"head": f"linear ({name})", ("C" if t.answer == "class" else "alpha"): best,
-                                                   **chosen, "train": int(len(Xtr))}
+    return (lambda X: _clip(t, m.predict(z(X)))), {
+        "head": f"linear ({name})",
+        ("C" if t.answer == "class" else "alpha"): best,
+        **chosen,
+        "train": int(len(Xtr)),
+    }
 
 
 @task_boundary
 def answer_heads(job: HeadsJob) -> dict:
-    """Fit a head per (task, class asked), answer the test questions; rows scored as VLM answers are."""
+    """Fit a head per (task, class asked), answer the test questions; rows scored as VLM answers
+    are."""
     from ..embedding.embed import load_embeddings
 
     ids, E, _, _ = load_embeddings(job.embeddings)
@@ -97,15 +124,24 @@ def answer_heads(job: HeadsJob) -> dict:
     chosen: dict[str, dict] = {}
     for (name, subject), qs in sorted(groups.items()):
         t = tasks[name]
-        part = {s: [q for q in qs if job.split[q.sample] == s and target_of(t, q) is not None] for s in ("train", "val")}
+        part = {
+            s: [q for q in qs if job.split[q.sample] == s and target_of(t, q) is not None]
+            for s in ("train", "val")
+        }
         if not part["train"]:
-            chosen[f"{name}/{subject}" if subject else name] = {"head": "none (no train sample has a reference)"}
+            chosen[f"{name}/{subject}" if subject else name] = {
+                "head": "none (no train sample has a reference)"
+            }
             continue
 
         def xy(qq):
             x = X[[pos[job.ids[q.sample]] for q in qq]] if qq else np.zeros((0, X.shape[1]))
             y = [target_of(t, q) for q in qq]
-            return x, (np.asarray(y, dtype=object if t.answer == "class" else np.float64) if qq else np.zeros(0))
+            return x, (
+                np.asarray(y, dtype=object if t.answer == "class" else np.float64)
+                if qq
+                else np.zeros(0)
+            )
 
         predict, facts = fit_head(t, *xy(part["train"]), *xy(part["val"]))
         chosen[f"{name}/{subject}" if subject else name] = facts
@@ -113,8 +149,11 @@ def answer_heads(job: HeadsJob) -> dict:
         if test:
             pred = predict(X[[pos[job.ids[q.sample]] for q in test]])
             for q, p in zip(test, pred):
-                answers[(q.sample, name, subject)] = tuple(float(c) for c in p) if t.answer == "box" else (
-                    str(p) if t.answer == "class" else float(p))
+                answers[(q.sample, name, subject)] = (
+                    tuple(float(c) for c in p)
+                    if t.answer == "box"
+                    else (str(p) if t.answer == "class" else float(p))
+                )
     test_qs = [q for q in job.questions if job.split[q.sample] == "test"]
     rows = scored_rows(test_qs, tasks, lambda q: answers.get((q.sample, q.task, q.subject)))
     return {"rows": rows, "heads": chosen}

@@ -1,5 +1,7 @@
-"""The heads family's own recipe field over the shared ones: which tasks to answer (`--set vqa_tasks=a,b`, the
-same field the vqa family reads, so a VLM and an encoder are asked the same tasks)."""
+"""The heads family's own recipe field over the shared ones: which tasks to answer (`--set
+vqa_tasks=a,b`, the same field the vqa family reads, so a VLM and an encoder are asked the same
+tasks)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,13 +11,19 @@ from ...recipe import BaseRecipe, RecipeError
 
 @dataclass(frozen=True, kw_only=True)
 class HeadsRecipe(BaseRecipe):
-    vqa_tasks: tuple[str, ...] | str = ()  # () = every catalog task about the cube's kind with a class/number/box answer
+    # () = every catalog task about the cube's kind with a class/number/box answer
+    vqa_tasks: tuple[str, ...] | str = ()
 
     def validate(self) -> None:
         super().validate()
         t = self.vqa_tasks
-        if not (isinstance(t, str) or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))):
-            raise RecipeError(f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}")
+        if not (
+            isinstance(t, str)
+            or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))
+        ):
+            raise RecipeError(
+                f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}"
+            )
 
     @property
     def task_names(self) -> list[str]:

@@ -1,5 +1,7 @@
-"""The segmentation family: dense prediction under the Cryo-Bench protocols (frozen encoder + decoder,
-few-shot, fine-tuning, cross-sensor), scored by mIoU from map-reduced int64 confusion matrices."""
+"""The segmentation family: dense prediction under the Cryo-Bench protocols (frozen encoder +
+decoder, few-shot, fine-tuning, cross-sensor), scored by mIoU from map-reduced int64 confusion
+matrices."""
+
 from __future__ import annotations
 
 import math
@@ -12,11 +14,18 @@ from ...catalog import protocol as protocol_spec
 from ...errors import UserError
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, derive_seed
+from ..encoders import (
+    EncoderSpec,
+    dataset_band_rule,
+    encoder_facts,
+    encoder_input_size,
+    input_map,
+    match_cube_bands,
+)
 from .data import stratified_subset, window_offsets
 from .metrics import metrics_from_confusion
 from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
-from ..encoders import EncoderSpec, dataset_band_rule, encoder_facts, encoder_input_size, input_map, match_cube_bands
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
 IDENTITY_VERSION = 2
@@ -55,70 +64,176 @@ class Segmentation(Family):
         if not 0 < fraction <= 1:
             raise UserError(f"{where}: the label fraction must be in (0, 1], got {fraction}")
         rule = proto.bands
-        if rule == "named" and drawn is not None:  # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
+        # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
+        if rule == "named" and drawn is not None:
             rule = dataset_band_rule(cube.dataset, rule)
-        rule, match = match_cube_bands(mspec, cube.bands, rule)  # SAR-only cube, optical encoder: cross-sensor
+        # SAR-only cube, optical encoder: cross-sensor
+        rule, match = match_cube_bands(mspec, cube.bands, rule)
         size = encoder_input_size(mspec, cube.tile, recipe.input_size, where)
         for split in ("train", "val", "test"):
             if not cube.samples(split).size:
-                raise UserError(f"{cube.url}: split {split!r} is empty; {spec.model} cannot be trained/evaluated on it")
+                raise UserError(
+                    f"{cube.url}: split {split!r} is empty; {spec.model} cannot be"
+                    " trained/evaluated on it"
+                )
             if not cube.labelled[cube.samples(split)].any():
-                raise UserError(f"{cube.url}: split {split!r} has no labelled pixel (every label is ignore); nothing to "
-                                f"{'train on' if split == 'train' else 'score'}")
+                raise UserError(
+                    f"{cube.url}: split {split!r} has no labelled pixel (every label is ignore);"
+                    f" nothing to {'train on' if split == 'train' else 'score'}"
+                )
         decoder = mspec.decoder or recipe.decoder
         if decoder not in decoder_kinds():
-            raise UserError(f"recipe field decoder must be one of {', '.join(decoder_kinds())}, got {decoder!r}")
+            raise UserError(
+                f"recipe field decoder must be one of {', '.join(decoder_kinds())}, got {decoder!r}"
+            )
         dkw = tuple((k, getattr(recipe, f"decoder_{k}")) for k in decoder_options(decoder))
         trains_encoder = proto.trains_encoder or not mspec.pretrained
         train_all = cube.samples("train")
-        subset = train_all[stratified_subset(cube.strata[train_all], fraction,
-                                             derive_seed("subset", cube.checksum, fraction, spec.seed))]
+        subset = train_all[
+            stratified_subset(
+                cube.strata[train_all],
+                fraction,
+                derive_seed("subset", cube.checksum, fraction, spec.seed),
+            )
+        ]
         if not cube.labelled[subset].any():
-            raise UserError(f"{where}: the {fraction:g} subset of the training split has no labelled pixel; raise the fraction")
-        weights = resolve_weights(spec.model, recipe.encoder_weights.get(spec.model), ctx.weights_dir, ctx.allow_random_weights)
+            raise UserError(
+                f"{where}: the {fraction:g} subset of the training split has no labelled pixel;"
+                " raise the fraction"
+            )
+        weights = resolve_weights(
+            spec.model,
+            recipe.encoder_weights.get(spec.model),
+            ctx.weights_dir,
+            ctx.allow_random_weights,
+        )
         device = ctx.device or this_device()
         precision = resolve(recipe.precision, device)
-        recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))  # fixed for every task of the run
+        # fixed for every task of the run
+        recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))
         arith = ctx.arithmetic_threads(recipe.threads)
         memory_format = recipe.memory_format
         if memory_format == "auto":
             memory_format = auto_memory_format(device, precision)
         inputs = input_map(cube, match.index, recipe.normalization)
         run_seed = derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed)
-        cube_key = cube.checksum if drawn is None else f"{cube.checksum}:split-{drawn['digest']}"  # the split is part of what is learnt
-        identity = {"family": self.name, "model": spec.model, "arch": mspec.arch, "cube": cube_key,
-                    "protocol": spec.protocol, "fraction": fraction, "seed": spec.seed,
-                    "recipe": recipe.identity(),
-                    "weights": weights.sha256 or weights.source, "input_size": size, "precision": precision,
-                    "band_rule": rule, **({"threads": arith} if arith else {}), "v": IDENTITY_VERSION}
+        # the split is part of what is learnt
+        cube_key = cube.checksum if drawn is None else f"{cube.checksum}:split-{drawn['digest']}"
+        identity = {
+            "family": self.name,
+            "model": spec.model,
+            "arch": mspec.arch,
+            "cube": cube_key,
+            "protocol": spec.protocol,
+            "fraction": fraction,
+            "seed": spec.seed,
+            "recipe": recipe.identity(),
+            "weights": weights.sha256 or weights.source,
+            "input_size": size,
+            "precision": precision,
+            "band_rule": rule,
+            **({"threads": arith} if arith else {}),
+            "v": IDENTITY_VERSION,
+        }
         run_id = content_hash(identity)
-        enc = EncoderSpec(mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision, arith)
-        cache = None if trains_encoder else CacheSpec(enc, cube.url, cube_key, inputs, cube.tile, recipe.crops_per_sample,
-                                                      recipe.feature_dtype, ctx.out)
+        enc = EncoderSpec(
+            mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision, arith
+        )
+        cache = (
+            None
+            if trains_encoder
+            else CacheSpec(
+                enc,
+                cube.url,
+                cube_key,
+                inputs,
+                cube.tile,
+                recipe.crops_per_sample,
+                recipe.feature_dtype,
+                ctx.out,
+            )
+        )
         rdir = run_dir(ctx.out, run_id)
-        work = SegRun(run_id=run_id, label=spec.label, trains_encoder=trains_encoder, encoder=enc, decoder=decoder,
-                      decoder_kwargs=dkw, num_classes=len(cube.class_names), class_names=tuple(cube.class_names),
-                      tile=cube.tile, cube_url=cube.url, inputs=inputs, train_samples=subset,
-                      val_samples=cube.samples("val"), test_samples=cube.samples("test"), recipe=recipe, seed=run_seed,
-                      checkpoint=f"{rdir}/best.pt", cache=cache, memory_format=memory_format)
+        work = SegRun(
+            run_id=run_id,
+            label=spec.label,
+            trains_encoder=trains_encoder,
+            encoder=enc,
+            decoder=decoder,
+            decoder_kwargs=dkw,
+            num_classes=len(cube.class_names),
+            class_names=tuple(cube.class_names),
+            tile=cube.tile,
+            cube_url=cube.url,
+            inputs=inputs,
+            train_samples=subset,
+            val_samples=cube.samples("val"),
+            test_samples=cube.samples("test"),
+            recipe=recipe,
+            seed=run_seed,
+            checkpoint=f"{rdir}/best.pt",
+            cache=cache,
+            memory_format=memory_format,
+        )
         iters = max(1, subset.size // recipe.batch_size)
         windows = len(window_offsets(cube.tile, int(size)))
-        estimate = {"train_samples": int(subset.size), "steps": iters * recipe.epochs,
-                    "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1, "windows_per_tile": windows,
-                    "encoder_items": 0 if trains_encoder else int(train_all.size * recipe.crops_per_sample
-                                                                 + (cube.samples("val").size + cube.samples("test").size) * windows)}
+        estimate = {
+            "train_samples": int(subset.size),
+            "steps": iters * recipe.epochs,
+            "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1,
+            "windows_per_tile": windows,
+            "encoder_items": (
+                0
+                if trains_encoder
+                else int(
+                    train_all.size * recipe.crops_per_sample
+                    + (cube.samples("val").size + cube.samples("test").size) * windows
+                )
+            ),
+        }
         record = self.base_record(
-            spec, run_id, identity, cube, model_name=mspec.display_name, fraction=fraction, weights=weights.as_record(),
-            precision={"requested": recipe.precision, "effective": precision, "device": device.describe()},
-            trains_encoder=trains_encoder, config=recipe.as_dict(), input_size=int(size), band_rule=rule,
-            band_index=list(inputs.index), normalization=recipe.normalization, decoder=decoder,
-            memory_format=memory_format, torch_threads=recipe.threads, deviations=mspec.deviation_record(),
-            subset=subset.tolist() if fraction < 1 else None, **({"split": drawn} if drawn is not None else {}))
-        return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
-                          model_name=mspec.display_name, fraction=fraction, record=record, work=work, cube=cube,
-                          prep_key=cache.key if cache else None, estimate=estimate)
+            spec,
+            run_id,
+            identity,
+            cube,
+            model_name=mspec.display_name,
+            fraction=fraction,
+            weights=weights.as_record(),
+            precision={
+                "requested": recipe.precision,
+                "effective": precision,
+                "device": device.describe(),
+            },
+            trains_encoder=trains_encoder,
+            config=recipe.as_dict(),
+            input_size=int(size),
+            band_rule=rule,
+            band_index=list(inputs.index),
+            normalization=recipe.normalization,
+            decoder=decoder,
+            memory_format=memory_format,
+            torch_threads=recipe.threads,
+            deviations=mspec.deviation_record(),
+            subset=subset.tolist() if fraction < 1 else None,
+            **({"split": drawn} if drawn is not None else {}),
+        )
+        return PlannedRun(
+            spec=spec,
+            family=self.name,
+            run_id=run_id,
+            identity=identity,
+            dataset=cube.dataset,
+            model_name=mspec.display_name,
+            fraction=fraction,
+            record=record,
+            work=work,
+            cube=cube,
+            prep_key=cache.key if cache else None,
+            estimate=estimate,
+        )
 
-    # -- shared work: the feature caches -------------------------------------------------------------
+    # -- shared work: the feature caches
+    # -------------------------------------------------------------
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         from .features import block_tasks, create_split, extract_block, mark_complete
 
@@ -129,23 +244,39 @@ class Segmentation(Family):
         if not caches:
             return {}
         t0 = time.perf_counter()
-        facts = {k: runner.submit(encoder_facts, c.encoder, key=f"cryocube-encoder-{k}") for k, (c, _) in caches.items()}
+        facts = {
+            k: runner.submit(encoder_facts, c.encoder, key=f"cryocube-encoder-{k}")
+            for k, (c, _) in caches.items()
+        }
         out: dict[str, dict] = {}
         tasks, owners = [], []
         for k, (c, p) in caches.items():
             shapes, params = runner.result(facts[k])
-            out[k] = {"encoder_params": params, "encoder_items": 0, "features_s": 0.0, "threads": set(), "devices": set()}
+            out[k] = {
+                "encoder_params": params,
+                "encoder_items": 0,
+                "features_s": 0.0,
+                "threads": set(),
+                "devices": set(),
+            }
             cfg = p.work.recipe
             for split in ("train", "val", "test"):
                 samples = p.cube.samples(split)
                 plan = create_split(c, split, samples, shapes, cfg.block_samples)
                 if not plan["complete"]:
-                    for t in block_tasks(c, split, samples, plan, cfg.block_samples, cfg.extract_batch, cfg.threads):
+                    for t in block_tasks(
+                        c, split, samples, plan, cfg.block_samples, cfg.extract_batch, cfg.threads
+                    ):
                         tasks.append(t)
                         owners.append(k)
         if tasks:
-            done = runner.map(extract_block, tasks, "extract features", [t.samples.size for t in tasks],
-                              key="cryocube-extract")
+            done = runner.map(
+                extract_block,
+                tasks,
+                "extract features",
+                [t.samples.size for t in tasks],
+                key="cryocube-extract",
+            )
             for k, r in zip(owners, done):
                 out[k]["encoder_items"] += r["items"]
                 out[k]["features_s"] += r["seconds"]
@@ -165,7 +296,8 @@ class Segmentation(Family):
             out[k]["devices"] = sorted(out[k]["devices"])
         return out
 
-    # -- fitting and scoring ------------------------------------------------------------------------
+    # -- fitting and scoring
+    # ------------------------------------------------------------------------
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
         """Frozen runs on one feature cache train together (one pass over the features, up to
         decoders_per_task decoders per task, spread over the workers); fine-tuning runs alone."""
@@ -176,7 +308,9 @@ class Segmentation(Family):
             if w.trains_encoder:
                 groups.append([p])
             else:
-                by_cache.setdefault((w.cache.key, w.recipe.threads, w.recipe.cache_in_memory_mb), []).append(p)
+                by_cache.setdefault(
+                    (w.cache.key, w.recipe.threads, w.recipe.cache_in_memory_mb), []
+                ).append(p)
         for members in by_cache.values():
             cap = members[0].work.recipe.decoders_per_task
             n = len(members)
@@ -197,13 +331,29 @@ class Segmentation(Family):
         bs = w.recipe.block_samples
         purl = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         g = _store.open_group(purl, "w")
-        g.create_array("pred", shape=(test.size, w.tile, w.tile), chunks=(1, w.tile, w.tile), dtype="int16", fill_value=-1,
-                       dimension_names=("sample", "y", "x"))
+        g.create_array(
+            "pred",
+            shape=(test.size, w.tile, w.tile),
+            chunks=(1, w.tile, w.tile),
+            dtype="int16",
+            fill_value=-1,
+            dimension_names=("sample", "y", "x"),
+        )
         g.create_array("sample", data=test.astype(np.int64), dimension_names=("sample",))
         g.attrs.update({"cube": w.cube_url, "run_id": run.run_id, "classes": list(w.class_names)})
-        return [(test_block, TestTask(w, np.arange(b0, min(b0 + bs, test.size)), test[b0 : b0 + bs], purl,
-                                      (b0, min(b0 + bs, test.size))))
-                for b0 in range(0, test.size, bs)]
+        return [
+            (
+                test_block,
+                TestTask(
+                    w,
+                    np.arange(b0, min(b0 + bs, test.size)),
+                    test[b0 : b0 + bs],
+                    purl,
+                    (b0, min(b0 + bs, test.size)),
+                ),
+            )
+            for b0 in range(0, test.size, bs)
+        ]
 
     @staticmethod
     def reduce(a, b):
@@ -219,25 +369,47 @@ class Segmentation(Family):
         encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         extra = {}
-        if "split" in run.record:  # an interferogram cube: the predicted masks answer deformation localisation too
+        # an interferogram cube: the predicted masks answer deformation localisation too
+        if "split" in run.record:
             from .localisation import localisation
 
-            extra["localisation"] = localisation(w.cube_url, predictions, w.test_samples, run.cube.labelled[w.test_samples])
-        return {**extra,
-            "metrics": metrics, "primary_metric": self.primary_metric, "confusion_matrix": cm.tolist(),
-            "val_curve": fitted["val_curve"], "best_epoch": fitted["best_epoch"], "steps": fitted["steps"],
-            "unlabelled_steps": fitted.get("unlabelled_steps", 0),  # batches of padding only, skipped (no NaN loss)
-            "samples_per_s": fitted["train_samples_per_s"], "peak_memory_mb": fitted["peak_memory_mb"],
-            "device": fitted["device"], "threads": {"fit": fitted["threads"], "features": prep.get("threads", [])},
-            "feature_devices": prep.get("devices", []),  # where the encoder ran for the cache (none: cached before)
+            extra["localisation"] = localisation(
+                w.cube_url, predictions, w.test_samples, run.cube.labelled[w.test_samples]
+            )
+        return {
+            **extra,
+            "metrics": metrics,
+            "primary_metric": self.primary_metric,
+            "confusion_matrix": cm.tolist(),
+            "val_curve": fitted["val_curve"],
+            "best_epoch": fitted["best_epoch"],
+            "steps": fitted["steps"],
+            # batches of padding only, skipped (no NaN loss)
+            "unlabelled_steps": fitted.get("unlabelled_steps", 0),
+            "samples_per_s": fitted["train_samples_per_s"],
+            "peak_memory_mb": fitted["peak_memory_mb"],
+            "device": fitted["device"],
+            "threads": {"fit": fitted["threads"], "features": prep.get("threads", [])},
+            # where the encoder ran for the cache (none: cached before)
+            "feature_devices": prep.get("devices", []),
             "decoders_in_task": fitted["decoders_in_task"],
             "encoder_forward_items": prep.get("encoder_items", 0),
-            "params": {"encoder": encoder_params, "trainable": fitted["trainable_params"],
-                       "decoder": fitted["trainable_params"] - (fitted["encoder_params"] if w.trains_encoder else 0)},
+            "params": {
+                "encoder": encoder_params,
+                "trainable": fitted["trainable_params"],
+                "decoder": (
+                    fitted["trainable_params"]
+                    - (fitted["encoder_params"] if w.trains_encoder else 0)
+                ),
+            },
             "gflops": w.encoder.model.gflops,
             "predictions": predictions,
-            "timings": {"features_s": prep.get("features_s", 0.0), "features_wall_s": prep.get("features_wall_s", 0.0),
-                        "train_s": fitted["train_s"], "setup_s": fitted["setup_s"],
-                        **({"fit_phases": fitted["phases"]} if "phases" in fitted else {}),
-                        **({"feature_phases": prep["phases"]} if "phases" in prep else {})},
+            "timings": {
+                "features_s": prep.get("features_s", 0.0),
+                "features_wall_s": prep.get("features_wall_s", 0.0),
+                "train_s": fitted["train_s"],
+                "setup_s": fitted["setup_s"],
+                **({"fit_phases": fitted["phases"]} if "phases" in fitted else {}),
+                **({"feature_phases": prep["phases"]} if "phases" in prep else {}),
+            },
         }

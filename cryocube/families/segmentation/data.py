@@ -1,7 +1,7 @@
-"""What segmentation tasks do to cube samples: normalise and band-match them into encoder slots, pad,
-cut windows and crops, and draw few-shot subsets (cube reading itself is `cube.read_dense`)."""
-from __future__ import annotations
+"""What segmentation tasks do to cube samples: normalise and band-match them into encoder slots,
+pad, cut windows and crops, and draw few-shot subsets (cube reading itself is `cube.read_dense`)."""
 
+from __future__ import annotations
 
 import numpy as np
 import torch
@@ -11,7 +11,8 @@ from ..encoders import InputMap  # noqa: F401  (re-exported: the map is shared b
 
 
 def pad_to(x: torch.Tensor, label: np.ndarray, size: int) -> tuple[torch.Tensor, np.ndarray]:
-    """Pad normalised tiles smaller than the encoder input (bottom/right; 0 = the mean, label ignore)."""
+    """Pad normalised tiles smaller than the encoder input (bottom/right; 0 = the mean, label
+    ignore)."""
     h, w = label.shape[-2:]
     if h >= size and w >= size:
         return x, label
@@ -24,7 +25,8 @@ def pad_to(x: torch.Tensor, label: np.ndarray, size: int) -> tuple[torch.Tensor,
 
 
 def sliding_offsets(length: int, window: int) -> list[int]:
-    """Window offsets along one axis: ceil(L / S) windows spread evenly, the last flush with the edge."""
+    """Window offsets along one axis: ceil(L / S) windows spread evenly, the last flush with the
+    edge."""
     if length <= window:
         return [0]
     n = int(np.ceil(length / window))

@@ -1,12 +1,14 @@
-"""Frozen-encoder feature cache: encoder outputs computed once per (model, cube, band rule, window set,
-precision) and reused by every epoch, validation pass and seed.
+"""Frozen-encoder feature cache: encoder outputs computed once per (model, cube, band rule, window
+set, precision) and reused by every epoch, validation pass and seed.
 
 Training items are a fixed bank of `crops_per_sample` random crops per train sample (epoch e uses
 crop e mod K, as the reference draws one fresh crop per sample per epoch); validation/test items are
-the deterministic sliding windows of each tile. Items are written by block tasks with a progress flag
-each, like the cube writer, so an interrupted extraction resumes where it stopped. Unwritten or lost
-chunks read as NaN features / label -2, which `FeatureSplit` refuses: never read as fill values.
+the deterministic sliding windows of each tile. Items are written by block tasks with a progress
+flag each, like the cube writer, so an interrupted extraction resumes where it stopped. Unwritten or
+lost chunks read as NaN features / label -2, which `FeatureSplit` refuses: never read as fill
+values.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -20,15 +22,17 @@ from ... import store as _store
 from ...cube import read_dense
 from ...errors import DamagedCacheError, task_boundary
 from ...precision import autocast
-from .data import crop_offsets, pad_to, window_offsets
 from ..encoders import extract_batch_size, get_encoder
+from .data import crop_offsets, pad_to, window_offsets
 from .work import CacheSpec, ExtractTask
 
 COMPLETE = "cryocube_features_complete"
 MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never written (or was lost)
 
 
-def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes, block_samples: int) -> dict:
+def create_split(
+    cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes, block_samples: int
+) -> dict:
     """Create (or reopen) one split's arrays; returns the plan the block tasks need."""
     g = _store.open_group(cache.url, "a")
     if split in g and COMPLETE in g[split].attrs:
@@ -41,8 +45,12 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
     else:
         offsets = np.tile(window_offsets(cache.tile, S), (samples.size, 1))
     n_blocks = int(np.ceil(samples.size / block_samples)) if samples.size else 0
-    if split in g and g[split].attrs.get("n_items") == n_items and g[split].attrs.get("block_samples") == block_samples \
-            and "progress" in g[split]:
+    if (
+        split in g
+        and g[split].attrs.get("n_items") == n_items
+        and g[split].attrs.get("block_samples") == block_samples
+        and "progress" in g[split]
+    ):
         sg = g[split]
     else:
         if split in g:
@@ -50,27 +58,73 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
         sg = g.create_group(split)
         sg.create_array("sample", data=np.repeat(samples.astype(np.int64), per))
         sg.create_array("offset", data=offsets)
-        sg.create_array("label", shape=(n_items, S, S), chunks=(1, S, S), dtype="int16", fill_value=MISSING_LABEL)
+        sg.create_array(
+            "label",
+            shape=(n_items, S, S),
+            chunks=(1, S, S),
+            dtype="int16",
+            fill_value=MISSING_LABEL,
+        )
         for i, (c, h, w) in enumerate(feature_shapes):
-            sg.create_array(f"f{i}", shape=(n_items, c, h, w), chunks=(1, c, h, w), dtype=cache.feature_dtype,
-                            fill_value=float("nan"))
-        sg.create_array("progress", shape=(max(n_blocks, 1),), chunks=(1,), dtype="uint8", fill_value=0)
-        sg.attrs.update({"n_items": n_items, "per_sample": per, "tile": cache.tile, "input_size": S,
-                         "levels": len(feature_shapes), "block_samples": block_samples})
+            sg.create_array(
+                f"f{i}",
+                shape=(n_items, c, h, w),
+                chunks=(1, c, h, w),
+                dtype=cache.feature_dtype,
+                fill_value=float("nan"),
+            )
+        sg.create_array(
+            "progress", shape=(max(n_blocks, 1),), chunks=(1,), dtype="uint8", fill_value=0
+        )
+        sg.attrs.update(
+            {
+                "n_items": n_items,
+                "per_sample": per,
+                "tile": cache.tile,
+                "input_size": S,
+                "levels": len(feature_shapes),
+                "block_samples": block_samples,
+            }
+        )
     done = np.asarray(sg["progress"][:]).astype(bool)
     blocks = [b for b in range(n_blocks) if not done[b]]
-    return {"complete": False, "n_items": n_items, "per": per, "blocks": blocks, "n_blocks": n_blocks}
+    return {
+        "complete": False,
+        "n_items": n_items,
+        "per": per,
+        "blocks": blocks,
+        "n_blocks": n_blocks,
+    }
 
 
-def block_tasks(cache: CacheSpec, split: str, samples: np.ndarray, plan: dict, block_samples: int,
-                batch: int | None, threads: int | None = None) -> list[ExtractTask]:
+def block_tasks(
+    cache: CacheSpec,
+    split: str,
+    samples: np.ndarray,
+    plan: dict,
+    block_samples: int,
+    batch: int | None,
+    threads: int | None = None,
+) -> list[ExtractTask]:
     per = plan["per"]
-    return [ExtractTask(cache, split, samples[b * block_samples : (b + 1) * block_samples], per, b * block_samples * per, b,
-                        batch, threads) for b in plan["blocks"]]
+    return [
+        ExtractTask(
+            cache,
+            split,
+            samples[b * block_samples : (b + 1) * block_samples],
+            per,
+            b * block_samples * per,
+            b,
+            batch,
+            threads,
+        )
+        for b in plan["blocks"]
+    ]
 
 
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
-    """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds it took."""
+    """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds it
+    took."""
     t0 = time.perf_counter()
     S = cache.encoder.input_size
     image, label = read_dense(cache.cube_url, samples)
@@ -84,21 +138,37 @@ def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: in
     return torch.stack(xs), np.stack(ys), int(image.nbytes), time.perf_counter() - t0
 
 
-def _windows_threaded(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int, readers: int):
-    """`_windows` with the samples read on `readers` threads (zarr's decompression releases the GIL), in order:
-    one thread read 670 items/s on the H200 machine, 3 % of what its encoder takes (docs/performance.md)."""
-    parts = [i for i in np.array_split(np.arange(samples.size), min(readers, samples.size)) if i.size]
+def _windows_threaded(
+    cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int, readers: int
+):
+    """`_windows` with the samples read on `readers` threads (zarr's decompression releases the
+    GIL), in order: one thread read 670 items/s on the H200 machine, 3 % of what its encoder takes
+    (docs/performance.md).
+    """
+    parts = [
+        i for i in np.array_split(np.arange(samples.size), min(readers, samples.size)) if i.size
+    ]
     if len(parts) <= 1:
         return _windows(cache, samples, offsets, per)
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
-        got = list(pool.map(lambda i: _windows(cache, samples[i], offsets[i[0] * per : (i[-1] + 1) * per], per), parts))
-    return (torch.cat([g[0] for g in got]), np.concatenate([g[1] for g in got]), sum(g[2] for g in got),
-            time.perf_counter() - t0)
+        got = list(
+            pool.map(
+                lambda i: _windows(cache, samples[i], offsets[i[0] * per : (i[-1] + 1) * per], per),
+                parts,
+            )
+        )
+    return (
+        torch.cat([g[0] for g in got]),
+        np.concatenate([g[1] for g in got]),
+        sum(g[2] for g in got),
+        time.perf_counter() - t0,
+    )
 
 
 def read_threads(device: str, threads: int) -> int:
-    """Reader threads of an extraction: on a GPU the host's cores are free to read; on a CPU they run the encoder."""
+    """Reader threads of an extraction: on a GPU the host's cores are free to read; on a CPU they
+    run the encoder."""
     return max(1, min(8, threads)) if device.startswith("cuda") else 1
 
 
@@ -124,9 +194,12 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
         readers = read_threads(device, threads)
         outs: list[list[np.ndarray]] = []
         labels, bytes_in = [], 0
-        ph = {"read_s": 0.0, "read_wait_s": 0.0, "encode_s": 0.0, "write_s": 0.0}  # read_s overlaps encode_s
+        # read_s overlaps encode_s
+        ph = {"read_s": 0.0, "read_wait_s": 0.0, "encode_s": 0.0, "write_s": 0.0}
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            nxt = pool.submit(_windows_threaded, cache, task.samples[:chunk], offsets[: chunk * per], per, readers)
+            nxt = pool.submit(
+                _windows_threaded, cache, task.samples[:chunk], offsets[: chunk * per], per, readers
+            )
             for i, s0 in enumerate(starts):
                 w0 = time.perf_counter()
                 x, y, nb, rs = nxt.result()
@@ -134,8 +207,14 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
                 ph["read_s"] += rs
                 if i + 1 < len(starts):
                     s1 = starts[i + 1]
-                    nxt = pool.submit(_windows_threaded, cache, task.samples[s1 : s1 + chunk],
-                                      offsets[s1 * per : (s1 + chunk) * per], per, readers)
+                    nxt = pool.submit(
+                        _windows_threaded,
+                        cache,
+                        task.samples[s1 : s1 + chunk],
+                        offsets[s1 * per : (s1 + chunk) * per],
+                        per,
+                        readers,
+                    )
                 bytes_in += nb
                 labels.append(y)
                 x = x.pin_memory().to(device, non_blocking=True) if cuda else x
@@ -143,12 +222,16 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
                 with torch.inference_mode(), autocast(device, cache.encoder.precision):
                     for b in range(0, x.shape[0], batch):
                         feats = enc(x[b : b + batch])
-                        outs.append([f.float().cpu().numpy().astype(cache.feature_dtype) for f in feats])
+                        outs.append(
+                            [f.float().cpu().numpy().astype(cache.feature_dtype) for f in feats]
+                        )
                         if not all(np.isfinite(o).all() for o in outs[-1]):
                             raise FloatingPointError(
-                                f"{cache.encoder.model.id}: non-finite features for samples {task.samples[s0 : s0 + chunk].tolist()} "
-                                f"of {cache.cube_url} (precision {cache.encoder.precision}; input range "
-                                f"{float(x.min()):.3g}..{float(x.max()):.3g})")
+                                f"{cache.encoder.model.id}: non-finite features for samples"
+                                f" {task.samples[s0 : s0 + chunk].tolist()} of {cache.cube_url}"
+                                f" (precision {cache.encoder.precision}; input range"
+                                f" {float(x.min()):.3g}..{float(x.max()):.3g})"
+                            )
                 ph["encode_s"] += time.perf_counter() - e0
         w0 = time.perf_counter()
         n = sum(o[0].shape[0] for o in outs)
@@ -157,8 +240,14 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
         g["label"][task.item0 : task.item0 + n] = np.concatenate(labels)
         g["progress"][task.block] = 1
         ph["write_s"] = time.perf_counter() - w0
-        return {"items": n, "seconds": time.perf_counter() - t0, "bytes_in": bytes_in, "threads": [threads],
-                "device": device, "phases": ph}
+        return {
+            "items": n,
+            "seconds": time.perf_counter() - t0,
+            "bytes_in": bytes_in,
+            "threads": [threads],
+            "device": device,
+            "phases": ph,
+        }
 
 
 def mark_complete(cache: CacheSpec, split: str, forwards: int) -> None:
@@ -172,8 +261,8 @@ class FeatureSplit:
     """Cached features of one split: held in memory when they fit `budget_mb`, else read per batch.
 
     Small caches (most datasets at most encoders) then cost one read per task instead of one zarr
-    request per item and epoch, shared by every decoder the task trains; large ones stream, so memory
-    stays bounded whatever the dataset size. Unwritten or damaged items are refused on read.
+    request per item and epoch, shared by every decoder the task trains; large ones stream, so
+    memory stays bounded whatever the dataset size. Unwritten or damaged items are refused on read.
     """
 
     def __init__(self, group, budget_mb: float, where: str):
@@ -187,15 +276,21 @@ class FeatureSplit:
         self.arrays = None
         if size <= budget_mb * 2**20:
             self.arrays = {n: self._read(n, slice(None)) for n in names}
-            self._check([self.arrays[f"f{i}"] for i in range(self.levels)], self.arrays["label"], None)
+            self._check(
+                [self.arrays[f"f{i}"] for i in range(self.levels)], self.arrays["label"], None
+            )
 
     def _read(self, name: str, sel):
         try:
             a = self.group[name]
-            return np.asarray(a[sel] if isinstance(sel, slice) else a.get_orthogonal_selection((sel,)))
+            return np.asarray(
+                a[sel] if isinstance(sel, slice) else a.get_orthogonal_selection((sel,))
+            )
         except Exception as e:  # a truncated chunk fails in its codec
-            raise DamagedCacheError(f"{self.where}: feature cache chunk of {name} cannot be read ({type(e).__name__}: {e}); "
-                                    "remove the cache folder and run again to rebuild it") from None
+            raise DamagedCacheError(
+                f"{self.where}: feature cache chunk of {name} cannot be read ({type(e).__name__}:"
+                f" {e}); remove the cache folder and run again to rebuild it"
+            ) from None
 
     def _check(self, feats: list[np.ndarray], labels: np.ndarray, items: np.ndarray | None) -> None:
         bad_l = np.flatnonzero((labels == MISSING_LABEL).reshape(labels.shape[0], -1).any(axis=1))
@@ -203,14 +298,22 @@ class FeatureSplit:
         bad = np.union1d(bad_l, bad_f)
         if bad.size:
             it = int(bad[0] if items is None else items[bad[0]])
-            raise DamagedCacheError(f"{self.where}: {bad.size} cached items (first: item {it}) were never written or are "
-                                    "damaged; remove the cache folder and run again to rebuild it")
+            raise DamagedCacheError(
+                f"{self.where}: {bad.size} cached items (first: item {it}) were never written or"
+                " are damaged; remove the cache folder and run again to rebuild it"
+            )
 
     def take(self, items: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Features (per level) and labels of the given sorted item indices."""
         if self.arrays is not None:
-            return [self.arrays[f"f{i}"][items] for i in range(self.levels)], self.arrays["label"][items]
-        sel = slice(int(items[0]), int(items[-1]) + 1) if items.size and np.all(np.diff(items) == 1) else items
+            return [self.arrays[f"f{i}"][items] for i in range(self.levels)], self.arrays["label"][
+                items
+            ]
+        sel = (
+            slice(int(items[0]), int(items[-1]) + 1)
+            if items.size and np.all(np.diff(items) == 1)
+            else items
+        )
         feats = [self._read(f"f{i}", sel) for i in range(self.levels)]
         labels = self._read("label", sel)
         self._check(feats, labels, items)

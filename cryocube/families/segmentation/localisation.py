@@ -1,12 +1,15 @@
-"""Deformation localisation by a segmentation run on an interferogram cube: predicted test mask -> box -> IoU
-against the cube's `box`, so an encoder gets the grounding score a VLM gets from its answer.
+"""Deformation localisation by a segmentation run on an interferogram cube: predicted test mask ->
+box -> IoU against the cube's `box`, so an encoder gets the grounding score a VLM gets from its
+answer.
 
-The predicted box is the extent of every predicted deformation pixel in connected regions of at least the
-cube's `min_pixels` (the rule that drew the reference box from the reference mask; 1 where the cube has no
-derivation, e.g. Hephaestus polygons). Scored: the test samples with a reference box (the samples the VLM's
-box IoU is scored on); a prediction without deformation pixels has no box and scores 0. Test samples whose
-reference says "no deformation" are counted apart (`false_boxes`: a box drawn where there is none).
+The predicted box is the extent of every predicted deformation pixel in connected regions of at
+least the cube's `min_pixels` (the rule that drew the reference box from the reference mask; 1 where
+the cube has no derivation, e.g. Hephaestus polygons). Scored: the test samples with a reference box
+(the samples the VLM's box IoU is scored on); a prediction without deformation pixels has no box and
+scores 0. Test samples whose reference says "no deformation" are counted apart (`false_boxes`: a box
+drawn where there is none).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,18 +20,26 @@ from ...cube import open_cube, sample_ids
 from ..split import samples_hash
 from ..vqa.metrics import box_iou, summarize
 
-RULE = ("box of all predicted deformation pixels in connected regions of >= min_pixels (the cube's deformation_box "
-        "rule); no such pixel: no box, IoU 0; scored on test samples with a reference box")
+RULE = (
+    "box of all predicted deformation pixels in connected regions of >= min_pixels (the cube's"
+    " deformation_box rule); no such pixel: no box, IoU 0; scored on test samples with a"
+    " reference box"
+)
 
 
-def predicted_box(pred: np.ndarray, height: int, width: int, positive: int = 1, min_pixels: int = 1):
-    """(x_min, y_min, x_max, y_max) end-exclusive of a predicted mask's positive pixels within the pair's own
-    extent (padding left out), or None."""
+def predicted_box(
+    pred: np.ndarray, height: int, width: int, positive: int = 1, min_pixels: int = 1
+):
+    """(x_min, y_min, x_max, y_max) end-exclusive of a predicted mask's positive pixels within the
+    pair's own extent (padding left out), or None."""
     return box_of(np.asarray(pred)[:height, :width] == positive, min_pixels)
 
 
-def box_scores(preds, refs, sizes, min_pixels: int = 1, positive: int = 1) -> tuple[list[float], int, int]:
-    """(IoU per sample with a reference box, samples without one given a box, samples without one)."""
+def box_scores(
+    preds, refs, sizes, min_pixels: int = 1, positive: int = 1
+) -> tuple[list[float], int, int]:
+    """(IoU per sample with a reference box, samples without one given a box, samples without
+    one)."""
     ious, false_boxes, no_ref = [], 0, 0
     for pred, ref, (h, w) in zip(preds, refs, sizes):
         box = predicted_box(pred, h, w, positive, min_pixels)
@@ -41,19 +52,40 @@ def box_scores(preds, refs, sizes, min_pixels: int = 1, positive: int = 1) -> tu
 
 
 def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: np.ndarray) -> dict:
-    """The record's `localisation` entry of a segmentation run: box IoU (%) with its 95 % bootstrap interval and n.
-    `scored`: per test sample, whether its reference mask has any labelled pixel (unlabelled pairs say nothing)."""
+    """The record's `localisation` entry of a segmentation run: box IoU (%) with its 95 % bootstrap
+    interval and n. `scored`: per test sample, whether its reference mask has any labelled pixel
+    (unlabelled pairs say nothing).
+    """
     ds = open_cube(cube_url)
     pred = np.asarray(_store.open_group(predictions_url, "r")["pred"][:])
     box = np.asarray(ds["box"].values, np.float64)[test]
-    hs = np.asarray(ds["height"].values)[test] if "height" in ds else np.full(test.size, pred.shape[1])
-    ws = np.asarray(ds["width"].values)[test] if "width" in ds else np.full(test.size, pred.shape[2])
-    min_pixels = int(((ds.attrs.get("derivation") or {}).get("deformation_box") or {}).get("min_pixels", 1))
+    hs = (
+        np.asarray(ds["height"].values)[test]
+        if "height" in ds
+        else np.full(test.size, pred.shape[1])
+    )
+    ws = (
+        np.asarray(ds["width"].values)[test] if "width" in ds else np.full(test.size, pred.shape[2])
+    )
+    min_pixels = int(
+        ((ds.attrs.get("derivation") or {}).get("deformation_box") or {}).get("min_pixels", 1)
+    )
     keep = np.flatnonzero(scored)
     refs = [tuple(b) if np.isfinite(b).all() else None for b in box[keep]]
-    ious, false_boxes, no_ref = box_scores(pred[keep], refs, list(zip(hs[keep], ws[keep])), min_pixels)
+    ious, false_boxes, no_ref = box_scores(
+        pred[keep], refs, list(zip(hs[keep], ws[keep])), min_pixels
+    )
     ids = sample_ids(ds, cube_url)[test][keep]
-    return {"task": str(ds.attrs.get("box_task", "deformation_localization")), "metric": "box_iou",
-            **summarize("box_iou", ious), "rule": RULE, "min_pixels": min_pixels, "unit": "%", "split": "test",
-            "samples": samples_hash(str(i) for i, r in zip(ids, refs) if r is not None),  # the board cell's samples
-            "false_boxes": int(false_boxes), "no_box_samples": int(no_ref)}
+    return {
+        "task": str(ds.attrs.get("box_task", "deformation_localization")),
+        "metric": "box_iou",
+        **summarize("box_iou", ious),
+        "rule": RULE,
+        "min_pixels": min_pixels,
+        "unit": "%",
+        "split": "test",
+        # the board cell's samples
+        "samples": samples_hash(str(i) for i, r in zip(ids, refs) if r is not None),
+        "false_boxes": int(false_boxes),
+        "no_box_samples": int(no_ref),
+    }

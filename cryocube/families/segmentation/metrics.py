@@ -5,6 +5,7 @@ precision = TP / predicted and recall = TP / ground truth (the reference swaps t
 overall accuracy (oAcc) and mean per-class accuracy (mAcc), and a class absent from both prediction
 and ground truth is left out of the means instead of counting as IoU 0.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -19,8 +20,13 @@ def confusion_matrix(pred, target, num_classes: int, ignore_index: int = -1) -> 
     keep = t != ignore_index
     p, t = p[keep], t[keep]
     if t.size and (t.min() < 0 or t.max() >= num_classes):
-        raise ValueError(f"target values outside 0..{num_classes - 1}: {np.unique(t[(t < 0) | (t >= num_classes)])[:5]}")
-    return np.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+        raise ValueError(
+            f"target values outside 0..{num_classes - 1}:"
+            f" {np.unique(t[(t < 0) | (t >= num_classes)])[:5]}"
+        )
+    return np.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(
+        num_classes, num_classes
+    )
 
 
 def metrics_from_confusion(cm: np.ndarray, class_names: Iterable[str] | None = None) -> dict:
@@ -38,7 +44,7 @@ def metrics_from_confusion(cm: np.ndarray, class_names: Iterable[str] | None = N
         recall = np.where(gt > 0, tp / gt, np.nan)
         f1 = np.where(union > 0, 2 * tp / (gt + pr), np.nan)
     total = cm.sum()
-    pct = lambda a: {n: (None if np.isnan(v) else float(100 * v)) for n, v in zip(names, a)}  # noqa: E731
+    pct = lambda a: {n: None if np.isnan(v) else float(100 * v) for n, v in zip(names, a)}  # noqa: E731
     mean = lambda a: float(100 * np.nanmean(a)) if np.any(~np.isnan(a)) else float("nan")  # noqa: E731
     return {
         "mIoU": mean(iou),

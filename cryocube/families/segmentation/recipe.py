@@ -1,15 +1,23 @@
-"""The segmentation family's recipe: the shared fields (cryocube/recipe.py) plus the training protocol's.
+"""The segmentation family's recipe: the shared fields (cryocube/recipe.py) plus the training
+protocol's.
 
 The defaults are the Cryo-Bench/PANGAEA recipe in catalogs/benchmarks/cryobench.yaml (`recipe:`);
 every field can be overridden from YAML (`--config`) or `--set k=v`, and is checked here before any
 cluster starts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...recipe import BaseRecipe, RecipeError, check_choice, check_int, check_num  # noqa: F401 (RecipeError: its users)
+from ...recipe import (
+    BaseRecipe,
+    RecipeError,
+    check_choice,
+    check_int,
+    check_num,
+)  # noqa: F401 (RecipeError: its users)
 
 MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
 FEATURE_DTYPES = ("float16", "float32")
@@ -32,13 +40,19 @@ class SegmentationRecipe(BaseRecipe):
     # cryocube's engineering (not part of the reference recipe)
     crops_per_sample: int = 4  # size of the fixed bank of random training crops (frozen protocols)
     feature_dtype: str = "float16"  # storage of cached features
-    memory_format: str = "auto"  # channels_last where it measures faster (CUDA; bf16 on AMX CPUs), else contiguous
+    # channels_last where it measures faster (CUDA; bf16 on AMX CPUs), else contiguous
+    memory_format: str = "auto"
     max_val_samples: int | None = None  # cap validation cost on big datasets (None = all)
-    cache_in_memory_mb: float = 1024  # cached features smaller than this are read once per task, else streamed
-    decoders_per_task: int = 8  # frozen runs sharing a feature cache train together, up to this many per task
+    # cached features smaller than this are read once per task, else streamed
+    cache_in_memory_mb: float = 1024
+    # frozen runs sharing a feature cache train together, up to this many per task
+    decoders_per_task: int = 8
 
     EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS + (
-        "cache_in_memory_mb", "decoders_per_task", "max_val_samples")
+        "cache_in_memory_mb",
+        "decoders_per_task",
+        "max_val_samples",
+    )
     TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ("betas", "milestones")
     FLOAT_FIELDS: ClassVar[tuple[str, ...]] = ("lr", "weight_decay", "gamma", "cache_in_memory_mb")
 
@@ -55,7 +69,10 @@ class SegmentationRecipe(BaseRecipe):
         for m in self.milestones:
             check_num("milestones", m, 0.0, lo_open=True, hi=1.0)
         if list(self.milestones) != sorted(self.milestones):
-            raise RecipeError(f"recipe field milestones must be increasing fractions of the iterations, got {list(self.milestones)!r}")
+            raise RecipeError(
+                "recipe field milestones must be increasing fractions of the iterations, got"
+                f" {list(self.milestones)!r}"
+            )
         check_num("gamma", self.gamma, 0.0, lo_open=True)
         check_int("val_every", self.val_every)
         if not isinstance(self.decoder, str) or not self.decoder:
@@ -71,7 +88,8 @@ class SegmentationRecipe(BaseRecipe):
 
 
 def load_recipe(*args, **kw):
-    """The recipe of every family (`cryocube.load_recipe`); kept here for code that imported it from here."""
+    """The recipe of every family (`cryocube.load_recipe`); kept here for code that imported it from
+    here."""
     from ..recipes import load_recipe as load
 
     return load(*args, **kw)

@@ -1,9 +1,12 @@
-"""Sample cubes with a per-pixel target (interferograms' deformation `mask`) seen as tile cubes by this family.
+"""Sample cubes with a per-pixel target (interferograms' deformation `mask`) seen as tile cubes by
+this family.
 
-A sample cube has no train/val/test split ("all") and no class fractions; the split is drawn once per
-cube (seeded by its checksum, fractions from the cube's `mask` attrs, which the dataset catalog set), stratified
-by deformation box / none / unlabelled so the test split holds boxes to score, and says so in the record.
+A sample cube has no train/val/test split ("all") and no class fractions; the split is drawn once
+per cube (seeded by its checksum, fractions from the cube's `mask` attrs, which the dataset catalog
+set), stratified by deformation box / none / unlabelled so the test split holds boxes to score, and
+says so in the record.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,23 +15,38 @@ import numpy as np
 
 from ...cube import CubeInfo, open_cube
 from ...errors import UserError
-from ..split import STRATA, draw_split, sample_split  # noqa: F401  (one split per cube, every family's)
+
+# one split per cube, every family's (STRATA and draw_split re-exported for this family's callers)
+from ..split import STRATA, draw_split, sample_split  # noqa: F401
 
 
 def as_tiles(cube: CubeInfo) -> tuple[CubeInfo, dict]:
-    """(the cube as this family reads it: drawn split, mask classes, labelled = any non-ignore pixel; the split's
-    record). Refuses, in one sentence, a sample cube without a mask or with non-square samples."""
+    """(the cube as this family reads it: drawn split, mask classes, labelled = any non-ignore
+    pixel; the split's record). Refuses, in one sentence, a sample cube without a mask or with
+    non-square samples."""
     ds = open_cube(cube.url)
     if "mask" not in ds or "mask_pixels" not in ds or not isinstance(ds.attrs.get("mask"), dict):
-        raise UserError(f"{cube.url}: a {cube.kind} cube without a per-pixel target (image-level tasks only) cannot be "
-                        "segmented; score it with `cryocube embed` + `cryocube probe`, or --protocol probe "
-                        "(interferogram cubes converted by this cryocube have one: convert again with --overwrite)")
+        raise UserError(
+            f"{cube.url}: a {cube.kind} cube without a per-pixel target (image-level tasks only)"
+            " cannot be segmented; score it with `cryocube embed` + `cryocube probe`, or"
+            " --protocol probe (interferogram cubes converted by this cryocube have one: convert"
+            " again with --overwrite)"
+        )
     if ds.sizes["y"] != ds.sizes["x"]:
-        raise UserError(f"{cube.url}: samples are {ds.sizes['y']}x{ds.sizes['x']} px; the segmentation family cuts square "
-                        "tiles, so it needs square samples")
+        raise UserError(
+            f"{cube.url}: samples are {ds.sizes['y']}x{ds.sizes['x']} px; the segmentation family"
+            " cuts square tiles, so it needs square samples"
+        )
     opts = dict(ds.attrs["mask"])
     labelled = np.asarray(ds["mask_pixels"].values).sum(axis=1) > 0  # any pixel not ignore
-    splits, strata, record = sample_split(ds, cube.checksum)  # the split every family's board cells use
-    tiles = dataclasses.replace(cube, tile=int(ds.sizes["y"]), splits=splits, strata=strata,
-                                class_names=[str(c) for c in opts["classes"]], labelled=labelled)
+    # the split every family's board cells use
+    splits, strata, record = sample_split(ds, cube.checksum)
+    tiles = dataclasses.replace(
+        cube,
+        tile=int(ds.sizes["y"]),
+        splits=splits,
+        strata=strata,
+        class_names=[str(c) for c in opts["classes"]],
+        labelled=labelled,
+    )
     return tiles, record

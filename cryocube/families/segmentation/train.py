@@ -9,6 +9,7 @@ on crops streamed from the cube (read a batch ahead on a second thread). All sha
 (AdamW, per-iteration multi-step LR, validation before epochs 0, val_every, ... and after the last,
 best state by val mIoU), autocast in the run's precision, and sliding-window evaluation.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,10 @@ PROGRESS_TOPIC = "cryocube-progress"
 
 
 class CrossEntropy(nn.CrossEntropyLoss):
-    """Mean cross-entropy over labelled pixels; on CUDA under deterministic algorithms it sums per-pixel losses
-    itself, since CUDA's 2-D NLL forward counts the labelled pixels with atomics (equal runs, different bits)."""
+    """Mean cross-entropy over labelled pixels; on CUDA under deterministic algorithms it sums
+    per-pixel losses itself, since CUDA's 2-D NLL forward counts the labelled pixels with atomics
+    (equal runs, different bits).
+    """
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if not (logits.is_cuda and torch.are_deterministic_algorithms_enabled()):
@@ -48,15 +51,19 @@ class CrossEntropy(nn.CrossEntropyLoss):
         return masked_mean_cross_entropy(logits, target, self.ignore_index)
 
 
-def masked_mean_cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+def masked_mean_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, ignore_index: int
+) -> torch.Tensor:
     """The same mean as CrossEntropyLoss(ignore_index), from per-pixel losses (no atomic count)."""
     per = nn.functional.cross_entropy(logits, target, ignore_index=ignore_index, reduction="none")
     return per.sum() / (target != ignore_index).sum()
 
 
 def deterministic_attention(device: str):
-    """Training forwards on CUDA use the math attention kernel: cuDNN's and flash attention's backwards accumulate
-    with atomics, so a fine-tuning run would not repeat bit for bit (inference kernels are left as they are)."""
+    """Training forwards on CUDA use the math attention kernel: cuDNN's and flash attention's
+    backwards accumulate with atomics, so a fine-tuning run would not repeat bit for bit (inference
+    kernels are left as they are).
+    """
     if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -74,7 +81,8 @@ def publish(event: dict) -> None:
         pass
 
 
-# -- models -----------------------------------------------------------------------------------------
+# -- models
+# -----------------------------------------------------------------------------------------
 
 
 def _decoder(run: SegRun, enc: nn.Module) -> nn.Module:
@@ -90,15 +98,22 @@ def build_model(run: SegRun, device: str) -> tuple[nn.Module, nn.Module | None]:
 
     if not run.trains_encoder:
         enc = get_encoder(run.encoder, device)
-        # seeded after the encoder: whether this worker built it now or earlier must not change the decoder
+        # seeded after the encoder: whether this worker built it now or earlier must not change the
+        # decoder
         torch.manual_seed(run.seed)
         module = _decoder(run, enc).to(device)
         frozen = enc
     else:
         torch.manual_seed(run.seed)
         e = run.encoder
-        enc = build_encoder(e.model, bands=list(e.bands), weights=e.weights, sha256=e.weights_sha256, input_size=e.input_size,
-                            rule=e.rule)
+        enc = build_encoder(
+            e.model,
+            bands=list(e.bands),
+            weights=e.weights,
+            sha256=e.weights_sha256,
+            input_size=e.input_size,
+            rule=e.rule,
+        )
         module = Segmenter(enc, _decoder(run, enc)).to(device)
         frozen = None
     if run.memory_format == "channels_last":
@@ -107,7 +122,11 @@ def build_model(run: SegRun, device: str) -> tuple[nn.Module, nn.Module | None]:
 
 
 def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
-    return x.contiguous(memory_format=torch.channels_last) if run.memory_format == "channels_last" and x.ndim == 4 else x
+    return (
+        x.contiguous(memory_format=torch.channels_last)
+        if run.memory_format == "channels_last" and x.ndim == 4
+        else x
+    )
 
 
 def save_state(module: nn.Module, url: str) -> None:
@@ -122,7 +141,8 @@ def load_state(module: nn.Module, url: str) -> None:
 
 
 def prefetched(it: Iterable, depth: int = 2) -> Iterator:
-    """Iterate `it` on a background thread, `depth` items ahead (zarr reads and crops overlap compute)."""
+    """Iterate `it` on a background thread, `depth` items ahead (zarr reads and crops overlap
+    compute)."""
     q: queue.Queue = queue.Queue(depth)
     done = object()
 
@@ -141,11 +161,13 @@ def prefetched(it: Iterable, depth: int = 2) -> Iterator:
         yield x
 
 
-# -- sliding-window evaluation ----------------------------------------------------------------------
+# -- sliding-window evaluation
+# ----------------------------------------------------------------------
 
 
 def stitch_predict(logits: torch.Tensor, offsets: np.ndarray, side: int) -> torch.Tensor:
-    """Sum window logits (W, K, S, S) into the tile (averaging does not change the argmax) -> (side, side)."""
+    """Sum window logits (W, K, S, S) into the tile (averaging does not change the argmax) -> (side,
+    side)."""
     k, s = logits.shape[1], logits.shape[-1]
     acc = torch.zeros((k, side, side), dtype=torch.float32)
     for w, (oy, ox) in enumerate(offsets):
@@ -153,8 +175,14 @@ def stitch_predict(logits: torch.Tensor, offsets: np.ndarray, side: int) -> torc
     return acc.argmax(0)
 
 
-def eval_feature_tiles(decoder: nn.Module, run: SegRun, split: FeatureSplit, positions: np.ndarray, device: str,
-                       predictions: list | None = None) -> np.ndarray:
+def eval_feature_tiles(
+    decoder: nn.Module,
+    run: SegRun,
+    split: FeatureSplit,
+    positions: np.ndarray,
+    device: str,
+    predictions: list | None = None,
+) -> np.ndarray:
     """Confusion matrix of the decoder over cached windows of the tiles at cache `positions`."""
     S, tile, k = run.encoder.input_size, run.tile, run.num_classes
     per = split.per
@@ -178,8 +206,14 @@ def eval_feature_tiles(decoder: nn.Module, run: SegRun, split: FeatureSplit, pos
     return cm
 
 
-def eval_cube_tiles(model: nn.Module, run: SegRun, samples: np.ndarray, device: str, predictions: list | None = None,
-                    chunk: int = 4) -> np.ndarray:
+def eval_cube_tiles(
+    model: nn.Module,
+    run: SegRun,
+    samples: np.ndarray,
+    device: str,
+    predictions: list | None = None,
+    chunk: int = 4,
+) -> np.ndarray:
     """Confusion matrix of an end-to-end model over cube tiles (sliding windows, summed logits)."""
     S, tile, k = run.encoder.input_size, run.tile, run.num_classes
     side = max(tile, S)
@@ -191,7 +225,10 @@ def eval_cube_tiles(model: nn.Module, run: SegRun, samples: np.ndarray, device: 
             image, label = read_dense(run.cube_url, samples[c0 : c0 + chunk])
             x, lab = pad_to(run.inputs.apply(image), label, S)
             for j in range(x.shape[0]):
-                wins = _fmt(torch.stack([x[j, :, oy : oy + S, ox : ox + S] for oy, ox in offs]).to(device), run)
+                wins = _fmt(
+                    torch.stack([x[j, :, oy : oy + S, ox : ox + S] for oy, ox in offs]).to(device),
+                    run,
+                )
                 with autocast(device, run.encoder.precision):
                     logits = model(wins)
                 pred = stitch_predict(logits, offs, side).numpy()
@@ -201,38 +238,58 @@ def eval_cube_tiles(model: nn.Module, run: SegRun, samples: np.ndarray, device: 
     return cm
 
 
-# -- one run's training state -----------------------------------------------------------------------
+# -- one run's training state
+# -----------------------------------------------------------------------
 
 
 class Trainer:
     """One run's optimiser, schedule, curve and random state, advanced an epoch at a time.
 
-    The global torch RNG (dropout) is swapped in and out around each epoch, so runs stepped in turn in
-    one process draw exactly the numbers they would alone.
+    The global torch RNG (dropout) is swapped in and out around each epoch, so runs stepped in turn
+    in one process draw exactly the numbers they would alone.
     """
 
-    def __init__(self, run: SegRun, module: nn.Module, device: str, batches: Callable[[int], Iterable],
-                 forward: Callable, validate: Callable[[], np.ndarray], iters_per_epoch: int):
+    def __init__(
+        self,
+        run: SegRun,
+        module: nn.Module,
+        device: str,
+        batches: Callable[[int], Iterable],
+        forward: Callable,
+        validate: Callable[[], np.ndarray],
+        iters_per_epoch: int,
+    ):
         cfg = run.recipe
         self.run, self.module, self.device = run, module, device
         self.batches, self.forward, self.validate_fn = batches, forward, validate
         self.epochs, self.val_every = cfg.epochs, cfg.val_every
         params = [p for p in module.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+        )
         total = max(1, iters_per_epoch * cfg.epochs)
-        self.sched = torch.optim.lr_scheduler.MultiStepLR(self.opt, milestones=[int(m * total) for m in cfg.milestones],
-                                                          gamma=cfg.gamma)
+        self.sched = torch.optim.lr_scheduler.MultiStepLR(
+            self.opt, milestones=[int(m * total) for m in cfg.milestones], gamma=cfg.gamma
+        )
         self.scaler = grad_scaler(device, run.encoder.precision)
         self.loss_fn = CrossEntropy(ignore_index=CUBE_IGNORE_INDEX)
         self.curve: list[dict] = []
         self.best, self.best_state, self.best_epoch = -math.inf, None, -1
         self.steps, self.seen, self.losses = 0, 0, []
-        self.unlabelled_steps = 0  # batches whose every pixel is ignore (padding): no gradient, the schedule goes on
+        # batches whose every pixel is ignore (padding): no gradient, the schedule goes on
+        self.unlabelled_steps = 0
         self.rng_state = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
-        # where a run's time goes (seconds summed over epochs): the benchmark's budget against FLOP bounds
-        self.phases = {"batches_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "optimizer_s": 0.0, "validate_s": 0.0,
-                       "validations": 0}
+        # where a run's time goes (seconds summed over epochs): the benchmark's budget against FLOP
+        # bounds
+        self.phases = {
+            "batches_s": 0.0,
+            "forward_s": 0.0,
+            "backward_s": 0.0,
+            "optimizer_s": 0.0,
+            "validate_s": 0.0,
+            "validations": 0,
+        }
 
     def _swap_in(self) -> None:
         torch.set_rng_state(self.rng_state)
@@ -254,7 +311,9 @@ class Trainer:
         self.curve.append({"epoch": epoch, "mIoU": m["mIoU"], "mF1": m["mF1"], "loss": loss})
         if m["mIoU"] > self.best or self.best_state is None:  # strictly better, as the reference
             self.best, self.best_epoch = m["mIoU"], epoch
-            self.best_state = copy.deepcopy({k: v.detach().cpu() for k, v in self.module.state_dict().items()})
+            self.best_state = copy.deepcopy(
+                {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+            )
         return m["mIoU"]
 
     def epoch(self, epoch: int) -> None:
@@ -268,7 +327,8 @@ class Trainer:
         for inputs, target in self.batches(epoch):
             ph["batches_s"] += clock() - t
             target = target.to(self.device).long()
-            if not bool((target != CUBE_IGNORE_INDEX).any()):  # mean cross-entropy over no pixel is 0/0 = NaN
+            # mean cross-entropy over no pixel is 0/0 = NaN
+            if not bool((target != CUBE_IGNORE_INDEX).any()):
                 self.sched.step()
                 self.unlabelled_steps += 1
                 self.seen += int(target.shape[0])
@@ -276,11 +336,17 @@ class Trainer:
                 t = clock()
                 continue
             t = clock()
-            with autocast(self.device, self.run.encoder.precision), deterministic_attention(self.device):
+            with (
+                autocast(self.device, self.run.encoder.precision),
+                deterministic_attention(self.device),
+            ):
                 logits = self.forward(inputs)
             loss = self.loss_fn(logits.float(), target)
             if not torch.isfinite(loss):
-                raise NonFiniteLoss(f"run {self.run.label}: non-finite loss ({loss.item()}) at epoch {epoch}, step {self.steps}")
+                raise NonFiniteLoss(
+                    f"run {self.run.label}: non-finite loss ({loss.item()}) at epoch {epoch}, step"
+                    f" {self.steps}"
+                )
             t1 = clock()
             self.opt.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
@@ -298,16 +364,36 @@ class Trainer:
             t = clock()
         self._swap_out()
         if self.run.events:
-            publish({"run": self.run.run_id, "label": self.run.label, "epoch": epoch + 1, "epochs": self.epochs,
-                     "loss": float(np.mean(self.losses)) if self.losses else None, "val_mIoU": val, "t": time.time()})
+            publish(
+                {
+                    "run": self.run.run_id,
+                    "label": self.run.label,
+                    "epoch": epoch + 1,
+                    "epochs": self.epochs,
+                    "loss": float(np.mean(self.losses)) if self.losses else None,
+                    "val_mIoU": val,
+                    "t": time.time(),
+                }
+            )
 
     def finish(self) -> None:
         self._swap_in()
         val = self._validate(self.epochs)
         self._swap_out()
         if self.run.events:
-            publish({"run": self.run.run_id, "label": self.run.label, "epoch": self.epochs, "epochs": self.epochs,
-                     "loss": None, "val_mIoU": val, "best": self.best, "done": True, "t": time.time()})
+            publish(
+                {
+                    "run": self.run.run_id,
+                    "label": self.run.label,
+                    "epoch": self.epochs,
+                    "epochs": self.epochs,
+                    "loss": None,
+                    "val_mIoU": val,
+                    "best": self.best,
+                    "done": True,
+                    "t": time.time(),
+                }
+            )
 
 
 def _pairs(chosen: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -315,7 +401,13 @@ def _pairs(chosen: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.repeat(chosen, 2) if chosen.size == 1 else chosen
 
 
-def frozen_trainer(run: SegRun, device: str, train: FeatureSplit, val: FeatureSplit, train_sample_of_pos: np.ndarray) -> Trainer:
+def frozen_trainer(
+    run: SegRun,
+    device: str,
+    train: FeatureSplit,
+    val: FeatureSplit,
+    train_sample_of_pos: np.ndarray,
+) -> Trainer:
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs = run.encoder.input_size, run.recipe.batch_size
@@ -331,13 +423,27 @@ def frozen_trainer(run: SegRun, device: str, train: FeatureSplit, val: FeatureSp
         order = rng.permutation(pos)
         for b in range(iters):
             chosen = _pairs(order[b * bs : (b + 1) * bs] if n >= bs else order, rng)
-            crop = np.where(np.arange(chosen.size) % 2 == 1, (epoch + 1) % K, epoch % K) if n == 1 else epoch % K
+            crop = (
+                np.where(np.arange(chosen.size) % 2 == 1, (epoch + 1) % K, epoch % K)
+                if n == 1
+                else epoch % K
+            )
             items = np.sort(chosen * K + crop)
             arrays, labels = train.take(items)
-            yield [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays], torch.from_numpy(labels)
+            yield (
+                [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays],
+                torch.from_numpy(labels),
+            )
 
-    return Trainer(run, module, device, batches, lambda feats: module(feats, (S, S)),
-                   lambda: eval_feature_tiles(module, run, val, val_pos, device), iters)
+    return Trainer(
+        run,
+        module,
+        device,
+        batches,
+        lambda feats: module(feats, (S, S)),
+        lambda: eval_feature_tiles(module, run, val, val_pos, device),
+        iters,
+    )
 
 
 def finetune_trainer(run: SegRun, device: str) -> Trainer:
@@ -359,15 +465,27 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
             image, label = read_dense(run.cube_url, chosen)
             x, lab = pad_to(run.inputs.apply(image), label, S)
             ys, xs = rng.integers(0, side - S + 1, size=(2, chosen.size))
-            xb = torch.stack([x[j, :, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)])
-            lb = torch.from_numpy(np.stack([lab[j, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)]))
+            xb = torch.stack(
+                [x[j, :, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)]
+            )
+            lb = torch.from_numpy(
+                np.stack([lab[j, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)])
+            )
             yield xb, lb
 
     def batches(epoch):
         for xb, lb in prefetched(epoch_batches(epoch)):
             yield _fmt(xb.to(device), run), lb
 
-    return Trainer(run, module, device, batches, module, lambda: eval_cube_tiles(module, run, val_idx, device), iters)
+    return Trainer(
+        run,
+        module,
+        device,
+        batches,
+        module,
+        lambda: eval_cube_tiles(module, run, val_idx, device),
+        iters,
+    )
 
 
 @task_boundary
@@ -393,7 +511,8 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
         else:
             trainers = [finetune_trainer(r, device) for r in runs]
         built = time.perf_counter()
-        failed: dict[int, dict] = {}  # a run that fails (e.g. diverges) leaves the group; the others go on
+        # a run that fails (e.g. diverges) leaves the group; the others go on
+        failed: dict[int, dict] = {}
         for epoch in range(max(t.epochs for t in trainers)):
             for i, t in enumerate(trainers):
                 if epoch < t.epochs and i not in failed:
@@ -410,26 +529,47 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
                 save_state(t.module, t.run.checkpoint)
                 written += time.perf_counter() - w0
         elapsed = time.perf_counter() - t0
-        peak = (torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda")
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        peak = (
+            torch.cuda.max_memory_allocated() / 2**20
+            if device.startswith("cuda")
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        )
         out = []
         for i, t in enumerate(trainers):
             if i in failed:
                 out.append(failed[i])
                 continue
             enc = t.module.encoder if t.run.trains_encoder else get_encoder(t.run.encoder, device)
-            out.append({"val_curve": t.curve, "best_epoch": t.best_epoch, "train_s": elapsed, "setup_s": built - t0,
-                        "steps": t.steps, "unlabelled_steps": t.unlabelled_steps, "train_samples_per_s": t.seen / max(elapsed, 1e-9), "peak_memory_mb": peak,
-                        "device": device, "threads": [threads], "decoders_in_task": len(trainers),
-                        "phases": {**{k: round(v, 4) for k, v in t.phases.items()}, "checkpoint_write_s": round(written, 4)},
-                        "trainable_params": int(sum(p.numel() for p in t.module.parameters() if p.requires_grad)),
-                        "encoder_params": int(sum(p.numel() for p in enc.parameters()))})
+            out.append(
+                {
+                    "val_curve": t.curve,
+                    "best_epoch": t.best_epoch,
+                    "train_s": elapsed,
+                    "setup_s": built - t0,
+                    "steps": t.steps,
+                    "unlabelled_steps": t.unlabelled_steps,
+                    "train_samples_per_s": t.seen / max(elapsed, 1e-9),
+                    "peak_memory_mb": peak,
+                    "device": device,
+                    "threads": [threads],
+                    "decoders_in_task": len(trainers),
+                    "phases": {
+                        **{k: round(v, 4) for k, v in t.phases.items()},
+                        "checkpoint_write_s": round(written, 4),
+                    },
+                    "trainable_params": int(
+                        sum(p.numel() for p in t.module.parameters() if p.requires_grad)
+                    ),
+                    "encoder_params": int(sum(p.numel() for p in enc.parameters())),
+                }
+            )
         return out
 
 
 @task_boundary
 def test_block(task: TestTask) -> np.ndarray:
-    """Confusion matrix of the best state on one block of test tiles (predictions saved alongside)."""
+    """Confusion matrix of the best state on one block of test tiles (predictions saved
+    alongside)."""
     from ...cluster.runtime import torch_task
 
     run = task.run
@@ -438,7 +578,10 @@ def test_block(task: TestTask) -> np.ndarray:
         load_state(module, run.checkpoint)
         preds: list = []
         if not run.trains_encoder:
-            split = FeatureSplit(_store.open_group(run.cache.url, "r")["test"], 0, f"{run.cache.url}/test")  # stream
+            # stream
+            split = FeatureSplit(
+                _store.open_group(run.cache.url, "r")["test"], 0, f"{run.cache.url}/test"
+            )
             cm = eval_feature_tiles(module, run, split, np.asarray(task.positions), device, preds)
         else:
             cm = eval_cube_tiles(module, run, np.asarray(task.samples), device, preds)

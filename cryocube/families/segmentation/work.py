@@ -3,6 +3,7 @@
 They carry whole specs (the model's catalog entry, the cube's bands) so workers need no catalog
 of their own: a lab's YAML-only model or dataset runs on any cluster.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,10 +33,21 @@ class CacheSpec:
     @property
     def key(self) -> str:
         e = self.encoder
-        ident = {"model": e.model.id, "arch": e.model.arch, "cube": self.cube_checksum, "index": self.inputs.index,
-                 "mean": self.inputs.mean, "std": self.inputs.std, "rule": e.rule, "S": e.input_size,
-                 "K": self.crops_per_sample, "dtype": self.feature_dtype, "weights": e.weights_sha256 or e.weights,
-                 **e.arithmetic(), "v": 2}
+        ident = {
+            "model": e.model.id,
+            "arch": e.model.arch,
+            "cube": self.cube_checksum,
+            "index": self.inputs.index,
+            "mean": self.inputs.mean,
+            "std": self.inputs.std,
+            "rule": e.rule,
+            "S": e.input_size,
+            "K": self.crops_per_sample,
+            "dtype": self.feature_dtype,
+            "weights": e.weights_sha256 or e.weights,
+            **e.arithmetic(),
+            "v": 2,
+        }
         h = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         return f"{e.model.id}-{e.rule}-{h}"
 
@@ -45,14 +57,27 @@ class CacheSpec:
 
     @property
     def seed(self) -> int:
-        """Seed of the bank of training crops. It hashes the cache identity of cryocube 0.1 (band rule
-        "named" was called "protocol" then), so the crops, and with them every frozen run's metrics,
-        stayed the same when the engine moved into evaluation families."""
+        """Seed of the bank of training crops. It hashes the cache identity of cryocube 0.1 (band
+        rule "named" was called "protocol" then), so the crops, and with them every frozen run's
+        metrics, stayed the same when the engine moved into evaluation families."""
         e = self.encoder
-        ident = {"model": e.model.id, "cube": self.cube_checksum, "index": self.inputs.index, "mean": self.inputs.mean,
-                 "std": self.inputs.std, "mode": {"named": "protocol"}.get(e.rule, e.rule), "S": e.input_size,
-                 "K": self.crops_per_sample, "dtype": self.feature_dtype, "weights": e.weights, "v": 1}
-        return int(hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8], 16)
+        ident = {
+            "model": e.model.id,
+            "cube": self.cube_checksum,
+            "index": self.inputs.index,
+            "mean": self.inputs.mean,
+            "std": self.inputs.std,
+            "mode": {"named": "protocol"}.get(e.rule, e.rule),
+            "S": e.input_size,
+            "K": self.crops_per_sample,
+            "dtype": self.feature_dtype,
+            "weights": e.weights,
+            "v": 1,
+        }
+        return int(
+            hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8],
+            16,
+        )
 
 
 @dataclass(frozen=True)
@@ -61,7 +86,8 @@ class SegRun:
 
     run_id: str
     label: str
-    trains_encoder: bool  # fine-tuning and scratch baselines: encoder + decoder on crops from the cube
+    # fine-tuning and scratch baselines: encoder + decoder on crops from the cube
+    trains_encoder: bool
     encoder: EncoderSpec
     decoder: str
     decoder_kwargs: tuple[tuple[str, object], ...]
@@ -90,7 +116,8 @@ class ExtractTask:
     item0: int
     block: int
     batch: int | None
-    threads: int | None = None  # fixed torch threads (recipe), else the host's cores divided among tasks
+    # fixed torch threads (recipe), else the host's cores divided among tasks
+    threads: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,16 @@
 """The vqa family: generative vision-language models answer the InSAR-VLM-Bench questions about
-interferogram cubes, and image-level yes/no and "what fraction" questions about Cryo-Bench tile cubes
-(`cryocube evaluate --protocol vqa --models transformers:<checkpoint>`); the cube's kind picks the task file.
+interferogram cubes, and image-level yes/no and "what fraction" questions about Cryo-Bench tile
+cubes (`cryocube evaluate --protocol vqa --models transformers:<checkpoint>`); the cube's kind picks
+the task file.
 
 `plan` reads the questions from the cube (questions.py) and checks the model through its adapter
 (cryocube.adapters: weights there, an image processor) before any work; `score` is one Dask task per
-block of samples that generates, keeps, parses and scores the block's answers (answer.py); the reduce
-concatenates rows, and `finish` computes each task's metrics with bootstrap CIs and writes the answers
-and a small gallery beside the record. Tasks, prompts and metrics are catalog data (tasks.py).
+block of samples that generates, keeps, parses and scores the block's answers (answer.py); the
+reduce concatenates rows, and `finish` computes each task's metrics with bootstrap CIs and writes
+the answers and a small gallery beside the record. Tasks, prompts and metrics are catalog data
+(tasks.py).
 """
+
 from __future__ import annotations
 
 from ...errors import UserError
@@ -32,27 +35,38 @@ def _run_dir(out: str, run_id: str) -> str:
 @register
 class Vqa(Family):
     name = "vqa"
-    primary_metric = "parsed"  # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
+    # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
+    primary_metric = "parsed"
     variables = ("image", "target", "box", "answer")
     recipe = VqaRecipe
-    not_tunable = "a VQA run trains nothing and records no validation curve; set its fields with `evaluate --set`"
+    not_tunable = (
+        "a VQA run trains nothing and records no validation curve; set its fields with `evaluate"
+        " --set`"
+    )
 
     def plan(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> PlannedRun:
         from ...adapters import get, names, split_ref
         from ...catalog import protocol as protocol_spec
         from ...precision import resolve, this_device
-        from .answer import Block, block_url
         from ..split import cube_split
+        from .answer import Block, block_url
         from .cells import chance_cells
         from .questions import questions
         from .tasks import select
 
         protocol_spec(spec.protocol)
-        vr = recipe.updated(dict(spec.overrides), f"{spec.label}: overrides") if spec.overrides else recipe
+        vr = (
+            recipe.updated(dict(spec.overrides), f"{spec.label}: overrides")
+            if spec.overrides
+            else recipe
+        )
         adapter_name, location = split_ref(spec.model)
         if adapter_name not in names():
-            raise UserError(f"{spec.model!r} is not a generative model: the vqa protocol takes <adapter>[:<checkpoint>] "
-                            f"(adapters: {', '.join(names())}); encoders answer these tasks through --protocol probe")
+            raise UserError(
+                f"{spec.model!r} is not a generative model: the vqa protocol takes"
+                f" <adapter>[:<checkpoint>] (adapters: {', '.join(names())}); encoders answer these"
+                " tasks through --protocol probe"
+            )
         tasks = select(vr.task_names or None, cube.kind, cube.dataset)
         qs, left_out = questions(cube.url, tasks)
         asked = {q.task for q in qs}
@@ -60,16 +74,32 @@ class Vqa(Family):
         if vr.max_new_tokens:
             import dataclasses
 
-            tasks = [dataclasses.replace(t, max_new_tokens=min(t.max_new_tokens, vr.max_new_tokens)) for t in tasks]
+            tasks = [
+                dataclasses.replace(t, max_new_tokens=min(t.max_new_tokens, vr.max_new_tokens))
+                for t in tasks
+            ]
         prec = resolve(vr.precision, ctx.device or this_device())
-        threads = ctx.run_threads(vr.threads)  # fixed for every block: CPU reductions (and so answers) follow it
+        # fixed for every block: CPU reductions (and so answers) follow it
+        threads = ctx.run_threads(vr.threads)
         arith = ctx.arithmetic_threads(threads)
         ref, prov = get(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
-        identity = {"family": self.name, "model": {"adapter": ref.adapter, "location": ref.location, "random": ref.random,
-                                                   "sha256": ref.sha256},
-                    "precision": prec, "cube": cube.checksum, "tasks": {t.name: t.digest() for t in tasks},
-                    "gen_batch": vr.gen_batch, "seed": spec.seed, **({"threads": arith} if arith else {}),
-                    **({"blind": True} if vr.blind else {}), "v": IDENTITY_VERSION}
+        identity = {
+            "family": self.name,
+            "model": {
+                "adapter": ref.adapter,
+                "location": ref.location,
+                "random": ref.random,
+                "sha256": ref.sha256,
+            },
+            "precision": prec,
+            "cube": cube.checksum,
+            "tasks": {t.name: t.digest() for t in tasks},
+            "gen_batch": vr.gen_batch,
+            "seed": spec.seed,
+            **({"threads": arith} if arith else {}),
+            **({"blind": True} if vr.blind else {}),
+            "v": IDENTITY_VERSION,
+        }
         run_id = content_hash(identity)
         rdir = _run_dir(ctx.out, run_id)
         bs = vr.block_samples
@@ -84,29 +114,85 @@ class Vqa(Family):
         rendered = bool(ds.attrs.get("rendered", False))
         size = (int(ds.sizes["x"]), int(ds.sizes["y"]))
         for k in range(0, len(samples), bs):
-            chunk = set(samples[k: k + bs])
-            blocks.append(Block(index=len(blocks), cube=cube.url, bands=bands, rendered=rendered,
-                                questions=tuple(q for q in qs if q.sample in chunk), tasks=tuple(tasks), model=ref,
-                                gen_batch=vr.gen_batch, threads=threads, url=block_url(rdir, len(blocks)), size=size,
-                                facts=facts, blind=vr.blind))
-        generation = {"do_sample": False, "num_beams": 1, "batch": vr.gen_batch,
-                      "max_new_tokens": {t.name: t.max_new_tokens for t in tasks}}
+            chunk = set(samples[k : k + bs])
+            blocks.append(
+                Block(
+                    index=len(blocks),
+                    cube=cube.url,
+                    bands=bands,
+                    rendered=rendered,
+                    questions=tuple(q for q in qs if q.sample in chunk),
+                    tasks=tuple(tasks),
+                    model=ref,
+                    gen_batch=vr.gen_batch,
+                    threads=threads,
+                    url=block_url(rdir, len(blocks)),
+                    size=size,
+                    facts=facts,
+                    blind=vr.blind,
+                )
+            )
+        generation = {
+            "do_sample": False,
+            "num_beams": 1,
+            "batch": vr.gen_batch,
+            "max_new_tokens": {t.name: t.max_new_tokens for t in tasks},
+        }
         split, ids, split_record = cube_split(cube.url, cube.checksum)
         every = questions(cube.url, tasks, every_split=True)[0] if cube.kind == "tiles" else qs
         chance = chance_cells(every, {t.name: t for t in tasks}, split, ids, N_BOOT, spec.seed)
         record = self.base_record(
-            spec, run_id, identity, cube, model_name=prov.model_name, weights=prov.weights,
-            precision={"requested": vr.precision, "effective": prec}, model_class=prov.model_class,
-            tasks={t.name: {"prompt_sha256": t.digest(), "answer": t.answer, "metrics": [m for m, _, _ in t.metrics],
-                            "questions": sum(q.task == t.name for q in qs), "source": t.source,
-                            "unparsed_value": t.unparsed_value, "phrasings": len(t.phrasings)} for t in tasks},
-            tasks_left_out=left_out, **_asked(qs, cube.kind), generation=generation, adapter=ref.adapter,
-            params=prov.facts, torch_threads=threads, blind=vr.blind, board_split=split_record)
-        work = {"blocks": blocks, "tasks": {t.name: t for t in tasks}, "dir": rdir, "questions": len(qs),
-                "split": split, "ids": ids, "chance": chance}
-        return PlannedRun(spec=spec, family=self.name, run_id=run_id, identity=identity, dataset=cube.dataset,
-                          model_name=prov.model_name, fraction=1.0, record=record, work=work, cube=cube,
-                          estimate={"steps": len(blocks), "encoder_items": 0, "questions": len(qs)})
+            spec,
+            run_id,
+            identity,
+            cube,
+            model_name=prov.model_name,
+            weights=prov.weights,
+            precision={"requested": vr.precision, "effective": prec},
+            model_class=prov.model_class,
+            tasks={
+                t.name: {
+                    "prompt_sha256": t.digest(),
+                    "answer": t.answer,
+                    "metrics": [m for m, _, _ in t.metrics],
+                    "questions": sum(q.task == t.name for q in qs),
+                    "source": t.source,
+                    "unparsed_value": t.unparsed_value,
+                    "phrasings": len(t.phrasings),
+                }
+                for t in tasks
+            },
+            tasks_left_out=left_out,
+            **_asked(qs, cube.kind),
+            generation=generation,
+            adapter=ref.adapter,
+            params=prov.facts,
+            torch_threads=threads,
+            blind=vr.blind,
+            board_split=split_record,
+        )
+        work = {
+            "blocks": blocks,
+            "tasks": {t.name: t for t in tasks},
+            "dir": rdir,
+            "questions": len(qs),
+            "split": split,
+            "ids": ids,
+            "chance": chance,
+        }
+        return PlannedRun(
+            spec=spec,
+            family=self.name,
+            run_id=run_id,
+            identity=identity,
+            dataset=cube.dataset,
+            model_name=prov.model_name,
+            fraction=1.0,
+            record=record,
+            work=work,
+            cube=cube,
+            estimate={"steps": len(blocks), "encoder_items": 0, "questions": len(qs)},
+        )
 
     def fit(self, group: list[PlannedRun]):
         return _fit_nothing, group
@@ -131,8 +217,8 @@ class Vqa(Family):
         import json
 
         from ... import store as _store
-        from .cells import cells
         from .answer import summarize_rows
+        from .cells import cells
 
         rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"], r.get("variant", 0)))
         tasks = summarize_rows(rows, run.work["tasks"], N_BOOT, seed=run.spec.seed)
@@ -144,40 +230,62 @@ class Vqa(Family):
         gen_s = total["gen_s"]
         w = run.work
         board = cells(rows, w["tasks"], w["split"], w["ids"], N_BOOT, run.spec.seed)
-        return {"metrics": {"parsed": parsed, "tasks": tasks, "cells": board, "baselines": {"chance": w["chance"]}},
-                "summary_line": summary_line(tasks),
-                "primary_metric": self.primary_metric,
-                "unparsed": {k: v["unparsed"] for k, v in tasks.items()},
-                "answers_file": f"{rdir}/answers.jsonl", "gallery": gallery,
-                "generation_stats": {"blocks": total["blocks"], "blocks_generated": total["generated"],
-                                     "questions": n, "questions_generated": total["questions_generated"],
-                                     "new_tokens": total["tokens"],
-                                     "questions_per_s": total["questions_generated"] / gen_s if gen_s else None,
-                                     "tokens_per_s": total["tokens"] / gen_s if gen_s else None,
-                                     "devices": sorted(set(total.get("devices", [])))},
-                "timings": {"generate_s": gen_s, "train_s": 0.0}}
+        return {
+            "metrics": {
+                "parsed": parsed,
+                "tasks": tasks,
+                "cells": board,
+                "baselines": {"chance": w["chance"]},
+            },
+            "summary_line": summary_line(tasks),
+            "primary_metric": self.primary_metric,
+            "unparsed": {k: v["unparsed"] for k, v in tasks.items()},
+            "answers_file": f"{rdir}/answers.jsonl",
+            "gallery": gallery,
+            "generation_stats": {
+                "blocks": total["blocks"],
+                "blocks_generated": total["generated"],
+                "questions": n,
+                "questions_generated": total["questions_generated"],
+                "new_tokens": total["tokens"],
+                "questions_per_s": total["questions_generated"] / gen_s if gen_s else None,
+                "tokens_per_s": total["tokens"] / gen_s if gen_s else None,
+                "devices": sorted(set(total.get("devices", []))),
+            },
+            "timings": {"generate_s": gen_s, "train_s": 0.0},
+        }
 
 
 def _asked(qs: list, kind: str) -> dict:
-    """Tiles: which split and classes were asked (the test split; every class but the task file's skip_classes)."""
+    """Tiles: which split and classes were asked (the test split; every class but the task file's
+    skip_classes)."""
     if kind != "tiles":
         return {}
-    return {"split": "test", "classes": sorted({q.subject for q in qs}), "samples_asked": len({q.sample for q in qs})}
+    return {
+        "split": "test",
+        "classes": sorted({q.subject for q in qs}),
+        "samples_asked": len({q.sample for q in qs}),
+    }
 
 
 def summary_line(tasks: dict) -> str:
-    """One line per run for the console: each task's metrics with their 95 % intervals and its unparsed answers."""
+    """One line per run for the console: each task's metrics with their 95 % intervals and its
+    unparsed answers."""
     from .metrics import FACTS
 
     parts = []
     for name, d in tasks.items():
-        ms = ", ".join(f"{FACTS[m][0]} {v['value']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]" for m, v in d["metrics"].items())
+        ms = ", ".join(
+            f"{FACTS[m][0]} {v['value']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]"
+            for m, v in d["metrics"].items()
+        )
         parts.append(f"{name}: {ms} (n {d['n']}, unparsed {d['unparsed']})")
     return "; ".join(parts)
 
 
 def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
-    """The first samples' pictures (as the model saw them) beside their questions, references and answers."""
+    """The first samples' pictures (as the model saw them) beside their questions, references and
+    answers."""
     from ... import store as _store
     from ...cube import read_samples
     from .answer import crop
@@ -196,12 +304,32 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
     for k, s in enumerate(samples):
         rel = f"gallery/sample-{s:05d}.png"
         size = next(q.size for b in run.work["blocks"] for q in b.questions if q.sample == s)
-        _store.write_atomic(f"{run.work['dir']}/{rel}",
-                            png_bytes(render(crop(images[k], size), list(b0.bands), first.render, b0.rendered,
-                                             facts=b0.facts)))
-        out.append({"sample": s, "source": next(r["source"] for r in rows if r["sample"] == s), "picture": rel,
-                    "qa": [{"task": r["task"], "question": r["prompt"], "reference": r["refs"], "answer": r["answer"],
-                            "ok": r["ok"]} | ({"class": r["class"]} if "class" in r else {})
-                           | ({"variant": r["variant"]} if "variant" in r else {})
-                           for r in rows if r["sample"] == s]})
+        _store.write_atomic(
+            f"{run.work['dir']}/{rel}",
+            png_bytes(
+                render(
+                    crop(images[k], size), list(b0.bands), first.render, b0.rendered, facts=b0.facts
+                )
+            ),
+        )
+        out.append(
+            {
+                "sample": s,
+                "source": next(r["source"] for r in rows if r["sample"] == s),
+                "picture": rel,
+                "qa": [
+                    {
+                        "task": r["task"],
+                        "question": r["prompt"],
+                        "reference": r["refs"],
+                        "answer": r["answer"],
+                        "ok": r["ok"],
+                    }
+                    | ({"class": r["class"]} if "class" in r else {})
+                    | ({"variant": r["variant"]} if "variant" in r else {})
+                    for r in rows
+                    if r["sample"] == s
+                ],
+            }
+        )
     return out

@@ -1,7 +1,8 @@
 """The map side: one Dask task per block of samples generates every answer the block's questions ask
-(the model loaded once per worker process), keeps them in the run's folder (a rerun reads a block back
-instead of generating it again), then parses and scores them. The reduce concatenates the rows.
+(the model loaded once per worker process), keeps them in the run's folder (a rerun reads a block
+back instead of generating it again), then parses and scores them. The reduce concatenates the rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,8 @@ class Block:
     threads: int | None
     url: str  # where the block's answers are kept
     size: tuple[int, int] = (0, 0)  # the cube's (width, height)
-    facts: tuple = ()  # tiles: the cube's bands (render.BandFacts), to pick and stretch what is drawn
+    # tiles: the cube's bands (render.BandFacts), to pick and stretch what is drawn
+    facts: tuple = ()
     blind: bool = False  # the blind baseline: the model sees a blank picture of the same size
 
 
@@ -68,8 +70,17 @@ def _generate(b: Block) -> tuple[list[dict], float, str]:
     pictures: dict = {}  # per way of drawing (task files may differ), per sample
     for t in b.tasks:
         if t.render not in pictures:
-            pictures[t.render] = {s: render(crop(images[k], sizes[s]), list(b.bands), t.render, b.rendered,
-                                            where=f"{b.cube}: sample {s}", facts=b.facts) for k, s in enumerate(samples)}
+            pictures[t.render] = {
+                s: render(
+                    crop(images[k], sizes[s]),
+                    list(b.bands),
+                    t.render,
+                    b.rendered,
+                    where=f"{b.cube}: sample {s}",
+                    facts=b.facts,
+                )
+                for k, s in enumerate(samples)
+            }
             if b.blind:
                 pictures[t.render] = {s: blank_like(pic) for s, pic in pictures[t.render].items()}
     by_task = {t.name: t for t in b.tasks}
@@ -80,9 +91,11 @@ def _generate(b: Block) -> tuple[list[dict], float, str]:
         for name, t in by_task.items():
             idx = [i for i, q in enumerate(b.questions) if q.task == name]
             for k in range(0, len(idx), b.gen_batch):
-                part = idx[k: k + b.gen_batch]
+                part = idx[k : k + b.gen_batch]
                 imgs = [pictures[t.render][b.questions[i].sample] for i in part]
-                outs = adapter.generate(imgs, [b.questions[i].prompt for i in part], t.max_new_tokens)
+                outs = adapter.generate(
+                    imgs, [b.questions[i].prompt for i in part], t.max_new_tokens
+                )
                 for i, g in zip(part, outs):
                     gens[i] = {"answer": g.text, "new_tokens": g.new_tokens}
         seconds = time.perf_counter() - t0
@@ -96,26 +109,58 @@ def answer_block(b: Block) -> dict:
         gens, seconds, generated, device = kept["answers"], kept["seconds"], False, None
     else:
         gens, seconds, device = _generate(b)
-        _store.write_atomic(b.url, json.dumps({"answers": gens, "seconds": seconds, "model_sha256": b.model.sha256}))
+        _store.write_atomic(
+            b.url, json.dumps({"answers": gens, "seconds": seconds, "model_sha256": b.model.sha256})
+        )
         generated = True
     by_task = {t.name: t for t in b.tasks}
     rows = []
     for q, g in zip(b.questions, gens):
         t = by_task[q.task]
-        # boxes are fractions of the phase panel; an answer in pixels is read against the panel the model saw
-        size = ((q.size[0] or b.size[0]) * t.render.scale, (q.size[1] or b.size[1]) * t.render.scale)
-        p = parse(t.answer, g["answer"], prompt=q.prompt, **t.parser_options(q.variant),
-                  **({"size": size} if t.answer == "box" else {}))
-        scores = {m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value) for m, ref in q.refs}
+        # boxes are fractions of the phase panel; an answer in pixels is read against the panel the
+        # model saw
+        size = (
+            (q.size[0] or b.size[0]) * t.render.scale,
+            (q.size[1] or b.size[1]) * t.render.scale,
+        )
+        p = parse(
+            t.answer,
+            g["answer"],
+            prompt=q.prompt,
+            **t.parser_options(q.variant),
+            **({"size": size} if t.answer == "box" else {}),
+        )
+        scores = {
+            m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value)
+            for m, ref in q.refs
+        }
         value = list(p.value) if isinstance(p.value, tuple) else p.value
-        rows.append({"sample": q.sample, "source": q.source, "task": q.task, "prompt": q.prompt, "answer": g["answer"],
-                     "new_tokens": g["new_tokens"], "parsed": value, "ok": p.ok,
-                     "refs": {m: (list(r) if isinstance(r, tuple) else r) for m, r in q.refs}, "scores": scores}
-                    | ({"class": q.subject} if q.subject else {}) | ({"variant": q.variant} if t.variants else {}))
-    return {"rows": rows, "blocks": 1, "generated": int(generated), "gen_s": seconds if generated else 0.0,
-            "tokens": sum(g["new_tokens"] for g in gens) if generated else 0,
-            "questions_generated": len(gens) if generated else 0,
-            "devices": [device] if generated else []}  # where this run generated (blocks kept from before: not)
+        rows.append(
+            {
+                "sample": q.sample,
+                "source": q.source,
+                "task": q.task,
+                "prompt": q.prompt,
+                "answer": g["answer"],
+                "new_tokens": g["new_tokens"],
+                "parsed": value,
+                "ok": p.ok,
+                "refs": {m: list(r) if isinstance(r, tuple) else r for m, r in q.refs},
+                "scores": scores,
+            }
+            | ({"class": q.subject} if q.subject else {})
+            | ({"variant": q.variant} if t.variants else {})
+        )
+    return {
+        "rows": rows,
+        "blocks": 1,
+        "generated": int(generated),
+        "gen_s": seconds if generated else 0.0,
+        "tokens": sum(g["new_tokens"] for g in gens) if generated else 0,
+        "questions_generated": len(gens) if generated else 0,
+        # where this run generated (blocks kept from before: not)
+        "devices": [device] if generated else [],
+    }
 
 
 def merge(a: dict, b: dict) -> dict:
@@ -123,9 +168,10 @@ def merge(a: dict, b: dict) -> dict:
 
 
 def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, seed: int) -> dict:
-    """Per task, on its first phrasing (the board's): each metric's mean with its bootstrap CI, n, unparsed and the
-    score an unparsed answer got (`unparsed_value`); class tasks add a confusion matrix; a task with several
-    phrasings adds each phrasing's n, unparsed and metrics (`phrasings`)."""
+    """Per task, on its first phrasing (the board's): each metric's mean with its bootstrap CI, n,
+    unparsed and the score an unparsed answer got (`unparsed_value`); class tasks add a confusion
+    matrix; a task with several phrasings adds each phrasing's n, unparsed and metrics
+    (`phrasings`)."""
     from .metrics import confusion, summarize
 
     out = {}
@@ -134,30 +180,69 @@ def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, se
         rs = [r for r in every if r.get("variant", 0) == 0]
         if not rs:
             continue
-        d = {"n": len(rs), "unparsed": sum(not r["ok"] for r in rs), "unparsed_value": t.unparsed_value, "metrics": {}}
+        d = {
+            "n": len(rs),
+            "unparsed": sum(not r["ok"] for r in rs),
+            "unparsed_value": t.unparsed_value,
+            "metrics": {},
+        }
         if t.variants:
-            d["phrasings"] = [{"variant": k, "prompt": p, "multiple_choice": bool(t.parser_options(k).get("letters")),
-                               "n": len(vs), "unparsed": sum(not r["ok"] for r in vs),
-                               "metrics": {m: summarize(m, np.asarray([r["scores"][m] for r in vs if m in r["scores"]]),
-                                                        n_boot=n_boot, seed=seed) for m, _, _ in t.metrics}}
-                              for k, p in enumerate(t.phrasings) for vs in [[r for r in every if r.get("variant", 0) == k]]]
+            d["phrasings"] = [
+                {
+                    "variant": k,
+                    "prompt": p,
+                    "multiple_choice": bool(t.parser_options(k).get("letters")),
+                    "n": len(vs),
+                    "unparsed": sum(not r["ok"] for r in vs),
+                    "metrics": {
+                        m: summarize(
+                            m,
+                            np.asarray([r["scores"][m] for r in vs if m in r["scores"]]),
+                            n_boot=n_boot,
+                            seed=seed,
+                        )
+                        for m, _, _ in t.metrics
+                    },
+                }
+                for k, p in enumerate(t.phrasings)
+                for vs in [[r for r in every if r.get("variant", 0) == k]]
+            ]
         for m, _, _ in t.metrics:
             vals = [r["scores"][m] for r in rs if m in r["scores"]]
             if vals:
                 d["metrics"][m] = summarize(m, np.asarray(vals), n_boot=n_boot, seed=seed)
         subjects = sorted({r["class"] for r in rs if "class" in r})
         if subjects:  # tiles: each metric per class too (the board's rows)
-            d["by_class"] = {c: {"n": sum(r.get("class") == c for r in rs),
-                                 "unparsed": sum(r.get("class") == c and not r["ok"] for r in rs),
-                                 "metrics": {m: summarize(m, np.asarray([r["scores"][m] for r in rs if r.get("class") == c]),
-                                                          n_boot=n_boot, seed=seed) for m, _, _ in t.metrics}}
-                             for c in subjects}
+            d["by_class"] = {
+                c: {
+                    "n": sum(r.get("class") == c for r in rs),
+                    "unparsed": sum(r.get("class") == c and not r["ok"] for r in rs),
+                    "metrics": {
+                        m: summarize(
+                            m,
+                            np.asarray([r["scores"][m] for r in rs if r.get("class") == c]),
+                            n_boot=n_boot,
+                            seed=seed,
+                        )
+                        for m, _, _ in t.metrics
+                    },
+                }
+                for c in subjects
+            }
         if t.answer == "class":
             m0 = t.metrics[0][0]
-            d["confusion"] = {"labels": list(t.labels), "matrix": confusion([r["refs"][m0] for r in rs if m0 in r["refs"]],
-                                                                             [r["parsed"] for r in rs if m0 in r["refs"]], t.labels)}
+            d["confusion"] = {
+                "labels": list(t.labels),
+                "matrix": confusion(
+                    [r["refs"][m0] for r in rs if m0 in r["refs"]],
+                    [r["parsed"] for r in rs if m0 in r["refs"]],
+                    t.labels,
+                ),
+            }
         if t.answer == "number":
             m0 = t.metrics[0][0]
-            d["pairs"] = [[r["refs"][m0], r["parsed"] if r["ok"] else None] for r in rs if m0 in r["refs"]]
+            d["pairs"] = [
+                [r["refs"][m0], r["parsed"] if r["ok"] else None] for r in rs if m0 in r["refs"]
+            ]
         out[name] = d
     return out

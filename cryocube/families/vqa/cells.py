@@ -1,10 +1,13 @@
-"""Board cells: what a family contributes to a comparison board (families/vqa/report.py lays them out).
+"""Board cells: what a family contributes to a comparison board (families/vqa/report.py lays them
+out).
 
-A cell is one (task, metric[, class]) figure on the cube's test split, over the task's first phrasing (families/split.py): its unit, a hash of
-the sample ids scored, n, the value and its 95 % bootstrap interval (metrics.py). `report` refuses a cell whose
-samples or unit differ from its column's, so a column compares like with like. The chance baseline is made here
-too: the train split's majority class, mean number or mean box, scored on the test questions.
+A cell is one (task, metric[, class]) figure on the cube's test split, over the task's first
+phrasing (families/split.py): its unit, a hash of the sample ids scored, n, the value and its 95 %
+bootstrap interval (metrics.py). `report` refuses a cell whose samples or unit differ from its
+column's, so a column compares like with like. The chance baseline is made here too: the train
+split's majority class, mean number or mean box, scored on the test questions.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -13,8 +16,10 @@ import numpy as np
 
 from ..split import samples_hash
 
-ANSWER_KINDS = ("class", "number", "fraction", "box")  # answers an encoder head gives (text: cannot answer)
-UNITS = {"number": "count", "fraction": "fraction of the tile"}  # mae's unit by the task's answer kind
+# answers an encoder head gives (text: cannot answer)
+ANSWER_KINDS = ("class", "number", "fraction", "box")
+# mae's unit by the task's answer kind
+UNITS = {"number": "count", "fraction": "fraction of the tile"}
 
 
 def unit(task, metric: str) -> str:
@@ -23,13 +28,23 @@ def unit(task, metric: str) -> str:
     return "%" if FACTS[metric][2] else (task.unit or UNITS.get(task.answer, task.answer))
 
 
-def cells(rows: list[dict], tasks: dict, split: np.ndarray, ids: list[str], n_boot: int, seed: int,
-          how: Callable[[Any, str], str | None] = lambda t, m: None) -> list[dict]:
-    """The test split's cells of scored rows ({sample, task, scores, ok[, class]}): per task and metric, over every
-    class (class None) and, where rows have classes, per class; each with n, unparsed, interval and sample hash."""
+def cells(
+    rows: list[dict],
+    tasks: dict,
+    split: np.ndarray,
+    ids: list[str],
+    n_boot: int,
+    seed: int,
+    how: Callable[[Any, str], str | None] = lambda t, m: None,
+) -> list[dict]:
+    """The test split's cells of scored rows ({sample, task, scores, ok[, class]}): per task and
+    metric, over every class (class None) and, where rows have classes, per class; each with n,
+    unparsed, interval and sample hash.
+    """
     from .metrics import summarize
 
-    test = [r for r in rows if split[r["sample"]] == "test" and r.get("variant", 0) == 0]  # the first phrasing's
+    # the first phrasing's
+    test = [r for r in rows if split[r["sample"]] == "test" and r.get("variant", 0) == 0]
     out = []
     for name, t in tasks.items():
         rs = [r for r in test if r["task"] == name]
@@ -40,10 +55,22 @@ def cells(rows: list[dict], tasks: dict, split: np.ndarray, ids: list[str], n_bo
                 scored = [r for r in part if m in r["scores"]]
                 if not scored:
                     continue
-                s = summarize(m, np.asarray([r["scores"][m] for r in scored]), n_boot=n_boot, seed=seed)
-                out.append({"task": name, "metric": m, "class": c, "unit": unit(t, m), "split": "test",
-                            "samples": samples_hash(ids[r["sample"]] for r in scored), **s,
-                            "unparsed": sum(not r.get("ok", True) for r in scored), "how": how(t, m)})
+                s = summarize(
+                    m, np.asarray([r["scores"][m] for r in scored]), n_boot=n_boot, seed=seed
+                )
+                out.append(
+                    {
+                        "task": name,
+                        "metric": m,
+                        "class": c,
+                        "unit": unit(t, m),
+                        "split": "test",
+                        "samples": samples_hash(ids[r["sample"]] for r in scored),
+                        **s,
+                        "unparsed": sum(not r.get("ok", True) for r in scored),
+                        "how": how(t, m),
+                    }
+                )
     return out
 
 
@@ -53,7 +80,8 @@ def answerable(t) -> bool:
 
 
 def target_of(t, q) -> Any:
-    """The question's reference in the task's answer kind (the first metric that is not scored against text)."""
+    """The question's reference in the task's answer kind (the first metric that is not scored
+    against text)."""
     kinds = {m: kind for m, kind, _ in t.metrics}
     for m, ref in q.refs:
         if kinds[m] != "answer":
@@ -62,8 +90,10 @@ def target_of(t, q) -> Any:
 
 
 def scored_rows(questions, tasks: dict, predict: Callable[[Any], Any]) -> list[dict]:
-    """Rows of predictions (`predict(question)`: a value of the task's answer kind) scored as the VLM's parsed
-    answers are, against the same references; metrics scored against text are left out (no text to score)."""
+    """Rows of predictions (`predict(question)`: a value of the task's answer kind) scored as the
+    VLM's parsed answers are, against the same references; metrics scored against text are left out
+    (no text to score).
+    """
     from .metrics import score
 
     rows = []
@@ -73,16 +103,21 @@ def scored_rows(questions, tasks: dict, predict: Callable[[Any], Any]) -> list[d
             continue
         kinds = {m: kind for m, kind, _ in t.metrics}
         p = predict(q)
-        sc = {m: score(m, p, ref, p is not None, text="", unparsed_value=t.unparsed_value)
-              for m, ref in q.refs if kinds[m] != "answer"}
-        rows.append({"sample": q.sample, "task": q.task, "scores": sc, "ok": p is not None}
-                    | ({"class": q.subject} if q.subject else {}))
+        sc = {
+            m: score(m, p, ref, p is not None, text="", unparsed_value=t.unparsed_value)
+            for m, ref in q.refs
+            if kinds[m] != "answer"
+        }
+        rows.append(
+            {"sample": q.sample, "task": q.task, "scores": sc, "ok": p is not None}
+            | ({"class": q.subject} if q.subject else {})
+        )
     return rows
 
 
 def chance(questions, tasks: dict, split: np.ndarray) -> Callable[[Any], Any]:
-    """The chance answer per (task, class), from the train split: majority class (ties: the task's label order),
-    mean number, mean box."""
+    """The chance answer per (task, class), from the train split: majority class (ties: the task's
+    label order), mean number, mean box."""
     by: dict[tuple, list] = {}
     for q in questions:
         t = tasks.get(q.task)
@@ -102,10 +137,20 @@ def chance(questions, tasks: dict, split: np.ndarray) -> Callable[[Any], Any]:
     return lambda q: guess.get((q.task, q.subject))
 
 
-CHANCE_HOW = {"class": "majority train class", "number": "train mean", "fraction": "train mean", "box": "mean train box"}
+CHANCE_HOW = {
+    "class": "majority train class",
+    "number": "train mean",
+    "fraction": "train mean",
+    "box": "mean train box",
+}
 
 
-def chance_cells(questions, tasks: dict, split: np.ndarray, ids: list[str], n_boot: int, seed: int) -> list[dict]:
-    questions = [q for q in questions if getattr(q, "variant", 0) == 0]  # a sample once, however many phrasings
-    rows = scored_rows([q for q in questions if split[q.sample] == "test"], tasks, chance(questions, tasks, split))
+def chance_cells(
+    questions, tasks: dict, split: np.ndarray, ids: list[str], n_boot: int, seed: int
+) -> list[dict]:
+    # a sample once, however many phrasings
+    questions = [q for q in questions if getattr(q, "variant", 0) == 0]
+    rows = scored_rows(
+        [q for q in questions if split[q.sample] == "test"], tasks, chance(questions, tasks, split)
+    )
     return cells(rows, tasks, split, ids, n_boot, seed, how=lambda t, m: CHANCE_HOW[t.answer])

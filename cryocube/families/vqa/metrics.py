@@ -1,11 +1,12 @@
 """Per-answer scores and their means with bootstrap confidence intervals.
 
-Every metric here is the mean of a per-answer score (accuracy 0/1, absolute error, box IoU, token F1),
-so the map side of the scheduler returns per-answer scores and the reduce concatenates them; an
+Every metric here is the mean of a per-answer score (accuracy 0/1, absolute error, box IoU, token
+F1), so the map side of the scheduler returns per-answer scores and the reduce concatenates them; an
 unparsed answer gets the worst score its metric allows (wrong, IoU 0, F1 0, or the task's
 `unparsed_value` for errors). Token F1 normalises as SQuAD does (lower case, no punctuation, no
 articles, single spaces).
 """
+
 from __future__ import annotations
 
 import re
@@ -15,10 +16,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-
 # metric -> (title, higher is better, percent?)
 FACTS: dict[str, tuple[str, bool, bool]] = {
-    "accuracy": ("accuracy", True, True), "mae": ("MAE", False, False), "box_iou": ("box IoU", True, True),
+    "accuracy": ("accuracy", True, True),
+    "mae": ("MAE", False, False),
+    "box_iou": ("box IoU", True, True),
     "token_f1": ("token F1", True, True),
 }
 
@@ -43,7 +45,8 @@ def token_f1(prediction: str, reference: str) -> float:
 
 
 def box_iou(a, b) -> float:
-    """IoU of two boxes (x0, y0, x1, y1); a missing box scores 0, two empty boxes at the same place 0 too."""
+    """IoU of two boxes (x0, y0, x1, y1); a missing box scores 0, two empty boxes at the same place
+    0 too."""
     if a is None or b is None:
         return 0.0
     ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
@@ -69,15 +72,23 @@ def _f1(pred, ref, ok: bool, text: str = "", **_) -> float:
     return token_f1(text if ok else "", ref)
 
 
-SCORES: dict[str, Callable[..., float]] = {"accuracy": _accuracy, "mae": _mae, "box_iou": _iou, "token_f1": _f1}
+SCORES: dict[str, Callable[..., float]] = {
+    "accuracy": _accuracy,
+    "mae": _mae,
+    "box_iou": _iou,
+    "token_f1": _f1,
+}
 
 
 def score(name: str, pred: Any, ref: Any, ok: bool, **kw) -> float:
     return SCORES[name](pred, ref, ok, **kw)
 
 
-def bootstrap_ci(values, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (a fixed seed: the same scores give the same interval)."""
+def bootstrap_ci(
+    values, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (a fixed seed: the same scores give the same
+    interval)."""
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
         return (float("nan"), float("nan"))
@@ -92,7 +103,12 @@ def summarize(name: str, values, n_boot: int = 1000, seed: int = 0) -> dict[str,
     v = np.asarray(values, dtype=np.float64)
     k = 100.0 if FACTS[name][2] else 1.0
     lo, hi = bootstrap_ci(v, n_boot, seed=seed)
-    return {"value": float(v.mean()) * k if v.size else float("nan"), "ci_low": lo * k, "ci_high": hi * k, "n": int(v.size)}
+    return {
+        "value": float(v.mean()) * k if v.size else float("nan"),
+        "ci_low": lo * k,
+        "ci_high": hi * k,
+        "n": int(v.size),
+    }
 
 
 def confusion(refs: list[str], preds: list[str | None], labels: tuple[str, ...]) -> list[list[int]]:

@@ -1,29 +1,33 @@
 """Answer parsers: a model's free text -> a class, a number, a fraction, a box or a cleaned text.
 
-A parser never raises: it returns `Parsed(value, ok)`, and an answer it cannot read (empty, a hedge, no
-number, a degenerate box) is `ok=False`. The metrics score such an answer as the task's `unparsed_value`
-(or wrong) and the record counts it ("unparsed: n"). Parsers are chosen by name from a task's `answer:`
-field, so a new kind of answer is one function registered here.
+A parser never raises: it returns `Parsed(value, ok)`, and an answer it cannot read (empty, a hedge,
+no number, a degenerate box) is `ok=False`. The metrics score such an answer as the task's
+`unparsed_value` (or wrong) and the record counts it ("unparsed: n"). Parsers are chosen by name
+from a task's `answer:` field, so a new kind of answer is one function registered here.
 
-Every parser first strips what models wrap around an answer (`clean`): a `<think>` block (an unclosed one
-leaves nothing), chat roles ("ASSISTANT:"), special tokens, `<answer>` tags, the sentences of the prompt
-the model echoed, LaTeX (`\\boxed{}` wins), markdown and JSON (an `answer`-like key, or the only value).
-The rules, one way everywhere (tests/data/vqa_answers.yaml holds the table they are tested on):
-- a range ("2-4", "2 to 4", "between 2 and 4", "from 2 to 4", "2 or 4") reads as its midpoint; reversed
-  ends are unparsed; a bound ("more than 3", "at least 3", ">3") is unparsed;
-- "1,000" is 1000 (a comma before three digits groups thousands); "2,5" is unparsed (decimal comma or list);
-- a date (2020-01-13, 20200113, 13/01/2020, "13 January 2020") is never a number, and a number with a
-  unit that is not the task's (cm, days, rad, px, ...) is not the answer;
+Every parser first strips what models wrap around an answer (`clean`): a `<think>` block (an
+unclosed one leaves nothing), chat roles ("ASSISTANT:"), special tokens, `<answer>` tags, the
+sentences of the prompt the model echoed, LaTeX (`\\boxed{}` wins), markdown and JSON (an
+`answer`-like key, or the only value). The rules, one way everywhere (tests/data/vqa_answers.yaml
+holds the table they are tested on):
+- a range ("2-4", "2 to 4", "between 2 and 4", "from 2 to 4", "2 or 4") reads as its midpoint;
+  reversed ends are unparsed; a bound ("more than 3", "at least 3", ">3") is unparsed;
+- "1,000" is 1000 (a comma before three digits groups thousands); "2,5" is unparsed (decimal comma
+  or list);
+- a date (2020-01-13, 20200113, 13/01/2020, "13 January 2020") is never a number, and a number with
+  a unit that is not the task's (cm, days, rad, px, ...) is not the answer;
 - a number outside the task's `domain` (counts: [0, inf); fractions: [0, 1]) is unparsed;
-- a class answer naming two labels joined as a hedge ("medium-high", "low or medium", "between low and
-  high") is unparsed; a label after "not" does not count; of two labels otherwise, one that opens the
-  answer wins ("High. Not low at all."); a multiple-choice phrasing's letter ("B", "(B) medium") maps to
-  its label;
-- a box is [x0, y0, x1, y1] in fractions, or in pixels of the picture (all coordinates integers or > 1;
-  a box half fractions, half pixels is unparsed); Qwen2-VL's `<|box_start|>(x0,y0),(x1,y1)<|box_end|>`
-  and `<box>` are in 0..1000, PaliGemma's four `<locNNNN>` are y0 x0 y1 x1 in 1024 bins, JSON `bbox_2d`
-  is pixels; a box of zero width or height (after clipping to the picture) is unparsed.
+- a class answer naming two labels joined as a hedge ("medium-high", "low or medium", "between low
+  and high") is unparsed; a label after "not" does not count; of two labels otherwise, one that
+  opens the answer wins ("High. Not low at all."); a multiple-choice phrasing's letter ("B", "(B)
+  medium") maps to its label;
+- a box is [x0, y0, x1, y1] in fractions, or in pixels of the picture (all coordinates integers or >
+  1; a box half fractions, half pixels is unparsed); Qwen2-VL's
+  `<|box_start|>(x0,y0),(x1,y1)<|box_end|>` and `<box>` are in 0..1000, PaliGemma's four `<locNNNN>`
+  are y0 x0 y1 x1 in 1024 bins, JSON `bbox_2d` is pixels; a box of zero width or height (after
+  clipping to the picture) is unparsed.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,30 +49,83 @@ class Parsed:
 _DIGITS = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+"
 NUMBER = r"[-+−]?(?:" + _DIGITS + r")(?:[eE][-+]?\d+)?"
 _NUM_RE = re.compile(r"(?<![\w.,])" + NUMBER)
-WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-                                    "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
+WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
+        "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
 WORDS |= {"no": 0, "none": 0, "a single": 1, "single": 1, "a couple of": 2, "a dozen": 12}
-_WORD_RE = re.compile(r"\b(" + "|".join(sorted(map(re.escape, WORDS), key=len, reverse=True)) + r")\b", re.I)
-SHARES = {"half": 0.5, "a half": 0.5, "one half": 0.5, "a third": 1 / 3, "one third": 1 / 3, "two thirds": 2 / 3,
-          "a quarter": 0.25, "one quarter": 0.25, "three quarters": 0.75, "a fifth": 0.2, "one fifth": 0.2}
-_SHARE_RE = re.compile(r"\b(" + "|".join(sorted(map(re.escape, SHARES), key=len, reverse=True)) + r")\b", re.I)
-# units a count or share is not measured in: a number followed by one is not the answer ("2.77 cm", "12 days")
-FOREIGN_UNITS = r"(?:cm|mm|km|m|metres?|meters?|days?|weeks?|months?|years?|yrs?|hours?|h|s|rad|radians?|°|deg|" \
-                r"degrees?|px|pixels?|hz|mhz|ghz|%|per\s*cent|percent)(?![A-Za-z])"
+_WORD_RE = re.compile(
+    r"\b(" + "|".join(sorted(map(re.escape, WORDS), key=len, reverse=True)) + r")\b", re.I
+)
+SHARES = {
+    "half": 0.5,
+    "a half": 0.5,
+    "one half": 0.5,
+    "a third": 1 / 3,
+    "one third": 1 / 3,
+    "two thirds": 2 / 3,
+    "a quarter": 0.25,
+    "one quarter": 0.25,
+    "three quarters": 0.75,
+    "a fifth": 0.2,
+    "one fifth": 0.2,
+}
+_SHARE_RE = re.compile(
+    r"\b(" + "|".join(sorted(map(re.escape, SHARES), key=len, reverse=True)) + r")\b", re.I
+)
+# units a count or share is not measured in: a number followed by one is not the answer ("2.77 cm",
+# "12 days")
+FOREIGN_UNITS = (
+    r"(?:cm|mm|km|m|metres?|meters?|days?|weeks?|months?|years?|yrs?|hours?|h|s|rad|radians?|°|deg|"
+    r"degrees?|px|pixels?|hz|mhz|ghz|%|per\s*cent|percent)(?![A-Za-z])"
+)
 _PERCENT = r"(?:%|per\s*cent|percent)(?![A-Za-z])"
-_MONTHS = r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|" \
-          r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
-_DATES = re.compile(r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b|\b(?:19|20)\d{6}\b|\b\d{1,2}[-/.]\d{1,2}[-/.]\d{4}\b|"
-                    r"\b\d{1,2}(?:st|nd|rd|th)?\s+" + _MONTHS + r"\.?,?\s+\d{4}\b|\b" + _MONTHS + r"\.?\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b|"
-                    r"\b" + _MONTHS + r"\.?\s+\d{4}\b", re.I)
-_BOUND = re.compile(r"(?:\b(?:more|less|fewer|greater|lower|higher)\s+than|\bat\s+(?:least|most)|\b(?:over|under|"
-                    r"above|below|up\s+to)|[<>≤≥]=?)\s*$", re.I)
+_MONTHS = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
+    r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_DATES = re.compile(
+    r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b|\b(?:19|20)\d{6}\b|\b\d{1,2}[-/.]\d{1,2}[-/.]\d{4}\b|"
+    r"\b\d{1,2}(?:st|nd|rd|th)?\s+"
+    + _MONTHS
+    + r"\.?,?\s+\d{4}\b|\b"
+    + _MONTHS
+    + r"\.?\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b|"
+    r"\b" + _MONTHS + r"\.?\s+\d{4}\b",
+    re.I,
+)
+_BOUND = re.compile(
+    r"(?:\b(?:more|less|fewer|greater|lower|higher)\s+than|\bat\s+(?:least|most)|\b(?:over|under|"
+    r"above|below|up\s+to)|[<>≤≥]=?)\s*$",
+    re.I,
+)
 _RANGE_JOIN = r"\s*(?:-|–|—|to|or)\s*"
-ANSWER_KEYS = ("answer", "final_answer", "value", "count", "number", "fringes", "fraction", "label", "class",
-               "coherence", "result", "prediction", "output")
-_SPECIAL = re.compile(r"</?s>|<eos>|<bos>|<pad>|<unk>|<image>|<end_of_utterance>|<end_of_turn>|<start_of_turn>|"
-                      r"<\|[a-z_]+\|>|<fake_token_around_image>|<global-img>", re.I)
-_ROLE = re.compile(r"(?:<\|im_start\|>\s*assistant|<start_of_turn>\s*model|(?:^|\s)(?:ASSISTANT|Assistant|assistant)\s*:)")
+ANSWER_KEYS = (
+    "answer",
+    "final_answer",
+    "value",
+    "count",
+    "number",
+    "fringes",
+    "fraction",
+    "label",
+    "class",
+    "coherence",
+    "result",
+    "prediction",
+    "output",
+)
+_SPECIAL = re.compile(
+    r"</?s>|<eos>|<bos>|<pad>|<unk>|<image>|<end_of_utterance>|<end_of_turn>|<start_of_turn>|"
+    r"<\|[a-z_]+\|>|<fake_token_around_image>|<global-img>",
+    re.I,
+)
+_ROLE = re.compile(
+    r"(?:<\|im_start\|>\s*assistant|<start_of_turn>\s*model|(?:^|\s)(?:ASSISTANT|Assistant|assistant)\s*:)"
+)
 
 
 def _squash(text: Any) -> str:
@@ -76,8 +133,8 @@ def _squash(text: Any) -> str:
 
 
 def _unwrap(text: Any) -> str:
-    """The answer inside what a chat model wraps it in: after a closed <think> block (an unclosed one: only what
-    came before it), after the last assistant role marker, inside <answer> tags."""
+    """The answer inside what a chat model wraps it in: after a closed <think> block (an unclosed
+    one: only what came before it), after the last assistant role marker, inside <answer> tags."""
     t = "" if text is None else str(text)
     if "</think>" in t:
         t = t.rsplit("</think>", 1)[1]
@@ -85,17 +142,21 @@ def _unwrap(text: Any) -> str:
         t = t.split("<think>", 1)[0]
     roles = list(_ROLE.finditer(t))
     if roles:
-        t = t[roles[-1].end():]
+        t = t[roles[-1].end() :]
     m = re.search(r"<answer>(.*?)(?:</answer>|$)", t, re.S | re.I)
     return m.group(1) if m else t
 
 
 def _drop_echo(t: str, prompt: str) -> str:
-    """Remove every sentence of the prompt (12 characters or more) that the answer repeats word for word."""
+    """Remove every sentence of the prompt (12 characters or more) that the answer repeats word for
+    word."""
     if not prompt:
         return t
-    sentences = sorted({s.strip() for s in re.split(r"(?<=[.?!:])\s+", _squash(prompt)) if len(s.strip()) >= 12},
-                       key=len, reverse=True)
+    sentences = sorted(
+        {s.strip() for s in re.split(r"(?<=[.?!:])\s+", _squash(prompt)) if len(s.strip()) >= 12},
+        key=len,
+        reverse=True,
+    )
     flat = _squash(t)
     for s in sentences:
         flat = re.sub(re.escape(s), " ", flat, flags=re.I)
@@ -109,7 +170,12 @@ def _latex(t: str) -> str:
     t = re.sub(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}", r"\1/\2", t)
     t = re.sub(r"\\(?:text|mathrm|textbf|mathbf|textit|operatorname)\{([^{}]*)\}", r"\1", t)
     t = re.sub(r"(\d)\\[,;!]\s*(?=\d)", r"\1", t)  # 1\,000
-    t = t.replace("\\%", "%").replace("\\approx", " about ").replace("\\sim", " about ").replace("\\times", " x ")
+    t = (
+        t.replace("\\%", "%")
+        .replace("\\approx", " about ")
+        .replace("\\sim", " about ")
+        .replace("\\times", " x ")
+    )
     t = re.sub(r"\\[()\[\]]|\$", " ", t)
     return t
 
@@ -121,26 +187,29 @@ def _markdown(t: str) -> str:
         line = re.sub(r"^\s*(?:#{1,6}\s+|>\s+|[-*+•]\s+)", "", line)
         lines.append(line)
     t = "\n".join(lines)
-    if sum(bool(re.match(r"\s*\d+[.)]\s+[A-Za-z*]", x)) for x in lines) >= 2:  # a numbered list: its numbers are not answers
+    # a numbered list: its numbers are not answers
+    if sum(bool(re.match(r"\s*\d+[.)]\s+[A-Za-z*]", x)) for x in lines) >= 2:
         t = re.sub(r"(?m)^\s*\d+[.)]\s+(?=[A-Za-z*])", "", t)
     return re.sub(r"\*\*|__|`|(?<!\w)\*(?!\s)|(?<!\s)\*(?!\w)", "", t)
 
 
 def _json_value(t: str) -> Any:
-    """The JSON object or list the answer is (or holds between its first brace and last), else None."""
+    """The JSON object or list the answer is (or holds between its first brace and last), else
+    None."""
     s = t.strip()
     for a, b in (("{", "}"), ("[", "]")):
         i, j = s.find(a), s.rfind(b)
         if 0 <= i < j:
             try:
-                return json.loads(s[i: j + 1])
+                return json.loads(s[i : j + 1])
             except ValueError:
                 continue
     return None
 
 
 def _json_answer(v: Any) -> Any:
-    """A JSON answer's value: the first answer-like key, else the only value; a list: its first item."""
+    """A JSON answer's value: the first answer-like key, else the only value; a list: its first
+    item."""
     if isinstance(v, list) and v and isinstance(v[0], dict):
         v = v[0]
     if isinstance(v, dict):
@@ -171,25 +240,40 @@ def clean(text: Any, prompt: str = "", json_ok: bool = True) -> str:
     return t.strip()
 
 
-# -- classes ------------------------------------------------------------------------------------------
+# -- classes
+# ------------------------------------------------------------------------------------------
 
-_NEGATION = re.compile(r"\b(?:not|isn't|is\s+not|aren't|never|neither|nor)\s+(?:(?:very|so|too|that|really|"
-                       r"particularly|quite|at\s+all)\s+)?$", re.I)
-_HEDGE_JOIN = re.compile(r"^\s*(?:-|–|—|/|,|\bor\b|\bto\b|\band\b|\bor\s+maybe\b|\bor\s+perhaps\b)\s*$", re.I)
+_NEGATION = re.compile(
+    r"\b(?:not|isn't|is\s+not|aren't|never|neither|nor)\s+(?:(?:very|so|too|that|really|"
+    r"particularly|quite|at\s+all)\s+)?$",
+    re.I,
+)
+_HEDGE_JOIN = re.compile(
+    r"^\s*(?:-|–|—|/|,|\bor\b|\bto\b|\band\b|\bor\s+maybe\b|\bor\s+perhaps\b)\s*$", re.I
+)
 _NEGATION_LABELS = {"no", "none", "not", "absent"}
 
 
 def _letter(t: str, labels: tuple[str, ...]) -> tuple[str, str] | None:
-    """A multiple-choice answer's letter (A = labels[0]): alone, or opening the answer as "B.", "B)", "(B)"."""
-    m = re.match(r"^(?i:option\s+)?(?:\(([A-Z])\)|([A-Z])(?:[.):]|$))", t) or re.search(r"\b(?:option|choice)\s+\(?([A-Z])\)?\b", t)
+    """A multiple-choice answer's letter (A = labels[0]): alone, or opening the answer as "B.",
+    "B)", "(B)"."""
+    m = re.match(r"^(?i:option\s+)?(?:\(([A-Z])\)|([A-Z])(?:[.):]|$))", t) or re.search(
+        r"\b(?:option|choice)\s+\(?([A-Z])\)?\b", t
+    )
     if not m:
         return None
     k = ord(next(g for g in m.groups() if g)) - ord("A")
-    return (labels[k], t[m.end():]) if 0 <= k < len(labels) else None
+    return (labels[k], t[m.end() :]) if 0 <= k < len(labels) else None
 
 
-def parse_class(text: str, labels: tuple[str, ...], aliases: dict[str, tuple[str, ...]] | None = None,
-                prompt: str = "", letters: bool = False, **_) -> Parsed:
+def parse_class(
+    text: str,
+    labels: tuple[str, ...],
+    aliases: dict[str, tuple[str, ...]] | None = None,
+    prompt: str = "",
+    letters: bool = False,
+    **_,
+) -> Parsed:
     """The one label (or alias of it) the answer names, by the rules of the module docstring."""
     t0 = clean(text, prompt)
     t = t0.lower()
@@ -199,8 +283,14 @@ def parse_class(text: str, labels: tuple[str, ...], aliases: dict[str, tuple[str
         got = _letter(t0, labels)
         if got is not None:
             lab, rest = got
-            others = {o for o in labels if o != lab and re.search(r"(?<![a-z0-9])" + re.escape(o.lower()) + r"(?![a-z0-9])",
-                                                                   rest.lower())}
+            others = {
+                o
+                for o in labels
+                if o != lab
+                and re.search(
+                    r"(?<![a-z0-9])" + re.escape(o.lower()) + r"(?![a-z0-9])", rest.lower()
+                )
+            }
             return Parsed(lab, True) if not others else Parsed(None, False)
     names = {lab: (lab, *(aliases or {}).get(lab, ())) for lab in labels}
     hits: list[tuple[int, int, str]] = []  # (start, end, label)
@@ -224,25 +314,40 @@ def parse_class(text: str, labels: tuple[str, ...], aliases: dict[str, tuple[str
     return Parsed(None, False)
 
 
-# -- numbers ------------------------------------------------------------------------------------------
+# -- numbers
+# ------------------------------------------------------------------------------------------
+
 
 def _num(s: str) -> float:
     return float(s.replace(",", "").replace("−", "-"))
 
 
-REFUSED = "refused"  # _read_number: the answer gives a number, but not one that can be read as the answer
+# _read_number: the answer gives a number, but not one that can be read as the answer
+REFUSED = "refused"
 
 
 def _read_number(t: str, percent_ok: bool = False) -> tuple[float | str | None, bool, int]:
-    """(value, percent?, where) of the first number the cleaned answer gives in digits (a range -> its midpoint);
-    value None when it writes none, REFUSED when the first is a bound, a reversed range or "2,5"."""
+    """(value, percent?, where) of the first number the cleaned answer gives in digits (a range ->
+    its midpoint); value None when it writes none, REFUSED when the first is a bound, a reversed
+    range or "2,5"."""
     t = _DATES.sub(" <date> ", t)
     if re.search(r"\d,\d(?!\d\d(?!\d))", t):
         return REFUSED, False, 0
     units = FOREIGN_UNITS.replace(r"|%|per\s*cent|percent", "") if percent_ok else FOREIGN_UNITS
     after_unit = re.compile(r"\s*" + units, re.I)
     pct_after = re.compile(r"\s*" + _PERCENT, re.I)
-    rng = re.compile(r"(" + NUMBER + r")\s*(" + _PERCENT + r")?(" + _RANGE_JOIN + r"|\s+and\s+)(" + NUMBER + r")", re.I)
+    rng = re.compile(
+        r"("
+        + NUMBER
+        + r")\s*("
+        + _PERCENT
+        + r")?("
+        + _RANGE_JOIN
+        + r"|\s+and\s+)("
+        + NUMBER
+        + r")",
+        re.I,
+    )
     for m in _NUM_RE.finditer(t):
         if after_unit.match(t, m.end()):
             continue  # 2.77 cm, 12 days: not the answer
@@ -265,9 +370,13 @@ def _in(v: float, domain) -> bool:
     return math.isfinite(v) and (lo is None or v >= lo) and (hi is None or v <= hi)
 
 
-def parse_number(text: str, prompt: str = "", domain: tuple[float | None, float | None] | None = None, **_) -> Parsed:
-    """The first number written in digits, else the first number word ("about 3", "3 fringes", "three",
-    "2-4" -> 3, "no fringes" -> 0), within `domain` (lowest, highest; None: open); rules in the module docstring."""
+def parse_number(
+    text: str, prompt: str = "", domain: tuple[float | None, float | None] | None = None, **_
+) -> Parsed:
+    """The first number written in digits, else the first number word ("about 3", "3 fringes",
+    "three", "2-4" -> 3, "no fringes" -> 0), within `domain` (lowest, highest; None: open); rules in
+    the module docstring.
+    """
     t = clean(text, prompt)
     v, _pct, _ = _read_number(t)
     if v is None:
@@ -279,12 +388,14 @@ def parse_number(text: str, prompt: str = "", domain: tuple[float | None, float 
 
 
 def parse_fraction(text: str, prompt: str = "", **_) -> Parsed:
-    """A share of the image in 0..1: a number as parse_number reads it, a percentage ("30%", "30 percent") or a
-    number above 1 and at most 100 read as percent ("30" -> 0.3), "a/b", or a word ("half", "a quarter");
-    anything else outside 0..1 is unparsed."""
+    """A share of the image in 0..1: a number as parse_number reads it, a percentage ("30%", "30
+    percent") or a number above 1 and at most 100 read as percent ("30" -> 0.3), "a/b", or a word
+    ("half", "a quarter"); anything else outside 0..1 is unparsed."""
     t = clean(text, prompt)
     v, pct, at = _read_number(t, percent_ok=True)
-    frac = re.search(r"(?<![\w./])(\d+)\s*/\s*(\d+)(?![\w/])", _DATES.sub(lambda m: " " * len(m.group(0)), t))
+    frac = re.search(
+        r"(?<![\w./])(\d+)\s*/\s*(\d+)(?![\w/])", _DATES.sub(lambda m: " " * len(m.group(0)), t)
+    )
     if frac and v != REFUSED and (v is None or frac.start() <= at) and float(frac.group(2)) > 0:
         v, pct = float(frac.group(1)) / float(frac.group(2)), False
     if v is None:
@@ -297,30 +408,54 @@ def parse_fraction(text: str, prompt: str = "", **_) -> Parsed:
     return Parsed(float(v), True) if 0.0 <= v <= 1.0 else Parsed(None, False)
 
 
-# -- boxes --------------------------------------------------------------------------------------------
+# -- boxes
+# --------------------------------------------------------------------------------------------
 
 _N = r"\s*(" + NUMBER + r")\s*"
 _SEP = r"(?:[,;]|(?<=\s))"  # numbers of a box are separated (never "53" "3" out of "533")
 _BOX_RE = re.compile(r"[\[(]" + _N + _SEP + _N + _SEP + _N + _SEP + _N + r"[\])]")
 _POINTS_RE = re.compile(r"\(" + _N + r"," + _N + r"\)\s*,?\s*\(" + _N + r"," + _N + r"\)")
-_BARE_BOX_RE = re.compile(r"(?<![\w.])(" + NUMBER + r")\s*,\s*(" + NUMBER + r")\s*,\s*(" + NUMBER + r")\s*,\s*(" + NUMBER + r")")
-_QWEN_RE = re.compile(r"(?:<\|box_start\|>|<box>)\s*" + _POINTS_RE.pattern + r"\s*(?:<\|box_end\|>|</box>)")
+_BARE_BOX_RE = re.compile(
+    r"(?<![\w.])("
+    + NUMBER
+    + r")\s*,\s*("
+    + NUMBER
+    + r")\s*,\s*("
+    + NUMBER
+    + r")\s*,\s*("
+    + NUMBER
+    + r")"
+)
+_QWEN_RE = re.compile(
+    r"(?:<\|box_start\|>|<box>)\s*" + _POINTS_RE.pattern + r"\s*(?:<\|box_end\|>|</box>)"
+)
 _LOC_RE = re.compile(r"<loc(\d{4})>\s*<loc(\d{4})>\s*<loc(\d{4})>\s*<loc(\d{4})>")
-_KEYED = {c: re.compile(r"\b" + k + r"[\"']?\s*[:=]\s*(" + NUMBER + r")", re.I)
-          for c, k in (("x0", r"(?:x_?min|x1|left)"), ("y0", r"(?:y_?min|y1|top)"),
-                       ("x1", r"(?:x_?max|x2|right)"), ("y1", r"(?:y_?max|y2|bottom)"))}
+_KEYED = {
+    c: re.compile(r"\b" + k + r"[\"']?\s*[:=]\s*(" + NUMBER + r")", re.I)
+    for c, k in (
+        ("x0", r"(?:x_?min|x1|left)"),
+        ("y0", r"(?:y_?min|y1|top)"),
+        ("x1", r"(?:x_?max|x2|right)"),
+        ("y1", r"(?:y_?max|y2|bottom)"),
+    )
+}
 BOX_KEYS = ("bbox_2d", "bbox", "box", "bounding_box", "coordinates")
 
 
 def _box_numbers(raw: str, prompt: str = "") -> tuple[list[float] | None, str, str]:
-    """(x0, y0, x1, y1 as written, how they are written: "fractions_or_pixels" | "per_mille" | "loc", the rest)."""
+    """(x0, y0, x1, y1 as written, how they are written: "fractions_or_pixels" | "per_mille" |
+    "loc", the rest)."""
     m = _LOC_RE.search(raw)
     if m:
         y0, x0, y1, x1 = (int(g) / 1024 for g in m.groups())
-        return [x0, y0, x1, y1], "loc", raw[: m.start()] + " " + raw[m.end():]
+        return [x0, y0, x1, y1], "loc", raw[: m.start()] + " " + raw[m.end() :]
     m = _QWEN_RE.search(raw)
     if m:
-        return [_num(g) / 1000 for g in m.groups()], "per_mille", raw[: m.start()] + " " + raw[m.end():]
+        return (
+            [_num(g) / 1000 for g in m.groups()],
+            "per_mille",
+            raw[: m.start()] + " " + raw[m.end() :],
+        )
     t = clean(raw, prompt, json_ok=False)
     v = _json_value(t)
     if isinstance(v, list) and v and isinstance(v[0], dict):
@@ -341,12 +476,16 @@ def _box_numbers(raw: str, prompt: str = "") -> tuple[list[float] | None, str, s
     m = _BOX_RE.search(t) or _POINTS_RE.search(t) or _BARE_BOX_RE.search(t)
     if not m:
         return None, "", t
-    return [_num(m.group(i)) for i in range(1, 5)], "fractions_or_pixels", t[: m.start()] + " " + t[m.end():]
+    return (
+        [_num(m.group(i)) for i in range(1, 5)],
+        "fractions_or_pixels",
+        t[: m.start()] + " " + t[m.end() :],
+    )
 
 
 def parse_box(text: str, size: tuple[int, int] | None = None, prompt: str = "", **_) -> Parsed:
-    """The first box of the answer as fractions of the picture (x0, y0, x1, y1), corners sorted and clipped; the
-    rest of the answer is its description. Formats and refusals: module docstring."""
+    """The first box of the answer as fractions of the picture (x0, y0, x1, y1), corners sorted and
+    clipped; the rest of the answer is its description. Formats and refusals: module docstring."""
     raw = _unwrap(text)
     v, how, rest = _box_numbers(raw, prompt)
     rest = _squash(clean(_SPECIAL.sub(" ", rest), prompt, json_ok=False))
@@ -372,8 +511,13 @@ def parse_text(text: str, prompt: str = "", **_) -> Parsed:
     return Parsed(t or None, bool(t), t)
 
 
-PARSERS: dict[str, Callable[..., Parsed]] = {"class": parse_class, "number": parse_number, "fraction": parse_fraction,
-                                              "box": parse_box, "text": parse_text}
+PARSERS: dict[str, Callable[..., Parsed]] = {
+    "class": parse_class,
+    "number": parse_number,
+    "fraction": parse_fraction,
+    "box": parse_box,
+    "text": parse_text,
+}
 
 
 def parser(kind: str) -> Callable[..., Parsed]:
@@ -383,7 +527,8 @@ def parser(kind: str) -> Callable[..., Parsed]:
 
 
 def parse(kind: str, text: str, **options) -> Parsed:
-    """Never raises on any answer text (a parser bug on odd text counts the answer as unparsed, not the run as failed)."""
+    """Never raises on any answer text (a parser bug on odd text counts the answer as unparsed, not
+    the run as failed)."""
     fn = parser(kind)
     try:
         return fn(text, **options)

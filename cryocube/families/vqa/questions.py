@@ -1,11 +1,13 @@
 """From a cube to questions: which sample is asked which task, its prompt and its references.
 
-Read on the client at planning time from the cube's coordinates and small variables (`target`, `box`,
-`answer`; docs/insar-cube.md), never from pixels. A Cryo-Bench tile cube is asked on its test split,
-once per (tile, task, class), against the labels `probe --tasks-from` derives (families/class_labels.py). A task is asked of a sample when the cube holds a
-reference for at least one of the task's metrics; a task the cube holds no reference for is left out
-(and said in the record), and a cube that serves none of the selected tasks is refused.
+Read on the client at planning time from the cube's coordinates and small variables (`target`,
+`box`, `answer`; docs/insar-cube.md), never from pixels. A Cryo-Bench tile cube is asked on its test
+split, once per (tile, task, class), against the labels `probe --tasks-from` derives
+(families/class_labels.py). A task is asked of a sample when the cube holds a reference for at least
+one of the task's metrics; a task the cube holds no reference for is left out (and said in the
+record), and a cube that serves none of the selected tasks is refused.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +26,10 @@ class Question:
     source: str
     task: str
     prompt: str
-    refs: tuple[tuple[str, Any], ...]  # (metric, reference) for the metrics this sample has a reference for
-    size: tuple[int, int] = (0, 0)  # the pair's own (width, height): smaller pairs are padded in the cube
+    # (metric, reference) for the metrics this sample has a reference for
+    refs: tuple[tuple[str, Any], ...]
+    # the pair's own (width, height): smaller pairs are padded in the cube
+    size: tuple[int, int] = (0, 0)
     subject: str = ""  # tiles: the class asked about
     variant: int = 0  # which phrasing of the task (TaskSpec.phrasings; 0: the board's)
 
@@ -36,32 +40,42 @@ def _text(a) -> list[str]:
     return [str(x) for x in as_text(np.asarray(a))]
 
 
-def questions(url: str, tasks: list[TaskSpec], every_split: bool = False) -> tuple[list[Question], dict[str, str]]:
-    """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left out}.
-    `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn from)."""
+def questions(
+    url: str, tasks: list[TaskSpec], every_split: bool = False
+) -> tuple[list[Question], dict[str, str]]:
+    """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left
+    out}. `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn
+    from).
+    """
     from ...cube import TileCube, open_view
 
     cube = open_view(url)
     if isinstance(cube, TileCube) and "class_fraction" in cube.ds:
         return tile_questions(url, cube.ds, tasks, every_split)
     if isinstance(cube, TileCube) or not cube.has("image"):
-        raise UserError(f"{url}: the vqa protocol needs an interferogram sample cube (cryocube convert insar|hephaestus); "
-                        "this cube has no image-level references")
+        raise UserError(
+            f"{url}: the vqa protocol needs an interferogram sample cube (cryocube convert"
+            " insar|hephaestus); this cube has no image-level references"
+        )
     ds, n = cube.ds, cube.n
     src = _text(ds["source"].values)
     rendered = cube.rendered
-    # the interferogram facts, each with its declared default where the cube has none (cube.schema.SAMPLE_VARS)
+    # the interferogram facts, each with its declared default where the cube has none
+    # (cube.schema.SAMPLE_VARS)
     facts = {k: _text(cube.values(k)) for k in ("primary_date", "secondary_date", "frame")}
     lam = np.asarray(cube.values("radar_wavelength_m"), np.float64)
     hs, ws = (np.asarray(cube.values(k), np.int64) for k in ("height", "width"))
     tnames = cube.tasks
     classes = _text(cube.values("task_classes"))
-    # the references, checked against the cube's digests (a damaged chunk is an error, not fill values)
+    # the references, checked against the cube's digests (a damaged chunk is an error, not fill
+    # values)
     target = np.asarray(cube.checked("target"), np.float64) if tnames else np.zeros((n, 0))
     box = cube.checked("box")
     box = None if box is None else np.asarray(box, np.float64)
     text_tasks = _text(cube.values("text_task"))
-    answers = [_text(row) for row in cube.checked("answer")] if cube.has("answer") and text_tasks else []
+    answers = (
+        [_text(row) for row in cube.checked("answer")] if cube.has("answer") and text_tasks else []
+    )
 
     def reference(t: TaskSpec, kind: str, name: str):
         """Per sample: the reference (or None), or a reason when the cube has none for anyone."""
@@ -74,15 +88,23 @@ def questions(url: str, tasks: list[TaskSpec], every_split: bool = False) -> tup
                 names = classes[j].split("|") if classes[j] else []
                 bad = [c for c in names if c not in t.labels]
                 if bad:
-                    raise UserError(f"{url}: target {name!r} has class {bad[0]!r}, which task {t.name} cannot answer "
-                                    f"(its labels: {', '.join(t.labels)}; {t.source})")
+                    raise UserError(
+                        f"{url}: target {name!r} has class {bad[0]!r}, which task {t.name} cannot"
+                        f" answer (its labels: {', '.join(t.labels)}; {t.source})"
+                    )
                 return [names[int(v)] if math.isfinite(v) else None for v in col], None
             return [float(v) if math.isfinite(v) else None for v in col], None
         if kind == "box":
             if box is None:
                 return None, "the cube has no box variable"
-            return [tuple(float(c) for c in (b[0] / wi, b[1] / hi, b[2] / wi, b[3] / hi)) if np.isfinite(b).all() else None
-                    for b, wi, hi in zip(box, ws, hs)], None
+            return [
+                (
+                    tuple(float(c) for c in (b[0] / wi, b[1] / hi, b[2] / wi, b[3] / hi))
+                    if np.isfinite(b).all()
+                    else None
+                )
+                for b, wi, hi in zip(box, ws, hs)
+            ], None
         if name not in text_tasks:
             return None, f"the cube has no reference answers for {name!r}"
         j = text_tasks.index(name)
@@ -107,23 +129,46 @@ def questions(url: str, tasks: list[TaskSpec], every_split: bool = False) -> tup
             continue
         refs_by_task[t.name] = (t, per_metric)
     for i in range(n):
-        sample = {"primary_date": facts["primary_date"][i], "secondary_date": facts["secondary_date"][i],
-                  "frame": facts["frame"][i], "radar_wavelength_m": lam[i], "width": int(ws[i]), "height": int(hs[i]),
-                  "rendered": rendered}
+        sample = {
+            "primary_date": facts["primary_date"][i],
+            "secondary_date": facts["secondary_date"][i],
+            "frame": facts["frame"][i],
+            "radar_wavelength_m": lam[i],
+            "width": int(ws[i]),
+            "height": int(hs[i]),
+            "rendered": rendered,
+        }
         for name, (t, per_metric) in refs_by_task.items():
             refs = tuple((m, vals[i]) for m, vals in per_metric if vals[i] is not None)
             if refs:
-                out += [Question(i, src[i], name, fill(t, sample, k), refs, (int(ws[i]), int(hs[i])), variant=k)
-                        for k in range(len(t.phrasings))]
+                out += [
+                    Question(
+                        i,
+                        src[i],
+                        name,
+                        fill(t, sample, k),
+                        refs,
+                        (int(ws[i]), int(hs[i])),
+                        variant=k,
+                    )
+                    for k in range(len(t.phrasings))
+                ]
     if not out:
-        raise UserError(f"{url}: the cube serves none of the tasks {', '.join(t.name for t in tasks)} ("
-                        + "; ".join(f"{k}: {v}" for k, v in left_out.items()) + ")")
+        raise UserError(
+            f"{url}: the cube serves none of the tasks {', '.join(t.name for t in tasks)} ("
+            + "; ".join(f"{k}: {v}" for k, v in left_out.items())
+            + ")"
+        )
     return out, left_out
 
 
-def tile_questions(url: str, ds, tasks: list[TaskSpec], every_split: bool = False) -> tuple[list[Question], dict[str, str]]:
-    """A tile cube's questions: every test tile with labelled pixels, each task, each class but the task's
-    skip_classes; the reference is the class's derived label (`class: present` -> labels[0|1], `class: fraction`)."""
+def tile_questions(
+    url: str, ds, tasks: list[TaskSpec], every_split: bool = False
+) -> tuple[list[Question], dict[str, str]]:
+    """A tile cube's questions: every test tile with labelled pixels, each task, each class but the
+    task's skip_classes; the reference is the class's derived label (`class: present` ->
+    labels[0|1], `class: fraction`).
+    """
     from ...cube import as_text, sample_ids
     from ..class_labels import class_labels
     from .render import band_facts, tile_bands
@@ -136,16 +181,24 @@ def tile_questions(url: str, ds, tasks: list[TaskSpec], every_split: bool = Fals
     if every_split and asked.size:
         asked = np.flatnonzero(labelled)
     if not asked.size:
-        raise UserError(f"{url}: no test-split tile has a labelled pixel, and the Cryo-Bench questions ask the test split")
+        raise UserError(
+            f"{url}: no test-split tile has a labelled pixel, and the Cryo-Bench questions ask the"
+            " test split"
+        )
     h, w = int(ds.sizes["y"]), int(ds.sizes["x"])
     facts = band_facts(ds)
     dataset = str(ds.attrs.get("dataset", ""))
     plan = []
     for t in tasks:
-        if t.answer == "class" and any(kind == "class" and ref == "present" for _, kind, ref in t.metrics) \
-                and len(t.labels) != 2:
-            raise UserError(f"{t.source}: task {t.name}: a presence answer needs two labels (absent, present), "
-                            f"got {', '.join(t.labels)}")
+        if (
+            t.answer == "class"
+            and any(kind == "class" and ref == "present" for _, kind, ref in t.metrics)
+            and len(t.labels) != 2
+        ):
+            raise UserError(
+                f"{t.source}: task {t.name}: a presence answer needs two labels (absent, present), "
+                f"got {', '.join(t.labels)}"
+            )
         classes = [c for c in per_class if c.name not in t.skip_classes]
         plan.append((t, classes, tile_bands(facts, t.render, f"{url}: task {t.name}")[1]))
 
@@ -157,8 +210,18 @@ def tile_questions(url: str, ds, tasks: list[TaskSpec], every_split: bool = Fals
     for i in asked:
         for t, classes, picture in plan:
             for c in classes:
-                sample = {"class_name": c.name, "dataset": dataset, "picture": picture, "width": w, "height": h}
+                sample = {
+                    "class_name": c.name,
+                    "dataset": dataset,
+                    "picture": picture,
+                    "width": w,
+                    "height": h,
+                }
                 refs = tuple((m, ref(t, name, c, int(i))) for m, _, name in t.metrics)
-                out += [Question(int(i), ids[i], t.name, fill_tile(t, sample, k), refs, (w, h), c.name, k)
-                        for k in range(len(t.phrasings))]
+                out += [
+                    Question(
+                        int(i), ids[i], t.name, fill_tile(t, sample, k), refs, (w, h), c.name, k
+                    )
+                    for k in range(len(t.phrasings))
+                ]
     return out, {}

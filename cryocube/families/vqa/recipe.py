@@ -1,8 +1,9 @@
-"""The vqa family's own recipe fields (what to ask, how many prompts per forward pass, an answer-length
-cap, the blind baseline) over the shared ones (precision, threads, block_samples: cryocube/recipe.py), checked
-before any cluster starts: `--set gen_batch=4`, `--set vqa_tasks=coherence_classification,fringe_counting`,
-`--set blind=true`.
+"""The vqa family's own recipe fields (what to ask, how many prompts per forward pass, an
+answer-length cap, the blind baseline) over the shared ones (precision, threads, block_samples:
+cryocube/recipe.py), checked before any cluster starts: `--set gen_batch=4`, `--set
+vqa_tasks=coherence_classification,fringe_counting`, `--set blind=true`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,18 +14,28 @@ from ...recipe import BaseRecipe, RecipeError, check_int
 
 @dataclass(frozen=True, kw_only=True)
 class VqaRecipe(BaseRecipe):
-    vqa_tasks: tuple[str, ...] | str = ()  # () = every catalog task the cube can serve; "a,b" or [a, b]
-    gen_batch: int = 8  # prompts per generate() call (left-padded); batching can move the last bits, so it is in the run id
-    max_new_tokens: int | None = None  # a cap on every task's own max_new_tokens (None: the tasks' values)
-    blind: bool = False  # the blind baseline: every picture replaced by a blank one of the same size (in the run id)
+    # () = every catalog task the cube can serve; "a,b" or [a, b]
+    vqa_tasks: tuple[str, ...] | str = ()
+    # prompts per generate() call (left-padded); batching can move the last bits, so it is in the
+    # run id
+    gen_batch: int = 8
+    # a cap on every task's own max_new_tokens (None: the tasks' values)
+    max_new_tokens: int | None = None
+    # the blind baseline: every picture replaced by a blank one of the same size (in the run id)
+    blind: bool = False
 
     EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS
 
     def validate(self) -> None:
         super().validate()
         t = self.vqa_tasks
-        if not (isinstance(t, str) or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))):
-            raise RecipeError(f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}")
+        if not (
+            isinstance(t, str)
+            or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))
+        ):
+            raise RecipeError(
+                f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}"
+            )
         check_int("gen_batch", self.gen_batch)
         check_int("max_new_tokens", self.max_new_tokens, none=True)
         if not isinstance(self.blind, bool):

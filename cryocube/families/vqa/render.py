@@ -1,9 +1,11 @@
-"""A cube sample -> the RGB picture a VLM sees (the task file's `render:`). An interferogram: phase through
-a cyclic colour map, coherence in grey, side by side or the phase alone; rendered cubes (Hephaestus' PNG
-bands) are shown as published; boxes in answers are fractions of the phase panel, so the layout never
-moves them. A Cryo-Bench tile: its optical bands nearest to red, green and blue in colour, else its
-first SAR band in grey, stretched per picture (percentiles) or by the cube's own statistics.
+"""A cube sample -> the RGB picture a VLM sees (the task file's `render:`). An interferogram: phase
+through a cyclic colour map, coherence in grey, side by side or the phase alone; rendered cubes
+(Hephaestus' PNG bands) are shown as published; boxes in answers are fractions of the phase panel,
+so the layout never moves them. A Cryo-Bench tile: its optical bands nearest to red, green and blue
+in colour, else its first SAR band in grey, stretched per picture (percentiles) or by the cube's own
+statistics.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,7 +19,8 @@ from .tasks import RenderSpec, TileRender
 
 @dataclass(frozen=True)
 class BandFacts:
-    """What drawing a tile needs of a cube band (its role and wavelength pick it, its train statistics stretch it)."""
+    """What drawing a tile needs of a cube band (its role and wavelength pick it, its train
+    statistics stretch it)."""
 
     name: str
     role: str
@@ -36,41 +39,69 @@ def band_facts(ds) -> tuple[BandFacts, ...]:
         return np.asarray(ds[name].values, np.float64) if name in ds else np.full(n, default)
 
     roles = as_text(ds["role"].values) if "role" in ds else [""] * n
-    return tuple(BandFacts(str(b), str(r), float(w), float(m), float(s)) for b, r, w, m, s in
-                 zip(as_text(ds["band"].values), roles, col("wavelength_um", np.nan), col("band_mean", np.nan),
-                     col("band_std", np.nan)))
+    return tuple(
+        BandFacts(str(b), str(r), float(w), float(m), float(s))
+        for b, r, w, m, s in zip(
+            as_text(ds["band"].values),
+            roles,
+            col("wavelength_um", np.nan),
+            col("band_mean", np.nan),
+            col("band_std", np.nan),
+        )
+    )
 
 
-def tile_bands(facts: tuple[BandFacts, ...], spec: TileRender, where: str = "") -> tuple[list[int], str]:
-    """(band indices: three for colour, one for grey, and what the picture shows, in words); a cube with neither is
-    refused in one sentence."""
+def tile_bands(
+    facts: tuple[BandFacts, ...], spec: TileRender, where: str = ""
+) -> tuple[list[int], str]:
+    """(band indices: three for colour, one for grey, and what the picture shows, in words); a cube
+    with neither is refused in one sentence."""
     rgb = []
     for um in spec.rgb_um:
-        near = [(abs(f.wavelength_um - um), k) for k, f in enumerate(facts)
-                if f.role == spec.rgb_role and abs(f.wavelength_um - um) <= spec.rgb_tolerance_um]
+        near = [
+            (abs(f.wavelength_um - um), k)
+            for k, f in enumerate(facts)
+            if f.role == spec.rgb_role and abs(f.wavelength_um - um) <= spec.rgb_tolerance_um
+        ]
         rgb.append(min(near)[1] if near else None)
     if None not in rgb and len(set(rgb)) == 3:
-        return rgb, f"the tile in natural colour (bands {', '.join(facts[k].name for k in rgb)} as red, green, blue)"
+        return (
+            rgb,
+            (
+                f"the tile in natural colour (bands {', '.join(facts[k].name for k in rgb)} as red,"
+                " green, blue)"
+            ),
+        )
     grey = [k for k, f in enumerate(facts) if f.role in spec.grey_roles]
     if grey:
         return grey[:1], f"the tile's {facts[grey[0]].name} band ({facts[grey[0]].role}) in grey"
-    raise UserError(f"{where}: no band to draw: no {spec.rgb_role} bands near {', '.join(f'{u:g}' for u in spec.rgb_um)} um "
-                    f"and no band of role {' or '.join(spec.grey_roles)} (bands: {', '.join(f.name for f in facts)}); "
-                    "set the task file's render: rgb or grey")
+    raise UserError(
+        f"{where}: no band to draw: no {spec.rgb_role} bands near"
+        f" {', '.join(f'{u:g}' for u in spec.rgb_um)} um and no band of role"
+        f" {' or '.join(spec.grey_roles)} (bands: {', '.join(f.name for f in facts)}); set the task"
+        " file's render: rgb or grey"
+    )
 
 
-def render_tile(image: np.ndarray, facts: tuple[BandFacts, ...], spec: TileRender, where: str = "") -> np.ndarray:
+def render_tile(
+    image: np.ndarray, facts: tuple[BandFacts, ...], spec: TileRender, where: str = ""
+) -> np.ndarray:
     """(band, y, x) -> (H, W, 3) uint8; NaN (no data) is black."""
     idx, _ = tile_bands(facts, spec, where)
     chans = []
     for k in idx:
         x = np.asarray(image[k], np.float64)
         if spec.stretch == "statistics":
-            lo, hi = facts[k].mean - spec.stds * facts[k].std, facts[k].mean + spec.stds * facts[k].std
+            lo, hi = (
+                facts[k].mean - spec.stds * facts[k].std,
+                facts[k].mean + spec.stds * facts[k].std,
+            )
         else:
             ok = x[np.isfinite(x)]
-            lo, hi = (np.percentile(ok, spec.percentiles) if ok.size else (0.0, 1.0))
-        chans.append(_scaled(x, float(lo), float(hi) if hi > lo else float(lo) + 1.0).astype(np.uint8))
+            lo, hi = np.percentile(ok, spec.percentiles) if ok.size else (0.0, 1.0)
+        chans.append(
+            _scaled(x, float(lo), float(hi) if hi > lo else float(lo) + 1.0).astype(np.uint8)
+        )
     out = np.stack(chans * 3 if len(chans) == 1 else chans, -1)
     if spec.scale > 1:
         out = out.repeat(spec.scale, axis=0).repeat(spec.scale, axis=1)
@@ -81,7 +112,11 @@ def render_tile(image: np.ndarray, facts: tuple[BandFacts, ...], spec: TileRende
 def _lut(name: str) -> np.ndarray:
     import matplotlib
 
-    return (np.asarray(matplotlib.colormaps[name](np.linspace(0, 1, 256)))[:, :3] * 255).round().astype(np.uint8)
+    return (
+        (np.asarray(matplotlib.colormaps[name](np.linspace(0, 1, 256)))[:, :3] * 255)
+        .round()
+        .astype(np.uint8)
+    )
 
 
 def _scaled(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -92,22 +127,34 @@ def _scaled(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 def _band(image: np.ndarray, bands: list[str], name: str, where: str) -> np.ndarray:
     if name not in bands:
-        raise UserError(f"{where}: the cube has no band {name!r} to draw (bands: {', '.join(bands)}); "
-                        "set the task file's render: bands")
+        raise UserError(
+            f"{where}: the cube has no band {name!r} to draw (bands: {', '.join(bands)}); "
+            "set the task file's render: bands"
+        )
     return image[bands.index(name)]
 
 
-def render(image: np.ndarray, bands: list[str], spec: RenderSpec | TileRender, rendered: bool = False, where: str = "",
-           facts: tuple[BandFacts, ...] = ()) -> np.ndarray:
+def render(
+    image: np.ndarray,
+    bands: list[str],
+    spec: RenderSpec | TileRender,
+    rendered: bool = False,
+    where: str = "",
+    facts: tuple[BandFacts, ...] = (),
+) -> np.ndarray:
     """(band, y, x) maps -> (H, W, 3) uint8 (`facts`: the cube's bands, for tiles)."""
     if isinstance(spec, TileRender):
         return render_tile(image, facts, spec, where)
     if rendered:
         lo, hi = spec.rendered_range
-        phase = np.stack([_scaled(_band(image, bands, b, where), lo, hi) for b in spec.rendered_phase], -1).astype(np.uint8)
+        phase = np.stack(
+            [_scaled(_band(image, bands, b, where), lo, hi) for b in spec.rendered_phase], -1
+        ).astype(np.uint8)
         coh = _scaled(_band(image, bands, spec.rendered_coherence, where), lo, hi)
     else:
-        phase = _lut(spec.phase_colormap)[_scaled(_band(image, bands, spec.phase_band, where), *spec.phase_range)]
+        phase = _lut(spec.phase_colormap)[
+            _scaled(_band(image, bands, spec.phase_band, where), *spec.phase_range)
+        ]
         coh = _scaled(_band(image, bands, spec.coherence_band, where), *spec.coherence_range)
     panels = [phase]
     if spec.layout == "side_by_side":

@@ -1,17 +1,19 @@
-"""The vqa family's report: per task metrics with bootstrap CIs, the coherence confusion matrix, predicted
-against true fringe counts, a gallery (picture, question, reference, each model's answer), and
-LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side. A board's columns are the
-task file's `board:` (catalogs/tasks/*.yaml); a Cryo-Bench tile cube's board has a row per model and class.
+"""The vqa family's report: per task metrics with bootstrap CIs, the coherence confusion matrix,
+predicted against true fringe counts, a gallery (picture, question, reference, each model's answer),
+and LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side. A board's columns are
+the task file's `board:` (catalogs/tasks/*.yaml); a Cryo-Bench tile cube's board has a row per model
+and class.
 
-The board is laid out from cells the families contribute (families/vqa/cells.py: task, metric, unit, split, sample
-hash, n, value, interval), all on the cube's test split: chance and blind baselines first (never ranked), VLMs,
-encoders answering through linear heads (`--protocol heads`) or localising through segmentation (mask -> box).
-A cell over other samples or in another unit than its column's is refused, with one sentence in the notes.
-Encoders cannot write text: those cells say so. Probe F1 / R² stay in the embedding report.
+The board is laid out from cells the families contribute (families/vqa/cells.py: task, metric, unit,
+split, sample hash, n, value, interval), all on the cube's test split: chance and blind baselines
+first (never ranked), VLMs, encoders answering through linear heads (`--protocol heads`) or
+localising through segmentation (mask -> box). A cell over other samples or in another unit than its
+column's is refused, with one sentence in the notes. Encoders cannot write text: those cells say so.
+Probe F1 / R² stay in the embedding report.
 """
+
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -35,8 +37,9 @@ def _cell_text(c: dict) -> str:
 
 @dataclass
 class BoardRow:
-    """One row of a board: who, what kind (VLM, GFM, baseline), its cells by (task, metric, class), and what a
-    column without a cell says (the task was not asked, is text an encoder cannot write, ...)."""
+    """One row of a board: who, what kind (VLM, GFM, baseline), its cells by (task, metric, class),
+    and what a column without a cell says (the task was not asked, is text an encoder cannot write,
+    ...)."""
 
     name: str
     kind: str
@@ -52,79 +55,155 @@ def _by_key(cells: list[dict]) -> dict:
 
 def _vlm_missing(r: Run) -> Callable[[str, str], str]:
     asked, left = set(r.record.get("tasks") or {}), r.record.get("tasks_left_out") or {}
-    return lambda task, m: MISSING if task in asked else (f"{MISSING} (not in cube)" if task in left else NOT_ASKED)
+    return lambda task, m: (
+        MISSING if task in asked else (f"{MISSING} (not in cube)" if task in left else NOT_ASKED)
+    )
 
 
 def _vlm_unparsed(cells: list[dict], cls) -> str:
-    cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())  # one per task, not per metric
-    return f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}" if cs else MISSING
+    # one per task, not per metric
+    cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())
+    return (
+        f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}"
+        if cs
+        else MISSING
+    )
 
 
 def _localisers(res: Results, dataset: str) -> dict[str, Run]:
-    """model -> its latest segmentation run on `dataset` that scored localisation (families/segmentation/localisation.py)."""
+    """model -> its latest segmentation run on `dataset` that scored localisation
+    (families/segmentation/localisation.py)."""
     out: dict[str, Run] = {}
-    for r in sorted((r for r in res.runs if r.dataset == dataset and r.record.get("localisation")), key=lambda r: r.created):
+    for r in sorted(
+        (r for r in res.runs if r.dataset == dataset and r.record.get("localisation")),
+        key=lambda r: r.created,
+    ):
         out[r.model] = r
     return out
 
 
 def board_rows(res: Results, dataset: str) -> list[BoardRow]:
-    """The board's rows in order: the chance baseline, the blind baseline (or that it was not run), VLMs, encoder
-    heads, encoders that localise through segmentation. Baselines are labelled and never ranked."""
-    vlms = sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
-    heads = sorted((r for r in res.of("heads") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id))
+    """The board's rows in order: the chance baseline, the blind baseline (or that it was not run),
+    VLMs, encoder heads, encoders that localise through segmentation. Baselines are labelled and
+    never ranked."""
+    vlms = sorted(
+        (r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id)
+    )
+    heads = sorted(
+        (r for r in res.of("heads") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id)
+    )
     rows: list[BoardRow] = []
-    chance = next((r.metrics.get("baselines", {}).get("chance") for r in vlms + heads
-                   if (r.metrics.get("baselines") or {}).get("chance")), None)
+    chance = next(
+        (
+            r.metrics.get("baselines", {}).get("chance")
+            for r in vlms + heads
+            if (r.metrics.get("baselines") or {}).get("chance")
+        ),
+        None,
+    )
     if chance is not None:
-        rows.append(BoardRow("chance", "baseline: chance", _by_key(chance), lambda t, m: "cannot answer (chance)", True))
+        rows.append(
+            BoardRow(
+                "chance",
+                "baseline: chance",
+                _by_key(chance),
+                lambda t, m: "cannot answer (chance)",
+                True,
+            )
+        )
     blind = [r for r in vlms if r.record.get("blind")]
     for r in blind:
         cs = r.metrics.get("cells") or []
-        rows.append(BoardRow(f"{r.model_name} (blind)", "baseline: blind", _by_key(cs), _vlm_missing(r), True,
-                             _vlm_unparsed(cs, None)))
+        rows.append(
+            BoardRow(
+                f"{r.model_name} (blind)",
+                "baseline: blind",
+                _by_key(cs),
+                _vlm_missing(r),
+                True,
+                _vlm_unparsed(cs, None),
+            )
+        )
     if not blind:
         rows.append(BoardRow("blind", "baseline: blind", {}, lambda t, m: NOT_RUN, True))
     for r in vlms:
         if not r.record.get("blind"):
             cs = r.metrics.get("cells") or []
-            rows.append(BoardRow(r.model_name, "VLM", _by_key(cs), _vlm_missing(r), False, _vlm_unparsed(cs, None)))
+            rows.append(
+                BoardRow(
+                    r.model_name,
+                    "VLM",
+                    _by_key(cs),
+                    _vlm_missing(r),
+                    False,
+                    _vlm_unparsed(cs, None),
+                )
+            )
     seg = _localisers(res, dataset)
     for r in heads:
         cells = _by_key(r.metrics.get("cells") or [])
-        cannot = set(r.record.get("tasks") or {}) | set(r.record.get("tasks_text") or [])  # asked: a missing cell is text
+        # asked: a missing cell is text
+        cannot = set(r.record.get("tasks") or {}) | set(r.record.get("tasks_text") or [])
         left = r.record.get("tasks_left_out") or {}
-        rows.append(BoardRow(r.model_name, "GFM (linear head)", cells, lambda t, m, cannot=cannot, left=left: (
-            CANNOT if t in cannot else f"{MISSING} (not in cube)" if t in left else NOT_ASKED)))
+        rows.append(
+            BoardRow(
+                r.model_name,
+                "GFM (linear head)",
+                cells,
+                lambda t, m, cannot=cannot, left=left: (
+                    CANNOT
+                    if t in cannot
+                    else f"{MISSING} (not in cube)"
+                    if t in left
+                    else NOT_ASKED
+                ),
+            )
+        )
     for model, r in sorted(seg.items(), key=lambda kv: kv[1].model_name):
         loc = r.record["localisation"]
         cell = {**loc, "class": None, "how": BOX_ROUTE}
-        rows.append(BoardRow(r.model_name, "GFM (segmentation)", {(loc["task"], "box_iou", None): cell},
-                             lambda t, m: CANNOT if m in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"))
+        rows.append(
+            BoardRow(
+                r.model_name,
+                "GFM (segmentation)",
+                {(loc["task"], "box_iou", None): cell},
+                lambda t, m: (
+                    CANNOT if m in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"
+                ),
+            )
+        )
     return rows
 
 
 def _header(task, metric: str, header: str, units: set[str]) -> str:
-    """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its task's cells would have."""
+    """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its
+    task's cells would have."""
     if not units:
         from .cells import unit
         from .tasks import all_tasks
 
         t = all_tasks().get(task)
-        units = {unit(t, metric)} if t is not None and metric in [m for m, _, _ in t.metrics] else set()
+        units = (
+            {unit(t, metric)} if t is not None and metric in [m for m, _, _ in t.metrics] else set()
+        )
     u = next(iter(units)) if len(units) == 1 else ""
     return header if not u or f"({u})" in header else f"{header} ({u})"
 
 
-def _layout(rows: list[BoardRow], columns, classes: list, dataset: str, b_per_class: bool = False) -> tuple[list[list], list[list], list[str], list[str]]:
-    """(raw rows, text rows, headers, notes): per column the first cell (in row order: chance first) fixes the
-    column's samples and unit; a later cell over other samples or in another unit is refused, in one sentence."""
+def _layout(
+    rows: list[BoardRow], columns, classes: list, dataset: str, b_per_class: bool = False
+) -> tuple[list[list], list[list], list[str], list[str]]:
+    """(raw rows, text rows, headers, notes): per column the first cell (in row order: chance first)
+    fixes the column's samples and unit; a later cell over other samples or in another unit is
+    refused, in one sentence.
+    """
     notes: list[str] = []
     raws, txts = [], []
     ref: dict[tuple, tuple[str, dict]] = {}
     units: dict[tuple, set] = {}
     for row in rows:
-        for c in (classes if row.cells else [None]):  # a row without cells (blind not run) shows once
+        # a row without cells (blind not run) shows once
+        for c in classes if row.cells else [None]:
             if c is not None and not any(k[2] == c for k in row.cells):
                 continue
             head = [row.name, row.kind] + ([c or "all"] if b_per_class else [])
@@ -144,17 +223,26 @@ def _layout(rows: list[BoardRow], columns, classes: list, dataset: str, b_per_cl
                 if cell.get("unit") != fc.get("unit"):
                     why = f"in {cell.get('unit')!r}, the column's unit is {fc.get('unit')!r}"
                 elif cell.get("samples") != fc.get("samples"):
-                    why = (f"is over other samples (hash {cell.get('samples')}, n {cell.get('n')}) than {first}'s "
-                           f"(hash {fc.get('samples')}, n {fc.get('n')})")
+                    why = (
+                        f"is over other samples (hash {cell.get('samples')}, n {cell.get('n')})"
+                        f" than {first}'s (hash {fc.get('samples')}, n {fc.get('n')})"
+                    )
                 if why:
                     raw.append(None)
-                    txt.append("refused (other samples)" if "samples" in why else "refused (other unit)")
-                    notes.append(f"{dataset}, column {header!r}{'' if c is None else ', class ' + c}: {row.name}'s cell "
-                                 f"{why}, so it is left out: a column holds one metric in one unit over one set of samples")
+                    txt.append(
+                        "refused (other samples)" if "samples" in why else "refused (other unit)"
+                    )
+                    notes.append(
+                        f"{dataset}, column {header!r}{'' if c is None else ', class ' + c}:"
+                        f" {row.name}'s cell {why}, so it is left out: a column holds one metric in"
+                        " one unit over one set of samples"
+                    )
                     continue
                 raw.append(cell["value"])
                 how = cell.get("how") or ""
-                txt.append(_cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else ""))
+                txt.append(
+                    _cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else "")
+                )
             raw.append(None)
             txt.append(row.unparsed if c is None else MISSING)
             raws.append(raw)
@@ -163,34 +251,52 @@ def _layout(rows: list[BoardRow], columns, classes: list, dataset: str, b_per_cl
     return raws, txts, headers, notes
 
 
-NOTES = ["each cell: the value on the cube's test split with its 95 % bootstrap interval and n, the number of test "
-         "questions scored; every row of a column is scored on the same samples (the cell's sample hash) in one unit",
-         "baselines (not ranked): chance answers the train split's majority class, mean number or mean box; blind is a "
-         "VLM shown a blank picture of the same size (`--set blind=true`): what a model scores without the picture",
-         "VLM: an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed value); Unparsed: "
-         "unparsed / asked on the test split. The VLM's figure over every sample asked is the per-task table below",
-         "GFM (linear head): a linear head on the frozen encoder's pooled features (`--protocol heads`), regularisation "
-         "chosen on the val split; a box from a box head, or from a segmentation run's predicted mask (mask->box, "
-         "`--protocol frozen`) where the cell says so; encoders cannot write text",
-         "probe F1 / R² (NeuCo-Bench) stay in the embedding report: another metric on other samples"]
+NOTES = [
+    (
+        "each cell: the value on the cube's test split with its 95 % bootstrap interval and n, the"
+        " number of test questions scored; every row of a column is scored on the same samples (the"
+        " cell's sample hash) in one unit"
+    ),
+    (
+        "baselines (not ranked): chance answers the train split's majority class, mean number or"
+        " mean box; blind is a VLM shown a blank picture of the same size (`--set blind=true`):"
+        " what a model scores without the picture"
+    ),
+    (
+        "VLM: an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed"
+        " value); Unparsed: unparsed / asked on the test split. The VLM's figure over every sample"
+        " asked is the per-task table below"
+    ),
+    (
+        "GFM (linear head): a linear head on the frozen encoder's pooled features (`--protocol"
+        " heads`), regularisation chosen on the val split; a box from a box head, or from a"
+        " segmentation run's predicted mask (mask->box, `--protocol frozen`) where the cell says"
+        " so; encoders cannot write text"
+    ),
+    "probe F1 / R² (NeuCo-Bench) stay in the embedding report: another metric on other samples",
+]
 
 
 def board(res: Results, dataset: str) -> "Board":
-    """The board of every task file the dataset's VLM and head runs answered (their records name each task's file):
-    a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its board has both files' columns, the
-    dataset's own file first. InSAR-VLM-Bench's when no file can be found."""
+    """The board of every task file the dataset's VLM and head runs answered (their records name
+    each task's file): a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its
+    board has both files' columns, the dataset's own file first. InSAR-VLM-Bench's when no file can
+    be found."""
     from ...catalog import CatalogError
     from .tasks import Board, all_tasks, board_of
 
     known = all_tasks()
-    stems: dict[str, bool] = {}  # file stem -> whether its tasks are this dataset's own (`datasets:`)
+    # file stem -> whether its tasks are this dataset's own (`datasets:`)
+    stems: dict[str, bool] = {}
     for r in res.of("vqa") + res.of("heads"):
         if r.dataset != dataset:
             continue
         for name, d in (r.record.get("tasks") or {}).items():
             if d.get("source"):
                 stem = Path(str(d["source"])).stem
-                stems[stem] = stems.get(stem, False) or bool(getattr(known.get(name), "datasets", ()))
+                stems[stem] = stems.get(stem, False) or bool(
+                    getattr(known.get(name), "datasets", ())
+                )
     boards = []
     for stem in sorted(stems, key=lambda s: (not stems[s], s)):
         try:
@@ -207,8 +313,12 @@ def board(res: Results, dataset: str) -> "Board":
             if c[:2] not in {x[:2] for x in cols}:
                 cols.append(c)
                 probes.append(p)
-    return Board(title="; ".join(b.title for b in boards), columns=tuple(cols), probes=tuple(probes),
-                 per_class=any(b.per_class for b in boards))
+    return Board(
+        title="; ".join(b.title for b in boards),
+        columns=tuple(cols),
+        probes=tuple(probes),
+        per_class=any(b.per_class for b in boards),
+    )
 
 
 def leaderboard(res: Results, dataset: str) -> Table:
@@ -222,43 +332,83 @@ def leaderboard(res: Results, dataset: str) -> Table:
     lead = [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
     if b.per_class:
         lead.append(Column("class", "Class", numeric=False))
-    t = Table(f"leaderboard_{dataset}", f"{b.title} on {dataset}: VLMs and GFMs on the same test samples",
-              lead + [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
-              + [Column("unparsed", "Unparsed")])
+    t = Table(
+        f"leaderboard_{dataset}",
+        f"{b.title} on {dataset}: VLMs and GFMs on the same test samples",
+        lead
+        + [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
+        + [Column("unparsed", "Unparsed")],
+    )
     for raw, txt in zip(raws, txts):
         t.add(raw, txt)
     t.notes = list(NOTES) + notes
-    if any(r.random_init for r in res.of("vqa") + res.of("heads") + res.runs if r.dataset == dataset):
+    if any(
+        r.random_init for r in res.of("vqa") + res.of("heads") + res.runs if r.dataset == dataset
+    ):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
 
 
 def task_table(res: Results, dataset: str) -> Table:
-    t = Table(f"tasks_{dataset}", f"Per task metrics on {dataset} over every sample asked (the VLM's all-samples "
-              "figure: a second figure, not the board's test split)",
-              [Column("model", "Model", numeric=False), Column("task", "Task", numeric=False),
-               Column("metric", "Metric", numeric=False), Column("value", "Value"), Column("ci_low", "CI low"),
-               Column("ci_high", "CI high"), Column("n", "n"), Column("unparsed", "Unparsed"),
-               Column("prompt", "Prompt sha256", numeric=False)])
+    t = Table(
+        f"tasks_{dataset}",
+        f"Per task metrics on {dataset} over every sample asked (the VLM's all-samples "
+        "figure: a second figure, not the board's test split)",
+        [
+            Column("model", "Model", numeric=False),
+            Column("task", "Task", numeric=False),
+            Column("metric", "Metric", numeric=False),
+            Column("value", "Value"),
+            Column("ci_low", "CI low"),
+            Column("ci_high", "CI high"),
+            Column("n", "n"),
+            Column("unparsed", "Unparsed"),
+            Column("prompt", "Prompt sha256", numeric=False),
+        ],
+    )
     for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
             for m, s in d.get("metrics", {}).items():
-                t.add([r.model_name, task, m, s["value"], s["ci_low"], s["ci_high"], s["n"], d.get("unparsed"),
-                       ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", "")])
+                t.add(
+                    [
+                        r.model_name,
+                        task,
+                        m,
+                        s["value"],
+                        s["ci_low"],
+                        s["ci_high"],
+                        s["n"],
+                        d.get("unparsed"),
+                        ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", ""),
+                    ]
+                )
         t.notes.append(generation_cost(r))
     return t
 
 
 def phrasing_table(res: Results, dataset: str) -> Table | None:
-    """Per model and task asked in several phrasings (a task file's `prompts:`): the primary metric's mean and spread
-    over the phrasings, each on the same samples; the board shows the first phrasing only. None: no such task."""
+    """Per model and task asked in several phrasings (a task file's `prompts:`): the primary
+    metric's mean and spread over the phrasings, each on the same samples; the board shows the first
+    phrasing only. None: no such task.
+    """
     import statistics
 
-    t = Table(f"phrasings_{dataset}", f"Prompt phrasings on {dataset}: mean and spread over each task's phrasings",
-              [Column("model", "Model", numeric=False), Column("task", "Task", numeric=False),
-               Column("metric", "Metric", numeric=False), Column("phrasings", "Phrasings"), Column("mean", "Mean"),
-               Column("sd", "SD"), Column("min", "Min"), Column("max", "Max"), Column("first", "First (the board's phrasing)"),
-               Column("unparsed", "Unparsed per phrasing", numeric=False)])
+    t = Table(
+        f"phrasings_{dataset}",
+        f"Prompt phrasings on {dataset}: mean and spread over each task's phrasings",
+        [
+            Column("model", "Model", numeric=False),
+            Column("task", "Task", numeric=False),
+            Column("metric", "Metric", numeric=False),
+            Column("phrasings", "Phrasings"),
+            Column("mean", "Mean"),
+            Column("sd", "SD"),
+            Column("min", "Min"),
+            Column("max", "Max"),
+            Column("first", "First (the board's phrasing)"),
+            Column("unparsed", "Unparsed per phrasing", numeric=False),
+        ],
+    )
     for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
             ph = d.get("phrasings") or []
@@ -266,26 +416,50 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
             vals = [p["metrics"][m]["value"] for p in ph if m and m in p.get("metrics", {})]
             if len(vals) < 2:
                 continue
-            t.add([r.model_name, task, m, len(vals), statistics.fmean(vals), statistics.stdev(vals), min(vals), max(vals),
-                   vals[0], " / ".join(f"{p['unparsed']}{' (MC)' if p.get('multiple_choice') else ''}" for p in ph)])
+            t.add(
+                [
+                    r.model_name,
+                    task,
+                    m,
+                    len(vals),
+                    statistics.fmean(vals),
+                    statistics.stdev(vals),
+                    min(vals),
+                    max(vals),
+                    vals[0],
+                    " / ".join(
+                        f"{p['unparsed']}{' (MC)' if p.get('multiple_choice') else ''}" for p in ph
+                    ),
+                ]
+            )
     if not t.rows:
         return None
-    t.notes = ["SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing (lettered options); "
-               "every phrasing is asked of the same samples; figures over every sample asked (the board's cell: "
-               "the first phrasing on the test split)"]
+    t.notes = [
+        "SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing"
+        " (lettered options); every phrasing is asked of the same samples; figures over every"
+        " sample asked (the board's cell: the first phrasing on the test split)"
+    ]
     return t
 
 
 def generation_cost(r: Run) -> str:
-    """The run's cost per example: worker seconds inside generate() per question (model load, rendering and
-    parsing left out), from the record's generation_stats; answers kept from an earlier run were not timed."""
+    """The run's cost per example: worker seconds inside generate() per question (model load,
+    rendering and parsing left out), from the record's generation_stats; answers kept from an
+    earlier run were not timed.
+    """
     g = r.record.get("generation_stats") or {}
-    n, sec = int(g.get("questions_generated") or 0), (r.record.get("timings") or {}).get("generate_s")
+    n, sec = (
+        int(g.get("questions_generated") or 0),
+        (r.record.get("timings") or {}).get("generate_s"),
+    )
     if not n or not sec:
         return f"{r.model_name}: no generation timed (answers kept from an earlier run)"
-    return (f"{r.model_name}: {sec / n:.3g} s per example ({n} questions generated in {sec:.3g} s, "
-            f"batch {(r.record.get('generation') or {}).get('batch', '?')}, {r.record.get('torch_threads')} torch threads, "
-            f"{(r.record.get('precision') or {}).get('effective', '?')})")
+    return (
+        f"{r.model_name}: {sec / n:.3g} s per example ({n} questions generated in {sec:.3g} s,"
+        f" batch {(r.record.get('generation') or {}).get('batch', '?')},"
+        f" {r.record.get('torch_threads')} torch threads,"
+        f" {(r.record.get('precision') or {}).get('effective', '?')})"
+    )
 
 
 def confusion_tables(res: Results, dataset: str) -> list[Table]:
@@ -296,9 +470,13 @@ def confusion_tables(res: Results, dataset: str) -> list[Table]:
             if not c:
                 continue
             labels = c["labels"]
-            t = Table(f"confusion_{task}_{r.run_id[:8]}", f"{r.model_name}: {task} (rows reference, columns answer)",
-                      [Column("reference", "Reference", numeric=False)] + [Column(x, x) for x in labels]
-                      + [Column("unparsed", "unparsed")])
+            t = Table(
+                f"confusion_{task}_{r.run_id[:8]}",
+                f"{r.model_name}: {task} (rows reference, columns answer)",
+                [Column("reference", "Reference", numeric=False)]
+                + [Column(x, x) for x in labels]
+                + [Column("unparsed", "unparsed")],
+            )
             for lab, row in zip(labels, c["matrix"]):
                 t.add([lab, *row])
             out.append(t)
@@ -310,14 +488,18 @@ def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
 
     fig, ax = plots._subplots((4.6, 4.2))
     hi = 1.0
-    for i, r in enumerate(sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name)):
+    for i, r in enumerate(
+        sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name)
+    ):
         pairs = ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
         pts = [(a, b) for a, b in pairs if b is not None]
         if not pairs:
             continue
         xs, ys = [a for a, _ in pts], [b for _, b in pts]
         hi = max([hi, *xs, *ys])
-        ax.scatter(xs, ys, s=18, alpha=0.7, label=f"{r.model_name} ({len(pairs) - len(pts)} unparsed)")
+        ax.scatter(
+            xs, ys, s=18, alpha=0.7, label=f"{r.model_name} ({len(pairs) - len(pts)} unparsed)"
+        )
     ax.plot([0, hi], [0, hi], color="#888", lw=0.8, ls="--")
     ax.set_xlabel("true fringe count")
     ax.set_ylabel("answered fringe count")
@@ -327,8 +509,8 @@ def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
 
 
 def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None, str, Table]]:
-    """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption and a table of
-    each model's answers."""
+    """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption
+    and a table of each model's answers."""
     from ... import store
 
     runs = sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name)
@@ -338,16 +520,34 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
     rdir = str(base.record.get("answers_file", "")).rsplit("/", 1)[0]
     out = []
     for g in base.record.get("gallery") or []:
-        t = Table(f"gallery_{g['sample']}", f"sample {g['source']}",
-                  [Column("task", "Task", numeric=False), Column("question", "Question", numeric=False),
-                   Column("reference", "Reference", numeric=False)]
-                  + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)])
-        answers = [{(q["task"], q.get("class"), q.get("variant", 0)): q for gg in (r.record.get("gallery") or [])
-                    if gg["sample"] == g["sample"] for q in gg["qa"]} for r in runs]
+        t = Table(
+            f"gallery_{g['sample']}",
+            f"sample {g['source']}",
+            [
+                Column("task", "Task", numeric=False),
+                Column("question", "Question", numeric=False),
+                Column("reference", "Reference", numeric=False),
+            ]
+            + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)],
+        )
+        answers = [
+            {
+                (q["task"], q.get("class"), q.get("variant", 0)): q
+                for gg in r.record.get("gallery") or []
+                if gg["sample"] == g["sample"]
+                for q in gg["qa"]
+            }
+            for r in runs
+        ]
         for q in g["qa"]:
             ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
-            row = [q["task"], q["question"], ref] + [(a.get((q["task"], q.get("class"), q.get("variant", 0))) or {}).get("answer", MISSING)
-                                                      or "(empty)" for a in answers]
+            row = [q["task"], q["question"], ref] + [
+                (a.get((q["task"], q.get("class"), q.get("variant", 0))) or {}).get(
+                    "answer", MISSING
+                )
+                or "(empty)"
+                for a in answers
+            ]
             t.add(row, [str(x) for x in row])
         pic = figures / f"vqa_{dataset}_{g['picture'].rsplit('/', 1)[-1]}"
         try:
@@ -362,35 +562,54 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
 
 
 def leaderboard_md(res: Results) -> str:
-    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per dataset (its columns from the task file)."""
+    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per dataset (its columns from the task
+    file)."""
     from ...report.tables import to_markdown
 
-    titles = sorted({board(res, d).title for d in {r.dataset for r in res.of("vqa") + res.of("heads")}}) or ["InSAR-VLM-Bench tasks"]
-    parts = [f"# Leaderboard ({'; '.join(titles)})", "",
-             "Written by `cryocube report`; every number is read from the run records (results.jsonl).", ""]
+    titles = sorted(
+        {board(res, d).title for d in {r.dataset for r in res.of("vqa") + res.of("heads")}}
+    ) or ["InSAR-VLM-Bench tasks"]
+    parts = [
+        f"# Leaderboard ({'; '.join(titles)})",
+        "",
+        "Written by `cryocube report`; every number is read from the run records (results.jsonl).",
+        "",
+    ]
     for d in sorted({r.dataset for r in res.of("vqa") + res.of("heads")}):
         parts += [to_markdown(leaderboard(res, d)), ""]
     return "\n".join(parts)
 
 
 def sections(page, res: Results) -> None:
-    """The family's report section (`VQA.report_sections`): generative models and encoder heads on question tasks
-    (InSAR-VLM-Bench's, Cryo-Bench's image-level ones), and LEADERBOARD.md beside the report."""
+    """The family's report section (`VQA.report_sections`): generative models and encoder heads on
+    question tasks (InSAR-VLM-Bench's, Cryo-Bench's image-level ones), and LEADERBOARD.md beside the
+    report."""
     if not res.of("vqa") and not res.of("heads"):
         return
     for d in sorted({r.dataset for r in res.of("vqa") + res.of("heads")}):
-        sec = page.section(f"{board(res, d).title} ({d}): VLMs and GFMs",
-                           text="Each task's metric on the cube's test split with its 95 % bootstrap interval and n, "
-                                "beside the chance and blind baselines; unparsed answers count as wrong.")
+        sec = page.section(
+            f"{board(res, d).title} ({d}): VLMs and GFMs",
+            text=(
+                "Each task's metric on the cube's test split with its 95 % bootstrap interval and"
+                " n, beside the chance and blind baselines; unparsed answers count as wrong."
+            ),
+        )
         page.table(sec, "vqa", leaderboard(res, d))
         page.table(sec, "vqa", task_table(res, d))
         if (ph := phrasing_table(res, d)) is not None:
             page.table(sec, "vqa", ph)
         for t in confusion_tables(res, d):
             page.table(sec, "vqa", t)
-        if any(((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") for r in res.of("vqa")
-               if r.dataset == d):
-            page.figure(sec, fringe_plot(res, d, page.stem(f"vqa_fringes_{d}")), f"{d}: answered against true fringe counts")
+        if any(
+            ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs")
+            for r in res.of("vqa")
+            if r.dataset == d
+        ):
+            page.figure(
+                sec,
+                fringe_plot(res, d, page.stem(f"vqa_fringes_{d}")),
+                f"{d}: answered against true fringe counts",
+            )
         for pic, caption, t in gallery(res, d, page.figures_dir):
             sub = page.section(f"Gallery: {t.title}", level=3)
             if pic is not None:
