@@ -95,6 +95,7 @@ class AI4ArcticReader(TileReader):
     splits_on_disk = ("train", "test")
 
     def detect(self, root: str) -> bool:
+        """Any `.nc` under `train/` or `test/`: the release has only these two split folders."""
         fs, path = self.fs(root)
         return any(
             fs.glob(posixpath.join(path.rstrip("/"), s, "*.nc")) for s in self.splits_on_disk
@@ -102,6 +103,8 @@ class AI4ArcticReader(TileReader):
 
     @property
     def variables(self) -> list[str]:
+        """The netCDF variable of each catalog band, in cube band order; a band the layout's
+        `variables` table leaves out is a ConvertError."""
         table = self.option("variables", kind=dict)
         missing = [b for b in self.spec.band_names if b not in table]
         if missing:
@@ -113,13 +116,18 @@ class AI4ArcticReader(TileReader):
 
     @property
     def chart(self) -> str:
+        """The netCDF variable holding the label chart (SOD for SICD); the option is required."""
         return self.option("chart", kind=str)
 
     @property
     def dims(self) -> tuple[str, str]:
+        """The (lines, samples) dimension names: named in shape errors and given to written sample
+        data; default the release's."""
         return tuple(self.option("dims", ["sar_lines", "sar_samples"], list))
 
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
+        """Pairs each `<scene>_prep.nc` with a `_prep_reference.nc` chart beside it, if any (a chart
+        with no scene is an error), then draws val from train."""
         jobs = []
         for split in self.splits_on_disk:
             folder = join(root, split)
@@ -175,6 +183,8 @@ class AI4ArcticReader(TileReader):
         return SourceItem(split, scene, url, label, h, w, len(self.variables))
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Reads under the netCDF lock: masked image pixels become NaN, the chart keeps its raw
+        codes (255 fill included); HDF5 errors become ConvertError."""
         win = check_window(item.image, window, item.height, item.width)
         with open_nc(self, item.image) as ds:
             image = self._guard(
@@ -201,6 +211,8 @@ class AI4ArcticReader(TileReader):
 
     # -- sample data ---------------------------------------------------------------------------
     def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
+        """Where `write` puts a scene: a train scene holds its chart, a test scene's chart lies in a
+        `_prep_reference.nc` beside it, as in the release."""
         folder = join(str(root), self.disk_split(split))
         img = join(folder, f"{scene}{PREP_SUFFIX}.nc")
         return img, (
@@ -210,6 +222,8 @@ class AI4ArcticReader(TileReader):
     def write(
         self, root, split, scene, image, raw_label, crs=None, transform=None
     ) -> tuple[str, str]:
+        """The release's netCDF files (SIC, FLOE and an AMSR2 variable beside the chart), so a
+        generated tree goes through the same pairing as a download."""
         img, lbl = self.paths(root, split, scene)
         os.makedirs(os.path.dirname(img), exist_ok=True)
         charts = chart_set(self.chart, raw_label)

@@ -80,10 +80,13 @@ class Reader:
 
     @property
     def options(self) -> dict:
+        """The layout's options as the catalog gives them, unchecked; readers use `option`."""
         return self.layout.options
 
     @property
     def where(self) -> str:
+        """`<catalog file>: layouts.<name>`, the prefix of every option error, so the user knows
+        which YAML field to fix."""
         return f"{self.spec.path}: layouts.{self.layout.name}"
 
     def option(
@@ -121,6 +124,8 @@ class Reader:
 
     # -- shared helpers ---------------------------------------------------------------------
     def fs(self, url: str):
+        """fsspec (filesystem, path) of `url`; a reader without options of its own uses those
+        registered for the bucket, as block tasks on the workers do."""
         return store.fs_path(url, self.storage_options)
 
     def listdir(self, url: str, suffixes: tuple[str, ...] | None = None) -> dict[str, str]:
@@ -141,10 +146,13 @@ class Reader:
         return out
 
     def isdir(self, url: str) -> bool:
+        """Whether `url` is a folder, local or remote alike; layouts' `detect` tests with it."""
         fs, path = self.fs(url)
         return fs.isdir(path)
 
     def open_bytes(self, url: str) -> bytes:
+        """A whole file in memory, for files read whole (annotation JSON, remote netCDF and zipped
+        Zarr); a missing file is a ConvertError naming it."""
         fs, path = self.fs(url)
         try:
             with fs.open(path, "rb") as f:
@@ -163,6 +171,8 @@ READERS: dict[str, type[Reader]] = {}
 
 
 def register(cls: type[Reader]) -> type[Reader]:
+    """Class decorator that makes a reader nameable by catalog layouts (`reader:`), plug-ins' too;
+    two classes under one name are refused."""
     if cls.name in READERS and READERS[cls.name] is not cls:
         raise ValueError(f"reader {cls.name!r} registered twice")
     READERS[cls.name] = cls

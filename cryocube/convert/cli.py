@@ -8,6 +8,8 @@ from ..errors import UserError
 
 
 def register(sub) -> None:
+    """Adds `convert` and `download` to the `cryocube` command (cryocube/cli.py calls each listed
+    module's `register`)."""
     from ..cluster import add_cluster_args
     from ..store import options_arg
 

@@ -81,6 +81,8 @@ class HephaestusReader(PairReader):
 
     @property
     def names(self) -> tuple[str, str, str, str]:
+        """(interferograms folder, InSAR PNG, coherence PNG, annotations folder), defaulting to the
+        release's spelling."""
         return (
             str(self.option("interferograms", "interferograms", str)),
             str(self.option("insar_png", "InSAR.png", str)),
@@ -89,9 +91,12 @@ class HephaestusReader(PairReader):
         )
 
     def frame_name(self, k: int) -> str:
+        """A LiCSAR-style frame id (`100D_04800_131300` for k = 0) for generated frame `k`, so
+        sample trees look like the release."""
         return f"{100 + k}D_0{4800 + k}_13{1300 + k}"
 
     def detect(self, root: str) -> bool:
+        """An annotations folder plus at least one `<frame>/<interferograms>/<pair>/InSAR.png`."""
         fs, base = self.fs(root)
         ifg, png, _, ann = self.names
         return self.isdir(_store.join(root, ann)) and bool(
@@ -99,6 +104,8 @@ class HephaestusReader(PairReader):
         )
 
     def scan(self, root: str) -> list[Pair]:
+        """Only annotated pairs with both PNGs become samples; flagged ones are dropped unless
+        --keep-corrupted, and an annotation of a missing or twice-annotated pair is refused."""
         fs, base = self.fs(root)
         base = base.rstrip("/")
         ifg, png, coh, ann_dir = self.names
@@ -221,6 +228,8 @@ class HephaestusReader(PairReader):
         ]
 
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
+        """`unlabelled_pairs`: complete pairs left out for lacking an annotation, so the cube says
+        why it holds fewer samples than the tree."""
         return {"unlabelled_pairs": int(getattr(self, "_unlabelled", 0))}
 
     @staticmethod
@@ -242,6 +251,8 @@ class HephaestusReader(PairReader):
         )
 
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
+        """Everything from the annotation JSON (the PNGs are renderings): polygons give box and
+        mask; `label` and `intensity_level` map onto the catalog's classes."""
         url = pair.annotation
         d = self.load_annotation(url)
 
@@ -326,6 +337,8 @@ class HephaestusReader(PairReader):
         }
 
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """InSAR.png's RGB plus Coherence.png's grey level, 0..255 as rendered (a grey InSAR.png is
+        repeated to RGB), padded to the cube's shape."""
         rgb = read_raster(self, pair.file("insar")).astype(np.float32)
         if rgb.shape[0] == 1:
             rgb = np.repeat(rgb, 3, axis=0)

@@ -76,6 +76,8 @@ class Pair:
     annotation: str | None = None  # url of the annotation JSON (None: not annotated)
 
     def file(self, name: str) -> str | None:
+        """The URL of one band group (`insar`, `coherence`, a band name), or None where this pair
+        lacks it (optional bands)."""
         return dict(self.files).get(name)
 
 
@@ -99,22 +101,31 @@ class PairReader(SampleReader):
     # -- catalog options ---------------------------------------------------------------------
     @property
     def rules(self) -> Rules:
+        """The layout's `derive:` parameters, validated; the synthetic generator derives its truth
+        by the same rules."""
         return Rules.from_options(self.option("derive", {}, dict), self.where)
 
     @property
     def wavelength_m(self) -> float:
+        """Radar wavelength in metres (required): turns phase into LOS displacement; an annotation
+        may override it per pair."""
         return float(self.option("radar_wavelength_m", kind=(int, float)))
 
     @property
     def text_tasks(self) -> list[str]:
+        """The free-text tasks, in the order of the cube's `answer` columns; answers naming other
+        tasks are refused."""
         return [str(t) for t in self.option("text_tasks", [], list)]
 
     @property
     def box_task(self) -> str:
+        """The task the deformation box serves, named in `unavailable` when no pair has a box."""
         return str(self.option("box_task", "deformation_localization", str))
 
     @property
     def targets(self) -> list[TargetSpec]:
+        """The catalog's `targets:` in cube task order; `from: null` keeps a task the layout cannot
+        serve (NaN targets, a reason in `unavailable`)."""
         out = []
         for name, d in self.option("targets", {}, dict).items():
             d = dict(d or {})
@@ -160,9 +171,12 @@ class PairReader(SampleReader):
 
     @property
     def unavailable(self) -> dict[str, str]:
+        """The catalog's reasons a task has no label in this layout, written to the cube's attrs
+        instead of the generic ones."""
         return {str(k): str(v) for k, v in self.option("unavailable", {}, dict).items()}
 
     def frame_name(self, k: int) -> str:
+        """The frame folder of generated pair `k` when sample data spreads over several frames."""
         return f"frame{k:02d}"
 
     # -- contract for subclasses ------------------------------------------------------------------
@@ -183,6 +197,8 @@ class PairReader(SampleReader):
         return self.spec.band_names
 
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """Contract: one pair's bands, padded bottom/right with 0 to `shape` (the largest pair's),
+        since pairs differ in size."""
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------------
@@ -199,6 +215,8 @@ class PairReader(SampleReader):
             return None
 
     def load_annotation(self, url: str) -> dict:
+        """An annotation file as a dict; bad JSON or a non-object is a ConvertError naming the file,
+        so --on-error skip can drop the pair."""
         try:
             d = json.loads(self.open_bytes(url))
         except (ValueError, UnicodeDecodeError) as e:
@@ -210,6 +228,8 @@ class PairReader(SampleReader):
     def check_box(
         self, box: Any, pair: Pair, url: str, field: str = "box"
     ) -> tuple[float, ...] | None:
+        """A box as (x_min, y_min, x_max, y_max) floats inside the pair with min < max, else a
+        ConvertError naming the field; None (no deformation) stays None."""
         if box is None:
             return None
         try:
@@ -229,6 +249,8 @@ class PairReader(SampleReader):
         return b
 
     def check_answers(self, answers: Any, url: str) -> dict[str, str]:
+        """The annotation's `answers` as {text task: answer}; a task not in `text_tasks` is refused
+        rather than silently dropped."""
         if answers is None:
             return {}
         if not isinstance(answers, dict):
@@ -403,18 +425,25 @@ class PairReader(SampleReader):
             )
 
     def missing_reason(self, t: TargetSpec, bands: list[str]) -> str:
+        """Why a task with a source still has no label in any pair; layouts override it to name the
+        file they lack."""
         return "no pair has the data this label is derived from"
 
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
+        """Layout-specific cube attrs: none here; Hephaestus counts its unannotated pairs."""
         return {}
 
     def read_kwargs(self, plan: SamplePlan, **_) -> dict:
+        """Narrows the bands to the plan's, since a prechecked plan was made by another reader
+        object; workers pad to the plan's shape."""
         # a prechecked plan came from another reader object: its bands, not all
         self.narrow(plan.fingerprint["bands"])
         return {"shape": plan.shape}
 
 
 def pad_to(img: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
+    """Pairs differ in size but a sample cube's images share one shape: pads bottom/right with 0
+    (height/width keep the valid extent)."""
     if shape is None or img.shape == tuple(shape):
         return img
     out = np.zeros(shape, dtype=img.dtype)
@@ -433,17 +462,22 @@ class InSARReader(PairReader):
 
     @property
     def files(self) -> dict[str, str]:
+        """Band -> file name in a pair folder (a required option); `detect` looks for the first."""
         return {str(k): str(v) for k, v in self.option("files", kind=dict).items()}
 
     @property
     def optional(self) -> list[str]:
+        """Bands a tree may lack (unwrapped phase), but then in every pair: scan refuses a mix."""
         return [str(b) for b in self.option("optional", [], list)]
 
     @property
     def annotation_name(self) -> str:
+        """The per-pair annotation file's name (default `annotation.json`); a pair without one is
+        still a sample."""
         return str(self.option("annotation", "annotation.json", str))
 
     def detect(self, root: str) -> bool:
+        """The first listed file one or two levels down (pair folders with or without a frame)."""
         fs, base = self.fs(root)
         first = next(iter(self.files.values()))
         return bool(
@@ -452,6 +486,8 @@ class InSARReader(PairReader):
         )
 
     def scan(self, root: str) -> list[Pair]:
+        """Pair folders one or two levels deep (`[<frame>/]<primary>_<secondary>`); dates, required
+        files, and one band, size and CRS per file are checked."""
         fs, base = self.fs(root)
         base = base.rstrip("/")
         proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
@@ -537,9 +573,11 @@ class InSARReader(PairReader):
         ]
 
     def cube_bands(self, pairs: list[Pair]) -> list[str]:
+        """Optional bands are in all pairs or none (scan checks), so the first pair decides."""
         return [b for b in self.spec.band_names if pairs[0].file(b)]
 
     def missing_reason(self, t: TargetSpec, bands: list[str]) -> str:
+        """Without unwrapped phase, says fringes and the box need it (not the generic reason)."""
         if "unwrapped_phase" not in bands and t.source in ("fringes", "box"):
             return (
                 f"no {self.files.get('unwrapped_phase', 'unwrapped_phase.tif')} in the raw tree:"
@@ -582,6 +620,8 @@ class InSARReader(PairReader):
             )
 
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
+        """Reads and checks the maps (radians, coherence 0..1) and derives labels; an annotation's
+        box wins over the derived one, its wavelength over the catalog's."""
         maps = {b: self._read(pair.file(b)) for b in bands}
         self.check_values(pair, maps)
         ann = self.load_annotation(pair.annotation) if pair.annotation else {}
@@ -617,6 +657,7 @@ class InSARReader(PairReader):
         }
 
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """The cube's bands (narrowed to those present) as float32, padded to the largest pair."""
         bands = [b.name for b in self.spec.bands]
         return pad_to(np.stack([self._read(pair.file(b)) for b in bands]), shape)
 

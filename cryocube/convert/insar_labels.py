@@ -52,6 +52,8 @@ class Rules:
 
     @classmethod
     def from_options(cls, d: dict, where: str) -> "Rules":
+        """Reads a layout's `derive:` block with the documented defaults; non-numbers, an unknown
+        statistic or classes not matching the thresholds are refused."""
         from .base import ConvertError
 
         c = dict(d.get("coherence_classification") or {})
@@ -82,6 +84,8 @@ class Rules:
         return r
 
     def as_attrs(self) -> dict:
+        """The parameters with the LOS convention and the rule sentences, for the cube's attrs: the
+        labels say how they were made."""
         return {
             "coherence_classification": {
                 "statistic": self.coherence_statistic,
@@ -101,6 +105,8 @@ def phase_to_los(phase: np.ndarray, wavelength_m: float) -> np.ndarray:
 
 
 def los_to_phase(los_m: np.ndarray, wavelength_m: float) -> np.ndarray:
+    """Inverse of `phase_to_los` (radians from metres); the synthetic generator builds phase from a
+    LOS field with it."""
     return -4 * math.pi / wavelength_m * los_m
 
 
@@ -112,6 +118,7 @@ def wrap(phase: np.ndarray) -> np.ndarray:
 
 
 def coherence_class(coherence: np.ndarray, rules: Rules) -> int:
+    """The coherence class by the rule's statistic over finite pixels; -1 if none is finite."""
     c = coherence[np.isfinite(coherence)]
     if c.size == 0:
         return -1
@@ -120,6 +127,7 @@ def coherence_class(coherence: np.ndarray, rules: Rules) -> int:
 
 
 def valid_mask(unwrapped: np.ndarray, coherence: np.ndarray, rules: Rules) -> np.ndarray:
+    """The pixels labels may use: finite unwrapped phase and coherence >= `mask_coherence`."""
     return np.isfinite(unwrapped) & np.isfinite(coherence) & (coherence >= rules.mask_coherence)
 
 
@@ -151,12 +159,15 @@ def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, floa
 
 
 def deformation_pixels(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
+    """Valid pixels moving more than `threshold_m` in LOS, small regions dropped: what both the box
+    and the mask are made of."""
     return kept_regions(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
 
 
 def deformation_box(
     los_m: np.ndarray, valid: np.ndarray, rules: Rules
 ) -> tuple[float, float, float, float] | None:
+    """The box rule alone; `derive` takes the box from the mask instead (the same extent)."""
     return box_of(deformation_pixels(los_m, valid, rules), 1)
 
 
@@ -197,6 +208,8 @@ def polygon_mask(polygons: list[list[tuple[float, float]]], height: int, width: 
 
 
 def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
+    """Fringes (2 pi cycles of unwrapped phase) spanned over valid pixels inside the box; 0 without
+    a box, as RULES_TEXT says."""
     if box is None:
         return 0
     x0, y0, x1, y1 = (int(v) for v in box)

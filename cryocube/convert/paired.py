@@ -56,18 +56,22 @@ class PairedRasterReader(TileReader):
 
     @property
     def image_dir(self) -> str:
+        """Folder template of the images (required), `{folder}` being the split folder on disk."""
         return self.option("images", kind=str)
 
     @property
     def label_dir(self) -> str:
+        """Folder template of the masks (required), `{folder}` being the split folder on disk."""
         return self.option("labels", kind=str)
 
     @property
     def suffixes(self) -> tuple[str, ...]:
+        """Suffixes read, lower case (default GeoTIFF); sample data is written with the first."""
         return tuple(s.lower() for s in self.option("suffixes", [".tif", ".tiff"], list))
 
     @property
     def split_folders(self) -> dict[str, str]:
+        """Folder on disk -> split (default train/val/test); any other split is refused."""
         folders = self.option("split_folders", {s: s for s in SPLITS}, dict)
         bad = sorted(set(folders.values()) - set(SPLITS))
         if bad:
@@ -76,14 +80,18 @@ class PairedRasterReader(TileReader):
 
     @property
     def label_suffix(self) -> str:
+        """What a mask's stem adds to its image's (CaFFe original's `_zones`); default none."""
         return self.option("label_suffix", "", str)
 
     @property
     def image_name(self) -> str:
+        """Template of an image stem's parts (default `{stem}`), parsed so `label_name` can rebuild
+        the mask's name."""
         return self.option("image_name", "{stem}", str)
 
     @property
     def label_name(self) -> str:
+        """Template of a mask's stem from the image stem's parts; default stem + `label_suffix`."""
         return self.option("label_name", "{stem}" + self.label_suffix, str)
 
     def _name_fields(self, stem: str, where: str) -> dict[str, str]:
@@ -104,6 +112,8 @@ class PairedRasterReader(TileReader):
         return m.groupdict()
 
     def label_stem(self, stem: str, where: str = "") -> str:
+        """The mask stem an image stem pairs with; a name outside this layout's naming is a
+        ConvertError suggesting --layout."""
         return self.label_name.format(**self._name_fields(stem, where or stem))
 
     def example_name(self, base: str, i: int) -> str:
@@ -113,6 +123,8 @@ class PairedRasterReader(TileReader):
 
     @property
     def band_policy(self) -> str:
+        """`exact`: images must have the catalog's band count; `first`: more is fine, the first N
+        are read (GLID)."""
         p = self.option("bands", "exact", str)
         if p not in ("exact", "first"):
             raise ConvertError(f"{self.where}: option bands must be 'exact' or 'first', got {p!r}")
@@ -173,6 +185,8 @@ class PairedRasterReader(TileReader):
         return [(folder, split) for split, folder in found.items()]
 
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
+        """Warns of image folders it does not read, pairs images and masks by name per split folder,
+        checks headers, then draws val from train if the layout says so."""
         unread = self._unread_folders(root)
         if unread:
             splits = ", ".join(sorted(set(self.split_folders)))
@@ -230,6 +244,8 @@ class PairedRasterReader(TileReader):
         return SourceItem(split, stem, img, lbl, hi.height, hi.width, want, hi.crs, hi.transform)
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The catalog's bands of the image (the first N under `bands: first`) and band 1 of the
+        mask; their sizes must agree."""
         image = read_raster(self, item.image, window, bands=len(self.spec.bands))
         label = read_raster(self, item.label, window, bands=1)[0]
         if image.shape[1:] != label.shape:
@@ -240,6 +256,8 @@ class PairedRasterReader(TileReader):
 
     # -- sample data ---------------------------------------------------------------------------
     def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
+        """Where `write` puts a scene: the disk folder of its split, the first suffix, the mask
+        named by `label_name`."""
         disk = self.disk_split(split)
         folder = next(f for f, s in self.split_folders.items() if s == disk)
         ext = self.suffixes[0]
@@ -249,16 +267,19 @@ class PairedRasterReader(TileReader):
         )
 
     def write_image(self, path: str, image: np.ndarray, crs=None, transform=None) -> None:
+        """Writes an image in the format its suffix names (GeoTIFF or PNG), making the folder."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         WRITERS[os.path.splitext(path)[1]](path, image, crs, transform)
 
     def write_label(self, path: str, raw_label: np.ndarray, crs=None, transform=None) -> None:
+        """Writes raw label codes as uint8 in the format its suffix names, making the folder."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         WRITERS[os.path.splitext(path)[1]](path, raw_label.astype(np.uint8), crs, transform)
 
     def write(
         self, root, split, scene, image, raw_label, crs=None, transform=None
     ) -> tuple[str, str]:
+        """Sample data where `scan` finds it; PNG layouts get no CRS or transform (PNG has none)."""
         img, lbl = self.paths(root, split, scene)
         if not img.endswith((".tif", ".tiff")):
             crs = transform = None  # PNG carries no georeferencing

@@ -74,6 +74,8 @@ class RasterioFormat:
         return rasterio.open(url.removeprefix("file://"))
 
     def header(self, reader: Reader, url: str) -> Header:
+        """Count, size, dtype, CRS and transform without reading pixels; an ungeoreferenced file
+        gives no transform rather than the identity."""
         import rasterio
         from rasterio.errors import NotGeoreferencedWarning
 
@@ -89,6 +91,8 @@ class RasterioFormat:
     def read(
         self, reader: Reader, url: str, window: Window | None, bands: int | None
     ) -> np.ndarray:
+        """A true windowed read of the first `bands` bands: only the window's bytes are fetched,
+        remote files too."""
         from rasterio.errors import NotGeoreferencedWarning
         from rasterio.windows import Window as RWindow
 
@@ -118,6 +122,8 @@ class PILFormat:
                 yield im
 
     def header(self, reader: Reader, url: str) -> Header:
+        """Band count, size and dtype from the header without decoding pixels; no CRS, which these
+        formats do not carry."""
         with self._open(reader, url) as im:
             w, h = im.size
             return Header(len(im.getbands()), h, w, _pil_dtype(im.mode))
@@ -125,6 +131,8 @@ class PILFormat:
     def read(
         self, reader: Reader, url: str, window: Window | None, bands: int | None
     ) -> np.ndarray:
+        """Decodes the whole image (no random access), then cuts the window; a truncated file fails
+        here, at `load`."""
         with self._open(reader, url) as im:
             w, h = im.size
             r0, r1, c0, c1 = check_window(url, window, h, w)
@@ -154,6 +162,7 @@ FORMATS: dict[str, Any] = {
 
 
 def file_format(url: str):
+    """The format by suffix; unknown suffixes go to rasterio, since GDAL opens most rasters."""
     return FORMATS.get(posixpath.splitext(url)[1].lower(), FORMATS[".tif"])
 
 
@@ -206,6 +215,7 @@ def map_threads(fn: Callable, items: list, threads: int = HEADER_THREADS) -> lis
 
 
 def order_items(items: list[SourceItem]) -> list[SourceItem]:
+    """Cube order: train, val, test, then scene name; tile plans and sample order follow it."""
     return sorted(items, key=lambda it: (SPLITS.index(it.split), it.scene))
 
 
@@ -223,6 +233,8 @@ def val_from_train(items: list[SourceItem], chosen: set[str]) -> list[SourceItem
 def write_geotiff(
     path: str | Path, arr: np.ndarray, crs: str | None = None, transform: tuple | None = None
 ) -> None:
+    """Sample-data writer: a 2-D array becomes one band; georeferenced only when a CRS is given
+    (`transform` then required)."""
     import rasterio
     from rasterio.transform import Affine
 
@@ -241,6 +253,8 @@ def write_geotiff(
 
 
 def write_png(path: str | Path, arr: np.ndarray, crs=None, transform=None) -> None:
+    """Sample-data writer: 1-4 bands cast to uint8 (L, LA, RGB, RGBA); `crs` and `transform` are
+    dropped, accepted only to fit `WRITERS`."""
     from PIL import Image
 
     arr = arr[None] if arr.ndim == 2 else arr

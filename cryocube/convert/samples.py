@@ -62,11 +62,14 @@ class SampleReader(Reader):
     def precheck(
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
     ) -> Any:
+        """Runs the whole `plan` on the client, so bad input is refused before a cluster starts."""
         return self.plan(raw, on_error, keep_corrupted, **options)
 
     def convert(
         self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
     ) -> ConvertResult:
+        """Uses the CLI's prechecked plan if there is one (else plans now), then writes the images
+        block by block on the workers."""
         items, plan = prechecked or self.plan(raw, opts.on_error, **options)
         return convert_samples(
             self, items, plan, raw, out, client, opts, self.read_kwargs(plan, **options)

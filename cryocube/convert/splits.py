@@ -18,6 +18,8 @@ VAL_RULES: dict[str, ValRule] = {}
 
 
 def val_rule(name: str):
+    """Registers a function as the `val_from_train` rule a catalog layout names `name`."""
+
     def register(fn: ValRule) -> ValRule:
         VAL_RULES[name] = fn
         return fn

@@ -44,6 +44,8 @@ class Location:
 
 
 def strip_suffix(name: str) -> str:
+    """A location id from its store's file name (`.zarr.zip` or `.zarr` dropped): the key that pairs
+    the modalities."""
     for s in (".zarr.zip", ".zarr"):
         if name.endswith(s):
             return name[: -len(s)]
@@ -69,10 +71,12 @@ class SSL4EOReader(SampleReader):
 
     @property
     def modalities(self) -> list[str]:
+        """Folders under `data/`, in the order of their bands on the cube's band axis (required)."""
         return [str(m) for m in self.option("modalities", kind=list)]
 
     @property
     def variable(self) -> str:
+        """The Zarr variable holding the pixels in every store (default `bands`)."""
         return self.option("variable", "bands", str)
 
     def band_slices(self) -> dict[str, slice]:
@@ -95,9 +99,12 @@ class SSL4EOReader(SampleReader):
         return out
 
     def detect(self, root: str) -> bool:
+        """Every modality folder exists under `data/`."""
         return all(self.isdir(_store.join(root, "data", m)) for m in self.modalities)
 
     def scan(self, root: str) -> list[Location]:
+        """Locations by id across the modality folders; a location missing any modality is refused,
+        not dropped."""
         fs, base = self.fs(root)
         by_mod: dict[str, dict[str, str]] = {}
         proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
@@ -206,6 +213,8 @@ class SSL4EOReader(SampleReader):
         return paths[0], paths[0]
 
     def write_labels(self, root, tasks: dict[str, tuple[str, dict[str, float | None]]]) -> None:
+        """Sample data: `labels/<task>__<kind>.csv` as NeuCo-Bench publishes them (None becomes an
+        empty label)."""
         os.makedirs(os.path.join(str(root), "labels"), exist_ok=True)
         for task, (kind, values) in tasks.items():
             with open(
@@ -217,10 +226,13 @@ class SSL4EOReader(SampleReader):
                     w.writerow([i, "" if v is None else repr(float(v))])
 
     def read_sample(self, item: Location, shift_s2: bool = False) -> np.ndarray:
+        """One location's (time, band, y, x) float32, S2 shifted by +1000 DN when asked."""
         return self.read(item, shift_s2=shift_s2)[0]
 
     # -- the sample cube -------------------------------------------------------------------------
     def read_kwargs(self, plan: SamplePlan, shift_s2: bool = False, **_) -> dict:
+        """The plan's `shift_s2`, not the caller's, so workers apply the offset the plan's
+        statistics were chosen for."""
         return {"shift_s2": bool(plan.attrs["shift_s2"])}
 
     def plan(
@@ -231,6 +243,8 @@ class SSL4EOReader(SampleReader):
         shift_s2: bool = False,
         **_,
     ) -> tuple[list[Location], SamplePlan]:
+        """Reads the first location on the client for the cube's shape (square only); labels of ids
+        with no store are ignored, and no sample is ever skipped."""
         items = self.scan(raw)
         tasks = self.labels(raw)
         first = self.read_sample(items[0], shift_s2=shift_s2)

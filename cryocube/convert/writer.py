@@ -61,9 +61,12 @@ class Plan:
 
     @property
     def n(self) -> int:
+        """Samples (tiles) in the cube; its sample axis and block count follow from it."""
         return int(self.item_of.size)
 
     def coords(self) -> dict[str, np.ndarray]:
+        """Per-sample coordinates: ids derived from file names (duplicates refused) and each tile's
+        own affine (NaN without georeferencing)."""
         it = self.items
         io = self.item_of
         tf = np.full((self.n, 6), np.nan)
@@ -91,6 +94,8 @@ class Plan:
         }
 
     def fingerprint(self, extra: dict) -> str:
+        """A hash of the options and every item's files and size; `create` resumes a cube only when
+        it matches, so changed inputs are never mixed."""
         h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode())
         for it in self.items:
             h.update(
@@ -160,6 +165,8 @@ class TileReader(Reader):
     def convert(
         self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
     ) -> ConvertResult:
+        """Every tile layout goes through the shared tile writer; nothing is prechecked, since
+        headers are read on the workers."""
         return convert_tiles(self, raw, out, client, opts)
 
 
