@@ -25,6 +25,8 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command module's sub-commands on one parser; the tests walk it to check the README and
+    the error paths."""
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="cryocube", description=__doc__.splitlines()[0])
@@ -62,6 +64,8 @@ def _quiet_on_interrupt():
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `cryocube` entry point. Exit code: the command's; 2 for a user's error (one line, no
+    traceback), 1 for a timeout, 130 on Ctrl-C, 141 on a closed pipe."""
     from .errors import UserError
     from .families.base import EngineRuns
 

@@ -18,6 +18,7 @@ LISTS = (
 
 
 def register(sub) -> None:
+    """Adds `cryocube inspect` and `cryocube list` to the parser (cli.COMMAND_MODULES calls it)."""
     from .store import options_arg
 
     p = sub.add_parser(

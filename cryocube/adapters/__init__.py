@@ -19,16 +19,20 @@ __all__ = ["Adapter", "ModelRef", "get", "names", "register", "split_ref"]
 
 
 def register(cls: type[Adapter]) -> type[Adapter]:
+    """Class decorator an adapter module applies on import, so `<name>:` in a model ref finds it."""
     _ADAPTERS[cls.name] = cls
     return cls
 
 
 def names() -> list[str]:
+    """Every adapter's name, once the built-in modules and the entry points are loaded (`cryocube
+    list adapters`, `is_adapter_ref`)."""
     plugins.load("cryocube.adapters", BUILTIN)
     return sorted(_ADAPTERS)
 
 
 def get(name: str) -> type[Adapter]:
+    """The adapter class a model ref names; an unknown name is a UserError listing known ones."""
     plugins.load("cryocube.adapters", BUILTIN)
     if name not in _ADAPTERS:
         raise UserError(

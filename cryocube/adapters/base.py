@@ -32,6 +32,7 @@ class ModelRef:
 
     @property
     def label(self) -> str:
+        """The model in messages: adapter:location, or the random architecture built in code."""
         return (
             f"{self.adapter}:{self.location}"
             if self.location
@@ -73,4 +74,6 @@ class Adapter:
         self.ref, self.device = ref, device
 
     def generate(self, images: list, prompts: list[str], max_new_tokens: int) -> list[Generation]:
+        """One `Generation` per (picture, prompt) pair, in order; pictures are (H, W, 3) uint8, and
+        a rerun must give the same text (greedy)."""
         raise NotImplementedError

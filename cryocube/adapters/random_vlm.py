@@ -186,6 +186,8 @@ ARCHS: dict[str, Callable] = {"llava": llava, "qwen2-vl": qwen2_vl}
 
 
 def build(arch: str, seed: int):
+    """The (model, processor) of a random architecture: one seed builds the same weights on every
+    worker, which the planned sha256 checks."""
     return ARCHS[arch](seed)
 
 

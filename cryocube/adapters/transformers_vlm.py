@@ -128,12 +128,15 @@ class Transformers(Adapter):
 
     @classmethod
     def random_models(cls) -> list[str]:
+        """`transformers:random-<arch>` for each architecture random_vlm builds in code."""
         from .random_vlm import ARCHS, PREFIX
 
         return [f"{cls.name}:{PREFIX}{a}" for a in ARCHS]
 
     @classmethod
     def check(cls, location: str, allow_random: bool, precision: str, seed: int):
+        """A location holding config.json is checked as a checkpoint; without one, a tiny random
+        model is built, but only with `allow_random` (plain `transformers` is random-llava)."""
         from .random_vlm import ARCHS, PREFIX, build, state_sha256
 
         _quiet()
@@ -276,6 +279,8 @@ class Transformers(Adapter):
         self.model, self.processor = got
 
     def prompt_text(self, prompt: str) -> str:
+        """The prompt with the picture's place in it: the processor's chat template when it has one,
+        else its image token on a line of its own before the prompt."""
         p = self.processor
         if getattr(p, "chat_template", None):
             msgs = [
@@ -286,6 +291,8 @@ class Transformers(Adapter):
         return f"{token}\n{prompt}"
 
     def generate(self, images: list, prompts: list[str], max_new_tokens: int) -> list[Generation]:
+        """Batched, greedy and left-padded, inputs in the weights' dtype; each answer ends at its
+        first EOS, and `new_tokens` counts up to it."""
         import torch
         from PIL import Image
 

@@ -24,16 +24,19 @@ __all__ = ["Family", "PlanContext", "PlannedRun", "RunSpec", "get", "names", "re
 
 
 def register(cls: type[Family]) -> type[Family]:
+    """Class decorator: one instance, made here, serves every run whose protocol names it."""
     _FAMILIES[cls.name] = cls()
     return cls
 
 
 def names() -> list[str]:
+    """Every family's name, once the built-in modules and the entry points are loaded."""
     plugins.load("cryocube.families", BUILTIN)
     return sorted(_FAMILIES)
 
 
 def get(name: str) -> Family:
+    """The one instance of a family, whose hooks the scheduler calls; unknown names: UserError."""
     plugins.load("cryocube.families", BUILTIN)
     if name not in _FAMILIES:
         raise UserError(

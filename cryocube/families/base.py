@@ -37,6 +37,8 @@ class RunSpec:
 
     @property
     def label(self) -> str:
+        """The run as progress lines, logs and errors name it: model/cube/protocol@fraction/seedN,
+        then its overrides."""
         f = "" if self.fraction is None else f"@{self.fraction:g}"
         o = "".join(f",{k}={v}" for k, v in self.overrides)
         cube = self.cube.rstrip("/").rsplit("/", 1)[-1]
@@ -88,6 +90,7 @@ class PlannedRun:
 
     @property
     def label(self) -> str:
+        """Its spec's label: a planned run is named as the user asked for it, not by its hash id."""
         return self.spec.label
 
 
@@ -168,16 +171,23 @@ class Family:
         return [[r] for r in runs]
 
     def fit(self, group: list[PlannedRun]) -> Task:
+        """One task fitting the whole group; its result is a list in the group's order, one fitted
+        dict per run, or {"failed": ...} for a run that failed alone."""
         raise NotImplementedError
 
     def score(self, run: PlannedRun, fitted: dict) -> list[Task]:
+        """The map tasks scoring one fitted run; `reduce` joins their partial results on workers."""
         raise NotImplementedError
 
     @staticmethod
     def reduce(a, b):
+        """Combines two partial results on a worker; pairs are joined in a tree (log depth), so it
+        must be associative."""
         raise NotImplementedError
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        """The run's metrics and record fields from the reduced total (`primary_metric` among them
+        names the one shown); raising records the run as failed."""
         raise NotImplementedError
 
     def report_sections(self, page, results) -> None:

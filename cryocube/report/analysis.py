@@ -55,6 +55,7 @@ class Cost:
 
     @property
     def params_m(self) -> float | None:
+        """Encoder plus decoder parameters, in millions; None where the records carry neither."""
         parts = [p for p in (self.params_encoder, self.params_decoder) if p is not None]
         return sum(parts) / 1e6 if parts else None
 
@@ -441,6 +442,8 @@ def per_class_tables(lb: Leaderboard, runs: Sequence[Run]) -> list[Table]:
 
 
 def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
+    """Accuracy beside what it cost, per model: parameters, GFLOPs (and where they come from),
+    throughput, memory, device hours."""
     cols = [
         Column("model", "Model", numeric=False),
         Column("avg_mIoU", "Avg mIoU"),
@@ -582,6 +585,8 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
 
 
 def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
+    """The printed table's averages and ranks against those recomputed from its own cells; a
+    disagreement is marked."""
     cols = [
         Column("model", "Model", numeric=False),
         Column("avg_printed", "Avg printed"),
@@ -624,6 +629,8 @@ def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
 
 
 def failures_table(results: Results) -> Table:
+    """The Failures section: failed runs listed (never averaged), with notes on the replaced records
+    and the recipes left out."""
     cols = [
         Column(k, k.replace("_", " "), numeric=k in ("fraction", "seed"))
         for k in ("run_id", "model", "dataset", "protocol", "fraction", "seed", "error", "source")

@@ -14,6 +14,7 @@ from .tables import MISSING, Column, Table
 
 
 def cell_text(c: dict) -> str:
+    """How a board cell prints: value, its 95 % interval when the run has one, and n."""
     lo, hi = c.get("ci_low"), c.get("ci_high")
     ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
     return f"{c['value']:.2f}{ci} n={c['n']}"

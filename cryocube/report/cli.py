@@ -20,6 +20,7 @@ def _samples(text: str) -> list[int]:
 
 
 def register(subparsers) -> None:
+    """Adds `cryocube report` to the command line (cli.COMMAND_MODULES calls it)."""
     from ..store import options_arg
 
     p = subparsers.add_parser(
@@ -104,6 +105,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    """Builds the report and prints a line per leaderboard; exit 0 even when runs failed, since the
+    report lists them."""
     from .. import outputs, store
     from .build import build_report
 

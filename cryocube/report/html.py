@@ -52,10 +52,13 @@ class Section:
 
     @property
     def anchor(self) -> str:
+        """The section's HTML id, linked from the contents: its title lower-cased, symbols '-'."""
         return "".join(ch if ch.isalnum() else "-" for ch in self.title.lower()).strip("-")
 
 
 def data_uri(path: Path) -> str:
+    """A figure inlined as a data: URI, so the page needs no file beside it; a format it has no MIME
+    type for is a ValueError."""
     mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}.get(
         path.suffix.lower()
     )
@@ -65,6 +68,7 @@ def data_uri(path: Path) -> str:
 
 
 def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str:
+    """The whole page as one string: contents, sections, run metadata; nothing from outside."""
     e = html.escape
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = [
@@ -100,6 +104,7 @@ def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str
 
 
 def write_html(path: Path, title: str, sections: list[Section], metadata: dict[str, str]) -> Path:
+    """Writes the page (its folder made) and returns the path, for the report's list of files."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(title, sections, metadata), encoding="utf-8")
     return path

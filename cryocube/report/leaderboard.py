@@ -70,29 +70,36 @@ class Cell:
 
     @property
     def n(self) -> int:
+        """Seeds behind the cell; std and stability need two."""
         return len(self.values)
 
     @property
     def mean(self) -> float:
+        """The cell's score: mean over its seeds, what ranks and averages use."""
         return statistics.fmean(self.values)
 
     @property
     def std(self) -> float | None:
+        """Sample std over seeds (ddof 1); None for a single seed."""
         return statistics.stdev(self.values) if self.n >= 2 else None
 
     @property
     def lo(self) -> float:
+        """The lowest seed's score: how low the cell could rank (the rank interval)."""
         return min(self.values)
 
     @property
     def hi(self) -> float:
+        """The highest seed's score: how high the cell could rank (the rank interval)."""
         return max(self.values)
 
     @property
     def stability(self) -> float | None:
+        """NeuCo-Bench's stability Q over the seeds; None below two."""
         return stability_q(self.values)
 
     def at_seed(self, seed: int) -> float | None:
+        """One seed's score (None if it did not run), for the per-seed leaderboards' place range."""
         return self.values[self.seeds.index(seed)] if seed in self.seeds else None
 
 
@@ -122,18 +129,22 @@ class Leaderboard:
     seeds: tuple[int, ...] = ()
 
     def row(self, name: str) -> Row | None:
+        """A row by display name; None where this board lacks the model (compared boards differ)."""
         return next((r for r in self.rows if r.name == name), None)
 
     def mean(self, model: str, dataset: str) -> float | None:
+        """A cell's mean over seeds; None where the model or the dataset is missing."""
         r = self.row(model)
         c = r.cells.get(dataset) if r else None
         return c.mean if c else None
 
     def complete(self, row: Row) -> bool:
+        """Averaged over every dataset: only such rows get best/second marks in average columns."""
         return row.n_avg == len(self.datasets)
 
     @property
     def model_names(self) -> list[str]:
+        """Display names in the board's row order."""
         return [r.name for r in self.rows]
 
 

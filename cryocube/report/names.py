@@ -42,6 +42,7 @@ def _short_names() -> dict[str, str]:
 
 
 def dataset_display_name(dataset_id: str) -> str:
+    """The dataset catalog's short name (the paper's column header); an unknown id prints as is."""
     return _short_names().get(dataset_id.lower(), dataset_id)
 
 
@@ -54,6 +55,7 @@ def dataset_id_from_name(name: str) -> str:
 
 
 def protocol_title(protocol: str) -> str:
+    """The protocol's title (catalogs/protocols.yaml) for headings; unknown ones print as named."""
     p = protocols().get(protocol)
     return p.title if p else protocol
 
@@ -64,15 +66,18 @@ def _model_order() -> tuple[str, ...]:
 
 
 def model_sort_key(name: str) -> tuple[int, str]:
+    """Sorts display names in the benchmark catalog's row order; names it lacks follow, by name."""
     order = _model_order()
     return (order.index(name), "") if name in order else (len(order), name.lower())
 
 
 def dataset_sort_key(dataset_id: str) -> tuple[int, str]:
+    """Sorts dataset ids (any case) in the benchmark's dataset order; others follow, by name."""
     d, order = dataset_id.lower(), _benchmark().datasets
     return (order.index(d), "") if d in order else (len(order), d)
 
 
 def protocol_sort_key(protocol: str) -> tuple[int, str]:
+    """Sorts protocols in catalogs/protocols.yaml's order; others follow, by name."""
     order = list(protocols())
     return (order.index(protocol), "") if protocol in order else (len(order), protocol)

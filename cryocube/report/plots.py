@@ -26,6 +26,8 @@ DPI = 110
 
 
 def save(fig, stem: Path) -> list[Path]:
+    """Writes the figure as PNG and SVG at `stem` (SVG text stays text and has no date, so reruns
+    compare); returns both paths."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in FORMATS:

@@ -26,6 +26,8 @@ RGB_BANDS = (("B4", "B3", "B2"), ("red", "green", "blue"), ("R", "G", "B"))
 
 
 def open_cube(url: str):
+    """The cube of a panel, even an incomplete one; one that cannot be opened or has no image or
+    label array is a CubeReadError naming the URL."""
     from .. import cube
 
     try:

@@ -50,18 +50,22 @@ class Run:
 
     @property
     def miou(self) -> float | None:
+        """Test mIoU, None unless a finite number: the leaderboards rank only runs that have one."""
         return _num(self.metrics.get("mIoU"))
 
     @property
     def family(self) -> str:
+        """The family that ran it: families not ranked on mIoU get report sections of their own."""
         return str(self.record["family"])
 
     @property
     def primary_metric(self) -> str:
+        """The metric the run is ranked on; only mIoU runs enter the protocol leaderboards."""
         return str(self.record["primary_metric"])
 
     @property
     def class_iou(self) -> dict[str, float]:
+        """Test IoU per class name, non-numbers left out; {} for a family that scores no classes."""
         iou = self.metrics.get("IoU") or {}
         return (
             {str(k): float(v) for k, v in iou.items() if _num(v) is not None}
@@ -71,14 +75,17 @@ class Run:
 
     @property
     def gflops(self) -> float | None:
+        """The catalog's published GFLOPs as the record copied them; a measured profile wins."""
         return _num(self.record.get("gflops"))
 
     @property
     def samples_per_s(self) -> float | None:
+        """The run's training throughput, averaged per model in the cost table."""
         return _num(self.record.get("samples_per_s"))
 
     @property
     def params(self) -> tuple[int | None, int | None]:
+        """(encoder, decoder) parameter counts, each None where the record lacks it."""
         p = self.record.get("params") or {}
         enc, dec = (
             (_num(p.get("encoder")), _num(p.get("decoder")))
@@ -89,34 +96,42 @@ class Run:
 
     @property
     def total_s(self) -> float | None:
+        """The run's own seconds (fit and scoring), summed into the cost table's device hours."""
         t = self.record.get("timings") or {}
         return _num(t.get("total_s")) if isinstance(t, dict) else None
 
     @property
     def device(self) -> str:
+        """Where the run computed ("cuda:0", "cpu"; "" if unrecorded): GPU and CPU hours are told
+        apart by it."""
         return str(self.record.get("device") or "")
 
     @property
     def peak_memory_mb(self) -> float | None:
+        """The run's peak memory in MB; the cost table shows the largest over a model's runs."""
         return _num(self.record.get("peak_memory_mb"))
 
     @property
     def random_init(self) -> bool:
+        """Pretrained model, random weights: a row of its own, never averaged with real weights."""
         w = self.record.get("weights")
         return bool(isinstance(w, dict) and w.get("random_init") and w.get("pretrained"))
 
     @property
     def precision(self) -> str:
+        """Effective precision (bf16, fp32, ...); an older record's plain string; else fp32."""
         p = self.record.get("precision")
         return str(p.get("effective")) if isinstance(p, dict) else str(p or "fp32")
 
     @property
     def cube(self) -> dict[str, Any]:
+        """The cube the run read (url, checksum); {} for vectors made elsewhere (no cube)."""
         c = self.record.get("cube")
         return c if isinstance(c, dict) else {}
 
     @property
     def sweep(self) -> dict[str, Any]:
+        """A `cryocube tune` record's fields (study, trial, state, best); {} for other runs."""
         s = self.record.get("sweep")
         return s if isinstance(s, dict) else {}
 
@@ -128,6 +143,7 @@ class Run:
 
     @property
     def identity(self) -> dict[str, Any]:
+        """What the run id hashed; {} for an older record without it."""
         i = self.record.get("identity")
         return i if isinstance(i, dict) else {}
 
@@ -172,6 +188,7 @@ class Run:
 
     @property
     def key(self) -> tuple:
+        """What makes two records the same run: `dedupe` keeps the latest record per key."""
         return (
             self.model,
             self.model_name,
@@ -208,6 +225,7 @@ class Results:
         return self.by_family.setdefault(family, [])
 
     def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
+        """Ranked runs of one protocol and/or label fraction (isclose); None takes either."""
         return [
             r
             for r in self.runs
@@ -332,6 +350,8 @@ def _created_key(run: Run, order: int) -> tuple:
 
 
 def read_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """Every record of the files in read order, repeats kept; a torn last line is skipped with a
+    warning, any other bad line is a ResultsError."""
     runs: list[Run] = []
     for f in result_files(paths):
         try:

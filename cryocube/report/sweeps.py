@@ -42,6 +42,8 @@ def _latest_trials(trials: Sequence[Run], study: str) -> dict[int, Run]:
 
 
 def studies_table(res: Results) -> tuple[Table, Table]:
+    """Per tuned run: default recipe's test mIoU against the tuned retrain's, with the best params;
+    and the studies' parameter importances, as a second table."""
     tuned = sorted(
         (r for r in res.runs if r.sweep.get("best")),
         key=lambda r: (r.dataset, r.model_name, r.protocol),
@@ -208,6 +210,8 @@ def fraction_left_out(res: Results) -> list[str]:
 
 
 def fraction_table(curves: dict) -> Table:
+    """The label-fraction curves as numbers: mean mIoU over seeds per dataset, model, encoder mode
+    and fraction."""
     t = Table(
         "label_fraction",
         "Test mIoU against the share of training labels",

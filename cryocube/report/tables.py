@@ -40,6 +40,8 @@ class Table:
     group: str = ""  # the report section/folder it belongs to (makes HTML ids unique)
 
     def add(self, raw: list[Any], text: list[str] | None = None) -> None:
+        """Appends a row: raw values and their display texts (`fmt` of each by default); a wrong
+        length is a ValueError."""
         if len(raw) != len(self.columns):
             raise ValueError(
                 f"table {self.name}: row has {len(raw)} values for {len(self.columns)} columns"
@@ -48,21 +50,26 @@ class Table:
         self.texts.append(text if text is not None else [fmt(v) for v in raw])
 
     def col(self, key: str) -> int:
+        """A column's index by key (ValueError if none), to read a row's raw value or text."""
         return [c.key for c in self.columns].index(key)
 
     def column_values(self, key: str) -> list[Any]:
+        """One column's raw values, in row order."""
         j = self.col(key)
         return [r[j] for r in self.rows]
 
     def mark(self, marks: dict[int, int], key: str) -> None:
+        """Marks rows of one column: {row index: 1 best, 2 second}, as `best_two` returns them."""
         for i, m in marks.items():
             self.marks[(i, key)] = m
 
     def shown(self) -> list[tuple[int, Column]]:
+        """(index, column) of the columns display formats show; CSV and JSON write every column."""
         return [(j, c) for j, c in enumerate(self.columns) if c.show]
 
 
 def fmt(v: Any, decimals: int = 2) -> str:
+    """Display text: MISSING for None or non-finite, yes/no for a bool, floats at `decimals`."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return MISSING
     if isinstance(v, bool):
@@ -87,6 +94,7 @@ def _json_value(v: Any) -> Any:
 
 
 def to_markdown(t: Table) -> str:
+    """Markdown: best in bold, second underlined (<u>), the notes as a list below."""
     cols = t.shown()
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     out = [
@@ -107,6 +115,7 @@ def to_markdown(t: Table) -> str:
 
 
 def to_csv(t: Table) -> str:
+    """The raw values of every column: floats to 6 significant digits, missing as an empty field."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([c.key for c in t.columns])
@@ -125,6 +134,7 @@ def to_csv(t: Table) -> str:
 
 
 def to_json(t: Table) -> str:
+    """The raw values (non-finite as null) with the marks and notes, for other tools to read."""
     keys = [c.key for c in t.columns]
     return (
         json.dumps(
@@ -164,10 +174,12 @@ _TEX = {
 
 
 def tex_escape(s: str) -> str:
+    """Text as LaTeX source: special characters escaped; ±, –, †, Δ spelled as LaTeX spells them."""
     return "".join(_TEX.get(ch, ch) for ch in str(s))
 
 
 def to_latex(t: Table) -> str:
+    """A booktabs table (the document needs that package): best in bold, second underlined."""
     cols = t.shown()
     spec = "".join("r" if c.numeric else "l" for _, c in cols)
     out = [
@@ -195,6 +207,7 @@ def to_latex(t: Table) -> str:
 
 
 def to_html(t: Table) -> str:
+    """The table for the report page; its id carries the table's group, so ids stay unique."""
     cols = t.shown()
     e = html.escape
     tid = f"table-{t.group}-{t.name}" if t.group else f"table-{t.name}"
@@ -228,6 +241,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Table], str]]] = {
 
 
 def write_table(t: Table, out_dir: Path, formats: list[str]) -> list[Path]:
+    """One file per format of RENDERERS (md, csv, json, tex); HTML goes through the page."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for f in formats:
