@@ -116,13 +116,16 @@ class DatasetSpec:
 
     @property
     def num_classes(self) -> int:
+        """Class indices run 0..num_classes-1; parse_dataset refuses label maps pointing outside."""
         return len(self.classes)
 
     @property
     def band_names(self) -> list[str]:
+        """In catalog order; parse_dataset refuses duplicates, so a name picks exactly one band."""
         return [b.name for b in self.bands]
 
     def layout(self, name: str) -> Layout:
+        """A raw layout by name; an unknown one is a CatalogError listing the dataset's layouts."""
         if name not in self.layouts:
             raise CatalogError(
                 f"dataset {self.id!r} has no layout {name!r}; known: {sorted(self.layouts)}"
@@ -131,6 +134,7 @@ class DatasetSpec:
 
 
 def need(d: dict, key: str, where: str, kind: type | tuple[type, ...] | None = None):
+    """A required field, type-checked, so a bad entry fails at load naming file and field."""
     if key not in d:
         raise CatalogError(f"{where}: missing field {key!r}")
     v = d[key]
@@ -203,6 +207,8 @@ def _statistics(d: Any, where: str) -> dict[str, dict[str, tuple[float, float]]]
 
 
 def parse_dataset(d: Any, where: str) -> DatasetSpec:
+    """A dataset YAML mapping checked as a whole (NaN policy, unique bands, statistics, label maps
+    inside the classes); `where` names the file."""
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: top level must be a mapping")
     bands = need(d, "bands", where, list)
@@ -315,6 +321,7 @@ def load_dataset(dataset_id: str) -> DatasetSpec:
 
 
 def dataset_ids() -> list[str]:
+    """Dataset ids in the search path, lab catalogs too: what CLIs list and tell from cube paths."""
     return ids("datasets")
 
 
@@ -339,11 +346,13 @@ class BandNames:
 
     @property
     def all(self) -> tuple[str, ...]:
+        """Every Cryo-Bench band name, optical then SAR: the names a model spec's bands must use."""
         return self.optical + self.sar
 
 
 @lru_cache(maxsize=None)
 def band_names() -> BandNames:
+    """The band vocabulary from the first bands.yaml in the search path, read once per process."""
     p = _top_file("bands.yaml")
     d = _read_yaml(p)
     where = str(p)
@@ -430,6 +439,7 @@ def protocols() -> dict[str, ProtocolSpec]:
 
 
 def protocol(name: str) -> ProtocolSpec:
+    """By name, refusing an unknown one as a UserError (a command-line slip) listing the known."""
     ps = protocols()
     if name not in ps:
         raise UserError(f"unknown protocol {name!r}; known: {', '.join(ps)}")
@@ -447,15 +457,20 @@ class BenchmarkSpec:
     path: str = ""
 
     def model_for(self, row: str, dataset: str) -> str:
+        """The model id a benchmark row runs on a dataset: its per-dataset choice (CROMA's SAR
+        encoder on SICD), else its default."""
         m = self.models[row]
         return m.get(dataset, m["default"])
 
     def model_order(self) -> list[str]:
+        """Row names in the paper's table order; the report sorts models by it."""
         return list(self.models)
 
 
 @lru_cache(maxsize=None)
 def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
+    """A benchmark's grid and training recipe (catalogs/benchmarks/<name>.yaml); a row is a model id
+    or {default: id, <dataset>: id}."""
     p = find("benchmarks", name)
     d = _read_yaml(p)
     where = str(p)

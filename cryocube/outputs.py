@@ -76,6 +76,7 @@ LEGACY: tuple[tuple[str, Callable[[set[str]], bool]], ...] = (
 
 
 def marker(kind: str, command: str) -> dict:
+    """A new output's stamp, written first (marker file or Zarr attribute): identify reads it."""
     from . import __version__
 
     return {

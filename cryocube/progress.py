@@ -16,6 +16,7 @@ STEPS = 10  # piped output: lines per phase / per run
 
 
 def mode(enabled: bool = True) -> str:
+    """quiet, or by stderr: tty (rich bars, live table) or plain (timestamped lines for logs)."""
     if not enabled:
         return "quiet"
     return "tty" if sys.stderr.isatty() else "plain"
@@ -67,6 +68,7 @@ class _PlainBar:
 
 @contextlib.contextmanager
 def progress_bar(label: str, total: float, enabled: bool = True):
+    """Rich bar on a terminal, a line per tenth when piped; a no-op when quiet or total <= 0."""
     m = mode(enabled)
     if m == "quiet" or total <= 0:
         yield _Bar()
@@ -166,6 +168,7 @@ class RunBoard:
         return t
 
     def event(self, ev: dict) -> None:
+        """A task's training event (epoch, loss, val mIoU); runs not on the board are ignored."""
         run = ev.get("run")
         if run not in self.state:
             return
@@ -210,6 +213,7 @@ class RunBoard:
                 say(f"{self.labels.get(run, run)}: scoring started ({tasks} tasks)")
 
     def finish(self, run: str, text: str, failed: bool = False) -> None:
+        """Marks a run done or failed; piped output prints `text` (its result or error line)."""
         with self._lock:
             if run in self.state:
                 self.state[run]["status"] = "failed" if failed else "done"

@@ -21,6 +21,7 @@ class ClassLabels:
 
 
 def slug(name: str) -> str:
+    """The class name as probe task names spell it: lower-case a-z0-9 runs joined by '_'."""
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "class"
 
 

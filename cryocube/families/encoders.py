@@ -93,6 +93,8 @@ class EncoderSpec:
 
     @property
     def key(self) -> tuple:
+        """The built module's identity in the per-worker cache (get_encoder): precision and threads
+        are left out, autocast applies them."""
         # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse
         # another's module
         return (
@@ -153,6 +155,8 @@ def extract_batch_size(
 
 
 def input_map(cube, index: list[int], normalization: str) -> InputMap:
+    """Normalisation by the catalog's `published` mean/std or the cube's own; a fed band without a
+    finite mean and positive std is refused."""
     if normalization == "published":
         mean, std = cube.published_mean, cube.published_std
     else:

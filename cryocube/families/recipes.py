@@ -43,6 +43,7 @@ class Recipe:
         return self._parts[family]
 
     def fields(self) -> tuple[str, ...]:
+        """Every field its families read: the names --config and --set keys are checked against."""
         return tuple(self._values)
 
     def execution_fields(self) -> set[str]:
@@ -50,9 +51,11 @@ class Recipe:
         return set.intersection(*(set(t.EXECUTION_FIELDS) for t in self._types.values()))
 
     def replace(self, **kw) -> "Recipe":
+        """A new Recipe with `kw` over these values, checked again by every family as --set."""
         return Recipe({**self._values, **kw}, self._types, "--set")
 
     def as_dict(self) -> dict[str, Any]:
+        """All families' checked fields, flat (tuples as lists): the recipe a record stores."""
         out: dict[str, Any] = {}
         for part in self._parts.values():
             out.update(part.as_dict())

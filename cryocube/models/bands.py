@@ -60,17 +60,21 @@ class BandMatch:
 
     @property
     def in_chans(self) -> int:
+        """One channel per slot, zero-filled included: build_encoder sizes the encoder by it."""
         return len(self.index)
 
     @property
     def zero_slots(self) -> list[str]:
+        """Slots no band feeds (0 = the band mean); the table lists them so a thin match shows."""
         return [s for s, i in zip(self.slots, self.index) if i < 0]
 
     def slot_band(self, k: int) -> Band | None:
+        """The band feeding slot `k`, None if zero-filled: how embed's provenance names inputs."""
         i = self.index[k]
         return self.bands[i] if i >= 0 else None
 
     def table(self) -> str:
+        """The match as `cryocube inspect --bands` prints it, with every band not fed and why."""
         rows = [("slot", "cube band", "alias", "role", "wavelength_um")]
         for k, (slot, i) in enumerate(zip(self.slots, self.index)):
             if i < 0:

@@ -36,12 +36,15 @@ class Encoder(nn.Module):
 
     @property
     def output_layers(self) -> list[int]:
+        """Read from the spec, so a build-time output_layers override reaches `features`."""
         return list(self.spec.output_layers)
 
     def features(self, x: Tensor) -> list[Tensor]:  # pragma: no cover - abstract
+        """What an architecture implements: one (B, C_i, h_i, w_i) map per output layer."""
         raise NotImplementedError
 
     def forward(self, x: Tensor) -> list[Tensor]:
+        """Refuses an input band matching would not produce (channels, side) before `features`."""
         self._check_input(x)
         return self.features(x)
 
@@ -71,6 +74,7 @@ class Encoder(nn.Module):
         ]
 
     def extra_repr(self) -> str:
+        """Names the model and input in print(encoder), which otherwise shows only layers."""
         return f"model={self.spec.id}, in_chans={self.in_chans}, input_size={self.input_size}"
 
 
@@ -176,6 +180,7 @@ def sincos_3d(dim: int, grid: tuple[int, int, int], cls_token: bool = False) -> 
 
 
 def count_params(module: nn.Module) -> int:
+    """Frozen parameters (fixed position embeddings) count too; profiles set it beside params_m."""
     return sum(p.numel() for p in module.parameters())
 
 

@@ -33,6 +33,7 @@ def bands_table(
 
 
 def weights_table() -> str:
+    """`cryocube weights list`: checkpoint file, sha256 prefix, licence and source per model."""
     rows = [("model", "name", "file", "sha256", "licence", "source")]
     for mid in list_models():
         s = model_spec(mid)
@@ -66,6 +67,7 @@ def _list(args) -> int:
 
 
 def register(subparsers) -> None:
+    """Adds `cryocube weights fetch|list`; cryocube/cli.py calls each command module's register."""
     p = subparsers.add_parser("weights", help="fetch and list pretrained encoder weights")
     sub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
     f = sub.add_parser(

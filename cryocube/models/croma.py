@@ -86,6 +86,8 @@ class CromaEncoder(Encoder):
         )
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """(B, D, H/8, W/8) per output layer, the last one final-normed as in the reference; 2-D
+        ALiBi enters as the attention mask."""
         t = self.patch_embed(self.patchify(x))
         outs, _ = collect_layers(
             self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype)
@@ -122,4 +124,5 @@ register_keymap(_croma_keymap("croma_sar", "s1_encoder"))
 
 @register_architecture("croma")
 def build_croma(spec, in_chans, input_size, match=None, **arch):
+    """The `croma` builder: optical and SAR configs share it, differing in arch and key map."""
     return CromaEncoder(spec, in_chans, input_size, match, **arch)

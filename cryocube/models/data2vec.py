@@ -67,6 +67,7 @@ class Data2VecEncoder(Encoder):
         self.output_reductions = [float(patch_size)] * len(spec.output_layers)
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """timm BEiT's intermediates, (B, D, H/16, W/16) per output layer, before the final norm."""
         return list(
             self.beit.forward_intermediates(
                 x,
@@ -81,4 +82,5 @@ class Data2VecEncoder(Encoder):
 
 @register_architecture("ssl4eo_data2vec")
 def build_data2vec(spec, in_chans, input_size, match=None, **arch):
+    """The `ssl4eo_data2vec` builder: the catalog's arch arguments go to timm's BEiT."""
     return Data2VecEncoder(spec, in_chans, input_size, match, **arch)

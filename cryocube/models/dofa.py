@@ -60,6 +60,8 @@ class TransformerWeightGenerator(nn.Module):
         self.bias_token = nn.Parameter(torch.empty(1, input_dim).normal_(std=0.02))
 
     def forward(self, waves: Tensor) -> tuple[Tensor, Tensor]:
+        """Band embeddings (C, E) -> per-band kernel weights (C, k*k*D) and one bias (D,): weight
+        and bias tokens attend to the bands."""
         x = torch.cat([self.weight_tokens, waves, self.bias_token], dim=0)
         out = self.transformer_encoder(x)
         weights = self.fc_weight(out[self.wt_num : -1] + waves)
@@ -74,6 +76,7 @@ class FCResLayer(nn.Module):
         self.w2 = nn.Linear(size, size)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The residual ReLU MLP DOFA puts on the wavelength sin-cos before the weight generator."""
         return x + F.relu(self.w2(F.relu(self.w1(x))))
 
 
@@ -102,6 +105,8 @@ class DynamicPatchEmbed(nn.Module):
                 m.bias.data.fill_(0.01)
 
     def forward(self, img: Tensor, wavelengths_um: Tensor) -> Tensor:
+        """Tokens (B, N, D) from a conv whose kernel is generated from `wavelengths_um`, so any band
+        set lands in one embedding space."""
         waves = self.fclayer(sincos_1d_f32(self.wv_planes, wavelengths_um * 1000))
         weight, bias = self.weight_generator(waves)
         k = self.kernel_size
@@ -175,6 +180,8 @@ class DofaEncoder(Encoder):
         self.output_reductions = [float(patch_size)] * len(spec.output_layers)
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """(B, D, H/16, W/16) per output layer without the class token; the final norm only follows
+        the network's last block."""
         t = self.patch_embed(x, self.wavelengths_um) + self.pos_embed[:, 1:]
         cls = (self.cls_token + self.pos_embed[:, :1]).expand(t.shape[0], -1, -1)
         t = torch.cat([cls, t], dim=1)
@@ -198,4 +205,6 @@ register_keymap(
 
 @register_architecture("dofa")
 def build_dofa(spec, in_chans, input_size, match=None, **arch):
+    """The `dofa` architecture's builder: `arch.wavelengths_um` may be a table by band name, read
+    through the match's slots."""
     return DofaEncoder(spec, in_chans, input_size, match, **arch)

@@ -51,6 +51,7 @@ class GfmSwinEncoder(Encoder):
         self.output_reductions = [float(red[i]) for i in spec.output_layers]
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """After each stage's PatchMerging, then the final blocks: strides 8, 16, 32, 32 (NCHW)."""
         layers = self.swin.layers
         x = layers[0](self.swin.patch_embed(x))  # NHWC
         outs = []
@@ -86,4 +87,5 @@ register_keymap(
 
 @register_architecture("gfm_swin")
 def build_gfm(spec, in_chans, input_size, match=None, **arch):
+    """The `gfm_swin` builder: the catalog's arch arguments go to timm's SwinTransformer."""
     return GfmSwinEncoder(spec, in_chans, input_size, match, **arch)

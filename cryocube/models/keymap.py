@@ -42,6 +42,8 @@ class Rename:
     ours: str
 
     def apply(self, key: str, forward: bool) -> str | None:
+        """`key` renamed (`forward`: reference -> ours, else back) with `{i}` carried over; None
+        when the template does not match, so the next Rename is tried."""
         src, dst = (self.reference, self.ours) if forward else (self.ours, self.reference)
         m = _template_regex(src).match(key)
         if m is None:
@@ -75,6 +77,8 @@ class KeyMap:
 
     # ---- load direction -------------------------------------------------------------------
     def unwrap(self, obj, where: str = "checkpoint") -> Mapping:
+        """The state dict under `container`; a missing level is a KeyError naming the file's
+        top-level keys, so a wrong checkpoint is plain."""
         for k in self.container:
             if not isinstance(obj, Mapping) or k not in obj:
                 have = sorted(obj.keys())[:20] if isinstance(obj, Mapping) else type(obj).__name__

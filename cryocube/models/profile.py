@@ -83,6 +83,8 @@ class Setup:
     default: bool  # the model's default setup (catalog size, or the published figures' setup)
 
     def build(self, device: str | None = None):
+        """A random-init encoder (cost does not depend on weights), built where the caller's device
+        context says (meta in dry_run); `device` is unused, callers move it."""
         from .build import build_encoder
 
         bands = [
@@ -95,6 +97,7 @@ class Setup:
 
     @property
     def input_text(self) -> str:
+        """Channels x side as the profile table prints it, e.g. `13x224`."""
         chans = len(self.bands) if self.bands else len(model_spec(self.model).slots)
         return f"{chans}x{self.input_size}"
 
@@ -362,6 +365,7 @@ class Profile:
 
     @property
     def cached(self) -> int:
+        """Rows read from the cache, not measured now (the summary counts the rest as measured)."""
         return sum(1 for r in self.rows if r.get("cached"))
 
 

@@ -36,6 +36,7 @@ class SpectralProjector(nn.Module):
         self.mlp = _mlp(dim, hidden)
 
     def forward(self, wavelengths_nm: Tensor) -> Tensor:
+        """Per-band embeddings (C, D) from wavelengths in nm (sin-cos, then MLP), for all pixels."""
         return self.mlp(sincos_1d_f32(self.mlp[0].in_features, wavelengths_nm))
 
 
@@ -47,6 +48,8 @@ class RadarProjector(nn.Module):
         self.mlp = _mlp(dim, hidden)
 
     def forward(self, pols: list[str]) -> Tensor:
+        """Per-band embeddings (C, D) of SAR channels: each named polarisation's learned vector
+        (asc_/des_ vv..hh), through the MLP."""
         return self.mlp(torch.stack([getattr(self, f"{p}_param") for p in pols], dim=0))
 
 
@@ -61,6 +64,7 @@ class ScaleResampler(nn.Module):
         self.dim = dim
 
     def forward(self, x: Tensor, scale: float) -> Tensor:
+        """Bilinear resize by `scale`, plus a residual mix of 1x1-conv experts chosen by scale."""
         x = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
         emb = sincos_1d_f32(
             self.dim, torch.log(torch.tensor([scale], device=x.device, dtype=torch.float32))
@@ -165,9 +169,13 @@ class RamenEncoder(Encoder):
         )
 
     def feature_shapes(self, size: int | None = None):
+        """Every output is the built g x g token grid, whatever `size` says: RAMEN is fixed-size and
+        g = int(input_size * input_res / res)."""
         return [(c, self.grid, self.grid) for c in self.output_channels]
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """(B, D x modalities, g, g) per output layer: each modality's tokens side by side on
+        channels, optical first; class token dropped."""
         b = x.shape[0]
         tokens = []
         for m in self.modalities:
@@ -214,8 +222,11 @@ register_keymap(
 
 @register_architecture("ramen")
 def build_ramen(spec, in_chans, input_size, match=None, **arch):
+    """The `ramen` architecture's builder: each channel's band comes from the match (or arch
+    band_slots), as embeddings are per band."""
     return RamenEncoder(spec, in_chans, input_size, match, **arch)
 
 
 def ramen_grid(input_size: int, input_res: float = 10.0, res: float = 40.0) -> int:
+    """The token-grid side RamenEncoder.grid would have, without building an encoder."""
     return int(input_size * input_res / res)

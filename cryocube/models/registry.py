@@ -67,6 +67,8 @@ def register_family(name: str):
 
 
 def register_keymap(km: KeyMap) -> KeyMap:
+    """Makes a key map loadable by the name a config's `weights.key_map` gives; a second, different
+    map under one name is refused."""
     if km.name in _KEYMAPS and _KEYMAPS[km.name] is not km:
         raise ValueError(f"key map {km.name!r} registered twice")
     _KEYMAPS[km.name] = km
@@ -97,6 +99,7 @@ def architectures() -> dict[str, Builder]:
 
 
 def get_keymap(name: str) -> KeyMap:
+    """A key map by name, once the architecture modules (which register their maps) are imported."""
     load_architectures()
     if name not in _KEYMAPS:
         raise KeyError(f"unknown key map {name!r}; known: {sorted(_KEYMAPS)}")
@@ -104,5 +107,6 @@ def get_keymap(name: str) -> KeyMap:
 
 
 def keymaps() -> dict[str, KeyMap]:
+    """Every key map by name, architecture modules and plug-ins loaded first so none is missing."""
     load_architectures()
     return dict(_KEYMAPS)

@@ -28,6 +28,7 @@ class SatlasSwinEncoder(Encoder):
         self.output_reductions = [4.0 * 2**i for i in spec.output_layers]
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """The stage outputs output_layers picks (strides 4, 8, 16, 32; channels C to 8C), NCHW."""
         outs = []
         for i, layer in enumerate(self.backbone.features):
             x = layer(x)
@@ -51,4 +52,5 @@ register_keymap(
 
 @register_architecture("satlas_swin")
 def build_satlas(spec, in_chans, input_size, match=None, **arch):
+    """The `satlas_swin` builder: `arch` may name another torchvision Swin (default swin_v2_b)."""
     return SatlasSwinEncoder(spec, in_chans, input_size, match, **arch)

@@ -102,6 +102,8 @@ class ModelSpec:
 
     @property
     def takes_dataset_bands(self) -> bool:
+        """`input_bands: dataset`: no fixed slots; the encoder takes every cube band of its
+        dataset_modalities (in_chans from the match)."""
         return self.input_bands == "dataset"
 
     @property
@@ -147,6 +149,8 @@ def _architecture(d: dict, where: str) -> str:
 
 
 def parse_model(d: dict, where: str) -> ModelSpec:
+    """A model YAML mapping checked field by field (band names, layer/channel counts, weights,
+    published setup, deviations); `where` names the file in errors."""
     ib = need(d, "input_bands", where)
     if ib != "dataset":
         ib = _band_list(ib, where, "input_bands")

@@ -72,6 +72,8 @@ class SpectralGptEncoder(Encoder):
         self.output_reductions = [float(patch_size)] * len(spec.output_layers)
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """(B, D x groups, H/8, W/8) per output layer: the spectral groups side by side on channels,
+        group-major (g * D + c), as the reference."""
         b = x.shape[0]
         t = self.patch_embed.proj(x.unsqueeze(1))  # (B, D, G, g, g)
         d = t.shape[1]
@@ -108,4 +110,5 @@ register_keymap(
 
 @register_architecture("spectralgpt")
 def build_spectralgpt(spec, in_chans, input_size, match=None, **arch):
+    """The `spectralgpt` builder; the encoder refuses a band count not divisible by t_patch_size."""
     return SpectralGptEncoder(spec, in_chans, input_size, match, **arch)

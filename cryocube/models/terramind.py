@@ -48,6 +48,8 @@ class PatchEmbedLinear(nn.Module):
         self.mod_emb = nn.Parameter(torch.zeros(1, 1, embed_dim).normal_(std=0.02))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Tokens (B, N, D) from patches flattened pixel-major, channel-minor, as TerraMind's linear
+        embedding reads them; the encoder adds mod_emb."""
         b, c, h, w = x.shape
         p = self.patch_size
         x = (
@@ -99,6 +101,8 @@ class TerraMindEncoder(Encoder):
         self.output_reductions = [float(patch_size)] * len(spec.output_layers)
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """(B, D, H/16, W/16) per output layer; every block runs and the last output is the
+        final-normed last block, as the reference."""
         t = self.embed(x) + (self.pos_emb.to(x.dtype) + self.embed.mod_emb)
         outs, t = collect_layers(self.blocks, t, self.output_layers, stop_early=False)
         # the reference replaces the last output by the final-normed last block
@@ -133,4 +137,5 @@ register_keymap(_terramind_keymap("terramind_s1grd", "untok_sen1grd@224"))
 
 @register_architecture("terramind")
 def build_terramind(spec, in_chans, input_size, match=None, **arch):
+    """The `terramind` builder: base or large by arch; S2L2A or S1GRD by the config's key map."""
     return TerraMindEncoder(spec, in_chans, input_size, match, **arch)

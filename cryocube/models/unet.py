@@ -27,6 +27,8 @@ class UNetEncoder(Encoder):
         self.output_reductions = [float(2**k) for k in range(len(chans))][::-1]
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """Five maps coarsest first (512, 512, 256, 128, 64 channels at strides 16, 8, 4, 2, 1): the
+        order the U-Net decoder reads."""
         maps = [self.in_conv(x)]
         for d in self.downs:
             maps.append(d(maps[-1]))
@@ -35,4 +37,5 @@ class UNetEncoder(Encoder):
 
 @register_architecture("unet")
 def build_unet(spec, in_chans, input_size, match=None, **arch):
+    """The `unet` builder: the scratch baseline, taking any input side divisible by 16."""
     return UNetEncoder(spec, in_chans, input_size, match, **arch)

@@ -108,6 +108,8 @@ class TimmViTEncoder(Encoder):
         self.output_reductions = [float(patch_size)] * len(spec.output_layers)
 
     def features(self, x: Tensor) -> list[Tensor]:
+        """timm's intermediates, (B, D, H/p, W/p) per output layer, before the final norm unless
+        `norm_last` norms the last one."""
         outs = self.vit.forward_intermediates(
             x,
             indices=self.output_layers,
@@ -124,6 +126,8 @@ class TimmViTEncoder(Encoder):
 
 @register_architecture("vit")
 def build_vit(spec, in_chans, input_size, match=None, **arch):
+    """The `vit` architecture's builder for every ViT-shaped model; an unknown arch argument is a
+    TypeError build_encoder reports."""
     return TimmViTEncoder(spec, in_chans, input_size, match, **arch)
 
 

@@ -46,6 +46,7 @@ class LoadReport:
     dropped: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
+        """One line for logs and test messages: counts only (set_aside and computed list keys)."""
         return (
             f"{self.path}: loaded {self.loaded} tensors; {len(self.set_aside)} checkpoint keys are"
             f" not part of the encoder; {len(self.computed)} recomputed at build time"
@@ -53,6 +54,8 @@ class LoadReport:
 
 
 def sha256_file(path: str | Path) -> str:
+    """The file's digest, read in full every time: fetch verifies with it; planning uses
+    checkpoint_digest, which remembers it."""
     return file_digest(path, "sha256")
 
 
@@ -317,9 +320,11 @@ class WeightsInfo:
 
     @property
     def path(self) -> str | None:
+        """The checkpoint to load, or None: random init (scratch, or --allow-random-weights)."""
         return None if self.random_init else self.source
 
     def as_record(self) -> dict:
+        """The `weights` field of every run record: what a result's encoder started from."""
         return {
             "source": self.source,
             "sha256": self.sha256,

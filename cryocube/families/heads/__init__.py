@@ -35,6 +35,8 @@ class Heads(Family):
     recipe = HeadsRecipe
 
     def plan(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> PlannedRun:
+        """Refuses the baseline embeddings (chance is on every board) and cubes with no answerable
+        task or test reference; runs share the embedding family's pooled features (prep_key)."""
         from ...catalog import protocol as protocol_spec
         from ...precision import this_device
         from ..embedding import embeddings_url
@@ -171,18 +173,23 @@ class Heads(Family):
         return out
 
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
+        """Every run in one group: heads are fitted in each run's score task; fit shares nothing."""
         return [runs] if runs else []
 
     def fit(self, group: list[PlannedRun]):
+        """A no-op (an empty fitted state per run): each head is fitted in its run's score task."""
         return _fit_nothing, group
 
     def score(self, run: PlannedRun, fitted: dict):
+        """One task per run (answer_heads): heads fitted on train, regularisation chosen on val,
+        test questions answered."""
         from .linear import answer_heads
 
         return [(answer_heads, run.work["job"])]
 
     @staticmethod
     def reduce(a, b):
+        """Merges score results: answer rows concatenated, the chosen heads by task merged."""
         return {"rows": a["rows"] + b["rows"], "heads": {**a["heads"], **b["heads"]}}
 
     def report_sections(self, page, results) -> None:
@@ -190,6 +197,8 @@ class Heads(Family):
         chance."""
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        """Board cells of the answers, scored as VLM answers are, beside the chance baseline;
+        `answered` is the percentage of test questions answered."""
         from ..vqa.cells import cells
 
         w = run.work

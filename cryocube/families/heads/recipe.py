@@ -15,6 +15,7 @@ class HeadsRecipe(BaseRecipe):
     vqa_tasks: tuple[str, ...] | str = ()
 
     def validate(self) -> None:
+        """The shared checks, then vqa_tasks: a comma-separated string or a list of task names."""
         super().validate()
         t = self.vqa_tasks
         if not (
@@ -27,5 +28,6 @@ class HeadsRecipe(BaseRecipe):
 
     @property
     def task_names(self) -> list[str]:
+        """vqa_tasks as a list, from 'a,b' (--set) or YAML; empty means every answerable task."""
         t = self.vqa_tasks
         return [x.strip() for x in (t.split(",") if isinstance(t, str) else t) if x.strip()]
