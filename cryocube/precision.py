@@ -30,6 +30,8 @@ class DeviceInfo:
     cpu_amx: bool = False
 
     def describe(self) -> str:
+        """The device in one line, bf16 capability included: run records' `precision.device`, and
+        the name of its FLOP profile cache file (models/profile.py)."""
         if self.type == "cuda":
             return (
                 f"cuda {self.name} (compute capability"
@@ -41,6 +43,8 @@ class DeviceInfo:
 
 
 def fast_bf16(info: DeviceInfo) -> bool:
+    """Whether `auto` takes bf16 here: CUDA compute capability >= 8.0, or a CPU with AMX or
+    AVX512-BF16."""
     if info.type == "cuda":
         return info.cuda_capability is not None and tuple(info.cuda_capability) >= (8, 0)
     return bool(info.cpu_bf16)

@@ -24,6 +24,8 @@ NORMALIZATIONS = ("published", "cube")
 
 
 def check_int(name: str, v: Any, lo: int = 1, none: bool = False) -> None:
+    """Refuses, naming the field, anything but an int >= `lo` (bools too); `none` lets null through
+    where None means a default."""
     if v is None and none:
         return
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -35,6 +37,8 @@ def check_int(name: str, v: Any, lo: int = 1, none: bool = False) -> None:
 def check_num(
     name: str, v: Any, lo: float, lo_open: bool = False, hi: float = math.inf, hi_open: bool = False
 ) -> None:
+    """Refuses, naming the field and its interval, a bool, a non-finite number, or one outside
+    `lo`..`hi` (either end open on request)."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ok = ok and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
     if not ok:
@@ -43,6 +47,7 @@ def check_num(
 
 
 def check_choice(name: str, v: Any, choices: tuple[str, ...]) -> None:
+    """Refuses a value outside `choices` in one sentence that lists them."""
     if v not in choices:
         raise RecipeError(f"recipe field {name} must be one of {', '.join(choices)}, got {v!r}")
 
@@ -79,6 +84,8 @@ class BaseRecipe:
         self.validate()
 
     def validate(self) -> None:
+        """Runs on construction (`__post_init__`), so no recipe holds a bad value; a family's recipe
+        adds its own fields' checks."""
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("normalization", self.normalization, NORMALIZATIONS)
         check_int("input_size", self.input_size, none=True)
@@ -101,6 +108,7 @@ class BaseRecipe:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
+        """The fields `--set` and a config may name for this family (`check_keys`)."""
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
@@ -128,9 +136,13 @@ class BaseRecipe:
         return dataclasses.replace(self, **coerce(type(self), values))
 
     def replace(self, **kw):
+        """A copy with fields the planner fixes itself (the run's threads): no key check or YAML
+        coercion, but checked again on construction."""
         return dataclasses.replace(self, **kw)
 
     def as_dict(self) -> dict[str, Any]:
+        """JSON-ready values (tuple fields as lists): the run record's `config`, and what `identity`
+        filters."""
         d = dataclasses.asdict(self)
         for k in self.TUPLE_FIELDS:
             d[k] = list(d[k])
@@ -164,6 +176,8 @@ def coerce(cls: type[BaseRecipe], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_keys(values: dict, known, where: str) -> None:
+    """Refuses fields no recipe has, naming where they came from (--set, a config) and listing the
+    known ones."""
     bad = sorted(set(values) - set(known))
     if bad:
         raise RecipeError(f"{where}: unknown recipe fields {bad}; known: {sorted(known)}")

@@ -54,9 +54,11 @@ class RawManifest:
     items: list[RawItem] = field(default_factory=list)
 
     def split(self, name: str) -> list[RawItem]:
+        """One split's items, in the cube's sample order (items are sorted by split, then scene)."""
         return [it for it in self.items if it.split == name]
 
     def item(self, scene: str) -> RawItem:
+        """The item a reader reports as `scene`; KeyError for a scene the generator never wrote."""
         for it in self.items:
             if it.scene == scene:
                 return it
@@ -64,6 +66,7 @@ class RawManifest:
 
     @property
     def counts(self) -> dict[str, int]:
+        """Items per split: tests check that every split got some."""
         return {s: len(self.split(s)) for s in ("train", "val", "test")}
 
 

@@ -58,6 +58,8 @@ def cluster_threads(client: "Client") -> int:
 
 
 def dashboard_link(client: "Client") -> str | None:
+    """None where the scheduler serves no dashboard (no bokeh, or disabled): records and the CLI's
+    banner never fail on it."""
     try:
         return client.dashboard_link
     except (KeyError, AttributeError):  # scheduler without a dashboard (no bokeh, or disabled)

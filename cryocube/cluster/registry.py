@@ -40,6 +40,9 @@ BACKENDS: dict[str, Backend] = {}
 
 
 def backend(name: str) -> Callable[[Backend], Backend]:
+    """Registers a backend under its `--cluster` name when its module is imported (cluster/__init__
+    imports each)."""
+
     def register(fn: Backend) -> Backend:
         BACKENDS[name] = fn
         return fn
@@ -93,6 +96,8 @@ def dashboard_kwargs(dashboard: bool) -> dict:
 
 
 def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) -> "Client":
+    """The Client of a cluster cryocube started, closed with the command; its workers always get
+    `TorchThreads` (someone else's only when asked: remote.py)."""
     from distributed import Client
 
     client = stack.enter_context(Client(cluster))
@@ -101,6 +106,8 @@ def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) 
 
 
 def wait_first_worker(client: "Client", what: str, timeout: float = WORKER_WAIT_S) -> None:
+    """Remote clusters start empty: a ClusterError with a hint after `timeout` s, instead of a first
+    task that waits in `no-worker` forever."""
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:

@@ -26,6 +26,8 @@ def _connected(stack: contextlib.ExitStack, client: "Client", req: ClusterReques
 
 @backend("address")
 def address(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+    """`--cluster tcp://host:port` (any protocol distributed knows): refuses an unknown scheme, and
+    a scheduler that does not answer within CONNECT_TIMEOUT."""
     from distributed import Client
     from distributed.comm.registry import backends as comm_backends
 
@@ -46,6 +48,8 @@ def address(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
 
 @backend("scheduler-file")
 def scheduler_file(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+    """`--cluster scheduler-file:PATH` (or PATH.json), as `dask scheduler --scheduler-file` writes
+    it: refuses a missing file, or a scheduler that does not answer."""
     from distributed import Client
 
     path = Path(req.target).expanduser()

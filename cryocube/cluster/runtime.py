@@ -26,6 +26,8 @@ MALLOC_TRIM_THRESHOLD = 256 * 2**20  # freed heap a worker may keep instead of f
 
 
 def thread_env(threads: int) -> dict[str, str]:
+    """The OpenMP/MKL/OpenBLAS variables that fix a worker's math threads; they only take effect
+    when set before torch is first imported."""
     return {v: str(threads) for v in THREAD_VARS}
 
 
@@ -119,6 +121,8 @@ class TorchThreads(WorkerPlugin):
         self.threads = threads
 
     def setup(self, worker) -> None:
+        """Runs in each worker as it starts or joins: the variables before torch's first import, or
+        torch's own count where it is already imported (dask-cuda's pre_import)."""
         n = self.threads or max(1, host_cores() // max(1, worker.state.nthreads))
         # read by torch/OpenMP when first imported
         os.environ.update({**thread_env(n), THREADS_VAR: str(n)})

@@ -87,6 +87,8 @@ class QuietTaskErrors(WorkerPlugin):
     name = "cryocube-quiet-task-errors"
 
     def setup(self, worker) -> None:
+        """Runs in each worker's process as it joins: the filter must sit where the worker logs, not
+        in the client."""
         install()
 
 

@@ -24,6 +24,8 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """What `cryocube inspect --verify` exits 0 on: no damaged sample, and the block digests
+        match the cube checksum."""
         return not self.damaged and self.checksum_ok
 
 

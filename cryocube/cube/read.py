@@ -99,10 +99,13 @@ class CubeInfo:
     tasks: tuple[tuple[str, str], ...] = ()  # sample cubes: (task, cls|regr)
 
     def samples(self, split: str) -> np.ndarray:
+        """Indices of one split's samples, ascending: what planning trains, validates and tests on;
+        empty where the cube has none of that split."""
         return np.flatnonzero(self.splits == split)
 
     @property
     def n_samples(self) -> int:
+        """Every sample of the cube, all splits together: the rows an embedding store holds."""
         return int(self.splits.size)
 
 
@@ -303,6 +306,7 @@ class CubeView:
 
     @property
     def n(self) -> int:
+        """The sample count from the lazy dataset's sizes, so asking reads no chunk."""
         return int(self.ds.sizes["sample"])
 
 
@@ -313,10 +317,12 @@ class TileCube(CubeView):
 
     @property
     def split(self) -> np.ndarray:
+        """Each sample's split name as str (zarr's string dtypes decoded), in sample order."""
         return as_text(self.ds["split"].values)
 
     @property
     def class_names(self) -> list[str]:
+        """The label classes, in the order of the integer codes the `label` variable stores."""
         return [str(c) for c in self.ds["class"].values]
 
 
@@ -335,13 +341,19 @@ class SampleCube(CubeView):
 
     @property
     def rendered(self) -> bool:
+        """True where the image bands are renderings (no physical values, hence no derivation): the
+        questions tell the model so."""
         return bool(self.ds.attrs.get("rendered", False))
 
     @property
     def unavailable(self) -> dict[str, str]:
+        """Per task, why the converter found no reference for it; vqa adds it to the reason a task
+        is left out."""
         return dict(self.ds.attrs.get("unavailable") or {})
 
     def has(self, name: str) -> bool:
+        """Whether the cube stores `name` itself, where `values` would otherwise give its declared
+        default."""
         return name in self.ds
 
     def values(self, name: str) -> np.ndarray:
@@ -366,6 +378,8 @@ class SampleCube(CubeView):
 
     @property
     def tasks(self) -> list[str]:
+        """The image-level task names along the target's task axis, in column order; empty without
+        targets."""
         return [str(t) for t in as_text(self.ds["task"].values)] if "task" in self.ds else []
 
     def checked(self, name: str) -> np.ndarray | None:

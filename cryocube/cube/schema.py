@@ -40,9 +40,12 @@ class CubeLayout:
 
     @property
     def n_blocks(self) -> int:
+        """Conversion's unit of work and of resume: one task, progress flag and digest per block,
+        the last one short."""
         return math.ceil(self.n_samples / self.block_size)
 
     def block_range(self, b: int) -> tuple[int, int]:
+        """The samples [start, stop) of block `b`, the last block cut at n_samples."""
         return b * self.block_size, min((b + 1) * self.block_size, self.n_samples)
 
 

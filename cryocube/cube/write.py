@@ -84,6 +84,7 @@ class SamplePlan:
 
     @property
     def n(self) -> int:
+        """One sample per id, in the order the cube stores them."""
         return len(self.ids)
 
     @property
@@ -93,6 +94,8 @@ class SamplePlan:
         return sorted(k for k, (dims, _) in self.data_vars.items() if dims[0] == "sample")
 
     def key(self, block: int) -> str:
+        """The cube's resume fingerprint (PLAN_ATTR): a digest of all that defines its contents and
+        the block size, so `create` reopens only a store planned from the same inputs."""
         extra = {
             k: (v[0], _fingerprint(v[1]))
             for k, v in sorted({**self.coords, **self.data_vars}.items())

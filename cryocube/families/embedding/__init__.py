@@ -17,6 +17,8 @@ from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
 
 
 def embeddings_url(out: str, key: str) -> str:
+    """A probe run's vectors under the results root, named by the EmbedSpec key so runs on one
+    model's vectors share a store; `CubeProbe.results` derives the run folder from it."""
     return f"{out.rstrip('/')}/embeddings/{key}.zarr"
 
 
@@ -40,6 +42,8 @@ class Embedding(Family):
     # overrides)
 
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
+        """Refuses what the protocol cannot score (--fraction, tasks too small to split) before any
+        embedding; the run id hashes the embedding key, labels, probe recipe and seed."""
         from ...precision import this_device
         from .embed import plan_embedding
         from .probe import (
@@ -135,6 +139,8 @@ class Embedding(Family):
         )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
+        """Embeds each store once, however many runs share its prep_key (several probe recipes on
+        one model's vectors)."""
         out: dict[str, dict] = {}
         for p in runs:
             if p.prep_key is None or p.prep_key not in out:
@@ -144,12 +150,16 @@ class Embedding(Family):
         return out
 
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
+        """Every run in one group: probes share no fit, their work is the score tasks."""
         return [runs] if runs else []
 
     def fit(self, group: list[PlannedRun]):
+        """A fit that does nothing: each probe trains on its split inside its own score task."""
         return _fit_nothing, group
 
     def score(self, run: PlannedRun, fitted: dict):
+        """One task per (task, split) probe, or per task for the svm (`work.folds`); a run without a
+        task is refused."""
         tasks = run.work.folds()
         if not tasks:
             raise UserError(f"{run.label}: no probe tasks")
@@ -157,16 +167,22 @@ class Embedding(Family):
 
     @staticmethod
     def reduce(a, b):
+        """Fold scores concatenated per task (`probe.merge`); `finish` puts them back in fold
+        order."""
         from .probe import merge
 
         return merge(a, b)
 
     def report_sections(self, page, results) -> None:
+        """NeuCo-Bench leaderboards and probe Q against segmentation mIoU (report.py) instead of the
+        default board cells."""
         from .report import sections
 
         sections(page, results)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        """Q and A from the merged fold scores, with NeuCo-Bench's result files written into the
+        run's folder (`work.finish_fields`)."""
         from .work import finish_fields
 
         return finish_fields(run, total, prepared)

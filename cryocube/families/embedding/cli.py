@@ -9,6 +9,8 @@ from ...errors import UserError
 
 
 def register(sub) -> None:
+    """Adds `embed` and `probe` to the cryocube parser (cli.COMMAND_MODULES); both take
+    --cluster."""
     from ...cluster import add_cluster_args
     from ...store import options_arg
 

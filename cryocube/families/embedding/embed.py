@@ -54,6 +54,8 @@ class EmbedSpec:
 
     @property
     def key(self) -> str:
+        """The store's name and a probe run's prep_key: a digest of what decides the vectors' bits
+        (cube checksum, inputs, weights, arithmetic), never of block size or batch."""
         e = self.encoder
         ident = {
             "source": self.source,
@@ -84,6 +86,8 @@ class EmbedSpec:
         )
 
     def describe(self) -> dict[str, Any]:
+        """What the store's attributes and run records say of the vectors: the key's facts by name,
+        weights by their sha256 where known."""
         e = self.encoder
         return {
             "source": self.source,
@@ -283,6 +287,8 @@ def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
 
 @task_boundary
 def embed_block(task: EmbedBlock) -> dict[str, Any]:
+    """One block's task: its samples' vectors into `features`, then its progress flag, so an
+    interrupted `embed` resumes after the last finished block."""
     from ...cluster.runtime import torch_task
 
     t0 = time.perf_counter()
@@ -562,6 +568,7 @@ SIDECAR_KEYS = (
 
 
 def sidecar_path(csv: str) -> str:
+    """Where a CSV's provenance lives: beside it (`<csv>.json`), so it travels with a submission."""
     return f"{csv}.json"
 
 

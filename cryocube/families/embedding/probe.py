@@ -106,6 +106,8 @@ class ProbeRecipe:
     fold_order: str = "id"  # the row order the splits are drawn over (FOLD_ORDER)
 
     def check(self) -> "ProbeRecipe":
+        """Refuses, in one sentence, a recipe the probe cannot run (unknown probe or field, a bad
+        value or range, svm without scikit-optimize); returns the recipe."""
         if self.probe not in PROBES and self.probe not in TASK_PROBES:
             raise UserError(
                 f"--probe must be one of {', '.join([*PROBES, *TASK_PROBES])}, got {self.probe!r}"
@@ -154,9 +156,13 @@ class ProbeRecipe:
         return self
 
     def probe_params(self) -> dict[str, Any]:
+        """The probe's own fields over NeuCo-Bench's defaults (DEFAULTS): what each fold passes to
+        the probe."""
         return {**DEFAULTS.get(self.probe, {}), **dict(self.params)}
 
     def as_dict(self) -> dict[str, Any]:
+        """What the run id hashes; the default fold order is left out, so runs from before
+        `fold_order` keep their ids."""
         return {
             "probe": self.probe,
             "k": self.k,
@@ -390,6 +396,8 @@ def align(
 
 
 def tasks_digest(tasks: list[Task]) -> str:
+    """The tasks' names and labels, order-free: part of a probe run's id and its `label_set`, so
+    runs on other labels are never ranked together."""
     h = hashlib.sha256()
     for t in sorted(tasks, key=lambda t: t.name):
         h.update(t.name.encode())
@@ -481,6 +489,8 @@ def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
 
 
 def merge(a: dict, b: dict) -> dict:
+    """The probe runs' reduce: two partial results' fold scores concatenated per task (`task_scores`
+    sorts them)."""
     out = {k: list(v) for k, v in a.items()}
     for k, v in b.items():
         out.setdefault(k, []).extend(v)
@@ -488,6 +498,8 @@ def merge(a: dict, b: dict) -> dict:
 
 
 def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> list[FoldTask]:
+    """One FoldTask per (task, split), or per task for a task-level probe (svm); raises for a task
+    too small to split. `url` None: the matrix comes beside each task."""
     srows = stats_rows(aligned, recipe)
     out = []
     for task, rows, y in aligned:
@@ -524,6 +536,7 @@ def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> li
 
 
 def task_scores(total: dict[str, list]) -> dict[str, list[float]]:
+    """Each task's scores in fold order, whatever order the reduce merged them in."""
     return {t: [s for _, s in sorted(v)] for t, v in sorted(total.items())}
 
 

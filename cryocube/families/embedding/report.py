@@ -16,6 +16,8 @@ from .neuco import leaderboard as neuco_leaderboard
 
 
 def run_name(r: Run) -> str:
+    """A run's row on the leaderboards: its model, with the probe named where it is not
+    NeuCo-Bench's linear one."""
     p = (r.record.get("probe") or {}).get("probe")
     return f"{r.model_name} [{p}]" if p and p != "linear" else r.model_name
 
@@ -97,6 +99,8 @@ def leaderboard_tables(res: Results) -> list[Table]:
 
 
 def spearman(a: list[float], b: list[float]) -> float:
+    """NaN below three pairs or where a side is constant: the report prints n/a rather than a
+    correlation of noise."""
     if len(a) < 3:
         return math.nan
     from scipy.stats import spearmanr

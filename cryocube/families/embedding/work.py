@@ -33,6 +33,8 @@ class CubeProbe:
     url: str  # the embedding store
 
     def prepare(self, runner, run) -> dict:
+        """Embeds (or resumes, or reuses) the run's store on the cluster; returns what the records
+        keep: timings, width, the vectors' sha256, PCA, threads."""
         from .embed import embed
 
         r = embed(
@@ -53,6 +55,8 @@ class CubeProbe:
         }
 
     def folds(self) -> list:
+        """Fold tasks that read the embedding store on the workers (once per worker, cached by its
+        sha256): the matrix never passes through the client."""
         from .embed import load_embeddings
         from .probe import align, fold_tasks, probe_fold
 
@@ -77,6 +81,8 @@ class CubeProbe:
         }
 
     def fields(self, run, prepared: dict) -> dict:
+        """The record's embedding, threads and timings from `prepare`'s facts, shared by the runs of
+        one store."""
         prep = prepared.get(run.prep_key, {})
         return {
             "embedding": (
@@ -102,10 +108,14 @@ class MatrixProbe:
     matrix: Any = None  # X on the workers, once `prepare` placed it there
 
     def prepare(self, runner, run) -> dict:
+        """Scatters the standardised matrix to the workers once; every fold task then takes the
+        future, not the array."""
         self.matrix = runner.scatter(self.X)
         return {}
 
     def folds(self) -> list:
+        """Fold tasks that take the scattered matrix as their second argument (`probe_fold_on`):
+        vectors made elsewhere have no store the workers could read."""
         from .probe import fold_tasks
 
         return [
@@ -114,6 +124,8 @@ class MatrixProbe:
         ]
 
     def results(self, run) -> tuple[str, dict]:
+        """A folder per run under `out`, not `out` itself: a second probe into it never overwrites
+        files another record points to."""
         from ...record import run_dir
 
         # per run: a second probe into `out` never overwrites the files another record points to
@@ -126,6 +138,8 @@ class MatrixProbe:
         }
 
     def fields(self, run, prepared: dict) -> dict:
+        """Nothing to add: `probe_run` put the vectors' provenance into the record when it planned
+        the run."""
         return {}
 
 

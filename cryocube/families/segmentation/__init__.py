@@ -32,6 +32,8 @@ IDENTITY_VERSION = 2
 
 
 def run_dir(out: str, run_id: str) -> str:
+    """A run's folder (checkpoint, predictions) under the results root: the same path as
+    `record.run_dir`, where its record.json goes."""
     return f"{out.rstrip('/')}/runs/{run_id}"
 
 
@@ -45,6 +47,8 @@ class Segmentation(Family):
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, spec: RunSpec, cube, recipe: SegmentationRecipe, ctx: PlanContext) -> PlannedRun:
+        """Refuses empty or unlabelled splits, a fraction outside (0, 1], an unknown decoder before
+        any cluster work; fixes threads and precision, which the run id hashes."""
         from ...decoders import decoder_kinds, decoder_options
         from ...models import model_spec
         from ...models.weights import resolve_weights
@@ -235,6 +239,8 @@ class Segmentation(Family):
     # -- shared work: the feature caches
     # -------------------------------------------------------------
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
+        """Extracts each frozen-feature cache once for all runs sharing it (fine-tuning runs have
+        none), resuming blocks a killed run left; returns what records report per cache."""
         from .features import block_tasks, create_split, extract_block, mark_complete
 
         caches: dict[str, tuple[CacheSpec, PlannedRun]] = {}
@@ -319,11 +325,15 @@ class Segmentation(Family):
         return groups
 
     def fit(self, group: list[PlannedRun]):
+        """One task trains every decoder of the group (`train.fit`) over one read of their shared
+        features."""
         from .train import fit
 
         return fit, FitTask(tuple(p.work for p in group))
 
     def score(self, run: PlannedRun, fitted: dict):
+        """One test task per block of test samples, each writing its masks into the run's
+        predictions.zarr (created here, empty) and returning its confusion matrix."""
         from .train import test_block
 
         w: SegRun = run.work
@@ -357,9 +367,12 @@ class Segmentation(Family):
 
     @staticmethod
     def reduce(a, b):
+        """Confusion matrices add as int64 counts, so the order of the reduce never changes mIoU."""
         return np.add(a, b)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        """mIoU and the record's fields from the summed confusion matrix; a test split without a
+        labelled pixel is an error, not a zero score."""
         cm = np.asarray(total, dtype=np.int64)
         w: SegRun = run.work
         if cm.sum() == 0:

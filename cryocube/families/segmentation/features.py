@@ -106,6 +106,8 @@ def block_tasks(
     batch: int | None,
     threads: int | None = None,
 ) -> list[ExtractTask]:
+    """One extraction task per block `create_split`'s plan still lists as not done: a resumed
+    prepare redoes only what was lost."""
     per = plan["per"]
     return [
         ExtractTask(
@@ -251,6 +253,8 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
 
 
 def mark_complete(cache: CacheSpec, split: str, forwards: int) -> None:
+    """The split's completion marker, set only once every block's progress flag is up (else
+    RuntimeError): later runs reuse a marked split without checking its blocks."""
     g = _store.open_group(cache.url, "r+")[split]
     if not np.all(np.asarray(g["progress"][:]) == 1) and g.attrs["n_items"] > 0:
         raise RuntimeError(f"{cache.url}/{split}: feature blocks missing")

@@ -57,6 +57,8 @@ class SegmentationRecipe(BaseRecipe):
     FLOAT_FIELDS: ClassVar[tuple[str, ...]] = ("lr", "weight_decay", "gamma", "cache_in_memory_mb")
 
     def validate(self) -> None:
+        """The training protocol's checks on top of the shared ones, run before any cluster starts;
+        RecipeError names the field."""
         super().validate()
         check_int("epochs", self.epochs)
         check_num("lr", self.lr, 0.0, lo_open=True)

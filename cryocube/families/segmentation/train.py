@@ -46,6 +46,8 @@ class CrossEntropy(nn.CrossEntropyLoss):
     """
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """torch's own loss, except on CUDA under deterministic algorithms: there
+        `masked_mean_cross_entropy`, so equal runs give equal bits."""
         if not (logits.is_cuda and torch.are_deterministic_algorithms_enabled()):
             return super().forward(logits, target)
         return masked_mean_cross_entropy(logits, target, self.ignore_index)
@@ -130,12 +132,16 @@ def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
 
 
 def save_state(module: nn.Module, url: str) -> None:
+    """The state on CPU, written atomically to the run's checkpoint URL (any store): a test task
+    never loads a half-written file."""
     buf = io.BytesIO()
     torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, buf)
     _store.write_atomic(url, buf.getvalue())
 
 
 def load_state(module: nn.Module, url: str) -> None:
+    """Strict and weights-only: a checkpoint that does not fit the model rebuilt from the run's spec
+    raises instead of testing a partial model."""
     state = torch.load(io.BytesIO(_store.read_bytes(url)), map_location="cpu", weights_only=True)
     module.load_state_dict(state, strict=True)
 
@@ -377,6 +383,8 @@ class Trainer:
             )
 
     def finish(self) -> None:
+        """The validation after the last epoch (the best state may be the last one), published as
+        the run's done event."""
         self._swap_in()
         val = self._validate(self.epochs)
         self._swap_out()
@@ -408,6 +416,8 @@ def frozen_trainer(
     val: FeatureSplit,
     train_sample_of_pos: np.ndarray,
 ) -> Trainer:
+    """A decoder on cached features: epoch e reads crop e mod K of each training sample, in the
+    run's own seeded batch order."""
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs = run.encoder.input_size, run.recipe.batch_size
@@ -447,6 +457,8 @@ def frozen_trainer(
 
 
 def finetune_trainer(run: SegRun, device: str) -> Trainer:
+    """Encoder and decoder on random crops read from the cube (prefetched a batch ahead):
+    fine-tuning and scratch runs, which no feature cache serves."""
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs = run.encoder.input_size, run.recipe.batch_size

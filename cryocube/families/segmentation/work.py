@@ -32,6 +32,8 @@ class CacheSpec:
 
     @property
     def key(self) -> str:
+        """The cache's name and its runs' prep_key: what decides the features' bits (weights,
+        inputs, input size, crops, dtype, arithmetic), not the decoder or seed."""
         e = self.encoder
         ident = {
             "model": e.model.id,
@@ -53,6 +55,8 @@ class CacheSpec:
 
     @property
     def url(self) -> str:
+        """Under the results root's `features/`, named by the key: every run of one encoder on one
+        cube reuses it."""
         return f"{self.root.rstrip('/')}/features/{self.key}.zarr"
 
     @property
