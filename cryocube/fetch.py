@@ -19,6 +19,8 @@ CHUNK = 8 << 20
 
 
 def file_digest(path: str | Path, algo: str = "sha256") -> str:
+    """Streamed in CHUNK pieces (checkpoints run to gigabytes): the hex digest fetch and the weights
+    check compare against the catalog's."""
     h = hashlib.new(algo)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(CHUNK), b""):

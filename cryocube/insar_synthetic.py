@@ -67,6 +67,8 @@ class IfgManifest:
     pairs: list[IfgPair] = field(default_factory=list)
 
     def pair(self, pid: str) -> IfgPair:
+        """A pair's truth by its sample id (the cube's `source`); KeyError when the manifest has no
+        such pair."""
         for p in self.pairs:
             if p.id == pid:
                 return p
@@ -108,6 +110,7 @@ def screw_dislocation(
 
 
 def project(u: tuple[np.ndarray, ...]) -> np.ndarray:
+    """A displacement (east, north, up) onto the line of sight, positive towards the satellite."""
     e = look_vector()
     return u[0] * e[0] + u[1] * e[1] + u[2] * e[2]
 

@@ -160,15 +160,19 @@ MIGRATIONS = {1: _v1_to_v2}  # version -> the function that lifts a record of it
 
 
 def run_dir(out: str, run_id: str) -> str:
+    """A run's folder under `out`: its record.json (the cache) and whatever its family keeps beside
+    it."""
     return f"{out.rstrip('/')}/runs/{run_id}"
 
 
 def results_url(out: str) -> str:
+    """The results.jsonl index under `out`, which only ever grows by whole lines."""
     return f"{out.rstrip('/')}/{RESULTS_FILE}"
 
 
 @functools.cache
 def versions() -> dict[str, str]:
+    """The package versions stamped on every record written, read once per process."""
     out = {"cryocube": __version__}
     for pkg in ("torch", "timm", "dask", "distributed", "zarr", "xarray", "numpy"):
         try:

@@ -29,14 +29,18 @@ _REGISTERED: dict[str, StorageOptions] = {}
 
 
 def is_remote(url: str) -> bool:
+    """Whether `url` goes through fsspec with storage options; file:// URLs count as local."""
     return "://" in str(url) and not str(url).startswith("file://")
 
 
 def local_path(url: str) -> str:
+    """A file:// URL as a plain path (any other string unchanged), for APIs that take only paths."""
     return str(url).removeprefix("file://")
 
 
 def join(url: str, *parts: str) -> str:
+    """URL parts joined with single slashes (not os.path: the same code serves s3:// and local
+    paths)."""
     return "/".join([str(url).rstrip("/"), *[p.strip("/") for p in parts]])
 
 
@@ -79,6 +83,7 @@ def register_options(url: str, options: StorageOptions | None) -> None:
 
 
 def registered() -> dict[str, StorageOptions]:
+    """A copy of this process's registered options: what `share_with` ships to the workers."""
     return dict(_REGISTERED)
 
 
@@ -107,6 +112,8 @@ class StorageCredentials(WorkerPlugin):
         self.options = options
 
     def setup(self, worker) -> None:
+        """Runs once in each worker process: merges the client's options into its registry, so
+        tasks' URLs resolve as on the client."""
         _REGISTERED.update(self.options)
 
     def __repr__(self) -> str:  # never show the options themselves
@@ -123,6 +130,8 @@ def share_with(client) -> None:
 
 
 def make_store(url: str, storage_options: StorageOptions | None = None, read_only: bool = False):
+    """The Zarr store at `url` with its resolved options; a writable local store creates its folder
+    first."""
     url = str(url)
     if is_remote(url):
         return zarr.storage.FsspecStore.from_url(
@@ -155,12 +164,14 @@ def exists(url: str, storage_options: StorageOptions | None = None) -> bool:
 
 
 def remove(url: str, storage_options: StorageOptions | None = None) -> None:
+    """Deletes a whole store or file, recursively; nothing there is not an error."""
     fs, path = fs_path(url, storage_options)
     if fs.exists(path):
         fs.rm(path, recursive=True)
 
 
 def size_on_disk(url: str, storage_options: StorageOptions | None = None) -> int:
+    """Bytes under `url` (0 when nothing is there), for `cryocube inspect`'s size line."""
     fs, path = fs_path(url, storage_options)
     return int(fs.du(path)) if fs.exists(path) else 0
 
@@ -169,21 +180,26 @@ def size_on_disk(url: str, storage_options: StorageOptions | None = None) -> int
 
 
 def fs_path(url: str, storage_options: StorageOptions | None = None):
+    """(filesystem, path) for `url` with its options resolved here: every file helper's way in."""
     url = str(url)
     return fsspec.core.url_to_fs(url, **options_for(url, storage_options))
 
 
 def file_exists(url: str, storage_options: StorageOptions | None = None) -> bool:
+    """Whether anything (a file or a folder) is at `url`, on any storage."""
     fs, path = fs_path(url, storage_options)
     return fs.exists(path)
 
 
 def read_bytes(url: str, storage_options: StorageOptions | None = None) -> bytes:
+    """A whole file's bytes, remote or local; a missing file raises the filesystem's
+    FileNotFoundError."""
     fs, path = fs_path(url, storage_options)
     return fs.cat_file(path)
 
 
 def read_text(url: str, storage_options: StorageOptions | None = None) -> str:
+    """A whole file as UTF-8 text (records, logs, kept answers)."""
     return read_bytes(url, storage_options).decode("utf-8")
 
 

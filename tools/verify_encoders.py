@@ -187,6 +187,8 @@ def _missing_reference() -> str | None:
 
 
 def make_input(enc):
+    """The one seeded input (SEED + 1) both sides see; tests rebuild it to check against the stored
+    reference features."""
     import torch
 
     g = torch.Generator().manual_seed(SEED + 1)
@@ -241,6 +243,8 @@ def summarise(feats) -> dict:
 
 
 def compare(ours, theirs) -> list[dict]:
+    """Per level: shape, max abs and max relative difference (against the reference's largest
+    value); a shape or count mismatch is a row, not an error."""
     rows = []
     for i, (a, b) in enumerate(zip(ours, theirs)):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -273,6 +277,8 @@ def compare(ours, theirs) -> list[dict]:
 # reference side (runs in the peer venv; imports no cryocube)
 # ------------------------------------------------------------------------------------------------
 def reference_features(job: dict) -> dict:
+    """Runs in the peer venv (`--reference-side`): the reference's own encoder and loader on the
+    checkpoint; features to job["out"], notes returned."""
     sys.path.insert(0, str(PEER))
     import logging
 
@@ -383,6 +389,8 @@ def reference_features(job: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------
 def verify(model_id: str, workdir: Path, out: Path | None, switch: dict | None = None) -> dict:
+    """One model end to end: our features, the reference's from a subprocess on inputs in its band
+    order; a failure is an `error` entry, not raised."""
     import torch
 
     from cryocube.models import model_spec
@@ -478,6 +486,8 @@ def verify(model_id: str, workdir: Path, out: Path | None, switch: dict | None =
 
 
 def main(argv=None):
+    """The CLI: every model (or those named), a line each; with --out, the reference summaries and
+    manifest.json that tests/test_equivalence.py reads."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

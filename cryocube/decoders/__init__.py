@@ -21,6 +21,9 @@ _OPTIONS: dict[str, tuple[str, ...]] = {}  # recipe-driven keyword arguments eac
 
 
 def register_decoder(name: str, options: tuple[str, ...] = ()):
+    """Decorator adding a head builder `(encoder, num_classes, **kw)` under `name`; `options` names
+    the recipe-driven keywords (e.g. "channels") it takes."""
+
     def deco(fn):
         _DECODERS[name] = fn
         _OPTIONS[name] = tuple(options)
@@ -58,6 +61,7 @@ def _unet(encoder, num_classes: int, **kw) -> nn.Module:
 
 
 def decoder_kinds() -> list[str]:
+    """What a recipe's `decoder` field may name, sorted as the refusals list them."""
     return sorted(_DECODERS)
 
 
@@ -84,6 +88,8 @@ class Segmenter(nn.Module):
         self.decoder = decoder
 
     def forward(self, x: Tensor) -> Tensor:
+        """The decoder is asked for the input's own size, so fine-tuning scores full-resolution
+        logits."""
         return self.decoder(self.encoder(x), tuple(x.shape[-2:]))
 
 

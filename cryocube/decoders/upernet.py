@@ -17,12 +17,16 @@ NECK_SCALES = (4, 2, 1, 0.5)
 
 
 def conv_bn_relu(cin: int, cout: int, k: int) -> nn.Sequential:
+    """Conv-BN-ReLU with padding k // 2 (odd k keeps the size): every lateral, FPN and bottleneck
+    conv of UPerNet."""
     return nn.Sequential(
         nn.Conv2d(cin, cout, k, padding=k // 2), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
     )
 
 
 def neck_rescales(n: int, pyramid: bool) -> list[float]:
+    """Per-level neck scales: identity for pyramid encoders, else x4, x2, x1, x0.5 by depth, as the
+    protocol's Feature2Pyramid takes them."""
     return [1] * n if pyramid else [NECK_SCALES[int(i / n * 4)] for i in range(n)]
 
 
@@ -56,6 +60,8 @@ class Feature2Pyramid(nn.Module):
         self.ops = nn.ModuleList(ops)
 
     def forward(self, feats: list[Tensor]) -> list[Tensor]:
+        """Refuses (ValueError) a feature list whose length is not the number of levels the neck was
+        built for."""
         if len(feats) != len(self.ops):
             raise ValueError(f"neck expects {len(self.ops)} feature maps, got {len(feats)}")
         return [op(f) for op, f in zip(self.ops, feats)]
@@ -68,6 +74,8 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        """torch's own pool, except on CUDA with deterministic algorithms on, where the matrix form
+        keeps two equal runs bit-identical."""
         if not (x.is_cuda and torch.are_deterministic_algorithms_enabled()):
             return super().forward(x)
         return adaptive_avg_pool_mm(x, self.output_size)
@@ -106,6 +114,8 @@ class PPM(nn.ModuleList):
         )
 
     def forward(self, x: Tensor) -> list[Tensor]:
+        """Each pool scale's map upsampled back to the input's size, for UPerNet to concatenate with
+        the input."""
         return [
             F.interpolate(m(x), size=x.shape[2:], mode="bilinear", align_corners=False)
             for m in self
@@ -146,6 +156,8 @@ class UPerNet(nn.Module):
         self.conv_seg = nn.Conv2d(channels, num_classes, 1)
 
     def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:
+        """Neck (unless built without one), PPM on the last map, top-down FPN, fusion at the finest
+        level; the logits resized bilinearly to `out_size`."""
         feats = list(self.neck(features) if self.neck is not None else features)
         laterals = [conv(feats[i]) for i, conv in enumerate(self.lateral_convs)]
         top = feats[-1]

@@ -25,6 +25,7 @@ def fractions_arg(text: str) -> list[float]:
 
 
 def register(sub) -> None:
+    """Adds `evaluate` and `quickstart` to the `cryocube` command (cli.COMMAND_MODULES calls it)."""
     from ..cluster import add_cluster_args
     from ..store import options_arg
 
@@ -139,6 +140,8 @@ def register(sub) -> None:
 
 
 def resolve_cubes(cubes: str, data_root: str | None) -> list[str]:
+    """A --cubes item that is a catalog dataset id (and no local path) becomes
+    <data-root>/<id>.zarr; without --data-root such an id is refused."""
     from ..catalog import dataset_ids
 
     out = []
@@ -335,6 +338,8 @@ def metrics_text(r: dict) -> str:
 
 
 def print_records(records: list[dict], skipped: list[str]) -> None:
+    """The console summary of `evaluate` and `quickstart`: a line per run (failed ones with their
+    error), then how many were cached."""
     for r in sorted(records, key=lambda r: (r["dataset"], r["protocol"], r["model"], r["seed"])):
         tag = (
             " (random init)"

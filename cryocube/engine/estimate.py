@@ -117,11 +117,14 @@ def estimate(planned: list, budget: dict) -> dict:
 
 
 def hms(s: float) -> str:
+    """Seconds as '1h05m' from an hour on, else '4m07s': a dry-run estimate needs no finer."""
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def estimate_text(planned: list, budget: dict, path: str) -> str:
+    """The line `evaluate --dry-run --budget` prints: both wall times, their ratio and where the
+    budget was measured."""
     est = estimate(planned, budget)
     m = budget.get("machine", {})
     where = (

@@ -41,6 +41,8 @@ class EvaluateResult:
 
     @property
     def encoder_items(self) -> dict[str, int]:
+        """Encoder forward items per feature cache this call extracted (0 for a cache found
+        complete), what the benchmarks and tests count."""
         return {k: v.get("encoder_items", 0) for k, v in self.prepared.items()}
 
 
@@ -52,6 +54,8 @@ class Runner:
         self.client, self.resources, self.progress = client, resources, progress
 
     def submit(self, fn: Callable, arg: Any, key: str, priority: int = 0):
+        """One task with the cluster's GPU annotation; a timestamp makes `key` unique, so a retried
+        run never reuses a finished task's result."""
         return self.client.submit(
             fn,
             arg,
@@ -62,6 +66,8 @@ class Runner:
         )
 
     def result(self, fut):
+        """Waits for one future (a worker's error re-raised here): families wait through the runner,
+        never on futures themselves."""
         return fut.result()
 
     def scatter(self, data):
@@ -70,6 +76,8 @@ class Runner:
         return self.client.scatter(data, broadcast=True)
 
     def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
+        """One task per item, results in submission order; the progress bar `label` advances by each
+        item's weight."""
         keys = [f"{key}-{time.time_ns()}-{i}" for i in range(len(args))]
         futs = self.client.map(fn, args, pure=False, resources=self.resources, key=keys)
         return gather(futs, label, sum(weights), self.progress, lambda i, r: weights[i])
@@ -117,6 +125,8 @@ class Schedule:
         self.started = time.perf_counter()
 
     def run(self, todo: list[PlannedRun]) -> None:
+        """Prepare, submit every fit, then run each stage as its task completes; results.parquet is
+        rewritten at the end, interrupted or not, once a record is written."""
         by_family: dict[str, list[PlannedRun]] = {}
         for p in todo:
             by_family.setdefault(p.family, []).append(p)
@@ -150,6 +160,8 @@ class Schedule:
             self.res.prepared.update(get(name).prepare(self.runner, members))
 
     def fit(self, name: str, group: list[PlannedRun]) -> None:
+        """Submits one group's fit task (the family groups runs that share a pass); its result goes
+        to `score`."""
         fn, task = get(name).fit(group)
         self._then(
             self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group
@@ -176,6 +188,8 @@ class Schedule:
             self.reduce(name, p, f, parts)
 
     def reduce(self, name: str, run: PlannedRun, fitted: dict, parts: list) -> None:
+        """Sums a run's score tasks pairwise on the workers; the total goes to `finish`, which times
+        the run's test_s from here."""
         total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
         self._then(total, self.finish, name, run, fitted, time.perf_counter())
 
@@ -210,6 +224,8 @@ class Schedule:
         self.board.finish(run.run_id, f"done: {metric} {m:.2f}" if m is not None else "done")
 
     def fail(self, run: PlannedRun, e: BaseException) -> None:
+        """Records the run as an error, its traceback appended to OUT/logs/errors.log (a
+        TimeoutError reworded into what it waited for); the other runs go on."""
         log = _log_failure(self.out, run, e)
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
         # never a bare "TimeoutError": what it waited for, what to change
@@ -248,6 +264,7 @@ def cluster_device(client) -> DeviceInfo:
 
 
 def errors_log(out: str) -> str:
+    """Where every failed run's traceback is appended: one file per results folder, not per run."""
     return f"{out.rstrip('/')}/logs/errors.log"
 
 

@@ -65,6 +65,8 @@ class Param:
     choices: tuple = ()
 
     def suggest(self, trial) -> Any:
+        """This trial's value from Optuna by kind: categorical, int or float (log-scaled when the
+        range says so)."""
         if self.kind == "choice":
             return trial.suggest_categorical(self.name, list(self.choices))
         if self.kind == "int":
@@ -72,6 +74,8 @@ class Param:
         return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
 
     def describe(self) -> str:
+        """The parameter as --space text; it enters the study name's digest, so changing this text
+        starts new studies."""
         if self.kind == "choice":
             return f"{self.name}={','.join(map(str, self.choices))}"
         return f"{self.name}={self.low:g}:{self.high:g}{':log' if self.log else ''}"
@@ -241,6 +245,8 @@ def open_storage(out: str, client=None):
 
 
 def make_sampler(name: str, space: tuple[Param, ...], seed: int):
+    """The --sampler by name, seeded; grid takes listed values only, and never calls `study.stop()`
+    at the grid's end (the ask loop counts)."""
     optuna = _optuna()
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
@@ -263,6 +269,8 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
 
 
 def make_pruner(name: str, trials: int):
+    """The --pruner by name; median never prunes on step 0 (the untrained decoder), and hyperband's
+    reduction factor is ETA, the rungs' ratio."""
     optuna = _optuna()
     if name == "median":  # step 0 is the untrained decoder: never prune on it
         return optuna.pruners.MedianPruner(

@@ -7,6 +7,8 @@ from ..errors import UserError
 
 
 def register(sub) -> None:
+    """Adds `cryocube tune` (cli.COMMAND_MODULES calls it); flags shared with evaluate mean the same
+    there."""
     from ..cluster import add_cluster_args
     from ..store import options_arg
     from .cli import fractions_arg

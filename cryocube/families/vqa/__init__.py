@@ -45,6 +45,8 @@ class Vqa(Family):
     )
 
     def plan(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> PlannedRun:
+        """Refuses encoders (they answer through heads or probe); the run id hashes the model,
+        precision, cube, each task's prompt digest, gen_batch, seed, blind and any fixed threads."""
         from ...adapters import get, names, split_ref
         from ...catalog import protocol as protocol_spec
         from ...precision import resolve, this_device
@@ -195,25 +197,34 @@ class Vqa(Family):
         )
 
     def fit(self, group: list[PlannedRun]):
+        """Nothing is trained: one no-op task per group, so the answer blocks start as score
+        tasks."""
         return _fit_nothing, group
 
     def score(self, run: PlannedRun, fitted: dict):
+        """One answer_block task per block of samples: generate (or read kept answers), parse,
+        score."""
         from .answer import answer_block
 
         return [(answer_block, b) for b in run.work["blocks"]]
 
     @staticmethod
     def reduce(a, b):
+        """Concatenates two blocks' rows and adds up their counters (answer.merge)."""
         from .answer import merge
 
         return merge(a, b)
 
     def report_sections(self, page, results) -> None:
+        """The question-task boards, tables, fringe plot, gallery and LEADERBOARD.md (report.py);
+        the heads family's cells appear on these boards."""
         from .report import sections
 
         sections(page, results)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
+        """Writes answers.jsonl and the gallery beside the record; `parsed`, the share of answers
+        read, is the primary metric."""
         import json
 
         from ... import store as _store

@@ -47,6 +47,8 @@ def blank_like(picture: np.ndarray) -> np.ndarray:
 
 
 def block_url(run_dir: str, index: int) -> str:
+    """Where block `index` keeps its answers; a rerun reads them back instead of generating, so the
+    same index must hold the same questions."""
     return f"{run_dir.rstrip('/')}/answers/block-{index:05d}.json"
 
 
@@ -104,6 +106,8 @@ def _generate(b: Block) -> tuple[list[dict], float, str]:
 
 @task_boundary
 def answer_block(b: Block) -> dict:
+    """The score task: generates the block's answers (or reads them kept), then parses and scores
+    each into a row; a parse never fails the block."""
     if _store.file_exists(b.url):
         kept = json.loads(_store.read_text(b.url))
         gens, seconds, generated, device = kept["answers"], kept["seconds"], False, None
@@ -164,6 +168,8 @@ def answer_block(b: Block) -> dict:
 
 
 def merge(a: dict, b: dict) -> dict:
+    """The reduce: rows concatenated, every other field added (counts summed, device lists
+    joined)."""
     return {"rows": a["rows"] + b["rows"]} | {k: a[k] + b[k] for k in a if k != "rows"}
 
 

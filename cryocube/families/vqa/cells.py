@@ -23,6 +23,8 @@ UNITS = {"number": "count", "fraction": "fraction of the tile"}
 
 
 def unit(task, metric: str) -> str:
+    """A cell's unit, which `report` requires to match its column's: % for percentage metrics, else
+    the task's own unit or its answer kind's."""
     from .metrics import FACTS
 
     return "%" if FACTS[metric][2] else (task.unit or UNITS.get(task.answer, task.answer))
@@ -148,6 +150,8 @@ CHANCE_HOW = {
 def chance_cells(
     questions, tasks: dict, split: np.ndarray, ids: list[str], n_boot: int, seed: int
 ) -> list[dict]:
+    """The chance baseline's cells: train-split guesses scored on the test questions' first
+    phrasing, as any row is."""
     # a sample once, however many phrasings
     questions = [q for q in questions if getattr(q, "variant", 0) == 0]
     rows = scored_rows(

@@ -26,6 +26,8 @@ FACTS: dict[str, tuple[str, bool, bool]] = {
 
 
 def normalize_answer(s: str) -> str:
+    """SQuAD's normalisation before token F1: lower case, no punctuation, no articles, single
+    spaces."""
     s = str(s or "").lower()
     s = "".join(ch for ch in s if ch not in set(string.punctuation))
     s = re.sub(r"\b(a|an|the)\b", " ", s)
@@ -81,6 +83,8 @@ SCORES: dict[str, Callable[..., float]] = {
 
 
 def score(name: str, pred: Any, ref: Any, ok: bool, **kw) -> float:
+    """One answer's score by metric name; VLM answers and chance or head predictions go through the
+    same call, so both are scored alike."""
     return SCORES[name](pred, ref, ok, **kw)
 
 

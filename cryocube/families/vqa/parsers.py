@@ -507,6 +507,8 @@ def parse_box(text: str, size: tuple[int, int] | None = None, prompt: str = "", 
 
 
 def parse_text(text: str, prompt: str = "", **_) -> Parsed:
+    """The cleaned answer itself (token F1 reads it); an answer that cleans to nothing is
+    unparsed."""
     t = clean(text, prompt, json_ok=False)
     return Parsed(t or None, bool(t), t)
 
@@ -521,6 +523,8 @@ PARSERS: dict[str, Callable[..., Parsed]] = {
 
 
 def parser(kind: str) -> Callable[..., Parsed]:
+    """The parser for a task's `answer:` kind; an unknown kind is a UserError (task files are
+    checked against PARSERS when read)."""
     if kind not in PARSERS:
         raise UserError(f"unknown answer kind {kind!r}; known: {', '.join(PARSERS)}")
     return PARSERS[kind]

@@ -27,6 +27,8 @@ class VqaRecipe(BaseRecipe):
     EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS
 
     def validate(self) -> None:
+        """The shared checks plus the vqa fields': vqa_tasks as names, gen_batch and max_new_tokens
+        (or null) positive integers, blind a boolean."""
         super().validate()
         t = self.vqa_tasks
         if not (
@@ -43,5 +45,7 @@ class VqaRecipe(BaseRecipe):
 
     @property
     def task_names(self) -> list[str]:
+        """vqa_tasks as a list from either form ('a,b' or a list); empty means every task the cube
+        can serve."""
         t = self.vqa_tasks
         return [x.strip() for x in (t.split(",") if isinstance(t, str) else t) if x.strip()]

@@ -166,6 +166,8 @@ def render(
 
 
 def png_bytes(rgb: np.ndarray) -> bytes:
+    """A rendered picture as PNG: lossless, so the gallery shows exactly the pixels the model
+    saw."""
     import io
 
     from PIL import Image

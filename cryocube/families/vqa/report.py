@@ -322,6 +322,8 @@ def board(res: Results, dataset: str) -> "Board":
 
 
 def leaderboard(res: Results, dataset: str) -> Table:
+    """One dataset's board as a table: baselines, VLMs and GFMs in rows, the task file's columns, a
+    row per class when the board is per_class."""
     b = board(res, dataset)
     rows = board_rows(res, dataset)
     classes: list = [None]
@@ -350,6 +352,8 @@ def leaderboard(res: Results, dataset: str) -> Table:
 
 
 def task_table(res: Results, dataset: str) -> Table:
+    """Each VLM run's per-task metrics over every sample asked (not the board's test split), its
+    prompt hash, and its generation cost in the notes."""
     t = Table(
         f"tasks_{dataset}",
         f"Per task metrics on {dataset} over every sample asked (the VLM's all-samples "
@@ -463,6 +467,8 @@ def generation_cost(r: Run) -> str:
 
 
 def confusion_tables(res: Results, dataset: str) -> list[Table]:
+    """A table per VLM run and class task: rows reference, columns answer, and a last column of
+    unparsed answers."""
     out = []
     for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
         for task, d in (r.metrics.get("tasks") or {}).items():
@@ -484,6 +490,8 @@ def confusion_tables(res: Results, dataset: str) -> list[Table]:
 
 
 def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
+    """The fringe_counting answers against the true counts, a series per VLM run (its unparsed
+    answers counted in the legend), beside y = x."""
     from ...report import plots
 
     fig, ax = plots._subplots((4.6, 4.2))

@@ -115,6 +115,7 @@ class TaskSpec:
 
     @property
     def primary_metric(self) -> str:
+        """The first metric of the task's `metrics:` mapping (the file's order decides)."""
         return self.metrics[0][0]
 
     @property
@@ -254,6 +255,8 @@ def _tile_render(d: Any, where: str) -> TileRender:
 
 
 def prompt_fields(template: str) -> list[str]:
+    """The `{field}` names a prompt template uses; a malformed template raises ValueError, which
+    parse_task turns into a CatalogError."""
     return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
 
 
@@ -266,6 +269,8 @@ def parse_task(
     skip_classes: tuple[str, ...] = (),
     datasets: tuple[str, ...] = (),
 ) -> TaskSpec:
+    """One `tasks:` entry as a TaskSpec, every field checked against its cube kind; each refusal is
+    a CatalogError naming the file and task."""
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: a task must be a mapping")
     unknown = set(d) - {
@@ -415,6 +420,8 @@ def _task_file(path) -> dict:
 
 
 def load_task_file(path) -> dict[str, TaskSpec]:
+    """A task file's tasks with its render, skip_classes and datasets applied, and its board checked
+    against them."""
     raw = _task_file(path)
     kind = str(raw.get("cubes", "samples"))
     render = (_tile_render if kind == "tiles" else _render)(raw.get("render"), f"{path}: render")
@@ -536,6 +543,8 @@ def select(
 
 
 def picture_text(r: RenderSpec, rendered: bool) -> str:
+    """The {picture} sentence of an interferogram prompt: what the render draws (the published
+    rendering or the wrapped phase; coherence right)."""
     src = (
         "the published rendering of the phase"
         if rendered
@@ -557,6 +566,8 @@ def _days(a: str, b: str) -> str:
 
 
 def tile_picture_text(how: str) -> str:
+    """The {picture} sentence of a tile prompt; `how` is what the task's render picks from the
+    tile's bands (questions.py)."""
     return f"The picture shows {how}."
 
 
