@@ -31,6 +31,8 @@ def test_ruff_format_leaves_every_file_as_it_is():
     "planted, rule",
     [
         ("import os\n", "F401"),
+        ("def public_helper():\n    return 1\n", "D103"),
+        ("class Public:\n    def method(self):\n        return 1\n", "D102"),
         ("X = '" + "x" * 120 + "'\n", "E501"),
     ],
 )
