@@ -18,8 +18,7 @@ class UserError(Exception):
 
 
 class CatalogError(UserError, ValueError):
-    """Raised when a catalog file (datasets, models, protocols) lacks a field or has a value of the
-    wrong kind."""
+    """A catalog file (datasets, models, protocols) lacks a field or has a wrong kind of value."""
 
 
 class RecipeError(UserError, ValueError):
@@ -27,13 +26,11 @@ class RecipeError(UserError, ValueError):
 
 
 class ConvertError(UserError, ValueError):
-    """Raised by `convert` on bad raw input; the message names the file (and band/sample) at
-    fault."""
+    """Raised by `convert` on bad raw input; names the file (and band/sample) at fault."""
 
 
 class WindowError(UserError, ValueError):
-    """Raised when a read asks for a window outside a raw image: the file changed size since it was
-    scanned."""
+    """A read asks for a window outside a raw image: the file changed size since its scan."""
 
 
 class LabelError(UserError, ValueError):
@@ -41,31 +38,26 @@ class LabelError(UserError, ValueError):
 
 
 class DownloadError(UserError):
-    """Raised when a download fails, is not the file (an HTML page) or does not match its
-    checksum."""
+    """A download fails, is not the file (an HTML page) or does not match its checksum."""
 
 
 # --- cubes and caches ----------------------------------------------------------------------------
 
 
 class DamagedCubeError(UserError):
-    """Raised when a cube's stored pixels do not match their digests (a chunk deleted, truncated or
-    altered)."""
+    """A cube's stored pixels do not match their digests (a chunk deleted, truncated, altered)."""
 
 
 class IncompleteCubeError(UserError):
-    """Raised when a cube has no completion marker: its conversion is still running or was
-    interrupted."""
+    """A cube has no completion marker: its conversion is still running or was interrupted."""
 
 
 class DamagedStoreError(UserError, ValueError):
-    """Raised when a Zarr store's metadata (zarr.json) is not valid JSON: truncated or
-    overwritten."""
+    """A Zarr store's metadata (zarr.json) is not valid JSON: truncated or overwritten."""
 
 
 class DamagedCacheError(UserError):
-    """Raised when a feature cache holds unwritten or damaged items; removing it makes it
-    rebuild."""
+    """A feature cache holds unwritten or damaged items; removing it makes it rebuild."""
 
 
 # --- models --------------------------------------------------------------------------------------
@@ -76,44 +68,37 @@ class BandMatchError(UserError):
 
 
 class WeightsError(UserError):
-    """Raised when a checkpoint is missing, corrupt, has the wrong checksum or does not fit the
-    model."""
+    """A checkpoint is missing, corrupt, has the wrong checksum or does not fit the model."""
 
 
 class NonFiniteLoss(UserError, FloatingPointError):
-    """Raised when a run's training loss becomes NaN or infinite (the run fails; its group goes
-    on)."""
+    """A run's training loss becomes NaN or infinite (the run fails; its group goes on)."""
 
 
 # --- embeddings and probes -----------------------------------------------------------------------
 
 
 class ProbeError(UserError):
-    """Raised when a task's labels, embeddings or probe settings are ones a probe cannot work
-    with."""
+    """A task's labels, embeddings or probe settings are ones a probe cannot work with."""
 
 
 class NeuCoError(UserError):
-    """Raised when a task name, embedding matrix or score table is one the NeuCo-Bench protocol
-    cannot use."""
+    """A task name, embedding matrix or score table is one the NeuCo-Bench protocol cannot use."""
 
 
 class SubmissionError(UserError):
-    """Raised when a submission CSV is one the challenge's validator (or NeuCo-Bench) would not
-    accept."""
+    """A submission CSV the challenge's validator (or NeuCo-Bench) would not accept."""
 
 
 # --- results and reports -------------------------------------------------------------------------
 
 
 class RecordError(UserError, ValueError):
-    """Raised when a run record cannot be read: a required field missing or of the wrong type, or a
-    newer version."""
+    """A run record cannot be read: a required field missing or mistyped, or a newer version."""
 
 
 class ResultsError(UserError, ValueError):
-    """Raised when a results file is missing, unreadable or holds a record without a required
-    field."""
+    """A results file is missing, unreadable or holds a record without a required field."""
 
 
 class ReportError(UserError, ValueError):
@@ -128,13 +113,11 @@ class CubeReadError(UserError, ValueError):
 
 
 class ClusterError(UserError):
-    """Raised when a cluster cannot be created or reached; the message says which and what to
-    install or fix."""
+    """A cluster cannot be created or reached; the message says which and what to install or fix."""
 
 
 class ManifestError(UserError):
-    """Raised when a Kubernetes manifest does not match its schema; the message names the file and
-    fields."""
+    """A Kubernetes manifest does not match its schema; the message names the file and fields."""
 
 
 def yaml_problem(e: BaseException) -> str:
@@ -165,8 +148,7 @@ def task_boundary(fn):
 
 
 class RunFailed(Exception):
-    """Internal, never raised: one failed run of a group, as the worker saw it; evaluate records it
-    and goes on."""
+    """Internal, never raised: one failed run of a group as its worker saw it; evaluate logs it."""
 
     def __init__(self, kind: str, message: str, tb: str = ""):
         super().__init__(message)
