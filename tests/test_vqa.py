@@ -24,15 +24,8 @@ SETS = ("block_samples=3", "gen_batch=3", "max_new_tokens=6")  # short answers k
 
 
 @pytest.fixture(scope="module")
-def ifg_cube(tmp_path_factory, client):
-    from cryocube.convert.writer import convert
-    from cryocube.insar_synthetic import make_interferograms
-
-    d = tmp_path_factory.mktemp("ifg")
-    m = make_interferograms(d / "raw", n=8, size=32, seed=0)
-    url = str(d / "insar.zarr")
-    convert("insar", str(d / "raw"), url, client=client, progress=False)
-    return url, m
+def ifg_cube(insar_cube):
+    return insar_cube(n=8, size=32, seed=0)
 
 
 def _evaluate(cube, out, client, model="transformers", overrides=(), allow_random=True, sets=SETS):
@@ -337,6 +330,34 @@ def test_resume_after_sigkill(ifg_cube, tmp_path, client):
         cube, tmp_path / "fresh", client, sets=("block_samples=1", "max_new_tokens=6", "threads=1")
     ).records[0]
     assert Path(rec["answers_file"]).read_bytes() == Path(fresh["answers_file"]).read_bytes()
+
+
+def test_a_resume_with_other_blocks_never_reads_answers_kept_for_other_questions(
+    ifg_cube, tmp_path, client
+):
+    """block_samples is not part of the run id: a run left unfinished at one block size and resumed
+    at another finds block files cut for other samples under the same names. They are answered
+    again, never paired with the new blocks' questions."""
+    import shutil
+
+    cube, _ = ifg_cube
+    out = tmp_path / "resumed"
+    one = ("block_samples=1", "gen_batch=3", "max_new_tokens=6")
+    three = ("block_samples=3", "gen_batch=3", "max_new_tokens=6")
+    (rec,) = _evaluate(cube, out, client, sets=one).records
+    rdir = Path(rec["answers_file"]).parent
+    assert len(list(rdir.glob("answers/block-*.json"))) == 8
+    # what a crash before the record leaves: the kept blocks, no record, no results table
+    for p in (rdir / "record.json", rdir / "answers.jsonl", out / "results.jsonl"):
+        p.unlink()
+    shutil.rmtree(out / "results.parquet", ignore_errors=True)
+    (out / "results.parquet").unlink(missing_ok=True)
+    (res,) = _evaluate(cube, out, client, sets=three).records
+    st = res["generation_stats"]
+    # blocks 0..2 hold other questions now (answered again); the 3 blocks of 3,3,2 samples
+    assert res["status"] == "ok" and st["blocks"] == 3 and st["blocks_generated"] == 3
+    fresh = _evaluate(cube, tmp_path / "fresh3", client, sets=three).records[0]
+    assert Path(res["answers_file"]).read_bytes() == Path(fresh["answers_file"]).read_bytes()
 
 
 def test_a_task_is_one_yaml(ifg_cube, lab_tasks, tmp_path, client):

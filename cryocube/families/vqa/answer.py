@@ -5,6 +5,7 @@ back instead of generating it again), then parses and scores them. The reduce co
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -47,8 +48,8 @@ def blank_like(picture: np.ndarray) -> np.ndarray:
 
 
 def block_url(run_dir: str, index: int) -> str:
-    """Where block `index` keeps its answers; a rerun reads them back instead of generating, so the
-    same index must hold the same questions."""
+    """Where block `index` keeps its answers; a rerun reads them back instead of generating when
+    the file answered the same questions (`questions_key`)."""
     return f"{run_dir.rstrip('/')}/answers/block-{index:05d}.json"
 
 
@@ -104,17 +105,43 @@ def _generate(b: Block) -> tuple[list[dict], float, str]:
     return [g for g in gens if g is not None], seconds, str(device)
 
 
+def questions_key(questions: tuple[Question, ...]) -> str:
+    """What a kept block file answered: a resume with another `block_samples` cuts other blocks
+    under the same file names, and answers kept for other questions must not be read as these."""
+    asked = [[q.sample, q.task, q.variant, q.prompt] for q in questions]
+    return hashlib.sha256(json.dumps(asked).encode()).hexdigest()
+
+
+def _kept(b: Block) -> dict | None:
+    """The block's kept answers, when the file holds answers to exactly these questions."""
+    if not _store.file_exists(b.url):
+        return None
+    kept = json.loads(_store.read_text(b.url))
+    ok = kept.get("questions") == questions_key(b.questions) and len(kept["answers"]) == len(
+        b.questions
+    )
+    return kept if ok else None
+
+
 @task_boundary
 def answer_block(b: Block) -> dict:
-    """The score task: generates the block's answers (or reads them kept), then parses and scores
-    each into a row; a parse never fails the block."""
-    if _store.file_exists(b.url):
-        kept = json.loads(_store.read_text(b.url))
+    """The score task: generates the block's answers (or reads them kept, when kept for these very
+    questions), then parses and scores each into a row; a parse never fails the block."""
+    kept = _kept(b)
+    if kept is not None:
         gens, seconds, generated, device = kept["answers"], kept["seconds"], False, None
     else:
         gens, seconds, device = _generate(b)
         _store.write_atomic(
-            b.url, json.dumps({"answers": gens, "seconds": seconds, "model_sha256": b.model.sha256})
+            b.url,
+            json.dumps(
+                {
+                    "answers": gens,
+                    "seconds": seconds,
+                    "model_sha256": b.model.sha256,
+                    "questions": questions_key(b.questions),
+                }
+            ),
         )
         generated = True
     by_task = {t.name: t for t in b.tasks}
