@@ -12,6 +12,7 @@ import numpy as np
 from ... import store as _store
 from ...catalog import protocol as protocol_spec
 from ...errors import UserError
+from ...record import run_dir
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, derive_seed
 from ..encoders import (
@@ -29,12 +30,6 @@ from .sample_cubes import as_tiles
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
 IDENTITY_VERSION = 2
-
-
-def run_dir(out: str, run_id: str) -> str:
-    """A run's folder (checkpoint, predictions) under the results root: the same path as
-    `record.run_dir`, where its record.json goes."""
-    return f"{out.rstrip('/')}/runs/{run_id}"
 
 
 @register

@@ -14,6 +14,7 @@ the answers and a small gallery beside the record. Tasks, prompts and metrics ar
 from __future__ import annotations
 
 from ...errors import UserError
+from ...record import run_dir
 from .. import register
 from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
 from .recipe import VqaRecipe
@@ -26,10 +27,6 @@ N_BOOT = 1000
 def _fit_nothing(group: list) -> list[dict]:
     """Nothing is trained: the work is the answer blocks (score tasks)."""
     return [{} for _ in group]
-
-
-def _run_dir(out: str, run_id: str) -> str:
-    return f"{out.rstrip('/')}/runs/{run_id}"
 
 
 @register
@@ -103,7 +100,7 @@ class Vqa(Family):
             "v": IDENTITY_VERSION,
         }
         run_id = content_hash(identity)
-        rdir = _run_dir(ctx.out, run_id)
+        rdir = run_dir(ctx.out, run_id)
         bs = vr.block_samples
         samples = sorted({q.sample for q in qs})
         blocks = []
