@@ -108,3 +108,54 @@ def lab_tasks(tmp_path, monkeypatch):
     (root / "tasks").mkdir(parents=True)
     monkeypatch.setenv("CRYOCUBE_CATALOGS", str(root))
     return root / "tasks"
+
+
+@pytest.fixture(scope="session")
+def tile_cube(tmp_path_factory, client):
+    """Factory of converted tile cubes of synthetic raw data, each made once per session per
+    (dataset, split sizes, seed): tests read them and copy one before damaging it."""
+    from cryocube.convert.writer import convert
+    from cryocube.synthetic import make_raw
+
+    made: dict[tuple, str] = {}
+
+    def make(dataset: str = "glid", *, train: int, val: int, test: int, seed: int) -> str:
+        key = (dataset, train, val, test, seed)
+        if key not in made:
+            root = tmp_path_factory.mktemp(f"{dataset}-cube")
+            n = {"train": train, "val": val, "test": test}
+            m = make_raw(dataset, root / "raw", n=n, seed=seed)
+            url = str(root / f"{dataset}.zarr")
+            convert(
+                dataset,
+                str(root / "raw"),
+                url,
+                client=client,
+                tile_size=m.tile_size,
+                progress=False,
+            )
+            made[key] = url
+        return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def insar_cube(tmp_path_factory, client):
+    """Factory of converted interferogram cubes (synthetic pairs of `size` px), each made once per
+    session per (n, size, seed); returns (url, the generator's manifest of true values)."""
+    from cryocube.convert.writer import convert
+    from cryocube.insar_synthetic import make_interferograms
+
+    made: dict[tuple, tuple] = {}
+
+    def make(*, n: int, size: int, seed: int) -> tuple:
+        if (n, size, seed) not in made:
+            d = tmp_path_factory.mktemp("insar-cube")
+            m = make_interferograms(d / "raw", n=n, size=size, seed=seed)
+            url = str(d / "insar.zarr")
+            convert("insar", str(d / "raw"), url, client=client, progress=False)
+            made[(n, size, seed)] = (url, m)
+        return made[(n, size, seed)]
+
+    return make

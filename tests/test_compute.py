@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from cryocube.convert.writer import convert
 from cryocube.engine.evaluate import evaluate
 from cryocube.engine.plan import plan_runs
 from cryocube.errors import UserError
 from cryocube.families import PlanContext, RunSpec
 from cryocube.families.segmentation.recipe import load_recipe
 from cryocube.precision import DeviceInfo, autocast, fast_bf16, resolve, this_device
-from cryocube.synthetic import make_raw
 
 FAST = [
     "epochs=3",
@@ -36,12 +34,8 @@ AVX2 = DeviceInfo("cpu", "epyc", cpu_bf16=False)
 
 
 @pytest.fixture(scope="module")
-def cube(tmp_path_factory, client):
-    root = tmp_path_factory.mktemp("compute")
-    m = make_raw("glid", root / "raw", n={"train": 8, "val": 2, "test": 2}, seed=13)
-    url = str(root / "glid.zarr")
-    convert("glid", str(root / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
-    return url
+def cube(tile_cube):
+    return tile_cube("glid", train=8, val=2, test=2, seed=13)
 
 
 def test_auto_precision_follows_the_device_capability():

@@ -11,10 +11,8 @@ import sys
 import pytest
 
 from cryocube import load_recipe
-from cryocube.convert.writer import convert
 from cryocube.engine.evaluate import evaluate
 from cryocube.families import RunSpec
-from cryocube.synthetic import make_raw
 
 FAST = [
     "epochs=3",
@@ -29,12 +27,8 @@ FAST = [
 
 
 @pytest.fixture(scope="module")
-def cube(tmp_path_factory, client):
-    root = tmp_path_factory.mktemp("determinism")
-    m = make_raw("glid", root / "raw", n={"train": 8, "val": 2, "test": 2}, seed=21)
-    url = str(root / "glid.zarr")
-    convert("glid", str(root / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
-    return url
+def cube(tile_cube):
+    return tile_cube("glid", train=8, val=2, test=2, seed=21)
 
 
 def _ev(runs, out, sets, client):

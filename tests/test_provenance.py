@@ -16,7 +16,6 @@ import zarr
 
 from cryocube import store
 from cryocube.cli import main
-from cryocube.convert.writer import convert
 from cryocube.cube import DamagedCubeError, verify
 from cryocube.engine.evaluate import evaluate
 from cryocube.engine.plan import plan_runs
@@ -25,7 +24,6 @@ from cryocube.errors import UserError
 from cryocube.families import PlanContext, RunSpec
 from cryocube.families.segmentation.recipe import RecipeError, load_recipe
 from cryocube.models.weights import WeightsError
-from cryocube.synthetic import make_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = [
@@ -40,12 +38,8 @@ FAST = [
 
 
 @pytest.fixture(scope="module")
-def cube(tmp_path_factory, client):
-    root = tmp_path_factory.mktemp("prov")
-    m = make_raw("glid", root / "raw", n={"train": 8, "val": 2, "test": 3}, seed=7)
-    url = str(root / "glid.zarr")
-    convert("glid", str(root / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
-    return url
+def cube(tile_cube):
+    return tile_cube("glid", train=8, val=2, test=3, seed=7)
 
 
 def damaged_copy(src: str, dst: Path, var: str, sample: int, how: str) -> str:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from cryocube.convert.writer import convert
 from cryocube.cube import cube_info
 from cryocube.engine.plan import plan_runs
 from cryocube.families import PlanContext, RunSpec
 from cryocube.families.recipes import load_recipe
-from cryocube.synthetic import make_raw
 
 # fixed precision and threads: the ids then do not depend on the machine that plans them
 SETS = [
@@ -62,12 +60,8 @@ IDENTITY_KEYS = {  # evaluation family -> the names an identity holds (a renamed
 
 
 @pytest.fixture(scope="module")
-def cube(tmp_path_factory, client):
-    root = tmp_path_factory.mktemp("runids")
-    m = make_raw("glid", root / "raw", n={"train": 8, "val": 2, "test": 3}, seed=7)
-    url = str(root / "glid.zarr")
-    convert("glid", str(root / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
-    return url
+def cube(tile_cube):
+    return tile_cube("glid", train=8, val=2, test=3, seed=7)
 
 
 def test_run_ids_of_existing_runs_do_not_change(cube, tmp_path):

@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 
 from cryocube.cli import main
-from cryocube.convert.writer import convert
 from cryocube.engine.evaluate import evaluate
 from cryocube.engine.records import read_results
 from cryocube.engine.tune import JOURNAL, load_tune_config, parse_space, tune
 from cryocube.families import RunSpec
 from cryocube.families.segmentation.recipe import RecipeError, load_recipe
-from cryocube.synthetic import make_raw
 
 optuna = pytest.importorskip("optuna")
 
@@ -37,12 +35,8 @@ MODEL = "ssl4eo_moco"  # frozen (random weights): trials share one feature cache
 
 
 @pytest.fixture(scope="module")
-def cube(tmp_path_factory, client):
-    root = tmp_path_factory.mktemp("tunecube")
-    m = make_raw("glid", root / "raw", n={"train": 16, "val": 4, "test": 4}, seed=11)
-    url = str(root / "glid.zarr")
-    convert("glid", str(root / "raw"), url, client=client, tile_size=m.tile_size, progress=False)
-    return url
+def cube(tile_cube):
+    return tile_cube("glid", train=16, val=4, test=4, seed=11)
 
 
 def _sweeps(out) -> list[dict]:

@@ -84,15 +84,9 @@ def _done_when(text: str, results: Path, blind: bool = True) -> dict[str, list[s
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory, client):
-    from cryocube.convert.writer import convert
-    from cryocube.insar_synthetic import make_interferograms
-
-    d = tmp_path_factory.mktemp("board")
-    make_interferograms(d / "raw", n=40, size=32, seed=0)
-    url = str(d / "insar.zarr")
-    convert("insar", str(d / "raw"), url, client=client, progress=False)
-    out = d / "results"
+def board(tmp_path_factory, insar_cube, client):
+    url = insar_cube(n=40, size=32, seed=0)[0]
+    out = tmp_path_factory.mktemp("board") / "results"
     recs = {
         "head": _run(url, out, client, "vit_scratch", "heads", HEAD_SETS),
         "head2": _run(url, out, client, "ssl4eo_moco", "heads", HEAD_SETS),

@@ -15,16 +15,9 @@ from cryocube.families import RunSpec
 
 
 @pytest.fixture(scope="module")
-def ifg12(tmp_path_factory, client):
-    from cryocube.convert.writer import convert
-    from cryocube.insar_synthetic import make_interferograms
-
-    d = tmp_path_factory.mktemp("ifg12")
+def ifg12(insar_cube):
     # 12: NeuCo-Bench's 10 % test split keeps 2 rows for R²
-    make_interferograms(d / "raw", n=12, size=32, seed=0)
-    url = str(d / "insar.zarr")
-    convert("insar", str(d / "raw"), url, client=client, progress=False)
-    return url
+    return insar_cube(n=12, size=32, seed=0)[0]
 
 
 def _run(cube, out, client, model, protocol, sets):

@@ -144,15 +144,8 @@ def test_human_boxes_and_polygons_are_rasterised(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ifg_cube(tmp_path_factory, client):
-    from cryocube.convert.writer import convert
-    from cryocube.insar_synthetic import make_interferograms
-
-    d = tmp_path_factory.mktemp("ifgloc")
-    make_interferograms(d / "raw", n=12, size=32, seed=0)
-    url = str(d / "insar.zarr")
-    convert("insar", str(d / "raw"), url, client=client, progress=False)
-    return url
+def ifg_cube(insar_cube):
+    return insar_cube(n=12, size=32, seed=0)[0]
 
 
 def test_encoder_localises_through_segmentation(ifg_cube, tmp_path, client, capsys):
