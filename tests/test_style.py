@@ -38,7 +38,7 @@ def test_ruff_format_leaves_every_file_as_it_is():
 )
 def test_the_configuration_catches_what_it_is_for(tmp_path, planted, rule):
     """The rules are really on: a planted module breaking one is refused under the repo's config."""
-    mod = ROOT / "cryocube" / "_planted_style_probe.py"
+    mod = ROOT / "cryocube" / "planted_style_probe.py"  # public: D1 rules skip private modules
     mod.write_text('"""Planted by tests/test_style.py."""\n\n' + planted)
     try:
         r = ruff("check", "--no-cache", "--output-format", "concise", str(mod))
