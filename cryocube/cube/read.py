@@ -110,7 +110,15 @@ class CubeInfo:
 
 
 def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
-    """Metadata of a complete cube (refuses incomplete ones before any work starts)."""
+    """Metadata of a complete cube (refuses incomplete ones before any work starts). Its small
+    reads compute here: with a Client as default they would queue behind the cluster's tasks."""
+    import dask
+
+    with dask.config.set(scheduler="synchronous"):
+        return _cube_info(url, storage_options)
+
+
+def _cube_info(url: str, storage_options: dict | None) -> CubeInfo:
     _store.register_options(url, storage_options)
     ds = open_cube(url)
     b = ds["band"]
