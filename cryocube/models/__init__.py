@@ -9,22 +9,21 @@ In short:
     logits = decoder(enc(x), out_size=x.shape[-2:])
 """
 
-from .bands import RULES, BandMatch, BandMatchError, match_bands
-from .base import Encoder
-from .build import build_encoder
-from .registry import architectures
-from .spec import ModelSpec, WeightsSpec, list_models, model_spec
+from importlib import import_module
 
-__all__ = [
-    "ModelSpec",
-    "WeightsSpec",
-    "list_models",
-    "model_spec",
-    "match_bands",
-    "BandMatch",
-    "BandMatchError",
-    "RULES",
-    "build_encoder",
-    "Encoder",
-    "architectures",
-]
+# names are imported on first use: the CLI builds its parser from `models.cli` without torch
+_EXPORTS = {
+    "bands": ("RULES", "BandMatch", "BandMatchError", "match_bands"),
+    "base": ("Encoder",),
+    "build": ("build_encoder",),
+    "registry": ("architectures",),
+    "spec": ("ModelSpec", "WeightsSpec", "list_models", "model_spec"),
+}
+_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
