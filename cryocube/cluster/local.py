@@ -16,7 +16,7 @@ from .registry import (
     own_cluster,
     require,
 )
-from .runtime import GPU, host_cores, thread_env
+from .runtime import GPU, FastExit, host_cores, thread_env
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -85,7 +85,10 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
             **dashboard_kwargs(req.dashboard),
         )
     cluster = own_cluster(stack, made)
-    return own_client(stack, cluster, threads)
+    client = own_client(stack, cluster, threads)
+    # its processes are this command's alone: they end without Python's finalization
+    client.register_plugin(FastExit(), name=FastExit.name)
+    return client
 
 
 def hidden_gpus() -> str | None:

@@ -129,3 +129,28 @@ class TorchThreads(WorkerPlugin):
         # already imported (e.g. dask-cuda's pre_import): set it directly
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(n)
+
+
+def _exit_now() -> None:
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
+class FastExit(WorkerPlugin):
+    """A local worker process ends without Python's finalization, which takes 1.2 s once torch and
+    timm are loaded (measured: `import torch, timm` exits in 4.2 s, 3.0 s with os._exit) and which
+    every command's cluster close waits for. It runs as the first exit handler (the last
+    registered), once the worker has closed: nothing it holds outlives its tasks."""
+
+    name = "cryocube-fast-exit"
+
+    def setup(self, worker) -> None:
+        """Registers the exit last, so that handlers registered before it are the ones skipped."""
+        import atexit
+
+        atexit.register(_exit_now)
