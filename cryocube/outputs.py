@@ -1,4 +1,4 @@
-"""The output contract: what a command may write at its `--out`, checked before any cluster starts.
+"""The output contract: what a command may write at its `--out`, checked before anything is written.
 
 Every command claims its output here. A new or empty path, or a cryocube output of the same kind
 (which the command resumes, appends to, or replaces with `--overwrite` as it always did), is

@@ -3,9 +3,9 @@ readers.
 
 A family's recipe is a frozen dataclass over `BaseRecipe` that adds its own fields and checks
 (families/segmentation/recipe.py); fields without a default take the benchmark catalog's value
-(`recipe:` in catalogs/benchmarks/<name>.yaml). Every value is checked before any cluster starts,
-with one sentence naming the field, the value and what it may be. The set of all families' recipes
-read from one set of values is `families.recipes.Recipe`.
+(`recipe:` in catalogs/benchmarks/<name>.yaml). Every value is checked before any work reaches a
+worker, with one sentence naming the field, the value and what it may be. The set of all families'
+recipes read from one set of values is `families.recipes.Recipe`.
 """
 
 from __future__ import annotations

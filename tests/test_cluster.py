@@ -155,6 +155,63 @@ def test_single_run_plan_gets_one_worker_with_every_core():
         )
 
 
+def test_a_fast_exit_skips_finalization_and_the_handlers_before_it_but_flushes_output(tmp_path):
+    """FastExit's handler runs first at exit and ends the process: handlers registered before it
+    (here one that writes a file) never run, what was printed still arrives, the exit code is 0."""
+    marker = tmp_path / "ran"
+    code = textwrap.dedent(
+        f"""
+        import atexit, pathlib, sys
+        from cryocube.cluster.runtime import FastExit
+        atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text("ran"))
+        FastExit().setup(None)
+        sys.stdout.write("printed before exit")  # no newline: only a flush delivers it
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "printed before exit"), r.stderr
+    assert not marker.exists()
+
+
+def test_a_local_cluster_registers_the_fast_exit_and_warms_its_workers():
+    """evaluate's warm-up: one task per worker imports the families' modules and names the device;
+    the cluster evaluate opens ends its processes through FastExit."""
+    from cryocube.cluster.runtime import FastExit
+    from cryocube.engine.evaluate import wait_warm, warm_workers
+    from cryocube.families import get
+    from cryocube.precision import this_device
+
+    mods = get("vqa").warm_modules
+    with open_cluster("local", n_workers=2, dashboard=False, quiet=True) as client:
+        plugins = client.run(lambda dask_worker: sorted(dask_worker.plugins))
+        assert all(FastExit.name in p for p in plugins.values()), plugins
+
+        def loaded():
+            return [m in sys.modules for m in mods]
+
+        assert all(not any(v) for v in client.run(loaded).values())  # fresh workers
+        warm = warm_workers(client, ["vqa"])
+        assert len(warm) == 2 and wait_warm(client, warm) == this_device()
+        assert all(all(v) for v in client.run(loaded).values())
+
+
+def test_on_a_local_cluster_a_planning_error_is_one_sentence_and_writes_nothing(tmp_path):
+    """evaluate starts a local cluster's workers while it plans: a run that cannot be planned (no
+    cube there) still ends in one sentence naming it, exit 2, no cluster line, nothing at --out."""
+    out, cube = tmp_path / "results", tmp_path / "no-cube.zarr"
+    r = subprocess.run(
+        [sys.executable, "-m", "cryocube.cli", "evaluate", "--cubes", str(cube), "--models"]
+        + ["unet", "--out", str(out), "--cluster", "local", "--workers", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert str(cube) in lines[0] and "dashboard" not in r.stderr  # no cluster line
+    assert not out.exists()
+
+
 def test_get_client_returns_given_client_and_refuses_to_start_one(client):
     assert get_client(client) is client
     code = textwrap.dedent("""

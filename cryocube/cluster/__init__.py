@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKENDS",
     "add_cluster_args",
+    "announce",
     "ClusterError",
     "ClusterRequest",
     "configured_threads",
@@ -107,6 +108,17 @@ def planned_threads(
     )
 
 
+def announce(spec: str, client: "Client") -> None:
+    """The line a command prints on stderr once its cluster is up (and, for a cluster started
+    while the command planned, once the plan passed)."""
+    n = len(client.scheduler_info(n_workers=-1)["workers"])
+    print(
+        f"cryocube: {parse_cluster_spec(spec)[0]} cluster, {n} workers, dashboard"
+        f" {dashboard_link(client) or '(none)'}",
+        file=sys.stderr,
+    )
+
+
 @contextlib.contextmanager
 def open_cluster(
     spec: str = "local",
@@ -164,12 +176,7 @@ def open_cluster(
         client = BACKENDS[name](req, stack)
         quiet_task_errors(client)
         if not quiet:
-            n = len(client.scheduler_info(n_workers=-1)["workers"])
-            print(
-                f"cryocube: {name} cluster, {n} workers, dashboard"
-                f" {dashboard_link(client) or '(none)'}",
-                file=sys.stderr,
-            )
+            announce(spec, client)
     except TimeoutError as e:
         close_quietly(stack, name)
         raise ClusterError(f"--cluster {spec}: {explain_timeout(e)}") from e

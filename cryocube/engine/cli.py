@@ -9,6 +9,9 @@ from pathlib import Path
 
 from ..errors import UserError
 
+# clusters whose workers are processes of this machine: started while the command plans
+WARMED_WHILE_PLANNING = ("local",)
+
 
 def fractions_arg(text: str) -> list[float]:
     """Comma-separated numbers in (0, 1]; an empty item (`,`, `0.1,`) is refused, not skipped."""
@@ -182,21 +185,22 @@ def _specs(args):
     )
 
 
-def _evaluate(args) -> int:
-    from .. import outputs, store
+def _families(specs) -> list[str]:
     from ..catalog import protocol
-    from ..cluster import open_cluster, planned_threads
+
+    return sorted({protocol(s.protocol).family for s in specs})
+
+
+def _checked(args, specs):
+    """(recipe, plan context) once the recipe and --out pass their checks (no cluster needed)."""
+    from .. import outputs, store
+    from ..cluster import planned_threads
     from ..families import PlanContext
     from ..families.recipes import load_recipe
-    from .evaluate import dry_run, evaluate
-    from .plan import plan_runs
 
     sets = list(args.set) + ([f"epochs={args.epochs}"] if args.epochs is not None else [])
-    specs = _specs(args)
     # a field no requested family reads is refused, not accepted and ignored
-    recipe = load_recipe(
-        args.config, sets, families=tuple(sorted({protocol(s.protocol).family for s in specs}))
-    )
+    recipe = load_recipe(args.config, sets, families=tuple(_families(specs)))
     for url in [args.out, *{s.cube for s in specs}]:
         store.register_options(url, args.storage_options)
     outputs.claim(
@@ -206,17 +210,33 @@ def _evaluate(args) -> int:
         inputs=[("--cubes", c) for c in sorted({s.cube for s in specs})],
         write_marker=False,
     )
-    # plan on this machine first: every user error surfaces before a cluster starts
-    # a plan of fewer runs than cores gets fewer workers, each with more threads
-    parallel = len(set(specs))
     ctx = PlanContext(
         out=args.out,
         weights_dir=args.weights,
         allow_random_weights=args.allow_random_weights,
         threads=planned_threads(
-            args.cluster, args.workers, args.threads_per_worker, parallel=parallel
+            args.cluster, args.workers, args.threads_per_worker, parallel=len(set(specs))
         ),
     )
+    return recipe, ctx
+
+
+def _evaluate(args) -> int:
+    from ..cluster import parse_cluster_spec
+
+    specs = _specs(args)
+    if not args.dry_run and parse_cluster_spec(args.cluster)[0] in WARMED_WHILE_PLANNING:
+        return _evaluate_warmed(args, specs)
+    from .. import outputs, store
+    from ..cluster import open_cluster, planned_threads
+    from .evaluate import dry_run, evaluate
+    from .plan import plan_runs
+
+    # any other cluster: check and plan on this machine first, every user error before a cluster
+    # starts
+    recipe, ctx = _checked(args, specs)
+    # a plan of fewer runs than cores gets fewer workers, each with more threads
+    parallel = len(set(specs))
     budget = None
     if args.budget:
         from .estimate import load_budget
@@ -276,6 +296,48 @@ def _evaluate(args) -> int:
     ) as client:
         res = evaluate(
             specs,
+            args.out,
+            recipe,
+            client=client,
+            progress=not args.quiet,
+            weights_dir=args.weights,
+            allow_random_weights=args.allow_random_weights,
+        )
+    print_records(res.records, res.skipped)
+    return 1 if any(r.get("status") != "ok" for r in res.records) else 0
+
+
+def _evaluate_warmed(args, specs) -> int:
+    """`evaluate` on a local cluster: its worker processes start first and import what the runs'
+    first tasks need while this process checks and plans (seconds of a short run). A user error
+    closes them before anything is written; the cluster line waits for a plan that passed."""
+    from .. import outputs
+    from ..cluster import announce, open_cluster
+    from ..cluster.client import cluster_threads
+    from ..precision import this_device
+    from .evaluate import evaluate, wait_warm, warm_workers
+    from .plan import plan_runs
+
+    with open_cluster(
+        args.cluster,
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        memory_limit=args.memory_limit,
+        quiet=True,
+        parallel=len(set(specs)),
+    ) as client:
+        warm = warm_workers(client, _families(specs))
+        recipe, ctx = _checked(args, specs)
+        ctx.device = this_device()
+        planned = plan_runs(specs, recipe, ctx)
+        _warn_random(planned, args.quiet)
+        outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
+        if not args.quiet:
+            announce(args.cluster, client)
+        # the plan holds when the workers are what this process assumed (they are, on one machine)
+        same = wait_warm(client, warm) == ctx.device and cluster_threads(client) == ctx.threads
+        res = evaluate(
+            planned if same else specs,
             args.out,
             recipe,
             client=client,

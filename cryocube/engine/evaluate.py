@@ -263,6 +263,35 @@ def cluster_device(client) -> DeviceInfo:
     return weakest(list(client.run(_device_info).values()))
 
 
+def _warm(modules: tuple[str, ...]) -> DeviceInfo:
+    import importlib
+
+    for m in modules:
+        importlib.import_module(m)
+    return this_device()
+
+
+def warm_workers(client, families: list[str]) -> list:
+    """One task per worker importing what the families' first tasks import, then naming its device
+    (`wait_warm`): submitted before the client plans, the workers' imports overlap planning."""
+    import uuid
+
+    modules = tuple(dict.fromkeys(m for f in families for m in get(f).warm_modules))
+    tag = uuid.uuid4().hex[:8]
+    return [
+        client.submit(
+            _warm, modules, key=f"cryocube-warm-{tag}-{i}", workers=[w], allow_other_workers=False
+        )
+        for i, w in enumerate(client.scheduler_info(n_workers=-1)["workers"])
+    ]
+
+
+def wait_warm(client, warm: list) -> DeviceInfo:
+    """The cluster's device (as `cluster_device`) from the warm-up tasks, once every worker has
+    imported its modules."""
+    return weakest(client.gather(warm))
+
+
 def errors_log(out: str) -> str:
     """Where every failed run's traceback is appended: one file per results folder, not per run."""
     return f"{out.rstrip('/')}/logs/errors.log"

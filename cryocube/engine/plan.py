@@ -1,8 +1,10 @@
 """Planning: run specs -> planned runs (each through its protocol's family), before any work starts.
 
 Everything a run needs is checked here, on the client: complete cubes, bands that fit, recipe
-values, checkpoints, label fractions. The CLI plans once before it starts a cluster (so a user error
-never costs a cluster start) and again with the workers' device, which decides `precision: auto`.
+values, checkpoints, label fractions. The CLI plans before any work reaches a worker: on a remote
+cluster before it starts one (a user error never costs a cluster start); on `--cluster local` while
+the worker processes start and import torch (a refusal closes them, nothing written). A plan made
+for another device than the workers' (which decides `precision: auto`) is made again.
 """
 
 from __future__ import annotations

@@ -111,6 +111,9 @@ class Family:
     variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
     # its recipe fields (the shared ones and its own)
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe
+    # modules its first tasks import (torch, timm, its task modules): a local cluster's workers
+    # import them while the client plans, so those seconds overlap planning instead of following it
+    warm_modules: ClassVar[tuple[str, ...]] = ()
 
     def base_record(
         self,

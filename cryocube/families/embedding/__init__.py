@@ -30,6 +30,7 @@ def _fit_nothing(group: list) -> list[dict]:
 @register
 class Embedding(Family):
     name = "embedding"
+    warm_modules = ("timm", f"{__name__}.embed", f"{__name__}.probes")
     primary_metric = "Q"
     shown_metrics = ("A",)
     variables = ("image",)

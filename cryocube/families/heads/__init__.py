@@ -29,6 +29,7 @@ def _fit_nothing(group: list) -> list[dict]:
 @register
 class Heads(Family):
     name = "heads"
+    warm_modules = ("timm", "cryocube.families.embedding.embed", f"{__name__}.linear")
     # share of test questions a head answered (each task's metrics are board cells)
     primary_metric = "answered"
     variables = ("image", "target", "box")

@@ -35,6 +35,7 @@ IDENTITY_VERSION = 2
 @register
 class Segmentation(Family):
     name = "segmentation"
+    warm_modules = ("timm", f"{__name__}.train", f"{__name__}.features")
     primary_metric = "mIoU"
     shown_metrics = ("mF1", "oAcc")
     variables = ("image", "label")

@@ -32,6 +32,7 @@ def _fit_nothing(group: list) -> list[dict]:
 @register
 class Vqa(Family):
     name = "vqa"
+    warm_modules = (f"{__name__}.answer",)
     # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
     primary_metric = "parsed"
     variables = ("image", "target", "box", "answer")
