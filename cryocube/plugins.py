@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import entry_points
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .errors import UserError
 
@@ -39,3 +39,17 @@ def load(group: str, builtin: Iterable[str]) -> None:
                 f" {type(e).__name__}: {e}"
             ) from e
     _loaded.add(group)
+
+
+def lazy_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[list[str], Callable]:
+    """(`__all__`, module `__getattr__`) of a package whose names are imported on first use: its
+    modules' heavy imports (torch, matplotlib) are paid by callers that use them, not by the CLI's
+    parser or `--help`. `exports` maps each module to the names it gives."""
+    where = {name: mod for mod, names in exports.items() for name in names}
+
+    def __getattr__(name: str):
+        if name in where:
+            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return sorted(where), __getattr__

@@ -228,8 +228,8 @@ def _evaluate(args) -> int:
     if not args.dry_run and parse_cluster_spec(args.cluster)[0] in WARMED_WHILE_PLANNING:
         return _evaluate_warmed(args, specs)
     from .. import outputs, store
-    from ..cluster import open_cluster, planned_threads
-    from .evaluate import dry_run, evaluate
+    from ..cluster import planned_threads
+    from .evaluate import dry_run
     from .plan import plan_runs
 
     # any other cluster: check and plan on this machine first, every user error before a cluster
@@ -286,23 +286,38 @@ def _evaluate(args) -> int:
         return 0
     _warn_random(planned, args.quiet)
     outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
-    with open_cluster(
+    with _open_cluster(args, parallel, quiet=args.quiet) as client:
+        return _run_and_show(args, specs, recipe, client)
+
+
+def _open_cluster(args, parallel: int, quiet: bool):
+    """The cluster evaluate's --cluster flags ask for, sized to a plan of `parallel` runs."""
+    from ..cluster import open_cluster
+
+    return open_cluster(
         args.cluster,
         n_workers=args.workers,
         threads_per_worker=args.threads_per_worker,
         memory_limit=args.memory_limit,
-        quiet=args.quiet,
+        quiet=quiet,
         parallel=parallel,
-    ) as client:
-        res = evaluate(
-            specs,
-            args.out,
-            recipe,
-            client=client,
-            progress=not args.quiet,
-            weights_dir=args.weights,
-            allow_random_weights=args.allow_random_weights,
-        )
+    )
+
+
+def _run_and_show(args, runs, recipe, client) -> int:
+    """The runs (specs, or runs planned already) through the engine; their records printed, exit 1
+    when one failed."""
+    from .evaluate import evaluate
+
+    res = evaluate(
+        runs,
+        args.out,
+        recipe,
+        client=client,
+        progress=not args.quiet,
+        weights_dir=args.weights,
+        allow_random_weights=args.allow_random_weights,
+    )
     print_records(res.records, res.skipped)
     return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
@@ -312,20 +327,13 @@ def _evaluate_warmed(args, specs) -> int:
     first tasks need while this process checks and plans (seconds of a short run). A user error
     closes them before anything is written; the cluster line waits for a plan that passed."""
     from .. import outputs
-    from ..cluster import announce, open_cluster
+    from ..cluster import announce
     from ..cluster.client import cluster_threads
     from ..precision import this_device
-    from .evaluate import evaluate, wait_warm, warm_workers
+    from .evaluate import wait_warm, warm_workers
     from .plan import plan_runs
 
-    with open_cluster(
-        args.cluster,
-        n_workers=args.workers,
-        threads_per_worker=args.threads_per_worker,
-        memory_limit=args.memory_limit,
-        quiet=True,
-        parallel=len(set(specs)),
-    ) as client:
+    with _open_cluster(args, len(set(specs)), quiet=True) as client:
         warm = warm_workers(client, _families(specs))
         recipe, ctx = _checked(args, specs)
         ctx.device = this_device()
@@ -336,17 +344,7 @@ def _evaluate_warmed(args, specs) -> int:
             announce(args.cluster, client)
         # the plan holds when the workers are what this process assumed (they are, on one machine)
         same = wait_warm(client, warm) == ctx.device and cluster_threads(client) == ctx.threads
-        res = evaluate(
-            planned if same else specs,
-            args.out,
-            recipe,
-            client=client,
-            progress=not args.quiet,
-            weights_dir=args.weights,
-            allow_random_weights=args.allow_random_weights,
-        )
-    print_records(res.records, res.skipped)
-    return 1 if any(r.get("status") != "ok" for r in res.records) else 0
+        return _run_and_show(args, planned if same else specs, recipe, client)
 
 
 def run_handed(job, args) -> int:

@@ -9,7 +9,7 @@ In short:
     logits = decoder(enc(x), out_size=x.shape[-2:])
 """
 
-from importlib import import_module
+from ..plugins import lazy_exports
 
 # names are imported on first use: the CLI builds its parser from `models.cli` without torch
 _EXPORTS = {
@@ -19,11 +19,4 @@ _EXPORTS = {
     "registry": ("architectures",),
     "spec": ("ModelSpec", "WeightsSpec", "list_models", "model_spec"),
 }
-_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

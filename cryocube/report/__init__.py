@@ -7,7 +7,7 @@
 Names are imported on first use, so `cryocube --help` does not pay for matplotlib.
 """
 
-from importlib import import_module
+from ..plugins import lazy_exports
 
 _EXPORTS = {
     "build": ("Report", "ReportError", "build_report", "render_published"),
@@ -29,14 +29,7 @@ _EXPORTS = {
     "qualitative": ("qualitative_panels",),
     "records": ("Results", "ResultsError", "Run", "load_results"),
 }
-_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__():
