@@ -29,7 +29,7 @@ from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
-IDENTITY_VERSION = 2
+IDENTITY_VERSION = 3  # 3: fused AdamW and a channels_last resize backward: other last bits
 
 
 @register
@@ -402,6 +402,7 @@ class Segmentation(Family):
             # where the encoder ran for the cache (none: cached before)
             "feature_devices": prep.get("devices", []),
             "decoders_in_task": fitted["decoders_in_task"],
+            "optimizer": fitted.get("optimizer", "adamw"),
             "encoder_forward_items": prep.get("encoder_items", 0),
             "params": {
                 "encoder": encoder_params,
