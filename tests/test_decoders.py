@@ -184,3 +184,25 @@ def test_deterministic_cuda_forms_equal_torchs_own():
     want = torch.nn.CrossEntropyLoss(ignore_index=255)(logits, target)
     assert torch.allclose(masked_mean_cross_entropy(logits, target, 255), want, atol=1e-12)
     assert torch.equal(CrossEntropy(ignore_index=255)(logits, target), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_resize_is_torchs_bilinear_and_its_gradient_keeps_channels_last(dtype):
+    from cryocube.decoders.upernet import resize
+
+    torch.manual_seed(0)
+    for layout in (torch.channels_last, torch.contiguous_format):
+        x = torch.randn(2, 8, 7, 5, dtype=dtype).contiguous(memory_format=layout)
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya = F.interpolate(a, size=(28, 20), mode="bilinear", align_corners=False)
+        yb = resize(b, (28, 20))
+        assert torch.equal(ya, yb)  # the values are torch's, bit for bit
+        # the gradient UPerNet's fusion hands an upsampled level: a channel slice of cat's gradient
+        g = torch.randn(2, 24, 28, 20, dtype=dtype).contiguous(memory_format=layout)[:, 8:16]
+        ya.backward(g)
+        yb.backward(g)
+        tol = 1e-6 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(b.grad, a.grad, rtol=tol, atol=tol)
+        assert b.grad.is_contiguous(memory_format=layout)
+        if layout == torch.contiguous_format:
+            assert torch.equal(b.grad, a.grad)  # the same kernel on the same layout

@@ -16,6 +16,38 @@ from torch import Tensor, nn
 NECK_SCALES = (4, 2, 1, 0.5)
 
 
+class _Bilinear(torch.autograd.Function):
+    """torch's bilinear resize (align_corners=False), whose backward keeps a channels_last input's
+    layout. torch's own makes a strided gradient (the channel slice that cat's backward hands each
+    upsampled FPN level) NCHW-contiguous and runs its NCHW kernel: on UPerNet-512's 56x56 maps,
+    20 ms of copy and 20 ms of kernel a call on 2 CPU threads, against 1-3 ms in channels_last."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, size: tuple[int, int]) -> Tensor:
+        ctx.input_size = tuple(x.shape)
+        ctx.layout = (
+            torch.channels_last
+            if x.dim() == 4
+            and not x.is_contiguous()
+            and x.is_contiguous(memory_format=torch.channels_last)
+            else torch.contiguous_format
+        )
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        grad = grad.contiguous(memory_format=ctx.layout)
+        size = list(grad.shape[2:])
+        dx = torch.ops.aten.upsample_bilinear2d_backward(grad, size, list(ctx.input_size), False)
+        return dx, None
+
+
+def resize(x: Tensor, size) -> Tensor:
+    """Bilinear, align_corners=False, as the protocol resizes: F.interpolate's values, with a
+    backward that keeps channels_last (see _Bilinear)."""
+    return _Bilinear.apply(x, tuple(int(v) for v in size))
+
+
 def conv_bn_relu(cin: int, cout: int, k: int) -> nn.Sequential:
     """Conv-BN-ReLU with padding k // 2 (odd k keeps the size): every lateral, FPN and bottleneck
     conv of UPerNet."""
@@ -116,10 +148,7 @@ class PPM(nn.ModuleList):
     def forward(self, x: Tensor) -> list[Tensor]:
         """Each pool scale's map upsampled back to the input's size, for UPerNet to concatenate with
         the input."""
-        return [
-            F.interpolate(m(x), size=x.shape[2:], mode="bilinear", align_corners=False)
-            for m in self
-        ]
+        return [resize(m(x), x.shape[2:]) for m in self]
 
 
 class UPerNet(nn.Module):
@@ -163,14 +192,9 @@ class UPerNet(nn.Module):
         top = feats[-1]
         laterals.append(self.bottleneck(torch.cat([top, *self.psp_modules(top)], dim=1)))
         for i in range(len(laterals) - 1, 0, -1):
-            laterals[i - 1] = laterals[i - 1] + F.interpolate(
-                laterals[i], size=laterals[i - 1].shape[2:], mode="bilinear", align_corners=False
-            )
+            laterals[i - 1] = laterals[i - 1] + resize(laterals[i], laterals[i - 1].shape[2:])
         outs = [self.fpn_convs[i](laterals[i]) for i in range(len(laterals) - 1)] + [laterals[-1]]
-        outs = [outs[0]] + [
-            F.interpolate(o, size=outs[0].shape[2:], mode="bilinear", align_corners=False)
-            for o in outs[1:]
-        ]
+        outs = [outs[0]] + [resize(o, outs[0].shape[2:]) for o in outs[1:]]
         x = self.fpn_bottleneck(torch.cat(outs, dim=1))
         x = self.conv_seg(self.dropout(x))
-        return F.interpolate(x, size=tuple(out_size), mode="bilinear", align_corners=False)
+        return resize(x, out_size)
