@@ -215,6 +215,20 @@ class Family:
             )
 
 
+def fit_nothing(group: list) -> list[dict]:
+    """The fit task of a family that trains nothing shared: an empty fitted state per run."""
+    return [{} for _ in group]
+
+
+class FittedInScore(Family):
+    """A family whose runs share no fit (probes, linear heads, VLM answers): each run's work is its
+    score tasks, started after one no-op fit task per group."""
+
+    def fit(self, group: list[PlannedRun]):
+        """The no-op fit (fit_nothing) over the group."""
+        return fit_nothing, group
+
+
 def content_hash(identity: dict, n: int = 20) -> str:
     """The run id: a sha256 of everything that defines the run's result."""
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[

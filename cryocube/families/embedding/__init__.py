@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...catalog import protocol as protocol_spec
 from ...errors import UserError
 from .. import register
-from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
+from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
 
 
 def embeddings_url(out: str, key: str) -> str:
@@ -22,13 +22,8 @@ def embeddings_url(out: str, key: str) -> str:
     return f"{out.rstrip('/')}/embeddings/{key}.zarr"
 
 
-def _fit_nothing(group: list) -> list[dict]:
-    """Probes have no shared fit: their work is the score tasks (one per task and split)."""
-    return [{} for _ in group]
-
-
 @register
-class Embedding(Family):
+class Embedding(FittedInScore):
     name = "embedding"
     warm_modules = ("timm", f"{__name__}.embed", f"{__name__}.probes")
     primary_metric = "Q"
@@ -153,10 +148,6 @@ class Embedding(Family):
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
         """Every run in one group: probes share no fit, their work is the score tasks."""
         return [runs] if runs else []
-
-    def fit(self, group: list[PlannedRun]):
-        """A fit that does nothing: each probe trains on its split inside its own score task."""
-        return _fit_nothing, group
 
     def score(self, run: PlannedRun, fitted: dict):
         """One task per (task, split) probe, or per task for the svm (`work.folds`); a run without a

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ...errors import UserError
 from .. import register
-from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
+from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
 from ..vqa.cells import answerable
 from .recipe import HeadsRecipe
 
@@ -21,13 +21,8 @@ IDENTITY_VERSION = 2  # 2: one question per sample and task (phrasings left to V
 N_BOOT = 1000
 
 
-def _fit_nothing(group: list) -> list[dict]:
-    """Heads are fitted in the score task (one per run): nothing is shared between runs."""
-    return [{} for _ in group]
-
-
 @register
-class Heads(Family):
+class Heads(FittedInScore):
     name = "heads"
     warm_modules = ("timm", "cryocube.families.embedding.embed", f"{__name__}.linear")
     # share of test questions a head answered (each task's metrics are board cells)
@@ -176,10 +171,6 @@ class Heads(Family):
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
         """Every run in one group: heads are fitted in each run's score task; fit shares nothing."""
         return [runs] if runs else []
-
-    def fit(self, group: list[PlannedRun]):
-        """A no-op (an empty fitted state per run): each head is fitted in its run's score task."""
-        return _fit_nothing, group
 
     def score(self, run: PlannedRun, fitted: dict):
         """One task per run (answer_heads): heads fitted on train, regularisation chosen on val,

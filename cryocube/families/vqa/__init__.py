@@ -16,7 +16,7 @@ from __future__ import annotations
 from ...errors import UserError
 from ...record import run_dir
 from .. import register
-from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash
+from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
 from .recipe import VqaRecipe
 
 IDENTITY_VERSION = 1
@@ -24,13 +24,8 @@ GALLERY_SAMPLES = 6
 N_BOOT = 1000
 
 
-def _fit_nothing(group: list) -> list[dict]:
-    """Nothing is trained: the work is the answer blocks (score tasks)."""
-    return [{} for _ in group]
-
-
 @register
-class Vqa(Family):
+class Vqa(FittedInScore):
     name = "vqa"
     warm_modules = (f"{__name__}.answer",)
     # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
@@ -193,11 +188,6 @@ class Vqa(Family):
             cube=cube,
             estimate={"steps": len(blocks), "encoder_items": 0, "questions": len(qs)},
         )
-
-    def fit(self, group: list[PlannedRun]):
-        """Nothing is trained: one no-op task per group, so the answer blocks start as score
-        tasks."""
-        return _fit_nothing, group
 
     def score(self, run: PlannedRun, fitted: dict):
         """One answer_block task per block of samples: generate (or read kept answers), parse,
