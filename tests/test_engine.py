@@ -384,6 +384,11 @@ def test_dry_run_estimate_from_a_measured_budget(tmp_path, cubes, capsys):
     ]
     assert main(args + ["--budget", str(bad)]) == 2
     assert "field cryocube.step_s must be a number >= 0" in capsys.readouterr().err
+    # without --dry-run too, on the default local cluster: refused before the workers start
+    running = [a for a in args if a != "--dry-run"]
+    assert main(running + ["--budget", str(bad)]) == 2
+    assert "field cryocube.step_s must be a number >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
     assert main(args + ["--budget", str(good)]) == 0
     out = capsys.readouterr().out
     assert "estimated wall time of 1 segmentation runs: cryocube" in out and f"budget {good}" in out

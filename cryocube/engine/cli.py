@@ -225,6 +225,11 @@ def _evaluate(args) -> int:
     from ..cluster import parse_cluster_spec
 
     specs = _specs(args)
+    budget = None
+    if args.budget:
+        from .estimate import load_budget
+
+        budget = load_budget(args.budget)  # a bad file is refused before any cluster or planning
     if not args.dry_run and parse_cluster_spec(args.cluster)[0] in WARMED_WHILE_PLANNING:
         return _evaluate_warmed(args, specs)
     from .. import outputs, store
@@ -237,11 +242,6 @@ def _evaluate(args) -> int:
     recipe, ctx = _checked(args, specs)
     # a plan of fewer runs than cores gets fewer workers, each with more threads
     parallel = len(set(specs))
-    budget = None
-    if args.budget:
-        from .estimate import load_budget
-
-        budget = load_budget(args.budget)  # a bad file is refused before any planning work
     planned = plan_runs(specs, recipe, ctx)
     if args.dry_run:
         root = args.out.rstrip("/")
