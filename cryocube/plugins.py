@@ -14,6 +14,7 @@ by catalog.protocols without importing the package).
 from __future__ import annotations
 
 import importlib
+import sys
 from importlib.metadata import entry_points
 from typing import Callable, Iterable
 
@@ -41,10 +42,12 @@ def load(group: str, builtin: Iterable[str]) -> None:
     _loaded.add(group)
 
 
-def lazy_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[list[str], Callable]:
-    """(`__all__`, module `__getattr__`) of a package whose names are imported on first use: its
-    modules' heavy imports (torch, matplotlib) are paid by callers that use them, not by the CLI's
-    parser or `--help`. `exports` maps each module to the names it gives."""
+def lazy_exports(
+    package: str, exports: dict[str, tuple[str, ...]]
+) -> tuple[list[str], Callable, Callable]:
+    """(`__all__`, module `__getattr__`, module `__dir__`) of a package whose names are imported on
+    first use: its modules' heavy imports (torch, matplotlib) are paid by callers that use them,
+    not by the CLI's parser or `--help`. `exports` maps each module to the names it gives."""
     where = {name: mod for mod, names in exports.items() for name in names}
 
     def __getattr__(name: str):
@@ -52,4 +55,7 @@ def lazy_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[lis
             return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
-    return sorted(where), __getattr__
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(where))
+
+    return sorted(where), __getattr__, __dir__

@@ -19,4 +19,4 @@ _EXPORTS = {
     "registry": ("architectures",),
     "spec": ("ModelSpec", "WeightsSpec", "list_models", "model_spec"),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -29,8 +29,4 @@ _EXPORTS = {
     "qualitative": ("qualitative_panels",),
     "records": ("Results", "ResultsError", "Run", "load_results"),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
