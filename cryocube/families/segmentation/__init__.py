@@ -402,7 +402,7 @@ class Segmentation(Family):
             # where the encoder ran for the cache (none: cached before)
             "feature_devices": prep.get("devices", []),
             "decoders_in_task": fitted["decoders_in_task"],
-            "optimizer": fitted.get("optimizer", "adamw"),
+            "optimizer": fitted["optimizer"],
             "encoder_forward_items": prep.get("encoder_items", 0),
             "params": {
                 "encoder": encoder_params,

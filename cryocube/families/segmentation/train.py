@@ -95,7 +95,7 @@ FUSED_ADAMW = ("cpu", "cuda")
 def adamw(params: list, cfg, device: str) -> tuple[torch.optim.Optimizer, str]:
     """AdamW as the reference configures it, fused where the device has the kernel; the name of
     the implementation goes into the record (fused and per-tensor differ in the last bits)."""
-    fused = device.split(":")[0] in FUSED_ADAMW and all(p.is_floating_point() for p in params)
+    fused = device.split(":")[0] in FUSED_ADAMW
     opt = torch.optim.AdamW(
         params,
         lr=cfg.lr,
