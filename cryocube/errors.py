@@ -21,6 +21,10 @@ class CatalogError(UserError, ValueError):
     """A catalog file (datasets, models, protocols) lacks a field or has a wrong kind of value."""
 
 
+class PluginError(UserError, ValueError):
+    """A registry's name is taken twice (the modules of both named) or names nothing registered."""
+
+
 class RecipeError(UserError, ValueError):
     """Raised when a recipe field (from --config or --set) has a value it cannot take."""
 

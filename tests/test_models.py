@@ -207,14 +207,11 @@ def test_unknown_model_and_bad_arch():
         build_encoder("ssl4eo_moco", wings=2)
 
 
-# -- "architecture", the old "family"
+# -- "architecture" (never "family": that word means an evaluation family)
 # ---------------------------------------------------------------
 
 
-def test_a_model_config_names_its_architecture_and_the_old_family_field_loads_with_one_warning(
-    tmp_path,
-):
-    import warnings
+def test_a_model_config_names_its_architecture_and_the_old_family_field_is_refused(tmp_path):
     from pathlib import Path
 
     import yaml
@@ -223,70 +220,43 @@ def test_a_model_config_names_its_architecture_and_the_old_family_field_loads_wi
     from cryocube.models import architectures
 
     root = Path(__file__).resolve().parents[1] / "catalogs" / "models"
-    # the shipped configs use the new name, and every one is built by a builder
+    # the shipped configs name their architecture, and every one is built by a builder
     for f in sorted(root.glob("*.yaml")):
         d = yaml.safe_load(f.read_text())
         assert "family" not in d and d["architecture"] in architectures(), f.name
     old = yaml.safe_load((root / "ssl4eo_moco.yaml").read_text())
-    old["family"] = old.pop("architecture")
-    path = tmp_path / "old_moco.yaml"
-    path.write_text(yaml.safe_dump(old))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        spec = model_spec(str(path))
-        model_spec(str(path))  # read once per process: one warning, not one per use
-    (w,) = [w for w in caught if issubclass(w.category, FutureWarning)]
-    assert str(path) in str(
-        w.message
-    ) and "`family: vit` is the old name of `architecture:`" in str(w.message)
-    assert (
-        spec.architecture == "vit"
-        and build_encoder(spec, in_chans=13, depth=1, output_layers=[0]).spec.architecture == "vit"
-    )
-    both = dict(old, architecture="vit")
-    (tmp_path / "both.yaml").write_text(yaml.safe_dump(both))
-    with pytest.raises(
-        CatalogError, match=r"both.yaml: has both architecture: and its old name family:"
-    ):
-        model_spec(str(tmp_path / "both.yaml"))
-    none = {k: v for k, v in old.items() if k != "family"}
-    (tmp_path / "none.yaml").write_text(yaml.safe_dump(none))
-    with pytest.raises(CatalogError, match=r"none.yaml: missing field 'architecture'"):
-        model_spec(str(tmp_path / "none.yaml"))
-    (tmp_path / "odd.yaml").write_text(yaml.safe_dump(dict(none, architecture="vitt")))
+    old["family"] = old.pop("architecture")  # the pre-release name is not read any more
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
+    with pytest.raises(CatalogError, match=r"old.yaml: missing field 'architecture'"):
+        model_spec(str(tmp_path / "old.yaml"))
+    odd = dict(old, architecture="vitt")
+    del odd["family"]
+    (tmp_path / "odd.yaml").write_text(yaml.safe_dump(odd))
     with pytest.raises(UserError, match=r"odd.yaml: unknown architecture 'vitt'; known: \[.*'vit'"):
         build_encoder(str(tmp_path / "odd.yaml"), in_chans=13)
 
 
-def test_a_lab_architecture_joins_through_its_entry_point_and_the_old_group_still_loads_saying_so(
-    tmp_path,
-):
-    """Two real distributions on the path: one declares `cryocube.architectures`, one the old
-    `cryocube.model_families` group with the old decorator; both architectures build, and the old
-    names are named.
-    """
+def test_a_lab_architecture_joins_through_its_entry_point(tmp_path):
+    """A real distribution on the path declares `cryocube.architectures`; its architecture builds
+    beside the built-in ones, without a word."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    for dist, group, deco in (
-        ("newlab", "cryocube.architectures", "register_architecture"),
-        ("oldlab", "cryocube.model_families", "register_family"),
-    ):
-        (tmp_path / dist).mkdir()
-        (tmp_path / dist / "__init__.py").write_text(
-            "from cryocube.models.unet import build_unet\nfrom cryocube.models.registry import"
-            f" {deco}\n{deco}('{dist}_unet')(build_unet)\n"
-        )
-        info = tmp_path / f"{dist}-0.1.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-        (info / "entry_points.txt").write_text(f"[{group}]\n{dist} = {dist}\n")
+    (tmp_path / "newlab").mkdir()
+    (tmp_path / "newlab" / "__init__.py").write_text(
+        "from cryocube.models.unet import build_unet\nfrom cryocube.models.registry import"
+        " register_architecture\nregister_architecture('newlab_unet')(build_unet)\n"
+    )
+    info = tmp_path / "newlab-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: newlab\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[cryocube.architectures]\nnewlab = newlab\n")
     code = (
         "import warnings; warnings.simplefilter('always')\n"
         "from cryocube.models import architectures\n"
-        "a = architectures(); print('newlab_unet' in a, 'oldlab_unet' in a, 'vit' in a)\n"
+        "a = architectures(); print('newlab_unet' in a, 'vit' in a)\n"
     )
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(root)]))
@@ -294,10 +264,5 @@ def test_a_lab_architecture_joins_through_its_entry_point_and_the_old_group_stil
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["True", "True", "True"]
-    assert (
-        "plug-in 'oldlab' (oldlab) is declared in the entry-point group 'cryocube.model_families',"
-        " the old name of 'cryocube.architectures'" in r.stderr
-    )
-    assert "register_family('oldlab_unet') is the old name of" in r.stderr
-    assert "newlab" not in r.stderr  # the new names load without a word
+    assert r.stdout.split() == ["True", "True"]
+    assert "newlab" not in r.stderr  # a plug-in loads without a word

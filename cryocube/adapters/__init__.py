@@ -9,37 +9,31 @@ from its own package through the `cryocube.adapters` entry point. A run names it
 from __future__ import annotations
 
 from .. import plugins
-from ..errors import UserError
 from .base import Adapter, ModelRef, split_ref
 
 BUILTIN = ("cryocube.adapters.transformers_vlm",)
-_ADAPTERS: dict[str, type[Adapter]] = {}
+ADAPTERS: plugins.Registry[type[Adapter]] = plugins.Registry(
+    "model adapter", "cryocube.adapters", BUILTIN
+)
 
 __all__ = ["Adapter", "ModelRef", "get", "names", "register", "split_ref"]
 
 
 def register(cls: type[Adapter]) -> type[Adapter]:
-    """Class decorator an adapter module applies on import, so `<name>:` in a model ref finds it."""
-    _ADAPTERS[cls.name] = cls
-    return cls
+    """Class decorator an adapter module applies on import, so `<name>:` in a model ref finds it;
+    a second class under a taken name is refused."""
+    return ADAPTERS.add(cls.name, cls)
 
 
 def names() -> list[str]:
     """Every adapter's name, once the built-in modules and the entry points are loaded (`cryocube
     list adapters`, `is_adapter_ref`)."""
-    plugins.load("cryocube.adapters", BUILTIN)
-    return sorted(_ADAPTERS)
+    return ADAPTERS.names()
 
 
 def get(name: str) -> type[Adapter]:
-    """The adapter class a model ref names; an unknown name is a UserError listing known ones."""
-    plugins.load("cryocube.adapters", BUILTIN)
-    if name not in _ADAPTERS:
-        raise UserError(
-            f"unknown model adapter {name!r}; known: {', '.join(sorted(_ADAPTERS))} (`cryocube list"
-            " adapters`)"
-        )
-    return _ADAPTERS[name]
+    """The adapter class a model ref names; an unknown name is one sentence listing known ones."""
+    return ADAPTERS.named(name, " (`cryocube list adapters`)")
 
 
 def is_adapter_ref(model: str) -> bool:

@@ -7,6 +7,7 @@ pictures?), then, on a worker, `load` once per process and `generate` batches gr
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -54,15 +55,17 @@ class Provenance:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-class Adapter:
+class Adapter(ABC):
+    """Base of the adapters: one implements `check` (client) and `generate` (workers)."""
+
     name: ClassVar[str]
 
     @classmethod
+    @abstractmethod
     def check(
         cls, location: str, allow_random: bool, precision: str, seed: int
     ) -> tuple[ModelRef, Provenance]:
         """On the client, before any cluster work: refuse what cannot run, in one sentence."""
-        raise NotImplementedError
 
     @classmethod
     def random_models(cls) -> list[str]:
@@ -73,7 +76,7 @@ class Adapter:
     def __init__(self, ref: ModelRef, device: str):
         self.ref, self.device = ref, device
 
+    @abstractmethod
     def generate(self, images: list, prompts: list[str], max_new_tokens: int) -> list[Generation]:
         """One `Generation` per (picture, prompt) pair, in order; pictures are (H, W, 3) uint8, and
         a rerun must give the same text (greedy)."""
-        raise NotImplementedError

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import ClusterError
+from ..plugins import Registry
 from .runtime import TorchThreads
 
 if TYPE_CHECKING:
@@ -36,16 +37,16 @@ class ClusterRequest:
 
 
 Backend = Callable[[ClusterRequest, contextlib.ExitStack], "Client"]
-BACKENDS: dict[str, Backend] = {}
+# no entry-point group: cluster/__init__ imports every backend module
+BACKENDS: Registry[Backend] = Registry("cluster backend")
 
 
 def backend(name: str) -> Callable[[Backend], Backend]:
     """Registers a backend under its `--cluster` name when its module is imported (cluster/__init__
-    imports each)."""
+    imports each); a second function under a taken name is refused."""
 
     def register(fn: Backend) -> Backend:
-        BACKENDS[name] = fn
-        return fn
+        return BACKENDS.add(name, fn)
 
     return register
 

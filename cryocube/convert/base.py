@@ -20,8 +20,8 @@ Each base lives beside the code that writes its kind; both store through the cub
 
 from __future__ import annotations
 
-import io
 import posixpath
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -61,7 +61,7 @@ Mapper = Callable[[Callable[[Any], Any], list, int], list]
 Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, inside the image
 
 
-class Reader:
+class Reader(ABC):
     """What every reader shares: its catalog layout and options, file access, and the two steps of
     `convert`."""
 
@@ -103,9 +103,9 @@ class Reader:
         return v
 
     # -- contract (both kinds) ----------------------------------------------------------------
+    @abstractmethod
     def detect(self, root: str) -> bool:
         """Whether `root` looks like this layout (used by --layout auto)."""
-        raise NotImplementedError
 
     def precheck(
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
@@ -115,12 +115,12 @@ class Reader:
         workers)."""
         return None
 
+    @abstractmethod
     def convert(
         self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
     ) -> ConvertResult:
         """Write (or resume) this layout's cube at `out` (`writer.convert` resolves and checks the
         options)."""
-        raise NotImplementedError
 
     # -- shared helpers ---------------------------------------------------------------------
     def fs(self, url: str):
@@ -160,30 +160,22 @@ class Reader:
         except FileNotFoundError:
             raise ConvertError(f"{url}: file not found") from None
 
-    def open_file(self, url: str):
-        """A file object or local path suitable for rasterio/PIL/netCDF readers."""
-        if not store.is_remote(url):
-            return store.local_path(url)
-        return io.BytesIO(self.open_bytes(url))
 
-
-READERS: dict[str, type[Reader]] = {}
+READERS: plugins.Registry[type[Reader]] = plugins.Registry(
+    "reader", "cryocube.readers", BUILTIN_READERS
+)
 
 
 def register(cls: type[Reader]) -> type[Reader]:
     """Class decorator that makes a reader nameable by catalog layouts (`reader:`), plug-ins' too;
     two classes under one name are refused."""
-    if cls.name in READERS and READERS[cls.name] is not cls:
-        raise ValueError(f"reader {cls.name!r} registered twice")
-    READERS[cls.name] = cls
-    return cls
+    return READERS.add(cls.name, cls)
 
 
-def readers() -> dict[str, type[Reader]]:
+def readers() -> plugins.Registry[type[Reader]]:
     """Every reader: the built-in ones and those of installed plug-ins (entry points
     `cryocube.readers`)."""
-    plugins.load("cryocube.readers", BUILTIN_READERS)
-    return READERS
+    return READERS.load()
 
 
 def open_reader(spec: DatasetSpec, layout: str, storage_options: dict | None = None) -> Reader:

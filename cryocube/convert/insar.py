@@ -17,6 +17,7 @@ import json
 import math
 import posixpath
 import re
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,26 +181,26 @@ class PairReader(SampleReader):
         return f"frame{k:02d}"
 
     # -- contract for subclasses ------------------------------------------------------------------
+    @abstractmethod
     def scan(self, root: str) -> list[Pair]:
         """Every pair folder under `root`, headers checked (a bad one is skipped with --on-error
         skip)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
         """{"quantities": {name: float}, "box": (4,) | None, "box_origin": str, "mask": (H, W) int8
         | None, "mask_origin": str, "answers": {task: text}, "wavelength_m": float} of one pair
         (reads and checks its pixels where labels are derived; mask None = no label, all ignore)."""
-        raise NotImplementedError
 
     def cube_bands(self, pairs: list[Pair]) -> list[str]:
         """Names of the catalog bands this tree has (all of them unless a layout has optional
         bands)."""
         return self.spec.band_names
 
+    @abstractmethod
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """Contract: one pair's bands, padded bottom/right with 0 to `shape` (the largest pair's),
         since pairs differ in size."""
-        raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------------
     def guard(self, pair: str, fn, *args):

@@ -25,7 +25,6 @@ from ..errors import WindowError
 from ..store import is_remote
 from .base import SPLITS, ConvertError, Reader, SourceItem, Window
 
-RASTER_SUFFIXES = (".tif", ".tiff", ".png", ".jpg", ".jpeg", ".bmp")
 HEADER_THREADS = 16  # header reads are I/O bound (one small GET each on object stores)
 
 

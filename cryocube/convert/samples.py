@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
+from abc import abstractmethod
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ class SampleReader(Reader):
     """Layouts of whole samples with image-level targets (and small per-sample variables); one
     sample cube."""
 
+    @abstractmethod
     def plan(
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
     ) -> tuple[list, SamplePlan]:
@@ -49,11 +51,10 @@ class SampleReader(Reader):
         computed on the client; `items[i]` is what `read_sample` reads for sample i. Bad input
         raises ConvertError here.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def read_sample(self, item: Any, **read_kwargs) -> np.ndarray:
         """One sample's whole image, (C, H, W) or (T, C, H, W), on a worker."""
-        raise NotImplementedError
 
     def read_kwargs(self, plan: SamplePlan, **options) -> dict:
         """What `read_sample` needs besides the item (the cube's image shape, a value offset)."""

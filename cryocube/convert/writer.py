@@ -15,6 +15,7 @@ import datetime as _dt
 import hashlib
 import json
 import time
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,18 +127,18 @@ class TileReader(Reader):
     """Layouts of scenes or tiles with dense labels; the shared writer cuts them into a tile
     cube."""
 
+    @abstractmethod
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
         """All items under `root`, sorted by (split order, name). Raises ConvertError on
         unpaired files or header-level problems (shape mismatch, band count).
 
         Listing happens here; per-file header reads go through `map_headers(fn, jobs, threads)`
         (default: this process; `convert` passes one that spreads them over the Dask workers)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(image (C, h, w) in the source dtype, raw label (h, w)) for the window (whole image if
         None)."""
-        raise NotImplementedError
 
     def disk_split(self, split: str) -> str:
         """Where files of `split` live on disk: itself, or "train" where val is drawn from train."""
@@ -148,6 +149,7 @@ class TileReader(Reader):
         (`base`)."""
         return base
 
+    @abstractmethod
     def write(
         self,
         root: str,
@@ -160,7 +162,6 @@ class TileReader(Reader):
     ) -> tuple[str, str]:
         """Write one image and its raw label where `scan` finds them; returns (image path, label
         path)."""
-        raise NotImplementedError
 
     def convert(
         self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options

@@ -9,7 +9,6 @@ through an entry point in the `cryocube.families` group (a module that calls `re
 from __future__ import annotations
 
 from .. import plugins
-from ..errors import UserError
 from .base import Family, PlanContext, PlannedRun, RunSpec
 
 BUILTIN = (
@@ -18,28 +17,28 @@ BUILTIN = (
     "cryocube.families.vqa",
     "cryocube.families.heads",
 )
-_FAMILIES: dict[str, Family] = {}
+# one instance per family, made at registration, serves every run whose protocol names it
+FAMILIES: plugins.Registry[Family] = plugins.Registry(
+    "evaluation family", "cryocube.families", BUILTIN
+)
 
 __all__ = ["Family", "PlanContext", "PlannedRun", "RunSpec", "get", "names", "register"]
 
 
 def register(cls: type[Family]) -> type[Family]:
-    """Class decorator: one instance, made here, serves every run whose protocol names it."""
-    _FAMILIES[cls.name] = cls()
+    """Class decorator: one instance, made here, serves every run whose protocol names it; a
+    second class under a taken name is refused."""
+    old = FAMILIES.get(cls.name)
+    FAMILIES.add(cls.name, old if type(old) is cls else cls(), plugins.source_of(cls))
     return cls
 
 
 def names() -> list[str]:
     """Every family's name, once the built-in modules and the entry points are loaded."""
-    plugins.load("cryocube.families", BUILTIN)
-    return sorted(_FAMILIES)
+    return FAMILIES.names()
 
 
 def get(name: str) -> Family:
-    """The one instance of a family, whose hooks the scheduler calls; unknown names: UserError."""
-    plugins.load("cryocube.families", BUILTIN)
-    if name not in _FAMILIES:
-        raise UserError(
-            f"unknown evaluation family {name!r}; known: {', '.join(sorted(_FAMILIES))}"
-        )
-    return _FAMILIES[name]
+    """The one instance of a family, whose hooks the scheduler calls; unknown names: one
+    sentence listing the known ones."""
+    return FAMILIES.named(name)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -97,8 +98,9 @@ class PlannedRun:
 Task = tuple[Callable, Any]  # (a function the workers run, its one argument)
 
 
-class Family:
-    """Base of the evaluation families (see the module docstring for the order of the hooks)."""
+class Family(ABC):
+    """Base of the evaluation families (see the module docstring for the order of the hooks); a
+    family implements plan, fit, score, reduce and finish."""
 
     name: ClassVar[str]
     primary_metric: ClassVar[str]
@@ -108,7 +110,6 @@ class Family:
     not_tunable: ClassVar[str] = ""
     # printed after the primary metric on a run's result line
     shown_metrics: ClassVar[tuple[str, ...]] = ()
-    variables: ClassVar[tuple[str, ...]] = ()  # cube variables it reads
     # its recipe fields (the shared ones and its own)
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe
     # modules its first tasks import (torch, timm, its task modules): a local cluster's workers
@@ -160,10 +161,10 @@ class Family:
             fields=own,
         ).to_dict()
 
+    @abstractmethod
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
         """`recipe` is this family's own (`recipe.of(family)`), with the run's overrides not yet
         applied."""
-        raise NotImplementedError
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         """Shared work of runs with one prep_key (returns facts per key for the records)."""
@@ -173,25 +174,25 @@ class Family:
         """Runs fitted together in one task (default: each alone)."""
         return [[r] for r in runs]
 
+    @abstractmethod
     def fit(self, group: list[PlannedRun]) -> Task:
         """One task fitting the whole group; its result is a list in the group's order, one fitted
         dict per run, or {"failed": ...} for a run that failed alone."""
-        raise NotImplementedError
 
+    @abstractmethod
     def score(self, run: PlannedRun, fitted: dict) -> list[Task]:
         """The map tasks scoring one fitted run; `reduce` joins their partial results on workers."""
-        raise NotImplementedError
 
     @staticmethod
+    @abstractmethod
     def reduce(a, b):
         """Combines two partial results on a worker; pairs are joined in a tree (log depth), so it
         must be associative."""
-        raise NotImplementedError
 
+    @abstractmethod
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """The run's metrics and record fields from the reduced total (`primary_metric` among them
         names the one shown); raising records the run as failed."""
-        raise NotImplementedError
 
     def report_sections(self, page, results) -> None:
         """Add this family's sections to a report: `results` (report.records.Results) holds its ok

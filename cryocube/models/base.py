@@ -184,15 +184,6 @@ def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def trunc_normal_init(module: nn.Module, std: float = 0.02) -> None:
-    """Random initialisation for custom layers (the weights come from checkpoints in real use)."""
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=std)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-
-
 def drop_path_schedule(rate: float, depth: int) -> list[float]:
     """Stochastic-depth rates rising linearly from 0 to `rate` (torch.linspace, without tensors)."""
     return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]

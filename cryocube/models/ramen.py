@@ -225,8 +225,3 @@ def build_ramen(spec, in_chans, input_size, match=None, **arch):
     """The `ramen` architecture's builder: each channel's band comes from the match (or arch
     band_slots), as embeddings are per band."""
     return RamenEncoder(spec, in_chans, input_size, match, **arch)
-
-
-def ramen_grid(input_size: int, input_res: float = 10.0, res: float = 40.0) -> int:
-    """The token-grid side RamenEncoder.grid would have, without building an encoder."""
-    return int(input_size * input_res / res)

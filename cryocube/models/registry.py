@@ -10,11 +10,10 @@ anywhere else.
 
 from __future__ import annotations
 
-import warnings
-from importlib.metadata import entry_points
+import sys
 from typing import Callable
 
-from .. import plugins
+from ..plugins import Registry
 from .keymap import NATIVE, KeyMap
 
 BUILTIN_ARCHITECTURES = tuple(
@@ -33,80 +32,35 @@ BUILTIN_ARCHITECTURES = tuple(
     )
 )
 GROUP = "cryocube.architectures"
-# the group's name before "family" meant only an evaluation family
-OLD_GROUP = "cryocube.model_families"
 
 Builder = Callable[..., "object"]
-_ARCHITECTURES: dict[str, Builder] = {}
-_KEYMAPS: dict[str, KeyMap] = {NATIVE.name: NATIVE}
-_old_group_named = False  # the plug-ins under OLD_GROUP were named in a warning (once per process)
+ARCHITECTURES: Registry[Builder] = Registry("encoder architecture", GROUP, BUILTIN_ARCHITECTURES)
+# key maps are declared by the architecture modules: loading them is loading the architectures
+KEYMAPS: Registry[KeyMap] = Registry("key map", GROUP, BUILTIN_ARCHITECTURES)
+KEYMAPS.add(NATIVE.name, NATIVE, __name__)
 
 
 def register_architecture(name: str):
     """Decorator: `name` (a model config's `architecture:`) builds encoders with this function."""
 
     def deco(fn: Builder) -> Builder:
-        if name in _ARCHITECTURES and _ARCHITECTURES[name] is not fn:
-            raise ValueError(f"encoder architecture {name!r} registered twice")
-        _ARCHITECTURES[name] = fn
-        return fn
+        return ARCHITECTURES.add(name, fn)
 
     return deco
 
 
-def register_family(name: str):
-    """The old name of `register_architecture`, kept so a lab's module still loads; it says so
-    once."""
-    warnings.warn(
-        f"register_family({name!r}) is the old name of"
-        " cryocube.models.registry.register_architecture; rename the call",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return register_architecture(name)
-
-
 def register_keymap(km: KeyMap) -> KeyMap:
     """Makes a key map loadable by the name a config's `weights.key_map` gives; a second, different
-    map under one name is refused."""
-    if km.name in _KEYMAPS and _KEYMAPS[km.name] is not km:
-        raise ValueError(f"key map {km.name!r} registered twice")
-    _KEYMAPS[km.name] = km
-    return km
-
-
-def load_architectures() -> None:
-    """Import the built-in architecture modules and the plug-ins; plug-ins declared under the old
-    group name still load, with a warning naming each."""
-    global _old_group_named
-    plugins.load(GROUP, BUILTIN_ARCHITECTURES)
-    if not _old_group_named:
-        _old_group_named = True
-        for ep in entry_points(group=OLD_GROUP):
-            warnings.warn(
-                f"plug-in {ep.name!r} ({ep.value}) is declared in the entry-point group"
-                f" {OLD_GROUP!r}, the old name of {GROUP!r}; rename the group in its package",
-                FutureWarning,
-                stacklevel=2,
-            )
-    plugins.load(OLD_GROUP, ())
+    map under one name is refused, naming the modules that registered each."""
+    # a KeyMap is an instance: the module that registers it is the caller's, not its class's
+    return KEYMAPS.add(km.name, km, sys._getframe(1).f_globals.get("__name__"))
 
 
 def architectures() -> dict[str, Builder]:
     """Every registered architecture name -> its builder."""
-    load_architectures()
-    return dict(_ARCHITECTURES)
+    return dict(ARCHITECTURES.load())
 
 
 def get_keymap(name: str) -> KeyMap:
     """A key map by name, once the architecture modules (which register their maps) are imported."""
-    load_architectures()
-    if name not in _KEYMAPS:
-        raise KeyError(f"unknown key map {name!r}; known: {sorted(_KEYMAPS)}")
-    return _KEYMAPS[name]
-
-
-def keymaps() -> dict[str, KeyMap]:
-    """Every key map by name, architecture modules and plug-ins loaded first so none is missing."""
-    load_architectures()
-    return dict(_KEYMAPS)
+    return KEYMAPS.named(name)

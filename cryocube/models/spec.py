@@ -7,7 +7,6 @@ catalog, not in code, so `cryocube inspect`, the band matcher and the engine all
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -130,24 +129,6 @@ def _band_list(v, where: str, key: str) -> list[str]:
     return list(v)
 
 
-def _architecture(d: dict, where: str) -> str:
-    """The `architecture:` field; a config written before the rename says `family:`, which still
-    loads and says so (in this project "family" means an evaluation family only)."""
-    if "family" in d:
-        if "architecture" in d:
-            raise CatalogError(
-                f"{where}: has both architecture: and its old name family:; keep architecture: only"
-            )
-        warnings.warn(
-            f"{where}: `family: {d['family']}` is the old name of `architecture:`; read as "
-            f"`architecture: {d['family']}` (rename the field in this file)",
-            FutureWarning,
-            stacklevel=4,
-        )
-        return str(d["family"])
-    return str(need(d, "architecture", where))
-
-
 def parse_model(d: dict, where: str) -> ModelSpec:
     """A model YAML mapping checked field by field (band names, layer/channel counts, weights,
     published setup, deviations); `where` names the file in errors."""
@@ -216,7 +197,7 @@ def parse_model(d: dict, where: str) -> ModelSpec:
     mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
     return ModelSpec(
         id=str(need(d, "id", where)),
-        architecture=_architecture(d, where),
+        architecture=str(need(d, "architecture", where)),
         display_name=str(need(d, "display_name", where)),
         input_size=size,
         input_bands=ib,

@@ -38,7 +38,6 @@ class Segmentation(Family):
     warm_modules = ("timm", f"{__name__}.train", f"{__name__}.features")
     primary_metric = "mIoU"
     shown_metrics = ("mF1", "oAcc")
-    variables = ("image", "label")
     recipe = SegmentationRecipe
 
     # -- planning ------------------------------------------------------------------------------

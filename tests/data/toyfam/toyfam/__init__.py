@@ -41,7 +41,6 @@ def _score(block: Block) -> dict:
 class Toy(Family):
     name = "toyfam"
     primary_metric = "brightness"
-    variables = ("image",)
     not_tunable = "the toy family trains nothing"
 
     def plan(self, spec, cube, recipe, ctx) -> PlannedRun:
