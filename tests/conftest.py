@@ -159,3 +159,18 @@ def insar_cube(tmp_path_factory, client):
         return made[(n, size, seed)]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def embedding_plan():
+    """`plan_embedding` as `cryocube embed` calls it: the benchmark's embedding recipe with `sets`
+    (recipe fields, as --set gives them) and a context of `ctx`'s fields (weights, random)."""
+    from cryocube.families import PlanContext
+    from cryocube.families.embedding.embed import plan_embedding
+    from cryocube.families.recipes import load_recipe
+
+    def plan(source: str, cube, *, dim=None, seed: int = 0, ctx: dict | None = None, **sets):
+        r = load_recipe(None, sets, families=("embedding",)).of("embedding")
+        return plan_embedding(source, cube, r, PlanContext(**(ctx or {})), dim=dim, seed=seed)
+
+    return plan

@@ -15,7 +15,7 @@ from cryocube.cli import main
 from cryocube.convert.writer import convert
 from cryocube.cube import DamagedCubeError, cube_info, open_cube, read_samples
 from cryocube.errors import UserError
-from cryocube.families.embedding.embed import embed, load_embeddings, plan_embedding
+from cryocube.families.embedding.embed import embed, load_embeddings
 from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
 from cryocube.families.embedding.submission import (
     SubmissionError,
@@ -140,11 +140,16 @@ def test_a_damaged_sample_cube_is_refused(ssl, tmp_path):
         read_samples(bad, np.arange(60), labels=False)
 
 
-def test_embed_on_workers_equals_embed_in_one_process(ssl, client, tmp_path):
+def test_embed_on_workers_equals_embed_in_one_process(ssl, client, tmp_path, embedding_plan):
     _, _, url = ssl
     cube = cube_info(url)
-    spec, prov = plan_embedding(
-        "ssl4eo_moco", cube, dim=16, allow_random_weights=True, input_size=16, block_samples=16
+    spec, prov = embedding_plan(
+        "ssl4eo_moco",
+        cube,
+        dim=16,
+        ctx={"allow_random_weights": True},
+        input_size=16,
+        block_samples=16,
     )
     a = embed(spec, cube, str(tmp_path / "a.zarr"), client=client, progress=False, provenance=prov)
     b = embed(spec, cube, str(tmp_path / "b.zarr"), client=None, progress=False, provenance=prov)
@@ -164,12 +169,12 @@ def test_embed_on_workers_equals_embed_in_one_process(ssl, client, tmp_path):
     assert again.blocks_run == 0  # complete store of the same inputs: reused
 
 
-def test_organisers_mean_baseline_layout(ssl, tmp_path):
+def test_organisers_mean_baseline_layout(ssl, tmp_path, embedding_plan):
     """Season, then channel group, then y, x (8 x 8 from 8 x 8 pixels is the identity
     resampling)."""
     m, _, url = ssl
     cube = cube_info(url)
-    spec, _ = plan_embedding("mean", cube)
+    spec, _ = embedding_plan("mean", cube)
     assert spec.grid == 8 and len(spec.groups) == 4
     r = embed(spec, cube, str(tmp_path / "mean.zarr"), progress=False)
     ids, X, _, _ = load_embeddings(r.url)
@@ -301,7 +306,7 @@ def test_probe_fields_are_checked_in_one_sentence(probe, sets, words):
         probe_recipe(probe, 10, sets)
 
 
-def test_embed_takes_the_recipes_checkpoint_as_evaluate_does(ssl, tmp_path):
+def test_embed_takes_the_recipes_checkpoint_as_evaluate_does(ssl, tmp_path, embedding_plan):
     """The refusal says `--set encoder_weights={model: PATH}` works: it must, for embed too."""
     import torch
 
@@ -309,7 +314,9 @@ def test_embed_takes_the_recipes_checkpoint_as_evaluate_does(ssl, tmp_path):
     cube = cube_info(url)
     ckpt = tmp_path / "moco.pt"
     torch.save({}, ckpt)
-    spec, prov = plan_embedding("ssl4eo_moco", cube, input_size=16, weights=str(ckpt))
+    spec, prov = embedding_plan(
+        "ssl4eo_moco", cube, input_size=16, encoder_weights={"ssl4eo_moco": str(ckpt)}
+    )
     assert spec.encoder.weights == str(ckpt) and not prov["weights"]["random_init"]
 
 
@@ -382,7 +389,9 @@ def test_evaluate_probe_protocol_and_report(tmp_path, client):
     assert "frozen" in rep.leaderboards  # segmentation runs still rank as before
 
 
-def test_labelled_standardisation_is_the_same_on_workers_and_in_one_process(ssl, tmp_path):
+def test_labelled_standardisation_is_the_same_on_workers_and_in_one_process(
+    ssl, tmp_path, embedding_plan
+):
     """`standardize: labelled` on the worker path (the matrix read from the store, as `evaluate
     --protocol probe` does) equals the in-process path, and differs from `all` when some rows are
     unlabelled.
@@ -400,7 +409,7 @@ def test_labelled_standardisation_is_the_same_on_workers_and_in_one_process(ssl,
 
     _, _, url = ssl
     cube = cube_info(url)
-    spec, prov = plan_embedding("random", cube, dim=16)
+    spec, prov = embedding_plan("random", cube, dim=16)
     res = embed(spec, cube, str(tmp_path / "r.zarr"), client=None, progress=False, provenance=prov)
     ids, X, _, attrs = load_embeddings(res.url)
     tasks = [t for t in tasks_from_cube(url) if t.name == "water_fraction__regr"]
@@ -418,7 +427,7 @@ def test_labelled_standardisation_is_the_same_on_workers_and_in_one_process(ssl,
     assert scores["all"] != scores["labelled"]
 
 
-def test_embed_and_evaluate_use_one_band_rule_on_a_sar_only_cube(tmp_path, client):
+def test_embed_and_evaluate_use_one_band_rule_on_a_sar_only_cube(tmp_path, client, embedding_plan):
     """A SAR-only cube (CaFFe) and every optical-only encoder of Cryo-Bench's grid: `embed` follows
     the cross-sensor rule as `evaluate` does (was: refused, "cannot take any band"), feeding the
     same cube bands to the same slots.
@@ -427,7 +436,6 @@ def test_embed_and_evaluate_use_one_band_rule_on_a_sar_only_cube(tmp_path, clien
     from cryocube.cube import cube_info
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
-    from cryocube.families.embedding.embed import plan_embedding
     from cryocube.families.segmentation.recipe import load_recipe
     from cryocube.synthetic import make_raw
 
@@ -440,7 +448,7 @@ def test_embed_and_evaluate_use_one_band_rule_on_a_sar_only_cube(tmp_path, clien
     assert not any(b.role == "optical" for b in cube.bands)
     ctx = PlanContext(out=str(tmp_path / "res"), allow_random_weights=True)
     for model in ("remoteclip", "ssl4eo_moco", "vit_scratch", "scalemae"):
-        spec, prov = plan_embedding(model, cube, allow_random_weights=True)
+        spec, prov = embedding_plan(model, cube, ctx={"allow_random_weights": True})
         seg = plan_runs([RunSpec(model, url)], load_recipe(None, []), ctx)[0].record
         assert spec.encoder.rule == seg["band_rule"] == "cross_sensor", model
         assert list(spec.inputs.index) == seg["band_index"], model

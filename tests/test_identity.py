@@ -18,7 +18,7 @@ import zarr
 from cryocube.cli import main
 from cryocube.convert.writer import convert
 from cryocube.cube import as_text, open_cube, sample_ids
-from cryocube.errors import UserError
+from cryocube.errors import RecipeError, UserError
 from cryocube.families.embedding.embed import load_embeddings
 from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
 from cryocube.families.embedding.submission import read_submission
@@ -186,12 +186,14 @@ def test_embeddings_of_another_cube_are_refused_by_checksum_store_and_csv(
     assert rec["cube"] is None
 
 
-def test_labels_folder_and_tasks_from_give_the_same_q_for_the_same_data(samples, tmp_path):
+def test_labels_folder_and_tasks_from_give_the_same_q_for_the_same_data(
+    samples, tmp_path, embedding_plan
+):
     root, a, _ = samples
     from cryocube.cube import cube_info
-    from cryocube.families.embedding.embed import embed, plan_embedding
+    from cryocube.families.embedding.embed import embed
 
-    spec, prov = plan_embedding("mean", cube_info(a), dim=32)
+    spec, prov = embedding_plan("mean", cube_info(a), dim=32)
     emb = str(tmp_path / "emb.zarr")
     embed(spec, cube_info(a), emb, progress=False, provenance=prov)
     ds = open_cube(a)
@@ -287,11 +289,11 @@ def test_fraction_curves_never_join_models_that_share_a_name_or_recipes_that_dif
     assert any("another recipe" in n for n in rep.tables["failures"].notes)
 
 
-def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
+def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path, embedding_plan):
     """Two label folders, one dataset name ("labels"): before, they were pooled, every run missed
     the other set's tasks and was listed as dropped for a NaN Q."""
     from cryocube.cube import cube_info
-    from cryocube.families.embedding.embed import embed, plan_embedding
+    from cryocube.families.embedding.embed import embed
     from cryocube.report import build_report
 
     root, a, _ = samples
@@ -301,7 +303,7 @@ def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
     tasks = list(zip(as_text(ds["task"].values), as_text(ds["task_type"].values)))
     results = tmp_path / "results"
     for model in ("mean", "random"):
-        spec, prov = plan_embedding(model, cube_info(a), dim=16)
+        spec, prov = embedding_plan(model, cube_info(a), dim=16)
         emb = str(tmp_path / f"{model}.zarr")
         embed(spec, cube_info(a), emb, progress=False, provenance=prov)
         for s, picked in enumerate((tasks[:1], tasks[1:])):
@@ -337,14 +339,14 @@ def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path):
         assert sorted(t.column_values("model")) == ["mean", "random"]
 
 
-def test_an_embedding_store_with_repeated_ids_is_refused(caffe, tmp_path):
+def test_an_embedding_store_with_repeated_ids_is_refused(caffe, tmp_path, embedding_plan):
     """A store embedded before ids were unique (its rows named by `source`) is refused, never
     collapsed."""
     from cryocube.cube import cube_info
-    from cryocube.families.embedding.embed import embed, plan_embedding
+    from cryocube.families.embedding.embed import embed
 
     _, url = caffe
-    spec, prov = plan_embedding("random", cube_info(url), dim=4)
+    spec, prov = embedding_plan("random", cube_info(url), dim=4)
     emb = str(tmp_path / "old.zarr")
     embed(spec, cube_info(url), emb, progress=False, provenance=prov)
     g = zarr.open_group(emb, mode="r+")
@@ -399,3 +401,79 @@ def test_a_study_finds_its_default_run_when_another_recipe_fills_the_leaderboard
     cells = {r.name: r.cells["glid"].mean for r in rep.leaderboards["frozen-100pct"].rows}
     # the newest recipe fills the cell; never 26.0, an average
     assert cells == {"U-Net": 32.0, "U-Net (tuned)": 40.0}
+
+
+# -- follow_reference: honoured (or refused) by every family and by `cryocube embed` ---------------
+
+FOLLOW_CASES = {  # evaluation family (or command) -> (protocol, model)
+    "segmentation": ("frozen", "ssl4eo_dino"),
+    "embedding": ("probe", "ssl4eo_dino"),
+    "heads": ("heads", "ssl4eo_dino"),
+    "vqa": ("vqa", "transformers"),
+    "cryocube embed": (None, "ssl4eo_dino"),
+}
+# generative models declare no deviation from a reference: nothing to follow, said in one sentence
+FOLLOW_REFUSED = {"vqa": "a generative model declares none, so the vqa protocol has nothing"}
+# shared recipe fields only (`embed` refuses the others); fixed so the ids are the machine's own
+FOLLOW_SETS = ["input_size=32", "precision=fp32", "threads=1", "normalization=cube"]
+
+
+def _followed(case: str, url: str, sets: list[str], out, client) -> tuple[dict, str]:
+    """(the record's `deviations`, the run id) of one planned run, or for `cryocube embed` the
+    store's attributes and key (the id its vectors are known by)."""
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext, RunSpec
+    from cryocube.families.recipes import load_recipe
+
+    protocol, model = FOLLOW_CASES[case]
+    if protocol is None:
+        store = str(out / "emb.zarr")
+        args = ["embed", model, "--cube", url, "--out", store, "--allow-random-weights"]
+        args += ["--quiet", "--cluster", client.scheduler.address]
+        assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+        _, _, _, attrs = load_embeddings(store)
+        return attrs["deviations"], attrs["key"]
+    ctx = PlanContext(out=str(out), allow_random_weights=True)
+    (run,) = plan_runs([RunSpec(model, url, protocol)], load_recipe(None, sets), ctx)
+    return run.record.get("deviations"), run.run_id
+
+
+@pytest.mark.parametrize("case", sorted(FOLLOW_CASES))
+def test_follow_reference_is_followed_or_refused_by_every_family_and_by_embed(
+    case, tile_cube, client, tmp_path
+):
+    """S12-DINO declares one deviation (its qkv biases): with `--set follow_reference=true` each
+    family's record says it was followed and the run is another run; the vqa family, whose models
+    declare none, refuses the setting in one sentence instead of ignoring it."""
+    from cryocube.catalog import protocol
+    from cryocube.families import BUILTIN
+
+    families = {m.rsplit(".", 1)[1] for m in BUILTIN}
+    assert families == set(FOLLOW_CASES) - {"cryocube embed"}  # every built-in family is a case
+    if case in families:
+        assert protocol(FOLLOW_CASES[case][0]).family == case
+    url = tile_cube("glid", train=8, val=2, test=3, seed=7)
+    dev, run_id = _followed(case, url, FOLLOW_SETS, tmp_path / "default", client)
+    follow = FOLLOW_SETS + ["follow_reference=true"]
+    if case in FOLLOW_REFUSED:
+        with pytest.raises(RecipeError) as e:
+            _followed(case, url, follow, tmp_path / "follow", client)
+        msg = str(e.value)
+        assert "follow_reference=true" in msg and FOLLOW_REFUSED[case] in msg, msg
+        assert "\n" not in msg and msg.startswith(f"{FOLLOW_CASES[case][1]}/"), msg  # the run
+        return
+    assert dev == {"in_effect": ["dino_qkv_bias"], "followed": []}
+    dev_f, run_id_f = _followed(case, url, follow, tmp_path / "follow", client)
+    assert dev_f == {"in_effect": [], "followed": ["dino_qkv_bias"]}
+    assert run_id_f != run_id
+
+
+def test_a_baseline_has_nothing_to_follow_and_embed_says_so(tile_cube, client, tmp_path, capsys):
+    url = tile_cube("glid", train=8, val=2, test=3, seed=7)
+    args = ["embed", "mean", "--cube", url, "--out", str(tmp_path / "m.zarr"), "--quiet"]
+    args += ["--cluster", client.scheduler.address, "--set", "follow_reference=true"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "follow_reference=true: the mean baseline is no model" in err, err
+    assert not (tmp_path / "m.zarr" / "embedding").exists()  # refused before any vector

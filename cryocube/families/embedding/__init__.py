@@ -28,7 +28,6 @@ class Embedding(FittedInScore):
     warm_modules = ("timm", f"{__name__}.embed", f"{__name__}.probes")
     primary_metric = "Q"
     shown_metrics = ("A",)
-    variables = ("image",)
     not_tunable = (
         "a probe has no validation split: NeuCo-Bench scores each of its k splits on that split's"
         " test rows (the best epoch, the best SVM setting), so a study would select its fields on"
@@ -40,7 +39,6 @@ class Embedding(FittedInScore):
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
         """Refuses what the protocol cannot score (--fraction, tasks too small to split) before any
         embedding; the run id hashes the embedding key, labels, probe recipe and seed."""
-        from ...precision import this_device
         from .embed import plan_embedding
         from .probe import (
             K_DEFAULT,
@@ -75,23 +73,7 @@ class Embedding(FittedInScore):
             f" EMB.zarr --tasks-from {url} --out PROBE --set test_size={{}}`: evaluate keeps"
             f" test_size {pr.test_size:g}",
         )
-        emb, prov = plan_embedding(
-            spec.model,
-            cube,
-            dim=dim,
-            weights_dir=ctx.weights_dir,
-            allow_random_weights=ctx.allow_random_weights,
-            precision=recipe.precision,
-            input_size=recipe.input_size or None,
-            normalization=recipe.normalization,
-            seed=spec.seed,
-            block_samples=recipe.block_samples,
-            batch=recipe.extract_batch,
-            threads=ctx.run_threads(recipe.threads),
-            device=ctx.device or this_device(),
-            weights=recipe.encoder_weights.get(spec.model),
-            follow_reference=recipe.follow_reference,
-        )
+        emb, prov = plan_embedding(spec.model, cube, recipe, ctx, dim=dim, seed=spec.seed)
         identity = {
             "family": self.name,
             "embedding": emb.key,

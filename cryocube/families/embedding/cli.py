@@ -55,7 +55,7 @@ def register(sub) -> None:
         metavar="KEY=VALUE",
         help=(
             "precision, input_size, normalization, encoder_weights, block_samples, extract_batch,"
-            " threads"
+            " threads, follow_reference"
         ),
     )
     p.add_argument("--seed", type=int, default=0, help="the random baseline's seed")
@@ -135,6 +135,7 @@ def _embed(args) -> int:
     from ...cluster import open_cluster, planned_threads
     from ...cluster.client import cluster_threads
     from ...cube import cube_info
+    from ..base import PlanContext
     from ..recipes import load_recipe
     from .embed import embed, load_embeddings, plan_embedding, write_sidecar
     from .submission import write_submission
@@ -147,26 +148,15 @@ def _embed(args) -> int:
     cube = cube_info(args.cube)
 
     def plan(threads):
-        return plan_embedding(
-            args.model,
-            cube,
-            dim=args.dim,
+        ctx = PlanContext(
             weights_dir=args.weights,
             allow_random_weights=args.allow_random_weights,
-            precision=r.precision,
-            input_size=r.input_size or None,
-            normalization=r.normalization,
-            seed=args.seed,
-            block_samples=r.block_samples,
-            batch=r.extract_batch,
             threads=threads,
-            weights=r.encoder_weights.get(args.model),
         )
+        return plan_embedding(args.model, cube, r, ctx, dim=args.dim, seed=args.seed)
 
     # errors first
-    spec, prov = plan(
-        r.threads or planned_threads(args.cluster, args.workers, args.threads_per_worker)
-    )
+    spec, prov = plan(planned_threads(args.cluster, args.workers, args.threads_per_worker))
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
         print(
             f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights);"
@@ -181,7 +171,7 @@ def _embed(args) -> int:
         quiet=args.quiet,
     ) as client:
         # the threads the workers were started with
-        spec, prov = plan(r.threads or cluster_threads(client))
+        spec, prov = plan(cluster_threads(client))
         res = embed(
             spec,
             cube,

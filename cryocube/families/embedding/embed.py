@@ -28,7 +28,9 @@ import numpy as np
 from ... import __version__
 from ... import store as _store
 from ...cube import _text, as_text, read_samples
-from ...errors import UserError, task_boundary
+from ...errors import RecipeError, UserError, task_boundary
+from ...recipe import BaseRecipe
+from ..base import PlanContext
 from ..encoders import EncoderSpec, InputMap, dataset_band_rule, match_cube_bands
 
 COMPLETE = "cryocube_embedding_complete"
@@ -117,28 +119,20 @@ class EmbedBlock:
 def plan_embedding(
     source: str,
     cube,
+    recipe: BaseRecipe,
+    ctx: PlanContext,
     *,
     dim: int | None = None,
-    weights_dir: str | None = None,
-    allow_random_weights: bool = False,
-    precision: str = "auto",
-    input_size: int | None = None,
-    normalization: str = "published",
     seed: int = 0,
-    block_samples: int = 16,
-    batch: int | None = None,
-    threads: int | None = None,
-    device=None,
-    weights: str | None = None,
-    follow_reference: bool = False,
 ) -> tuple[EmbedSpec, dict]:
     """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and
-    provenance. `weights`: a checkpoint path (the recipe's encoder_weights), else looked up in
-    `weights_dir`. `threads`: torch threads of every block (default: this process's configured
-    threads); on CPU part of the key.
+    provenance. Every caller (the embedding and heads families, `cryocube embed`) passes its recipe
+    and context whole, so a recipe field reaches every embedding alike: precision, input size,
+    normalization, block and batch sizes, the checkpoint (`encoder_weights`, else one in
+    `ctx.weights_dir`), follow_reference; the torch threads of every block are
+    `ctx.run_threads(recipe.threads)`, on CPU part of the key. `seed` is the random baseline's.
     """
     from ...catalog import load_dataset
-    from ...cluster.runtime import configured_threads
     from ...models import model_spec
     from ...models.weights import resolve_weights
     from ...precision import resolve, this_device
@@ -146,7 +140,13 @@ def plan_embedding(
 
     if dim is not None and dim < 1:
         raise UserError(f"--dim must be >= 1, got {dim}")
+    normalization, block_samples = recipe.normalization, recipe.block_samples
     if source in BASELINES:
+        if recipe.follow_reference:
+            raise RecipeError(
+                f"follow_reference=true: the {source} baseline is no model and has no deviation"
+                " from a reference to follow (docs/deviations.md); drop the setting for it"
+            )
         inputs = input_map(cube, list(range(len(cube.bands))), normalization)
         groups: tuple[tuple[int, ...], ...] = tuple((i,) for i in range(len(cube.bands)))
         grid = 8
@@ -181,17 +181,21 @@ def plan_embedding(
         return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
     mspec = model_spec(source)
     # every declared deviation switched to the reference's behaviour (docs/deviations.md)
-    if follow_reference:
+    if recipe.follow_reference:
         mspec = mspec.following_reference()
     # embed has no protocols: the dataset's catalog says the rule
     rule = dataset_band_rule(cube.dataset)
     # evaluate's rule
     rule, match = match_cube_bands(mspec, cube.bands, rule, offers_cross_sensor=False)
-    size = encoder_input_size(mspec, cube.tile, input_size, f"{source} on {cube.dataset}")
-    found = resolve_weights(source, weights, weights_dir, allow_random_weights)
-    device = device or this_device()
-    eff = resolve(precision, device)
-    threads = int(threads or configured_threads())
+    size = encoder_input_size(
+        mspec, cube.tile, recipe.input_size or None, f"{source} on {cube.dataset}"
+    )
+    found = resolve_weights(
+        source, recipe.encoder_weights.get(source), ctx.weights_dir, ctx.allow_random_weights
+    )
+    device = ctx.device or this_device()
+    eff = resolve(recipe.precision, device)
+    threads = ctx.run_threads(recipe.threads)
     enc = EncoderSpec(
         mspec,
         cube.bands,
@@ -211,7 +215,7 @@ def plan_embedding(
         enc,
         dim,
         block_samples=block_samples,
-        batch=batch,
+        batch=recipe.extract_batch,
         threads=threads,
     )
     fed = ", ".join(
@@ -232,7 +236,7 @@ def plan_embedding(
         "model_name": mspec.display_name,
         "band_mode": mode,
         "deviations": mspec.deviation_record(),
-        "precision": {"requested": precision, "effective": eff},
+        "precision": {"requested": recipe.precision, "effective": eff},
     }
 
 

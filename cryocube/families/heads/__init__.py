@@ -27,14 +27,12 @@ class Heads(FittedInScore):
     warm_modules = ("timm", "cryocube.families.embedding.embed", f"{__name__}.linear")
     # share of test questions a head answered (each task's metrics are board cells)
     primary_metric = "answered"
-    variables = ("image", "target", "box")
     recipe = HeadsRecipe
 
     def plan(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> PlannedRun:
         """Refuses the baseline embeddings (chance is on every board) and cubes with no answerable
         task or test reference; runs share the embedding family's pooled features (prep_key)."""
         from ...catalog import protocol as protocol_spec
-        from ...precision import this_device
         from ..embedding import embeddings_url
         from ..embedding.embed import BASELINES, plan_embedding
         from ..split import cube_split
@@ -73,21 +71,7 @@ class Heads(FittedInScore):
                 f"{cube.url}: no test-split sample has a reference for"
                 f" {', '.join(t.name for t in tasks)}"
             )
-        emb, prov = plan_embedding(
-            spec.model,
-            cube,
-            weights_dir=ctx.weights_dir,
-            allow_random_weights=ctx.allow_random_weights,
-            precision=hr.precision,
-            input_size=hr.input_size or None,
-            normalization=hr.normalization,
-            seed=spec.seed,
-            block_samples=hr.block_samples,
-            batch=hr.extract_batch,
-            threads=ctx.run_threads(hr.threads),
-            device=ctx.device or this_device(),
-            weights=hr.encoder_weights.get(spec.model),
-        )
+        emb, prov = plan_embedding(spec.model, cube, hr, ctx, seed=spec.seed)
         identity = {
             "family": self.name,
             "embedding": emb.key,
@@ -110,6 +94,7 @@ class Heads(FittedInScore):
             precision=prov.get("precision"),
             embedding=emb.describe() | {"url": url},
             band_mode=prov.get("band_mode"),
+            deviations=prov["deviations"],
             torch_threads=emb.threads,
             tasks={
                 t.name: {

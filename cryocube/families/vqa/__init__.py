@@ -13,7 +13,7 @@ the answers and a small gallery beside the record. Tasks, prompts and metrics ar
 
 from __future__ import annotations
 
-from ...errors import UserError
+from ...errors import RecipeError, UserError
 from ...record import run_dir
 from .. import register
 from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
@@ -30,7 +30,6 @@ class Vqa(FittedInScore):
     warm_modules = (f"{__name__}.answer",)
     # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
     primary_metric = "parsed"
-    variables = ("image", "target", "box", "answer")
     recipe = VqaRecipe
     not_tunable = (
         "a VQA run trains nothing and records no validation curve; set its fields with `evaluate"
@@ -55,6 +54,12 @@ class Vqa(FittedInScore):
             if spec.overrides
             else recipe
         )
+        if vr.follow_reference:
+            raise RecipeError(
+                f"{spec.label}: follow_reference=true switches an encoder's declared deviations to"
+                " the reference's (docs/deviations.md); a generative model declares none, so the"
+                " vqa protocol has nothing to follow: drop the setting for it"
+            )
         adapter_name, location = split_ref(spec.model)
         if adapter_name not in names():
             raise UserError(
