@@ -174,3 +174,28 @@ def embedding_plan():
         return plan_embedding(source, cube, r, PlanContext(**(ctx or {})), dim=dim, seed=seed)
 
     return plan
+
+
+@pytest.fixture()
+def run_with_plugin(tmp_path):
+    """Runs Python `code` in a fresh process beside a real distribution `name` (its package's
+    `__init__` is `source`; its dist-info declares it in the entry-point `group`); returns the
+    CompletedProcess. Argument strings after the code are its sys.argv[1:]."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def run(name: str, group: str, source: str, code: str, *argv: str):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(source)
+        info = tmp_path / f"{name}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {name}\n")
+        root = Path(__file__).resolve().parents[1]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(root)]))
+        cmd = [sys.executable, "-c", code, *argv]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+    return run

@@ -236,32 +236,17 @@ def test_a_model_config_names_its_architecture_and_the_old_family_field_is_refus
         build_encoder(str(tmp_path / "odd.yaml"), in_chans=13)
 
 
-def test_a_lab_architecture_joins_through_its_entry_point(tmp_path):
+def test_a_lab_architecture_joins_through_its_entry_point(run_with_plugin):
     """A real distribution on the path declares `cryocube.architectures`; its architecture builds
     beside the built-in ones, without a word."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    (tmp_path / "newlab").mkdir()
-    (tmp_path / "newlab" / "__init__.py").write_text(
+    r = run_with_plugin(
+        "newlab",
+        "cryocube.architectures",
         "from cryocube.models.unet import build_unet\nfrom cryocube.models.registry import"
-        " register_architecture\nregister_architecture('newlab_unet')(build_unet)\n"
-    )
-    info = tmp_path / "newlab-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: newlab\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[cryocube.architectures]\nnewlab = newlab\n")
-    code = (
+        " register_architecture\nregister_architecture('newlab_unet')(build_unet)\n",
         "import warnings; warnings.simplefilter('always')\n"
         "from cryocube.models import architectures\n"
-        "a = architectures(); print('newlab_unet' in a, 'vit' in a)\n"
-    )
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(root)]))
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        "a = architectures(); print('newlab_unet' in a, 'vit' in a)\n",
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "True"]

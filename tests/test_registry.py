@@ -4,16 +4,10 @@ built-in, or the built-in it, by import order), and the first entry stays."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from cryocube.errors import PluginError, UserError
 
-ROOT = Path(__file__).resolve().parents[1]
 HERE = __name__  # the module a registration from this file is named by
 CLI = "import sys; from cryocube.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -130,28 +124,19 @@ def test_an_unknown_name_is_one_sentence_listing_the_known_ones():
         get("nope")
 
 
-def test_a_plugin_that_takes_a_built_in_name_is_refused_naming_both_modules(tmp_path):
+def test_a_plugin_that_takes_a_built_in_name_is_refused_naming_both_modules(run_with_plugin):
     """A real distribution on the path declares a reader under the built-in `paired_raster`:
     `cryocube list readers` says, in one line, which plug-in failed and which two modules
     registered the name; nothing is shadowed."""
-    pkg = tmp_path / "shadowlab"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text(
+    r = run_with_plugin(
+        "shadowlab",
+        "cryocube.readers",
         "from cryocube.convert.base import register\n"
         "from cryocube.convert.paired import PairedRasterReader\n\n\n"
-        "@register\nclass Mine(PairedRasterReader):\n    name = 'paired_raster'\n"
-    )
-    info = tmp_path / "shadowlab-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shadowlab\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[cryocube.readers]\nshadowlab = shadowlab\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    r = subprocess.run(
-        [sys.executable, "-c", CLI, "list", "readers"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+        "@register\nclass Mine(PairedRasterReader):\n    name = 'paired_raster'\n",
+        CLI,
+        "list",
+        "readers",
     )
     assert r.returncode == 2, r.stdout + r.stderr
     err = r.stderr.strip()
