@@ -83,7 +83,11 @@ def add_cluster_args(p) -> None:
         help="worker processes (local/cuda) or workers to scale to",
     )
     p.add_argument("--threads-per-worker", type=int, default=None)
-    p.add_argument("--memory-limit", default=None, help="per worker, e.g. 4GB")
+    p.add_argument(
+        "--memory-limit",
+        default=None,
+        help="per worker, e.g. 4GB (local, cuda: the machine's memory shared by the workers)",
+    )
 
 
 def planned_threads(

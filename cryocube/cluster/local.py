@@ -45,6 +45,19 @@ def local_sizing(
     return n, tpw, torch_threads or max(1, cores // (n * tpw))
 
 
+def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
+    """Each local worker's memory limit: `--memory-limit` where given, else the machine's memory
+    (cgroup-aware) shared among the workers, as the cores are. Dask's own "auto" gives a worker
+    memory in proportion to its Dask threads, so the single one-thread worker of a one-run plan,
+    which computes on every core, got half the machine, and its nanny restarted it at 95 % of
+    that."""
+    if memory_limit and memory_limit != "auto":
+        return memory_limit
+    from distributed.system import MEMORY_LIMIT
+
+    return int(MEMORY_LIMIT // max(1, n_workers))
+
+
 @contextlib.contextmanager
 def ctrl_c_stays_here():
     """Worker processes spawned inside inherit an ignored SIGINT (ignored signals survive exec): a
@@ -80,7 +93,7 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
             n_workers=n,
             threads_per_worker=tpw,
             processes=True,
-            memory_limit=req.memory_limit or "auto",
+            memory_limit=worker_memory(req.memory_limit, n),
             env={**thread_env(threads), LOCAL_WORKER: "1"},
             **dashboard_kwargs(req.dashboard),
         )
@@ -140,7 +153,7 @@ def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
         made = dask_cuda.LocalCUDACluster(
             n_workers=n,
             threads_per_worker=tpw,
-            memory_limit=req.memory_limit or "auto",
+            memory_limit=worker_memory(req.memory_limit, n),
             resources={GPU: 1},
             pre_import=["torch"],
             **dashboard_kwargs(req.dashboard),

@@ -4,6 +4,8 @@ shares."""
 from __future__ import annotations
 
 import contextlib
+import socket
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -88,11 +90,38 @@ def require(module: str, extra: str, what: str):
         ) from e
 
 
+DASHBOARD_PORT = 8787  # Dask's usual port, kept where it is free
+
+
+def port_is_free(port: int) -> bool:
+    """Whether the dashboard could listen on `port` on every interface (as Dask's does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado listens
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def dashboard_port() -> int:
+    """DASHBOARD_PORT where free, else a free port the system picks: chosen here, so that another
+    Dask cluster on the machine (a shared hub node) costs no warning, only the other link that the
+    cluster line prints."""
+    if port_is_free(DASHBOARD_PORT):
+        return DASHBOARD_PORT
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def dashboard_kwargs(dashboard: bool) -> dict:
-    """Dashboard on the usual port (Dask moves it if taken), or none, with the scheduler's HTTP
+    """The dashboard on a free port (`dashboard_port`), or none, with the scheduler's HTTP
     endpoints on a free port (else every extra cluster warns that 8787 is taken)."""
+    # a port taken between the choice and the listen: Dask moves it, and the cluster line says where
+    warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
     if dashboard:
-        return {"dashboard_address": ":8787"}
+        return {"dashboard_address": f":{dashboard_port()}"}
     return {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 
 

@@ -1,4 +1,5 @@
-"""What a task needs to know about the worker it runs on: memory allocator, device, torch threads.
+"""What a task needs to know about the worker it runs on: memory allocator, device, torch threads,
+and the peak memory of what it ran (`peak_memory`).
 
 Runs inside worker processes (and in a plain process for one-machine use). A torch task's thread
 count is fixed when it starts, from its run's own settings (`torch_task`): the float reduction
@@ -14,6 +15,7 @@ import ctypes
 import functools
 import os
 import sys
+import threading
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -50,6 +52,125 @@ def tune_malloc() -> bool:
     return bool(libc.mallopt(m_mmap_threshold, MALLOC_MMAP_THRESHOLD)) and bool(
         libc.mallopt(m_trim_threshold, MALLOC_TRIM_THRESHOLD)
     )
+
+
+def trim_malloc() -> None:
+    """Give glibc's free heap back to the system, so what follows shows its own rise in RSS."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def rss_bytes() -> int:
+    """This process's resident set now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def hwm_bytes() -> int | None:
+    """This process's peak resident set (VmHWM) since it started or since `reset_hwm`; None off
+    Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+# a reset that leaves VmHWM this far above RSS did not take (a kernel or sandbox that ignores it)
+HWM_RESET_SLACK = 64 * 2**20
+
+
+def reset_hwm() -> bool:
+    """Reset VmHWM to the current RSS ("5" to /proc/self/clear_refs, Linux 4.0+); False where that
+    is refused or has no effect."""
+    try:
+        fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
+        try:
+            os.write(fd, b"5")
+        finally:
+            os.close(fd)
+        hwm = hwm_bytes()
+        return hwm is not None and hwm <= rss_bytes() + HWM_RESET_SLACK
+    except OSError:
+        return False
+
+
+class PeakMemory:
+    """The peak memory of one span of a task (see `peak_memory`): `mb` (None where it cannot be
+    told apart from what ran before) and `scope`, what the figure covers, for the record."""
+
+    def __init__(self, device: str):
+        self.device, self.mb, self.scope, self.open = device, None, "task", False
+
+    @property
+    def measured(self) -> bool:
+        """Whether `mb` will be a figure of this span (else None, and `scope` says why)."""
+        return self.scope in ("task", SHARED_SCOPE)
+
+    def start(self) -> None:
+        """Reset the peak (or share the one running: tasks measured at once in one process)."""
+        with _open_lock:
+            if _open:
+                unmeasured = [o.scope for o in _open if not o.measured]
+                for o in (*_open, self):
+                    if o.scope == "task":
+                        o.scope = SHARED_SCOPE
+                self.scope = unmeasured[0] if unmeasured else self.scope
+            elif self.device.startswith("cuda"):
+                import torch
+
+                torch.cuda.reset_peak_memory_stats()
+            else:
+                trim_malloc()
+                if not reset_hwm():
+                    self.scope = (
+                        "not measured: this system does not reset a process's peak resident set"
+                        " (/proc/self/clear_refs), so the figure would be the worker's lifetime"
+                        " peak"
+                    )
+            _open.append(self)
+            self.open = True
+
+    def stop(self) -> None:
+        """The peak since `start`, once (later calls keep it)."""
+        with _open_lock:
+            if not self.open:
+                return
+            self.open = False
+            _open.remove(self)
+            if not self.measured:
+                self.mb = None
+            elif self.device.startswith("cuda"):
+                import torch
+
+                self.mb = torch.cuda.max_memory_allocated() / 2**20
+            else:
+                hwm = hwm_bytes()
+                self.mb = None if hwm is None else hwm / 2**20
+
+
+# what the figure covers when other measured tasks ran in the same process meanwhile (a worker with
+# several Dask threads): their memory is in it, so it is an upper bound of this task's
+SHARED_SCOPE = "task and the tasks beside it on the worker"
+_open: list[PeakMemory] = []
+_open_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def peak_memory(device: str):
+    """Measure the peak memory of the block (or until its `stop()`): CPU, the process's peak
+    resident set (VmHWM) reset at the start, so a worker's earlier, larger tasks never show in a
+    later run's figure; CUDA, torch's peak allocation since its reset. Yields a `PeakMemory`, filled
+    when it stops (also on an error)."""
+    m = PeakMemory(device)
+    m.start()
+    try:
+        yield m
+    finally:
+        m.stop()
 
 
 def device_for_worker() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -70,15 +71,53 @@ class _Filter(logging.Filter):
 
 
 LOGGERS = ("distributed.worker", "distributed.worker.state_machine")
+# Dask's memory monitor: the worker's (unmanaged memory high, pausing, resuming: every few seconds
+# while it lasts) and the nanny's (a worker past the terminate fraction, restarted)
+MEMORY_LOGGERS = ("distributed.worker.memory", "distributed.nanny.memory")
+
+
+class _MemoryLine(logging.Filter):
+    """Dask's memory warnings as one line of cryocube's per process: the first says what the
+    worker holds against its limit and what Dask does about it; a worker restarted for memory is
+    said each time (it costs its task). Torch tasks hold no data Dask could spill, so the rest
+    would say the same again."""
+
+    def __init__(self):
+        super().__init__()
+        self.said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "memory budget" in text and "Restarting" in text:
+            line = (
+                f"a worker passed its memory limit and is restarted ({text.split(' (pid')[0]});"
+                " give it more with --memory-limit, fewer workers with --workers, or a smaller"
+                " batch_size"
+            )
+        elif self.said:
+            return False
+        else:
+            usage = text.split("--", 1)[-1].strip() if "--" in text else text
+            line = (
+                f"a worker's memory is high ({usage}); Dask pauses it at 80 % of its limit and"
+                " restarts it at 95 % (further memory warnings of this worker are not shown)"
+            )
+        self.said = True
+        print(f"cryocube: {line}", file=sys.stderr, flush=True)
+        return False
 
 
 def install() -> None:
     """In this process (a worker, or the client's process for in-process clusters): drop those
-    lines."""
+    lines, and say Dask's memory warnings once."""
     for name in LOGGERS:
         lg = logging.getLogger(name)
         if not any(isinstance(f, _Filter) for f in lg.filters):
             lg.addFilter(_Filter())
+    for name in MEMORY_LOGGERS:
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, _MemoryLine) for f in lg.filters):
+            lg.addFilter(_MemoryLine())
 
 
 class QuietTaskErrors(WorkerPlugin):

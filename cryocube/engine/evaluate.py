@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import store as _store
-from ..errors import RunFailed
+from ..errors import RunFailed, UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather
@@ -364,8 +364,37 @@ def evaluate(
     res.skipped = [p.run_id for p in planned if p.run_id in done]
     todo = [p for p in planned if p.run_id not in done]
     if todo:
+        check_memory(todo, client)
         Schedule(Runner(client, gpu_resources(client), progress), out, res, extra).run(todo)
     return res
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_memory(todo: list[PlannedRun], client) -> None:
+    """Refuse, before any task, a run whose family says it needs more memory in one worker
+    (`estimate["memory_bytes"]`) than the smallest worker may hold before its nanny restarts it: the
+    run would otherwise restart workers until Dask gives up (`KilledWorker`)."""
+    import dask
+
+    limits = [
+        w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()
+    ]
+    if not limits or not all(limits):  # a worker without a limit: nothing restarts it
+        return
+    frac = dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0
+    room = min(limits) * frac
+    for p in todo:
+        need = p.estimate.get("memory_bytes") or 0
+        if need > room:
+            raise UserError(
+                f"{p.label} needs at least {_gib(need)} of memory in one worker (weights,"
+                f" gradients, optimiser state and activations), more than the {_gib(room)} a worker"
+                f" may hold before Dask restarts it ({frac:.0%} of its {_gib(min(limits))} limit):"
+                " give workers more with --memory-limit or fewer --workers, or lower batch_size"
+            )
 
 
 def _without_threads(identity: dict) -> str:

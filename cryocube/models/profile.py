@@ -224,43 +224,6 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _hwm_bytes() -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_hwm() -> bool:
-    try:
-        fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
-        try:
-            os.write(fd, b"5")
-        finally:
-            os.close(fd)
-        return True
-    except OSError:
-        return False
-
-
-def _trim() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def count_flops(enc, x) -> tuple[int, dict[str, int]]:
     """Forward FLOPs of `enc` on `x` (no_grad, math attention: fused kernels would hide their
     matmuls) and their split by op. FLOPs depend on shapes only, so meta tensors count the same as
@@ -285,6 +248,7 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     """
     import torch
 
+    from ..cluster.runtime import hwm_bytes, reset_hwm, rss_bytes, trim_malloc
     from ..precision import autocast
     from .base import count_params
 
@@ -298,8 +262,8 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
         base = torch.cuda.memory_allocated()
     else:
         # freed pages of earlier models go back to the system, so this model's rise shows in RSS
-        _trim()
-        base, reset = _rss_bytes(), _reset_hwm()
+        trim_malloc()
+        base, reset = rss_bytes(), reset_hwm()
     torch.manual_seed(0)
     t0 = time.perf_counter()
     enc = s.build().eval().to(s.device)
@@ -324,7 +288,7 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     if cuda:
         peak = torch.cuda.max_memory_allocated() - base
     else:
-        hwm = _hwm_bytes()
+        hwm = hwm_bytes()
         # without a reset VmHWM is the process's, not the model's
         peak = (hwm - base) if (reset and hwm is not None) else None
     sps = s.batch / statistics.median(times)

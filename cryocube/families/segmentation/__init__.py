@@ -24,6 +24,7 @@ from ..encoders import (
     match_cube_bands,
 )
 from .data import stratified_subset, window_offsets
+from .memory import finetune_bytes
 from .metrics import metrics_from_confusion
 from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
@@ -188,6 +189,14 @@ class Segmentation(Family):
                     train_all.size * recipe.crops_per_sample
                     + (cube.samples("val").size + cube.samples("test").size) * windows
                 )
+            ),
+            # what one worker must hold at least (the engine refuses a run that cannot fit)
+            "memory_bytes": (
+                finetune_bytes(
+                    mspec.params_m, mspec.arch, int(size), recipe.batch_size, precision == "bf16"
+                )
+                if trains_encoder
+                else 0
             ),
         }
         record = self.base_record(
@@ -396,6 +405,8 @@ class Segmentation(Family):
             "unlabelled_steps": fitted.get("unlabelled_steps", 0),
             "samples_per_s": fitted["train_samples_per_s"],
             "peak_memory_mb": fitted["peak_memory_mb"],
+            # what the peak covers (the fit task's own; "not measured: ..." where it cannot be)
+            "peak_memory_scope": fitted.get("peak_memory_scope"),
             "device": fitted["device"],
             "threads": {"fit": fitted["threads"], "features": prep.get("threads", [])},
             # where the encoder ran for the cache (none: cached before)

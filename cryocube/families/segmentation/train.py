@@ -17,7 +17,6 @@ import copy
 import io
 import math
 import queue
-import resource
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
@@ -521,13 +520,11 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
 def fit(task: FitTask) -> list[dict[str, Any]]:
     """Train every run of the group on one worker; each best state goes to its run dir. Returns one
     result per run (validation curve, steps, timings, device, threads)."""
-    from ...cluster.runtime import torch_task
+    from ...cluster.runtime import peak_memory, torch_task
 
     t0 = time.perf_counter()
     runs = task.runs
-    with torch_task(runs[0].recipe.threads) as (device, threads):
-        if device.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats()
+    with torch_task(runs[0].recipe.threads) as (device, threads), peak_memory(device) as peak:
         trainers = []
         if not runs[0].trains_encoder:
             cache = runs[0].cache
@@ -558,11 +555,7 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
                 save_state(t.module, t.run.checkpoint)
                 written += time.perf_counter() - w0
         elapsed = time.perf_counter() - t0
-        peak = (
-            torch.cuda.max_memory_allocated() / 2**20
-            if device.startswith("cuda")
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        )
+        peak.stop()  # this task's own peak: training and validation of every run in it
         out = []
         for i, t in enumerate(trainers):
             if i in failed:
@@ -578,7 +571,8 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
                     "steps": t.steps,
                     "unlabelled_steps": t.unlabelled_steps,
                     "train_samples_per_s": t.seen / max(elapsed, 1e-9),
-                    "peak_memory_mb": peak,
+                    "peak_memory_mb": peak.mb,
+                    "peak_memory_scope": peak.scope,
                     "device": device,
                     "threads": [threads],
                     "decoders_in_task": len(trainers),

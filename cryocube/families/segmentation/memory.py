@@ -1,0 +1,38 @@
+"""The memory a fine-tuning run's fit task needs at least, known at planning: the engine refuses a
+run whose figure exceeds what a worker may hold (engine/evaluate.py `check_memory`), in one
+sentence before it starts, instead of the nanny restarting its worker until `KilledWorker`.
+
+A lower bound, from the model config alone (no model is built to plan): the trained parameters'
+fp32 weights, gradients, AdamW's two moments and the best state kept for the checkpoint (20 bytes
+each), their bf16 copies under autocast, the activations a ViT-like encoder keeps for backward at
+the run's batch and input size, and the worker process itself (torch loaded). Frozen-protocol fits
+train only a decoder on cached features and are not bounded here.
+"""
+
+from __future__ import annotations
+
+GIB = 2**30
+# a worker with torch, timm and the cube readers loaded, before any model
+WORKER_BASE_BYTES = int(1.0 * GIB)
+# fp32 weights + gradients + AdamW exp_avg + exp_avg_sq + the best state's copy
+TRAINED_BYTES_PER_PARAM = 4 + 4 + 8 + 4
+# values per token and width a transformer block keeps for backward (norms, qkv, attention output,
+# projection, the 4x MLP in and out): about 16
+SAVED_PER_TOKEN_WIDTH = 16
+
+
+def finetune_bytes(
+    params_m: float | None, arch: dict, input_size: int, batch: int, bf16: bool
+) -> int:
+    """At least this many bytes in the fit task of a run that trains its encoder; 0 where the model
+    config gives no parameter count."""
+    if not params_m:
+        return 0
+    params = params_m * 1e6
+    weights = params * (TRAINED_BYTES_PER_PARAM + (2 if bf16 else 0))
+    width, depth, patch = (arch.get(k) for k in ("embed_dim", "depth", "patch_size"))
+    acts = 0.0
+    if all(isinstance(v, int) and v > 0 for v in (width, depth, patch)):
+        tokens = (input_size // patch) ** 2 + 1
+        acts = batch * depth * tokens * width * SAVED_PER_TOKEN_WIDTH * (4 + (2 if bf16 else 0))
+    return int(WORKER_BASE_BYTES + weights + acts)
