@@ -6,6 +6,7 @@ The notebook API (names load on first use, so `import cryocube` stays light):
     from cryocube import evaluate, load_recipe, runs_from_grid, build_report
     runs = runs_from_grid(["dofa"], ["s3://bucket/glid.zarr"], ["frozen"], [None], [0, 1, 2])
     res = evaluate(runs, "s3://bucket/results", load_recipe(overrides=["epochs=80"]), client=client)
+    df = open_results("s3://bucket/results")    # pandas, one row per run; df.cryocube.to_xarray()
 """
 
 __version__ = "0.2.0"
@@ -36,6 +37,7 @@ _API = {
     "load_embeddings": "cryocube.families.embedding.embed",
     "probe_embeddings": "cryocube.families.embedding.work",
     "probe_recipe": "cryocube.families.embedding.probe",
+    "open_results": "cryocube.results",
 }
 __all__ = ["__version__", *sorted(_API)]
 
