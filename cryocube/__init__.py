@@ -44,5 +44,9 @@ __all__ = ["__version__", *sorted(_API)]
 
 def __getattr__(name: str):
     if name in _API:
-        return getattr(_import(_API[name]), name)
+        value = getattr(_import(_API[name]), name)
+        # bound here: importing cryocube.convert.writer binds the subpackage `cryocube.convert`
+        # as this name, and `from cryocube import convert` would hand out the module
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'cryocube' has no attribute {name!r}")

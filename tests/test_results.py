@@ -169,3 +169,19 @@ def test_board_cells_one_row_per_run_task_metric_and_class(tmp_path):
     assert (cells["n"] == 12).all() and set(cells["task"]) == {"fringes", "c"}
     # a subset of the rows gives its cells only
     assert set(df[df["model"] == "dofa"].cryocube.cells()["model"]) == {"dofa"}
+
+
+def test_from_cryocube_import_convert_is_the_function():
+    """`convert` shares its name with the subpackage its module lives in: importing the module
+    binds the subpackage to that name, yet the notebook API gives the function, then and after."""
+    import subprocess
+    import sys
+
+    code = (
+        "from cryocube import convert\n"
+        "from cryocube.convert.writer import convert as f\n"
+        "assert convert is f, convert\n"
+        "import cryocube.convert.samples, cryocube\n"
+        "assert cryocube.convert is f\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
