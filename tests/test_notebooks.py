@@ -201,3 +201,17 @@ def test_laptop_notebook_runs_the_quickstart_on_a_local_cluster(tmp_path):
     # the report the notebook built holds the same numbers
     board = json.loads((work / "report" / "frozen" / "leaderboard.json").read_text())
     assert _equal_to_the_report(ds, board, "frozen") == 2
+
+
+def test_outside_a_kernel_progress_keeps_its_terminal_and_log_modes(capsys):
+    """Only a Jupyter kernel gets the in-place displays: this process (pytest, stderr captured) is
+    no kernel, so a bar prints the piped mode's lines and no dashboard link."""
+    from cryocube import progress
+
+    assert not progress.in_notebook()
+    assert progress.mode() == "plain" and progress.mode(False) == "quiet"
+    with progress.progress_bar("phase", 4) as bar:
+        for _ in range(4):
+            bar.advance()
+    err = capsys.readouterr().err
+    assert "phase: started (4)" in err and "phase: 100% (4/4)" in err
