@@ -77,7 +77,8 @@ class _Display:
 
 
 class _NotebookBar:
-    """A notebook bar: `label [=====     ] 12/30, 8 s`, one display updated in place."""
+    """A notebook bar, one display updated in place: an HTML progress bar, and `label: 40% (12/30,
+    8 s)` where only text renders."""
 
     def __init__(self, label: str, total: float):
         self.label, self.total, self.done, self.t0 = (
