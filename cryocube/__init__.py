@@ -6,6 +6,7 @@ The notebook API (names load on first use, so `import cryocube` stays light):
     from cryocube import evaluate, load_recipe, runs_from_grid, build_report
     runs = runs_from_grid(["dofa"], ["s3://bucket/glid.zarr"], ["frozen"], [None], [0, 1, 2])
     res = evaluate(runs, "s3://bucket/results", load_recipe(overrides=["epochs=80"]), client=client)
+    df = open_results("s3://bucket/results")    # pandas, one row per run; df.cryocube.to_xarray()
 """
 
 __version__ = "0.2.0"
@@ -36,11 +37,16 @@ _API = {
     "load_embeddings": "cryocube.families.embedding.embed",
     "probe_embeddings": "cryocube.families.embedding.work",
     "probe_recipe": "cryocube.families.embedding.probe",
+    "open_results": "cryocube.results",
 }
 __all__ = ["__version__", *sorted(_API)]
 
 
 def __getattr__(name: str):
     if name in _API:
-        return getattr(_import(_API[name]), name)
+        value = getattr(_import(_API[name]), name)
+        # bound here: importing cryocube.convert.writer binds the subpackage `cryocube.convert`
+        # as this name, and `from cryocube import convert` would hand out the module
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'cryocube' has no attribute {name!r}")

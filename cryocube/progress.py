@@ -1,8 +1,10 @@
-"""Progress of long work, on a terminal and when piped to a log.
+"""Progress of long work, on a terminal, when piped to a log, and in a Jupyter notebook.
 
 On a terminal: rich bars, and a live table with each training run's epoch, loss and validation mIoU.
 Piped (not a TTY): plain timestamped lines, one per 10 % of a phase and per few epochs of a run, so
-a log shows movement as it happens. `enabled=False` (--quiet) prints nothing.
+a log shows movement as it happens. In a notebook (a Jupyter kernel, whose stderr is no terminal):
+one display per bar and one for the run table, updated in place (a cell shows the live state, not a
+log), and the Dask dashboard's link once. `enabled=False` (--quiet) prints nothing.
 """
 
 from __future__ import annotations
@@ -15,11 +17,94 @@ import time
 STEPS = 10  # piped output: lines per phase / per run
 
 
+NOTEBOOK_REFRESH_S = 0.5  # a display updated at most twice a second (each update is a message)
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's ZMQ shell), which renders displays that
+    update in place."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def mode(enabled: bool = True) -> str:
-    """quiet, or by stderr: tty (rich bars, live table) or plain (timestamped lines for logs)."""
+    """quiet, or by stderr: tty (rich bars, live table), notebook (displays updated in place) or
+    plain (timestamped lines for logs)."""
     if not enabled:
         return "quiet"
-    return "tty" if sys.stderr.isatty() else "plain"
+    if sys.stderr.isatty():
+        return "tty"
+    return "notebook" if in_notebook() else "plain"
+
+
+_DASHBOARDS: set[str] = set()
+
+
+def show_dashboard(client, enabled: bool = True) -> None:
+    """In a notebook, the cluster's dashboard link, once per link and kernel (a terminal's command
+    says it when it opens the cluster)."""
+    if mode(enabled) != "notebook":
+        return
+    try:
+        link = client.dashboard_link
+    except (KeyError, AttributeError):  # a scheduler without a dashboard
+        return
+    if link and link not in _DASHBOARDS:
+        _DASHBOARDS.add(link)
+        print(f"Dask dashboard: {link}", flush=True)
+
+
+class _Display:
+    """One notebook display updated in place: `show(text, html)` at most every NOTEBOOK_REFRESH_S,
+    or now with `force` (the final state)."""
+
+    def __init__(self):
+        self._handle, self._last = None, 0.0
+
+    def show(self, text: str, html: str, force: bool = False) -> None:
+        from IPython.display import display
+
+        now = time.monotonic()
+        if not force and self._handle is not None and now - self._last < NOTEBOOK_REFRESH_S:
+            return
+        self._last = now
+        body = {"text/plain": text, "text/html": html}
+        if self._handle is None:
+            self._handle = display(body, raw=True, display_id=True)
+        else:
+            self._handle.update(body, raw=True)
+
+
+class _NotebookBar:
+    """A notebook bar, one display updated in place: an HTML progress bar, and `label: 40% (12/30,
+    8 s)` where only text renders."""
+
+    def __init__(self, label: str, total: float):
+        self.label, self.total, self.done, self.t0 = (
+            label,
+            max(total, 1e-9),
+            0.0,
+            time.perf_counter(),
+        )
+        self._display = _Display()
+        self._show(force=True)
+
+    def _show(self, force: bool = False) -> None:
+        from html import escape
+
+        frac = min(self.done / self.total, 1.0)
+        tail = f"{self.done:g}/{self.total:g}, {time.perf_counter() - self.t0:.0f} s"
+        text = f"{self.label}: {100 * frac:.0f}% ({tail})"
+        html = (
+            f"<div><code>{escape(self.label)}</code> <progress value='{frac:.4f}' max='1'"
+            f" style='width:30ex'></progress> {100 * frac:.0f}% ({tail})</div>"
+        )
+        self._display.show(text, html, force)
+
+    def advance(self, n: float = 1) -> None:
+        self.done += n
+        self._show(force=self.done >= self.total - 1e-9)
 
 
 def _stamp() -> str:
@@ -77,6 +162,11 @@ def progress_bar(label: str, total: float, enabled: bool = True):
         say(f"{label}: started ({total:g})")
         yield _PlainBar(label, total)
         return
+    if m == "notebook":
+        bar = _NotebookBar(label, total)
+        yield bar
+        bar._show(force=True)
+        return
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -104,6 +194,8 @@ def gather(futures: list, label: str, total: float, enabled: bool, weight) -> li
 
     index = {f: i for i, f in enumerate(futures)}
     results: list = [None] * len(futures)
+    if futures:
+        show_dashboard(futures[0].client, enabled)
     try:
         with progress_bar(label, total=total, enabled=enabled) as bar:
             for f in as_completed(futures):
@@ -134,9 +226,12 @@ class RunBoard:
         }
         self._lock = threading.Lock()
         self._live = None
+        self._display = _Display() if self.mode == "notebook" else None
 
     def __enter__(self) -> "RunBoard":
-        if self.mode == "tty":
+        if self._display is not None:
+            self._refresh(force=True)
+        elif self.mode == "tty":
             from rich.live import Live
 
             self._live = Live(self._table(), refresh_per_second=2, transient=False)
@@ -146,25 +241,52 @@ class RunBoard:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._display is not None:
+            self._refresh(force=True)
         if self._live is not None:
             self._live.update(self._table())
             self._live.__exit__(*exc)
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        rows = []
+        for k, s in self.state.items():
+            rows.append(
+                (
+                    self.labels[k],
+                    f"{s['epoch']}/{s['epochs']}" if s["epochs"] else "-",
+                    f"{s['loss']:.4f}" if s["loss"] is not None else "-",
+                    f"{s['val']:.2f}" if s["val"] is not None else "-",
+                    s["status"],
+                )
+            )
+        return rows
+
+    def _title(self) -> str:
+        done = sum(1 for s in self.state.values() if s["status"] in ("done", "failed"))
+        return f"train + test: {done}/{len(self.state)} runs finished"
+
+    def _refresh(self, force: bool = False) -> None:
+        """The notebook's run table, in place (text and HTML)."""
+        from html import escape
+
+        head = ("run", "epoch", "loss", "val mIoU", "state")
+        rows = self._rows()
+        text = "\n".join([self._title()] + ["  ".join(r) for r in [head, *rows]])
+        cells = lambda r, tag: "".join(f"<{tag}>{escape(c)}</{tag}>" for c in r)  # noqa: E731
+        html = (
+            f"<table><caption>{escape(self._title())}</caption><tr>{cells(head, 'th')}</tr>"
+            + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows)
+            + "</table>"
+        )
+        self._display.show(text, html, force)
 
     def _table(self):
         from rich.table import Table
 
         t = Table("run", "epoch", "loss", "val mIoU", "state", box=None, pad_edge=False)
-        done = sum(1 for s in self.state.values() if s["status"] in ("done", "failed"))
-        t.title = f"train + test: {done}/{len(self.state)} runs finished"
-        for k, s in self.state.items():
-            ep = f"{s['epoch']}/{s['epochs']}" if s["epochs"] else "-"
-            t.add_row(
-                self.labels[k],
-                ep,
-                f"{s['loss']:.4f}" if s["loss"] is not None else "-",
-                f"{s['val']:.2f}" if s["val"] is not None else "-",
-                s["status"],
-            )
+        t.title = self._title()
+        for row in self._rows():
+            t.add_row(*row)
         return t
 
     def event(self, ev: dict) -> None:
@@ -188,7 +310,9 @@ class RunBoard:
             self._show(run, ev)
 
     def _show(self, run: str, ev: dict) -> None:
-        if self._live is not None:
+        if self._display is not None:
+            self._refresh()
+        elif self._live is not None:
             self._live.update(self._table())
         elif self.mode == "plain":
             epochs, e = ev.get("epochs") or 1, ev.get("epoch", 0)
@@ -207,7 +331,9 @@ class RunBoard:
         with self._lock:
             if run in self.state:
                 self.state[run]["status"] = f"scoring ({tasks} tasks)"
-            if self._live is not None:
+            if self._display is not None:
+                self._refresh()
+            elif self._live is not None:
                 self._live.update(self._table())
             elif self.mode == "plain":
                 say(f"{self.labels.get(run, run)}: scoring started ({tasks} tasks)")
@@ -217,7 +343,9 @@ class RunBoard:
         with self._lock:
             if run in self.state:
                 self.state[run]["status"] = "failed" if failed else "done"
-            if self._live is not None:
+            if self._display is not None:
+                self._refresh(force=True)
+            elif self._live is not None:
                 self._live.update(self._table())
             elif self.mode == "plain":
                 say(f"{self.labels.get(run, run)}: {text}")

@@ -238,6 +238,9 @@ def test_notebook_uses_the_existing_client_and_real_cryocube_names():
     )
     assert {"open_cluster", "LocalCluster", "LocalCUDACluster", "KubeCluster"}.isdisjoint(calls)
     assert "new_cluster" in calls and "get_client" in calls
+    # it ends with the results as data (tests/test_notebooks.py runs it on a real gateway)
+    (opened,) = calls["open_results"]
+    assert [getattr(a, "id", None) for a in opened.args] == ["OUT"]
     # runs_from_grid's keywords are its real parameters
     import inspect
 

@@ -20,7 +20,7 @@ from .. import store as _store
 from ..errors import RunFailed, UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..precision import DeviceInfo, this_device, weakest
-from ..progress import RunBoard, gather
+from ..progress import RunBoard, gather, show_dashboard
 from .plan import plan_runs
 from .records import load_record, sync_results, write_parquet, write_record
 
@@ -137,6 +137,7 @@ class Schedule:
                 self.fit(name, group)
         self.board = RunBoard({p.run_id: p.label for p in todo}, self.runner.progress)
         client = self.runner.client
+        show_dashboard(client, self.runner.progress)  # in a notebook, once: where to watch
         client.subscribe_topic(
             PROGRESS_TOPIC, lambda ev: self.board.event(ev[1] if isinstance(ev, tuple) else ev)
         )

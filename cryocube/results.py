@@ -1,0 +1,182 @@
+"""Run records as pandas and xarray objects, for notebooks.
+
+    df = cryocube.open_results("s3://bucket/results")   # one row per run
+    ds = df.cryocube.to_xarray()    # segmentation metrics on (model, dataset, protocol, seed)
+    cells = df.cryocube.cells()     # board cells, one row per (run, task, metric, class)
+
+Everything is read through the report's reader (report/records.py: records validated, migrated and
+de-duplicated the same way), so a notebook's numbers are the report's: `ds.mIoU.mean("seed")` is
+the leaderboard's cell. `ranked` marks the runs the protocol leaderboards average (ok, scored on
+mIoU, the cell's recipe); failed runs are rows too, with their error, never values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import store
+from .errors import ResultsError
+from .report.records import LEADERBOARD_METRIC, Run, _num, load_results
+
+# the run's identity, then how it went, then what it cost (columns in this order, metrics between)
+RUN_COLUMNS = (
+    "run_id",
+    "family",
+    "model",
+    "model_name",
+    "dataset",
+    "protocol",
+    "fraction",
+    "seed",
+    "status",
+    "error",
+    "ranked",
+    "primary_metric",
+)
+COST_COLUMNS = (
+    "total_s",
+    "samples_per_s",
+    "peak_memory_mb",
+    "gflops",
+    "device",
+    "precision",
+    "random_init",
+    "created",
+    "source",
+)
+# dims of the segmentation Dataset; `fraction` joins them where one protocol ran at several
+DIMS = ("model", "dataset", "protocol", "seed")
+CELL_FIELDS = ("task", "metric", "class", "unit", "split", "samples", "n", "value")
+CELL_CI = ("ci_low", "ci_high")
+
+
+def _row(r: Run, ranked: bool) -> dict[str, Any]:
+    scalar = {
+        k: _num(v) for k, v in r.metrics.items() if not isinstance(v, (dict, list, str, bool))
+    }
+    return (
+        {
+            "run_id": r.run_id,
+            "family": r.family,
+            "model": r.model,
+            "model_name": r.model_name,
+            "dataset": r.dataset,
+            "protocol": r.protocol,
+            "fraction": r.fraction,
+            "seed": r.seed,
+            "status": r.status,
+            "error": r.error,
+            "ranked": ranked,
+            "primary_metric": r.primary_metric,
+        }
+        | scalar
+        | {
+            "total_s": r.total_s,
+            "samples_per_s": r.samples_per_s,
+            "peak_memory_mb": r.peak_memory_mb,
+            "gflops": r.gflops,
+            "device": r.device,
+            "precision": r.precision,
+            "random_init": r.random_init,
+            "created": r.created,
+            "source": r.source,
+            "record": r.record,
+        }
+    )
+
+
+def open_results(path_or_url: str | Path, storage_options: dict | None = None) -> pd.DataFrame:
+    """The runs of a results folder (local or any fsspec URL), one row per run.
+
+    Columns: the run's identity (run_id, family, model, model_name, dataset, protocol, fraction,
+    seed), status and error, `ranked`, one column per scalar metric (mIoU, mF1, Q, ...), the cost
+    (total_s, samples_per_s, peak_memory_mb, gflops, device, precision), and `record`, the whole
+    record. A folder without records, or with a damaged one, is refused in one sentence.
+    """
+    url = str(path_or_url)
+    if storage_options is not None and store.is_remote(url):
+        store.register_options(url, storage_options)
+    res = load_results(url)
+    ranked = {id(r) for r in res.runs}
+    runs = [
+        *res.runs,
+        *res.other_recipes,
+        *(r for rs in res.by_family.values() for r in rs),
+        *res.failures,
+    ]
+    if not runs:
+        raise ResultsError(f"{url}: holds no run records (results.jsonl is empty)")
+    rows = [_row(r, id(r) in ranked) for r in runs]
+    df = pd.DataFrame(rows)
+    metrics = [c for c in df.columns if c not in (*RUN_COLUMNS, *COST_COLUMNS, "record")]
+    df = df[[*RUN_COLUMNS, *metrics, *COST_COLUMNS, "record"]]
+    return df.sort_values(
+        ["family", "dataset", "protocol", "fraction", "model_name", "seed"], ignore_index=True
+    )
+
+
+@pd.api.extensions.register_dataframe_accessor("cryocube")
+class ResultsAccessor:
+    """`df.cryocube`: the xarray and board views of a frame `open_results` returned (or any subset
+    of its rows)."""
+
+    def __init__(self, df: pd.DataFrame):
+        missing = [c for c in (*RUN_COLUMNS, "record") if c not in df.columns]
+        if missing:
+            raise ResultsError(
+                f"this DataFrame lacks {', '.join(missing)}: df.cryocube reads frames that"
+                " cryocube.open_results returned"
+            )
+        self._df = df
+
+    def to_xarray(self, metrics: list[str] | None = None):
+        """The ranked runs' metrics (default: every scalar metric they have; mIoU, mF1, oAcc, mAcc)
+        as an xarray.Dataset on (model, dataset, protocol, seed), NaN where a run is missing.
+        `model` holds the report's row names (random init and deviations are rows of their own),
+        `model_id` the catalog ids; a protocol run at several label fractions adds a `fraction`
+        dimension."""
+        df = self._df[self._df["ranked"]]
+        if df.empty:
+            raise ResultsError(
+                f"no run here is scored on {LEADERBOARD_METRIC} (the segmentation runs the"
+                " leaderboards rank): nothing to put on (model, dataset, protocol, seed)"
+            )
+        if metrics is None:
+            metrics = [
+                c
+                for c in df.columns
+                if c not in (*RUN_COLUMNS, *COST_COLUMNS, "record") and df[c].notna().any()
+            ]
+        dims = list(DIMS)
+        if df.duplicated(dims).any():
+            dims.insert(3, "fraction")
+        frame = df.rename(columns={"model": "model_id", "model_name": "model"})
+        ds = frame.set_index(dims)[list(metrics)].to_xarray()
+        ids = frame.drop_duplicates("model").set_index("model")["model_id"]
+        ds = ds.assign_coords(model_id=("model", [ids[m] for m in ds["model"].values]))
+        if "fraction" not in dims:
+            frac = frame.drop_duplicates(["model", "dataset", "protocol"]).set_index(
+                ["model", "dataset", "protocol"]
+            )["fraction"]
+            ds = ds.assign_coords(fraction=frac.to_xarray())
+        for m in metrics:
+            ds[m].attrs["long_name"] = f"test {m}"
+        ds.attrs["source"] = "cryocube.open_results"
+        return ds
+
+    def cells(self) -> pd.DataFrame:
+        """The board cells of the rows' ok runs, one row per (run, task, metric, class): value, its
+        95 % interval, n, unit, split and the hash of the samples it was scored on (the report
+        compares only cells over the same samples and unit)."""
+        rows = []
+        for _, r in self._df[self._df["status"] == "ok"].iterrows():
+            for c in (r["record"].get("metrics") or {}).get("cells") or []:
+                rows.append(
+                    {k: r[k] for k in RUN_COLUMNS[:8]}
+                    | {k: c.get(k) for k in CELL_FIELDS}
+                    | {k: _num(c.get(k)) for k in CELL_CI}
+                )
+        return pd.DataFrame(rows, columns=[*RUN_COLUMNS[:8], *CELL_FIELDS, *CELL_CI])
