@@ -265,6 +265,11 @@ def _protocol_sections(
     return lbs
 
 
+def _or(lo, hi, v):
+    """An interval's ends, the point itself where it has none (one seed per dataset)."""
+    return (v, v) if lo is None else (lo, hi)
+
+
 def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) -> None:
     """A board's uncertainty (docs/statistics.md): every cell's bootstrap interval, the IQM and
     mean across datasets with their intervals, and with two or more models the probability of
@@ -281,7 +286,7 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
         return
     w.rep.printed.append(w.table(sec, key, intervals.improvement_table(bi)))
     rows = [
-        (m, a.iqm, a.iqm_lo, a.iqm_hi, a.mean, a.mean_lo, a.mean_hi)
+        (m, a.iqm, *_or(a.iqm_lo, a.iqm_hi, a.iqm), a.mean, *_or(a.mean_lo, a.mean_hi, a.mean))
         for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm)
     ]
     w.figure(

@@ -280,11 +280,11 @@ class Aggregate:
     datasets: int
     runs: int
     iqm: float
-    iqm_lo: float
-    iqm_hi: float
+    iqm_lo: float | None  # None: one seed per dataset, no interval
+    iqm_hi: float | None
     mean: float
-    mean_lo: float
-    mean_hi: float
+    mean_lo: float | None
+    mean_hi: float | None
     rank: tuple[int, int] | None = None
     ties: tuple[str, ...] = ()
     draws: np.ndarray | None = field(default=None, repr=False)  # (draws,) IQM
@@ -307,9 +307,12 @@ def aggregates(
         iq, mn = trimmed_mean(res, axis=1), res.mean(axis=1)
         flat = np.concatenate(arrs)
         (il, ih), (ml, mh) = percentile_interval(iq), percentile_interval(mn)
+        if all(a.size < 2 for a in arrs):  # one seed per dataset: nothing to resample
+            il = ih = ml = mh = None
+        f = lambda v: None if v is None else float(v)  # noqa: E731
         out[m] = Aggregate(
-            m, len(ds), int(flat.size), iqm(arrs), float(il), float(ih),
-            float(flat.mean()), float(ml), float(mh), draws=iq,
+            m, len(ds), int(flat.size), iqm(arrs), f(il), f(ih),
+            float(flat.mean()), f(ml), f(mh), draws=iq,
         )  # fmt: skip
     models = list(out)
     if len(models) > 1:
@@ -323,7 +326,10 @@ def aggregates(
             a.ties = tuple(
                 o
                 for o in models
-                if o != m and out[o].iqm_lo <= a.iqm_hi and a.iqm_lo <= out[o].iqm_hi
+                if o != m
+                and None not in (a.iqm_lo, out[o].iqm_lo)
+                and out[o].iqm_lo <= a.iqm_hi
+                and a.iqm_lo <= out[o].iqm_hi
             )
     elif models:
         out[models[0]].rank = (1, 1)
