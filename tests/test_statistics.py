@@ -368,3 +368,35 @@ def test_a_segmentation_run_keeps_its_test_tiles_confusion_matrices(tmp_path, cl
     assert len(cells) == 2 and all(
         c.lo is not None and c.tiles == test.size for c in cells.values()
     )
+
+
+def test_q_interval_over_folds_matches_a_loop_bootstrap_and_leaves_failed_folds_out():
+    from cryocube.families.embedding.neuco import q_draws, q_score
+
+    rng = np.random.default_rng(7)
+    runs = [
+        {"a__cls": list(rng.uniform(0.6, 0.8, 10)), "b__regr": list(rng.uniform(0.2, 0.5, 10))}
+        for _ in range(2)
+    ]
+    runs[1]["b__regr"][3] = None  # a failed probe: left out, as task_stats leaves it out
+    d = q_draws(runs, 20000, np.random.default_rng(8))
+    loop = []
+    for _ in range(3000):
+        per_task = []
+        for t in ("a__cls", "b__regr"):
+            qs = []
+            for r in runs:
+                f = [x for x in r[t] if x is not None]
+                qs.append(q_score(list(rng.choice(f, size=len(r[t])))))
+            per_task.append(np.mean(qs))
+        loop.append(np.mean(per_task))
+    point = np.mean([np.mean([q_score(r[t]) for r in runs]) for t in ("a__cls", "b__regr")])
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    llo, lhi = np.percentile(loop, [2.5, 97.5])
+    assert lo < point < hi
+    # the loop draws the failed fold's slot from the finite folds, the vectorised one leaves it
+    # out of that draw: the same up to Monte-Carlo error and one fold of ten
+    assert abs(lo - llo) < 0.1 * (hi - lo) and abs(hi - lhi) < 0.1 * (hi - lo)
+    # constant folds: no spread to resample
+    same = q_draws([{"a__cls": [0.5] * 5}], 100, np.random.default_rng(0))
+    assert np.allclose(same, q_score([0.5] * 5))
