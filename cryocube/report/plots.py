@@ -221,9 +221,11 @@ def interval_estimates(
             v, lo, hi = row[1 + 3 * k : 4 + 3 * k]
             ax.barh(i, hi - lo, left=lo, height=0.6, color=colours[i], alpha=0.75)
             ax.vlines(v, i - 0.3, i + 0.3, color="black", lw=1.2)
-        ax.set_yticks(range(n), [r[0] for r in rows] if k == 0 else [])
         ax.set_xlabel(f"{name} mIoU (%)")
         ax.grid(True, axis="x", alpha=0.3)
+    # shared y axis: its labels are set once (the right panel hides them)
+    axes[0].set_yticks(range(n), [r[0] for r in rows])
+    axes[1].tick_params(labelleft=False)
     axes[0].invert_yaxis()
     fig.suptitle(title)
     return save(fig, stem)
@@ -241,7 +243,7 @@ def improvement_heatmap(
         if np.isfinite(v):
             ax.text(
                 j, i, f"{v:.2f}\n[{lo[i, j]:.2f}, {hi[i, j]:.2f}]", ha="center", va="center",
-                fontsize=7,
+                fontsize=7, color="white" if abs(v - 0.5) > 0.3 else "black",
             )  # fmt: skip
     ax.set_xticks(range(n), models, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(n), models, fontsize=8)
