@@ -384,6 +384,10 @@ def test_evaluate_probe_protocol_and_report(tmp_path, client):
     rep = build_report([str(tmp_path / "results")], str(tmp_path / "report"), formats=["md", "csv"])
     lb = rep.tables["embedding/embedding_leaderboard_gld"]
     assert len(lb.rows) == 3 and sorted(r[0] for r in lb.rows)[0] == 1
+    # Q's interval over folds (the records keep their fold scores; docs/statistics.md)
+    for row in lb.rows:
+        lo, hi = row[lb.col("q_lo")], row[lb.col("q_hi")]
+        assert math.isfinite(lo) and math.isfinite(hi) and lo <= hi
     pv = rep.tables["embedding/probe_vs_segmentation"]
     assert len(pv.rows) == 2 and "Spearman" in pv.notes[-1]
     assert "frozen" in rep.leaderboards  # segmentation runs still rank as before

@@ -4,8 +4,10 @@ Layout of OUT:
   report.html                      self-contained (tables, embedded PNGs, run metadata)
   report.md                        every table in one Markdown file (when "md" is a format)
   <group>/leaderboard.{md,csv,json,tex}, robustness.*, cost.*, per_class_iou_<dataset>.*,
+          intervals.*, across_datasets.*, improvement.*   (docs/statistics.md)
           published_comparison.*   (group = protocol, or protocol-<pct>pct when it ran at
                                    several fractions)
+  compare/paired_<a>_vs_<b>.*      (`--compare A,B`: paired bootstrap differences)
   compare/fewshot_retention[_<group>].*, compare/finetune_gain.*
   tune/studies.*, tune/importance.*, fractions/label_fraction.*
                                    (`cryocube tune` studies; runs at several fractions)
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import ReportError
-from . import analysis, plots, sweeps
+from . import analysis, intervals, plots, sweeps
 from .html import FigureRef, Section, write_html
 from .leaderboard import Leaderboard, leaderboard_from_runs
 from .names import protocol_sort_key, protocol_title
@@ -47,6 +49,10 @@ class Report:
     mismatches: list[Mismatch] = field(default_factory=list)
     results: Results | None = None
     final: Path | None = None  # where the report is swapped in (`out` is the folder it is built in)
+    # per board key: its cells' intervals and across-dataset aggregates (docs/statistics.md)
+    uncertainty: dict[str, intervals.BoardIntervals] = field(default_factory=dict)
+    # the tables `cryocube report` prints: intervals, across datasets, paired comparisons
+    printed: list[Table] = field(default_factory=list)
 
 
 def _group_key(protocol: str, fraction: float, fractions: set[float]) -> str:
@@ -153,8 +159,15 @@ class _Writer:
     their sections through it (`Family.report_sections`): section, table, figure, picture, stem and
     add_file."""
 
-    def __init__(self, rep: Report, formats: list[str], measured: dict[str, dict] | None = None):
+    def __init__(
+        self,
+        rep: Report,
+        formats: list[str],
+        measured: dict[str, dict] | None = None,
+        draws: int = 2000,
+    ):
         self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
+        self.draws = draws  # bootstrap draws per interval (report/stats.py)
         self.sections: list[Section] = []
         # model id -> measured compute profile (`cryocube list models --profile`)
         self.measured = measured or {}
@@ -237,6 +250,7 @@ def _protocol_sections(
                 "Average mIoU against GFLOPs per forward pass (measured where a profile exists; "
                 '"(catalog)": the published figure, copied)',
             )
+        _interval_tables(w, sec, key, lb, runs)
         pc = analysis.per_class_tables(lb, runs)
         for t in pc:
             w.table(sec, key, t)
@@ -249,6 +263,83 @@ def _protocol_sections(
                 "Per-class IoU (%) per model and dataset",
             )
     return lbs
+
+
+def _or(lo, hi, v):
+    """An interval's ends, the point itself where it has none (one seed per dataset)."""
+    return (v, v) if lo is None else (lo, hi)
+
+
+def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) -> None:
+    """A board's uncertainty (docs/statistics.md): every cell's bootstrap interval, the IQM and
+    mean across datasets with their intervals, and with two or more models the probability of
+    improvement and rliable's three figures."""
+    import numpy as np
+
+    from . import stats
+
+    bi = intervals.board_intervals(lb, runs, draws=w.draws)
+    w.rep.uncertainty[key] = bi
+    for t in (intervals.cells_table(bi), intervals.aggregate_table(bi)):
+        w.rep.printed.append(w.table(sec, key, t))
+    if len(bi.aggregates) < 2:
+        return
+    w.rep.printed.append(w.table(sec, key, intervals.improvement_table(bi)))
+    rows = [
+        (m, a.iqm, *_or(a.iqm_lo, a.iqm_hi, a.iqm), a.mean, *_or(a.mean_lo, a.mean_hi, a.mean))
+        for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm)
+    ]
+    w.figure(
+        sec,
+        plots.interval_estimates(rows, w.stem(f"{key}_iqm"), f"{lb.title}: across datasets"),
+        "IQM and mean of the (dataset, seed) mIoU per model, 95 % stratified bootstrap intervals",
+    )
+    models = [m for m in lb.model_names if m in bi.scores]
+    mat = np.full((3, len(models), len(models)), np.nan)
+    for i, x in enumerate(models):
+        for j, y in enumerate(models):
+            if (x, y) in bi.improvement:
+                mat[:, i, j] = bi.improvement[(x, y)][:3]
+    w.figure(
+        sec,
+        plots.improvement_heatmap(
+            models,
+            mat[0],
+            mat[1],
+            mat[2],
+            w.stem(f"{key}_improvement"),
+            f"{lb.title}: probability of improvement",
+        ),  # fmt: skip
+        "P(X > Y): the chance that model X beats model Y on a dataset, [95 % interval]",
+    )
+    taus = intervals.profile_taus(bi.scores)
+    w.figure(
+        sec,
+        plots.performance_profile(
+            taus,
+            stats.performance_profile(bi.scores, taus),
+            w.stem(f"{key}_profile"),
+            f"{lb.title}: performance profile",
+        ),  # fmt: skip
+        "Fraction of each model's (dataset, seed) runs above each mIoU",
+    )
+
+
+def _paired_section(w: _Writer, pairs: Sequence[tuple[str, str]]) -> None:
+    """`--compare A,B`: A - B on every board and dataset both ran, paired over the same draws."""
+    boards = list(w.rep.uncertainty.values())
+    if not pairs:
+        return
+    sec = w.section("Paired comparisons")
+    for a, b in pairs:
+        a, b = intervals.resolve_model(a, boards), intervals.resolve_model(b, boards)
+        stem = "paired_" + "_vs_".join(
+            "".join(ch if ch.isalnum() else "_" for ch in m).strip("_").lower() for m in (a, b)
+        )
+        t = intervals.paired_table(boards, a, b, stem)
+        if t is None:
+            raise ReportError(f"--compare {a},{b}: no protocol board where both models ran")
+        w.rep.printed.append(w.table(sec, "compare", t))
 
 
 def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> None:
@@ -352,6 +443,8 @@ def build_report(
     published: bool | str | Path = False,
     title: str = "cryocube report",
     profiles: str | Path | None = None,
+    compare: Sequence[tuple[str, str]] = (),
+    draws: int | None = None,
 ) -> Report:
     """Write the report for results files/directories (or a loaded `Results`) into `out`.
 
@@ -362,7 +455,12 @@ def build_report(
     published: True renders the bundled Cryo-Bench table (with its consistency check); a path
     renders that CSV instead. Our frozen leaderboard is compared with the paper's table whenever it
     shares models.
+
+    compare: pairs of models (catalog id or display name) compared with a paired bootstrap;
+    draws: bootstrap draws per interval (default `stats.DRAWS`).
     """
+    from .stats import DRAWS
+
     fmts = _parse_formats(formats)
     if results is None and not published:
         raise ReportError(
@@ -388,6 +486,8 @@ def build_report(
             published,
             title,
             measured_costs(profiles),
+            compare,
+            DRAWS if draws is None else int(draws),
         )
 
     def moved(p: Path) -> Path:
@@ -409,8 +509,10 @@ def _build(
     published,
     title,
     measured: dict[str, dict] | None = None,
+    compare: Sequence[tuple[str, str]] = (),
+    draws: int = 2000,
 ) -> None:
-    w = _Writer(rep, fmts, measured)
+    w = _Writer(rep, fmts, measured, draws)
     wanted = set(protocols) if protocols else None
     if res is not None:
         if not res.runs and not res.failures and not any(res.by_family.values()):
@@ -423,6 +525,7 @@ def _build(
                 f" {', '.join(known)})"
             )
         _compare_sections(w, lbs)
+        _paired_section(w, compare)
         _family_sections(w, res)
         # tune studies (their trials never reach the leaderboards) and label-fraction curves
         sweeps.sections(w, res)

@@ -19,6 +19,13 @@ def _samples(text: str) -> list[int]:
         ) from None
 
 
+def _pair(text: str) -> tuple[str, str]:
+    parts = [s.strip() for s in text.split(",")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise argparse.ArgumentTypeError(f"--compare takes two different models A,B, got {text!r}")
+    return parts[0], parts[1]
+
+
 def register(subparsers) -> None:
     """Adds `cryocube report` to the command line (cli.COMMAND_MODULES calls it)."""
     from ..store import options_arg
@@ -87,6 +94,24 @@ def register(subparsers) -> None:
     )
     p.add_argument("--title", default="cryocube report")
     p.add_argument(
+        "--compare",
+        action="append",
+        type=_pair,
+        default=[],
+        metavar="A,B",
+        help=(
+            "compare two models (catalog id or display name) on the test tiles both ran on: the"
+            " difference of mIoU with a paired bootstrap interval (repeatable; docs/statistics.md)"
+        ),
+    )
+    p.add_argument(
+        "--draws",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bootstrap draws per interval (default 2000); the resampling is seeded",
+    )
+    p.add_argument(
         "--profiles",
         default=None,
         metavar="DIR",
@@ -126,7 +151,13 @@ def run(args) -> int:
         published=args.published_table or args.published,
         title=args.title,
         profiles=args.profiles,
+        compare=args.compare,
+        draws=args.draws,
     )
+    from .tables import to_markdown
+
+    for t in rep.printed:  # every cell with its interval, across datasets, paired comparisons
+        print(to_markdown(t))
     for key, lb in rep.leaderboards.items():
         print(f"{key}: {len(lb.rows)} models x {len(lb.datasets)} datasets")
     if rep.results is not None and rep.results.failures:

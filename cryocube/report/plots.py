@@ -204,3 +204,68 @@ def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[P
         fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="IoU (%)", pad=0.01)
     fig.suptitle(title)
     return save(fig, stem)
+
+
+def interval_estimates(
+    rows: Sequence[tuple[str, float, float, float, float, float, float]], stem: Path, title: str
+) -> list[Path]:
+    """rliable's interval plot: one panel for the IQM, one for the mean, a bar per model from the
+    lower to the upper end of its 95 % interval and a tick at the point estimate. rows: (model,
+    IQM, lo, hi, mean, lo, hi)."""
+    n = len(rows)
+    fig = Figure(figsize=(8, 0.45 * n + 1.4), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    colours = _colours(n)
+    for k, (ax, name) in enumerate(zip(axes, ("IQM", "Mean"))):
+        for i, row in enumerate(rows):
+            v, lo, hi = row[1 + 3 * k : 4 + 3 * k]
+            ax.barh(i, hi - lo, left=lo, height=0.6, color=colours[i], alpha=0.75)
+            ax.vlines(v, i - 0.3, i + 0.3, color="black", lw=1.2)
+        ax.set_xlabel(f"{name} mIoU (%)")
+        ax.grid(True, axis="x", alpha=0.3)
+    # shared y axis: its labels are set once (the right panel hides them)
+    axes[0].set_yticks(range(n), [r[0] for r in rows])
+    axes[1].tick_params(labelleft=False)
+    axes[0].invert_yaxis()
+    fig.suptitle(title)
+    return save(fig, stem)
+
+
+def improvement_heatmap(
+    models: Sequence[str], prob: np.ndarray, lo: np.ndarray, hi: np.ndarray, stem: Path, title: str
+) -> list[Path]:
+    """P(row > column) per pair of models with its interval written in the cell (NaN: no common
+    dataset, or the diagonal)."""
+    n = len(models)
+    fig, ax = _subplots(figsize=(1.3 * n + 2.5, 0.9 * n + 1.5))
+    im = ax.imshow(prob, vmin=0, vmax=1, cmap="RdBu", aspect="auto")
+    for (i, j), v in np.ndenumerate(prob):
+        if np.isfinite(v):
+            ax.text(
+                j, i, f"{v:.2f}\n[{lo[i, j]:.2f}, {hi[i, j]:.2f}]", ha="center", va="center",
+                fontsize=7, color="white" if abs(v - 0.5) > 0.3 else "black",
+            )  # fmt: skip
+    ax.set_xticks(range(n), models, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(n), models, fontsize=8)
+    ax.set_xlabel("Y")
+    ax.set_ylabel("X")
+    fig.colorbar(im, ax=ax, label="P(X > Y)")
+    ax.set_title(title)
+    return save(fig, stem)
+
+
+def performance_profile(
+    taus: np.ndarray, curves: dict[str, np.ndarray], stem: Path, title: str
+) -> list[Path]:
+    """rliable's performance profile: per model, the fraction of its (dataset, seed) runs scoring
+    above each mIoU threshold."""
+    fig, ax = _subplots(figsize=(6.5, 4.2))
+    for (name, frac), colour in zip(curves.items(), _colours(len(curves))):
+        ax.plot(taus, frac, color=colour, lw=1.6, label=name)
+    ax.set_xlabel("mIoU threshold τ (%)")
+    ax.set_ylabel("fraction of runs with mIoU > τ")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(title)
+    return save(fig, stem)

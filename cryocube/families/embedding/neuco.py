@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
@@ -132,6 +133,34 @@ def task_stats(scores: Iterable[float]) -> tuple[float, float, float]:
 def q_score(scores: Iterable[float]) -> float:
     """Q_t = 2 * nanmean / (0.02 + nanstd) (ddof 0); NaN if every fold is NaN."""
     return task_stats(scores)[2]
+
+
+def q_draws(
+    runs: list[dict[str, Iterable[float]]], draws: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Bootstrap draws (draws,) of a row's mean Q: each run's folds of each task resampled with
+    replacement, Q_t computed as `task_stats` does (failed folds left out, population std), averaged
+    over the runs (seeds) per task and then over tasks, as the leaderboard's mean Q is. The
+    interval over folds that NeuCo-Bench's Q lacks (docs/statistics.md); it covers the spread of
+    the folds, not the choice of the labelled samples."""
+    tasks = sorted({t for r in runs for t in r})
+    per_task = []
+    for t in tasks:
+        qs = []
+        for r in runs:
+            if t not in r:
+                continue
+            s = _scores(r[t])
+            if s.size == 0:
+                continue
+            x = s[rng.integers(0, s.size, size=(draws, s.size))]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a draw of failed folds only
+                a, da = np.nanmean(x, axis=1), np.nanstd(x, axis=1)
+            qs.append(2.0 * a / (Q_EPS + da))
+        if qs:
+            per_task.append(np.mean(qs, axis=0))
+    return np.mean(per_task, axis=0) if per_task else np.full(draws, math.nan)
 
 
 def failed_probes(scores: Iterable[float]) -> int:

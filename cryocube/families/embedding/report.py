@@ -11,8 +11,23 @@ from collections import defaultdict
 import numpy as np
 
 from ...report.records import Results, Run, distinct_labels
+from ...report.stats import DRAWS
 from ...report.tables import Column, Table, fmt
 from .neuco import leaderboard as neuco_leaderboard
+from .neuco import q_draws
+
+
+def q_interval(runs: list[Run], *names: str) -> tuple[float, float] | None:
+    """The 95 % bootstrap interval over folds of a row's mean Q (seeded by the row's name); None
+    where a run's record predates its fold scores."""
+    from ...report import stats
+
+    folds = [r.record.get("task_folds") for r in runs]
+    if not folds or not all(isinstance(f, dict) and f for f in folds):
+        return None
+    d = q_draws(folds, stats.DRAWS, stats.rng_for("embedding", *names))
+    lo, hi = stats.percentile_interval(d)
+    return float(lo), float(hi)
 
 
 def run_name(r: Run) -> str:
@@ -43,7 +58,9 @@ def leaderboard_tables(res: Results) -> list[Table]:
         rows = {(r.model, r.recipe_digest): r for r in runs}
         names = distinct_labels(rows, base=run_name)
         per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        of_row: dict[str, list[Run]] = defaultdict(list)
         for r in runs:
+            of_row[names[(r.model, r.recipe_digest)]].append(r)
             for t, q in (r.metrics.get("task_Q") or {}).items():
                 per[names[(r.model, r.recipe_digest)]][t].append(
                     math.nan if q is None else float(q)
@@ -64,25 +81,38 @@ def leaderboard_tables(res: Results) -> list[Table]:
                 Column("rank", "Rank"),
                 Column("model", "Model", numeric=False),
                 Column("q_mean", "Mean Q"),
+                Column("q_interval", "95 % interval (folds)", numeric=False),
+                Column("q_lo", "", show=False),
+                Column("q_hi", "", show=False),
             ]
             + [Column(f"q_{k}", k) for k in tasks],
         )
         for row in lb.rows:
             name = row["run"]
+            iv = q_interval(of_row[name], ds, label_set, name)
+            lo, hi = iv if iv else (None, None)
             vals = [row["aggregated_rank"], name, row["mean_score"]] + [
                 q[name].get(k) for k in tasks
             ]
+            text = [
+                fmt(v, 0) if i == 0 else (str(v) if i == 1 else fmt(v, 3))
+                for i, v in enumerate(vals)
+            ]
+            shown = f"[{fmt(lo, 3)}, {fmt(hi, 3)}]" if iv else "no per-fold data"
             t.add(
-                vals,
-                [
-                    fmt(v, 0) if i == 0 else (str(v) if i == 1 else fmt(v, 3))
-                    for i, v in enumerate(vals)
-                ],
+                vals[:3] + [shown, lo, hi] + vals[3:],
+                text[:3] + [shown, fmt(lo, 3), fmt(hi, 3)] + text[3:],
             )
         t.notes.append(
             "Rank: per task, runs ranked by -Q (ties share the lower rank); task weight = std of Q"
             " across runs over the sum of those stds; aggregated rank = rank of the weighted sum of"
             " ranks (NeuCo-Bench). So rank 1 need not have the highest mean Q."
+        )
+        t.notes.append(
+            "Mean Q: NeuCo-Bench's own (per task 2A/(0.02 + dA) over folds, averaged over seeds,"
+            " then tasks); its 95 % interval: bootstrap over each run's folds"
+            f" ({DRAWS} draws, seeded), covering the spread of the folds only"
+            " (docs/statistics.md)."
         )
         if several:
             t.notes.append(

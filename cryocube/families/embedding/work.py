@@ -165,6 +165,8 @@ def finish_fields(run, total: dict, prepared: dict) -> dict:
             "task_A": summary["task_acc_scores"],
         },
         "primary_metric": "Q",
+        # each task's fold scores: the report's interval of Q over folds (docs/statistics.md)
+        "task_folds": summary["task_fold_scores"],
         "summary_file": f"{rdir}/results_summary.json",
         **run.work.fields(run, prepared),
     }

@@ -25,7 +25,7 @@ from ..encoders import (
 )
 from .data import stratified_subset, window_offsets
 from .memory import finetune_bytes
-from .metrics import metrics_from_confusion
+from .metrics import TileConfusions, metrics_from_confusion
 from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
 from .work import CacheSpec, FitTask, SegRun, TestTask
@@ -371,17 +371,23 @@ class Segmentation(Family):
 
     @staticmethod
     def reduce(a, b):
-        """Confusion matrices add as int64 counts, so the order of the reduce never changes mIoU."""
-        return np.add(a, b)
+        """Per-tile confusion matrices join (`TileConfusions`); their int64 sum is the run's, so
+        the order of the reduce never changes mIoU."""
+        return a + b
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """mIoU and the record's fields from the summed confusion matrix; a test split without a
         labelled pixel is an error, not a zero score."""
-        cm = np.asarray(total, dtype=np.int64)
         w: SegRun = run.work
+        tiles = total.ordered() if isinstance(total, TileConfusions) else None
+        cm = tiles.total() if tiles is not None else np.asarray(total, dtype=np.int64)
         if cm.sum() == 0:
             raise UserError(f"{run.label}: the test split has no labelled pixel to score")
         metrics = metrics_from_confusion(cm, w.class_names)
+        if tiles is not None:
+            extra_tiles = {"per_tile": write_per_tile(w, tiles)}
+        else:
+            extra_tiles = {}
         prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
         encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
@@ -395,6 +401,7 @@ class Segmentation(Family):
             )
         return {
             **extra,
+            **extra_tiles,
             "metrics": metrics,
             "primary_metric": self.primary_metric,
             "confusion_matrix": cm.tolist(),
@@ -433,3 +440,35 @@ class Segmentation(Family):
                 **({"feature_phases": prep["phases"]} if "phases" in prep else {}),
             },
         }
+
+
+PER_TILE_FILE = "per_tile.npz"
+
+
+def write_per_tile(w: SegRun, tiles: TileConfusions) -> dict:
+    """The test split's per-tile confusion matrices and each tile's scene (the cube's `source`),
+    beside record.json; the record names the file and its sha256 (docs/statistics.md: the report's
+    bootstrap reads them). Small: tiles x classes x classes int64, compressed."""
+    import hashlib
+    import io
+
+    from ...cube.read import open_cube
+    from ...cube.schema import as_text
+
+    samples = np.asarray(w.test_samples, dtype=np.int64)[tiles.positions]
+    ds = open_cube(w.cube_url)
+    source = as_text(ds["source"].values)[samples] if "source" in ds else samples.astype(str)
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf, confusion=tiles.cms, sample=samples, source=np.asarray(source, dtype=str)
+    )
+    data = buf.getvalue()
+    url = w.checkpoint.rsplit("/", 1)[0] + "/" + PER_TILE_FILE
+    _store.write_atomic(url, data)
+    return {
+        "file": PER_TILE_FILE,
+        "url": url,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "tiles": int(samples.size),
+        "scenes": int(np.unique(source).size),
+    }

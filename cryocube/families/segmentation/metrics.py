@@ -57,3 +57,29 @@ def metrics_from_confusion(cm: np.ndarray, class_names: Iterable[str] | None = N
         "recall": pct(recall),
         "pixels": int(total),
     }
+
+
+class TileConfusions:
+    """Per-tile confusion matrices of some test positions (index in the test split): what a test
+    task returns. Two add by concatenation in any order (the pairwise reduce); `ordered` sorts them
+    back into test order and `total` is the run's confusion matrix, the same int64 sum as before."""
+
+    __slots__ = ("positions", "cms")
+
+    def __init__(self, positions: np.ndarray, cms: np.ndarray):
+        self.positions = np.asarray(positions, dtype=np.int64)
+        self.cms = np.asarray(cms, dtype=np.int64)
+
+    def __add__(self, other: TileConfusions) -> TileConfusions:
+        return TileConfusions(
+            np.concatenate([self.positions, other.positions]), np.concatenate([self.cms, other.cms])
+        )
+
+    def ordered(self) -> TileConfusions:
+        """The tiles in test-split order (a reduce may have joined blocks in any order)."""
+        o = np.argsort(self.positions, kind="stable")
+        return TileConfusions(self.positions[o], self.cms[o])
+
+    def total(self) -> np.ndarray:
+        """The summed K x K matrix the run is scored on."""
+        return self.cms.sum(axis=0, dtype=np.int64)

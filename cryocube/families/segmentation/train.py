@@ -32,7 +32,7 @@ from ...errors import NonFiniteLoss, UserError, failure, task_boundary
 from ...precision import autocast, grad_scaler
 from .data import pad_to, window_offsets
 from .features import FeatureSplit, get_encoder
-from .metrics import confusion_matrix, metrics_from_confusion
+from .metrics import TileConfusions, confusion_matrix, metrics_from_confusion
 from .work import FitTask, SegRun, TestTask
 
 PROGRESS_TOPIC = "cryocube-progress"
@@ -206,8 +206,10 @@ def eval_feature_tiles(
     positions: np.ndarray,
     device: str,
     predictions: list | None = None,
+    per_tile: list | None = None,
 ) -> np.ndarray:
-    """Confusion matrix of the decoder over cached windows of the tiles at cache `positions`."""
+    """Confusion matrix of the decoder over cached windows of the tiles at cache `positions`
+    (each tile's own appended to `per_tile`, for the report's bootstrap)."""
     S, tile, k = run.encoder.input_size, run.tile, run.num_classes
     per = split.per
     side = max(tile, S)
@@ -224,7 +226,10 @@ def eval_feature_tiles(
             tl = np.full((side, side), CUBE_IGNORE_INDEX, dtype=np.int16)
             for w, (oy, ox) in enumerate(offs):
                 tl[oy : oy + S, ox : ox + S] = labels[w]
-            cm += confusion_matrix(pred[:tile, :tile], tl[:tile, :tile], k)
+            c = confusion_matrix(pred[:tile, :tile], tl[:tile, :tile], k)
+            cm += c
+            if per_tile is not None:
+                per_tile.append(c)
             if predictions is not None:
                 predictions.append(pred[:tile, :tile].astype(np.int16))
     return cm
@@ -237,8 +242,10 @@ def eval_cube_tiles(
     device: str,
     predictions: list | None = None,
     chunk: int = 4,
+    per_tile: list | None = None,
 ) -> np.ndarray:
-    """Confusion matrix of an end-to-end model over cube tiles (sliding windows, summed logits)."""
+    """Confusion matrix of an end-to-end model over cube tiles (sliding windows, summed logits);
+    each tile's own appended to `per_tile`."""
     S, tile, k = run.encoder.input_size, run.tile, run.num_classes
     side = max(tile, S)
     offs = window_offsets(tile, S)
@@ -256,7 +263,10 @@ def eval_cube_tiles(
                 with autocast(device, run.encoder.precision):
                     logits = model(wins)
                 pred = stitch_predict(logits, offs, side).numpy()
-                cm += confusion_matrix(pred[:tile, :tile], lab[j, :tile, :tile], k)
+                c = confusion_matrix(pred[:tile, :tile], lab[j, :tile, :tile], k)
+                cm += c
+                if per_tile is not None:
+                    per_tile.append(c)
                 if predictions is not None:
                     predictions.append(pred[:tile, :tile].astype(np.int16))
     return cm
@@ -591,9 +601,9 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
 
 
 @task_boundary
-def test_block(task: TestTask) -> np.ndarray:
-    """Confusion matrix of the best state on one block of test tiles (predictions saved
-    alongside)."""
+def test_block(task: TestTask) -> TileConfusions:
+    """Per-tile confusion matrices of the best state on one block of test tiles (predictions saved
+    alongside); their sum is the run's score, the tiles feed the report's bootstrap."""
     from ...cluster.runtime import torch_task
 
     run = task.run
@@ -601,15 +611,22 @@ def test_block(task: TestTask) -> np.ndarray:
         module, _ = build_model(run, device)
         load_state(module, run.checkpoint)
         preds: list = []
+        tiles: list = []
         if not run.trains_encoder:
             # stream
             split = FeatureSplit(
                 _store.open_group(run.cache.url, "r")["test"], 0, f"{run.cache.url}/test"
             )
-            cm = eval_feature_tiles(module, run, split, np.asarray(task.positions), device, preds)
+            eval_feature_tiles(
+                module, run, split, np.asarray(task.positions), device, preds, per_tile=tiles
+            )
         else:
-            cm = eval_cube_tiles(module, run, np.asarray(task.samples), device, preds)
+            eval_cube_tiles(module, run, np.asarray(task.samples), device, preds, per_tile=tiles)
         if task.predictions_url and preds:
             g = _store.open_group(task.predictions_url, "r+")
             g["pred"][task.pred_range[0] : task.pred_range[1]] = np.stack(preds)
-        return cm
+        k = run.num_classes
+        return TileConfusions(
+            np.asarray(task.positions, dtype=np.int64),
+            np.stack(tiles) if tiles else np.zeros((0, k, k), dtype=np.int64),
+        )

@@ -1,0 +1,371 @@
+"""The report's uncertainty tables (docs/statistics.md): every segmentation cell with its bootstrap
+interval over test scenes, the across-dataset IQM and mean with stratified intervals, the
+probability of improvement of each pair, and paired comparisons of two models. `stats` computes;
+this module reads the runs' per-tile files and lays the figures out as tables.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .. import store
+from ..errors import ReportError
+from . import stats
+from .leaderboard import Leaderboard
+from .names import dataset_display_name
+from .records import Run
+from .tables import MISSING, Column, Table, fmt
+
+NOTE_CELL = (
+    "mIoU: mean over seeds; interval: 95 % bootstrap ({draws} draws, seed {seed}) of that mean over"
+    " the test split, resampling whole scenes (the cube's source) where tiles share one, tiles"
+    " otherwise, with the same draws for every seed; seed SD: sample SD over seeds, apart from it"
+    " (docs/statistics.md)."
+)
+NOTE_RANK = (
+    "Rank interval: 2.5-97.5 % of the cell's rank over the same draws for every model on the test"
+    " split; tied with: models whose intervals overlap this one's."
+)
+
+
+def tiles_url(run: Run) -> list[str]:
+    """Where a run's per_tile.npz may be: the URL its record names, else beside its record under
+    the results folder it was read from (a moved folder)."""
+    pt = run.record.get("per_tile")
+    if not isinstance(pt, dict):
+        return []
+    cands = [str(pt["url"])] if pt.get("url") else []
+    base = run.source.rsplit(":", 1)[0].rsplit("/", 1)[0]
+    cands.append(store.join(base, "runs", run.run_id, str(pt.get("file") or "per_tile.npz")))
+    return cands
+
+
+def load_tiles(run: Run) -> stats.TileData | None:
+    """The run's per-tile confusion matrices; None for a record written before they were kept. A
+    named file that is missing or damaged is a ReportError naming it."""
+    cands = tiles_url(run)
+    if not cands:
+        return None
+    sha = (run.record.get("per_tile") or {}).get("sha256")
+    for url in cands:
+        if store.file_exists(url):
+            try:
+                return stats.read_tiles(store.read_bytes(url), url, sha)
+            except (ValueError, KeyError, OSError) as e:
+                raise ReportError(f"{url}: per-tile file of run {run.run_id} unreadable ({e})")
+    warnings.warn(
+        f"{run.source}: run {run.run_id} names per-tile data ({cands[-1]}) that is not there;"
+        " its cell has no interval",
+        stacklevel=2,
+    )
+    return None
+
+
+@dataclass
+class BoardIntervals:
+    """One protocol board's uncertainty: cells by (model, dataset), aggregates by model, the
+    probability-of-improvement matrix, and the seed scores behind them."""
+
+    lb: Leaderboard
+    cells: dict[tuple[str, str], stats.CellInterval]
+    aggregates: dict[str, stats.Aggregate]
+    improvement: dict[tuple[str, str], tuple[float, float, float, int]]
+    scores: dict[str, dict[str, list[float]]]
+
+
+def board_intervals(
+    lb: Leaderboard, runs: Sequence[Run], *, draws: int = stats.DRAWS, seed: int = stats.SEED
+) -> BoardIntervals:
+    """The intervals of one leaderboard's cells from its runs (the runs its cells were filled
+    from)."""
+    by_key = {(r.model_name, r.dataset, r.model, r.seed): r for r in runs}
+    cache: dict[str, stats.TileData | None] = {}
+    cells: dict[tuple[str, str], stats.CellInterval] = {}
+    for d in lb.datasets:
+        per_model = {}
+        for row in lb.rows:
+            c = row.cells.get(d)
+            if c is None:
+                continue
+            ids = c.model_ids or ("",)
+            got = []
+            for s, v in zip(c.seeds, c.values):
+                r = next(
+                    (by_key[(row.name, d, m, s)] for m in ids if (row.name, d, m, s) in by_key),
+                    None,
+                )
+                if r is not None and r.run_id not in cache:
+                    cache[r.run_id] = load_tiles(r)
+                got.append((v, cache.get(r.run_id) if r is not None else None))
+            per_model[row.name] = got
+        for m, ci in stats.dataset_intervals(
+            d, per_model, draws=draws, seed=seed, board=lb.key
+        ).items():
+            cells[(m, d)] = ci
+    scores = {
+        row.name: {d: list(c.values) for d, c in row.cells.items()} for row in lb.rows if row.cells
+    }
+    aggs = stats.aggregates(scores, draws=draws, seed=seed, board=lb.key)
+    poi = stats.improvement_matrix(scores, draws=draws, seed=seed, board=lb.key)
+    return BoardIntervals(lb, cells, aggs, poi, scores)
+
+
+def _range(r: tuple[int, int] | None) -> str:
+    if r is None:
+        return MISSING
+    return str(r[0]) if r[0] == r[1] else f"{r[0]}–{r[1]}"
+
+
+def cells_table(bi: BoardIntervals) -> Table:
+    """Every segmentation cell: mean over seeds [95 % interval], seed SD, n seeds, tiles, scenes,
+    bootstrap rank interval, ties, and a note where the interval is missing or weak."""
+    lb = bi.lb
+    t = Table(
+        "intervals",
+        f"{lb.title}: mIoU with 95 % intervals over test scenes",
+        [
+            Column("model", "Model", numeric=False),
+            Column("dataset", "Dataset", numeric=False),
+            Column("miou", "mIoU [95 % interval]"),
+            Column("lo", "", show=False),
+            Column("hi", "", show=False),
+            Column("seed_sd", "Seed SD"),
+            Column("seeds", "Seeds"),
+            Column("tiles", "Tiles"),
+            Column("scenes", "Scenes"),
+            Column("resampled", "Resampled", numeric=False),
+            Column("rank_best", "", show=False),
+            Column("rank_worst", "", show=False),
+            Column("rank", "Rank interval", numeric=False),
+            Column("ties", "Tied with", numeric=False),
+            Column("note", "Note", numeric=False),
+        ],
+    )
+    for d in lb.datasets:
+        for row in lb.rows:
+            c = bi.cells.get((row.name, d))
+            if c is None:
+                continue
+            rk = c.rank
+            raw = [
+                row.name, d, c.mean, c.lo, c.hi, c.seed_sd, c.seeds, c.tiles, c.scenes,
+                c.unit or None, rk[0] if rk else None, rk[1] if rk else None, _range(rk),
+                ", ".join(c.ties) or None, c.note or None,
+            ]  # fmt: skip
+            text = [
+                row.name,
+                dataset_display_name(d),
+                stats.interval_text(c.mean, c.lo, c.hi, lb.decimals),
+                fmt(c.lo, lb.decimals),
+                fmt(c.hi, lb.decimals),
+                fmt(c.seed_sd, lb.decimals),
+                str(c.seeds),
+                fmt(c.tiles),
+                fmt(c.scenes),
+                c.unit or MISSING,
+                fmt(rk[0] if rk else None),
+                fmt(rk[1] if rk else None),
+                _range(rk),
+                ", ".join(c.ties) or MISSING,
+                c.note or "",
+            ]
+            t.add(raw, text)
+    t.notes += [
+        NOTE_CELL.format(draws=stats.DRAWS, seed=stats.SEED),
+        NOTE_RANK,
+        f"A cell on fewer than {stats.FEW_SCENES} scenes says so: its interval covers the truth"
+        " less often than 95 % (docs/statistics.md).",
+    ]
+    return t
+
+
+def aggregate_table(bi: BoardIntervals) -> Table:
+    """Per model: IQM and mean of its (dataset, seed) scores with stratified bootstrap intervals,
+    and the rank interval of its IQM."""
+    lb = bi.lb
+    t = Table(
+        "across_datasets",
+        f"{lb.title}: across datasets (IQM and mean of (dataset, seed) mIoU)",
+        [
+            Column("model", "Model", numeric=False),
+            Column("iqm", "IQM [95 % interval]"),
+            Column("iqm_lo", "", show=False),
+            Column("iqm_hi", "", show=False),
+            Column("mean", "Mean [95 % interval]"),
+            Column("mean_lo", "", show=False),
+            Column("mean_hi", "", show=False),
+            Column("datasets", "Datasets"),
+            Column("runs", "Runs"),
+            Column("rank_best", "", show=False),
+            Column("rank_worst", "", show=False),
+            Column("rank", "IQM rank interval", numeric=False),
+            Column("ties", "Tied with", numeric=False),
+        ],
+    )
+    for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm):
+        rk = a.rank
+        t.add(
+            [
+                m,
+                a.iqm,
+                a.iqm_lo,
+                a.iqm_hi,
+                a.mean,
+                a.mean_lo,
+                a.mean_hi,
+                a.datasets,
+                a.runs,
+                rk[0] if rk else None,
+                rk[1] if rk else None,
+                _range(rk),
+                ", ".join(a.ties) or None,
+            ],  # fmt: skip
+            [
+                m,
+                stats.interval_text(a.iqm, a.iqm_lo, a.iqm_hi, lb.decimals),
+                fmt(a.iqm_lo, lb.decimals),
+                fmt(a.iqm_hi, lb.decimals),
+                stats.interval_text(a.mean, a.mean_lo, a.mean_hi, lb.decimals),
+                fmt(a.mean_lo, lb.decimals),
+                fmt(a.mean_hi, lb.decimals),
+                str(a.datasets),
+                str(a.runs),
+                fmt(rk[0] if rk else None),
+                fmt(rk[1] if rk else None),
+                _range(rk),
+                ", ".join(a.ties) or MISSING,
+            ],
+        )
+    n = len(lb.datasets)
+    t.notes.append(
+        "IQM: the 25 % trimmed mean of every (dataset, seed) mIoU of the model (rliable's"
+        " aggregate_iqm); intervals: 95 % stratified bootstrap, the seeds resampled within each"
+        f" dataset ({stats.DRAWS} draws). They cover seed variation only, not the choice of the"
+        f" {n} dataset(s) nor the test tiles (docs/statistics.md). Scores are raw mIoU, not"
+        " normalised per dataset."
+    )
+    return t
+
+
+def improvement_table(bi: BoardIntervals) -> Table:
+    """The probability that the row model beats the column model on a dataset, with its interval."""
+    lb = bi.lb
+    models = [m for m in lb.model_names if m in bi.scores]
+    t = Table(
+        "improvement",
+        f"{lb.title}: probability of improvement P(row > column)",
+        [Column("model", "Model", numeric=False)]
+        + [
+            c
+            for i, m in enumerate(models)
+            for c in (
+                Column(f"vs_{i}", m),
+                Column(f"vs_{i}_lo", "", show=False),
+                Column(f"vs_{i}_hi", "", show=False),
+            )
+        ],
+    )
+    for x in models:
+        raw, text = [x], [x]
+        for y in models:
+            v = bi.improvement.get((x, y))
+            raw += [None] * 3 if v is None else list(v[:3])
+            text += (
+                [MISSING] * 3
+                if v is None
+                else [stats.interval_text(v[0], v[1], v[2]), fmt(v[1]), fmt(v[2])]
+            )
+        t.add(raw, text)
+    t.notes.append(
+        "P(X > Y) + 0.5 P(X = Y) over every pair of seeds, averaged over the datasets both models"
+        " have (rliable's probability_of_improvement); 95 % interval from resampling each model's"
+        " seeds independently within each dataset. 0.5: no difference."
+    )
+    return t
+
+
+def paired_table(
+    boards: Sequence[BoardIntervals], a: str, b: str, name: str = "paired"
+) -> Table | None:
+    """A - B per board and dataset where both ran, with the interval of the same draws on the
+    same test tiles; None where no board has both."""
+    t = Table(
+        name,
+        f"{a} against {b}: paired differences of mIoU",
+        [
+            Column("board", "Protocol", numeric=False),
+            Column("dataset", "Dataset", numeric=False),
+            Column("a", a),
+            Column("b", b),
+            Column("diff", f"{a} − {b} [95 % interval]"),
+            Column("lo", "", show=False),
+            Column("hi", "", show=False),
+            Column("tiles", "Tiles"),
+            Column("scenes", "Scenes"),
+            Column("note", "Note", numeric=False),
+        ],
+    )
+    for bi in boards:
+        for d in bi.lb.datasets:
+            ca, cb = bi.cells.get((a, d)), bi.cells.get((b, d))
+            if ca is None or cb is None:
+                continue
+            p = stats.paired_difference(ca, cb)
+            diff, lo, hi, note = (
+                (ca.mean - cb.mean, None, None, p) if isinstance(p, str) else (*p, "")
+            )
+            if not note:
+                excludes = lo > 0 or hi < 0
+                note = (
+                    "differs (interval excludes 0)"
+                    if excludes
+                    else "no difference shown (interval contains 0)"
+                )
+            t.add(
+                [bi.lb.title, d, ca.mean, cb.mean, diff, lo, hi, ca.tiles, ca.scenes, note],
+                [
+                    bi.lb.title,
+                    dataset_display_name(d),
+                    fmt(ca.mean),
+                    fmt(cb.mean),
+                    stats.interval_text(diff, lo, hi),
+                    fmt(lo),
+                    fmt(hi),
+                    fmt(ca.tiles),
+                    fmt(ca.scenes),
+                    note,
+                ],
+            )
+    if not t.rows:
+        return None
+    t.notes.append(
+        "Paired bootstrap: each draw resamples the test scenes once and scores both models (every"
+        " seed) on them, so the interval is that of the difference on the same tiles."
+    )
+    return t
+
+
+def resolve_model(name: str, boards: Sequence[BoardIntervals]) -> str:
+    """A display name from a catalog id or display name given to --compare."""
+    names = {m for bi in boards for m in bi.lb.model_names}
+    if name in names:
+        return name
+    for bi in boards:
+        for row in bi.lb.rows:
+            if any(name in c.model_ids for c in row.cells.values()):
+                return row.name
+    raise ReportError(
+        f"--compare: no model {name!r} among the ranked runs (found: {', '.join(sorted(names))})"
+    )
+
+
+def profile_taus(scores: dict[str, dict[str, list[float]]]) -> np.ndarray:
+    """The thresholds a performance profile is drawn at: the span of every score, 101 steps."""
+    flat = [v for per in scores.values() for vs in per.values() for v in vs]
+    lo, hi = (min(flat), max(flat)) if flat else (0.0, 100.0)
+    pad = max(1.0, 0.05 * (hi - lo))
+    return np.linspace(lo - pad, hi + pad, 101)

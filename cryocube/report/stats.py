@@ -1,0 +1,392 @@
+"""Sampling intervals for the report (docs/statistics.md says what each one covers).
+
+- A segmentation cell's interval: a cluster bootstrap of the test split. Tiles cut from one scene
+  (the cube's `source`) are drawn together; where every tile is its own scene it is the plain tile
+  bootstrap. The drawn tiles' confusion matrices are summed and mIoU computed from the sum, as the
+  run's own mIoU is. Seeds of a cell share the draws (one test split), so the interval is the
+  interval of the mean over seeds.
+- Across datasets (rliable, Agarwal et al. 2021): the IQM (25 % trimmed mean) and the mean of the
+  (dataset, seed) scores with a stratified bootstrap (seeds resampled within each dataset), and the
+  probability of improvement of each pair (seeds of the two models resampled independently).
+
+Everything is numpy and vectorised over the draws (a draw is a row of counts, a sum is one matrix
+product), so a 192-run report with 2,000 draws takes seconds; rliable itself is not a dependency
+(docs/statistics.md says why). Every generator is seeded from the report's seed and the cell's
+name, so the same records give the same report whatever order they are read in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+DRAWS = 2000  # bootstrap draws per interval
+LEVEL = 0.95
+SEED = 0  # the report's bootstrap seed
+# below this many scenes a cluster interval covers the truth far less often than it says
+# (docs/statistics.md: measured coverage at 2, 5 and 10 scenes)
+FEW_SCENES = 10
+NO_TILES = "no per-tile data"
+
+
+def rng_for(*names: object, seed: int = SEED) -> np.random.Generator:
+    """A generator seeded by the report's seed and a cell's name (not by the order of cells)."""
+    return np.random.default_rng([seed, zlib.crc32("\x1f".join(map(str, names)).encode())])
+
+
+def percentile_interval(draws: np.ndarray, level: float = LEVEL, axis: int = 0):
+    """The percentile interval of bootstrap draws (rliable's default method)."""
+    a = (1 - level) / 2 * 100
+    lo, hi = np.nanpercentile(draws, [a, 100 - a], axis=axis)
+    return lo, hi
+
+
+def expanded_level(clusters: int, level: float = LEVEL) -> float:
+    """The level whose percentile interval is Hesterberg's (2015) expanded percentile interval for
+    `clusters` resampled units: the tails moved out by sqrt(n/(n-1)) t_(n-1) instead of z, which
+    makes up for the bootstrap's n-1 over n variance and the t spread of few units (without it a
+    nominal 95 % covered 91-93 % at 20 scenes; docs/statistics.md)."""
+    from scipy import stats as sps
+
+    if clusters < 2:
+        return 1.0
+    z = math.sqrt(clusters / (clusters - 1)) * sps.t.ppf(1 - (1 - level) / 2, clusters - 1)
+    return float(1 - 2 * sps.norm.sf(z))
+
+
+def cluster_interval(draws: np.ndarray, clusters: int, level: float = LEVEL, axis: int = 0):
+    """The interval a cell reports: the expanded percentile interval of its cluster draws."""
+    return percentile_interval(draws, expanded_level(clusters, level), axis=axis)
+
+
+# -- mIoU of summed confusion matrices, many at once ---------------------------------------------
+
+
+def miou(cms: np.ndarray) -> np.ndarray:
+    """mIoU (%) of confusion matrices (..., K, K), as `metrics_from_confusion` computes it: the
+    mean over classes present in prediction or truth; NaN where no class is."""
+    cms = np.asarray(cms, dtype=np.float64)
+    tp = np.diagonal(cms, axis1=-2, axis2=-1)
+    union = cms.sum(-1) + cms.sum(-2) - tp
+    present = union > 0
+    iou = np.divide(tp, union, out=np.zeros_like(tp), where=present)
+    n = present.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, 100 * iou.sum(-1) / n, np.nan)
+
+
+def cluster_counts(rng: np.random.Generator, clusters: int, draws: int) -> np.ndarray:
+    """(draws, clusters) counts of a bootstrap: each draw picks `clusters` clusters with
+    replacement."""
+    return rng.multinomial(clusters, np.full(clusters, 1.0 / clusters), size=draws).astype(
+        np.float64
+    )
+
+
+def cluster_sums(cms: np.ndarray, cluster: np.ndarray, clusters: int) -> np.ndarray:
+    """Per-cluster sums (clusters, K, K) of per-tile confusion matrices (tiles, K, K)."""
+    out = np.zeros((clusters,) + cms.shape[1:], dtype=np.float64)
+    np.add.at(out, cluster, cms)
+    return out
+
+
+def boot_miou(counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """mIoU of every draw: counts (draws, clusters) x sums (..., clusters, K, K) -> (draws, ...)."""
+    lead = sums.shape[:-3]
+    c, k = sums.shape[-3], sums.shape[-1]
+    flat = np.moveaxis(sums.reshape(-1, c, k * k), 1, 0).reshape(c, -1)
+    drawn = (counts @ flat).reshape((counts.shape[0],) + lead + (k, k))
+    return miou(drawn)
+
+
+# -- per-tile data of a run -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TileData:
+    """A run's test split, tile by tile: confusion (tiles, K, K), cube sample index, scene."""
+
+    confusion: np.ndarray
+    sample: np.ndarray
+    source: np.ndarray
+
+
+def read_tiles(data: bytes, where: str, sha256: str | None = None) -> TileData:
+    """Parse a per_tile.npz; a checksum that differs from the record's is a ValueError naming it."""
+    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{where}: sha256 differs from the one its run record names (damaged?)")
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return TileData(
+            np.asarray(z["confusion"], dtype=np.int64),
+            np.asarray(z["sample"], dtype=np.int64),
+            np.asarray(z["source"]).astype(str),
+        )
+
+
+# -- one segmentation dataset: every model's cell on one test split ------------------------------
+
+
+@dataclass
+class CellInterval:
+    """One (model, dataset) cell: mean over seeds, seed SD, the bootstrap interval of the mean over
+    seeds, n tiles and scenes, bootstrap rank interval; `draws` (draws,) kept for paired
+    comparisons."""
+
+    model: str
+    dataset: str
+    mean: float
+    seed_sd: float | None
+    seeds: int
+    lo: float | None = None
+    hi: float | None = None
+    tiles: int | None = None
+    scenes: int | None = None
+    unit: str = ""  # "scene" | "tile": what the bootstrap resamples
+    rank: tuple[int, int] | None = None
+    ties: tuple[str, ...] = ()
+    note: str = ""
+    draws: np.ndarray | None = field(default=None, repr=False)
+    group: str = ""  # the test split's digest: paired only within one
+
+
+def _split_key(t: TileData) -> str:
+    return hashlib.sha256(np.ascontiguousarray(t.sample).tobytes()).hexdigest()[:12]
+
+
+def dataset_intervals(
+    dataset: str,
+    cells: Mapping[str, Sequence[tuple[float, TileData | None]]],
+    *,
+    draws: int = DRAWS,
+    seed: int = SEED,
+    board: str = "",
+) -> dict[str, CellInterval]:
+    """Every model's cell on one dataset: {model: [(seed's mIoU, its tiles or None), ...]}.
+
+    Models on the same test split share the draws, so ranks and paired differences are taken
+    draw by draw. A seed without per-tile data leaves its cell without an interval (said)."""
+    out: dict[str, CellInterval] = {}
+    groups: dict[str, list[str]] = {}
+    for m, runs in cells.items():
+        vals = np.array([v for v, _ in runs], dtype=float)
+        sd = float(np.std(vals, ddof=1)) if vals.size > 1 else None
+        c = CellInterval(m, dataset, float(vals.mean()), sd, int(vals.size))
+        out[m] = c
+        tiles = [t for _, t in runs]
+        if any(t is None for t in tiles):
+            c.note = NO_TILES
+            continue
+        keys = {_split_key(t) for t in tiles}
+        if len(keys) > 1:
+            c.note = "seeds tested on different tiles: no interval"
+            continue
+        c.group = keys.pop()
+        groups.setdefault(c.group, []).append(m)
+    for key, models in groups.items():
+        first = cells[models[0]][0][1]
+        scenes, cluster = np.unique(first.source, return_inverse=True)
+        n_tiles, n_scenes = first.sample.size, scenes.size
+        unit = "tile" if n_scenes == n_tiles else "scene"
+        counts = cluster_counts(rng_for(board, dataset, key, seed=seed), n_scenes, draws)
+        for m in models:
+            c = out[m]
+            sums = np.stack([cluster_sums(t.confusion, cluster, n_scenes) for _, t in cells[m]])
+            d = np.nanmean(boot_miou(counts, sums), axis=1)
+            c.draws = d
+            c.lo, c.hi = (float(x) for x in cluster_interval(d, n_scenes))
+            c.tiles, c.scenes, c.unit = int(n_tiles), int(n_scenes), unit
+            if unit == "scene" and n_scenes < FEW_SCENES:
+                c.note = f"only {n_scenes} scenes: the interval is too narrow to trust"
+        if len(models) > 1:
+            mat = np.stack([out[m].draws for m in models], axis=1)  # (draws, models)
+            ranks = 1 + (mat[:, None, :] > mat[:, :, None]).sum(-1)
+            lo = np.percentile(ranks, 2.5, axis=0, method="lower")
+            hi = np.percentile(ranks, 97.5, axis=0, method="higher")
+            for j, m in enumerate(models):
+                out[m].rank = (int(lo[j]), int(hi[j]))
+                out[m].ties = tuple(
+                    o
+                    for o in models
+                    if o != m and out[o].lo <= out[m].hi and out[m].lo <= out[o].hi
+                )
+        elif models:
+            out[models[0]].rank = (1, 1)
+    return out
+
+
+def paired_difference(a: CellInterval, b: CellInterval) -> tuple[float, float, float] | str:
+    """A - B with the interval from the same draws on the same test tiles; a sentence where the two
+    cannot be paired."""
+    if a.draws is None or b.draws is None:
+        return NO_TILES
+    if a.group != b.group:
+        return "not tested on the same tiles: no paired interval"
+    lo, hi = cluster_interval(a.draws - b.draws, a.scenes)
+    return a.mean - b.mean, float(lo), float(hi)
+
+
+# -- across datasets (rliable's aggregates) -------------------------------------------------------
+
+
+def trimmed_mean(a: np.ndarray, axis: int = -1, cut: float = 0.25) -> np.ndarray:
+    """scipy.stats.trim_mean along `axis`: int(cut * n) values cut from each end after sorting."""
+    a = np.sort(np.asarray(a, dtype=float), axis=axis)
+    n = a.shape[axis]
+    k = int(cut * n)
+    return np.take(a, np.arange(k, n - k), axis=axis).mean(axis=axis)
+
+
+def iqm(scores: Sequence[np.ndarray]) -> float:
+    """rliable's aggregate_iqm of the (dataset, seed) scores: the 25 % trimmed mean of them all."""
+    return float(trimmed_mean(np.concatenate([np.ravel(s) for s in scores])))
+
+
+def stratified_draws(
+    rng: np.random.Generator, scores: Sequence[np.ndarray], draws: int
+) -> np.ndarray:
+    """(draws, runs) resampled scores: each dataset's seeds drawn with replacement from its own."""
+    parts = []
+    for s in scores:
+        s = np.asarray(s, dtype=float)
+        parts.append(s[rng.integers(0, s.size, size=(draws, s.size))])
+    return np.concatenate(parts, axis=1)
+
+
+def improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(X > Y) + 0.5 P(X = Y) over all seed pairs (Mann-Whitney U / (n m)), over the last two
+    axes' pairs: x (..., n), y (..., m) -> (...)."""
+    x, y = x[..., :, None], y[..., None, :]
+    return ((x > y) + 0.5 * (x == y)).mean(axis=(-2, -1))
+
+
+def probability_of_improvement(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> float:
+    """rliable's probability_of_improvement: the mean over datasets of each dataset's P(X > Y)."""
+    return float(
+        np.mean([improvement(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(xs, ys)])
+    )
+
+
+@dataclass
+class Aggregate:
+    """One model's across-dataset figures on one board."""
+
+    model: str
+    datasets: int
+    runs: int
+    iqm: float
+    iqm_lo: float | None  # None: one seed per dataset, no interval
+    iqm_hi: float | None
+    mean: float
+    mean_lo: float | None
+    mean_hi: float | None
+    rank: tuple[int, int] | None = None
+    ties: tuple[str, ...] = ()
+    draws: np.ndarray | None = field(default=None, repr=False)  # (draws,) IQM
+
+
+def aggregates(
+    scores: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    draws: int = DRAWS,
+    seed: int = SEED,
+    board: str = "",
+) -> dict[str, Aggregate]:
+    """{model: {dataset: seed scores}} -> each model's IQM and mean with stratified bootstrap
+    intervals, and the rank interval of its IQM (models ranked on the datasets they have)."""
+    out = {}
+    for m, per in scores.items():
+        ds = sorted(per)
+        arrs = [np.asarray(per[d], dtype=float) for d in ds]
+        res = stratified_draws(rng_for(board, "aggregate", m, seed=seed), arrs, draws)
+        iq, mn = trimmed_mean(res, axis=1), res.mean(axis=1)
+        flat = np.concatenate(arrs)
+        (il, ih), (ml, mh) = percentile_interval(iq), percentile_interval(mn)
+        if all(a.size < 2 for a in arrs):  # one seed per dataset: nothing to resample
+            il = ih = ml = mh = None
+        f = lambda v: None if v is None else float(v)  # noqa: E731
+        out[m] = Aggregate(
+            m, len(ds), int(flat.size), iqm(arrs), f(il), f(ih),
+            float(flat.mean()), f(ml), f(mh), draws=iq,
+        )  # fmt: skip
+    models = list(out)
+    if len(models) > 1:
+        mat = np.stack([out[m].draws for m in models], axis=1)
+        ranks = 1 + (mat[:, None, :] > mat[:, :, None]).sum(-1)
+        lo = np.percentile(ranks, 2.5, axis=0, method="lower")
+        hi = np.percentile(ranks, 97.5, axis=0, method="higher")
+        for j, m in enumerate(models):
+            a = out[m]
+            a.rank = (int(lo[j]), int(hi[j]))
+            a.ties = tuple(
+                o
+                for o in models
+                if o != m
+                and None not in (a.iqm_lo, out[o].iqm_lo)
+                and out[o].iqm_lo <= a.iqm_hi
+                and a.iqm_lo <= out[o].iqm_hi
+            )
+    elif models:
+        out[models[0]].rank = (1, 1)
+    return out
+
+
+def improvement_matrix(
+    scores: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    draws: int = DRAWS,
+    seed: int = SEED,
+    board: str = "",
+) -> dict[tuple[str, str], tuple[float, float, float, int]]:
+    """{(X, Y): (P(X > Y), lo, hi, datasets)} over the datasets both have; the interval from
+    resampling each model's seeds independently within each dataset (rliable's
+    StratifiedIndependentBootstrap)."""
+    out = {}
+    models = list(scores)
+    for x in models:
+        for y in models:
+            if x == y:
+                continue
+            common = sorted(set(scores[x]) & set(scores[y]))
+            if not common:
+                continue
+            rng = rng_for(board, "improvement", x, y, seed=seed)
+            boot = np.zeros(draws)
+            for d in common:
+                sx = np.asarray(scores[x][d], dtype=float)
+                sy = np.asarray(scores[y][d], dtype=float)
+                bx = sx[rng.integers(0, sx.size, size=(draws, sx.size))]
+                by = sy[rng.integers(0, sy.size, size=(draws, sy.size))]
+                boot += improvement(bx, by)
+            lo, hi = percentile_interval(boot / len(common))
+            point = probability_of_improvement(
+                [scores[x][d] for d in common], [scores[y][d] for d in common]
+            )
+            out[(x, y)] = (point, float(lo), float(hi), len(common))
+    return out
+
+
+def performance_profile(
+    scores: Mapping[str, Mapping[str, Sequence[float]]], taus: np.ndarray
+) -> dict[str, np.ndarray]:
+    """rliable's score distribution: the fraction of a model's (dataset, seed) runs scoring above
+    each threshold tau (each dataset weighted by its runs, as rliable's flattened matrix)."""
+    out = {}
+    for m, per in scores.items():
+        flat = np.concatenate([np.asarray(v, dtype=float) for v in per.values()])
+        out[m] = (flat[:, None] > np.asarray(taus)[None, :]).mean(axis=0)
+    return out
+
+
+def interval_text(v: float | None, lo: float | None, hi: float | None, decimals: int = 2) -> str:
+    """'61.47 [60.10, 62.80]'; the value alone where no interval exists."""
+    if v is None or not np.isfinite(v):
+        return "–"
+    if lo is None or hi is None:
+        return f"{v:.{decimals}f}"
+    return f"{v:.{decimals}f} [{lo:.{decimals}f}, {hi:.{decimals}f}]"
