@@ -123,9 +123,7 @@ def test_a_partial_cache_resumes_and_is_never_read_as_complete(tmp_path, client,
             shutil.rmtree(chunk) if chunk.is_dir() else chunk.unlink()
 
     # the same draw again (another decoder setting: a new run): the two samples are extracted again
-    (again,) = ev(
-        [RunSpec(MODEL, cube, "fewshot", seed=0, overrides=(("lr", 2e-4),))], out, client
-    )
+    (again,) = ev([RunSpec(MODEL, cube, "fewshot", seed=0, overrides=(("lr", 2e-4),))], out, client)
     assert again["subset"] == few["subset"]
     assert again["encoder_forward_items_by_split"] == {"train": 2 * K, "val": 0, "test": 0}
     assert _held(out) == set(draw)
