@@ -519,3 +519,45 @@ def test_protocols_without_a_validation_curve_are_refused_before_any_cluster(
             load_recipe(None, []),
             trials=2,
         )
+
+
+def test_the_default_recipe_is_the_first_trial_not_an_extra_run(tmp_path, client, cube, capsys):
+    """A default inside the space is enqueued as trial 0: its run is the baseline's, so a study of
+    3 trials trains 3 decoders (3 run ids in the results), and the output names the trial."""
+    out = tmp_path / "dflt"
+    rc = main(
+        [
+            "tune",
+            "--cubes",
+            cube,
+            "--models",
+            MODEL,
+            "--allow-random-weights",
+            "--space",
+            "lr=1e-5:1e-3:log",
+            "--trials",
+            "3",
+            "--pruner",
+            "none",
+            *[x for s in FAST for x in ("--set", s)],
+            "--out",
+            str(out),
+            "--cluster",
+            client.scheduler.address,
+        ]
+    )
+    assert rc == 0
+    study = _study(out)
+    first = study.trials[0]
+    assert first.params == {"lr": 1e-4} and first.user_attrs.get("default") is True
+    recs = read_results(str(out))
+    trial_ids = {r["sweep"]["trial"]: r["run_id"] for r in recs if r.get("sweep")}
+    baseline = [r for r in recs if not r.get("sweep")]
+    best = [r for r in recs if (r.get("sweep") or {}).get("best")][-1]
+    assert best["sweep"]["baseline_trial"] == 0
+    assert baseline and {r["run_id"] for r in baseline} == {trial_ids[0]}
+    # no fourth decoder: every record in the folder is one of the 3 trials' runs
+    assert {r["run_id"] for r in recs} == set(trial_ids.values()) and len(
+        set(trial_ids.values())
+    ) == 3
+    assert "(trial 0)" in capsys.readouterr().out

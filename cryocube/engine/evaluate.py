@@ -454,7 +454,8 @@ def dry_run(
         prec = p.record.get("precision", {})
         est = p.estimate
         if p.prep_key and not cached:
-            items[p.prep_key] = est.get("encoder_items", 0)
+            # runs sharing a cache: the largest draw's (a few-shot run extracts only its own)
+            items[p.prep_key] = max(items.get(p.prep_key, 0), est.get("encoder_items", 0))
         lines.append(
             f"{'cached ' if cached else 'to run '} {p.run_id}  {p.label:<48}"
             f" {est.get('steps', '?'):>6} steps  weights {wtxt}  precision"

@@ -19,7 +19,10 @@ and asks only for the trials still missing. One tune process per study at a time
 
 Every trial's record carries `sweep: {study, trial, params, state, value, ...}`; the best trial's
 run is planned again from its params (exactly what `evaluate --set` plans), tested, and appended
-with `sweep.best: true` together with a default-recipe baseline run.
+with `sweep.best: true` together with the default-recipe baseline. The default is one of the
+trials when it lies in the space (enqueued first; grid studies reach it as a grid point): its run is
+the baseline's run (same recipe, same content hash), so a study of N trials trains N decoders, not
+N + 1, and `sweep.baseline_trial` names that trial. A default outside the space is a separate run.
 """
 
 from __future__ import annotations
@@ -72,6 +75,15 @@ class Param:
         if self.kind == "int":
             return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
         return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+
+    def contains(self, v: Any) -> bool:
+        """Whether `v` (a recipe's value) is one this parameter can suggest: the default recipe is a
+        trial only then."""
+        if self.kind == "choice":
+            return v in self.choices
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        return self.low <= v <= self.high and (self.kind != "int" or float(v).is_integer())
 
     def describe(self) -> str:
         """The parameter as --space text; it enters the study name's digest, so changing this text
@@ -201,6 +213,9 @@ class StudyResult:
     study: str
     best: dict | None = None  # the best trial's record (sweep.best)
     baseline: dict | None = None  # the default recipe's record
+    baseline_trial: int | None = (
+        None  # the trial that ran the default recipe (None: a separate run)
+    )
     trials: list[dict] = field(default_factory=list)  # the latest record of each trial
     asked: int = 0  # trials asked by this call (a resumed study asks only the missing ones)
 
@@ -374,6 +389,14 @@ class _Study:
             sampler, space, seed if n == 0 else derive_seed("tune", seed, n) % 2**31
         )
         self.study.pruner = make_pruner(pruner, trials)
+        # the default recipe as a trial, asked first: its run is the baseline's (one decoder fewer)
+        base_recipe = recipe.updated(dict(base.overrides)) if base.overrides else recipe
+        self.default = {p.name: getattr(base_recipe, p.name) for p in space}
+        self.default_in_space = all(p.contains(self.default[p.name]) for p in space)
+        if n == 0 and self.default_in_space and sampler != "grid":
+            # (a grid reaches the default as one of its points; an enqueued trial would take a
+            # grid slot without its grid id, and one point would go unvisited)
+            self.study.enqueue_trial(self.default, user_attrs={"default": True})
         self.meta = {
             "sampler": sampler,
             "pruner": pruner,
@@ -499,8 +522,9 @@ class _Study:
             if self.meta["sampler"] == "grid"
             else None
         )
-        # the default recipe: evaluated with the first batch (shares its pass)
-        baseline = [(self.base, None)]
+        # the default recipe: one of the trials when it lies in the space, else evaluated with
+        # the first batch (shares its pass)
+        baseline = [] if self.default_in_space else [(self.base, None)]
         while (left := min(self.trials, cap or self.trials) - self.finished()) > 0:
             asked = [self.study.ask() for _ in range(min(self.batch, left))]
             res.asked += len(asked)
@@ -548,6 +572,15 @@ class _Study:
                 baseline = []
         return self._finish(res)
 
+    def _default_trial(self) -> int | None:
+        """The first completed trial that ran the default recipe (its params are the defaults), or
+        None: then the baseline is trained on its own in `_finish`."""
+        TS = self.optuna.trial.TrialState
+        for t in self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,)):
+            if t.params == self.default:
+                return t.number
+        return None
+
     def _prune(self, t, rec: dict) -> bool:
         """Feed the rung's validation curve to the pruner point by point, as a training loop
         would."""
@@ -588,9 +621,16 @@ class _Study:
             s.name.lower(): len(self.study.get_trials(deepcopy=False, states=(s,)))
             for s in (TS.COMPLETE, TS.PRUNED, TS.FAIL)
         }
-        more = {"best": True, "importance": importance, "baseline_run_id": base_id, "n_trials": n}
+        res.baseline_trial = self._default_trial()
+        more = {
+            "best": True,
+            "importance": importance,
+            "baseline_run_id": base_id,
+            "baseline_trial": res.baseline_trial,
+            "n_trials": n,
+        }
         # the best trial's run, planned again from its params alone (what `evaluate --set` plans):
-        # same code, split, seed
+        # same code, split, seed; the baseline is a cache hit when the default trial completed
         claim = {"number": best.number, "params": params, "state": "complete", **more}
         res.best, res.baseline = self._run([(self._spec(params), claim), (self.base, None)])
         if res.best.get("status") != "ok":

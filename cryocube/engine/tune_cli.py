@@ -200,10 +200,15 @@ def _tune(args) -> int:
             f" {s['params']} val {s['metric']} {s['value']:.2f}"
         )
         base = (d.get("metrics") or {}).get(m)
+        how = (
+            f"trial {r.baseline_trial}"
+            if r.baseline_trial is not None
+            else "a separate run: the default lies outside the space or did not complete"
+        )
         print(
-            f"  test {m}: tuned {b['metrics'][m]:.2f}, default recipe {base:.2f}"
+            f"  test {m}: tuned {b['metrics'][m]:.2f}, default recipe {base:.2f} ({how})"
             if base is not None
-            else f"  test {m}: tuned {b['metrics'][m]:.2f}, default recipe failed"
+            else f"  test {m}: tuned {b['metrics'][m]:.2f}, default recipe failed ({how})"
         )
         if s.get("importance"):
             print("  importance: " + ", ".join(f"{k} {v:.2f}" for k, v in s["importance"].items()))

@@ -185,8 +185,8 @@ class Segmentation(Family):
             "encoder_items": (
                 0
                 if trains_encoder
-                else int(
-                    train_all.size * recipe.crops_per_sample
+                else int(  # the draw's crops: few-shot extracts only its draw
+                    subset.size * recipe.crops_per_sample
                     + (cube.samples("val").size + cube.samples("test").size) * windows
                 )
             ),
@@ -244,13 +244,17 @@ class Segmentation(Family):
     # -------------------------------------------------------------
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         """Extracts each frozen-feature cache once for all runs sharing it (fine-tuning runs have
-        none), resuming blocks a killed run left; returns what records report per cache."""
-        from .features import block_tasks, create_split, extract_block, mark_complete
+        none): of the training split only the samples the runs draw (the union of their subsets),
+        and only those the cache does not hold yet, so a killed run resumes and a few-shot run
+        extracts its draw; returns what records report per cache."""
+        from .features import create_split, extract_block, extraction_tasks, settle
 
         caches: dict[str, tuple[CacheSpec, PlannedRun]] = {}
+        drawn: dict[str, list[np.ndarray]] = {}
         for p in runs:
             if p.work.cache is not None:
                 caches.setdefault(p.work.cache.key, (p.work.cache, p))
+                drawn.setdefault(p.work.cache.key, []).append(p.work.train_samples)
         if not caches:
             return {}
         t0 = time.perf_counter()
@@ -260,11 +264,13 @@ class Segmentation(Family):
         }
         out: dict[str, dict] = {}
         tasks, owners = [], []
+        needed: dict[tuple[str, str], np.ndarray] = {}
         for k, (c, p) in caches.items():
             shapes, params = runner.result(facts[k])
             out[k] = {
                 "encoder_params": params,
                 "encoder_items": 0,
+                "encoder_items_by_split": {"train": 0, "val": 0, "test": 0},
                 "features_s": 0.0,
                 "threads": set(),
                 "devices": set(),
@@ -272,13 +278,25 @@ class Segmentation(Family):
             cfg = p.work.recipe
             for split in ("train", "val", "test"):
                 samples = p.cube.samples(split)
-                plan = create_split(c, split, samples, shapes, cfg.block_samples)
-                if not plan["complete"]:
-                    for t in block_tasks(
-                        c, split, samples, plan, cfg.block_samples, cfg.extract_batch, cfg.threads
-                    ):
-                        tasks.append(t)
-                        owners.append(k)
+                want = (
+                    np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
+                    if split == "train"
+                    else np.arange(samples.size)
+                )
+                needed[k, split] = want
+                plan = create_split(c, split, samples, shapes)
+                for t in extraction_tasks(
+                    c,
+                    split,
+                    samples,
+                    want,
+                    plan,
+                    cfg.block_samples,
+                    cfg.extract_batch,
+                    cfg.threads,
+                ):
+                    tasks.append(t)
+                    owners.append(k)
         if tasks:
             done = runner.map(
                 extract_block,
@@ -287,8 +305,9 @@ class Segmentation(Family):
                 [t.samples.size for t in tasks],
                 key="cryocube-extract",
             )
-            for k, r in zip(owners, done):
+            for k, t, r in zip(owners, tasks, done):
                 out[k]["encoder_items"] += r["items"]
+                out[k]["encoder_items_by_split"][t.split] += r["items"]
                 out[k]["features_s"] += r["seconds"]
                 out[k]["threads"] |= set(r["threads"])
                 out[k]["devices"].add(r["device"])
@@ -297,10 +316,8 @@ class Segmentation(Family):
                     ph[name] = round(ph.get(name, 0.0) + v, 4)
         wall = time.perf_counter() - t0 if tasks else 0.0
         for k, (c, _) in caches.items():
-            g = _store.open_group(c.url, "r")
             for split in ("train", "val", "test"):
-                if "cryocube_features_complete" not in g[split].attrs:
-                    mark_complete(c, split, out[k]["encoder_items"])
+                settle(c, split, needed[k, split], out[k]["encoder_items"])
             out[k]["features_wall_s"] = wall
             out[k]["threads"] = sorted(out[k]["threads"])
             out[k]["devices"] = sorted(out[k]["devices"])
@@ -421,6 +438,10 @@ class Segmentation(Family):
             "decoders_in_task": fitted["decoders_in_task"],
             "optimizer": fitted["optimizer"],
             "encoder_forward_items": prep.get("encoder_items", 0),
+            # per split: a few-shot run's train items are its draw's (crops x drawn samples)
+            "encoder_forward_items_by_split": prep.get(
+                "encoder_items_by_split", {"train": 0, "val": 0, "test": 0}
+            ),
             "params": {
                 "encoder": encoder_params,
                 "trainable": fitted["trainable_params"],

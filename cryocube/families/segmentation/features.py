@@ -3,10 +3,14 @@ set, precision) and reused by every epoch, validation pass and seed.
 
 Training items are a fixed bank of `crops_per_sample` random crops per train sample (epoch e uses
 crop e mod K, as the reference draws one fresh crop per sample per epoch); validation/test items are
-the deterministic sliding windows of each tile. Items are written by block tasks with a progress
-flag each, like the cube writer, so an interrupted extraction resumes where it stopped. Unwritten or
-lost chunks read as NaN features / label -2, which `FeatureSplit` refuses: never read as fill
-values.
+the deterministic sliding windows of each tile. A split's arrays span every sample of the cube's
+split, but the cache is keyed by the samples it holds: a `held` flag per sample, set only after
+that sample's items are written, so a few-shot run extracts only its draw, a later run (a full one,
+another seed's draw) only what is missing, and an interrupted extraction resumes where it stopped.
+A sample's crops are fixed by its position in the split (`crop_offsets` of the whole split), so its
+items are the same whichever run extracted them. The split's completion marker is set once every
+sample is held. Unwritten or lost chunks read as NaN features / label -2, which `FeatureSplit`
+refuses: never read as fill values.
 """
 
 from __future__ import annotations
@@ -30,31 +34,28 @@ COMPLETE = "cryocube_features_complete"
 MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never written (or was lost)
 
 
-def create_split(
-    cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes, block_samples: int
-) -> dict:
-    """Create (or reopen) one split's arrays; returns the plan the block tasks need."""
+def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes) -> dict:
+    """Create (or reopen) one split's arrays for all of the split's `samples`; returns what the
+    extraction needs: items per sample and which samples are held already."""
     g = _store.open_group(cache.url, "a")
     if split in g and COMPLETE in g[split].attrs:
-        return {"complete": True, "n_items": int(g[split]["sample"].shape[0])}
+        return {
+            "complete": True,
+            "n_items": int(g[split]["sample"].shape[0]),
+            "held": np.ones(samples.size, dtype=bool),
+        }
     S = cache.encoder.input_size
     per = cache.crops_per_sample if split == "train" else len(window_offsets(cache.tile, S))
     n_items = samples.size * per
-    if split == "train":
-        offsets = crop_offsets(samples.size, per, cache.tile, S, cache.seed)
-    else:
-        offsets = np.tile(window_offsets(cache.tile, S), (samples.size, 1))
-    n_blocks = int(np.ceil(samples.size / block_samples)) if samples.size else 0
-    if (
-        split in g
-        and g[split].attrs.get("n_items") == n_items
-        and g[split].attrs.get("block_samples") == block_samples
-        and "progress" in g[split]
-    ):
+    if split in g and g[split].attrs.get("n_items") == n_items and "held" in g[split]:
         sg = g[split]
-    else:
+    else:  # new, or a partial split of the block layout (before per-sample flags): started again
         if split in g:
             del g[split]
+        if split == "train":
+            offsets = crop_offsets(samples.size, per, cache.tile, S, cache.seed)
+        else:
+            offsets = np.tile(window_offsets(cache.tile, S), (samples.size, 1))
         sg = g.create_group(split)
         sg.create_array("sample", data=np.repeat(samples.astype(np.int64), per))
         sg.create_array("offset", data=offsets)
@@ -73,8 +74,9 @@ def create_split(
                 dtype=cache.feature_dtype,
                 fill_value=float("nan"),
             )
+        # one chunk per sample: tasks writing different samples never share a flag's chunk
         sg.create_array(
-            "progress", shape=(max(n_blocks, 1),), chunks=(1,), dtype="uint8", fill_value=0
+            "held", shape=(max(samples.size, 1),), chunks=(1,), dtype="uint8", fill_value=0
         )
         sg.attrs.update(
             {
@@ -83,45 +85,66 @@ def create_split(
                 "tile": cache.tile,
                 "input_size": S,
                 "levels": len(feature_shapes),
-                "block_samples": block_samples,
             }
         )
-    done = np.asarray(sg["progress"][:]).astype(bool)
-    blocks = [b for b in range(n_blocks) if not done[b]]
     return {
         "complete": False,
         "n_items": n_items,
         "per": per,
-        "blocks": blocks,
-        "n_blocks": n_blocks,
+        "held": np.asarray(sg["held"][: samples.size]).astype(bool),
     }
 
 
-def block_tasks(
+def extraction_tasks(
     cache: CacheSpec,
     split: str,
     samples: np.ndarray,
+    needed: np.ndarray,
     plan: dict,
     block_samples: int,
     batch: int | None,
     threads: int | None = None,
 ) -> list[ExtractTask]:
-    """One extraction task per block `create_split`'s plan still lists as not done: a resumed
-    prepare redoes only what was lost."""
-    per = plan["per"]
+    """Tasks of up to `block_samples` samples over the positions in `needed` (positions in the
+    split's `samples`) that `create_split`'s plan does not list as held: a few-shot run extracts
+    its draw, a resumed or later run only what was lost or never drawn."""
+    if plan["complete"]:
+        return []
+    todo = np.asarray(needed, dtype=np.int64)
+    todo = np.unique(todo[~plan["held"][todo]])
     return [
         ExtractTask(
             cache,
             split,
-            samples[b * block_samples : (b + 1) * block_samples],
-            per,
-            b * block_samples * per,
-            b,
+            samples[pos],
+            plan["per"],
+            pos,
             batch,
             threads,
         )
-        for b in plan["blocks"]
+        for pos in (todo[b : b + block_samples] for b in range(0, todo.size, block_samples))
     ]
+
+
+def _items(positions: np.ndarray, per: int) -> np.ndarray:
+    """Item indices of the samples at `positions` of a split (`per` items each, in order)."""
+    return (np.asarray(positions, dtype=np.int64)[:, None] * per + np.arange(per)).ravel()
+
+
+def _selection(items: np.ndarray):
+    """A slice when the items are one contiguous range (one zarr request per chunk either way,
+    but no orthogonal indexing), else the index array."""
+    if items.size and items[-1] - items[0] + 1 == items.size:
+        return slice(int(items[0]), int(items[-1]) + 1)
+    return items
+
+
+def _write(array, items: np.ndarray, data: np.ndarray) -> None:
+    sel = _selection(items)
+    if isinstance(sel, slice):
+        array[sel] = data
+    else:
+        array.set_orthogonal_selection((sel,), data)
 
 
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
@@ -187,7 +210,13 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
     cache, per = task.cache, task.per
     with torch_task(task.threads) as (device, threads):
         g = _store.open_group(cache.url, "r+")[task.split]
-        offsets = np.asarray(g["offset"][task.item0 : task.item0 + task.samples.size * per])
+        items = _items(task.positions, per)
+        sel = _selection(items)
+        offsets = np.asarray(
+            g["offset"][sel]
+            if isinstance(sel, slice)
+            else g["offset"].get_orthogonal_selection((sel,))
+        )
         enc = get_encoder(cache.encoder, device)
         batch = extract_batch_size(enc, cache.encoder, device, task.batch)
         chunk = max(1, batch // per)
@@ -238,9 +267,14 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
         w0 = time.perf_counter()
         n = sum(o[0].shape[0] for o in outs)
         for lvl in range(len(outs[0])):
-            g[f"f{lvl}"][task.item0 : task.item0 + n] = np.concatenate([o[lvl] for o in outs])
-        g["label"][task.item0 : task.item0 + n] = np.concatenate(labels)
-        g["progress"][task.block] = 1
+            _write(g[f"f{lvl}"], items, np.concatenate([o[lvl] for o in outs]))
+        _write(g["label"], items, np.concatenate(labels))
+        # last: a sample is held only once all its items are written
+        _write(
+            g["held"],
+            np.asarray(task.positions, dtype=np.int64),
+            np.ones(len(task.positions), "uint8"),
+        )
         ph["write_s"] = time.perf_counter() - w0
         return {
             "items": n,
@@ -252,13 +286,26 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
         }
 
 
-def mark_complete(cache: CacheSpec, split: str, forwards: int) -> None:
-    """The split's completion marker, set only once every block's progress flag is up (else
-    RuntimeError): later runs reuse a marked split without checking its blocks."""
+def settle(cache: CacheSpec, split: str, needed: np.ndarray, forwards: int) -> bool:
+    """After extraction: RuntimeError unless every sample at the `needed` positions is held; the
+    split's completion marker once every sample is (later runs then skip the flags). Returns
+    whether the split is complete."""
     g = _store.open_group(cache.url, "r+")[split]
-    if not np.all(np.asarray(g["progress"][:]) == 1) and g.attrs["n_items"] > 0:
-        raise RuntimeError(f"{cache.url}/{split}: feature blocks missing")
-    g.attrs[COMPLETE] = {"time": time.time(), "encoder_items": forwards}
+    if COMPLETE in g.attrs:
+        return True
+    held = np.asarray(g["held"][:]).astype(bool)
+    per = int(g.attrs["per_sample"])
+    held = held[: int(g.attrs["n_items"]) // per]
+    missing = np.asarray(needed, dtype=np.int64)[~held[needed]]
+    if missing.size:
+        raise RuntimeError(
+            f"{cache.url}/{split}: features of {missing.size} samples missing after extraction"
+            f" (first: position {int(missing[0])})"
+        )
+    if held.all():
+        g.attrs[COMPLETE] = {"time": time.time(), "encoder_items": forwards}
+        return True
+    return False
 
 
 class FeatureSplit:
@@ -266,7 +313,9 @@ class FeatureSplit:
 
     Small caches (most datasets at most encoders) then cost one read per task instead of one zarr
     request per item and epoch, shared by every decoder the task trains; large ones stream, so
-    memory stays bounded whatever the dataset size. Unwritten or damaged items are refused on read.
+    memory stays bounded whatever the dataset size. Unwritten or damaged items are refused on read;
+    a partly filled split (a few-shot draw) is checked at the items of its held samples only, and
+    taking an item of a sample it does not hold is refused.
     """
 
     def __init__(self, group, budget_mb: float, where: str):
@@ -278,10 +327,21 @@ class FeatureSplit:
         names = [f"f{i}" for i in range(self.levels)] + ["label"]
         size = sum(group[n].nbytes for n in names)
         self.arrays = None
+        # items of the samples held (None: all, the split is complete)
+        self.held = None
+        if COMPLETE not in group.attrs and "held" in group:
+            n_samples = int(group.attrs["n_items"]) // self.per
+            self.held = np.repeat(np.asarray(group["held"][:n_samples]).astype(bool), self.per)
         if size <= budget_mb * 2**20:
             self.arrays = {n: self._read(n, slice(None)) for n in names}
+            at = None if self.held is None else np.flatnonzero(self.held)
             self._check(
-                [self.arrays[f"f{i}"] for i in range(self.levels)], self.arrays["label"], None
+                [
+                    self.arrays[f"f{i}"] if at is None else self.arrays[f"f{i}"][at]
+                    for i in range(self.levels)
+                ],
+                self.arrays["label"] if at is None else self.arrays["label"][at],
+                at,
             )
 
     def _read(self, name: str, sel):
@@ -309,6 +369,12 @@ class FeatureSplit:
 
     def take(self, items: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Features (per level) and labels of the given sorted item indices."""
+        if self.held is not None and not self.held[items].all():
+            it = int(items[~self.held[items]][0])
+            raise DamagedCacheError(
+                f"{self.where}: item {it} belongs to a sample the cache does not hold (never"
+                " extracted); remove the cache folder and run again to rebuild it"
+            )
         if self.arrays is not None:
             return [self.arrays[f"f{i}"][items] for i in range(self.levels)], self.arrays["label"][
                 items

@@ -115,10 +115,9 @@ class SegRun:
 class ExtractTask:
     cache: CacheSpec
     split: str
-    samples: np.ndarray
+    samples: np.ndarray  # cube sample indices
     per: int  # items per sample (crops or windows)
-    item0: int
-    block: int
+    positions: np.ndarray  # the samples' positions in the cache's split (items: position * per + k)
     batch: int | None
     # fixed torch threads (recipe), else the host's cores divided among tasks
     threads: int | None = None
