@@ -299,6 +299,11 @@ def run_cryocube(
         "--quiet",
         "--cluster",
         "local",
+        # the machine's memory, as the reference's one process has it: Dask's automatic limit gives
+        # a single worker started with one thread half of it, and a ViT-L fine-tune's worker was
+        # restarted at 95 % of that (issue 40)
+        "--memory-limit",
+        str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
     ]
     if row.fraction:
         cmd += ["--fraction", str(row.fraction)]
