@@ -699,6 +699,12 @@ def main(argv=None) -> None:
             " cores; 0: not)"
         ),
     )
+    ap.add_argument(
+        "--fp32-rows",
+        default=None,
+        metavar="ROWS",
+        help="run cryocube's fp32 check for these rows only (default: every row; --no-fp32: none)",
+    )
     ap.add_argument("--keep", default=None, help="keep the data and outputs in this folder")
     ap.add_argument(
         "--budget-out",
@@ -787,7 +793,12 @@ def main(argv=None) -> None:
                 flush=True,
             )
             c32 = None
-            if not a.no_fp32 and cc["record"]["precision"]["effective"] != "fp32":
+            fp32_rows = args.fp32_rows.split(",") if args.fp32_rows else [row.name]
+            if (
+                not a.no_fp32
+                and row.name in fp32_rows
+                and cc["record"]["precision"]["effective"] != "fp32"
+            ):
                 c32 = run_cryocube(row, cube, root / f"cc32-{row.name}", a, "fp32", cc_env)
                 print(
                     f"[{row.name}] cryocube (fp32): {c32['wall_s']:.1f} s, mIoU {c32['mIoU']:.2f},"
