@@ -12,16 +12,22 @@ forward/backward/optimiser, validation and test inference, writing, each compute
 FLOPs beside the fp32/bf16 matmul peaks measured here.
 
 Rows: frozen (SSL4EO-MAE ViT-S + UPerNet-512, frozen; the headline), vitb (DOFA ViT-B/16, frozen),
-fewshot (10 % of 40 training tiles), finetune (SSL4EO-MAE ViT-S trained end to end). cryocube's bf16
-run (precision auto on a CPU with AMX/AVX512-BF16) is also run in fp32 on the same data and seed
-(the accuracy check: within 1 mIoU point), and with `--workers 2` (1 worker with every core against
-2 workers with one thread each). The load average is printed beside each run: other processes on the
-cores show there.
+fewshot (10 % of 40 training tiles), finetune (SSL4EO-MAE ViT-S trained end to end), and the grid's
+largest part: frozen_large / finetune_large (TerraMind-L, a ViT-L: 24 blocks of 1024; the
+reference's config with `encoder.encoder_weights=null` for random weights) and frozen_swin /
+finetune_swin (GFM-Swin-B, window 6, 192 px), at 3 epochs each unless --epochs is given.
+cryocube's bf16 run (precision auto on a CPU with AMX/AVX512-BF16) is also run in fp32 on the same
+data and seed (the accuracy check: within 1 mIoU point), and with `--workers 2` (1 worker with every
+core against 2 workers with one thread each). The load average is printed beside each run: other
+processes on the cores show there.
 
     python benchmarks/bench_reference.py          # frozen row, 20 epochs, validation every 5
     python benchmarks/bench_reference.py --rows frozen,vitb,fewshot,finetune
     # minutes, for a smoke check
     python benchmarks/bench_reference.py --epochs 4 --val-every 2 --rows frozen
+    python benchmarks/bench_reference.py --rows finetune_large,frozen_large --budget-out budget.json
+    # the unit costs of rows kept by several invocations (--keep DIR), merged into one budget
+    python benchmarks/bench_reference.py --budget-from DIR1,DIR2 --budget-out budget.json
 
 Needs the reference and its venv: fetch github Sk-2103/Cryo-Bench (the search tool's `fetch`) and
 point PEER_REF_MIRROR at the git directory it returns; PEER_VENV is a Python 3.11 venv with torch,
@@ -60,14 +66,55 @@ class Row:
     protocol: str = "frozen"
     train_tiles: int = 4
     fraction: float | None = None
+    # Hydra overrides of the reference's run (TerraMind's config names a weights file its factory
+    # loads itself: null gives random weights, as every other row)
+    ref_overrides: tuple[str, ...] = ()
+    # the row's own epochs / validation interval when --epochs / --val-every are not given (the
+    # same on both sides): a ViT-L fine-tune at 20 epochs is most of an hour of 2 shared cores; at
+    # 3 (3 steps, 2 validations and the test of 18 windows each) it is minutes
+    epochs: int | None = None
+    val_every: int | None = None
 
 
+TERRAMIND_RANDOM = ("encoder.encoder_weights=null",)
 ROWS = {
     "frozen": Row("frozen", "ssl4eo_mae_optical", "ssl4eo_mae_optical"),
     "vitb": Row("vitb", "dofa", "dofa"),
     "fewshot": Row("fewshot", "ssl4eo_mae_optical", "ssl4eo_mae_optical", "fewshot", 40, 0.1),
     "finetune": Row("finetune", "ssl4eo_mae_optical", "ssl4eo_mae_optical", "finetune"),
+    # the grid's largest part: a ViT-L-sized encoder (TerraMind-L, 24 x 1024), a Swin (GFM-Swin-B)
+    "frozen_large": Row(
+        "frozen_large",
+        "terramind_large",
+        "terramind_large",
+        ref_overrides=TERRAMIND_RANDOM,
+        epochs=3,
+        val_every=3,
+    ),
+    "finetune_large": Row(
+        "finetune_large",
+        "terramind_large",
+        "terramind_large",
+        "finetune",
+        ref_overrides=TERRAMIND_RANDOM,
+        epochs=3,
+        val_every=3,
+    ),
+    "frozen_swin": Row("frozen_swin", "gfmswin", "gfmswin", epochs=3, val_every=3),
+    "finetune_swin": Row("finetune_swin", "gfmswin", "gfmswin", "finetune", epochs=3, val_every=3),
 }
+
+
+def row_args(row: Row, a) -> argparse.Namespace:
+    """The arguments of one row: --epochs / --val-every when given, else the row's own, else 20 /
+    5; both sides of the row run with these."""
+    return argparse.Namespace(
+        **{
+            **vars(a),
+            "epochs": a.epochs or row.epochs or 20,
+            "val_every": a.val_every or row.val_every or 5,
+        }
+    )
 
 
 def peer_paths() -> tuple[Path, Path, Path, str]:
@@ -101,6 +148,7 @@ def timed(cmd: list[str], env: dict, log: Path) -> dict:
     """Run a fresh process; wall seconds and the cores it used (CPU seconds of it and its children /
     wall)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_before = os.getloadavg()[0]
     t = time.perf_counter()
     with open(log, "w") as err:
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -115,6 +163,7 @@ def timed(cmd: list[str], env: dict, log: Path) -> dict:
         "cpu_s": cpu,
         "cores_used": cpu / wall,
         "stdout": p.stdout,
+        "load_before": load_before,
         "load_after": os.getloadavg()[0],
     }
 
@@ -215,6 +264,8 @@ def run_reference(row: Row, raw: Path, out: Path, a, cores: int) -> dict:
         str(out),
         "--finetune" if row.protocol == "finetune" else "--frozen",
     ]
+    for o in row.ref_overrides:
+        cmd += ["--override", o]
     r = timed(cmd, env, out.parent / f"{out.name}.log")
     res = json.loads((out / "peer_result.json").read_text())
     return {**r, "mIoU": float(res["test_mIoU"]), "result": res}
@@ -248,6 +299,11 @@ def run_cryocube(
         "--quiet",
         "--cluster",
         "local",
+        # the machine's memory, as the reference's one process has it: Dask's automatic limit gives
+        # a single worker started with one thread half of it, and a ViT-L fine-tune's worker was
+        # restarted at 95 % of that (issue 40)
+        "--memory-limit",
+        str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
     ]
     if row.fraction:
         cmd += ["--fraction", str(row.fraction)]
@@ -448,27 +504,39 @@ def cc_budget(cc: dict, fl: dict, row: Row) -> list[tuple]:
     ]
 
 
-def unit_budget(row: Row, ref: dict, cc: dict, fl: dict, a, cores: int) -> dict:
-    """Unit costs of this machine for `evaluate --dry-run --budget` (cryocube/engine/estimate.py),
-    from the frozen row's two runs: what a planned step, window and encoder item cost on each
-    side."""
-    from cryocube.engine.estimate import BUDGET_VERSION
+def unit_kind(row: Row) -> str | None:
+    """The budget unit a row measures ("<class>/<protocol>"), None for rows that measure none
+    (fewshot: a frozen run whose cache covers draws it does not train on)."""
+    from cryocube.engine.estimate import size_class
     from cryocube.models import model_spec
 
+    if row.protocol not in ("frozen", "finetune"):
+        return None
+    return f"{size_class(model_spec(row.model))}/{row.protocol}"
+
+
+def unit_budget(row: Row, ref: dict, cc: dict, fl: dict, a) -> dict:
+    """One unit of `evaluate --dry-run --budget` (cryocube/engine/estimate.py) from a row's two
+    runs: what a planned step, window and encoder item cost on each side, the fixed costs, and the
+    encoder's share of a step and a window (FLOPs counted on the modules), by which the estimate
+    scales a unit to another encoder."""
+    from cryocube.models import model_spec
+
+    ft = row.protocol == "finetune"
     rec, tm = cc["record"], cc["record"]["timings"]
     fp = tm["fit_phases"]
+    bs = a.batch_size
     steps = max(1, rec["steps"])
     val_windows = max(1, fp["validations"] * 2 * fl["windows"])
     window_s = fp["validate_s"] / val_windows
+    enc, dstep, ditem = fl["encoder_item"], fl["decoder_step"], fl["decoder_item"]
+    train_enc = (3 if ft else 1) * bs * enc
     # the extraction's own seconds scale with its items; the rest of its wall (the encoder's build,
     # a first call's set-up) is paid once, like start-up: per item it made a 52-item extraction
     # look 2-3x slower than the encoder computes, and large encoders' fine-tuning estimates with it
     rest = cc["wall_s"] - tm.get("features_s", 0.0) - tm["train_s"] - tm["test_s"]
     t = ref["result"]["timing"]
     rv = ref["result"]["encoder_forward"]["val"]["samples"]
-    ref_window = sum(v["seconds"] for v in t["validations"]) / max(1, rv)
-    enc_share = fl["encoder_item"] / (fl["encoder_item"] + fl["decoder_item"])
-    ref_enc = ref_window * enc_share
     ref_steps = max(1, sum(e["iterations"] for e in t["train_epochs"]))
     ref_rest = (
         ref["wall_s"]
@@ -478,44 +546,90 @@ def unit_budget(row: Row, ref: dict, cc: dict, fl: dict, a, cores: int) -> dict:
         - t.get("seconds_checkpoint_saves_total", 0.0)
     )
     return {
-        "version": BUDGET_VERSION,
+        "model": row.model,
+        "encoder_gflops": model_spec(row.model).gflops,
+        "batch_size": bs,
         "date": str(datetime.date.today()),
-        "machine": {
-            "cpu": cpu_name(),
-            "matrix_units": cpu_flags(),
-            "cores": cores,
-            "torch": torch.__version__,
-        },
         "measured_with": {
-            "model": row.model,
+            "row": row.name,
             "epochs": a.epochs,
             "val_every": a.val_every,
             "precision": rec["precision"]["effective"],
             "torch_threads": rec["torch_threads"],
+            "load_1min_after": [round(ref["load_after"], 2), round(cc["load_after"], 2)],
+            "wall_s": [round(ref["wall_s"], 1), round(cc["wall_s"], 1)],
         },
-        "encoder_gflops": model_spec(row.model).gflops,
-        "batch_size": a.batch_size,
         "cryocube": {
             "startup_s": max(rest, 0.0),
             "fit_setup_s": tm["setup_s"],
-            "encoder_s_per_item": tm["features_s"] / max(1, rec["encoder_forward_items"]),
+            "encoder_s_per_item": (
+                0.0 if ft else tm["features_s"] / max(1, rec["encoder_forward_items"])
+            ),
             "step_s": (
                 (fp["forward_s"] + fp["backward_s"] + fp["optimizer_s"] + fp["batches_s"]) / steps
             ),
-            "decoder_window_s": window_s,
+            "window_s": window_s,
             "test_fixed_s": max(tm["test_s"] - 2 * fl["windows"] * window_s, 0.0),
+            "step_encoder_share": train_enc / (train_enc + dstep) if ft else 0.0,
+            "window_encoder_share": enc / (enc + ditem) if ft else 0.0,
         },
         "reference": {
             "setup_s": max(ref_rest, 0.0),
-            "encoder_s_per_item": ref_enc,
-            "decoder_window_s": ref_window - ref_enc,
-            "train_encoder_s_per_item": ref_enc,
-            "decoder_step_s": max(
-                sum(e["seconds"] for e in t["train_epochs"]) / ref_steps - a.batch_size * ref_enc,
-                0.0,
-            ),
+            "step_s": sum(e["seconds"] for e in t["train_epochs"]) / ref_steps,
+            "window_s": sum(v["seconds"] for v in t["validations"]) / max(1, rv),
+            "step_encoder_share": train_enc / (train_enc + dstep),
+            "window_encoder_share": enc / (enc + ditem),
         },
     }
+
+
+def write_budget(path: str, units: dict, cores: int) -> None:
+    """Write (or merge into an existing version-2 file: units of other invocations are kept,
+    those measured now replace theirs) the budget of `evaluate --dry-run --budget`."""
+    from cryocube.engine.estimate import BUDGET_VERSION
+
+    old = {}
+    if Path(path).is_file():
+        try:
+            prev = json.loads(Path(path).read_text())
+            old = prev.get("units", {}) if prev.get("version") == BUDGET_VERSION else {}
+        except ValueError:
+            old = {}
+    Path(path).write_text(
+        json.dumps(
+            {
+                "version": BUDGET_VERSION,
+                "date": str(datetime.date.today()),
+                "machine": {
+                    "cpu": cpu_name(),
+                    "matrix_units": cpu_flags(),
+                    "cores": cores,
+                    "torch": torch.__version__,
+                },
+                "units": {**old, **units},
+            },
+            indent=1,
+        )
+    )
+    print(
+        f"\nunit costs ({', '.join(sorted(units))}; in all {', '.join(sorted({**old, **units}))})"
+        f" written to {path}: cryocube evaluate --dry-run --budget {path} ..."
+    )
+
+
+def budget_from_kept(folders: list[str]) -> dict:
+    """Units from the rows kept by earlier invocations (`--keep DIR` writes row-<name>.json)."""
+    units = {}
+    for d in folders:
+        for f in sorted(Path(d).glob("row-*.json")):
+            k = json.loads(f.read_text())
+            row = ROWS[k["row"]]
+            kind = unit_kind(row)
+            if kind is None:
+                continue
+            a = argparse.Namespace(batch_size=k["batch_size"], **k["args"])
+            units[kind] = unit_budget(row, k["ref"], k["cc"], k["flops"], a)
+    return units
 
 
 def print_budget(title: str, rows: list[tuple], wall: float, pk: dict) -> None:
@@ -566,8 +680,12 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="frozen", help=f"comma-separated: {', '.join(ROWS)}")
-    ap.add_argument("--epochs", type=int, default=20)
-    ap.add_argument("--val-every", type=int, default=5)
+    ap.add_argument(
+        "--epochs", type=int, default=None, help="every row (default: the row's own, else 20)"
+    )
+    ap.add_argument(
+        "--val-every", type=int, default=None, help="every row (default: the row's own, else 5)"
+    )
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument(
         "--no-fp32", action="store_true", help="skip cryocube's fp32 run (the accuracy check)"
@@ -581,17 +699,43 @@ def main(argv=None) -> None:
             " cores; 0: not)"
         ),
     )
+    ap.add_argument(
+        "--fp32-rows",
+        default=None,
+        metavar="ROWS",
+        help="run cryocube's fp32 check for these rows only (default: every row; --no-fp32: none)",
+    )
     ap.add_argument("--keep", default=None, help="keep the data and outputs in this folder")
     ap.add_argument(
         "--budget-out",
         default=None,
         metavar="FILE",
         help=(
-            "write this machine's unit costs (frozen row) for `cryocube evaluate --dry-run --budget"
-            " FILE`"
+            "write (merge into) this machine's unit costs, one per frozen/finetune row, for"
+            " `cryocube evaluate --dry-run --budget FILE`"
         ),
     )
-    a = ap.parse_args(argv)
+    ap.add_argument(
+        "--budget-from",
+        default=None,
+        metavar="DIRS",
+        help=(
+            "with --budget-out and no runs: the units of rows kept by earlier invocations (--keep"
+            " DIR), comma-separated folders"
+        ),
+    )
+    args = a = ap.parse_args(argv)
+    if a.budget_from:
+        if not a.budget_out:
+            sys.exit("bench_reference: --budget-from needs --budget-out FILE")
+        units = budget_from_kept(a.budget_from.split(","))
+        if not units:
+            sys.exit(f"bench_reference: --budget-from {a.budget_from}: no kept row-*.json there")
+        write_budget(a.budget_out, units, max(1, int(CPU_COUNT)))
+        return
+    unknown = [r.strip() for r in a.rows.split(",") if r.strip() and r.strip() not in ROWS]
+    if unknown:
+        sys.exit(f"bench_reference: --rows {', '.join(unknown)}: not a row ({', '.join(ROWS)})")
     rows = [ROWS[r.strip()] for r in a.rows.split(",") if r.strip()]
     peer_paths()  # missing reference: one sentence before any work
     cores = max(1, int(CPU_COUNT))
@@ -606,8 +750,8 @@ def main(argv=None) -> None:
     print(
         "cryocube vs the real Cryo-Bench code (github Sk-2103/Cryo-Bench via peer.py),"
         f" {datetime.date.today()}, {cpu_name()} ({cpu_flags()}), {cores} cores, torch"
-        f" {torch.__version__}; {a.epochs} epochs, validation every {a.val_every}, batch"
-        f" {a.batch_size}, synthetic GLID 512 px tiles, random encoder weights",
+        f" {torch.__version__}; batch {a.batch_size}, synthetic GLID 512 px tiles, random encoder"
+        f" weights; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True,
     )
     pk = machine_peaks(cores)
@@ -619,6 +763,12 @@ def main(argv=None) -> None:
     table = []
     try:
         for row in rows:
+            a = row_args(row, args)
+            print(
+                f"[{row.name}] {row.protocol}, {row.model}: {a.epochs} epochs, validation every"
+                f" {a.val_every}, batch {a.batch_size}",
+                flush=True,
+            )
             raw, cube, conv_s = make_data(root, row, cc_env)
             fl = flops(row, cube, a)
             subset = None
@@ -626,7 +776,9 @@ def main(argv=None) -> None:
                 raw, subset = subset_raw(row, raw, cube, a)
             ref = run_reference(row, raw, root / f"ref-{row.name}", a, cores)
             print(
-                f"[{row.name}] reference: {ref['wall_s']:.1f} s, mIoU {ref['mIoU']:.2f}", flush=True
+                f"[{row.name}] reference: {ref['wall_s']:.1f} s, mIoU {ref['mIoU']:.2f}, load"
+                f" {ref['load_before']:.2f} -> {ref['load_after']:.2f}",
+                flush=True,
             )
             cc = run_cryocube(row, cube, root / f"cc-{row.name}", a, "auto", cc_env)
             if subset is not None and cc["record"]["subset"] != subset:
@@ -636,14 +788,21 @@ def main(argv=None) -> None:
                 )
             print(
                 f"[{row.name}] cryocube ({cc['record']['precision']['effective']}):"
-                f" {cc['wall_s']:.1f} s, mIoU {cc['mIoU']:.2f}",
+                f" {cc['wall_s']:.1f} s, mIoU {cc['mIoU']:.2f}, load {cc['load_before']:.2f} ->"
+                f" {cc['load_after']:.2f}",
                 flush=True,
             )
             c32 = None
-            if not a.no_fp32 and cc["record"]["precision"]["effective"] != "fp32":
+            fp32_rows = args.fp32_rows.split(",") if args.fp32_rows else [row.name]
+            if (
+                not a.no_fp32
+                and row.name in fp32_rows
+                and cc["record"]["precision"]["effective"] != "fp32"
+            ):
                 c32 = run_cryocube(row, cube, root / f"cc32-{row.name}", a, "fp32", cc_env)
                 print(
-                    f"[{row.name}] cryocube (fp32): {c32['wall_s']:.1f} s, mIoU {c32['mIoU']:.2f}",
+                    f"[{row.name}] cryocube (fp32): {c32['wall_s']:.1f} s, mIoU {c32['mIoU']:.2f},"
+                    f" load {c32['load_before']:.2f} -> {c32['load_after']:.2f}",
                     flush=True,
                 )
             cw = None
@@ -662,7 +821,25 @@ def main(argv=None) -> None:
                     f" {a.workers_too} workers): {cw['wall_s']:.1f} s, mIoU {cw['mIoU']:.2f}",
                     flush=True,
                 )
-            table.append((row, ref, cc, c32, fl, conv_s, cw))
+            table.append((row, ref, cc, c32, fl, conv_s, cw, a))
+            if args.keep:  # the row's figures, for --budget-out from rows of other invocations
+                (root / f"row-{row.name}.json").write_text(
+                    json.dumps(
+                        {
+                            "row": row.name,
+                            "args": {"epochs": a.epochs, "val_every": a.val_every},
+                            "batch_size": a.batch_size,
+                            "cores": cores,
+                            "peaks": pk,
+                            "flops": fl,
+                            **{
+                                k: ({x: y for x, y in v.items() if x != "stdout"} if v else None)
+                                for k, v in (("ref", ref), ("cc", cc), ("c32", c32), ("cw", cw))
+                            },
+                        },
+                        default=str,
+                    )
+                )
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -671,7 +848,7 @@ def main(argv=None) -> None:
         f"\n{'row':<10} {'side':<34} {'wall s':>8} {'mIoU':>7} {'cores':>6}"
         f" {'threads x workers':>18} {'ratio':>7} {'load 1-min after':>17}"
     )
-    for row, ref, cc, c32, fl, conv_s, cw in table:
+    for row, ref, cc, c32, fl, conv_s, cw, a in table:
         print(
             f"{row.name:<10} {'reference (fp32, 1 process)':<34} {ref['wall_s']:8.1f}"
             f" {ref['mIoU']:7.2f} {ref['cores_used']:6.2f}"
@@ -703,7 +880,7 @@ def main(argv=None) -> None:
                 f"{'':<10} (one-off, not in the ratio: converting the raw tiles to a cube took"
                 f" {conv_s:.1f} s)"
             )
-    for row, ref, cc, c32, fl, conv_s, cw in table:
+    for row, ref, cc, c32, fl, conv_s, cw, a in table:
         print(
             f"\n[{row.name}] time budget; FLOPs counted on the modules, peaks fp32"
             f" {pk['fp32'] / 1e12:.3f} / bf16 {pk['bf16'] / 1e12:.3f} TFLOP/s; encoder"
@@ -719,14 +896,14 @@ def main(argv=None) -> None:
         )
         if c32 is not None:
             print_budget("cryocube (fp32)", cc_budget(c32, fl, row), c32["wall_s"], pk)
-        if a.budget_out and row.name == "frozen":
-            Path(a.budget_out).write_text(
-                json.dumps(unit_budget(row, ref, cc, fl, a, cores), indent=1)
-            )
-            print(
-                f"\nunit costs written to {a.budget_out}: cryocube evaluate --dry-run --budget"
-                f" {a.budget_out} ..."
-            )
+    if args.budget_out:
+        units = {
+            unit_kind(row): unit_budget(row, ref, cc, fl, a)
+            for row, ref, cc, c32, fl, conv_s, cw, a in table
+            if unit_kind(row)
+        }
+        if units:
+            write_budget(args.budget_out, units, cores)
 
 
 if __name__ == "__main__":

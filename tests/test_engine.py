@@ -392,3 +392,120 @@ def test_dry_run_estimate_from_a_measured_budget(tmp_path, cubes, capsys):
     assert main(args + ["--budget", str(good)]) == 0
     out = capsys.readouterr().out
     assert "estimated wall time of 1 segmentation runs: cryocube" in out and f"budget {good}" in out
+
+
+def _unit(model: str, **shares) -> dict:
+    from cryocube.models import model_spec
+
+    return {
+        "model": model,
+        "encoder_gflops": model_spec(model).gflops,
+        "batch_size": 4,
+        "cryocube": {
+            "startup_s": 8.0,
+            "fit_setup_s": 2.0,
+            "encoder_s_per_item": 0.3,
+            "step_s": 3.0,
+            "window_s": 0.4,
+            "test_fixed_s": 1.0,
+            "step_encoder_share": shares.get("cc_step", 0.0),
+            "window_encoder_share": shares.get("cc_window", 0.0),
+        },
+        "reference": {
+            "setup_s": 6.0,
+            "step_s": 9.0,
+            "window_s": 1.2,
+            "step_encoder_share": shares.get("ref_step", 0.5),
+            "window_encoder_share": shares.get("ref_window", 0.5),
+        },
+    }
+
+
+def test_dry_run_estimate_per_class_and_protocol(tmp_path, cubes):
+    """A run is costed at the unit measured for its own size class and protocol (an L fine-tune at
+    the L fine-tune unit, unscaled); a class with no unit of its own takes the nearest measured unit
+    of its protocol, its encoder share scaled by GFLOPs, and the text says SCALED and from what."""
+    import json
+
+    from cryocube.engine.estimate import estimate, estimate_text, load_budget, size_class
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext
+    from cryocube.models import model_spec
+
+    assert [size_class(model_spec(m)) for m in ("ssl4eo_moco", "dofa", "terramind_large")] == [
+        "S",
+        "B",
+        "L",
+    ]
+    assert size_class(model_spec("gfmswin")) == size_class(model_spec("satlasnet_si")) == "Swin"
+    cfg = load_config(None, FAST)
+    planned = plan_runs(
+        [
+            RunSpec("terramind_large", cubes["glid"], "finetune"),
+            RunSpec("ssl4eo_moco", cubes["glid"], "finetune"),
+            RunSpec("ssl4eo_moco", cubes["glid"], "frozen"),
+        ],
+        cfg,
+        PlanContext(out=str(tmp_path), allow_random_weights=True),
+    )
+    share = {"cc_step": 0.8, "cc_window": 0.6, "ref_step": 0.9, "ref_window": 0.7}
+    budget = {
+        "version": 2,
+        "date": "2026-12-06",
+        "machine": {"cpu": "test", "cores": 2},
+        "units": {
+            "L/finetune": _unit("terramind_large", **share),
+            "S/frozen": _unit("ssl4eo_moco"),
+        },
+    }
+    path = tmp_path / "b2.json"
+    path.write_text(json.dumps(budget))
+    b = load_budget(str(path))
+    est = estimate(planned, b)
+    g = est["groups"]
+    assert (g["L/finetune"]["how"], g["S/frozen"]["how"]) == ("measured", "measured")
+    assert (g["S/finetune"]["how"], g["S/finetune"]["unit"]) == ("scaled", "L/finetune")
+
+    def windows(p):
+        e, w = p.estimate, p.work
+        return (e["validations"] * w.val_samples.size + w.test_samples.size) * e["windows_per_tile"]
+
+    large, small, frozen = planned
+    # measured in its own class: the unit's costs as they are
+    assert g["L/finetune"]["cryocube_s"] == pytest.approx(
+        2.0 + large.estimate["steps"] * 3.0 + windows(large) * 0.4 + 1.0
+    )
+    assert g["L/finetune"]["reference_s"] == pytest.approx(
+        6.0 + large.estimate["steps"] * 9.0 + windows(large) * 1.2
+    )
+    # scaled: only the encoder's share of a step and a window follows the GFLOPs
+    k = model_spec("ssl4eo_moco").gflops / model_spec("terramind_large").gflops
+    assert g["S/finetune"]["cryocube_s"] == pytest.approx(
+        2.0
+        + small.estimate["steps"] * 3.0 * (0.8 * k + 0.2)
+        + windows(small) * 0.4 * (0.6 * k + 0.4)
+        + 1.0
+    )
+    assert g["S/finetune"]["reference_s"] < g["L/finetune"]["reference_s"]
+    # the frozen run pays its cache's extraction; start-up once for the plan
+    assert g["S/frozen"]["cryocube_s"] == pytest.approx(
+        frozen.estimate["encoder_items"] * 0.3
+        + 2.0
+        + frozen.estimate["steps"] * 3.0
+        + windows(frozen) * 0.4
+        + 1.0
+    )
+    assert est["cryocube_s"] == pytest.approx(8.0 + sum(x["cryocube_s"] for x in g.values()))
+    text = estimate_text(planned, b, str(path))
+    assert "S/finetune" in text and "SCALED from L/finetune (terramind_large)" in text
+    assert "L/finetune" in text and "measured (terramind_large)" in text
+
+    bad = tmp_path / "bad2.json"
+    bad.write_text(json.dumps({**budget, "units": {"XL/frozen": _unit("ssl4eo_moco")}}))
+    with pytest.raises(UserError, match="unit 'XL/frozen' is not <class>/<protocol>"):
+        load_budget(str(bad))
+    broken = _unit("ssl4eo_moco")
+    del broken["cryocube"]["window_s"]
+    bad.write_text(json.dumps({**budget, "units": {"S/frozen": broken}}))
+    with pytest.raises(UserError, match=r"field units\.S/frozen\.cryocube\.window_s must be"):
+        load_budget(str(bad))

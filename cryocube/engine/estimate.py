@@ -1,24 +1,30 @@
 """Wall-time estimate of a plan (`evaluate --dry-run --budget FILE`), with the reference's beside
 it.
 
-The unit costs come from a measured budget: `benchmarks/bench_reference.py --budget-out FILE` runs
-one frozen run of cryocube and of the real Cryo-Bench code on this machine and writes them (seconds
-per encoder window, per decoder step, per decoder window, fixed costs). A plan's runs are then
-summed from their planned steps, validations, windows and encoder items, the encoder costs scaled by
-the model's catalogued GFLOPs against the measured model's. cryocube's figure counts each feature
-cache once (every run on it shares it) and the runs one after the other on all cores; the
-reference's is its scripts' way, one run at a time, the encoder re-run in every step and every
-validation. Segmentation runs only.
+The unit costs come from measured budgets: `benchmarks/bench_reference.py --budget-out FILE` runs
+cryocube and the real Cryo-Bench code side by side on this machine and writes, per encoder size
+class (S, B, L, Swin) and protocol (frozen, finetune) it measured, what a training step, a window
+and an encoder item cost on each side, and the fixed costs. A plan's runs are summed from their
+planned steps, validations, windows and encoder items at the unit of their own class and protocol;
+where that unit was not measured, at the nearest measured one (by encoder GFLOPs) of the same
+protocol, and a fine-tuning run with no fine-tuning unit at all from a frozen unit (the encoder's
+inference x3 in every step). A unit's encoder share (FLOPs counted on the modules) scales by the
+run's encoder GFLOPs against the measured model's; every figure not measured in its own class and
+protocol is named as scaled. cryocube's figure counts each feature cache once (every run on it
+shares it) and the runs one after the other on all cores; the reference's is its scripts' way, one
+run at a time, the encoder re-run in every step and every validation. Segmentation runs only.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from ..errors import UserError
 
-BUDGET_VERSION = 1
-CC_KEYS = (
+BUDGET_VERSION = 2
+READS = (1, 2)  # version 1: one frozen ViT-S unit at the top level
+V1_CC_KEYS = (
     "startup_s",
     "fit_setup_s",
     "encoder_s_per_item",
@@ -26,18 +32,95 @@ CC_KEYS = (
     "decoder_window_s",
     "test_fixed_s",
 )
-REF_KEYS = (
+V1_REF_KEYS = (
     "setup_s",
     "encoder_s_per_item",
     "decoder_step_s",
     "decoder_window_s",
     "train_encoder_s_per_item",
 )
+CC_KEYS = (
+    "startup_s",
+    "fit_setup_s",
+    "encoder_s_per_item",
+    "step_s",
+    "window_s",
+    "test_fixed_s",
+    "step_encoder_share",
+    "window_encoder_share",
+)
+REF_KEYS = ("setup_s", "step_s", "window_s", "step_encoder_share", "window_encoder_share")
+CLASSES = ("S", "B", "L", "Swin")
+KINDS = ("frozen", "finetune")
+
+
+def size_class(spec) -> str:
+    """S, B, L or Swin of a model config: Swin by architecture, ViTs by width (384 / 768 / 1024),
+    the rest by published parameters (< 50 M, < 200 M, more)."""
+    if "swin" in spec.architecture:
+        return "Swin"
+    d = (spec.arch or {}).get("embed_dim")
+    if isinstance(d, int):
+        return "S" if d <= 384 else "B" if d <= 768 else "L"
+    p = spec.params_m
+    return "B" if p is None else "S" if p < 50 else "B" if p < 200 else "L"
+
+
+def _number(v, path: str, field: str, positive: bool = False) -> None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (positive and v <= 0):
+        raise UserError(
+            f"--budget {path}: field {field} must be a number {'> 0' if positive else '>= 0'},"
+            f" got {v!r}"
+        )
+
+
+def _v1_unit(b: dict) -> dict:
+    """The one frozen unit of a version-1 budget in version 2's terms."""
+    cc, ref, bs = b["cryocube"], b["reference"], float(b["batch_size"])
+    rstep = ref["decoder_step_s"] + bs * ref["train_encoder_s_per_item"]
+    rwin = ref["decoder_window_s"] + ref["encoder_s_per_item"]
+    return {
+        "model": (b.get("measured_with") or {}).get("model", "?"),
+        "encoder_gflops": b["encoder_gflops"],
+        "batch_size": b["batch_size"],
+        "date": b.get("date", "?"),
+        "cryocube": {
+            **{k: cc[k] for k in ("startup_s", "fit_setup_s", "encoder_s_per_item", "step_s")},
+            "window_s": cc["decoder_window_s"],
+            "test_fixed_s": cc["test_fixed_s"],
+            "step_encoder_share": 0.0,
+            "window_encoder_share": 0.0,
+        },
+        "reference": {
+            "setup_s": ref["setup_s"],
+            "step_s": rstep,
+            "window_s": rwin,
+            "step_encoder_share": bs * ref["train_encoder_s_per_item"] / rstep if rstep else 0.0,
+            "window_encoder_share": ref["encoder_s_per_item"] / rwin if rwin else 0.0,
+        },
+    }
+
+
+def units_of(budget: dict) -> dict:
+    """The budget's units by "class/protocol"; a version-1 budget's one frozen unit under the class
+    of the model it was measured with."""
+    if "units" in budget:
+        return budget["units"]
+    cls = "S"
+    model = (budget.get("measured_with") or {}).get("model")
+    if model:
+        from ..models import model_spec
+
+        try:
+            cls = size_class(model_spec(model))
+        except UserError:  # a model this install does not know: its GFLOPs still scale
+            cls = "S"
+    return {f"{cls}/frozen": _v1_unit(budget)}
 
 
 def load_budget(path: str) -> dict:
-    """A budget file written by bench_reference.py; one sentence naming the file and field when it
-    is not one."""
+    """A budget file written by bench_reference.py, as version 2 (`units` by "class/protocol"); one
+    sentence naming the file and field when it is not one."""
     try:
         with open(path) as f:
             b = json.load(f)
@@ -46,73 +129,134 @@ def load_budget(path: str) -> dict:
             f"--budget {path}: cannot read a JSON budget ({type(e).__name__}: {e}); write one with "
             "`python benchmarks/bench_reference.py --budget-out FILE`"
         ) from None
-    if not isinstance(b, dict) or b.get("version") != BUDGET_VERSION:
+    if not isinstance(b, dict) or b.get("version") not in READS:
         raise UserError(
-            f"--budget {path}: not a version-{BUDGET_VERSION} budget of"
+            f"--budget {path}: not a version-{BUDGET_VERSION} (or 1) budget of"
             " benchmarks/bench_reference.py"
         )
-    for side, keys in (("cryocube", CC_KEYS), ("reference", REF_KEYS)):
-        for k in keys:
-            v = (b.get(side) or {}).get(k)
-            if not isinstance(v, (int, float)) or v < 0:
-                raise UserError(
-                    f"--budget {path}: field {side}.{k} must be a number >= 0, got {v!r}"
-                )
-    for k in ("encoder_gflops", "batch_size"):
-        if not isinstance(b.get(k), (int, float)) or b[k] <= 0:
-            raise UserError(f"--budget {path}: field {k} must be a number > 0, got {b.get(k)!r}")
+    if b["version"] == 1:
+        for side, keys in (("cryocube", V1_CC_KEYS), ("reference", V1_REF_KEYS)):
+            for k in keys:
+                _number((b.get(side) or {}).get(k), path, f"{side}.{k}")
+        for k in ("encoder_gflops", "batch_size"):
+            _number(b.get(k), path, k, positive=True)
+        return {**b, "units": units_of(b)}
+    units = b.get("units")
+    if not isinstance(units, dict) or not units:
+        raise UserError(f"--budget {path}: field units must name at least one measured unit")
+    for key, u in units.items():
+        cls, _, kind = str(key).partition("/")
+        if cls not in CLASSES or kind not in KINDS:
+            raise UserError(
+                f"--budget {path}: unit {key!r} is not <class>/<protocol> with class one of"
+                f" {', '.join(CLASSES)} and protocol one of {', '.join(KINDS)}"
+            )
+        if not isinstance(u, dict):
+            raise UserError(f"--budget {path}: unit {key} must be an object")
+        for side, keys in (("cryocube", CC_KEYS), ("reference", REF_KEYS)):
+            for k in keys:
+                _number((u.get(side) or {}).get(k), path, f"units.{key}.{side}.{k}")
+        for k in ("encoder_gflops", "batch_size"):
+            _number(u.get(k), path, f"units.{key}.{k}", positive=True)
     return b
 
 
+def _scaled(x: float, share: float, scale: float) -> float:
+    """A cost whose encoder share scales by `scale` (GFLOPs against the measured model's)."""
+    return x * (share * scale + 1.0 - share)
+
+
+def _unit_for(units: dict, cls: str, kind: str, gflops: float | None) -> tuple[str, str]:
+    """(unit key, how): the run's own class and protocol when measured, else the nearest measured
+    unit of its protocol by encoder GFLOPs, else (fine-tuning) the nearest frozen one."""
+    own = f"{cls}/{kind}"
+    if own in units:
+        return own, "measured"
+    for k in (kind, "frozen"):
+        cands = [key for key in units if key.endswith(f"/{k}")]
+        if cands:
+            g = gflops or 1.0
+            best = min(cands, key=lambda key: abs(math.log(g / units[key]["encoder_gflops"])))
+            return best, "scaled"
+    return next(iter(units)), "scaled"
+
+
+def run_costs(p, units: dict) -> dict:
+    """The estimated costs of one planned segmentation run: {"key": its class/protocol, "unit":
+    the unit used, "how", "cc": {"shared", "own"}, "ref": seconds}; `shared` is its feature
+    cache's extraction, paid once per cache."""
+    w, e = p.work, p.estimate
+    kind = "finetune" if w.trains_encoder else "frozen"
+    cls = size_class(w.encoder.model)
+    key, how = _unit_for(units, cls, kind, w.encoder.model.gflops)
+    u = units[key]
+    cc, ref = u["cryocube"], u["reference"]
+    scale = float(w.encoder.model.gflops or u["encoder_gflops"]) / float(u["encoder_gflops"])
+    bsr = w.recipe.batch_size / float(u["batch_size"])
+    windows = (e["validations"] * int(w.val_samples.size) + int(w.test_samples.size)) * e[
+        "windows_per_tile"
+    ]
+    steps = e["steps"]
+    enc = cc["encoder_s_per_item"] * scale
+    if kind == "finetune" and key.endswith("/frozen"):
+        # no fine-tuning unit: the encoder's inference x3 (forward + backward) in every step
+        bs = w.recipe.batch_size
+        step = cc["step_s"] * bsr + 3 * bs * enc
+        window = cc["window_s"] + enc
+        r_enc = ref["window_s"] * ref["window_encoder_share"] * scale
+        r_step = ref["step_s"] * (1 - ref["step_encoder_share"]) * bsr + 3 * bs * r_enc
+        r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
+    else:
+        step = _scaled(cc["step_s"], cc["step_encoder_share"], scale) * bsr
+        window = _scaled(cc["window_s"], cc["window_encoder_share"], scale)
+        r_step = _scaled(ref["step_s"], ref["step_encoder_share"], scale) * bsr
+        r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
+    return {
+        "key": f"{cls}/{kind}",
+        "unit": key,
+        "how": how,
+        "cc": {
+            "shared": 0.0 if w.trains_encoder else e["encoder_items"] * enc,
+            "own": cc["fit_setup_s"] + steps * step + windows * window + cc["test_fixed_s"],
+        },
+        "ref": ref["setup_s"] + steps * r_step + windows * r_window,
+    }
+
+
 def estimate(planned: list, budget: dict) -> dict:
-    """{"cryocube_s", "reference_s", "runs", "skipped"} for the segmentation runs of `planned`."""
-    cc, ref = budget["cryocube"], budget["reference"]
-    g0 = float(budget["encoder_gflops"])
-    total_cc, total_ref, runs, skipped = float(cc["startup_s"]), 0.0, 0, 0
+    """{"cryocube_s", "reference_s", "runs", "skipped", "groups"} for the segmentation runs of
+    `planned`; `groups` by class/protocol: runs, both sides' seconds, and the unit they came from
+    (measured in their own class and protocol, or scaled)."""
+    units = units_of(budget)
+    startup = min(u["cryocube"]["startup_s"] for u in units.values())
+    total_cc, total_ref, runs, skipped = startup, 0.0, 0, 0
     caches: set[str] = set()
+    groups: dict[str, dict] = {}
     for p in planned:
-        w = p.work
         if p.family != "segmentation":
             skipped += 1
             continue
-        e = p.estimate
-        scale = float(w.encoder.model.gflops or g0) / g0
-        bs = w.recipe.batch_size
-        val_w = int(w.val_samples.size) * e["windows_per_tile"]
-        test_w = int(w.test_samples.size) * e["windows_per_tile"]
-        steps, vals = e["steps"], e["validations"]
-        enc = cc["encoder_s_per_item"] * scale
-        # forward + backward of the encoder in every step, encoder + decoder on every window
-        if w.trains_encoder:
-            total_cc += (
-                cc["fit_setup_s"]
-                + steps * (cc["step_s"] + 3 * bs * enc)
-                + (vals * val_w + test_w) * (cc["decoder_window_s"] + enc)
-                + cc["test_fixed_s"]
-            )
-        else:
-            if p.prep_key not in caches:
-                caches.add(p.prep_key)
-                total_cc += e["encoder_items"] * enc
-            total_cc += (
-                cc["fit_setup_s"]
-                + steps * cc["step_s"]
-                + (vals * val_w + test_w) * cc["decoder_window_s"]
-                + cc["test_fixed_s"]
-            )
-        renc = ref["encoder_s_per_item"] * scale
-        train_enc = (ref["train_encoder_s_per_item"] * scale * 3) if w.trains_encoder else renc
-        total_ref += (
-            ref["setup_s"]
-            + steps * (ref["decoder_step_s"] + bs * train_enc)
-            + (vals * val_w + test_w) * (ref["decoder_window_s"] + renc)
+        c = run_costs(p, units)
+        cc = c["cc"]["own"]
+        if p.prep_key is not None and p.prep_key not in caches:
+            caches.add(p.prep_key)
+            cc += c["cc"]["shared"]
+        g = groups.setdefault(
+            c["key"],
+            {"runs": 0, "cryocube_s": 0.0, "reference_s": 0.0, "unit": c["unit"], "how": c["how"]},
         )
+        g["runs"] += 1
+        g["cryocube_s"] += cc
+        g["reference_s"] += c["ref"]
+        total_cc += cc
+        total_ref += c["ref"]
         runs += 1
     return {
         "cryocube_s": total_cc if runs else 0.0,
         "reference_s": total_ref,
         "runs": runs,
         "skipped": skipped,
+        "groups": groups,
     }
 
 
@@ -123,8 +267,8 @@ def hms(s: float) -> str:
 
 
 def estimate_text(planned: list, budget: dict, path: str) -> str:
-    """The line `evaluate --dry-run --budget` prints: both wall times, their ratio and where the
-    budget was measured."""
+    """What `evaluate --dry-run --budget` prints: both wall times and their ratio, then one line
+    per class/protocol saying whether its unit was measured there or scaled from which."""
     est = estimate(planned, budget)
     m = budget.get("machine", {})
     where = (
@@ -132,8 +276,23 @@ def estimate_text(planned: list, budget: dict, path: str) -> str:
     )
     extra = f"; {est['skipped']} runs of other families not estimated" if est["skipped"] else ""
     ratio = est["reference_s"] / est["cryocube_s"] if est["cryocube_s"] else float("nan")
-    return (
+    lines = [
         f"estimated wall time of {est['runs']} segmentation runs: cryocube"
         f" {hms(est['cryocube_s'])}, the reference (one run at a time, as its scripts run)"
         f" {hms(est['reference_s'])}, {ratio:.1f}x; from the budget {path} ({where}){extra}"
-    )
+    ]
+    units = units_of(budget)
+    for key in sorted(est["groups"], key=lambda k: (KINDS.index(k.split("/")[1]), k)):
+        g = est["groups"][key]
+        u = units[g["unit"]]
+        src = (
+            f"measured ({u.get('model', '?')})"
+            if g["how"] == "measured"
+            else f"SCALED from {g['unit']} ({u.get('model', '?')}) by encoder GFLOPs"
+        )
+        r = g["reference_s"] / g["cryocube_s"] if g["cryocube_s"] else float("nan")
+        lines.append(
+            f"  {key:<13} {g['runs']:>3} runs: cryocube {hms(g['cryocube_s'])}, reference"
+            f" {hms(g['reference_s'])}, {r:.1f}x; unit {src}"
+        )
+    return "\n".join(lines)
