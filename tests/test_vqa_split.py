@@ -89,3 +89,81 @@ def test_forty_pairs_test_every_coherence_class_and_chance_scores_the_majority_s
     assert cell["n"] == test.size
     assert cell["value"] == pytest.approx(100.0 * (test == guess).sum() / test.size)
     assert 0 < cell["value"] < 100
+
+
+# -- one board per cube
+# ------------------------------------------------------------------------------------------
+
+BOARD_SETS = ["block_samples=8", "gen_batch=8", "max_new_tokens=6"]
+
+
+def _tables(text: str) -> dict[str, list[list[str]]]:
+    """LEADERBOARD.md's tables by title, each its rows of cells."""
+    out: dict[str, list[list[str]]] = {}
+    title = None
+    for line in text.splitlines():
+        if line.startswith("### "):
+            title = line[4:]
+            out[title] = []
+        elif line.startswith("| ") and title is not None:
+            out[title].append([c.strip() for c in line.strip().strip("|").split("|")])
+    return out
+
+
+def test_two_interferogram_cubes_in_one_results_folder_are_two_boards(insar_cube, tmp_path, client):
+    """Issue 38: a second cube's run landed in the first cube's table with every cell refused. Each
+    cube now has its own table, headed with its name, checksum and split, with its own cells; the
+    test split per class is the note under each."""
+    from cryocube.cli import main
+    from cryocube.cube import cube_info
+    from cryocube.engine.evaluate import evaluate
+    from cryocube.families import RunSpec
+    from cryocube.families.recipes import load_recipe
+
+    out = tmp_path / "results"
+    recs = {}
+    for seed in (0, 1):
+        url = insar_cube(n=8, size=32, seed=seed)[0]
+        (recs[url],) = evaluate(
+            [RunSpec("transformers", url, "vqa")],
+            str(out),
+            load_recipe(None, BOARD_SETS),
+            client=client,
+            progress=False,
+            allow_random_weights=True,
+        ).records
+        assert recs[url]["status"] == "ok", recs[url].get("error")
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "LEADERBOARD.md").read_text()
+    tables = _tables(text)
+    assert len(tables) == 2 and "refused" not in text
+    for url, rec in recs.items():
+        checksum = cube_info(url).checksum
+        (title,) = [t for t in tables if f"cube {checksum[:8]}" in t]
+        assert title.startswith(f"InSAR-VLM-Bench tasks on insar.zarr (insar, cube {checksum[:8]}")
+        assert f"split {rec['board_split']['digest'][:6]}" in title
+        rows = {r[0]: r for r in tables[title][1:]}
+        acc = next(
+            c
+            for c in rec["metrics"]["cells"]
+            if c["task"] == "coherence_classification" and c["class"] is None
+        )
+        vlm = rows["tiny random llava (random init)"]
+        lo, hi = acc["ci_low"], acc["ci_high"]
+        assert vlm[2] == f"{acc['value']:.2f} [{lo:.2f}, {hi:.2f}] n={acc['n']}"
+        chance = next(
+            c
+            for c in rec["metrics"]["baselines"]["chance"]
+            if c["task"] == "coherence_classification" and c["class"] is None
+        )
+        assert rows["chance"][2].startswith(f"{chance['value']:.2f} [")
+    # the per-class test counts under each board
+    for rec in recs.values():
+        counts = rec["board_split"]["classes"]["coherence_classification"]
+        line = "test split per class: coherence_classification: " + ", ".join(
+            f"{c} {n['test']}" if n["test"] else f"{c} too few to test ({sum(n.values())} samples)"
+            for c, n in counts.items()
+        )
+        assert line in text
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert html.count("per answer class") >= 2
