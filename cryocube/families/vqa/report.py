@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ...report.board import Cube, about
+from ...report.board import cubes as board_cubes
 from ...report.records import Results, Run
 from ...report.tables import MISSING, Column, Table
 
@@ -34,53 +36,9 @@ BOX_ROUTE = "segmentation, mask->box"
 TEXT_METRICS = ("token_f1",)  # scored against text: no encoder writes it
 
 
-@dataclass(frozen=True)
-class Cube:
-    """One board's runs: a dataset's cube (its checksum) scored on one split (the split's digest);
-    `slug` names its tables, `name` heads them (the cube's file name)."""
-
-    dataset: str
-    checksum: str
-    split: str
-    name: str
-    slug: str
-
-    def holds(self, r: Run) -> bool:
-        """Whether run `r` was scored on this cube and split."""
-        return _cube_key(r) == (self.dataset, self.checksum, self.split)
-
-
-def _cube_key(r: Run) -> tuple[str, str, str]:
-    """(dataset, cube checksum, board split digest) of a run's record ("" where an old record has
-    none): the board it belongs to."""
-    cube = r.record.get("cube") or {}
-    split = r.record.get("board_split") or r.record.get("split")
-    return (
-        r.dataset,
-        str(cube.get("checksum") or "") if isinstance(cube, dict) else "",
-        str(split.get("digest") or "") if isinstance(split, dict) else "",
-    )
-
-
 def cubes(res: Results) -> list[Cube]:
-    """One board per (dataset, cube, split) the vqa and heads runs were scored on, by dataset and
-    cube name."""
-    first: dict[tuple, Run] = {}
-    for r in sorted(res.of("vqa") + res.of("heads"), key=lambda r: (r.created, r.run_id)):
-        first.setdefault(_cube_key(r), r)
-    out = []
-    for key, r in first.items():
-        d, checksum, split = key
-        url = str((r.record.get("cube") or {}).get("url") or "")
-        name = url.rstrip("/").rsplit("/", 1)[-1] or d
-        mates = [k for k in first if k[0] == d]
-        slug = d
-        if len(mates) > 1:
-            slug += f"_{checksum[:8] or 'cube'}"
-            if sum(k[1] == checksum for k in mates) > 1:
-                slug += f"_{split[:6] or 'split'}"
-        out.append(Cube(d, checksum, split, name, slug))
-    return sorted(out, key=lambda c: (c.dataset, c.name, c.checksum, c.split))
+    """One board per (dataset, cube, split) the vqa and heads runs were scored on."""
+    return board_cubes(res.of("vqa") + res.of("heads"))
 
 
 def _cube(res: Results, cube: "Cube | str") -> Cube:
@@ -404,7 +362,7 @@ def leaderboard(res: Results, cube: "Cube | str") -> Table:
     lead = [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
     if b.per_class:
         lead.append(Column("class", "Class", numeric=False))
-    which = ", ".join(x for x in (cube.dataset, _about(cube)) if x)
+    which = ", ".join(x for x in (cube.dataset, about(cube)) if x)
     t = Table(
         f"leaderboard_{cube.slug}",
         f"{b.title} on {cube.name} ({which}): VLMs and GFMs on the same test samples",
@@ -418,14 +376,6 @@ def leaderboard(res: Results, cube: "Cube | str") -> Table:
     if any(r.random_init for r in res.of("vqa") + res.of("heads") + res.runs if cube.holds(r)):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
-
-
-def _about(cube: Cube) -> str:
-    """Which cube and split a board is, beside its name: "cube 1a2b3c4d, split 5e6f7a"."""
-    return ", ".join(
-        ([f"cube {cube.checksum[:8]}"] if cube.checksum else [])
-        + ([f"split {cube.split[:6]}"] if cube.split else [])
-    )
 
 
 def _split_record(res: Results, cube: Cube) -> dict:
@@ -737,7 +687,7 @@ def sections(page, res: Results) -> None:
     for c in cubes(res):
         sec = page.section(
             f"{board(res, c).title} ({c.dataset}) on {c.name}"
-            + (f" ({_about(c)})" if _about(c) else "")
+            + (f" ({about(c)})" if about(c) else "")
             + ": VLMs and GFMs",
             text=(
                 "Each task's metric on the cube's test split with its 95 % bootstrap interval and"
