@@ -155,7 +155,15 @@ def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
             )
         )
     if not blind:
-        rows.append(BoardRow("blind", "baseline: blind", {}, lambda t, m: NOT_RUN, True))
+        rows.append(
+            BoardRow(
+                "blind",
+                "baseline: blind",
+                {},
+                lambda t, m: NOT_IN_CUBE if t in left else NOT_RUN,
+                True,
+            )
+        )
     for r in vlms:
         if not r.record.get("blind"):
             cs = r.metrics.get("cells") or []
