@@ -109,6 +109,8 @@ CASES: dict[str, list[tuple]] = {
     "report": [
         ("report {t}/nothere --out {t}/rep", "{t}/nothere"),
         ("report {t}/badresults --out {t}/rep", "results.jsonl:1"),
+        # a missing profiles folder is refused, not replaced by catalog figures (issue 38)
+        ("report {t}/badresults --out {t}/rep --profiles {t}/no/such/folder", "{t}/no/such/folder"),
     ],
 }
 

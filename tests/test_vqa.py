@@ -581,3 +581,14 @@ def test_a_hephaestus_cube_is_asked_its_annotations_and_gets_their_board(tmp_pat
         and "| Atmospheric level MAE (level) |" in board
         and "Caption F1 (%)" in board
     )
+    # tasks the cube has no reference for read "not in cube" in every row, chance's too (issue 38)
+    lines = [
+        [c.strip() for c in x.strip().strip("|").split("|")]
+        for x in board.splitlines()
+        if x.startswith("| ")
+    ]
+    head = lines[0]
+    for row in lines[1:]:
+        by = dict(zip(head, row))
+        for col in ("Coherence Acc (%)", "Fringe MAE (count)"):
+            assert by[col] == "– (not in cube)", (row[0], col, by[col])

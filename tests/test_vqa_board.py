@@ -343,6 +343,9 @@ def test_hephaestus_rendered_rgb_reaches_optical_encoders_on_one_board(tmp_path,
         by["blind"][2] == NOT_RUN
         and by["tiny random llava (random init)"][col["Coherence Acc"]] == "– (not in cube)"
     )
+    # every row where the cube has no reference, chance's and blind's too (issue 38)
+    for name in by:
+        assert by[name][col["Coherence Acc"]] == by[name][col["Fringe MAE"]] == "– (not in cube)"
     # the blind run joins the same board, on the same samples
     _run(url, out, client, "transformers", "vqa", VLM_SETS + ["blind=true"])
     assert main(["report", str(out), "--out", str(tmp_path / "report2")]) == 0

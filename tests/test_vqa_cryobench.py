@@ -118,6 +118,14 @@ def test_vlm_answers_tiles_against_the_probes_labels_beside_the_probe(gld, tmp_p
         vrows[(name, "VLM", "glacial_lake")][3]
         == f"{acc['value']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}] n={test_tiles}"
     )
+    # the Unparsed column reads the record's count: unparsed / asked on the test split (issue 38)
+    asked = sum(
+        c["n"]
+        for c in vlm["metrics"]["cells"]
+        if c["metric"] in ("accuracy", "mae") and c["class"] == "glacial_lake"
+    )
+    assert vrows[(name, "VLM", "glacial_lake")][-1] == f"{sum(vlm['unparsed'].values())} / {asked}"
+    assert asked == 2 * test_tiles
     # tiles: the VLM is asked the test split only, so one figure
     assert acc["value"] == pytest.approx(by_acc["value"])
     # probe F1 / R²: embedding report

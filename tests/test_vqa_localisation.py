@@ -12,7 +12,6 @@ import pytest
 
 from cryocube.families import RunSpec
 from cryocube.families.segmentation.localisation import box_scores, predicted_box
-from cryocube.families.segmentation.sample_cubes import draw_split
 
 FAST = [
     "epochs=2",
@@ -63,19 +62,6 @@ def test_mask_to_box_to_iou_by_hand():
     assert ious == [0.5, 0.0]  # an empty prediction has no box and scores 0
     # a box drawn where the reference has none is counted apart
     assert (false_boxes, no_ref) == (1, 2)
-
-
-def test_split_is_drawn_per_stratum_and_reproducible():
-    strata = np.array(
-        ["deformation"] * 10 + ["no deformation"] * 5 + ["unlabelled"] * 3 + ["no deformation"] * 0
-    )
-    fr = {"train": 0.6, "val": 0.2, "test": 0.2}
-    s = draw_split(strata, fr, 7)
-    assert (draw_split(strata, fr, 7) == s).all() and not (draw_split(strata, fr, 8) == s).all()
-    assert ((strata == "deformation") & (s == "test")).sum() == 2 and (
-        (strata == "no deformation") & (s == "test")
-    ).sum() == 1
-    assert (s[strata == "unlabelled"] == "train").all()
 
 
 # -- the derived mask against the generator's truth

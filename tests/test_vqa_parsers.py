@@ -183,7 +183,8 @@ def _options(row: dict) -> tuple[str, dict]:
             ).items()
         }
         opts["letters"] = bool(row.get("letters"))
-    if row["kind"] == "number":
+    if row["kind"] == "number" and row.get("domain", ()) is not None:
+        # null: no domain given, the parser's own (a count's)
         opts["domain"] = tuple(row.get("domain", (0, None)))
     if "size" in row:
         opts["size"] = tuple(row["size"])
@@ -210,6 +211,19 @@ def test_the_answer_table_is_big_and_covers_every_habit_and_misread():
         and texts[("box", "[0.5, 0.2, 0.5, 0.6]")] == "unparsed"
     )
     assert sum("misread" in r for r in rows) >= 7
+    # every misread of issue 38
+    assert texts[("number", "three or four")] == 3.5
+    assert texts[("number", "twenty-one fringes")] == 21
+    for kind, text in (
+        ("number", "There is no way to tell from this picture."),
+        ("class", "low-to-medium"),
+        ("class", "Not an earthquake."),
+        ("class", "I would not call it high."),
+        ("number", "-2 fringes"),
+    ):
+        assert texts[(kind, text)] == "unparsed"
+    stated = "[0.2, 0.1, 0.6, 0.5] (y_min, x_min, y_max, x_max)"
+    assert texts[("box", stated)] == [0.1, 0.2, 0.5, 0.6]
 
 
 @pytest.mark.parametrize("row", _table(), ids=lambda r: f"{r['kind']}:{r['text'][:40]!r}")
@@ -227,3 +241,24 @@ def test_the_answer_table(row):
         assert p.value == pytest.approx(float(want))
     else:
         assert p.value == str(want)
+
+
+def test_a_number_tasks_domain_holds_at_scoring():
+    """A count task without `domain:` is held to [0, open) at scoring, whichever parser read the
+    answer; a task's own domain wins."""
+    import dataclasses
+
+    from cryocube.families.vqa.parsers import Parsed
+    from cryocube.families.vqa.tasks import all_tasks
+
+    t = dataclasses.replace(all_tasks()["fringe_counting"], domain=None)
+    assert t.parser_options() == {"domain": (0.0, None)}
+    assert not t.checked(Parsed(-2.0, True)).ok and t.checked(Parsed(2.0, True)).value == 2.0
+    assert not t.checked(parse("number", "-2 fringes", domain=(None, None))).ok
+    signed = dataclasses.replace(t, domain=(None, None))
+    assert signed.checked(parse("number", "-2", **signed.parser_options())).value == -2.0
+    level = all_tasks()["atmospheric_fringes"]
+    assert not level.checked(Parsed(4.0, True)).ok and level.checked(Parsed(3.0, True)).ok
+    # classes and boxes pass through
+    cls = all_tasks()["coherence_classification"]
+    assert cls.checked(Parsed("low", True)) == Parsed("low", True)

@@ -197,21 +197,22 @@ class Family(ABC):
     def report_sections(self, page, results) -> None:
         """Add this family's sections to a report: `results` (report.records.Results) holds its ok
         runs in `results.of(self.name)`; `page` writes sections, tables and figures
-        (report/build.py's writer). By default: one board per dataset from the board cells its runs
+        (report/build.py's writer). By default: one board per cube from the board cells its runs
         carry (`metrics.cells`). A family whose primary metric is mIoU is ranked on the protocol
         leaderboards."""
-        from ..report.board import cells_table
+        from ..report.board import about, cells_table, cubes
 
         runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
-        for d in sorted({r.dataset for r in runs}):
-            sec = page.section(f"{self.name} on {d}")
+        for c in cubes(runs):
+            sec = page.section(f"{self.name} on {c.name} ({c.dataset})")
             page.table(
                 sec,
                 self.name,
                 cells_table(
-                    [r for r in runs if r.dataset == d],
-                    f"board_{d}",
-                    f"{self.name} on {d}: board cells",
+                    [r for r in runs if c.holds(r)],
+                    f"board_{c.slug}",
+                    f"{self.name} on {c.name} ({', '.join(x for x in (c.dataset, about(c)) if x)}):"
+                    " board cells",
                 ),
             )
 

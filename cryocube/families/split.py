@@ -1,7 +1,8 @@
 """The one split every family scores a cube's board on, and the identity of a set of scored samples.
 
-A tile cube's split is its published `split`; a sample cube's is drawn once from its checksum,
-stratified by deformation box / none / unlabelled (the segmentation family, the vqa family and the
+A tile cube's split is its published `split`. A sample cube's is drawn once from its checksum,
+stratified on the joint answer classes of its class tasks and the presence of a deformation box, so
+that every answer class reaches the test split (the segmentation family, the vqa family and the
 answer heads all call `cube_split`/`sample_split`, so their test samples are one set). A board cell
 names its samples by `samples_hash`.
 """
@@ -13,25 +14,68 @@ from typing import Iterable
 
 import numpy as np
 
-STRATA = ("deformation", "no deformation", "unlabelled")
+SPLITS = ("train", "val", "test")
+RULE = (
+    "drawn per cube from its checksum, stratified on the joint answer classes of the cube's class"
+    " tasks and the presence of a deformation box; a sample with a label for any task is labelled;"
+    " each class with at least as many labelled samples as splits is placed in val and test first"
+    " (rarest first, never taking a class's last train sample), then each joint class is split by"
+    " the fractions; unlabelled samples go to train"
+)
+# the box axis' two answers
+BOX, NO_BOX = "box", "no box"
 
 
-def draw_split(strata: np.ndarray, fractions: dict[str, float], seed: int) -> np.ndarray:
-    """Per stratum (shuffled by `seed`): round(n * fraction) samples to test and to val (at least
-    one each from a stratum of >= 3 samples, none from a smaller one or from unlabelled samples),
-    the rest to train.
+def draw_split(classes: np.ndarray, fractions: dict[str, float], seed: int) -> np.ndarray:
+    """The split of samples whose answer classes are `classes` (n samples x k axes, "" where a
+    sample has no label on an axis; a row of "" is unlabelled and goes to train), seeded by `seed`:
+
+    1. per split (test, then val) and per (axis, class) with >= 3 samples (rarest first): when the
+       split holds none of it, one of its train samples moves there, the one naming the most
+       classes the split still lacks, never a class's last train sample;
+    2. per joint class (a row's classes together): round(n * fraction) to test and to val, less
+       what step 1 placed, at least one left in train; the rest stay in train.
     """
-    out = np.full(strata.size, "train", dtype=object)
+    classes = np.asarray(classes, dtype=object).reshape(len(classes), -1)
+    n, k = classes.shape
+    out = np.full(n, "train", dtype=object)
     rng = np.random.default_rng(seed)
-    for s in STRATA:
-        members = rng.permutation(np.flatnonzero(strata == s))
-        if s == "unlabelled" or members.size < 3:
+    order = rng.permutation(np.flatnonzero((classes != "").any(axis=1)))
+    # one column per (axis, class), rarest first
+    labels = sorted(
+        {(j, c) for j in range(k) for c in set(classes[:, j].tolist()) - {""}},
+        key=lambda lab: (int((classes[:, lab[0]] == lab[1]).sum()), lab),
+    )
+    member = np.stack(
+        [classes[order, j] == c for j, c in labels] or [np.zeros(order.size, bool)], axis=1
+    )
+    size = member.sum(axis=0)
+    big = size >= len(SPLITS)
+    for split in ("test", "val"):
+        if fractions.get(split, 0) <= 0:
             continue
-        n_test = max(1, round(members.size * fractions["test"]))
-        n_val = max(1, round(members.size * fractions["val"]))
-        n_val = min(n_val, members.size - n_test - 1)
-        out[members[:n_test]] = "test"
-        out[members[n_test : n_test + n_val]] = "val"
+        for li in range(len(labels)):
+            where = out[order]
+            present = member[where == split].any(axis=0)
+            if not big[li] or present[li]:
+                continue
+            train = where == "train"
+            last = big & (member[train].sum(axis=0) < 2)  # classes with one train sample left
+            cands = np.flatnonzero(train & member[:, li] & ~member[:, last].any(axis=1))
+            if cands.size:  # in seeded order, the first naming most classes the split lacks
+                gain = member[cands][:, ~present].sum(axis=1)
+                out[order[cands[int(np.argmax(gain))]]] = split
+    joint = ["\x1f".join(map(str, row)) for row in classes[order].tolist()]
+    groups: dict[str, list[int]] = {}
+    for i, key in zip(order.tolist(), joint):
+        groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        for split in ("test", "val"):
+            want = round(len(members) * fractions.get(split, 0))
+            have = sum(out[i] == split for i in members)
+            free = [i for i in members if out[i] == "train"]
+            for i in free[: max(0, min(want - have, len(free) - 1))]:
+                out[i] = split
     return out.astype(str)
 
 
@@ -39,38 +83,83 @@ def draw_split(strata: np.ndarray, fractions: dict[str, float], seed: int) -> np
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
 
 
+def answer_classes(ds) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(answer class per sample and axis, the axes' names, labelled per sample) of an open sample
+    cube: one axis per class task (its class name, "" where its target is missing) and, for a cube
+    with boxes, the box task ("box" / "no box"). A sample with a label for any task (a target, a
+    box, a labelled mask pixel, a reference answer) is labelled."""
+    from ..cube import as_text
+
+    n = int(ds.sizes["sample"])
+    cols, names = [], []
+    labelled = np.zeros(n, bool)
+    if "target" in ds and "task" in ds.dims:
+        target = np.asarray(ds["target"].values, np.float64).reshape(n, -1)
+        labelled |= np.isfinite(target).any(axis=1)
+        tasks = [str(t) for t in as_text(ds["task"].values)]
+        kinds = as_text(ds["task_type"].values) if "task_type" in ds else [""] * len(tasks)
+        named = as_text(ds["task_classes"].values) if "task_classes" in ds else [""] * len(tasks)
+        for j, (task, kind, cls) in enumerate(zip(tasks, kinds, named)):
+            if str(kind) != "cls":
+                continue
+            labs = str(cls).split("|") if cls else []
+            col = np.full(n, "", dtype=object)
+            for i, v in enumerate(target[:, j]):
+                if np.isfinite(v):
+                    col[i] = labs[int(v)] if 0 <= int(v) < len(labs) else str(int(v))
+            cols.append(col)
+            names.append(task)
+    if "box" in ds:
+        has_box = np.isfinite(np.asarray(ds["box"].values, np.float64)).all(axis=1)
+        cols.append(np.where(has_box, BOX, NO_BOX).astype(object))
+        names.append(str(ds.attrs.get("box_task") or "box"))
+        labelled |= has_box
+    if "mask_pixels" in ds:
+        labelled |= np.asarray(ds["mask_pixels"].values).sum(axis=1) > 0
+    if "answer" in ds:
+        labelled |= (np.asarray(as_text(ds["answer"].values)).reshape(n, -1) != "").any(axis=1)
+    classes = np.stack(cols, axis=1) if cols else np.full((n, 0), "", dtype=object)
+    classes[~labelled] = ""
+    return classes, names, labelled
+
+
+def class_counts(classes: np.ndarray, names: list[str], splits: np.ndarray) -> dict:
+    """{axis: {class: {train, val, test}}}: where each answer class of a sample cube went."""
+    out: dict = {}
+    for j, name in enumerate(names):
+        col = classes[:, j]
+        out[name] = {
+            str(c): {s: int(((col == c) & (splits == s)).sum()) for s in SPLITS}
+            for c in sorted(set(col.tolist()) - {""})
+        }
+    return out
+
+
 def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(split per sample, stratum per sample, the split's record) of an open sample cube, drawn from
-    its checksum."""
+    """(split per sample, joint answer class per sample, the split's record) of an open sample
+    cube, drawn from its checksum."""
     from ..cube import as_text
 
     opts = dict(ds.attrs.get("mask") or {})
     fractions = dict(opts.get("split") or DEFAULT_FRACTIONS)
     n = int(ds.sizes["sample"])
-    labelled = (
-        (np.asarray(ds["mask_pixels"].values).sum(axis=1) > 0)
-        if "mask_pixels" in ds
-        else np.ones(n, bool)
-    )
-    has_box = (
-        np.isfinite(np.asarray(ds["box"].values, np.float64)).all(axis=1)
-        if "box" in ds
-        else np.zeros(n, bool)
-    )
-    strata = np.where(~labelled, STRATA[2], np.where(has_box, STRATA[0], STRATA[1])).astype(str)
+    classes, names, labelled = answer_classes(ds)
     seed = int(checksum[:8], 16)
-    splits = draw_split(strata, fractions, seed)
+    splits = draw_split(classes, fractions, seed)
+    strata = np.array(
+        [", ".join(c for c in row if c) or "unlabelled" for row in classes.tolist()]
+        if classes.shape[1]
+        else ["labelled" if x else "unlabelled" for x in labelled]
+    ).astype(str)
     digest = hashlib.sha256(("|".join(splits.tolist())).encode()).hexdigest()[:12]
     origin = as_text(ds["mask_origin"].values) if "mask_origin" in ds else np.full(n, "")
     record = {
-        "rule": (
-            "drawn per cube from its checksum, stratified by deformation box / no box / unlabelled "
-            "(unlabelled samples and strata under 3 samples go to train)"
-        ),
+        "rule": RULE,
         "fractions": fractions,
         "seed": seed,
         "digest": digest,
-        "counts": {s: int((splits == s).sum()) for s in ("train", "val", "test")},
+        "counts": {s: int((splits == s).sum()) for s in SPLITS},
+        "classes": class_counts(classes, names, splits),
         "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))},
     }
     return splits, strata, record
@@ -92,7 +181,7 @@ def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:
         {
             "rule": "the dataset's published split",
             "digest": hashlib.sha256("|".join(splits.tolist()).encode()).hexdigest()[:12],
-            "counts": {s: int((splits == s).sum()) for s in ("train", "val", "test")},
+            "counts": {s: int((splits == s).sum()) for s in SPLITS},
         },
     )
 

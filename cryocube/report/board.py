@@ -4,10 +4,13 @@ board of its own.
 A cell is one figure of a run on a split: {task, metric, unit, split, samples (a hash of the sample
 ids), n, value, ci_low, ci_high[, class]}. A column is one (task, metric); its cells must share
 unit, split and samples, so a column compares like with like, and a cell over other samples is
-refused in one sentence.
+refused in one sentence. A board is one cube's (its checksum) on one split (`Cube`): two cubes of a
+dataset are two boards, each headed with its cube's name.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .records import ResultsError, Run
 from .tables import MISSING, Column, Table
@@ -59,3 +62,61 @@ def cells_table(runs: list[Run], name: str, title: str) -> Table:
         f" sample set per column ({', '.join(sorted({columns[k]['split'] for k in keys}))} split)."
     )
     return t
+
+
+@dataclass(frozen=True)
+class Cube:
+    """One board's runs: a dataset's cube (its checksum) scored on one split (the split's digest);
+    `slug` names its tables, `name` heads them (the cube's file name)."""
+
+    dataset: str
+    checksum: str
+    split: str
+    name: str
+    slug: str
+
+    def holds(self, r: Run) -> bool:
+        """Whether run `r` was scored on this cube and split."""
+        return cube_key(r) == (self.dataset, self.checksum, self.split)
+
+
+def cube_key(r: Run) -> tuple[str, str, str]:
+    """(dataset, cube checksum, board split digest) of a run's record ("" where an old record has
+    none): the board it belongs to."""
+    cube = r.record.get("cube") or {}
+    split = r.record.get("board_split") or r.record.get("split")
+    return (
+        r.dataset,
+        str(cube.get("checksum") or "") if isinstance(cube, dict) else "",
+        str(split.get("digest") or "") if isinstance(split, dict) else "",
+    )
+
+
+def cubes(runs: list[Run]) -> list[Cube]:
+    """One board per (dataset, cube, split) the runs were scored on, by dataset and cube name; a
+    board's tables are named by its `slug` (the dataset alone while it has one board)."""
+    first: dict[tuple, Run] = {}
+    for r in sorted(runs, key=lambda r: (r.created, r.run_id)):
+        first.setdefault(cube_key(r), r)
+    out = []
+    for key, r in first.items():
+        d, checksum, split = key
+        cube = r.record.get("cube")
+        url = str(cube.get("url") or "") if isinstance(cube, dict) else ""
+        name = url.rstrip("/").rsplit("/", 1)[-1] or d
+        mates = [k for k in first if k[0] == d]
+        slug = d
+        if len(mates) > 1:
+            slug += f"_{checksum[:8] or 'cube'}"
+            if sum(k[1] == checksum for k in mates) > 1:
+                slug += f"_{split[:6] or 'split'}"
+        out.append(Cube(d, checksum, split, name, slug))
+    return sorted(out, key=lambda c: (c.dataset, c.name, c.checksum, c.split))
+
+
+def about(cube: Cube) -> str:
+    """Which cube and split a board is, beside its name: "cube 1a2b3c4d, split 5e6f7a"."""
+    return ", ".join(
+        ([f"cube {cube.checksum[:8]}"] if cube.checksum else [])
+        + ([f"split {cube.split[:6]}"] if cube.split else [])
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .tables import RENDERERS
 
@@ -135,6 +136,15 @@ def run(args) -> int:
     from .. import outputs, store
     from .build import build_report
 
+    if args.profiles is not None and not Path(args.profiles).is_dir():
+        from ..errors import ReportError
+
+        # the cost table would quietly fall back to catalog figures
+        raise ReportError(
+            f"--profiles {args.profiles}: no such folder (`cryocube list models --profile` writes"
+            " measured profiles to one); leave --profiles out to read $CRYOCUBE_PROFILES or the"
+            " default cache"
+        )
     for url in [*(args.results or []), *args.cube]:
         store.register_options(url, args.storage_options)
     # a report may sit inside a results folder (it holds no records to be read back); never the

@@ -3,8 +3,8 @@ this family.
 
 A sample cube has no train/val/test split ("all") and no class fractions; the split is drawn once
 per cube (seeded by its checksum, fractions from the cube's `mask` attrs, which the dataset catalog
-set), stratified by deformation box / none / unlabelled so the test split holds boxes to score, and
-says so in the record.
+set), stratified on the joint answer classes and the presence of a box (families/split.py) so the
+test split holds boxes to score, and says so in the record.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import numpy as np
 from ...cube import CubeInfo, open_cube
 from ...errors import UserError
 
-# one split per cube, every family's (STRATA and draw_split re-exported for this family's callers)
-from ..split import STRATA, draw_split, sample_split  # noqa: F401
+# one split per cube, every family's
+from ..split import sample_split
 
 
 def as_tiles(cube: CubeInfo) -> tuple[CubeInfo, dict]:

@@ -38,7 +38,8 @@ class Vqa(FittedInScore):
 
     def plan(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> PlannedRun:
         """Refuses encoders (they answer through heads or probe); the run id hashes the model,
-        precision, cube, each task's prompt digest, gen_batch, seed, blind and any fixed threads."""
+        precision, cube (a sample cube's board split too), each task's prompt digest, gen_batch,
+        seed, blind and any fixed threads."""
         from ...adapters import get, names, split_ref
         from ...catalog import protocol as protocol_spec
         from ...precision import resolve, this_device
@@ -83,6 +84,7 @@ class Vqa(FittedInScore):
         threads = ctx.run_threads(vr.threads)
         arith = ctx.arithmetic_threads(threads)
         ref, prov = get(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
+        split, ids, split_record = cube_split(cube.url, cube.checksum)
         identity = {
             "family": self.name,
             "model": {
@@ -98,6 +100,8 @@ class Vqa(FittedInScore):
             "seed": spec.seed,
             **({"threads": arith} if arith else {}),
             **({"blind": True} if vr.blind else {}),
+            # a sample cube's drawn split decides the board's cells: another rule, another run
+            **({"split": split_record["digest"]} if cube.kind != "tiles" else {}),
             "v": IDENTITY_VERSION,
         }
         run_id = content_hash(identity)
@@ -138,7 +142,6 @@ class Vqa(FittedInScore):
             "batch": vr.gen_batch,
             "max_new_tokens": {t.name: t.max_new_tokens for t in tasks},
         }
-        split, ids, split_record = cube_split(cube.url, cube.checksum)
         every = questions(cube.url, tasks, every_split=True)[0] if cube.kind == "tiles" else qs
         chance = chance_cells(every, {t.name: t for t in tasks}, split, ids, N_BOOT, spec.seed)
         record = self.base_record(

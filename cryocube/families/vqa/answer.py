@@ -154,12 +154,14 @@ def answer_block(b: Block) -> dict:
             (q.size[0] or b.size[0]) * t.render.scale,
             (q.size[1] or b.size[1]) * t.render.scale,
         )
-        p = parse(
-            t.answer,
-            g["answer"],
-            prompt=q.prompt,
-            **t.parser_options(q.variant),
-            **({"size": size} if t.answer == "box" else {}),
+        p = t.checked(
+            parse(
+                t.answer,
+                g["answer"],
+                prompt=q.prompt,
+                **t.parser_options(q.variant),
+                **({"size": size} if t.answer == "box" else {}),
+            )
         )
         scores = {
             m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value)

@@ -10,22 +10,30 @@ unclosed one leaves nothing), chat roles ("ASSISTANT:"), special tokens, `<answe
 sentences of the prompt the model echoed, LaTeX (`\\boxed{}` wins), markdown and JSON (an
 `answer`-like key, or the only value). The rules, one way everywhere (tests/data/vqa_answers.yaml
 holds the table they are tested on):
-- a range ("2-4", "2 to 4", "between 2 and 4", "from 2 to 4", "2 or 4") reads as its midpoint;
-  reversed ends are unparsed; a bound ("more than 3", "at least 3", ">3") is unparsed;
+- an answer that says the picture does not tell ("no way to tell", "cannot determine", "hard to
+  say", "not sure", "Unclear.") is unparsed, whatever number or label it also names;
+- a number is the first written in digits, else the first in words (to ninety-nine, hyphenated or
+  not: "twenty-one"; "no", "none", "not a single" are 0); words read as their digits would;
+- a range ("2-4", "2 to 4", "between 2 and 4", "from 2 to 4", "2 or 4", "three or four") reads as
+  its midpoint; reversed ends are unparsed; a bound ("more than 3", "at least three", ">3") is
+  unparsed;
 - "1,000" is 1000 (a comma before three digits groups thousands); "2,5" is unparsed (decimal comma
   or list);
-- a date (2020-01-13, 20200113, 13/01/2020, "13 January 2020") is never a number, and a number with
+- a date (2020-01-01, 20200113, 13/01/2020, "13 January 2020") is never a number, and a number with
   a unit that is not the task's (cm, days, rad, px, ...) is not the answer;
-- a number outside the task's `domain` (counts: [0, inf); fractions: [0, 1]) is unparsed;
-- a class answer naming two labels joined as a hedge ("medium-high", "low or medium", "between low
-  and high") is unparsed; a label after "not" does not count; of two labels otherwise, one that
-  opens the answer wins ("High. Not low at all."); a multiple-choice phrasing's letter ("B", "(B)
-  medium") maps to its label;
+- a number outside the task's `domain` is unparsed (a number task without one is a count: [0, open);
+  fractions: [0, 1]); scoring holds every parsed number to it again (`TaskSpec.checked`);
+- a class answer naming two labels joined as a hedge (by dashes, slashes, commas, "or", "to", "and",
+  "maybe": "medium-high", "low-to-medium", "low or medium", "between low and high") is unparsed; a
+  label after a negation does not count ("not low", "not an earthquake", "I would not call it high",
+  "doesn't look like a dyke"); of two labels otherwise, one that opens the answer wins ("High. Not
+  low at all."); a multiple-choice phrasing's letter ("B", "(B) medium") maps to its label;
 - a box is [x0, y0, x1, y1] in fractions, or in pixels of the picture (all coordinates integers or >
-  1; a box half fractions, half pixels is unparsed); Qwen2-VL's
-  `<|box_start|>(x0,y0),(x1,y1)<|box_end|>` and `<box>` are in 0..1000, PaliGemma's four `<locNNNN>`
-  are y0 x0 y1 x1 in 1024 bins, JSON `bbox_2d` is pixels; a box of zero width or height (after
-  clipping to the picture) is unparsed.
+  1; a box half fractions, half pixels is unparsed), unless the answer states another order beside
+  it ("(y_min, x_min, y_max, x_max)", "[top, left, bottom, right]"), which is then honoured;
+  Qwen2-VL's `<|box_start|>(x0,y0),(x1,y1)<|box_end|>` and `<box>` are in 0..1000, PaliGemma's four
+  `<locNNNN>` are y0 x0 y1 x1 in 1024 bins, JSON `bbox_2d` is pixels (or fractions, all at most 1);
+  a box of zero width or height (after clipping to the picture) is unparsed.
 """
 
 from __future__ import annotations
@@ -49,17 +57,52 @@ class Parsed:
 _DIGITS = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+"
 NUMBER = r"[-+−]?(?:" + _DIGITS + r")(?:[eE][-+]?\d+)?"
 _NUM_RE = re.compile(r"(?<![\w.,])" + NUMBER)
-WORDS = {
-    w: i
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
-        "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split()
-    )
+_UNITS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen"
+).split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+WORDS = {w: i for i, w in enumerate(_UNITS)}
+WORDS |= {w: 10 * (k + 2) for k, w in enumerate(_TENS)}
+# twenty-one .. ninety-nine, hyphenated or spaced
+WORDS |= {
+    f"{t}{sep}{u}": 10 * (k + 2) + j
+    for k, t in enumerate(_TENS)
+    for j, u in enumerate(_UNITS[1:10], 1)
+    for sep in ("-", " ")
 }
-WORDS |= {"no": 0, "none": 0, "a single": 1, "single": 1, "a couple of": 2, "a dozen": 12}
+WORDS |= {
+    "no": 0,
+    "none": 0,
+    "not a single": 0,
+    "not one": 0,
+    "a single": 1,
+    "single": 1,
+    "a couple of": 2,
+    "a dozen": 12,
+    "a hundred": 100,
+    "one hundred": 100,
+}
 _WORD_RE = re.compile(
     r"\b(" + "|".join(sorted(map(re.escape, WORDS), key=len, reverse=True)) + r")\b", re.I
 )
+# answers that say the picture does not tell: unparsed, whatever number or label they name
+_REFUSAL = re.compile(
+    r"\bno\s+way\s+to\s+(?:tell|know|say|determine|count)\b|\b(?:can\s*not|can't|cannot|unable\s+to|"
+    r"impossible\s+to|not\s+possible\s+to|hard\s+to|difficult\s+to)\s+(?:\w+\s+){0,2}?(?:tell|say|"
+    r"know|determine|count|judge|discern|assess|estimate|be\s+(?:determined|told|counted))\b|"
+    r"\b(?:don't|do\s+not)\s+know\b|\bnot\s+(?:sure|certain)\b|"
+    r"^(?:it\s+is\s+|it's\s+)?(?:unclear|uncertain|unknown|n/a|indeterminate)\b",
+    re.I,
+)
+
+
+def _words_to_digits(t: str) -> str:
+    """Number words written as digits ("three or four" -> "3 or 4", "twenty-one" -> "21"), so ranges
+    and bounds read the same in words as in digits."""
+    return _WORD_RE.sub(lambda m: str(WORDS[m.group(1).lower()]), t)
+
+
 SHARES = {
     "half": 0.5,
     "a half": 0.5,
@@ -243,14 +286,26 @@ def clean(text: Any, prompt: str = "", json_ok: bool = True) -> str:
 # -- classes
 # ------------------------------------------------------------------------------------------
 
+# a label after one of these is negated: "not high", "not an earthquake", "I would not call it
+# high", "doesn't look like a dyke"
 _NEGATION = re.compile(
-    r"\b(?:not|isn't|is\s+not|aren't|never|neither|nor)\s+(?:(?:very|so|too|that|really|"
-    r"particularly|quite|at\s+all)\s+)?$",
+    r"(?:\b(?:not|never|neither|nor)|n't)\s+(?:(?:a|an|the|very|so|too|that|really|particularly|quite|"
+    r"at\s+all|call(?:ed)?\s+it|consider(?:ed)?\s+it|describe(?:d)?\s+it\s+as|classify\s+it\s+as|"
+    r"say\s+(?:it\s+is|it's)|be|been|look(?:s)?|seem(?:s)?|appear(?:s)?|like|to\s+be|as)\s+)*$",
     re.I,
 )
-_HEDGE_JOIN = re.compile(
-    r"^\s*(?:-|–|—|/|,|\bor\b|\bto\b|\band\b|\bor\s+maybe\b|\bor\s+perhaps\b)\s*$", re.I
-)
+# what joins two labels into a hedge: dashes, slashes, commas, "or", "to", "and" ("medium-high",
+# "low-to-medium", "low or maybe medium")
+_HEDGE_PUNCT = set("-–—/,")
+_HEDGE_WORDS = {"or", "to", "and", "maybe", "perhaps", "possibly"}
+
+
+def _hedge_join(between: str) -> bool:
+    words = re.findall(r"[a-z]+", between.lower())
+    punct = re.sub(r"[a-z\s]", "", between.lower())
+    return bool(words or punct) and set(words) <= _HEDGE_WORDS and set(punct) <= _HEDGE_PUNCT
+
+
 _NEGATION_LABELS = {"no", "none", "not", "absent"}
 
 
@@ -277,7 +332,7 @@ def parse_class(
     """The one label (or alias of it) the answer names, by the rules of the module docstring."""
     t0 = clean(text, prompt)
     t = t0.lower()
-    if not t:
+    if not t or _REFUSAL.search(t):
         return Parsed(None, False)
     if letters:
         got = _letter(t0, labels)
@@ -307,8 +362,8 @@ def parse_class(
     if not found:
         return Parsed(None, False)
     for (s1, e1, a), (s2, e2, b) in zip(hits, hits[1:]):
-        if a != b and _HEDGE_JOIN.match(t[e1:s2]):
-            return Parsed(None, False)  # a hedge: "medium-high", "low or medium"
+        if a != b and _hedge_join(t[e1:s2]):
+            return Parsed(None, False)  # a hedge: "medium-high", "low-to-medium", "low or medium"
     if hits[0][0] == 0:
         return Parsed(hits[0][2], True)
     return Parsed(None, False)
@@ -365,24 +420,31 @@ def _read_number(t: str, percent_ok: bool = False) -> tuple[float | str | None, 
     return None, False, -1
 
 
-def _in(v: float, domain) -> bool:
+# a number task's domain unless its file gives one: a count is not negative
+COUNT = (0.0, None)
+
+
+def in_domain(v: float, domain) -> bool:
+    """Whether `v` is a finite number within `domain` (lowest, highest; None: open)."""
     lo, hi = domain if domain is not None else (None, None)
     return math.isfinite(v) and (lo is None or v >= lo) and (hi is None or v <= hi)
 
 
 def parse_number(
-    text: str, prompt: str = "", domain: tuple[float | None, float | None] | None = None, **_
+    text: str, prompt: str = "", domain: tuple[float | None, float | None] | None = COUNT, **_
 ) -> Parsed:
-    """The first number written in digits, else the first number word ("about 3", "3 fringes",
-    "three", "2-4" -> 3, "no fringes" -> 0), within `domain` (lowest, highest; None: open); rules in
-    the module docstring.
+    """The first number written in digits, else the first written in words ("about 3", "3 fringes",
+    "three", "twenty-one", "2-4" -> 3, "three or four" -> 3.5, "no fringes" -> 0), within `domain`
+    (lowest, highest; None: open; a count's [0, open) unless the task says otherwise); rules in the
+    module docstring.
     """
     t = clean(text, prompt)
+    if _REFUSAL.search(t):
+        return Parsed(None, False)
     v, _pct, _ = _read_number(t)
-    if v is None:
-        w = _WORD_RE.search(t)
-        v = float(WORDS[w.group(1).lower()]) if w else None
-    if v is None or v == REFUSED or not _in(v, domain):
+    if v is None:  # in words: read as the digits would be ("three or four" -> 3.5)
+        v, _pct, _ = _read_number(_words_to_digits(t))
+    if v is None or v == REFUSED or not in_domain(v, domain):
         return Parsed(None, False)
     return Parsed(float(v), True)
 
@@ -392,6 +454,8 @@ def parse_fraction(text: str, prompt: str = "", **_) -> Parsed:
     percent") or a number above 1 and at most 100 read as percent ("30" -> 0.3), "a/b", or a word
     ("half", "a quarter"); anything else outside 0..1 is unparsed."""
     t = clean(text, prompt)
+    if _REFUSAL.search(t):
+        return Parsed(None, False)
     v, pct, at = _read_number(t, percent_ok=True)
     frac = re.search(
         r"(?<![\w./])(\d+)\s*/\s*(\d+)(?![\w/])", _DATES.sub(lambda m: " " * len(m.group(0)), t)
@@ -440,6 +504,31 @@ _KEYED = {
     )
 }
 BOX_KEYS = ("bbox_2d", "bbox", "box", "bounding_box", "coordinates")
+# a coordinate's name in a stated order: "(y_min, x_min, y_max, x_max)", "[top, left, bottom,
+# right]"
+_COORD = r"(x_?min|x_?max|y_?min|y_?max|[xy][0-2]|left|right|top|bottom)"
+_ORDER_RE = re.compile(r"\b" + r"\s*,\s*".join([_COORD] * 4) + r"\b", re.I)
+_SIDES = {"left": ("x", 0), "right": ("x", 1), "top": ("y", 0), "bottom": ("y", 1)}
+
+
+def _stated_order(t: str) -> list[int] | None:
+    """Where x0, y0, x1, y1 stand among four numbers whose order the answer states ("(y_min,
+    x_min, y_max, x_max)": [1, 0, 3, 2]); None when it states none (or not one of each)."""
+    m = _ORDER_RE.search(t)
+    if not m:
+        return None
+    names = [g.lower().replace("_", "") for g in m.groups()]
+    roles = []
+    for n in names:
+        if n in _SIDES:
+            roles.append(_SIDES[n])
+        elif n[1:] in ("min", "max"):
+            roles.append((n[0], int(n[1:] == "max")))
+        else:  # x1, y2: the lower digit of an axis is its minimum
+            same = sorted(int(o[1]) for o in names if o[0] == n[0] and o[1:].isdigit())
+            roles.append((n[0], int(int(n[1]) == same[-1] and len(same) == 2)))
+    want = [("x", 0), ("y", 0), ("x", 1), ("y", 1)]
+    return [roles.index(r) for r in want] if sorted(roles) == sorted(want) else None
 
 
 def _box_numbers(raw: str, prompt: str = "") -> tuple[list[float] | None, str, str]:
@@ -476,11 +565,13 @@ def _box_numbers(raw: str, prompt: str = "") -> tuple[list[float] | None, str, s
     m = _BOX_RE.search(t) or _POINTS_RE.search(t) or _BARE_BOX_RE.search(t)
     if not m:
         return None, "", t
-    return (
-        [_num(m.group(i)) for i in range(1, 5)],
-        "fractions_or_pixels",
-        t[: m.start()] + " " + t[m.end() :],
-    )
+    v = [_num(m.group(i)) for i in range(1, 5)]
+    rest = t[: m.start()] + " " + t[m.end() :]
+    order = _stated_order(rest) if m.re is not _POINTS_RE else None
+    if order is not None:  # "[0.2, 0.1, 0.6, 0.5] (y_min, x_min, y_max, x_max)"
+        v = [v[i] for i in order]
+        rest = re.sub(r"[(\[]\s*[)\]]", " ", _ORDER_RE.sub(" ", rest))
+    return v, "fractions_or_pixels", rest
 
 
 def parse_box(text: str, size: tuple[int, int] | None = None, prompt: str = "", **_) -> Parsed:

@@ -9,7 +9,8 @@ split, sample hash, n, value, interval), all on the cube's test split: chance an
 first (never ranked), VLMs, encoders answering through linear heads (`--protocol heads`) or
 localising through segmentation (mask -> box). A cell over other samples or in another unit than its
 column's is refused, with one sentence in the notes. Encoders cannot write text: those cells say so.
-Probe F1 / R² stay in the embedding report.
+Probe F1 / R² stay in the embedding report. One board per cube (its checksum and the split its cells
+were scored on, `Cube`), headed with the cube's name: two cubes of one dataset are two boards.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ...report.board import Cube, about
+from ...report.board import cubes as board_cubes
 from ...report.records import Results, Run
 from ...report.tables import MISSING, Column, Table
 
@@ -25,10 +28,29 @@ if TYPE_CHECKING:
     from .tasks import Board
 
 CANNOT = "cannot answer (encoder)"
+NOT_IN_CUBE = f"{MISSING} (not in cube)"
+TOO_FEW = "too few to test"
 NOT_ASKED = "not asked"
 NOT_RUN = "blind: not run"
 BOX_ROUTE = "segmentation, mask->box"
 TEXT_METRICS = ("token_f1",)  # scored against text: no encoder writes it
+
+
+def cubes(res: Results) -> list[Cube]:
+    """One board per (dataset, cube, split) the vqa and heads runs were scored on."""
+    return board_cubes(res.of("vqa") + res.of("heads"))
+
+
+def _cube(res: Results, cube: "Cube | str") -> Cube:
+    """A board's Cube; a dataset name stands for its first board (one cube per dataset, as older
+    callers assumed)."""
+    if isinstance(cube, Cube):
+        return cube
+    return next((c for c in cubes(res) if c.dataset == cube), Cube(cube, "", "", cube, cube))
+
+
+def _of(res: Results, family: str, cube: Cube) -> list[Run]:
+    return sorted((r for r in res.of(family) if cube.holds(r)), key=lambda r: r.model_name)
 
 
 def _cell_text(c: dict) -> str:
@@ -46,7 +68,7 @@ class BoardRow:
     cells: dict  # (task, metric, class) -> cell
     missing: Callable[[str, str], str]  # (task, metric) -> what the empty cell says
     baseline: bool = False
-    unparsed: str = MISSING
+    unparsed: Callable[[str | None], str] = lambda cls: MISSING  # per class (None: every class)
 
 
 def _by_key(cells: list[dict]) -> dict:
@@ -56,42 +78,50 @@ def _by_key(cells: list[dict]) -> dict:
 def _vlm_missing(r: Run) -> Callable[[str, str], str]:
     asked, left = set(r.record.get("tasks") or {}), r.record.get("tasks_left_out") or {}
     return lambda task, m: (
-        MISSING if task in asked else (f"{MISSING} (not in cube)" if task in left else NOT_ASKED)
+        MISSING if task in asked else (NOT_IN_CUBE if task in left else NOT_ASKED)
     )
 
 
-def _vlm_unparsed(cells: list[dict], cls) -> str:
-    # one per task, not per metric
-    cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())
-    return (
-        f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}"
-        if cs
-        else MISSING
-    )
+def _vlm_unparsed(cells: list[dict]) -> Callable[[str | None], str]:
+    """A VLM row's Unparsed cell per class (None: over every class): unparsed / asked on the test
+    split, one count per task (not per metric), from the run's cells."""
+
+    def text(cls) -> str:
+        cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())
+        return (
+            f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}"
+            if cs
+            else MISSING
+        )
+
+    return text
 
 
-def _localisers(res: Results, dataset: str) -> dict[str, Run]:
-    """model -> its latest segmentation run on `dataset` that scored localisation
+def _localisers(res: Results, cube: Cube) -> dict[str, Run]:
+    """model -> its latest segmentation run on the board's cube and split that scored localisation
     (families/segmentation/localisation.py)."""
     out: dict[str, Run] = {}
     for r in sorted(
-        (r for r in res.runs if r.dataset == dataset and r.record.get("localisation")),
+        (r for r in res.runs if cube.holds(r) and r.record.get("localisation")),
         key=lambda r: r.created,
     ):
         out[r.model] = r
     return out
 
 
-def board_rows(res: Results, dataset: str) -> list[BoardRow]:
+def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
     """The board's rows in order: the chance baseline, the blind baseline (or that it was not run),
     VLMs, encoder heads, encoders that localise through segmentation. Baselines are labelled and
     never ranked."""
+    cube = _cube(res, cube)
     vlms = sorted(
-        (r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id)
+        (r for r in res.of("vqa") if cube.holds(r)), key=lambda r: (r.model_name, r.run_id)
     )
     heads = sorted(
-        (r for r in res.of("heads") if r.dataset == dataset), key=lambda r: (r.model_name, r.run_id)
+        (r for r in res.of("heads") if cube.holds(r)), key=lambda r: (r.model_name, r.run_id)
     )
+    # tasks the cube has no reference for, by any run's record
+    left = set().union(*[set(r.record.get("tasks_left_out") or {}) for r in vlms + heads])
     rows: list[BoardRow] = []
     chance = next(
         (
@@ -107,7 +137,7 @@ def board_rows(res: Results, dataset: str) -> list[BoardRow]:
                 "chance",
                 "baseline: chance",
                 _by_key(chance),
-                lambda t, m: "cannot answer (chance)",
+                lambda t, m: NOT_IN_CUBE if t in left else "cannot answer (chance)",
                 True,
             )
         )
@@ -121,11 +151,19 @@ def board_rows(res: Results, dataset: str) -> list[BoardRow]:
                 _by_key(cs),
                 _vlm_missing(r),
                 True,
-                _vlm_unparsed(cs, None),
+                _vlm_unparsed(cs),
             )
         )
     if not blind:
-        rows.append(BoardRow("blind", "baseline: blind", {}, lambda t, m: NOT_RUN, True))
+        rows.append(
+            BoardRow(
+                "blind",
+                "baseline: blind",
+                {},
+                lambda t, m: NOT_IN_CUBE if t in left else NOT_RUN,
+                True,
+            )
+        )
     for r in vlms:
         if not r.record.get("blind"):
             cs = r.metrics.get("cells") or []
@@ -136,26 +174,22 @@ def board_rows(res: Results, dataset: str) -> list[BoardRow]:
                     _by_key(cs),
                     _vlm_missing(r),
                     False,
-                    _vlm_unparsed(cs, None),
+                    _vlm_unparsed(cs),
                 )
             )
-    seg = _localisers(res, dataset)
+    seg = _localisers(res, cube)
     for r in heads:
         cells = _by_key(r.metrics.get("cells") or [])
         # asked: a missing cell is text
         cannot = set(r.record.get("tasks") or {}) | set(r.record.get("tasks_text") or [])
-        left = r.record.get("tasks_left_out") or {}
+        mine = r.record.get("tasks_left_out") or {}
         rows.append(
             BoardRow(
                 r.model_name,
                 "GFM (linear head)",
                 cells,
-                lambda t, m, cannot=cannot, left=left: (
-                    CANNOT
-                    if t in cannot
-                    else f"{MISSING} (not in cube)"
-                    if t in left
-                    else NOT_ASKED
+                lambda t, m, cannot=cannot, left=mine: (
+                    CANNOT if t in cannot else NOT_IN_CUBE if t in left else NOT_ASKED
                 ),
             )
         )
@@ -191,7 +225,7 @@ def _header(task, metric: str, header: str, units: set[str]) -> str:
 
 
 def _layout(
-    rows: list[BoardRow], columns, classes: list, dataset: str, b_per_class: bool = False
+    rows: list[BoardRow], columns, classes: list, cube_name: str, b_per_class: bool = False
 ) -> tuple[list[list], list[list], list[str], list[str]]:
     """(raw rows, text rows, headers, notes): per column the first cell (in row order: chance first)
     fixes the column's samples and unit; a later cell over other samples or in another unit is
@@ -233,7 +267,7 @@ def _layout(
                         "refused (other samples)" if "samples" in why else "refused (other unit)"
                     )
                     notes.append(
-                        f"{dataset}, column {header!r}{'' if c is None else ', class ' + c}:"
+                        f"{cube_name}, column {header!r}{'' if c is None else ', class ' + c}:"
                         f" {row.name}'s cell {why}, so it is left out: a column holds one metric in"
                         " one unit over one set of samples"
                     )
@@ -244,7 +278,7 @@ def _layout(
                     _cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else "")
                 )
             raw.append(None)
-            txt.append(row.unparsed if c is None else MISSING)
+            txt.append(row.unparsed(c))
             raws.append(raw)
             txts.append(txt)
     headers = [_header(task, m, h, units.get((task, m), set())) for task, m, h in columns]
@@ -277,19 +311,20 @@ NOTES = [
 ]
 
 
-def board(res: Results, dataset: str) -> "Board":
-    """The board of every task file the dataset's VLM and head runs answered (their records name
+def board(res: Results, cube: "Cube | str") -> "Board":
+    """The board of every task file the cube's VLM and head runs answered (their records name
     each task's file): a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its
     board has both files' columns, the dataset's own file first. InSAR-VLM-Bench's when no file can
     be found."""
     from ...catalog import CatalogError
     from .tasks import Board, all_tasks, board_of
 
+    cube = _cube(res, cube)
     known = all_tasks()
     # file stem -> whether its tasks are this dataset's own (`datasets:`)
     stems: dict[str, bool] = {}
     for r in res.of("vqa") + res.of("heads"):
-        if r.dataset != dataset:
+        if not cube.holds(r):
             continue
         for name, d in (r.record.get("tasks") or {}).items():
             if d.get("source"):
@@ -321,42 +356,99 @@ def board(res: Results, dataset: str) -> "Board":
     )
 
 
-def leaderboard(res: Results, dataset: str) -> Table:
-    """One dataset's board as a table: baselines, VLMs and GFMs in rows, the task file's columns, a
-    row per class when the board is per_class."""
-    b = board(res, dataset)
-    rows = board_rows(res, dataset)
+def leaderboard(res: Results, cube: "Cube | str") -> Table:
+    """One cube's board as a table, headed with the cube's name: baselines, VLMs and GFMs in rows,
+    the task file's columns, a row per class when the board is per_class."""
+    cube = _cube(res, cube)
+    b = board(res, cube)
+    rows = board_rows(res, cube)
     classes: list = [None]
     if b.per_class:  # a row per class, and one over every class where there are several
         named = sorted({k[2] for r in rows for k in r.cells if k[2] is not None})
         classes = ([None] if len(named) > 1 else []) + named
-    raws, txts, headers, notes = _layout(rows, b.columns, classes, dataset, b.per_class)
+    raws, txts, headers, notes = _layout(rows, b.columns, classes, cube.name, b.per_class)
     lead = [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
     if b.per_class:
         lead.append(Column("class", "Class", numeric=False))
+    which = ", ".join(x for x in (cube.dataset, about(cube)) if x)
     t = Table(
-        f"leaderboard_{dataset}",
-        f"{b.title} on {dataset}: VLMs and GFMs on the same test samples",
+        f"leaderboard_{cube.slug}",
+        f"{b.title} on {cube.name} ({which}): VLMs and GFMs on the same test samples",
         lead
         + [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
         + [Column("unparsed", "Unparsed")],
     )
     for raw, txt in zip(raws, txts):
         t.add(raw, txt)
-    t.notes = list(NOTES) + notes
-    if any(
-        r.random_init for r in res.of("vqa") + res.of("heads") + res.runs if r.dataset == dataset
-    ):
+    t.notes = list(NOTES) + notes + _split_note(res, cube)
+    if any(r.random_init for r in res.of("vqa") + res.of("heads") + res.runs if cube.holds(r)):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
 
 
-def task_table(res: Results, dataset: str) -> Table:
+def _split_record(res: Results, cube: Cube) -> dict:
+    return next(
+        (
+            r.record["board_split"]
+            for r in res.of("vqa") + res.of("heads")
+            if cube.holds(r) and isinstance(r.record.get("board_split"), dict)
+        ),
+        {},
+    )
+
+
+def _split_note(res: Results, cube: Cube) -> list[str]:
+    """The line under a sample cube's board: how many test samples each answer class has, and which
+    class is too few to test."""
+    classes = _split_record(res, cube).get("classes") or {}
+    parts = []
+    for task, by in classes.items():
+        cs = ", ".join(
+            f"{c} {n['test']}" if n["test"] else f"{c} {TOO_FEW} ({sum(n.values())} samples)"
+            for c, n in by.items()
+        )
+        parts.append(f"{task}: {cs}")
+    return [f"test split per class: {'; '.join(parts)}"] if parts else []
+
+
+def split_table(res: Results, cube: "Cube | str") -> Table | None:
+    """A sample cube's answer classes per split (the board split's record), "too few to test" in
+    the Test column where a class cannot reach the test split; None for a tile cube (its board has
+    a row per class) or a record without them."""
+    cube = _cube(res, cube)
+    classes = _split_record(res, cube).get("classes") or {}
+    if not classes:
+        return None
+    t = Table(
+        f"split_{cube.slug}",
+        f"The board's split of {cube.name} per answer class",
+        [
+            Column("task", "Task", numeric=False),
+            Column("class", "Class", numeric=False),
+            Column("train", "Train"),
+            Column("val", "Val"),
+            Column("test", "Test"),
+        ],
+    )
+    for task, by in classes.items():
+        for c, n in by.items():
+            row = [task, c, n["train"], n["val"], n["test"] if n["test"] else None]
+            txt = [str(x) for x in row[:4]] + [str(n["test"]) if n["test"] else TOO_FEW]
+            t.add(row, txt)
+    t.notes = [
+        "a class with fewer samples than splits (3) cannot be in train, val and test at once: it"
+        " reads 'too few to test', and the board's cells hold no test sample of it"
+    ]
+    return t
+
+
+def task_table(res: Results, cube: "Cube | str") -> Table:
     """Each VLM run's per-task metrics over every sample asked (not the board's test split), its
     prompt hash, and its generation cost in the notes."""
+    cube = _cube(res, cube)
     t = Table(
-        f"tasks_{dataset}",
-        f"Per task metrics on {dataset} over every sample asked (the VLM's all-samples "
+        f"tasks_{cube.slug}",
+        f"Per task metrics on {cube.name} over every sample asked (the VLM's all-samples "
         "figure: a second figure, not the board's test split)",
         [
             Column("model", "Model", numeric=False),
@@ -370,7 +462,7 @@ def task_table(res: Results, dataset: str) -> Table:
             Column("prompt", "Prompt sha256", numeric=False),
         ],
     )
-    for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
+    for r in _of(res, "vqa", cube):
         for task, d in (r.metrics.get("tasks") or {}).items():
             for m, s in d.get("metrics", {}).items():
                 t.add(
@@ -390,16 +482,17 @@ def task_table(res: Results, dataset: str) -> Table:
     return t
 
 
-def phrasing_table(res: Results, dataset: str) -> Table | None:
+def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
     """Per model and task asked in several phrasings (a task file's `prompts:`): the primary
     metric's mean and spread over the phrasings, each on the same samples; the board shows the first
     phrasing only. None: no such task.
     """
     import statistics
 
+    cube = _cube(res, cube)
     t = Table(
-        f"phrasings_{dataset}",
-        f"Prompt phrasings on {dataset}: mean and spread over each task's phrasings",
+        f"phrasings_{cube.slug}",
+        f"Prompt phrasings on {cube.name}: mean and spread over each task's phrasings",
         [
             Column("model", "Model", numeric=False),
             Column("task", "Task", numeric=False),
@@ -410,10 +503,10 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
             Column("min", "Min"),
             Column("max", "Max"),
             Column("first", "First (the board's phrasing)"),
-            Column("unparsed", "Unparsed per phrasing", numeric=False),
+            Column("unparsed", "Unparsed of asked, per phrasing", numeric=False),
         ],
     )
-    for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
+    for r in _of(res, "vqa", cube):
         for task, d in (r.metrics.get("tasks") or {}).items():
             ph = d.get("phrasings") or []
             m = next(iter(d.get("metrics") or {}), None)
@@ -431,8 +524,10 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
                     min(vals),
                     max(vals),
                     vals[0],
-                    " / ".join(
-                        f"{p['unparsed']}{' (MC)' if p.get('multiple_choice') else ''}" for p in ph
+                    "; ".join(
+                        f"#{k + 1}{' (MC)' if p.get('multiple_choice') else ''}: {p['unparsed']}"
+                        f" of {p['n']}"
+                        for k, p in enumerate(ph)
                     ),
                 ]
             )
@@ -440,8 +535,10 @@ def phrasing_table(res: Results, dataset: str) -> Table | None:
         return None
     t.notes = [
         "SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing"
-        " (lettered options); every phrasing is asked of the same samples; figures over every"
-        " sample asked (the board's cell: the first phrasing on the test split)"
+        " (lettered options); Unparsed: per phrasing in the task file's order (#1 is the board's),"
+        ' its unparsed answers of those asked ("#2 (MC): 3 of 12"); every phrasing is asked of'
+        " the same samples; figures over every sample asked (the board's cell: the first phrasing"
+        " on the test split)"
     ]
     return t
 
@@ -466,11 +563,11 @@ def generation_cost(r: Run) -> str:
     )
 
 
-def confusion_tables(res: Results, dataset: str) -> list[Table]:
+def confusion_tables(res: Results, cube: "Cube | str") -> list[Table]:
     """A table per VLM run and class task: rows reference, columns answer, and a last column of
     unparsed answers."""
     out = []
-    for r in sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name):
+    for r in _of(res, "vqa", _cube(res, cube)):
         for task, d in (r.metrics.get("tasks") or {}).items():
             c = d.get("confusion")
             if not c:
@@ -489,16 +586,15 @@ def confusion_tables(res: Results, dataset: str) -> list[Table]:
     return out
 
 
-def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
+def fringe_plot(res: Results, cube: "Cube | str", stem: Path) -> list[Path]:
     """The fringe_counting answers against the true counts, a series per VLM run (its unparsed
     answers counted in the legend), beside y = x."""
     from ...report import plots
 
+    cube = _cube(res, cube)
     fig, ax = plots._subplots((4.6, 4.2))
     hi = 1.0
-    for i, r in enumerate(
-        sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name)
-    ):
+    for i, r in enumerate(_of(res, "vqa", cube)):
         pairs = ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
         pts = [(a, b) for a, b in pairs if b is not None]
         if not pairs:
@@ -511,17 +607,20 @@ def fringe_plot(res: Results, dataset: str, stem: Path) -> list[Path]:
     ax.plot([0, hi], [0, hi], color="#888", lw=0.8, ls="--")
     ax.set_xlabel("true fringe count")
     ax.set_ylabel("answered fringe count")
-    ax.set_title(f"Fringe counting on {dataset}")
+    ax.set_title(f"Fringe counting on {cube.name}")
     ax.legend(fontsize=7)
     return plots.save(fig, stem)
 
 
-def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None, str, Table]]:
+def gallery(
+    res: Results, cube: "Cube | str", figures: Path
+) -> list[tuple[Path | None, str, Table]]:
     """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption
     and a table of each model's answers."""
     from ... import store
 
-    runs = sorted((r for r in res.of("vqa") if r.dataset == dataset), key=lambda r: r.model_name)
+    cube = _cube(res, cube)
+    runs = _of(res, "vqa", cube)
     if not runs:
         return []
     base = runs[0]
@@ -557,7 +656,7 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
                 for a in answers
             ]
             t.add(row, [str(x) for x in row])
-        pic = figures / f"vqa_{dataset}_{g['picture'].rsplit('/', 1)[-1]}"
+        pic = figures / f"vqa_{cube.slug}_{g['picture'].rsplit('/', 1)[-1]}"
         try:
             data = store.read_bytes(f"{rdir}/{g['picture']}")
         except (OSError, ValueError):
@@ -570,55 +669,57 @@ def gallery(res: Results, dataset: str, figures: Path) -> list[tuple[Path | None
 
 
 def leaderboard_md(res: Results) -> str:
-    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per dataset (its columns from the task
-    file)."""
+    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per cube (its columns from the task file),
+    a sample cube's test split per answer class in the notes under it."""
     from ...report.tables import to_markdown
 
-    titles = sorted(
-        {board(res, d).title for d in {r.dataset for r in res.of("vqa") + res.of("heads")}}
-    ) or ["InSAR-VLM-Bench tasks"]
+    boards = cubes(res)
+    titles = sorted({board(res, c).title for c in boards}) or ["InSAR-VLM-Bench tasks"]
     parts = [
         f"# Leaderboard ({'; '.join(titles)})",
         "",
         "Written by `cryocube report`; every number is read from the run records (results.jsonl).",
         "",
     ]
-    for d in sorted({r.dataset for r in res.of("vqa") + res.of("heads")}):
-        parts += [to_markdown(leaderboard(res, d)), ""]
+    for c in boards:  # the test split per class is the last note under each
+        parts += [to_markdown(leaderboard(res, c)), ""]
     return "\n".join(parts)
 
 
 def sections(page, res: Results) -> None:
     """The family's report section (`VQA.report_sections`): generative models and encoder heads on
-    question tasks (InSAR-VLM-Bench's, Cryo-Bench's image-level ones), and LEADERBOARD.md beside the
-    report."""
+    question tasks (InSAR-VLM-Bench's, Cryo-Bench's image-level ones), one board per cube, and
+    LEADERBOARD.md beside the report."""
     if not res.of("vqa") and not res.of("heads"):
         return
-    for d in sorted({r.dataset for r in res.of("vqa") + res.of("heads")}):
+    for c in cubes(res):
         sec = page.section(
-            f"{board(res, d).title} ({d}): VLMs and GFMs",
+            f"{board(res, c).title} ({c.dataset}) on {c.name}"
+            + (f" ({about(c)})" if about(c) else "")
+            + ": VLMs and GFMs",
             text=(
                 "Each task's metric on the cube's test split with its 95 % bootstrap interval and"
                 " n, beside the chance and blind baselines; unparsed answers count as wrong."
             ),
         )
-        page.table(sec, "vqa", leaderboard(res, d))
-        page.table(sec, "vqa", task_table(res, d))
-        if (ph := phrasing_table(res, d)) is not None:
+        page.table(sec, "vqa", leaderboard(res, c))
+        if (st := split_table(res, c)) is not None:
+            page.table(sec, "vqa", st)
+        page.table(sec, "vqa", task_table(res, c))
+        if (ph := phrasing_table(res, c)) is not None:
             page.table(sec, "vqa", ph)
-        for t in confusion_tables(res, d):
+        for t in confusion_tables(res, c):
             page.table(sec, "vqa", t)
         if any(
             ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs")
-            for r in res.of("vqa")
-            if r.dataset == d
+            for r in _of(res, "vqa", c)
         ):
             page.figure(
                 sec,
-                fringe_plot(res, d, page.stem(f"vqa_fringes_{d}")),
-                f"{d}: answered against true fringe counts",
+                fringe_plot(res, c, page.stem(f"vqa_fringes_{c.slug}")),
+                f"{c.name}: answered against true fringe counts",
             )
-        for pic, caption, t in gallery(res, d, page.figures_dir):
+        for pic, caption, t in gallery(res, c, page.figures_dir):
             sub = page.section(f"Gallery: {t.title}", level=3)
             if pic is not None:
                 page.picture(sub, pic, caption)

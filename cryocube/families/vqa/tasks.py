@@ -20,7 +20,7 @@ from typing import Any
 
 from ...catalog import CatalogError, _read_yaml, catalog_dirs, need
 from .metrics import SCORES
-from .parsers import PARSERS
+from .parsers import COUNT, PARSERS, Parsed, in_domain
 
 PROMPT_FIELDS = (
     "labels",
@@ -150,7 +150,19 @@ class TaskSpec:
                 "aliases": dict(self.aliases),
                 "letters": "choices" in prompt_fields(self.phrasings[variant]),
             }
-        return {"domain": self.domain} if self.answer == "number" else {}
+        return {"domain": self.number_domain} if self.answer == "number" else {}
+
+    @property
+    def number_domain(self) -> tuple[float | None, float | None]:
+        """A number answer's domain: the file's `domain:`, else a count's [0, open)."""
+        return self.domain if self.domain is not None else COUNT
+
+    def checked(self, p: Parsed) -> Parsed:
+        """A parsed answer held to the task's domain at scoring, whichever parser read it: a number
+        outside it (a negative count) is unparsed."""
+        if self.answer == "number" and p.ok and not in_domain(float(p.value), self.number_domain):
+            return Parsed(None, False, p.text)
+        return p
 
 
 def _render(d: Any, where: str) -> RenderSpec:
