@@ -120,6 +120,29 @@ def _range(r: tuple[int, int] | None) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}–{r[1]}"
 
 
+def _rank_columns(title: str = "Rank interval") -> list[Column]:
+    """The columns `_rank_cells` fills: best and worst rank (hidden), their range, the ties."""
+    return [
+        Column("rank_best", "", show=False),
+        Column("rank_worst", "", show=False),
+        Column("rank", title, numeric=False),
+        Column("ties", "Tied with", numeric=False),
+    ]
+
+
+def _interval_cells(v, lo, hi, decimals: int) -> tuple[list, list]:
+    """(raw, text) of the three columns a value with its interval takes: value, low, high."""
+    text = [stats.interval_text(v, lo, hi, decimals), fmt(lo, decimals), fmt(hi, decimals)]
+    return [v, lo, hi], text
+
+
+def _rank_cells(rk: tuple[int, int] | None, ties: tuple[str, ...]) -> tuple[list, list]:
+    """(raw, text) of `_rank_columns`: the bootstrap rank interval and the models tied with it."""
+    best, worst = rk if rk else (None, None)
+    raw = [best, worst, _range(rk), ", ".join(ties) or None]
+    return raw, [fmt(best), fmt(worst), _range(rk), ", ".join(ties) or MISSING]
+
+
 def cells_table(bi: BoardIntervals) -> Table:
     """Every segmentation cell: mean over seeds [95 % interval], seed SD, n seeds, tiles, scenes,
     bootstrap rank interval, ties, and a note where the interval is missing or weak."""
@@ -138,10 +161,7 @@ def cells_table(bi: BoardIntervals) -> Table:
             Column("tiles", "Tiles"),
             Column("scenes", "Scenes"),
             Column("resampled", "Resampled", numeric=False),
-            Column("rank_best", "", show=False),
-            Column("rank_worst", "", show=False),
-            Column("rank", "Rank interval", numeric=False),
-            Column("ties", "Tied with", numeric=False),
+            *_rank_columns(),
             Column("note", "Note", numeric=False),
         ],
     )
@@ -150,29 +170,17 @@ def cells_table(bi: BoardIntervals) -> Table:
             c = bi.cells.get((row.name, d))
             if c is None:
                 continue
-            rk = c.rank
+            iv_raw, iv_text = _interval_cells(c.mean, c.lo, c.hi, lb.decimals)
+            rk_raw, rk_text = _rank_cells(c.rank, c.ties)
             raw = [
-                row.name, d, c.mean, c.lo, c.hi, c.seed_sd, c.seeds, c.tiles, c.scenes,
-                c.unit or None, rk[0] if rk else None, rk[1] if rk else None, _range(rk),
-                ", ".join(c.ties) or None, c.note or None,
+                row.name, d, *iv_raw, c.seed_sd, c.seeds, c.tiles, c.scenes, c.unit or None,
+                *rk_raw, c.note or None,
             ]  # fmt: skip
             text = [
-                row.name,
-                dataset_display_name(d),
-                stats.interval_text(c.mean, c.lo, c.hi, lb.decimals),
-                fmt(c.lo, lb.decimals),
-                fmt(c.hi, lb.decimals),
-                fmt(c.seed_sd, lb.decimals),
-                str(c.seeds),
-                fmt(c.tiles),
-                fmt(c.scenes),
-                c.unit or MISSING,
-                fmt(rk[0] if rk else None),
-                fmt(rk[1] if rk else None),
-                _range(rk),
-                ", ".join(c.ties) or MISSING,
+                row.name, dataset_display_name(d), *iv_text, fmt(c.seed_sd, lb.decimals),
+                str(c.seeds), fmt(c.tiles), fmt(c.scenes), c.unit or MISSING, *rk_text,
                 c.note or "",
-            ]
+            ]  # fmt: skip
             t.add(raw, text)
     t.notes += [
         NOTE_CELL.format(draws=stats.DRAWS, seed=stats.SEED),
@@ -200,45 +208,16 @@ def aggregate_table(bi: BoardIntervals) -> Table:
             Column("mean_hi", "", show=False),
             Column("datasets", "Datasets"),
             Column("runs", "Runs"),
-            Column("rank_best", "", show=False),
-            Column("rank_worst", "", show=False),
-            Column("rank", "IQM rank interval", numeric=False),
-            Column("ties", "Tied with", numeric=False),
+            *_rank_columns("IQM rank interval"),
         ],
     )
     for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm):
-        rk = a.rank
+        iqm_raw, iqm_text = _interval_cells(a.iqm, a.iqm_lo, a.iqm_hi, lb.decimals)
+        mean_raw, mean_text = _interval_cells(a.mean, a.mean_lo, a.mean_hi, lb.decimals)
+        rk_raw, rk_text = _rank_cells(a.rank, a.ties)
         t.add(
-            [
-                m,
-                a.iqm,
-                a.iqm_lo,
-                a.iqm_hi,
-                a.mean,
-                a.mean_lo,
-                a.mean_hi,
-                a.datasets,
-                a.runs,
-                rk[0] if rk else None,
-                rk[1] if rk else None,
-                _range(rk),
-                ", ".join(a.ties) or None,
-            ],  # fmt: skip
-            [
-                m,
-                stats.interval_text(a.iqm, a.iqm_lo, a.iqm_hi, lb.decimals),
-                fmt(a.iqm_lo, lb.decimals),
-                fmt(a.iqm_hi, lb.decimals),
-                stats.interval_text(a.mean, a.mean_lo, a.mean_hi, lb.decimals),
-                fmt(a.mean_lo, lb.decimals),
-                fmt(a.mean_hi, lb.decimals),
-                str(a.datasets),
-                str(a.runs),
-                fmt(rk[0] if rk else None),
-                fmt(rk[1] if rk else None),
-                _range(rk),
-                ", ".join(a.ties) or MISSING,
-            ],
+            [m, *iqm_raw, *mean_raw, a.datasets, a.runs, *rk_raw],
+            [m, *iqm_text, *mean_text, str(a.datasets), str(a.runs), *rk_text],
         )
     n = len(lb.datasets)
     t.notes.append(
