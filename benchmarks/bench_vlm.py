@@ -121,8 +121,8 @@ def main(argv=None) -> None:
 
     from cryocube.adapters import get, split_ref
     from cryocube.cluster.runtime import device_for_worker
-    from cryocube.families.vqa.render import render
-    from cryocube.families.vqa.tasks import all_tasks, fill
+    from cryocube.questions.render import render
+    from cryocube.questions.tasks import all_tasks, fill
 
     p = argparse.ArgumentParser()
     p.add_argument("--short", action="store_true")

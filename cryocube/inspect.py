@@ -247,7 +247,7 @@ def _list(args) -> int:
             (n, families.get(n).primary_metric) for n in families.names()
         ]
     elif args.what == "tasks":
-        from .families.vqa.tasks import all_tasks
+        from .questions.tasks import all_tasks
 
         rows = [("task", "cubes", "answer", "metrics", "source")] + [
             (

@@ -165,8 +165,8 @@ def insar_cube(tmp_path_factory, client):
 def embedding_plan():
     """`plan_embedding` as `cryocube embed` calls it: the benchmark's embedding recipe with `sets`
     (recipe fields, as --set gives them) and a context of `ctx`'s fields (weights, random)."""
+    from cryocube.embeddings.embed import plan_embedding
     from cryocube.families import PlanContext
-    from cryocube.families.embedding.embed import plan_embedding
     from cryocube.families.recipes import load_recipe
 
     def plan(source: str, cube, *, dim=None, seed: int = 0, ctx: dict | None = None, **sets):

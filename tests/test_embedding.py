@@ -14,14 +14,14 @@ import pytest
 from cryocube.cli import main
 from cryocube.convert.writer import convert
 from cryocube.cube import DamagedCubeError, cube_info, open_cube, read_samples
-from cryocube.errors import UserError
-from cryocube.families.embedding.embed import embed, load_embeddings
-from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
-from cryocube.families.embedding.submission import (
+from cryocube.embeddings.embed import embed, load_embeddings
+from cryocube.embeddings.submission import (
     SubmissionError,
     read_submission,
     write_submission,
 )
+from cryocube.errors import UserError
+from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
 from cryocube.families.embedding.work import probe_embeddings
 from cryocube.synthetic import make_raw, make_samples
 

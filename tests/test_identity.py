@@ -18,10 +18,10 @@ import zarr
 from cryocube.cli import main
 from cryocube.convert.writer import convert
 from cryocube.cube import as_text, open_cube, sample_ids
+from cryocube.embeddings.embed import load_embeddings
+from cryocube.embeddings.submission import read_submission
 from cryocube.errors import RecipeError, UserError
-from cryocube.families.embedding.embed import load_embeddings
 from cryocube.families.embedding.probe import probe_recipe, tasks_from_cube
-from cryocube.families.embedding.submission import read_submission
 from cryocube.families.embedding.work import probe_embeddings
 from cryocube.synthetic import make_raw, make_samples
 
@@ -191,7 +191,7 @@ def test_labels_folder_and_tasks_from_give_the_same_q_for_the_same_data(
 ):
     root, a, _ = samples
     from cryocube.cube import cube_info
-    from cryocube.families.embedding.embed import embed
+    from cryocube.embeddings.embed import embed
 
     spec, prov = embedding_plan("mean", cube_info(a), dim=32)
     emb = str(tmp_path / "emb.zarr")
@@ -293,7 +293,7 @@ def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path, embe
     """Two label folders, one dataset name ("labels"): before, they were pooled, every run missed
     the other set's tasks and was listed as dropped for a NaN Q."""
     from cryocube.cube import cube_info
-    from cryocube.families.embedding.embed import embed
+    from cryocube.embeddings.embed import embed
     from cryocube.report import build_report
 
     root, a, _ = samples
@@ -343,7 +343,7 @@ def test_an_embedding_store_with_repeated_ids_is_refused(caffe, tmp_path, embedd
     """A store embedded before ids were unique (its rows named by `source`) is refused, never
     collapsed."""
     from cryocube.cube import cube_info
-    from cryocube.families.embedding.embed import embed
+    from cryocube.embeddings.embed import embed
 
     _, url = caffe
     spec, prov = embedding_plan("random", cube_info(url), dim=4)

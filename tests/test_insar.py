@@ -197,8 +197,8 @@ def test_verify_checks_boxes_and_answers_too(geotiff, tmp_path, capsys):
     # a run reads its references checked too: planning the questions refuses the damaged box, naming
     # it
     from cryocube.cube import DamagedCubeError
-    from cryocube.families.vqa.questions import questions
-    from cryocube.families.vqa.tasks import select
+    from cryocube.questions.ask import questions
+    from cryocube.questions.tasks import select
 
     first = 4 * blk + int(np.flatnonzero(has_box[4 * blk : 4 * blk + 4])[0])
     with pytest.raises(
@@ -567,8 +567,8 @@ def test_flagged_hephaestus_samples_are_left_out_unless_kept(tmp_path, capsys, c
 def test_a_hephaestus_cube_asks_its_own_annotations(tmp_path, client):
     """The Hephaestus task file's tasks find their references in the cube (targets and answers,
     digested like every per-sample variable); an insar cube is not asked them."""
-    from cryocube.families.vqa.questions import questions
-    from cryocube.families.vqa.tasks import select
+    from cryocube.questions.ask import questions
+    from cryocube.questions.tasks import select
 
     m = make_interferograms(tmp_path / "raw", n=6, size=32, seed=2, dataset="hephaestus")
     two = next(i for i, p in enumerate(m.pairs) if p.source != "none")

@@ -218,6 +218,29 @@ def test_the_engine_knows_no_family():
         assert not graph[m] & families, (m, sorted(graph[m] & families))
 
 
+def test_families_are_siblings():
+    """No family package imports another (function-level imports included): what two families
+    share is a service below them (`questions/`, `embeddings/`, `families/base|encoders|split`),
+    so a family can be read, changed or removed on its own."""
+    from cryocube.families import FAMILIES
+
+    graph = import_graph()
+    packages = {f"cryocube.families.{n}" for n in ("segmentation", "embedding", "vqa", "heads")}
+    assert packages <= {m for m in graph if m.count(".") == 2}
+    assert set(FAMILIES) >= {p.rsplit(".", 1)[1] for p in packages}
+
+    def family(m):
+        return next((p for p in packages if m == p or m.startswith(p + ".")), None)
+
+    crossing = sorted(
+        (m, d)
+        for m, deps in graph.items()
+        for d in deps
+        if family(m) and family(d) and family(m) != family(d)
+    )
+    assert crossing == [], crossing
+
+
 def test_each_family_declares_its_recipe():
     """Shared fields once (cryocube/recipe.py), each family's own on its recipe class; a field no
     family declares is refused, and each family's part holds only its fields."""

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from cryocube.embeddings import submission
+from cryocube.embeddings.submission import SubmissionError
 from cryocube.errors import UserError
-from cryocube.families.embedding import neuco, probes, submission
+from cryocube.families.embedding import neuco, probes
 from cryocube.families.embedding.neuco import NeuCoError
 from cryocube.families.embedding.probes import ProbeError
-from cryocube.families.embedding.submission import SubmissionError
 
 torch.set_num_threads(1)
 
@@ -47,11 +48,11 @@ def test_standardize_over_some_rows_applies_their_mean_and_std_to_all():
 
 def test_pad_to_zero_pads_and_refuses_wider():
     X = np.ones((2, 3), np.float32)
-    P = neuco.pad_to(X, 5)
+    P = submission.pad_to(X, 5)
     assert P.shape == (2, 5) and P[:, 3:].sum() == 0 and P[:, :3].sum() == 6
-    assert neuco.pad_to(X, 3) is X
+    assert submission.pad_to(X, 3) is X
     with pytest.raises(NeuCoError, match="3 dimensions, more than the expected 2"):
-        neuco.pad_to(X, 2)
+        submission.pad_to(X, 2)
 
 
 def test_scale_labels_min_max_per_task():

@@ -9,8 +9,8 @@ import json
 import numpy as np
 
 from cryocube.cli import main
+from cryocube.embeddings.submission import write_submission
 from cryocube.families.embedding.probe import probe_recipe
-from cryocube.families.embedding.submission import write_submission
 from cryocube.families.embedding.work import probe_embeddings
 
 

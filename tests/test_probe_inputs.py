@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from cryocube.cli import build_parser, main
+from cryocube.embeddings.submission import write_submission
 from cryocube.errors import UserError
 from cryocube.families.embedding import neuco
 from cryocube.families.embedding.probe import (
@@ -26,7 +27,6 @@ from cryocube.families.embedding.probe import (
     probe_recipe,
     run_probes,
 )
-from cryocube.families.embedding.submission import write_submission
 from cryocube.families.embedding.work import probe_embeddings
 from cryocube.labelfiles import LabelError, read_label_folder
 

@@ -139,7 +139,7 @@ def test_insar_tasks_cannot_be_asked_of_a_tile_cube(gld, tmp_path, client):
     import dataclasses
 
     from cryocube.errors import UserError
-    from cryocube.families.vqa.tasks import select
+    from cryocube.questions.tasks import select
 
     assert [t.name for t in select(["class_fraction"], "tiles")] == ["class_fraction"]
     assert {t.name for t in select(None, "tiles")} == {"class_presence", "class_fraction"}
@@ -261,7 +261,7 @@ def test_a_bad_prompt_field_is_one_sentence_before_any_cluster(gld, lab_tasks, t
 )
 def test_a_bad_tile_task_file_is_one_sentence(tmp_path, doc, said):
     from cryocube.catalog import CatalogError
-    from cryocube.families.vqa.tasks import load_task_file
+    from cryocube.questions.tasks import load_task_file
 
     f = tmp_path / "mine.yaml"
     f.write_text(yaml.safe_dump(doc))
@@ -272,8 +272,8 @@ def test_a_bad_tile_task_file_is_one_sentence(tmp_path, doc, said):
 
 def test_tiles_are_drawn_in_colour_or_sar_in_grey():
     from cryocube.errors import UserError
-    from cryocube.families.vqa.render import BandFacts, render_tile, tile_bands
-    from cryocube.families.vqa.tasks import TileRender
+    from cryocube.questions.render import BandFacts, render_tile, tile_bands
+    from cryocube.questions.tasks import TileRender
 
     rng = np.random.default_rng(0)
     opt = tuple(
@@ -314,7 +314,7 @@ def test_tiles_are_drawn_in_colour_or_sar_in_grey():
     ],
 )
 def test_fraction_answers_read_percentages(text, value):
-    from cryocube.families.vqa.parsers import parse
+    from cryocube.questions.parsers import parse
 
     p = parse("fraction", text)
     assert p.ok and p.value == pytest.approx(value)
@@ -322,6 +322,6 @@ def test_fraction_answers_read_percentages(text, value):
 
 @pytest.mark.parametrize("text", ["", "a lot", "150", "-0.2"])
 def test_unreadable_fractions_are_unparsed(text):
-    from cryocube.families.vqa.parsers import parse
+    from cryocube.questions.parsers import parse
 
     assert not parse("fraction", text).ok

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from cryocube.families.vqa.metrics import (
+from cryocube.questions.metrics import (
     bootstrap_ci,
     box_iou,
     confusion,
@@ -16,7 +16,7 @@ from cryocube.families.vqa.metrics import (
     summarize,
     token_f1,
 )
-from cryocube.families.vqa.parsers import parse
+from cryocube.questions.parsers import parse
 
 LABELS = ("low", "medium", "high")
 
@@ -161,7 +161,7 @@ def _table() -> list[dict]:
 
 def _options(row: dict) -> tuple[str, dict]:
     """The row's answer text (a `{prompt}` echo filled) and the parser options a task would pass."""
-    from cryocube.families.vqa.tasks import all_tasks, fill
+    from cryocube.questions.tasks import all_tasks, fill
 
     text, opts = row["text"], {}
     if "prompt" in row:
@@ -248,8 +248,8 @@ def test_a_number_tasks_domain_holds_at_scoring():
     answer; a task's own domain wins."""
     import dataclasses
 
-    from cryocube.families.vqa.parsers import Parsed
-    from cryocube.families.vqa.tasks import all_tasks
+    from cryocube.questions.parsers import Parsed
+    from cryocube.questions.tasks import all_tasks
 
     t = dataclasses.replace(all_tasks()["fringe_counting"], domain=None)
     assert t.parser_options() == {"domain": (0.0, None)}

@@ -60,9 +60,9 @@ def test_forty_pairs_test_every_coherence_class_and_chance_scores_the_majority_s
     split, and chance (the train majority) scores that class's share of the test pairs."""
     from cryocube.cube import cube_info
     from cryocube.families.split import cube_split
-    from cryocube.families.vqa.cells import chance, chance_cells
-    from cryocube.families.vqa.questions import questions
-    from cryocube.families.vqa.tasks import select
+    from cryocube.questions.ask import questions
+    from cryocube.questions.cells import chance, chance_cells
+    from cryocube.questions.tasks import select
 
     url, m = ifg40
     split, ids, record = cube_split(url, cube_info(url).checksum)

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from cryocube.catalog import CatalogError
-from cryocube.families.vqa.render import render
-from cryocube.families.vqa.tasks import RenderSpec, all_tasks, fill, load_task_file
+from cryocube.questions.render import render
+from cryocube.questions.tasks import RenderSpec, all_tasks, fill, load_task_file
 
 
 def test_the_four_tasks_are_catalog_data():

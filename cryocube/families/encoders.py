@@ -201,3 +201,19 @@ def encoder_input_size(mspec: ModelSpec, tile: int, requested: int | None, where
             f"{where}: input_size {size} is not a multiple of the encoder's patch size {patch}"
         )
     return size
+
+
+def sliding_offsets(length: int, window: int) -> list[int]:
+    """Window offsets along one axis: ceil(L / S) windows spread evenly, the last flush with the
+    edge."""
+    if length <= window:
+        return [0]
+    n = int(np.ceil(length / window))
+    return [int(round(v)) for v in np.linspace(0, length - window, n)]
+
+
+def window_offsets(tile: int, size: int) -> np.ndarray:
+    """(W, 2) top-left corners of the sliding windows over a (padded) tile."""
+    side = max(tile, size)
+    offs = sliding_offsets(side, size)
+    return np.array([(y, x) for y in offs for x in offs], dtype=np.int32)

@@ -11,15 +11,10 @@ the vectors on its own, for submissions.
 from __future__ import annotations
 
 from ...catalog import protocol as protocol_spec
+from ...embeddings.embed import embeddings_url
 from ...errors import UserError
 from .. import register
 from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
-
-
-def embeddings_url(out: str, key: str) -> str:
-    """A probe run's vectors under the results root, named by the EmbedSpec key so runs on one
-    model's vectors share a store; `CubeProbe.results` derives the run folder from it."""
-    return f"{out.rstrip('/')}/embeddings/{key}.zarr"
 
 
 @register
@@ -39,7 +34,7 @@ class Embedding(FittedInScore):
     def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
         """Refuses what the protocol cannot score (--fraction, tasks too small to split) before any
         embedding; the run id hashes the embedding key, labels, probe recipe and seed."""
-        from .embed import plan_embedding
+        from ...embeddings.embed import plan_embedding
         from .probe import (
             K_DEFAULT,
             check_tasks,

@@ -135,10 +135,10 @@ def _embed(args) -> int:
     from ...cluster import open_cluster, planned_threads
     from ...cluster.client import cluster_threads
     from ...cube import cube_info
+    from ...embeddings.embed import embed, load_embeddings, plan_embedding, write_sidecar
+    from ...embeddings.submission import write_submission
     from ..base import PlanContext
     from ..recipes import load_recipe
-    from .embed import embed, load_embeddings, plan_embedding, write_sidecar
-    from .submission import write_submission
 
     store.register_options(args.out, args.storage_options)
     store.register_options(args.cube, args.storage_options)

@@ -44,18 +44,6 @@ def standardize(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     return np.ascontiguousarray((X - mu) / sigma, dtype=np.float32)
 
 
-def pad_to(X: np.ndarray, dim: int) -> np.ndarray:
-    """Zero-pad the columns of X on the right to `dim`; a wider matrix is an error."""
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise NeuCoError(f"embeddings must be a 2-D matrix (samples x dims), got shape {X.shape}.")
-    if X.shape[1] > dim:
-        raise NeuCoError(f"embeddings have {X.shape[1]} dimensions, more than the expected {dim}.")
-    if X.shape[1] == dim:
-        return X
-    return np.pad(X, ((0, 0), (0, dim - X.shape[1])))
-
-
 def scale_labels(y: np.ndarray) -> np.ndarray:
     """Min-max labels to [0, 1] per task (per column of a 2-D y); constant labels become 0, NaN
     stays."""

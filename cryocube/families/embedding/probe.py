@@ -23,10 +23,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ... import store as _store
+from ...embeddings.submission import pad_to
 from ...errors import UserError, task_boundary
 from ..class_labels import class_labels
 from ..class_labels import slug as _slug
-from .neuco import NeuCoError, pad_to, shuffle_splits, standardize, summarize
+from .neuco import NeuCoError, shuffle_splits, standardize, summarize
 from .probes import PROBES, SVM_DEFAULTS, TASK_PROBES, check_labels, fold_score
 
 # per worker: the standardised matrix of an embedding store, read once
@@ -379,7 +380,7 @@ def align(
     labelled, never on the order of a label file or a cube), or with `fold_order="file"` in the
     label file's (the cube's) order, as NeuCo-Bench keeps it; a labelled id without an embedding is
     an error."""
-    from .submission import strip_id
+    from ...embeddings.submission import strip_id
 
     pos = {strip_id(i): r for r, i in enumerate(ids)}
     out = []
@@ -453,7 +454,7 @@ def _matrix(t: FoldTask) -> np.ndarray:
     )
     X = _X.get(key)
     if X is None:
-        from .embed import load_embeddings
+        from ...embeddings.embed import load_embeddings
 
         _, E, _, _ = load_embeddings(t.url)
         _X.clear()
@@ -608,8 +609,8 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
     line, id and column); with a `dim`, the challenge's column-count rule applies too. A CSV that
     `embed` wrote carries its provenance (cube checksum, model) in a sidecar JSON."""
     if path.rstrip("/").endswith(".csv"):
-        from .embed import read_sidecar
-        from .submission import read_submission
+        from ...embeddings.embed import read_sidecar
+        from ...embeddings.submission import read_submission
 
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
         return (
@@ -624,7 +625,7 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
         )
     if not _store.exists(path):
         raise UserError(f"{path}: no such embedding store or submission CSV")
-    from .embed import load_embeddings
+    from ...embeddings.embed import load_embeddings
 
     ids, X, _, attrs = load_embeddings(path)
     bad = ~np.isfinite(X)

@@ -33,31 +33,15 @@ class CubeProbe:
     url: str  # the embedding store
 
     def prepare(self, runner, run) -> dict:
-        """Embeds (or resumes, or reuses) the run's store on the cluster; returns what the records
-        keep: timings, width, the vectors' sha256, PCA, threads."""
-        from .embed import embed
+        """Embeds (or reuses) the run's store; the facts its records keep."""
+        from ...embeddings.embed import prepare_store
 
-        r = embed(
-            self.embed,
-            run.cube,
-            self.url,
-            client=runner.client,
-            progress=runner.progress,
-            provenance={"weights": run.record["weights"]},
-        )
-        return {
-            "embed_s": r.seconds,
-            "blocks_run": r.blocks_run,
-            "dim": r.dim,
-            "embedding_sha256": r.attrs.get("embedding_sha256"),
-            "pca": r.attrs.get("pca"),
-            "threads": r.attrs.get("threads", []),
-        }
+        return prepare_store(self.embed, run.cube, self.url, runner, run.record["weights"])
 
     def folds(self) -> list:
         """Fold tasks that read the embedding store on the workers (once per worker, cached by its
         sha256): the matrix never passes through the client."""
-        from .embed import load_embeddings
+        from ...embeddings.embed import load_embeddings
         from .probe import align, fold_tasks, probe_fold
 
         ids, _, _, attrs = load_embeddings(self.url)

@@ -12,9 +12,9 @@ baseline's. Text tasks have no head: the board says so.
 from __future__ import annotations
 
 from ...errors import UserError
+from ...questions.cells import answerable
 from .. import register
 from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
-from ..vqa.cells import answerable
 from .recipe import HeadsRecipe
 
 IDENTITY_VERSION = 2  # 2: one question per sample and task (phrasings left to VLMs)
@@ -24,7 +24,7 @@ N_BOOT = 1000
 @register
 class Heads(FittedInScore):
     name = "heads"
-    warm_modules = ("timm", "cryocube.families.embedding.embed", f"{__name__}.linear")
+    warm_modules = ("timm", "cryocube.embeddings.embed", f"{__name__}.linear")
     # share of test questions a head answered (each task's metrics are board cells)
     primary_metric = "answered"
     recipe = HeadsRecipe
@@ -33,12 +33,11 @@ class Heads(FittedInScore):
         """Refuses the baseline embeddings (chance is on every board) and cubes with no answerable
         task or test reference; runs share the embedding family's pooled features (prep_key)."""
         from ...catalog import protocol as protocol_spec
-        from ..embedding import embeddings_url
-        from ..embedding.embed import BASELINES, plan_embedding
+        from ...embeddings.embed import BASELINES, embeddings_url, plan_embedding
+        from ...questions.ask import questions
+        from ...questions.cells import chance_cells
+        from ...questions.tasks import select
         from ..split import cube_split
-        from ..vqa.cells import chance_cells
-        from ..vqa.questions import questions
-        from ..vqa.tasks import select
         from .linear import ALPHA_GRID, C_GRID, HeadsJob
 
         protocol_spec(spec.protocol)
@@ -143,13 +142,13 @@ class Heads(FittedInScore):
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         """The embedding family's pooled features, embedded once per (model, cube) by its own
         step."""
-        from ..embedding.work import CubeProbe
+        from ...embeddings.embed import prepare_store
 
         out: dict[str, dict] = {}
         for p in runs:
             if p.prep_key not in out:
-                out[p.prep_key] = CubeProbe(p.work["embed"], None, [], p.work["url"]).prepare(
-                    runner, p
+                out[p.prep_key] = prepare_store(
+                    p.work["embed"], p.cube, p.work["url"], runner, p.record["weights"]
                 )
         return out
 
@@ -176,7 +175,7 @@ class Heads(FittedInScore):
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """Board cells of the answers, scored as VLM answers are, beside the chance baseline;
         `answered` is the percentage of test questions answered."""
-        from ..vqa.cells import cells
+        from ...questions.cells import cells
 
         w = run.work
         rows = total["rows"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import task_boundary
-from ..vqa.cells import answerable, scored_rows, target_of
+from ...questions.cells import answerable, scored_rows, target_of
 
 # logistic regression: inverse regularisation strength
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
@@ -52,7 +52,7 @@ def _clip(t, v: np.ndarray) -> np.ndarray:
 
 def _val_score(t, pred, y) -> float:
     """Higher is better: accuracy, -MAE, mean box IoU (the task's own metrics)."""
-    from ..vqa.metrics import box_iou
+    from ...questions.metrics import box_iou
 
     if t.answer == "class":
         return float(np.mean(pred == y))
@@ -110,7 +110,7 @@ def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
 def answer_heads(job: HeadsJob) -> dict:
     """Fit a head per (task, class asked), answer the test questions; rows scored as VLM answers
     are."""
-    from ..embedding.embed import load_embeddings
+    from ...embeddings.embed import load_embeddings
 
     ids, E, _, _ = load_embeddings(job.embeddings)
     pos = {i: k for k, i in enumerate(ids)}

@@ -7,7 +7,11 @@ import numpy as np
 import torch
 
 from ...catalog import CUBE_IGNORE_INDEX
-from ..encoders import InputMap  # noqa: F401  (re-exported: the map is shared by every family)
+from ..encoders import (  # noqa: F401  (shared with the embeddings)
+    InputMap,  # noqa: F401  (re-exported: the map is shared by every family)
+    sliding_offsets,
+    window_offsets,
+)
 
 
 def pad_to(x: torch.Tensor, label: np.ndarray, size: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -22,22 +26,6 @@ def pad_to(x: torch.Tensor, label: np.ndarray, size: int) -> tuple[torch.Tensor,
     px[..., :h, :w] = x
     pl[..., :h, :w] = label
     return px, pl
-
-
-def sliding_offsets(length: int, window: int) -> list[int]:
-    """Window offsets along one axis: ceil(L / S) windows spread evenly, the last flush with the
-    edge."""
-    if length <= window:
-        return [0]
-    n = int(np.ceil(length / window))
-    return [int(round(v)) for v in np.linspace(0, length - window, n)]
-
-
-def window_offsets(tile: int, size: int) -> np.ndarray:
-    """(W, 2) top-left corners of the sliding windows over a (padded) tile."""
-    side = max(tile, size)
-    offs = sliding_offsets(side, size)
-    return np.array([(y, x) for y in offs for x in offs], dtype=np.int32)
 
 
 def crop_offsets(n_samples: int, k: int, tile: int, size: int, seed: int) -> np.ndarray:

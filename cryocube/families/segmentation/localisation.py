@@ -17,8 +17,8 @@ import numpy as np
 from ... import store as _store
 from ...convert.insar_labels import box_of
 from ...cube import open_cube, sample_ids
+from ...questions.metrics import box_iou, summarize
 from ..split import samples_hash
-from ..vqa.metrics import box_iou, summarize
 
 RULE = (
     "box of all predicted deformation pixels in connected regions of >= min_pixels (the cube's"

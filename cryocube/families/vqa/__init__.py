@@ -43,11 +43,11 @@ class Vqa(FittedInScore):
         from ...adapters import get, names, split_ref
         from ...catalog import protocol as protocol_spec
         from ...precision import resolve, this_device
+        from ...questions.ask import questions
+        from ...questions.cells import chance_cells
+        from ...questions.tasks import select
         from ..split import cube_split
         from .answer import Block, block_url
-        from .cells import chance_cells
-        from .questions import questions
-        from .tasks import select
 
         protocol_spec(spec.protocol)
         vr = (
@@ -111,7 +111,7 @@ class Vqa(FittedInScore):
         blocks = []
         bands = tuple(b.name for b in cube.bands)
         from ...cube import open_cube
-        from .render import band_facts
+        from ...questions.render import band_facts
 
         ds = open_cube(cube.url)
         facts = band_facts(ds) if cube.kind == "tiles" else ()
@@ -224,8 +224,8 @@ class Vqa(FittedInScore):
         import json
 
         from ... import store as _store
+        from ...questions.cells import cells
         from .answer import summarize_rows
-        from .cells import cells
 
         rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"], r.get("variant", 0)))
         tasks = summarize_rows(rows, run.work["tasks"], N_BOOT, seed=run.spec.seed)
@@ -278,7 +278,7 @@ def _asked(qs: list, kind: str) -> dict:
 def summary_line(tasks: dict) -> str:
     """One line per run for the console: each task's metrics with their 95 % intervals and its
     unparsed answers."""
-    from .metrics import FACTS
+    from ...questions.metrics import FACTS
 
     parts = []
     for name, d in tasks.items():
@@ -295,8 +295,8 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
     answers."""
     from ... import store as _store
     from ...cube import read_samples
+    from ...questions.render import png_bytes, render
     from .answer import crop
-    from .render import png_bytes, render
 
     tasks = run.work["tasks"]
     samples = sorted({r["sample"] for r in rows})[:GALLERY_SAMPLES]

@@ -15,10 +15,10 @@ import numpy as np
 from ... import store as _store
 from ...adapters.base import ModelRef
 from ...errors import task_boundary
-from .metrics import score
-from .parsers import parse
-from .questions import Question
-from .tasks import TaskSpec
+from ...questions.ask import Question
+from ...questions.metrics import score
+from ...questions.parsers import parse
+from ...questions.tasks import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def _generate(b: Block) -> tuple[list[dict], float, str]:
     from ...adapters import get
     from ...cluster.runtime import torch_task
     from ...cube import read_samples
-    from .render import render
+    from ...questions.render import render
 
     samples = sorted({q.sample for q in b.questions})
     images, _ = read_samples(b.cube, samples, labels=False)
@@ -207,7 +207,7 @@ def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, se
     unparsed and the score an unparsed answer got (`unparsed_value`); class tasks add a confusion
     matrix; a task with several phrasings adds each phrasing's n, unparsed and metrics
     (`phrasings`)."""
-    from .metrics import confusion, summarize
+    from ...questions.metrics import confusion, summarize
 
     out = {}
     for name, t in tasks.items():

@@ -25,7 +25,7 @@ from ...report.records import Results, Run
 from ...report.tables import MISSING, Column, Table
 
 if TYPE_CHECKING:
-    from .tasks import Board
+    from ...questions.tasks import Board
 
 CANNOT = "cannot answer (encoder)"
 NOT_IN_CUBE = f"{MISSING} (not in cube)"
@@ -213,8 +213,8 @@ def _header(task, metric: str, header: str, units: set[str]) -> str:
     """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its
     task's cells would have."""
     if not units:
-        from .cells import unit
-        from .tasks import all_tasks
+        from ...questions.cells import unit
+        from ...questions.tasks import all_tasks
 
         t = all_tasks().get(task)
         units = (
@@ -317,7 +317,7 @@ def board(res: Results, cube: "Cube | str") -> "Board":
     board has both files' columns, the dataset's own file first. InSAR-VLM-Bench's when no file can
     be found."""
     from ...catalog import CatalogError
-    from .tasks import Board, all_tasks, board_of
+    from ...questions.tasks import Board, all_tasks, board_of
 
     cube = _cube(res, cube)
     known = all_tasks()

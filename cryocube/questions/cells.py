@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..split import samples_hash
+from ..families.split import samples_hash
 
 # answers an encoder head gives (text: cannot answer)
 ANSWER_KINDS = ("class", "number", "fraction", "box")

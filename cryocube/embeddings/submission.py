@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from cryocube.errors import SubmissionError
+from cryocube.errors import NeuCoError, SubmissionError
 from cryocube.labelfiles import strip_id
 
 _DIGITS = re.compile(r"^[0-9]+$")
@@ -190,3 +190,15 @@ def read_submission(
         keep = np.array([r for r, i in enumerate(ids) if i in wanted], dtype=int)
     notes["n_dropped_ids"] = len(ids) - len(keep)
     return [ids[r] for r in keep], values[keep].astype(np.float32), notes
+
+
+def pad_to(X: np.ndarray, dim: int) -> np.ndarray:
+    """Zero-pad the columns of X on the right to `dim`; a wider matrix is an error."""
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise NeuCoError(f"embeddings must be a 2-D matrix (samples x dims), got shape {X.shape}.")
+    if X.shape[1] > dim:
+        raise NeuCoError(f"embeddings have {X.shape[1]} dimensions, more than the expected {dim}.")
+    if X.shape[1] == dim:
+        return X
+    return np.pad(X, ((0, 0), (0, dim - X.shape[1])))

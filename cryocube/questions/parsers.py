@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...errors import UserError
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import string
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ...catalog import CatalogError, _read_yaml, catalog_dirs, need
+from ..catalog import CatalogError, _read_yaml, catalog_dirs, need
 from .metrics import SCORES
 from .parsers import COUNT, PARSERS, Parsed, in_domain
 
@@ -521,7 +521,7 @@ def select(
     """The named tasks (or every task about `cube_kind` cubes of `dataset`: a file's `datasets:`
     limits its tasks to those); a named task about another kind of cube, or for other datasets, is
     refused."""
-    from ...errors import UserError
+    from ..errors import UserError
 
     tasks = all_tasks()
 

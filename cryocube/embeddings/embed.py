@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ... import __version__
-from ... import store as _store
-from ...cube import _text, as_text, read_samples
-from ...errors import RecipeError, UserError, task_boundary
-from ...recipe import BaseRecipe
-from ..base import PlanContext
-from ..encoders import EncoderSpec, InputMap, dataset_band_rule, match_cube_bands
+from .. import __version__
+from .. import store as _store
+from ..cube import _text, as_text, read_samples
+from ..errors import RecipeError, UserError, task_boundary
+from ..families.base import PlanContext
+from ..families.encoders import EncoderSpec, InputMap, dataset_band_rule, match_cube_bands
+from ..recipe import BaseRecipe
 
 COMPLETE = "cryocube_embedding_complete"
 BASELINES = ("random", "mean")
@@ -132,11 +132,11 @@ def plan_embedding(
     `ctx.weights_dir`), follow_reference; the torch threads of every block are
     `ctx.run_threads(recipe.threads)`, on CPU part of the key. `seed` is the random baseline's.
     """
-    from ...catalog import load_dataset
-    from ...models import model_spec
-    from ...models.weights import resolve_weights
-    from ...precision import resolve, this_device
-    from ..encoders import encoder_input_size, input_map
+    from ..catalog import load_dataset
+    from ..families.encoders import encoder_input_size, input_map
+    from ..models import model_spec
+    from ..models.weights import resolve_weights
+    from ..precision import resolve, this_device
 
     if dim is not None and dim < 1:
         raise UserError(f"--dim must be >= 1, got {dim}")
@@ -248,8 +248,8 @@ def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
     level."""
     import torch
 
-    from ...precision import autocast
-    from ..segmentation.data import window_offsets
+    from ..families.encoders import window_offsets
+    from ..precision import autocast
 
     S = spec.encoder.input_size
     H = x.shape[-1]
@@ -293,7 +293,7 @@ def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
 def embed_block(task: EmbedBlock) -> dict[str, Any]:
     """One block's task: its samples' vectors into `features`, then its progress flag, so an
     interrupted `embed` resumes after the last finished block."""
-    from ...cluster.runtime import torch_task
+    from ..cluster.runtime import torch_task
 
     t0 = time.perf_counter()
     spec = task.spec
@@ -313,7 +313,7 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
         elif spec.source == "mean":
             v = _mean_baseline(spec, x.numpy().reshape(n, T, -1, H, W))
         else:
-            from ..encoders import get_encoder
+            from ..families.encoders import get_encoder
 
             enc = get_encoder(spec.encoder, device)
             v = _pooled(enc, spec, x, device, spec.batch or 16).reshape(n, T, -1).mean(axis=1)
@@ -356,8 +356,8 @@ def embed(
 ) -> EmbedResult:
     """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this
     process."""
-    from ... import outputs
-    from ..encoders import encoder_facts
+    from .. import outputs
+    from ..families.encoders import encoder_facts
 
     t0 = time.perf_counter()
     # never replace what embed did not write
@@ -411,7 +411,7 @@ def embed(
     ]
     threads: set[int] = set()
     if tasks:
-        from ...progress import gather, progress_bar
+        from ..progress import gather, progress_bar
 
         if client is None:
             with progress_bar(f"embed {spec.source}", n, progress) as bar:
@@ -460,7 +460,7 @@ def _finish(
     provenance: dict,
     threads: list[int],
 ) -> EmbedResult:
-    from .neuco import pad_to
+    from .submission import pad_to
 
     g = _store.open_group(url, "r+")
     F = np.asarray(g["features"][:])
@@ -491,7 +491,7 @@ def _finish(
         E = pad_to(E, spec.dim)
     else:
         E = F
-    from ...cube import open_cube, sample_ids
+    from ..cube import open_cube, sample_ids
 
     ids = sample_ids(open_cube(cube.url), cube.url)
     for k in ("embedding", "sample", "split", "id"):
@@ -539,7 +539,7 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
             f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed`"
             " again"
         )
-    from ...cube import check_unique_ids
+    from ..cube import check_unique_ids
 
     ids = check_unique_ids(
         g["id"][:],
@@ -629,3 +629,30 @@ def read_sidecar(csv: str) -> dict:
         )
         return {}
     return {k: v for k, v in doc.items() if k in SIDECAR_KEYS and v is not None}
+
+
+def embeddings_url(out: str, key: str) -> str:
+    """A run's vectors under the results root, named by the EmbedSpec key so runs on one model's
+    vectors share a store (the embedding family derives its run folder from it)."""
+    return f"{out.rstrip('/')}/embeddings/{key}.zarr"
+
+
+def prepare_store(spec: EmbedSpec, cube, url: str, runner, weights) -> dict:
+    """Embeds (or resumes, or reuses) a run's store on the runner's cluster; returns what the run
+    records keep: timings, width, the vectors' sha256, PCA, threads."""
+    r = embed(
+        spec,
+        cube,
+        url,
+        client=runner.client,
+        progress=runner.progress,
+        provenance={"weights": weights},
+    )
+    return {
+        "embed_s": r.seconds,
+        "blocks_run": r.blocks_run,
+        "dim": r.dim,
+        "embedding_sha256": r.attrs.get("embedding_sha256"),
+        "pca": r.attrs.get("pca"),
+        "threads": r.attrs.get("threads", []),
+    }

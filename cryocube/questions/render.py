@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import UserError
+from ..errors import UserError
 from .tasks import RenderSpec, TileRender
 
 
@@ -31,7 +31,7 @@ class BandFacts:
 
 def band_facts(ds) -> tuple[BandFacts, ...]:
     """From an open cube's band coordinates (no pixels)."""
-    from ...cube import as_text
+    from ..cube import as_text
 
     n = int(ds.sizes["band"])
 

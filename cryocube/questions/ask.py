@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import UserError
+from ..errors import UserError
 from .tasks import TaskSpec, fill
 
 
@@ -35,7 +35,7 @@ class Question:
 
 
 def _text(a) -> list[str]:
-    from ...cube import as_text
+    from ..cube import as_text
 
     return [str(x) for x in as_text(np.asarray(a))]
 
@@ -47,7 +47,7 @@ def questions(
     out}. `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn
     from).
     """
-    from ...cube import TileCube, open_view
+    from ..cube import TileCube, open_view
 
     cube = open_view(url)
     if isinstance(cube, TileCube) and "class_fraction" in cube.ds:
@@ -169,8 +169,8 @@ def tile_questions(
     task's skip_classes; the reference is the class's derived label (`class: present` ->
     labels[0|1], `class: fraction`).
     """
-    from ...cube import as_text, sample_ids
-    from ..class_labels import class_labels
+    from ..cube import as_text, sample_ids
+    from ..families.class_labels import class_labels
     from .render import band_facts, tile_bands
     from .tasks import fill_tile
 
