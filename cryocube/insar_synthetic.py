@@ -313,22 +313,7 @@ def make_interferograms(
         p0 = EPOCH + _dt.timedelta(days=REVISIT_DAYS * i)
         p1 = p0 + _dt.timedelta(days=REVISIT_DAYS * int(rng.integers(1, 4)))
         frame = reader.frame_name(i % frames) if (frames > 1 or hephaestus) else ""
-        pair = IfgPair(
-            "",
-            frame,
-            p0.isoformat(),
-            p1.isoformat(),
-            d["wrapped"],
-            d["coherence"],
-            d["unwrapped"],
-            d["los_m"],
-            d["coherence_class"],
-            d["fringes"],
-            d["box"],
-            d["source"],
-            d["atmosphere_level"],
-            d["answers"],
-        )
+        pair = IfgPair("", frame, p0.isoformat(), p1.isoformat(), **d)
         pair.id, pair.paths = reader.write_pair(
             str(root), pair, annotate=annotate, boxes=not unwrapped, index=i
         )
@@ -363,10 +348,6 @@ def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
     return path
 
 
-def _missing_pair_heph(m: IfgManifest, p: IfgPair) -> str:
-    return _annotation(m, p, primary_date="19990101")
-
-
 def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
     """Rename the pair's folder so its secondary date is impossible (the annotation follows);
     returns the new folder."""
@@ -387,41 +368,43 @@ def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
     return new
 
 
+def _scaled(band: str, factor: float = 1.0, crs: str = "EPSG:32633", fn=None):
+    """A damage that rewrites one band's GeoTIFF with its values changed."""
+
+    def damage(m: IfgManifest, p: IfgPair) -> str:
+        a = getattr(p, {"wrapped_phase": "wrapped", "unwrapped_phase": "unwrapped"}.get(band, band))
+        _rewrite(p.paths[band], fn(a) if fn else a * factor, crs)
+        return p.paths[band]
+
+    return damage
+
+
+def _deleted(band: str):
+    """A damage that deletes one band's file; the pair folder is what the error names."""
+
+    def damage(m: IfgManifest, p: IfgPair) -> str:
+        Path(p.paths[band]).unlink()
+        return str(Path(p.paths[band]).parent)
+
+    return damage
+
+
 # kind -> (damage(manifest, pair) -> path of the file at fault); layout-specific where named
 CORRUPTIONS = {
     "bad_date": _bad_date,  # month 13
     "heph_bad_date": lambda m, p: _bad_date(m, p, "20210230"),  # 30 February
-    "phase_range": lambda m, p: (
-        _rewrite(p.paths["wrapped_phase"], p.wrapped * 1.5) or p.paths["wrapped_phase"]
-    ),
-    "phase_degrees": lambda m, p: (
-        _rewrite(p.paths["wrapped_phase"], np.degrees(p.wrapped)) or p.paths["wrapped_phase"]
-    ),
-    "coherence_range": lambda m, p: (
-        _rewrite(p.paths["coherence"], p.coherence * 100) or p.paths["coherence"]
-    ),
-    "missing_coherence": lambda m, p: (
-        Path(p.paths["coherence"]).unlink(),
-        str(Path(p.paths["coherence"]).parent),
-    )[1],
-    "shape_mismatch": lambda m, p: (
-        _rewrite(p.paths["unwrapped_phase"], p.unwrapped[:, :-3]) or p.paths["unwrapped_phase"]
-    ),
-    "crs_mismatch": lambda m, p: (
-        _rewrite(p.paths["coherence"], p.coherence, "EPSG:32632") or p.paths["coherence"]
-    ),
-    "missing_unwrapped": lambda m, p: (
-        Path(p.paths["unwrapped_phase"]).unlink(),
-        str(Path(p.paths["unwrapped_phase"]).parent),
-    )[1],
+    "phase_range": _scaled("wrapped_phase", 1.5),
+    "phase_degrees": _scaled("wrapped_phase", fn=np.degrees),
+    "coherence_range": _scaled("coherence", 100),
+    "missing_coherence": _deleted("coherence"),
+    "shape_mismatch": _scaled("unwrapped_phase", fn=lambda a: a[:, :-3]),
+    "crs_mismatch": _scaled("coherence", crs="EPSG:32632"),
+    "missing_unwrapped": _deleted("unwrapped_phase"),
     "annotation_pair": lambda m, p: _annotation(m, p, pair="19990101_19990113"),
     "annotation_answer": lambda m, p: _annotation(m, p, answers={"weather": "sunny"}),
     "annotation_box": lambda m, p: _annotation(m, p, box=[0, 0, m.size + 10, 5]),
-    "heph_missing_pair": _missing_pair_heph,
-    "heph_missing_coherence": lambda m, p: (
-        Path(p.paths["coherence"]).unlink(),
-        str(Path(p.paths["coherence"]).parent),
-    )[1],
+    "heph_missing_pair": lambda m, p: _annotation(m, p, primary_date="19990101"),
+    "heph_missing_coherence": _deleted("coherence"),
     "heph_field": lambda m, p: _annotation(m, p, atmospheric_fringes=7),
 }
 

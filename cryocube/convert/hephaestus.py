@@ -21,9 +21,9 @@ import numpy as np
 
 from .. import store as _store
 from .base import ConvertError, register
-from .insar import PAIR_RE, Pair, PairReader, iso_date, pad_to
+from .insar import Pair, PairReader, iso_date, pad_to, pair_dates
 from .insar_labels import polygon_mask
-from .rawio import map_threads, raster_header, read_raster, write_png
+from .rawio import read_raster, write_png
 
 
 def render_phase(phase: np.ndarray) -> np.ndarray:
@@ -58,13 +58,10 @@ def polygons(polys: Any, url: str) -> list[list[tuple[float, float]]]:
     return out
 
 
-def polygon_box(polys: Any, url: str) -> tuple[float, float, float, float] | None:
-    """Extent (x_min, y_min, x_max, y_max) of all polygons."""
-    pts = [p for poly in polygons(polys, url) for p in poly]
-    if not pts:
-        return None
-    xs, ys = [x for x, _ in pts], [y for _, y in pts]
-    return min(xs), min(ys), max(xs), max(ys)
+def strings(v: Any) -> list[str]:
+    """A field given as one string or a list of them, as a list."""
+    v = v or []
+    return [v] if isinstance(v, str) else [str(x) for x in v]
 
 
 @register
@@ -106,126 +103,99 @@ class HephaestusReader(PairReader):
     def scan(self, root: str) -> list[Pair]:
         """Only annotated pairs with both PNGs become samples; flagged ones are dropped unless
         --keep-corrupted, and an annotation of a missing or twice-annotated pair is refused."""
-        fs, base = self.fs(root)
-        base = base.rstrip("/")
-        ifg, png, coh, ann_dir = self.names
-        proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
-        found: dict[tuple[str, str], dict[str, str]] = {}
-        for what, fname in (("insar", png), ("coherence", coh)):
-            for p in fs.glob(posixpath.join(base, "*", ifg, "*", fname)):
-                folder = posixpath.dirname(p)
-                key = (
-                    posixpath.basename(posixpath.dirname(posixpath.dirname(folder))),
-                    posixpath.basename(folder),
-                )
-                found.setdefault(key, {})[what] = p if p.startswith(proto) else proto + p
-
-        def complete(key):
-            frame, name = key
-            where = _store.join(root, frame, ifg, name)
-            for what, fname in (("insar", png), ("coherence", coh)):
-                if what not in found[key]:
-                    raise ConvertError(
-                        f"{where}: pair {frame}/{name} has no {fname} "
-                        f"(every interferogram needs {png} and {coh})"
-                    )
-            m = PAIR_RE.match(name)
-            # an impossible date is refused here, before any file is read
-            for k in (1, 2) if m else ():
-                iso_date(m.group(k), f"{where}: pair {frame}/{name}")
-            return key
-
-        whole = {
-            k: found[k]
-            for k in sorted(found)
-            if self.guard(f"{k[0]}/{k[1]}", complete, k) is not None
+        ifg, png, coh, _ = self.names
+        found = {
+            f"{rel.split('/')[0]}/{posixpath.basename(rel)}": files
+            for rel, files in self.pair_folders(
+                root, [("insar", f"*/{ifg}/*/{png}"), ("coherence", f"*/{ifg}/*/{coh}")]
+            ).items()
         }
-        # pairs skipped for a missing file (already noted)
-        left_out, found = set(found) - set(whole), whole
-        annotated: dict[tuple[str, str], str] = {}
-        flagged: set[tuple[str, str]] = set()
+        whole = {
+            k: found[k] for k in sorted(found) if self.guard(k, self._complete, root, k, found[k])
+        }
+        annotated = self._annotations(root, whole, set(found) - set(whole))
+        return self.each(
+            lambda pid: self.pair_from_headers(
+                pid,
+                pair_dates(posixpath.basename(pid), pid),
+                whole[pid],
+                "insar",
+                annotation=annotated[pid],
+            ),
+            sorted(annotated, key=lambda pid: pid.split("/")),  # by (frame, pair)
+            lambda pid: pid,
+        )
 
-        def annotation(url):
-            d = self.load_annotation(url)
-            for f in ("frameID", "primary_date", "secondary_date"):
-                if f not in d:
-                    raise ConvertError(f"{url}: missing field {f!r}")
-            written = "_".join(
-                str(d[k]).replace("-", "") for k in ("primary_date", "secondary_date")
-            )
-            if (str(d["frameID"]), written) in left_out:
-                return  # its pair was already left out (and named)
-            where = f"{url} (pair {d['frameID']}/{written})"
-            name = "_".join(
-                iso_date(d[k], where).replace("-", "") for k in ("primary_date", "secondary_date")
-            )
-            key = (str(d["frameID"]), name)
-            if key in left_out:
+    def _complete(self, root: str, pid: str, files: dict[str, str]) -> bool:
+        """Both PNGs are there and the folder's dates exist (checked before any file is read)."""
+        ifg, png, coh, _ = self.names
+        frame, name = pid.rsplit("/", 1)
+        where = _store.join(root, frame, ifg, name)
+        for what, fname in (("insar", png), ("coherence", coh)):
+            if what not in files:
+                raise ConvertError(
+                    f"{where}: pair {pid} has no {fname} (every interferogram needs {png} and"
+                    f" {coh})"
+                )
+        pair_dates(name, f"{where}: pair {pid}")
+        return True
+
+    def _annotations(self, root: str, found: dict, left_out: set[str]) -> dict[str, str]:
+        """{pair id: annotation url} of the complete pairs; pairs left out already stay out, and
+        flagged ones are left out (named) unless --keep-corrupted."""
+        ifg, png, _, ann_dir = self.names
+        annotated: dict[str, str] = {}
+        flagged: set[str] = set()
+
+        def take(url: str) -> None:
+            pid, flags = self._annotated_pair(url, left_out)
+            if pid is None:
                 return
-            flags = [f for f in self.FLAGS if self.flag(d, f, 1, url)]
-            if flags and key in found:
-                flagged.add(key)
+            if flags and pid in found:
+                flagged.add(pid)
                 if not self.keep_flagged:
+                    said = " and ".join(f"{f}: 1" for f in flags)
                     self.skipped.append(
                         {
-                            "source": f"{key[0]}/{name}",
-                            "reason": (
-                                f"{url}: the annotation flags it "
-                                + " and ".join(f"{f}: 1" for f in flags)
-                                + " (left out; --keep-corrupted keeps it)"
-                            ),
+                            "source": pid,
+                            "reason": f"{url}: the annotation flags it {said} (left out;"
+                            " --keep-corrupted keeps it)",
                         }
                     )
                     return
-                self.kept.append({"source": f"{key[0]}/{name}", "flags": flags, "annotation": url})
-            if key not in found:
+                self.kept.append({"source": pid, "flags": flags, "annotation": url})
+            if pid not in found:
+                frame, name = pid.rsplit("/", 1)
                 raise ConvertError(
-                    f"{url}: names pair {key[0]}/{name}, but there is no"
-                    f" {_store.join(root, key[0], ifg, name)}/{png}"
+                    f"{url}: names pair {pid}, but there is no"
+                    f" {_store.join(root, frame, ifg, name)}/{png}"
                 )
-            if key in annotated:
+            if pid in annotated:
                 raise ConvertError(
-                    f"{url}: pair {key[0]}/{name} is annotated twice (also by {annotated[key]})"
+                    f"{url}: pair {pid} is annotated twice (also by {annotated[pid]})"
                 )
-            annotated[key] = url
+            annotated[pid] = url
 
         for url in sorted(self.listdir(_store.join(root, ann_dir), (".json",)).values()):
-            self.guard(url, annotation, url)
+            self.guard(url, take, url)
         self._unlabelled = len(found) - len(annotated) - len(flagged - set(annotated))
+        return annotated
 
-        def header(key):
-            frame, name = key
-            files = found[key]
-            h_i, h_c = raster_header(self, files["insar"]), raster_header(self, files["coherence"])
-            if (h_i.height, h_i.width) != (h_c.height, h_c.width):
-                raise ConvertError(
-                    f"{files['coherence']}: {h_c.height}x{h_c.width} px, but {png} of pair"
-                    f" {frame}/{name} is {h_i.height}x{h_i.width}"
-                )
-            m = PAIR_RE.match(name)
-            if not m:
-                raise ConvertError(
-                    f"{files['insar']}: the pair folder is named <primary>_<secondary>, not"
-                    f" {name!r}"
-                )
-            return Pair(
-                f"{frame}/{name}",
-                frame,
-                iso_date(m.group(1), name),
-                iso_date(m.group(2), name),
-                (("insar", files["insar"]), ("coherence", files["coherence"])),
-                h_i.height,
-                h_i.width,
-                annotation=annotated[key],
-            )
-
-        return [
-            p
-            for p in map_threads(
-                lambda k: self.guard(f"{k[0]}/{k[1]}", header, k), sorted(annotated), 4
-            )
-            if p is not None
-        ]
+    def _annotated_pair(self, url: str, left_out: set[str]) -> tuple[str | None, list[str]]:
+        """(pair id, the flags set) of an annotation; no id where its pair was already left out."""
+        d = self.load_annotation(url)
+        for f in ("frameID", "primary_date", "secondary_date"):
+            if f not in d:
+                raise ConvertError(f"{url}: missing field {f!r}")
+        keys = ("primary_date", "secondary_date")
+        written = f"{d['frameID']}/" + "_".join(str(d[k]).replace("-", "") for k in keys)
+        if written in left_out:
+            return None, []
+        where = f"{url} (pair {written})"
+        pid = f"{d['frameID']}/" + "_".join(iso_date(d[k], where).replace("-", "") for k in keys)
+        if pid in left_out:
+            return None, []
+        return pid, [f for f in self.FLAGS if self.flag(d, f, 1, url)]
 
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
         """`unlabelled_pairs`: complete pairs left out for lacking an annotation, so the cube says
@@ -244,45 +214,76 @@ class HephaestusReader(PairReader):
             raise ConvertError(f"{url}: field {f!r} must be an integer 0..{top}, got {v!r}")
         return v
 
-    def classes_of(self, source: str) -> tuple[str, ...]:
-        """The class names the catalog's target fed by `source` takes (lower case)."""
-        return next(
+    def one_class(self, url: str, f: str, values: list[str], source: str, pick=None) -> int | None:
+        """The index of the class of target `source` that field `f` names (`pick` chooses among
+        several; None: no classes, no values, or several and none chosen)."""
+        classes = next(
             (tuple(c.lower() for c in t.classes) for t in self.targets if t.source == source), ()
         )
+        if not classes or not values:
+            return None
+        idx = []
+        for v in values:
+            k = v.strip().lower().replace("non_deformation", "none").replace(" ", "_")
+            if k not in classes:
+                raise ConvertError(
+                    f"{url}: field {f!r} has {v!r}, which is none of the classes of target"
+                    f" {source} ({', '.join(classes)}; the catalog's targets.{source}.classes)"
+                )
+            idx.append(classes.index(k))
+        idx = sorted(set(idx))
+        return idx[0] if len(idx) == 1 else pick(idx) if pick else None
 
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
         """Everything from the annotation JSON (the PNGs are renderings): polygons give box and
         mask; `label` and `intensity_level` map onto the catalog's classes."""
         url = pair.annotation
         d = self.load_annotation(url)
-
-        def flag(f: str, top: int) -> int | None:
-            return self.flag(d, f, top, url)
-
-        def one_class(f: str, values: list[str], source: str, pick=None) -> int | None:
-            """The index of the class the field names (`pick` chooses among several; None: several,
-            none chosen)."""
-            classes = self.classes_of(source)
-            if not classes or not values:
-                return None
-            idx = []
-            for v in values:
-                k = v.strip().lower().replace("non_deformation", "none").replace(" ", "_")
-                if k not in classes:
-                    raise ConvertError(
-                        f"{url}: field {f!r} has {v!r}, which is none of the classes of target"
-                        f" {source} ({', '.join(classes)}; the catalog's targets.{source}.classes)"
-                    )
-                idx.append(classes.index(k))
-            idx = sorted(set(idx))
-            return idx[0] if len(idx) == 1 else pick(idx) if pick else None
-
-        labels = d.get("label") or []
-        labels = [labels] if isinstance(labels, str) else [str(x) for x in labels]
-        box = polygon_box(d.get("segmentation_mask"), url)
-        if box is not None:
-            box = self.check_box(box, pair, url, "segmentation_mask")
+        labels = strings(d.get("label"))
         deformation = [x for x in labels if x != "Non_Deformation"]
+        polys = polygons(d.get("segmentation_mask"), url)
+        pts = [p for poly in polys for p in poly]
+        box = None
+        if pts:
+            xs, ys = [x for x, _ in pts], [y for _, y in pts]
+            box = self.check_box(
+                (min(xs), min(ys), max(xs), max(ys)), pair, url, "segmentation_mask"
+            )
+        q = {
+            "low_coherence": self.flag(d, "low_coherence", 1, url),
+            "atmospheric_fringes": self.flag(d, "atmospheric_fringes", 3, url),
+            "deformation": (1 if deformation else 0) if labels else None,
+            # one type per sample: the one its labels name (several types: no reference)
+            "deformation_type": self.one_class(
+                url, "label", deformation or labels, "deformation_type"
+            ),
+            # several events: the strongest listed level
+            "intensity": self.one_class(
+                url, "intensity_level", strings(d.get("intensity_level")), "intensity", pick=max
+            ),
+        }
+        # polygons rasterised; "no deformation" is all 0; a deformation label without polygons
+        # says nothing about where (no mask label)
+        mask, mask_origin = None, "none"
+        if box is not None:
+            mask = polygon_mask(polys, pair.height, pair.width)
+        elif labels and not deformation:
+            mask = np.zeros((pair.height, pair.width), np.int8)
+        if mask is not None:
+            mask_origin = "annotation_polygons"
+        return {
+            "quantities": q,
+            "box": box,
+            "box_origin": "annotation" if labels or box else "none",
+            "mask": mask,
+            "mask_origin": mask_origin,
+            "answers": self._answers(d, deformation),
+            "wavelength_m": self.wavelength_m,
+        }
+
+    def _answers(self, d: dict, deformation: list[str]) -> dict[str, str]:
+        """The text tasks' answers: the catalog's `description` filled from the annotation for the
+        localisation, the caption for the noise assessment (and `caption`)."""
 
         def words(f: str) -> str:
             v = d.get(f)
@@ -298,43 +299,10 @@ class HephaestusReader(PairReader):
                 intensity_level=words("intensity_level"),
                 phase=words("phase"),
             )
-        if str(d.get("caption") or "").strip():
-            answers["noise_assessment"] = str(d["caption"]).strip()
-        if str(d.get("caption") or "").strip():
-            answers["caption"] = str(d["caption"]).strip()
-        levels = d.get("intensity_level") or []
-        levels = [levels] if isinstance(levels, str) else [str(x) for x in levels]
-        q = {
-            "low_coherence": flag("low_coherence", 1),
-            "atmospheric_fringes": flag("atmospheric_fringes", 3),
-            "deformation": (1 if deformation else 0) if labels else None,
-            # one deformation type per sample: none, or the one type its labels name (several
-            # types: no reference)
-            "deformation_type": one_class("label", deformation or labels, "deformation_type"),
-            # several events: the strongest listed level
-            "intensity": one_class("intensity_level", levels, "intensity", pick=max),
-        }
-        # the mask: polygons rasterised; "no deformation" = all 0; a deformation label without
-        # polygons says nothing
-        # about where (no mask label)
-        if box is not None:
-            mask, mask_origin = (
-                polygon_mask(polygons(d.get("segmentation_mask"), url), pair.height, pair.width),
-                "annotation_polygons",
-            )
-        elif labels and not deformation:
-            mask, mask_origin = np.zeros((pair.height, pair.width), np.int8), "annotation_polygons"
-        else:
-            mask, mask_origin = None, "none"
-        return {
-            "quantities": q,
-            "box": box,
-            "box_origin": "annotation" if labels or box else "none",
-            "mask": mask,
-            "mask_origin": mask_origin,
-            "answers": {k: v for k, v in answers.items() if k in self.text_tasks},
-            "wavelength_m": self.wavelength_m,
-        }
+        caption = str(d.get("caption") or "").strip()
+        if caption:
+            answers["noise_assessment"] = answers["caption"] = caption
+        return {k: v for k, v in answers.items() if k in self.text_tasks}
 
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """InSAR.png's RGB plus Coherence.png's grey level, 0..255 as rendered (a grey InSAR.png is

@@ -61,6 +61,13 @@ def iso_date(s: str, where: str) -> str:
     return f"{d[:4]}-{d[4:6]}-{d[6:]}"
 
 
+def pair_dates(name: str, where: str) -> tuple[str, str] | None:
+    """The ISO dates of a `<primary>_<secondary>` folder name (None if not so named); an impossible
+    date is refused."""
+    m = PAIR_RE.match(name)
+    return None if m is None else (iso_date(m.group(1), where), iso_date(m.group(2), where))
+
+
 @dataclass(frozen=True)
 class Pair:
     """One interferometric pair as found by a scan."""
@@ -203,6 +210,51 @@ class PairReader(SampleReader):
         since pairs differ in size."""
 
     # -- shared ---------------------------------------------------------------------------------
+    def pair_folders(self, root: str, globs: list[tuple[str, str]]) -> dict[str, dict[str, str]]:
+        """{pair folder relative to `root`: {band group: url}} of the files each (group, glob)
+        finds."""
+        fs, base = self.fs(root)
+        base = base.rstrip("/")
+        proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
+        out: dict[str, dict[str, str]] = {}
+        for what, pattern in globs:
+            for p in fs.glob(posixpath.join(base, pattern)):
+                rel = posixpath.relpath(posixpath.dirname(p), base)
+                out.setdefault(rel, {})[what] = p if p.startswith(proto) else proto + p
+        return out
+
+    def each(self, fn, jobs: list, name) -> list:
+        """fn(job) for every job on 4 threads; a bad one (`name(job)`) is skipped or refused
+        (`guard`)."""
+        got = map_threads(lambda j: self.guard(name(j), fn, j), jobs, 4)
+        return [x for x in got if x is not None]
+
+    def pair_from_headers(
+        self, pid: str, dates: tuple[str, str], files: dict[str, str], ref: str, **kw
+    ) -> Pair:
+        """The pair of `files` (read in this order), whose headers must agree with `files[ref]`'s
+        in size and CRS (and hold one band each where `one_band`)."""
+        one_band = kw.pop("one_band", False)
+        heads = {b: raster_header(self, u) for b, u in files.items()}
+        r, rname = heads[ref], posixpath.basename(files[ref])
+        for b, h in heads.items():
+            if one_band and h.bands != 1:
+                raise ConvertError(f"{files[b]}: {h.bands} bands; an interferogram file holds one")
+            if (h.height, h.width) != (r.height, r.width):
+                raise ConvertError(
+                    f"{files[b]}: {h.height}x{h.width} px, but {rname} of pair {pid} is"
+                    f" {r.height}x{r.width}"
+                )
+            if (h.crs or "") != (r.crs or ""):
+                raise ConvertError(
+                    f"{files[b]}: CRS {h.crs or 'none'} differs from {rname}'s {r.crs or 'none'}"
+                    f" in pair {pid}"
+                )
+        frame = posixpath.dirname(pid)
+        return Pair(
+            pid, frame, *dates, tuple(files.items()), r.height, r.width, r.crs, r.transform, **kw
+        )
+
     def guard(self, pair: str, fn, *args):
         """fn(*args); with --on-error skip, a ConvertError leaves pair `pair` out (noted with its
         reason) and gives None."""
@@ -269,98 +321,20 @@ class PairReader(SampleReader):
     def plan(
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **_
     ) -> tuple[list[Pair], SamplePlan]:
-        """Scan, check every pair and compute every label on the client (threads): the one place bad
-        input is found. on_error="skip": a bad pair is left out instead of refusing the tree
-        (`skipped_samples` in the cube's attrs). Samples the annotations flag as damaged are left
-        out (`skipped_samples`) unless `keep_corrupted` (`kept_flagged_samples`)."""
-        self.on_error, self.skipped, self.kept, self.keep_flagged = (
-            on_error,
-            [],
-            [],
-            bool(keep_corrupted),
-        )
-        pairs = self.scan(raw)
-        if pairs:
-            bands = self.cube_bands(pairs)
-            labels = map_threads(lambda p: self.guard(p.id, self.pair_labels, p, bands), pairs, 4)
-            pairs, labels = (
-                [p for p, lab in zip(pairs, labels) if lab is not None],
-                [lab for lab in labels if lab is not None],
-            )
+        """Checks every pair and computes every label on the client, the one place bad input is
+        found. on_error="skip" leaves a bad pair out (`skipped_samples`); pairs the annotations flag
+        as damaged are left out unless `keep_corrupted` (`kept_flagged_samples`)."""
+        self.on_error, self.skipped, self.kept = on_error, [], []
+        self.keep_flagged = bool(keep_corrupted)
+        pairs, labels, bands = self._labelled(raw)
         skipped = sorted(self.skipped, key=lambda d: (d["source"], d["reason"]))
-        if not pairs:
-            why = (
-                f"; all {len(skipped)} were bad, e.g. {skipped[0]['source']}:"
-                f" {skipped[0]['reason']}"
-                if skipped
-                else ""
-            )
-            raise ConvertError(
-                f"{raw}: no interferogram pairs found for {self.spec.id} layout"
-                f" {self.layout.name!r}{why}"
-            )
-        H, W = max(p.height for p in pairs), max(p.width for p in pairs)
         tspecs = self.targets
-        target = np.full((len(pairs), len(tspecs)), np.nan, dtype=np.float32)
-        for i, lab in enumerate(labels):
-            for j, t in enumerate(tspecs):
-                v = lab["quantities"].get(t.source) if t.source else None
-                if v is not None:
-                    target[i, j] = v
-        box = np.array(
-            [lab["box"] if lab["box"] is not None else (np.nan,) * 4 for lab in labels],
-            dtype=np.float32,
-        )
-        # padding and unlabelled pairs: ignore
-        mask = np.full((len(pairs), H, W), MASK_IGNORE, dtype=np.int8)
-        for i, lab in enumerate(labels):
-            if lab.get("mask") is not None:
-                m = lab["mask"]
-                mask[i, : m.shape[0], : m.shape[1]] = m
-        answers = np.array(
-            [[lab["answers"].get(t, "") for t in self.text_tasks] for lab in labels], dtype=object
-        ).reshape(len(pairs), -1)
-        unavailable = {
-            t.name: self.unavailable.get(t.name, "no source in this layout")
-            for t in tspecs
-            if t.source is None
-        }
-        for j, t in enumerate(tspecs):
-            if t.source is not None and not np.isfinite(target[:, j]).any():
-                unavailable[t.name] = self.unavailable.get(t.name) or self.missing_reason(t, bands)
-        if not np.isfinite(box).any():
-            unavailable.setdefault(
-                f"{self.box_task} (box)",
-                self.missing_reason(TargetSpec("box", "box", "box"), bands),
-            )
-        for k, t in enumerate(self.text_tasks):
-            if not any(answers[:, k]):
-                unavailable.setdefault(
-                    f"{t} (text)", self.unavailable.get(t, "no annotation gives this answer")
-                )
+        target, box, mask, answers = self._label_arrays(pairs, labels, tspecs)
+        unavailable = self._unavailable(tspecs, bands, target, box, answers)
         self.narrow(bands)
-        tf = np.array(
-            [p.transform if p.transform else (np.nan,) * 6 for p in pairs], dtype=np.float64
-        )
         coords, data_vars = declared(
             {  # names and dims: cube.schema.SAMPLE_VARS
-                "frame": _text([p.frame for p in pairs]),
-                "primary_date": _text([p.primary for p in pairs]),
-                "secondary_date": _text([p.secondary for p in pairs]),
-                "radar_wavelength_m": np.array(
-                    [lab["wavelength_m"] for lab in labels], dtype=np.float64
-                ),
-                "height": np.array([p.height for p in pairs], dtype=np.int32),
-                "width": np.array([p.width for p in pairs], dtype=np.int32),
-                "crs": _text([p.crs or "" for p in pairs]),
-                "transform": tf,
-                "box_origin": _text([lab["box_origin"] for lab in labels]),
-                "mask_origin": _text(
-                    [
-                        lab.get("mask_origin", "none") if lab.get("mask") is not None else "none"
-                        for lab in labels
-                    ]
-                ),
+                **self._pair_vars(pairs, labels),
                 "mask_pixels": (
                     np.stack([(mask == k).sum(axis=(1, 2)) for k in (0, 1)], axis=1).astype(
                         np.int32
@@ -375,6 +349,122 @@ class PairReader(SampleReader):
                 "mask": mask,
             }
         )
+        kept = sorted(self.kept, key=lambda d: d["source"])
+        fingerprint = {
+            "options": self.options,
+            "bands": bands,
+            "skipped": skipped,
+            "files": [(p.id, p.files, p.annotation, p.height, p.width) for p in pairs],
+        }
+        if kept:
+            fingerprint["kept_flagged"] = kept
+        return pairs, SamplePlan(
+            ids=[p.id for p in pairs],
+            shape=(len(bands), max(p.height for p in pairs), max(p.width for p in pairs)),
+            tasks=[(t.name, t.type) for t in tspecs],
+            target=target,
+            attrs=self._attrs(raw, pairs, unavailable, skipped, kept),
+            fingerprint=fingerprint,
+            coords=coords,
+            data_vars=data_vars,
+        )
+
+    def _labelled(self, raw: str) -> tuple[list[Pair], list[dict], list[str]]:
+        """(pairs, their labels, the cube's bands), bad pairs skipped or refused; none left is an
+        error naming the first bad one."""
+        pairs, labels, bands = self.scan(raw), [], []
+        if pairs:
+            bands = self.cube_bands(pairs)
+            got = map_threads(lambda p: self.guard(p.id, self.pair_labels, p, bands), pairs, 4)
+            good = [(p, lab) for p, lab in zip(pairs, got) if lab is not None]
+            pairs, labels = [p for p, _ in good], [lab for _, lab in good]
+        if not pairs:
+            skipped = sorted(self.skipped, key=lambda d: (d["source"], d["reason"]))
+            why = (
+                f"; all {len(skipped)} were bad, e.g. {skipped[0]['source']}:"
+                f" {skipped[0]['reason']}"
+                if skipped
+                else ""
+            )
+            raise ConvertError(
+                f"{raw}: no interferogram pairs found for {self.spec.id} layout"
+                f" {self.layout.name!r}{why}"
+            )
+        return pairs, labels, bands
+
+    def _label_arrays(self, pairs: list[Pair], labels: list[dict], tspecs: list[TargetSpec]):
+        """(target, box, mask, answer) arrays; a missing label is NaN, padding and unlabelled
+        pixels are ignore."""
+        target = np.array(
+            [
+                [lab["quantities"].get(t.source) if t.source else None for t in tspecs]
+                for lab in labels
+            ],
+            dtype=np.float32,
+        ).reshape(len(pairs), len(tspecs))
+        box = np.array(
+            [lab["box"] if lab["box"] is not None else (np.nan,) * 4 for lab in labels],
+            dtype=np.float32,
+        )
+        H, W = max(p.height for p in pairs), max(p.width for p in pairs)
+        mask = np.full((len(pairs), H, W), MASK_IGNORE, dtype=np.int8)
+        for i, lab in enumerate(labels):
+            if lab.get("mask") is not None:
+                m = lab["mask"]
+                mask[i, : m.shape[0], : m.shape[1]] = m
+        answers = np.array(
+            [[lab["answers"].get(t, "") for t in self.text_tasks] for lab in labels], dtype=object
+        ).reshape(len(pairs), -1)
+        return target, box, mask, answers
+
+    def _unavailable(self, tspecs, bands, target, box, answers) -> dict[str, str]:
+        """Why each task without any label has none: the catalog's reason, else the layout's."""
+        out = {
+            t.name: self.unavailable.get(t.name, "no source in this layout")
+            for t in tspecs
+            if t.source is None
+        }
+        for j, t in enumerate(tspecs):
+            if t.source is not None and not np.isfinite(target[:, j]).any():
+                out[t.name] = self.unavailable.get(t.name) or self.missing_reason(t, bands)
+        if not np.isfinite(box).any():
+            out.setdefault(
+                f"{self.box_task} (box)",
+                self.missing_reason(TargetSpec("box", "box", "box"), bands),
+            )
+        for k, t in enumerate(self.text_tasks):
+            if not any(answers[:, k]):
+                out.setdefault(
+                    f"{t} (text)", self.unavailable.get(t, "no annotation gives this answer")
+                )
+        return out
+
+    @staticmethod
+    def _pair_vars(pairs: list[Pair], labels: list[dict]) -> dict[str, np.ndarray]:
+        """The per-pair coordinates: where and when each pair is, and where its labels came from."""
+        return {
+            "frame": _text([p.frame for p in pairs]),
+            "primary_date": _text([p.primary for p in pairs]),
+            "secondary_date": _text([p.secondary for p in pairs]),
+            "radar_wavelength_m": np.array(
+                [lab["wavelength_m"] for lab in labels], dtype=np.float64
+            ),
+            "height": np.array([p.height for p in pairs], dtype=np.int32),
+            "width": np.array([p.width for p in pairs], dtype=np.int32),
+            "crs": _text([p.crs or "" for p in pairs]),
+            "transform": np.array(
+                [p.transform if p.transform else (np.nan,) * 6 for p in pairs], dtype=np.float64
+            ),
+            "box_origin": _text([lab["box_origin"] for lab in labels]),
+            "mask_origin": _text(
+                [
+                    lab.get("mask_origin", "none") if lab.get("mask") is not None else "none"
+                    for lab in labels
+                ]
+            ),
+        }
+
+    def _attrs(self, raw, pairs, unavailable, skipped, kept) -> dict:
         attrs = {
             "derivation": (
                 {**self.rules.as_attrs(), "radar_wavelength_m": self.wavelength_m}
@@ -392,30 +482,12 @@ class PairReader(SampleReader):
             "skipped_samples": skipped,
             **self.extra_attrs(raw, pairs),
         }
-        kept = sorted(self.kept, key=lambda d: d["source"])
         if self.flags_samples:
             attrs["flagged_samples"] = (
                 "kept (--keep-corrupted)" if self.keep_flagged else "left out (skipped_samples)"
             )
             attrs["kept_flagged_samples"] = kept
-        fingerprint = {
-            "options": self.options,
-            "bands": bands,
-            "skipped": skipped,
-            "files": [(p.id, p.files, p.annotation, p.height, p.width) for p in pairs],
-        }
-        if kept:
-            fingerprint["kept_flagged"] = kept
-        return pairs, SamplePlan(
-            ids=[p.id for p in pairs],
-            shape=(len(bands), H, W),
-            tasks=[(t.name, t.type) for t in tspecs],
-            target=target,
-            attrs=attrs,
-            fingerprint=fingerprint,
-            coords=coords,
-            data_vars=data_vars,
-        )
+        return attrs
 
     def narrow(self, bands: list[str]) -> None:
         """Optional bands absent from this tree: the cube (and `check_image`) has only the
@@ -486,92 +558,61 @@ class InSARReader(PairReader):
             or fs.glob(posixpath.join(base.rstrip("/"), "*", "*", first))
         )
 
+    @property
+    def required(self) -> list[str]:
+        """The bands every pair has; the first is the one the others' headers must match."""
+        return [b for b in self.files if b not in self.optional]
+
     def scan(self, root: str) -> list[Pair]:
         """Pair folders one or two levels deep (`[<frame>/]<primary>_<secondary>`); dates, required
         files, and one band, size and CRS per file are checked."""
-        fs, base = self.fs(root)
-        base = base.rstrip("/")
-        proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
-        names = {**{v: k for k, v in self.files.items()}, self.annotation_name: "annotation"}
-        folders: dict[str, dict[str, str]] = {}
-        for depth in ("*", "*/*"):
-            for fname, what in names.items():
-                for p in fs.glob(posixpath.join(base, depth, fname)):
-                    rel = posixpath.relpath(posixpath.dirname(p), base)
-                    folders.setdefault(rel, {})[what] = p if p.startswith(proto) else proto + p
-        required = [b for b in self.files if b not in self.optional]
-        have_optional = {b: [r for r, f in folders.items() if b in f] for b in self.optional}
-
-        def folder(rel):
-            found = folders[rel]
-            where = _store.join(root, rel)
-            name = posixpath.basename(rel)
-            m = PAIR_RE.match(name)
-            if not m:
-                raise ConvertError(
-                    f"{where}: a pair folder is named <primary>_<secondary> (dates YYYYMMDD), not"
-                    f" {name!r}"
-                )
-            for k in (1, 2):  # an impossible date is refused here, before any raster is read
-                iso_date(m.group(k), f"{where}: pair {rel}")
-            for b in required:
-                if b not in found:
-                    raise ConvertError(
-                        f"{where}: pair {rel} has no {self.files[b]} (every pair needs "
-                        f"{', '.join(self.files[r] for r in required)})"
-                    )
-            for b, with_it in have_optional.items():
-                if with_it and b not in found:
-                    raise ConvertError(
-                        f"{where}: pair {rel} has no {self.files[b]} while {len(with_it)} other"
-                        f" pair(s) have one (e.g. {with_it[0]}); give it to every pair or to none"
-                    )
-            return rel, name, m, found, where
-
-        pairs = [
-            j for j in (self.guard(rel, folder, rel) for rel in sorted(folders)) if j is not None
+        names = [*self.files.items(), ("annotation", self.annotation_name)]
+        folders = self.pair_folders(
+            root, [(what, f"{depth}/{f}") for depth in ("*", "*/*") for what, f in names]
+        )
+        have = {b: [r for r, f in folders.items() if b in f] for b in self.optional}
+        jobs = [
+            (rel, dates, folders[rel])
+            for rel in sorted(folders)
+            if (dates := self.guard(rel, self._check_folder, root, rel, folders[rel], have))
         ]
-        if not pairs:
-            return []
+        return self.each(
+            lambda j: self.pair_from_headers(
+                j[0],
+                j[1],
+                {b: j[2][b] for b in self.files if b in j[2]},
+                self.required[0],
+                annotation=j[2].get("annotation"),
+                one_band=True,
+            ),
+            jobs,
+            lambda j: j[0],
+        )
 
-        def header(job):
-            rel, name, m, found, where = job
-            heads = {b: raster_header(self, found[b]) for b in self.files if b in found}
-            ref_b = required[0]
-            ref = heads[ref_b]
-            for b, h in heads.items():
-                if h.bands != 1:
-                    raise ConvertError(
-                        f"{found[b]}: {h.bands} bands; an interferogram file holds one"
-                    )
-                if (h.height, h.width) != (ref.height, ref.width):
-                    raise ConvertError(
-                        f"{found[b]}: {h.height}x{h.width} px, but {self.files[ref_b]} of pair"
-                        f" {rel} is {ref.height}x{ref.width}"
-                    )
-                if (h.crs or "") != (ref.crs or ""):
-                    raise ConvertError(
-                        f"{found[b]}: CRS {h.crs or 'none'} differs from {self.files[ref_b]}'s"
-                        f" {ref.crs or 'none'} in pair {rel}"
-                    )
-            files = tuple((b, found[b]) for b in self.files if b in found)
-            frame = posixpath.dirname(rel)
-            return Pair(
-                rel,
-                frame,
-                iso_date(m.group(1), where),
-                iso_date(m.group(2), where),
-                files,
-                ref.height,
-                ref.width,
-                ref.crs,
-                ref.transform,
-                found.get("annotation"),
+    def _check_folder(self, root: str, rel: str, found: dict, have: dict) -> tuple[str, str]:
+        """The pair's dates, once its name and files are checked (before any raster is read); a
+        mix of pairs with and without an optional band is refused."""
+        where = _store.join(root, rel)
+        name = posixpath.basename(rel)
+        dates = pair_dates(name, f"{where}: pair {rel}")
+        if dates is None:
+            raise ConvertError(
+                f"{where}: a pair folder is named <primary>_<secondary> (dates YYYYMMDD), not"
+                f" {name!r}"
             )
-
-        return [
-            p for p in map_threads(lambda j: self.guard(j[0], header, j), pairs, 4) if p is not None
-        ]
+        for b in self.required:
+            if b not in found:
+                raise ConvertError(
+                    f"{where}: pair {rel} has no {self.files[b]} (every pair needs "
+                    f"{', '.join(self.files[r] for r in self.required)})"
+                )
+        for b, with_it in have.items():
+            if with_it and b not in found:
+                raise ConvertError(
+                    f"{where}: pair {rel} has no {self.files[b]} while {len(with_it)} other"
+                    f" pair(s) have one (e.g. {with_it[0]}); give it to every pair or to none"
+                )
+        return dates
 
     def cube_bands(self, pairs: list[Pair]) -> list[str]:
         """Optional bands are in all pairs or none (scan checks), so the first pair decides."""
