@@ -278,6 +278,24 @@ def encode_labels(classes: np.ndarray, layout: Layout) -> np.ndarray:
     return raw
 
 
+def _scene_plan(rec: Recipe, reader, counts: dict[str, int], rng) -> list[tuple[str, str]]:
+    """(split, scene) of every item in generation order, names unique and in the layout's naming;
+    where the layout draws val from train, val is whatever the reader's rule draws."""
+    plan: list[tuple[str, str]] = []
+    for split in ("train", "val", "test"):
+        for _ in range(counts.get(split, 0)):
+            scene = rec.name(rng, len(plan))
+            while scene in {s for _, s in plan}:
+                scene = rec.name(rng, len(plan))
+            plan.append((split, scene))
+    plan = [(sp, reader.example_name(s, i)) for i, (sp, s) in enumerate(plan)]
+    if reader.options.get("val_from_train"):
+        on_train = [s for sp, s in plan if sp != "test"]
+        val = draw_val(on_train, reader.options["val_from_train"], reader.where)
+        plan = [(("val" if s in val else "train") if sp != "test" else sp, s) for sp, s in plan]
+    return plan
+
+
 def make_raw(
     dataset: str | DatasetSpec,
     root: str | Path,
@@ -305,21 +323,7 @@ def make_raw(
     size = int(size or rec.size)
     rng = np.random.default_rng(seed)
 
-    plan: list[tuple[str, str]] = []  # (split, scene) in generation order, names unique
-    for split in ("train", "val", "test"):
-        for _ in range(counts.get(split, 0)):
-            scene = rec.name(rng, len(plan))
-            while scene in {s for _, s in plan}:
-                scene = rec.name(rng, len(plan))
-            plan.append((split, scene))
-    # e.g. TorchGeo's patch names
-    plan = [(sp, reader.example_name(s, i)) for i, (sp, s) in enumerate(plan)]
-    # val is whatever the reader's rule draws from the train folder
-    if lay.options.get("val_from_train"):
-        on_train = [s for sp, s in plan if sp != "test"]
-        val = draw_val(on_train, lay.options["val_from_train"], reader.where)
-        plan = [(("val" if s in val else "train") if sp != "test" else sp, s) for sp, s in plan]
-
+    plan = _scene_plan(rec, reader, counts, rng)
     manifest = RawManifest(spec.id, layout, root, rec.tile_size, seed)
     for i, (split, scene) in enumerate(plan):
         h, w = size, size
@@ -327,33 +331,16 @@ def make_raw(
             h = size + int(rng.integers(-size // 20, size // 20 + 1))
             w = round(size * rec.aspect) + int(rng.integers(-size // 15, size // 15 + 1))
         image, classes = rec.synth(rng, h, w)
-        crs = transform = None
-        if rec.crs:
-            crs = rec.crs
-            transform = (
-                rec.pixel_m,
-                0.0,
-                400000.0 + i * (w + 7) * rec.pixel_m,
-                0.0,
-                -rec.pixel_m,
-                3100000.0,
-            )
+        crs, transform = rec.crs, None
+        if crs:
+            x0 = 400000.0 + i * (w + 7) * rec.pixel_m
+            transform = (rec.pixel_m, 0.0, x0, 0.0, -rec.pixel_m, 3100000.0)
         raw = encode_labels(classes, lay)
         img_path, lbl_path = reader.write(str(root), split, scene, image, raw, crs, transform)
-        georef = img_path.endswith((".tif", ".tiff"))
-        manifest.items.append(
-            RawItem(
-                split,
-                scene,
-                img_path,
-                lbl_path,
-                image,
-                classes,
-                raw,
-                crs if georef else None,
-                transform if georef else None,
-            )
-        )
+        if not img_path.endswith((".tif", ".tiff")):
+            crs = transform = None  # not georeferenced
+        it = RawItem(split, scene, img_path, lbl_path, image, classes, raw, crs, transform)
+        manifest.items.append(it)
     manifest.items.sort(key=lambda it: (("train", "val", "test").index(it.split), it.scene))
     return manifest
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import store as _store
 from .base import ConvertError, register
-from .insar import Pair, PairReader, iso_date, pad_to, pair_dates
+from .insar import Pair, PairReader, iso_date, pad_to, pair_dates, write_json
 from .insar_labels import polygon_mask
 from .rawio import read_raster, write_png
 
@@ -323,10 +323,8 @@ class HephaestusReader(PairReader):
     ) -> tuple[str, dict]:
         """Write one generated pair (insar_synthetic.IfgPair) as renderings + an annotation; returns
         (sample id, paths)."""
-        import json
-
         ifg, png, coh, ann_dir = self.names
-        name = f"{pair.primary.replace('-', '')}_{pair.secondary.replace('-', '')}"
+        name = self.folder_name(pair)
         folder = os.path.join(root, pair.frame, ifg, name)
         os.makedirs(folder, exist_ok=True)
         paths = {"insar": os.path.join(folder, png), "coherence": os.path.join(folder, coh)}
@@ -364,8 +362,5 @@ class HephaestusReader(PairReader):
                 "is_crowd": 0,
                 "caption": pair.answers.get("noise_assessment", ""),
             }
-            os.makedirs(os.path.join(root, ann_dir), exist_ok=True)
-            paths["annotation"] = os.path.join(root, ann_dir, f"{index}.json")
-            with open(paths["annotation"], "w") as f:
-                json.dump(ann, f, indent=1)
+            paths["annotation"] = write_json(os.path.join(root, ann_dir, f"{index}.json"), ann)
         return f"{pair.frame}/{name}", paths

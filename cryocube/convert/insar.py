@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import posixpath
 import re
 from abc import abstractmethod
@@ -182,6 +183,11 @@ class PairReader(SampleReader):
         """The catalog's reasons a task has no label in this layout, written to the cube's attrs
         instead of the generic ones."""
         return {str(k): str(v) for k, v in self.option("unavailable", {}, dict).items()}
+
+    @staticmethod
+    def folder_name(pair) -> str:
+        """A generated pair's folder, `<primary>_<secondary>` (dates YYYYMMDD)."""
+        return f"{pair.primary.replace('-', '')}_{pair.secondary.replace('-', '')}"
 
     def frame_name(self, k: int) -> str:
         """The frame folder of generated pair `k` when sample data spreads over several frames."""
@@ -514,6 +520,14 @@ class PairReader(SampleReader):
         return {"shape": plan.shape}
 
 
+def write_json(path: str, obj: Any) -> str:
+    """Sample data: a JSON file (its folder made); returns its path."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+    return path
+
+
 def pad_to(img: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
     """Pairs differ in size but a sample cube's images share one shape: pads bottom/right with 0
     (height/width keep the valid extent)."""
@@ -709,9 +723,7 @@ class InSARReader(PairReader):
     ) -> tuple[str, dict]:
         """Write one generated pair (insar_synthetic.IfgPair) where `scan` finds it; returns (sample
         id, paths)."""
-        import os
-
-        name = f"{pair.primary.replace('-', '')}_{pair.secondary.replace('-', '')}"
+        name = self.folder_name(pair)
         rel = f"{pair.frame}/{name}" if pair.frame else name
         folder = os.path.join(root, rel)
         os.makedirs(folder, exist_ok=True)
@@ -731,7 +743,5 @@ class InSARReader(PairReader):
             ann: dict[str, Any] = {"pair": name, "answers": dict(pair.answers)}
             if boxes:
                 ann["box"] = list(pair.box) if pair.box is not None else None
-            paths["annotation"] = os.path.join(folder, self.annotation_name)
-            with open(paths["annotation"], "w") as f:
-                json.dump(ann, f, indent=1)
+            paths["annotation"] = write_json(os.path.join(folder, self.annotation_name), ann)
         return rel, paths

@@ -12,7 +12,6 @@ conversion resumes block by block as tile cubes do.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import time
 from abc import abstractmethod
@@ -20,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, outputs
 from .. import store as _store
-from ..cube import COMPLETE_ATTR, SCHEMA_VERSION, digest_vars, partial_stats
+from ..cube import COMPLETE_ATTR, digest_vars, partial_stats
 from ..cube.write import (
     ConvertResult,
     SamplePlan,
@@ -33,7 +31,7 @@ from ..cube.write import (
 )
 from ..errors import task_boundary
 from .base import ConvertError, Reader
-from .writer import check_image, create_cube
+from .writer import check_image, create_cube, cube_attrs
 
 # SamplePlan lives in cube.write; importable here
 __all__ = ["SamplePlan", "SampleReader", "convert_samples", "write_sample_block"]
@@ -139,20 +137,11 @@ def convert_samples(
     block, overwrite, progress = opts.block, opts.overwrite, opts.progress
     fingerprint = plan.key(block)
     spec = reader.spec
-    attrs = {
-        "dataset": spec.id,
-        "title": spec.name,
-        "description": spec.description,
-        "licence": spec.licence,
-        "layout": reader.layout.name,
-        "schema_version": SCHEMA_VERSION,
-        "converter": f"cryocube {__version__}",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "raw_source": raw,
-        outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
-    }
     g = create_cube(
-        out, lambda: sample_template(spec.bands, plan, block, attrs), fingerprint, overwrite
+        out,
+        lambda: sample_template(spec.bands, plan, block, cube_attrs(spec, reader.layout.name, raw)),
+        fingerprint,
+        overwrite,
     )
     nb = math.ceil(plan.n / block)
     # bad raw samples left out with --on-error skip

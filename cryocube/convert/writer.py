@@ -597,27 +597,20 @@ def _prepare_store(
     (`cube.write.create`)."""
 
     def make():
-        attrs = {
-            "dataset": spec.id,
-            "title": spec.name,
-            "description": spec.description,
-            "doi": spec.doi,
-            "licence": spec.licence,
-            "layout": layout,
-            "raw_source": raw,
-            "classes": [{"name": c.name, "colour": c.colour} for c in spec.classes],
-            "class_distribution_published": list(spec.class_distribution),
-            "ignore_index": CUBE_IGNORE_INDEX,
-            "tile_size": lay.tile,
-            "block_samples": lay.block_size,
-            "shard_samples": lay.shard_size,
-            "compressor": lay.compressor,
-            "schema_version": SCHEMA_VERSION,
-            "converter": f"cryocube {__version__}",
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-            "scan_dropped": plan.dropped,
-            outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
-        }
+        attrs = cube_attrs(
+            spec,
+            layout,
+            raw,
+            doi=spec.doi,
+            classes=[{"name": c.name, "colour": c.colour} for c in spec.classes],
+            class_distribution_published=list(spec.class_distribution),
+            ignore_index=CUBE_IGNORE_INDEX,
+            tile_size=lay.tile,
+            block_samples=lay.block_size,
+            shard_samples=lay.shard_size,
+            compressor=lay.compressor,
+            scan_dropped=plan.dropped,
+        )
         crs = sorted({it.crs for it in plan.items if it.crs})
         if len(crs) == 1:
             attrs["proj:code"] = crs[0] if crs[0].upper().startswith("EPSG:") else None
@@ -625,6 +618,24 @@ def _prepare_store(
         return tile_template(spec, lay, plan.coords(), attrs), encoding(lay)
 
     return create_cube(out, make, fingerprint, overwrite)
+
+
+def cube_attrs(spec: DatasetSpec, layout: str, raw: str, **extra) -> dict[str, Any]:
+    """The attrs every cube starts with, either kind: what it holds, where it came from, which
+    cryocube wrote it and when."""
+    return {
+        "dataset": spec.id,
+        "title": spec.name,
+        "description": spec.description,
+        "licence": spec.licence,
+        "layout": layout,
+        "raw_source": raw,
+        "schema_version": SCHEMA_VERSION,
+        "converter": f"cryocube {__version__}",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
+        **extra,
+    }
 
 
 def create_cube(out: str, make, fingerprint: str, overwrite: bool):

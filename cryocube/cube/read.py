@@ -121,28 +121,21 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
 def _cube_info(url: str, storage_options: dict | None) -> CubeInfo:
     _store.register_options(url, storage_options)
     ds = open_cube(url)
-    b = ds["band"]
+    cols = {
+        field: (cast, ds[var].values)
+        for field, var, cast in (
+            ("name", "band", str),
+            ("alias", "alias", str),
+            ("role", "role", str),
+            ("wavelength_um", "wavelength_um", float),
+            ("sensor", "sensor", str),
+            ("units", "units", str),
+            ("mean", "published_mean", float),
+            ("std", "published_std", float),
+        )
+    }
     bands = tuple(
-        Band(
-            name=str(n),
-            alias=str(a),
-            role=str(r),
-            wavelength_um=float(w),
-            sensor=str(s),
-            units=str(u),
-            mean=float(pm),
-            std=float(ps),
-        )
-        for n, a, r, w, s, u, pm, ps in zip(
-            b.values,
-            ds["alias"].values,
-            ds["role"].values,
-            ds["wavelength_um"].values,
-            ds["sensor"].values,
-            ds["units"].values,
-            ds["published_mean"].values,
-            ds["published_std"].values,
-        )
+        Band(**{f: cast(v[i]) for f, (cast, v) in cols.items()}) for i in range(ds.sizes["band"])
     )
     common = dict(
         url=url,
@@ -187,8 +180,6 @@ def _group(url: str) -> zarr.Group:
     if g is None:
         g = _GROUPS[url] = _store.open_group(url, "r")
         if "sample_digest" not in g and url not in _WARNED:
-            import warnings
-
             _WARNED.add(url)
             warnings.warn(
                 f"{url}: cube schema v{g.attrs.get('schema_version')} has no per-sample digests, so"
@@ -211,6 +202,14 @@ def _where(g: zarr.Group, url: str, i: int) -> str:
     except Exception:  # noqa: BLE001 - the name is a courtesy; the error stands without it
         src = "?"
     return f"{url}: sample {i} (source {src})"
+
+
+def _mismatch(g: zarr.Group, url: str, i: int, what: str, bad: int, read: int):
+    return DamagedCubeError(
+        f"{_where(g, url, i)}: its {what} does not match the digest written at conversion (a chunk"
+        f" was deleted, truncated or altered; {bad} of {read} samples read are damaged); run"
+        f" `cryocube inspect --verify {url}`, then convert again"
+    )
 
 
 def read_samples(
@@ -247,11 +246,7 @@ def read_samples(
         if bad.size:
             i = int(idx[bad[0]])
             what = "image" if got[bad[0], 0] != want[bad[0], 0] else "label"
-            raise DamagedCubeError(
-                f"{_where(g, url, i)}: its {what} does not match the digest written at conversion"
-                f" (a chunk was deleted, truncated or altered; {bad.size} of {idx.size} samples"
-                f" read are damaged); run `cryocube inspect --verify {url}`, then convert again"
-            )
+            raise _mismatch(g, url, i, what, bad.size, idx.size)
     return img, (lab if labels else None)
 
 
@@ -276,12 +271,7 @@ def read_checked(url: str, name: str, idx=None) -> np.ndarray:
             np.array([_crc(r) for r in digest_rows(values)], dtype=np.uint32) != want
         )
         if bad.size:
-            raise DamagedCubeError(
-                f"{_where(g, url, int(sel[bad[0]]))}: its {name} does not match the digest written"
-                f" at conversion (a chunk was deleted, truncated or altered; {bad.size} of"
-                f" {len(values)} samples read are damaged); run `cryocube inspect --verify {url}`,"
-                " then convert again"
-            )
+            raise _mismatch(g, url, int(sel[bad[0]]), name, bad.size, len(values))
     return values
 
 
