@@ -19,8 +19,7 @@ CHUNK = 8 << 20
 
 
 def file_digest(path: str | Path, algo: str = "sha256") -> str:
-    """Streamed in CHUNK pieces (checkpoints run to gigabytes): the hex digest fetch and the weights
-    check compare against the catalog's."""
+    """The hex digest, streamed in CHUNK pieces (checkpoints run to gigabytes)."""
     h = hashlib.new(algo)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(CHUNK), b""):
@@ -43,10 +42,7 @@ def fetch(
     force: bool = False,
     error: type[UserError] = DownloadError,
 ) -> Path:
-    """Download `url` to `dest` unless a verified copy is there (or `force`); returns the path.
-
-    The checksum is computed while streaming; errors are raised as `error` (callers' own types).
-    """
+    """`url` to `dest` unless a verified copy is there; checksummed while streaming."""
     from .progress import progress_bar
 
     algo, want = _expected(sha256, md5)

@@ -1,14 +1,10 @@
 """Synthetic interferograms with known answers, for tests and the quickstart.
 
-Physics, small and seeded: a Mogi point source (elastic half-space) or a buried screw dislocation
-(interseismic strike-slip, u = s/pi * arctan(x/D)) is projected on Sentinel-1's line of sight and
-turned into phase (d = -lambda/(4 pi) phase, one fringe = lambda/2); a power-law (Kolmogorov-like,
-beta = 8/3) turbulent atmosphere, a planar orbital ramp and coherence-dependent phase noise are
-added; decorrelated patches carry random phase and near-zero coherence. The raw tree is written by
-the dataset's own reader (`write`), and the manifest keeps the truth: the coherence class the pair
-was designed in, the deformation box (where the *noise-free* |LOS| exceeds the catalog threshold)
-and the fringe count of the deformation signal over that box. The converter derives the same labels
-from the noisy maps, so a test compares the two.
+Physics, small and seeded: a Mogi point source or a buried screw dislocation (u = s/pi *
+arctan(x/D)) projected on Sentinel-1's line of sight (d = -lambda/(4 pi) phase), a power-law
+(beta = 8/3) atmosphere, an orbital ramp, coherence-dependent phase noise and decorrelated patches.
+The manifest keeps the truth derived from the *noise-free* signal (coherence class, box, fringes);
+the converter derives the same labels from the noisy maps, so a test compares the two.
 """
 
 from __future__ import annotations
@@ -67,8 +63,7 @@ class IfgManifest:
     pairs: list[IfgPair] = field(default_factory=list)
 
     def pair(self, pid: str) -> IfgPair:
-        """A pair's truth by its sample id (the cube's `source`); KeyError when the manifest has no
-        such pair."""
+        """A pair's truth by its sample id (the cube's `source`)."""
         for p in self.pairs:
             if p.id == pid:
                 return p
@@ -90,8 +85,7 @@ def look_vector(
 def mogi(
     x: np.ndarray, y: np.ndarray, depth: float, dv: float, nu: float = 0.25
 ) -> tuple[np.ndarray, ...]:
-    """(east, north, up) displacement (m) of a Mogi source of volume change dv (m^3) at `depth` (m)
-    below (0, 0)."""
+    """(east, north, up) metres of a Mogi source of volume change dv (m^3) at `depth` (m)."""
     r2 = x * x + y * y
     c = (1 - nu) * dv / math.pi / (depth * depth + r2) ** 1.5
     return c * x, c * y, c * depth
@@ -100,8 +94,7 @@ def mogi(
 def screw_dislocation(
     x: np.ndarray, y: np.ndarray, strike_deg: float, slip: float, locking_m: float
 ) -> tuple[np.ndarray, ...]:
-    """(east, north, up) of a buried strike-slip fault through (0, 0): u = slip/pi * arctan(distance
-    / locking depth)."""
+    """(east, north, up) of a buried strike-slip fault: u = slip/pi * arctan(dist / locking)."""
     s = math.radians(strike_deg)
     along = np.array([math.sin(s), math.cos(s)])
     dist = x * along[1] - y * along[0]  # signed distance across the fault
@@ -136,8 +129,7 @@ def ramp(rng: np.random.Generator, h: int, w: int, amplitude: float) -> np.ndarr
 
 
 def phase_noise_std(coherence: np.ndarray, looks: int = 4) -> np.ndarray:
-    """Cramer-Rao phase std of a multilooked interferogram, capped at that of uniform phase (pi/sqrt
-    3)."""
+    """Cramer-Rao phase std of a multilooked pair, capped at uniform phase's (pi/sqrt 3)."""
     g = np.clip(coherence, 1e-3, 0.999)
     return np.minimum(np.sqrt(1 - g * g) / (g * math.sqrt(2 * looks)), math.pi / math.sqrt(3))
 
@@ -145,8 +137,7 @@ def phase_noise_std(coherence: np.ndarray, looks: int = 4) -> np.ndarray:
 def _deformation(
     kind: str, rng, size: int, fringes: int, wavelength: float, rules: Rules
 ) -> np.ndarray:
-    """LOS deformation (m) scaled so that the phase over its thresholded box spans `fringes`
-    cycles."""
+    """LOS deformation (m) scaled so its thresholded box spans `fringes` cycles."""
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
     cx, cy = rng.uniform(0.35, 0.65) * size, rng.uniform(0.35, 0.65) * size
     x, y = (xx - cx) * PIXEL_M, (yy - cy) * PIXEL_M
@@ -207,8 +198,7 @@ def synth_pair(
     with_unwrapped: bool = True,
     heavy_atmosphere: bool = False,
 ) -> dict:
-    """Maps and truth of one pair; the class cycles low/medium/high, the source
-    none/mogi/dislocation."""
+    """Maps and truth of pair `i`; class cycles low/medium/high, source none/mogi/dislocation."""
     ncls = len(rules.coherence_classes)
     cls = i % ncls
     edges = [0.0, *rules.coherence_thresholds, 1.0]
@@ -349,8 +339,7 @@ def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
 
 
 def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
-    """Rename the pair's folder so its secondary date is impossible (the annotation follows);
-    returns the new folder."""
+    """Rename the pair's folder to an impossible secondary date; returns the new folder."""
     import os
 
     key = "wrapped_phase" if "wrapped_phase" in p.paths else "insar"
@@ -410,8 +399,7 @@ CORRUPTIONS = {
 
 
 def corrupt_ifg(manifest: IfgManifest, kind: str, index: int = 1) -> str:
-    """Damage pair `index` of a generated tree in one way; returns the path a good error message
-    names."""
+    """Damage pair `index` in one way; returns the path a good error message names."""
     if kind not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {kind!r}; known: {', '.join(CORRUPTIONS)}")
     return CORRUPTIONS[kind](manifest, manifest.pairs[index])

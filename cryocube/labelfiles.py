@@ -120,8 +120,7 @@ def read_label_file(path: str, text: str) -> LabelFile:
 
 
 def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[str, LabelFile]:
-    """Every `*.csv` of a labels folder (local or object store) -> task -> LabelFile, strictly
-    checked."""
+    """Every `*.csv` of a labels folder -> task -> LabelFile, strictly checked."""
     import fsspec
 
     from . import store as _store

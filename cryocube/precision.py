@@ -43,8 +43,7 @@ class DeviceInfo:
 
 
 def fast_bf16(info: DeviceInfo) -> bool:
-    """Whether `auto` takes bf16 here: CUDA compute capability >= 8.0, or a CPU with AMX or
-    AVX512-BF16."""
+    """Whether `auto` takes bf16: CUDA capability >= 8.0, or a CPU with AMX or AVX512-BF16."""
     if info.type == "cuda":
         return info.cuda_capability is not None and tuple(info.cuda_capability) >= (8, 0)
     return bool(info.cpu_bf16)
@@ -93,8 +92,7 @@ def auto_memory_format(info: DeviceInfo, precision: str) -> str:
 
 
 def weakest(infos: list[DeviceInfo]) -> DeviceInfo:
-    """The device that decides `auto` for a cluster: one without fast bf16 if any worker lacks
-    it."""
+    """The device that decides `auto` for a cluster: one without fast bf16 if any."""
     if not infos:
         raise UserError("no workers to ask for their device")
     slow = [i for i in infos if not fast_bf16(i)]

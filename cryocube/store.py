@@ -1,11 +1,8 @@
 """One way to reach storage from a path or URL (local, file://, s3://, any fsspec protocol).
 
-Every module reads and writes cubes, caches, records and reports through here, so storage options
-are resolved once and the same URL works on the client and on Dask workers. Options come from, in
-order: those passed to a call, those registered for the URL's bucket (`register_options`, which the
-engine also installs on the workers with `share_with`), and $CRYOCUBE_STORAGE_OPTIONS for remote
-URLs. Options never enter task graphs, records or messages: workers receive them once, in a worker
-plugin.
+Options are resolved once, so the same URL works on the client and on Dask workers: those passed to
+a call, else those registered for the URL's bucket (shipped to workers by `share_with`), else
+$CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ def local_path(url: str) -> str:
 
 
 def join(url: str, *parts: str) -> str:
-    """URL parts joined with single slashes (not os.path: the same code serves s3:// and local
-    paths)."""
+    """URL parts joined with single slashes (not os.path: s3:// and local paths alike)."""
     return "/".join([str(url).rstrip("/"), *[p.strip("/") for p in parts]])
 
 
@@ -51,8 +47,7 @@ def _prefix(url: str) -> str:
 
 
 def parse_options(text: str, what: str = "--storage-options") -> StorageOptions:
-    """JSON storage options from the command line, with an error that never echoes the value (it may
-    hold secrets)."""
+    """JSON storage options; the error never echoes the value (it may hold secrets)."""
     try:
         v = json.loads(text)
     except json.JSONDecodeError as e:
@@ -76,8 +71,7 @@ def options_arg(text: str) -> StorageOptions:
 
 
 def register_options(url: str, options: StorageOptions | None) -> None:
-    """Use `options` for every URL in the bucket of `url` (or for the whole protocol if `url` is
-    "proto://")."""
+    """Use `options` for every URL in `url`'s bucket (or protocol, for "proto://")."""
     if options and is_remote(url):
         _REGISTERED[_prefix(url) if not str(url).endswith("://") else str(url)] = dict(options)
 
@@ -88,8 +82,7 @@ def registered() -> dict[str, StorageOptions]:
 
 
 def options_for(url: str, given: StorageOptions | None = None) -> StorageOptions:
-    """Storage options for `url`: given, else registered for its bucket/protocol, else
-    $CRYOCUBE_STORAGE_OPTIONS."""
+    """Given, else registered for the bucket/protocol, else $CRYOCUBE_STORAGE_OPTIONS."""
     if given:
         return dict(given)
     if not is_remote(url):
@@ -103,8 +96,7 @@ def options_for(url: str, given: StorageOptions | None = None) -> StorageOptions
 
 
 class StorageCredentials(WorkerPlugin):
-    """Installs registered storage options in each worker process (once per worker, not per
-    task)."""
+    """Installs registered storage options in each worker process, once per worker."""
 
     name = "cryocube-storage-options"
 
@@ -112,8 +104,7 @@ class StorageCredentials(WorkerPlugin):
         self.options = options
 
     def setup(self, worker) -> None:
-        """Runs once in each worker process: merges the client's options into its registry, so
-        tasks' URLs resolve as on the client."""
+        """Merges the client's options into this worker's registry."""
         _REGISTERED.update(self.options)
 
     def __repr__(self) -> str:  # never show the options themselves
@@ -130,8 +121,7 @@ def share_with(client) -> None:
 
 
 def make_store(url: str, storage_options: StorageOptions | None = None, read_only: bool = False):
-    """The Zarr store at `url` with its resolved options; a writable local store creates its folder
-    first."""
+    """The Zarr store at `url`; a writable local one creates its folder first."""
     url = str(url)
     if is_remote(url):
         return zarr.storage.FsspecStore.from_url(
@@ -146,8 +136,7 @@ def make_store(url: str, storage_options: StorageOptions | None = None, read_onl
 def open_group(
     url: str, mode: str = "r", storage_options: StorageOptions | None = None
 ) -> zarr.Group:
-    """The Zarr group at `url`; a metadata file that is not JSON (truncated, overwritten) is named,
-    not a traceback."""
+    """The Zarr group at `url`; metadata that is not JSON is named, not a traceback."""
     store = make_store(url, storage_options, read_only=(mode == "r"))
     try:
         return zarr.open_group(store=store, mode=mode)
@@ -192,8 +181,7 @@ def file_exists(url: str, storage_options: StorageOptions | None = None) -> bool
 
 
 def read_bytes(url: str, storage_options: StorageOptions | None = None) -> bytes:
-    """A whole file's bytes, remote or local; a missing file raises the filesystem's
-    FileNotFoundError."""
+    """A whole file's bytes; a missing file raises FileNotFoundError."""
     fs, path = fs_path(url, storage_options)
     return fs.cat_file(path)
 
@@ -206,11 +194,7 @@ def read_text(url: str, storage_options: StorageOptions | None = None) -> str:
 def write_atomic(
     url: str, data: bytes | str, storage_options: StorageOptions | None = None
 ) -> None:
-    """Write a whole file so a reader sees the old content or the new one, never half of it.
-
-    Local files go through a temporary sibling and os.replace; an object-store PUT is atomic
-    already.
-    """
+    """Old content or new, never half: a temporary sibling locally, a PUT on object stores."""
     data = data.encode("utf-8") if isinstance(data, str) else data
     if not is_remote(url):
         path = local_path(url)
@@ -227,8 +211,7 @@ def write_atomic(
 
 
 def append_text(url: str, text: str, storage_options: StorageOptions | None = None) -> None:
-    """Append to a file: a real append (flushed, fsynced) locally; a rewrite on object stores, which
-    cannot append."""
+    """A real append (fsynced) locally; a rewrite on object stores, which cannot append."""
     if not is_remote(url):
         path = local_path(url)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

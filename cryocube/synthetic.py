@@ -1,16 +1,10 @@
 """Sample datasets: small raw trees in each published layout, for tests and `cryocube quickstart`.
 
-The files are real (GeoTIFF with a CRS through rasterio, PNG through PIL, AI4Arctic netCDF through
-netCDF4), written by the layout's own reader (`Reader.write`, so paths follow the reader's
-declarations in the catalog), and the pixels carry structure a model can learn: glacial lakes are
-dark smooth blobs, debris is bright textured ground, sea-ice stages have distinct HH/HV backscatter
-with speckle, CaFFe zones are dark ocean / bright glacier / textured rock / black N/A.
-
-`make_raw(dataset, root, layout)` writes one dataset and returns a `RawManifest`: per item the
-split, scene, file paths, the image as written and the label as class indices (after the layout's
-label_map), so a test can compare a converted cube with what was generated. `corrupt(manifest,
-kind)` damages one file for bad-input tests. Pixel recipes are keyed by dataset id (`RECIPES`); a
-catalog dataset without one can still be converted, just not generated. Everything is seeded.
+The files are real and written by the layout's own reader (`Reader.write`), and the pixels carry
+structure a model can learn (lakes are dark smooth blobs, debris bright textured ground, sea-ice
+stages distinct HH/HV levels with speckle). `make_raw` returns a `RawManifest` with what was written
+(labels as class indices), so a test compares a converted cube with it; `corrupt` damages one file
+for bad-input tests. Everything is seeded.
 """
 
 from __future__ import annotations
@@ -158,8 +152,7 @@ SICD_BACKSCATTER = np.array(
 
 
 def synth_sicd(rng, h, w):
-    """Ice-chart polygons (Voronoi cells) of SOD classes with distinct HH/HV levels and speckle;
-    a NaN no-data strip at the swath edge and sometimes an ambiguous polygon (both ignored)."""
+    """Voronoi chart polygons of SOD classes (HH/HV levels, speckle), NaN strip, ambiguous cell."""
     k = int(rng.integers(6, 10))
     seeds = np.stack([rng.uniform(0, h, k), rng.uniform(0, w, k)], 1)
     yy, xx = np.mgrid[0:h, 0:w]
@@ -181,8 +174,7 @@ def synth_sicd(rng, h, w):
 
 
 def synth_caffe(rng, h, w):
-    """Glacier tongue (bright speckle) between rock walls (textured) ending at a calving front in
-    dark ocean; black N/A shadow patches in the rock and sometimes a black no-data corner."""
+    """Glacier between rock walls, calving front, dark ocean, black N/A shadows and corner."""
     yy, xx = np.mgrid[0:h, 0:w]
     front = h * rng.uniform(0.5, 0.65) + h * 0.05 * smooth_field(rng, 1, w, w / 10)[0]
     coast = front + h * 0.12 + h * 0.03 * smooth_field(rng, 1, w, w / 10)[0]
@@ -265,8 +257,7 @@ RECIPES: dict[str, Recipe] = {
 
 
 def encode_labels(classes: np.ndarray, layout: Layout) -> np.ndarray:
-    """Class indices -> the raw values the layout stores (inverse of label_map; ignore -> the
-    layout's first ignore value)."""
+    """Class indices -> the layout's raw values (ignore -> its first ignore value)."""
     raw = np.zeros(classes.shape, np.uint8)
     for c in np.unique(classes):
         if c == CUBE_IGNORE_INDEX:
@@ -279,8 +270,7 @@ def encode_labels(classes: np.ndarray, layout: Layout) -> np.ndarray:
 
 
 def _scene_plan(rec: Recipe, reader, counts: dict[str, int], rng) -> list[tuple[str, str]]:
-    """(split, scene) of every item in generation order, names unique and in the layout's naming;
-    where the layout draws val from train, val is whatever the reader's rule draws."""
+    """(split, scene) in generation order, in the layout's naming, val drawn as it draws."""
     plan: list[tuple[str, str]] = []
     for split in ("train", "val", "test"):
         for _ in range(counts.get(split, 0)):
@@ -439,8 +429,7 @@ CORRUPTIONS: dict[str, Callable[[RawManifest, RawItem], str]] = {
 
 
 def corrupt(manifest: RawManifest, kind: str, index: int = 0) -> str:
-    """Damage item `index` (or the first item with a separate label file, for kinds that need
-    one) and return the path of the damaged (or deleted) file."""
+    """Damage item `index` (kinds needing a label file: the first with one); the path."""
     if kind not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {kind!r}; known: {', '.join(CORRUPTIONS)}")
     return CORRUPTIONS[kind](manifest, manifest.items[index])

@@ -103,8 +103,7 @@ class AI4ArcticReader(TileReader):
 
     @property
     def variables(self) -> list[str]:
-        """The netCDF variable of each catalog band, in cube band order; a band the layout's
-        `variables` table leaves out is a ConvertError."""
+        """The netCDF variable of each catalog band, in cube band order; none missing."""
         table = self.option("variables", kind=dict)
         missing = [b for b in self.spec.band_names if b not in table]
         if missing:
@@ -121,13 +120,11 @@ class AI4ArcticReader(TileReader):
 
     @property
     def dims(self) -> tuple[str, str]:
-        """The (lines, samples) dimension names: named in shape errors and given to written sample
-        data; default the release's."""
+        """The (lines, samples) dimension names (default the release's)."""
         return tuple(self.option("dims", ["sar_lines", "sar_samples"], list))
 
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
-        """Pairs each `<scene>_prep.nc` with a `_prep_reference.nc` chart beside it, if any (a chart
-        with no scene is an error), then draws val from train."""
+        """Each `<scene>_prep.nc` with its `_prep_reference.nc` chart if any; val drawn."""
         jobs = []
         for split in self.splits_on_disk:
             folder = join(root, split)
@@ -183,8 +180,7 @@ class AI4ArcticReader(TileReader):
         return SourceItem(split, scene, url, label, h, w, len(self.variables))
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Reads under the netCDF lock: masked image pixels become NaN, the chart keeps its raw
-        codes (255 fill included); HDF5 errors become ConvertError."""
+        """Masked pixels as NaN, the chart's raw codes (255 fill included), under the lock."""
         win = check_window(item.image, window, item.height, item.width)
         with open_nc(self, item.image) as ds:
             image = self._guard(
@@ -211,8 +207,7 @@ class AI4ArcticReader(TileReader):
 
     # -- sample data ---------------------------------------------------------------------------
     def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
-        """Where `write` puts a scene: a train scene holds its chart, a test scene's chart lies in a
-        `_prep_reference.nc` beside it, as in the release."""
+        """Where `write` puts a scene: test charts lie beside their scene, as in the release."""
         folder = join(str(root), self.disk_split(split))
         img = join(folder, f"{scene}{PREP_SUFFIX}.nc")
         return img, (
@@ -222,8 +217,7 @@ class AI4ArcticReader(TileReader):
     def write(
         self, root, split, scene, image, raw_label, crs=None, transform=None
     ) -> tuple[str, str]:
-        """The release's netCDF files (SIC, FLOE and an AMSR2 variable beside the chart), so a
-        generated tree goes through the same pairing as a download."""
+        """Sample data: the release's netCDF files, so a generated tree pairs like a download."""
         img, lbl = self.paths(root, split, scene)
         os.makedirs(os.path.dirname(img), exist_ok=True)
         charts = chart_set(self.chart, raw_label)
@@ -236,8 +230,7 @@ class AI4ArcticReader(TileReader):
 
 
 def chart_set(chart: str, codes: np.ndarray) -> dict[str, np.ndarray]:
-    """The chart plus SIC and FLOE derived from it (open water 0, ice 100 % / medium floes), as the
-    release has them."""
+    """The chart with SIC and FLOE derived from it, as the release has them."""
     fill = codes == 255
     sic = np.where(fill, 255, np.where(codes == 0, 0, 10)).astype(np.uint8)
     floe = np.where(fill, 255, np.where(codes == 0, 0, 3)).astype(np.uint8)
@@ -251,8 +244,7 @@ def write_netcdf(
     charts: dict[str, np.ndarray] | None,
     dims: tuple[str, str] = ("sar_lines", "sar_samples"),
 ) -> None:
-    """A ready-to-train AI4Arctic netCDF: image variables on `dims`, charts uint8 with
-    chart_fill_value 255, an AMSR2 variable on the 2 km grid, and the global attributes."""
+    """A ready-to-train AI4Arctic netCDF: images, uint8 charts (fill 255), AMSR2, attrs."""
     import netCDF4
 
     shape = next(iter((images or charts).values())).shape[-2:]

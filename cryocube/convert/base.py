@@ -1,21 +1,11 @@
 """The reader contracts: one reader per kind of published raw layout, chosen by the catalog.
 
-A dataset's layout names its reader (`reader: paired_raster`) and gives it options (folder
-templates, suffixes, variable names), so a dataset whose files follow a layout cryocube already
-reads is one YAML. Every reader derives from one of two bases, by the cube it makes:
-
-- `writer.TileReader` (tile cubes, dense labels): `scan` lists the source images (headers only,
-  cheap) and `read` returns raw pixels and raw label values for one image (on a worker); `write`
-  puts an image where `scan` will find it (the sample-data generator uses it, so generated trees
-  follow the reader's own declarations). Tiling, label remapping, validation and statistics are the
-  tile writer's job (`writer.py`).
-- `samples.SampleReader` (sample cubes, image-level targets): `plan` lists the samples and computes
-  every target on the client, so bad input is found before a cluster starts; `read_sample` returns
-  one whole image (on a worker); `samples.py` reads the images on the workers.
-
-Each base lives beside the code that writes its kind; both store through the cube's one writer
-(`cube.write`). `convert` treats every reader alike: `precheck` (before a cluster starts), then
-`convert`.
+A dataset's layout names its reader (`reader: paired_raster`) and gives it options, so a dataset
+whose files follow a layout cryocube already reads is one YAML. Every reader derives from one of two
+bases, by the cube it makes, each beside the code that writes its kind: `writer.TileReader` (tile
+cubes: `scan` headers, `read` windows on the workers) and `samples.SampleReader` (sample cubes:
+`plan` every target on the client, so bad input is found before a cluster starts). `write` puts
+sample data where `scan` finds it, so generated trees follow the reader's own declarations.
 """
 
 from __future__ import annotations
@@ -62,8 +52,7 @@ Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, i
 
 
 class Reader(ABC):
-    """What every reader shares: its catalog layout and options, file access, and the two steps of
-    `convert`."""
+    """What every reader shares: its layout's options, file access, the two steps of `convert`."""
 
     name: ClassVar[str]  # what a catalog layout's `reader:` field names
     # the layout options it reads (shown by `cryocube list readers`)
@@ -85,8 +74,7 @@ class Reader(ABC):
 
     @property
     def where(self) -> str:
-        """`<catalog file>: layouts.<name>`, the prefix of every option error, so the user knows
-        which YAML field to fix."""
+        """The prefix of every option error, naming the YAML field to fix."""
         return f"{self.spec.path}: layouts.{self.layout.name}"
 
     def option(
@@ -110,22 +98,18 @@ class Reader(ABC):
     def precheck(
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
     ) -> Any:
-        """What `convert` needs that can be checked before a cluster starts (the CLI calls it first
-        and passes the result on); None where nothing can (tile readers read their headers on the
-        workers)."""
+        """What can be checked before a cluster starts (None where headers are read on workers)."""
         return None
 
     @abstractmethod
     def convert(
         self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
     ) -> ConvertResult:
-        """Write (or resume) this layout's cube at `out` (`writer.convert` resolves and checks the
-        options)."""
+        """Write (or resume) this layout's cube at `out`."""
 
     # -- shared helpers ---------------------------------------------------------------------
     def fs(self, url: str):
-        """fsspec (filesystem, path) of `url`; a reader without options of its own uses those
-        registered for the bucket, as block tasks on the workers do."""
+        """fsspec (filesystem, path) of `url`, with the options registered for its bucket."""
         return store.fs_path(url, self.storage_options)
 
     def listdir(self, url: str, suffixes: tuple[str, ...] | None = None) -> dict[str, str]:
@@ -151,8 +135,7 @@ class Reader(ABC):
         return fs.isdir(path)
 
     def open_bytes(self, url: str) -> bytes:
-        """A whole file in memory, for files read whole (annotation JSON, remote netCDF and zipped
-        Zarr); a missing file is a ConvertError naming it."""
+        """A whole file in memory (annotations, remote netCDF, zipped Zarr); missing is an error."""
         fs, path = self.fs(url)
         try:
             with fs.open(path, "rb") as f:
@@ -167,14 +150,12 @@ READERS: plugins.Registry[type[Reader]] = plugins.Registry(
 
 
 def register(cls: type[Reader]) -> type[Reader]:
-    """Class decorator that makes a reader nameable by catalog layouts (`reader:`), plug-ins' too;
-    two classes under one name are refused."""
+    """Class decorator: a reader catalog layouts can name; a second class per name is refused."""
     return READERS.add(cls.name, cls)
 
 
 def readers() -> plugins.Registry[type[Reader]]:
-    """Every reader: the built-in ones and those of installed plug-ins (entry points
-    `cryocube.readers`)."""
+    """Every reader, built in or from plug-ins (entry points `cryocube.readers`)."""
     return READERS.load()
 
 

@@ -85,8 +85,7 @@ def download(
     extract: bool = True,
     progress: bool = True,
 ) -> Path:
-    """Download the dataset's archive(s) from the catalog source and extract; returns the raw
-    root."""
+    """Download and extract the dataset's archive(s) from the catalog source; the raw root."""
     spec = load_dataset(dataset)
     if source not in spec.sources:
         raise DownloadError(

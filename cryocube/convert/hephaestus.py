@@ -1,13 +1,9 @@
-"""Hephaestus (CVPR 2022 EarthVision): LiCSAR interferogram renderings over volcanoes with human
-annotations.
+"""Hephaestus (CVPR 2022 EarthVision): LiCSAR interferogram renderings with human annotations.
 
 Raw layout: `<FrameID>/interferograms/<primary>_<secondary>/{InSAR.png, Coherence.png}` and
-`annotations/<uniqueID>.json` (frameID, primary_date, secondary_date, label, activity_type,
-intensity_level, phase, atmospheric_fringes 0-3, low_coherence, segmentation_mask polygons, caption
-...). Only annotated interferograms become samples. The PNGs are renderings, not radians: the cube
-keeps them as rendered bands (InSAR.png's RGB, Coherence.png's grey level, 0..255) and derives
-nothing from their pixels; the annotation fields map onto tasks through the catalog's `targets`
-(docs/insar-cube.md).
+`annotations/<uniqueID>.json`. Only annotated pairs become samples. The PNGs are renderings, not
+radians: the cube keeps them as rendered bands and every label comes from the annotation, mapped
+onto tasks by the catalog's `targets` (docs/insar-cube.md).
 """
 
 from __future__ import annotations
@@ -40,8 +36,7 @@ def render_phase(phase: np.ndarray) -> np.ndarray:
 
 
 def polygons(polys: Any, url: str) -> list[list[tuple[float, float]]]:
-    """The `segmentation_mask` polygons as point lists: each a flat [x1, y1, x2, y2, ...] or a list
-    of [x, y]."""
+    """The `segmentation_mask` polygons: each flat [x1, y1, x2, y2, ...] or a list of [x, y]."""
     out = []
     for k, poly in enumerate(polys if isinstance(polys, list) else [polys] if polys else []):
         try:
@@ -78,8 +73,7 @@ class HephaestusReader(PairReader):
 
     @property
     def names(self) -> tuple[str, str, str, str]:
-        """(interferograms folder, InSAR PNG, coherence PNG, annotations folder), defaulting to the
-        release's spelling."""
+        """(interferograms, InSAR PNG, coherence PNG, annotations), the release's by default."""
         return (
             str(self.option("interferograms", "interferograms", str)),
             str(self.option("insar_png", "InSAR.png", str)),
@@ -88,8 +82,7 @@ class HephaestusReader(PairReader):
         )
 
     def frame_name(self, k: int) -> str:
-        """A LiCSAR-style frame id (`100D_04800_131300` for k = 0) for generated frame `k`, so
-        sample trees look like the release."""
+        """A LiCSAR-style frame id for generated frame `k`, as in the release."""
         return f"{100 + k}D_0{4800 + k}_13{1300 + k}"
 
     def detect(self, root: str) -> bool:
@@ -101,8 +94,7 @@ class HephaestusReader(PairReader):
         )
 
     def scan(self, root: str) -> list[Pair]:
-        """Only annotated pairs with both PNGs become samples; flagged ones are dropped unless
-        --keep-corrupted, and an annotation of a missing or twice-annotated pair is refused."""
+        """Annotated pairs with both PNGs; flagged ones dropped unless --keep-corrupted."""
         ifg, png, coh, _ = self.names
         found = {
             f"{rel.split('/')[0]}/{posixpath.basename(rel)}": files
@@ -141,8 +133,7 @@ class HephaestusReader(PairReader):
         return True
 
     def _annotations(self, root: str, found: dict, left_out: set[str]) -> dict[str, str]:
-        """{pair id: annotation url} of the complete pairs; pairs left out already stay out, and
-        flagged ones are left out (named) unless --keep-corrupted."""
+        """{pair id: annotation}; a missing or twice-annotated pair is refused."""
         ifg, png, _, ann_dir = self.names
         annotated: dict[str, str] = {}
         flagged: set[str] = set()
@@ -198,8 +189,7 @@ class HephaestusReader(PairReader):
         return pid, [f for f in self.FLAGS if self.flag(d, f, 1, url)]
 
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
-        """`unlabelled_pairs`: complete pairs left out for lacking an annotation, so the cube says
-        why it holds fewer samples than the tree."""
+        """`unlabelled_pairs`: why the cube holds fewer samples than the tree."""
         return {"unlabelled_pairs": int(getattr(self, "_unlabelled", 0))}
 
     @staticmethod
@@ -215,8 +205,7 @@ class HephaestusReader(PairReader):
         return v
 
     def one_class(self, url: str, f: str, values: list[str], source: str, pick=None) -> int | None:
-        """The index of the class of target `source` that field `f` names (`pick` chooses among
-        several; None: no classes, no values, or several and none chosen)."""
+        """The class index of target `source` that field `f` names (`pick` among several)."""
         classes = next(
             (tuple(c.lower() for c in t.classes) for t in self.targets if t.source == source), ()
         )
@@ -235,8 +224,7 @@ class HephaestusReader(PairReader):
         return idx[0] if len(idx) == 1 else pick(idx) if pick else None
 
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
-        """Everything from the annotation JSON (the PNGs are renderings): polygons give box and
-        mask; `label` and `intensity_level` map onto the catalog's classes."""
+        """Everything from the annotation (the PNGs are renderings)."""
         url = pair.annotation
         d = self.load_annotation(url)
         labels = strings(d.get("label"))
@@ -282,8 +270,7 @@ class HephaestusReader(PairReader):
         }
 
     def _answers(self, d: dict, deformation: list[str]) -> dict[str, str]:
-        """The text tasks' answers: the catalog's `description` filled from the annotation for the
-        localisation, the caption for the noise assessment (and `caption`)."""
+        """The text answers: the catalog's `description` filled in, and the caption."""
 
         def words(f: str) -> str:
             v = d.get(f)
@@ -305,8 +292,7 @@ class HephaestusReader(PairReader):
         return {k: v for k, v in answers.items() if k in self.text_tasks}
 
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """InSAR.png's RGB plus Coherence.png's grey level, 0..255 as rendered (a grey InSAR.png is
-        repeated to RGB), padded to the cube's shape."""
+        """InSAR.png's RGB and Coherence.png's grey level, 0..255 as rendered, padded."""
         rgb = read_raster(self, pair.file("insar")).astype(np.float32)
         if rgb.shape[0] == 1:
             rgb = np.repeat(rgb, 3, axis=0)
@@ -321,8 +307,7 @@ class HephaestusReader(PairReader):
     def write_pair(
         self, root: str, pair, annotate: bool = True, boxes: bool = True, index: int = 0
     ) -> tuple[str, dict]:
-        """Write one generated pair (insar_synthetic.IfgPair) as renderings + an annotation; returns
-        (sample id, paths)."""
+        """Sample data: one `insar_synthetic.IfgPair` rendered, annotated; (sample id, paths)."""
         ifg, png, coh, ann_dir = self.names
         name = self.folder_name(pair)
         folder = os.path.join(root, pair.frame, ifg, name)

@@ -1,13 +1,11 @@
-"""Interferogram pairs -> one sample cube (docs/insar-cube.md); the GeoTIFF layout users have after
-processing.
+"""Interferogram pairs -> one sample cube (docs/insar-cube.md).
 
-`PairReader` is the shared part of every interferogram layout: task targets, the deformation box and
-free-text answers per pair, assembled into a `samples.SamplePlan` on the client *before any cluster
-starts* (so every bad file, pair or field is one sentence first), then written by the shared
-sample-cube writer. Which quantity feeds which task, which tasks a layout cannot serve and the
-derivation parameters are catalog options (`targets`, `unavailable`, `derive`). `InSARReader` reads
-`<pair>/{wrapped_phase,coherence[,unwrapped_phase]}.tif` + `annotation.json` and derives labels with
-`insar_labels`; `hephaestus.py` reads the Hephaestus PNG layout.
+`PairReader` is what every interferogram layout shares: scanning pair folders, and the plan
+(targets, box, mask, answers per pair) built on the client *before any cluster starts*, so every bad
+file, pair or field is one sentence first. Which quantity feeds which task is catalog options
+(`targets`, `unavailable`, `derive`). `InSARReader` reads
+`<pair>/{wrapped_phase,coherence[,unwrapped_phase]}.tif` + `annotation.json`; `hephaestus.py` reads
+the Hephaestus PNG layout.
 """
 
 from __future__ import annotations
@@ -45,8 +43,7 @@ MASK_ORIGINS = {
 
 
 def iso_date(s: str, where: str) -> str:
-    """YYYYMMDD or YYYY-MM-DD -> YYYY-MM-DD; a day the calendar does not have (month 13, 30
-    February) is refused."""
+    """YYYYMMDD or YYYY-MM-DD -> YYYY-MM-DD; a day the calendar lacks is refused."""
     import calendar
 
     d = str(s).replace("-", "")
@@ -63,8 +60,7 @@ def iso_date(s: str, where: str) -> str:
 
 
 def pair_dates(name: str, where: str) -> tuple[str, str] | None:
-    """The ISO dates of a `<primary>_<secondary>` folder name (None if not so named); an impossible
-    date is refused."""
+    """The ISO dates of a `<primary>_<secondary>` name (None if not so named)."""
     m = PAIR_RE.match(name)
     return None if m is None else (iso_date(m.group(1), where), iso_date(m.group(2), where))
 
@@ -85,8 +81,7 @@ class Pair:
     annotation: str | None = None  # url of the annotation JSON (None: not annotated)
 
     def file(self, name: str) -> str | None:
-        """The URL of one band group (`insar`, `coherence`, a band name), or None where this pair
-        lacks it (optional bands)."""
+        """The URL of one band group, or None where the pair lacks it (optional bands)."""
         return dict(self.files).get(name)
 
 
@@ -110,20 +105,17 @@ class PairReader(SampleReader):
     # -- catalog options ---------------------------------------------------------------------
     @property
     def rules(self) -> Rules:
-        """The layout's `derive:` parameters, validated; the synthetic generator derives its truth
-        by the same rules."""
+        """The layout's `derive:` parameters; the synthetic generator derives by the same."""
         return Rules.from_options(self.option("derive", {}, dict), self.where)
 
     @property
     def wavelength_m(self) -> float:
-        """Radar wavelength in metres (required): turns phase into LOS displacement; an annotation
-        may override it per pair."""
+        """Radar wavelength in metres (required; an annotation may override it per pair)."""
         return float(self.option("radar_wavelength_m", kind=(int, float)))
 
     @property
     def text_tasks(self) -> list[str]:
-        """The free-text tasks, in the order of the cube's `answer` columns; answers naming other
-        tasks are refused."""
+        """The free-text tasks, in the order of the cube's `answer` columns."""
         return [str(t) for t in self.option("text_tasks", [], list)]
 
     @property
@@ -133,8 +125,7 @@ class PairReader(SampleReader):
 
     @property
     def targets(self) -> list[TargetSpec]:
-        """The catalog's `targets:` in cube task order; `from: null` keeps a task the layout cannot
-        serve (NaN targets, a reason in `unavailable`)."""
+        """The catalog's `targets:` in task order; `from: null` is a task this layout lacks."""
         out = []
         for name, d in self.option("targets", {}, dict).items():
             d = dict(d or {})
@@ -152,8 +143,7 @@ class PairReader(SampleReader):
 
     @property
     def mask_options(self) -> dict:
-        """The `mask:` option: the per-pixel deformation target's class names and the split a dense
-        family draws (sample cubes have none), recorded in the cube's attrs."""
+        """The `mask:` option: class names and the split a dense family draws (cube attrs)."""
         d = dict(self.option("mask", {}, dict))
         classes = [str(c) for c in d.get("classes", ("stable", "deformation"))]
         split = {
@@ -180,8 +170,7 @@ class PairReader(SampleReader):
 
     @property
     def unavailable(self) -> dict[str, str]:
-        """The catalog's reasons a task has no label in this layout, written to the cube's attrs
-        instead of the generic ones."""
+        """The catalog's reasons a task has no label in this layout (cube attrs)."""
         return {str(k): str(v) for k, v in self.option("unavailable", {}, dict).items()}
 
     @staticmethod
@@ -196,29 +185,23 @@ class PairReader(SampleReader):
     # -- contract for subclasses ------------------------------------------------------------------
     @abstractmethod
     def scan(self, root: str) -> list[Pair]:
-        """Every pair folder under `root`, headers checked (a bad one is skipped with --on-error
-        skip)."""
+        """Every pair under `root`, headers checked (a bad one skipped with --on-error skip)."""
 
     @abstractmethod
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
-        """{"quantities": {name: float}, "box": (4,) | None, "box_origin": str, "mask": (H, W) int8
-        | None, "mask_origin": str, "answers": {task: text}, "wavelength_m": float} of one pair
-        (reads and checks its pixels where labels are derived; mask None = no label, all ignore)."""
+        """Quantities, box, mask, answers and wavelength of one pair (mask None: all ignore)."""
 
     def cube_bands(self, pairs: list[Pair]) -> list[str]:
-        """Names of the catalog bands this tree has (all of them unless a layout has optional
-        bands)."""
+        """The catalog bands this tree has (optional bands may be absent)."""
         return self.spec.band_names
 
     @abstractmethod
     def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """Contract: one pair's bands, padded bottom/right with 0 to `shape` (the largest pair's),
-        since pairs differ in size."""
+        """One pair's bands padded bottom/right with 0 to `shape`, since pairs differ in size."""
 
     # -- shared ---------------------------------------------------------------------------------
     def pair_folders(self, root: str, globs: list[tuple[str, str]]) -> dict[str, dict[str, str]]:
-        """{pair folder relative to `root`: {band group: url}} of the files each (group, glob)
-        finds."""
+        """{pair folder under `root`: {band group: url}} of what each (group, glob) finds."""
         fs, base = self.fs(root)
         base = base.rstrip("/")
         proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
@@ -230,16 +213,14 @@ class PairReader(SampleReader):
         return out
 
     def each(self, fn, jobs: list, name) -> list:
-        """fn(job) for every job on 4 threads; a bad one (`name(job)`) is skipped or refused
-        (`guard`)."""
+        """fn(job) for every job on 4 threads, a bad one skipped or refused (`guard`)."""
         got = map_threads(lambda j: self.guard(name(j), fn, j), jobs, 4)
         return [x for x in got if x is not None]
 
     def pair_from_headers(
         self, pid: str, dates: tuple[str, str], files: dict[str, str], ref: str, **kw
     ) -> Pair:
-        """The pair of `files` (read in this order), whose headers must agree with `files[ref]`'s
-        in size and CRS (and hold one band each where `one_band`)."""
+        """The pair of `files`, whose headers must agree with `files[ref]` in size and CRS."""
         one_band = kw.pop("one_band", False)
         heads = {b: raster_header(self, u) for b, u in files.items()}
         r, rname = heads[ref], posixpath.basename(files[ref])
@@ -262,8 +243,7 @@ class PairReader(SampleReader):
         )
 
     def guard(self, pair: str, fn, *args):
-        """fn(*args); with --on-error skip, a ConvertError leaves pair `pair` out (noted with its
-        reason) and gives None."""
+        """fn(*args); with --on-error skip, a ConvertError leaves the pair out (noted): None."""
         try:
             return fn(*args)
         except ConvertError as e:
@@ -274,8 +254,7 @@ class PairReader(SampleReader):
             return None
 
     def load_annotation(self, url: str) -> dict:
-        """An annotation file as a dict; bad JSON or a non-object is a ConvertError naming the file,
-        so --on-error skip can drop the pair."""
+        """An annotation file as a dict; anything else is a ConvertError naming the file."""
         try:
             d = json.loads(self.open_bytes(url))
         except (ValueError, UnicodeDecodeError) as e:
@@ -287,8 +266,7 @@ class PairReader(SampleReader):
     def check_box(
         self, box: Any, pair: Pair, url: str, field: str = "box"
     ) -> tuple[float, ...] | None:
-        """A box as (x_min, y_min, x_max, y_max) floats inside the pair with min < max, else a
-        ConvertError naming the field; None (no deformation) stays None."""
+        """A box (x_min, y_min, x_max, y_max) inside the pair with min < max; None stays None."""
         if box is None:
             return None
         try:
@@ -308,8 +286,7 @@ class PairReader(SampleReader):
         return b
 
     def check_answers(self, answers: Any, url: str) -> dict[str, str]:
-        """The annotation's `answers` as {text task: answer}; a task not in `text_tasks` is refused
-        rather than silently dropped."""
+        """The annotation's `answers`; a task not in `text_tasks` is refused, never dropped."""
         if answers is None:
             return {}
         if not isinstance(answers, dict):
@@ -327,9 +304,7 @@ class PairReader(SampleReader):
     def plan(
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **_
     ) -> tuple[list[Pair], SamplePlan]:
-        """Checks every pair and computes every label on the client, the one place bad input is
-        found. on_error="skip" leaves a bad pair out (`skipped_samples`); pairs the annotations flag
-        as damaged are left out unless `keep_corrupted` (`kept_flagged_samples`)."""
+        """Every pair checked and labelled on the client, the one place bad input is found."""
         self.on_error, self.skipped, self.kept = on_error, [], []
         self.keep_flagged = bool(keep_corrupted)
         pairs, labels, bands = self._labelled(raw)
@@ -376,8 +351,7 @@ class PairReader(SampleReader):
         )
 
     def _labelled(self, raw: str) -> tuple[list[Pair], list[dict], list[str]]:
-        """(pairs, their labels, the cube's bands), bad pairs skipped or refused; none left is an
-        error naming the first bad one."""
+        """(pairs, labels, bands); none left is an error naming the first bad pair."""
         pairs, labels, bands = self.scan(raw), [], []
         if pairs:
             bands = self.cube_bands(pairs)
@@ -399,8 +373,7 @@ class PairReader(SampleReader):
         return pairs, labels, bands
 
     def _label_arrays(self, pairs: list[Pair], labels: list[dict], tspecs: list[TargetSpec]):
-        """(target, box, mask, answer) arrays; a missing label is NaN, padding and unlabelled
-        pixels are ignore."""
+        """(target, box, mask, answer); no label is NaN, padding and unlabelled pixels ignore."""
         target = np.array(
             [
                 [lab["quantities"].get(t.source) if t.source else None for t in tspecs]
@@ -496,16 +469,14 @@ class PairReader(SampleReader):
         return attrs
 
     def narrow(self, bands: list[str]) -> None:
-        """Optional bands absent from this tree: the cube (and `check_image`) has only the
-        others."""
+        """Optional bands absent from this tree leave the cube (and `check_image`)."""
         if bands != self.spec.band_names:
             self.spec = dataclasses.replace(
                 self.spec, bands=tuple(b for b in self.spec.bands if b.name in bands)
             )
 
     def missing_reason(self, t: TargetSpec, bands: list[str]) -> str:
-        """Why a task with a source still has no label in any pair; layouts override it to name the
-        file they lack."""
+        """Why a task with a source has no label in any pair; layouts name the file they lack."""
         return "no pair has the data this label is derived from"
 
     def extra_attrs(self, raw: str, pairs: list[Pair]) -> dict:
@@ -513,8 +484,7 @@ class PairReader(SampleReader):
         return {}
 
     def read_kwargs(self, plan: SamplePlan, **_) -> dict:
-        """Narrows the bands to the plan's, since a prechecked plan was made by another reader
-        object; workers pad to the plan's shape."""
+        """The plan's bands (a prechecked plan came from another reader object) and shape."""
         # a prechecked plan came from another reader object: its bands, not all
         self.narrow(plan.fingerprint["bands"])
         return {"shape": plan.shape}
@@ -529,8 +499,7 @@ def write_json(path: str, obj: Any) -> str:
 
 
 def pad_to(img: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
-    """Pairs differ in size but a sample cube's images share one shape: pads bottom/right with 0
-    (height/width keep the valid extent)."""
+    """Pads bottom/right with 0 to the cube's one image shape (height/width keep the extent)."""
     if shape is None or img.shape == tuple(shape):
         return img
     out = np.zeros(shape, dtype=img.dtype)
@@ -559,8 +528,7 @@ class InSARReader(PairReader):
 
     @property
     def annotation_name(self) -> str:
-        """The per-pair annotation file's name (default `annotation.json`); a pair without one is
-        still a sample."""
+        """The per-pair annotation file's name; a pair without one is still a sample."""
         return str(self.option("annotation", "annotation.json", str))
 
     def detect(self, root: str) -> bool:
@@ -578,8 +546,7 @@ class InSARReader(PairReader):
         return [b for b in self.files if b not in self.optional]
 
     def scan(self, root: str) -> list[Pair]:
-        """Pair folders one or two levels deep (`[<frame>/]<primary>_<secondary>`); dates, required
-        files, and one band, size and CRS per file are checked."""
+        """Pair folders `[<frame>/]<primary>_<secondary>`: dates, files, band, size, CRS checked."""
         names = [*self.files.items(), ("annotation", self.annotation_name)]
         folders = self.pair_folders(
             root, [(what, f"{depth}/{f}") for depth in ("*", "*/*") for what, f in names]
@@ -604,8 +571,7 @@ class InSARReader(PairReader):
         )
 
     def _check_folder(self, root: str, rel: str, found: dict, have: dict) -> tuple[str, str]:
-        """The pair's dates, once its name and files are checked (before any raster is read); a
-        mix of pairs with and without an optional band is refused."""
+        """The pair's dates once its name and files are checked, before any raster is read."""
         where = _store.join(root, rel)
         name = posixpath.basename(rel)
         dates = pair_dates(name, f"{where}: pair {rel}")
@@ -646,8 +612,7 @@ class InSARReader(PairReader):
         return read_raster(self, url)[0].astype(np.float32, copy=False)
 
     def check_values(self, pair: Pair, maps: dict[str, np.ndarray]) -> None:
-        """Wrapped phase in [-pi, pi] radians, coherence in [0, 1], both finite: else one sentence
-        naming the file."""
+        """Wrapped phase in [-pi, pi] rad, coherence in [0, 1], both finite."""
         for b, a in maps.items():
             url = pair.file(b)
             bad = ~np.isfinite(a)
@@ -676,8 +641,7 @@ class InSARReader(PairReader):
             )
 
     def pair_labels(self, pair: Pair, bands: list[str]) -> dict[str, Any]:
-        """Reads and checks the maps (radians, coherence 0..1) and derives labels; an annotation's
-        box wins over the derived one, its wavelength over the catalog's."""
+        """Labels derived from the maps; an annotation's box and wavelength win."""
         maps = {b: self._read(pair.file(b)) for b in bands}
         self.check_values(pair, maps)
         ann = self.load_annotation(pair.annotation) if pair.annotation else {}
@@ -721,8 +685,7 @@ class InSARReader(PairReader):
     def write_pair(
         self, root: str, pair, annotate: bool = True, boxes: bool = False, index: int = 0
     ) -> tuple[str, dict]:
-        """Write one generated pair (insar_synthetic.IfgPair) where `scan` finds it; returns (sample
-        id, paths)."""
+        """Sample data: one `insar_synthetic.IfgPair`; returns (sample id, paths)."""
         name = self.folder_name(pair)
         rel = f"{pair.frame}/{name}" if pair.frame else name
         folder = os.path.join(root, rel)

@@ -52,8 +52,7 @@ class Rules:
 
     @classmethod
     def from_options(cls, d: dict, where: str) -> "Rules":
-        """Reads a layout's `derive:` block with the documented defaults; non-numbers, an unknown
-        statistic or classes not matching the thresholds are refused."""
+        """A layout's `derive:` block with the documented defaults, checked."""
         from .base import ConvertError
 
         c = dict(d.get("coherence_classification") or {})
@@ -84,8 +83,7 @@ class Rules:
         return r
 
     def as_attrs(self) -> dict:
-        """The parameters with the LOS convention and the rule sentences, for the cube's attrs: the
-        labels say how they were made."""
+        """The parameters, LOS convention and rule sentences: the cube says how labels were made."""
         return {
             "coherence_classification": {
                 "statistic": self.coherence_statistic,
@@ -105,8 +103,7 @@ def phase_to_los(phase: np.ndarray, wavelength_m: float) -> np.ndarray:
 
 
 def los_to_phase(los_m: np.ndarray, wavelength_m: float) -> np.ndarray:
-    """Inverse of `phase_to_los` (radians from metres); the synthetic generator builds phase from a
-    LOS field with it."""
+    """Radians from metres, the inverse of `phase_to_los` (the synthetic generator uses it)."""
     return -4 * math.pi / wavelength_m * los_m
 
 
@@ -132,8 +129,7 @@ def valid_mask(unwrapped: np.ndarray, coherence: np.ndarray, rules: Rules) -> np
 
 
 def relative_los(unwrapped: np.ndarray, valid: np.ndarray, wavelength_m: float) -> np.ndarray:
-    """LOS displacement relative to the median of the valid pixels (the unwrapped phase has no
-    absolute zero)."""
+    """LOS relative to the valid pixels' median (unwrapped phase has no absolute zero)."""
     ref = float(np.median(unwrapped[valid])) if valid.any() else 0.0
     return phase_to_los(unwrapped - ref, wavelength_m)
 
@@ -150,8 +146,7 @@ def kept_regions(mask: np.ndarray, min_pixels: int) -> np.ndarray:
 
 
 def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, float] | None:
-    """(x_min, y_min, x_max, y_max), end-exclusive, of the pixels of `mask` in regions of >=
-    min_pixels (all of them, not only the largest region); None when no region is left."""
+    """End-exclusive box of all regions of >= min_pixels of `mask` (None if none is left)."""
     ys, xs = np.nonzero(kept_regions(mask, min_pixels))
     if xs.size == 0:
         return None
@@ -159,8 +154,7 @@ def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, floa
 
 
 def deformation_pixels(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
-    """Valid pixels moving more than `threshold_m` in LOS, small regions dropped: what both the box
-    and the mask are made of."""
+    """Valid pixels moving more than `threshold_m` in LOS, small regions dropped."""
     return kept_regions(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
 
 
@@ -172,8 +166,7 @@ def deformation_box(
 
 
 def deformation_mask(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
-    """int8 map: 1 deformation (the box rule's pixels), 0 other valid pixels, -1 invalid
-    (ignore)."""
+    """int8: 1 deformation (the box rule's pixels), 0 other valid pixels, -1 ignore."""
     out = np.where(valid, 0, MASK_IGNORE).astype(np.int8)
     out[deformation_pixels(los_m, valid, rules)] = 1
     return out
@@ -189,8 +182,7 @@ def box_mask(box, height: int, width: int) -> np.ndarray:
 
 
 def polygon_mask(polygons: list[list[tuple[float, float]]], height: int, width: int) -> np.ndarray:
-    """int8 map: 1 where a pixel centre (x + 0.5, y + 0.5) lies inside any polygon (even-odd rule),
-    else 0."""
+    """int8: 1 where a pixel centre lies inside any polygon (even-odd rule), else 0."""
     yy, xx = np.mgrid[0:height, 0:width]
     px, py = xx.ravel() + 0.5, yy.ravel() + 0.5
     out = np.zeros(px.size, bool)
@@ -208,8 +200,7 @@ def polygon_mask(polygons: list[list[tuple[float, float]]], height: int, width: 
 
 
 def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
-    """Fringes (2 pi cycles of unwrapped phase) spanned over valid pixels inside the box; 0 without
-    a box, as RULES_TEXT says."""
+    """2 pi cycles of unwrapped phase spanned inside the box (0 without one, as RULES_TEXT says)."""
     if box is None:
         return 0
     x0, y0, x1, y1 = (int(v) for v in box)
@@ -220,9 +211,7 @@ def fringe_count(unwrapped: np.ndarray, valid: np.ndarray, box) -> int:
 def derive(
     coherence: np.ndarray, unwrapped: np.ndarray | None, wavelength_m: float, rules: Rules, box=...
 ) -> dict:
-    """Every derived label of one pair: the coherence class and, with unwrapped phase, the box and
-    mask (unless a box is given, e.g. by an annotation: then the mask is that box) and the fringe
-    count over that box; None where the maps cannot tell."""
+    """Every derived label of one pair (a given box, e.g. annotated, is also the mask)."""
     out = {
         "coherence_class": coherence_class(coherence, rules),
         "box": None if box is ... else box,

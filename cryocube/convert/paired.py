@@ -85,8 +85,7 @@ class PairedRasterReader(TileReader):
 
     @property
     def image_name(self) -> str:
-        """Template of an image stem's parts (default `{stem}`), parsed so `label_name` can rebuild
-        the mask's name."""
+        """Template of an image stem's parts (default `{stem}`), from which `label_name` builds."""
         return self.option("image_name", "{stem}", str)
 
     @property
@@ -95,8 +94,7 @@ class PairedRasterReader(TileReader):
         return self.option("label_name", "{stem}" + self.label_suffix, str)
 
     def _name_fields(self, stem: str, where: str) -> dict[str, str]:
-        """The parts of an image stem by `image_name` (each field non-greedy but the last), or an
-        error."""
+        """The parts of an image stem by `image_name` (non-greedy but the last), or an error."""
         parts = list(string.Formatter().parse(self.image_name))
         pattern = "".join(
             re.escape(lit)
@@ -112,8 +110,7 @@ class PairedRasterReader(TileReader):
         return m.groupdict()
 
     def label_stem(self, stem: str, where: str = "") -> str:
-        """The mask stem an image stem pairs with; a name outside this layout's naming is a
-        ConvertError suggesting --layout."""
+        """The mask stem of an image stem; a name of another layout's naming suggests --layout."""
         return self.label_name.format(**self._name_fields(stem, where or stem))
 
     def example_name(self, base: str, i: int) -> str:
@@ -123,17 +120,14 @@ class PairedRasterReader(TileReader):
 
     @property
     def band_policy(self) -> str:
-        """`exact`: images must have the catalog's band count; `first`: more is fine, the first N
-        are read (GLID)."""
+        """`exact` band count, or `first`: more bands are fine and the first N are read (GLID)."""
         p = self.option("bands", "exact", str)
         if p not in ("exact", "first"):
             raise ConvertError(f"{self.where}: option bands must be 'exact' or 'first', got {p!r}")
         return p
 
     def detect(self, root: str) -> bool:
-        """Its folders exist, and masks there follow this layout's naming for some of the first
-        images (two layouts with the same folders, CaFFe's original and TorchGeo's, differ only in
-        file names; a missing mask is left to `scan`, which names it)."""
+        """Its folders exist and masks follow its naming (CaFFe's two layouts differ only there)."""
         for f in self.split_folders:
             img_dir, lbl_dir = (
                 join(root, self.image_dir.format(folder=f)),
@@ -153,8 +147,7 @@ class PairedRasterReader(TileReader):
         return False
 
     def _unread_folders(self, root: str) -> list[str]:
-        """Folders beside the split folders that hold images this layout does not read (e.g. `val/`
-        where val is drawn from train): said, never skipped without a word."""
+        """Image folders beside the split folders this layout does not read, so they are named."""
         parent = self.image_dir.split("{folder}")[0].rstrip("/")
         fs, path = self.fs(join(root, parent) if parent else root)
         if not fs.isdir(path):
@@ -185,8 +178,7 @@ class PairedRasterReader(TileReader):
         return [(folder, split) for split, folder in found.items()]
 
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
-        """Warns of image folders it does not read, pairs images and masks by name per split folder,
-        checks headers, then draws val from train if the layout says so."""
+        """Images and masks paired by name per split folder, headers checked, val drawn if asked."""
         unread = self._unread_folders(root)
         if unread:
             splits = ", ".join(sorted(set(self.split_folders)))
@@ -244,8 +236,7 @@ class PairedRasterReader(TileReader):
         return SourceItem(split, stem, img, lbl, hi.height, hi.width, want, hi.crs, hi.transform)
 
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The catalog's bands of the image (the first N under `bands: first`) and band 1 of the
-        mask; their sizes must agree."""
+        """The image's catalog bands (the first N under `bands: first`), the mask's band 1."""
         image = read_raster(self, item.image, window, bands=len(self.spec.bands))
         label = read_raster(self, item.label, window, bands=1)[0]
         if image.shape[1:] != label.shape:
@@ -256,8 +247,7 @@ class PairedRasterReader(TileReader):
 
     # -- sample data ---------------------------------------------------------------------------
     def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
-        """Where `write` puts a scene: the disk folder of its split, the first suffix, the mask
-        named by `label_name`."""
+        """Where `write` puts a scene: its split's disk folder, the first suffix, `label_name`."""
         disk = self.disk_split(split)
         folder = next(f for f, s in self.split_folders.items() if s == disk)
         ext = self.suffixes[0]

@@ -1,12 +1,7 @@
-"""Raster file I/O shared by the readers: header-only opens, windowed reads, and writers for sample
-data.
+"""Raster file I/O shared by the readers: header-only opens, windowed reads, sample-data writers.
 
-File formats are chosen by suffix through `FORMATS` (rasterio for GeoTIFF, PIL for PNG/JPEG, which
-reads a PNG header without decoding pixels).
-
-Remote files (s3://, memory://, ...) are opened lazily through fsspec, so a header read or a
-window read fetches only the bytes it needs (rasterio >= 1.4 accepts an fsspec filesystem as
-`opener`; PIL reads from any seekable file object).
+Formats are chosen by suffix (`FORMATS`). Remote files are opened lazily through fsspec, so a header
+or window read fetches only the bytes it needs.
 """
 
 from __future__ import annotations
@@ -73,8 +68,7 @@ class RasterioFormat:
         return rasterio.open(url.removeprefix("file://"))
 
     def header(self, reader: Reader, url: str) -> Header:
-        """Count, size, dtype, CRS and transform without reading pixels; an ungeoreferenced file
-        gives no transform rather than the identity."""
+        """Count, size, dtype, CRS and transform (None, not the identity, if ungeoreferenced)."""
         import rasterio
         from rasterio.errors import NotGeoreferencedWarning
 
@@ -90,8 +84,7 @@ class RasterioFormat:
     def read(
         self, reader: Reader, url: str, window: Window | None, bands: int | None
     ) -> np.ndarray:
-        """A true windowed read of the first `bands` bands: only the window's bytes are fetched,
-        remote files too."""
+        """A true windowed read: only the window's bytes are fetched, remote files too."""
         from rasterio.errors import NotGeoreferencedWarning
         from rasterio.windows import Window as RWindow
 
@@ -104,8 +97,7 @@ class RasterioFormat:
 
 
 class PILFormat:
-    """PNG/JPEG/BMP: PIL reads the header lazily; pixels are decoded whole, then cut (PNG has no
-    random access), which is fine for tiles and for CaFFe's few-thousand-pixel scenes."""
+    """PNG/JPEG/BMP: decoded whole, then cut (no random access; fine at these sizes)."""
 
     @staticmethod
     @contextmanager
@@ -121,8 +113,7 @@ class PILFormat:
                 yield im
 
     def header(self, reader: Reader, url: str) -> Header:
-        """Band count, size and dtype from the header without decoding pixels; no CRS, which these
-        formats do not carry."""
+        """Band count, size and dtype without decoding pixels; these formats carry no CRS."""
         with self._open(reader, url) as im:
             w, h = im.size
             return Header(len(im.getbands()), h, w, _pil_dtype(im.mode))
@@ -130,8 +121,7 @@ class PILFormat:
     def read(
         self, reader: Reader, url: str, window: Window | None, bands: int | None
     ) -> np.ndarray:
-        """Decodes the whole image (no random access), then cuts the window; a truncated file fails
-        here, at `load`."""
+        """The whole image decoded, then the window cut; a truncated file fails here."""
         with self._open(reader, url) as im:
             w, h = im.size
             r0, r1, c0, c1 = check_window(url, window, h, w)
@@ -205,8 +195,7 @@ def header_threads(root: str) -> int:
 
 
 def map_threads(fn: Callable, items: list, threads: int = HEADER_THREADS) -> list:
-    """`[fn(x) for x in items]` on a thread pool (remote header reads wait on the network, not the
-    CPU)."""
+    """`[fn(x) for x in items]` on a thread pool (remote header reads wait on the network)."""
     if len(items) <= 1 or threads <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(min(threads, len(items))) as pool:
@@ -232,8 +221,7 @@ def val_from_train(items: list[SourceItem], chosen: set[str]) -> list[SourceItem
 def write_geotiff(
     path: str | Path, arr: np.ndarray, crs: str | None = None, transform: tuple | None = None
 ) -> None:
-    """Sample-data writer: a 2-D array becomes one band; georeferenced only when a CRS is given
-    (`transform` then required)."""
+    """Sample data: a 2-D array is one band; georeferenced when a CRS (and transform) is given."""
     import rasterio
     from rasterio.transform import Affine
 
@@ -252,8 +240,7 @@ def write_geotiff(
 
 
 def write_png(path: str | Path, arr: np.ndarray, crs=None, transform=None) -> None:
-    """Sample-data writer: 1-4 bands cast to uint8 (L, LA, RGB, RGBA); `crs` and `transform` are
-    dropped, accepted only to fit `WRITERS`."""
+    """Sample data: 1-4 bands as uint8; `crs` and `transform` only fit `WRITERS`'s signature."""
     from PIL import Image
 
     arr = arr[None] if arr.ndim == 2 else arr

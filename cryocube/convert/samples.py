@@ -1,13 +1,8 @@
-"""Sample cubes (`kind: samples`): one whole image per sample and image-level targets instead of
-dense labels.
+"""Sample cubes (`kind: samples`): one whole image per sample and image-level targets.
 
-A `SampleReader` (SSL4EO-downstream, interferograms) lists its items and everything known before
-pixels are read in a `cube.SamplePlan` (ids, per-sample image shape, task targets, extra coordinates
-and small per-sample variables, attrs); this module reads and checks the images block by block on
-Dask workers (`reader.read_sample(item, **read_kwargs)`, validated by `writer.check_image`) and
-hands them to the cube's one writer (`cube.write`: store, digests of image, target and every small
-per-sample variable, block moments, progress flags, the completion marker last), so a killed
-conversion resumes block by block as tile cubes do.
+A `SampleReader` puts everything known before pixels are read in a `cube.SamplePlan`; this module
+reads and checks the images block by block on the workers and writes them through `cube.write`, so
+a killed conversion resumes block by block as tile cubes do.
 """
 
 from __future__ import annotations
@@ -38,17 +33,13 @@ __all__ = ["SamplePlan", "SampleReader", "convert_samples", "write_sample_block"
 
 
 class SampleReader(Reader):
-    """Layouts of whole samples with image-level targets (and small per-sample variables); one
-    sample cube."""
+    """Layouts of whole samples with image-level targets; one sample cube."""
 
     @abstractmethod
     def plan(
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
     ) -> tuple[list, SamplePlan]:
-        """(items, `SamplePlan`): every sample and everything known of it before pixels are written,
-        computed on the client; `items[i]` is what `read_sample` reads for sample i. Bad input
-        raises ConvertError here.
-        """
+        """(items, SamplePlan), on the client: bad input is refused here, before the cluster."""
 
     @abstractmethod
     def read_sample(self, item: Any, **read_kwargs) -> np.ndarray:
@@ -67,8 +58,7 @@ class SampleReader(Reader):
     def convert(
         self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
     ) -> ConvertResult:
-        """Uses the CLI's prechecked plan if there is one (else plans now), then writes the images
-        block by block on the workers."""
+        """The CLI's prechecked plan (else a new one), then the images block by block on workers."""
         items, plan = prechecked or self.plan(raw, opts.on_error, **options)
         return convert_samples(
             self, items, plan, raw, out, client, opts, self.read_kwargs(plan, **options)
@@ -77,8 +67,7 @@ class SampleReader(Reader):
 
 @task_boundary
 def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
-    """Read, check and write samples [s0, s0 + len(items)) with their digests; the progress flag
-    last."""
+    """Read, check and write one block of samples with digests; the progress flag last."""
     from ..cluster.runtime import tune_malloc
 
     t0 = time.perf_counter()
@@ -129,8 +118,7 @@ def convert_samples(
     opts: WriteOptions,
     read_kwargs: dict | None = None,
 ) -> ConvertResult:
-    """Create (or resume) the sample cube of `plan` at `out`; `items[i]` is what
-    `reader.read_sample` reads for sample i."""
+    """Create (or resume) the sample cube of `plan`; `items[i]` is read for sample i."""
     from ..progress import gather
 
     t0 = time.perf_counter()

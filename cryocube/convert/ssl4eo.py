@@ -1,19 +1,11 @@
 """SSL4EO-S12-downstream (Embed2Scale / NeuCo-Bench): zipped Zarr v2 stores per location and
-modality -> one multi-temporal *sample cube*.
+modality -> one multi-temporal sample cube.
 
-Raw layout (options in the dataset catalog): `data/<modality>/part-XXXXXX/<id>.zarr.zip`, each a
-Zarr v2 group with variable `bands` of dims (sample, time, band, y, x) and shape (1, 4, C, H, W),
-the same id in every modality folder; `labels/<task>__<cls|regr>.csv` with columns id,label (empty
-labels skipped).
-
-The cube: `image(sample, time, band, y, x)` float32 (written by the shared sample-cube writer,
-convert/samples.py) (the modalities side by side on `band`, in the catalog's band order),
-`target(sample, task)` float32 (NaN = no label), coordinates `source` (the id), `split` ("all": the
-challenge has no split; probes draw their own), `task_type(task)`, `time`, and the band coordinates
-of every cube (alias, role, sensor, both published statistics). `--shift-s2` adds the +1000 DN
-offset of SSL4EO-S12 v1.1 to the S2 bands (the organisers' `shift_s2_channels`), and the cube then
-carries the v1.1 statistics as its published ones. Blocks are written by Dask tasks with progress
-flags and per-sample digests; the completion marker is written last, as for tile cubes.
+Raw layout: `data/<modality>/part-XXXXXX/<id>.zarr.zip` (variable `bands`, (1, time, band, y, x)),
+the same id in every modality folder, and `labels/<task>__<cls|regr>.csv`. The modalities sit side
+by side on `band`, in the catalog's order; `split` is "all" (the challenge has none). `--shift-s2`
+adds SSL4EO-S12 v1.1's +1000 DN to the S2 bands (the organisers' `shift_s2_channels`), and the cube
+then carries the v1.1 statistics as its published ones.
 """
 
 from __future__ import annotations
@@ -44,8 +36,7 @@ class Location:
 
 
 def strip_suffix(name: str) -> str:
-    """A location id from its store's file name (`.zarr.zip` or `.zarr` dropped): the key that pairs
-    the modalities."""
+    """A location id from its store's file name: the key that pairs the modalities."""
     for s in (".zarr.zip", ".zarr"):
         if name.endswith(s):
             return name[: -len(s)]
@@ -55,10 +46,7 @@ def strip_suffix(name: str) -> str:
 def read_label_csvs(
     folder: str, storage_options: dict | None = None
 ) -> dict[str, tuple[str, dict[str, float]]]:
-    """A NeuCo-Bench labels folder: task -> (cls|regr, {id: label}), read by the probe's strict
-    reader (families/embedding/labels.py: empty labels skipped; NaN, text, inf, duplicate ids and
-    clashing task names refused), so a cube's targets and `cryocube probe --labels` see the same
-    labels."""
+    """task -> (kind, {id: label}) by the probe's strict reader, so both see the same labels."""
     from ..labelfiles import read_label_folder
 
     return {t: (f.kind, f.labels) for t, f in read_label_folder(folder, storage_options).items()}
@@ -80,8 +68,7 @@ class SSL4EOReader(SampleReader):
         return self.option("variable", "bands", str)
 
     def band_slices(self) -> dict[str, slice]:
-        """Where each modality's bands sit on the cube's band axis (the catalog's `sensor`
-        field)."""
+        """Where each modality's bands sit on the band axis (the catalog's `sensor` field)."""
         out, i = {}, 0
         for m in self.modalities:
             n = sum(1 for b in self.spec.bands if b.sensor == m)
@@ -103,8 +90,7 @@ class SSL4EOReader(SampleReader):
         return all(self.isdir(_store.join(root, "data", m)) for m in self.modalities)
 
     def scan(self, root: str) -> list[Location]:
-        """Locations by id across the modality folders; a location missing any modality is refused,
-        not dropped."""
+        """Locations by id across modality folders; one missing a modality is refused."""
         fs, base = self.fs(root)
         by_mod: dict[str, dict[str, str]] = {}
         proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
@@ -142,8 +128,7 @@ class SSL4EOReader(SampleReader):
         return zarr.storage.ZipStore(tmp.name, mode="r"), tmp.name
 
     def read(self, item: Location, window=None, shift_s2: bool = False) -> tuple[np.ndarray, None]:
-        """(time, band, y, x) float32 of one location, modalities side by side in the catalog's band
-        order."""
+        """(time, band, y, x) float32, modalities side by side in catalog band order."""
         parts = []
         slices = self.band_slices()
         for m, url in item.files:
@@ -188,8 +173,7 @@ class SSL4EOReader(SampleReader):
     def write(
         self, root, split, scene, image, raw_label=None, crs=None, transform=None
     ) -> tuple[str, str]:
-        """Sample data: one location's stores, one per modality ((time, band, y, x) in catalog band
-        order)."""
+        """Sample data: one location's store per modality."""
         import xarray as xr
 
         paths = []
@@ -213,8 +197,7 @@ class SSL4EOReader(SampleReader):
         return paths[0], paths[0]
 
     def write_labels(self, root, tasks: dict[str, tuple[str, dict[str, float | None]]]) -> None:
-        """Sample data: `labels/<task>__<kind>.csv` as NeuCo-Bench publishes them (None becomes an
-        empty label)."""
+        """Sample data: `labels/<task>__<kind>.csv` as NeuCo-Bench publishes them."""
         os.makedirs(os.path.join(str(root), "labels"), exist_ok=True)
         for task, (kind, values) in tasks.items():
             with open(
@@ -231,8 +214,7 @@ class SSL4EOReader(SampleReader):
 
     # -- the sample cube -------------------------------------------------------------------------
     def read_kwargs(self, plan: SamplePlan, shift_s2: bool = False, **_) -> dict:
-        """The plan's `shift_s2`, not the caller's, so workers apply the offset the plan's
-        statistics were chosen for."""
+        """The plan's `shift_s2`, so workers apply the offset its statistics were chosen for."""
         return {"shift_s2": bool(plan.attrs["shift_s2"])}
 
     def plan(
@@ -243,8 +225,7 @@ class SSL4EOReader(SampleReader):
         shift_s2: bool = False,
         **_,
     ) -> tuple[list[Location], SamplePlan]:
-        """Reads the first location on the client for the cube's shape (square only); labels of ids
-        with no store are ignored, and no sample is ever skipped."""
+        """The first location sets the (square) shape; labels of unknown ids are ignored."""
         items = self.scan(raw)
         tasks = self.labels(raw)
         first = self.read_sample(items[0], shift_s2=shift_s2)

@@ -66,8 +66,7 @@ class Plan:
         return int(self.item_of.size)
 
     def coords(self) -> dict[str, np.ndarray]:
-        """Per-sample coordinates: ids derived from file names (duplicates refused) and each tile's
-        own affine (NaN without georeferencing)."""
+        """Per-sample coordinates: ids from file names (duplicates refused), each tile's affine."""
         it = self.items
         io = self.item_of
         tf = np.full((self.n, 6), np.nan)
@@ -95,8 +94,7 @@ class Plan:
         }
 
     def fingerprint(self, extra: dict) -> str:
-        """A hash of the options and every item's files and size; `create` resumes a cube only when
-        it matches, so changed inputs are never mixed."""
+        """A hash of the options and every item: a cube resumes only from the same inputs."""
         h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode())
         for it in self.items:
             h.update(
@@ -124,29 +122,22 @@ def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
 
 
 class TileReader(Reader):
-    """Layouts of scenes or tiles with dense labels; the shared writer cuts them into a tile
-    cube."""
+    """Layouts of scenes or tiles with dense labels, cut into a tile cube by the shared writer."""
 
     @abstractmethod
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
-        """All items under `root`, sorted by (split order, name). Raises ConvertError on
-        unpaired files or header-level problems (shape mismatch, band count).
-
-        Listing happens here; per-file header reads go through `map_headers(fn, jobs, threads)`
-        (default: this process; `convert` passes one that spreads them over the Dask workers)."""
+        """Every item, sorted; header reads go through `map_headers` (the workers, in `convert`)."""
 
     @abstractmethod
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(image (C, h, w) in the source dtype, raw label (h, w)) for the window (whole image if
-        None)."""
+        """(image (C, h, w) in the source dtype, raw label (h, w)) of the window (None: whole)."""
 
     def disk_split(self, split: str) -> str:
         """Where files of `split` live on disk: itself, or "train" where val is drawn from train."""
         return "train" if split == "val" and self.options.get("val_from_train") else split
 
     def example_name(self, base: str, i: int) -> str:
-        """The name generated sample item `i` gets in this layout, from a dataset-style name
-        (`base`)."""
+        """The name generated item `i` gets in this layout, from a dataset-style name."""
         return base
 
     @abstractmethod
@@ -160,14 +151,12 @@ class TileReader(Reader):
         crs: str | None = None,
         transform: tuple | None = None,
     ) -> tuple[str, str]:
-        """Write one image and its raw label where `scan` finds them; returns (image path, label
-        path)."""
+        """Sample data: one image and raw label where `scan` finds them; (image, label) paths."""
 
     def convert(
         self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
     ) -> ConvertResult:
-        """Every tile layout goes through the shared tile writer; nothing is prechecked, since
-        headers are read on the workers."""
+        """The shared tile writer; nothing is prechecked, as headers are read on the workers."""
         return convert_tiles(self, raw, out, client, opts)
 
 
@@ -178,8 +167,7 @@ LUT_MAX = 1 << 16  # integer labels below this are remapped by table lookup (one
 
 
 def _lookup_table(layout: Layout, size: int) -> np.ndarray:
-    """raw value (0..size-1 at least) -> class index; ignore values -> -1; unknown values -> -2 (an
-    error)."""
+    """raw value -> class index; ignore -> -1; unknown -> -2 (an error)."""
     lut = np.full(max(size, *layout.label_map, *layout.ignore_values, 0) + 1, -2, dtype=np.int16)
     lut[list(layout.ignore_values)] = CUBE_IGNORE_INDEX
     for k, v in layout.label_map.items():
@@ -188,8 +176,7 @@ def _lookup_table(layout: Layout, size: int) -> np.ndarray:
 
 
 def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
-    """Raw label values -> class indices (int16), ignore values -> -1; unknown values are an
-    error."""
+    """Raw label values -> class indices (int16), ignore -> -1; unknown values are an error."""
     raw = np.asarray(raw)
     if raw.dtype.kind == "f":
         if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
@@ -233,8 +220,7 @@ def _unknown(values: np.ndarray, layout: Layout, where: str):
 
 
 def check_image(img: np.ndarray, spec: DatasetSpec, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """Validated image in the cube dtype, and a mask of no-data pixels (NaN with nan_policy
-    'fill')."""
+    """The image in the cube dtype, and its no-data mask (NaN under nan_policy 'fill')."""
     if img.ndim != 3 or img.shape[0] != len(spec.bands):
         raise ConvertError(
             f"{where}: expected {len(spec.bands)} bands ({', '.join(spec.band_names)}), got shape"
@@ -377,8 +363,7 @@ def _map_chunk(fn, jobs: list, threads: int) -> list:
 
 
 def worker_mapper(client):
-    """A `Mapper` that reads headers on the Dask workers, a few chunks per worker (for datasets of
-    many files, or on object stores, where the client alone would wait on thousands of GETs)."""
+    """A `Mapper` reading headers on the workers, so many files or an object store scale."""
 
     def run(fn, jobs: list, threads: int) -> list:
         workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
@@ -424,10 +409,7 @@ def convert(
     progress: bool = True,
     **reader_options,
 ) -> ConvertResult:
-    """Convert one dataset's raw layout into a cube at `out`; resumes an interrupted conversion.
-
-    Uses `client` (a distributed Client) or the default one; blocks are written in parallel.
-    """
+    """Convert a dataset's raw layout into a cube at `out`, resuming an interrupted one."""
     from ..cluster.client import get_client
 
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
@@ -479,8 +461,7 @@ def convert(
 def convert_tiles(
     reader: TileReader, raw: str, out: str, client, opts: WriteOptions
 ) -> ConvertResult:
-    """The tile cube of `reader`'s layout: scan (headers on the workers), plan the tiles, write
-    blocks, finalise."""
+    """Scan (headers on the workers), plan the tiles, write blocks, finalise."""
     t0 = time.perf_counter()
     spec, layout, tile, block_samples = reader.spec, reader.layout.name, opts.tile, opts.block
     items = reader.scan(raw, map_headers=worker_mapper(client))
@@ -593,8 +574,7 @@ def _prepare_store(
     overwrite: bool,
     raw: str,
 ):
-    """Create the cube's metadata, or reopen it to resume when the plan is the same
-    (`cube.write.create`)."""
+    """The cube's metadata, or the store reopened to resume the same plan."""
 
     def make():
         attrs = cube_attrs(
@@ -621,8 +601,7 @@ def _prepare_store(
 
 
 def cube_attrs(spec: DatasetSpec, layout: str, raw: str, **extra) -> dict[str, Any]:
-    """The attrs every cube starts with, either kind: what it holds, where it came from, which
-    cryocube wrote it and when."""
+    """The attrs every cube starts with: what it holds, its source, who wrote it and when."""
     return {
         "dataset": spec.id,
         "title": spec.name,
@@ -639,8 +618,7 @@ def cube_attrs(spec: DatasetSpec, layout: str, raw: str, **extra) -> dict[str, A
 
 
 def create_cube(out: str, make, fingerprint: str, overwrite: bool):
-    """`cube.write.create` (either kind), with a full disk or an unwritable --out said in one
-    sentence."""
+    """`cube.write.create`, with a full disk or an unwritable --out said in one sentence."""
     try:
         return create(out, make, fingerprint, overwrite)
     except OSError as e:

@@ -1,17 +1,9 @@
 """The cube: every write and read of a cube goes through this package.
 
-One Zarr v3 group per dataset, `image(sample, band, y, x)` + `label(sample, y, x)` (tile cubes) or
-whole images and image-level `target(sample, task)` (sample cubes). Everything a protocol needs to
-pick samples (split, scene, tile position, stratum, class fractions) and to normalise (train-split
-band statistics) lives in coordinates, so no label has to be read to plan a run. A cube is complete
-only when the `cryocube_complete` attribute exists; it is written last. Every sample carries the
-crc32 of its image and label bytes (`sample_digest`), checked whenever a task reads it: a deleted or
-damaged chunk is an error naming the sample, never fill values.
-
-Modules: `schema` (markers, layout, codecs, errors), `ids`, `digests` (crc32 maths), `stats`
-(moments, strata), `write` (one template, one store creation, one block write, one finalisation, for
-tiles and samples), `read` (open, plan facts, checked reads), `check` (verify), `describe` (summary
-text). The names below are the package's public face.
+Everything a protocol needs to pick samples (split, scene, tile position, stratum, class fractions)
+and to normalise (train-split band statistics) lives in coordinates, so no label is read to plan a
+run. Modules: `schema` (markers, layout, codecs, errors), `ids`, `digests`, `stats` (moments,
+strata), `write`, `read` (open, plan facts, checked reads), `check` (verify), `describe`.
 """
 
 from .check import VerifyReport, verify

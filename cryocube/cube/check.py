@@ -24,14 +24,12 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """What `cryocube inspect --verify` exits 0 on: no damaged sample, and the block digests
-        match the cube checksum."""
+        """What `inspect --verify` exits 0 on: nothing damaged, block digests match the checksum."""
         return not self.damaged and self.checksum_ok
 
 
 def verify(url: str, storage_options: dict | None = None, progress: bool = True) -> VerifyReport:
-    """Read every sample and check it against its digest, every block against its block digest and
-    the block digests against the cube checksum (`cryocube inspect --verify`)."""
+    """Every sample against its digest, blocks against theirs and the checksum."""
     from ..progress import progress_bar
 
     _store.register_options(url, storage_options)

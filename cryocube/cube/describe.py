@@ -28,8 +28,7 @@ def _tile_summary(ds, split, names) -> list[str]:
 
 
 def _sample_summary(ds) -> list[str]:
-    """Sample cubes: image shape, labelled samples per task, text answers, what the cube cannot
-    serve."""
+    """Sample cubes: shape, labelled samples per task, answers, what the cube cannot serve."""
     lines = [f"image {dict(ds['image'].sizes)}  dtype: {ds['image'].dtype}"]
     target = np.asarray(ds["target"].values)
     for j, (t, k) in enumerate(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))):
@@ -56,8 +55,7 @@ def _sample_summary(ds) -> list[str]:
 
 
 def summary(url: str, storage_options: dict | None = None) -> str:
-    """Human summary: samples per split, class balance, band stats beside the published ones,
-    chunking, size."""
+    """Samples per split, class balance, band statistics beside the published, chunks, size."""
     ds = open_cube(url, storage_options, allow_incomplete=True)
     lines = []
     a = ds.attrs

@@ -1,8 +1,7 @@
-"""The crc32 maths of a cube: per-sample digests, block digests combined from them, the cube
-checksum.
+"""The crc32 maths of a cube: per-sample digests, block digests combined from them, the checksum.
 
-Every sample carries the crc32 of its image and label bytes (`sample_digest`), checked whenever a
-task reads it: a deleted or damaged chunk is an error naming the sample, never fill values.
+Every sample's digest is checked whenever a task reads it: a deleted or damaged chunk is an error
+naming the sample, never fill values.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def sample_digests(images: np.ndarray, labels: np.ndarray, *extras: np.ndarray) 
 
 
 def digest_rows(values: np.ndarray) -> np.ndarray:
-    """A per-sample variable as equal-sized byte rows: numbers as stored; text as the crc32 of each
-    string (UTF-8), so a variable-length answer still has a fixed-size row for the block digest."""
+    """A per-sample variable as equal-sized byte rows (text as each string's crc32)."""
     a = np.asarray(values)
     if a.dtype.kind in "OUT":
         a = np.array([zlib.crc32(str(v).encode()) for v in a.ravel()], dtype=np.uint32).reshape(
@@ -49,8 +47,7 @@ def digest_rows(values: np.ndarray) -> np.ndarray:
 
 
 def digest_vars(g) -> tuple[str, ...]:
-    """The per-sample variables a cube's `sample_digest` covers after image and label/target, in
-    part order (sample cubes written before extras were digested have none)."""
+    """The variables `sample_digest` covers after image and label/target, in part order."""
     return tuple(g.attrs.get("digest_vars") or ())
 
 

@@ -34,8 +34,7 @@ def derive_sample_ids(source, split, tile_y, tile_x) -> np.ndarray:
 
 
 def check_unique_ids(ids, where: str, fix: str = "convert the cube again") -> np.ndarray:
-    """The ids, or a UserError naming the first repeated ones (a repeated id would merge
-    samples)."""
+    """The ids, or a UserError naming the first repeated ones (they would merge samples)."""
     ids = as_text(ids)
     names, first, counts = np.unique(ids, return_index=True, return_counts=True)
     if (counts > 1).any():

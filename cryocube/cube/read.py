@@ -51,8 +51,7 @@ def open_cube(
 
 
 def not_a_cube(url: str, storage_options: dict | None = None) -> str:
-    """Why `url` is no cube, in one sentence: nothing there, a results folder, an embedding store,
-    other data."""
+    """Why `url` is no cube, in one sentence."""
     if _store.exists(url, storage_options):
         attrs = dict(_store.open_group(url, "r", storage_options).attrs)
         if "cryocube_embedding_complete" in attrs or "embedding_sha256" in attrs:
@@ -99,8 +98,7 @@ class CubeInfo:
     tasks: tuple[tuple[str, str], ...] = ()  # sample cubes: (task, cls|regr)
 
     def samples(self, split: str) -> np.ndarray:
-        """Indices of one split's samples, ascending: what planning trains, validates and tests on;
-        empty where the cube has none of that split."""
+        """Indices of one split's samples, ascending (empty where the cube has none)."""
         return np.flatnonzero(self.splits == split)
 
     @property
@@ -110,8 +108,7 @@ class CubeInfo:
 
 
 def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
-    """Metadata of a complete cube (refuses incomplete ones before any work starts). Its small
-    reads compute here: with a Client as default they would queue behind the cluster's tasks."""
+    """A complete cube's metadata, computed here: a default Client would queue these reads."""
     import dask
 
     with dask.config.set(scheduler="synchronous"):
@@ -215,10 +212,7 @@ def _mismatch(g: zarr.Group, url: str, i: int, what: str, bad: int, read: int):
 def read_samples(
     url: str, idx, labels: bool = True, verify: bool = True
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """image (n, C, T, T) and label (n, T, T) of the given sample indices, in that order, checked
-    against their digests: a missing or damaged chunk raises DamagedCubeError naming the sample.
-    Sample cubes give image (n, time, C, H, W) and their task targets (n, tasks) in place of the
-    label."""
+    """Images and labels (targets for sample cubes) of `idx`, checked against their digests."""
     g = _group(url)
     var = "target" if g.attrs.get("kind") == "samples" else "label"
     idx = np.asarray(idx, dtype=np.int64)
@@ -251,10 +245,7 @@ def read_samples(
 
 
 def read_checked(url: str, name: str, idx=None) -> np.ndarray:
-    """A per-sample variable of a sample cube (`target`, or an extra its digests cover: `box`,
-    `answer`, `mask`), whole or at the sample indices `idx`, checked against the digests written at
-    conversion: a deleted or damaged chunk raises DamagedCubeError naming the sample and the
-    variable, never fill values. Variables no digest covers are read as stored."""
+    """A per-sample variable (at `idx`), checked where a digest covers it, never fill values."""
     g = _group(url)
     sel = np.arange(g[name].shape[0]) if idx is None else np.asarray(idx, dtype=np.int64)
     try:
@@ -276,9 +267,7 @@ def read_checked(url: str, name: str, idx=None) -> np.ndarray:
 
 
 def read_dense(url: str, idx) -> tuple[np.ndarray, np.ndarray]:
-    """image (n, C, H, W) and a dense int16 label (n, H, W) of any cube: a tile cube's `label`, or a
-    sample cube's per-pixel `mask` (interferograms' deformation target), each checked against the
-    digests."""
+    """Images and a dense int16 label of any cube (a sample cube's `mask`), checked."""
     g = _group(url)
     if g.attrs.get("kind") != "samples":
         return read_samples(url, idx)
@@ -296,8 +285,7 @@ def read_dense(url: str, idx) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class CubeView:
-    """A complete cube opened lazily (no pixels read); the kind's view says what a task may ask of
-    it."""
+    """A complete cube opened lazily; the kind's view says what a task may ask of it."""
 
     url: str
     ds: xr.Dataset
@@ -325,10 +313,7 @@ class TileCube(CubeView):
 
 
 class SampleCube(CubeView):
-    """A sample cube (image-level targets): every variable `schema.SAMPLE_VARS` declares, by name,
-    with its declared default where this cube lacks it (SSL4EO cubes have no interferogram facts);
-    references read checked.
-    """
+    """A sample cube: every variable `schema.SAMPLE_VARS` declares, or its default."""
 
     kind = "samples"
 
@@ -339,24 +324,20 @@ class SampleCube(CubeView):
 
     @property
     def rendered(self) -> bool:
-        """True where the image bands are renderings (no physical values, hence no derivation): the
-        questions tell the model so."""
+        """True where the bands are renderings (no physical values): questions say so."""
         return bool(self.ds.attrs.get("rendered", False))
 
     @property
     def unavailable(self) -> dict[str, str]:
-        """Per task, why the converter found no reference for it; vqa adds it to the reason a task
-        is left out."""
+        """Per task, why the converter found no reference for it."""
         return dict(self.ds.attrs.get("unavailable") or {})
 
     def has(self, name: str) -> bool:
-        """Whether the cube stores `name` itself, where `values` would otherwise give its declared
-        default."""
+        """Whether the cube stores `name` itself (else `values` gives the default)."""
         return name in self.ds
 
     def values(self, name: str) -> np.ndarray:
-        """A declared coordinate (per sample, or along its own dim), or its default: text as an
-        object array of str, the valid extent (`height`, `width`) as the cube's own size."""
+        """A declared coordinate or its default (text as str, height/width as the cube's size)."""
         var = SAMPLE_VARS[name]
         if name in self.ds:
             v = self.ds[name].values
@@ -376,21 +357,18 @@ class SampleCube(CubeView):
 
     @property
     def tasks(self) -> list[str]:
-        """The image-level task names along the target's task axis, in column order; empty without
-        targets."""
+        """The image-level task names, in the target's column order."""
         return [str(t) for t in as_text(self.ds["task"].values)] if "task" in self.ds else []
 
     def checked(self, name: str) -> np.ndarray | None:
-        """`target` or a declared data variable (`box`, `answer`, `mask`), checked against the
-        digests; None where the cube has none."""
+        """`target` or a declared data variable, checked; None where the cube has none."""
         if name != "target" and SAMPLE_VARS[name].coord:
             raise KeyError(f"{name!r} is a coordinate; read it with values()")
         return read_checked(self.url, name) if name in self.ds else None
 
 
 def open_view(url: str, storage_options: dict | None = None) -> TileCube | SampleCube:
-    """The cube at `url` (complete) as its typed view: a `SampleCube` for `kind: samples`, else a
-    `TileCube`."""
+    """The complete cube at `url` as a `SampleCube` or `TileCube`."""
     _store.register_options(url, storage_options)
     ds = open_cube(url)
     return SampleCube(url, ds) if ds.attrs.get("kind") == "samples" else TileCube(url, ds)

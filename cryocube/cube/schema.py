@@ -1,8 +1,6 @@
 """What a cube is: its schema version and markers, its layout facts, its codecs, its two errors.
 
-One Zarr v3 group per dataset. A tile cube holds `image(sample, band, y, x)` + `label(sample, y,
-x)`; a sample cube (`kind: samples`) holds whole images and image-level `target(sample, task)`. A
-cube is complete only when the `cryocube_complete` attribute exists; it is written last.
+A cube is complete only when the `cryocube_complete` attribute exists; it is written last.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ class CubeLayout:
 
     @property
     def n_blocks(self) -> int:
-        """Conversion's unit of work and of resume: one task, progress flag and digest per block,
-        the last one short."""
+        """The unit of work and resume: one task, flag and digest per block."""
         return math.ceil(self.n_samples / self.block_size)
 
     def block_range(self, b: int) -> tuple[int, int]:
@@ -50,8 +47,7 @@ class CubeLayout:
 
 
 def as_text(a) -> np.ndarray:
-    """Strings read back from zarr/xarray (numpy StringDType or object) as an object array of
-    str."""
+    """Strings read back from zarr/xarray as an object array of str."""
     return np.array([str(v) for v in np.asarray(a).ravel()], dtype=object).reshape(np.shape(a))
 
 
@@ -81,8 +77,7 @@ COMPRESSORS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Var:
-    """One declared variable of a sample cube: its dims, and what a cube without it reads as (per
-    sample)."""
+    """One declared sample-cube variable: its dims, and its default where a cube lacks it."""
 
     dims: tuple[str, ...]
     default: Any = None  # None: no default (the typed view gives None where the cube lacks it)
@@ -118,9 +113,7 @@ SAMPLE_VARS: dict[str, Var] = {
 
 
 def declared(values: dict[str, Any]) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """(coords, data_vars) of a sample cube from {name: values}, dims from `SAMPLE_VARS`; an
-    undeclared name or values of the wrong rank are a programming error named here, not a cube
-    nobody can read back."""
+    """(coords, data_vars) from {name: values} by `SAMPLE_VARS`; a wrong one fails here."""
     coords, data_vars = {}, {}
     for name, v in values.items():
         if name not in SAMPLE_VARS:

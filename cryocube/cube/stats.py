@@ -78,8 +78,7 @@ def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np
 
 
 def combine_stats(parts: np.ndarray) -> dict[str, np.ndarray]:
-    """Reduce per-block partials (blocks, len(STATS), bands) to mean/std/min/max (population
-    std)."""
+    """Per-block partials -> mean/std/min/max (population std)."""
     parts = np.asarray(parts, dtype=np.float64)
     count, mean, m2 = merge_moments(parts[:, 0], parts[:, 1], parts[:, 2])
     mn, mx = parts[:, 3].min(axis=0), parts[:, 4].max(axis=0)

@@ -36,8 +36,7 @@ from .stats import combine_stats, stratum_keys
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """How a cube is written, whichever kind: checked once by `convert.writer.convert`, given to
-    every reader."""
+    """How a cube is written: checked once by `convert.writer.convert`."""
 
     block: int = 16  # samples per write task (and per block digest)
     overwrite: bool = False
@@ -50,8 +49,7 @@ class WriteOptions:
 
 @dataclass
 class ConvertResult:
-    """What one conversion did: samples, blocks written of the total (0 = already complete), bytes
-    read, marker."""
+    """What one conversion did (blocks_written 0: it was already complete)."""
 
     url: str
     n_samples: int
@@ -89,13 +87,11 @@ class SamplePlan:
 
     @property
     def digest_vars(self) -> list[str]:
-        """The per-sample variables the sample digests cover after image and target, in part
-        order."""
+        """The variables the sample digests cover after image and target, in part order."""
         return sorted(k for k, (dims, _) in self.data_vars.items() if dims[0] == "sample")
 
     def key(self, block: int) -> str:
-        """The cube's resume fingerprint (PLAN_ATTR): a digest of all that defines its contents and
-        the block size, so `create` reopens only a store planned from the same inputs."""
+        """The resume fingerprint: `create` reopens only a store of the same plan and block."""
         extra = {
             k: (v[0], _fingerprint(v[1]))
             for k, v in sorted({**self.coords, **self.data_vars}.items())
@@ -119,8 +115,7 @@ class SamplePlan:
 
 
 def _fingerprint(a) -> Any:
-    """Small variables as values; per-pixel ones (3-D and more, e.g. a deformation mask) as a digest
-    of their bytes."""
+    """Small variables as values, per-pixel ones (3-D and more) as a digest."""
     a = np.asarray(a)
     if a.ndim >= 3:
         return [
@@ -142,11 +137,7 @@ def template(
     parts: int = 2,
     published: tuple | None = None,
 ) -> xr.Dataset:
-    """The one template of every cube, tiles and samples: the image, the bookkeeping every cube
-    carries (progress flags, block digests and moments, per-sample digests of `parts` parts) and the
-    band coordinates with their published and (NaN until finalised) measured statistics; `coords`
-    and `data_vars` add what the kind holds. Lazy (dask) variables are filled by region writes; the
-    others are written with the metadata."""
+    """Every cube's template: image, bookkeeping, band coordinates and statistics."""
     import dask.array as da
 
     c, nb = len(bands), -(-n // block)
@@ -188,8 +179,7 @@ def template(
 def tile_template(
     spec: DatasetSpec, layout: CubeLayout, coords: dict[str, np.ndarray], attrs: dict[str, Any]
 ) -> xr.Dataset:
-    """A tile cube: `image` and a dense `label` per tile, class fractions, where each tile lies in
-    its scene."""
+    """A tile cube: image, dense label, class fractions, where each tile lies."""
     import dask.array as da
 
     n, c, t, k = layout.n_samples, layout.n_bands, layout.tile, layout.n_classes
@@ -237,10 +227,7 @@ def tile_template(
 def sample_template(
     bands, plan: SamplePlan, block: int, attrs: dict[str, Any]
 ) -> tuple[xr.Dataset, dict]:
-    """A sample cube (`kind: samples`): one whole image per sample, image-level `target(sample,
-    task)`, and the plan's extra coordinates and small per-sample variables (digested with the
-    image); with its encoding.
-    """
+    """A sample cube and its encoding: images, targets, the plan's variables."""
     import dask.array as da
 
     n, k, parts = plan.n, len(plan.tasks), 2 + len(plan.digest_vars)  # parts: image, target, extras
@@ -326,11 +313,7 @@ def encoding(layout: CubeLayout) -> dict[str, dict]:
 def create(
     out: str, make: Callable[[], tuple[xr.Dataset, dict]], fingerprint: str, overwrite: bool
 ) -> zarr.Group:
-    """The one way a cube's store comes to be: its metadata from `make()` (template and encoding),
-    or the store already there reopened to resume when it was planned from the same inputs
-    (`fingerprint`). A store of other inputs is refused unless `overwrite`; one killed while its
-    metadata was written is started again. OSErrors (a full disk, an unwritable --out) are the
-    caller's to word (`convert.writer.create_cube`)."""
+    """A new store from `make()`, or the same plan's reopened to resume (else refused)."""
     if _store.exists(out):
         if overwrite:
             _store.remove(out)
@@ -368,10 +351,7 @@ def put_block(
     parts: tuple[np.ndarray, ...],
     stats: np.ndarray,
 ) -> None:
-    """Write one block of samples from `s0` (the `region` variables), the digests of its `parts`
-    (image, label or target, a sample cube's extras), its moments, and last its progress flag: only
-    then does the block count.
-    """
+    """One block's variables, digests and moments; its progress flag last, so it counts."""
     digests = sample_digests(*parts)
     digest = block_digest(digests, *(digest_rows(p[:1])[0].nbytes for p in parts))
     n = len(parts[0])
@@ -388,10 +368,7 @@ def put_block(
 def finalize(
     url: str, storage_options: dict | None = None, extra_attrs: dict | None = None
 ) -> dict:
-    """Write strata, train statistics, checksum and (last) the completion marker.
-
-    Idempotent: safe to call again on a complete cube or after a crash inside finalisation.
-    """
+    """Strata, statistics, checksum and the completion marker last; idempotent."""
     g = _store.open_group(url, "r+", storage_options)
     progress = np.asarray(g["progress"][:])
     missing = np.flatnonzero(progress == 0)
