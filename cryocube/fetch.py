@@ -33,6 +33,31 @@ def _expected(sha256: str | None, md5: str | None) -> tuple[str, str | None]:
     )
 
 
+def _stream(url: str, part: Path, h, progress: bool, error: type[UserError]) -> int:
+    """Copies `url` into `part`, hashing it on the way; an HTML page in place of the file is
+    refused. Returns the bytes copied."""
+    from .progress import progress_bar
+
+    n = 0
+    with fsspec.open(url, "rb") as src, open(part, "wb") as out:
+        total = getattr(src, "size", None) or 0
+        with progress_bar(f"download {part.name[: -len('.part')]}", total or 1, progress) as bar:
+            while block := src.read(CHUNK):
+                if n == 0 and block[:512].lstrip().lower().startswith(
+                    (b"<!doctype html", b"<html")
+                ):
+                    raise error(
+                        f"{url} returned an HTML page, not the file (a sign-in or"
+                        " download-confirmation page, e.g. Google Drive or OneDrive): download"
+                        " it in a browser and pass the local path"
+                    )
+                h.update(block)
+                out.write(block)
+                n += len(block)
+                bar.advance(len(block) if total else 0)
+    return n
+
+
 def fetch(
     url: str,
     dest: str | Path,
@@ -43,8 +68,6 @@ def fetch(
     error: type[UserError] = DownloadError,
 ) -> Path:
     """`url` to `dest` unless a verified copy is there; checksummed while streaming."""
-    from .progress import progress_bar
-
     algo, want = _expected(sha256, md5)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -52,24 +75,8 @@ def fetch(
         return dest
     part = dest.with_name(dest.name + ".part")
     h = hashlib.new(algo)
-    n = 0
     try:
-        with fsspec.open(url, "rb") as src, open(part, "wb") as out:
-            total = getattr(src, "size", None) or 0
-            with progress_bar(f"download {dest.name}", total or 1, progress) as bar:
-                while block := src.read(CHUNK):
-                    if n == 0 and block[:512].lstrip().lower().startswith(
-                        (b"<!doctype html", b"<html")
-                    ):
-                        raise error(
-                            f"{url} returned an HTML page, not the file (a sign-in or"
-                            " download-confirmation page, e.g. Google Drive or OneDrive): download"
-                            " it in a browser and pass the local path"
-                        )
-                    h.update(block)
-                    out.write(block)
-                    n += len(block)
-                    bar.advance(len(block) if total else 0)
+        n = _stream(url, part, h, progress, error)
         if n == 0:
             raise error(f"{url}: empty download")
     except UserError:

@@ -226,23 +226,6 @@ def synth_pair(
     wrapped = wrap(np.where(patch, rng.uniform(-math.pi, math.pi, coh.shape), noisy))
     # unwrappers mask decorrelated areas
     unw = np.where(patch, np.nan, signal + 0.05 * rng.standard_normal(coh.shape))
-    words = [
-        (
-            "a Mogi-type inflation ring"
-            if kind == "mogi"
-            else "a linear fault offset"
-            if kind == "dislocation"
-            else "no deformation"
-        )
-    ]
-    if box is not None:
-        words.append(f"centred near x={(box[0] + box[2]) / 2:.0f}, y={(box[1] + box[3]) / 2:.0f}")
-    noise = [
-        f"{('weak', 'moderate', 'strong', 'very strong')[atmo_level]} turbulent atmosphere",
-        "an orbital ramp",
-        f"{'one decorrelated patch' if patch.any() else 'no decorrelated patch'}",
-        f"{rules.coherence_classes[cls]} coherence",
-    ]
     return {
         "wrapped": wrapped.astype(np.float32),
         "coherence": coh.astype(np.float32),
@@ -253,11 +236,26 @@ def synth_pair(
         "box": box,
         "source": kind,
         "atmosphere_level": atmo_level,
-        "answers": {
-            "deformation_localization": " ".join(words),
-            "noise_assessment": ", ".join(noise),
-        },
+        "answers": _answers(kind, box, atmo_level, bool(patch.any()), rules.coherence_classes[cls]),
     }
+
+
+def _answers(kind: str, box, atmo_level: int, patch: bool, coherence: str) -> dict[str, str]:
+    """The reference answers of the two text tasks, from what the pair was made of."""
+    words = [
+        {"mogi": "a Mogi-type inflation ring", "dislocation": "a linear fault offset"}.get(
+            kind, "no deformation"
+        )
+    ]
+    if box is not None:
+        words.append(f"centred near x={(box[0] + box[2]) / 2:.0f}, y={(box[1] + box[3]) / 2:.0f}")
+    noise = [
+        f"{('weak', 'moderate', 'strong', 'very strong')[atmo_level]} turbulent atmosphere",
+        "an orbital ramp",
+        "one decorrelated patch" if patch else "no decorrelated patch",
+        f"{coherence} coherence",
+    ]
+    return {"deformation_localization": " ".join(words), "noise_assessment": ", ".join(noise)}
 
 
 # -- the raw tree

@@ -7,7 +7,6 @@ a killed conversion resumes block by block as tile cubes do.
 
 from __future__ import annotations
 
-import math
 import time
 from abc import abstractmethod
 from typing import Any
@@ -15,18 +14,17 @@ from typing import Any
 import numpy as np
 
 from .. import store as _store
-from ..cube import COMPLETE_ATTR, digest_vars, partial_stats
+from ..cube import digest_vars, partial_stats
 from ..cube.write import (
     ConvertResult,
     SamplePlan,
     WriteOptions,
-    finalize,
     put_block,
     sample_template,
 )
 from ..errors import task_boundary
 from .base import ConvertError, Reader
-from .writer import check_image, create_cube, cube_attrs
+from .writer import check_image, create_cube, cube_attrs, write_blocks
 
 # SamplePlan lives in cube.write; importable here
 __all__ = ["SamplePlan", "SampleReader", "convert_samples", "write_sample_block"]
@@ -119,8 +117,6 @@ def convert_samples(
     read_kwargs: dict | None = None,
 ) -> ConvertResult:
     """Create (or resume) the sample cube of `plan`; `items[i]` is read for sample i."""
-    from ..progress import gather
-
     t0 = time.perf_counter()
     block, overwrite, progress = opts.block, opts.overwrite, opts.progress
     fingerprint = plan.key(block)
@@ -131,16 +127,12 @@ def convert_samples(
         fingerprint,
         overwrite,
     )
-    nb = math.ceil(plan.n / block)
-    # bad raw samples left out with --on-error skip
-    skipped = len(plan.attrs.get("skipped_samples") or ())
-    if COMPLETE_ATTR in g.attrs:
-        return ConvertResult(
-            out, plan.n, 0, nb, 0, time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR]), skipped
-        )
-    done = np.asarray(g["progress"][:]).astype(bool)
-    jobs = [
-        {
+    return write_blocks(
+        g,
+        out,
+        client,
+        write_sample_block,
+        lambda b: {
             "reader": reader,
             "items": items[b * block : (b + 1) * block],
             "ids": plan.ids[b * block : (b + 1) * block],
@@ -150,31 +142,9 @@ def convert_samples(
             "shape": plan.shape,
             "time": list(plan.time),
             "read_kwargs": dict(read_kwargs or {}),
-        }
-        for b in range(nb)
-        if not done[b]
-    ]
-    futs = client.map(
-        write_sample_block,
-        jobs,
-        pure=False,
-        key=[f"cryocube-samples-{j['block']}-{time.time_ns()}" for j in jobs],
-    )
-    results = gather(
-        futs,
-        f"convert {reader.spec.id}",
-        sum(len(j["items"]) for j in jobs),
+        },
+        (plan.n, block),
         progress,
-        lambda i, r: r["samples"],
-    )
-    marker = finalize(out)
-    return ConvertResult(
-        out,
-        plan.n,
-        len(jobs),
-        nb,
-        sum(r["read_bytes"] for r in results),
-        time.perf_counter() - t0,
-        marker,
-        skipped,
+        t0,
+        len(plan.attrs.get("skipped_samples") or ()),  # bad raw samples left out (--on-error skip)
     )

@@ -276,6 +276,36 @@ def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
 # -- the block task (runs on a worker) ----------------------------------------------------------
 
 
+def _fill_tiles(reader: TileReader, task: dict, ii: int, js: list[int], images, labels, reasons):
+    """Tiles `js` of item `ii` from one windowed read (the bounding box of the block's tiles of it),
+    checked and remapped; returns the bytes read. With --on-error skip a bad item's tiles stay
+    zeros with ignore labels and a reason."""
+    it, samples, tile = task["items"][ii], task["samples"], task["tile"]
+    ys, xs = [samples[j][1] for j in js], [samples[j][2] for j in js]
+    win = (min(ys), min(max(ys) + tile, it.height), min(xs), min(max(xs) + tile, it.width))
+    try:
+        img, raw = reader.read(it, win)
+        if img.shape[1:] != raw.shape:
+            raise ConvertError(
+                f"{it.image}: image {img.shape[1:]} and mask {it.label} {raw.shape} differ in size"
+            )
+        nbytes = img.nbytes + raw.nbytes
+        img, nodata = check_image(img, reader.spec, it.image)
+        lbl = remap_labels(raw, reader.layout, it.label)
+        lbl[nodata] = CUBE_IGNORE_INDEX
+    except ConvertError as e:
+        if task["on_error"] != "skip":
+            raise
+        for j in js:
+            reasons[j] = str(e)
+            images[j] = 0
+        return 0
+    for j in js:
+        oy, ox = samples[j][1] - win[0], samples[j][2] - win[2]
+        images[j], labels[j] = _tile_from(img, lbl, oy, ox, tile, images.dtype)
+    return nbytes
+
+
 @task_boundary
 def write_block(task: dict[str, Any]) -> dict[str, Any]:
     """Read, validate, tile and write samples [s0, s1) of the cube; return timing and skip info."""
@@ -284,50 +314,19 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     tune_malloc()
     spec: DatasetSpec = task["spec"]
-    layout = spec.layout(task["layout"])
     reader: TileReader = open_reader(spec, task["layout"])
     tile = task["tile"]
     s0, s1 = task["range"]
-    items: list[SourceItem] = task["items"]
-    samples = task["samples"]  # list of (item_index_in_items, tile_y, tile_x)
     n = s1 - s0
-    dtype = np.dtype(spec.dtype)
-    images = np.empty((n, len(spec.bands), tile, tile), dtype=dtype)  # every row is written below
+    images = np.empty((n, len(spec.bands), tile, tile), dtype=spec.dtype)  # every row is written
     labels = np.full((n, tile, tile), CUBE_IGNORE_INDEX, dtype=np.int16)
     reasons = [""] * n
-    read_bytes = 0
-    # one windowed read per item: the bounding box of this block's tiles of that item
-    by_item: dict[int, list[int]] = {}
-    for j, (ii, _, _) in enumerate(samples):
+    by_item: dict[int, list[int]] = {}  # item index in task["items"] -> its samples in the block
+    for j, (ii, _, _) in enumerate(task["samples"]):
         by_item.setdefault(ii, []).append(j)
-    for ii, js in by_item.items():
-        it = items[ii]
-        ys = [samples[j][1] for j in js]
-        xs = [samples[j][2] for j in js]
-        win = (min(ys), min(max(ys) + tile, it.height), min(xs), min(max(xs) + tile, it.width))
-        try:
-            img, raw = reader.read(it, win)
-            where = it.image
-            if img.shape[1:] != raw.shape:
-                raise ConvertError(
-                    f"{it.image}: image {img.shape[1:]} and mask {it.label} {raw.shape} differ in"
-                    " size"
-                )
-            read_bytes += img.nbytes + raw.nbytes
-            img, nodata = check_image(img, spec, where)
-            lbl = remap_labels(raw, layout, it.label)
-            lbl[nodata] = CUBE_IGNORE_INDEX
-        except ConvertError as e:
-            if task["on_error"] != "skip":
-                raise
-            for j in js:
-                reasons[j] = str(e)
-                images[j] = 0  # a skipped sample is stored as zeros with ignore labels
-            continue
-        for j in js:
-            images[j], labels[j] = _tile_from(
-                img, lbl, samples[j][1] - win[0], samples[j][2] - win[2], tile, dtype
-            )
+    read_bytes = sum(
+        _fill_tiles(reader, task, ii, js, images, labels, reasons) for ii, js in by_item.items()
+    )
     cf = class_fractions(labels, spec.num_classes)
     stats = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
     put_block(
@@ -419,24 +418,9 @@ def convert(
     outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])
     if layout == "auto":
         layout = detect_layout(spec, raw)
-    if layout not in spec.layouts:
-        raise UserError(
-            f"dataset {spec.id!r} has no layout {layout!r}; known:"
-            f" {', '.join(sorted(spec.layouts))}"
-        )
-    if on_error not in ("raise", "skip"):
-        raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-    # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
-    tile = int(
-        tile_size
-        if tile_size is not None
-        else spec.layout(layout).options.get("tile_size") or spec.tile_size
-    )
+    tile = _check_options(spec, layout, tile_size, block_samples, shard_samples, on_error)
     if shard_samples:
         block_samples = shard_samples  # a Dask task must write whole shards, never part of one
-    for what, v in (("--tile", tile), ("--block", block_samples), ("--shard", shard_samples)):
-        if v is not None and v < 1:
-            raise UserError(f"{what} must be a positive number, got {v}")
     if reader_options.get("keep_corrupted") and not open_reader(spec, layout).flags_samples:
         raise UserError(
             f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag"
@@ -456,6 +440,28 @@ def convert(
     # `cryocube convert` planned sample cubes before the cluster
     prechecked = reader_options.pop("prechecked", None)
     return open_reader(spec, layout).convert(raw, out, client, opts, prechecked, **reader_options)
+
+
+def _check_options(spec, layout, tile_size, block_samples, shard_samples, on_error) -> int:
+    """The tile size, once the layout, --on-error and the sizes are checked."""
+    if layout not in spec.layouts:
+        raise UserError(
+            f"dataset {spec.id!r} has no layout {layout!r}; known:"
+            f" {', '.join(sorted(spec.layouts))}"
+        )
+    if on_error not in ("raise", "skip"):
+        raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+    # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
+    tile = int(
+        tile_size
+        if tile_size is not None
+        else spec.layout(layout).options.get("tile_size") or spec.tile_size
+    )
+    block = shard_samples or block_samples
+    for what, v in (("--tile", tile), ("--block", block), ("--shard", shard_samples)):
+        if v is not None and v < 1:
+            raise UserError(f"{what} must be a positive number, got {v}")
+    return tile
 
 
 def convert_tiles(
@@ -491,34 +497,15 @@ def convert_tiles(
         }
     )
     g = _prepare_store(out, spec, layout, plan, lay, fingerprint, opts.overwrite, raw)
-    if COMPLETE_ATTR in g.attrs:
-        return ConvertResult(
-            out,
-            plan.n,
-            0,
-            lay.n_blocks,
-            0,
-            time.perf_counter() - t0,
-            dict(g.attrs[COMPLETE_ATTR]),
-            0,
-        )
-    done = np.asarray(g["progress"][:]).astype(bool)
-    tasks = [
-        _block_task(b, spec, layout, plan, lay, out, opts.on_error)
-        for b in range(lay.n_blocks)
-        if not done[b]
-    ]
-    results = _run_blocks(client, tasks, opts.progress, f"convert {spec.id}")
-    marker = finalize(out)
-    return ConvertResult(
-        url=out,
-        n_samples=plan.n,
-        blocks_written=len(tasks),
-        blocks_total=lay.n_blocks,
-        read_bytes=sum(r["read_bytes"] for r in results),
-        seconds=time.perf_counter() - t0,
-        marker=marker,
-        skipped=sum(r["skipped"] for r in results),
+    return write_blocks(
+        g,
+        out,
+        client,
+        write_block,
+        lambda b: _block_task(b, spec, layout, plan, lay, out, opts.on_error),
+        (plan.n, block_samples),
+        opts.progress,
+        t0,
     )
 
 
@@ -544,23 +531,41 @@ def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, out, on_error) -> 
     }
 
 
-def _run_blocks(client, tasks: list[dict], progress: bool, label: str) -> list[dict]:
+def write_blocks(
+    g, out: str, client, fn, job, size: tuple[int, int], progress: bool, t0: float, skipped=None
+) -> ConvertResult:
+    """Either kind: `fn(job(b))` on the workers for every block whose progress flag is not set
+    (none in a complete cube), then `finalize`. `size` is (samples, block size); `skipped` the
+    samples left out before writing (None: those the block tasks report)."""
     from ..progress import gather
 
-    if not tasks:
-        return []
+    n, block = size
+    nb = -(-n // block)
+    if COMPLETE_ATTR in g.attrs:
+        dt, marker = time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR])
+        return ConvertResult(out, n, 0, nb, 0, dt, marker, skipped or 0)
+    done = np.asarray(g["progress"][:]).astype(bool)
+    todo = [b for b in range(nb) if not done[b]]
     futures = client.map(
-        write_block,
-        tasks,
+        fn,
+        [job(b) for b in todo],
         pure=False,
-        key=[f"cryocube-write-block-{t['out'][-24:]}-{t['block']}" for t in tasks],
+        key=[f"cryocube-{fn.__name__}-{out[-24:]}-{b}-{time.time_ns()}" for b in todo],
     )
-    return gather(
-        futures,
-        label,
-        sum(t["range"][1] - t["range"][0] for t in tasks),
-        progress,
-        lambda i, r: r["samples"],
+    total = sum(min((b + 1) * block, n) - b * block for b in todo)
+    results = gather(
+        futures, f"convert {g.attrs['dataset']}", total, progress, lambda i, r: r["samples"]
+    )
+    marker = finalize(out)
+    return ConvertResult(
+        url=out,
+        n_samples=n,
+        blocks_written=len(todo),
+        blocks_total=nb,
+        read_bytes=sum(r["read_bytes"] for r in results),
+        seconds=time.perf_counter() - t0,
+        marker=marker,
+        skipped=sum(r["skipped"] for r in results) if skipped is None else skipped,
     )
 
 

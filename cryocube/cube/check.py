@@ -47,7 +47,6 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
     # cube's extras
     parts = ("image", "target" if g.attrs.get("kind") == "samples" else "label", *digest_vars(g))
     bs = int(g.attrs.get("block_samples") or 16)
-    has = "sample_digest" in g
     stored_blocks = np.asarray(g["block_digest"][:])
     sources = as_text(g["source"][:])
     damaged: list[dict] = []
@@ -55,48 +54,38 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
     with progress_bar(f"verify {url}", n, progress) as bar:
         for b in range(stored_blocks.shape[0]):
             s0, s1 = b * bs, min((b + 1) * bs, n)
-            try:
-                arrs = [np.asarray(g[v][s0:s1]) for v in parts]
-            except Exception:  # noqa: BLE001 - find the samples (and variables) whose chunk cannot be decoded
-                arrs = None
-            if arrs is None:
-                for i in range(s0, s1):
-                    for v in parts:
-                        try:
-                            g[v][i]
-                        except Exception as e:  # noqa: BLE001
-                            damaged.append(
-                                {
-                                    "sample": i,
-                                    "source": str(sources[i]),
-                                    "what": f"{v} unreadable ({type(e).__name__})",
-                                }
-                            )
-                computed.append(np.zeros(stored_blocks.shape[1], np.uint8))
-                bar.advance(s1 - s0)
-                continue
-            got = sample_digests(*arrs)
-            if has:
-                want = np.asarray(g["sample_digest"][s0:s1])
-                for k in np.flatnonzero((got != want).any(axis=1)):
-                    what = ", ".join(v for v, a, w in zip(parts, got[k], want[k]) if a != w)
-                    damaged.append(
-                        {
-                            "sample": s0 + int(k),
-                            "source": str(sources[s0 + k]),
-                            "what": f"{what} digest mismatch",
-                        }
-                    )
-            blk = block_digest(got, *(digest_rows(a)[0].nbytes for a in arrs))
-            if not np.array_equal(blk, stored_blocks[b]) and not has:
-                damaged.append(
-                    {
-                        "sample": s0,
-                        "source": str(sources[s0]),
-                        "what": f"block {b} ({s0}..{s1 - 1}) digest mismatch",
-                    }
-                )
-            computed.append(blk)
+            computed.append(_verify_block(g, b, (s0, s1), parts, sources, stored_blocks, damaged))
             bar.advance(s1 - s0)
     checksum_ok = cube_checksum(np.array(computed)) == g.attrs[COMPLETE_ATTR]["checksum"]
-    return VerifyReport(url, n, damaged, checksum_ok, has)
+    return VerifyReport(url, n, damaged, checksum_ok, "sample_digest" in g)
+
+
+def _verify_block(g, b: int, span, parts, sources, stored, damaged: list) -> np.ndarray:
+    """Block `b`'s digest computed from its samples (zeros where a chunk cannot be decoded), their
+    damage appended to `damaged`."""
+    s0, s1 = span
+    has = "sample_digest" in g
+
+    def hurt(i: int, what: str) -> None:
+        damaged.append({"sample": i, "source": str(sources[i]), "what": what})
+
+    try:
+        arrs = [np.asarray(g[v][s0:s1]) for v in parts]
+    except Exception:  # noqa: BLE001 - find the samples (and variables) whose chunk cannot be decoded
+        for i in range(s0, s1):
+            for v in parts:
+                try:
+                    g[v][i]
+                except Exception as e:  # noqa: BLE001
+                    hurt(i, f"{v} unreadable ({type(e).__name__})")
+        return np.zeros(stored.shape[1], np.uint8)
+    got = sample_digests(*arrs)
+    if has:
+        want = np.asarray(g["sample_digest"][s0:s1])
+        for k in np.flatnonzero((got != want).any(axis=1)):
+            what = ", ".join(v for v, a, w in zip(parts, got[k], want[k]) if a != w)
+            hurt(s0 + int(k), f"{what} digest mismatch")
+    blk = block_digest(got, *(digest_rows(a)[0].nbytes for a in arrs))
+    if not np.array_equal(blk, stored[b]) and not has:
+        hurt(s0, f"block {b} ({s0}..{s1 - 1}) digest mismatch")
+    return blk

@@ -249,10 +249,6 @@ def sample_template(
     }
     if len(plan.shape) == 4:
         coords["time"] = ("time", _text(plan.time or [str(t) for t in range(plan.shape[0])]))
-    published = (
-        plan.published_mean or [b.mean for b in bands],
-        plan.published_std or [b.std for b in bands],
-    )
     ds = template(
         bands,
         n,
@@ -268,15 +264,17 @@ def sample_template(
         coords=coords,
         data_vars={"target": (("sample", "task"), plan.target.astype("float32")), **plan.data_vars},
         parts=parts,
-        published=published,
+        published=(
+            plan.published_mean or [b.mean for b in bands],
+            plan.published_std or [b.std for b in bands],
+        ),
     )
     enc = {
         "image": {"chunks": (1, *plan.shape)},
         "target": {"chunks": (block, max(1, k))},
         "sample_digest": {"chunks": (block, parts)},
         "progress": {"chunks": (1,)},
-        # small per-sample variables in blocks; maps (the deformation mask) one sample per chunk,
-        # as the image
+        # small per-sample variables in blocks; maps (a mask) one sample per chunk, as the image
         **{
             v: {"chunks": (block, *(max(1, d) for d in shp[1:])) if len(shp) < 3 else (1, *shp[1:])}
             for v in plan.digest_vars
