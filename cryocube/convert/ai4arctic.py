@@ -23,8 +23,7 @@ import numpy as np
 
 from ..store import is_remote, join
 from .base import ConvertError, Mapper, Reader, SourceItem, Window, register
-from .rawio import check_window, header_threads, map_threads, order_items, val_from_train
-from .splits import draw_val
+from .rawio import check_window, header_threads, map_threads
 from .writer import TileReader
 
 PREP_SUFFIX = "_prep"
@@ -146,12 +145,7 @@ class AI4ArcticReader(TileReader):
             raise ConvertError(
                 f"{root}: no AI4Arctic scenes (expected train/*_prep.nc and test/*_prep.nc)"
             )
-        val = draw_val(
-            [it.scene for it in items if it.split == "train"],
-            self.options.get("val_from_train"),
-            self.where,
-        )
-        return order_items(val_from_train(items, val))
+        return self.drawn(items)
 
     def _scene_item(self, job: tuple[str, str, str, str | None]) -> SourceItem:
         return self._item(*job)

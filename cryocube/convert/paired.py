@@ -37,12 +37,9 @@ from .rawio import (
     WRITERS,
     header_threads,
     map_threads,
-    order_items,
     raster_header,
     read_raster,
-    val_from_train,
 )
-from .splits import draw_val
 from .writer import TileReader
 
 
@@ -210,13 +207,7 @@ class PairedRasterReader(TileReader):
                 f" {self.image_dir.format(folder='<split>')}/* and"
                 f" {self.label_dir.format(folder='<split>')}/*)"
             )
-        items = (map_headers or map_threads)(self._item, jobs, header_threads(root))
-        val = draw_val(
-            [it.scene for it in items if it.split == "train"],
-            self.options.get("val_from_train"),
-            self.where,
-        )
-        return order_items(val_from_train(items, val))
+        return self.drawn((map_headers or map_threads)(self._item, jobs, header_threads(root)))
 
     def _item(self, job: tuple[str, str, str, str]) -> SourceItem:
         split, stem, img, lbl = job
@@ -256,16 +247,6 @@ class PairedRasterReader(TileReader):
             join(str(root), self.label_dir.format(folder=folder), f"{self.label_stem(scene)}{ext}"),
         )
 
-    def write_image(self, path: str, image: np.ndarray, crs=None, transform=None) -> None:
-        """Writes an image in the format its suffix names (GeoTIFF or PNG), making the folder."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        WRITERS[os.path.splitext(path)[1]](path, image, crs, transform)
-
-    def write_label(self, path: str, raw_label: np.ndarray, crs=None, transform=None) -> None:
-        """Writes raw label codes as uint8 in the format its suffix names, making the folder."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        WRITERS[os.path.splitext(path)[1]](path, raw_label.astype(np.uint8), crs, transform)
-
     def write(
         self, root, split, scene, image, raw_label, crs=None, transform=None
     ) -> tuple[str, str]:
@@ -273,6 +254,7 @@ class PairedRasterReader(TileReader):
         img, lbl = self.paths(root, split, scene)
         if not img.endswith((".tif", ".tiff")):
             crs = transform = None  # PNG carries no georeferencing
-        self.write_image(img, image, crs, transform)
-        self.write_label(lbl, raw_label, crs, transform)
+        for path, arr in ((img, image), (lbl, raw_label.astype(np.uint8))):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            WRITERS[os.path.splitext(path)[1]](path, arr, crs, transform)
         return img, lbl

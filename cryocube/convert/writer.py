@@ -43,7 +43,8 @@ from ..cube.write import (
 )
 from ..errors import UserError, task_boundary
 from .base import ConvertError, Mapper, Reader, SourceItem, Window, open_reader
-from .rawio import map_threads
+from .rawio import map_threads, order_items, val_from_train
+from .splits import draw_val
 
 DEFAULT_BLOCK_SAMPLES = 16
 
@@ -135,6 +136,12 @@ class TileReader(Reader):
     def disk_split(self, split: str) -> str:
         """Where files of `split` live on disk: itself, or "train" where val is drawn from train."""
         return "train" if split == "val" and self.options.get("val_from_train") else split
+
+    def drawn(self, items: list[SourceItem]) -> list[SourceItem]:
+        """The items in cube order, val drawn from train where the layout says so."""
+        train = [it.scene for it in items if it.split == "train"]
+        val = draw_val(train, self.options.get("val_from_train"), self.where)
+        return order_items(val_from_train(items, val))
 
     def example_name(self, base: str, i: int) -> str:
         """The name generated item `i` gets in this layout, from a dataset-style name."""

@@ -15,6 +15,7 @@ from ..catalog import Band
 from ..errors import UserError
 from .digests import _crc, digest_rows, digest_vars, sample_digests
 from .schema import (
+    BAND_COORDS,
     COMPLETE_ATTR,
     INTERNAL_VARS,
     SAMPLE_VARS,
@@ -118,21 +119,10 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
 def _cube_info(url: str, storage_options: dict | None) -> CubeInfo:
     _store.register_options(url, storage_options)
     ds = open_cube(url)
-    cols = {
-        field: (cast, ds[var].values)
-        for field, var, cast in (
-            ("name", "band", str),
-            ("alias", "alias", str),
-            ("role", "role", str),
-            ("wavelength_um", "wavelength_um", float),
-            ("sensor", "sensor", str),
-            ("units", "units", str),
-            ("mean", "published_mean", float),
-            ("std", "published_std", float),
-        )
-    }
+    cols = {field: ds[coord].values for coord, field in BAND_COORDS.items()}
     bands = tuple(
-        Band(**{f: cast(v[i]) for f, (cast, v) in cols.items()}) for i in range(ds.sizes["band"])
+        Band(**{f: str(v[i]) if isinstance(v[i], str) else float(v[i]) for f, v in cols.items()})
+        for i in range(ds.sizes["band"])
     )
     common = dict(
         url=url,

@@ -21,6 +21,17 @@ PLAN_ATTR = "cryocube_plan"
 INTERNAL_VARS = ("progress", "block_digest", "block_stats", "skip_reason", "sample_digest")
 STATS = ("count", "mean", "m2", "min", "max")  # per-block moments (Chan et al.), merged at finalize
 DIGEST_BYTES = 8  # crc32 of the block's image bytes, then of its label bytes
+# the band coordinates every cube carries -> the catalog Band field each holds
+BAND_COORDS = {
+    "band": "name",
+    "alias": "alias",
+    "role": "role",
+    "wavelength_um": "wavelength_um",
+    "sensor": "sensor",
+    "units": "units",
+    "published_mean": "mean",
+    "published_std": "std",
+}
 
 
 @dataclass(frozen=True)

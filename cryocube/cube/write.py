@@ -20,6 +20,7 @@ from ..errors import UserError
 from .digests import block_digest, cube_checksum, digest_rows, sample_digests
 from .ids import check_unique_ids
 from .schema import (
+    BAND_COORDS,
     COMPLETE_ATTR,
     COMPRESSORS,
     DIGEST_BYTES,
@@ -141,7 +142,6 @@ def template(
     import dask.array as da
 
     c, nb = len(bands), -(-n // block)
-    mean, std = published or ([b.mean for b in bands], [b.std for b in bands])
     return xr.Dataset(
         data_vars={
             "image": image,
@@ -162,18 +162,19 @@ def template(
         },
         coords={
             **(coords or {}),
-            "band": ("band", _text([b.name for b in bands])),
-            "alias": ("band", _text([b.alias for b in bands])),
-            "role": ("band", _text([b.role for b in bands])),
-            "wavelength_um": ("band", np.array([b.wavelength_um for b in bands], dtype="float64")),
-            "sensor": ("band", _text([b.sensor for b in bands])),
-            "units": ("band", _text([b.units for b in bands])),
-            "published_mean": ("band", np.array(mean, dtype="float64")),
-            "published_std": ("band", np.array(std, dtype="float64")),
+            **{c: ("band", _band_coord(bands, f, published)) for c, f in BAND_COORDS.items()},
             **{f"band_{s}": ("band", np.full(c, np.nan)) for s in ("mean", "std", "min", "max")},
         },
         attrs=attrs,
     )
+
+
+def _band_coord(bands, field: str, published: tuple | None) -> np.ndarray:
+    """One band coordinate: text, or float64 (published statistics as a sample plan gives them)."""
+    if published and field in ("mean", "std"):
+        return np.array(published[field == "std"], dtype="float64")
+    values = [getattr(b, field) for b in bands]
+    return _text(values) if isinstance(values[0], str) else np.array(values, dtype="float64")
 
 
 def tile_template(
