@@ -141,12 +141,8 @@ def _pil_dtype(mode: str) -> str:
 
 
 FORMATS: dict[str, Any] = {
-    ".tif": RasterioFormat(),
-    ".tiff": RasterioFormat(),
-    ".png": PILFormat(),
-    ".jpg": PILFormat(),
-    ".jpeg": PILFormat(),
-    ".bmp": PILFormat(),
+    **dict.fromkeys((".tif", ".tiff"), RasterioFormat()),
+    **dict.fromkeys((".png", ".jpg", ".jpeg", ".bmp"), PILFormat()),
 }
 
 
@@ -155,36 +151,32 @@ def file_format(url: str):
     return FORMATS.get(posixpath.splitext(url)[1].lower(), FORMATS[".tif"])
 
 
-def _unreadable(url: str, e: Exception, what: str) -> ConvertError:
-    return ConvertError(
-        f"{url}: cannot read the {what} ({type(e).__name__}: {e}); the file is corrupt or truncated"
-    )
-
-
-def raster_header(reader: Reader, url: str) -> Header:
-    """The header of a raster file; ConvertError naming the file if it cannot be parsed."""
+def _checked(url: str, what: str, fn):
+    """fn(), any error of a missing or bad file (rasterio and PIL raise many types) as a
+    ConvertError naming the file."""
     try:
-        return file_format(url).header(reader, url)
-    except ConvertError:
+        return fn()
+    except (ConvertError, WindowError):
         raise
     except FileNotFoundError:
         raise ConvertError(f"{url}: file not found") from None
-    except Exception as e:  # rasterio/PIL raise many types for a bad header
-        raise _unreadable(url, e, "header") from None
+    except Exception as e:
+        raise ConvertError(
+            f"{url}: cannot read the {what} ({type(e).__name__}: {e}); the file is corrupt or"
+            " truncated"
+        ) from None
+
+
+def raster_header(reader: Reader, url: str) -> Header:
+    """The header of a raster file."""
+    return _checked(url, "header", lambda: file_format(url).header(reader, url))
 
 
 def read_raster(
     reader: Reader, url: str, window: Window | None = None, bands: int | None = None
 ) -> np.ndarray:
     """(C, h, w) pixels of the first `bands` bands (all if None) in the window, source dtype."""
-    try:
-        return file_format(url).read(reader, url, window, bands)
-    except (ConvertError, WindowError):
-        raise
-    except FileNotFoundError:
-        raise ConvertError(f"{url}: file not found") from None
-    except Exception as e:
-        raise _unreadable(url, e, "pixels") from None
+    return _checked(url, "pixels", lambda: file_format(url).read(reader, url, window, bands))
 
 
 def header_threads(root: str) -> int:

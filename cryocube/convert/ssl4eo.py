@@ -20,6 +20,7 @@ import numpy as np
 import zarr
 
 from .. import store as _store
+from ..labelfiles import read_label_folder, strip_id
 from .base import ConvertError, register
 from .samples import SamplePlan, SampleReader
 
@@ -33,23 +34,6 @@ class Location:
 
     id: str
     files: tuple[tuple[str, str], ...]  # (modality, url)
-
-
-def strip_suffix(name: str) -> str:
-    """A location id from its store's file name: the key that pairs the modalities."""
-    for s in (".zarr.zip", ".zarr"):
-        if name.endswith(s):
-            return name[: -len(s)]
-    return name
-
-
-def read_label_csvs(
-    folder: str, storage_options: dict | None = None
-) -> dict[str, tuple[str, dict[str, float]]]:
-    """task -> (kind, {id: label}) by the probe's strict reader, so both see the same labels."""
-    from ..labelfiles import read_label_folder
-
-    return {t: (f.kind, f.labels) for t, f in read_label_folder(folder, storage_options).items()}
 
 
 @register
@@ -97,7 +81,7 @@ class SSL4EOReader(SampleReader):
         for m in self.modalities:
             paths = fs.glob(posixpath.join(base.rstrip("/"), "data", m, "*", "*.zarr.zip"))
             by_mod[m] = {
-                strip_suffix(posixpath.basename(p)): p if p.startswith(proto) else proto + p
+                strip_id(posixpath.basename(p)): p if p.startswith(proto) else proto + p
                 for p in sorted(paths)
             }
         if not any(by_mod.values()):
@@ -116,8 +100,9 @@ class SSL4EOReader(SampleReader):
         return [Location(i, tuple((m, by_mod[m][i]) for m in self.modalities)) for i in ids]
 
     def labels(self, root: str) -> dict[str, tuple[str, dict[str, float]]]:
-        """task -> (cls|regr, {id: label}) from labels/<task>__<type>.csv (empty labels skipped)."""
-        return read_label_csvs(_store.join(root, "labels"), self.storage_options)
+        """task -> (kind, {id: label}) by the probe's strict reader, so both see the same labels."""
+        found = read_label_folder(_store.join(root, "labels"), self.storage_options)
+        return {t: (f.kind, f.labels) for t, f in found.items()}
 
     def _open(self, url: str):
         if not _store.is_remote(url):
