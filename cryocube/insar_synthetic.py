@@ -70,8 +70,7 @@ class IfgManifest:
         raise KeyError(pid)
 
 
-# -- physics
-# -------------------------------------------------------------------------------------------
+# -- physics -----------------------------------------------------------------------------------
 
 
 def look_vector(
@@ -258,8 +257,7 @@ def _answers(kind: str, box, atmo_level: int, patch: bool, coherence: str) -> di
     return {"deformation_localization": " ".join(words), "noise_assessment": ", ".join(noise)}
 
 
-# -- the raw tree
-# -----------------------------------------------------------------------------------
+# -- the raw tree ------------------------------------------------------------------------------
 
 
 def make_interferograms(
@@ -310,8 +308,7 @@ def make_interferograms(
     return m
 
 
-# -- damage for bad-input tests
-# ----------------------------------------------------------------------
+# -- damage for bad-input tests ----------------------------------------------------------------
 
 
 def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:

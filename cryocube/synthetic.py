@@ -335,8 +335,7 @@ def make_raw(
     return manifest
 
 
-# -- damage for bad-input tests
-# ----------------------------------------------------------------------
+# -- damage for bad-input tests ----------------------------------------------------------------
 
 
 def _separate_label_item(m: RawManifest) -> RawItem:
@@ -374,16 +373,15 @@ def _header(m, it):
     return it.image_path
 
 
-def _missing_mask(m, it):
-    it = _separate_label_item(m)
-    os.remove(it.label_path)
-    return it.label_path
+def _deleted(which: str):
+    """A damage that deletes the image or label file of the first item with a separate label."""
 
+    def damage(m, it):
+        path = getattr(_separate_label_item(m), f"{which}_path")
+        os.remove(path)
+        return path
 
-def _missing_image(m, it):
-    it = _separate_label_item(m)
-    os.remove(it.image_path)
-    return it.image_path
+    return damage
 
 
 def _size_mismatch(m, it):
@@ -419,8 +417,8 @@ def _nan(m, it):
 CORRUPTIONS: dict[str, Callable[[RawManifest, RawItem], str]] = {
     "truncate": _truncate,  # image file cut to half its bytes
     "header": _header,  # image file's first bytes overwritten
-    "missing_mask": _missing_mask,  # label file deleted (returns its path)
-    "missing_image": _missing_image,  # image file deleted, label left alone
+    "missing_mask": _deleted("label"),  # label file deleted (returns its path)
+    "missing_image": _deleted("image"),  # image file deleted, label left alone
     "size_mismatch": _size_mismatch,  # label rewritten 3 rows / 2 columns smaller
     "band_count": _band_count,  # image rewritten with one band less (1-band data: 3 bands)
     "label_value": _label_value,  # label pixel (1, 1) set to a value outside label_map/ignore
@@ -435,8 +433,7 @@ def corrupt(manifest: RawManifest, kind: str, index: int = 0) -> str:
     return CORRUPTIONS[kind](manifest, manifest.items[index])
 
 
-# -- sample datasets (image-level tasks)
-# ---------------------------------------------------------------------
+# -- sample datasets (image-level tasks) ---------------------------------------------------------
 
 
 @dataclass

@@ -140,17 +140,15 @@ class AI4ArcticReader(TileReader):
                     + ", ".join(refs[s] for s in lonely[:10])
                 )
             jobs += [(split, s, scenes[s], refs.get(s)) for s in sorted(scenes)]
-        items = (map_headers or map_threads)(self._scene_item, jobs, header_threads(root))
+        items = (map_headers or map_threads)(self._item, jobs, header_threads(root))
         if not items:
             raise ConvertError(
                 f"{root}: no AI4Arctic scenes (expected train/*_prep.nc and test/*_prep.nc)"
             )
         return self.drawn(items)
 
-    def _scene_item(self, job: tuple[str, str, str, str | None]) -> SourceItem:
-        return self._item(*job)
-
-    def _item(self, split: str, scene: str, url: str, ref: str | None) -> SourceItem:
+    def _item(self, job: tuple[str, str, str, str | None]) -> SourceItem:
+        split, scene, url, ref = job
         with open_nc(self, url) as ds:
             shapes = {v: _shape(ds, url, v, self.dims) for v in self.variables}
             has_chart = self.chart in ds.variables

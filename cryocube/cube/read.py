@@ -269,8 +269,7 @@ def read_dense(url: str, idx) -> tuple[np.ndarray, np.ndarray]:
     return img, read_checked(url, "mask", idx).astype(np.int16)
 
 
-# -- typed views: what a task reads of each kind of cube
-# ----------------------------------------------------
+# -- typed views: what a task reads of each kind of cube ----------------------------------------
 
 
 @dataclass(frozen=True)
