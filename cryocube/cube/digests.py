@@ -24,12 +24,9 @@ def _crc(a: np.ndarray) -> int:
 
 
 def sample_digests(images: np.ndarray, labels: np.ndarray, *extras: np.ndarray) -> np.ndarray:
-    """(n, 2 + len(extras)) uint32: crc32 of each sample's image bytes, of its label bytes and of
-    its row of each extra per-sample variable (`digest_rows`), hashed without copies.
+    """(n, parts) uint32 crc32 of each sample's image, label and extra rows, without copies.
 
-    crc32 runs at ~2 GB/s here, where sha256 would cost a third of a plain read; it identifies
-    content and catches corruption, and is cheap enough to check on every read.
-    """
+    crc32 runs at ~2 GB/s here, where sha256 would cost a third of a plain read."""
     parts = (images, labels, *(digest_rows(x) for x in extras))
     return np.array(
         [tuple(_crc(p[i]) for p in parts) for i in range(len(images))], dtype=np.uint32
@@ -63,10 +60,8 @@ def _gf2_times(mat: list[int], vec: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _crc_shift(nbytes: int) -> tuple[int, ...]:
-    """The GF(2) operator that advances a crc32 over `nbytes` zero bytes (zlib's crc32_combine,
-    precomputed once per sample size, so combining a block's sample digests costs a few dozen
-    operations each).
-    """
+    """The GF(2) operator advancing a crc32 over `nbytes` zero bytes (zlib's crc32_combine),
+    cached per sample size so combining a block's digests costs a few dozen operations each."""
     op = [0xEDB88320] + [1 << (n - 1) for n in range(1, 32)]  # one zero bit
     for _ in range(3):  # eight zero bits: one byte
         op = [_gf2_times(op, op[n]) for n in range(32)]
@@ -89,10 +84,8 @@ def crc32_concat(crcs, nbytes: int) -> int:
 
 
 def block_digest(digests: np.ndarray, *part_nbytes: int) -> np.ndarray:
-    """4 bytes per digest part (image, label, then a sample cube's extra variables): the crc32 of
-    the block's bytes of that part (big-endian), combined from the samples' digests (so identical to
-    hashing the block whole; 8 bytes for image + label). The cube checksum is a sha256 over
-    these."""
+    """4 big-endian bytes per digest part: the crc32 of the block's bytes of that part, combined
+    from the samples' digests (identical to hashing the block whole); the checksum hashes these."""
     d = np.asarray(digests, dtype=np.uint32).reshape(-1, len(part_nbytes))
     crcs = [crc32_concat(d[:, k], n) for k, n in enumerate(part_nbytes)]
     return np.frombuffer(struct.pack(f">{len(crcs)}I", *crcs), dtype=np.uint8)

@@ -11,11 +11,8 @@ from .schema import _text, as_text
 
 
 def derive_sample_ids(source, split, tile_y, tile_x) -> np.ndarray:
-    """One id per tile sample: the source file's stem where the source is one tile,
-    `<stem>__<row>_<col>` (the tile's pixel offset) where a scene is cut into several, and
-    `<split>/<id>` where one stem is in two split folders. Tiles of one scene share their `source`,
-    so the source alone would merge them.
-    """
+    """One id per tile: the file stem, `<stem>__<row>_<col>` where a scene is cut into several,
+    `<split>/<id>` where a stem is in two split folders (a scene's tiles share their source)."""
     import collections
     import posixpath
 
@@ -50,11 +47,8 @@ def check_unique_ids(ids, where: str, fix: str = "convert the cube again") -> np
 
 
 def sample_ids(ds: xr.Dataset, url: str) -> np.ndarray:
-    """The cube's per-sample ids, the one source of sample identity for embeddings, CSVs and probe
-    tasks.
-
-    Cubes store them (`sample_id`); a cube written before that has them derived from `source` and
-    the tile position (said once per cube: they equal what a new conversion stores)."""
+    """The cube's per-sample ids, the one sample identity of embeddings, CSVs and probes; a cube
+    written before they were stored has them derived (equal to what a new conversion stores)."""
     if "sample_id" in ds.variables:
         return check_unique_ids(ds["sample_id"].values, url)
     if ds.attrs.get("kind") == "samples":  # sample cubes: `source` is the location id

@@ -9,11 +9,8 @@ from .schema import STATS, _text
 
 
 def stratum_keys(class_fraction: np.ndarray, bins: int = 3) -> np.ndarray:
-    """Few-shot stratum of each sample, as the reference sampler builds it.
-
-    Per class: bin = ceil(ratio * bins) - 1 (so 0 -> -1, (0, 1/3] -> 0, ...); the key is the bin
-    integers concatenated as a string ("2-1" = all background in a binary task).
-    """
+    """Few-shot stratum of each sample as the reference sampler builds it: per class bin =
+    ceil(ratio * bins) - 1, the bins joined as a string ("2-1": all background, binary task)."""
     cf = np.asarray(class_fraction, dtype=np.float64)
     b = np.ceil(np.round(cf * bins, 9)).astype(int) - 1
     return _text("".join(str(v) for v in row) for row in b)
@@ -32,12 +29,8 @@ def merge_moments(
 
 
 def _moments(px: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """(count, mean, M2) per band of px (bands, pixels), with float32 pairwise sums where px is
-    float32.
-
-    Centring first (the corrected two-pass algorithm) keeps low-contrast bands exact, where a
-    sum of squares would cancel; the mean is accumulated in float64.
-    """
+    """(count, mean, M2) per band of px (bands, pixels), float32 pairwise sums for float32 px;
+    centring first (corrected two-pass) keeps low-contrast bands exact, the mean in float64."""
     n = px.shape[1]
     mean = px.sum(axis=1, dtype=np.float64) / n
     work = px.dtype if px.dtype.kind == "f" else np.float64
@@ -48,13 +41,8 @@ def _moments(px: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
 
 
 def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np.ndarray:
-    """(len(STATS), bands) moments, min and max over valid (label != ignore) pixels of the samples
-    in `use`.
-
-    The map side of the train-split statistics: each block task computes its part while the pixels
-    are in memory, so finalisation never reads the cube again. Per sample the work is a few
-    vectorised passes over the pixels (no float64 copy); samples are merged exactly in float64.
-    """
+    """(len(STATS), bands) moments, min and max over valid pixels of the samples in `use`: each
+    block task's share of the train statistics, so finalisation never reads the cube again."""
     c = images.shape[1]
     counts, means, m2s, mins, maxs = [], [], [], [], []
     for i in np.flatnonzero(use):
