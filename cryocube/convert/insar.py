@@ -485,7 +485,6 @@ class PairReader(SampleReader):
 
     def read_kwargs(self, plan: SamplePlan, **_) -> dict:
         """The plan's bands (a prechecked plan came from another reader object) and shape."""
-        # a prechecked plan came from another reader object: its bands, not all
         self.narrow(plan.fingerprint["bands"])
         return {"shape": plan.shape}
 

@@ -43,8 +43,7 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
             f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); nothing to verify yet"
         )
     n = g["image"].shape[0]
-    # what the per-sample digests cover, in part order: the image, the label (target), a sample
-    # cube's extras
+    # what the per-sample digests cover, in part order
     parts = ("image", "target" if g.attrs.get("kind") == "samples" else "label", *digest_vars(g))
     bs = int(g.attrs.get("block_samples") or 16)
     stored_blocks = np.asarray(g["block_digest"][:])

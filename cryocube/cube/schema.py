@@ -95,9 +95,8 @@ class Var:
     coord: bool = True  # False: a data variable covered by the sample digests (read checked)
 
 
-# The interferogram sample cube (docs/insar-cube.md): the readers build these by name (`declared`),
-# the typed view
-# (`read.SampleCube`) reads them back by name with these defaults (SSL4EO cubes have none of them).
+# The interferogram sample cube (docs/insar-cube.md): readers build these by name (`declared`), the
+# typed view (`read.SampleCube`) reads them back with these defaults (SSL4EO cubes have none).
 SAMPLE_VARS: dict[str, Var] = {
     "frame": Var(("sample",), ""),  # the frame (track) folder of a pair; "" when pairs lie flat
     "primary_date": Var(("sample",), "?"),  # ISO dates of the pair
