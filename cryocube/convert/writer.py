@@ -553,12 +553,8 @@ def write_blocks(
         return ConvertResult(out, n, 0, nb, 0, dt, marker, skipped or 0)
     done = np.asarray(g["progress"][:]).astype(bool)
     todo = [b for b in range(nb) if not done[b]]
-    futures = client.map(
-        fn,
-        [job(b) for b in todo],
-        pure=False,
-        key=[f"cryocube-{fn.__name__}-{out[-24:]}-{b}-{time.time_ns()}" for b in todo],
-    )
+    keys = [f"cryocube-{fn.__name__}-{out[-24:]}-{b}-{time.time_ns()}" for b in todo]
+    futures = client.map(fn, [job(b) for b in todo], pure=False, key=keys) if todo else []
     total = sum(min((b + 1) * block, n) - b * block for b in todo)
     results = gather(
         futures, f"convert {g.attrs['dataset']}", total, progress, lambda i, r: r["samples"]
