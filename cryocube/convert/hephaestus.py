@@ -75,10 +75,10 @@ class HephaestusReader(PairReader):
     def names(self) -> tuple[str, str, str, str]:
         """(interferograms, InSAR PNG, coherence PNG, annotations), the release's by default."""
         return (
-            str(self.option("interferograms", "interferograms", str)),
-            str(self.option("insar_png", "InSAR.png", str)),
-            str(self.option("coherence_png", "Coherence.png", str)),
-            str(self.option("annotations", "annotations", str)),
+            self.option("interferograms", "interferograms", str),
+            self.option("insar_png", "InSAR.png", str),
+            self.option("coherence_png", "Coherence.png", str),
+            self.option("annotations", "annotations", str),
         )
 
     def frame_name(self, k: int) -> str:

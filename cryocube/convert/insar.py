@@ -121,7 +121,7 @@ class PairReader(SampleReader):
     @property
     def box_task(self) -> str:
         """The task the deformation box serves, named in `unavailable` when no pair has a box."""
-        return str(self.option("box_task", "deformation_localization", str))
+        return self.option("box_task", "deformation_localization", str)
 
     @property
     def targets(self) -> list[TargetSpec]:
@@ -528,7 +528,7 @@ class InSARReader(PairReader):
     @property
     def annotation_name(self) -> str:
         """The per-pair annotation file's name; a pair without one is still a sample."""
-        return str(self.option("annotation", "annotation.json", str))
+        return self.option("annotation", "annotation.json", str)
 
     def detect(self, root: str) -> bool:
         """The first listed file one or two levels down (pair folders with or without a frame)."""
