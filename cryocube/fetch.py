@@ -34,8 +34,7 @@ def _expected(sha256: str | None, md5: str | None) -> tuple[str, str | None]:
 
 
 def _stream(url: str, part: Path, h, progress: bool, error: type[UserError]) -> int:
-    """Copies `url` into `part`, hashing it on the way; an HTML page in place of the file is
-    refused. Returns the bytes copied."""
+    """Copies `url` into `part`, hashing it; an HTML page instead of the file is refused."""
     from .progress import progress_bar
 
     n = 0

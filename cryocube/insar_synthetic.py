@@ -271,13 +271,9 @@ def make_interferograms(
     annotate: bool = True,
     frames: int = 1,
 ) -> IfgManifest:
-    """Write `n` pairs in the dataset's raw layout under `root` and return their truth.
-
-    `dataset` "insar" (GeoTIFFs; `unwrapped=False` leaves unwrapped_phase.tif out, and the
-    annotations then carry the true boxes) or "hephaestus" (PNG renderings + annotation JSONs;
-    heavier atmosphere, the annotation's atmospheric_fringes is the level used). `frames` > 1
-    spreads pairs over frame folders.
-    """
+    """Write `n` pairs in the dataset's raw layout under `root`; returns their truth. "insar":
+    GeoTIFFs (`unwrapped=False`: no unwrapped_phase.tif, annotations carry the true boxes);
+    "hephaestus": PNG renderings and annotations, heavier atmosphere. `frames` > 1 spreads pairs."""
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     layout = layout or sorted(spec.layouts)[0]
     reader = open_reader(spec, layout)

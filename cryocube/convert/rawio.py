@@ -152,8 +152,7 @@ def file_format(url: str):
 
 
 def _checked(url: str, what: str, fn):
-    """fn(), any error of a missing or bad file (rasterio and PIL raise many types) as a
-    ConvertError naming the file."""
+    """fn(); a missing or bad file (rasterio and PIL raise many types) as a ConvertError."""
     try:
         return fn()
     except (ConvertError, WindowError):

@@ -60,8 +60,7 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
 
 
 def _verify_block(g, b: int, span, parts, sources, stored, damaged: list) -> np.ndarray:
-    """Block `b`'s digest computed from its samples (zeros where a chunk cannot be decoded), their
-    damage appended to `damaged`."""
+    """Block `b`'s digest from its samples (zeros if undecodable); damage goes to `damaged`."""
     s0, s1 = span
     has = "sample_digest" in g
 
