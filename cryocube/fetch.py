@@ -14,6 +14,7 @@ from pathlib import Path
 import fsspec
 
 from .errors import DownloadError, UserError, unreachable
+from .progress import progress_bar
 
 CHUNK = 8 << 20
 
@@ -35,8 +36,6 @@ def _expected(sha256: str | None, md5: str | None) -> tuple[str, str | None]:
 
 def _stream(url: str, part: Path, h, progress: bool, error: type[UserError]) -> int:
     """Copies `url` into `part`, hashing it; an HTML page instead of the file is refused."""
-    from .progress import progress_bar
-
     n = 0
     with fsspec.open(url, "rb") as src, open(part, "wb") as out:
         total = getattr(src, "size", None) or 0

@@ -19,6 +19,7 @@ import numpy as np
 from .catalog import DatasetSpec, load_dataset
 from .convert.base import open_reader
 from .convert.insar_labels import Rules, box_of, los_to_phase, wrap
+from .convert.rawio import write_geotiff
 from .synthetic import smooth_field
 
 INCIDENCE_DEG = 35.0  # Sentinel-1 IW mid-swath
@@ -309,8 +310,6 @@ def make_interferograms(
 
 def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:
     import rasterio
-
-    from .convert.rawio import write_geotiff
 
     with rasterio.open(path) as ds:
         tf = tuple(ds.transform)[:6]

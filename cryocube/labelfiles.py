@@ -18,6 +18,9 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
+
+from . import store as _store
 from .errors import LabelError
 
 _TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "regr"}
@@ -121,10 +124,6 @@ def read_label_file(path: str, text: str) -> LabelFile:
 
 def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[str, LabelFile]:
     """Every `*.csv` of a labels folder -> task -> LabelFile, strictly checked."""
-    import fsspec
-
-    from . import store as _store
-
     fs, base = fsspec.core.url_to_fs(folder, **_store.options_for(folder, storage_options))
     base = base.rstrip("/")
     if not fs.isdir(base):

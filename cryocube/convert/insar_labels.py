@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConvertError
+
 LOS_CONVENTION = (
     "d_los = -lambda / (4 pi) * (phi_unwrapped - median over valid pixels), metres, positive"
     " towards the satellite"
@@ -53,8 +55,6 @@ class Rules:
     @classmethod
     def from_options(cls, d: dict, where: str) -> "Rules":
         """A layout's `derive:` block with the documented defaults, checked."""
-        from .base import ConvertError
-
         c = dict(d.get("coherence_classification") or {})
         b = dict(d.get("deformation_box") or {})
         try:

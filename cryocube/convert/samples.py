@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import store as _store
+from ..cluster.runtime import tune_malloc
 from ..cube import digest_vars, partial_stats
 from ..cube.write import (
     ConvertResult,
@@ -66,8 +67,6 @@ class SampleReader(Reader):
 @task_boundary
 def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
     """Read, check and write one block of samples with digests; the progress flag last."""
-    from ..cluster.runtime import tune_malloc
-
     t0 = time.perf_counter()
     tune_malloc()
     reader: SampleReader = task["reader"]

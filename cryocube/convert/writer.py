@@ -24,6 +24,8 @@ import numpy as np
 from .. import __version__, outputs
 from .. import store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
+from ..cluster.client import get_client
+from ..cluster.runtime import tune_malloc
 from ..cube import (
     COMPLETE_ATTR,
     SCHEMA_VERSION,
@@ -42,6 +44,7 @@ from ..cube.write import (
     tile_template,
 )
 from ..errors import UserError, task_boundary
+from ..progress import gather
 from .base import ConvertError, Mapper, Reader, SourceItem, Window, open_reader
 from .rawio import map_threads, order_items, val_from_train
 from .splits import draw_val
@@ -316,8 +319,6 @@ def _fill_tiles(reader: TileReader, task: dict, ii: int, js: list[int], images, 
 @task_boundary
 def write_block(task: dict[str, Any]) -> dict[str, Any]:
     """Read, validate, tile and write samples [s0, s1) of the cube; return timing and skip info."""
-    from ..cluster.runtime import tune_malloc
-
     t0 = time.perf_counter()
     tune_malloc()
     spec: DatasetSpec = task["spec"]
@@ -416,8 +417,6 @@ def convert(
     **reader_options,
 ) -> ConvertResult:
     """Convert a dataset's raw layout into a cube at `out`, resuming an interrupted one."""
-    from ..cluster.client import get_client
-
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     _store.register_options(raw, raw_storage_options)
     _store.register_options(out, storage_options)
@@ -544,8 +543,6 @@ def write_blocks(
     """Either kind: `fn(job(b))` on the workers for every block whose progress flag is not set
     (none in a complete cube), then `finalize`. `size` is (samples, block size); `skipped` the
     samples left out before writing (None: those the block tasks report)."""
-    from ..progress import gather
-
     n, block = size
     nb = -(-n // block)
     if COMPLETE_ATTR in g.attrs:

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import store as _store
 from ..errors import UserError
+from ..progress import progress_bar
 from .digests import block_digest, cube_checksum, digest_rows, digest_vars, sample_digests
 from .read import not_a_cube
 from .schema import COMPLETE_ATTR, IncompleteCubeError, as_text
@@ -30,8 +31,6 @@ class VerifyReport:
 
 def verify(url: str, storage_options: dict | None = None, progress: bool = True) -> VerifyReport:
     """Every sample against its digest, blocks against theirs and the checksum."""
-    from ..progress import progress_bar
-
     _store.register_options(url, storage_options)
     if not _store.exists(url, storage_options):
         raise UserError(not_a_cube(url, storage_options))
