@@ -521,14 +521,14 @@ class InSARReader(PairReader):
         return {str(k): str(v) for k, v in self.option("files", kind=dict).items()}
 
     @property
-    def optional(self) -> list[str]:
-        """Bands a tree may lack (unwrapped phase), but then in every pair: scan refuses a mix."""
-        return [str(b) for b in self.option("optional", [], list)]
-
-    @property
     def annotation_name(self) -> str:
         """The per-pair annotation file's name; a pair without one is still a sample."""
         return self.option("annotation", "annotation.json", str)
+
+    @property
+    def optional(self) -> list[str]:
+        """Bands a tree may lack (unwrapped phase), but then in every pair: scan refuses a mix."""
+        return [str(b) for b in self.option("optional", [], list)]
 
     def detect(self, root: str) -> bool:
         """The first listed file one or two levels down (pair folders with or without a frame)."""
