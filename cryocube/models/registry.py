@@ -20,7 +20,6 @@ BUILTIN_ARCHITECTURES = tuple(
     f"cryocube.models.{m}"
     for m in (
         "croma",
-        "data2vec",
         "dofa",
         "gfm",
         "ramen",
