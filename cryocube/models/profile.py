@@ -36,10 +36,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
 from ..catalog import Band, find
 from ..errors import UserError
+from ..precision import autocast, resolve, this_device
+from ..progress import progress_bar
+from .base import count_params
+from .build import build_encoder
 from .registry import architectures
 from .spec import list_models, model_spec
+from .weights import cache_dir
 
 CONVENTION = (
     "GFLOPs: torch FlopCounterMode, batch 1, fp32, 1 multiply-add = 2 FLOPs; matmuls, convolutions"
@@ -63,8 +72,6 @@ VERSION = 1  # of the measuring method: a change here measures everything again
 def profile_dir() -> Path:
     """Where profiles are cached: $CRYOCUBE_PROFILES, else `profiles/` beside the weights cache
     (~/.cache/cryocube/profiles)."""
-    from .weights import cache_dir
-
     env = os.environ.get("CRYOCUBE_PROFILES")
     return Path(env) if env else cache_dir().parent / "profiles"
 
@@ -85,8 +92,6 @@ class Setup:
     def build(self, device: str | None = None):
         """A random-init encoder (cost does not depend on weights), built where the caller's device
         context says (meta in dry_run); `device` is unused, callers move it."""
-        from .build import build_encoder
-
         bands = [
             Band(name=b, alias=b, role="sar" if b in ("VV", "VH", "HH", "HV") else "optical")
             for b in self.bands
@@ -141,10 +146,6 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
     Refuses, in one sentence, an input size the model cannot take: one its forward rejects, or,
     where the catalog names a patch size, one that is not a multiple of it (a strided patch
     embedding would silently drop the remainder)."""
-    import torch
-
-    from .base import count_params
-
     spec = model_spec(s.model)
     patch = spec.arch.get("patch_size")
     if s.input_size < 1 or (patch and s.input_size % int(patch)):
@@ -182,8 +183,6 @@ def config_digest(model: str) -> str:
 
 
 def device_name(device: str) -> str:
-    from ..precision import this_device
-
     return this_device(device).describe()
 
 
@@ -228,9 +227,6 @@ def count_flops(enc, x) -> tuple[int, dict[str, int]]:
     """Forward FLOPs of `enc` on `x` (no_grad, math attention: fused kernels would hide their
     matmuls) and their split by op. FLOPs depend on shapes only, so meta tensors count the same as
     real ones."""
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.utils.flop_counter import FlopCounterMode
 
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as fc:
         enc(x)
@@ -246,11 +242,8 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     measured how. Up to `iters` timed forwards, fewer (at least one) once warm-up and timing have
     taken `budget_s`.
     """
-    import torch
-
+    # dask's distributed comes with cluster.runtime: imported only where memory is measured
     from ..cluster.runtime import hwm_bytes, reset_hwm, rss_bytes, trim_malloc
-    from ..precision import autocast
-    from .base import count_params
 
     flops, by_op, _ = dry_run(s)
     cuda = s.device.startswith("cuda")
@@ -343,8 +336,6 @@ def validate(
 ) -> list[Setup]:
     """Every requested setup, checked before any measurement: one sentence for the first bad
     option."""
-    from ..precision import resolve, this_device
-
     known = list_models()
     models = list(models or known)
     unknown = [m for m in models if m not in known]
@@ -357,8 +348,6 @@ def validate(
     if input_size is not None and input_size < 1:
         raise UserError(f"input size must be a positive number of pixels, got {input_size}")
     if device.startswith("cuda"):
-        import torch
-
         if not torch.cuda.is_available():
             raise UserError(
                 f"device {device!r} is not available here (torch sees no CUDA device); use"
@@ -383,10 +372,6 @@ def profile(
 ) -> Profile:
     """Measure each setup, or read it from this device's cache (a hit needs the same key: see
     `cache_key`)."""
-    import torch
-
-    from ..progress import progress_bar
-
     t0 = time.perf_counter()
     device = setups[0].device if setups else "cpu"
     path = cache_path(device, root)

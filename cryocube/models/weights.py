@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from .. import store
+from ..decoders import build_decoder
 from ..errors import WeightsError
 from ..fetch import fetch, file_digest
 from .registry import get_keymap
@@ -145,6 +146,23 @@ def _fmt_keys(keys: list, n: int = 25) -> str:
     return shown + (f", ... ({len(keys) - n} more)" if len(keys) > n else "")
 
 
+def _refuse_mismatch(sd: dict, model_sd: dict, head: str, computed=()) -> None:
+    """One WeightsError listing missing, unexpected and misshapen keys, before anything loads."""
+    missing = sorted(set(model_sd) - set(sd) - set(computed))
+    unexpected = sorted(set(sd) - set(model_sd))
+    shapes = [
+        f"{k} {tuple(sd[k].shape)} vs model {tuple(model_sd[k].shape)}"
+        for k in sorted(set(sd) & set(model_sd))
+        if tuple(sd[k].shape) != tuple(model_sd[k].shape)
+    ]
+    parts = [head] if missing or unexpected or shapes else []
+    parts += [f"missing {len(missing)} keys: {_fmt_keys(missing)}"] if missing else []
+    parts += [f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}"] if unexpected else []
+    parts += [f"{len(shapes)} shape mismatches: {_fmt_keys(shapes, 10)}"] if shapes else []
+    if parts:
+        raise WeightsError("; ".join(parts))
+
+
 def load_weights(
     encoder: nn.Module,
     path_or_url: str | Path,
@@ -176,23 +194,8 @@ def load_weights(
     model_sd = encoder.state_dict()
     dropped = _drop_as_reference(encoder, sd, model_sd, path)
     computed = [k for k in model_sd if any(re.fullmatch(c, k) for c in km.computed) and k not in sd]
-    missing = sorted(set(model_sd) - set(sd) - set(computed))
-    unexpected = sorted(set(sd) - set(model_sd))
-    shapes = [
-        f"{k} {tuple(sd[k].shape)} vs model {tuple(model_sd[k].shape)}"
-        for k in sorted(set(sd) & set(model_sd))
-        if tuple(sd[k].shape) != tuple(model_sd[k].shape)
-    ]
-    if missing or unexpected or shapes:
-        who = spec.id if spec is not None else type(encoder).__name__
-        parts = [f"{path} does not fit {who} (key map {km.name!r})"]
-        if missing:
-            parts.append(f"missing {len(missing)} keys: {_fmt_keys(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}")
-        if shapes:
-            parts.append(f"{len(shapes)} shape mismatches: {_fmt_keys(shapes, 10)}")
-        raise WeightsError("; ".join(parts))
+    who = spec.id if spec is not None else type(encoder).__name__
+    _refuse_mismatch(sd, model_sd, f"{path} does not fit {who} (key map {km.name!r})", computed)
     encoder.load_state_dict({**model_sd, **sd}, strict=True)
     return LoadReport(str(path), len(sd), aside, computed, digest, dropped)
 
@@ -280,29 +283,11 @@ def load_decoder(
             raise WeightsError(
                 "load_decoder needs the decoder to fill or the encoder to build one for"
             )
-        from ..decoders import build_decoder
-
         decoder = build_decoder(
             payload["kind"], encoder, int(payload["num_classes"]), **payload.get("build_kwargs", {})
         )
     sd = payload["state_dict"]
-    model_sd = decoder.state_dict()
-    missing, unexpected = sorted(set(model_sd) - set(sd)), sorted(set(sd) - set(model_sd))
-    shapes = [
-        f"{k} {tuple(sd[k].shape)} vs {tuple(model_sd[k].shape)}"
-        for k in set(sd) & set(model_sd)
-        if sd[k].shape != model_sd[k].shape
-    ]
-    if missing or unexpected or shapes:
-        parts = [f"{path} does not fit the decoder"]
-        parts += [f"missing {len(missing)} keys: {_fmt_keys(missing)}"] if missing else []
-        parts += (
-            [f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}"] if unexpected else []
-        )
-        parts += (
-            [f"{len(shapes)} shape mismatches: {_fmt_keys(sorted(shapes), 10)}"] if shapes else []
-        )
-        raise WeightsError("; ".join(parts))
+    _refuse_mismatch(sd, decoder.state_dict(), f"{path} does not fit the decoder")
     decoder.load_state_dict(sd, strict=True)
     return decoder, dict(payload.get("meta", {}))
 
