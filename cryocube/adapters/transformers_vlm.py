@@ -19,6 +19,7 @@ from .. import store as _store
 from ..errors import UserError
 from . import register
 from .base import Adapter, Generation, ModelRef, Provenance
+from .random_vlm import ARCHS, PREFIX, build, loaded_as, state_sha256
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -129,16 +130,12 @@ class Transformers(Adapter):
     @classmethod
     def random_models(cls) -> list[str]:
         """`transformers:random-<arch>` for each architecture random_vlm builds in code."""
-        from .random_vlm import ARCHS, PREFIX
-
         return [f"{cls.name}:{PREFIX}{a}" for a in ARCHS]
 
     @classmethod
     def check(cls, location: str, allow_random: bool, precision: str, seed: int):
         """A location holding config.json is checked as a checkpoint; without one, a tiny random
         model is built, but only with `allow_random` (plain `transformers` is random-llava)."""
-        from .random_vlm import ARCHS, PREFIX, build, state_sha256
-
         _quiet()
         # a folder named random-<arch> holding a checkpoint is that checkpoint
         if not _exists(location):
@@ -255,8 +252,6 @@ class Transformers(Adapter):
             _LOADED.clear()  # one model resident per worker process
             dtype = getattr(torch, DTYPES[ref.precision])
             if ref.random:
-                from .random_vlm import build, loaded_as, state_sha256
-
                 model, proc = build(ref.random, ref.seed)
                 if state_sha256(model) != ref.sha256:
                     raise RuntimeError(
