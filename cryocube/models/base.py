@@ -9,6 +9,7 @@ know without running a forward pass.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass, fields, replace
 from functools import partial
 
 import torch
@@ -17,6 +18,38 @@ from torch import Tensor, nn
 
 from .bands import BandMatch
 from .spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Trunk:
+    """The `arch:` arguments the ViT-shaped architectures share; each class sets its defaults."""
+
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    patch_size: int = 16
+    norm_eps: float = 1e-6
+    drop_path_rate: float = 0.0
+
+    def blocks(self, qkv_bias: bool = True, norm_layer=None, **block) -> nn.ModuleList:
+        """`depth` timm Blocks, stochastic depth rising linearly from 0 to `drop_path_rate` (as
+        torch.linspace would)."""
+        norm_layer = norm_layer or partial(nn.LayerNorm, eps=self.norm_eps)
+        n, rate = self.depth, self.drop_path_rate
+        rates = [rate * i / (n - 1) if n > 1 else 0.0 for i in range(n)]
+        return nn.ModuleList(
+            Block(
+                self.embed_dim,
+                self.num_heads,
+                self.mlp_ratio,
+                qkv_bias,
+                drop_path=r,
+                norm_layer=norm_layer,
+                **block,
+            )
+            for r in rates
+        )
 
 
 class Encoder(nn.Module):
@@ -30,6 +63,9 @@ class Encoder(nn.Module):
     # `size_multiple`
     fixed_size: bool = True
     size_multiple: int = 1
+    #: the defaults of the shared ViT arguments (None: the architecture takes none); `build` reads
+    # the resolved ones as `self.trunk`, and `self.grid` is the patch grid's side
+    trunk: Trunk | None = None
 
     def __init__(
         self,
@@ -47,9 +83,13 @@ class Encoder(nn.Module):
         self.output_channels: list[int] = list(spec.output_channels)
         self.output_reductions: list[float] = []
         self.pyramid = spec.pyramid
-        unused = set(arch) - set(inspect.signature(self.build).parameters)
+        shared = {f.name for f in fields(Trunk)} if self.trunk else set()
+        unused = set(arch) - set(inspect.signature(self.build).parameters) - shared
         if unused:
             raise TypeError(f"{spec.id}: unknown architecture arguments {sorted(unused)}")
+        if self.trunk:
+            self.trunk = replace(self.trunk, **{k: arch.pop(k) for k in shared & set(arch)})
+            self.grid = self.input_size // self.trunk.patch_size
         self.build(**arch)
 
     def build(self) -> None:  # pragma: no cover - abstract
@@ -103,30 +143,6 @@ class Encoder(nn.Module):
     def extra_repr(self) -> str:
         """Names the model and input in print(encoder), which otherwise shows only layers."""
         return f"model={self.spec.id}, in_chans={self.in_chans}, input_size={self.input_size}"
-
-
-def vit_blocks(
-    embed_dim: int,
-    depth: int,
-    num_heads: int,
-    mlp_ratio: float = 4.0,
-    *,
-    qkv_bias: bool = True,
-    norm_eps: float = 1e-6,
-    norm_layer=None,
-    drop_path_rate: float = 0.0,
-    **block,
-) -> nn.ModuleList:
-    """The trunk of every hand-built ViT: `depth` timm Blocks, stochastic depth rising linearly
-    from 0 to `drop_path_rate` (as torch.linspace would)."""
-    norm_layer = norm_layer or partial(nn.LayerNorm, eps=norm_eps)
-    rates = [drop_path_rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
-    return nn.ModuleList(
-        Block(
-            embed_dim, num_heads, mlp_ratio, qkv_bias, drop_path=r, norm_layer=norm_layer, **block
-        )
-        for r in rates
-    )
 
 
 def timm_intermediates(model: nn.Module, x: Tensor, layers: list[int]) -> list[Tensor]:

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import Encoder, collect_layers, patches, tokens_to_map, vit_blocks
+from .base import Encoder, Trunk, collect_layers, patches, tokens_to_map
 from .keymap import KeyMap, Rename
 from .registry import register_architecture, register_keymap
 
@@ -42,19 +42,17 @@ def alibi_2d(num_heads: int, grid: int) -> Tensor:
 
 @register_architecture("croma")
 class CromaEncoder(Encoder):
-    def build(
-        self, embed_dim=1024, depth=24, num_heads=16, patch_size=8, mlp_ratio=4.0, norm_eps=1e-5
-    ):
+    trunk = Trunk(embed_dim=1024, depth=24, num_heads=16, patch_size=8, norm_eps=1e-5)
+
+    def build(self):
         """Optical and SAR configs share it, differing in arch and key map."""
-        self.patch_size = patch_size
-        self.grid = self.input_size // patch_size
-        self.patch_embed = nn.Linear(patch_size * patch_size * self.in_chans, embed_dim)
-        self.blocks = vit_blocks(
-            embed_dim, depth, num_heads, mlp_ratio, qkv_bias=False, norm_eps=norm_eps
-        )
-        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
-        self.register_buffer("attn_bias", alibi_2d(num_heads, self.grid), persistent=False)
-        self.same_outputs(embed_dim, patch_size)
+        t = self.trunk
+        self.patch_size = t.patch_size
+        self.patch_embed = nn.Linear(t.patch_size * t.patch_size * self.in_chans, t.embed_dim)
+        self.blocks = t.blocks(qkv_bias=False)
+        self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
+        self.register_buffer("attn_bias", alibi_2d(t.num_heads, self.grid), persistent=False)
+        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/8, W/8) per output layer, the last one final-normed as in the reference; 2-D

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, sincos_2d, tokens_to_map, vit_blocks, with_cls_token
+from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
 from .keymap import KeyMap
 from .registry import register_architecture, register_keymap
 
@@ -118,17 +118,9 @@ class DynamicPatchEmbed(nn.Module):
 
 @register_architecture("dofa")
 class DofaEncoder(Encoder):
-    def build(
-        self,
-        embed_dim=768,
-        depth=12,
-        num_heads=12,
-        patch_size=16,
-        mlp_ratio=4.0,
-        wv_planes=128,
-        norm_eps=1e-6,
-        wavelengths_um: list[float] | dict[str, float] | None = None,
-    ):
+    trunk = Trunk()
+
+    def build(self, wv_planes=128, wavelengths_um: list[float] | dict[str, float] | None = None):
         """`wavelengths_um` may be a table by band name, read through the match's slots."""
         waves = wavelengths_um
         if isinstance(waves, dict):  # the catalog's table, keyed by Cryo-Bench band name
@@ -151,14 +143,14 @@ class DofaEncoder(Encoder):
             raise UserError(f"dofa: {len(waves)} wavelengths for {self.in_chans} input channels")
         waves = torch.tensor(waves, dtype=torch.float32)
         self.register_buffer("wavelengths_um", waves, persistent=False)
-        self.grid = self.input_size // patch_size
-        self.patch_embed = DynamicPatchEmbed(wv_planes, patch_size, embed_dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        pos = sincos_2d(embed_dim, self.grid, cls_token=True)
+        t = self.trunk
+        self.patch_embed = DynamicPatchEmbed(wv_planes, t.patch_size, t.embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, t.embed_dim))
+        pos = sincos_2d(t.embed_dim, self.grid, cls_token=True)
         self.pos_embed = nn.Parameter(pos, requires_grad=False)
-        self.blocks = vit_blocks(embed_dim, depth, num_heads, mlp_ratio, norm_eps=norm_eps)
-        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
-        self.same_outputs(embed_dim, patch_size)
+        self.blocks = t.blocks()
+        self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
+        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/16, W/16) per output layer without the class token; the final norm only follows

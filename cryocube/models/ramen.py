@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, sincos_2d, tokens_to_map, vit_blocks, with_cls_token
+from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
 from .dofa import sincos_1d_f32
 from .keymap import KeyMap
 from .registry import register_architecture, register_keymap
@@ -144,7 +144,7 @@ class RamenEncoder(Encoder):
             self.radar_projector = RadarProjector(embed_dim, embed_dim * 2)
         self.resampler = ScaleResampler(embed_dim)
         self.in_norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.blocks = vit_blocks(embed_dim, depth, num_heads, mlp_ratio)
+        self.blocks = Trunk(embed_dim, depth, num_heads, mlp_ratio).blocks()
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
         pos = sincos_2d(embed_dim, self.grid, scale=self.res, cls_token=True)
         self.register_buffer("pos_embed", pos, persistent=False)

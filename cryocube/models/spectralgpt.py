@@ -12,44 +12,34 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import Encoder, collect_layers, vit_blocks
+from .base import Encoder, Trunk, collect_layers
 from .keymap import KeyMap, merge_qkv_transform
 from .registry import register_architecture, register_keymap
 
 
 @register_architecture("spectralgpt")
 class SpectralGptEncoder(Encoder):
-    def build(
-        self,
-        patch_size=8,
-        t_patch_size=3,
-        embed_dim=768,
-        depth=12,
-        num_heads=12,
-        mlp_ratio=4.0,
-        drop_path_rate=0.5,
-        norm_eps=1e-5,
-    ):
+    trunk = Trunk(patch_size=8, norm_eps=1e-5, drop_path_rate=0.5)
+
+    def build(self, t_patch_size=3):
         """Refuses a band count not divisible by t_patch_size."""
         if self.in_chans % t_patch_size:
             raise ValueError(
                 f"spectralgpt: {self.in_chans} bands do not split into groups of {t_patch_size}"
             )
-        self.grid = self.input_size // patch_size
+        t = self.trunk
         self.groups = self.in_chans // t_patch_size
         self.patch_embed = nn.Module()
-        kernel = (t_patch_size, patch_size, patch_size)
-        self.patch_embed.proj = nn.Conv3d(1, embed_dim, kernel_size=kernel, stride=kernel)
+        kernel = (t_patch_size, t.patch_size, t.patch_size)
+        self.patch_embed.proj = nn.Conv3d(1, t.embed_dim, kernel_size=kernel, stride=kernel)
         self.pos_embed_spatial = nn.Parameter(
-            torch.zeros(1, self.grid**2, embed_dim).normal_(std=0.02)
+            torch.zeros(1, self.grid**2, t.embed_dim).normal_(std=0.02)
         )
         self.pos_embed_temporal = nn.Parameter(
-            torch.zeros(1, self.groups, embed_dim).normal_(std=0.02)
+            torch.zeros(1, self.groups, t.embed_dim).normal_(std=0.02)
         )
-        self.blocks = vit_blocks(
-            embed_dim, depth, num_heads, mlp_ratio, norm_eps=norm_eps, drop_path_rate=drop_path_rate
-        )
-        self.same_outputs(embed_dim * self.groups, patch_size)
+        self.blocks = t.blocks()
+        self.same_outputs(t.embed_dim * self.groups, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D x groups, H/8, W/8) per output layer: the spectral groups side by side on channels,

@@ -16,7 +16,7 @@ import torch
 from timm.layers import SwiGLU
 from torch import Tensor, nn
 
-from .base import Encoder, collect_layers, patches, sincos_2d_mocov3, tokens_to_map, vit_blocks
+from .base import Encoder, Trunk, collect_layers, patches, sincos_2d_mocov3, tokens_to_map
 from .keymap import KeyMap, Rename
 from .registry import register_architecture, register_keymap
 
@@ -56,36 +56,24 @@ class PatchEmbedLinear(nn.Module):
 
 @register_architecture("terramind")
 class TerraMindEncoder(Encoder):
-    def build(
-        self,
-        embed_dim=1024,
-        depth=24,
-        num_heads=16,
-        patch_size=16,
-        mlp_ratio=4.0,
-        modality: str = "untok_sen2l2a@224",
-        drop_path_rate=0.0,
-    ):
+    trunk = Trunk(embed_dim=1024, depth=24, num_heads=16)
+
+    def build(self, modality: str = "untok_sen2l2a@224"):
         """Base or large by arch; S2L2A or S1GRD by the config's key map."""
+        t = self.trunk
         self.modality = modality
-        self.grid = self.input_size // patch_size
-        self.embed = PatchEmbedLinear(self.in_chans, patch_size, embed_dim)
-        self.register_buffer("pos_emb", sincos_2d_mocov3(embed_dim, self.grid), persistent=False)
-        norm = partial(nn.LayerNorm, eps=1e-6, bias=False)
-        self.blocks = vit_blocks(
-            embed_dim,
-            depth,
-            num_heads,
-            mlp_ratio,
+        self.embed = PatchEmbedLinear(self.in_chans, t.patch_size, t.embed_dim)
+        self.register_buffer("pos_emb", sincos_2d_mocov3(t.embed_dim, self.grid), persistent=False)
+        norm = partial(nn.LayerNorm, eps=t.norm_eps, bias=False)
+        self.blocks = t.blocks(
             qkv_bias=False,
             proj_bias=False,
             act_layer=nn.SiLU,
             norm_layer=norm,
             mlp_layer=terramind_mlp,
-            drop_path_rate=drop_path_rate,
         )
-        self.norm = norm(embed_dim)
-        self.same_outputs(embed_dim, patch_size)
+        self.norm = norm(t.embed_dim)
+        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/16, W/16) per output layer; every block runs and the last output is the

@@ -22,11 +22,29 @@ from timm.models.beit import Beit
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from .base import Encoder, sincos_2d, sincos_2d_mocov3, sincos_3d, timm_intermediates
+from .base import Encoder, Trunk, sincos_2d, sincos_2d_mocov3, sincos_3d, timm_intermediates
 from .keymap import KeyMap, Rename, reshape_transform
 from .registry import register_architecture, register_keymap
 
 POS_EMBEDS = ("learn", "sincos", "mocov3", "sincos3d", "zeros")
+
+
+def timm_args(enc: Encoder) -> dict:
+    """The constructor arguments timm's VisionTransformer and Beit share, for `enc`."""
+    t = enc.trunk
+    return dict(
+        img_size=enc.input_size,
+        patch_size=t.patch_size,
+        in_chans=enc.in_chans,
+        num_classes=0,
+        global_pool="token",
+        embed_dim=t.embed_dim,
+        depth=t.depth,
+        num_heads=t.num_heads,
+        mlp_ratio=t.mlp_ratio,
+        drop_path_rate=t.drop_path_rate,
+        norm_layer=partial(nn.LayerNorm, eps=t.norm_eps),
+    )
 
 
 @register_architecture("vit")
@@ -40,20 +58,15 @@ class TimmViTEncoder(Encoder):
     `final_norm`: keep the final LayerNorm at all (False when the reference encoder has none).
     """
 
+    trunk = Trunk()
+
     def build(
         self,
-        patch_size: int = 16,
-        embed_dim: int = 768,
-        depth: int = 12,
-        num_heads: int = 12,
-        mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        norm_eps: float = 1e-6,
         pos_embed: str = "learn",
         pre_norm: bool = False,
         final_norm: bool = False,
         norm_last: bool = False,
-        drop_path_rate: float = 0.0,
         input_res: float = 1.0,
     ):
         """The arguments of the models' `arch:`, as the class docstring explains them."""
@@ -64,25 +77,15 @@ class TimmViTEncoder(Encoder):
             raise ValueError(
                 f"{path}: only input_res 1.0 (Scale-MAE at the protocol's value) is implemented"
             )
-        self.grid = grid = self.input_size // patch_size
-        self.patch_size = patch_size
+        grid, embed_dim = self.grid, self.trunk.embed_dim
+        self.patch_size = self.trunk.patch_size
         self.norm_last = norm_last
         self.vit = VisionTransformer(
-            img_size=self.input_size,
-            patch_size=patch_size,
-            in_chans=self.in_chans,
-            num_classes=0,
-            global_pool="token",
-            embed_dim=embed_dim,
-            depth=depth,
-            num_heads=num_heads,
-            mlp_ratio=mlp_ratio,
+            **timm_args(self),
             qkv_bias=qkv_bias,
             class_token=True,
             pre_norm=pre_norm,
-            drop_path_rate=drop_path_rate,
             final_norm=final_norm,
-            norm_layer=partial(nn.LayerNorm, eps=norm_eps),
             act_layer=nn.GELU,
         )
         fixed = {
@@ -97,7 +100,7 @@ class TimmViTEncoder(Encoder):
             with torch.no_grad():
                 self.vit.pos_embed.copy_(fixed[pos_embed]())
             self.vit.pos_embed.requires_grad_(False)
-        self.same_outputs(embed_dim, patch_size)
+        self.same_outputs(embed_dim, self.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """timm's intermediates before the final norm, unless `norm_last` norms the last one."""
@@ -112,37 +115,19 @@ class Data2VecEncoder(Encoder):
     """SSL4EO-S12 Data2Vec ViT-S/16 on timm's BEiT: shared relative position bias, no absolute
     position, layer scale 0.1."""
 
-    def build(
-        self,
-        patch_size=16,
-        embed_dim=384,
-        depth=12,
-        num_heads=6,
-        mlp_ratio=4.0,
-        init_values=0.1,
-        norm_eps=1e-6,
-        drop_path_rate=0.0,
-    ):
-        """timm BEiT's arguments, at SSL4EO Data2Vec's ViT-S/16 values by default."""
+    trunk = Trunk(embed_dim=384, num_heads=6)
+
+    def build(self, init_values=0.1):
+        """timm BEiT's layer scale, at SSL4EO Data2Vec's 0.1 by default."""
         self.beit = Beit(
-            img_size=self.input_size,
-            patch_size=patch_size,
-            in_chans=self.in_chans,
-            num_classes=0,
-            global_pool="token",
-            embed_dim=embed_dim,
-            depth=depth,
-            num_heads=num_heads,
-            mlp_ratio=mlp_ratio,
+            **timm_args(self),
             qkv_bias=True,
             use_abs_pos_emb=False,
             use_rel_pos_bias=False,
             use_shared_rel_pos_bias=True,
             init_values=init_values,
-            drop_path_rate=drop_path_rate,
-            norm_layer=partial(nn.LayerNorm, eps=norm_eps),
         )
-        self.same_outputs(embed_dim, patch_size)
+        self.same_outputs(self.trunk.embed_dim, self.trunk.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """timm BEiT's intermediates, (B, D, H/16, W/16) per output layer, before the final norm."""
