@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .linear import LinearHead
 from .unet import UNetDecoder
-from .upernet import Feature2Pyramid, UPerNet
+from .upernet import UPerNet
 
 _DECODERS: dict[str, Callable[..., nn.Module]] = {}
 _OPTIONS: dict[str, tuple[str, ...]] = {}  # recipe-driven keyword arguments each decoder takes
@@ -88,16 +88,3 @@ class Segmenter(nn.Module):
         """The decoder is asked for the input's own size, so fine-tuning scores full-resolution
         logits."""
         return self.decoder(self.encoder(x), tuple(x.shape[-2:]))
-
-
-__all__ = [
-    "build_decoder",
-    "decoder_kinds",
-    "decoder_options",
-    "register_decoder",
-    "Segmenter",
-    "UPerNet",
-    "LinearHead",
-    "UNetDecoder",
-    "Feature2Pyramid",
-]

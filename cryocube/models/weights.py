@@ -259,20 +259,7 @@ def load_decoder(
     path = Path(path)
     if not path.exists():
         raise WeightsError(f"decoder checkpoint {path} does not exist")
-    try:
-        with open(path, "rb") as f:
-            payload = torch.load(f, map_location="cpu", weights_only=True)
-    except (
-        RuntimeError,
-        EOFError,
-        OSError,
-        zipfile.BadZipFile,
-        pickle.UnpicklingError,
-        ValueError,
-    ) as e:
-        raise WeightsError(
-            f"{path}: cannot read the decoder checkpoint (truncated?): {str(e).splitlines()[0]}"
-        ) from None
+    payload = read_checkpoint(path)
     if not isinstance(payload, dict) or payload.get("format") != DECODER_FORMAT:
         raise WeightsError(
             f"{path}: not a cryocube decoder checkpoint (format"
@@ -356,6 +343,27 @@ def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str
     return str(p) if p.is_file() else None
 
 
+def _explicit_weights(spec, explicit: str) -> WeightsInfo:
+    """The recipe's `encoder_weights` checkpoint, checked against the catalog's sha256 when it is
+    the catalog's file."""
+    w = spec.weights
+    if store.is_remote(explicit):
+        path = _local(explicit, w.sha256 if w and explicit == w.url else None)
+    else:
+        path = Path(store.local_path(explicit))
+        if not path.is_file():
+            raise WeightsError(
+                f"checkpoint {path} for {spec.id} (recipe field encoder_weights) does not exist"
+            )
+    digest = checkpoint_digest(path)
+    if w and w.sha256 and digest != w.sha256.lower() and path.name == w.filename:
+        raise WeightsError(
+            f"{path}: sha256 {digest} does not match the catalog's {w.sha256} for {spec.id}"
+        )
+    source = str(explicit) if store.is_remote(explicit) else str(path.resolve())
+    return WeightsInfo(source, digest, False, spec.pretrained)
+
+
 def resolve_weights(
     model_id: str,
     explicit: str | None = None,
@@ -370,35 +378,7 @@ def resolve_weights(
     if not spec.pretrained and explicit is None:
         return WeightsInfo("scratch", None, True, False)
     if explicit is not None:
-        if store.is_remote(explicit):
-            path = _local(
-                explicit,
-                spec.weights.sha256 if spec.weights and explicit == spec.weights.url else None,
-            )
-        else:
-            path = Path(store.local_path(explicit))
-            if not path.is_file():
-                raise WeightsError(
-                    f"checkpoint {path} for {model_id} (recipe field encoder_weights) does not"
-                    " exist"
-                )
-        digest = checkpoint_digest(path)
-        if (
-            spec.weights
-            and spec.weights.sha256
-            and digest != spec.weights.sha256.lower()
-            and path.name == spec.weights.filename
-        ):
-            raise WeightsError(
-                f"{path}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for"
-                f" {model_id}"
-            )
-        return WeightsInfo(
-            str(explicit) if store.is_remote(explicit) else str(path.resolve()),
-            digest,
-            False,
-            spec.pretrained,
-        )
+        return _explicit_weights(spec, explicit)
     found = find_checkpoint(model_id, weights_dir)
     if found is not None:
         local = _local(found, None) if store.is_remote(found) else Path(found)
@@ -425,20 +405,3 @@ def resolve_weights(
         " --allow-random-weights to measure the pipeline with random weights (results then say"
         " random_init)"
     )
-
-
-__all__ = [
-    "WeightsError",
-    "WeightsInfo",
-    "resolve_weights",
-    "find_checkpoint",
-    "checkpoint_digest",
-    "LoadReport",
-    "fetch_weights",
-    "load_weights",
-    "read_checkpoint",
-    "save_decoder",
-    "load_decoder",
-    "save_encoder",
-    "sha256_file",
-]
