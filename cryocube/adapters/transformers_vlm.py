@@ -219,20 +219,12 @@ class Transformers(Adapter):
             )
         ref = ModelRef(cls.name, location, None, sha256=sha, precision=precision, seed=seed)
         name = getattr(config, "_name_or_path", "") or location.rstrip("/").rsplit("/", 1)[-1]
+        archs = getattr(config, "architectures", None)
+        weights = dict(source=location, sha256=sha, files=files, pretrained=True, random_init=False)
         return ref, Provenance(
             model_name=str(name).rstrip("/").rsplit("/", 1)[-1],
-            model_class=(
-                config.architectures[0]
-                if getattr(config, "architectures", None)
-                else config.model_type
-            ),
-            weights={
-                "source": location,
-                "sha256": sha,
-                "files": files,
-                "pretrained": True,
-                "random_init": False,
-            },
+            model_class=archs[0] if archs else config.model_type,
+            weights=weights,
         )
 
     def __init__(self, ref: ModelRef, device: str):

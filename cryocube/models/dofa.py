@@ -86,12 +86,8 @@ class DynamicPatchEmbed(nn.Module):
         scaler: float = 0.01,
     ):
         super().__init__()
-        self.wv_planes, self.kernel_size, self.embed_dim, self.scaler = (
-            wv_planes,
-            kernel_size,
-            embed_dim,
-            scaler,
-        )
+        self.wv_planes, self.kernel_size = wv_planes, kernel_size
+        self.embed_dim, self.scaler = embed_dim, scaler
         self.weight_generator = TransformerWeightGenerator(
             wv_planes, kernel_size * kernel_size * embed_dim, embed_dim
         )

@@ -127,10 +127,7 @@ class KeyMap:
             out[k] = v
         for t in self.transforms:
             out = t.load(out)
-        renamed: StateDict = {}
-        for k, v in out.items():
-            renamed[self._rename(k, True)] = v
-        return renamed, aside
+        return {self._rename(k, True): v for k, v in out.items()}, aside
 
     # ---- save direction (tests, exports) ----------------------------------------------------
     def to_reference(self, state: StateDict) -> dict:

@@ -182,7 +182,7 @@ register_keymap(
                 our_shape=lambda s: (s[0], s[1], s[-2], s[-1]) if len(s) == 5 else s,
             ),
         ),
-        renames=(Rename("", "vit."),),
+        renames=TIMM,
         computed=(r"vit\.pos_embed",),
         notes=(
             "MAE checkpoint (3 frames): the 3-frame position embedding, mask token, norm and"
@@ -232,7 +232,7 @@ register_keymap(
         name="scalemae",
         container=("model",),
         include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
-        renames=(Rename("", "vit."),),
+        renames=TIMM,
         computed=(r"vit\.pos_embed",),
         notes=(
             "Scale-MAE pre-training checkpoint: mask token, norm, decoder and FPN heads are not"

@@ -14,7 +14,7 @@ import pickle
 import re
 import warnings
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +104,8 @@ def fetch_weights(
 def _local(path_or_url: str | Path, sha256: str | None) -> Path:
     s = str(path_or_url)
     if store.is_remote(s):
-        dest = (
-            cache_dir()
-            / "by-url"
-            / hashlib.sha1(s.encode()).hexdigest()[:16]
-            / Path(s.split("?")[0]).name
-        )
+        key = hashlib.sha1(s.encode()).hexdigest()[:16]
+        dest = cache_dir() / "by-url" / key / Path(s.split("?")[0]).name
         # re-checks a cached copy's checksum
         fetch(s, dest, sha256=sha256, progress=False, error=WeightsError)
         return dest
@@ -297,12 +293,7 @@ class WeightsInfo:
 
     def as_record(self) -> dict:
         """The `weights` field of every run record: what a result's encoder started from."""
-        return {
-            "source": self.source,
-            "sha256": self.sha256,
-            "random_init": self.random_init,
-            "pretrained": self.pretrained,
-        }
+        return asdict(self)
 
 
 def checkpoint_digest(path: Path) -> str:
