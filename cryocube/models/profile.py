@@ -36,11 +36,8 @@ from ..catalog import Band, find
 from ..errors import UserError
 from ..precision import autocast, resolve, this_device
 from ..progress import progress_bar
-from .base import count_params
-from .build import build_encoder
 from .registry import architectures
 from .spec import list_models, model_spec
-from .weights import cache_dir
 
 CONVENTION = (
     "GFLOPs: torch FlopCounterMode, batch 1, fp32, 1 multiply-add = 2 FLOPs; matmuls, convolutions"
@@ -64,6 +61,8 @@ VERSION = 1  # of the measuring method: a change here measures everything again
 def profile_dir() -> Path:
     """Where profiles are cached: $CRYOCUBE_PROFILES, else `profiles/` beside the weights cache
     (~/.cache/cryocube/profiles)."""
+    from .weights import cache_dir  # timm and the decoders: not for `list models` (3x start-up)
+
     env = os.environ.get("CRYOCUBE_PROFILES")
     return Path(env) if env else cache_dir().parent / "profiles"
 
@@ -84,6 +83,8 @@ class Setup:
     def build(self, device: str | None = None):
         """A random-init encoder (cost does not depend on weights), built where the caller's device
         context says (meta in dry_run); `device` is unused, callers move it."""
+        from .build import build_encoder  # timm: measured 3x the start-up of `list models`
+
         bands = [
             Band(name=b, alias=b, role="sar" if b in ("VV", "VH", "HH", "HV") else "optical")
             for b in self.bands
@@ -152,6 +153,8 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
         raise UserError(
             f"model {s.model!r} does not accept input size {s.input_size}: {first}"
         ) from None
+    from .base import count_params
+
     return flops, by_op, count_params(enc)
 
 
@@ -244,6 +247,7 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     """
     # dask's distributed comes with cluster.runtime: imported only where memory is measured
     from ..cluster.runtime import hwm_bytes, reset_hwm, rss_bytes, trim_malloc
+    from .base import count_params  # timm: loaded by the build anyway, not at `list` start-up
 
     flops, by_op, _ = dry_run(s)
     cuda = s.device.startswith("cuda")
