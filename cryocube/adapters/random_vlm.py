@@ -13,6 +13,7 @@ says so).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Callable
 
 WORDS = (
@@ -58,9 +59,35 @@ def tokenizer(extra: dict[str, str] | None = None):
     )
 
 
+def text_config(tok) -> dict:
+    """The 2-layer, 32-wide language model of both architectures, sized to the tokenizer."""
+    return dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+
+
+def seeded(cls, cfg, seed: int, tok):
+    """`cls(cfg)` built under `seed` without touching the caller's random state."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(cfg)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model
+
+
 def llava(seed: int, image_size: int = 16, patch: int = 4):
     """LLaVA: a 2-layer CLIP vision tower of 16 px pictures, a 2-layer 32-wide Llama."""
-    import torch
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
@@ -82,18 +109,7 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
         num_channels=3,
         projection_dim=32,
     )
-    tc = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
+    tc = LlamaConfig(**text_config(tok))
     cfg = LlavaConfig(
         vision_config=vc,
         text_config=tc,
@@ -102,10 +118,7 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
         vision_feature_layer=-1,
         vision_feature_select_strategy="full",
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlavaForConditionalGeneration(cfg)
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model = seeded(LlavaForConditionalGeneration, cfg, seed, tok)
     ip = CLIPImageProcessor(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
@@ -126,7 +139,6 @@ def qwen2_vl(seed: int, pixels: int = 16 * 16, patch: int = 4, merge: int = 2):
     resized to about `pixels`), a 2-layer 32-wide Qwen2 with multimodal rotary positions (left
     padding is in its position ids).
     """
-    import torch
     from transformers import (
         Qwen2VLConfig,
         Qwen2VLForConditionalGeneration,
@@ -152,26 +164,12 @@ def qwen2_vl(seed: int, pixels: int = 16 * 16, patch: int = 4, merge: int = 2):
         spatial_merge_size=merge,
         temporal_patch_size=2,
     )
-    tc = dict(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
-    )
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
+    tc = dict(text_config(tok), rope_parameters=rope)
     cfg = Qwen2VLConfig(
         text_config=tc, vision_config=vc, image_token_id=tok.convert_tokens_to_ids("<image>"), **ids
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(cfg)
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model = seeded(Qwen2VLForConditionalGeneration, cfg, seed, tok)
     geom = dict(patch_size=patch, merge_size=merge, temporal_patch_size=2)
     proc = Qwen2VLProcessor(
         image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, **geom),
@@ -207,8 +205,6 @@ def loaded_as(model, dtype):
 def state_sha256(model) -> str:
     """sha256 of a model's parameters and buffers in name order (what a random model's record
     names)."""
-    import hashlib
-
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())

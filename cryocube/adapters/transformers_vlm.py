@@ -19,6 +19,7 @@ from .. import store as _store
 from ..errors import UserError
 from . import register
 from .base import Adapter, Generation, ModelRef, Provenance
+from .random_vlm import ARCHS, PREFIX, build, loaded_as, state_sha256
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -129,67 +130,56 @@ class Transformers(Adapter):
     @classmethod
     def random_models(cls) -> list[str]:
         """`transformers:random-<arch>` for each architecture random_vlm builds in code."""
-        from .random_vlm import ARCHS, PREFIX
-
         return [f"{cls.name}:{PREFIX}{a}" for a in ARCHS]
 
     @classmethod
     def check(cls, location: str, allow_random: bool, precision: str, seed: int):
         """A location holding config.json is checked as a checkpoint; without one, a tiny random
         model is built, but only with `allow_random` (plain `transformers` is random-llava)."""
-        from .random_vlm import ARCHS, PREFIX, build, state_sha256
-
         _quiet()
         # a folder named random-<arch> holding a checkpoint is that checkpoint
         if not _exists(location):
-            random_arch = location.removeprefix(PREFIX) if location.startswith(PREFIX) else "llava"
-            if location.startswith(PREFIX) and random_arch not in ARCHS:
-                raise UserError(
-                    f"transformers: no random architecture {random_arch!r} ({location}); known: "
-                    f"{', '.join(PREFIX + a for a in ARCHS)}"
-                )
-            if not allow_random:
-                what = (
-                    f"{location} is a random-weights model"
-                    if location.startswith(PREFIX)
-                    else (
-                        f"no checkpoint folder (config.json) at {location}"
-                        if location
-                        else "no checkpoint folder given"
-                    )
-                )
-                raise UserError(
-                    f"transformers: {what}; pass transformers:<folder or URL> of an"
-                    " image-text-to-text model, or --allow-random-weights for a tiny random model"
-                    " that measures the pipeline"
-                )
-            model, _ = build(random_arch, seed)
-            ref = ModelRef(
-                cls.name,
-                "",
-                random=random_arch,
-                sha256=state_sha256(model),
-                precision=precision,
-                seed=seed,
-            )
-            return ref, Provenance(
-                model_name=f"tiny random {random_arch}",
-                model_class=type(model).__name__,
-                weights={
-                    "source": None,
-                    "sha256": ref.sha256,
-                    "pretrained": True,
-                    "random_init": True,
-                    "requested": location or None,
-                },
-                facts={"parameters": sum(p.numel() for p in model.parameters())},
-            )
+            return cls._check_random(location, allow_random, precision, seed)
         small = local_folder(location)
         try:
             return cls._check_folder(location, small, precision, seed)
         finally:
             if small != Path(_store.local_path(location)):
                 shutil.rmtree(small, ignore_errors=True)
+
+    @classmethod
+    def _check_random(cls, location: str, allow_random: bool, precision: str, seed: int):
+        """The tiny random model `location` names (random-<arch>, plain: llava), with
+        `allow_random` only."""
+        arch = location.removeprefix(PREFIX) if location.startswith(PREFIX) else "llava"
+        if location.startswith(PREFIX) and arch not in ARCHS:
+            raise UserError(
+                f"transformers: no random architecture {arch!r} ({location}); known: "
+                f"{', '.join(PREFIX + a for a in ARCHS)}"
+            )
+        if not allow_random:
+            what = (
+                f"{location} is a random-weights model"
+                if location.startswith(PREFIX)
+                else f"no checkpoint folder (config.json) at {location}"
+                if location
+                else "no checkpoint folder given"
+            )
+            raise UserError(
+                f"transformers: {what}; pass transformers:<folder or URL> of an"
+                " image-text-to-text model, or --allow-random-weights for a tiny random model"
+                " that measures the pipeline"
+            )
+        model, _ = build(arch, seed)
+        sha = state_sha256(model)
+        ref = ModelRef(cls.name, "", random=arch, sha256=sha, precision=precision, seed=seed)
+        weights = dict(source=None, sha256=sha, pretrained=True, random_init=True)
+        return ref, Provenance(
+            model_name=f"tiny random {arch}",
+            model_class=type(model).__name__,
+            weights={**weights, "requested": location or None},
+            facts={"parameters": sum(p.numel() for p in model.parameters())},
+        )
 
     @classmethod
     def _check_folder(cls, location: str, small: Path, precision: str, seed: int):
@@ -229,20 +219,12 @@ class Transformers(Adapter):
             )
         ref = ModelRef(cls.name, location, None, sha256=sha, precision=precision, seed=seed)
         name = getattr(config, "_name_or_path", "") or location.rstrip("/").rsplit("/", 1)[-1]
+        archs = getattr(config, "architectures", None)
+        weights = dict(source=location, sha256=sha, files=files, pretrained=True, random_init=False)
         return ref, Provenance(
             model_name=str(name).rstrip("/").rsplit("/", 1)[-1],
-            model_class=(
-                config.architectures[0]
-                if getattr(config, "architectures", None)
-                else config.model_type
-            ),
-            weights={
-                "source": location,
-                "sha256": sha,
-                "files": files,
-                "pretrained": True,
-                "random_init": False,
-            },
+            model_class=archs[0] if archs else config.model_type,
+            weights=weights,
         )
 
     def __init__(self, ref: ModelRef, device: str):
@@ -255,8 +237,6 @@ class Transformers(Adapter):
             _LOADED.clear()  # one model resident per worker process
             dtype = getattr(torch, DTYPES[ref.precision])
             if ref.random:
-                from .random_vlm import build, loaded_as, state_sha256
-
                 model, proc = build(ref.random, ref.seed)
                 if state_sha256(model) != ref.sha256:
                     raise RuntimeError(
@@ -314,15 +294,9 @@ class Transformers(Adapter):
                 pad_token_id=tok.pad_token_id,
             )
         new = out[:, enc["input_ids"].shape[1] :].cpu()
-        eos = {
-            t
-            for t in (
-                [self.model.generation_config.eos_token_id]
-                if isinstance(self.model.generation_config.eos_token_id, int)
-                else (self.model.generation_config.eos_token_id or [])
-            )
-            if t is not None
-        } | {tok.eos_token_id}
+        eos = self.model.generation_config.eos_token_id
+        eos = {t for t in ([eos] if isinstance(eos, int) else eos or []) if t is not None}
+        eos.add(tok.eos_token_id)
         res = []
         for row in new.tolist():
             # tokens up to and with the first EOS

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .linear import LinearHead
 from .unet import UNetDecoder
-from .upernet import Feature2Pyramid, UPerNet
+from .upernet import UPerNet
 
 _DECODERS: dict[str, Callable[..., nn.Module]] = {}
 _OPTIONS: dict[str, tuple[str, ...]] = {}  # recipe-driven keyword arguments each decoder takes
@@ -25,8 +25,7 @@ def register_decoder(name: str, options: tuple[str, ...] = ()):
     the recipe-driven keywords (e.g. "channels") it takes."""
 
     def deco(fn):
-        _DECODERS[name] = fn
-        _OPTIONS[name] = tuple(options)
+        _DECODERS[name], _OPTIONS[name] = fn, tuple(options)
         return fn
 
     return deco
@@ -67,14 +66,12 @@ def decoder_kinds() -> list[str]:
 
 def build_decoder(kind: str, encoder, num_classes: int, **kw) -> nn.Module:
     """A head of `kind` ("upernet", "linear", "unet") sized for `encoder`'s outputs."""
-    if kind not in _DECODERS:
-        raise UserError(f"unknown decoder {kind!r}; known: {decoder_kinds()}")
+    decoder_options(kind)  # refuses an unknown kind
     if num_classes < 1:
         raise UserError(f"num_classes must be >= 1, got {num_classes}")
     dec = _DECODERS[kind](encoder, num_classes, **kw)
-    dec.kind = kind
     # saved with decoder checkpoints so load_decoder can rebuild the head
-    dec.build_kwargs = dict(kw)
+    dec.kind, dec.build_kwargs = kind, dict(kw)
     return dec
 
 
@@ -91,16 +88,3 @@ class Segmenter(nn.Module):
         """The decoder is asked for the input's own size, so fine-tuning scores full-resolution
         logits."""
         return self.decoder(self.encoder(x), tuple(x.shape[-2:]))
-
-
-__all__ = [
-    "build_decoder",
-    "decoder_kinds",
-    "decoder_options",
-    "register_decoder",
-    "Segmenter",
-    "UPerNet",
-    "LinearHead",
-    "UNetDecoder",
-    "Feature2Pyramid",
-]

@@ -62,33 +62,27 @@ def neck_rescales(n: int, pyramid: bool) -> list[float]:
     return [1] * n if pyramid else [NECK_SCALES[int(i / n * 4)] for i in range(n)]
 
 
+RESCALE = {  # neck rescale -> its op on a map of c channels
+    4: lambda c: nn.Sequential(
+        nn.ConvTranspose2d(c, c, 2, 2), nn.BatchNorm2d(c), nn.GELU(), nn.ConvTranspose2d(c, c, 2, 2)
+    ),
+    2: lambda c: nn.Sequential(nn.ConvTranspose2d(c, c, 2, 2)),
+    1: lambda c: nn.Identity(),
+    0.5: lambda c: nn.MaxPool2d(2, 2),
+    0.25: lambda c: nn.MaxPool2d(4, 4),
+}
+
+
 class Feature2Pyramid(nn.Module):
     """Turns same-resolution ViT maps into a 4-level pyramid (x4, x2, x1, x0.5)."""
 
     def __init__(self, channels: list[int], rescales: list[float]):
         super().__init__()
         self.rescales = list(rescales)
-        ops = []
-        for c, k in zip(channels, rescales):
-            if k == 4:
-                ops.append(
-                    nn.Sequential(
-                        nn.ConvTranspose2d(c, c, 2, 2),
-                        nn.BatchNorm2d(c),
-                        nn.GELU(),
-                        nn.ConvTranspose2d(c, c, 2, 2),
-                    )
-                )
-            elif k == 2:
-                ops.append(nn.Sequential(nn.ConvTranspose2d(c, c, 2, 2)))
-            elif k == 1:
-                ops.append(nn.Identity())
-            elif k == 0.5:
-                ops.append(nn.MaxPool2d(2, 2))
-            elif k == 0.25:
-                ops.append(nn.MaxPool2d(4, 4))
-            else:
+        for k in self.rescales:
+            if k not in RESCALE:
                 raise ValueError(f"invalid neck rescale {k}")
+        ops = [RESCALE[k](c) for c, k in zip(channels, rescales)]
         self.ops = nn.ModuleList(ops)
 
     def forward(self, feats: list[Tensor]) -> list[Tensor]:

@@ -177,40 +177,44 @@ def match_bands(
     bands = tuple(bands)
     if rule == "rendered_rgb":
         return _rendered_rgb(spec, bands, rule)
-    if spec.takes_dataset_bands:
-        return _match_dataset(spec, bands, rule, offers_cross_sensor)
-    slots = spec.slots
-    modality = ["sar" if s in band_names().sar else "optical" for s in slots]
+    slots, index, modality, reasons = (
+        _dataset_slots(spec, bands) if spec.takes_dataset_bands else _model_slots(spec, bands)
+    )
+    if any(i >= 0 for i in index):
+        return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
+    no_optical = not any(reference_modality(b) == "optical" for b in bands)
+    if rule == "cross_sensor" and spec.optical_only:
+        rgb = list(band_names().rgb_slots)
+        slots = slots if slots else rgb
+        rep = _cross_sensor_rgb(spec, bands, slots)
+        if rep is not None:
+            modality = modality if modality else ["optical"] * len(rgb)
+            return BandMatch(spec.id, rule, slots, rep[0], True, bands, modality, rep[1])
+    hint = (
+        "Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into"
+        " the RGB slots of an optical-only encoder."
+        if rule == "named" and spec.optical_only and no_optical and offers_cross_sensor
+        else "Choose an encoder that takes these bands."
+    )
+    raise _error(spec, bands, rule, [] if spec.takes_dataset_bands else slots, hint)
+
+
+def _model_slots(spec: ModelSpec, bands: tuple[Band, ...]):
+    """The encoder's own slots, each fed by the first band of that alias (-1: none)."""
     by_alias: dict[str, int] = {}
     for i, b in enumerate(bands):
         by_alias.setdefault(b.alias, i)
-    index = [by_alias.get(s, -1) for s in slots]
-    reasons: dict[int, str] = {}
-    for i, b in enumerate(bands):
-        if i not in index:
-            reasons[i] = f"alias {b.alias!r} is not one of the encoder's slots"
-    if all(i < 0 for i in index):
-        if rule == "cross_sensor" and spec.optical_only:
-            rep = _cross_sensor_rgb(spec, bands, slots)
-            if rep is not None:
-                index, reasons = rep
-                return BandMatch(spec.id, rule, slots, index, True, bands, modality, reasons)
-        hint = (
-            "Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into"
-            " the RGB slots of an optical-only encoder."
-            if rule == "named"
-            and spec.optical_only
-            and not any(reference_modality(b) == "optical" for b in bands)
-            and offers_cross_sensor
-            else "Choose an encoder that takes these bands."
-        )
-        raise _error(spec, bands, rule, slots, hint)
-    return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
+    index = [by_alias.get(s, -1) for s in spec.slots]
+    reasons = {
+        i: f"alias {b.alias!r} is not one of the encoder's slots"
+        for i, b in enumerate(bands)
+        if i not in index
+    }
+    modality = ["sar" if s in band_names().sar else "optical" for s in spec.slots]
+    return list(spec.slots), index, modality, reasons
 
 
-def _match_dataset(
-    spec: ModelSpec, bands: tuple[Band, ...], rule: str, offers_cross_sensor: bool = True
-) -> BandMatch:
+def _dataset_slots(spec: ModelSpec, bands: tuple[Band, ...]):
     """Encoders configured with `${dataset.bands}` take every band a Cryo-Bench config would
     declare."""
     index, slots, modality, reasons = [], [], [], {}
@@ -228,26 +232,4 @@ def _match_dataset(
             index.append(i)
             slots.append(b.alias)
             modality.append(m)
-    if not index:
-        if rule == "cross_sensor" and spec.optical_only:
-            rep = _cross_sensor_rgb(spec, bands, list(band_names().rgb_slots))
-            if rep is not None:
-                idx, reasons = rep
-                return BandMatch(
-                    spec.id,
-                    rule,
-                    list(band_names().rgb_slots),
-                    idx,
-                    True,
-                    bands,
-                    ["optical"] * 3,
-                    reasons,
-                )
-        hint = (
-            "Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into"
-            " RGB slots."
-            if rule == "named" and spec.optical_only and offers_cross_sensor
-            else "Choose an encoder that takes these bands."
-        )
-        raise _error(spec, bands, rule, [], hint)
-    return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
+    return slots, index, modality, reasons

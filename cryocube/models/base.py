@@ -1,4 +1,5 @@
-"""The encoder contract every architecture implements, and small shared pieces (sin-cos embeddings).
+"""The encoder contract every architecture implements, and the pieces the architectures share (the
+timm block trunk, layer taps, patches, sin-cos embeddings).
 
 An encoder takes an already band-matched, normalised tensor (B, in_chans, H, W) and returns a list
 of feature maps (B, C_i, h_i, w_i). The attributes below are what decoders and the engine need to
@@ -7,23 +8,72 @@ know without running a forward pass.
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass, fields, replace
+from functools import partial
+
 import torch
+from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
 from .bands import BandMatch
 from .spec import ModelSpec
 
 
+@dataclass(frozen=True)
+class Trunk:
+    """The `arch:` arguments the ViT-shaped architectures share; each class sets its defaults."""
+
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    patch_size: int = 16
+    norm_eps: float = 1e-6
+    drop_path_rate: float = 0.0
+
+    def blocks(self, qkv_bias: bool = True, norm_layer=None, **block) -> nn.ModuleList:
+        """`depth` timm Blocks, stochastic depth rising linearly from 0 to `drop_path_rate` (as
+        torch.linspace would)."""
+        norm_layer = norm_layer or partial(nn.LayerNorm, eps=self.norm_eps)
+        n, rate = self.depth, self.drop_path_rate
+        rates = [rate * i / (n - 1) if n > 1 else 0.0 for i in range(n)]
+        return nn.ModuleList(
+            Block(
+                self.embed_dim,
+                self.num_heads,
+                self.mlp_ratio,
+                qkv_bias,
+                drop_path=r,
+                norm_layer=norm_layer,
+                **block,
+            )
+            for r in rates
+        )
+
+
 class Encoder(nn.Module):
-    """Base class: subclasses build their layers and implement `features(x)`."""
+    """Base class: subclasses build their layers in `build(**arch)` and implement `features(x)`.
+
+    The class itself is the builder an architecture registers: `cls(spec, in_chans, input_size,
+    match, **arch)` with the catalog's `arch:` arguments, an unknown one a TypeError that
+    build_encoder reports in one sentence."""
 
     #: whether H, W must equal input_size (patch/position-embedding models) or only be divisible by
     # `size_multiple`
     fixed_size: bool = True
     size_multiple: int = 1
+    #: the defaults of the shared ViT arguments (None: the architecture takes none); `build` reads
+    # the resolved ones as `self.trunk`, and `self.grid` is the patch grid's side
+    trunk: Trunk | None = None
 
     def __init__(
-        self, spec: ModelSpec, in_chans: int, input_size: int, match: BandMatch | None = None
+        self,
+        spec: ModelSpec,
+        in_chans: int,
+        input_size: int,
+        match: BandMatch | None = None,
+        **arch,
     ):
         super().__init__()
         self.spec = spec
@@ -33,6 +83,23 @@ class Encoder(nn.Module):
         self.output_channels: list[int] = list(spec.output_channels)
         self.output_reductions: list[float] = []
         self.pyramid = spec.pyramid
+        shared = {f.name for f in fields(Trunk)} if self.trunk else set()
+        unused = set(arch) - set(inspect.signature(self.build).parameters) - shared
+        if unused:
+            raise TypeError(f"{spec.id}: unknown architecture arguments {sorted(unused)}")
+        if self.trunk:
+            self.trunk = replace(self.trunk, **{k: arch.pop(k) for k in shared & set(arch)})
+            self.grid = self.input_size // self.trunk.patch_size
+        self.build(**arch)
+
+    def build(self) -> None:  # pragma: no cover - abstract
+        """What an architecture implements: its layers, from the catalog's `arch:` arguments."""
+        raise NotImplementedError
+
+    def same_outputs(self, channels: int, reduction: float) -> None:
+        """Every output layer is one map of `channels` at `reduction` (the ViT-shaped encoders)."""
+        n = len(self.spec.output_layers)
+        self.output_channels, self.output_reductions = [channels] * n, [float(reduction)] * n
 
     @property
     def output_layers(self) -> list[int]:
@@ -78,6 +145,29 @@ class Encoder(nn.Module):
         return f"model={self.spec.id}, in_chans={self.in_chans}, input_size={self.input_size}"
 
 
+def timm_intermediates(model: nn.Module, x: Tensor, layers: list[int]) -> list[Tensor]:
+    """A timm model's (B, D, H/p, W/p) maps after the blocks `layers`, before its final norm."""
+    return list(
+        model.forward_intermediates(
+            x,
+            indices=layers,
+            norm=False,
+            output_fmt="NCHW",
+            intermediates_only=True,
+            stop_early=True,
+        )
+    )
+
+
+def patches(x: Tensor, p: int, pixel_major: bool = False) -> Tensor:
+    """(B, C, H, W) -> (B, N, C*p*p) row-major p x p patches, each flattened channel-major (CROMA's
+    rearrange) or pixel-major, channel-minor (TerraMind's)."""
+    b, c, h, w = x.shape
+    x = x.reshape(b, c, h // p, p, w // p, p)
+    x = x.permute(0, 2, 4, 3, 5, 1) if pixel_major else x.permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(b, (h // p) * (w // p), c * p * p)
+
+
 def collect_layers(
     blocks,
     t: Tensor,
@@ -106,6 +196,16 @@ def collect_layers(
         if stop_early and i == last:
             break
     return outs, t
+
+
+def with_cls_token(
+    blocks, t: Tensor, cls_token, pos: Tensor, layers: list[int], norm
+) -> list[Tensor]:
+    """The taps of `blocks` on a class token (plus its position, `pos[:, :1]`) before the tokens
+    `t`, `norm` right after the network's final block (DOFA, RAMEN)."""
+    cls = (cls_token + pos[:, :1]).expand(t.shape[0], -1, -1)
+    t = torch.cat([cls, t], dim=1)
+    return collect_layers(blocks, t, layers, norm=norm, norm_after_final=True)[0]
 
 
 def tokens_to_map(tokens: Tensor, grid: int) -> Tensor:
@@ -182,8 +282,3 @@ def sincos_3d(dim: int, grid: tuple[int, int, int], cls_token: bool = False) -> 
 def count_params(module: nn.Module) -> int:
     """Frozen parameters (fixed position embeddings) count too; profiles set it beside params_m."""
     return sum(p.numel() for p in module.parameters())
-
-
-def drop_path_schedule(rate: float, depth: int) -> list[float]:
-    """Stochastic-depth rates rising linearly from 0 to `rate` (torch.linspace, without tensors)."""
-    return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]

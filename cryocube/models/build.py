@@ -11,6 +11,7 @@ from ..errors import UserError
 from .bands import BandMatch, match_bands
 from .registry import architectures
 from .spec import ModelSpec, model_spec
+from .weights import load_weights
 
 
 def build_encoder(
@@ -71,7 +72,5 @@ def build_encoder(
     if layers is not None:
         enc.spec = dataclasses.replace(spec, output_channels=list(enc.output_channels))
     if weights is not None:
-        from .weights import load_weights
-
         load_weights(enc, weights, sha256=sha256, allow_pickle=allow_pickle)
     return enc

@@ -22,7 +22,7 @@ def bands_table(
             ds = load_dataset(name)
             bands, title = ds.bands, f"dataset {ds.id}"
         else:  # a converted cube: its own band coordinates
-            from ..cube import cube_info
+            from ..cube import cube_info  # zarr and xarray: not for every `cryocube` start
 
             bands, title = cube_info(name).bands, f"cube {name}"
     else:
@@ -53,7 +53,7 @@ def weights_table() -> str:
 
 
 def _fetch(args) -> int:
-    from .weights import fetch_weights
+    from .weights import fetch_weights  # torch: not for every `cryocube` start
 
     for mid in args.models:
         path = fetch_weights(mid, args.dest, force=args.force)

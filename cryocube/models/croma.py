@@ -9,13 +9,11 @@ The final LayerNorm is applied to the last returned map, as the reference does.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import torch
-from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from .base import Encoder, collect_layers, tokens_to_map
+from .base import Encoder, Trunk, collect_layers, patches, tokens_to_map
 from .keymap import KeyMap, Rename
 from .registry import register_architecture, register_keymap
 
@@ -42,53 +40,24 @@ def alibi_2d(num_heads: int, grid: int) -> Tensor:
     return (-slopes[:, None, None] * dist[None]).float().unsqueeze(0)
 
 
+@register_architecture("croma")
 class CromaEncoder(Encoder):
-    def __init__(
-        self,
-        spec,
-        in_chans,
-        input_size,
-        match=None,
-        embed_dim=1024,
-        depth=24,
-        num_heads=16,
-        patch_size=8,
-        mlp_ratio=4.0,
-        norm_eps=1e-5,
-    ):
-        super().__init__(spec, in_chans, input_size, match)
-        self.patch_size = patch_size
-        self.grid = input_size // patch_size
-        self.patch_embed = nn.Linear(patch_size * patch_size * in_chans, embed_dim)
-        self.blocks = nn.ModuleList(
-            Block(
-                embed_dim,
-                num_heads,
-                mlp_ratio,
-                qkv_bias=False,
-                norm_layer=partial(nn.LayerNorm, eps=norm_eps),
-            )
-            for _ in range(depth)
-        )
-        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
-        self.register_buffer("attn_bias", alibi_2d(num_heads, self.grid), persistent=False)
-        self.output_channels = [embed_dim] * len(spec.output_layers)
-        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+    trunk = Trunk(embed_dim=1024, depth=24, num_heads=16, patch_size=8, norm_eps=1e-5)
 
-    def patchify(self, x: Tensor) -> Tensor:
-        """(B, C, H, W) -> (B, N, C*p*p), channel-major inside a patch as CROMA's rearrange."""
-        b, c, h, w = x.shape
-        p = self.patch_size
-        return (
-            x.reshape(b, c, h // p, p, w // p, p)
-            .permute(0, 2, 4, 1, 3, 5)
-            .reshape(b, (h // p) * (w // p), c * p * p)
-        )
+    def build(self):
+        """Optical and SAR configs share it, differing in arch and key map."""
+        t = self.trunk
+        self.patch_size = t.patch_size
+        self.patch_embed = nn.Linear(t.patch_size * t.patch_size * self.in_chans, t.embed_dim)
+        self.blocks = t.blocks(qkv_bias=False)
+        self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
+        self.register_buffer("attn_bias", alibi_2d(t.num_heads, self.grid), persistent=False)
+        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/8, W/8) per output layer, the last one final-normed as in the reference; 2-D
         ALiBi enters as the attention mask."""
-        t = self.patch_embed(self.patchify(x))
+        t = self.patch_embed(patches(x, self.patch_size))
         outs, _ = collect_layers(
             self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype)
         )
@@ -120,9 +89,3 @@ def _croma_keymap(name: str, container: str) -> KeyMap:
 
 register_keymap(_croma_keymap("croma_optical", "s2_encoder"))
 register_keymap(_croma_keymap("croma_sar", "s1_encoder"))
-
-
-@register_architecture("croma")
-def build_croma(spec, in_chans, input_size, match=None, **arch):
-    """The `croma` builder: optical and SAR configs share it, differing in arch and key map."""
-    return CromaEncoder(spec, in_chans, input_size, match, **arch)

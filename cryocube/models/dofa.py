@@ -9,15 +9,12 @@ block. Module names equal the reference's, so the key map only selects the encod
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 import torch.nn.functional as F
-from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, collect_layers, sincos_2d, tokens_to_map
+from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
 from .keymap import KeyMap
 from .registry import register_architecture, register_keymap
 
@@ -89,12 +86,8 @@ class DynamicPatchEmbed(nn.Module):
         scaler: float = 0.01,
     ):
         super().__init__()
-        self.wv_planes, self.kernel_size, self.embed_dim, self.scaler = (
-            wv_planes,
-            kernel_size,
-            embed_dim,
-            scaler,
-        )
+        self.wv_planes, self.kernel_size = wv_planes, kernel_size
+        self.embed_dim, self.scaler = embed_dim, scaler
         self.weight_generator = TransformerWeightGenerator(
             wv_planes, kernel_size * kernel_size * embed_dim, embed_dim
         )
@@ -119,74 +112,48 @@ class DynamicPatchEmbed(nn.Module):
         return out.flatten(2).transpose(1, 2)
 
 
+@register_architecture("dofa")
 class DofaEncoder(Encoder):
-    def __init__(
-        self,
-        spec,
-        in_chans,
-        input_size,
-        match=None,
-        embed_dim=768,
-        depth=12,
-        num_heads=12,
-        patch_size=16,
-        mlp_ratio=4.0,
-        wv_planes=128,
-        norm_eps=1e-6,
-        wavelengths_um: list[float] | dict[str, float] | None = None,
-    ):
-        super().__init__(spec, in_chans, input_size, match)
-        if isinstance(wavelengths_um, dict):  # the catalog's table, keyed by Cryo-Bench band name
-            if match is None:
+    trunk = Trunk()
+
+    def build(self, wv_planes=128, wavelengths_um: list[float] | dict[str, float] | None = None):
+        """`wavelengths_um` may be a table by band name, read through the match's slots."""
+        waves = wavelengths_um
+        if isinstance(waves, dict):  # the catalog's table, keyed by Cryo-Bench band name
+            if self.match is None:
                 raise UserError(
                     "dofa needs each input band's name to look up its wavelength: pass bands="
                 )
-            missing = [s for s in match.slots if s not in wavelengths_um]
+            missing = [s for s in self.match.slots if s not in waves]
             if missing:
                 raise UserError(
-                    f"{spec.path}: arch.wavelengths_um has no wavelength for bands {missing}"
+                    f"{self.spec.path}: arch.wavelengths_um has no wavelength for bands {missing}"
                 )
-            wavelengths_um = [float(wavelengths_um[s]) for s in match.slots]
-        if wavelengths_um is None:
+            waves = [float(waves[s]) for s in self.match.slots]
+        if waves is None:
             raise UserError(
-                f"{spec.path}: dofa needs arch.wavelengths_um (a table by band name, or one per"
-                " input channel)"
+                f"{self.spec.path}: dofa needs arch.wavelengths_um (a table by band name, or one"
+                " per input channel)"
             )
-        if len(wavelengths_um) != in_chans:
-            raise UserError(
-                f"dofa: {len(wavelengths_um)} wavelengths for {in_chans} input channels"
-            )
-        self.register_buffer(
-            "wavelengths_um", torch.tensor(wavelengths_um, dtype=torch.float32), persistent=False
-        )
-        self.grid = input_size // patch_size
-        self.patch_embed = DynamicPatchEmbed(wv_planes, patch_size, embed_dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.pos_embed = nn.Parameter(
-            sincos_2d(embed_dim, self.grid, cls_token=True), requires_grad=False
-        )
-        self.blocks = nn.ModuleList(
-            Block(
-                embed_dim,
-                num_heads,
-                mlp_ratio,
-                qkv_bias=True,
-                norm_layer=partial(nn.LayerNorm, eps=norm_eps),
-            )
-            for _ in range(depth)
-        )
-        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
-        self.output_channels = [embed_dim] * len(spec.output_layers)
-        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+        if len(waves) != self.in_chans:
+            raise UserError(f"dofa: {len(waves)} wavelengths for {self.in_chans} input channels")
+        waves = torch.tensor(waves, dtype=torch.float32)
+        self.register_buffer("wavelengths_um", waves, persistent=False)
+        t = self.trunk
+        self.patch_embed = DynamicPatchEmbed(wv_planes, t.patch_size, t.embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, t.embed_dim))
+        pos = sincos_2d(t.embed_dim, self.grid, cls_token=True)
+        self.pos_embed = nn.Parameter(pos, requires_grad=False)
+        self.blocks = t.blocks()
+        self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
+        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/16, W/16) per output layer without the class token; the final norm only follows
         the network's last block."""
         t = self.patch_embed(x, self.wavelengths_um) + self.pos_embed[:, 1:]
-        cls = (self.cls_token + self.pos_embed[:, :1]).expand(t.shape[0], -1, -1)
-        t = torch.cat([cls, t], dim=1)
-        outs, _ = collect_layers(
-            self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True
+        outs = with_cls_token(
+            self.blocks, t, self.cls_token, self.pos_embed, self.output_layers, self.norm
         )
         return [tokens_to_map(o[:, 1:], self.grid) for o in outs]
 
@@ -201,10 +168,3 @@ register_keymap(
         ),
     )
 )
-
-
-@register_architecture("dofa")
-def build_dofa(spec, in_chans, input_size, match=None, **arch):
-    """The `dofa` architecture's builder: `arch.wavelengths_um` may be a table by band name, read
-    through the match's slots."""
-    return DofaEncoder(spec, in_chans, input_size, match, **arch)

@@ -15,13 +15,10 @@ from .keymap import KeyMap, Rename
 from .registry import register_architecture, register_keymap
 
 
+@register_architecture("gfm_swin")
 class GfmSwinEncoder(Encoder):
-    def __init__(
+    def build(
         self,
-        spec,
-        in_chans,
-        input_size,
-        match=None,
         patch_size=4,
         embed_dim=128,
         depths=(2, 2, 18, 2),
@@ -30,11 +27,11 @@ class GfmSwinEncoder(Encoder):
         mlp_ratio=4.0,
         drop_path_rate=0.1,
     ):
-        super().__init__(spec, in_chans, input_size, match)
+        """Swin-B by default; outputs follow each stage's merge (module docstring)."""
         self.swin = SwinTransformer(
-            img_size=input_size,
+            img_size=self.input_size,
             patch_size=patch_size,
-            in_chans=in_chans,
+            in_chans=self.in_chans,
             num_classes=0,
             embed_dim=embed_dim,
             depths=tuple(depths),
@@ -45,10 +42,9 @@ class GfmSwinEncoder(Encoder):
             drop_path_rate=drop_path_rate,
         )
         n = len(depths)
-        dims = [embed_dim * 2 ** min(i + 1, n - 1) for i in range(n)]
-        red = [patch_size * 2 ** min(i + 1, n - 1) for i in range(n)]
-        self.output_channels = [dims[i] for i in spec.output_layers]
-        self.output_reductions = [float(red[i]) for i in spec.output_layers]
+        stage = [min(i + 1, n - 1) for i in self.output_layers]  # outputs follow a merge
+        self.output_channels = [embed_dim * 2**k for k in stage]
+        self.output_reductions = [float(patch_size * 2**k) for k in stage]
 
     def features(self, x: Tensor) -> list[Tensor]:
         """After each stage's PatchMerging, then the final blocks: strides 8, 16, 32, 32 (NCHW)."""
@@ -83,9 +79,3 @@ register_keymap(
         ),
     )
 )
-
-
-@register_architecture("gfm_swin")
-def build_gfm(spec, in_chans, input_size, match=None, **arch):
-    """The `gfm_swin` builder: the catalog's arch arguments go to timm's SwinTransformer."""
-    return GfmSwinEncoder(spec, in_chans, input_size, match, **arch)

@@ -127,10 +127,7 @@ class KeyMap:
             out[k] = v
         for t in self.transforms:
             out = t.load(out)
-        renamed: StateDict = {}
-        for k, v in out.items():
-            renamed[self._rename(k, True)] = v
-        return renamed, aside
+        return {self._rename(k, True): v for k, v in out.items()}, aside
 
     # ---- save direction (tests, exports) ----------------------------------------------------
     def to_reference(self, state: StateDict) -> dict:
@@ -164,54 +161,42 @@ def reshape_transform(
 ) -> Transform:
     """Reshape one tensor (e.g. CLIP's class_embedding (D,) <-> cls_token (1, 1, D))."""
 
-    def load(sd: StateDict) -> StateDict:
-        if key in sd:
-            sd = dict(sd)
-            sd[key] = sd[key].reshape(our_shape(tuple(sd[key].shape)))
-        return sd
+    def to(shape: Callable[[tuple], tuple]) -> Callable[[StateDict], StateDict]:
+        def run(sd: StateDict) -> StateDict:
+            if key not in sd:
+                return sd
+            return {**sd, key: sd[key].reshape(shape(tuple(sd[key].shape)))}
 
-    def save(sd: StateDict) -> StateDict:
-        if key in sd:
-            sd = dict(sd)
-            sd[key] = sd[key].reshape(ref_shape(tuple(sd[key].shape)))
-        return sd
+        return run
 
-    return Transform(f"reshape {key}", load, save)
+    return Transform(f"reshape {key}", to(our_shape), to(ref_shape))
 
 
 def merge_qkv_transform(q: str, k: str, v: str, qkv: str, suffixes=("weight", "bias")) -> Transform:
     """Separate q/k/v linears in the reference <-> one fused qkv linear here ({i} = block index)."""
-    rx = _template_regex(q)
+
+    def matches(sd: StateDict, template: str):
+        """(key, suffix, {i: ...}) of every `template`.suffix key of `sd`."""
+        rx = _template_regex(template)
+        for key in list(sd):
+            for suf in suffixes:
+                m = key.endswith("." + suf) and rx.fullmatch(key[: -len(suf) - 1])
+                if m:
+                    yield key, suf, m.groupdict()
 
     def load(sd: StateDict) -> StateDict:
         sd = dict(sd)
-        for key in list(sd):
-            for suf in suffixes:
-                if not key.endswith("." + suf):
-                    continue
-                m = rx.fullmatch(key[: -len(suf) - 1])
-                if m is None:
-                    continue
-                g = m.groupdict()
-                parts = [f"{t.format(**g)}.{suf}" for t in (q, k, v)]
-                if all(p in sd for p in parts):
-                    sd[f"{qkv.format(**g)}.{suf}"] = torch.cat([sd.pop(p) for p in parts], dim=0)
+        for _, suf, g in matches(sd, q):
+            parts = [f"{t.format(**g)}.{suf}" for t in (q, k, v)]
+            if all(p in sd for p in parts):
+                sd[f"{qkv.format(**g)}.{suf}"] = torch.cat([sd.pop(p) for p in parts], dim=0)
         return sd
-
-    rx_qkv = _template_regex(qkv)
 
     def save(sd: StateDict) -> StateDict:
         sd = dict(sd)
-        for key in list(sd):
-            for suf in suffixes:
-                if not key.endswith("." + suf):
-                    continue
-                m = rx_qkv.fullmatch(key[: -len(suf) - 1])
-                if m is None:
-                    continue
-                g = m.groupdict()
-                for t, part in zip((q, k, v), sd.pop(key).chunk(3, dim=0)):
-                    sd[f"{t.format(**g)}.{suf}"] = part.clone()
+        for key, suf, g in matches(sd, qkv):
+            for t, part in zip((q, k, v), sd.pop(key).chunk(3, dim=0)):
+                sd[f"{t.format(**g)}.{suf}"] = part.clone()
         return sd
 
     return Transform("merge q/k/v", load, save)

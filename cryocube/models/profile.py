@@ -3,19 +3,11 @@ peak memory on this device and precision, cached per device so `cryocube list mo
 the report read it.
 
 Why: the catalog's published figures were measured on the reference code, not on these modules, and
-say nothing about the user's device. Conventions (stated with every table, `CONVENTION`):
-  * FLOPs: torch.utils.flop_counter.FlopCounterMode at batch 1, fp32, eval, no_grad; one
-    multiply-add = 2 FLOPs. Counted: matrix products (mm, addmm, bmm, baddbmm, linear) and
-    convolutions; scaled-dot-product attention runs on the math backend so its two matmuls are
-    counted. Not counted: elementwise ops, norms, softmax, activations, pooling, interpolation. The
-    catalog's figures (pangaea-models.md 1.5) used the same counter and convention; fvcore
-    (Cryo-Bench's `ModelProfiler`) counts one per multiply-add (half).
-  * samples/s: batch / median time of the timed forwards (up to --iters, fewer for slow configs)
-    after one warm-up, in the precision's autocast.
-  * peak memory (weights + activations): CUDA: torch.cuda.max_memory_allocated from the build
-    through the forwards minus what was allocated before; CPU: the process's peak resident set
-    (VmHWM, reset through /proc/self/clear_refs, after malloc_trim) over the same span minus its RSS
-    before.
+say nothing about the user's device. Every table states its conventions (`CONVENTION`,
+`MEMORY_NOTE`): FLOPs are torch's FlopCounterMode counts of mm/addmm/bmm/baddbmm/linear and
+convolutions (attention on the math backend, so its matmuls count); samples/s is batch / median of
+the timed forwards after one warm-up; CPU peak memory is VmHWM, reset through
+/proc/self/clear_refs after malloc_trim, minus the RSS before the build.
 The cache is one JSON file per device under `profile_dir()`; an entry's key holds the model, input,
 batch, precision, threads, torch version and a digest of the model's catalog entry and architecture
 code, so any change measures again.
@@ -36,8 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
 from ..catalog import Band, find
 from ..errors import UserError
+from ..precision import autocast, resolve, this_device
+from ..progress import progress_bar
 from .registry import architectures
 from .spec import list_models, model_spec
 
@@ -63,7 +61,7 @@ VERSION = 1  # of the measuring method: a change here measures everything again
 def profile_dir() -> Path:
     """Where profiles are cached: $CRYOCUBE_PROFILES, else `profiles/` beside the weights cache
     (~/.cache/cryocube/profiles)."""
-    from .weights import cache_dir
+    from .weights import cache_dir  # timm and the decoders: not for `list models` (3x start-up)
 
     env = os.environ.get("CRYOCUBE_PROFILES")
     return Path(env) if env else cache_dir().parent / "profiles"
@@ -85,7 +83,7 @@ class Setup:
     def build(self, device: str | None = None):
         """A random-init encoder (cost does not depend on weights), built where the caller's device
         context says (meta in dry_run); `device` is unused, callers move it."""
-        from .build import build_encoder
+        from .build import build_encoder  # timm: measured 3x the start-up of `list models`
 
         bands = [
             Band(name=b, alias=b, role="sar" if b in ("VV", "VH", "HH", "HV") else "optical")
@@ -121,16 +119,8 @@ def setup_for(model: str, input_size: int | None, batch: int, precision: str, de
         )
     arch = tuple(sorted((pub.get("arch") or {}).items()))
     size = int(input_size or size)
-    return Setup(
-        model,
-        size,
-        bands,
-        arch,
-        batch,
-        precision,
-        device,
-        default=input_size in (None, spec.input_size or pub.get("input_size")),
-    )
+    default = input_size in (None, spec.input_size or pub.get("input_size"))
+    return Setup(model, size, bands, arch, batch, precision, device, default)
 
 
 def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
@@ -141,10 +131,6 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
     Refuses, in one sentence, an input size the model cannot take: one its forward rejects, or,
     where the catalog names a patch size, one that is not a multiple of it (a strided patch
     embedding would silently drop the remainder)."""
-    import torch
-
-    from .base import count_params
-
     spec = model_spec(s.model)
     patch = spec.arch.get("patch_size")
     if s.input_size < 1 or (patch and s.input_size % int(patch)):
@@ -167,6 +153,8 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
         raise UserError(
             f"model {s.model!r} does not accept input size {s.input_size}: {first}"
         ) from None
+    from .base import count_params
+
     return flops, by_op, count_params(enc)
 
 
@@ -181,13 +169,8 @@ def config_digest(model: str) -> str:
     return h.hexdigest()[:16]
 
 
-def device_name(device: str) -> str:
-    from ..precision import this_device
-
-    return this_device(device).describe()
-
-
 def cache_key(s: Setup, threads: int, torch_version: str, digest: str) -> str:
+    """Everything a measurement depends on: a change in any part measures again."""
     arch = ",".join(f"{k}={v}" for k, v in s.arch)
     bands = ",".join(s.bands)
     return (
@@ -196,8 +179,8 @@ def cache_key(s: Setup, threads: int, torch_version: str, digest: str) -> str:
     )
 
 
-def cache_path(device: str, root: str | Path | None = None) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", device_name(device)).strip("-").lower()
+def _cache_path(device: str, root: str | Path | None = None) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", this_device(device).describe()).strip("-").lower()
     return Path(root or profile_dir()) / f"{slug}.json"
 
 
@@ -228,9 +211,6 @@ def count_flops(enc, x) -> tuple[int, dict[str, int]]:
     """Forward FLOPs of `enc` on `x` (no_grad, math attention: fused kernels would hide their
     matmuls) and their split by op. FLOPs depend on shapes only, so meta tensors count the same as
     real ones."""
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.utils.flop_counter import FlopCounterMode
 
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as fc:
         enc(x)
@@ -241,16 +221,33 @@ def count_flops(enc, x) -> tuple[int, dict[str, int]]:
     return int(fc.get_total_flops()), by_op
 
 
+def _time_forwards(enc, xb, s: Setup, iters: int, budget_s: float, sync) -> tuple[float, list]:
+    """(warm-up seconds, seconds of each timed forward): up to `iters`, fewer for a slow config
+    once `budget_s` is spent (the row says how many)."""
+    with torch.no_grad(), autocast(s.device, s.precision):
+        t = time.perf_counter()
+        enc(xb)  # warm-up: kernels chosen, caches filled
+        sync()
+        warm_s = time.perf_counter() - t
+        times = []
+        for _ in range(max(1, iters)):
+            t = time.perf_counter()
+            enc(xb)
+            sync()
+            times.append(time.perf_counter() - t)
+            if warm_s + sum(times) > budget_s:
+                break
+    return warm_s, times
+
+
 def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     """Build `s` with random weights (seed 0) and measure it; see the module docstring for what is
     measured how. Up to `iters` timed forwards, fewer (at least one) once warm-up and timing have
     taken `budget_s`.
     """
-    import torch
-
+    # dask's distributed comes with cluster.runtime: imported only where memory is measured
     from ..cluster.runtime import hwm_bytes, reset_hwm, rss_bytes, trim_malloc
-    from ..precision import autocast
-    from .base import count_params
+    from .base import count_params  # timm: loaded by the build anyway, not at `list` start-up
 
     flops, by_op, _ = dry_run(s)
     cuda = s.device.startswith("cuda")
@@ -271,20 +268,7 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     params = count_params(enc)
     x1 = torch.randn(1, enc.in_chans, s.input_size, s.input_size, device=s.device)
     xb = x1.expand(s.batch, -1, -1, -1).contiguous()
-    with torch.no_grad(), autocast(s.device, s.precision):
-        t = time.perf_counter()
-        enc(xb)  # warm-up: kernels chosen, caches filled
-        sync()
-        warm_s = time.perf_counter() - t
-        times = []
-        for _ in range(max(1, iters)):
-            t = time.perf_counter()
-            enc(xb)
-            sync()
-            times.append(time.perf_counter() - t)
-            # a slow config: fewer timed forwards (the row says how many)
-            if warm_s + sum(times) > budget_s:
-                break
+    warm_s, times = _time_forwards(enc, xb, s, iters, budget_s, sync)
     if cuda:
         peak = torch.cuda.max_memory_allocated() - base
     else:
@@ -343,8 +327,6 @@ def validate(
 ) -> list[Setup]:
     """Every requested setup, checked before any measurement: one sentence for the first bad
     option."""
-    from ..precision import resolve, this_device
-
     known = list_models()
     models = list(models or known)
     unknown = [m for m in models if m not in known]
@@ -357,8 +339,6 @@ def validate(
     if input_size is not None and input_size < 1:
         raise UserError(f"input size must be a positive number of pixels, got {input_size}")
     if device.startswith("cuda"):
-        import torch
-
         if not torch.cuda.is_available():
             raise UserError(
                 f"device {device!r} is not available here (torch sees no CUDA device); use"
@@ -383,14 +363,10 @@ def profile(
 ) -> Profile:
     """Measure each setup, or read it from this device's cache (a hit needs the same key: see
     `cache_key`)."""
-    import torch
-
-    from ..progress import progress_bar
-
     t0 = time.perf_counter()
     device = setups[0].device if setups else "cpu"
-    path = cache_path(device, root)
-    data = _read(path) or {"device": device_name(device), "entries": {}}
+    path = _cache_path(device, root)
+    data = _read(path) or {"device": this_device(device).describe(), "entries": {}}
     threads = torch.get_num_threads()
     rows = []
     with progress_bar("profile", len(setups), progress) as bar:
@@ -422,7 +398,7 @@ def difference(r: dict[str, Any]) -> str:
     """Why measured and published GFLOPs differ, where the row's own op split shows it: "=" (within
     1 %), "+attention" (the difference is the attention matmuls, which the published count missed
     inside fused kernels), else "other" (see the model's catalog notes)."""
-    pub = r.get("published_gflops") if r.get("published_setup") else None
+    pub = _pub(r, "published_gflops")
     if not pub:
         return "-"
     g = r["gflops"]
@@ -436,47 +412,33 @@ def _f(v, nd=2) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+def _pub(r: dict[str, Any], key: str):
+    """A published figure, shown only for the setup it was measured with."""
+    return r.get(key) if r.get("published_setup") else None
+
+
+COLUMNS: tuple[tuple[str, Callable[[dict], str]], ...] = (
+    ("model", lambda r: r["model"]),
+    ("input", lambda r: r["input"]),
+    ("params M", lambda r: _f(r["params"] / 1e6)),
+    ("published", lambda r: _f(_pub(r, "published_params_m"))),
+    ("GFLOPs", lambda r: _f(r["gflops"])),
+    ("published", lambda r: _f(_pub(r, "published_gflops"))),
+    ("ratio", lambda r: _f(r["gflops"] / g) if (g := _pub(r, "published_gflops")) else "-"),
+    ("why", lambda r: difference(r)),
+    ("prec", lambda r: r["precision"]),
+    ("batch", lambda r: str(r["batch"])),
+    ("samples/s", lambda r: _f(r["samples_per_s"], 3)),
+    ("timed", lambda r: str(len(r["forward_s"]))),
+    ("peak MB", lambda r: _f(r["peak_memory_mb"], 0)),
+    ("source", lambda r: "cached" if r.get("cached") else "measured"),
+)
+
+
 def table(p: Profile) -> str:
     """The profile as a text table, with its conventions and where it is cached."""
-    head = (
-        "model",
-        "input",
-        "params M",
-        "published",
-        "GFLOPs",
-        "published",
-        "ratio",
-        "why",
-        "prec",
-        "batch",
-        "samples/s",
-        "timed",
-        "peak MB",
-        "source",
-    )
-    rows = [head]
-    for r in p.rows:
-        pub_g = r.get("published_gflops") if r.get("published_setup") else None
-        pub_p = r.get("published_params_m") if r.get("published_setup") else None
-        ratio = f"{r['gflops'] / pub_g:.2f}" if pub_g else "-"
-        rows.append(
-            (
-                r["model"],
-                r["input"],
-                _f(r["params"] / 1e6),
-                _f(pub_p),
-                _f(r["gflops"]),
-                _f(pub_g),
-                ratio,
-                difference(r),
-                r["precision"],
-                str(r["batch"]),
-                _f(r["samples_per_s"], 3),
-                str(len(r["forward_s"])),
-                _f(r["peak_memory_mb"], 0),
-                "cached" if r.get("cached") else "measured",
-            )
-        )
+    head = [h for h, _ in COLUMNS]
+    rows = [head] + [[cell(r) for _, cell in COLUMNS] for r in p.rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = [
         "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
@@ -507,6 +469,10 @@ def table(p: Profile) -> str:
     )
 
 
+def _rank(e: dict) -> tuple[bool, str]:
+    return e.get("precision") == "fp32", str(e.get("measured_at", ""))
+
+
 def measured_costs(root: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """Per model id, its measured default-setup profile from every device cached under `root`: the
     newest entry, preferring fp32 (GFLOPs do not depend on device or precision; samples/s do, and
@@ -523,28 +489,7 @@ def measured_costs(root: str | Path | None = None) -> dict[str, dict[str, Any]]:
         for e in entries.values():
             if not isinstance(e, dict) or not e.get("default_setup") or "gflops" not in e:
                 continue
-            rank = (e.get("precision") == "fp32", str(e.get("measured_at", "")))
             cur = best.get(e["model"])
-            if cur is None or rank > (
-                cur.get("precision") == "fp32",
-                str(cur.get("measured_at", "")),
-            ):
+            if cur is None or _rank(e) > _rank(cur):
                 best[e["model"]] = e
     return best
-
-
-__all__ = [
-    "CONVENTION",
-    "Profile",
-    "Setup",
-    "config_digest",
-    "count_flops",
-    "dry_run",
-    "measure",
-    "measured_costs",
-    "profile",
-    "profile_dir",
-    "setup_for",
-    "table",
-    "validate",
-]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, collect_layers, sincos_2d, tokens_to_map
+from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
 from .dofa import sincos_1d_f32
 from .keymap import KeyMap
 from .registry import register_architecture, register_keymap
@@ -76,15 +75,34 @@ class ScaleResampler(nn.Module):
         return x + out
 
 
-class RamenEncoder(Encoder):
-    fixed_size = True
+def modality_groups(where: str, slots, wavelengths_nm: dict, polarisations: dict) -> dict:
+    """Input channel indices per modality ("optical" by wavelength, "sar" by polarisation); a band
+    with neither is refused."""
+    if not wavelengths_nm and not polarisations:
+        raise UserError(
+            f"{where}: ramen needs arch.wavelengths_nm and arch.polarisations (band name ->"
+            " embedding)"
+        )
+    bad = sorted(set(polarisations.values()) - set(POLS))
+    if bad:
+        raise UserError(
+            f"{where}: arch.polarisations names {bad}, not among the projector's {POLS}"
+        )
+    groups: dict[str, list[int]] = {}
+    for k, s in enumerate(slots):
+        if s not in wavelengths_nm and s not in polarisations:
+            raise UserError(
+                f"ramen has no embedding for band {s!r} (known:"
+                f" {sorted(wavelengths_nm) + sorted(polarisations)})"
+            )
+        groups.setdefault("optical" if s in wavelengths_nm else "sar", []).append(k)
+    return groups
 
-    def __init__(
+
+@register_architecture("ramen")
+class RamenEncoder(Encoder):
+    def build(
         self,
-        spec,
-        in_chans,
-        input_size,
-        match=None,
         embed_dim=768,
         depth=12,
         num_heads=12,
@@ -95,54 +113,29 @@ class RamenEncoder(Encoder):
         wavelengths_nm: dict[str, float] | None = None,
         polarisations: dict[str, str] | None = None,
     ):
-        super().__init__(spec, in_chans, input_size, match)
-        slots = band_slots or (match.slots if match is not None else None)
+        """Each channel's band comes from the match (or arch band_slots): embeddings are by band."""
+        slots = band_slots or (self.match.slots if self.match is not None else None)
         if slots is None:
             raise UserError(
                 "ramen needs the band of each input channel: pass bands= (or band_slots=)"
             )
-        if len(slots) != in_chans:
-            raise UserError(f"ramen: {len(slots)} band slots for {in_chans} channels")
-        wavelengths_nm, polarisations = dict(wavelengths_nm or {}), dict(polarisations or {})
-        if not wavelengths_nm and not polarisations:
-            raise UserError(
-                f"{spec.path}: ramen needs arch.wavelengths_nm and arch.polarisations (band name ->"
-                " embedding)"
-            )
-        bad = sorted(set(polarisations.values()) - set(POLS))
-        if bad:
-            raise UserError(
-                f"{spec.path}: arch.polarisations names {bad}, not among the projector's {POLS}"
-            )
-        groups: dict[str, list[int]] = {}
-        for k, s in enumerate(slots):
-            if s in wavelengths_nm:
-                groups.setdefault("optical", []).append(k)
-            elif s in polarisations:
-                groups.setdefault("sar", []).append(k)
-            else:
-                raise UserError(
-                    f"ramen has no embedding for band {s!r} (known:"
-                    f" {sorted(wavelengths_nm) + sorted(polarisations)})"
-                )
+        if len(slots) != self.in_chans:
+            raise UserError(f"ramen: {len(slots)} band slots for {self.in_chans} channels")
+        waves, pols = dict(wavelengths_nm or {}), dict(polarisations or {})
+        groups = modality_groups(self.spec.path, slots, waves, pols)
         self.modalities = [m for m in MODALITY_ORDER if m in groups]
         for m in self.modalities:
             self.register_buffer(f"idx_{m}", torch.tensor(groups[m]), persistent=False)
-        self.register_buffer(
-            "wavelengths_nm",
-            torch.tensor(
-                [float(wavelengths_nm[slots[k]]) for k in groups.get("optical", [])],
-                dtype=torch.float32,
-            ),
-            persistent=False,
-        )
-        self.pols = [str(polarisations[slots[k]]) for k in groups.get("sar", [])]
+        optical = [float(waves[slots[k]]) for k in groups.get("optical", [])]
+        waves = torch.tensor(optical, dtype=torch.float32)
+        self.register_buffer("wavelengths_nm", waves, persistent=False)
+        self.pols = [str(pols[slots[k]]) for k in groups.get("sar", [])]
         self.input_res, self.res = float(input_res), float(res)
         self.scale = self.input_res / self.res
-        self.grid = int(input_size * self.scale)
+        self.grid = int(self.input_size * self.scale)
         if self.grid < 1:
             raise UserError(
-                f"ramen: input_size {input_size} x input_res {input_res} / res {res} leaves no"
+                f"ramen: input_size {self.input_size} x input_res {input_res} / res {res} leaves no"
                 " token"
             )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
@@ -151,18 +144,11 @@ class RamenEncoder(Encoder):
             self.radar_projector = RadarProjector(embed_dim, embed_dim * 2)
         self.resampler = ScaleResampler(embed_dim)
         self.in_norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.blocks = nn.ModuleList(
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True) for _ in range(depth)
-        )
+        self.blocks = Trunk(embed_dim, depth, num_heads, mlp_ratio).blocks()
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.register_buffer(
-            "pos_embed",
-            sincos_2d(embed_dim, self.grid, scale=self.res, cls_token=True),
-            persistent=False,
-        )
-        m = len(self.modalities)
-        self.output_channels = [embed_dim * m] * len(spec.output_layers)
-        self.output_reductions = [self.res / self.input_res] * len(spec.output_layers)
+        pos = sincos_2d(embed_dim, self.grid, scale=self.res, cls_token=True)
+        self.register_buffer("pos_embed", pos, persistent=False)
+        self.same_outputs(embed_dim * len(self.modalities), self.res / self.input_res)
         # checkpoint parts this instance does not build (other modalities, the multi-temporal L-TAE)
         self.unused_checkpoint_keys = r"(dem_projector|ltae)\..*" + (
             "" if "sar" in self.modalities else r"|radar_projector\..*"
@@ -176,7 +162,6 @@ class RamenEncoder(Encoder):
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D x modalities, g, g) per output layer: each modality's tokens side by side on
         channels, optical first; class token dropped."""
-        b = x.shape[0]
         tokens = []
         for m in self.modalities:
             xm = x.index_select(1, getattr(self, f"idx_{m}")).permute(0, 2, 3, 1)  # (B, H, W, Cm)
@@ -192,12 +177,8 @@ class RamenEncoder(Encoder):
             tokens.append(self.in_norm(f.flatten(2).transpose(1, 2)))
         pos = self.pos_embed.to(x.dtype)
         t = torch.cat(tokens, dim=1) + pos[:, 1:].repeat(1, len(self.modalities), 1)
-        cls = (self.cls_token + pos[:, :1]).expand(b, -1, -1)
-        t = torch.cat([cls, t], dim=1)
+        outs = with_cls_token(self.blocks, t, self.cls_token, pos, self.output_layers, self.norm)
         n = self.grid**2
-        outs, _ = collect_layers(
-            self.blocks, t, self.output_layers, norm=self.norm, norm_after_final=True
-        )
         maps = []
         for o in outs:  # each modality's token run, side by side on channels
             parts = [o[:, 1 + i * n : 1 + (i + 1) * n] for i in range(len(self.modalities))]
@@ -218,10 +199,3 @@ register_keymap(
         ),
     )
 )
-
-
-@register_architecture("ramen")
-def build_ramen(spec, in_chans, input_size, match=None, **arch):
-    """The `ramen` architecture's builder: each channel's band comes from the match (or arch
-    band_slots), as embeddings are per band."""
-    return RamenEncoder(spec, in_chans, input_size, match, **arch)

@@ -18,18 +18,7 @@ from .keymap import NATIVE, KeyMap
 
 BUILTIN_ARCHITECTURES = tuple(
     f"cryocube.models.{m}"
-    for m in (
-        "croma",
-        "data2vec",
-        "dofa",
-        "gfm",
-        "ramen",
-        "satlas",
-        "spectralgpt",
-        "terramind",
-        "unet",
-        "vit",
-    )
+    for m in "croma dofa gfm ramen satlas spectralgpt terramind unet vit".split()
 )
 GROUP = "cryocube.architectures"
 

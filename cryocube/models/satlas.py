@@ -15,17 +15,18 @@ from .keymap import KeyMap
 from .registry import register_architecture, register_keymap
 
 
+@register_architecture("satlas_swin")
 class SatlasSwinEncoder(Encoder):
-    def __init__(self, spec, in_chans, input_size, match=None, arch: str = "swin_v2_b"):
-        super().__init__(spec, in_chans, input_size, match)
+    def build(self, arch: str = "swin_v2_b"):
+        """`arch` may name another torchvision Swin (default swin_v2_b)."""
         self.backbone = getattr(torchvision.models, arch)()
         stem = self.backbone.features[0][0]
-        self.backbone.features[0][0] = nn.Conv2d(
-            in_chans, stem.out_channels, kernel_size=(4, 4), stride=(4, 4)
-        )
         c = stem.out_channels
-        self.output_channels = [c * 2**i for i in spec.output_layers]
-        self.output_reductions = [4.0 * 2**i for i in spec.output_layers]
+        self.backbone.features[0][0] = nn.Conv2d(
+            self.in_chans, c, kernel_size=(4, 4), stride=(4, 4)
+        )
+        self.output_channels = [c * 2**i for i in self.output_layers]
+        self.output_reductions = [4.0 * 2**i for i in self.output_layers]
 
     def features(self, x: Tensor) -> list[Tensor]:
         """The stage outputs output_layers picks (strides 4, 8, 16, 32; channels C to 8C), NCHW."""
@@ -48,9 +49,3 @@ register_keymap(
         ),
     )
 )
-
-
-@register_architecture("satlas_swin")
-def build_satlas(spec, in_chans, input_size, match=None, **arch):
-    """The `satlas_swin` builder: `arch` may name another torchvision Swin (default swin_v2_b)."""
-    return SatlasSwinEncoder(spec, in_chans, input_size, match, **arch)

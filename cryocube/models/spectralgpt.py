@@ -9,67 +9,37 @@ channels).
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
-from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from .base import Encoder, collect_layers, drop_path_schedule
+from .base import Encoder, Trunk, collect_layers
 from .keymap import KeyMap, merge_qkv_transform
 from .registry import register_architecture, register_keymap
 
 
+@register_architecture("spectralgpt")
 class SpectralGptEncoder(Encoder):
-    def __init__(
-        self,
-        spec,
-        in_chans,
-        input_size,
-        match=None,
-        patch_size=8,
-        t_patch_size=3,
-        embed_dim=768,
-        depth=12,
-        num_heads=12,
-        mlp_ratio=4.0,
-        drop_path_rate=0.5,
-        norm_eps=1e-5,
-    ):
-        super().__init__(spec, in_chans, input_size, match)
-        if in_chans % t_patch_size:
+    trunk = Trunk(patch_size=8, norm_eps=1e-5, drop_path_rate=0.5)
+
+    def build(self, t_patch_size=3):
+        """Refuses a band count not divisible by t_patch_size."""
+        if self.in_chans % t_patch_size:
             raise ValueError(
-                f"spectralgpt: {in_chans} bands do not split into groups of {t_patch_size}"
+                f"spectralgpt: {self.in_chans} bands do not split into groups of {t_patch_size}"
             )
-        self.grid = input_size // patch_size
-        self.groups = in_chans // t_patch_size
+        t = self.trunk
+        self.groups = self.in_chans // t_patch_size
         self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv3d(
-            1,
-            embed_dim,
-            kernel_size=(t_patch_size, patch_size, patch_size),
-            stride=(t_patch_size, patch_size, patch_size),
-        )
+        kernel = (t_patch_size, t.patch_size, t.patch_size)
+        self.patch_embed.proj = nn.Conv3d(1, t.embed_dim, kernel_size=kernel, stride=kernel)
         self.pos_embed_spatial = nn.Parameter(
-            torch.zeros(1, self.grid**2, embed_dim).normal_(std=0.02)
+            torch.zeros(1, self.grid**2, t.embed_dim).normal_(std=0.02)
         )
         self.pos_embed_temporal = nn.Parameter(
-            torch.zeros(1, self.groups, embed_dim).normal_(std=0.02)
+            torch.zeros(1, self.groups, t.embed_dim).normal_(std=0.02)
         )
-        dpr = drop_path_schedule(drop_path_rate, depth)
-        self.blocks = nn.ModuleList(
-            Block(
-                embed_dim,
-                num_heads,
-                mlp_ratio,
-                qkv_bias=True,
-                drop_path=dpr[i],
-                norm_layer=partial(nn.LayerNorm, eps=norm_eps),
-            )
-            for i in range(depth)
-        )
-        self.output_channels = [embed_dim * self.groups] * len(spec.output_layers)
-        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+        self.blocks = t.blocks()
+        self.same_outputs(t.embed_dim * self.groups, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D x groups, H/8, W/8) per output layer: the spectral groups side by side on channels,
@@ -106,9 +76,3 @@ register_keymap(
         ),
     )
 )
-
-
-@register_architecture("spectralgpt")
-def build_spectralgpt(spec, in_chans, input_size, match=None, **arch):
-    """The `spectralgpt` builder; the encoder refuses a band count not divisible by t_patch_size."""
-    return SpectralGptEncoder(spec, in_chans, input_size, match, **arch)

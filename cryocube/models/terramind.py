@@ -14,10 +14,9 @@ from functools import partial
 
 import torch
 from timm.layers import SwiGLU
-from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
-from .base import Encoder, collect_layers, drop_path_schedule, sincos_2d_mocov3, tokens_to_map
+from .base import Encoder, Trunk, collect_layers, patches, sincos_2d_mocov3, tokens_to_map
 from .keymap import KeyMap, Rename
 from .registry import register_architecture, register_keymap
 
@@ -41,6 +40,9 @@ def terramind_mlp(
 
 
 class PatchEmbedLinear(nn.Module):
+    """A bias-free linear map of patches flattened pixel-major, channel-minor, as TerraMind's
+    embedding reads them; the encoder adds mod_emb."""
+
     def __init__(self, in_chans: int, patch_size: int, embed_dim: int):
         super().__init__()
         self.patch_size = patch_size
@@ -48,57 +50,30 @@ class PatchEmbedLinear(nn.Module):
         self.mod_emb = nn.Parameter(torch.zeros(1, 1, embed_dim).normal_(std=0.02))
 
     def forward(self, x: Tensor) -> Tensor:
-        """Tokens (B, N, D) from patches flattened pixel-major, channel-minor, as TerraMind's linear
-        embedding reads them; the encoder adds mod_emb."""
-        b, c, h, w = x.shape
-        p = self.patch_size
-        x = (
-            x.reshape(b, c, h // p, p, w // p, p)
-            .permute(0, 2, 4, 3, 5, 1)
-            .reshape(b, (h // p) * (w // p), p * p * c)
-        )
-        return self.proj(x)
+        """Tokens (B, N, D)."""
+        return self.proj(patches(x, self.patch_size, pixel_major=True))
 
 
+@register_architecture("terramind")
 class TerraMindEncoder(Encoder):
-    def __init__(
-        self,
-        spec,
-        in_chans,
-        input_size,
-        match=None,
-        embed_dim=1024,
-        depth=24,
-        num_heads=16,
-        patch_size=16,
-        mlp_ratio=4.0,
-        modality: str = "untok_sen2l2a@224",
-        drop_path_rate=0.0,
-    ):
-        super().__init__(spec, in_chans, input_size, match)
+    trunk = Trunk(embed_dim=1024, depth=24, num_heads=16)
+
+    def build(self, modality: str = "untok_sen2l2a@224"):
+        """Base or large by arch; S2L2A or S1GRD by the config's key map."""
+        t = self.trunk
         self.modality = modality
-        self.grid = input_size // patch_size
-        self.embed = PatchEmbedLinear(in_chans, patch_size, embed_dim)
-        self.register_buffer("pos_emb", sincos_2d_mocov3(embed_dim, self.grid), persistent=False)
-        norm = partial(nn.LayerNorm, eps=1e-6, bias=False)
-        dpr = drop_path_schedule(drop_path_rate, depth)
-        self.blocks = nn.ModuleList(
-            Block(
-                embed_dim,
-                num_heads,
-                mlp_ratio,
-                qkv_bias=False,
-                proj_bias=False,
-                act_layer=nn.SiLU,
-                norm_layer=norm,
-                mlp_layer=terramind_mlp,
-                drop_path=dpr[i],
-            )
-            for i in range(depth)
+        self.embed = PatchEmbedLinear(self.in_chans, t.patch_size, t.embed_dim)
+        self.register_buffer("pos_emb", sincos_2d_mocov3(t.embed_dim, self.grid), persistent=False)
+        norm = partial(nn.LayerNorm, eps=t.norm_eps, bias=False)
+        self.blocks = t.blocks(
+            qkv_bias=False,
+            proj_bias=False,
+            act_layer=nn.SiLU,
+            norm_layer=norm,
+            mlp_layer=terramind_mlp,
         )
-        self.norm = norm(embed_dim)
-        self.output_channels = [embed_dim] * len(spec.output_layers)
-        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+        self.norm = norm(t.embed_dim)
+        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/16, W/16) per output layer; every block runs and the last output is the
@@ -133,9 +108,3 @@ def _terramind_keymap(name: str, modality: str) -> KeyMap:
 
 register_keymap(_terramind_keymap("terramind_s2l2a", "untok_sen2l2a@224"))
 register_keymap(_terramind_keymap("terramind_s1grd", "untok_sen1grd@224"))
-
-
-@register_architecture("terramind")
-def build_terramind(spec, in_chans, input_size, match=None, **arch):
-    """The `terramind` builder: base or large by arch; S2L2A or S1GRD by the config's key map."""
-    return TerraMindEncoder(spec, in_chans, input_size, match, **arch)

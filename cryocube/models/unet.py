@@ -10,13 +10,14 @@ from .base import Encoder
 from .registry import register_architecture
 
 
+@register_architecture("unet")
 class UNetEncoder(Encoder):
     fixed_size = False
 
-    def __init__(self, spec, in_chans, input_size, match=None, topology=(64, 128, 256, 512)):
-        super().__init__(spec, in_chans, input_size, match)
+    def build(self, topology=(64, 128, 256, 512)):
+        """The scratch baseline, taking any input side divisible by 16."""
         topo = list(topology)
-        self.in_conv = double_conv(in_chans, topo[0])
+        self.in_conv = double_conv(self.in_chans, topo[0])
         outs = topo[1:] + topo[-1:]
         self.downs = nn.ModuleList(
             nn.Sequential(nn.MaxPool2d(2), double_conv(cin, cout)) for cin, cout in zip(topo, outs)
@@ -35,7 +36,4 @@ class UNetEncoder(Encoder):
         return maps[::-1]
 
 
-@register_architecture("unet")
-def build_unet(spec, in_chans, input_size, match=None, **arch):
-    """The `unet` builder: the scratch baseline, taking any input side divisible by 16."""
-    return UNetEncoder(spec, in_chans, input_size, match, **arch)
+build_unet = UNetEncoder  # the builder's name a lab's entry point registers again (tests do)

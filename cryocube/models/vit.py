@@ -1,5 +1,5 @@
-"""Plain ViTs on timm's VisionTransformer: one architecture for every ViT-shaped model of the
-benchmark.
+"""ViTs on timm: one architecture (`vit`, timm's VisionTransformer) for every plain ViT of the
+benchmark, and `ssl4eo_data2vec` (timm's BEiT).
 
 timm supplies the patch embedding, blocks and `forward_intermediates`; what differs between the
 ViT-based models (SSL4EO MoCo/DINO/MAE, Prithvi, RemoteCLIP, Scale-MAE, the scratch ViT: position
@@ -18,16 +18,36 @@ from __future__ import annotations
 from functools import partial
 
 import torch
+from timm.models.beit import Beit
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from .base import Encoder, sincos_2d, sincos_2d_mocov3, sincos_3d
+from .base import Encoder, Trunk, sincos_2d, sincos_2d_mocov3, sincos_3d, timm_intermediates
 from .keymap import KeyMap, Rename, reshape_transform
 from .registry import register_architecture, register_keymap
 
 POS_EMBEDS = ("learn", "sincos", "mocov3", "sincos3d", "zeros")
 
 
+def timm_args(enc: Encoder) -> dict:
+    """The constructor arguments timm's VisionTransformer and Beit share, for `enc`."""
+    t = enc.trunk
+    return dict(
+        img_size=enc.input_size,
+        patch_size=t.patch_size,
+        in_chans=enc.in_chans,
+        num_classes=0,
+        global_pool="token",
+        embed_dim=t.embed_dim,
+        depth=t.depth,
+        num_heads=t.num_heads,
+        mlp_ratio=t.mlp_ratio,
+        drop_path_rate=t.drop_path_rate,
+        norm_layer=partial(nn.LayerNorm, eps=t.norm_eps),
+    )
+
+
+@register_architecture("vit")
 class TimmViTEncoder(Encoder):
     """A timm VisionTransformer returning the maps of `output_layers` (B, C, g, g).
 
@@ -38,97 +58,80 @@ class TimmViTEncoder(Encoder):
     `final_norm`: keep the final LayerNorm at all (False when the reference encoder has none).
     """
 
-    def __init__(
+    trunk = Trunk()
+
+    def build(
         self,
-        spec,
-        in_chans: int,
-        input_size: int,
-        match=None,
-        patch_size: int = 16,
-        embed_dim: int = 768,
-        depth: int = 12,
-        num_heads: int = 12,
-        mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        norm_eps: float = 1e-6,
         pos_embed: str = "learn",
         pre_norm: bool = False,
         final_norm: bool = False,
         norm_last: bool = False,
-        drop_path_rate: float = 0.0,
         input_res: float = 1.0,
-        **unused,
     ):
-        super().__init__(spec, in_chans, input_size, match)
+        """The arguments of the models' `arch:`, as the class docstring explains them."""
+        path = self.spec.path
         if pos_embed not in POS_EMBEDS:
-            raise ValueError(
-                f"{spec.path}: pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}"
-            )
-        if unused:
-            raise TypeError(f"{spec.id}: unknown architecture arguments {sorted(unused)}")
+            raise ValueError(f"{path}: pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
         if input_res != 1.0:
             raise ValueError(
-                f"{spec.path}: only input_res 1.0 (Scale-MAE at the protocol's value) is"
-                " implemented"
+                f"{path}: only input_res 1.0 (Scale-MAE at the protocol's value) is implemented"
             )
-        self.grid = input_size // patch_size
-        self.patch_size = patch_size
+        grid, embed_dim = self.grid, self.trunk.embed_dim
+        self.patch_size = self.trunk.patch_size
         self.norm_last = norm_last
         self.vit = VisionTransformer(
-            img_size=input_size,
-            patch_size=patch_size,
-            in_chans=in_chans,
-            num_classes=0,
-            global_pool="token",
-            embed_dim=embed_dim,
-            depth=depth,
-            num_heads=num_heads,
-            mlp_ratio=mlp_ratio,
+            **timm_args(self),
             qkv_bias=qkv_bias,
             class_token=True,
             pre_norm=pre_norm,
-            drop_path_rate=drop_path_rate,
             final_norm=final_norm,
-            norm_layer=partial(nn.LayerNorm, eps=norm_eps),
             act_layer=nn.GELU,
         )
         fixed = {
-            "sincos": lambda: sincos_2d(embed_dim, self.grid, cls_token=True),
+            "sincos": lambda: sincos_2d(embed_dim, grid, cls_token=True),
             "mocov3": lambda: torch.cat(
-                [torch.zeros(1, 1, embed_dim), sincos_2d_mocov3(embed_dim, self.grid)], dim=1
+                [torch.zeros(1, 1, embed_dim), sincos_2d_mocov3(embed_dim, grid)], dim=1
             ),
-            "sincos3d": lambda: sincos_3d(embed_dim, (1, self.grid, self.grid), cls_token=True),
-            "zeros": lambda: torch.zeros(1, self.grid**2 + 1, embed_dim),
+            "sincos3d": lambda: sincos_3d(embed_dim, (1, grid, grid), cls_token=True),
+            "zeros": lambda: torch.zeros(1, grid**2 + 1, embed_dim),
         }
         if pos_embed in fixed:
             with torch.no_grad():
                 self.vit.pos_embed.copy_(fixed[pos_embed]())
             self.vit.pos_embed.requires_grad_(False)
-        self.output_channels = [embed_dim] * len(spec.output_layers)
-        self.output_reductions = [float(patch_size)] * len(spec.output_layers)
+        self.same_outputs(embed_dim, self.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """timm's intermediates, (B, D, H/p, W/p) per output layer, before the final norm unless
-        `norm_last` norms the last one."""
-        outs = self.vit.forward_intermediates(
-            x,
-            indices=self.output_layers,
-            norm=False,
-            output_fmt="NCHW",
-            intermediates_only=True,
-            stop_early=True,
-        )
-        outs = list(outs)
+        """timm's intermediates before the final norm, unless `norm_last` norms the last one."""
+        outs = timm_intermediates(self.vit, x, self.output_layers)
         if self.norm_last:
             outs[-1] = self.vit.norm(outs[-1].permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
         return outs
 
 
-@register_architecture("vit")
-def build_vit(spec, in_chans, input_size, match=None, **arch):
-    """The `vit` architecture's builder for every ViT-shaped model; an unknown arch argument is a
-    TypeError build_encoder reports."""
-    return TimmViTEncoder(spec, in_chans, input_size, match, **arch)
+@register_architecture("ssl4eo_data2vec")
+class Data2VecEncoder(Encoder):
+    """SSL4EO-S12 Data2Vec ViT-S/16 on timm's BEiT: shared relative position bias, no absolute
+    position, layer scale 0.1."""
+
+    trunk = Trunk(embed_dim=384, num_heads=6)
+
+    def build(self, init_values=0.1):
+        """timm BEiT's layer scale, at SSL4EO Data2Vec's 0.1 by default."""
+        self.beit = Beit(
+            **timm_args(self),
+            qkv_bias=True,
+            use_abs_pos_emb=False,
+            use_rel_pos_bias=False,
+            use_shared_rel_pos_bias=True,
+            init_values=init_values,
+        )
+        self.same_outputs(self.trunk.embed_dim, self.trunk.patch_size)
+
+    def features(self, x: Tensor) -> list[Tensor]:
+        """timm BEiT's intermediates, (B, D, H/16, W/16) per output layer, before the final norm."""
+        return timm_intermediates(self.beit, x, self.output_layers)
 
 
 # -- checkpoints of the models of the ViT architecture ------------------------------------------
@@ -179,7 +182,7 @@ register_keymap(
                 our_shape=lambda s: (s[0], s[1], s[-2], s[-1]) if len(s) == 5 else s,
             ),
         ),
-        renames=(Rename("", "vit."),),
+        renames=TIMM,
         computed=(r"vit\.pos_embed",),
         notes=(
             "MAE checkpoint (3 frames): the 3-frame position embedding, mask token, norm and"
@@ -229,11 +232,25 @@ register_keymap(
         name="scalemae",
         container=("model",),
         include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
-        renames=(Rename("", "vit."),),
+        renames=TIMM,
         computed=(r"vit\.pos_embed",),
         notes=(
             "Scale-MAE pre-training checkpoint: mask token, norm, decoder and FPN heads are not"
             " part of the encoder; positions are computed from the GSD (input_res 1.0), not stored"
+        ),
+    )
+)
+
+
+register_keymap(
+    KeyMap(
+        name="ssl4eo_data2vec",
+        container=("model",),
+        include=r"(patch_embed\..*|cls_token|rel_pos_bias\.relative_position_bias_table|blocks\..*|norm\..*)",
+        renames=(Rename("", "beit."),),
+        notes=(
+            "BEiT-style checkpoint; mask token and the relative-position index buffer (recomputed)"
+            " are set aside"
         ),
     )
 )

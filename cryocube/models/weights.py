@@ -14,7 +14,7 @@ import pickle
 import re
 import warnings
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from .. import store
+from ..decoders import build_decoder
 from ..errors import WeightsError
 from ..fetch import fetch, file_digest
 from .registry import get_keymap
@@ -103,12 +104,8 @@ def fetch_weights(
 def _local(path_or_url: str | Path, sha256: str | None) -> Path:
     s = str(path_or_url)
     if store.is_remote(s):
-        dest = (
-            cache_dir()
-            / "by-url"
-            / hashlib.sha1(s.encode()).hexdigest()[:16]
-            / Path(s.split("?")[0]).name
-        )
+        key = hashlib.sha1(s.encode()).hexdigest()[:16]
+        dest = cache_dir() / "by-url" / key / Path(s.split("?")[0]).name
         # re-checks a cached copy's checksum
         fetch(s, dest, sha256=sha256, progress=False, error=WeightsError)
         return dest
@@ -145,6 +142,23 @@ def _fmt_keys(keys: list, n: int = 25) -> str:
     return shown + (f", ... ({len(keys) - n} more)" if len(keys) > n else "")
 
 
+def _refuse_mismatch(sd: dict, model_sd: dict, head: str, computed=()) -> None:
+    """One WeightsError listing missing, unexpected and misshapen keys, before anything loads."""
+    missing = sorted(set(model_sd) - set(sd) - set(computed))
+    unexpected = sorted(set(sd) - set(model_sd))
+    shapes = [
+        f"{k} {tuple(sd[k].shape)} vs model {tuple(model_sd[k].shape)}"
+        for k in sorted(set(sd) & set(model_sd))
+        if tuple(sd[k].shape) != tuple(model_sd[k].shape)
+    ]
+    parts = [head] if missing or unexpected or shapes else []
+    parts += [f"missing {len(missing)} keys: {_fmt_keys(missing)}"] if missing else []
+    parts += [f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}"] if unexpected else []
+    parts += [f"{len(shapes)} shape mismatches: {_fmt_keys(shapes, 10)}"] if shapes else []
+    if parts:
+        raise WeightsError("; ".join(parts))
+
+
 def load_weights(
     encoder: nn.Module,
     path_or_url: str | Path,
@@ -176,23 +190,8 @@ def load_weights(
     model_sd = encoder.state_dict()
     dropped = _drop_as_reference(encoder, sd, model_sd, path)
     computed = [k for k in model_sd if any(re.fullmatch(c, k) for c in km.computed) and k not in sd]
-    missing = sorted(set(model_sd) - set(sd) - set(computed))
-    unexpected = sorted(set(sd) - set(model_sd))
-    shapes = [
-        f"{k} {tuple(sd[k].shape)} vs model {tuple(model_sd[k].shape)}"
-        for k in sorted(set(sd) & set(model_sd))
-        if tuple(sd[k].shape) != tuple(model_sd[k].shape)
-    ]
-    if missing or unexpected or shapes:
-        who = spec.id if spec is not None else type(encoder).__name__
-        parts = [f"{path} does not fit {who} (key map {km.name!r})"]
-        if missing:
-            parts.append(f"missing {len(missing)} keys: {_fmt_keys(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}")
-        if shapes:
-            parts.append(f"{len(shapes)} shape mismatches: {_fmt_keys(shapes, 10)}")
-        raise WeightsError("; ".join(parts))
+    who = spec.id if spec is not None else type(encoder).__name__
+    _refuse_mismatch(sd, model_sd, f"{path} does not fit {who} (key map {km.name!r})", computed)
     encoder.load_state_dict({**model_sd, **sd}, strict=True)
     return LoadReport(str(path), len(sd), aside, computed, digest, dropped)
 
@@ -256,20 +255,7 @@ def load_decoder(
     path = Path(path)
     if not path.exists():
         raise WeightsError(f"decoder checkpoint {path} does not exist")
-    try:
-        with open(path, "rb") as f:
-            payload = torch.load(f, map_location="cpu", weights_only=True)
-    except (
-        RuntimeError,
-        EOFError,
-        OSError,
-        zipfile.BadZipFile,
-        pickle.UnpicklingError,
-        ValueError,
-    ) as e:
-        raise WeightsError(
-            f"{path}: cannot read the decoder checkpoint (truncated?): {str(e).splitlines()[0]}"
-        ) from None
+    payload = read_checkpoint(path)
     if not isinstance(payload, dict) or payload.get("format") != DECODER_FORMAT:
         raise WeightsError(
             f"{path}: not a cryocube decoder checkpoint (format"
@@ -280,29 +266,11 @@ def load_decoder(
             raise WeightsError(
                 "load_decoder needs the decoder to fill or the encoder to build one for"
             )
-        from ..decoders import build_decoder
-
         decoder = build_decoder(
             payload["kind"], encoder, int(payload["num_classes"]), **payload.get("build_kwargs", {})
         )
     sd = payload["state_dict"]
-    model_sd = decoder.state_dict()
-    missing, unexpected = sorted(set(model_sd) - set(sd)), sorted(set(sd) - set(model_sd))
-    shapes = [
-        f"{k} {tuple(sd[k].shape)} vs {tuple(model_sd[k].shape)}"
-        for k in set(sd) & set(model_sd)
-        if sd[k].shape != model_sd[k].shape
-    ]
-    if missing or unexpected or shapes:
-        parts = [f"{path} does not fit the decoder"]
-        parts += [f"missing {len(missing)} keys: {_fmt_keys(missing)}"] if missing else []
-        parts += (
-            [f"unexpected {len(unexpected)} keys: {_fmt_keys(unexpected)}"] if unexpected else []
-        )
-        parts += (
-            [f"{len(shapes)} shape mismatches: {_fmt_keys(sorted(shapes), 10)}"] if shapes else []
-        )
-        raise WeightsError("; ".join(parts))
+    _refuse_mismatch(sd, decoder.state_dict(), f"{path} does not fit the decoder")
     decoder.load_state_dict(sd, strict=True)
     return decoder, dict(payload.get("meta", {}))
 
@@ -325,12 +293,7 @@ class WeightsInfo:
 
     def as_record(self) -> dict:
         """The `weights` field of every run record: what a result's encoder started from."""
-        return {
-            "source": self.source,
-            "sha256": self.sha256,
-            "random_init": self.random_init,
-            "pretrained": self.pretrained,
-        }
+        return asdict(self)
 
 
 def checkpoint_digest(path: Path) -> str:
@@ -371,6 +334,27 @@ def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str
     return str(p) if p.is_file() else None
 
 
+def _explicit_weights(spec, explicit: str) -> WeightsInfo:
+    """The recipe's `encoder_weights` checkpoint, checked against the catalog's sha256 when it is
+    the catalog's file."""
+    w = spec.weights
+    if store.is_remote(explicit):
+        path = _local(explicit, w.sha256 if w and explicit == w.url else None)
+    else:
+        path = Path(store.local_path(explicit))
+        if not path.is_file():
+            raise WeightsError(
+                f"checkpoint {path} for {spec.id} (recipe field encoder_weights) does not exist"
+            )
+    digest = checkpoint_digest(path)
+    if w and w.sha256 and digest != w.sha256.lower() and path.name == w.filename:
+        raise WeightsError(
+            f"{path}: sha256 {digest} does not match the catalog's {w.sha256} for {spec.id}"
+        )
+    source = str(explicit) if store.is_remote(explicit) else str(path.resolve())
+    return WeightsInfo(source, digest, False, spec.pretrained)
+
+
 def resolve_weights(
     model_id: str,
     explicit: str | None = None,
@@ -385,35 +369,7 @@ def resolve_weights(
     if not spec.pretrained and explicit is None:
         return WeightsInfo("scratch", None, True, False)
     if explicit is not None:
-        if store.is_remote(explicit):
-            path = _local(
-                explicit,
-                spec.weights.sha256 if spec.weights and explicit == spec.weights.url else None,
-            )
-        else:
-            path = Path(store.local_path(explicit))
-            if not path.is_file():
-                raise WeightsError(
-                    f"checkpoint {path} for {model_id} (recipe field encoder_weights) does not"
-                    " exist"
-                )
-        digest = checkpoint_digest(path)
-        if (
-            spec.weights
-            and spec.weights.sha256
-            and digest != spec.weights.sha256.lower()
-            and path.name == spec.weights.filename
-        ):
-            raise WeightsError(
-                f"{path}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for"
-                f" {model_id}"
-            )
-        return WeightsInfo(
-            str(explicit) if store.is_remote(explicit) else str(path.resolve()),
-            digest,
-            False,
-            spec.pretrained,
-        )
+        return _explicit_weights(spec, explicit)
     found = find_checkpoint(model_id, weights_dir)
     if found is not None:
         local = _local(found, None) if store.is_remote(found) else Path(found)
@@ -440,20 +396,3 @@ def resolve_weights(
         " --allow-random-weights to measure the pipeline with random weights (results then say"
         " random_init)"
     )
-
-
-__all__ = [
-    "WeightsError",
-    "WeightsInfo",
-    "resolve_weights",
-    "find_checkpoint",
-    "checkpoint_digest",
-    "LoadReport",
-    "fetch_weights",
-    "load_weights",
-    "read_checkpoint",
-    "save_decoder",
-    "load_decoder",
-    "save_encoder",
-    "sha256_file",
-]
