@@ -108,12 +108,23 @@ class EncoderSpec:
             self.rule,
         )
 
+    def build(self) -> torch.nn.Module:
+        """The encoder module, weights loaded (seed torch first for a random init)."""
+        from ..models import build_encoder
+
+        return build_encoder(
+            self.model,
+            bands=list(self.bands),
+            weights=self.weights,
+            sha256=self.weights_sha256,
+            input_size=self.input_size,
+            rule=self.rule,
+        )
+
 
 def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
     """The encoder for these inputs, built once per worker process (in eval mode: frozen means
     frozen)."""
-    from ..models import build_encoder
-
     key = spec.key + (device,)
     enc = _ENCODERS.get(key)
     if enc is None:
@@ -122,14 +133,7 @@ def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
         torch.manual_seed(
             int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16)
         )
-        enc = build_encoder(
-            spec.model,
-            bands=list(spec.bands),
-            weights=spec.weights,
-            sha256=spec.weights_sha256,
-            input_size=spec.input_size,
-            rule=spec.rule,
-        )
+        enc = spec.build()
         enc.eval().requires_grad_(False).to(device)
         _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
         _ENCODERS[key] = enc
