@@ -345,6 +345,54 @@ def _width(spec: EmbedSpec, cube) -> int:
     return 0  # encoders: from the first block's output (the encoder is never built on the client)
 
 
+def _create(spec: EmbedSpec, cube, url: str, client, blocks: int) -> None:
+    """The empty store: `features` to fill, a progress flag per block, the key."""
+    from .. import outputs
+    from ..families.encoders import encoder_facts
+
+    width = _width(spec, cube)
+    if not width:
+        facts = (
+            encoder_facts(spec.encoder)
+            if client is None
+            else client.submit(encoder_facts, spec.encoder, pure=False).result()
+        )
+        width = sum(s[0] for s in facts[0])
+    n, bs = cube.n_samples, spec.block_samples
+    g = _store.open_group(url, "w")
+    g.create_array(
+        "features",
+        shape=(n, width),
+        chunks=(bs, width),
+        dtype="float32",
+        fill_value=float("nan"),
+        dimension_names=("sample", "feature"),
+    )
+    g.create_array("progress", shape=(blocks,), chunks=(1,), dtype="uint8", fill_value=0)
+    marker = {outputs.ZARR_MARKER: outputs.marker("embeddings", "embed")}
+    g.attrs.update({"key": spec.key, "source": spec.source} | marker)
+
+
+def _run_blocks(spec: EmbedSpec, tasks: list[EmbedBlock], client, progress: bool, n: int) -> set:
+    """Every block task, here or on the cluster; the torch threads they ran with."""
+    from ..progress import gather, progress_bar
+
+    threads: set[int] = set()
+    if client is None:
+        with progress_bar(f"embed {spec.source}", n, progress) as bar:
+            for t in tasks:
+                r = embed_block(t)
+                threads |= set(r["threads"])
+                bar.advance(r["samples"])
+        return threads
+    keys = [f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks]
+    futs = client.map(embed_block, tasks, pure=False, key=keys)
+    todo = sum(t.samples.size for t in tasks)
+    for r in gather(futs, f"embed {spec.source}", todo, progress, lambda i, r: r["samples"]):
+        threads |= set(r["threads"])
+    return threads
+
+
 def embed(
     spec: EmbedSpec,
     cube,
@@ -357,19 +405,18 @@ def embed(
     """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this
     process."""
     from .. import outputs
-    from ..families.encoders import encoder_facts
 
     t0 = time.perf_counter()
     # never replace what embed did not write
     outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])
     if _store.exists(url):
         g = _store.open_group(url, "r")
-        if COMPLETE in g.attrs and g.attrs.get("key") == spec.key and not overwrite:
-            return EmbedResult(
-                url, cube.n_samples, int(g["embedding"].shape[1]), 0, 0.0, dict(g.attrs)
-            )
-        if g.attrs.get("key") != spec.key or overwrite:
-            if not overwrite and g.attrs.get("key") is not None:
+        key = g.attrs.get("key")
+        if COMPLETE in g.attrs and key == spec.key and not overwrite:
+            width = int(g["embedding"].shape[1])
+            return EmbedResult(url, cube.n_samples, width, 0, 0.0, dict(g.attrs))
+        if key != spec.key or overwrite:
+            if not overwrite and key is not None:
                 raise UserError(
                     f"{url}: embeddings of other inputs ({g.attrs.get('source')}) are there; pass"
                     " --overwrite"
@@ -378,65 +425,16 @@ def embed(
     n, bs = cube.n_samples, spec.block_samples
     blocks = math.ceil(n / bs)
     if not _store.exists(url):
-        width = _width(spec, cube)
-        if not width:
-            if client is None:
-                shapes, _ = encoder_facts(spec.encoder)
-            else:
-                shapes, _ = client.submit(encoder_facts, spec.encoder, pure=False).result()
-            width = sum(s[0] for s in shapes)
-        g = _store.open_group(url, "w")
-        g.create_array(
-            "features",
-            shape=(n, width),
-            chunks=(bs, width),
-            dtype="float32",
-            fill_value=float("nan"),
-            dimension_names=("sample", "feature"),
-        )
-        g.create_array("progress", shape=(blocks,), chunks=(1,), dtype="uint8", fill_value=0)
-        g.attrs.update(
-            {
-                "key": spec.key,
-                "source": spec.source,
-                outputs.ZARR_MARKER: outputs.marker("embeddings", "embed"),
-            }
-        )
-    g = _store.open_group(url, "r+")
-    done = np.asarray(g["progress"][:]).astype(bool)
+        _create(spec, cube, url, client, blocks)
+    done = np.asarray(_store.open_group(url, "r+")["progress"][:]).astype(bool)
     tasks = [
         EmbedBlock(spec, url, b, np.arange(b * bs, min(n, (b + 1) * bs)))
         for b in range(blocks)
         if not done[b]
     ]
-    threads: set[int] = set()
-    if tasks:
-        from ..progress import gather, progress_bar
-
-        if client is None:
-            with progress_bar(f"embed {spec.source}", n, progress) as bar:
-                for t in tasks:
-                    r = embed_block(t)
-                    threads |= set(r["threads"])
-                    bar.advance(r["samples"])
-        else:
-            futs = client.map(
-                embed_block,
-                tasks,
-                pure=False,
-                key=[f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks],
-            )
-            for r in gather(
-                futs,
-                f"embed {spec.source}",
-                sum(t.samples.size for t in tasks),
-                progress,
-                lambda i, r: r["samples"],
-            ):
-                threads |= set(r["threads"])
-    return _finish(
-        spec, cube, url, len(tasks), time.perf_counter() - t0, provenance or {}, sorted(threads)
-    )
+    threads = _run_blocks(spec, tasks, client, progress, n) if tasks else set()
+    seconds = time.perf_counter() - t0
+    return _finish(spec, cube, url, len(tasks), seconds, provenance or {}, sorted(threads))
 
 
 def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -451,6 +449,27 @@ def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return mu, vt[:k], var[:k] / total
 
 
+def _project(spec: EmbedSpec, F: np.ndarray, split: np.ndarray) -> tuple[np.ndarray, dict | None]:
+    """The pooled features brought to `spec.dim`: PCA fitted on the train split (all samples of a
+    cube without one), or zero columns where there are fewer, as NeuCo-Bench pads."""
+    from .submission import pad_to
+
+    if spec.dim is None or spec.source == "random" or F.shape[1] == spec.dim:
+        return F, None
+    if F.shape[1] < spec.dim:
+        return pad_to(F, spec.dim), None
+    fit_on = "train" if (split == "train").any() else "all"
+    rows = F[split == "train"] if fit_on == "train" else F
+    mu, comp, ratio = pca_fit(rows, spec.dim)
+    pca = {
+        "fitted_on": fit_on,
+        "samples": int(rows.shape[0]),
+        "components": int(comp.shape[0]),
+        "explained_variance": float(ratio.sum()),
+    }
+    return pad_to(((F - mu) @ comp.T).astype(np.float32), spec.dim), pca
+
+
 def _finish(
     spec: EmbedSpec,
     cube,
@@ -460,7 +479,8 @@ def _finish(
     provenance: dict,
     threads: list[int],
 ) -> EmbedResult:
-    from .submission import pad_to
+    """The vectors, sample ids and splits beside the features, then the attributes and marker."""
+    from ..cube import open_cube, sample_ids
 
     g = _store.open_group(url, "r+")
     F = np.asarray(g["features"][:])
@@ -472,27 +492,7 @@ def _finish(
             " damaged; remove the store and run embed again"
         )
     split = as_text(np.asarray(cube.splits))
-    fit_on = "train" if (split == "train").any() else "all"
-    pca = None
-    if spec.dim is not None and spec.source != "random" and F.shape[1] != spec.dim:
-        if F.shape[1] > spec.dim:
-            rows = F[split == "train"] if fit_on == "train" else F
-            mu, comp, ratio = pca_fit(rows, spec.dim)
-            E = ((F - mu) @ comp.T).astype(np.float32)
-            pca = {
-                "fitted_on": fit_on,
-                "samples": int(rows.shape[0]),
-                "components": int(comp.shape[0]),
-                "explained_variance": float(ratio.sum()),
-            }
-        else:
-            E = F
-        # fewer directions than asked (small data): zero columns, as NeuCo-Bench pads
-        E = pad_to(E, spec.dim)
-    else:
-        E = F
-    from ..cube import open_cube, sample_ids
-
+    E, pca = _project(spec, F, split)
     ids = sample_ids(open_cube(cube.url), cube.url)
     for k in ("embedding", "sample", "split", "id"):
         if k in g:
@@ -511,19 +511,19 @@ def _finish(
         g.create_array(name, shape=(len(values),), dtype=str, dimension_names=("sample",))[:] = (
             _text(values)
         )
-    attrs = {
-        **spec.describe(),
-        **provenance,
-        "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
-        "pooled_width": int(F.shape[1]),
-        "pca": pca,
-        "threads": threads,
-        "cryocube": __version__,
-        "embedding_sha256": (
-            hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()
-        ),
-    }
-    g.attrs.update(attrs)
+    digest = hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()
+    g.attrs.update(
+        {
+            **spec.describe(),
+            **provenance,
+            "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
+            "pooled_width": int(F.shape[1]),
+            "pca": pca,
+            "threads": threads,
+            "cryocube": __version__,
+            "embedding_sha256": digest,
+        }
+    )
     g.attrs[COMPLETE] = {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "n_samples": int(E.shape[0]),
