@@ -37,16 +37,9 @@ def _clip(t, v: np.ndarray) -> np.ndarray:
     if t.answer == "number":
         return np.maximum(v, 0.0)
     if t.answer == "box":
-        v = np.clip(v, 0.0, 1.0)
-        return np.stack(
-            [
-                np.minimum(v[:, 0], v[:, 2]),
-                np.minimum(v[:, 1], v[:, 3]),
-                np.maximum(v[:, 0], v[:, 2]),
-                np.maximum(v[:, 1], v[:, 3]),
-            ],
-            axis=1,
-        )
+        v = np.clip(v, 0.0, 1.0)  # corners sorted: (x0, y0) the smaller
+        lo, hi = v[:, :2], v[:, 2:]
+        return np.concatenate([np.minimum(lo, hi), np.maximum(lo, hi)], axis=1)
     return np.clip(v, 0.0, 1.0) if t.answer == "fraction" else v
 
 
