@@ -18,20 +18,36 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import math
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
-from .. import __version__
+from .. import __version__, outputs
 from .. import store as _store
-from ..cube import _text, as_text, read_samples
+from ..cluster.runtime import torch_task
+from ..cube import _text, as_text, check_unique_ids, open_cube, read_samples, sample_ids
 from ..errors import RecipeError, UserError, task_boundary
 from ..families.base import PlanContext
-from ..families.encoders import EncoderSpec, InputMap, dataset_band_rule, match_cube_bands
+from ..families.encoders import (
+    EncoderSpec,
+    InputMap,
+    dataset_band_rule,
+    encoder_facts,
+    get_encoder,
+    match_cube_bands,
+    window_offsets,
+)
+from ..precision import autocast
+from ..progress import gather, progress_bar
 from ..recipe import BaseRecipe
+from .submission import pad_to
 
 COMPLETE = "cryocube_embedding_complete"
 BASELINES = ("random", "mean")
@@ -246,11 +262,6 @@ def plan_embedding(
 def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
     """(items, slots, H, W) normalised -> (items, features): windows of the encoder input, GAP per
     level."""
-    import torch
-
-    from ..families.encoders import window_offsets
-    from ..precision import autocast
-
     S = spec.encoder.input_size
     H = x.shape[-1]
     if H < S:  # pad bottom/right with 0 (= the mean), as the segmentation family does
@@ -293,8 +304,6 @@ def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
 def embed_block(task: EmbedBlock) -> dict[str, Any]:
     """One block's task: its samples' vectors into `features`, then its progress flag, so an
     interrupted `embed` resumes after the last finished block."""
-    from ..cluster.runtime import torch_task
-
     t0 = time.perf_counter()
     spec = task.spec
     img, _ = read_samples(spec.cube_url, task.samples, labels=False)
@@ -313,8 +322,6 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
         elif spec.source == "mean":
             v = _mean_baseline(spec, x.numpy().reshape(n, T, -1, H, W))
         else:
-            from ..families.encoders import get_encoder
-
             enc = get_encoder(spec.encoder, device)
             v = _pooled(enc, spec, x, device, spec.batch or 16).reshape(n, T, -1).mean(axis=1)
         g = _store.open_group(task.url, "r+")
@@ -347,9 +354,6 @@ def _width(spec: EmbedSpec, cube) -> int:
 
 def _create(spec: EmbedSpec, cube, url: str, client, blocks: int) -> None:
     """The empty store: `features` to fill, a progress flag per block, the key."""
-    from .. import outputs
-    from ..families.encoders import encoder_facts
-
     width = _width(spec, cube)
     if not width:
         facts = (
@@ -375,8 +379,6 @@ def _create(spec: EmbedSpec, cube, url: str, client, blocks: int) -> None:
 
 def _run_blocks(spec: EmbedSpec, tasks: list[EmbedBlock], client, progress: bool, n: int) -> set:
     """Every block task, here or on the cluster; the torch threads they ran with."""
-    from ..progress import gather, progress_bar
-
     threads: set[int] = set()
     if client is None:
         with progress_bar(f"embed {spec.source}", n, progress) as bar:
@@ -404,8 +406,6 @@ def embed(
 ) -> EmbedResult:
     """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this
     process."""
-    from .. import outputs
-
     t0 = time.perf_counter()
     # never replace what embed did not write
     outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])
@@ -452,8 +452,6 @@ def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def _project(spec: EmbedSpec, F: np.ndarray, split: np.ndarray) -> tuple[np.ndarray, dict | None]:
     """The pooled features brought to `spec.dim`: PCA fitted on the train split (all samples of a
     cube without one), or zero columns where there are fewer, as NeuCo-Bench pads."""
-    from .submission import pad_to
-
     if spec.dim is None or spec.source == "random" or F.shape[1] == spec.dim:
         return F, None
     if F.shape[1] < spec.dim:
@@ -480,8 +478,6 @@ def _finish(
     threads: list[int],
 ) -> EmbedResult:
     """The vectors, sample ids and splits beside the features, then the attributes and marker."""
-    from ..cube import open_cube, sample_ids
-
     g = _store.open_group(url, "r+")
     F = np.asarray(g["features"][:])
     bad = np.flatnonzero(~np.isfinite(F).all(axis=1))
@@ -539,8 +535,6 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
             f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed`"
             " again"
         )
-    from ..cube import check_unique_ids
-
     ids = check_unique_ids(
         g["id"][:],
         url,
@@ -587,9 +581,6 @@ def _file_sha256(path: str) -> str:
 def write_sidecar(csv: str, attrs: dict) -> str:
     """`<csv>.json`: what made the CSV (the cube's checksum, the model), with the CSV's own sha256
     so an edited CSV is never credited to it; written then renamed."""
-    import json
-    import os
-
     out = sidecar_path(csv)
     doc = {k: attrs.get(k) for k in SIDECAR_KEYS} | {
         "csv_sha256": _file_sha256(csv),
@@ -605,10 +596,6 @@ def write_sidecar(csv: str, attrs: dict) -> str:
 def read_sidecar(csv: str) -> dict:
     """The provenance `embed` wrote beside a CSV; {} when there is none, or (with a warning) when
     the CSV no longer has the bytes it was written with."""
-    import json
-    import os
-    import warnings
-
     path = sidecar_path(csv)
     if not os.path.isfile(path):
         return {}

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..catalog import Band
+from ..catalog import Band, load_dataset
+from ..cluster.runtime import torch_task
 from ..errors import UserError, task_boundary
+from ..models import BandMatchError, build_encoder, match_bands
 from ..models.spec import ModelSpec
 from ..precision import autocast
 
@@ -45,8 +47,6 @@ def dataset_band_rule(dataset: str, default: str = "named") -> str:
     """The band-matching rule a dataset's catalog asks for where no protocol chooses one
     (`embed_bands`: cross_sensor for interferograms, whose phase and coherence fit no encoder slot);
     `default` for a cube whose dataset is not in the catalog."""
-    from ..catalog import load_dataset
-
     try:
         return load_dataset(dataset).embed_bands
     except UserError:
@@ -59,8 +59,6 @@ def match_cube_bands(mspec: ModelSpec, bands, rule: str, offers_cross_sensor: bo
     Cryo-Bench feeds SAR to optical GFMs) instead of a refusal; anything else that fits no slot is
     refused, naming the bands.
     """
-    from ..models import BandMatchError, match_bands
-
     try:
         return rule, match_bands(mspec, bands, rule, offers_cross_sensor)
     except BandMatchError:
@@ -110,8 +108,6 @@ class EncoderSpec:
 
     def build(self) -> torch.nn.Module:
         """The encoder module, weights loaded (seed torch first for a random init)."""
-        from ..models import build_encoder
-
         return build_encoder(
             self.model,
             bands=list(self.bands),
@@ -186,8 +182,6 @@ def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
     for the extraction (or embedding) that follows, and the client never builds (or loads weights
     of) it.
     """
-    from ..cluster.runtime import torch_task
-
     with torch_task() as (device, _):
         enc = get_encoder(spec, device)
         return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(

@@ -16,8 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from ..cube import TileCube, as_text, open_view, sample_ids
 from ..errors import UserError
-from .tasks import TaskSpec, fill
+from ..families.class_labels import class_labels
+from .render import band_facts, tile_bands
+from .tasks import TaskSpec, fill, fill_tile
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,6 @@ class Question:
 
 
 def _text(a) -> list[str]:
-    from ..cube import as_text
-
     return [str(x) for x in as_text(np.asarray(a))]
 
 
@@ -121,8 +122,6 @@ def questions(
     out}. `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn
     from).
     """
-    from ..cube import TileCube, open_view
-
     cube = open_view(url)
     if isinstance(cube, TileCube) and "class_fraction" in cube.ds:
         return tile_questions(url, cube.ds, tasks, every_split)
@@ -166,11 +165,6 @@ def tile_questions(
     task's skip_classes; the reference is the class's derived label (`class: present` ->
     labels[0|1], `class: fraction`).
     """
-    from ..cube import as_text, sample_ids
-    from ..families.class_labels import class_labels
-    from .render import band_facts, tile_bands
-    from .tasks import fill_tile
-
     ids = [str(i) for i in sample_ids(ds, url)]
     split = np.asarray(as_text(ds["split"].values))
     labelled, per_class = class_labels(ds)

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...embeddings.embed import load_embeddings
 from ...errors import task_boundary
 from ...questions.cells import answerable, scored_rows, target_of
+from ...questions.metrics import box_iou
 
 # logistic regression: inverse regularisation strength
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
@@ -45,8 +47,6 @@ def _clip(t, v: np.ndarray) -> np.ndarray:
 
 def _val_score(t, pred, y) -> float:
     """Higher is better: accuracy, -MAE, mean box IoU (the task's own metrics)."""
-    from ...questions.metrics import box_iou
-
     if t.answer == "class":
         return float(np.mean(pred == y))
     if t.answer == "box":
@@ -103,8 +103,6 @@ def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
 def answer_heads(job: HeadsJob) -> dict:
     """Fit a head per (task, class asked), answer the test questions; rows scored as VLM answers
     are."""
-    from ...embeddings.embed import load_embeddings
-
     ids, E, _, _ = load_embeddings(job.embeddings)
     pos = {i: k for k, i in enumerate(ids)}
     X = np.asarray(E, np.float64)

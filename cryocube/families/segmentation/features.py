@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ... import store as _store
+from ...cluster.runtime import torch_task
 from ...cube import read_dense
 from ...errors import DamagedCacheError, task_boundary
 from ...precision import autocast
@@ -245,8 +246,6 @@ def _encode(enc, task: ExtractTask, x: torch.Tensor, batch: int, device: str, s0
 def extract_block(task: ExtractTask) -> dict[str, Any]:
     """Run the frozen encoder over one block of samples and write their items' features; the next
     chunk is read while the encoder runs, and on GPU batches go through pinned memory."""
-    from ...cluster.runtime import torch_task
-
     t0 = time.perf_counter()
     cache, per = task.cache, task.per
     with torch_task(task.threads) as (device, threads):

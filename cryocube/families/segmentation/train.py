@@ -24,10 +24,13 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ... import store as _store
 from ...catalog import CUBE_IGNORE_INDEX
+from ...cluster.runtime import peak_memory, torch_task
 from ...cube import read_dense
+from ...decoders import Segmenter, build_decoder
 from ...errors import NonFiniteLoss, UserError, failure, task_boundary
 from ...precision import autocast, grad_scaler
 from .data import pad_to, window_offsets
@@ -66,8 +69,6 @@ def deterministic_attention(device: str):
     """
     if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel(SDPBackend.MATH)
 
 
@@ -101,15 +102,11 @@ def adamw(params: list, cfg, device: str) -> tuple[torch.optim.Optimizer, str]:
 
 
 def _decoder(run: SegRun, enc: nn.Module) -> nn.Module:
-    from ...decoders import build_decoder
-
     return build_decoder(run.decoder, enc, run.num_classes, **dict(run.decoder_kwargs))
 
 
 def build_model(run: SegRun, device: str) -> tuple[nn.Module, nn.Module | None]:
     """(trainable module, frozen encoder or None). Frozen: the decoder; otherwise a Segmenter."""
-    from ...decoders import Segmenter
-
     if not run.trains_encoder:
         frozen = get_encoder(run.encoder, device)
         # seeded after the encoder: whether this worker built it now or earlier must not change the
@@ -530,8 +527,6 @@ def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:
 def fit(task: FitTask) -> list[dict[str, Any]]:
     """Train every run of the group on one worker; each best state goes to its run dir. Returns one
     result per run (validation curve, steps, timings, device, threads)."""
-    from ...cluster.runtime import peak_memory, torch_task
-
     t0 = time.perf_counter()
     runs = task.runs
     with torch_task(runs[0].recipe.threads) as (device, threads), peak_memory(device) as peak:
@@ -573,8 +568,6 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
 def test_block(task: TestTask) -> TileConfusions:
     """Per-tile confusion matrices of the best state on one block of test tiles (predictions saved
     alongside); their sum is the run's score, the tiles feed the report's bootstrap."""
-    from ...cluster.runtime import torch_task
-
     run = task.run
     with torch_task(run.recipe.threads) as (device, _):
         module, _ = build_model(run, device)

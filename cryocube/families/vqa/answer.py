@@ -13,11 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import store as _store
+from ...adapters import get
 from ...adapters.base import ModelRef
+from ...cluster.runtime import torch_task
+from ...cube import read_samples
 from ...errors import task_boundary
 from ...questions.ask import Question
-from ...questions.metrics import score
+from ...questions.metrics import confusion, score, summarize
 from ...questions.parsers import parse
+from ...questions.render import render
 from ...questions.tasks import TaskSpec
 
 
@@ -60,11 +64,6 @@ def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def _generate(b: Block) -> tuple[list[dict], float, str]:
-    from ...adapters import get
-    from ...cluster.runtime import torch_task
-    from ...cube import read_samples
-    from ...questions.render import render
-
     samples = sorted({q.sample for q in b.questions})
     images, _ = read_samples(b.cube, samples, labels=False)
     if images.ndim == 5:  # a time axis of one step
@@ -184,8 +183,6 @@ def merge(a: dict, b: dict) -> dict:
 def _part(rows: list[dict], t: TaskSpec, n_boot: int, seed: int, every: bool = True) -> dict:
     """n, unparsed and each metric's mean with its bootstrap CI over `rows` (`every=False`: only
     the metrics some row has a score for)."""
-    from ...questions.metrics import summarize
-
     metrics = {}
     for m, _, _ in t.metrics:
         vals = [r["scores"][m] for r in rows if m in r["scores"]]
@@ -199,8 +196,6 @@ def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, se
     unparsed and the score an unparsed answer got (`unparsed_value`); class tasks add a confusion
     matrix; a task with several phrasings adds each phrasing's n, unparsed and metrics
     (`phrasings`)."""
-    from ...questions.metrics import confusion
-
     out = {}
     for name, t in tasks.items():
         every = [r for r in rows if r["task"] == name]
