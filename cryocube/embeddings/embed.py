@@ -1,13 +1,11 @@
 """`cryocube embed`: one vector per cube sample from any registered encoder, or an organiser
 baseline.
 
-Vectors are pooled the PANGAEA probe way: each output level's map is global-average-pooled and the
-levels concatenated; samples larger than the encoder input are cut into the sliding windows of the
-segmentation family, and windows and time steps (multi-temporal sample cubes) are averaged. Block
-tasks write the pooled features into `features(sample, feature)` with a progress flag each, so an
-interrupted run resumes; then, on the client, the optional PCA (`--dim`, fitted on the train split,
-or all samples of a cube without one, as the challenge had none) gives `embedding(sample, dim)`.
-The completion marker and the provenance attributes are written last.
+Vectors are pooled the PANGAEA probe way: each output level global-average-pooled, the levels
+concatenated, and the segmentation family's sliding windows and the time steps averaged. Block
+tasks fill `features(sample, feature)` with a progress flag each (an interrupted run resumes);
+the client's optional PCA (`--dim`, fitted on the train split, or every sample of a cube without
+one, as the challenge had none) gives `embedding(sample, dim)`; marker and provenance come last.
 
 Baselines (Embed2Scale organisers): `random` draws N(0, 1) values (seeded per sample here, so a
 rerun gives the same vectors); `mean` averages band groups (the catalog's `mean_baseline.groups`,
@@ -552,16 +550,8 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
 # -- the submission CSV's provenance
 # -------------------------------------------------------------------
 
-SIDECAR_KEYS = (
-    "source",
-    "key",
-    "model_name",
-    "cube",
-    "weights",
-    "precision",
-    "dim",
-    "pca",
-    "embedding_sha256",
+SIDECAR_KEYS = tuple(
+    "source key model_name cube weights precision dim pca embedding_sha256".split()
 )
 
 
@@ -571,11 +561,8 @@ def sidecar_path(csv: str) -> str:
 
 
 def _file_sha256(path: str) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def write_sidecar(csv: str, attrs: dict) -> str:

@@ -2,15 +2,12 @@
 set, precision) and reused by every epoch, validation pass and seed.
 
 Training items are a fixed bank of `crops_per_sample` random crops per train sample (epoch e uses
-crop e mod K, as the reference draws one fresh crop per sample per epoch); validation/test items are
-the deterministic sliding windows of each tile. A split's arrays span every sample of the cube's
-split, but the cache is keyed by the samples it holds: a `held` flag per sample, set only after
-that sample's items are written, so a few-shot run extracts only its draw, a later run (a full one,
-another seed's draw) only what is missing, and an interrupted extraction resumes where it stopped.
-A sample's crops are fixed by its position in the split (`crop_offsets` of the whole split), so its
-items are the same whichever run extracted them. The split's completion marker is set once every
-sample is held. Unwritten or lost chunks read as NaN features / label -2, which `FeatureSplit`
-refuses: never read as fill values.
+crop e mod K, as the reference draws a fresh crop per epoch), fixed by the sample's position in
+the split so any run extracts the same items; validation/test items are each tile's sliding
+windows. A `held` flag per sample, set after its items are written, lets a few-shot run extract
+only its draw, a later run only what is missing, and an interrupted one resume; the split's
+completion marker follows once every sample is held. Unwritten or lost chunks read as NaN
+features / label -2, which `FeatureSplit` refuses.
 """
 
 from __future__ import annotations
