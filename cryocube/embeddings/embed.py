@@ -1,13 +1,11 @@
 """`cryocube embed`: one vector per cube sample from any registered encoder, or an organiser
 baseline.
 
-Vectors are pooled the PANGAEA probe way: each output level's map is global-average-pooled and the
-levels concatenated; samples larger than the encoder input are cut into the sliding windows of the
-segmentation family, and windows and time steps (multi-temporal sample cubes) are averaged. Block
-tasks write the pooled features into `features(sample, feature)` with a progress flag each, so an
-interrupted run resumes; then, on the client, the optional PCA (`--dim`, fitted on the train split,
-or all samples of a cube without one, as the challenge had none) gives `embedding(sample, dim)`.
-The completion marker and the provenance attributes are written last.
+Vectors are pooled the PANGAEA probe way: each output level global-average-pooled, the levels
+concatenated, and the segmentation family's sliding windows and the time steps averaged. Block
+tasks fill `features(sample, feature)` with a progress flag each (an interrupted run resumes);
+the client's optional PCA (`--dim`, fitted on the train split, or every sample of a cube without
+one, as the challenge had none) gives `embedding(sample, dim)`; marker and provenance come last.
 
 Baselines (Embed2Scale organisers): `random` draws N(0, 1) values (seeded per sample here, so a
 rerun gives the same vectors); `mean` averages band groups (the catalog's `mean_baseline.groups`,
@@ -18,20 +16,36 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import math
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
-from .. import __version__
+from .. import __version__, outputs
 from .. import store as _store
-from ..cube import _text, as_text, read_samples
+from ..cluster.runtime import torch_task
+from ..cube import _text, as_text, check_unique_ids, open_cube, read_samples, sample_ids
 from ..errors import RecipeError, UserError, task_boundary
 from ..families.base import PlanContext
-from ..families.encoders import EncoderSpec, InputMap, dataset_band_rule, match_cube_bands
+from ..families.encoders import (
+    EncoderSpec,
+    InputMap,
+    dataset_band_rule,
+    encoder_facts,
+    get_encoder,
+    match_cube_bands,
+    window_offsets,
+)
+from ..precision import autocast
+from ..progress import gather, progress_bar
 from ..recipe import BaseRecipe
+from .submission import pad_to
 
 COMPLETE = "cryocube_embedding_complete"
 BASELINES = ("random", "mean")
@@ -246,11 +260,6 @@ def plan_embedding(
 def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
     """(items, slots, H, W) normalised -> (items, features): windows of the encoder input, GAP per
     level."""
-    import torch
-
-    from ..families.encoders import window_offsets
-    from ..precision import autocast
-
     S = spec.encoder.input_size
     H = x.shape[-1]
     if H < S:  # pad bottom/right with 0 (= the mean), as the segmentation family does
@@ -293,8 +302,6 @@ def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
 def embed_block(task: EmbedBlock) -> dict[str, Any]:
     """One block's task: its samples' vectors into `features`, then its progress flag, so an
     interrupted `embed` resumes after the last finished block."""
-    from ..cluster.runtime import torch_task
-
     t0 = time.perf_counter()
     spec = task.spec
     img, _ = read_samples(spec.cube_url, task.samples, labels=False)
@@ -313,8 +320,6 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
         elif spec.source == "mean":
             v = _mean_baseline(spec, x.numpy().reshape(n, T, -1, H, W))
         else:
-            from ..families.encoders import get_encoder
-
             enc = get_encoder(spec.encoder, device)
             v = _pooled(enc, spec, x, device, spec.batch or 16).reshape(n, T, -1).mean(axis=1)
         g = _store.open_group(task.url, "r+")
@@ -345,6 +350,49 @@ def _width(spec: EmbedSpec, cube) -> int:
     return 0  # encoders: from the first block's output (the encoder is never built on the client)
 
 
+def _create(spec: EmbedSpec, cube, url: str, client, blocks: int) -> None:
+    """The empty store: `features` to fill, a progress flag per block, the key."""
+    width = _width(spec, cube)
+    if not width:
+        facts = (
+            encoder_facts(spec.encoder)
+            if client is None
+            else client.submit(encoder_facts, spec.encoder, pure=False).result()
+        )
+        width = sum(s[0] for s in facts[0])
+    n, bs = cube.n_samples, spec.block_samples
+    g = _store.open_group(url, "w")
+    g.create_array(
+        "features",
+        shape=(n, width),
+        chunks=(bs, width),
+        dtype="float32",
+        fill_value=float("nan"),
+        dimension_names=("sample", "feature"),
+    )
+    g.create_array("progress", shape=(blocks,), chunks=(1,), dtype="uint8", fill_value=0)
+    marker = {outputs.ZARR_MARKER: outputs.marker("embeddings", "embed")}
+    g.attrs.update({"key": spec.key, "source": spec.source} | marker)
+
+
+def _run_blocks(spec: EmbedSpec, tasks: list[EmbedBlock], client, progress: bool, n: int) -> set:
+    """Every block task, here or on the cluster; the torch threads they ran with."""
+    threads: set[int] = set()
+    if client is None:
+        with progress_bar(f"embed {spec.source}", n, progress) as bar:
+            for t in tasks:
+                r = embed_block(t)
+                threads |= set(r["threads"])
+                bar.advance(r["samples"])
+        return threads
+    keys = [f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks]
+    futs = client.map(embed_block, tasks, pure=False, key=keys)
+    todo = sum(t.samples.size for t in tasks)
+    for r in gather(futs, f"embed {spec.source}", todo, progress, lambda i, r: r["samples"]):
+        threads |= set(r["threads"])
+    return threads
+
+
 def embed(
     spec: EmbedSpec,
     cube,
@@ -356,20 +404,17 @@ def embed(
 ) -> EmbedResult:
     """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this
     process."""
-    from .. import outputs
-    from ..families.encoders import encoder_facts
-
     t0 = time.perf_counter()
     # never replace what embed did not write
     outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])
     if _store.exists(url):
         g = _store.open_group(url, "r")
-        if COMPLETE in g.attrs and g.attrs.get("key") == spec.key and not overwrite:
-            return EmbedResult(
-                url, cube.n_samples, int(g["embedding"].shape[1]), 0, 0.0, dict(g.attrs)
-            )
-        if g.attrs.get("key") != spec.key or overwrite:
-            if not overwrite and g.attrs.get("key") is not None:
+        key = g.attrs.get("key")
+        if COMPLETE in g.attrs and key == spec.key and not overwrite:
+            width = int(g["embedding"].shape[1])
+            return EmbedResult(url, cube.n_samples, width, 0, 0.0, dict(g.attrs))
+        if key != spec.key or overwrite:
+            if not overwrite and key is not None:
                 raise UserError(
                     f"{url}: embeddings of other inputs ({g.attrs.get('source')}) are there; pass"
                     " --overwrite"
@@ -378,65 +423,16 @@ def embed(
     n, bs = cube.n_samples, spec.block_samples
     blocks = math.ceil(n / bs)
     if not _store.exists(url):
-        width = _width(spec, cube)
-        if not width:
-            if client is None:
-                shapes, _ = encoder_facts(spec.encoder)
-            else:
-                shapes, _ = client.submit(encoder_facts, spec.encoder, pure=False).result()
-            width = sum(s[0] for s in shapes)
-        g = _store.open_group(url, "w")
-        g.create_array(
-            "features",
-            shape=(n, width),
-            chunks=(bs, width),
-            dtype="float32",
-            fill_value=float("nan"),
-            dimension_names=("sample", "feature"),
-        )
-        g.create_array("progress", shape=(blocks,), chunks=(1,), dtype="uint8", fill_value=0)
-        g.attrs.update(
-            {
-                "key": spec.key,
-                "source": spec.source,
-                outputs.ZARR_MARKER: outputs.marker("embeddings", "embed"),
-            }
-        )
-    g = _store.open_group(url, "r+")
-    done = np.asarray(g["progress"][:]).astype(bool)
+        _create(spec, cube, url, client, blocks)
+    done = np.asarray(_store.open_group(url, "r+")["progress"][:]).astype(bool)
     tasks = [
         EmbedBlock(spec, url, b, np.arange(b * bs, min(n, (b + 1) * bs)))
         for b in range(blocks)
         if not done[b]
     ]
-    threads: set[int] = set()
-    if tasks:
-        from ..progress import gather, progress_bar
-
-        if client is None:
-            with progress_bar(f"embed {spec.source}", n, progress) as bar:
-                for t in tasks:
-                    r = embed_block(t)
-                    threads |= set(r["threads"])
-                    bar.advance(r["samples"])
-        else:
-            futs = client.map(
-                embed_block,
-                tasks,
-                pure=False,
-                key=[f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks],
-            )
-            for r in gather(
-                futs,
-                f"embed {spec.source}",
-                sum(t.samples.size for t in tasks),
-                progress,
-                lambda i, r: r["samples"],
-            ):
-                threads |= set(r["threads"])
-    return _finish(
-        spec, cube, url, len(tasks), time.perf_counter() - t0, provenance or {}, sorted(threads)
-    )
+    threads = _run_blocks(spec, tasks, client, progress, n) if tasks else set()
+    seconds = time.perf_counter() - t0
+    return _finish(spec, cube, url, len(tasks), seconds, provenance or {}, sorted(threads))
 
 
 def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -451,6 +447,25 @@ def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return mu, vt[:k], var[:k] / total
 
 
+def _project(spec: EmbedSpec, F: np.ndarray, split: np.ndarray) -> tuple[np.ndarray, dict | None]:
+    """The pooled features brought to `spec.dim`: PCA fitted on the train split (all samples of a
+    cube without one), or zero columns where there are fewer, as NeuCo-Bench pads."""
+    if spec.dim is None or spec.source == "random" or F.shape[1] == spec.dim:
+        return F, None
+    if F.shape[1] < spec.dim:
+        return pad_to(F, spec.dim), None
+    fit_on = "train" if (split == "train").any() else "all"
+    rows = F[split == "train"] if fit_on == "train" else F
+    mu, comp, ratio = pca_fit(rows, spec.dim)
+    pca = {
+        "fitted_on": fit_on,
+        "samples": int(rows.shape[0]),
+        "components": int(comp.shape[0]),
+        "explained_variance": float(ratio.sum()),
+    }
+    return pad_to(((F - mu) @ comp.T).astype(np.float32), spec.dim), pca
+
+
 def _finish(
     spec: EmbedSpec,
     cube,
@@ -460,8 +475,7 @@ def _finish(
     provenance: dict,
     threads: list[int],
 ) -> EmbedResult:
-    from .submission import pad_to
-
+    """The vectors, sample ids and splits beside the features, then the attributes and marker."""
     g = _store.open_group(url, "r+")
     F = np.asarray(g["features"][:])
     bad = np.flatnonzero(~np.isfinite(F).all(axis=1))
@@ -472,27 +486,7 @@ def _finish(
             " damaged; remove the store and run embed again"
         )
     split = as_text(np.asarray(cube.splits))
-    fit_on = "train" if (split == "train").any() else "all"
-    pca = None
-    if spec.dim is not None and spec.source != "random" and F.shape[1] != spec.dim:
-        if F.shape[1] > spec.dim:
-            rows = F[split == "train"] if fit_on == "train" else F
-            mu, comp, ratio = pca_fit(rows, spec.dim)
-            E = ((F - mu) @ comp.T).astype(np.float32)
-            pca = {
-                "fitted_on": fit_on,
-                "samples": int(rows.shape[0]),
-                "components": int(comp.shape[0]),
-                "explained_variance": float(ratio.sum()),
-            }
-        else:
-            E = F
-        # fewer directions than asked (small data): zero columns, as NeuCo-Bench pads
-        E = pad_to(E, spec.dim)
-    else:
-        E = F
-    from ..cube import open_cube, sample_ids
-
+    E, pca = _project(spec, F, split)
     ids = sample_ids(open_cube(cube.url), cube.url)
     for k in ("embedding", "sample", "split", "id"):
         if k in g:
@@ -511,19 +505,19 @@ def _finish(
         g.create_array(name, shape=(len(values),), dtype=str, dimension_names=("sample",))[:] = (
             _text(values)
         )
-    attrs = {
-        **spec.describe(),
-        **provenance,
-        "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
-        "pooled_width": int(F.shape[1]),
-        "pca": pca,
-        "threads": threads,
-        "cryocube": __version__,
-        "embedding_sha256": (
-            hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()
-        ),
-    }
-    g.attrs.update(attrs)
+    digest = hashlib.sha256(np.ascontiguousarray(E, dtype=np.float32).tobytes()).hexdigest()
+    g.attrs.update(
+        {
+            **spec.describe(),
+            **provenance,
+            "cube": {"url": cube.url, "checksum": cube.checksum, "dataset": cube.dataset},
+            "pooled_width": int(F.shape[1]),
+            "pca": pca,
+            "threads": threads,
+            "cryocube": __version__,
+            "embedding_sha256": digest,
+        }
+    )
     g.attrs[COMPLETE] = {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "n_samples": int(E.shape[0]),
@@ -539,8 +533,6 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
             f"{url}: not a complete embedding store (no {COMPLETE!r} marker); run `cryocube embed`"
             " again"
         )
-    from ..cube import check_unique_ids
-
     ids = check_unique_ids(
         g["id"][:],
         url,
@@ -558,16 +550,8 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
 # -- the submission CSV's provenance
 # -------------------------------------------------------------------
 
-SIDECAR_KEYS = (
-    "source",
-    "key",
-    "model_name",
-    "cube",
-    "weights",
-    "precision",
-    "dim",
-    "pca",
-    "embedding_sha256",
+SIDECAR_KEYS = tuple(
+    "source key model_name cube weights precision dim pca embedding_sha256".split()
 )
 
 
@@ -577,19 +561,13 @@ def sidecar_path(csv: str) -> str:
 
 
 def _file_sha256(path: str) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def write_sidecar(csv: str, attrs: dict) -> str:
     """`<csv>.json`: what made the CSV (the cube's checksum, the model), with the CSV's own sha256
     so an edited CSV is never credited to it; written then renamed."""
-    import json
-    import os
-
     out = sidecar_path(csv)
     doc = {k: attrs.get(k) for k in SIDECAR_KEYS} | {
         "csv_sha256": _file_sha256(csv),
@@ -605,10 +583,6 @@ def write_sidecar(csv: str, attrs: dict) -> str:
 def read_sidecar(csv: str) -> dict:
     """The provenance `embed` wrote beside a CSV; {} when there is none, or (with a warning) when
     the CSV no longer has the bytes it was written with."""
-    import json
-    import os
-    import warnings
-
     path = sidecar_path(csv)
     if not os.path.isfile(path):
         return {}

@@ -75,6 +75,77 @@ def _value_columns(cols: list[str], lenient: bool) -> list[str]:
     return sorted(cols, key=int) if len(digits) == len(cols) else cols
 
 
+def _read_frame(path: Path):
+    """The CSV as text ids and columns, refused in one sentence when it is none or has no id."""
+    import pandas as pd
+
+    unreadable = (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, ValueError)
+    try:
+        header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
+        if "id" in header:
+            df = pd.read_csv(path, dtype={"id": str})
+    except FileNotFoundError:
+        raise SubmissionError(f"submission file {path} does not exist.") from None
+    except unreadable as e:
+        raise SubmissionError(f"{path} is not a readable CSV file ({e}).") from None
+    if "id" not in header:
+        raise SubmissionError(
+            f"{path} has no 'id' column (its first columns are {_fmt_ids(header, 3)})."
+        )
+    df.columns = [str(c) for c in df.columns]
+    return df
+
+
+def _numbers(frame) -> tuple[np.ndarray, np.ndarray]:
+    """(values as float64, where a cell is not a number); empty cells are NaN, not uncastable."""
+    import pandas as pd
+
+    values = np.empty(frame.shape, dtype=np.float64)
+    uncastable = np.zeros(frame.shape, dtype=bool)
+    for j in range(frame.shape[1]):
+        col = frame.iloc[:, j]
+        if col.dtype.kind in "fiub":
+            values[:, j] = col.to_numpy(dtype=np.float64)
+        else:
+            values[:, j] = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+            uncastable[:, j] = np.isnan(values[:, j]) & col.notna().to_numpy()
+    return values, uncastable
+
+
+def _refuse_values(path, values, uncastable, raw_ids, ids, cols) -> None:
+    """The challenge's checks 4 (every value casts to float) and 5 (no NaN), then no infinity (it
+    would poison the global standardisation) and no empty id: the first offending row, then
+    column, in file order."""
+    for mask, what in (
+        (uncastable, "a value that is not a number"),
+        (np.isnan(values) & ~uncastable, "a NaN (or empty) value"),
+        (np.isinf(values), "an infinite value"),
+    ):
+        if mask.any():
+            r, c = map(int, np.argwhere(mask)[0])
+            raise SubmissionError(
+                f"{path}: row of id {raw_ids[r]!r} has {what} in column {cols[c]!r} (line {r + 2})."
+            )
+    empty = [r for r, i in enumerate(ids) if not i.strip()]
+    if empty:
+        raise SubmissionError(f"{path}: the id cell of line {empty[0] + 2} is empty.")
+
+
+def _value_count(path, cols: list[str], dim: int | None, strict: bool) -> None:
+    """Check 3: strict, exactly `dim` value columns; lenient, at most `dim` (fewer are padded)."""
+    if dim is None:
+        return
+    if strict and len(cols) != dim:
+        extra = f" (the first beyond {dim} is {cols[dim]!r})" if len(cols) > dim else ""
+        raise SubmissionError(
+            f"{path} has {len(cols)} value columns after 'id', expected {dim}{extra}."
+        )
+    if len(cols) > dim:
+        raise SubmissionError(
+            f"{path} has {len(cols)} embedding columns, more than the expected {dim}."
+        )
+
+
 def read_submission(
     path: str | os.PathLike,
     expected_ids: Iterable[str] | None = None,
@@ -90,25 +161,8 @@ def read_submission(
     such a value as 0.
     """
     strict_values = strict if strict_values is None else strict_values
-    import pandas as pd
-
     path = Path(path)
-    try:
-        header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
-    except FileNotFoundError:
-        raise SubmissionError(f"submission file {path} does not exist.") from None
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise SubmissionError(f"{path} is not a readable CSV file ({e}).") from None
-    # 1. the id column
-    if "id" not in header:
-        raise SubmissionError(
-            f"{path} has no 'id' column (its first columns are {_fmt_ids(header, 3)})."
-        )
-    try:
-        df = pd.read_csv(path, dtype={"id": str})
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-        raise SubmissionError(f"{path} is not a readable CSV file ({e}).") from None
-    df.columns = [str(c) for c in df.columns]
+    df = _read_frame(path)  # 1. the id column
     raw_ids = df["id"].fillna("").astype(str).tolist()
     ids = [strip_id(i) for i in raw_ids]
     notes: dict[str, Any] = {
@@ -124,54 +178,13 @@ def read_submission(
             raise SubmissionError(
                 f"{path} lacks {len(missing)} expected ids, among them {_fmt_ids(missing)}."
             )
-    # 3. the number of value columns
-    others = [c for c in df.columns if c != "id"]
-    cols = _value_columns(others, lenient=not strict)
-    if strict and dim is not None and len(cols) != dim:
-        extra = f" (the first beyond {dim} is {cols[dim]!r})" if len(cols) > dim else ""
-        raise SubmissionError(
-            f"{path} has {len(cols)} value columns after 'id', expected {dim}{extra}."
-        )
-    if not strict and dim is not None and len(cols) > dim:
-        raise SubmissionError(
-            f"{path} has {len(cols)} embedding columns, more than the expected {dim}."
-        )
-    frame = df[cols]
-    values = np.empty(frame.shape, dtype=np.float64)
-    uncastable = np.zeros(frame.shape, dtype=bool)
-    for j, c in enumerate(cols):
-        col = frame.iloc[:, j]
-        if col.dtype.kind in "fiub":
-            values[:, j] = col.to_numpy(dtype=np.float64)
-        else:
-            num = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
-            uncastable[:, j] = np.isnan(num) & col.notna().to_numpy()
-            values[:, j] = num
-    nan = np.isnan(values) & ~uncastable
+    cols = _value_columns([c for c in df.columns if c != "id"], lenient=not strict)
+    _value_count(path, cols, dim, strict)
+    values, uncastable = _numbers(df[cols])
     if strict_values:
-        # 4. every value casts to float, 5. no NaN (first offending row, then column, in file order)
-        for mask, what in (
-            (uncastable, "a value that is not a number"),
-            (nan, "a NaN (or empty) value"),
-        ):
-            if mask.any():
-                r, c = map(int, np.argwhere(mask)[0])
-                raise SubmissionError(
-                    f"{path}: row of id {raw_ids[r]!r} has {what} in column {cols[c]!r} (line"
-                    f" {r + 2})."
-                )
-        inf = np.isinf(values)
-        if inf.any():  # not a challenge rule, but an infinity poisons the global standardisation
-            r, c = map(int, np.argwhere(inf)[0])
-            raise SubmissionError(
-                f"{path}: row of id {raw_ids[r]!r} has an infinite value in column {cols[c]!r} "
-                f"(line {r + 2})."
-            )
-        empty = [r for r, i in enumerate(ids) if not i.strip()]
-        if empty:
-            raise SubmissionError(f"{path}: the id cell of line {empty[0] + 2} is empty.")
+        _refuse_values(path, values, uncastable, raw_ids, ids, cols)
     else:
-        bad = uncastable | nan
+        bad = uncastable | np.isnan(values)
         notes["n_values_set_to_zero"] = int(bad.sum())
         values[bad] = 0.0
     if not strict and dim is not None and len(cols) < dim:
@@ -184,10 +197,8 @@ def read_submission(
                 f"{path}: id {i!r} appears more than once (rows {seen[i] + 2} and {r + 2})."
             )
         seen[i] = r
-    keep = np.arange(len(ids))
-    if expected is not None:
-        wanted = set(expected)
-        keep = np.array([r for r, i in enumerate(ids) if i in wanted], dtype=int)
+    wanted = set(ids if expected is None else expected)
+    keep = np.array([r for r, i in enumerate(ids) if i in wanted], dtype=int)
     notes["n_dropped_ids"] = len(ids) - len(keep)
     return [ids[r] for r in keep], values[keep].astype(np.float32), notes
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cube import as_text
+
 
 @dataclass(frozen=True)
 class ClassLabels:
@@ -28,8 +30,6 @@ def slug(name: str) -> str:
 def class_labels(ds) -> tuple[np.ndarray, list[ClassLabels]]:
     """(labelled, per class labels) of an open tile cube; a tile without a labelled pixel has no
     label."""
-    from ..cube import as_text
-
     # share of each class among labelled pixels
     frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)
     labelled = frac.sum(axis=1) > 0

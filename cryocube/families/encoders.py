@@ -10,8 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..catalog import Band
+from ..catalog import Band, load_dataset
+from ..cluster.runtime import torch_task
 from ..errors import UserError, task_boundary
+from ..models import BandMatchError, build_encoder, match_bands
 from ..models.spec import ModelSpec
 from ..precision import autocast
 
@@ -45,8 +47,6 @@ def dataset_band_rule(dataset: str, default: str = "named") -> str:
     """The band-matching rule a dataset's catalog asks for where no protocol chooses one
     (`embed_bands`: cross_sensor for interferograms, whose phase and coherence fit no encoder slot);
     `default` for a cube whose dataset is not in the catalog."""
-    from ..catalog import load_dataset
-
     try:
         return load_dataset(dataset).embed_bands
     except UserError:
@@ -59,8 +59,6 @@ def match_cube_bands(mspec: ModelSpec, bands, rule: str, offers_cross_sensor: bo
     Cryo-Bench feeds SAR to optical GFMs) instead of a refusal; anything else that fits no slot is
     refused, naming the bands.
     """
-    from ..models import BandMatchError, match_bands
-
     try:
         return rule, match_bands(mspec, bands, rule, offers_cross_sensor)
     except BandMatchError:
@@ -108,12 +106,21 @@ class EncoderSpec:
             self.rule,
         )
 
+    def build(self) -> torch.nn.Module:
+        """The encoder module, weights loaded (seed torch first for a random init)."""
+        return build_encoder(
+            self.model,
+            bands=list(self.bands),
+            weights=self.weights,
+            sha256=self.weights_sha256,
+            input_size=self.input_size,
+            rule=self.rule,
+        )
+
 
 def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
     """The encoder for these inputs, built once per worker process (in eval mode: frozen means
     frozen)."""
-    from ..models import build_encoder
-
     key = spec.key + (device,)
     enc = _ENCODERS.get(key)
     if enc is None:
@@ -122,14 +129,7 @@ def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
         torch.manual_seed(
             int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16)
         )
-        enc = build_encoder(
-            spec.model,
-            bands=list(spec.bands),
-            weights=spec.weights,
-            sha256=spec.weights_sha256,
-            input_size=spec.input_size,
-            rule=spec.rule,
-        )
+        enc = spec.build()
         enc.eval().requires_grad_(False).to(device)
         _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
         _ENCODERS[key] = enc
@@ -182,8 +182,6 @@ def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
     for the extraction (or embedding) that follows, and the client never builds (or loads weights
     of) it.
     """
-    from ..cluster.runtime import torch_task
-
     with torch_task() as (device, _):
         enc = get_encoder(spec, device)
         return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(

@@ -14,6 +14,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..cube import as_text, open_cube, sample_ids
+
 SPLITS = ("train", "val", "test")
 RULE = (
     "drawn per cube from its checksum, stratified on the joint answer classes of the cube's class"
@@ -88,8 +90,6 @@ def answer_classes(ds) -> tuple[np.ndarray, list[str], np.ndarray]:
     cube: one axis per class task (its class name, "" where its target is missing) and, for a cube
     with boxes, the box task ("box" / "no box"). A sample with a label for any task (a target, a
     box, a labelled mask pixel, a reference answer) is labelled."""
-    from ..cube import as_text
-
     n = int(ds.sizes["sample"])
     cols, names = [], []
     labelled = np.zeros(n, bool)
@@ -138,8 +138,6 @@ def class_counts(classes: np.ndarray, names: list[str], splits: np.ndarray) -> d
 def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
     """(split per sample, joint answer class per sample, the split's record) of an open sample
     cube, drawn from its checksum."""
-    from ..cube import as_text
-
     opts = dict(ds.attrs.get("mask") or {})
     fractions = dict(opts.get("split") or DEFAULT_FRACTIONS)
     n = int(ds.sizes["sample"])
@@ -167,8 +165,6 @@ def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
 
 def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:
     """(split per sample, sample ids, record): the split every family scores a cube's board on."""
-    from ..cube import as_text, open_cube, sample_ids
-
     ds = open_cube(url)
     ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":

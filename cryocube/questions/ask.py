@@ -16,8 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from ..cube import TileCube, as_text, open_view, sample_ids
 from ..errors import UserError
-from .tasks import TaskSpec, fill
+from ..families.class_labels import class_labels
+from .render import band_facts, tile_bands
+from .tasks import TaskSpec, fill, fill_tile
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,81 @@ class Question:
 
 
 def _text(a) -> list[str]:
-    from ..cube import as_text
-
     return [str(x) for x in as_text(np.asarray(a))]
+
+
+class _References:
+    """A sample cube's references per sample, checked against its digests (a damaged chunk is an
+    error, not fill values); each lookup gives them, or why the cube has none for anyone."""
+
+    def __init__(self, cube, url: str):
+        self.url, n = url, cube.n
+        self.tnames, self.classes = cube.tasks, _text(cube.values("task_classes"))
+        self.ws, self.hs = (np.asarray(cube.values(k), np.int64) for k in ("width", "height"))
+        self.target_values = (
+            np.asarray(cube.checked("target"), np.float64) if self.tnames else np.zeros((n, 0))
+        )
+        box = cube.checked("box")
+        self.boxes = None if box is None else np.asarray(box, np.float64)
+        self.text_tasks = _text(cube.values("text_task"))
+        self.answers = (
+            [_text(row) for row in cube.checked("answer")]
+            if cube.has("answer") and self.text_tasks
+            else []
+        )
+
+    def __call__(self, t: TaskSpec, kind: str, name: str):
+        return getattr(self, kind if kind in ("target", "box") else "text")(t, name)
+
+    def target(self, t: TaskSpec, name: str):
+        if name not in self.tnames:
+            return None, f"the cube has no target {name!r}"
+        j = self.tnames.index(name)
+        col = self.target_values[:, j]
+        if t.answer != "class":
+            return [float(v) if math.isfinite(v) else None for v in col], None
+        names = self.classes[j].split("|") if self.classes[j] else []
+        bad = [c for c in names if c not in t.labels]
+        if bad:
+            raise UserError(
+                f"{self.url}: target {name!r} has class {bad[0]!r}, which task {t.name} cannot"
+                f" answer (its labels: {', '.join(t.labels)}; {t.source})"
+            )
+        return [names[int(v)] if math.isfinite(v) else None for v in col], None
+
+    def box(self, t: TaskSpec, name: str):
+        if self.boxes is None:
+            return None, "the cube has no box variable"
+        return [
+            tuple(float(c) for c in b / (w, h, w, h)) if np.isfinite(b).all() else None
+            for b, w, h in zip(self.boxes, self.ws, self.hs)
+        ], None
+
+    def text(self, t: TaskSpec, name: str):
+        if name not in self.text_tasks:
+            return None, f"the cube has no reference answers for {name!r}"
+        j = self.text_tasks.index(name)
+        return [a[j] if a[j] else None for a in self.answers], None
+
+
+def _served(tasks: list[TaskSpec], reference, unavailable: dict) -> tuple[dict, dict[str, str]]:
+    """{task: (spec, [(metric, references)])} for the tasks the cube holds a reference for, and
+    {task: why it was left out}."""
+    served, left_out = {}, {}
+    for t in tasks:
+        per_metric, why = [], []
+        for m, kind, name in t.metrics:
+            vals, reason = reference(t, kind, name)
+            if vals is None or all(v is None for v in vals):
+                why.append(f"{m}: {reason or 'no sample has a reference'}")
+            else:
+                per_metric.append((m, vals))
+        if per_metric:
+            served[t.name] = (t, per_metric)
+        else:
+            reason = unavailable.get(t.name)
+            left_out[t.name] = "; ".join(why) + (f" ({reason})" if reason else "")
+    return served, left_out
 
 
 def questions(
@@ -47,8 +122,6 @@ def questions(
     out}. `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn
     from).
     """
-    from ..cube import TileCube, open_view
-
     cube = open_view(url)
     if isinstance(cube, TileCube) and "class_fraction" in cube.ds:
         return tile_questions(url, cube.ds, tasks, every_split)
@@ -57,100 +130,23 @@ def questions(
             f"{url}: the vqa protocol needs an interferogram sample cube (cryocube convert"
             " insar|hephaestus); this cube has no image-level references"
         )
-    ds, n = cube.ds, cube.n
-    src = _text(ds["source"].values)
-    rendered = cube.rendered
+    src = _text(cube.ds["source"].values)
+    ref = _References(cube, url)
+    served, left_out = _served(tasks, ref, cube.ds.attrs.get("unavailable") or {})
     # the interferogram facts, each with its declared default where the cube has none
     # (cube.schema.SAMPLE_VARS)
     facts = {k: _text(cube.values(k)) for k in ("primary_date", "secondary_date", "frame")}
     lam = np.asarray(cube.values("radar_wavelength_m"), np.float64)
-    hs, ws = (np.asarray(cube.values(k), np.int64) for k in ("height", "width"))
-    tnames = cube.tasks
-    classes = _text(cube.values("task_classes"))
-    # the references, checked against the cube's digests (a damaged chunk is an error, not fill
-    # values)
-    target = np.asarray(cube.checked("target"), np.float64) if tnames else np.zeros((n, 0))
-    box = cube.checked("box")
-    box = None if box is None else np.asarray(box, np.float64)
-    text_tasks = _text(cube.values("text_task"))
-    answers = (
-        [_text(row) for row in cube.checked("answer")] if cube.has("answer") and text_tasks else []
-    )
-
-    def reference(t: TaskSpec, kind: str, name: str):
-        """Per sample: the reference (or None), or a reason when the cube has none for anyone."""
-        if kind == "target":
-            if name not in tnames:
-                return None, f"the cube has no target {name!r}"
-            j = tnames.index(name)
-            col = target[:, j]
-            if t.answer == "class":
-                names = classes[j].split("|") if classes[j] else []
-                bad = [c for c in names if c not in t.labels]
-                if bad:
-                    raise UserError(
-                        f"{url}: target {name!r} has class {bad[0]!r}, which task {t.name} cannot"
-                        f" answer (its labels: {', '.join(t.labels)}; {t.source})"
-                    )
-                return [names[int(v)] if math.isfinite(v) else None for v in col], None
-            return [float(v) if math.isfinite(v) else None for v in col], None
-        if kind == "box":
-            if box is None:
-                return None, "the cube has no box variable"
-            return [
-                (
-                    tuple(float(c) for c in (b[0] / wi, b[1] / hi, b[2] / wi, b[3] / hi))
-                    if np.isfinite(b).all()
-                    else None
-                )
-                for b, wi, hi in zip(box, ws, hs)
-            ], None
-        if name not in text_tasks:
-            return None, f"the cube has no reference answers for {name!r}"
-        j = text_tasks.index(name)
-        return [a[j] if a[j] else None for a in answers], None
-
     out: list[Question] = []
-    left_out: dict[str, str] = {}
-    refs_by_task = {}
-    for t in tasks:
-        per_metric, why = [], []
-        for m, kind, name in t.metrics:
-            vals, reason = reference(t, kind, name)
-            if vals is None or all(v is None for v in vals):
-                why.append(f"{m}: {reason or 'no sample has a reference'}")
-            else:
-                per_metric.append((m, vals))
-        if not per_metric:
-            left_out[t.name] = "; ".join(why)
-            reason = (ds.attrs.get("unavailable") or {}).get(t.name)
-            if reason:
-                left_out[t.name] += f" ({reason})"
-            continue
-        refs_by_task[t.name] = (t, per_metric)
-    for i in range(n):
-        sample = {
-            "primary_date": facts["primary_date"][i],
-            "secondary_date": facts["secondary_date"][i],
-            "frame": facts["frame"][i],
-            "radar_wavelength_m": lam[i],
-            "width": int(ws[i]),
-            "height": int(hs[i]),
-            "rendered": rendered,
-        }
-        for name, (t, per_metric) in refs_by_task.items():
+    for i in range(cube.n):
+        size = (int(ref.ws[i]), int(ref.hs[i]))
+        sample = {k: v[i] for k, v in facts.items()} | {"radar_wavelength_m": lam[i]}
+        sample |= {"width": size[0], "height": size[1], "rendered": cube.rendered}
+        for name, (t, per_metric) in served.items():
             refs = tuple((m, vals[i]) for m, vals in per_metric if vals[i] is not None)
             if refs:
                 out += [
-                    Question(
-                        i,
-                        src[i],
-                        name,
-                        fill(t, sample, k),
-                        refs,
-                        (int(ws[i]), int(hs[i])),
-                        variant=k,
-                    )
+                    Question(i, src[i], name, fill(t, sample, k), refs, size, variant=k)
                     for k in range(len(t.phrasings))
                 ]
     if not out:
@@ -169,11 +165,6 @@ def tile_questions(
     task's skip_classes; the reference is the class's derived label (`class: present` ->
     labels[0|1], `class: fraction`).
     """
-    from ..cube import as_text, sample_ids
-    from ..families.class_labels import class_labels
-    from .render import band_facts, tile_bands
-    from .tasks import fill_tile
-
     ids = [str(i) for i in sample_ids(ds, url)]
     split = np.asarray(as_text(ds["split"].values))
     labelled, per_class = class_labels(ds)
@@ -187,14 +178,10 @@ def tile_questions(
         )
     h, w = int(ds.sizes["y"]), int(ds.sizes["x"])
     facts = band_facts(ds)
-    dataset = str(ds.attrs.get("dataset", ""))
     plan = []
     for t in tasks:
-        if (
-            t.answer == "class"
-            and any(kind == "class" and ref == "present" for _, kind, ref in t.metrics)
-            and len(t.labels) != 2
-        ):
+        presence = any(kind == "class" and ref == "present" for _, kind, ref in t.metrics)
+        if t.answer == "class" and presence and len(t.labels) != 2:
             raise UserError(
                 f"{t.source}: task {t.name}: a presence answer needs two labels (absent, present), "
                 f"got {', '.join(t.labels)}"
@@ -206,22 +193,15 @@ def tile_questions(
         v = float(c.present[i] if name == "present" else c.fraction[i])
         return t.labels[int(v)] if t.answer == "class" else v
 
+    sample = {"dataset": str(ds.attrs.get("dataset", "")), "width": w, "height": h}
     out = []
-    for i in asked:
+    for i in map(int, asked):
         for t, classes, picture in plan:
             for c in classes:
-                sample = {
-                    "class_name": c.name,
-                    "dataset": dataset,
-                    "picture": picture,
-                    "width": w,
-                    "height": h,
-                }
-                refs = tuple((m, ref(t, name, c, int(i))) for m, _, name in t.metrics)
+                filled = sample | {"class_name": c.name, "picture": picture}
+                refs = tuple((m, ref(t, name, c, i)) for m, _, name in t.metrics)
                 out += [
-                    Question(
-                        int(i), ids[i], t.name, fill_tile(t, sample, k), refs, (w, h), c.name, k
-                    )
+                    Question(i, ids[i], t.name, fill_tile(t, filled, k), refs, (w, h), c.name, k)
                     for k in range(len(t.phrasings))
                 ]
     return out, {}

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..families.split import samples_hash
+from .metrics import FACTS, score, summarize
 
 # answers an encoder head gives (text: cannot answer)
 ANSWER_KINDS = ("class", "number", "fraction", "box")
@@ -25,8 +26,6 @@ UNITS = {"number": "count", "fraction": "fraction of the tile"}
 def unit(task, metric: str) -> str:
     """A cell's unit, which `report` requires to match its column's: % for percentage metrics, else
     the task's own unit or its answer kind's."""
-    from .metrics import FACTS
-
     return "%" if FACTS[metric][2] else (task.unit or UNITS.get(task.answer, task.answer))
 
 
@@ -43,8 +42,6 @@ def cells(
     metric, over every class (class None) and, where rows have classes, per class; each with n,
     unparsed, interval and sample hash.
     """
-    from .metrics import summarize
-
     # the first phrasing's
     test = [r for r in rows if split[r["sample"]] == "test" and r.get("variant", 0) == 0]
     out = []
@@ -96,8 +93,6 @@ def scored_rows(questions, tasks: dict, predict: Callable[[Any], Any]) -> list[d
     VLM's parsed answers are, against the same references; metrics scored against text are left out
     (no text to score).
     """
-    from .metrics import score
-
     rows = []
     for q in questions:
         t = tasks.get(q.task)

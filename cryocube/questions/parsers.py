@@ -83,9 +83,16 @@ WORDS |= {
     "a hundred": 100,
     "one hundred": 100,
 }
-_WORD_RE = re.compile(
-    r"\b(" + "|".join(sorted(map(re.escape, WORDS), key=len, reverse=True)) + r")\b", re.I
-)
+
+
+def _alternation(words) -> re.Pattern:
+    """Any of `words` as a whole word, the longest first ("twenty-one" before "twenty")."""
+    return re.compile(
+        r"\b(" + "|".join(sorted(map(re.escape, words), key=len, reverse=True)) + r")\b", re.I
+    )
+
+
+_WORD_RE = _alternation(WORDS)
 # answers that say the picture does not tell: unparsed, whatever number or label they name
 _REFUSAL = re.compile(
     r"\bno\s+way\s+to\s+(?:tell|know|say|determine|count)\b|\b(?:can\s*not|can't|cannot|unable\s+to|"
@@ -103,22 +110,13 @@ def _words_to_digits(t: str) -> str:
     return _WORD_RE.sub(lambda m: str(WORDS[m.group(1).lower()]), t)
 
 
-SHARES = {
-    "half": 0.5,
-    "a half": 0.5,
-    "one half": 0.5,
-    "a third": 1 / 3,
-    "one third": 1 / 3,
-    "two thirds": 2 / 3,
-    "a quarter": 0.25,
-    "one quarter": 0.25,
-    "three quarters": 0.75,
-    "a fifth": 0.2,
-    "one fifth": 0.2,
+# "half", "a half", "one half", ..., "two thirds", "three quarters"
+SHARES = {"half": 0.5, "two thirds": 2 / 3, "three quarters": 0.75} | {
+    f"{a} {w}": v
+    for w, v in {"half": 0.5, "third": 1 / 3, "quarter": 0.25, "fifth": 0.2}.items()
+    for a in ("a", "one")
 }
-_SHARE_RE = re.compile(
-    r"\b(" + "|".join(sorted(map(re.escape, SHARES), key=len, reverse=True)) + r")\b", re.I
-)
+_SHARE_RE = _alternation(SHARES)
 # units a count or share is not measured in: a number followed by one is not the answer ("2.77 cm",
 # "12 days")
 FOREIGN_UNITS = (
@@ -146,20 +144,10 @@ _BOUND = re.compile(
     re.I,
 )
 _RANGE_JOIN = r"\s*(?:-|–|—|to|or)\s*"
-ANSWER_KEYS = (
-    "answer",
-    "final_answer",
-    "value",
-    "count",
-    "number",
-    "fringes",
-    "fraction",
-    "label",
-    "class",
-    "coherence",
-    "result",
-    "prediction",
-    "output",
+_RANGE_RE = re.compile(rf"({NUMBER})\s*({_PERCENT})?({_RANGE_JOIN}|\s+and\s+)({NUMBER})", re.I)
+ANSWER_KEYS = tuple(
+    "answer final_answer value count number fringes fraction label class coherence result"
+    " prediction output".split()
 )
 _SPECIAL = re.compile(
     r"</?s>|<eos>|<bos>|<pad>|<unk>|<image>|<end_of_utterance>|<end_of_turn>|<start_of_turn>|"
@@ -391,24 +379,12 @@ def _read_number(t: str, percent_ok: bool = False) -> tuple[float | str | None, 
     units = FOREIGN_UNITS.replace(r"|%|per\s*cent|percent", "") if percent_ok else FOREIGN_UNITS
     after_unit = re.compile(r"\s*" + units, re.I)
     pct_after = re.compile(r"\s*" + _PERCENT, re.I)
-    rng = re.compile(
-        r"("
-        + NUMBER
-        + r")\s*("
-        + _PERCENT
-        + r")?("
-        + _RANGE_JOIN
-        + r"|\s+and\s+)("
-        + NUMBER
-        + r")",
-        re.I,
-    )
     for m in _NUM_RE.finditer(t):
         if after_unit.match(t, m.end()):
             continue  # 2.77 cm, 12 days: not the answer
         if _BOUND.search(t[: m.start()]):
             return REFUSED, False, m.start()
-        r = rng.match(t, m.start())
+        r = _RANGE_RE.match(t, m.start())
         if r and "and" in r.group(3) and not re.search(r"\bbetween\s+$", t[: m.start()], re.I):
             r = None  # "2 and 4" is a list; "between 2 and 4" a range
         if r:
@@ -479,17 +455,7 @@ _N = r"\s*(" + NUMBER + r")\s*"
 _SEP = r"(?:[,;]|(?<=\s))"  # numbers of a box are separated (never "53" "3" out of "533")
 _BOX_RE = re.compile(r"[\[(]" + _N + _SEP + _N + _SEP + _N + _SEP + _N + r"[\])]")
 _POINTS_RE = re.compile(r"\(" + _N + r"," + _N + r"\)\s*,?\s*\(" + _N + r"," + _N + r"\)")
-_BARE_BOX_RE = re.compile(
-    r"(?<![\w.])("
-    + NUMBER
-    + r")\s*,\s*("
-    + NUMBER
-    + r")\s*,\s*("
-    + NUMBER
-    + r")\s*,\s*("
-    + NUMBER
-    + r")"
-)
+_BARE_BOX_RE = re.compile(r"(?<![\w.])" + r"\s*,\s*".join([f"({NUMBER})"] * 4))
 _QWEN_RE = re.compile(
     r"(?:<\|box_start\|>|<box>)\s*" + _POINTS_RE.pattern + r"\s*(?:<\|box_end\|>|</box>)"
 )

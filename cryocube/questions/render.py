@@ -9,10 +9,12 @@ statistics.
 from __future__ import annotations
 
 import functools
+import io
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..cube import as_text
 from ..errors import UserError
 from .tasks import RenderSpec, TileRender
 
@@ -31,8 +33,6 @@ class BandFacts:
 
 def band_facts(ds) -> tuple[BandFacts, ...]:
     """From an open cube's band coordinates (no pixels)."""
-    from ..cube import as_text
-
     n = int(ds.sizes["band"])
 
     def col(name, default):
@@ -168,8 +168,6 @@ def render(
 def png_bytes(rgb: np.ndarray) -> bytes:
     """A rendered picture as PNG: lossless, so the gallery shows exactly the pixels the model
     saw."""
-    import io
-
     from PIL import Image
 
     buf = io.BytesIO()

@@ -19,6 +19,8 @@ import numpy as np
 from cryocube.errors import NeuCoError
 from cryocube.labelfiles import LabelError, split_task_name
 
+from ... import store
+
 Q_EPS = 0.02  # the FAQ's epsilon: Q_t = 2 * A_t / (0.02 + dA_t), capped at 100 when A_t = 1
 
 # --- embeddings and labels ---------------------------------------------------------------------
@@ -215,8 +217,6 @@ def _jsonable(obj: Any) -> Any:
 
 def _write_json(url: str, obj: Any) -> None:
     """Write JSON atomically (local folder or object store)."""
-    from ... import store
-
     store.write_atomic(url, json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
@@ -236,8 +236,6 @@ def write_results(
     q_t) into a folder or store URL; `summary` defaults to `summarize(task_scores)`. Returns the
     summary file's path.
     """
-    from ... import store
-
     for task in task_scores:
         _check_task_dir(task)
     out = str(out_dir).rstrip("/")

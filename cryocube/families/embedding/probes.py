@@ -7,6 +7,7 @@ own argument, so a fold gives the same score in this process or on any Dask work
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Callable
 
@@ -196,23 +197,6 @@ def linear_svm_probe(
     return metric(model.predict(Xte), yte, kind)
 
 
-# NeuCo-Bench's configs/sample_config_svm.yaml (@a89ba06): the search space and BayesSearchCV's
-# settings
-SVM_DEFAULTS: dict[str, object] = {
-    "C_min": 1e-3,
-    "C_max": 1e3,
-    "degrees": (2, 3),
-    "gamma_min": 1e-4,
-    "gamma_max": 10.0,
-    "coef0_min": -1.0,
-    "coef0_max": 2.0,
-    "epsilons": (0.01, 0.05, 0.1, 0.5),
-    "n_iter": 50,
-    "n_initial_points": 5,
-    "base_estimator": "RF",
-}
-
-
 def svm_search(
     X: np.ndarray,
     ys: np.ndarray,
@@ -220,6 +204,8 @@ def svm_search(
     splits: list[tuple[np.ndarray, np.ndarray]],
     *,
     seed: int = 42,
+    # NeuCo-Bench's configs/sample_config_svm.yaml (@a89ba06): the search space and BayesSearchCV's
+    # settings
     C_min: float = 1e-3,
     C_max: float = 1e3,
     degrees: tuple[int, ...] = (2, 3),
@@ -234,14 +220,12 @@ def svm_search(
 ) -> list[float]:
     """NeuCo-Bench's SVM probe for one task (its `SVMHPOptimizer`): ONE scikit-optimize
     BayesSearchCV over a polynomial SVC (cls, labels -1/1, accuracy steers the search) or SVR (regr,
-    negative MSE steers it), with the task's k splits as its cv; each split's score is the best test
-    F1 (cls) or R² (regr, sklearn's) that any of the `n_iter` tried settings reached on it. The
-    search couples the splits (each setting is scored on all of them), so the task, not the split,
-    is the unit of work. Needs the `neuco` extra (scikit-optimize).
+    negative MSE steers it) with the task's k splits as its cv; each split's score is the best test
+    F1 (cls) or R² (regr, sklearn's) any tried setting reached on it. The search couples the
+    splits, so the task is the unit of work. Needs the `neuco` extra (scikit-optimize).
     """
     _check_kind(kind)
     try:
-        from skopt import BayesSearchCV
         from skopt.space import Categorical, Real
     except ImportError:
         raise ProbeError(
@@ -263,6 +247,15 @@ def svm_search(
     else:
         model, scoring = SVR(), {"metric": "r2", "scoring": "neg_mean_squared_error"}
         space["epsilon"] = Categorical(list(epsilons))
+    search = dict(n_iter=int(n_iter), random_state=int(seed), n_jobs=1, n_points=1)
+    initial = {"base_estimator": base_estimator, "n_initial_points": int(n_initial_points)}
+    return _bayes_search(model, space, scoring, X, y, splits, search, initial)
+
+
+def _bayes_search(model, space, scoring, X, y, splits, search: dict, initial: dict) -> list[float]:
+    """Each split's best test metric over the BayesSearchCV's settings, as NeuCo-Bench reads it."""
+    from skopt import BayesSearchCV
+
     opt = BayesSearchCV(
         model,
         space,
@@ -270,20 +263,19 @@ def svm_search(
         scoring=scoring,
         cv=list(splits),
         refit="scoring",
-        n_iter=int(n_iter),
-        n_jobs=1,
-        n_points=1,
-        random_state=int(seed),
-        optimizer_kwargs={
-            "base_estimator": base_estimator,
-            "n_initial_points": int(n_initial_points),
-        },
+        optimizer_kwargs=initial,
+        **search,
     )
     opt.fit(np.asarray(X, dtype=np.float32), y)
-    # as NeuCo-Bench
     return [float(max(opt.cv_results_[f"split{f}_test_metric"])) for f in range(len(splits))]
 
 
+# the search's settings a recipe may give (`probe.py`), at NeuCo-Bench's values
+SVM_DEFAULTS = {
+    n: p.default
+    for n, p in inspect.signature(svm_search).parameters.items()
+    if p.kind is p.KEYWORD_ONLY and n != "seed"
+}
 ProbeFn = Callable[..., float]
 PROBES: dict[str, ProbeFn] = {
     "linear": linear_probe,

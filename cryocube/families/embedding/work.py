@@ -11,17 +11,33 @@ use without a cluster.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ... import outputs
+from ... import store as _store
+from ...embeddings.embed import load_embeddings, prepare_store
+from ...record import run_dir, write_record
+from .neuco import write_results
+from .probe import (
+    ProbeResult,
+    align,
+    finish_scores,
+    fold_tasks,
+    load_probe_inputs,
+    probe_fold,
+    probe_inputs,
+    run_probes,
+    task_scores,
+)
+
 
 def probe_fold_on(task: tuple) -> dict[str, list]:
     """`probe_fold` on a matrix passed beside the fold (the scattered one: workers hold it once)."""
-    from .probe import probe_fold
-
     return probe_fold(*task)
 
 
@@ -34,16 +50,11 @@ class CubeProbe:
 
     def prepare(self, runner, run) -> dict:
         """Embeds (or reuses) the run's store; the facts its records keep."""
-        from ...embeddings.embed import prepare_store
-
         return prepare_store(self.embed, run.cube, self.url, runner, run.record["weights"])
 
     def folds(self) -> list:
         """Fold tasks that read the embedding store on the workers (once per worker, cached by its
         sha256): the matrix never passes through the client."""
-        from ...embeddings.embed import load_embeddings
-        from .probe import align, fold_tasks, probe_fold
-
         ids, _, _, attrs = load_embeddings(self.url)
         digest = str(attrs.get("embedding_sha256", ""))[:16]
         return [
@@ -100,8 +111,6 @@ class MatrixProbe:
     def folds(self) -> list:
         """Fold tasks that take the scattered matrix as their second argument (`probe_fold_on`):
         vectors made elsewhere have no store the workers could read."""
-        from .probe import fold_tasks
-
         return [
             (probe_fold_on, (f, self.matrix))
             for f in fold_tasks(self.aligned, self.probe, None, self.digest)
@@ -110,8 +119,6 @@ class MatrixProbe:
     def results(self, run) -> tuple[str, dict]:
         """A folder per run under `out`, not `out` itself: a second probe into it never overwrites
         files another record points to."""
-        from ...record import run_dir
-
         # per run: a second probe into `out` never overwrites the files another record points to
         return run_dir(self.out, run.run_id), {
             "run_id": run.run_id,
@@ -134,9 +141,6 @@ IDENTITY_VERSION = 3
 def finish_fields(run, total: dict, prepared: dict) -> dict:
     """A probe run's record fields from its merged fold scores; NeuCo-Bench's result files into its
     folder."""
-    from .neuco import write_results
-    from .probe import finish_scores, task_scores
-
     scores = task_scores(total)
     summary = finish_scores(scores, run.work.probe)
     rdir, meta = run.work.results(run)
@@ -254,10 +258,6 @@ def probe_embeddings(
     a run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe
     runs (`inputs`: what `load_probe_inputs` read already). `cryocube probe` plans the same run
     (`work.probe_run`) and hands it to the engine, which scores it on a cluster."""
-    from ... import outputs
-    from ...record import write_record
-    from .probe import load_probe_inputs, probe_inputs, run_probes
-
     outputs.claim(
         out,
         "results",
@@ -279,11 +279,6 @@ def probe_embeddings(
 def probe_result(rec: dict, recipe, out: str):
     """A record's scores and summary, read back from its results_summary.json (a cached run's
     too)."""
-    import json
-
-    from ... import store as _store
-    from .probe import ProbeResult, finish_scores
-
     summary = json.loads(_store.read_text(rec["summary_file"]))
     scores = {
         t: [math.nan if s is None else s for s in v] for t, v in summary["task_fold_scores"].items()

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...embeddings.embed import load_embeddings
 from ...errors import task_boundary
 from ...questions.cells import answerable, scored_rows, target_of
+from ...questions.metrics import box_iou
 
 # logistic regression: inverse regularisation strength
 C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
@@ -37,23 +39,14 @@ def _clip(t, v: np.ndarray) -> np.ndarray:
     if t.answer == "number":
         return np.maximum(v, 0.0)
     if t.answer == "box":
-        v = np.clip(v, 0.0, 1.0)
-        return np.stack(
-            [
-                np.minimum(v[:, 0], v[:, 2]),
-                np.minimum(v[:, 1], v[:, 3]),
-                np.maximum(v[:, 0], v[:, 2]),
-                np.maximum(v[:, 1], v[:, 3]),
-            ],
-            axis=1,
-        )
+        v = np.clip(v, 0.0, 1.0)  # corners sorted: (x0, y0) the smaller
+        lo, hi = v[:, :2], v[:, 2:]
+        return np.concatenate([np.minimum(lo, hi), np.maximum(lo, hi)], axis=1)
     return np.clip(v, 0.0, 1.0) if t.answer == "fraction" else v
 
 
 def _val_score(t, pred, y) -> float:
     """Higher is better: accuracy, -MAE, mean box IoU (the task's own metrics)."""
-    from ...questions.metrics import box_iou
-
     if t.answer == "class":
         return float(np.mean(pred == y))
     if t.answer == "box":
@@ -110,8 +103,6 @@ def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
 def answer_heads(job: HeadsJob) -> dict:
     """Fit a head per (task, class asked), answer the test questions; rows scored as VLM answers
     are."""
-    from ...embeddings.embed import load_embeddings
-
     ids, E, _, _ = load_embeddings(job.embeddings)
     pos = {i: k for k, i in enumerate(ids)}
     X = np.asarray(E, np.float64)

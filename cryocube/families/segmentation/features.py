@@ -2,15 +2,12 @@
 set, precision) and reused by every epoch, validation pass and seed.
 
 Training items are a fixed bank of `crops_per_sample` random crops per train sample (epoch e uses
-crop e mod K, as the reference draws one fresh crop per sample per epoch); validation/test items are
-the deterministic sliding windows of each tile. A split's arrays span every sample of the cube's
-split, but the cache is keyed by the samples it holds: a `held` flag per sample, set only after
-that sample's items are written, so a few-shot run extracts only its draw, a later run (a full one,
-another seed's draw) only what is missing, and an interrupted extraction resumes where it stopped.
-A sample's crops are fixed by its position in the split (`crop_offsets` of the whole split), so its
-items are the same whichever run extracted them. The split's completion marker is set once every
-sample is held. Unwritten or lost chunks read as NaN features / label -2, which `FeatureSplit`
-refuses: never read as fill values.
+crop e mod K, as the reference draws a fresh crop per epoch), fixed by the sample's position in
+the split so any run extracts the same items; validation/test items are each tile's sliding
+windows. A `held` flag per sample, set after its items are written, lets a few-shot run extract
+only its draw, a later run only what is missing, and an interrupted one resume; the split's
+completion marker follows once every sample is held. Unwritten or lost chunks read as NaN
+features / label -2, which `FeatureSplit` refuses.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ import numpy as np
 import torch
 
 from ... import store as _store
+from ...cluster.runtime import torch_task
 from ...cube import read_dense
 from ...errors import DamagedCacheError, task_boundary
 from ...precision import autocast
@@ -59,20 +57,15 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
         sg = g.create_group(split)
         sg.create_array("sample", data=np.repeat(samples.astype(np.int64), per))
         sg.create_array("offset", data=offsets)
-        sg.create_array(
-            "label",
-            shape=(n_items, S, S),
-            chunks=(1, S, S),
-            dtype="int16",
-            fill_value=MISSING_LABEL,
-        )
-        for i, (c, h, w) in enumerate(feature_shapes):
+        arrays = {
+            f"f{i}": (tuple(shape), cache.feature_dtype, float("nan"))
+            for i, shape in enumerate(feature_shapes)
+        }
+        for name, (shape, dtype, fill) in (
+            arrays | {"label": ((S, S), "int16", MISSING_LABEL)}
+        ).items():
             sg.create_array(
-                f"f{i}",
-                shape=(n_items, c, h, w),
-                chunks=(1, c, h, w),
-                dtype=cache.feature_dtype,
-                fill_value=float("nan"),
+                name, shape=(n_items, *shape), chunks=(1, *shape), dtype=dtype, fill_value=fill
             )
         # one chunk per sample: tasks writing different samples never share a flag's chunk
         sg.create_array(
@@ -147,6 +140,13 @@ def _write(array, items: np.ndarray, data: np.ndarray) -> None:
         array.set_orthogonal_selection((sel,), data)
 
 
+def _read(array, items: np.ndarray) -> np.ndarray:
+    sel = _selection(items)
+    return np.asarray(
+        array[sel] if isinstance(sel, slice) else array.get_orthogonal_selection((sel,))
+    )
+
+
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
     """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds it
     took."""
@@ -197,87 +197,82 @@ def read_threads(device: str, threads: int) -> int:
     return max(1, min(8, threads)) if device.startswith("cuda") else 1
 
 
+def _chunks(task: ExtractTask, offsets: np.ndarray, chunk: int, readers: int, ph: dict):
+    """(first sample, windows, labels, bytes read) of each chunk of the block, the next read on a
+    second thread while the caller encodes this one."""
+    per, n = task.per, task.samples.size
+
+    def read(s0: int):
+        sel = slice(s0, s0 + chunk)
+        return _windows_threaded(
+            task.cache, task.samples[sel], offsets[s0 * per : (s0 + chunk) * per], per, readers
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        nxt = pool.submit(read, 0)
+        for s0 in range(0, n, chunk):
+            w0 = time.perf_counter()
+            x, y, nb, rs = nxt.result()
+            ph["read_wait_s"] += time.perf_counter() - w0
+            ph["read_s"] += rs
+            if s0 + chunk < n:
+                nxt = pool.submit(read, s0 + chunk)
+            yield s0, x, y, nb
+
+
+def _encode(enc, task: ExtractTask, x: torch.Tensor, batch: int, device: str, s0: int, chunk: int):
+    """Each level's features of the windows `x`, batch by batch; non-finite features are refused."""
+    cache = task.cache
+    outs = []
+    with torch.inference_mode(), autocast(device, cache.encoder.precision):
+        for b in range(0, x.shape[0], batch):
+            outs.append(
+                [f.float().cpu().numpy().astype(cache.feature_dtype) for f in enc(x[b : b + batch])]
+            )
+            if not all(np.isfinite(o).all() for o in outs[-1]):
+                raise FloatingPointError(
+                    f"{cache.encoder.model.id}: non-finite features for samples"
+                    f" {task.samples[s0 : s0 + chunk].tolist()} of {cache.cube_url}"
+                    f" (precision {cache.encoder.precision}; input range"
+                    f" {float(x.min()):.3g}..{float(x.max()):.3g})"
+                )
+    return outs
+
+
 @task_boundary
 def extract_block(task: ExtractTask) -> dict[str, Any]:
-    """Run the frozen encoder over one block of samples and write their items' features.
-
-    The next chunk of the block is read and prepared on a second thread while the encoder runs on
-    the current one; on GPU, batches go through pinned memory with non-blocking copies.
-    """
-    from ...cluster.runtime import torch_task
-
+    """Run the frozen encoder over one block of samples and write their items' features; the next
+    chunk is read while the encoder runs, and on GPU batches go through pinned memory."""
     t0 = time.perf_counter()
     cache, per = task.cache, task.per
     with torch_task(task.threads) as (device, threads):
         g = _store.open_group(cache.url, "r+")[task.split]
         items = _items(task.positions, per)
-        sel = _selection(items)
-        offsets = np.asarray(
-            g["offset"][sel]
-            if isinstance(sel, slice)
-            else g["offset"].get_orthogonal_selection((sel,))
-        )
+        offsets = _read(g["offset"], items)
         enc = get_encoder(cache.encoder, device)
         batch = extract_batch_size(enc, cache.encoder, device, task.batch)
         chunk = max(1, batch // per)
-        starts = list(range(0, task.samples.size, chunk))
-        cuda = device.startswith("cuda")
-        readers = read_threads(device, threads)
         outs: list[list[np.ndarray]] = []
         labels, bytes_in = [], 0
         # read_s overlaps encode_s
         ph = {"read_s": 0.0, "read_wait_s": 0.0, "encode_s": 0.0, "write_s": 0.0}
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            nxt = pool.submit(
-                _windows_threaded, cache, task.samples[:chunk], offsets[: chunk * per], per, readers
-            )
-            for i, s0 in enumerate(starts):
-                w0 = time.perf_counter()
-                x, y, nb, rs = nxt.result()
-                ph["read_wait_s"] += time.perf_counter() - w0
-                ph["read_s"] += rs
-                if i + 1 < len(starts):
-                    s1 = starts[i + 1]
-                    nxt = pool.submit(
-                        _windows_threaded,
-                        cache,
-                        task.samples[s1 : s1 + chunk],
-                        offsets[s1 * per : (s1 + chunk) * per],
-                        per,
-                        readers,
-                    )
-                bytes_in += nb
-                labels.append(y)
-                x = x.pin_memory().to(device, non_blocking=True) if cuda else x
-                e0 = time.perf_counter()
-                with torch.inference_mode(), autocast(device, cache.encoder.precision):
-                    for b in range(0, x.shape[0], batch):
-                        feats = enc(x[b : b + batch])
-                        outs.append(
-                            [f.float().cpu().numpy().astype(cache.feature_dtype) for f in feats]
-                        )
-                        if not all(np.isfinite(o).all() for o in outs[-1]):
-                            raise FloatingPointError(
-                                f"{cache.encoder.model.id}: non-finite features for samples"
-                                f" {task.samples[s0 : s0 + chunk].tolist()} of {cache.cube_url}"
-                                f" (precision {cache.encoder.precision}; input range"
-                                f" {float(x.min()):.3g}..{float(x.max()):.3g})"
-                            )
-                ph["encode_s"] += time.perf_counter() - e0
+        for s0, x, y, nb in _chunks(task, offsets, chunk, read_threads(device, threads), ph):
+            bytes_in += nb
+            labels.append(y)
+            x = x.pin_memory().to(device, non_blocking=True) if device.startswith("cuda") else x
+            e0 = time.perf_counter()
+            outs += _encode(enc, task, x, batch, device, s0, chunk)
+            ph["encode_s"] += time.perf_counter() - e0
         w0 = time.perf_counter()
-        n = sum(o[0].shape[0] for o in outs)
         for lvl in range(len(outs[0])):
             _write(g[f"f{lvl}"], items, np.concatenate([o[lvl] for o in outs]))
         _write(g["label"], items, np.concatenate(labels))
         # last: a sample is held only once all its items are written
-        _write(
-            g["held"],
-            np.asarray(task.positions, dtype=np.int64),
-            np.ones(len(task.positions), "uint8"),
-        )
+        positions = np.asarray(task.positions, dtype=np.int64)
+        _write(g["held"], positions, np.ones(positions.size, "uint8"))
         ph["write_s"] = time.perf_counter() - w0
         return {
-            "items": n,
+            "items": sum(o[0].shape[0] for o in outs),
             "seconds": time.perf_counter() - t0,
             "bytes_in": bytes_in,
             "threads": [threads],
@@ -333,7 +328,7 @@ class FeatureSplit:
             n_samples = int(group.attrs["n_items"]) // self.per
             self.held = np.repeat(np.asarray(group["held"][:n_samples]).astype(bool), self.per)
         if size <= budget_mb * 2**20:
-            self.arrays = {n: self._read(n, slice(None)) for n in names}
+            self.arrays = {n: self._read(n, None) for n in names}
             at = None if self.held is None else np.flatnonzero(self.held)
             self._check(
                 [
@@ -344,12 +339,10 @@ class FeatureSplit:
                 at,
             )
 
-    def _read(self, name: str, sel):
+    def _read(self, name: str, items: np.ndarray | None):
         try:
             a = self.group[name]
-            return np.asarray(
-                a[sel] if isinstance(sel, slice) else a.get_orthogonal_selection((sel,))
-            )
+            return np.asarray(a[:]) if items is None else _read(a, items)
         except Exception as e:  # a truncated chunk fails in its codec
             raise DamagedCacheError(
                 f"{self.where}: feature cache chunk of {name} cannot be read ({type(e).__name__}:"
@@ -379,12 +372,7 @@ class FeatureSplit:
             return [self.arrays[f"f{i}"][items] for i in range(self.levels)], self.arrays["label"][
                 items
             ]
-        sel = (
-            slice(int(items[0]), int(items[-1]) + 1)
-            if items.size and np.all(np.diff(items) == 1)
-            else items
-        )
-        feats = [self._read(f"f{i}", sel) for i in range(self.levels)]
-        labels = self._read("label", sel)
+        feats = [self._read(f"f{i}", items) for i in range(self.levels)]
+        labels = self._read("label", items)
         self._check(feats, labels, items)
         return feats, labels

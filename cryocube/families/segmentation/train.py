@@ -24,10 +24,13 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ... import store as _store
 from ...catalog import CUBE_IGNORE_INDEX
+from ...cluster.runtime import peak_memory, torch_task
 from ...cube import read_dense
+from ...decoders import Segmenter, build_decoder
 from ...errors import NonFiniteLoss, UserError, failure, task_boundary
 from ...precision import autocast, grad_scaler
 from .data import pad_to, window_offsets
@@ -45,8 +48,7 @@ class CrossEntropy(nn.CrossEntropyLoss):
     """
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """torch's own loss, except on CUDA under deterministic algorithms: there
-        `masked_mean_cross_entropy`, so equal runs give equal bits."""
+        """torch's loss, or the atomic-free mean (class docstring)."""
         if not (logits.is_cuda and torch.are_deterministic_algorithms_enabled()):
             return super().forward(logits, target)
         return masked_mean_cross_entropy(logits, target, self.ignore_index)
@@ -67,23 +69,17 @@ def deterministic_attention(device: str):
     """
     if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel(SDPBackend.MATH)
 
 
 def publish(event: dict) -> None:
-    """Send a progress event to the client (a no-op outside a Dask worker)."""
+    """A progress event to the client (a no-op outside a Dask worker)."""
     try:
         from distributed import get_worker
 
         get_worker().log_event(PROGRESS_TOPIC, event)
     except ValueError:
         pass
-
-
-# -- models
-# -----------------------------------------------------------------------------------------
 
 
 # devices with torch's fused AdamW kernel: one pass over each tensor instead of a dozen ops per
@@ -106,36 +102,21 @@ def adamw(params: list, cfg, device: str) -> tuple[torch.optim.Optimizer, str]:
 
 
 def _decoder(run: SegRun, enc: nn.Module) -> nn.Module:
-    from ...decoders import build_decoder
-
     return build_decoder(run.decoder, enc, run.num_classes, **dict(run.decoder_kwargs))
 
 
 def build_model(run: SegRun, device: str) -> tuple[nn.Module, nn.Module | None]:
     """(trainable module, frozen encoder or None). Frozen: the decoder; otherwise a Segmenter."""
-    from ...decoders import Segmenter
-    from ...models import build_encoder
-
     if not run.trains_encoder:
-        enc = get_encoder(run.encoder, device)
+        frozen = get_encoder(run.encoder, device)
         # seeded after the encoder: whether this worker built it now or earlier must not change the
         # decoder
         torch.manual_seed(run.seed)
-        module = _decoder(run, enc).to(device)
-        frozen = enc
+        module = _decoder(run, frozen).to(device)
     else:
         torch.manual_seed(run.seed)
-        e = run.encoder
-        enc = build_encoder(
-            e.model,
-            bands=list(e.bands),
-            weights=e.weights,
-            sha256=e.weights_sha256,
-            input_size=e.input_size,
-            rule=e.rule,
-        )
-        module = Segmenter(enc, _decoder(run, enc)).to(device)
-        frozen = None
+        enc = run.encoder.build()
+        module, frozen = Segmenter(enc, _decoder(run, enc)).to(device), None
     if run.memory_format == "channels_last":
         module = module.to(memory_format=torch.channels_last)
     return module, frozen
@@ -199,6 +180,24 @@ def stitch_predict(logits: torch.Tensor, offsets: np.ndarray, side: int) -> torc
     return acc.argmax(0)
 
 
+def _tally(
+    pred: torch.Tensor,
+    label: np.ndarray,
+    run: SegRun,
+    predictions: list | None,
+    per_tile: list | None,
+) -> np.ndarray:
+    """One tile's confusion matrix (its prediction and matrix kept where asked)."""
+    t = run.tile
+    pred = pred.numpy()[:t, :t]
+    c = confusion_matrix(pred, label[:t, :t], run.num_classes)
+    if per_tile is not None:
+        per_tile.append(c)
+    if predictions is not None:
+        predictions.append(pred.astype(np.int16))
+    return c
+
+
 def eval_feature_tiles(
     decoder: nn.Module,
     run: SegRun,
@@ -222,16 +221,10 @@ def eval_feature_tiles(
             feats = [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays]
             with autocast(device, run.encoder.precision):
                 logits = decoder(feats, (S, S))
-            pred = stitch_predict(logits, offs, side).numpy()
             tl = np.full((side, side), CUBE_IGNORE_INDEX, dtype=np.int16)
             for w, (oy, ox) in enumerate(offs):
                 tl[oy : oy + S, ox : ox + S] = labels[w]
-            c = confusion_matrix(pred[:tile, :tile], tl[:tile, :tile], k)
-            cm += c
-            if per_tile is not None:
-                per_tile.append(c)
-            if predictions is not None:
-                predictions.append(pred[:tile, :tile].astype(np.int16))
+            cm += _tally(stitch_predict(logits, offs, side), tl, run, predictions, per_tile)
     return cm
 
 
@@ -262,13 +255,7 @@ def eval_cube_tiles(
                 )
                 with autocast(device, run.encoder.precision):
                     logits = model(wins)
-                pred = stitch_predict(logits, offs, side).numpy()
-                c = confusion_matrix(pred[:tile, :tile], lab[j, :tile, :tile], k)
-                cm += c
-                if per_tile is not None:
-                    per_tile.append(c)
-                if predictions is not None:
-                    predictions.append(pred[:tile, :tile].astype(np.int16))
+                cm += _tally(stitch_predict(logits, offs, side), lab[j], run, predictions, per_tile)
     return cm
 
 
@@ -314,14 +301,9 @@ class Trainer:
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
         # where a run's time goes (seconds summed over epochs): the benchmark's budget against FLOP
         # bounds
-        self.phases = {
-            "batches_s": 0.0,
-            "forward_s": 0.0,
-            "backward_s": 0.0,
-            "optimizer_s": 0.0,
-            "validate_s": 0.0,
-            "validations": 0,
-        }
+        self.phases = dict.fromkeys(
+            ("batches_s", "forward_s", "backward_s", "optimizer_s", "validate_s"), 0.0
+        ) | {"validations": 0}
 
     def _swap_in(self) -> None:
         torch.set_rng_state(self.rng_state)
@@ -360,11 +342,11 @@ class Trainer:
             ph["batches_s"] += clock() - t
             target = target.to(self.device).long()
             # mean cross-entropy over no pixel is 0/0 = NaN
+            self.seen += int(target.shape[0])
+            self.steps += 1
             if not bool((target != CUBE_IGNORE_INDEX).any()):
                 self.sched.step()
                 self.unlabelled_steps += 1
-                self.seen += int(target.shape[0])
-                self.steps += 1
                 t = clock()
                 continue
             t = clock()
@@ -377,7 +359,7 @@ class Trainer:
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(
                     f"run {self.run.label}: non-finite loss ({loss.item()}) at epoch {epoch}, step"
-                    f" {self.steps}"
+                    f" {self.steps - 1}"
                 )
             t1 = clock()
             self.opt.zero_grad(set_to_none=True)
@@ -391,22 +373,10 @@ class Trainer:
             ph["backward_s"] += t2 - t1
             ph["optimizer_s"] += t3 - t2
             self.losses.append(loss.detach().item())
-            self.seen += int(target.shape[0])
-            self.steps += 1
             t = clock()
         self._swap_out()
-        if self.run.events:
-            publish(
-                {
-                    "run": self.run.run_id,
-                    "label": self.run.label,
-                    "epoch": epoch + 1,
-                    "epochs": self.epochs,
-                    "loss": float(np.mean(self.losses)) if self.losses else None,
-                    "val_mIoU": val,
-                    "t": time.time(),
-                }
-            )
+        loss = float(np.mean(self.losses)) if self.losses else None
+        self._publish(epoch=epoch + 1, loss=loss, val_mIoU=val)
 
     def finish(self) -> None:
         """The validation after the last epoch (the best state may be the last one), published as
@@ -414,20 +384,13 @@ class Trainer:
         self._swap_in()
         val = self._validate(self.epochs)
         self._swap_out()
+        self._publish(epoch=self.epochs, loss=None, val_mIoU=val, best=self.best, done=True)
+
+    def _publish(self, **event) -> None:
         if self.run.events:
-            publish(
-                {
-                    "run": self.run.run_id,
-                    "label": self.run.label,
-                    "epoch": self.epochs,
-                    "epochs": self.epochs,
-                    "loss": None,
-                    "val_mIoU": val,
-                    "best": self.best,
-                    "done": True,
-                    "t": time.time(),
-                }
-            )
+            run = {"run": self.run.run_id, "label": self.run.label}
+            epoch = {"epoch": event.pop("epoch"), "epochs": self.epochs}
+            publish(run | epoch | event | {"t": time.time()})
 
 
 def _pairs(chosen: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -526,26 +489,48 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
     )
 
 
+def _trainers(runs: list[SegRun], device: str) -> list[Trainer]:
+    """One trainer per run; frozen runs share the cache's splits, read once."""
+    if runs[0].trains_encoder:
+        return [finetune_trainer(r, device) for r in runs]
+    url, budget = runs[0].cache.url, runs[0].recipe.cache_in_memory_mb
+    root = _store.open_group(url, "r")
+    train = FeatureSplit(root["train"], budget, f"{url}/train")
+    val = FeatureSplit(root["val"], budget, f"{url}/val")
+    sample_of_pos = np.asarray(root["train"]["sample"][:: train.per])
+    return [frozen_trainer(r, device, train, val, sample_of_pos) for r in runs]
+
+
+def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:
+    """One run's result of a fit task."""
+    enc = t.module.encoder if t.run.trains_encoder else get_encoder(t.run.encoder, device)
+    seen = t.seen / max(common["train_s"], 1e-9)
+    return (
+        {
+            "val_curve": t.curve,
+            "best_epoch": t.best_epoch,
+            "steps": t.steps,
+            "unlabelled_steps": t.unlabelled_steps,
+            "train_samples_per_s": seen,
+            "optimizer": t.optimizer,
+            "trainable_params": int(
+                sum(p.numel() for p in t.module.parameters() if p.requires_grad)
+            ),
+            "encoder_params": int(sum(p.numel() for p in enc.parameters())),
+        }
+        | common
+        | {"phases": {k: round(v, 4) for k, v in t.phases.items()} | common["phases"]}
+    )
+
+
 @task_boundary
 def fit(task: FitTask) -> list[dict[str, Any]]:
     """Train every run of the group on one worker; each best state goes to its run dir. Returns one
     result per run (validation curve, steps, timings, device, threads)."""
-    from ...cluster.runtime import peak_memory, torch_task
-
     t0 = time.perf_counter()
     runs = task.runs
     with torch_task(runs[0].recipe.threads) as (device, threads), peak_memory(device) as peak:
-        trainers = []
-        if not runs[0].trains_encoder:
-            cache = runs[0].cache
-            root = _store.open_group(cache.url, "r")
-            budget = runs[0].recipe.cache_in_memory_mb
-            train = FeatureSplit(root["train"], budget, f"{cache.url}/train")
-            val = FeatureSplit(root["val"], budget, f"{cache.url}/val")
-            sample_of_pos = np.asarray(root["train"]["sample"][:: train.per])
-            trainers = [frozen_trainer(r, device, train, val, sample_of_pos) for r in runs]
-        else:
-            trainers = [finetune_trainer(r, device) for r in runs]
+        trainers = _trainers(runs, device)
         built = time.perf_counter()
         # a run that fails (e.g. diverges) leaves the group; the others go on
         failed: dict[int, dict] = {}
@@ -566,46 +551,23 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
                 written += time.perf_counter() - w0
         elapsed = time.perf_counter() - t0
         peak.stop()  # this task's own peak: training and validation of every run in it
-        out = []
-        for i, t in enumerate(trainers):
-            if i in failed:
-                out.append(failed[i])
-                continue
-            enc = t.module.encoder if t.run.trains_encoder else get_encoder(t.run.encoder, device)
-            out.append(
-                {
-                    "val_curve": t.curve,
-                    "best_epoch": t.best_epoch,
-                    "train_s": elapsed,
-                    "setup_s": built - t0,
-                    "steps": t.steps,
-                    "unlabelled_steps": t.unlabelled_steps,
-                    "train_samples_per_s": t.seen / max(elapsed, 1e-9),
-                    "peak_memory_mb": peak.mb,
-                    "peak_memory_scope": peak.scope,
-                    "device": device,
-                    "threads": [threads],
-                    "decoders_in_task": len(trainers),
-                    "optimizer": t.optimizer,
-                    "phases": {
-                        **{k: round(v, 4) for k, v in t.phases.items()},
-                        "checkpoint_write_s": round(written, 4),
-                    },
-                    "trainable_params": int(
-                        sum(p.numel() for p in t.module.parameters() if p.requires_grad)
-                    ),
-                    "encoder_params": int(sum(p.numel() for p in enc.parameters())),
-                }
-            )
-        return out
+        common = {
+            "train_s": elapsed,
+            "setup_s": built - t0,
+            "peak_memory_mb": peak.mb,
+            "peak_memory_scope": peak.scope,
+            "device": device,
+            "threads": [threads],
+            "decoders_in_task": len(trainers),
+            "phases": {"checkpoint_write_s": round(written, 4)},
+        }
+        return [failed.get(i) or _trained(t, device, common) for i, t in enumerate(trainers)]
 
 
 @task_boundary
 def test_block(task: TestTask) -> TileConfusions:
     """Per-tile confusion matrices of the best state on one block of test tiles (predictions saved
     alongside); their sum is the run's score, the tiles feed the report's bootstrap."""
-    from ...cluster.runtime import torch_task
-
     run = task.run
     with torch_task(run.recipe.threads) as (device, _):
         module, _ = build_model(run, device)

@@ -13,11 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import store as _store
+from ...adapters import get
 from ...adapters.base import ModelRef
+from ...cluster.runtime import torch_task
+from ...cube import read_samples
 from ...errors import task_boundary
 from ...questions.ask import Question
-from ...questions.metrics import score
+from ...questions.metrics import confusion, score, summarize
 from ...questions.parsers import parse
+from ...questions.render import render
 from ...questions.tasks import TaskSpec
 
 
@@ -60,11 +64,6 @@ def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def _generate(b: Block) -> tuple[list[dict], float, str]:
-    from ...adapters import get
-    from ...cluster.runtime import torch_task
-    from ...cube import read_samples
-    from ...questions.render import render
-
     samples = sorted({q.sample for q in b.questions})
     images, _ = read_samples(b.cube, samples, labels=False)
     if images.ndim == 5:  # a time axis of one step
@@ -123,72 +122,51 @@ def _kept(b: Block) -> dict | None:
     return kept if ok else None
 
 
+def _row(q: Question, g: dict, t: TaskSpec, panel: tuple[int, int]) -> dict:
+    """One answer parsed and scored against each of the question's references."""
+    # boxes are fractions of the phase panel; an answer in pixels is read against the panel the
+    # model saw
+    size = ((q.size[0] or panel[0]) * t.render.scale, (q.size[1] or panel[1]) * t.render.scale)
+    options = t.parser_options(q.variant) | ({"size": size} if t.answer == "box" else {})
+    p = t.checked(parse(t.answer, g["answer"], prompt=q.prompt, **options))
+    return (
+        {
+            "sample": q.sample,
+            "source": q.source,
+            "task": q.task,
+            "prompt": q.prompt,
+            "answer": g["answer"],
+            "new_tokens": g["new_tokens"],
+            "parsed": list(p.value) if isinstance(p.value, tuple) else p.value,
+            "ok": p.ok,
+            "refs": {m: list(r) if isinstance(r, tuple) else r for m, r in q.refs},
+            "scores": {
+                m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value)
+                for m, ref in q.refs
+            },
+        }
+        | ({"class": q.subject} if q.subject else {})
+        | ({"variant": q.variant} if t.variants else {})
+    )
+
+
 @task_boundary
 def answer_block(b: Block) -> dict:
     """The score task: generates the block's answers (or reads them kept, when kept for these very
     questions), then parses and scores each into a row; a parse never fails the block."""
     kept = _kept(b)
-    if kept is not None:
-        gens, seconds, generated, device = kept["answers"], kept["seconds"], False, None
-    else:
+    generated = kept is None
+    if generated:
         gens, seconds, device = _generate(b)
-        _store.write_atomic(
-            b.url,
-            json.dumps(
-                {
-                    "answers": gens,
-                    "seconds": seconds,
-                    "model_sha256": b.model.sha256,
-                    "questions": questions_key(b.questions),
-                }
-            ),
-        )
-        generated = True
+        kept = {"answers": gens, "seconds": seconds, "model_sha256": b.model.sha256}
+        _store.write_atomic(b.url, json.dumps(kept | {"questions": questions_key(b.questions)}))
+    gens = kept["answers"]
     by_task = {t.name: t for t in b.tasks}
-    rows = []
-    for q, g in zip(b.questions, gens):
-        t = by_task[q.task]
-        # boxes are fractions of the phase panel; an answer in pixels is read against the panel the
-        # model saw
-        size = (
-            (q.size[0] or b.size[0]) * t.render.scale,
-            (q.size[1] or b.size[1]) * t.render.scale,
-        )
-        p = t.checked(
-            parse(
-                t.answer,
-                g["answer"],
-                prompt=q.prompt,
-                **t.parser_options(q.variant),
-                **({"size": size} if t.answer == "box" else {}),
-            )
-        )
-        scores = {
-            m: score(m, p.value, ref, p.ok, text=p.text, unparsed_value=t.unparsed_value)
-            for m, ref in q.refs
-        }
-        value = list(p.value) if isinstance(p.value, tuple) else p.value
-        rows.append(
-            {
-                "sample": q.sample,
-                "source": q.source,
-                "task": q.task,
-                "prompt": q.prompt,
-                "answer": g["answer"],
-                "new_tokens": g["new_tokens"],
-                "parsed": value,
-                "ok": p.ok,
-                "refs": {m: list(r) if isinstance(r, tuple) else r for m, r in q.refs},
-                "scores": scores,
-            }
-            | ({"class": q.subject} if q.subject else {})
-            | ({"variant": q.variant} if t.variants else {})
-        )
     return {
-        "rows": rows,
+        "rows": [_row(q, g, by_task[q.task], b.size) for q, g in zip(b.questions, gens)],
         "blocks": 1,
         "generated": int(generated),
-        "gen_s": seconds if generated else 0.0,
+        "gen_s": kept["seconds"] if generated else 0.0,
         "tokens": sum(g["new_tokens"] for g in gens) if generated else 0,
         "questions_generated": len(gens) if generated else 0,
         # where this run generated (blocks kept from before: not)
@@ -202,82 +180,50 @@ def merge(a: dict, b: dict) -> dict:
     return {"rows": a["rows"] + b["rows"]} | {k: a[k] + b[k] for k in a if k != "rows"}
 
 
+def _part(rows: list[dict], t: TaskSpec, n_boot: int, seed: int, every: bool = True) -> dict:
+    """n, unparsed and each metric's mean with its bootstrap CI over `rows` (`every=False`: only
+    the metrics some row has a score for)."""
+    metrics = {}
+    for m, _, _ in t.metrics:
+        vals = [r["scores"][m] for r in rows if m in r["scores"]]
+        if vals or every:
+            metrics[m] = summarize(m, np.asarray(vals), n_boot=n_boot, seed=seed)
+    return {"n": len(rows), "unparsed": sum(not r["ok"] for r in rows), "metrics": metrics}
+
+
 def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, seed: int) -> dict:
     """Per task, on its first phrasing (the board's): each metric's mean with its bootstrap CI, n,
     unparsed and the score an unparsed answer got (`unparsed_value`); class tasks add a confusion
     matrix; a task with several phrasings adds each phrasing's n, unparsed and metrics
     (`phrasings`)."""
-    from ...questions.metrics import confusion, summarize
-
     out = {}
     for name, t in tasks.items():
         every = [r for r in rows if r["task"] == name]
         rs = [r for r in every if r.get("variant", 0) == 0]
         if not rs:
             continue
-        d = {
-            "n": len(rs),
-            "unparsed": sum(not r["ok"] for r in rs),
-            "unparsed_value": t.unparsed_value,
-            "metrics": {},
-        }
+        d = _part(rs, t, n_boot, seed, every=False) | {"unparsed_value": t.unparsed_value}
         if t.variants:
             d["phrasings"] = [
                 {
                     "variant": k,
                     "prompt": p,
                     "multiple_choice": bool(t.parser_options(k).get("letters")),
-                    "n": len(vs),
-                    "unparsed": sum(not r["ok"] for r in vs),
-                    "metrics": {
-                        m: summarize(
-                            m,
-                            np.asarray([r["scores"][m] for r in vs if m in r["scores"]]),
-                            n_boot=n_boot,
-                            seed=seed,
-                        )
-                        for m, _, _ in t.metrics
-                    },
                 }
+                | _part([r for r in every if r.get("variant", 0) == k], t, n_boot, seed)
                 for k, p in enumerate(t.phrasings)
-                for vs in [[r for r in every if r.get("variant", 0) == k]]
             ]
-        for m, _, _ in t.metrics:
-            vals = [r["scores"][m] for r in rs if m in r["scores"]]
-            if vals:
-                d["metrics"][m] = summarize(m, np.asarray(vals), n_boot=n_boot, seed=seed)
         subjects = sorted({r["class"] for r in rs if "class" in r})
         if subjects:  # tiles: each metric per class too (the board's rows)
             d["by_class"] = {
-                c: {
-                    "n": sum(r.get("class") == c for r in rs),
-                    "unparsed": sum(r.get("class") == c and not r["ok"] for r in rs),
-                    "metrics": {
-                        m: summarize(
-                            m,
-                            np.asarray([r["scores"][m] for r in rs if r.get("class") == c]),
-                            n_boot=n_boot,
-                            seed=seed,
-                        )
-                        for m, _, _ in t.metrics
-                    },
-                }
-                for c in subjects
+                c: _part([r for r in rs if r.get("class") == c], t, n_boot, seed) for c in subjects
             }
+        m0 = t.metrics[0][0]
+        refd = [r for r in rs if m0 in r["refs"]]
         if t.answer == "class":
-            m0 = t.metrics[0][0]
-            d["confusion"] = {
-                "labels": list(t.labels),
-                "matrix": confusion(
-                    [r["refs"][m0] for r in rs if m0 in r["refs"]],
-                    [r["parsed"] for r in rs if m0 in r["refs"]],
-                    t.labels,
-                ),
-            }
+            matrix = confusion([r["refs"][m0] for r in refd], [r["parsed"] for r in refd], t.labels)
+            d["confusion"] = {"labels": list(t.labels), "matrix": matrix}
         if t.answer == "number":
-            m0 = t.metrics[0][0]
-            d["pairs"] = [
-                [r["refs"][m0], r["parsed"] if r["ok"] else None] for r in rs if m0 in r["refs"]
-            ]
+            d["pairs"] = [[r["refs"][m0], r["parsed"] if r["ok"] else None] for r in refd]
         out[name] = d
     return out
