@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from dataclasses import fields as _fields
 from importlib import metadata
 from typing import Any
@@ -43,6 +43,19 @@ RESULTS_FILE = "results.jsonl"
 TORN_SUFFIX = ".torn"
 # a record of any version lacks none of these
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
+# the columns every table of records (results.parquet, `open_results`) starts with
+TABLE_COLUMNS = (
+    "run_id",
+    "family",
+    "model",
+    "model_name",
+    "dataset",
+    "protocol",
+    "fraction",
+    "seed",
+    "status",
+    "error",
+)
 
 
 @dataclass
@@ -79,6 +92,18 @@ class RunRecord:
         own = d.pop("fields")
         return d | {k: v for k, v in own.items() if k not in d}
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field by its name in the JSON form, common or the family's own, as `dict.get`."""
+        return getattr(self, name) if name in COMMON else self.fields.get(name, default)
+
+    def merged(self, more: dict[str, Any]) -> RunRecord:
+        """A copy with `more` set (a family's finish fields, the scheduler's status): common fields
+        in place, the rest among the family's own."""
+        own = {k: v for k, v in more.items() if k not in COMMON}
+        return replace(
+            self, **{k: v for k, v in more.items() if k in COMMON}, fields=self.fields | own
+        )
+
     @classmethod
     def from_dict(cls, d: Any, where: str = "record") -> RunRecord:
         """Validate and migrate a record read from disk; `where` ("file:line") starts every error
@@ -98,11 +123,9 @@ class RunRecord:
         missing = [k for k in REQUIRED if k not in d]
         if missing:
             raise RecordError(f"{where}: record lacks {', '.join(missing)}")
-        d = dict(d)
         for v in range(version, RECORD_VERSION):
             d = MIGRATIONS[v](d)
-        names = {f.name for f in _fields(cls)} - {"fields"}
-        common = {k: d[k] for k in names if k in d}
+        common = {k: d[k] for k in COMMON if k in d}
         try:
             common["seed"] = int(common["seed"])
             common["fraction"] = float(common["fraction"])
@@ -113,13 +136,17 @@ class RunRecord:
         for k in ("metrics", "identity"):
             if not isinstance(common.get(k), dict):
                 common[k] = {}  # (a value of another kind reads as empty, as it always did)
-        for k in ("cube", "weights", "precision", "overrides", "versions"):
+        # (precision was a bare string in early records)
+        for k in ("cube", "weights", "overrides", "versions"):
             if common.get(k) is not None and not isinstance(common[k], dict):
-                if k != "precision":  # precision was a bare string in early records
-                    raise RecordError(
-                        f"{where}: field {k} must be an object, got {type(common[k]).__name__}"
-                    )
-        return cls(**common, fields={k: v for k, v in d.items() if k not in names})
+                raise RecordError(
+                    f"{where}: field {k} must be an object, got {type(common[k]).__name__}"
+                )
+        return cls(**common, fields={k: v for k, v in d.items() if k not in COMMON})
+
+
+# the fields every record has, typed above; the rest of a record's JSON is its family's own
+COMMON = frozenset(f.name for f in _fields(RunRecord)) - {"fields"}
 
 
 def _v1_to_v2(d: dict) -> dict:
@@ -197,7 +224,7 @@ def clean(v):
     return v
 
 
-def load_record(out: str, run_id: str) -> dict | None:
+def load_record(out: str, run_id: str) -> RunRecord | None:
     """The run's record if one exists, parses and validates (a damaged one counts as absent, with a
     warning)."""
     url = f"{run_dir(out, run_id)}/record.json"
@@ -214,7 +241,7 @@ def load_record(out: str, run_id: str) -> dict | None:
     if not isinstance(rec, dict):
         return None
     try:
-        return RunRecord.from_dict(rec, url).to_dict()
+        return RunRecord.from_dict(rec, url)
     except RecordError as e:
         warnings.warn(f"{e}; the run counts as not done and will run again", stacklevel=2)
         return None
@@ -251,25 +278,19 @@ def repair_results(out: str) -> int:
     return len(bad)
 
 
-def missing_records(out: str, table: list[dict]) -> list[dict]:
+def missing_records(out: str, table: list[dict]) -> list[RunRecord]:
     """Run records (runs/*/record.json) whose latest version the table lacks: a crash between a
     record file and its line, or a line lost to a torn tail. Oldest first."""
-    last = {}
-    for r in table:
-        last[r.get("run_id")] = r.get("created")
+    last = {r.get("run_id"): r.get("created") for r in table}
     found = []
     for rid in _store.list_dir(f"{out.rstrip('/')}/runs"):
         # a damaged record file is warned about where a run is looked up
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rec = load_record(out, rid)
-        if (
-            rec is not None
-            and rec.get("run_id") == rid
-            and last.get(rid, object()) != rec.get("created")
-        ):
+        if rec is not None and rec.run_id == rid and last.get(rid, object()) != rec.created:
             found.append(rec)
-    return sorted(found, key=lambda r: str(r.get("created") or ""))
+    return sorted(found, key=lambda r: str(r.created or ""))
 
 
 def sync_results(out: str) -> int:
@@ -278,7 +299,7 @@ def sync_results(out: str) -> int:
     repair_results(out)
     add = missing_records(out, read_results(out))
     if add:
-        _store.append_text(results_url(out), "".join(json.dumps(r) + "\n" for r in add))
+        _store.append_text(results_url(out), "".join(json.dumps(r.to_dict()) + "\n" for r in add))
         warnings.warn(
             f"{results_url(out)}: {len(add)} run record(s) missing from the table re-added from "
             f"{out.rstrip('/')}/runs/*/record.json",
@@ -288,8 +309,7 @@ def sync_results(out: str) -> int:
 
 
 def write_record(out: str, record: dict | RunRecord) -> dict:
-    """Write the run's record file, then append it to results.jsonl; returns the record as
-    written."""
+    """Write the run's record file, then append it to results.jsonl; returns the JSON written."""
     record = clean(record.to_dict() if isinstance(record, RunRecord) else record)
     if record.get("created") is None:
         record["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat()

@@ -174,7 +174,7 @@ def test_every_stored_record_reads_as_a_typed_record_of_the_current_version():
             {"record_version": 2},
             {"record_version": 2, "overrides": None},
         )
-        assert load_record(str(STORED), d["run_id"])["record_version"] == RECORD_VERSION
+        assert load_record(str(STORED), d["run_id"]).record_version == RECORD_VERSION
 
 
 def test_a_version_1_record_gets_the_fields_it_left_implicit():

@@ -21,8 +21,9 @@ from ..errors import RunFailed, UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather, show_dashboard
+from ..record import RunRecord
 from .plan import plan_runs
-from .records import load_record, sync_results, write_parquet, write_record
+from .records import load_record, read_results, sync_results, write_parquet, write_record
 
 PROGRESS_TOPIC = "cryocube-progress"
 # prefix of every task key (their worker-side failure logs are silenced: we log them)
@@ -33,7 +34,7 @@ SCORE_PRIORITY = 10
 
 @dataclass
 class EvaluateResult:
-    records: list[dict] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list)  # the JSON written, one per run
     skipped: list[str] = field(default_factory=list)  # run ids already done
     planned: list[PlannedRun] = field(default_factory=list)
     # prep key -> facts (encoder items, timings)
@@ -203,23 +204,13 @@ class Schedule:
             return
         test_s = time.perf_counter() - scored
         # a run's own time: its fit task (shared by the decoders trained with it) and its scoring
-        timings = {
-            **fields.get("timings", {}),
+        timings = fields.get("timings", {})
+        timings = timings | {
             "test_s": test_s,
-            "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
+            "total_s": timings.get("train_s", 0.0) + test_s,
             "since_start_s": time.perf_counter() - self.started,
         }
-        self._write(
-            run,
-            run.record
-            | fields
-            | {
-                "status": "ok",
-                "error": None,
-                "cluster": self.info,
-                "timings": timings,
-            },
-        )
+        self._write(run, fields | {"status": "ok", "error": None, "timings": timings})
         metric = fields.get("primary_metric", "mIoU")
         m = fields["metrics"].get(metric)
         self.board.finish(run.run_id, f"done: {metric} {m:.2f}" if m is not None else "done")
@@ -234,25 +225,16 @@ class Schedule:
             from ..cluster.timeouts import explain_timeout
 
             e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
-        self._write(
-            run,
-            run.record
-            | {
-                "status": "error",
-                "error": f"{kind}: {e}",
-                "error_log": log,
-                "cluster": self.info,
-            },
-        )
+        self._write(run, {"status": "error", "error": f"{kind}: {e}", "error_log": log})
         first = str(e).splitlines()[0] if str(e) else ""
         self.board.finish(
             run.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True
         )
 
-    def _write(self, run: PlannedRun, rec: dict) -> None:
-        self.res.records.append(
-            write_record(self.out, rec | (self.extra(run, rec) if self.extra else {}))
-        )
+    def _write(self, run: PlannedRun, more: dict) -> None:
+        rec = run.record.merged(more | {"cluster": self.info})
+        rec = rec.merged(self.extra(run, rec)) if self.extra else rec
+        self.res.records.append(write_record(self.out, rec))
 
 
 def _device_info() -> DeviceInfo:
@@ -320,7 +302,7 @@ def _worker_count(client) -> int:
 
 def _done(out: str, run: PlannedRun) -> bool:
     rec = load_record(out, run.run_id)
-    return rec is not None and rec.get("status") == "ok"
+    return rec is not None and rec.status == "ok"
 
 
 def evaluate(
@@ -332,7 +314,7 @@ def evaluate(
     storage_options: dict | None = None,
     weights_dir: str | None = None,
     allow_random_weights: bool = False,
-    extra: Callable[[PlannedRun, dict], dict] | None = None,
+    extra: Callable[[PlannedRun, RunRecord], dict] | None = None,
 ) -> EvaluateResult:
     """Run (or resume) the given runs; returns the records written to `out`/results.jsonl.
 
@@ -410,8 +392,6 @@ def cached_with_other_threads(planned: list[PlannedRun], out: str) -> dict[str, 
     """run_id -> the torch threads of an ok record in `out` that is the same run but for its threads
     (the threads are part of the run id: a plan made with other --workers finds none of them
     cached)."""
-    from .records import read_results
-
     ok = {
         _without_threads(r["identity"]): r["identity"]["threads"]
         for r in read_results(out)
@@ -441,17 +421,17 @@ def dry_run(
     lines, todo, items = [], 0, {}
     other = {}
     for p in planned:
-        cached = (rec := load_record(out, p.run_id)) is not None and rec.get("status") == "ok"
+        cached = _done(out, p)
         todo += not cached
         if not cached and not other:
             other = cached_with_other_threads(planned, out)
-        w = p.record.get("weights", {})
+        w = p.record.weights or {}
         wtxt = (
             "random init"
             if w.get("random_init") and w.get("pretrained")
             else ("scratch" if not w.get("pretrained") else w.get("source"))
         )
-        prec = p.record.get("precision", {})
+        prec = p.record.precision or {}
         est = p.estimate
         if p.prep_key and not cached:
             # runs sharing a cache: the largest draw's (a few-shot run extracts only its own)

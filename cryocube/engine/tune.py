@@ -465,6 +465,7 @@ class _Study:
             rec = load_record(self.out, p.run_id)
             if rec is None:
                 raise UserError(f"{p.label}: the engine wrote no record{log_hint(self.out)}")
+            rec = rec.to_dict()  # (a study's lines are the JSON written)
             want = self._sweep(rec=rec, **c) if c else None
             if rec.get("sweep") != want:  # a cache hit, or a run two claims share: its own line
                 rec = self._append(rec, want)
