@@ -1,21 +1,14 @@
 """The run record: what one run of any family was, typed and versioned, and the files that keep it.
 
-Every family builds its record through one constructor (`Family.base_record` -> `RunRecord`): the
-fields every run has are typed here, a family's own fields ride along in `fields`. Reading validates
-a record and migrates an older one (`record_version` 1: the untyped dicts written before this
-module) to the current version, so results folders written by earlier releases keep loading with the
-same run ids.
+`RunRecord` is what plans, the scheduler and the report pass (`Family.base_record` starts it); dicts
+exist only in the files. Reading validates a record and migrates an older one (`record_version` 1:
+the untyped dicts of earlier releases), so old results folders keep loading with the same run ids.
 
-On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth) and
-results.jsonl, their index. A record file is written whole or not at all (temporary file + rename,
-or one object-store PUT), and "cached" means a record that parses exists. results.jsonl only ever
-grows by whole lines; a line torn by a crash is moved aside to results.jsonl.torn (with a warning)
-before the next record is appended, so earlier records are never corrupted. The table can always be
+On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth), written
+whole or not at all, and results.jsonl, their index, which only grows by whole lines (a line torn
+by a crash is moved aside to results.jsonl.torn before the next append). The table can always be
 rebuilt from the records: `evaluate` re-adds what it lacks (`sync_results`) before it counts a run
 as cached, and the report reads the records the table lacks (`missing_records`).
-
-This module sits in the bottom layer (docs/architecture.md): families, the engine and the report all
-read and write records through it, and it imports nothing of cryocube but the store and the errors.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ import warnings
 from dataclasses import asdict, dataclass, field, replace
 from dataclasses import fields as _fields
 from importlib import metadata
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -163,23 +156,12 @@ def _v1_to_v2(d: dict) -> dict:
         "record_version": 2,
     }
     if primary == "Q" and not d.get("label_set"):
-        # probe runs are ranked only against runs on the same labels: an early probe record names
-        # them by
-        # their digest in its identity, else by its labels source and task names
-        tasks = (
-            (d.get("identity") or {}).get("tasks") if isinstance(d.get("identity"), dict) else None
-        )
-        out["label_set"] = (
-            str(tasks)
-            if tasks
-            else hashlib.sha256(
-                json.dumps(
-                    {"labels": d.get("labels"), "tasks": d.get("tasks")},
-                    sort_keys=True,
-                    default=str,
-                ).encode()
-            ).hexdigest()[:12]
-        )
+        # probe runs are ranked only on the same labels: an early record names them by their
+        # digest in its identity, else by its labels source and task names
+        ident = d.get("identity")
+        tasks = ident.get("tasks") if isinstance(ident, dict) else None
+        said = json.dumps({"labels": d.get("labels"), "tasks": d.get("tasks")}, sort_keys=True)
+        out["label_set"] = str(tasks) if tasks else hashlib.sha256(said.encode()).hexdigest()[:12]
     return out
 
 
@@ -324,23 +306,22 @@ def write_record(out: str, record: dict | RunRecord) -> dict:
 
 
 def read_results(out: str) -> list[dict]:
-    """Every parseable record of results.jsonl (a torn last line is skipped with a warning)."""
+    """Every record of results.jsonl, as written (a torn last line is skipped with a warning)."""
     url = results_url(out)
-    if not _store.file_exists(url):
-        return []
-    recs = []
+    return [d for _, d in table_lines(url)] if _store.file_exists(url) else []
+
+
+def table_lines(url: str) -> Iterator[tuple[int, Any]]:
+    """(line number, JSON) of a results.jsonl: a torn last line (a crash while appending, which the
+    engine moves aside next time) is skipped with a warning, any other bad line is a RecordError."""
     text = _store.read_text(url)
     lines = text.splitlines()
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            recs.append(json.loads(line))
-        except ValueError:
-            if i == len(lines) and not text.endswith("\n"):
-                warnings.warn(
-                    f"{url}:{i}: torn last line skipped (an interrupted write)", stacklevel=2
-                )
-                continue
-            raise
-    return recs
+            yield i, json.loads(line)
+        except ValueError as e:
+            if i < len(lines) or text.endswith("\n"):
+                raise RecordError(f"{url}:{i}: not valid JSON ({getattr(e, 'msg', e)})") from None
+            warnings.warn(f"{url}:{i}: torn last line skipped (an interrupted write)", stacklevel=3)

@@ -1,16 +1,15 @@
 """`evaluate`: the scheduler. It plans runs through their families and takes the runs not done yet
 through five stages, one method each of `Schedule`: prepare (each family's shared work), fit (groups
 of runs), score (map tasks per run), reduce (their partial results, pairwise on the workers) and
-finish (one record per run). Every task goes through `Runner`. It knows no family: what a kind of
-evaluation needs is `cryocube.families`.
+finish (one `RunRecord` per run). Every task goes through `Runner`; it knows no family.
 
-Everything runs on the Dask client given (or the default one). Finished runs are skipped; a run that
-fails (e.g. non-finite loss) is recorded as an error, its traceback goes to OUT/logs/errors.log, the
-console gets one line, and the other runs go on.
+Finished runs are skipped; a run that fails (e.g. non-finite loss) is recorded as an error, its
+traceback goes to OUT/logs/errors.log, the console gets one line, and the other runs go on.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -67,13 +66,11 @@ class Runner:
         )
 
     def result(self, fut):
-        """Waits for one future (a worker's error re-raised here): families wait through the runner,
-        never on futures themselves."""
+        """One future's result (a worker's error re-raised here): families never wait on futures."""
         return fut.result()
 
     def scatter(self, data):
-        """`data` on every worker once (a matrix that many tasks read), as a future to pass in their
-        arguments."""
+        """`data` on every worker once (a matrix many tasks read), as a future for their tasks."""
         return self.client.scatter(data, broadcast=True)
 
     def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
@@ -106,10 +103,8 @@ class Runner:
 
 
 class Schedule:
-    """The runs of one `evaluate` call through their stages, one method each; a run that fails at
-    any stage is recorded as an error and the others go on. Results are handled as their tasks
-    complete.
-    """
+    """The runs of one `evaluate` call through their stages as their tasks complete; a run that
+    fails at any stage is recorded as an error and the others go on."""
 
     def __init__(
         self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None
@@ -162,8 +157,7 @@ class Schedule:
             self.res.prepared.update(get(name).prepare(self.runner, members))
 
     def fit(self, name: str, group: list[PlannedRun]) -> None:
-        """Submits one group's fit task (the family groups runs that share a pass); its result goes
-        to `score`."""
+        """Submits one group's fit task (runs that share a pass); its result goes to `score`."""
         fn, task = get(name).fit(group)
         self._then(
             self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group
@@ -190,8 +184,7 @@ class Schedule:
             self.reduce(name, p, f, parts)
 
     def reduce(self, name: str, run: PlannedRun, fitted: dict, parts: list) -> None:
-        """Sums a run's score tasks pairwise on the workers; the total goes to `finish`, which times
-        the run's test_s from here."""
+        """Sums a run's score tasks pairwise on the workers; `finish` times test_s from here."""
         total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
         self._then(total, self.finish, name, run, fitted, time.perf_counter())
 
@@ -216,8 +209,7 @@ class Schedule:
         self.board.finish(run.run_id, f"done: {metric} {m:.2f}" if m is not None else "done")
 
     def fail(self, run: PlannedRun, e: BaseException) -> None:
-        """Records the run as an error, its traceback appended to OUT/logs/errors.log (a
-        TimeoutError reworded into what it waited for); the other runs go on."""
+        """Records the run as an error, its traceback appended to OUT/logs/errors.log."""
         log = _log_failure(self.out, run, e)
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
         # never a bare "TimeoutError": what it waited for, what to change
@@ -237,13 +229,9 @@ class Schedule:
         self.res.records.append(write_record(self.out, rec))
 
 
-def _device_info() -> DeviceInfo:
-    return this_device()
-
-
 def cluster_device(client) -> DeviceInfo:
     """The device that decides `precision: auto` for this cluster (the weakest of its workers)."""
-    return weakest(list(client.run(_device_info).values()))
+    return weakest(list(client.run(this_device).values()))
 
 
 def _warm(modules: tuple[str, ...]) -> DeviceInfo:
@@ -276,7 +264,7 @@ def wait_warm(client, warm: list) -> DeviceInfo:
 
 
 def errors_log(out: str) -> str:
-    """Where every failed run's traceback is appended: one file per results folder, not per run."""
+    """Where every failed run's traceback is appended: one file per results folder."""
     return f"{out.rstrip('/')}/logs/errors.log"
 
 
@@ -316,12 +304,8 @@ def evaluate(
     allow_random_weights: bool = False,
     extra: Callable[[PlannedRun, RunRecord], dict] | None = None,
 ) -> EvaluateResult:
-    """Run (or resume) the given runs; returns the records written to `out`/results.jsonl.
-
-    `runs` may be RunSpecs (planned here with the workers' device) or runs planned already.
-    `extra(run, record)` adds fields to a record before it is written (a study's `sweep`), so that
-    results.jsonl never holds a trial's run without them.
-    """
+    """Run (or resume) the given runs (RunSpecs are planned here with the workers' device);
+    `extra(run, record)` adds fields to a record before it is written (a study's `sweep`)."""
     from ..cluster.client import cluster_threads, get_client, gpu_resources
     from ..families.recipes import default_recipe
 
@@ -381,8 +365,6 @@ def check_memory(todo: list[PlannedRun], client) -> None:
 
 
 def _without_threads(identity: dict) -> str:
-    import json
-
     return json.dumps(
         {k: v for k, v in (identity or {}).items() if k != "threads"}, sort_keys=True, default=str
     )

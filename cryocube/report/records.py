@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from .. import store
 from ..errors import ResultsError
-from ..record import RESULTS_FILE, RecordError, RunRecord, missing_records
+from ..record import RESULTS_FILE, RecordError, RunRecord, missing_records, table_lines
 from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
@@ -154,9 +154,7 @@ class Results:
     other_recipes: list[Run] = field(default_factory=list)
     # `cryocube tune` trials, every line (see report/sweeps.py)
     trials: list[Run] = field(default_factory=list)
-    # ok runs of the families scored on another primary metric than mIoU, by family: their sections
-    # are the
-    # families' own (`Family.report_sections`); the leaderboards above rank mIoU runs only
+    # ok runs scored on another metric than mIoU, by family: their sections are the families' own
     by_family: dict[str, list[Run]] = field(default_factory=dict)
 
     def of(self, family: str) -> list[Run]:
@@ -201,14 +199,12 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
     files: list[str] = []
     for p in map(str, paths):
         if store.is_remote(p):
-            if p.endswith(".jsonl"):
-                if not store.file_exists(p):
-                    raise ResultsError(f"{p}: no such results file")
-                files.append(p)
-            elif store.file_exists(store.join(p, RESULTS_FILE)):
-                files.append(store.join(p, RESULTS_FILE))
-            else:
-                raise ResultsError(f"{p}: no {RESULTS_FILE} there")
+            f = p if p.endswith(".jsonl") else store.join(p, RESULTS_FILE)
+            if not store.file_exists(f):
+                raise ResultsError(
+                    f"{p}: " + ("no such results file" if f == p else f"no {RESULTS_FILE} there")
+                )
+            files.append(f)
             continue
         q = Path(p)
         if q.is_dir():
@@ -310,27 +306,15 @@ def read_runs(paths: Iterable[str | Path], family_key: FamilyKey = no_family_key
     warning, any other bad line is a ResultsError."""
     runs: list[Run] = []
     for f in result_files(paths):
+        table = []
         try:
-            text = store.read_text(f)
+            for i, d in table_lines(f):
+                runs.append(parse_record(d, f"{f}:{i}", family_key))
+                table.append(d)
         except OSError as e:
             raise ResultsError(f"{f}: cannot read ({e})") from None
-        lines = text.splitlines()
-        table: list = []
-        # a crash while appending leaves the last line unterminated
-        torn = bool(text) and not text.endswith("\n")
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                # an interrupted write: the engine moves it aside next time
-                if torn and i == len(lines):
-                    warnings.warn(f"{f}:{i}: torn last line skipped", stacklevel=2)
-                    continue
-                raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
-            runs.append(parse_record(d, f"{f}:{i}", family_key))
-            table.append(d)
+        except RecordError as e:
+            raise ResultsError(str(e)) from None
         runs += _records_not_in(f, table, family_key)
     return runs
 
