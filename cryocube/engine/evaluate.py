@@ -234,6 +234,15 @@ def cluster_device(client) -> DeviceInfo:
     return weakest(list(client.run(this_device).values()))
 
 
+def cluster_context(client, out: str, **kw: Any) -> PlanContext:
+    """Planning on this cluster: its weakest worker's device and its configured torch threads."""
+    from ..cluster.client import cluster_threads
+
+    return PlanContext(
+        out=out, device=cluster_device(client), threads=cluster_threads(client), **kw
+    )
+
+
 def _warm(modules: tuple[str, ...]) -> DeviceInfo:
     import importlib
 
@@ -306,7 +315,7 @@ def evaluate(
 ) -> EvaluateResult:
     """Run (or resume) the given runs (RunSpecs are planned here with the workers' device);
     `extra(run, record)` adds fields to a record before it is written (a study's `sweep`)."""
-    from ..cluster.client import cluster_threads, get_client, gpu_resources
+    from ..cluster.client import get_client, gpu_resources
     from ..families.recipes import default_recipe
 
     client = get_client(client)
@@ -314,12 +323,8 @@ def evaluate(
     _store.share_with(client)
     planned = [r for r in runs if isinstance(r, PlannedRun)]
     if len(planned) != len(runs):
-        ctx = PlanContext(
-            out=out,
-            weights_dir=weights_dir,
-            allow_random_weights=allow_random_weights,
-            device=cluster_device(client),
-            threads=cluster_threads(client),
+        ctx = cluster_context(
+            client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
         )
         planned = plan_runs(
             [r for r in runs if isinstance(r, RunSpec)], config or default_recipe(), ctx
