@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -336,9 +337,8 @@ def _records_not_in(f: str, table: list, family_key: FamilyKey) -> list[Run]:
 
 
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """Keep the latest record (by `created`, then by read order) per (model, name, dataset,
-    protocol, fraction, seed); a random-init run has its own name, so it never replaces a run with
-    weights."""
+    """Keep the latest record (by `created`, then by read order) per `Run.key`; a random-init run
+    has its own name, so it never replaces a run with weights."""
     latest: dict[tuple, tuple[tuple, Run]] = {}
     replaced: list[Run] = []
     for order, r in enumerate(runs):
@@ -387,10 +387,9 @@ def load_results(
     for r in kept:
         if r.status == "ok" and r.primary_metric != LEADERBOARD_METRIC:
             by_family.setdefault(r.family, []).append(r)
-    failed = [r for r in kept if r.status != "ok"]
     return Results(
         runs=ok,
-        failures=failed,
+        failures=[r for r in kept if r.status != "ok"],
         sources=result_files(paths),
         replaced=replaced,
         other_recipes=other,
@@ -432,7 +431,5 @@ def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict
                     or f"recipe {r.recipe_digest[:6]}"
                 )
             out[k] = f"{name} ({'; '.join(parts)})"
-    seen: dict[str, int] = {}
-    for label in out.values():
-        seen[label] = seen.get(label, 0) + 1
+    seen = Counter(out.values())
     return {k: f"{v} [{groups[k].recipe_digest[:6]}]" if seen[v] > 1 else v for k, v in out.items()}
