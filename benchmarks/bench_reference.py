@@ -223,7 +223,7 @@ def subset_raw(row: Row, raw: Path, cube: str, a) -> tuple[Path, list[int]]:
         recipe,
         PlanContext(out=str(raw.parent / "unused"), allow_random_weights=True),
     )[0]
-    subset = [int(i) for i in p.record["subset"]]
+    subset = [int(i) for i in p.record.fields["subset"]]
     names = [str(n) for n in open_cube(cube)["source"].values[subset]]
     dst = raw.parent / f"{raw.name}-{row.name}"
     if not dst.exists():

@@ -1,21 +1,14 @@
 """The run record: what one run of any family was, typed and versioned, and the files that keep it.
 
-Every family builds its record through one constructor (`Family.base_record` -> `RunRecord`): the
-fields every run has are typed here, a family's own fields ride along in `fields`. Reading validates
-a record and migrates an older one (`record_version` 1: the untyped dicts written before this
-module) to the current version, so results folders written by earlier releases keep loading with the
-same run ids.
+`RunRecord` is what plans, the scheduler and the report pass (`Family.base_record` starts it); dicts
+exist only in the files. Reading validates a record and migrates an older one (`record_version` 1:
+the untyped dicts of earlier releases), so old results folders keep loading with the same run ids.
 
-On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth) and
-results.jsonl, their index. A record file is written whole or not at all (temporary file + rename,
-or one object-store PUT), and "cached" means a record that parses exists. results.jsonl only ever
-grows by whole lines; a line torn by a crash is moved aside to results.jsonl.torn (with a warning)
-before the next record is appended, so earlier records are never corrupted. The table can always be
+On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth), written
+whole or not at all, and results.jsonl, their index, which only grows by whole lines (a line torn
+by a crash is moved aside to results.jsonl.torn before the next append). The table can always be
 rebuilt from the records: `evaluate` re-adds what it lacks (`sync_results`) before it counts a run
 as cached, and the report reads the records the table lacks (`missing_records`).
-
-This module sits in the bottom layer (docs/architecture.md): families, the engine and the report all
-read and write records through it, and it imports nothing of cryocube but the store and the errors.
 """
 
 from __future__ import annotations
@@ -26,10 +19,10 @@ import hashlib
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from dataclasses import fields as _fields
 from importlib import metadata
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -43,6 +36,19 @@ RESULTS_FILE = "results.jsonl"
 TORN_SUFFIX = ".torn"
 # a record of any version lacks none of these
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
+# the columns every table of records (results.parquet, `open_results`) starts with
+TABLE_COLUMNS = (
+    "run_id",
+    "family",
+    "model",
+    "model_name",
+    "dataset",
+    "protocol",
+    "fraction",
+    "seed",
+    "status",
+    "error",
+)
 
 
 @dataclass
@@ -79,6 +85,18 @@ class RunRecord:
         own = d.pop("fields")
         return d | {k: v for k, v in own.items() if k not in d}
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field by its name in the JSON form, common or the family's own, as `dict.get`."""
+        return getattr(self, name) if name in COMMON else self.fields.get(name, default)
+
+    def merged(self, more: dict[str, Any]) -> RunRecord:
+        """A copy with `more` set (a family's finish fields, the scheduler's status): common fields
+        in place, the rest among the family's own."""
+        own = {k: v for k, v in more.items() if k not in COMMON}
+        return replace(
+            self, **{k: v for k, v in more.items() if k in COMMON}, fields=self.fields | own
+        )
+
     @classmethod
     def from_dict(cls, d: Any, where: str = "record") -> RunRecord:
         """Validate and migrate a record read from disk; `where` ("file:line") starts every error
@@ -98,11 +116,9 @@ class RunRecord:
         missing = [k for k in REQUIRED if k not in d]
         if missing:
             raise RecordError(f"{where}: record lacks {', '.join(missing)}")
-        d = dict(d)
         for v in range(version, RECORD_VERSION):
             d = MIGRATIONS[v](d)
-        names = {f.name for f in _fields(cls)} - {"fields"}
-        common = {k: d[k] for k in names if k in d}
+        common = {k: d[k] for k in COMMON if k in d}
         try:
             common["seed"] = int(common["seed"])
             common["fraction"] = float(common["fraction"])
@@ -113,13 +129,17 @@ class RunRecord:
         for k in ("metrics", "identity"):
             if not isinstance(common.get(k), dict):
                 common[k] = {}  # (a value of another kind reads as empty, as it always did)
-        for k in ("cube", "weights", "precision", "overrides", "versions"):
+        # (precision was a bare string in early records)
+        for k in ("cube", "weights", "overrides", "versions"):
             if common.get(k) is not None and not isinstance(common[k], dict):
-                if k != "precision":  # precision was a bare string in early records
-                    raise RecordError(
-                        f"{where}: field {k} must be an object, got {type(common[k]).__name__}"
-                    )
-        return cls(**common, fields={k: v for k, v in d.items() if k not in names})
+                raise RecordError(
+                    f"{where}: field {k} must be an object, got {type(common[k]).__name__}"
+                )
+        return cls(**common, fields={k: v for k, v in d.items() if k not in COMMON})
+
+
+# the fields every record has, typed above; the rest of a record's JSON is its family's own
+COMMON = frozenset(f.name for f in _fields(RunRecord)) - {"fields"}
 
 
 def _v1_to_v2(d: dict) -> dict:
@@ -136,23 +156,12 @@ def _v1_to_v2(d: dict) -> dict:
         "record_version": 2,
     }
     if primary == "Q" and not d.get("label_set"):
-        # probe runs are ranked only against runs on the same labels: an early probe record names
-        # them by
-        # their digest in its identity, else by its labels source and task names
-        tasks = (
-            (d.get("identity") or {}).get("tasks") if isinstance(d.get("identity"), dict) else None
-        )
-        out["label_set"] = (
-            str(tasks)
-            if tasks
-            else hashlib.sha256(
-                json.dumps(
-                    {"labels": d.get("labels"), "tasks": d.get("tasks")},
-                    sort_keys=True,
-                    default=str,
-                ).encode()
-            ).hexdigest()[:12]
-        )
+        # probe runs are ranked only on the same labels: an early record names them by their
+        # digest in its identity, else by its labels source and task names
+        ident = d.get("identity")
+        tasks = ident.get("tasks") if isinstance(ident, dict) else None
+        said = json.dumps({"labels": d.get("labels"), "tasks": d.get("tasks")}, sort_keys=True)
+        out["label_set"] = str(tasks) if tasks else hashlib.sha256(said.encode()).hexdigest()[:12]
     return out
 
 
@@ -197,7 +206,7 @@ def clean(v):
     return v
 
 
-def load_record(out: str, run_id: str) -> dict | None:
+def load_record(out: str, run_id: str) -> RunRecord | None:
     """The run's record if one exists, parses and validates (a damaged one counts as absent, with a
     warning)."""
     url = f"{run_dir(out, run_id)}/record.json"
@@ -214,7 +223,7 @@ def load_record(out: str, run_id: str) -> dict | None:
     if not isinstance(rec, dict):
         return None
     try:
-        return RunRecord.from_dict(rec, url).to_dict()
+        return RunRecord.from_dict(rec, url)
     except RecordError as e:
         warnings.warn(f"{e}; the run counts as not done and will run again", stacklevel=2)
         return None
@@ -251,25 +260,19 @@ def repair_results(out: str) -> int:
     return len(bad)
 
 
-def missing_records(out: str, table: list[dict]) -> list[dict]:
+def missing_records(out: str, table: list[dict]) -> list[RunRecord]:
     """Run records (runs/*/record.json) whose latest version the table lacks: a crash between a
     record file and its line, or a line lost to a torn tail. Oldest first."""
-    last = {}
-    for r in table:
-        last[r.get("run_id")] = r.get("created")
+    last = {r.get("run_id"): r.get("created") for r in table}
     found = []
     for rid in _store.list_dir(f"{out.rstrip('/')}/runs"):
         # a damaged record file is warned about where a run is looked up
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rec = load_record(out, rid)
-        if (
-            rec is not None
-            and rec.get("run_id") == rid
-            and last.get(rid, object()) != rec.get("created")
-        ):
+        if rec is not None and rec.run_id == rid and last.get(rid, object()) != rec.created:
             found.append(rec)
-    return sorted(found, key=lambda r: str(r.get("created") or ""))
+    return sorted(found, key=lambda r: str(r.created or ""))
 
 
 def sync_results(out: str) -> int:
@@ -278,7 +281,7 @@ def sync_results(out: str) -> int:
     repair_results(out)
     add = missing_records(out, read_results(out))
     if add:
-        _store.append_text(results_url(out), "".join(json.dumps(r) + "\n" for r in add))
+        _store.append_text(results_url(out), "".join(json.dumps(r.to_dict()) + "\n" for r in add))
         warnings.warn(
             f"{results_url(out)}: {len(add)} run record(s) missing from the table re-added from "
             f"{out.rstrip('/')}/runs/*/record.json",
@@ -288,8 +291,7 @@ def sync_results(out: str) -> int:
 
 
 def write_record(out: str, record: dict | RunRecord) -> dict:
-    """Write the run's record file, then append it to results.jsonl; returns the record as
-    written."""
+    """Write the run's record file, then append it to results.jsonl; returns the JSON written."""
     record = clean(record.to_dict() if isinstance(record, RunRecord) else record)
     if record.get("created") is None:
         record["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
@@ -304,23 +306,22 @@ def write_record(out: str, record: dict | RunRecord) -> dict:
 
 
 def read_results(out: str) -> list[dict]:
-    """Every parseable record of results.jsonl (a torn last line is skipped with a warning)."""
+    """Every record of results.jsonl, as written (a torn last line is skipped with a warning)."""
     url = results_url(out)
-    if not _store.file_exists(url):
-        return []
-    recs = []
+    return [d for _, d in table_lines(url)] if _store.file_exists(url) else []
+
+
+def table_lines(url: str) -> Iterator[tuple[int, Any]]:
+    """(line number, JSON) of a results.jsonl: a torn last line (a crash while appending, which the
+    engine moves aside next time) is skipped with a warning, any other bad line is a RecordError."""
     text = _store.read_text(url)
     lines = text.splitlines()
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            recs.append(json.loads(line))
-        except ValueError:
-            if i == len(lines) and not text.endswith("\n"):
-                warnings.warn(
-                    f"{url}:{i}: torn last line skipped (an interrupted write)", stacklevel=2
-                )
-                continue
-            raise
-    return recs
+            yield i, json.loads(line)
+        except ValueError as e:
+            if i < len(lines) or text.endswith("\n"):
+                raise RecordError(f"{url}:{i}: not valid JSON ({getattr(e, 'msg', e)})") from None
+            warnings.warn(f"{url}:{i}: torn last line skipped (an interrupted write)", stacklevel=3)

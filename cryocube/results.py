@@ -17,25 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from . import store
+from . import families, store
 from .errors import ResultsError
+from .record import TABLE_COLUMNS
 from .report.records import LEADERBOARD_METRIC, Run, _num, load_results
 
 # the run's identity, then how it went, then what it cost (columns in this order, metrics between)
-RUN_COLUMNS = (
-    "run_id",
-    "family",
-    "model",
-    "model_name",
-    "dataset",
-    "protocol",
-    "fraction",
-    "seed",
-    "status",
-    "error",
-    "ranked",
-    "primary_metric",
-)
+RUN_COLUMNS = (*TABLE_COLUMNS, "ranked", "primary_metric")
 COST_COLUMNS = (
     "total_s",
     "samples_per_s",
@@ -58,33 +46,11 @@ def _row(r: Run, ranked: bool) -> dict[str, Any]:
         k: _num(v) for k, v in r.metrics.items() if not isinstance(v, (dict, list, str, bool))
     }
     return (
-        {
-            "run_id": r.run_id,
-            "family": r.family,
-            "model": r.model,
-            "model_name": r.model_name,
-            "dataset": r.dataset,
-            "protocol": r.protocol,
-            "fraction": r.fraction,
-            "seed": r.seed,
-            "status": r.status,
-            "error": r.error,
-            "ranked": ranked,
-            "primary_metric": r.primary_metric,
-        }
+        {k: getattr(r, k) for k in RUN_COLUMNS if k != "ranked"}
+        | {"ranked": ranked}
         | scalar
-        | {
-            "total_s": r.total_s,
-            "samples_per_s": r.samples_per_s,
-            "peak_memory_mb": r.peak_memory_mb,
-            "gflops": r.gflops,
-            "device": r.device,
-            "precision": r.precision,
-            "random_init": r.random_init,
-            "created": r.created,
-            "source": r.source,
-            "record": r.record,
-        }
+        | {k: getattr(r, k) for k in COST_COLUMNS}
+        | {"record": r.record.to_dict()}
     )
 
 
@@ -99,7 +65,7 @@ def open_results(path_or_url: str | Path, storage_options: dict | None = None) -
     url = str(path_or_url)
     if storage_options is not None and store.is_remote(url):
         store.register_options(url, storage_options)
-    res = load_results(url)
+    res = load_results(url, families.report_key)
     ranked = {id(r) for r in res.runs}
     runs = [
         *res.runs,

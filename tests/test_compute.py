@@ -69,11 +69,11 @@ def test_precision_is_recorded_and_changes_the_run_id(cube, tmp_path):
             )[0]
             ids[(dev.name, req)] = p.run_id
             idents[(dev.name, req)] = p.identity
-            assert p.record["precision"]["requested"] == req
-            assert p.record["precision"]["effective"] == (
+            assert p.record.precision["requested"] == req
+            assert p.record.precision["effective"] == (
                 "bf16" if (dev is A100 and req == "auto") else "fp32"
             )
-            assert p.identity["precision"] == p.record["precision"]["effective"]
+            assert p.identity["precision"] == p.record.precision["effective"]
     # requested and effective are hashed
     assert ids[("A100", "auto")] != ids[("A100", "fp32")] != ids[("epyc", "auto")]
     # fp32 asked for is the same arithmetic on any device, but on a CPU the torch threads order the
@@ -91,13 +91,16 @@ def test_precision_is_recorded_and_changes_the_run_id(cube, tmp_path):
         load_recipe(None, FAST),
         PlanContext(out=str(tmp_path), device=A100),
     )[0]
-    assert p.work.memory_format == "channels_last" and p.record["memory_format"] == "channels_last"
+    assert (
+        p.work.memory_format == "channels_last"
+        and p.record.fields["memory_format"] == "channels_last"
+    )
     # bf16 on AMX: channels_last measured faster too
     amx = DeviceInfo("cpu", "xeon", cpu_bf16=True, cpu_amx=True)
     p = plan_runs(
         [RunSpec("unet", cube)], load_recipe(None, FAST), PlanContext(out=str(tmp_path), device=amx)
     )[0]
-    assert p.work.memory_format == "channels_last" and p.record["precision"]["effective"] == "bf16"
+    assert p.work.memory_format == "channels_last" and p.record.precision["effective"] == "bf16"
     p = plan_runs(
         [RunSpec("unet", cube)],
         load_recipe(None, FAST + ["precision=fp32"]),

@@ -183,9 +183,9 @@ def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_
             ("ssl4eo_moco", []),
         )
     )
-    assert default.record["deviations"] == {"in_effect": ["dino_qkv_bias"], "followed": []}
-    assert follow.record["deviations"] == {"in_effect": [], "followed": ["dino_qkv_bias"]}
-    assert moco.record["deviations"] == {"in_effect": [], "followed": []}
+    assert default.record.fields["deviations"] == {"in_effect": ["dino_qkv_bias"], "followed": []}
+    assert follow.record.fields["deviations"] == {"in_effect": [], "followed": ["dino_qkv_bias"]}
+    assert moco.record.fields["deviations"] == {"in_effect": [], "followed": []}
     assert follow.run_id != default.run_id and follow.work.encoder.model.arch["qkv_bias"] is False
     # the default keeps existing run ids
     assert "follow_reference" not in default.identity["recipe"]
@@ -194,6 +194,6 @@ def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_
         plan_runs([RunSpec("ssl4eo_dino", url, "probe")], load_recipe(None, fast + extra), ctx)[0]
         for extra in ([], ["follow_reference=true"])
     )
-    assert probe.record["deviations"] == default.record["deviations"]
-    assert probe_follow.record["deviations"] == follow.record["deviations"]
+    assert probe.record.fields["deviations"] == default.record.fields["deviations"]
+    assert probe_follow.record.fields["deviations"] == follow.record.fields["deviations"]
     assert probe_follow.work.embed.key != probe.work.embed.key

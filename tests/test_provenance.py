@@ -98,7 +98,7 @@ def test_pretrained_model_without_checkpoint_is_refused_naming_the_fetch(
         cfg,
         PlanContext(out=str(tmp_path), allow_random_weights=True),
     )[0]
-    assert p.record["weights"] == {
+    assert p.record.weights == {
         "source": "random",
         "sha256": None,
         "random_init": True,
@@ -106,8 +106,7 @@ def test_pretrained_model_without_checkpoint_is_refused_naming_the_fetch(
     }
     scratch = plan_runs([RunSpec("unet", cube)], cfg, PlanContext(out=str(tmp_path)))[0]
     assert (
-        scratch.record["weights"]["source"] == "scratch"
-        and not scratch.record["weights"]["pretrained"]
+        scratch.record.weights["source"] == "scratch" and not scratch.record.weights["pretrained"]
     )
     # the CLI refuses before a cluster: the address below does not exist
     assert (

@@ -1,7 +1,9 @@
 """Run records already on disk keep loading: tests/data/records_v1 holds a results folder written by
-the code before run records were typed (tests/data/records_v1.py made it). The report reads every
-family's run from it, each stored run id is still the hash of its identity, and planning the same
-runs again today gives the same ids.
+the code before run records were typed (tests/data/records_v1.py made it), tests/data/records_v2 one
+written by the typed records before the report read them as `RunRecord`s (the same generator, run at
+fdf2356). The report reads every family's run from both and makes the report it made then, each
+stored run id is still the hash of its identity, and planning the same runs again today gives the
+same ids.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 from cryocube.families.base import content_hash
 
 STORED = Path(__file__).parent / "data" / "records_v1"
+TYPED = STORED.parent / "records_v2"
 
 
 def _stored() -> list[dict]:
@@ -41,7 +44,6 @@ def test_stored_run_ids_are_the_hash_of_their_identity():
 
 
 def test_the_report_reads_records_written_before_they_were_typed(tmp_path):
-    from cryocube.cli import main
     from cryocube.report.records import load_results
 
     res = load_results(STORED)
@@ -53,29 +55,40 @@ def test_the_report_reads_records_written_before_they_were_typed(tmp_path):
     ]
     assert [r.run_id for r in res.of("vqa")] == ["dd7b040b91183bd7a995"]
     assert [r.run_id for r in res.of("heads")] == ["4a9b6059d66eaaa8269d"]
+    _same_report(STORED, tmp_path)
+
+
+def _same_report(stored: Path, tmp_path: Path) -> None:
+    """`cryocube report` on a stored folder makes the report the code that wrote it made
+    (<folder>_report.md), but for its run metadata, and the same files."""
+    from cryocube.cli import main
+
     out = tmp_path / "report"
     (tmp_path / "none").mkdir()
-    assert (
-        main(
-            [
-                "report",
-                str(STORED),
-                "--out",
-                str(out),
-                "--format",
-                "md",
-                "--profiles",
-                str(tmp_path / "none"),  # an empty folder: no measured profiles
-            ]
-        )
-        == 0
-    )
+    args = ["report", str(stored), "--out", str(out), "--format", "md"]
+    # an empty folder: no measured profiles
+    assert main([*args, "--profiles", str(tmp_path / "none")]) == 0
     md = (out / "report.md").read_text()
-    # the same report the code that wrote the records made (records_v1_report.md), but for its run
-    # metadata
-    assert md[: md.index("## Run metadata")] == (STORED.parent / "records_v1_report.md").read_text()
+    assert (
+        md[: md.index("## Run metadata")]
+        == (stored.parent / f"{stored.name}_report.md").read_text()
+    )
     files = sorted(f"./{p.relative_to(out).as_posix()}" for p in out.rglob("*") if p.is_file())
-    assert files == (STORED.parent / "records_v1_report_files.txt").read_text().split()
+    assert files == (stored.parent / f"{stored.name}_report_files.txt").read_text().split()
+
+
+def test_the_report_reads_typed_records_as_it_did_when_they_were_written(tmp_path):
+    from cryocube.report.records import load_results
+
+    res = load_results(TYPED)
+    assert not res.failures and [r.run_id for r in res.runs] == ["60eae79bbd20179bf465"]
+    assert sorted(r.family for rs in res.by_family.values() for r in rs) == [
+        "embedding",
+        "embedding",
+        "heads",
+        "vqa",
+    ]
+    _same_report(TYPED, tmp_path)
 
 
 def test_a_record_missing_from_the_table_is_read_from_its_file(tmp_path):
@@ -161,7 +174,7 @@ def test_every_stored_record_reads_as_a_typed_record_of_the_current_version():
             {"record_version": 2},
             {"record_version": 2, "overrides": None},
         )
-        assert load_record(str(STORED), d["run_id"])["record_version"] == RECORD_VERSION
+        assert load_record(str(STORED), d["run_id"]).record_version == RECORD_VERSION
 
 
 def test_a_version_1_record_gets_the_fields_it_left_implicit():

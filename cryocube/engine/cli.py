@@ -276,7 +276,7 @@ def _evaluate(args) -> int:
             todo = [
                 p
                 for p in planned
-                if (r := load_record(args.out, p.run_id)) is None or r.get("status") != "ok"
+                if (r := load_record(args.out, p.run_id)) is None or r.status != "ok"
             ]
             print(estimate_text(todo, budget, args.budget))
         print(
@@ -362,7 +362,7 @@ def run_handed(job, args) -> int:
         quiet=args.quiet,
     ) as client:
         evaluate(job.runs, job.out, client=client, progress=not args.quiet)
-    return job.show([load_record(job.out, p.run_id) for p in job.runs])
+    return job.show([load_record(job.out, p.run_id).to_dict() for p in job.runs])
 
 
 def _warn_random(planned, quiet: bool) -> None:
@@ -370,7 +370,7 @@ def _warn_random(planned, quiet: bool) -> None:
         {
             p.spec.model
             for p in planned
-            if p.record["weights"]["random_init"] and p.record["weights"]["pretrained"]
+            if p.record.weights["random_init"] and p.record.weights["pretrained"]
         }
     )
     if rnd:

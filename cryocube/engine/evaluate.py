@@ -1,16 +1,15 @@
 """`evaluate`: the scheduler. It plans runs through their families and takes the runs not done yet
 through five stages, one method each of `Schedule`: prepare (each family's shared work), fit (groups
 of runs), score (map tasks per run), reduce (their partial results, pairwise on the workers) and
-finish (one record per run). Every task goes through `Runner`. It knows no family: what a kind of
-evaluation needs is `cryocube.families`.
+finish (one `RunRecord` per run). Every task goes through `Runner`; it knows no family.
 
-Everything runs on the Dask client given (or the default one). Finished runs are skipped; a run that
-fails (e.g. non-finite loss) is recorded as an error, its traceback goes to OUT/logs/errors.log, the
-console gets one line, and the other runs go on.
+Finished runs are skipped; a run that fails (e.g. non-finite loss) is recorded as an error, its
+traceback goes to OUT/logs/errors.log, the console gets one line, and the other runs go on.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -21,8 +20,9 @@ from ..errors import RunFailed, UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather, show_dashboard
+from ..record import RunRecord
 from .plan import plan_runs
-from .records import load_record, sync_results, write_parquet, write_record
+from .records import load_record, read_results, sync_results, write_parquet, write_record
 
 PROGRESS_TOPIC = "cryocube-progress"
 # prefix of every task key (their worker-side failure logs are silenced: we log them)
@@ -33,7 +33,7 @@ SCORE_PRIORITY = 10
 
 @dataclass
 class EvaluateResult:
-    records: list[dict] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list)  # the JSON written, one per run
     skipped: list[str] = field(default_factory=list)  # run ids already done
     planned: list[PlannedRun] = field(default_factory=list)
     # prep key -> facts (encoder items, timings)
@@ -66,13 +66,11 @@ class Runner:
         )
 
     def result(self, fut):
-        """Waits for one future (a worker's error re-raised here): families wait through the runner,
-        never on futures themselves."""
+        """One future's result (a worker's error re-raised here): families never wait on futures."""
         return fut.result()
 
     def scatter(self, data):
-        """`data` on every worker once (a matrix that many tasks read), as a future to pass in their
-        arguments."""
+        """`data` on every worker once (a matrix many tasks read), as a future for their tasks."""
         return self.client.scatter(data, broadcast=True)
 
     def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
@@ -105,10 +103,8 @@ class Runner:
 
 
 class Schedule:
-    """The runs of one `evaluate` call through their stages, one method each; a run that fails at
-    any stage is recorded as an error and the others go on. Results are handled as their tasks
-    complete.
-    """
+    """The runs of one `evaluate` call through their stages as their tasks complete; a run that
+    fails at any stage is recorded as an error and the others go on."""
 
     def __init__(
         self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None
@@ -161,8 +157,7 @@ class Schedule:
             self.res.prepared.update(get(name).prepare(self.runner, members))
 
     def fit(self, name: str, group: list[PlannedRun]) -> None:
-        """Submits one group's fit task (the family groups runs that share a pass); its result goes
-        to `score`."""
+        """Submits one group's fit task (runs that share a pass); its result goes to `score`."""
         fn, task = get(name).fit(group)
         self._then(
             self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group
@@ -189,8 +184,7 @@ class Schedule:
             self.reduce(name, p, f, parts)
 
     def reduce(self, name: str, run: PlannedRun, fitted: dict, parts: list) -> None:
-        """Sums a run's score tasks pairwise on the workers; the total goes to `finish`, which times
-        the run's test_s from here."""
+        """Sums a run's score tasks pairwise on the workers; `finish` times test_s from here."""
         total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
         self._then(total, self.finish, name, run, fitted, time.perf_counter())
 
@@ -203,30 +197,19 @@ class Schedule:
             return
         test_s = time.perf_counter() - scored
         # a run's own time: its fit task (shared by the decoders trained with it) and its scoring
-        timings = {
-            **fields.get("timings", {}),
+        timings = fields.get("timings", {})
+        timings = timings | {
             "test_s": test_s,
-            "total_s": fields.get("timings", {}).get("train_s", 0.0) + test_s,
+            "total_s": timings.get("train_s", 0.0) + test_s,
             "since_start_s": time.perf_counter() - self.started,
         }
-        self._write(
-            run,
-            run.record
-            | fields
-            | {
-                "status": "ok",
-                "error": None,
-                "cluster": self.info,
-                "timings": timings,
-            },
-        )
+        self._write(run, fields | {"status": "ok", "error": None, "timings": timings})
         metric = fields.get("primary_metric", "mIoU")
         m = fields["metrics"].get(metric)
         self.board.finish(run.run_id, f"done: {metric} {m:.2f}" if m is not None else "done")
 
     def fail(self, run: PlannedRun, e: BaseException) -> None:
-        """Records the run as an error, its traceback appended to OUT/logs/errors.log (a
-        TimeoutError reworded into what it waited for); the other runs go on."""
+        """Records the run as an error, its traceback appended to OUT/logs/errors.log."""
         log = _log_failure(self.out, run, e)
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
         # never a bare "TimeoutError": what it waited for, what to change
@@ -234,34 +217,30 @@ class Schedule:
             from ..cluster.timeouts import explain_timeout
 
             e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
-        self._write(
-            run,
-            run.record
-            | {
-                "status": "error",
-                "error": f"{kind}: {e}",
-                "error_log": log,
-                "cluster": self.info,
-            },
-        )
+        self._write(run, {"status": "error", "error": f"{kind}: {e}", "error_log": log})
         first = str(e).splitlines()[0] if str(e) else ""
         self.board.finish(
             run.run_id, f"FAILED {kind}: {first[:300]} (traceback in {log})", failed=True
         )
 
-    def _write(self, run: PlannedRun, rec: dict) -> None:
-        self.res.records.append(
-            write_record(self.out, rec | (self.extra(run, rec) if self.extra else {}))
-        )
-
-
-def _device_info() -> DeviceInfo:
-    return this_device()
+    def _write(self, run: PlannedRun, more: dict) -> None:
+        rec = run.record.merged(more | {"cluster": self.info})
+        rec = rec.merged(self.extra(run, rec)) if self.extra else rec
+        self.res.records.append(write_record(self.out, rec))
 
 
 def cluster_device(client) -> DeviceInfo:
     """The device that decides `precision: auto` for this cluster (the weakest of its workers)."""
-    return weakest(list(client.run(_device_info).values()))
+    return weakest(list(client.run(this_device).values()))
+
+
+def cluster_context(client, out: str, **kw: Any) -> PlanContext:
+    """Planning on this cluster: its weakest worker's device and its configured torch threads."""
+    from ..cluster.client import cluster_threads
+
+    return PlanContext(
+        out=out, device=cluster_device(client), threads=cluster_threads(client), **kw
+    )
 
 
 def _warm(modules: tuple[str, ...]) -> DeviceInfo:
@@ -294,7 +273,7 @@ def wait_warm(client, warm: list) -> DeviceInfo:
 
 
 def errors_log(out: str) -> str:
-    """Where every failed run's traceback is appended: one file per results folder, not per run."""
+    """Where every failed run's traceback is appended: one file per results folder."""
     return f"{out.rstrip('/')}/logs/errors.log"
 
 
@@ -320,7 +299,7 @@ def _worker_count(client) -> int:
 
 def _done(out: str, run: PlannedRun) -> bool:
     rec = load_record(out, run.run_id)
-    return rec is not None and rec.get("status") == "ok"
+    return rec is not None and rec.status == "ok"
 
 
 def evaluate(
@@ -332,15 +311,11 @@ def evaluate(
     storage_options: dict | None = None,
     weights_dir: str | None = None,
     allow_random_weights: bool = False,
-    extra: Callable[[PlannedRun, dict], dict] | None = None,
+    extra: Callable[[PlannedRun, RunRecord], dict] | None = None,
 ) -> EvaluateResult:
-    """Run (or resume) the given runs; returns the records written to `out`/results.jsonl.
-
-    `runs` may be RunSpecs (planned here with the workers' device) or runs planned already.
-    `extra(run, record)` adds fields to a record before it is written (a study's `sweep`), so that
-    results.jsonl never holds a trial's run without them.
-    """
-    from ..cluster.client import cluster_threads, get_client, gpu_resources
+    """Run (or resume) the given runs (RunSpecs are planned here with the workers' device);
+    `extra(run, record)` adds fields to a record before it is written (a study's `sweep`)."""
+    from ..cluster.client import get_client, gpu_resources
     from ..families.recipes import default_recipe
 
     client = get_client(client)
@@ -348,12 +323,8 @@ def evaluate(
     _store.share_with(client)
     planned = [r for r in runs if isinstance(r, PlannedRun)]
     if len(planned) != len(runs):
-        ctx = PlanContext(
-            out=out,
-            weights_dir=weights_dir,
-            allow_random_weights=allow_random_weights,
-            device=cluster_device(client),
-            threads=cluster_threads(client),
+        ctx = cluster_context(
+            client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
         )
         planned = plan_runs(
             [r for r in runs if isinstance(r, RunSpec)], config or default_recipe(), ctx
@@ -399,8 +370,6 @@ def check_memory(todo: list[PlannedRun], client) -> None:
 
 
 def _without_threads(identity: dict) -> str:
-    import json
-
     return json.dumps(
         {k: v for k, v in (identity or {}).items() if k != "threads"}, sort_keys=True, default=str
     )
@@ -410,8 +379,6 @@ def cached_with_other_threads(planned: list[PlannedRun], out: str) -> dict[str, 
     """run_id -> the torch threads of an ok record in `out` that is the same run but for its threads
     (the threads are part of the run id: a plan made with other --workers finds none of them
     cached)."""
-    from .records import read_results
-
     ok = {
         _without_threads(r["identity"]): r["identity"]["threads"]
         for r in read_results(out)
@@ -441,17 +408,17 @@ def dry_run(
     lines, todo, items = [], 0, {}
     other = {}
     for p in planned:
-        cached = (rec := load_record(out, p.run_id)) is not None and rec.get("status") == "ok"
+        cached = _done(out, p)
         todo += not cached
         if not cached and not other:
             other = cached_with_other_threads(planned, out)
-        w = p.record.get("weights", {})
+        w = p.record.weights or {}
         wtxt = (
             "random init"
             if w.get("random_init") and w.get("pretrained")
             else ("scratch" if not w.get("pretrained") else w.get("source"))
         )
-        prec = p.record.get("precision", {})
+        prec = p.record.precision or {}
         est = p.estimate
         if p.prep_key and not cached:
             # runs sharing a cache: the largest draw's (a few-shot run extracts only its own)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 
 from .. import store as _store
-from ..record import (
+from ..record import (  # noqa: F401  (re-exported, see above)
     RESULTS_FILE,
+    TABLE_COLUMNS,
     TORN_SUFFIX,
     clean,
     load_record,
@@ -27,39 +28,7 @@ from ..record import (
     write_record,
 )
 
-__all__ = [
-    "RESULTS_FILE",
-    "TORN_SUFFIX",
-    "clean",
-    "load_record",
-    "missing_records",
-    "read_results",
-    "repair_results",
-    "results_url",
-    "run_dir",
-    "sync_results",
-    "versions",
-    "write_parquet",
-    "write_record",
-]
-
-
-PARQUET_COLUMNS = (
-    "run_id",
-    "family",
-    "model",
-    "model_name",
-    "dataset",
-    "protocol",
-    "fraction",
-    "seed",
-    "status",
-    "error",
-    "samples_per_s",
-    "peak_memory_mb",
-    "device",
-    "created",
-)
+PARQUET_COLUMNS = (*TABLE_COLUMNS, "samples_per_s", "peak_memory_mb", "device", "created")
 
 
 def write_parquet(out: str) -> None:
@@ -72,14 +41,12 @@ def write_parquet(out: str) -> None:
         return
     rows = []
     for r in recs:
-        m = r.get("metrics") or {}
-        w = r.get("weights") or {}
-        p = r.get("precision") or {}
+        m, p = r.get("metrics") or {}, r.get("precision") or {}
         rows.append(
             {k: r.get(k) for k in PARQUET_COLUMNS}
             | {f"metric_{k}": m.get(k) for k in ("mIoU", "mF1", "oAcc", "mAcc")}
             | {
-                "random_init": w.get("random_init"),
+                "random_init": (r.get("weights") or {}).get("random_init"),
                 "precision": p.get("effective") if isinstance(p, dict) else p,
                 "record": json.dumps(r),
             }

@@ -40,7 +40,7 @@ import yaml
 from .. import store as _store
 from ..catalog import protocol as protocol_spec
 from ..errors import UserError
-from ..families import PlanContext, PlannedRun, RunSpec, get
+from ..families import PlannedRun, RunSpec, get
 from ..families.base import derive_seed
 from ..families.recipes import load_recipe
 from ..recipe import RecipeError, parse_overrides, read_config
@@ -465,6 +465,7 @@ class _Study:
             rec = load_record(self.out, p.run_id)
             if rec is None:
                 raise UserError(f"{p.label}: the engine wrote no record{log_hint(self.out)}")
+            rec = rec.to_dict()  # (a study's lines are the JSON written)
             want = self._sweep(rec=rec, **c) if c else None
             if rec.get("sweep") != want:  # a cache hit, or a run two claims share: its own line
                 rec = self._append(rec, want)
@@ -664,8 +665,8 @@ def tune(
 ) -> list[StudyResult]:
     """One study per base run (model x cube x protocol [x fraction]); returns each study's
     outcome."""
-    from ..cluster.client import cluster_threads, get_client
-    from .evaluate import cluster_device
+    from ..cluster.client import get_client
+    from .evaluate import cluster_context
 
     if trials < 1:
         raise UserError(f"--trials must be >= 1, got {trials}")
@@ -673,12 +674,8 @@ def tune(
     if batch is not None and batch < 1:
         raise UserError(f"--batch must be >= 1, got {batch}")
     client = get_client(client)
-    ctx = PlanContext(
-        out=out,
-        weights_dir=weights_dir,
-        allow_random_weights=allow_random_weights,
-        device=cluster_device(client),
-        threads=cluster_threads(client),
+    ctx = cluster_context(
+        client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
     )
     cubes: dict = {}
     size = batch or min(trials, max(4, recipe.decoders_per_task))

@@ -42,3 +42,9 @@ def get(name: str) -> Family:
     """The one instance of a family, whose hooks the scheduler calls; unknown names: one
     sentence listing the known ones."""
     return FAMILIES.named(name)
+
+
+def report_key(record) -> tuple:
+    """Its family's part of a record's report key (`Family.report_key`); none for a family not
+    installed here, whose runs the report lists apart."""
+    return get(record.family).report_key(record) if record.family in names() else ()

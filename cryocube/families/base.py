@@ -83,7 +83,7 @@ class PlannedRun:
     dataset: str
     model_name: str
     fraction: float
-    record: dict[str, Any]  # fields every record of this run carries (config, weights, cube, ...)
+    record: RunRecord  # what every record of this run carries (config, weights, cube, ...)
     work: Any  # the family's typed description of the run's tasks
     cube: Any = None  # the CubeInfo the run reads
     prep_key: str | None = None  # runs with the same key share one `prepare`
@@ -129,11 +129,10 @@ class Family(ABC):
         fraction: float = 1.0,
         dataset: str | None = None,
         **own: Any,
-    ) -> dict[str, Any]:
-        """The one way a run record starts: the fields every family's records share, typed
-        (`RunRecord`), then this family's own (`own`). `cube` is the CubeInfo read (or its record,
-        or None for vectors made elsewhere); returns the JSON form the scheduler completes with
-        status and metrics."""
+    ) -> RunRecord:
+        """The one way a run record starts: the fields every family's records share, typed, then
+        this family's own (`own`). `cube` is the CubeInfo read (or its record, or None for vectors
+        made elsewhere); the scheduler completes it with status and metrics."""
         if cube is None or isinstance(cube, dict):
             cube_rec = cube or None
         else:
@@ -159,7 +158,7 @@ class Family(ABC):
             precision=precision,
             overrides=dict(spec.overrides) or None,
             fields=own,
-        ).to_dict()
+        )
 
     @abstractmethod
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
@@ -193,6 +192,11 @@ class Family(ABC):
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """The run's metrics and record fields from the reduced total (`primary_metric` among them
         names the one shown); raising records the run as failed."""
+
+    def report_key(self, record: RunRecord) -> tuple:
+        """What keeps two of this family's records apart in a report beyond their model, dataset,
+        protocol, fraction, seed and identity (an older record may lack the identity): none."""
+        return ()
 
     def report_sections(self, page, results) -> None:
         """Add this family's sections to a report: `results` (report.records.Results) holds its ok

@@ -470,7 +470,11 @@ def build_report(
 
     # never replace a folder report did not write
     outputs.claim(str(out), "report", "report", write_marker=False)
-    res = results if isinstance(results, Results) or results is None else load_results(results)
+    if not (isinstance(results, Results) or results is None):
+        from .. import families
+
+        results = load_results(results, families.report_key)
+    res = results
     # built in a sibling folder and swapped in whole: complete, or the previous report untouched
     with outputs.staged_folder(out, "report", "report") as tmp:
         rep = Report(out=tmp, results=res, final=Path(out))

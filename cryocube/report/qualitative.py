@@ -202,7 +202,7 @@ def find_predictions(run: Run, sources: Sequence[str]) -> str | None:
     rec = run.record
     cands = [rec.get("predictions"), rec.get("predictions_url")]
     if rec.get("run_dir"):
-        cands.append(store.join(str(rec["run_dir"]), "predictions.zarr"))
+        cands.append(store.join(str(rec.get("run_dir")), "predictions.zarr"))
     for src in sources:
         base = str(src).rsplit("/", 1)[0]
         if run.run_id:

@@ -11,17 +11,19 @@ the study's best retrain is its own row, "S12-MoCo (tuned)".
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .. import store
 from ..errors import ResultsError
-from ..record import RESULTS_FILE, RecordError, RunRecord, missing_records
+from ..record import RESULTS_FILE, RecordError, RunRecord, missing_records, table_lines
 from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
@@ -30,23 +32,43 @@ DEVIATES = " (deviates: "  # + the record's deviations in effect + ")": see docs
 TUNED = " (tuned)"
 
 
+def _own_number(name: str) -> property:
+    """A number among the family's own fields (finite, else None): cost figures the tables read."""
+    return property(lambda self: _num(self.record.get(name)), doc=f"The record's {name}, or None.")
+
+
 @dataclass(frozen=True)
 class Run:
-    """One run record, flattened to what tables and plots read."""
+    """A validated record (`RunRecord`) as the report's rows read it: where it was read, the row it
+    fills (`model_name`: display name and what keeps it apart), its status (an ok record without
+    its primary metric counts as failed) and the key `dedupe` keeps one of. The record's own fields
+    (run_id, model, metrics, identity, ...) read through."""
 
-    run_id: str
-    model: str  # catalog id
-    model_name: str  # display name (row of the leaderboard)
-    dataset: str
-    protocol: str
-    fraction: float
-    seed: int
+    record: RunRecord = field(repr=False)
+    source: str  # "file:line", for error messages and the failures table
+    model_name: str
     status: str
     error: str | None
-    metrics: dict[str, Any]
-    created: str
-    source: str  # "file:line", for error messages and the failures table
-    record: dict[str, Any] = field(repr=False, compare=False)
+    key: tuple  # what makes two records the same run: `dedupe` keeps the latest per key
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "record":
+            raise AttributeError(name)
+        return getattr(self.record, name)
+
+    gflops = _own_number("gflops")  # the catalog's published GFLOPs; a measured profile wins
+    samples_per_s = _own_number("samples_per_s")  # training throughput, for the cost table
+    peak_memory_mb = _own_number("peak_memory_mb")  # the cost table shows a model's largest
+
+    @property
+    def dataset(self) -> str:
+        """The dataset id, lower case as the catalog spells it (older records wrote GLID)."""
+        return self.record.dataset.lower()
+
+    @property
+    def created(self) -> str:
+        """When the record was written ("" if it does not say): the latest of a run wins."""
+        return self.record.created or ""
 
     @property
     def miou(self) -> float | None:
@@ -54,80 +76,47 @@ class Run:
         return _num(self.metrics.get("mIoU"))
 
     @property
-    def family(self) -> str:
-        """The family that ran it: families not ranked on mIoU get report sections of their own."""
-        return str(self.record["family"])
-
-    @property
-    def primary_metric(self) -> str:
-        """The metric the run is ranked on; only mIoU runs enter the protocol leaderboards."""
-        return str(self.record["primary_metric"])
-
-    @property
     def class_iou(self) -> dict[str, float]:
         """Test IoU per class name, non-numbers left out; {} for a family that scores no classes."""
-        iou = self.metrics.get("IoU") or {}
-        return (
-            {str(k): float(v) for k, v in iou.items() if _num(v) is not None}
-            if isinstance(iou, dict)
-            else {}
-        )
-
-    @property
-    def gflops(self) -> float | None:
-        """The catalog's published GFLOPs as the record copied them; a measured profile wins."""
-        return _num(self.record.get("gflops"))
-
-    @property
-    def samples_per_s(self) -> float | None:
-        """The run's training throughput, averaged per model in the cost table."""
-        return _num(self.record.get("samples_per_s"))
+        iou = self.metrics.get("IoU")
+        iou = iou if isinstance(iou, dict) else {}
+        return {str(k): float(v) for k, v in iou.items() if _num(v) is not None}
 
     @property
     def params(self) -> tuple[int | None, int | None]:
         """(encoder, decoder) parameter counts, each None where the record lacks it."""
-        p = self.record.get("params") or {}
-        enc, dec = (
-            (_num(p.get("encoder")), _num(p.get("decoder")))
-            if isinstance(p, dict)
-            else (None, None)
+        p = self.record.get("params")
+        p = p if isinstance(p, dict) else {}
+        return tuple(
+            None if (n := _num(p.get(k))) is None else int(n) for k in ("encoder", "decoder")
         )
-        return (int(enc) if enc is not None else None, int(dec) if dec is not None else None)
 
     @property
     def total_s(self) -> float | None:
         """The run's own seconds (fit and scoring), summed into the cost table's device hours."""
-        t = self.record.get("timings") or {}
+        t = self.record.get("timings")
         return _num(t.get("total_s")) if isinstance(t, dict) else None
 
     @property
     def device(self) -> str:
-        """Where the run computed ("cuda:0", "cpu"; "" if unrecorded): GPU and CPU hours are told
-        apart by it."""
+        """Where the run computed ("cuda:0", "cpu"; "" if unrecorded): GPU and CPU hours apart."""
         return str(self.record.get("device") or "")
-
-    @property
-    def peak_memory_mb(self) -> float | None:
-        """The run's peak memory in MB; the cost table shows the largest over a model's runs."""
-        return _num(self.record.get("peak_memory_mb"))
 
     @property
     def random_init(self) -> bool:
         """Pretrained model, random weights: a row of its own, never averaged with real weights."""
-        w = self.record.get("weights")
-        return bool(isinstance(w, dict) and w.get("random_init") and w.get("pretrained"))
+        return _random_init(self.record)
 
     @property
     def precision(self) -> str:
         """Effective precision (bf16, fp32, ...); an older record's plain string; else fp32."""
-        p = self.record.get("precision")
+        p = self.record.precision
         return str(p.get("effective")) if isinstance(p, dict) else str(p or "fp32")
 
     @property
     def cube(self) -> dict[str, Any]:
         """The cube the run read (url, checksum); {} for vectors made elsewhere (no cube)."""
-        c = self.record.get("cube")
-        return c if isinstance(c, dict) else {}
+        return self.record.cube or {}
 
     @property
     def sweep(self) -> dict[str, Any]:
@@ -137,69 +126,21 @@ class Run:
 
     @property
     def is_trial(self) -> bool:
-        """A study's trial (not its best retrain): read for the study's section, never for
-        leaderboards."""
+        """A study's trial (not its best retrain): read by its study's section, never ranked."""
         return bool(self.sweep) and not self.sweep.get("best")
 
     @property
-    def identity(self) -> dict[str, Any]:
-        """What the run id hashed; {} for an older record without it."""
-        i = self.record.get("identity")
-        return i if isinstance(i, dict) else {}
-
-    @property
     def recipe(self) -> dict[str, Any]:
-        """The recipe fields the run was defined by (identity's, else the record's config)."""
+        """The recipe fields the run was defined by (identity's, else an older record's config)."""
         r = self.identity.get("recipe", self.record.get("config"))
         return r if isinstance(r, dict) else {}
 
     @property
     def recipe_digest(self) -> str:
         """What defines the run apart from its label fraction, seed and protocol: points with equal
-        digests belong on one curve. From the identity the engine hashed; an older record without
-        one is keyed by what it does say (model, config, cube, weights), so runs that may differ are
-        never joined.
-        """
-        body = {k: v for k, v in self.identity.items() if k not in NOT_RECIPE}
-        if not body:
-            body = {
-                "model": self.model,
-                "config": self.record.get("config"),
-                "cube": self.cube.get("checksum"),
-                "random_init": self.random_init,
-                "weights": (
-                    (self.record.get("weights") or {}).get("sha256")
-                    if isinstance(self.record.get("weights"), dict)
-                    else None
-                ),
-            }
-        return _digest(body)
-
-    @property
-    def label_set(self) -> str:
-        """Digest of the labels a probe run was scored on (runs on other label sets are never ranked
-        together); an older record without one: its labels source and task names."""
-        d = self.record.get("label_set") or self.identity.get("tasks")
-        return (
-            str(d)
-            if d
-            else _digest({"labels": self.record.get("labels"), "tasks": self.record.get("tasks")})
-        )
-
-    @property
-    def key(self) -> tuple:
-        """What makes two records the same run: `dedupe` keeps the latest record per key."""
-        return (
-            self.model,
-            self.model_name,
-            self.dataset,
-            self.protocol,
-            self.fraction,
-            self.seed,
-            str((self.record.get("probe") or {}).get("probe", "")),
-            str(self.record.get("label_set") or ""),
-            self.recipe_digest,
-        )
+        digests belong on one curve. An older record without an identity is keyed by what it does
+        say (model, config, cube, weights), so runs that may differ are never joined."""
+        return _digest(recipe_body(self.record))
 
 
 @dataclass
@@ -214,9 +155,7 @@ class Results:
     other_recipes: list[Run] = field(default_factory=list)
     # `cryocube tune` trials, every line (see report/sweeps.py)
     trials: list[Run] = field(default_factory=list)
-    # ok runs of the families scored on another primary metric than mIoU, by family: their sections
-    # are the
-    # families' own (`Family.report_sections`); the leaderboards above rank mIoU runs only
+    # ok runs scored on another metric than mIoU, by family: their sections are the families' own
     by_family: dict[str, list[Run]] = field(default_factory=dict)
 
     def of(self, family: str) -> list[Run]:
@@ -238,11 +177,10 @@ class Results:
 LEADERBOARD_METRIC = "mIoU"
 # identity fields that vary along a curve, not between curves
 NOT_RECIPE = ("fraction", "seed", "protocol")
+FamilyKey = Callable[[RunRecord], tuple]
 
 
 def _digest(obj: Any) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -262,14 +200,12 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
     files: list[str] = []
     for p in map(str, paths):
         if store.is_remote(p):
-            if p.endswith(".jsonl"):
-                if not store.file_exists(p):
-                    raise ResultsError(f"{p}: no such results file")
-                files.append(p)
-            elif store.file_exists(store.join(p, RESULTS_FILE)):
-                files.append(store.join(p, RESULTS_FILE))
-            else:
-                raise ResultsError(f"{p}: no {RESULTS_FILE} there")
+            f = p if p.endswith(".jsonl") else store.join(p, RESULTS_FILE)
+            if not store.file_exists(f):
+                raise ResultsError(
+                    f"{p}: " + ("no such results file" if f == p else f"no {RESULTS_FILE} there")
+                )
+            files.append(f)
             continue
         q = Path(p)
         if q.is_dir():
@@ -290,54 +226,71 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
     return [f for f in files if not (key(f) in seen or seen.add(key(f)))]
 
 
-def parse_record(d: Any, where: str) -> Run:
-    """A record of any version, validated and migrated (cryocube/record.py), flattened for tables
-    and plots."""
+def recipe_body(rec: RunRecord) -> dict[str, Any]:
+    """What defines a record apart from its fraction, seed and protocol (its identity, else what an
+    older record says)."""
+    body = {k: v for k, v in rec.identity.items() if k not in NOT_RECIPE}
+    if body:
+        return body
+    return {
+        "model": rec.model,
+        "config": rec.get("config"),
+        "cube": (rec.cube or {}).get("checksum"),
+        "random_init": _random_init(rec),
+        "weights": (rec.weights or {}).get("sha256"),
+    }
+
+
+def _random_init(rec: RunRecord) -> bool:
+    w = rec.weights or {}
+    return bool(w.get("random_init") and w.get("pretrained"))
+
+
+def no_family_key(rec: RunRecord) -> tuple:
+    """The family's part of a run's key where no family is asked (`Family.report_key`)."""
+    return ()
+
+
+def parse_record(d: Any, where: str, family_key: FamilyKey = no_family_key) -> Run:
+    """A record of any version, validated and migrated (cryocube/record.py), as the report reads
+    it."""
     try:
-        rec = RunRecord.from_dict(d, where)
+        return as_run(RunRecord.from_dict(d, where), where, family_key)
     except RecordError as e:
         raise ResultsError(str(e)) from None
-    d = rec.to_dict()
-    metrics, seed, fraction, status, error = (
-        rec.metrics,
-        rec.seed,
-        rec.fraction,
-        rec.status,
-        rec.error,
-    )
-    primary = str(rec.primary_metric)
+
+
+def as_run(rec: RunRecord, where: str, family_key: FamilyKey = no_family_key) -> Run:
+    """A validated record as the report's row: the checks are the record's, none repeated here."""
+    status, error, primary = rec.status, rec.error, str(rec.primary_metric)
     if (
         status == "ok"
-        and _num(metrics.get(primary)) is None
-        and not (primary == "Q" and "Q" in metrics)
+        and _num(rec.metrics.get(primary)) is None
+        and not (primary == "Q" and "Q" in rec.metrics)
     ):
         # (an embedding run's Q may be NaN by the NeuCo-Bench NaN rule: it is dropped from the
         # ranking, visibly)
         status, error = "error", error or f"record has status ok but no numeric metrics.{primary}"
-    model = str(d["model"])
-    w = d.get("weights") if isinstance(d.get("weights"), dict) else {}
-    random_init = bool(w.get("random_init") and w.get("pretrained"))
-    dev = d.get("deviations") if isinstance(d.get("deviations"), dict) else {}
-    deviates = [str(x) for x in dev.get("in_effect") or []]
-    tuned = isinstance(d.get("sweep"), dict) and bool(d["sweep"].get("best"))
-    return Run(
-        run_id=str(d.get("run_id") or ""),
-        model=model,
-        model_name=model_display_name(model, d.get("model_name"))
-        + (RANDOM_INIT if random_init else "")
+    dev = rec.get("deviations")
+    deviates = [str(x) for x in (dev.get("in_effect") if isinstance(dev, dict) else None) or []]
+    sweep = rec.get("sweep")
+    name = (
+        model_display_name(rec.model, rec.model_name)
+        + (RANDOM_INIT if _random_init(rec) else "")
         + (f"{DEVIATES}{', '.join(deviates)})" if deviates else "")
-        + (TUNED if tuned else ""),
-        dataset=str(d["dataset"]).lower(),
-        protocol=str(d["protocol"]),
-        fraction=fraction,
-        seed=seed,
-        status=status,
-        error=None if error is None else str(error),
-        metrics=metrics,
-        created=str(d.get("created") or ""),
-        source=where,
-        record=d,
+        + (TUNED if isinstance(sweep, dict) and sweep.get("best") else "")
     )
+    key = (
+        rec.model,
+        name,
+        rec.dataset.lower(),
+        rec.protocol,
+        rec.fraction,
+        rec.seed,
+        _digest(recipe_body(rec)),
+        *family_key(rec),
+    )
+    return Run(rec, where, name, status, None if error is None else str(error), key)
 
 
 def _created_key(run: Run, order: int) -> tuple:
@@ -349,37 +302,25 @@ def _created_key(run: Run, order: int) -> tuple:
     return (stamp, order)  # same time (or none): the later line wins
 
 
-def read_runs(paths: Iterable[str | Path]) -> list[Run]:
+def read_runs(paths: Iterable[str | Path], family_key: FamilyKey = no_family_key) -> list[Run]:
     """Every record of the files in read order, repeats kept; a torn last line is skipped with a
     warning, any other bad line is a ResultsError."""
     runs: list[Run] = []
     for f in result_files(paths):
+        table = []
         try:
-            text = store.read_text(f)
+            for i, d in table_lines(f):
+                runs.append(parse_record(d, f"{f}:{i}", family_key))
+                table.append(d)
         except OSError as e:
             raise ResultsError(f"{f}: cannot read ({e})") from None
-        lines = text.splitlines()
-        table: list = []
-        # a crash while appending leaves the last line unterminated
-        torn = bool(text) and not text.endswith("\n")
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                # an interrupted write: the engine moves it aside next time
-                if torn and i == len(lines):
-                    warnings.warn(f"{f}:{i}: torn last line skipped", stacklevel=2)
-                    continue
-                raise ResultsError(f"{f}:{i}: not valid JSON ({e.msg})") from None
-            runs.append(parse_record(d, f"{f}:{i}"))
-            table.append(d)
-        runs += _records_not_in(f, table)
+        except RecordError as e:
+            raise ResultsError(str(e)) from None
+        runs += _records_not_in(f, table, family_key)
     return runs
 
 
-def _records_not_in(f: str, table: list) -> list[Run]:
+def _records_not_in(f: str, table: list, family_key: FamilyKey) -> list[Run]:
     """The runs of f's folder whose record files the table lacks (the records are the truth), said
     in a warning."""
     if f.rstrip("/").rsplit("/", 1)[-1] != RESULTS_FILE:
@@ -392,13 +333,12 @@ def _records_not_in(f: str, table: list) -> list[Run]:
             " from their records (the next `cryocube evaluate` into this folder re-adds them)",
             stacklevel=3,
         )
-    return [parse_record(d, f"{out}/runs/{d['run_id']}/record.json") for d in add]
+    return [as_run(r, f"{out}/runs/{r.run_id}/record.json", family_key) for r in add]
 
 
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """Keep the latest record (by `created`, then by read order) per (model, name, dataset,
-    protocol, fraction, seed); a random-init run has its own name, so it never replaces a run with
-    weights."""
+    """Keep the latest record (by `created`, then by read order) per `Run.key`; a random-init run
+    has its own name, so it never replaces a run with weights."""
     latest: dict[tuple, tuple[tuple, Run]] = {}
     replaced: list[Run] = []
     for order, r in enumerate(runs):
@@ -432,13 +372,14 @@ def one_recipe_per_cell(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     )
 
 
-def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
+def load_results(
+    paths: str | Path | Iterable[str | Path], family_key: FamilyKey = no_family_key
+) -> Results:
     """Read results.jsonl files (or directories holding them) into de-duplicated runs and
-    failures."""
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    paths = list(paths)
-    every = read_runs(paths)
+    failures; `family_key` adds a family's part to a run's key (the pages pass
+    `Family.report_key`, which this layer cannot reach)."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    every = read_runs(paths, family_key)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
     ranked = [r for r in kept if r.status == "ok" and r.primary_metric == LEADERBOARD_METRIC]
     ok, other = one_recipe_per_cell(ranked)
@@ -446,10 +387,9 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> Results:
     for r in kept:
         if r.status == "ok" and r.primary_metric != LEADERBOARD_METRIC:
             by_family.setdefault(r.family, []).append(r)
-    failed = [r for r in kept if r.status != "ok"]
     return Results(
         runs=ok,
-        failures=failed,
+        failures=[r for r in kept if r.status != "ok"],
         sources=result_files(paths),
         replaced=replaced,
         other_recipes=other,
@@ -491,7 +431,5 @@ def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict
                     or f"recipe {r.recipe_digest[:6]}"
                 )
             out[k] = f"{name} ({'; '.join(parts)})"
-    seen: dict[str, int] = {}
-    for label in out.values():
-        seen[label] = seen.get(label, 0) + 1
+    seen = Counter(out.values())
     return {k: f"{v} [{groups[k].recipe_digest[:6]}]" if seen[v] > 1 else v for k, v in out.items()}

@@ -102,7 +102,7 @@ class Embedding(FittedInScore):
             run_id=run_id,
             identity=identity,
             dataset=cube.dataset,
-            model_name=record["model_name"],
+            model_name=record.model_name,
             fraction=1.0,
             record=record,
             work=work,
@@ -141,6 +141,13 @@ class Embedding(FittedInScore):
         from .probe import merge
 
         return merge(a, b)
+
+    def report_key(self, record) -> tuple:
+        """The probe and the label set: runs on other labels are never ranked together."""
+        return (
+            str((record.get("probe") or {}).get("probe", "")),
+            str(record.get("label_set") or ""),
+        )
 
     def report_sections(self, page, results) -> None:
         """NeuCo-Bench leaderboards and probe Q against segmentation mIoU (report.py) instead of the

@@ -50,7 +50,7 @@ def leaderboard_tables(res: Results) -> list[Table]:
     out = []
     by_ds: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in res.of("embedding"):
-        by_ds[(r.dataset, r.label_set)].append(r)
+        by_ds[(r.dataset, str(r.record.get("label_set") or ""))].append(r)
     sets_of: dict[str, int] = defaultdict(int)
     for ds, _ in by_ds:
         sets_of[ds] += 1

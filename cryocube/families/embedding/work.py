@@ -50,7 +50,7 @@ class CubeProbe:
 
     def prepare(self, runner, run) -> dict:
         """Embeds (or reuses) the run's store; the facts its records keep."""
-        return prepare_store(self.embed, run.cube, self.url, runner, run.record["weights"])
+        return prepare_store(self.embed, run.cube, self.url, runner, run.record.weights)
 
     def folds(self) -> list:
         """Fold tasks that read the embedding store on the workers (once per worker, cached by its
@@ -66,13 +66,14 @@ class CubeProbe:
 
     def results(self, run) -> tuple[str, dict]:
         """(the run's folder, the meta of its results_summary.json)."""
-        rdir = f"{run.record['embedding']['url'].rsplit('/embeddings/', 1)[0]}/runs/{run.run_id}"
+        url = run.record.fields["embedding"]["url"]
+        rdir = f"{url.rsplit('/embeddings/', 1)[0]}/runs/{run.run_id}"
         return rdir, {
             "run_id": run.run_id,
             "model": run.spec.model,
             "dataset": run.dataset,
-            "probe": run.record["probe"],
-            "differences": run.record["neuco_bench_differences"],
+            "probe": run.record.fields["probe"],
+            "differences": run.record.fields["neuco_bench_differences"],
         }
 
     def fields(self, run, prepared: dict) -> dict:
@@ -81,7 +82,7 @@ class CubeProbe:
         prep = prepared.get(run.prep_key, {})
         return {
             "embedding": (
-                run.record["embedding"]
+                run.record.fields["embedding"]
                 | {
                     "sha256": prep.get("embedding_sha256"),
                     "pca": prep.get("pca"),
@@ -124,7 +125,7 @@ class MatrixProbe:
             "run_id": run.run_id,
             "embeddings": self.embeddings,
             "probe": self.probe.record(),
-            "differences": run.record["neuco_bench_differences"],
+            "differences": run.record.fields["neuco_bench_differences"],
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         }
 
@@ -237,7 +238,7 @@ def probe_run(
         run_id=run_id,
         identity=identity,
         dataset=dataset,
-        model_name=record["model_name"],
+        model_name=record.model_name,
         fraction=1.0,
         record=record,
         work=work,
@@ -271,7 +272,7 @@ def probe_embeddings(
     scores = run_probes(inputs.X, inputs.ids, inputs.tasks, recipe, progress=progress)
     total = {t: list(enumerate(v)) for t, v in scores.items()}
     rec = write_record(
-        out, run.record | finish_fields(run, total, {}) | {"status": "ok", "error": None}
+        out, run.record.merged(finish_fields(run, total, {}) | {"status": "ok", "error": None})
     )
     return probe_result(rec, recipe, out)
 

@@ -130,7 +130,7 @@ class Heads(FittedInScore):
             run_id=run_id,
             identity=identity,
             dataset=cube.dataset,
-            model_name=record["model_name"],
+            model_name=record.model_name,
             fraction=1.0,
             record=record,
             work=work,
@@ -148,7 +148,7 @@ class Heads(FittedInScore):
         for p in runs:
             if p.prep_key not in out:
                 out[p.prep_key] = prepare_store(
-                    p.work["embed"], p.cube, p.work["url"], runner, p.record["weights"]
+                    p.work["embed"], p.cube, p.work["url"], runner, p.record.weights
                 )
         return out
 
@@ -201,6 +201,6 @@ class Heads(FittedInScore):
                 for c in board
                 if c["class"] is None
             ),
-            "embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256")},
+            "embedding": run.record.fields["embedding"] | {"sha256": prep.get("embedding_sha256")},
             "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0},
         }

@@ -410,7 +410,7 @@ class Segmentation(Family):
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         extra = {}
         # an interferogram cube: the predicted masks answer deformation localisation too
-        if "split" in run.record:
+        if "split" in run.record.fields:
             from .localisation import localisation
 
             extra["localisation"] = localisation(

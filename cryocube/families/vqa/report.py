@@ -194,7 +194,7 @@ def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
             )
         )
     for model, r in sorted(seg.items(), key=lambda kv: kv[1].model_name):
-        loc = r.record["localisation"]
+        loc = r.record.fields["localisation"]
         cell = {**loc, "class": None, "how": BOX_ROUTE}
         rows.append(
             BoardRow(
@@ -389,7 +389,7 @@ def leaderboard(res: Results, cube: "Cube | str") -> Table:
 def _split_record(res: Results, cube: Cube) -> dict:
     return next(
         (
-            r.record["board_split"]
+            r.record.fields["board_split"]
             for r in res.of("vqa") + res.of("heads")
             if cube.holds(r) and isinstance(r.record.get("board_split"), dict)
         ),
