@@ -15,8 +15,6 @@ import threading
 import time
 
 STEPS = 10  # piped output: lines per phase / per run
-
-
 NOTEBOOK_REFRESH_S = 0.5  # a display updated at most twice a second (each update is a message)
 
 
@@ -200,12 +198,9 @@ def gather(futures: list, label: str, total: float, enabled: bool, weight) -> li
 
 
 class RunBoard:
-    """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU).
-
-    Terminal: a live table (one row per run). Piped: a line every ~10 % of a run's epochs and at
-    every validation, and one when it finishes. Events arrive on the Dask client's thread; the board
-    is thread-safe.
-    """
+    """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU):
+    a live table (terminal, notebook) or lines (piped). Events arrive on the Dask client's thread;
+    the board is thread-safe."""
 
     def __init__(self, labels: dict[str, str], enabled: bool = True):
         self.labels = dict(labels)

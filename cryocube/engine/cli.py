@@ -4,26 +4,10 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import outputs, store
+from .. import harness, outputs, store
 from ..cluster import announce, parse_cluster_spec
 from ..cluster.client import cluster_threads
 from ..errors import UserError
-from ..harness import (
-    add_cluster,
-    add_grid,
-    add_out,
-    add_quiet,
-    add_recipe,
-    add_storage,
-    add_weights,
-    claim,
-    cluster_for,
-    recipe_sets,
-    resolve_cubes,
-    split,
-    threads_for,
-    warn,
-)
 
 # clusters whose workers are processes of this machine: started while the command plans
 WARMED_WHILE_PLANNING = ("local",)
@@ -35,7 +19,7 @@ def register(sub) -> None:
         "evaluate",
         help="evaluate models on cubes under the benchmark protocols (cached, resumable)",
     )
-    add_grid(
+    harness.add_grid(
         p,
         required=False,
         models_help="comma-separated model ids (see `cryocube list models`)",
@@ -48,8 +32,8 @@ def register(sub) -> None:
     p.add_argument(
         "--benchmark", help="plan the grid of catalogs/benchmarks/<name>.yaml (e.g. cryobench)"
     )
-    add_recipe(p, "YAML file of recipe fields (epochs, lr, batch_size, ...)")
-    add_weights(
+    harness.add_recipe(p, "YAML file of recipe fields (epochs, lr, batch_size, ...)")
+    harness.add_weights(
         p,
         "run pretrained models without a checkpoint (random init; every record and report says so)",
     )
@@ -67,17 +51,19 @@ def register(sub) -> None:
             " benchmarks/bench_reference.py --budget-out FILE"
         ),
     )
-    add_out(p, "results folder/URL (results.jsonl, runs/, features/, logs/)")
-    add_storage(p, "JSON fsspec options for remote cubes and --out (or $CRYOCUBE_STORAGE_OPTIONS)")
-    add_quiet(p, "no progress output (results are still printed)")
-    add_cluster(p)
+    harness.add_out(p, "results folder/URL (results.jsonl, runs/, features/, logs/)")
+    harness.add_storage(
+        p, "JSON fsspec options for remote cubes and --out (or $CRYOCUBE_STORAGE_OPTIONS)"
+    )
+    harness.add_quiet(p, "no progress output (results are still printed)")
+    harness.add_cluster(p)
     p.set_defaults(func=_evaluate)
 
 
 def _specs(args):
     from .plan import runs_from_benchmark, runs_from_grid
 
-    protocols = split(args.protocol)
+    protocols = harness.split(args.protocol)
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     if args.benchmark:
@@ -91,8 +77,8 @@ def _specs(args):
     if not args.cubes or not args.models:
         raise UserError("evaluate needs --cubes and --models (or --benchmark)")
     return runs_from_grid(
-        split(args.models),
-        resolve_cubes(args.cubes, args.data_root),
+        harness.split(args.models),
+        harness.resolve_cubes(args.cubes, args.data_root),
         protocols,
         args.fraction or [None],
         list(range(args.seeds)),
@@ -111,17 +97,17 @@ def _checked(args, specs):
     from ..families.recipes import load_recipe
 
     # a field no requested family reads is refused, not accepted and ignored
-    recipe = load_recipe(args.config, recipe_sets(args), families=tuple(_families(specs)))
+    recipe = load_recipe(args.config, harness.recipe_sets(args), families=tuple(_families(specs)))
     cubes = sorted({s.cube for s in specs})
     for url in cubes:
         store.register_options(url, args.storage_options)
-    claim(args, "results", inputs=[("--cubes", c) for c in cubes], write_marker=False)
+    harness.claim(args, "results", inputs=[("--cubes", c) for c in cubes], write_marker=False)
     ctx = PlanContext(
         out=args.out,
         weights_dir=args.weights,
         allow_random_weights=args.allow_random_weights,
         # a plan of fewer runs than cores gets fewer workers, each with more threads
-        threads=threads_for(args, parallel=len(set(specs))),
+        threads=harness.threads_for(args, parallel=len(set(specs))),
     )
     return recipe, ctx
 
@@ -143,7 +129,9 @@ def _evaluate(args) -> int:
     parallel = len(set(specs))
     warm = not args.dry_run and parse_cluster_spec(args.cluster)[0] in WARMED_WHILE_PLANNING
     with contextlib.ExitStack() as stack:
-        client = stack.enter_context(cluster_for(args, parallel, quiet=True)) if warm else None
+        client = (
+            stack.enter_context(harness.cluster_for(args, parallel, quiet=True)) if warm else None
+        )
         warming = warm_workers(client, _families(specs)) if warm else None
         recipe, ctx = _checked(args, specs)
         if warm:
@@ -154,7 +142,7 @@ def _evaluate(args) -> int:
         warn_random(planned)
         outputs.mark(args.out, "results", "evaluate")  # every check passed: the first thing written
         if client is None:
-            client = stack.enter_context(cluster_for(args, parallel))
+            client = stack.enter_context(harness.cluster_for(args, parallel))
         elif not args.quiet:
             announce(args.cluster, client)
         # a plan made here holds when the workers are what it assumed (they are, on one machine)
@@ -230,7 +218,7 @@ def run_handed(job, args) -> int:
     from .evaluate import evaluate
     from .records import load_record
 
-    with cluster_for(args) as client:
+    with harness.cluster_for(args) as client:
         evaluate(job.runs, job.out, client=client, progress=not args.quiet)
     return job.show([load_record(job.out, p.run_id) for p in job.runs])
 
@@ -245,7 +233,7 @@ def warn_random(planned) -> None:
         }
     )
     if rnd:
-        warn(
+        harness.warn(
             f"{', '.join(rnd)} run with RANDOM weights (--allow-random-weights): the results"
             " measure the pipeline, not the pretrained models; records and reports mark them"
             " random_init"

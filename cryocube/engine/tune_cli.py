@@ -5,22 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import outputs, store
+from .. import harness, outputs, store
 from ..errors import UserError
-from ..harness import (
-    add_cluster,
-    add_grid,
-    add_out,
-    add_quiet,
-    add_recipe,
-    add_storage,
-    add_weights,
-    claim,
-    cluster_for,
-    recipe_sets,
-    resolve_cubes,
-    split,
-)
 from .cli import warn_random
 from .tune import PRUNERS, SAMPLERS
 
@@ -31,7 +17,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "tune", help="hyper-parameter study (Optuna) over evaluate runs; resumable from its journal"
     )
-    add_grid(
+    harness.add_grid(
         p,
         required=True,
         models_help="comma-separated model ids; one study per model, cube and protocol",
@@ -73,16 +59,16 @@ def register(sub) -> None:
         ),
     )
     p.add_argument("--seed", type=int, default=0, help="the runs' seed and the sampler's")
-    add_recipe(
+    harness.add_recipe(
         p,
         "YAML of recipe fields, optionally with a space: section",
         "override one recipe field (the default recipe)",
     )
-    add_weights(p)
-    add_out(p, "local results folder (results.jsonl, runs/, features/, study.journal)")
-    add_storage(p, "JSON fsspec options for remote cubes")
-    add_quiet(p)
-    add_cluster(p)
+    harness.add_weights(p)
+    harness.add_out(p, "local results folder (results.jsonl, runs/, features/, study.journal)")
+    harness.add_storage(p, "JSON fsspec options for remote cubes")
+    harness.add_quiet(p)
+    harness.add_cluster(p)
     p.set_defaults(func=_tune)
 
 
@@ -101,9 +87,9 @@ def _checked(args):
     from .tune import load_tune_config, make_pruner, make_sampler, parse_space, refuse_untunable
 
     _check_counts(args)
-    protocols = split(args.protocol)
+    protocols = harness.split(args.protocol)
     refuse_untunable(protocols)  # before its space is read
-    recipe, yaml_space = load_tune_config(args.config, recipe_sets(args))
+    recipe, yaml_space = load_tune_config(args.config, harness.recipe_sets(args))
     space = parse_space(args.space, yaml_space, recipe)
     make_sampler(args.sampler, space, args.seed)
     make_pruner(args.pruner, args.trials)
@@ -112,8 +98,8 @@ def _checked(args):
             "tune takes one --fraction per study (a label-fraction curve is `evaluate --fraction`)"
         )
     bases = runs_from_grid(
-        split(args.models),
-        resolve_cubes(args.cubes, args.data_root),
+        harness.split(args.models),
+        harness.resolve_cubes(args.cubes, args.data_root),
         protocols,
         args.fraction or [None],
         [args.seed],
@@ -121,7 +107,7 @@ def _checked(args):
     cubes = sorted({b.cube for b in bases})
     for url in cubes:
         store.register_options(url, args.storage_options)
-    claim(args, "study", inputs=[("--cubes", c) for c in cubes], write_marker=False)
+    harness.claim(args, "study", inputs=[("--cubes", c) for c in cubes], write_marker=False)
     ctx = PlanContext(
         out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights
     )
@@ -138,7 +124,7 @@ def _tune(args) -> int:
 
     bases, recipe, space = _checked(args)
     outputs.mark(args.out, "study", "tune")  # every check passed: the first thing written
-    with cluster_for(args) as client:
+    with harness.cluster_for(args) as client:
         results = tune(
             bases,
             space,

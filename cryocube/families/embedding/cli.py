@@ -4,20 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ... import outputs
+from ... import harness, outputs
 from ...errors import UserError
-from ...harness import (
-    add_cluster,
-    add_out,
-    add_quiet,
-    add_set,
-    add_storage,
-    add_weights,
-    claim,
-    cluster_for,
-    threads_for,
-    warn,
-)
 
 
 def register(sub) -> None:
@@ -31,7 +19,7 @@ def register(sub) -> None:
         "model", help="model id (see `cryocube list models`), or a baseline: random, mean"
     )
     p.add_argument("--cube", required=True, help="cube path/URL (tile or sample cube)")
-    add_out(p, "embedding store (.zarr) or, with --format csv, the submission CSV")
+    harness.add_out(p, "embedding store (.zarr) or, with --format csv, the submission CSV")
     p.add_argument(
         "--dim",
         type=int,
@@ -47,17 +35,17 @@ def register(sub) -> None:
         default="zarr",
         help="csv: also write a submission CSV (id,0..dim-1) beside/at --out",
     )
-    add_weights(p, "embed with a random-init encoder (recorded as such)")
-    add_set(
+    harness.add_weights(p, "embed with a random-init encoder (recorded as such)")
+    harness.add_set(
         p,
         "precision, input_size, normalization, encoder_weights, block_samples, extract_batch,"
         " threads, follow_reference",
     )
     p.add_argument("--seed", type=int, default=0, help="the random baseline's seed")
     p.add_argument("--overwrite", action="store_true")
-    add_storage(p, None)
-    add_quiet(p, None)
-    add_cluster(p)
+    harness.add_storage(p, None)
+    harness.add_quiet(p, None)
+    harness.add_cluster(p)
     p.set_defaults(func=_embed)
 
     q = sub.add_parser(
@@ -75,7 +63,9 @@ def register(sub) -> None:
         metavar="CUBE",
         help="derive image-level tasks from a cube (class presence/fraction)",
     )
-    add_out(q, "results folder: results_summary.json, <task>/<task>_result.json, results.jsonl")
+    harness.add_out(
+        q, "results folder: results_summary.json, <task>/<task>_result.json, results.jsonl"
+    )
     q.add_argument(
         "--probe",
         default="linear",
@@ -104,15 +94,15 @@ def register(sub) -> None:
         default=None,
         help="expected width (submissions: 1024; checked and zero-padded)",
     )
-    add_set(
+    harness.add_set(
         q,
         "probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed,"
         " split_seed, fold_order=id|file (file: NeuCo-Bench's folds); svm: n_iter,"
         " n_initial_points, C_min, C_max, gamma_min, gamma_max, coef0_min, coef0_max,"
         " degrees=2,3, epsilons=0.01,0.1",
     )
-    add_quiet(q, None)
-    add_cluster(q)
+    harness.add_quiet(q, None)
+    harness.add_cluster(q)
     q.set_defaults(func=_probe)
 
 
@@ -138,10 +128,12 @@ def _embed(args) -> int:
         )
         return plan_embedding(args.model, cube, r, ctx, dim=args.dim, seed=args.seed)
 
-    spec, prov = plan(threads_for(args))  # errors first
+    spec, prov = plan(harness.threads_for(args))  # errors first
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
-        warn(f"{args.model} embeds with RANDOM weights (--allow-random-weights); the store says so")
-    with cluster_for(args) as client:
+        harness.warn(
+            f"{args.model} embeds with RANDOM weights (--allow-random-weights); the store says so"
+        )
+    with harness.cluster_for(args) as client:
         spec, prov = plan(cluster_threads(client))  # the threads the workers were started with
         res = embed(
             spec,
@@ -188,10 +180,10 @@ def output_paths(out: str, fmt: str) -> tuple[str, str | None]:
 def claim_outputs(args, url: str, csv: str | None) -> None:
     """Both outputs of `embed` pass the output contract before a cluster starts."""
     inputs = [("--cube", args.cube)]
-    found = claim(args, "embeddings", inputs, url=url)
+    found = harness.claim(args, "embeddings", inputs, url=url)
     if csv is None:
         return
-    sub = claim(args, "submission", inputs, url=csv)
+    sub = harness.claim(args, "submission", inputs, url=csv)
     if sub.state == "ours" and found.state != "ours" and not args.overwrite:
         raise UserError(
             f"{csv} holds a submission CSV whose embedding store {url} is not there (other"
@@ -211,7 +203,7 @@ def _probe(args):
         args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize
     )
     inputs = probe_inputs(args.embeddings, args.labels, args.tasks_from)
-    claim(args, "results", inputs, write_marker=False)  # marked once its inputs are checked
+    harness.claim(args, "results", inputs, write_marker=False)  # marked once its inputs are checked
     inputs = load_probe_inputs(
         args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from
     )
