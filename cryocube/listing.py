@@ -87,7 +87,9 @@ def register(sub) -> None:
         "--refresh", action="store_true", help="measure again even where the cache has the config"
     )
     add_quiet(g, "no progress lines")
-    ls.set_defaults(func=_list)
+    # the measuring options and their defaults: given without --profile, they are refused
+    measure = {a.dest: a.default for a in g._group_actions if a.dest not in ("profile", "quiet")}
+    ls.set_defaults(func=_list, measure=measure)
 
 
 def _inspect(args) -> int:
@@ -124,18 +126,6 @@ def _rows(rows: list[tuple[str, ...]]) -> str:
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows
     )
-
-
-PROFILE_OPTIONS = {
-    "models": None,
-    "input_size": None,
-    "batch": 1,
-    "precision": "auto",
-    "device": None,
-    "iters": 3,
-    "threads": None,
-    "refresh": False,
-}
 
 
 def _profile(args) -> int:
@@ -279,9 +269,7 @@ def _list(args) -> int:
         if args.what != "models":
             raise UserError(f"--profile measures models; `list {args.what}` takes no --profile")
         return _profile(args)
-    given = [
-        f"--{k.replace('_', '-')}" for k, v in PROFILE_OPTIONS.items() if getattr(args, k, v) != v
-    ]
+    given = [f"--{k.replace('_', '-')}" for k, v in args.measure.items() if getattr(args, k) != v]
     if given:
         raise UserError(f"{', '.join(given)} only apply to `cryocube list models --profile`")
     print(_rows(LISTS[args.what]()))
