@@ -15,9 +15,10 @@ import warnings
 
 COMMAND_MODULES = [
     "cryocube.convert.cli",  # convert, download
-    "cryocube.inspect",  # inspect, list
+    "cryocube.listing",  # list, inspect
     "cryocube.models.cli",  # weights
-    "cryocube.engine.cli",  # evaluate, quickstart
+    "cryocube.engine.cli",  # evaluate
+    "cryocube.engine.quickstart",  # quickstart
     "cryocube.engine.tune_cli",  # tune
     "cryocube.families.embedding.cli",  # embed, probe
     "cryocube.report.cli",  # report
@@ -34,7 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for p in commands(parser).values():  # an unknown option is refused by its command (`main`)
+        p.set_defaults(command_parser=p)
     return parser
+
+
+def commands(
+    parser: argparse.ArgumentParser, words=()
+) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """(command words) -> its parser, nested commands (`weights fetch`) included."""
+    out = {}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, p in a.choices.items():
+                out.update(commands(p, (*words, name)) or {(*words, name): p})
+    return out
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> str:
@@ -63,13 +78,33 @@ def _quiet_on_interrupt():
     return lambda: None
 
 
+def _sentence(e: Exception, args) -> tuple[str, int] | None:
+    """(one sentence, exit code) for an error that is the user's to fix or a wait that ended; None
+    for a bug (its traceback is shown)."""
+    from .errors import UserError, network_message
+
+    if isinstance(e, UserError):
+        return f"error: {e}", 2
+    if isinstance(e, TimeoutError):  # say what it waited for and what to change
+        from .cluster.timeouts import explain_timeout
+
+        return f"failed: {explain_timeout(e)}", 1
+    # a full disk is the user's to fix (naming what was being written), and so is a connection
+    # failure (the user's network or endpoint)
+    from .outputs import disk_full_message
+
+    msg = disk_full_message(e, getattr(args, "out", None)) or network_message(e)
+    return (f"error: {msg}", 2) if msg else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `cryocube` entry point. Exit code: the command's; 2 for a user's error (one line, no
     traceback), 1 for a timeout, 130 on Ctrl-C, 141 on a closed pipe."""
-    from .errors import UserError
     from .families.base import EngineRuns
 
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     shown, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     restore = _quiet_on_interrupt()
     try:
@@ -79,41 +114,21 @@ def main(argv: list[str] | None = None) -> int:
 
             rc = run_handed(rc, args)
         sys.stdout.flush()
-    except UserError as e:
-        print(f"cryocube {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except TimeoutError as e:  # a wait that ended: say what it waited for and what to change
-        from .cluster.timeouts import explain_timeout
-
-        print(f"cryocube {args.command}: failed: {explain_timeout(e)}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # the reader went away (`cryocube inspect X | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    # a full disk is the user's to fix: one sentence naming what was being written
-    except OSError as e:
-        from .outputs import disk_full_message
-
-        msg = disk_full_message(e, getattr(args, "out", None))
-        if msg is None:
-            raise
-        print(f"cryocube {args.command}: error: {msg}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(
             f"cryocube {args.command}: interrupted; rerunning the same command resumes",
             file=sys.stderr,
         )
         return 130
-    # a connection failure is the user's network or endpoint, not a bug: one sentence
     except Exception as e:
-        from .errors import network_message
-
-        msg = network_message(e)
-        if msg is None:
+        said = _sentence(e, args)
+        if said is None:
             raise
-        print(f"cryocube {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+        print(f"cryocube {args.command}: {said[0]}", file=sys.stderr)
+        return said[1]
     finally:
         warnings.formatwarning = shown
         restore()

@@ -271,12 +271,9 @@ def mark(url: str, kind: str, command: str, storage_options=None) -> None:
 
 @contextlib.contextmanager
 def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
-    """Build a local folder output beside `out` and swap it in whole at the end.
-
-    A build killed midway leaves the previous output as it was (the half-built sibling is removed by
-    the next build); a finished one replaces it, so no file of an earlier build survives beside the
-    new.
-    """
+    """Build a local folder output beside `out` and swap it in whole at the end: a build killed
+    midway leaves the previous output as it was, and no file of an earlier build survives a finished
+    one."""
     out = Path(out)
     parent = out.parent
     parent.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,6 @@ import threading
 import time
 
 STEPS = 10  # piped output: lines per phase / per run
-
-
 NOTEBOOK_REFRESH_S = 0.5  # a display updated at most twice a second (each update is a message)
 
 
@@ -76,37 +74,6 @@ class _Display:
             self._handle.update(body, raw=True)
 
 
-class _NotebookBar:
-    """A notebook bar, one display updated in place: an HTML progress bar, and `label: 40% (12/30,
-    8 s)` where only text renders."""
-
-    def __init__(self, label: str, total: float):
-        self.label, self.total, self.done, self.t0 = (
-            label,
-            max(total, 1e-9),
-            0.0,
-            time.perf_counter(),
-        )
-        self._display = _Display()
-        self._show(force=True)
-
-    def _show(self, force: bool = False) -> None:
-        from html import escape
-
-        frac = min(self.done / self.total, 1.0)
-        tail = f"{self.done:g}/{self.total:g}, {time.perf_counter() - self.t0:.0f} s"
-        text = f"{self.label}: {100 * frac:.0f}% ({tail})"
-        html = (
-            f"<div><code>{escape(self.label)}</code> <progress value='{frac:.4f}' max='1'"
-            f" style='width:30ex'></progress> {100 * frac:.0f}% ({tail})</div>"
-        )
-        self._display.show(text, html, force)
-
-    def advance(self, n: float = 1) -> None:
-        self.done += n
-        self._show(force=self.done >= self.total - 1e-9)
-
-
 def _stamp() -> str:
     return time.strftime("%H:%M:%S")
 
@@ -130,13 +97,8 @@ class _PlainBar:
     """Prints `label: 40% (12/30), 8 s` at each tenth of the total and at the end."""
 
     def __init__(self, label: str, total: float):
-        self.label, self.total, self.done, self.t0, self.next = (
-            label,
-            max(total, 1e-9),
-            0.0,
-            time.perf_counter(),
-            1,
-        )
+        self.label, self.total, self.done = label, max(total, 1e-9), 0.0
+        self.t0, self.next = time.perf_counter(), 1
 
     def advance(self, n: float = 1) -> None:
         self.done += n
@@ -149,6 +111,32 @@ class _PlainBar:
                 f"{self.label}: {pct}% ({self.done:g}/{self.total:g}),"
                 f" {time.perf_counter() - self.t0:.0f} s"
             )
+
+
+class _NotebookBar(_PlainBar):
+    """A notebook bar, one display updated in place: an HTML progress bar, and `label: 40% (12/30,
+    8 s)` where only text renders."""
+
+    def __init__(self, label: str, total: float):
+        super().__init__(label, total)
+        self._display = _Display()
+        self._show(force=True)
+
+    def _show(self, force: bool = False) -> None:
+        from html import escape
+
+        frac = min(self.done / self.total, 1.0)
+        tail = f"{self.done:g}/{self.total:g}, {time.perf_counter() - self.t0:.0f} s"
+        text = f"{self.label}: {100 * frac:.0f}% ({tail})"
+        html = (
+            f"<div><code>{escape(self.label)}</code> <progress value='{frac:.4f}' max='1'"
+            f" style='width:30ex'></progress> {100 * frac:.0f}% ({tail})</div>"
+        )
+        self._display.show(text, html, force)
+
+    def advance(self, n: float = 1) -> None:
+        self.done += n
+        self._show(force=self.done >= self.total - 1e-9)
 
 
 @contextlib.contextmanager
@@ -210,12 +198,9 @@ def gather(futures: list, label: str, total: float, enabled: bool, weight) -> li
 
 
 class RunBoard:
-    """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU).
-
-    Terminal: a live table (one row per run). Piped: a line every ~10 % of a run's epochs and at
-    every validation, and one when it finishes. Events arrive on the Dask client's thread; the board
-    is thread-safe.
-    """
+    """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU):
+    a live table (terminal, notebook) or lines (piped). Events arrive on the Dask client's thread;
+    the board is thread-safe."""
 
     def __init__(self, labels: dict[str, str], enabled: bool = True):
         self.labels = dict(labels)
@@ -248,18 +233,16 @@ class RunBoard:
             self._live.__exit__(*exc)
 
     def _rows(self) -> list[tuple[str, ...]]:
-        rows = []
-        for k, s in self.state.items():
-            rows.append(
-                (
-                    self.labels[k],
-                    f"{s['epoch']}/{s['epochs']}" if s["epochs"] else "-",
-                    f"{s['loss']:.4f}" if s["loss"] is not None else "-",
-                    f"{s['val']:.2f}" if s["val"] is not None else "-",
-                    s["status"],
-                )
+        return [
+            (
+                self.labels[k],
+                f"{s['epoch']}/{s['epochs']}" if s["epochs"] else "-",
+                f"{s['loss']:.4f}" if s["loss"] is not None else "-",
+                f"{s['val']:.2f}" if s["val"] is not None else "-",
+                s["status"],
             )
-        return rows
+            for k, s in self.state.items()
+        ]
 
     def _title(self) -> str:
         done = sum(1 for s in self.state.values() if s["status"] in ("done", "failed"))
@@ -307,45 +290,40 @@ class RunBoard:
                 s["val"] = ev["val_mIoU"]
             if ev.get("done"):
                 s["status"] = "testing"
-            self._show(run, ev)
+            self._update(self._epoch_line(run, ev) if self.mode == "plain" else None)
 
-    def _show(self, run: str, ev: dict) -> None:
+    def _update(self, line: str | None = None, force: bool = False) -> None:
+        """The board's new state: redrawn (notebook, terminal), or `line` said (piped)."""
         if self._display is not None:
-            self._refresh()
+            self._refresh(force)
         elif self._live is not None:
             self._live.update(self._table())
-        elif self.mode == "plain":
-            epochs, e = ev.get("epochs") or 1, ev.get("epoch", 0)
-            step = max(1, epochs // STEPS)
-            if ev.get("done") or ev.get("val_mIoU") is not None or e % step == 0:
-                s = self.state[run]
-                loss = f" loss {s['loss']:.4f}" if ev.get("loss") is not None else ""
-                val = f" val mIoU {ev['val_mIoU']:.2f}" if ev.get("val_mIoU") is not None else ""
-                say(
-                    f"{self.labels[run]}: epoch {e}/{epochs}{loss}{val}"
-                    + (" (best state kept, testing)" if ev.get("done") else "")
-                )
+        elif self.mode == "plain" and line:
+            say(line)
+
+    def _epoch_line(self, run: str, ev: dict) -> str | None:
+        """Piped: a line every ~10 % of a run's epochs, at every validation and when it is done."""
+        epochs, e = ev.get("epochs") or 1, ev.get("epoch", 0)
+        if not (
+            ev.get("done") or ev.get("val_mIoU") is not None or e % max(1, epochs // STEPS) == 0
+        ):
+            return None
+        s = self.state[run]
+        loss = f" loss {s['loss']:.4f}" if ev.get("loss") is not None else ""
+        val = f" val mIoU {ev['val_mIoU']:.2f}" if ev.get("val_mIoU") is not None else ""
+        done = " (best state kept, testing)" if ev.get("done") else ""
+        return f"{self.labels[run]}: epoch {e}/{epochs}{loss}{val}{done}"
 
     def scoring(self, run: str, tasks: int) -> None:
         """A run's score tasks are submitted (its fit is done)."""
         with self._lock:
             if run in self.state:
                 self.state[run]["status"] = f"scoring ({tasks} tasks)"
-            if self._display is not None:
-                self._refresh()
-            elif self._live is not None:
-                self._live.update(self._table())
-            elif self.mode == "plain":
-                say(f"{self.labels.get(run, run)}: scoring started ({tasks} tasks)")
+            self._update(f"{self.labels.get(run, run)}: scoring started ({tasks} tasks)")
 
     def finish(self, run: str, text: str, failed: bool = False) -> None:
         """Marks a run done or failed; piped output prints `text` (its result or error line)."""
         with self._lock:
             if run in self.state:
                 self.state[run]["status"] = "failed" if failed else "done"
-            if self._display is not None:
-                self._refresh(force=True)
-            elif self._live is not None:
-                self._live.update(self._table())
-            elif self.mode == "plain":
-                say(f"{self.labels.get(run, run)}: {text}")
+            self._update(f"{self.labels.get(run, run)}: {text}", force=True)

@@ -118,7 +118,7 @@ def test_quickstart_puts_a_random_vlm_and_a_gfm_on_the_interferogram_board(
     models measure the pipeline.
     """
     from cryocube.cli import main
-    from cryocube.engine.cli import QUICKSTART_MIN_PAIRS
+    from cryocube.engine.quickstart import QUICKSTART_MIN_PAIRS
     from cryocube.families.embedding.probe import _min_labelled
 
     # the probe's own floor (R² needs 2 test rows)

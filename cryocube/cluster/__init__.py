@@ -32,6 +32,7 @@ from .k8s import (
     read_k8s_manifests,
     validate_k8s_manifest,
 )
+from .local import local_sizing
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
 from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
 from .timeouts import close_quietly, explain_timeout, patient
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
-    "add_cluster_args",
     "announce",
     "ClusterError",
     "ClusterRequest",
@@ -69,27 +69,6 @@ __all__ = [
 ]
 
 
-def add_cluster_args(p) -> None:
-    """The cluster options of every command that runs Dask work."""
-    p.add_argument(
-        "--cluster",
-        default="local",
-        help="local | cuda | k8s | gateway | tcp://host:port | scheduler-file:PATH",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="worker processes (local/cuda) or workers to scale to",
-    )
-    p.add_argument("--threads-per-worker", type=int, default=None)
-    p.add_argument(
-        "--memory-limit",
-        default=None,
-        help="per worker, e.g. 4GB (local, cuda: the machine's memory shared by the workers)",
-    )
-
-
 def planned_threads(
     spec: str,
     n_workers: int | None = None,
@@ -98,11 +77,8 @@ def planned_threads(
     parallel: int | None = None,
 ) -> int | None:
     """The torch threads per worker `open_cluster(spec, ..., parallel=...)` will configure, where
-    known before it starts (a run's default threads, so a plan made before the cluster has the run
-    ids made after); else None.
-    """
-    from .local import local_sizing
-
+    known before it starts (so a plan made before the cluster has the run ids made after); else
+    None."""
     if torch_threads:
         return torch_threads
     return (
@@ -123,6 +99,26 @@ def announce(spec: str, client: "Client") -> None:
     )
 
 
+def _check_sizes(n_workers, threads_per_worker, torch_threads, memory_limit) -> None:
+    """Counts of at least 1 and a memory limit Dask reads, before anything starts."""
+    from dask.utils import parse_bytes
+
+    for label, v in (
+        ("n_workers", n_workers),
+        ("threads_per_worker", threads_per_worker),
+        ("torch_threads", torch_threads),
+    ):
+        if v is not None and v < 1:
+            raise ClusterError(f"{label} must be >= 1, got {v}")
+    if memory_limit is not None and memory_limit != "auto":
+        try:
+            parse_bytes(memory_limit)
+        except (ValueError, TypeError):
+            raise ClusterError(
+                f"--memory-limit {memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or auto)"
+            ) from None
+
+
 @contextlib.contextmanager
 def open_cluster(
     spec: str = "local",
@@ -139,28 +135,11 @@ def open_cluster(
     """Yield a Client on the cluster named by `spec`; on exit close only what was created here.
 
     n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the
-    manifest/options of k8s and gateway clusters. torch_threads fixes torch's threads per worker
-    (default: the worker's share of the cores, so workers x threads fit them); it is the default
-    thread count of the runs planned on the cluster. parallel: how many runs the plan trains at
-    once; a local cluster gets no more workers than that (a single run: one worker with every core).
-    quiet: no cluster line.
+    manifest/options of k8s and gateway clusters. torch_threads: per worker (default: its share of
+    the cores), the default threads of the runs planned on it. parallel: runs the plan trains at
+    once; a local cluster gets no more workers than that. quiet: no cluster line.
     """
-    for label, v in (
-        ("n_workers", n_workers),
-        ("threads_per_worker", threads_per_worker),
-        ("torch_threads", torch_threads),
-    ):
-        if v is not None and v < 1:
-            raise ClusterError(f"{label} must be >= 1, got {v}")
-    if memory_limit is not None and memory_limit != "auto":
-        from dask.utils import parse_bytes
-
-        try:
-            parse_bytes(memory_limit)
-        except (ValueError, TypeError):
-            raise ClusterError(
-                f"--memory-limit {memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or auto)"
-            ) from None
+    _check_sizes(n_workers, threads_per_worker, torch_threads, memory_limit)
     name, target = parse_cluster_spec(spec)
     req = ClusterRequest(
         name,

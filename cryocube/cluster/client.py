@@ -40,11 +40,8 @@ def get_client(client: "Client | None" = None) -> "Client":
 
 
 def gpu_resources(client: "Client") -> dict | None:
-    """{"GPU": 1} to annotate tasks with when every worker advertises a GPU, else None.
-
-    A task that requests a resource no worker offers waits in `no-worker` forever, so this asks the
-    scheduler instead of guessing from the backend.
-    """
+    """{"GPU": 1} to annotate tasks with when every worker advertises a GPU, else None: asked of the
+    scheduler, since a task requesting a resource no worker offers waits in `no-worker` forever."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     if workers and all(w.get("resources", {}).get(GPU, 0) >= 1 for w in workers.values()):
         return {GPU: 1}

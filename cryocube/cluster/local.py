@@ -31,14 +31,10 @@ def local_sizing(
     parallel: int | None = None,
     cores: int | None = None,
 ) -> tuple[int, int, int]:
-    """(workers, Dask threads per worker, torch threads per worker) of `--cluster local`: they fit
-    the cores, and the torch threads are the default threads of every run planned on the cluster.
-
-    `parallel`: how many runs the plan can train at once (None: unknown, as many workers as fit). A
-    plan of fewer runs than cores gets fewer workers with more torch threads each, so a single run
-    computes on every core instead of one. The answer follows from the plan and the machine's cores
-    alone, never from the load: the same plan on the same machine gets the same threads, and so the
-    same bits."""
+    """(workers, Dask threads per worker, torch threads per worker) of `--cluster local`, fitting
+    the cores. A plan of fewer `parallel` runs than cores gets fewer workers with more torch threads
+    each (a single run computes on every core). Never from the load: the same plan on the same
+    machine gets the same threads, and so the same bits."""
     cores = cores or host_cores()
     tpw = threads_per_worker or 1
     n = n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS, parallel or MAX_LOCAL_WORKERS))
@@ -46,11 +42,9 @@ def local_sizing(
 
 
 def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
-    """Each local worker's memory limit: `--memory-limit` where given, else the machine's memory
-    (cgroup-aware) shared among the workers, as the cores are. Dask's own "auto" gives a worker
-    memory in proportion to its Dask threads, so the single one-thread worker of a one-run plan,
-    which computes on every core, got half the machine, and its nanny restarted it at 95 % of
-    that."""
+    """`--memory-limit`, else the machine's memory (cgroup-aware) shared among the workers. Dask's
+    "auto" follows Dask threads: the one-thread worker of a one-run plan, computing on every core,
+    got half the machine and was restarted at 95 % of that."""
     if memory_limit and memory_limit != "auto":
         return memory_limit
     from distributed.system import MEMORY_LIMIT
@@ -60,11 +54,9 @@ def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
 
 @contextlib.contextmanager
 def ctrl_c_stays_here():
-    """Worker processes spawned inside inherit an ignored SIGINT (ignored signals survive exec): a
-    terminal's Ctrl-C reaches the whole process group, and only this process, which closes the
-    cluster, acts on it (a worker interrupted while it started printed its traceback). A Ctrl-C
-    during these seconds is ignored.
-    """
+    """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): a terminal's
+    Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts on
+    it (a worker interrupted while it started printed its traceback)."""
     import signal
     import threading
 

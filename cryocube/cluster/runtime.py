@@ -188,11 +188,9 @@ def host_cores() -> int:
 
 
 def configured_threads(dask_worker=None) -> int:
-    """The torch threads this worker was configured with when it started: `TorchThreads` (cryocube's
-    clusters), else the OMP_NUM_THREADS its launcher set (Dask's nanny sets 1), else the host's
-    cores divided among the worker's Dask threads. Never the load: the same cluster gives the same
-    answer.
-    """
+    """The torch threads this worker was started with: `TorchThreads`'s, else its launcher's
+    OMP_NUM_THREADS (Dask's nanny sets 1), else the host's cores / its Dask threads; never the
+    load."""
     for var in (THREADS_VAR, "OMP_NUM_THREADS"):
         v = os.environ.get(var, "")
         if v.isdigit() and int(v) >= 1:
@@ -209,13 +207,10 @@ def configured_threads(dask_worker=None) -> int:
 
 @contextlib.contextmanager
 def torch_task(threads: int | None = None):
-    """What every torch task does first on its worker: malloc tuning, a fixed thread count, torch's
-    deterministic algorithms; yields (device, threads).
-
-    `threads` is the run's own (planned from its recipe, part of its identity on CPU); None (tasks
-    no run's result depends on, e.g. reading an encoder's shapes): the worker's configured threads.
-    The count stays for the whole task, so the float reduction order never follows what else runs.
-    """
+    """What every torch task does first: malloc tuning, a fixed thread count, deterministic
+    algorithms; yields (device, threads). `threads`: the run's own (part of its identity on CPU),
+    fixed for the whole task so the float reduction order never follows what else runs; None (no
+    result depends on it): the worker's configured threads."""
     import torch
 
     tune_malloc()
@@ -227,14 +222,10 @@ def torch_task(threads: int | None = None):
 
 
 class TorchThreads(WorkerPlugin):
-    """Fix each worker's torch thread count when it starts, without importing torch where no task
-    needs it (conversion workers): the OMP/MKL variables are set before torch's first import, and
-    `configured_threads` (the default threads of the runs planned on this cluster) reads it back.
-
-    threads=None: the worker's CPU share, i.e. its container's CPUs (cgroup-aware) / its Dask
-    threads; right on Kubernetes/gateway pods where one worker owns its pod. Backends that put
-    several workers on one host (local, cuda) pass their share of the cores.
-    """
+    """Fix each worker's torch threads when it starts, without importing torch (conversion workers
+    need none): OMP/MKL variables set before torch's first import, read back by
+    `configured_threads`. threads=None: its container's CPUs / its Dask threads (one worker per
+    pod: k8s, gateway); local and cuda pass their share of the host's cores."""
 
     name = "cryocube-torch-threads"
 

@@ -1,12 +1,7 @@
 """What workers print: a user error raised in a task reaches the user once, as its sentence, on the
-client.
-
-distributed logs every failed task on its worker ("Compute Failed", the exception and its traceback)
-and, when a cluster closes under running tasks, one warning per cancelled task. For cryocube's tasks
-the client already says what happened (a UserError's sentence; a run's traceback in
-OUT/logs/errors.log), so on the workers those logs are dropped: a filter installed by a worker
-plugin on every worker.
-"""
+client. distributed logs every failed task on its worker (with its traceback) and one warning per
+task cancelled by a closing cluster; for cryocube's tasks the client already says what happened (a
+UserError's sentence; a run's traceback in OUT/logs/errors.log), so a worker plugin drops them."""
 
 from __future__ import annotations
 
@@ -58,10 +53,8 @@ SCHEDULER_GONE = (
     "Failed to communicate with scheduler during heartbeat",
     "Connection to scheduler broken",
 )
-# a local peer closed while this worker sent it a result (the client closes the cluster on Ctrl-C
-# while a reduce
-# moves partial scores between workers); a worker that dies on its own is reported by its nanny and
-# the scheduler
+# a local peer closed while this worker sent it a result (Ctrl-C while a reduce moves partial scores
+# between workers); a worker that dies on its own is reported by its nanny and the scheduler
 PEER_GONE = ("failed during get data with",)
 
 
@@ -139,10 +132,8 @@ def quiet_task_errors(client) -> None:
 
 
 def quiet_shutdown() -> None:
-    """In the client's process, when a command ends on an error or Ctrl-C: closing busy workers is
-    expected, not worth a warning ("Worker process still alive after 4.0 seconds, killing"), nor is
-    the scheduler's ERROR that workers it is losing held scattered data (the command is ending;
-    nothing will read it)."""
+    """When a command ends on an error or Ctrl-C: closing busy workers ("still alive after 4.0
+    seconds, killing") and the data they held are expected, not worth a warning."""
     for name in ("distributed.nanny", "distributed.core", "distributed.client"):
         logging.getLogger(name).setLevel(logging.ERROR)
     logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)

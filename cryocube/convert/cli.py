@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from ..catalog import dataset_ids
+from .. import store
+from ..catalog import dataset_ids, load_dataset
 from ..cube import COMPRESSORS
 from ..errors import UserError
+from ..harness import add_cluster, add_out, add_quiet, add_storage, claim, cluster_for
 
 
 def register(sub) -> None:
-    """Adds `convert` and `download` to the `cryocube` command (cryocube/cli.py calls each listed
-    module's `register`)."""
-    from ..cluster import add_cluster_args
-    from ..store import options_arg
-
+    """Adds `convert` and `download` to the `cryocube` command (cli.COMMAND_MODULES calls it)."""
     p = sub.add_parser("convert", help="convert a dataset's published raw layout into a Zarr cube")
     p.add_argument(
         "dataset", help=f"catalog id ({', '.join(dataset_ids())}) or a dataset YAML file"
     )
     p.add_argument("--raw", required=True, help="root of the raw download (path or fsspec URL)")
-    p.add_argument("--out", required=True, help="cube path or URL (e.g. s3://bucket/gsdd.zarr)")
+    add_out(p, "cube path or URL (e.g. s3://bucket/gsdd.zarr)")
     p.add_argument("--layout", default="auto", help="cryobench | original | auto (detect)")
     p.add_argument("--tile", type=int, default=None, help="tile size (default: the catalog's)")
     p.add_argument("--block", type=int, default=16, help="samples per write task")
@@ -54,12 +52,10 @@ def register(sub) -> None:
     p.add_argument(
         "--overwrite", action="store_true", help="replace a cube made from other inputs/options"
     )
-    p.add_argument(
-        "--storage-options", type=options_arg, default=None, help="JSON fsspec options for --out"
-    )
+    add_storage(p, "JSON fsspec options for --out")
     p.add_argument(
         "--raw-storage-options",
-        type=options_arg,
+        type=store.options_arg,
         default=None,
         help="JSON fsspec options for --raw",
     )
@@ -71,8 +67,8 @@ def register(sub) -> None:
             " the v1.1 statistics)"
         ),
     )
-    p.add_argument("--quiet", action="store_true")
-    add_cluster_args(p)
+    add_quiet(p, None)
+    add_cluster(p)
     p.set_defaults(func=_convert)
 
     d = sub.add_parser(
@@ -88,9 +84,6 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
-    from .. import outputs, store
-    from ..catalog import load_dataset
-    from ..cluster import open_cluster
     from .writer import convert, detect_layout
 
     spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
@@ -98,14 +91,7 @@ def _convert(args) -> int:
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
     store.register_options(args.raw, args.raw_storage_options)
-    store.register_options(args.out, args.storage_options)
-    outputs.claim(
-        args.out,
-        "cube",
-        "convert",
-        inputs=[("--raw", args.raw)],
-        storage_options=args.storage_options,
-    )
+    claim(args, "cube", inputs=[("--raw", args.raw)], storage_options=args.storage_options)
     # an unknown raw layout is refused here, not after a cluster has started
     if args.layout == "auto":
         args.layout = detect_layout(spec, args.raw)
@@ -114,20 +100,13 @@ def _convert(args) -> int:
             f"dataset {spec.id!r} has no layout {args.layout!r}; known:"
             f" {', '.join(sorted(spec.layouts))}"
         )
-    # sample-cube readers check every file and label before a cluster starts
-    extra = _precheck(spec, args)
-    with open_cluster(
-        args.cluster,
-        n_workers=args.workers,
-        threads_per_worker=args.threads_per_worker,
-        memory_limit=args.memory_limit,
-        quiet=args.quiet,
-    ) as client:
+    prechecked = _precheck(spec, args)
+    with cluster_for(args) as client:
         r = convert(
             spec,
             args.raw,
             args.out,
-            layout=extra.pop("layout", args.layout),
+            layout=args.layout,
             client=client,
             tile_size=args.tile,
             block_samples=args.block,
@@ -138,9 +117,14 @@ def _convert(args) -> int:
             raw_storage_options=args.raw_storage_options,
             storage_options=args.storage_options,
             progress=not args.quiet,
+            prechecked=prechecked,
             **({"shift_s2": True} if args.shift_s2 else {}),
-            **extra,
         )
+    _show_converted(args, r)
+    return 0
+
+
+def _show_converted(args, r) -> None:
     what = (
         "already complete"
         if r.blocks_written == 0
@@ -163,13 +147,10 @@ def _convert(args) -> int:
             + ", ".join(d["source"] for d in kept[:10])
             + (" ..." if len(kept) > 10 else "")
         )
-    return 0
 
 
 def _print_skipped(url: str, most: int = 10) -> None:
     """Name the skipped samples and why (the cube's `skipped_samples` attribute keeps them all)."""
-    from .. import store
-
     skipped = store.open_group(url, "r").attrs.get("skipped_samples") or []
     for d in skipped[:most]:
         print(f"  skipped {d['source']}: {d['reason']}")
@@ -180,35 +161,25 @@ def _print_skipped(url: str, most: int = 10) -> None:
         )
 
 
-def _precheck(spec, args) -> dict:
-    """{"layout", "prechecked"}: what the layout's reader checks before a cluster starts (a sample
+def _precheck(spec, args):
+    """What the layout's reader (args.layout, resolved) checks before a cluster starts: a sample
     reader's whole plan, so bad input is found here; None for tile readers, whose headers are read
-    on the workers).
-    """
-    from .. import store
+    on the workers."""
     from .base import open_reader
-    from .writer import detect_layout
 
-    if args.layout != "auto" and args.layout not in spec.layouts:
-        return {}  # convert names the known layouts
-    store.register_options(args.raw, args.raw_storage_options)
-    layout = detect_layout(spec, args.raw) if args.layout == "auto" else args.layout
-    reader = open_reader(spec, layout, args.raw_storage_options)
+    reader = open_reader(spec, args.layout, args.raw_storage_options)
     keep = bool(args.keep_corrupted)
     if keep and not reader.flags_samples:
         raise UserError(
-            f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag"
+            f"--keep-corrupted: the {spec.id} layout {args.layout!r} has no annotations that flag"
             " corrupted samples (only Hephaestus's do)"
         )
-    return {
-        "layout": layout,
-        "prechecked": reader.precheck(
-            args.raw,
-            on_error=args.on_error,
-            keep_corrupted=keep,
-            **({"shift_s2": True} if args.shift_s2 else {}),
-        ),
-    }
+    return reader.precheck(
+        args.raw,
+        on_error=args.on_error,
+        keep_corrupted=keep,
+        **({"shift_s2": True} if args.shift_s2 else {}),
+    )
 
 
 def _download(args) -> int:

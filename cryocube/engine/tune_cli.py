@@ -3,41 +3,25 @@ engine/tune.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from .. import harness, outputs, store
 from ..errors import UserError
+from .cli import warn_random
+from .tune import PRUNERS, SAMPLERS
 
 
 def register(sub) -> None:
     """Adds `cryocube tune` (cli.COMMAND_MODULES calls it); flags shared with evaluate mean the same
     there."""
-    from ..cluster import add_cluster_args
-    from ..store import options_arg
-    from .cli import fractions_arg
-    from .tune import PRUNERS, SAMPLERS
-
     p = sub.add_parser(
         "tune", help="hyper-parameter study (Optuna) over evaluate runs; resumable from its journal"
     )
-    p.add_argument(
-        "--cubes",
+    harness.add_grid(
+        p,
         required=True,
-        help="comma-separated cube paths/URLs, or catalog dataset ids with --data-root",
-    )
-    p.add_argument("--data-root", help="folder/URL holding <dataset>.zarr cubes")
-    p.add_argument(
-        "--models",
-        required=True,
-        help="comma-separated model ids; one study per model, cube and protocol",
-    )
-    p.add_argument(
-        "--protocol",
-        default="frozen",
-        help="comma-separated protocols (frozen, fewshot, finetune, ...)",
-    )
-    p.add_argument(
-        "--fraction",
-        type=fractions_arg,
-        default=None,
-        help="share of training labels (default: the protocol's)",
+        models_help="comma-separated model ids; one study per model, cube and protocol",
+        fraction_help="share of training labels (default: the protocol's)",
     )
     p.add_argument(
         "--space",
@@ -75,64 +59,37 @@ def register(sub) -> None:
         ),
     )
     p.add_argument("--seed", type=int, default=0, help="the runs' seed and the sampler's")
-    p.add_argument("--config", help="YAML of recipe fields, optionally with a space: section")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one recipe field (the default recipe)",
+    harness.add_recipe(
+        p,
+        "YAML of recipe fields, optionally with a space: section",
+        "override one recipe field (the default recipe)",
     )
-    p.add_argument("--epochs", type=int, help="shorthand for --set epochs=N")
-    p.add_argument("--weights", default=None, metavar="DIR", help="folder of checkpoints")
-    p.add_argument(
-        "--allow-random-weights",
-        action="store_true",
-        help="run pretrained models without a checkpoint",
-    )
-    p.add_argument(
-        "--out",
-        required=True,
-        help="local results folder (results.jsonl, runs/, features/, study.journal)",
-    )
-    p.add_argument(
-        "--storage-options",
-        type=options_arg,
-        default=None,
-        help="JSON fsspec options for remote cubes",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress output")
-    add_cluster_args(p)
+    harness.add_weights(p)
+    harness.add_out(p, "local results folder (results.jsonl, runs/, features/, study.journal)")
+    harness.add_storage(p, "JSON fsspec options for remote cubes")
+    harness.add_quiet(p)
+    harness.add_cluster(p)
     p.set_defaults(func=_tune)
 
 
-def _tune(args) -> int:
-    from dataclasses import replace
+def _check_counts(args) -> None:
+    """Counts first: before any cube is read or cluster started."""
+    for flag, v in (("--trials", args.trials), ("--batch", args.batch), ("--epochs", args.epochs)):
+        if v is not None and v < 1:
+            raise UserError(f"{flag} must be >= 1, got {v}")
 
-    from .. import outputs, store
-    from ..cluster import open_cluster
+
+def _checked(args):
+    """(bases, recipe, space) once every input passed, the default runs and every end of the space
+    planned here: user errors surface before a cluster starts."""
     from ..families import PlanContext
-    from .cli import _warn_random, resolve_cubes
     from .plan import plan_runs, runs_from_grid
-    from .tune import (
-        load_tune_config,
-        make_pruner,
-        make_sampler,
-        parse_space,
-        refuse_untunable,
-        tune,
-    )
+    from .tune import load_tune_config, make_pruner, make_sampler, parse_space, refuse_untunable
 
-    if args.trials < 1:  # counts are checked first: before any cube is read or cluster started
-        raise UserError(f"--trials must be >= 1, got {args.trials}")
-    if args.batch is not None and args.batch < 1:
-        raise UserError(f"--batch must be >= 1, got {args.batch}")
-    if args.epochs is not None and args.epochs < 1:
-        raise UserError(f"--epochs must be >= 1, got {args.epochs}")
-    # before its space is read
-    refuse_untunable([p.strip() for p in args.protocol.split(",") if p.strip()])
-    sets = list(args.set) + ([f"epochs={args.epochs}"] if args.epochs is not None else [])
-    recipe, yaml_space = load_tune_config(args.config, sets)
+    _check_counts(args)
+    protocols = harness.split(args.protocol)
+    refuse_untunable(protocols)  # before its space is read
+    recipe, yaml_space = load_tune_config(args.config, harness.recipe_sets(args))
     space = parse_space(args.space, yaml_space, recipe)
     make_sampler(args.sampler, space, args.seed)
     make_pruner(args.pruner, args.trials)
@@ -140,25 +97,17 @@ def _tune(args) -> int:
         raise UserError(
             "tune takes one --fraction per study (a label-fraction curve is `evaluate --fraction`)"
         )
-    protocols = [p.strip() for p in args.protocol.split(",") if p.strip()]
     bases = runs_from_grid(
-        [m.strip() for m in args.models.split(",") if m.strip()],
-        resolve_cubes(args.cubes, args.data_root),
+        harness.split(args.models),
+        harness.resolve_cubes(args.cubes, args.data_root),
         protocols,
         args.fraction or [None],
         [args.seed],
     )
-    for url in {b.cube for b in bases}:
+    cubes = sorted({b.cube for b in bases})
+    for url in cubes:
         store.register_options(url, args.storage_options)
-    outputs.claim(
-        args.out,
-        "study",
-        "tune",
-        inputs=[("--cubes", c) for c in sorted({b.cube for b in bases})],
-        write_marker=False,
-    )
-    # plan the default runs and every end of the space here: user errors surface before a cluster
-    # starts
+    harness.claim(args, "study", inputs=[("--cubes", c) for c in cubes], write_marker=False)
     ctx = PlanContext(
         out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights
     )
@@ -166,15 +115,16 @@ def _tune(args) -> int:
     for prm in space:
         for v in prm.choices or (prm.low, prm.high):
             plan_runs([replace(b, overrides=((prm.name, v),)) for b in bases], recipe, ctx)
-    _warn_random(planned, args.quiet)
+    warn_random(planned)
+    return bases, recipe, space
+
+
+def _tune(args) -> int:
+    from .tune import tune
+
+    bases, recipe, space = _checked(args)
     outputs.mark(args.out, "study", "tune")  # every check passed: the first thing written
-    with open_cluster(
-        args.cluster,
-        n_workers=args.workers,
-        threads_per_worker=args.threads_per_worker,
-        memory_limit=args.memory_limit,
-        quiet=args.quiet,
-    ) as client:
+    with harness.cluster_for(args) as client:
         results = tune(
             bases,
             space,
@@ -191,25 +141,27 @@ def _tune(args) -> int:
             seed=args.seed,
         )
     for r in results:
-        b, d = r.best, r.baseline
-        s = b["sweep"]
-        m = b.get("primary_metric", "mIoU")
-        states = ", ".join(f"{v} {k}" for k, v in s["n_trials"].items())
-        print(
-            f"study {r.study} ({states}; {r.asked} asked now): best trial {s['trial']}"
-            f" {s['params']} val {s['metric']} {s['value']:.2f}"
-        )
-        base = (d.get("metrics") or {}).get(m)
-        how = (
-            f"trial {r.baseline_trial}"
-            if r.baseline_trial is not None
-            else "a separate run: the default lies outside the space or did not complete"
-        )
-        print(
-            f"  test {m}: tuned {b['metrics'][m]:.2f}, default recipe {base:.2f} ({how})"
-            if base is not None
-            else f"  test {m}: tuned {b['metrics'][m]:.2f}, default recipe failed ({how})"
-        )
-        if s.get("importance"):
-            print("  importance: " + ", ".join(f"{k} {v:.2f}" for k, v in s["importance"].items()))
+        _show_study(r)
     return 0
+
+
+def _show_study(r) -> None:
+    """The best trial against the default recipe, and each field's importance."""
+    b, d = r.best, r.baseline
+    s = b["sweep"]
+    m = b.get("primary_metric", "mIoU")
+    states = ", ".join(f"{v} {k}" for k, v in s["n_trials"].items())
+    print(
+        f"study {r.study} ({states}; {r.asked} asked now): best trial {s['trial']}"
+        f" {s['params']} val {s['metric']} {s['value']:.2f}"
+    )
+    base = (d.get("metrics") or {}).get(m)
+    how = (
+        f"trial {r.baseline_trial}"
+        if r.baseline_trial is not None
+        else "a separate run: the default lies outside the space or did not complete"
+    )
+    default = f"{base:.2f}" if base is not None else "failed"
+    print(f"  test {m}: tuned {b['metrics'][m]:.2f}, default recipe {default} ({how})")
+    if s.get("importance"):
+        print("  importance: " + ", ".join(f"{k} {v:.2f}" for k, v in s["importance"].items()))

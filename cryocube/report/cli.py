@@ -29,7 +29,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 def register(subparsers) -> None:
     """Adds `cryocube report` to the command line (cli.COMMAND_MODULES calls it)."""
-    from ..store import options_arg
+    from ..harness import add_out, add_storage
 
     p = subparsers.add_parser(
         "report",
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
         metavar="RESULTS",
         help="results.jsonl files or directories holding them (searched recursively)",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for the report files")
+    add_out(p, "directory for the report files", metavar="DIR")
     p.add_argument(
         "--published",
         action="store_true",
@@ -121,11 +121,8 @@ def register(subparsers) -> None:
             "~/.cache/cryocube/profiles, where `cryocube list models --profile` writes them)"
         ),
     )
-    p.add_argument(
-        "--storage-options",
-        type=options_arg,
-        default=None,
-        help="JSON fsspec options for remote results and cubes (or $CRYOCUBE_STORAGE_OPTIONS)",
+    add_storage(
+        p, "JSON fsspec options for remote results and cubes (or $CRYOCUBE_STORAGE_OPTIONS)"
     )
     p.set_defaults(func=run)
 

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import math
-import sys
 
+from ... import harness, outputs
 from ...errors import UserError
 
 
 def register(sub) -> None:
     """Adds `embed` and `probe` to the cryocube parser (cli.COMMAND_MODULES); both take
     --cluster."""
-    from ...cluster import add_cluster_args
-    from ...store import options_arg
-
     p = sub.add_parser(
         "embed",
         help="one vector per cube sample from an encoder (or the random/mean baseline) -> Zarr/CSV",
@@ -22,11 +19,7 @@ def register(sub) -> None:
         "model", help="model id (see `cryocube list models`), or a baseline: random, mean"
     )
     p.add_argument("--cube", required=True, help="cube path/URL (tile or sample cube)")
-    p.add_argument(
-        "--out",
-        required=True,
-        help="embedding store (.zarr) or, with --format csv, the submission CSV",
-    )
+    harness.add_out(p, "embedding store (.zarr) or, with --format csv, the submission CSV")
     p.add_argument(
         "--dim",
         type=int,
@@ -42,27 +35,17 @@ def register(sub) -> None:
         default="zarr",
         help="csv: also write a submission CSV (id,0..dim-1) beside/at --out",
     )
-    p.add_argument("--weights", default=None, metavar="DIR", help="folder of checkpoints")
-    p.add_argument(
-        "--allow-random-weights",
-        action="store_true",
-        help="embed with a random-init encoder (recorded as such)",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=(
-            "precision, input_size, normalization, encoder_weights, block_samples, extract_batch,"
-            " threads, follow_reference"
-        ),
+    harness.add_weights(p, "embed with a random-init encoder (recorded as such)")
+    harness.add_set(
+        p,
+        "precision, input_size, normalization, encoder_weights, block_samples, extract_batch,"
+        " threads, follow_reference",
     )
     p.add_argument("--seed", type=int, default=0, help="the random baseline's seed")
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--storage-options", type=options_arg, default=None)
-    p.add_argument("--quiet", action="store_true")
-    add_cluster_args(p)
+    harness.add_storage(p, None)
+    harness.add_quiet(p, None)
+    harness.add_cluster(p)
     p.set_defaults(func=_embed)
 
     q = sub.add_parser(
@@ -80,10 +63,8 @@ def register(sub) -> None:
         metavar="CUBE",
         help="derive image-level tasks from a cube (class presence/fraction)",
     )
-    q.add_argument(
-        "--out",
-        required=True,
-        help="results folder: results_summary.json, <task>/<task>_result.json, results.jsonl",
+    harness.add_out(
+        q, "results folder: results_summary.json, <task>/<task>_result.json, results.jsonl"
     )
     q.add_argument(
         "--probe",
@@ -113,37 +94,29 @@ def register(sub) -> None:
         default=None,
         help="expected width (submissions: 1024; checked and zero-padded)",
     )
-    q.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=(
-            "probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed,"
-            " split_seed, fold_order=id|file (file: NeuCo-Bench's folds); svm: n_iter,"
-            " n_initial_points, C_min, C_max, gamma_min, gamma_max, coef0_min, coef0_max,"
-            " degrees=2,3, epsilons=0.01,0.1"
-        ),
+    harness.add_set(
+        q,
+        "probe fields: epochs, lr, batch_size, weight_decay, knn_k, temperature, C, seed,"
+        " split_seed, fold_order=id|file (file: NeuCo-Bench's folds); svm: n_iter,"
+        " n_initial_points, C_min, C_max, gamma_min, gamma_max, coef0_min, coef0_max,"
+        " degrees=2,3, epsilons=0.01,0.1",
     )
-    q.add_argument("--quiet", action="store_true")
-    add_cluster_args(q)
+    harness.add_quiet(q, None)
+    harness.add_cluster(q)
     q.set_defaults(func=_probe)
 
 
 def _embed(args) -> int:
     from ... import store
-    from ...cluster import open_cluster, planned_threads
     from ...cluster.client import cluster_threads
     from ...cube import cube_info
-    from ...embeddings.embed import embed, load_embeddings, plan_embedding, write_sidecar
-    from ...embeddings.submission import write_submission
+    from ...embeddings.embed import embed, plan_embedding
     from ..base import PlanContext
     from ..recipes import load_recipe
 
-    store.register_options(args.out, args.storage_options)
     store.register_options(args.cube, args.storage_options)
     url, csv = output_paths(args.out, args.format)
-    claim_outputs(url, csv, args.cube, args.overwrite)
+    claim_outputs(args, url, csv)
     r = load_recipe(None, args.set, families=("embedding",)).of("embedding")
     cube = cube_info(args.cube)
 
@@ -155,23 +128,13 @@ def _embed(args) -> int:
         )
         return plan_embedding(args.model, cube, r, ctx, dim=args.dim, seed=args.seed)
 
-    # errors first
-    spec, prov = plan(planned_threads(args.cluster, args.workers, args.threads_per_worker))
+    spec, prov = plan(harness.threads_for(args))  # errors first
     if prov["weights"].get("random_init") and prov["weights"].get("pretrained"):
-        print(
-            f"cryocube: WARNING: {args.model} embeds with RANDOM weights (--allow-random-weights);"
-            " the store says so",
-            file=sys.stderr,
+        harness.warn(
+            f"{args.model} embeds with RANDOM weights (--allow-random-weights); the store says so"
         )
-    with open_cluster(
-        args.cluster,
-        n_workers=args.workers,
-        threads_per_worker=args.threads_per_worker,
-        memory_limit=args.memory_limit,
-        quiet=args.quiet,
-    ) as client:
-        # the threads the workers were started with
-        spec, prov = plan(cluster_threads(client))
+    with harness.cluster_for(args) as client:
+        spec, prov = plan(cluster_threads(client))  # the threads the workers were started with
         res = embed(
             spec,
             cube,
@@ -181,18 +144,26 @@ def _embed(args) -> int:
             provenance=prov,
             overwrite=args.overwrite,
         )
+    _show_embedded(args, res, url, csv)
+    return 0
+
+
+def _show_embedded(args, res, url: str, csv: str | None) -> None:
+    """The store's line, and with --format csv the submission CSV written beside it."""
+    from ...embeddings.embed import load_embeddings, write_sidecar
+    from ...embeddings.submission import write_submission
+
     pca = res.attrs.get("pca")
     pca = f", PCA {pca['explained_variance']:.1%} of the variance" if pca else ""
     print(
         f"{url}: {res.n_samples} samples x {res.dim} dims ({args.model}{pca};"
         f" {res.blocks_run} blocks computed in {res.seconds:.1f} s)"
     )
-    if args.format == "csv":
+    if csv is not None:
         ids, X, _, attrs = load_embeddings(url)
         write_submission(csv, ids, X)
         write_sidecar(csv, attrs)
         print(f"{csv}: submission CSV (id + {X.shape[1]} value columns)")
-    return 0
 
 
 def output_paths(out: str, fmt: str) -> tuple[str, str | None]:
@@ -206,15 +177,14 @@ def output_paths(out: str, fmt: str) -> tuple[str, str | None]:
     return out, (out[:-5] if out.endswith(".zarr") else out) + ".csv"
 
 
-def claim_outputs(url: str, csv: str | None, cube: str, overwrite: bool) -> None:
+def claim_outputs(args, url: str, csv: str | None) -> None:
     """Both outputs of `embed` pass the output contract before a cluster starts."""
-    from ... import outputs
-
-    found = outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube)])
+    inputs = [("--cube", args.cube)]
+    found = harness.claim(args, "embeddings", inputs, url=url)
     if csv is None:
         return
-    sub = outputs.claim(csv, "submission", "embed", inputs=[("--cube", cube)])
-    if sub.state == "ours" and found.state != "ours" and not overwrite:
+    sub = harness.claim(args, "submission", inputs, url=csv)
+    if sub.state == "ours" and found.state != "ours" and not args.overwrite:
         raise UserError(
             f"{csv} holds a submission CSV whose embedding store {url} is not there (other"
             " embeddings); pass --overwrite to replace it"
@@ -224,7 +194,6 @@ def claim_outputs(url: str, csv: str | None, cube: str, overwrite: bool) -> None
 def _probe(args):
     """Plans the one run (every input read and checked, before any cluster) and hands it to the
     engine."""
-    from ... import outputs
     from ...recipe import parse_overrides
     from ..base import EngineRuns
     from .probe import load_probe_inputs, probe_inputs, probe_recipe
@@ -233,13 +202,8 @@ def _probe(args):
     recipe = probe_recipe(
         args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize
     )
-    outputs.claim(
-        args.out,
-        "results",
-        "probe",
-        inputs=probe_inputs(args.embeddings, args.labels, args.tasks_from),
-        write_marker=False,
-    )  # marked once its inputs are checked
+    inputs = probe_inputs(args.embeddings, args.labels, args.tasks_from)
+    harness.claim(args, "results", inputs, write_marker=False)  # marked once its inputs are checked
     inputs = load_probe_inputs(
         args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from
     )

@@ -1,26 +1,15 @@
-"""`cryocube inspect` (a cube, its integrity, or a band-matching table) and `cryocube list` (what
-exists)."""
+"""The read-only commands: `cryocube list` (what exists) and `cryocube inspect` (a cube, its
+integrity, or a band-matching table)."""
 
 from __future__ import annotations
 
+from . import catalog
 from .errors import UserError
-
-LISTS = (
-    "datasets",
-    "models",
-    "protocols",
-    "readers",
-    "families",
-    "benchmarks",
-    "tasks",
-    "adapters",
-)
+from .harness import add_quiet, add_storage
 
 
 def register(sub) -> None:
     """Adds `cryocube inspect` and `cryocube list` to the parser (cli.COMMAND_MODULES calls it)."""
-    from .store import options_arg
-
     p = sub.add_parser(
         "inspect",
         help="summarise a cube (--verify: check every chunk), or print a band-matching table",
@@ -42,13 +31,8 @@ def register(sub) -> None:
         action="store_true",
         help="read every sample and check it against the digests written at conversion",
     )
-    p.add_argument(
-        "--storage-options",
-        type=options_arg,
-        default=None,
-        help="JSON fsspec options for remote URLs",
-    )
-    p.add_argument("--quiet", action="store_true")
+    add_storage(p)
+    add_quiet(p, None)
     p.set_defaults(func=_inspect)
 
     ls = sub.add_parser(
@@ -102,8 +86,10 @@ def register(sub) -> None:
     g.add_argument(
         "--refresh", action="store_true", help="measure again even where the cache has the config"
     )
-    g.add_argument("--quiet", action="store_true", help="no progress lines")
-    ls.set_defaults(func=_list)
+    add_quiet(g, "no progress lines")
+    # the measuring options and their defaults: given without --profile, they are refused
+    measure = {a.dest: a.default for a in g._group_actions if a.dest not in ("profile", "quiet")}
+    ls.set_defaults(func=_list, measure=measure)
 
 
 def _inspect(args) -> int:
@@ -142,18 +128,6 @@ def _rows(rows: list[tuple[str, ...]]) -> str:
     )
 
 
-PROFILE_OPTIONS = {
-    "models": None,
-    "input_size": None,
-    "batch": 1,
-    "precision": "auto",
-    "device": None,
-    "iters": 3,
-    "threads": None,
-    "refresh": False,
-}
-
-
 def _profile(args) -> int:
     """`list models --profile`: check every option and config first (meta-device dry runs), then
     measure."""
@@ -185,94 +159,118 @@ def _profile(args) -> int:
     return 0
 
 
-def _list(args) -> int:
-    from . import catalog
+def _datasets() -> list[tuple[str, ...]]:
+    rows = [("id", "name", "tile", "bands", "classes", "layouts (reader)")]
+    for d in catalog.dataset_ids():
+        s = catalog.load_dataset(d)
+        lays = ", ".join(f"{k} ({v.reader})" for k, v in s.layouts.items())
+        rows.append(
+            (s.id, s.short_name, str(s.tile_size), str(len(s.bands)), str(s.num_classes), lays)
+        )
+    return rows
 
+
+def _models() -> list[tuple[str, ...]]:
+    from .models import list_models, model_spec
+
+    rows = [("id", "name", "architecture", "input", "bands", "weights")]
+    for s in map(model_spec, list_models()):
+        rows.append(
+            (
+                s.id,
+                s.display_name,
+                s.architecture,
+                str(s.input_size or "tile"),
+                "dataset" if s.takes_dataset_bands else ",".join(s.slots),
+                "pretrained" if s.pretrained else "from scratch",
+            )
+        )
+    return rows
+
+
+def _protocols() -> list[tuple[str, ...]]:
+    return [("name", "family", "fraction", "encoder", "description")] + [
+        (
+            p.name,
+            p.family,
+            f"{p.fraction:g}",
+            "trained" if p.trains_encoder else "frozen",
+            p.description,
+        )
+        for p in catalog.protocols().values()
+    ]
+
+
+def _readers() -> list[tuple[str, ...]]:
+    from .convert import readers
+
+    return [("reader", "layout options")] + [
+        (n, r.options_doc) for n, r in sorted(readers().items())
+    ]
+
+
+def _families() -> list[tuple[str, ...]]:
+    from . import families
+
+    return [("family", "primary metric")] + [
+        (n, families.get(n).primary_metric) for n in families.names()
+    ]
+
+
+def _tasks() -> list[tuple[str, ...]]:
+    from .questions.tasks import all_tasks
+
+    return [("task", "cubes", "answer", "metrics", "source")] + [
+        (
+            t.name,
+            t.cube_kind,
+            t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""),
+            ", ".join(m for m, _, _ in t.metrics),
+            t.source,
+        )
+        for t in all_tasks().values()
+    ]
+
+
+def _adapters() -> list[tuple[str, ...]]:
+    from . import adapters
+
+    return [("adapter", "random models (--allow-random-weights)", "what it loads")] + [
+        (
+            n,
+            ", ".join(adapters.get(n).random_models()) or "-",
+            (adapters.get(n).__doc__ or "").strip().splitlines()[0],
+        )
+        for n in adapters.names()
+    ]
+
+
+def _benchmarks() -> list[tuple[str, ...]]:
+    return [("benchmark", "datasets")] + [
+        (b, ", ".join(catalog.load_benchmark(b).datasets)) for b in catalog.ids("benchmarks")
+    ]
+
+
+# `cryocube list WHAT`: the rows of each table, header first
+LISTS = {
+    "datasets": _datasets,
+    "models": _models,
+    "protocols": _protocols,
+    "readers": _readers,
+    "families": _families,
+    "benchmarks": _benchmarks,
+    "tasks": _tasks,
+    "adapters": _adapters,
+}
+
+
+def _list(args) -> int:
     if getattr(args, "profile", False):
         if args.what != "models":
             raise UserError(f"--profile measures models; `list {args.what}` takes no --profile")
         return _profile(args)
-    given = [
-        f"--{k.replace('_', '-')}" for k, v in PROFILE_OPTIONS.items() if getattr(args, k, v) != v
-    ]
+    given = [f"--{k.replace('_', '-')}" for k, v in args.measure.items() if getattr(args, k) != v]
     if given:
         raise UserError(f"{', '.join(given)} only apply to `cryocube list models --profile`")
-    if args.what == "datasets":
-        rows = [("id", "name", "tile", "bands", "classes", "layouts (reader)")]
-        for d in catalog.dataset_ids():
-            s = catalog.load_dataset(d)
-            lays = ", ".join(f"{k} ({v.reader})" for k, v in s.layouts.items())
-            rows.append(
-                (s.id, s.short_name, str(s.tile_size), str(len(s.bands)), str(s.num_classes), lays)
-            )
-    elif args.what == "models":
-        from .models import list_models, model_spec
-
-        rows = [("id", "name", "architecture", "input", "bands", "weights")]
-        for m in list_models():
-            s = model_spec(m)
-            bands = "dataset" if s.takes_dataset_bands else ",".join(s.slots)
-            rows.append(
-                (
-                    s.id,
-                    s.display_name,
-                    s.architecture,
-                    str(s.input_size or "tile"),
-                    bands,
-                    "pretrained" if s.pretrained else "from scratch",
-                )
-            )
-    elif args.what == "protocols":
-        rows = [("name", "family", "fraction", "encoder", "description")]
-        for p in catalog.protocols().values():
-            rows.append(
-                (
-                    p.name,
-                    p.family,
-                    f"{p.fraction:g}",
-                    "trained" if p.trains_encoder else "frozen",
-                    p.description,
-                )
-            )
-    elif args.what == "readers":
-        from .convert import readers
-
-        rows = [("reader", "layout options")] + [
-            (n, r.options_doc) for n, r in sorted(readers().items())
-        ]
-    elif args.what == "families":
-        from . import families
-
-        rows = [("family", "primary metric")] + [
-            (n, families.get(n).primary_metric) for n in families.names()
-        ]
-    elif args.what == "tasks":
-        from .questions.tasks import all_tasks
-
-        rows = [("task", "cubes", "answer", "metrics", "source")] + [
-            (
-                t.name,
-                t.cube_kind,
-                t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""),
-                ", ".join(m for m, _, _ in t.metrics),
-                t.source,
-            )
-            for t in all_tasks().values()
-        ]
-    elif args.what == "adapters":
-        from . import adapters
-
-        rows = [("adapter", "random models (--allow-random-weights)", "what it loads")] + [
-            (
-                n,
-                ", ".join(adapters.get(n).random_models()) or "-",
-                (adapters.get(n).__doc__ or "").strip().splitlines()[0],
-            )
-            for n in adapters.names()
-        ]
-    else:
-        rows = [("benchmark", "datasets")] + [
-            (b, ", ".join(catalog.load_benchmark(b).datasets)) for b in catalog.ids("benchmarks")
-        ]
-    print(_rows(rows))
+    print(_rows(LISTS[args.what]()))
     return 0
