@@ -20,7 +20,7 @@ COMMAND_MODULES = [
     "cryocube.engine.cli",  # evaluate, quickstart
     "cryocube.engine.tune_cli",  # tune
     "cryocube.families.embedding.cli",  # embed, probe
-    "cryocube.report.cli",  # report
+    "cryocube.pages.cli",  # report
 ]
 
 

@@ -596,7 +596,7 @@ def _quickstart(args) -> int:
             f"{d}: predicting every pixel as the most frequent class scores mIoU"
             f" {chance_miou(c):.2f} (chance level)"
         )
-    from ..report import build_report
+    from ..pages import build_report
     from ..report.tables import to_markdown
 
     rep = build_report([str(out / "results")], str(out / "report"))

@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..errors import CubeReadError, UserError
-from .plots import save
-from .records import Run
+from ..report.plots import save
+from ..report.records import Run
 
 IGNORE_COLOUR = (0.85, 0.85, 0.85)
 RGB_BANDS = (("B4", "B3", "B2"), ("red", "green", "blue"), ("R", "G", "B"))

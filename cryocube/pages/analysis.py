@@ -10,11 +10,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from .leaderboard import Leaderboard, best_two
-from .names import dataset_display_name, model_sort_key
-from .published import Mismatch
-from .records import DEVIATES, RANDOM_INIT, Results, Run
-from .tables import MISSING, Column, Table, fmt
+from ..report.leaderboard import Leaderboard, best_two
+from ..report.names import dataset_display_name, model_sort_key
+from ..report.published import Mismatch
+from ..report.records import DEVIATES, RANDOM_INIT, Results, Run
+from ..report.tables import MISSING, Column, Table, fmt
 
 RANK_NOTE = (
     "Rank: competition ranking per dataset (ties share the best rank), averaged over the datasets a"

@@ -25,14 +25,20 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import ReportError
-from . import analysis, intervals, plots, sweeps
-from .html import FigureRef, Section, write_html
-from .leaderboard import Leaderboard, leaderboard_from_runs
-from .names import protocol_sort_key, protocol_title
-from .published import Mismatch, check_consistency, load_leaderboard_csv, published_leaderboard
+from ..report import intervals, plots
+from ..report.html import FigureRef, Section, write_html
+from ..report.leaderboard import Leaderboard, leaderboard_from_runs
+from ..report.names import protocol_sort_key, protocol_title
+from ..report.published import (
+    Mismatch,
+    check_consistency,
+    load_leaderboard_csv,
+    published_leaderboard,
+)
+from ..report.records import Results, Run, load_results
+from ..report.tables import RENDERERS, Table, to_markdown, write_table
+from . import analysis, sweeps
 from .qualitative import find_predictions, qualitative_panels
-from .records import Results, Run, load_results
-from .tables import RENDERERS, Table, to_markdown, write_table
 
 TABLE_FORMATS = tuple(RENDERERS)  # md, csv, json, tex
 ALL_FORMATS = TABLE_FORMATS + ("html",)
@@ -276,7 +282,7 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
     improvement and rliable's three figures."""
     import numpy as np
 
-    from . import stats
+    from ..report import stats
 
     bi = intervals.board_intervals(lb, runs, draws=w.draws)
     w.rep.uncertainty[key] = bi
@@ -459,7 +465,7 @@ def build_report(
     compare: pairs of models (catalog id or display name) compared with a paired bootstrap;
     draws: bootstrap draws per interval (default `stats.DRAWS`).
     """
-    from .stats import DRAWS
+    from ..report.stats import DRAWS
 
     fmts = _parse_formats(formats)
     if results is None and not published:

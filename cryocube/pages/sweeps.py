@@ -18,10 +18,10 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .names import dataset_display_name
-from .plots import save
-from .records import Results, Run, distinct_labels
-from .tables import Column, Table
+from ..report.names import dataset_display_name
+from ..report.plots import save
+from ..report.records import Results, Run, distinct_labels
+from ..report.tables import Column, Table
 
 FROZEN_PROTOCOLS = ("frozen", "fewshot")  # frozen encoder, any label share
 FINETUNED_PROTOCOLS = ("finetune",)
