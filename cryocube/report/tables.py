@@ -27,6 +27,16 @@ class Column:
     numeric: bool = True
 
 
+def columns(spec: str, text: str = "", hidden: str = "") -> list[Column]:
+    """Columns from "key=Header; key=Header" (a table's columns read as one line each, not a
+    Column call each); `text` names the text columns' keys, `hidden` the CSV/JSON-only ones."""
+    out = []
+    for part in spec.split(";"):
+        key, _, header = part.strip().partition("=")
+        out.append(Column(key, header, key not in hidden.split(), key not in text.split()))
+    return out
+
+
 @dataclass
 class Table:
     name: str  # file stem
