@@ -24,8 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
+from .. import families, outputs
+from ..catalog import DEFAULT_TASK, CatalogError, load_dataset
 from ..errors import ReportError
-from ..report import intervals, plots
+from ..models.profile import measured_costs
+from ..report import intervals, plots, stats
 from ..report.html import FigureRef, Section, write_html
 from ..report.leaderboard import Leaderboard, leaderboard_from_runs
 from ..report.names import protocol_sort_key, protocol_title
@@ -36,6 +41,7 @@ from ..report.published import (
     published_leaderboard,
 )
 from ..report.records import Results, Run, load_results
+from ..report.stats import DRAWS
 from ..report.tables import RENDERERS, Table, to_markdown, write_table
 from . import analysis, sweeps
 from .qualitative import find_predictions, qualitative_panels
@@ -80,8 +86,6 @@ def _cube_task(dataset: str) -> str:
     cubes, whose segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's
     averages and ranks.
     """
-    from ..catalog import DEFAULT_TASK, CatalogError, load_dataset
-
     try:
         return load_dataset(dataset).task
     except (CatalogError, OSError):
@@ -91,8 +95,6 @@ def _cube_task(dataset: str) -> str:
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
     """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get
     boards of their own (protocol `<protocol>:interferograms`)."""
-    from ..catalog import DEFAULT_TASK
-
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
         task = _cube_task(r.dataset)
@@ -173,6 +175,7 @@ class _Writer:
         draws: int = 2000,
     ):
         self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
+        self.all_formats = formats
         self.draws = draws  # bootstrap draws per interval (report/stats.py)
         self.sections: list[Section] = []
         # model id -> measured compute profile (`cryocube list models --profile`)
@@ -280,10 +283,6 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
     """A board's uncertainty (docs/statistics.md): every cell's bootstrap interval, the IQM and
     mean across datasets with their intervals, and with two or more models the probability of
     improvement and rliable's three figures."""
-    import numpy as np
-
-    from ..report import stats
-
     bi = intervals.board_intervals(lb, runs, draws=w.draws)
     w.rep.uncertainty[key] = bi
     for t in (intervals.cells_table(bi), intervals.aggregate_table(bi)):
@@ -377,8 +376,6 @@ def _family_sections(w: _Writer, res: Results) -> None:
     the report itself knows none of them. Runs of a family this installation lacks are listed, never
     dropped.
     """
-    from .. import families
-
     known = families.names()
     for name in known:
         families.get(name).report_sections(w, res)
@@ -454,47 +451,33 @@ def build_report(
 ) -> Report:
     """Write the report for results files/directories (or a loaded `Results`) into `out`.
 
-    profiles: the folder of measured compute profiles (default `models.profile.profile_dir()`, where
-    `cryocube list models --profile` caches them); the cost table and plot use their GFLOPs over the
-    catalog's.
-
-    published: True renders the bundled Cryo-Bench table (with its consistency check); a path
-    renders that CSV instead. Our frozen leaderboard is compared with the paper's table whenever it
-    shares models.
-
-    compare: pairs of models (catalog id or display name) compared with a paired bootstrap;
-    draws: bootstrap draws per interval (default `stats.DRAWS`).
+    profiles: the folder of measured compute profiles (default `models.profile.profile_dir()`);
+    their GFLOPs win over the catalog's. published: True renders the bundled Cryo-Bench table with
+    its consistency check, a path that CSV. compare: pairs of models (catalog id or display name)
+    for a paired bootstrap; draws: bootstrap draws per interval (default `stats.DRAWS`).
     """
-    from ..report.stats import DRAWS
-
     fmts = _parse_formats(formats)
     if results is None and not published:
         raise ReportError(
             "nothing to report: give results files/directories, or published=True (--published)"
         )
-    from .. import outputs
-
     # never replace a folder report did not write
     outputs.claim(str(out), "report", "report", write_marker=False)
     res = results if isinstance(results, Results) or results is None else load_results(results)
     # built in a sibling folder and swapped in whole: complete, or the previous report untouched
     with outputs.staged_folder(out, "report", "report") as tmp:
         rep = Report(out=tmp, results=res, final=Path(out))
-        from ..models.profile import measured_costs
-
-        _build(
-            rep,
-            res,
-            fmts,
-            protocols,
-            cube_urls,
-            samples,
-            published,
-            title,
-            measured_costs(profiles),
-            compare,
-            DRAWS if draws is None else int(draws),
-        )
+        w = _Writer(rep, fmts, measured_costs(profiles), DRAWS if draws is None else int(draws))
+        if res is not None:
+            _result_sections(w, res, set(protocols or ()), bool(published), compare)
+        if published:
+            _published_section(w, None if published is True else published)
+        if cube_urls:
+            _qualitative_section(w, res, cube_urls, samples)
+        if res is not None and (res.failures or res.replaced or res.other_recipes):
+            _failures_section(w, res)
+        extra = {"published table": str(published)} if published and published is not True else {}
+        _write_pages(w, title, _metadata(res, rep, extra))
 
     def moved(p: Path) -> Path:
         return rep.final / p.relative_to(tmp)
@@ -505,50 +488,36 @@ def build_report(
     return rep
 
 
-def _build(
-    rep: Report,
-    res: Results | None,
-    fmts: list[str],
-    protocols,
-    cube_urls,
-    samples,
-    published,
-    title,
-    measured: dict[str, dict] | None = None,
-    compare: Sequence[tuple[str, str]] = (),
-    draws: int = 2000,
-) -> None:
-    w = _Writer(rep, fmts, measured, draws)
-    wanted = set(protocols) if protocols else None
-    if res is not None:
-        if not res.runs and not res.failures and not any(res.by_family.values()):
-            raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
-        lbs = _protocol_sections(w, res, wanted)
-        if wanted and not lbs and not published:
-            known = sorted({r.protocol for r in res.runs})
-            raise ReportError(
-                f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found:"
-                f" {', '.join(known)})"
-            )
-        _compare_sections(w, lbs)
-        _paired_section(w, compare)
-        _family_sections(w, res)
-        # tune studies (their trials never reach the leaderboards) and label-fraction curves
-        sweeps.sections(w, res)
-    if published:
-        _published_section(w, None if published is True else published)
-    if cube_urls:
-        _qualitative_section(w, res, cube_urls, samples)
-    if res is not None and (res.failures or res.replaced or res.other_recipes):
-        sec = w.section("Failures")
-        t = analysis.failures_table(res)
-        rep.files += write_table(t, rep.out, w.formats)
-        rep.tables["failures"] = t
-        sec.tables.append(t)
-    meta = _metadata(
-        res, rep, {"published table": str(published)} if published and published is not True else {}
-    )
-    if "md" in fmts:
+def _result_sections(w: _Writer, res: Results, wanted: set[str], published: bool, compare) -> None:
+    if not res.runs and not res.failures and not any(res.by_family.values()):
+        raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
+    lbs = _protocol_sections(w, res, wanted)
+    if wanted and not lbs and not published:
+        known = sorted({r.protocol for r in res.runs})
+        raise ReportError(
+            f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found:"
+            f" {', '.join(known)})"
+        )
+    _compare_sections(w, lbs)
+    _paired_section(w, compare)
+    _family_sections(w, res)
+    # tune studies (their trials never reach the leaderboards) and label-fraction curves
+    sweeps.sections(w, res)
+
+
+def _failures_section(w: _Writer, res: Results) -> None:
+    """Failed runs, at the report's top level (not in a group folder)."""
+    sec = w.section("Failures")
+    t = analysis.failures_table(res)
+    w.rep.files += write_table(t, w.rep.out, w.formats)
+    w.rep.tables["failures"] = t
+    sec.tables.append(t)
+
+
+def _write_pages(w: _Writer, title: str, meta: dict[str, str]) -> None:
+    """report.md and report.html, each as the formats ask."""
+    rep = w.rep
+    if "md" in w.all_formats:
         md = [f"# {title}", ""]
         for s in w.sections:
             md += [f"{'#' * s.level} {s.title}", ""] + ([s.text, ""] if s.text else [])
@@ -558,7 +527,7 @@ def _build(
         p = rep.out / "report.md"
         p.write_text("\n".join(md) + "\n", encoding="utf-8")
         rep.files.append(p)
-    if "html" in fmts:
+    if "html" in w.all_formats:
         rep.html = write_html(rep.out / "report.html", title, w.sections, meta)
         rep.files.append(rep.html)
 

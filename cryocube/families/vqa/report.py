@@ -11,6 +11,7 @@ in the embedding report (other samples). Two cubes of one dataset are two boards
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -412,31 +413,17 @@ def task_table(res: Results, cube: "Cube | str") -> Table:
     )
     for r in _of(res, "vqa", cube):
         for task, d in (r.metrics.get("tasks") or {}).items():
+            sha = ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", "")
             for m, s in d.get("metrics", {}).items():
-                t.add(
-                    [
-                        r.model_name,
-                        task,
-                        m,
-                        s["value"],
-                        s["ci_low"],
-                        s["ci_high"],
-                        s["n"],
-                        d.get("unparsed"),
-                        ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", ""),
-                    ]
-                )
+                figures = [s[k] for k in ("value", "ci_low", "ci_high", "n")]
+                t.add([r.model_name, task, m, *figures, d.get("unparsed"), sha])
         t.notes.append(generation_cost(r))
     return t
 
 
 def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
     """Per model and task asked in several phrasings (a task file's `prompts:`): the primary
-    metric's mean and spread over the phrasings, each on the same samples; the board shows the first
-    phrasing only. None: no such task.
-    """
-    import statistics
-
+    metric's mean and spread over them (the board shows the first only); None: no such task."""
     cube = _cube(res, cube)
     t = Table(
         f"phrasings_{cube.slug}",
@@ -455,16 +442,14 @@ def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
             vals = [p["metrics"][m]["value"] for p in ph if m and m in p.get("metrics", {})]
             if len(vals) < 2:
                 continue
+            spread = [statistics.fmean(vals), statistics.stdev(vals), min(vals), max(vals)]
             t.add(
                 [
                     r.model_name,
                     task,
                     m,
                     len(vals),
-                    statistics.fmean(vals),
-                    statistics.stdev(vals),
-                    min(vals),
-                    max(vals),
+                    *spread,
                     vals[0],
                     "; ".join(
                         f"#{k + 1}{' (MC)' if p.get('multiple_choice') else ''}: {p['unparsed']}"
