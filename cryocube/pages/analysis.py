@@ -308,10 +308,15 @@ def robustness_table(lb: Leaderboard) -> Table:
     return t
 
 
+def _two_boards(base: Leaderboard, other: Leaderboard) -> tuple[list[str], list[str]]:
+    """The datasets both boards have (the other's where none is shared), every model of either."""
+    datasets = [d for d in base.datasets if d in other.datasets] or list(other.datasets)
+    return datasets, sorted(set(base.model_names) | set(other.model_names), key=model_sort_key)
+
+
 def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
     """Few-shot retention: few-shot mIoU / full-label mIoU, per dataset and on the averages."""
-    datasets = [d for d in full.datasets if d in few.datasets] or list(few.datasets)
-    models = sorted(set(full.model_names) | set(few.model_names), key=model_sort_key)
+    datasets, models = _two_boards(full, few)
     pct = int(round(few.fraction * 100))
     cols = [Column("model", "Model", numeric=False)] + [Column(d, f"{_d(d)} %") for d in datasets]
     cols += columns(
@@ -343,8 +348,7 @@ def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
 
 def finetune_gain_table(frozen: Leaderboard, finetune: Leaderboard) -> Table:
     """Fine-tuning gain over the frozen encoder, in mIoU points and relative %."""
-    datasets = [d for d in frozen.datasets if d in finetune.datasets] or list(finetune.datasets)
-    models = sorted(set(frozen.model_names) | set(finetune.model_names), key=model_sort_key)
+    datasets, models = _two_boards(frozen, finetune)
     cols = [Column("model", "Model", numeric=False)]
     for d in datasets:
         cols += [Column(f"{d}_gain", f"{_d(d)} Δ (rel.)"), Column(f"{d}_rel_pct", "", show=False)]
@@ -511,23 +515,11 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
         ao, ap = _mean(o_l), _mean(p_l)
         ad = ao - ap if ao is not None and ap is not None else None
         ro, rp = ours.row(m), paper.row(m)
-        raw += [
-            ao,
-            ap,
-            ad,
-            len(o_l),
-            ro.avg_rank if ro else None,
-            rp.published_rank if rp else None,
-        ]
-        text += [
-            fmt(ao),
-            fmt(ap),
-            _signed(ad),
-            str(len(o_l)),
-            fmt(ro.avg_rank if ro else None),
-            fmt(rp.published_rank if rp else None),
-        ]
-        t.add(raw, text)
+        ranks = [ro.avg_rank if ro else None, rp.published_rank if rp else None]
+        t.add(
+            raw + [ao, ap, ad, len(o_l), *ranks],
+            text + [fmt(ao), fmt(ap), _signed(ad), str(len(o_l)), *map(fmt, ranks)],
+        )
     t.notes += [
         "Δ = ours − paper (mIoU points). Averages over the datasets where both have a number.",
         (
@@ -555,18 +547,8 @@ def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
     for i, r in enumerate(lb.rows):
         a_ok = None if r.published_avg is None else (r.name, "avg_mIoU") not in bad
         k_ok = None if r.published_rank is None else (r.name, "avg_rank") not in bad
-        t.add(
-            [r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok],
-            [
-                r.name,
-                fmt(r.published_avg),
-                fmt(r.avg, 3),
-                fmt(a_ok),
-                fmt(r.published_rank),
-                fmt(r.avg_rank, 3),
-                fmt(k_ok),
-            ],
-        )
+        raw = [r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok]
+        t.add(raw, [r.name] + [fmt(v, 3 if j in (2, 5) else 2) for j, v in enumerate(raw) if j])
         for key, ok in (("avg_ok", a_ok), ("rank_ok", k_ok)):
             if ok is False:
                 t.marks[(i, key)] = 1
@@ -587,27 +569,12 @@ def failures_table(results: Results) -> Table:
     ]
     t = Table("failures", "Failed runs (listed, never averaged)", cols)
     for r in sorted(results.failures, key=lambda r: (r.protocol, r.model, r.dataset, r.seed)):
+        error = (r.error or "").strip()
+        last = error.splitlines()[-1][:200] if r.error else ""
+        raw = [r.run_id, r.model, r.dataset, r.protocol, r.fraction, r.seed, error, r.source]
         t.add(
-            [
-                r.run_id,
-                r.model,
-                r.dataset,
-                r.protocol,
-                r.fraction,
-                r.seed,
-                (r.error or "").strip(),
-                r.source,
-            ],
-            [
-                r.run_id,
-                r.model,
-                _d(r.dataset),
-                r.protocol,
-                fmt(r.fraction, 2),
-                str(r.seed),
-                (r.error or "").strip().splitlines()[-1][:200] if r.error else "",
-                r.source,
-            ],
+            raw,
+            raw[:2] + [_d(r.dataset), r.protocol, fmt(r.fraction, 2), str(r.seed), last, r.source],
         )
     if results.replaced:
         t.notes.append(

@@ -82,10 +82,8 @@ def _title(protocol: str, fraction: float) -> str:
 
 
 def _cube_task(dataset: str) -> str:
-    """The dataset's catalog task: `segmentation` for Cryo-Bench's datasets; `vqa` for interferogram
-    cubes, whose segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's
-    averages and ranks.
-    """
+    """The dataset's catalog task: interferogram cubes' segmentation runs (deformation masks) must
+    stay out of Cryo-Bench's averages and ranks."""
     try:
         return load_dataset(dataset).task
     except (CatalogError, OSError):
@@ -122,12 +120,11 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         meta["runs"] = (
             f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates"
             " replaced"
-            + (
-                f", {len(res.other_recipes)} of other recipes left out of the leaderboards"
-                if res.other_recipes
-                else ""
-            )
         )
+        if res.other_recipes:
+            meta["runs"] += (
+                f", {len(res.other_recipes)} of other recipes left out of the leaderboards"
+            )
         meta["protocols"] = ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key))
         meta["seeds"] = ", ".join(map(str, sorted({r.seed for r in runs})))
         meta["devices"] = ", ".join(sorted({r.device for r in runs if r.device})) or "–"
@@ -139,8 +136,10 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         created = sorted(r.created for r in runs if r.created)
         if created:
             meta["run times"] = f"{created[0]} … {created[-1]}"
-        gpu = sum(r.total_s or 0 for r in res.runs if r.device.startswith("cuda")) / 3600
-        cpu = sum(r.total_s or 0 for r in res.runs if not r.device.startswith("cuda")) / 3600
+        gpu, cpu = (
+            sum(r.total_s or 0 for r in res.runs if r.device.startswith("cuda") == on_gpu) / 3600
+            for on_gpu in (True, False)
+        )
         meta["compute"] = f"{gpu:.3f} GPU hours, {cpu:.3f} CPU hours (successful runs)"
         cubes = {}
         versions: dict[str, set[str]] = defaultdict(set)
@@ -280,9 +279,8 @@ def _or(lo, hi, v):
 
 
 def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) -> None:
-    """A board's uncertainty (docs/statistics.md): every cell's bootstrap interval, the IQM and
-    mean across datasets with their intervals, and with two or more models the probability of
-    improvement and rliable's three figures."""
+    """A board's uncertainty (docs/statistics.md): cells and aggregates with their intervals, and
+    from two models on the probability of improvement and rliable's three figures."""
     bi = intervals.board_intervals(lb, runs, draws=w.draws)
     w.rep.uncertainty[key] = bi
     for t in (intervals.cells_table(bi), intervals.aggregate_table(bi)):
@@ -308,24 +306,16 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
     w.figure(
         sec,
         plots.improvement_heatmap(
-            models,
-            mat[0],
-            mat[1],
-            mat[2],
-            w.stem(f"{key}_improvement"),
-            f"{lb.title}: probability of improvement",
-        ),  # fmt: skip
+            models, *mat, w.stem(f"{key}_improvement"), f"{lb.title}: probability of improvement"
+        ),
         "P(X > Y): the chance that model X beats model Y on a dataset, [95 % interval]",
     )
     taus = intervals.profile_taus(bi.scores)
+    profile = stats.performance_profile(bi.scores, taus)
+    title = f"{lb.title}: performance profile"
     w.figure(
         sec,
-        plots.performance_profile(
-            taus,
-            stats.performance_profile(bi.scores, taus),
-            w.stem(f"{key}_profile"),
-            f"{lb.title}: performance profile",
-        ),  # fmt: skip
+        plots.performance_profile(taus, profile, w.stem(f"{key}_profile"), title),
         "Fraction of each model's (dataset, seed) runs above each mIoU",
     )
 
@@ -372,10 +362,8 @@ def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> 
 
 
 def _family_sections(w: _Writer, res: Results) -> None:
-    """Every installed family's own sections (`Family.report_sections`), in the registry's order;
-    the report itself knows none of them. Runs of a family this installation lacks are listed, never
-    dropped.
-    """
+    """Every installed family's own sections, in the registry's order (the report knows none);
+    runs of a family this installation lacks are listed, never dropped."""
     known = families.names()
     for name in known:
         families.get(name).report_sections(w, res)

@@ -91,7 +91,7 @@ def _fmt_param(x) -> str:
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
-_SMALL = {"title": {"fontsize": 10}, "legend": {"fontsize": 8}}
+_SMALL = {"title_size": 10, "legend": {"fontsize": 8}}
 
 
 def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -> list[Path]:

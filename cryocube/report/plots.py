@@ -43,16 +43,26 @@ def panel(figsize):
     return fig, fig.add_subplot()
 
 
-def finish(ax, stem: Path, title: str, xlabel: str = "", ylabel: str = "", **kw) -> list[Path]:
-    """The tail every one-panel figure shares: labels, title, then `grid`, `legend` (their keyword
-    arguments, where given) and `save`."""
+def finish(
+    ax,
+    stem: Path,
+    title: str,
+    xlabel: str = "",
+    ylabel: str = "",
+    *,
+    title_size: float | None = None,
+    grid: dict | None = None,
+    legend: dict | None = None,
+) -> list[Path]:
+    """The tail every one-panel figure shares: labels, title, grid and legend (their keyword
+    arguments, where given), then `save`."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, **kw.get("title", {}))
-    if "grid" in kw:
-        ax.grid(**kw["grid"])
-    if "legend" in kw:
-        ax.legend(**kw["legend"])
+    ax.set_title(title, **({} if title_size is None else {"fontsize": title_size}))
+    if grid is not None:
+        ax.grid(**grid)
+    if legend is not None:
+        ax.legend(**legend)
     return save(ax.figure, stem)
 
 

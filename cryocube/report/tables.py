@@ -1,9 +1,6 @@
-"""A small table model and its renderers: Markdown, CSV, JSON, LaTeX and HTML.
-
-Each table keeps raw values (CSV/JSON: numbers, null for missing) and display texts
-(Markdown/LaTeX/HTML: "61.47 (4/5)", "–" for missing) side by side, plus best/second-best marks,
-so every format shows the same numbers.
-"""
+"""A small table model and its renderers: Markdown, CSV, JSON, LaTeX and HTML. A table keeps raw
+values (CSV/JSON) and display texts ("61.47 (4/5)", "–") side by side, so every format shows the
+same numbers."""
 
 from __future__ import annotations
 
@@ -130,15 +127,9 @@ def to_csv(t: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([c.key for c in t.columns])
     for r in t.rows:
+        # missing (None, NaN) as an empty field, floats to 6 significant digits
         w.writerow(
-            [
-                (
-                    ""
-                    if v is None or (isinstance(v, float) and not math.isfinite(v))
-                    else (f"{v:.6g}" if isinstance(v, float) else v)
-                )
-                for v in r
-            ]
+            ["" if _json_value(v) is None else f"{v:.6g}" if isinstance(v, float) else v for v in r]
         )
     return buf.getvalue()
 

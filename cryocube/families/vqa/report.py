@@ -14,15 +14,17 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from ...report.board import Cube, about
+from ... import store
+from ...catalog import CatalogError
+from ...questions.cells import unit
+from ...questions.tasks import Board, all_tasks, board_of
+from ...report import plots
+from ...report.board import Cube, about, cell_text
 from ...report.board import cubes as board_cubes
 from ...report.records import Results, Run
-from ...report.tables import MISSING, Column, Table, columns
-
-if TYPE_CHECKING:
-    from ...questions.tasks import Board
+from ...report.tables import MISSING, Column, Table, columns, to_markdown
 
 CANNOT = "cannot answer (encoder)"
 NOT_IN_CUBE = f"{MISSING} (not in cube)"
@@ -47,10 +49,6 @@ def _cube(res: Results, cube: "Cube | str") -> Cube:
 
 def _of(res: Results, family: str, cube: Cube) -> list[Run]:
     return sorted((r for r in res.of(family) if cube.holds(r)), key=lambda r: r.model_name)
-
-
-def _cell_text(c: dict) -> str:
-    return f"{c['value']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}] n={c['n']}"
 
 
 @dataclass
@@ -174,15 +172,24 @@ def _header(task, metric: str, header: str, units: set[str]) -> str:
     """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its
     task's cells would have."""
     if not units:
-        from ...questions.cells import unit
-        from ...questions.tasks import all_tasks
-
         t = all_tasks().get(task)
         units = (
             {unit(t, metric)} if t is not None and metric in [m for m, _, _ in t.metrics] else set()
         )
     u = next(iter(units)) if len(units) == 1 else ""
     return header if not u or f"({u})" in header else f"{header} ({u})"
+
+
+def _refusal(cell: dict, first: str, fc: dict) -> str | None:
+    """Why a cell cannot share its column with the column's first cell (`first`'s), or None."""
+    if cell.get("unit") != fc.get("unit"):
+        return f"in {cell.get('unit')!r}, the column's unit is {fc.get('unit')!r}"
+    if cell.get("samples") != fc.get("samples"):
+        return (
+            f"is over other samples (hash {cell.get('samples')}, n {cell.get('n')})"
+            f" than {first}'s (hash {fc.get('samples')}, n {fc.get('n')})"
+        )
+    return None
 
 
 def _layout(
@@ -213,15 +220,7 @@ def _layout(
                 if key not in ref:
                     ref[key] = (row.name, cell)
                     units.setdefault((task, m), set()).add(cell.get("unit", ""))
-                first, fc = ref[key]
-                why = None
-                if cell.get("unit") != fc.get("unit"):
-                    why = f"in {cell.get('unit')!r}, the column's unit is {fc.get('unit')!r}"
-                elif cell.get("samples") != fc.get("samples"):
-                    why = (
-                        f"is over other samples (hash {cell.get('samples')}, n {cell.get('n')})"
-                        f" than {first}'s (hash {fc.get('samples')}, n {fc.get('n')})"
-                    )
+                why = _refusal(cell, *ref[key])
                 if why:
                     raw.append(None)
                     txt.append(
@@ -236,7 +235,7 @@ def _layout(
                 raw.append(cell["value"])
                 how = cell.get("how") or ""
                 txt.append(
-                    _cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else "")
+                    cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else "")
                 )
             raw.append(None)
             txt.append(row.unparsed(c))
@@ -277,9 +276,6 @@ def board(res: Results, cube: "Cube | str") -> "Board":
     each task's file): a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its
     board has both files' columns, the dataset's own file first. InSAR-VLM-Bench's when no file can
     be found."""
-    from ...catalog import CatalogError
-    from ...questions.tasks import Board, all_tasks, board_of
-
     cube = _cube(res, cube)
     known = all_tasks()
     # file stem -> whether its tasks are this dataset's own (`datasets:`)
@@ -513,16 +509,18 @@ def confusion_tables(res: Results, cube: "Cube | str") -> list[Table]:
     return out
 
 
+def _fringe_pairs(r: Run) -> list:
+    return ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
+
+
 def fringe_plot(res: Results, cube: "Cube | str", stem: Path) -> list[Path]:
     """The fringe_counting answers against the true counts, a series per VLM run (its unparsed
     answers counted in the legend), beside y = x."""
-    from ...report import plots
-
     cube = _cube(res, cube)
     fig, ax = plots.panel((4.6, 4.2))
     hi = 1.0
     for i, r in enumerate(_of(res, "vqa", cube)):
-        pairs = ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
+        pairs = _fringe_pairs(r)
         pts = [(a, b) for a, b in pairs if b is not None]
         if not pairs:
             continue
@@ -538,13 +536,15 @@ def fringe_plot(res: Results, cube: "Cube | str", stem: Path) -> list[Path]:
     )
 
 
+def _question(q: dict) -> tuple:
+    return q["task"], q.get("class"), q.get("variant", 0)
+
+
 def gallery(
     res: Results, cube: "Cube | str", figures: Path
 ) -> list[tuple[Path | None, str, Table]]:
     """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption
     and a table of each model's answers."""
-    from ... import store
-
     cube = _cube(res, cube)
     runs = _of(res, "vqa", cube)
     if not runs:
@@ -561,7 +561,7 @@ def gallery(
         )
         answers = [
             {
-                (q["task"], q.get("class"), q.get("variant", 0)): q
+                _question(q): q
                 for gg in r.record.get("gallery") or []
                 if gg["sample"] == g["sample"]
                 for q in gg["qa"]
@@ -570,13 +570,10 @@ def gallery(
         ]
         for q in g["qa"]:
             ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
-            row = [q["task"], q["question"], ref] + [
-                (a.get((q["task"], q.get("class"), q.get("variant", 0))) or {}).get(
-                    "answer", MISSING
-                )
-                or "(empty)"
-                for a in answers
+            said = [
+                (a.get(_question(q)) or {}).get("answer", MISSING) or "(empty)" for a in answers
             ]
+            row = [q["task"], q["question"], ref, *said]
             t.add(row, [str(x) for x in row])
         pic = figures / f"vqa_{cube.slug}_{g['picture'].rsplit('/', 1)[-1]}"
         try:
@@ -593,8 +590,6 @@ def gallery(
 def leaderboard_md(res: Results) -> str:
     """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per cube (its columns from the task file),
     a sample cube's test split per answer class in the notes under it."""
-    from ...report.tables import to_markdown
-
     boards = cubes(res)
     titles = sorted({board(res, c).title for c in boards}) or ["InSAR-VLM-Bench tasks"]
     parts = [
@@ -624,18 +619,11 @@ def sections(page, res: Results) -> None:
                 " n, beside the chance and blind baselines; unparsed answers count as wrong."
             ),
         )
-        page.table(sec, "vqa", leaderboard(res, c))
-        if (st := split_table(res, c)) is not None:
-            page.table(sec, "vqa", st)
-        page.table(sec, "vqa", task_table(res, c))
-        if (ph := phrasing_table(res, c)) is not None:
-            page.table(sec, "vqa", ph)
-        for t in confusion_tables(res, c):
-            page.table(sec, "vqa", t)
-        if any(
-            ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs")
-            for r in _of(res, "vqa", c)
-        ):
+        tables = [leaderboard(res, c), split_table(res, c), task_table(res, c)]
+        for t in tables + [phrasing_table(res, c), *confusion_tables(res, c)]:
+            if t is not None:
+                page.table(sec, "vqa", t)
+        if any(_fringe_pairs(r) for r in _of(res, "vqa", c)):
             page.figure(
                 sec,
                 fringe_plot(res, c, page.stem(f"vqa_fringes_{c.slug}")),
