@@ -63,20 +63,10 @@ def studies_table(res: Results) -> tuple[Table, Table]:
         d, v = (base.miou if base else None), r.miou
         n = s.get("n_trials") or {}
         params = ", ".join(f"{k}={_fmt_param(x)}" for k, x in (s.get("params") or {}).items())
-        t.add(
-            [
-                r.model_name,
-                r.dataset,
-                r.protocol,
-                d,
-                v,
-                v - d if v is not None and d is not None else None,
-                params,
-                s.get("value"),
-                f"{n.get('complete', 0)}/{n.get('pruned', 0)}/{n.get('fail', 0)}",
-                s.get("study"),
-            ]
-        )
+        gain = v - d if v is not None and d is not None else None
+        trials = "/".join(str(n.get(k, 0)) for k in ("complete", "pruned", "fail"))
+        row = [r.model_name, r.dataset, r.protocol, d, v, gain, params, s.get("value"), trials]
+        t.add(row + [s.get("study")])
         for k, x in sorted((s.get("importance") or {}).items(), key=lambda kv: -kv[1]):
             imp.add([s.get("study"), r.model_name, dataset_display_name(r.dataset), k, float(x)])
     t.notes.append(
