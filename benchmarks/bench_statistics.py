@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 def time_grid(draws: int) -> None:
     from test_statistics import write_grid
 
+    from cryocube.pages.build import build_report, group_runs
     from cryocube.report import intervals
-    from cryocube.report.build import build_report, group_runs
     from cryocube.report.leaderboard import leaderboard_from_runs
     from cryocube.report.records import load_results
 

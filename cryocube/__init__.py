@@ -29,7 +29,7 @@ _API = {
     "load_recipe": "cryocube.families.recipes",
     "convert": "cryocube.convert.writer",
     "open_cube": "cryocube.cube",
-    "build_report": "cryocube.report",
+    "build_report": "cryocube.pages",
     "cluster_info": "cryocube.cluster",
     "gpu_resources": "cryocube.cluster",
     "plan_embedding": "cryocube.embeddings.embed",

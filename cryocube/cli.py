@@ -21,7 +21,7 @@ COMMAND_MODULES = [
     "cryocube.engine.quickstart",  # quickstart
     "cryocube.engine.tune_cli",  # tune
     "cryocube.families.embedding.cli",  # embed, probe
-    "cryocube.report.cli",  # report
+    "cryocube.pages.cli",  # report
 ]
 
 

@@ -332,7 +332,7 @@ def test_evaluate_probe_protocol_and_report(tmp_path, client):
     from cryocube.engine.evaluate import evaluate
     from cryocube.families import RunSpec
     from cryocube.families.segmentation.recipe import load_recipe
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     make_raw("gld", tmp_path / "raw", n={"train": 24, "val": 4, "test": 4}, seed=2)
     url = str(tmp_path / "gld.zarr")

@@ -259,7 +259,7 @@ def _seg(i, model, fraction, miou, epochs, name="U-Net", protocol="frozen"):
 
 
 def test_fraction_curves_never_join_models_that_share_a_name_or_recipes_that_differ(tmp_path):
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     lines = [
         _seg(0, "unet", 0.1, 10.0, 1),
@@ -294,7 +294,7 @@ def test_probe_runs_on_other_label_sets_are_ranked_apart(samples, tmp_path, embe
     the other set's tasks and was listed as dropped for a NaN Q."""
     from cryocube.cube import cube_info
     from cryocube.embeddings.embed import embed
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     root, a, _ = samples
     ds = open_cube(a)
@@ -376,7 +376,7 @@ def test_a_study_finds_its_default_run_when_another_recipe_fills_the_leaderboard
     """A study's default run and a later fraction curve at another recipe share (model, dataset,
     protocol, 1.0): the cell shows one recipe, and the study still compares against its own
     default."""
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     base = _seg(0, "unet", 1.0, 20.0, 1)
     best = _seg(1, "unet", 1.0, 40.0, 1) | {

@@ -158,10 +158,11 @@ def test_a_planted_upward_import_is_found(tmp_path):
     rec.write_text(rec.read_text() + "\nfrom .engine.records import write_parquet\n")
     base = tmp_path / "cryocube" / "families" / "base.py"
     base.write_text(
-        base.read_text() + "\n\ndef _report():\n    from ..report.build import build_report\n"
+        base.read_text() + "\n\ndef _report():\n    from ..pages.build import build_report\n"
     )
     assert upward_imports(import_graph(tmp_path), layers()) == [
-        ("cryocube.families.base", "cryocube.report.build"),
+        ("cryocube.families.base", "cryocube.pages"),
+        ("cryocube.families.base", "cryocube.pages.build"),
         ("cryocube.record", "cryocube.engine"),
         ("cryocube.record", "cryocube.engine.records"),
     ]
@@ -169,18 +170,22 @@ def test_a_planted_upward_import_is_found(tmp_path):
 
 
 def test_the_report_names_no_family():
-    """report/ reaches families only through the registry (`names`, `get(...).report_sections`): no
-    report module imports a family's package, and none spells a family's name."""
+    """The report (its parts in report/, its pages in pages/) reaches families only through the
+    registry (`names`, `get(...).report_sections`): no report module imports a family's package, and
+    none spells a family's name. The parts import nothing of the families at all (a layer below)."""
     from cryocube.families import names
 
     graph = import_graph()
-    report = [m for m in graph if m.startswith("cryocube.report")]
-    assert len(report) >= 10
-    for m in report:
+    parts = [m for m in graph if m.startswith("cryocube.report")]
+    pages = [m for m in graph if m.startswith("cryocube.pages")]
+    assert len(parts) >= 10 and len(pages) >= 5
+    for m in parts + pages:
         assert not {d for d in graph[m] if d.startswith("cryocube.families.")}, (m, graph[m])
+    for m in parts:
+        assert not {d for d in graph[m] if d.startswith(("cryocube.families", "cryocube.pages"))}
     fams = set(names())
     assert {"segmentation", "embedding", "vqa", "heads"} <= fams
-    for p in (PKG / "report").glob("*.py"):
+    for p in [*(PKG / "report").glob("*.py"), *(PKG / "pages").glob("*.py")]:
         consts = {
             n.value for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Constant)
         }

@@ -134,7 +134,7 @@ def test_hub_notebook_runs_on_a_real_gateway_with_cubes_on_s3(
     import s3fs
 
     from cryocube import open_results
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     bucket, opts = s3_bucket
     cube = tile_cube("glid", train=8, val=2, test=2, seed=13)

@@ -19,7 +19,7 @@ from cryocube import outputs
 from cryocube.cli import main
 from cryocube.convert.writer import convert
 from cryocube.errors import UserError
-from cryocube.report import build_report
+from cryocube.pages import build_report
 from cryocube.synthetic import make_raw
 
 # nothing listens there: a command that got past its checks fails to connect
@@ -497,7 +497,7 @@ def test_two_probe_runs_into_one_out_keep_both_runs_files(things, capsys):
 
 KILL_AFTER_FIRST_TABLE = textwrap.dedent("""
     import os, signal, sys
-    import cryocube.report.build as b
+    import cryocube.pages.build as b
     first = b.write_table
     def write_then_die(*a, **k):
         files = first(*a, **k)

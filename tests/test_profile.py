@@ -151,7 +151,7 @@ def test_cli_prints_table_and_progress_when_piped(tmp_path, monkeypatch, capsys)
 def test_report_uses_measured_gflops_and_labels_them(tmp_path):
     from test_report import rec, write
 
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     setups = prof.validate(["ssl4eo_moco"], None, 1, "fp32", "cpu", iters=1)
     flops, by_op, params = prof.dry_run(setups[0])

@@ -132,7 +132,7 @@ def test_fetched_checkpoints_are_found_loaded_and_recorded(
     cube, tmp_path, tiny_pretrained, client, capsys
 ):
     from cryocube.fetch import file_digest
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     cfg = load_recipe(None, FAST)
     out = str(tmp_path / "out")

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from cryocube.errors import UserError
+from cryocube.pages import build_report
+from cryocube.pages import cli as report_cli
+from cryocube.pages.analysis import leaderboard_table, robustness_table
 from cryocube.report import (
     PUBLISHED_CSV,
     best_two,
-    build_report,
     check_consistency,
     competition_ranks,
     load_leaderboard_csv,
@@ -24,8 +26,6 @@ from cryocube.report import (
     published_leaderboard,
     stability_q,
 )
-from cryocube.report import cli as report_cli
-from cryocube.report.analysis import leaderboard_table, robustness_table
 from cryocube.report.leaderboard import leaderboard_from_runs
 from cryocube.report.tables import to_csv, to_json, to_latex, to_markdown
 

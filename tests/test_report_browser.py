@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from PIL import Image
 
-from cryocube.report import build_report
+from cryocube.pages import build_report
 
 FLAGS = [
     "--headless",

@@ -14,7 +14,7 @@ import zarr
 from PIL import Image
 
 from cryocube.errors import UserError
-from cryocube.report import build_report, qualitative_panels
+from cryocube.pages import build_report, qualitative_panels
 
 CLASSES = {
     "glid": ["Background", "Target"],

@@ -14,7 +14,7 @@ from test_report import rec, write
 
 from cryocube import open_results
 from cryocube.errors import ResultsError, UserError
-from cryocube.report import build_report
+from cryocube.pages import build_report
 
 
 def _records() -> list[dict]:

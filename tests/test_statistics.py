@@ -255,7 +255,7 @@ def write_grid(
 
 
 def test_the_192_run_grid_report_builds_with_every_interval(tmp_path):
-    from cryocube.report.build import build_report
+    from cryocube.pages import build_report
     from cryocube.report.records import load_results
 
     assert write_grid(tmp_path / "results") == 192
@@ -304,7 +304,7 @@ def test_same_records_same_report_and_a_paired_comparison_from_the_cli(tmp_path,
 
 def test_an_unknown_model_to_compare_is_one_sentence(tmp_path):
     from cryocube.errors import ReportError
-    from cryocube.report.build import build_report
+    from cryocube.pages import build_report
 
     write_grid(
         tmp_path / "results", models=MODELS[:2], datasets=DATASETS[:1], protocols=("frozen",)
@@ -317,7 +317,7 @@ def test_an_unknown_model_to_compare_is_one_sentence(tmp_path):
 
 def test_a_damaged_per_tile_file_is_named(tmp_path):
     from cryocube.errors import ReportError
-    from cryocube.report.build import build_report
+    from cryocube.pages import build_report
 
     write_grid(
         tmp_path / "results", models=MODELS[:1], datasets=DATASETS[:1], protocols=("frozen",)
@@ -340,7 +340,7 @@ def test_a_segmentation_run_keeps_its_test_tiles_confusion_matrices(tmp_path, cl
     from cryocube.engine.evaluate import evaluate
     from cryocube.families import RunSpec
     from cryocube.families.segmentation.recipe import load_recipe
-    from cryocube.report.build import build_report
+    from cryocube.pages import build_report
 
     url = tile_cube("sicd", train=6, val=2, test=5, seed=39)
     sets = ["epochs=1", "decoder_channels=16", "input_size=32", "batch_size=4"]

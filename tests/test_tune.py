@@ -121,7 +121,7 @@ def test_the_space_is_checked_before_any_cluster(tmp_path, capsys):
 def test_tuned_lr_beats_a_bad_default_and_its_retrain_equals_evaluate(tmp_path, client, cube):
     """A deliberately bad default LR; 4 trials in one batch (one extraction, one pass per
     worker)."""
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     out = tmp_path / "study"
     recipe = load_recipe(None, FAST + ["lr=1e-7"])
@@ -409,7 +409,7 @@ def test_trials_left_running_are_retried_only_when_they_had_started(tmp_path, cl
 def test_report_keeps_trials_out_of_leaderboards_and_plots_fraction_curves(tmp_path):
     """Records only (no cluster): trials never reach a leaderboard; fractions plot frozen against
     fine-tuned."""
-    from cryocube.report import build_report
+    from cryocube.pages import build_report
 
     def rec(i, protocol="frozen", fraction=1.0, miou=50.0, **kw):
         return {

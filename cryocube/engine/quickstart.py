@@ -181,7 +181,7 @@ def _insar_runs(args, out: Path, client) -> list:
 def _quickstart(args) -> int:
     from ..families.recipes import load_recipe
     from ..models import model_spec
-    from ..report import build_report
+    from ..pages import build_report
     from ..report.tables import to_markdown
     from .evaluate import evaluate
 

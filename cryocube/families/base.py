@@ -201,7 +201,7 @@ class Family(ABC):
     def report_sections(self, page, results) -> None:
         """Add this family's sections to a report: `results` (report.records.Results) holds its ok
         runs in `results.of(self.name)`; `page` writes sections, tables and figures
-        (report/build.py's writer). By default: one board per cube from the board cells its runs
+        (pages/build.py's writer). By default: one board per cube from the board cells its runs
         carry (`metrics.cells`). A family whose primary metric is mIoU is ranked on the protocol
         leaderboards."""
         from ..report.board import about, cells_table, cubes

@@ -1,8 +1,6 @@
-"""Reports: leaderboards as in the Cryo-Bench paper, robustness over seeds, costs, plots, HTML.
-
-    from cryocube.report import build_report
-    rep = build_report("runs/", "report-out")    # tables (md/csv/json/tex), figures, report.html
-    build_report(None, "paper", published=True)  # the paper's table, re-checked
+"""The report's parts, below the families that write their sections with them: the records reader,
+leaderboards and ranks, statistics and intervals, tables, figures, the HTML writer, the board and
+the paper's published table. The pages that assemble them are `cryocube.pages`.
 
 Names are imported on first use, so `cryocube --help` does not pay for matplotlib.
 """
@@ -10,7 +8,6 @@ Names are imported on first use, so `cryocube --help` does not pay for matplotli
 from ..plugins import lazy_exports
 
 _EXPORTS = {
-    "build": ("Report", "ReportError", "build_report", "render_published"),
     "leaderboard": (
         "Leaderboard",
         "best_two",
@@ -26,7 +23,6 @@ _EXPORTS = {
         "load_leaderboard_csv",
         "published_leaderboard",
     ),
-    "qualitative": ("qualitative_panels",),
     "records": ("Results", "ResultsError", "Run", "load_results"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,8 +1,6 @@
-"""The report's uncertainty tables (docs/statistics.md): every segmentation cell with its bootstrap
-interval over test scenes, the across-dataset IQM and mean with stratified intervals, the
-probability of improvement of each pair, and paired comparisons of two models. `stats` computes;
-this module reads the runs' per-tile files and lays the figures out as tables.
-"""
+"""The uncertainty tables (docs/statistics.md): cells with bootstrap intervals over test scenes,
+across-dataset IQM and mean, probability of improvement, paired comparisons. `stats` computes; this
+module reads the runs' per-tile files and lays the figures out."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from . import stats
 from .leaderboard import Leaderboard
 from .names import dataset_display_name
 from .records import Run
-from .tables import MISSING, Column, Table, fmt
+from .tables import MISSING, Column, Table, columns, fmt
 
 NOTE_CELL = (
     "mIoU: mean over seeds; interval: 95 % bootstrap ({draws} draws, seed {seed}) of that mean over"
@@ -33,8 +31,8 @@ NOTE_RANK = (
 
 
 def tiles_url(run: Run) -> list[str]:
-    """Where a run's per_tile.npz may be: the URL its record names, else beside its record under
-    the results folder it was read from (a moved folder)."""
+    """Where a run's per_tile.npz may be: the URL its record names, else beside its record (a moved
+    results folder)."""
     pt = run.record.get("per_tile")
     if not isinstance(pt, dict):
         return []
@@ -45,8 +43,7 @@ def tiles_url(run: Run) -> list[str]:
 
 
 def load_tiles(run: Run) -> stats.TileData | None:
-    """The run's per-tile confusion matrices; None for a record written before they were kept. A
-    named file that is missing or damaged is a ReportError naming it."""
+    """The run's per-tile confusion matrices; None for a record from before they were kept."""
     cands = tiles_url(run)
     if not cands:
         return None
@@ -67,8 +64,7 @@ def load_tiles(run: Run) -> stats.TileData | None:
 
 @dataclass
 class BoardIntervals:
-    """One protocol board's uncertainty: cells by (model, dataset), aggregates by model, the
-    probability-of-improvement matrix, and the seed scores behind them."""
+    """One protocol board's uncertainty, and the seed scores behind it."""
 
     lb: Leaderboard
     cells: dict[tuple[str, str], stats.CellInterval]
@@ -80,8 +76,7 @@ class BoardIntervals:
 def board_intervals(
     lb: Leaderboard, runs: Sequence[Run], *, draws: int = stats.DRAWS, seed: int = stats.SEED
 ) -> BoardIntervals:
-    """The intervals of one leaderboard's cells from its runs (the runs its cells were filled
-    from)."""
+    """The intervals of one leaderboard's cells from the runs they were filled from."""
     by_key = {(r.model_name, r.dataset, r.model, r.seed): r for r in runs}
     cache: dict[str, stats.TileData | None] = {}
     cells: dict[tuple[str, str], stats.CellInterval] = {}
@@ -130,7 +125,7 @@ def _rank_columns(title: str = "Rank interval") -> list[Column]:
     ]
 
 
-def _interval_cells(v, lo, hi, decimals: int) -> tuple[list, list]:
+def _interval_cells(v, lo, hi, decimals: int = 2) -> tuple[list, list]:
     """(raw, text) of the three columns a value with its interval takes: value, low, high."""
     text = [stats.interval_text(v, lo, hi, decimals), fmt(lo, decimals), fmt(hi, decimals)]
     return [v, lo, hi], text
@@ -144,26 +139,20 @@ def _rank_cells(rk: tuple[int, int] | None, ties: tuple[str, ...]) -> tuple[list
 
 
 def cells_table(bi: BoardIntervals) -> Table:
-    """Every segmentation cell: mean over seeds [95 % interval], seed SD, n seeds, tiles, scenes,
-    bootstrap rank interval, ties, and a note where the interval is missing or weak."""
+    """Every segmentation cell with its interval, seed SD, rank interval and ties, and a note where
+    the interval is missing or weak."""
     lb = bi.lb
     t = Table(
         "intervals",
         f"{lb.title}: mIoU with 95 % intervals over test scenes",
-        [
-            Column("model", "Model", numeric=False),
-            Column("dataset", "Dataset", numeric=False),
-            Column("miou", "mIoU [95 % interval]"),
-            Column("lo", "", show=False),
-            Column("hi", "", show=False),
-            Column("seed_sd", "Seed SD"),
-            Column("seeds", "Seeds"),
-            Column("tiles", "Tiles"),
-            Column("scenes", "Scenes"),
-            Column("resampled", "Resampled", numeric=False),
-            *_rank_columns(),
-            Column("note", "Note", numeric=False),
-        ],
+        columns(
+            "model=Model; dataset=Dataset; miou=mIoU [95 % interval]; lo=; hi=; seed_sd=Seed SD;"
+            " seeds=Seeds; tiles=Tiles; scenes=Scenes; resampled=Resampled",
+            text="model dataset resampled",
+            hidden="lo hi",
+        )
+        + _rank_columns()
+        + [Column("note", "Note", numeric=False)],
     )
     for d in lb.datasets:
         for row in lb.rows:
@@ -192,24 +181,18 @@ def cells_table(bi: BoardIntervals) -> Table:
 
 
 def aggregate_table(bi: BoardIntervals) -> Table:
-    """Per model: IQM and mean of its (dataset, seed) scores with stratified bootstrap intervals,
-    and the rank interval of its IQM."""
+    """Per model: IQM and mean of its (dataset, seed) scores, with their intervals and IQM rank."""
     lb = bi.lb
     t = Table(
         "across_datasets",
         f"{lb.title}: across datasets (IQM and mean of (dataset, seed) mIoU)",
-        [
-            Column("model", "Model", numeric=False),
-            Column("iqm", "IQM [95 % interval]"),
-            Column("iqm_lo", "", show=False),
-            Column("iqm_hi", "", show=False),
-            Column("mean", "Mean [95 % interval]"),
-            Column("mean_lo", "", show=False),
-            Column("mean_hi", "", show=False),
-            Column("datasets", "Datasets"),
-            Column("runs", "Runs"),
-            *_rank_columns("IQM rank interval"),
-        ],
+        columns(
+            "model=Model; iqm=IQM [95 % interval]; iqm_lo=; iqm_hi=; mean=Mean [95 % interval];"
+            " mean_lo=; mean_hi=; datasets=Datasets; runs=Runs",
+            text="model",
+            hidden="iqm_lo iqm_hi mean_lo mean_hi",
+        )
+        + _rank_columns("IQM rank interval"),
     )
     for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm):
         iqm_raw, iqm_text = _interval_cells(a.iqm, a.iqm_lo, a.iqm_hi, lb.decimals)
@@ -252,12 +235,8 @@ def improvement_table(bi: BoardIntervals) -> Table:
         raw, text = [x], [x]
         for y in models:
             v = bi.improvement.get((x, y))
-            raw += [None] * 3 if v is None else list(v[:3])
-            text += (
-                [MISSING] * 3
-                if v is None
-                else [stats.interval_text(v[0], v[1], v[2]), fmt(v[1]), fmt(v[2])]
-            )
+            cr, ct = ([None] * 3, [MISSING] * 3) if v is None else _interval_cells(*v[:3])
+            raw, text = raw + cr, text + ct
         t.add(raw, text)
     t.notes.append(
         "P(X > Y) + 0.5 P(X = Y) over every pair of seeds, averaged over the datasets both models"
@@ -276,16 +255,11 @@ def paired_table(
         name,
         f"{a} against {b}: paired differences of mIoU",
         [
-            Column("board", "Protocol", numeric=False),
-            Column("dataset", "Dataset", numeric=False),
+            *columns("board=Protocol; dataset=Dataset", text="board dataset"),
             Column("a", a),
             Column("b", b),
             Column("diff", f"{a} − {b} [95 % interval]"),
-            Column("lo", "", show=False),
-            Column("hi", "", show=False),
-            Column("tiles", "Tiles"),
-            Column("scenes", "Scenes"),
-            Column("note", "Note", numeric=False),
+            *columns("lo=; hi=; tiles=Tiles; scenes=Scenes; note=Note", "note", "lo hi"),
         ],
     )
     for bi in boards:
@@ -298,26 +272,16 @@ def paired_table(
                 (ca.mean - cb.mean, None, None, p) if isinstance(p, str) else (*p, "")
             )
             if not note:
-                excludes = lo > 0 or hi < 0
                 note = (
                     "differs (interval excludes 0)"
-                    if excludes
+                    if lo > 0 or hi < 0
                     else "no difference shown (interval contains 0)"
                 )
+            iv_raw, iv_text = _interval_cells(diff, lo, hi)
             t.add(
-                [bi.lb.title, d, ca.mean, cb.mean, diff, lo, hi, ca.tiles, ca.scenes, note],
-                [
-                    bi.lb.title,
-                    dataset_display_name(d),
-                    fmt(ca.mean),
-                    fmt(cb.mean),
-                    stats.interval_text(diff, lo, hi),
-                    fmt(lo),
-                    fmt(hi),
-                    fmt(ca.tiles),
-                    fmt(ca.scenes),
-                    note,
-                ],
+                [bi.lb.title, d, ca.mean, cb.mean, *iv_raw, ca.tiles, ca.scenes, note],
+                [bi.lb.title, dataset_display_name(d), fmt(ca.mean), fmt(cb.mean), *iv_text]
+                + [fmt(ca.tiles), fmt(ca.scenes), note],
             )
     if not t.rows:
         return None

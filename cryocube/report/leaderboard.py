@@ -176,15 +176,11 @@ def build_leaderboard(
     """Leaderboard from {(model, dataset): [(seed, mIoU), ...]}; models and datasets in paper
     order."""
     samples = {k: sorted(v) for k, v in samples.items() if v}
-    datasets = (
-        list(datasets)
-        if datasets is not None
-        else sorted({d for _, d in samples}, key=dataset_sort_key)
-    )
-    models = (
-        list(models) if models is not None else sorted({m for m, _ in samples}, key=model_sort_key)
-    )
-    rows = []
+    if datasets is None:
+        datasets = sorted({d for _, d in samples}, key=dataset_sort_key)
+    if models is None:
+        models = sorted({m for m, _ in samples}, key=model_sort_key)
+    datasets, rows = list(datasets), []
     for m in models:
         row = Row(m)
         for d in datasets:
@@ -196,16 +192,8 @@ def build_leaderboard(
                     tuple((model_ids or {}).get((m, d), ())),
                 )
         rows.append(row)
-    lb = Leaderboard(
-        key=key,
-        title=title,
-        protocol=protocol,
-        fraction=fraction,
-        datasets=datasets,
-        rows=rows,
-        decimals=decimals,
-        seeds=tuple(sorted({s for v in samples.values() for s, _ in v})),
-    )
+    seeds = tuple(sorted({s for v in samples.values() for s, _ in v}))
+    lb = Leaderboard(key, title, protocol, fraction, datasets, rows, decimals, seeds=seeds)
     _fill_ranks(lb)
     return lb
 
@@ -279,14 +267,7 @@ def leaderboard_from_runs(
             )
         samples[(m, d)] = [(r.seed, r.miou) for r in variants[pick]]
         ids[(m, d)] = [pick]
-    lb = build_leaderboard(
-        samples,
-        key=key,
-        title=title,
-        protocol=protocol,
-        fraction=fraction,
-        decimals=decimals,
-        model_ids=ids,
-    )
+    kw = {"protocol": protocol, "fraction": fraction, "decimals": decimals, "model_ids": ids}
+    lb = build_leaderboard(samples, key=key, title=title, **kw)
     lb.notes.extend(sorted(notes))
     return lb

@@ -1,10 +1,7 @@
-"""The report's figures (matplotlib), each written as PNG and SVG.
+"""The report's figures, each written as PNG and SVG; every function returns the paths it wrote.
 
-Figures are built with `matplotlib.figure.Figure`, not pyplot: no global backend switch and no
-figure registry, so importing the report inside a notebook leaves its plotting state alone.
-
-Every function takes what it plots and an output stem, and returns the written paths, so the
-HTML report and the CLI list exactly what was produced.
+`matplotlib.figure.Figure`, not pyplot: no global backend or figure registry, so the report leaves
+a notebook's plotting state alone.
 """
 
 from __future__ import annotations
@@ -26,13 +23,12 @@ DPI = 110
 
 
 def save(fig, stem: Path) -> list[Path]:
-    """Writes the figure as PNG and SVG at `stem` (SVG text stays text and has no date, so reruns
-    compare); returns both paths."""
+    """The figure as PNG and SVG at `stem`; SVG text stays text (searchable) and has no date, so
+    reruns compare."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in FORMATS:
         p = stem.with_suffix(f".{ext}")
-        # SVG text stays text: searchable, editable
         with matplotlib.rc_context({"svg.fonttype": "none"}):
             fig.savefig(
                 p, dpi=DPI, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None
@@ -41,12 +37,37 @@ def save(fig, stem: Path) -> list[Path]:
     return paths
 
 
-def _subplots(figsize):
+def panel(figsize):
+    """A one-panel figure: (figure, axes)."""
     fig = Figure(figsize=figsize)
     return fig, fig.add_subplot()
 
 
-def _colours(n: int):
+def finish(
+    ax,
+    stem: Path,
+    title: str,
+    xlabel: str = "",
+    ylabel: str = "",
+    *,
+    title_size: float | None = None,
+    grid: dict | None = None,
+    legend: dict | None = None,
+) -> list[Path]:
+    """The tail every one-panel figure shares: labels, title, grid and legend (their keyword
+    arguments, where given), then `save`."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, **({} if title_size is None else {"fontsize": title_size}))
+    if grid is not None:
+        ax.grid(**grid)
+    if legend is not None:
+        ax.legend(**legend)
+    return save(ax.figure, stem)
+
+
+def colours(n: int):
+    """n distinct colours (tab10, tab20 beyond ten)."""
     cmap = matplotlib.colormaps["tab20" if n > 10 else "tab10"]
     return [cmap(i % cmap.N) for i in range(n)]
 
@@ -59,7 +80,7 @@ def radar_chart(lb: Leaderboard, stem: Path) -> list[Path]:
     angles = np.linspace(0, 2 * math.pi, len(ds), endpoint=False).tolist()
     fig = Figure(figsize=(7.5, 6.5))
     ax = fig.add_subplot(polar=True)
-    for row, colour in zip(lb.rows, _colours(len(lb.rows))):
+    for row, colour in zip(lb.rows, colours(len(lb.rows))):
         vals = [row.cells[d].mean if d in row.cells else np.nan for d in ds]
         ax.plot(
             angles + angles[:1],
@@ -81,7 +102,7 @@ def radar_chart(lb: Leaderboard, stem: Path) -> list[Path]:
 
 
 def _grouped_bars(lb: Leaderboard, stem: Path) -> list[Path]:
-    fig, ax = _subplots(figsize=(max(5, 0.5 * len(lb.rows) * len(lb.datasets)), 4))
+    fig, ax = panel(figsize=(max(5, 0.5 * len(lb.rows) * len(lb.datasets)), 4))
     w = 0.8 / max(1, len(lb.datasets))
     x = np.arange(len(lb.rows))
     for k, d in enumerate(lb.datasets):
@@ -94,10 +115,9 @@ def _grouped_bars(lb: Leaderboard, stem: Path) -> list[Path]:
     ax.set_xticks(
         x + w * (len(lb.datasets) - 1) / 2, [r.name for r in lb.rows], rotation=45, ha="right"
     )
-    ax.set_ylabel("mIoU (%)")
-    ax.legend(frameon=False)
-    ax.set_title(f"{lb.title}: mIoU per dataset")
-    return save(fig, stem)
+    return finish(
+        ax, stem, f"{lb.title}: mIoU per dataset", "", "mIoU (%)", legend={"frameon": False}
+    )
 
 
 def retention_bars(t: Table, stem: Path) -> list[Path]:
@@ -105,16 +125,14 @@ def retention_bars(t: Table, stem: Path) -> list[Path]:
     names = t.column_values("model")
     vals = t.column_values("retention")
     keep = [(n, v) for n, v in zip(names, vals) if v is not None]
-    fig, ax = _subplots(figsize=(max(5, 0.45 * len(keep) + 2), 4))
+    fig, ax = panel(figsize=(max(5, 0.45 * len(keep) + 2), 4))
     if keep:
         x = np.arange(len(keep))
         bars = ax.bar(x, [v for _, v in keep], color="#4C72B0")
         ax.bar_label(bars, labels=[f"{v:.1f}" for _, v in keep], fontsize=7, padding=2)
         ax.set_xticks(x, [n for n, _ in keep], rotation=45, ha="right")
     ax.axhline(100, color="grey", lw=0.8, ls="--")
-    ax.set_ylabel("few-shot mIoU / full mIoU (%)")
-    ax.set_title(t.title)
-    return save(fig, stem)
+    return finish(ax, stem, t.title, "", "few-shot mIoU / full mIoU (%)")
 
 
 def cost_scatter(
@@ -154,17 +172,13 @@ def labelled_scatter(
     log_x: bool = False,
 ) -> list[Path]:
     """One labelled point per model (accuracy against cost, probe Q against mIoU)."""
-    fig, ax = _subplots(figsize=(6.5, 4.5))
-    for (name, x, y), colour in zip(points, _colours(len(points))):
+    fig, ax = panel(figsize=(6.5, 4.5))
+    for (name, x, y), colour in zip(points, colours(len(points))):
         ax.scatter([x], [y], color=colour, s=36, zorder=3)
         ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
     if log_x:
         ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(True, alpha=0.3)
-    ax.set_title(title)
-    return save(fig, stem)
+    return finish(ax, stem, title, xlabel, ylabel, grid={"visible": True, "alpha": 0.3})
 
 
 def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[Path]:
@@ -215,11 +229,11 @@ def interval_estimates(
     n = len(rows)
     fig = Figure(figsize=(8, 0.45 * n + 1.4), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
-    colours = _colours(n)
+    cs = colours(n)
     for k, (ax, name) in enumerate(zip(axes, ("IQM", "Mean"))):
         for i, row in enumerate(rows):
             v, lo, hi = row[1 + 3 * k : 4 + 3 * k]
-            ax.barh(i, hi - lo, left=lo, height=0.6, color=colours[i], alpha=0.75)
+            ax.barh(i, hi - lo, left=lo, height=0.6, color=cs[i], alpha=0.75)
             ax.vlines(v, i - 0.3, i + 0.3, color="black", lw=1.2)
         ax.set_xlabel(f"{name} mIoU (%)")
         ax.grid(True, axis="x", alpha=0.3)
@@ -237,7 +251,7 @@ def improvement_heatmap(
     """P(row > column) per pair of models with its interval written in the cell (NaN: no common
     dataset, or the diagonal)."""
     n = len(models)
-    fig, ax = _subplots(figsize=(1.3 * n + 2.5, 0.9 * n + 1.5))
+    fig, ax = panel(figsize=(1.3 * n + 2.5, 0.9 * n + 1.5))
     im = ax.imshow(prob, vmin=0, vmax=1, cmap="RdBu", aspect="auto")
     for (i, j), v in np.ndenumerate(prob):
         if np.isfinite(v):
@@ -247,11 +261,8 @@ def improvement_heatmap(
             )  # fmt: skip
     ax.set_xticks(range(n), models, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(n), models, fontsize=8)
-    ax.set_xlabel("Y")
-    ax.set_ylabel("X")
     fig.colorbar(im, ax=ax, label="P(X > Y)")
-    ax.set_title(title)
-    return save(fig, stem)
+    return finish(ax, stem, title, "Y", "X")
 
 
 def performance_profile(
@@ -259,13 +270,16 @@ def performance_profile(
 ) -> list[Path]:
     """rliable's performance profile: per model, the fraction of its (dataset, seed) runs scoring
     above each mIoU threshold."""
-    fig, ax = _subplots(figsize=(6.5, 4.2))
-    for (name, frac), colour in zip(curves.items(), _colours(len(curves))):
+    fig, ax = panel(figsize=(6.5, 4.2))
+    for (name, frac), colour in zip(curves.items(), colours(len(curves))):
         ax.plot(taus, frac, color=colour, lw=1.6, label=name)
-    ax.set_xlabel("mIoU threshold τ (%)")
-    ax.set_ylabel("fraction of runs with mIoU > τ")
     ax.set_ylim(-0.02, 1.02)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
-    ax.set_title(title)
-    return save(fig, stem)
+    return finish(
+        ax,
+        stem,
+        title,
+        "mIoU threshold τ (%)",
+        "fraction of runs with mIoU > τ",
+        grid={"visible": True, "alpha": 0.3},
+        legend={"fontsize": 7, "loc": "lower left"},
+    )

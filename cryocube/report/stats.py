@@ -204,12 +204,8 @@ def dataset_intervals(
             if unit == "scene" and n_scenes < FEW_SCENES:
                 c.note = f"only {n_scenes} scenes: the interval is too narrow to trust"
         if len(models) > 1:
-            mat = np.stack([out[m].draws for m in models], axis=1)  # (draws, models)
-            ranks = 1 + (mat[:, None, :] > mat[:, :, None]).sum(-1)
-            lo = np.percentile(ranks, 2.5, axis=0, method="lower")
-            hi = np.percentile(ranks, 97.5, axis=0, method="higher")
-            for j, m in enumerate(models):
-                out[m].rank = (int(lo[j]), int(hi[j]))
+            for m, rank in zip(models, rank_intervals([out[m].draws for m in models])):
+                out[m].rank = rank
                 out[m].ties = tuple(
                     o
                     for o in models
@@ -218,6 +214,15 @@ def dataset_intervals(
         elif models:
             out[models[0]].rank = (1, 1)
     return out
+
+
+def rank_intervals(draws: Sequence[np.ndarray]) -> list[tuple[int, int]]:
+    """Each model's 2.5-97.5 % rank over the draws (one (draws,) array per model, same draws)."""
+    mat = np.stack(draws, axis=1)  # (draws, models)
+    ranks = 1 + (mat[:, None, :] > mat[:, :, None]).sum(-1)
+    lo = np.percentile(ranks, 2.5, axis=0, method="lower")
+    hi = np.percentile(ranks, 97.5, axis=0, method="higher")
+    return [(int(a), int(b)) for a, b in zip(lo, hi)]
 
 
 def paired_difference(a: CellInterval, b: CellInterval) -> tuple[float, float, float] | str:
@@ -251,11 +256,13 @@ def stratified_draws(
     rng: np.random.Generator, scores: Sequence[np.ndarray], draws: int
 ) -> np.ndarray:
     """(draws, runs) resampled scores: each dataset's seeds drawn with replacement from its own."""
-    parts = []
-    for s in scores:
-        s = np.asarray(s, dtype=float)
-        parts.append(s[rng.integers(0, s.size, size=(draws, s.size))])
-    return np.concatenate(parts, axis=1)
+    return np.concatenate([_resample(rng, s, draws) for s in scores], axis=1)
+
+
+def _resample(rng: np.random.Generator, s, draws: int) -> np.ndarray:
+    """(draws, n) draws with replacement of the n scores `s`."""
+    s = np.asarray(s, dtype=float)
+    return s[rng.integers(0, s.size, size=(draws, s.size))]
 
 
 def improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -316,13 +323,9 @@ def aggregates(
         )  # fmt: skip
     models = list(out)
     if len(models) > 1:
-        mat = np.stack([out[m].draws for m in models], axis=1)
-        ranks = 1 + (mat[:, None, :] > mat[:, :, None]).sum(-1)
-        lo = np.percentile(ranks, 2.5, axis=0, method="lower")
-        hi = np.percentile(ranks, 97.5, axis=0, method="higher")
-        for j, m in enumerate(models):
+        for m, rank in zip(models, rank_intervals([out[m].draws for m in models])):
             a = out[m]
-            a.rank = (int(lo[j]), int(hi[j]))
+            a.rank = rank
             a.ties = tuple(
                 o
                 for o in models
@@ -358,11 +361,8 @@ def improvement_matrix(
             rng = rng_for(board, "improvement", x, y, seed=seed)
             boot = np.zeros(draws)
             for d in common:
-                sx = np.asarray(scores[x][d], dtype=float)
-                sy = np.asarray(scores[y][d], dtype=float)
-                bx = sx[rng.integers(0, sx.size, size=(draws, sx.size))]
-                by = sy[rng.integers(0, sy.size, size=(draws, sy.size))]
-                boot += improvement(bx, by)
+                bx = _resample(rng, scores[x][d], draws)
+                boot += improvement(bx, _resample(rng, scores[y][d], draws))
             lo, hi = percentile_interval(boot / len(common))
             point = probability_of_improvement(
                 [scores[x][d] for d in common], [scores[y][d] for d in common]

@@ -1,9 +1,6 @@
-"""A small table model and its renderers: Markdown, CSV, JSON, LaTeX and HTML.
-
-Each table keeps raw values (CSV/JSON: numbers, null for missing) and display texts
-(Markdown/LaTeX/HTML: "61.47 (4/5)", "–" for missing) side by side, plus best/second-best marks,
-so every format shows the same numbers.
-"""
+"""A small table model and its renderers: Markdown, CSV, JSON, LaTeX and HTML. A table keeps raw
+values (CSV/JSON) and display texts ("61.47 (4/5)", "–") side by side, so every format shows the
+same numbers."""
 
 from __future__ import annotations
 
@@ -25,6 +22,16 @@ class Column:
     header: str  # display header
     show: bool = True  # False: CSV/JSON only (e.g. the count behind "61.47 (4/5)")
     numeric: bool = True
+
+
+def columns(spec: str, text: str = "", hidden: str = "") -> list[Column]:
+    """Columns from "key=Header; key=Header" (a table's columns read as one line each, not a
+    Column call each); `text` names the text columns' keys, `hidden` the CSV/JSON-only ones."""
+    out = []
+    for part in spec.split(";"):
+        key, _, header = part.strip().partition("=")
+        out.append(Column(key, header, key not in hidden.split(), key not in text.split()))
+    return out
 
 
 @dataclass
@@ -120,15 +127,9 @@ def to_csv(t: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([c.key for c in t.columns])
     for r in t.rows:
+        # missing (None, NaN) as an empty field, floats to 6 significant digits
         w.writerow(
-            [
-                (
-                    ""
-                    if v is None or (isinstance(v, float) and not math.isfinite(v))
-                    else (f"{v:.6g}" if isinstance(v, float) else v)
-                )
-                for v in r
-            ]
+            ["" if _json_value(v) is None else f"{v:.6g}" if isinstance(v, float) else v for v in r]
         )
     return buf.getvalue()
 

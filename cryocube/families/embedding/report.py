@@ -10,18 +10,25 @@ from collections import defaultdict
 
 import numpy as np
 
+from ...report import plots, stats
 from ...report.records import Results, Run, distinct_labels
-from ...report.stats import DRAWS
-from ...report.tables import Column, Table, fmt
+from ...report.tables import Column, Table, columns, fmt
 from .neuco import leaderboard as neuco_leaderboard
 from .neuco import q_draws
+
+NOTES = (
+    "Rank: per task, runs ranked by -Q (ties share the lower rank); task weight = std of Q across"
+    " runs over the sum of those stds; aggregated rank = rank of the weighted sum of ranks"
+    " (NeuCo-Bench). So rank 1 need not have the highest mean Q.",
+    "Mean Q: NeuCo-Bench's own (per task 2A/(0.02 + dA) over folds, averaged over seeds, then"
+    " tasks); its 95 % interval: bootstrap over each run's folds"
+    f" ({stats.DRAWS} draws, seeded), covering the spread of the folds only (docs/statistics.md).",
+)
 
 
 def q_interval(runs: list[Run], *names: str) -> tuple[float, float] | None:
     """The 95 % bootstrap interval over folds of a row's mean Q (seeded by the row's name); None
     where a run's record predates its fold scores."""
-    from ...report import stats
-
     folds = [r.record.get("task_folds") for r in runs]
     if not folds or not all(isinstance(f, dict) and f for f in folds):
         return None
@@ -31,8 +38,7 @@ def q_interval(runs: list[Run], *names: str) -> tuple[float, float] | None:
 
 
 def run_name(r: Run) -> str:
-    """A run's row on the leaderboards: its model, with the probe named where it is not
-    NeuCo-Bench's linear one."""
+    """A run's row: its model, with the probe named where it is not NeuCo-Bench's linear one."""
     p = (r.record.get("probe") or {}).get("probe")
     return f"{r.model_name} [{p}]" if p and p != "linear" else r.model_name
 
@@ -42,90 +48,73 @@ def _mean(v: list[float]) -> float:
     return float(np.mean(v)) if v else math.nan
 
 
+def _row_q(runs: list[Run]) -> tuple[dict[str, dict[str, float]], dict[str, list[Run]]]:
+    """Per row (model id, recipe): each task's Q averaged over seeds, and the row's runs."""
+    names = distinct_labels({(r.model, r.recipe_digest): r for r in runs}, base=run_name)
+    per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    of_row: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        name = names[(r.model, r.recipe_digest)]
+        of_row[name].append(r)
+        for t, q in (r.metrics.get("task_Q") or {}).items():
+            per[name][t].append(math.nan if q is None else float(q))
+    q = {
+        name: {t: float(np.mean(v)) if v else math.nan for t, v in tasks.items()}
+        for name, tasks in per.items()
+    }
+    return q, of_row
+
+
+def _leaderboard(ds: str, label_set: str, runs: list[Run], sets: int) -> Table:
+    q, of_row = _row_q(runs)
+    lb = neuco_leaderboard(q)
+    tasks = sorted({t for v in q.values() for t in v})
+    tag = f"label set {label_set[:8]}" if sets > 1 else ""
+    t = Table(
+        name=f"embedding_leaderboard_{ds}" + (f"_{label_set[:8]}" if tag else ""),
+        title=f"Embedding probes on {ds}" + (f" ({tag})" if tag else "") + ": NeuCo-Bench ranking",
+        columns=columns(
+            "rank=Rank; model=Model; q_mean=Mean Q; q_interval=95 % interval (folds); q_lo=; q_hi=",
+            text="model q_interval",
+            hidden="q_lo q_hi",
+        )
+        + [Column(f"q_{k}", k) for k in tasks],
+    )
+    for row in lb.rows:
+        name = row["run"]
+        iv = q_interval(of_row[name], ds, label_set, name)
+        lo, hi = iv if iv else (None, None)
+        shown = f"[{fmt(lo, 3)}, {fmt(hi, 3)}]" if iv else "no per-fold data"
+        per_task = [q[name].get(k) for k in tasks]
+        t.add(
+            [row["aggregated_rank"], name, row["mean_score"], shown, lo, hi] + per_task,
+            [fmt(row["aggregated_rank"], 0), str(name), fmt(row["mean_score"], 3), shown]
+            + [fmt(v, 3) for v in (lo, hi, *per_task)],
+        )
+    t.notes += NOTES
+    if tag:
+        t.notes.append(
+            f"Label set {label_set[:8]}: tasks {', '.join(tasks)}; {ds} has runs on"
+            f" {sets} label sets, each ranked on its own."
+        )
+    if lb.dropped:
+        t.notes.append(
+            "Dropped for a NaN Q (more than 30% of a task's probes failed, without a finite"
+            f" score): {', '.join(lb.dropped)}"
+        )
+    return t
+
+
 def leaderboard_tables(res: Results) -> list[Table]:
     """One NeuCo-Bench leaderboard per dataset and label set (runs scored on other labels are never
-    ranked together, whatever their dataset is called); rows are (model id, recipe), a row's seeds
-    averaged per task.
-    """
-    out = []
+    ranked together, whatever their dataset is called); rows are (model id, recipe)."""
     by_ds: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in res.of("embedding"):
         by_ds[(r.dataset, str(r.record.get("label_set") or ""))].append(r)
-    sets_of: dict[str, int] = defaultdict(int)
+    sets: dict[str, int] = defaultdict(int)
     for ds, _ in by_ds:
-        sets_of[ds] += 1
-    for (ds, label_set), runs in sorted(by_ds.items()):
-        rows = {(r.model, r.recipe_digest): r for r in runs}
-        names = distinct_labels(rows, base=run_name)
-        per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        of_row: dict[str, list[Run]] = defaultdict(list)
-        for r in runs:
-            of_row[names[(r.model, r.recipe_digest)]].append(r)
-            for t, q in (r.metrics.get("task_Q") or {}).items():
-                per[names[(r.model, r.recipe_digest)]][t].append(
-                    math.nan if q is None else float(q)
-                )
-        q = {
-            name: {t: float(np.mean(v)) if v else math.nan for t, v in tasks.items()}
-            for name, tasks in per.items()
-        }
-        lb = neuco_leaderboard(q)
-        tasks = sorted({t for v in q.values() for t in v})
-        several = sets_of[ds] > 1
-        t = Table(
-            name=f"embedding_leaderboard_{ds}" + (f"_{label_set[:8]}" if several else ""),
-            title=f"Embedding probes on {ds}"
-            + (f" (label set {label_set[:8]})" if several else "")
-            + ": NeuCo-Bench ranking",
-            columns=[
-                Column("rank", "Rank"),
-                Column("model", "Model", numeric=False),
-                Column("q_mean", "Mean Q"),
-                Column("q_interval", "95 % interval (folds)", numeric=False),
-                Column("q_lo", "", show=False),
-                Column("q_hi", "", show=False),
-            ]
-            + [Column(f"q_{k}", k) for k in tasks],
-        )
-        for row in lb.rows:
-            name = row["run"]
-            iv = q_interval(of_row[name], ds, label_set, name)
-            lo, hi = iv if iv else (None, None)
-            vals = [row["aggregated_rank"], name, row["mean_score"]] + [
-                q[name].get(k) for k in tasks
-            ]
-            text = [
-                fmt(v, 0) if i == 0 else (str(v) if i == 1 else fmt(v, 3))
-                for i, v in enumerate(vals)
-            ]
-            shown = f"[{fmt(lo, 3)}, {fmt(hi, 3)}]" if iv else "no per-fold data"
-            t.add(
-                vals[:3] + [shown, lo, hi] + vals[3:],
-                text[:3] + [shown, fmt(lo, 3), fmt(hi, 3)] + text[3:],
-            )
-        t.notes.append(
-            "Rank: per task, runs ranked by -Q (ties share the lower rank); task weight = std of Q"
-            " across runs over the sum of those stds; aggregated rank = rank of the weighted sum of"
-            " ranks (NeuCo-Bench). So rank 1 need not have the highest mean Q."
-        )
-        t.notes.append(
-            "Mean Q: NeuCo-Bench's own (per task 2A/(0.02 + dA) over folds, averaged over seeds,"
-            " then tasks); its 95 % interval: bootstrap over each run's folds"
-            f" ({DRAWS} draws, seeded), covering the spread of the folds only"
-            " (docs/statistics.md)."
-        )
-        if several:
-            t.notes.append(
-                f"Label set {label_set[:8]}: tasks {', '.join(tasks)}; {ds} has runs on"
-                f" {sets_of[ds]} label sets, each ranked on its own."
-            )
-        if lb.dropped:
-            t.notes.append(
-                "Dropped for a NaN Q (more than 30% of a task's probes failed, without a finite"
-                f" score): {', '.join(lb.dropped)}"
-            )
-        out.append(t)
-    return out
+        sets[ds] += 1
+    return [_leaderboard(ds, ls, runs, sets[ds]) for (ds, ls), runs in sorted(by_ds.items())]
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -139,6 +128,20 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(rho) if rho == rho else math.nan
 
 
+def _paired(emb: list[Run], seg: list[Run]) -> tuple[dict, dict, dict, set]:
+    """Probe Q and mIoU per model on the datasets both ran (per model over every dataset where
+    none is shared), with each key's display name."""
+    shared = {r.dataset for r in emb} & {r.dataset for r in seg}
+    key = (lambda r: (r.model, r.dataset)) if shared else (lambda r: (r.model,))
+    q, m, names = defaultdict(list), defaultdict(list), {}
+    for r in (r for r in emb if not shared or r.dataset in shared):
+        q[key(r)].append(r.metrics.get("Q"))
+    for r in (r for r in seg if not shared or r.dataset in shared):
+        m[key(r)].append(r.miou)
+        names[key(r)] = r.model_name
+    return q, m, names, shared
+
+
 def probe_vs_segmentation(
     res: Results, protocol: str = "frozen"
 ) -> tuple[Table, list[tuple[str, float, float]]] | None:
@@ -147,34 +150,19 @@ def probe_vs_segmentation(
     seg = [r for r in res.runs if r.protocol == protocol and math.isclose(r.fraction, 1.0)]
     if not res.of("embedding") or not seg:
         return None
-    emb = [
+    linear = [
         r
         for r in res.of("embedding")
         if (r.record.get("probe") or {}).get("probe", "linear") == "linear"
-    ] or res.of("embedding")
-    shared = {r.dataset for r in emb} & {r.dataset for r in seg}
-    key = (lambda r: (r.model, r.dataset)) if shared else (lambda r: (r.model,))
-    q, m = defaultdict(list), defaultdict(list)
-    names = {}
-    for r in emb:
-        if not shared or r.dataset in shared:
-            q[key(r)].append(r.metrics.get("Q"))
-    for r in seg:
-        if not shared or r.dataset in shared:
-            m[key(r)].append(r.miou)
-            names[key(r)] = r.model_name
+    ]
+    q, m, names, shared = _paired(linear or res.of("embedding"), seg)
     both = sorted(k for k in q if k in m)
     if not both:
         return None
     t = Table(
         name="probe_vs_segmentation",
         title=f"Probe Q against {protocol} segmentation mIoU",
-        columns=[
-            Column("model", "Model", numeric=False),
-            Column("dataset", "Dataset", numeric=False),
-            Column("q", "Probe Q"),
-            Column("miou", "mIoU"),
-        ],
+        columns=columns("model=Model; dataset=Dataset; q=Probe Q; miou=mIoU", "model dataset"),
     )
     pts = []
     for k in both:
@@ -194,8 +182,6 @@ def probe_vs_segmentation(
 def sections(page, res: Results) -> None:
     """The family's report section (`Embedding.report_sections`): NeuCo-Bench rankings, probe Q
     against mIoU."""
-    from ...report import plots
-
     if not res.of("embedding"):
         return
     sec = page.section("Embedding probes (NeuCo-Bench)")

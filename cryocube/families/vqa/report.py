@@ -1,31 +1,30 @@
-"""The vqa family's report: per task metrics with bootstrap CIs, the coherence confusion matrix,
-predicted against true fringe counts, a gallery (picture, question, reference, each model's answer),
-and LEADERBOARD.md in InSAR-VLM-Bench's shape with VLMs and GFMs side by side. A board's columns are
-the task file's `board:` (catalogs/tasks/*.yaml); a Cryo-Bench tile cube's board has a row per model
-and class.
+"""The vqa family's report: one board per cube (InSAR-VLM-Bench's shape, columns from the task
+file's `board:`) with VLMs and GFMs side by side, per task metrics, phrasings, confusion matrices,
+fringe counts, a gallery, and LEADERBOARD.md.
 
-The board is laid out from cells the families contribute (families/vqa/cells.py: task, metric, unit,
-split, sample hash, n, value, interval), all on the cube's test split: chance and blind baselines
-first (never ranked), VLMs, encoders answering through linear heads (`--protocol heads`) or
-localising through segmentation (mask -> box). A cell over other samples or in another unit than its
-column's is refused, with one sentence in the notes. Encoders cannot write text: those cells say so.
-Probe F1 / R² stay in the embedding report. One board per cube (its checksum and the split its cells
-were scored on, `Cube`), headed with the cube's name: two cubes of one dataset are two boards.
+The board is laid out from the board cells the families contribute (questions/cells.py), all on the
+cube's test split: baselines first (never ranked), VLMs, encoders through linear heads or through
+segmentation (mask -> box). A cell over other samples or in another unit than its column's is
+refused with a note: a column is one metric in one unit over one set of samples. Probe F1 / R² stay
+in the embedding report (other samples). Two cubes of one dataset are two boards (`Cube`).
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from ...report.board import Cube, about
+from ... import store
+from ...catalog import CatalogError
+from ...questions.cells import unit
+from ...questions.tasks import Board, all_tasks, board_of
+from ...report import plots
+from ...report.board import Cube, about, cell_text
 from ...report.board import cubes as board_cubes
 from ...report.records import Results, Run
-from ...report.tables import MISSING, Column, Table
-
-if TYPE_CHECKING:
-    from ...questions.tasks import Board
+from ...report.tables import MISSING, Column, Table, columns, to_markdown
 
 CANNOT = "cannot answer (encoder)"
 NOT_IN_CUBE = f"{MISSING} (not in cube)"
@@ -42,8 +41,7 @@ def cubes(res: Results) -> list[Cube]:
 
 
 def _cube(res: Results, cube: "Cube | str") -> Cube:
-    """A board's Cube; a dataset name stands for its first board (one cube per dataset, as older
-    callers assumed)."""
+    """A board's Cube; a dataset name stands for its first board (older callers)."""
     if isinstance(cube, Cube):
         return cube
     return next((c for c in cubes(res) if c.dataset == cube), Cube(cube, "", "", cube, cube))
@@ -53,15 +51,10 @@ def _of(res: Results, family: str, cube: Cube) -> list[Run]:
     return sorted((r for r in res.of(family) if cube.holds(r)), key=lambda r: r.model_name)
 
 
-def _cell_text(c: dict) -> str:
-    return f"{c['value']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}] n={c['n']}"
-
-
 @dataclass
 class BoardRow:
-    """One row of a board: who, what kind (VLM, GFM, baseline), its cells by (task, metric, class),
-    and what a column without a cell says (the task was not asked, is text an encoder cannot write,
-    ...)."""
+    """One row of a board, and what a column without a cell says (not asked, text an encoder
+    cannot write, ...)."""
 
     name: str
     kind: str
@@ -83,8 +76,8 @@ def _vlm_missing(r: Run) -> Callable[[str, str], str]:
 
 
 def _vlm_unparsed(cells: list[dict]) -> Callable[[str | None], str]:
-    """A VLM row's Unparsed cell per class (None: over every class): unparsed / asked on the test
-    split, one count per task (not per metric), from the run's cells."""
+    """A VLM row's Unparsed cell per class (None: every class): unparsed / asked on the test split,
+    counted once per task (not per metric)."""
 
     def text(cls) -> str:
         cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())
@@ -98,8 +91,7 @@ def _vlm_unparsed(cells: list[dict]) -> Callable[[str | None], str]:
 
 
 def _localisers(res: Results, cube: Cube) -> dict[str, Run]:
-    """model -> its latest segmentation run on the board's cube and split that scored localisation
-    (families/segmentation/localisation.py)."""
+    """model -> its latest segmentation run on the board's cube that scored localisation."""
     out: dict[str, Run] = {}
     for r in sorted(
         (r for r in res.runs if cube.holds(r) and r.record.get("localisation")),
@@ -109,113 +101,77 @@ def _localisers(res: Results, cube: Cube) -> dict[str, Run]:
     return out
 
 
-def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
-    """The board's rows in order: the chance baseline, the blind baseline (or that it was not run),
-    VLMs, encoder heads, encoders that localise through segmentation. Baselines are labelled and
-    never ranked."""
-    cube = _cube(res, cube)
-    vlms = sorted(
-        (r for r in res.of("vqa") if cube.holds(r)), key=lambda r: (r.model_name, r.run_id)
+def _vlm_row(r: Run, name: str, kind: str, baseline: bool) -> BoardRow:
+    cs = r.metrics.get("cells") or []
+    return BoardRow(name, kind, _by_key(cs), _vlm_missing(r), baseline, _vlm_unparsed(cs))
+
+
+def _head_row(r: Run) -> BoardRow:
+    # asked or text: a missing cell is one an encoder cannot fill
+    cannot = set(r.record.get("tasks") or {}) | set(r.record.get("tasks_text") or [])
+    left = r.record.get("tasks_left_out") or {}
+    return BoardRow(
+        r.model_name,
+        "GFM (linear head)",
+        _by_key(r.metrics.get("cells") or []),
+        lambda t, m: CANNOT if t in cannot else NOT_IN_CUBE if t in left else NOT_ASKED,
     )
-    heads = sorted(
-        (r for r in res.of("heads") if cube.holds(r)), key=lambda r: (r.model_name, r.run_id)
+
+
+def _localiser_row(r: Run) -> BoardRow:
+    loc = r.record["localisation"]
+    return BoardRow(
+        r.model_name,
+        "GFM (segmentation)",
+        {(loc["task"], "box_iou", None): {**loc, "class": None, "how": BOX_ROUTE}},
+        lambda t, m: (
+            CANNOT if m in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"
+        ),
     )
+
+
+def _baseline_rows(vlms: list[Run], heads: list[Run]) -> list[BoardRow]:
+    """The chance row (from any run's baselines) and the blind rows, or one saying blind was not
+    run."""
     # tasks the cube has no reference for, by any run's record
     left = set().union(*[set(r.record.get("tasks_left_out") or {}) for r in vlms + heads])
-    rows: list[BoardRow] = []
-    chance = next(
-        (
-            r.metrics.get("baselines", {}).get("chance")
-            for r in vlms + heads
-            if (r.metrics.get("baselines") or {}).get("chance")
-        ),
-        None,
-    )
-    if chance is not None:
-        rows.append(
-            BoardRow(
-                "chance",
-                "baseline: chance",
-                _by_key(chance),
-                lambda t, m: NOT_IN_CUBE if t in left else "cannot answer (chance)",
-                True,
-            )
-        )
+    rows = []
+    for r in vlms + heads:
+        if chance := (r.metrics.get("baselines") or {}).get("chance"):
+            why = lambda t, m: NOT_IN_CUBE if t in left else "cannot answer (chance)"  # noqa: E731
+            rows.append(BoardRow("chance", "baseline: chance", _by_key(chance), why, True))
+            break
     blind = [r for r in vlms if r.record.get("blind")]
-    for r in blind:
-        cs = r.metrics.get("cells") or []
-        rows.append(
-            BoardRow(
-                f"{r.model_name} (blind)",
-                "baseline: blind",
-                _by_key(cs),
-                _vlm_missing(r),
-                True,
-                _vlm_unparsed(cs),
-            )
-        )
+    rows += [_vlm_row(r, f"{r.model_name} (blind)", "baseline: blind", True) for r in blind]
     if not blind:
-        rows.append(
-            BoardRow(
-                "blind",
-                "baseline: blind",
-                {},
-                lambda t, m: NOT_IN_CUBE if t in left else NOT_RUN,
-                True,
-            )
-        )
-    for r in vlms:
-        if not r.record.get("blind"):
-            cs = r.metrics.get("cells") or []
-            rows.append(
-                BoardRow(
-                    r.model_name,
-                    "VLM",
-                    _by_key(cs),
-                    _vlm_missing(r),
-                    False,
-                    _vlm_unparsed(cs),
-                )
-            )
-    seg = _localisers(res, cube)
-    for r in heads:
-        cells = _by_key(r.metrics.get("cells") or [])
-        # asked: a missing cell is text
-        cannot = set(r.record.get("tasks") or {}) | set(r.record.get("tasks_text") or [])
-        mine = r.record.get("tasks_left_out") or {}
-        rows.append(
-            BoardRow(
-                r.model_name,
-                "GFM (linear head)",
-                cells,
-                lambda t, m, cannot=cannot, left=mine: (
-                    CANNOT if t in cannot else NOT_IN_CUBE if t in left else NOT_ASKED
-                ),
-            )
-        )
-    for model, r in sorted(seg.items(), key=lambda kv: kv[1].model_name):
-        loc = r.record.fields["localisation"]
-        cell = {**loc, "class": None, "how": BOX_ROUTE}
-        rows.append(
-            BoardRow(
-                r.model_name,
-                "GFM (segmentation)",
-                {(loc["task"], "box_iou", None): cell},
-                lambda t, m: (
-                    CANNOT if m in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"
-                ),
-            )
-        )
+        why = lambda t, m: NOT_IN_CUBE if t in left else NOT_RUN  # noqa: E731
+        rows.append(BoardRow("blind", "baseline: blind", {}, why, True))
     return rows
+
+
+def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
+    """The board's rows in order: the chance baseline, the blind baseline (or that it was not run),
+    VLMs, encoder heads, encoders that localise through segmentation."""
+    cube = _cube(res, cube)
+    vlms, heads = (
+        sorted((r for r in res.of(f) if cube.holds(r)), key=lambda r: (r.model_name, r.run_id))
+        for f in ("vqa", "heads")
+    )
+    return (
+        _baseline_rows(vlms, heads)
+        + [_vlm_row(r, r.model_name, "VLM", False) for r in vlms if not r.record.get("blind")]
+        + [_head_row(r) for r in heads]
+        + [
+            _localiser_row(r)
+            for r in sorted(_localisers(res, cube).values(), key=lambda r: r.model_name)
+        ]
+    )
 
 
 def _header(task, metric: str, header: str, units: set[str]) -> str:
     """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its
     task's cells would have."""
     if not units:
-        from ...questions.cells import unit
-        from ...questions.tasks import all_tasks
-
         t = all_tasks().get(task)
         units = (
             {unit(t, metric)} if t is not None and metric in [m for m, _, _ in t.metrics] else set()
@@ -224,8 +180,20 @@ def _header(task, metric: str, header: str, units: set[str]) -> str:
     return header if not u or f"({u})" in header else f"{header} ({u})"
 
 
+def _refusal(cell: dict, first: str, fc: dict) -> str | None:
+    """Why a cell cannot share its column with the column's first cell (`first`'s), or None."""
+    if cell.get("unit") != fc.get("unit"):
+        return f"in {cell.get('unit')!r}, the column's unit is {fc.get('unit')!r}"
+    if cell.get("samples") != fc.get("samples"):
+        return (
+            f"is over other samples (hash {cell.get('samples')}, n {cell.get('n')})"
+            f" than {first}'s (hash {fc.get('samples')}, n {fc.get('n')})"
+        )
+    return None
+
+
 def _layout(
-    rows: list[BoardRow], columns, classes: list, cube_name: str, b_per_class: bool = False
+    rows: list[BoardRow], cols, classes: list, cube_name: str, b_per_class: bool = False
 ) -> tuple[list[list], list[list], list[str], list[str]]:
     """(raw rows, text rows, headers, notes): per column the first cell (in row order: chance first)
     fixes the column's samples and unit; a later cell over other samples or in another unit is
@@ -242,7 +210,7 @@ def _layout(
                 continue
             head = [row.name, row.kind] + ([c or "all"] if b_per_class else [])
             raw, txt = list(head), list(head)
-            for task, m, header in columns:
+            for task, m, header in cols:
                 cell = row.cells.get((task, m, c))
                 if cell is None:
                     raw.append(None)
@@ -252,15 +220,7 @@ def _layout(
                 if key not in ref:
                     ref[key] = (row.name, cell)
                     units.setdefault((task, m), set()).add(cell.get("unit", ""))
-                first, fc = ref[key]
-                why = None
-                if cell.get("unit") != fc.get("unit"):
-                    why = f"in {cell.get('unit')!r}, the column's unit is {fc.get('unit')!r}"
-                elif cell.get("samples") != fc.get("samples"):
-                    why = (
-                        f"is over other samples (hash {cell.get('samples')}, n {cell.get('n')})"
-                        f" than {first}'s (hash {fc.get('samples')}, n {fc.get('n')})"
-                    )
+                why = _refusal(cell, *ref[key])
                 if why:
                     raw.append(None)
                     txt.append(
@@ -275,13 +235,13 @@ def _layout(
                 raw.append(cell["value"])
                 how = cell.get("how") or ""
                 txt.append(
-                    _cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else "")
+                    cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else "")
                 )
             raw.append(None)
             txt.append(row.unparsed(c))
             raws.append(raw)
             txts.append(txt)
-    headers = [_header(task, m, h, units.get((task, m), set())) for task, m, h in columns]
+    headers = [_header(task, m, h, units.get((task, m), set())) for task, m, h in cols]
     return raws, txts, headers, notes
 
 
@@ -316,9 +276,6 @@ def board(res: Results, cube: "Cube | str") -> "Board":
     each task's file): a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its
     board has both files' columns, the dataset's own file first. InSAR-VLM-Bench's when no file can
     be found."""
-    from ...catalog import CatalogError
-    from ...questions.tasks import Board, all_tasks, board_of
-
     cube = _cube(res, cube)
     known = all_tasks()
     # file stem -> whether its tasks are this dataset's own (`datasets:`)
@@ -422,13 +379,7 @@ def split_table(res: Results, cube: "Cube | str") -> Table | None:
     t = Table(
         f"split_{cube.slug}",
         f"The board's split of {cube.name} per answer class",
-        [
-            Column("task", "Task", numeric=False),
-            Column("class", "Class", numeric=False),
-            Column("train", "Train"),
-            Column("val", "Val"),
-            Column("test", "Test"),
-        ],
+        columns("task=Task; class=Class; train=Train; val=Val; test=Test", text="task class"),
     )
     for task, by in classes.items():
         for c, n in by.items():
@@ -450,61 +401,35 @@ def task_table(res: Results, cube: "Cube | str") -> Table:
         f"tasks_{cube.slug}",
         f"Per task metrics on {cube.name} over every sample asked (the VLM's all-samples "
         "figure: a second figure, not the board's test split)",
-        [
-            Column("model", "Model", numeric=False),
-            Column("task", "Task", numeric=False),
-            Column("metric", "Metric", numeric=False),
-            Column("value", "Value"),
-            Column("ci_low", "CI low"),
-            Column("ci_high", "CI high"),
-            Column("n", "n"),
-            Column("unparsed", "Unparsed"),
-            Column("prompt", "Prompt sha256", numeric=False),
-        ],
+        columns(
+            "model=Model; task=Task; metric=Metric; value=Value; ci_low=CI low; ci_high=CI high;"
+            " n=n; unparsed=Unparsed; prompt=Prompt sha256",
+            text="model task metric prompt",
+        ),
     )
     for r in _of(res, "vqa", cube):
         for task, d in (r.metrics.get("tasks") or {}).items():
+            sha = ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", "")
             for m, s in d.get("metrics", {}).items():
-                t.add(
-                    [
-                        r.model_name,
-                        task,
-                        m,
-                        s["value"],
-                        s["ci_low"],
-                        s["ci_high"],
-                        s["n"],
-                        d.get("unparsed"),
-                        ((r.record.get("tasks") or {}).get(task) or {}).get("prompt_sha256", ""),
-                    ]
-                )
+                figures = [s[k] for k in ("value", "ci_low", "ci_high", "n")]
+                t.add([r.model_name, task, m, *figures, d.get("unparsed"), sha])
         t.notes.append(generation_cost(r))
     return t
 
 
 def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
     """Per model and task asked in several phrasings (a task file's `prompts:`): the primary
-    metric's mean and spread over the phrasings, each on the same samples; the board shows the first
-    phrasing only. None: no such task.
-    """
-    import statistics
-
+    metric's mean and spread over them (the board shows the first only); None: no such task."""
     cube = _cube(res, cube)
     t = Table(
         f"phrasings_{cube.slug}",
         f"Prompt phrasings on {cube.name}: mean and spread over each task's phrasings",
-        [
-            Column("model", "Model", numeric=False),
-            Column("task", "Task", numeric=False),
-            Column("metric", "Metric", numeric=False),
-            Column("phrasings", "Phrasings"),
-            Column("mean", "Mean"),
-            Column("sd", "SD"),
-            Column("min", "Min"),
-            Column("max", "Max"),
-            Column("first", "First (the board's phrasing)"),
-            Column("unparsed", "Unparsed of asked, per phrasing", numeric=False),
-        ],
+        columns(
+            "model=Model; task=Task; metric=Metric; phrasings=Phrasings; mean=Mean; sd=SD;"
+            " min=Min; max=Max; first=First (the board's phrasing);"
+            " unparsed=Unparsed of asked, per phrasing",
+            text="model task metric unparsed",
+        ),
     )
     for r in _of(res, "vqa", cube):
         for task, d in (r.metrics.get("tasks") or {}).items():
@@ -513,16 +438,14 @@ def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
             vals = [p["metrics"][m]["value"] for p in ph if m and m in p.get("metrics", {})]
             if len(vals) < 2:
                 continue
+            spread = [statistics.fmean(vals), statistics.stdev(vals), min(vals), max(vals)]
             t.add(
                 [
                     r.model_name,
                     task,
                     m,
                     len(vals),
-                    statistics.fmean(vals),
-                    statistics.stdev(vals),
-                    min(vals),
-                    max(vals),
+                    *spread,
                     vals[0],
                     "; ".join(
                         f"#{k + 1}{' (MC)' if p.get('multiple_choice') else ''}: {p['unparsed']}"
@@ -586,16 +509,18 @@ def confusion_tables(res: Results, cube: "Cube | str") -> list[Table]:
     return out
 
 
+def _fringe_pairs(r: Run) -> list:
+    return ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
+
+
 def fringe_plot(res: Results, cube: "Cube | str", stem: Path) -> list[Path]:
     """The fringe_counting answers against the true counts, a series per VLM run (its unparsed
     answers counted in the legend), beside y = x."""
-    from ...report import plots
-
     cube = _cube(res, cube)
-    fig, ax = plots._subplots((4.6, 4.2))
+    fig, ax = plots.panel((4.6, 4.2))
     hi = 1.0
     for i, r in enumerate(_of(res, "vqa", cube)):
-        pairs = ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
+        pairs = _fringe_pairs(r)
         pts = [(a, b) for a, b in pairs if b is not None]
         if not pairs:
             continue
@@ -605,11 +530,14 @@ def fringe_plot(res: Results, cube: "Cube | str", stem: Path) -> list[Path]:
             xs, ys, s=18, alpha=0.7, label=f"{r.model_name} ({len(pairs) - len(pts)} unparsed)"
         )
     ax.plot([0, hi], [0, hi], color="#888", lw=0.8, ls="--")
-    ax.set_xlabel("true fringe count")
-    ax.set_ylabel("answered fringe count")
-    ax.set_title(f"Fringe counting on {cube.name}")
-    ax.legend(fontsize=7)
-    return plots.save(fig, stem)
+    title = f"Fringe counting on {cube.name}"
+    return plots.finish(
+        ax, stem, title, "true fringe count", "answered fringe count", legend={"fontsize": 7}
+    )
+
+
+def _question(q: dict) -> tuple:
+    return q["task"], q.get("class"), q.get("variant", 0)
 
 
 def gallery(
@@ -617,8 +545,6 @@ def gallery(
 ) -> list[tuple[Path | None, str, Table]]:
     """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption
     and a table of each model's answers."""
-    from ... import store
-
     cube = _cube(res, cube)
     runs = _of(res, "vqa", cube)
     if not runs:
@@ -630,16 +556,12 @@ def gallery(
         t = Table(
             f"gallery_{g['sample']}",
             f"sample {g['source']}",
-            [
-                Column("task", "Task", numeric=False),
-                Column("question", "Question", numeric=False),
-                Column("reference", "Reference", numeric=False),
-            ]
+            columns("task=Task; question=Question; reference=Reference", "task question reference")
             + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)],
         )
         answers = [
             {
-                (q["task"], q.get("class"), q.get("variant", 0)): q
+                _question(q): q
                 for gg in r.record.get("gallery") or []
                 if gg["sample"] == g["sample"]
                 for q in gg["qa"]
@@ -648,13 +570,10 @@ def gallery(
         ]
         for q in g["qa"]:
             ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
-            row = [q["task"], q["question"], ref] + [
-                (a.get((q["task"], q.get("class"), q.get("variant", 0))) or {}).get(
-                    "answer", MISSING
-                )
-                or "(empty)"
-                for a in answers
+            said = [
+                (a.get(_question(q)) or {}).get("answer", MISSING) or "(empty)" for a in answers
             ]
+            row = [q["task"], q["question"], ref, *said]
             t.add(row, [str(x) for x in row])
         pic = figures / f"vqa_{cube.slug}_{g['picture'].rsplit('/', 1)[-1]}"
         try:
@@ -671,8 +590,6 @@ def gallery(
 def leaderboard_md(res: Results) -> str:
     """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per cube (its columns from the task file),
     a sample cube's test split per answer class in the notes under it."""
-    from ...report.tables import to_markdown
-
     boards = cubes(res)
     titles = sorted({board(res, c).title for c in boards}) or ["InSAR-VLM-Bench tasks"]
     parts = [
@@ -702,18 +619,11 @@ def sections(page, res: Results) -> None:
                 " n, beside the chance and blind baselines; unparsed answers count as wrong."
             ),
         )
-        page.table(sec, "vqa", leaderboard(res, c))
-        if (st := split_table(res, c)) is not None:
-            page.table(sec, "vqa", st)
-        page.table(sec, "vqa", task_table(res, c))
-        if (ph := phrasing_table(res, c)) is not None:
-            page.table(sec, "vqa", ph)
-        for t in confusion_tables(res, c):
-            page.table(sec, "vqa", t)
-        if any(
-            ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs")
-            for r in _of(res, "vqa", c)
-        ):
+        tables = [leaderboard(res, c), split_table(res, c), task_table(res, c)]
+        for t in tables + [phrasing_table(res, c), *confusion_tables(res, c)]:
+            if t is not None:
+                page.table(sec, "vqa", t)
+        if any(_fringe_pairs(r) for r in _of(res, "vqa", c)):
             page.figure(
                 sec,
                 fringe_plot(res, c, page.stem(f"vqa_fringes_{c.slug}")),

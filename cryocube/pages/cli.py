@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .tables import RENDERERS
+from ..report.tables import RENDERERS
 
 # build.py imports matplotlib: only load it when the command runs
 ALL_FORMATS = (*RENDERERS, "html")
@@ -161,7 +161,7 @@ def run(args) -> int:
         compare=args.compare,
         draws=args.draws,
     )
-    from .tables import to_markdown
+    from ..report.tables import to_markdown
 
     for t in rep.printed:  # every cell with its interval, across datasets, paired comparisons
         print(to_markdown(t))

@@ -24,15 +24,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
+from .. import families, outputs
+from ..catalog import DEFAULT_TASK, CatalogError, load_dataset
 from ..errors import ReportError
-from . import analysis, intervals, plots, sweeps
-from .html import FigureRef, Section, write_html
-from .leaderboard import Leaderboard, leaderboard_from_runs
-from .names import protocol_sort_key, protocol_title
-from .published import Mismatch, check_consistency, load_leaderboard_csv, published_leaderboard
+from ..models.profile import measured_costs
+from ..report import intervals, plots, stats
+from ..report.html import FigureRef, Section, write_html
+from ..report.leaderboard import Leaderboard, leaderboard_from_runs
+from ..report.names import protocol_sort_key, protocol_title
+from ..report.published import (
+    Mismatch,
+    check_consistency,
+    load_leaderboard_csv,
+    published_leaderboard,
+)
+from ..report.records import Results, Run, load_results
+from ..report.stats import DRAWS
+from ..report.tables import RENDERERS, Table, to_markdown, write_table
+from . import analysis, sweeps
 from .qualitative import find_predictions, qualitative_panels
-from .records import Results, Run, load_results
-from .tables import RENDERERS, Table, to_markdown, write_table
 
 TABLE_FORMATS = tuple(RENDERERS)  # md, csv, json, tex
 ALL_FORMATS = TABLE_FORMATS + ("html",)
@@ -70,12 +82,8 @@ def _title(protocol: str, fraction: float) -> str:
 
 
 def _cube_task(dataset: str) -> str:
-    """The dataset's catalog task: `segmentation` for Cryo-Bench's datasets; `vqa` for interferogram
-    cubes, whose segmentation runs (deformation masks, for localisation) must not enter Cryo-Bench's
-    averages and ranks.
-    """
-    from ..catalog import DEFAULT_TASK, CatalogError, load_dataset
-
+    """The dataset's catalog task: interferogram cubes' segmentation runs (deformation masks) must
+    stay out of Cryo-Bench's averages and ranks."""
     try:
         return load_dataset(dataset).task
     except (CatalogError, OSError):
@@ -85,8 +93,6 @@ def _cube_task(dataset: str) -> str:
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
     """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get
     boards of their own (protocol `<protocol>:interferograms`)."""
-    from ..catalog import DEFAULT_TASK
-
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
         task = _cube_task(r.dataset)
@@ -114,12 +120,11 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         meta["runs"] = (
             f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates"
             " replaced"
-            + (
-                f", {len(res.other_recipes)} of other recipes left out of the leaderboards"
-                if res.other_recipes
-                else ""
-            )
         )
+        if res.other_recipes:
+            meta["runs"] += (
+                f", {len(res.other_recipes)} of other recipes left out of the leaderboards"
+            )
         meta["protocols"] = ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key))
         meta["seeds"] = ", ".join(map(str, sorted({r.seed for r in runs})))
         meta["devices"] = ", ".join(sorted({r.device for r in runs if r.device})) or "–"
@@ -131,8 +136,10 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         created = sorted(r.created for r in runs if r.created)
         if created:
             meta["run times"] = f"{created[0]} … {created[-1]}"
-        gpu = sum(r.total_s or 0 for r in res.runs if r.device.startswith("cuda")) / 3600
-        cpu = sum(r.total_s or 0 for r in res.runs if not r.device.startswith("cuda")) / 3600
+        gpu, cpu = (
+            sum(r.total_s or 0 for r in res.runs if r.device.startswith("cuda") == on_gpu) / 3600
+            for on_gpu in (True, False)
+        )
         meta["compute"] = f"{gpu:.3f} GPU hours, {cpu:.3f} CPU hours (successful runs)"
         cubes = {}
         versions: dict[str, set[str]] = defaultdict(set)
@@ -167,6 +174,7 @@ class _Writer:
         draws: int = 2000,
     ):
         self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
+        self.all_formats = formats
         self.draws = draws  # bootstrap draws per interval (report/stats.py)
         self.sections: list[Section] = []
         # model id -> measured compute profile (`cryocube list models --profile`)
@@ -271,13 +279,8 @@ def _or(lo, hi, v):
 
 
 def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) -> None:
-    """A board's uncertainty (docs/statistics.md): every cell's bootstrap interval, the IQM and
-    mean across datasets with their intervals, and with two or more models the probability of
-    improvement and rliable's three figures."""
-    import numpy as np
-
-    from . import stats
-
+    """A board's uncertainty (docs/statistics.md): cells and aggregates with their intervals, and
+    from two models on the probability of improvement and rliable's three figures."""
     bi = intervals.board_intervals(lb, runs, draws=w.draws)
     w.rep.uncertainty[key] = bi
     for t in (intervals.cells_table(bi), intervals.aggregate_table(bi)):
@@ -303,24 +306,16 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
     w.figure(
         sec,
         plots.improvement_heatmap(
-            models,
-            mat[0],
-            mat[1],
-            mat[2],
-            w.stem(f"{key}_improvement"),
-            f"{lb.title}: probability of improvement",
-        ),  # fmt: skip
+            models, *mat, w.stem(f"{key}_improvement"), f"{lb.title}: probability of improvement"
+        ),
         "P(X > Y): the chance that model X beats model Y on a dataset, [95 % interval]",
     )
     taus = intervals.profile_taus(bi.scores)
+    profile = stats.performance_profile(bi.scores, taus)
+    title = f"{lb.title}: performance profile"
     w.figure(
         sec,
-        plots.performance_profile(
-            taus,
-            stats.performance_profile(bi.scores, taus),
-            w.stem(f"{key}_profile"),
-            f"{lb.title}: performance profile",
-        ),  # fmt: skip
+        plots.performance_profile(taus, profile, w.stem(f"{key}_profile"), title),
         "Fraction of each model's (dataset, seed) runs above each mIoU",
     )
 
@@ -367,12 +362,8 @@ def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> 
 
 
 def _family_sections(w: _Writer, res: Results) -> None:
-    """Every installed family's own sections (`Family.report_sections`), in the registry's order;
-    the report itself knows none of them. Runs of a family this installation lacks are listed, never
-    dropped.
-    """
-    from .. import families
-
+    """Every installed family's own sections, in the registry's order (the report knows none);
+    runs of a family this installation lacks are listed, never dropped."""
     known = families.names()
     for name in known:
         families.get(name).report_sections(w, res)
@@ -448,26 +439,16 @@ def build_report(
 ) -> Report:
     """Write the report for results files/directories (or a loaded `Results`) into `out`.
 
-    profiles: the folder of measured compute profiles (default `models.profile.profile_dir()`, where
-    `cryocube list models --profile` caches them); the cost table and plot use their GFLOPs over the
-    catalog's.
-
-    published: True renders the bundled Cryo-Bench table (with its consistency check); a path
-    renders that CSV instead. Our frozen leaderboard is compared with the paper's table whenever it
-    shares models.
-
-    compare: pairs of models (catalog id or display name) compared with a paired bootstrap;
-    draws: bootstrap draws per interval (default `stats.DRAWS`).
+    profiles: the folder of measured compute profiles (default `models.profile.profile_dir()`);
+    their GFLOPs win over the catalog's. published: True renders the bundled Cryo-Bench table with
+    its consistency check, a path that CSV. compare: pairs of models (catalog id or display name)
+    for a paired bootstrap; draws: bootstrap draws per interval (default `stats.DRAWS`).
     """
-    from .stats import DRAWS
-
     fmts = _parse_formats(formats)
     if results is None and not published:
         raise ReportError(
             "nothing to report: give results files/directories, or published=True (--published)"
         )
-    from .. import outputs
-
     # never replace a folder report did not write
     outputs.claim(str(out), "report", "report", write_marker=False)
     if not (isinstance(results, Results) or results is None):
@@ -478,21 +459,17 @@ def build_report(
     # built in a sibling folder and swapped in whole: complete, or the previous report untouched
     with outputs.staged_folder(out, "report", "report") as tmp:
         rep = Report(out=tmp, results=res, final=Path(out))
-        from ..models.profile import measured_costs
-
-        _build(
-            rep,
-            res,
-            fmts,
-            protocols,
-            cube_urls,
-            samples,
-            published,
-            title,
-            measured_costs(profiles),
-            compare,
-            DRAWS if draws is None else int(draws),
-        )
+        w = _Writer(rep, fmts, measured_costs(profiles), DRAWS if draws is None else int(draws))
+        if res is not None:
+            _result_sections(w, res, set(protocols or ()), bool(published), compare)
+        if published:
+            _published_section(w, None if published is True else published)
+        if cube_urls:
+            _qualitative_section(w, res, cube_urls, samples)
+        if res is not None and (res.failures or res.replaced or res.other_recipes):
+            _failures_section(w, res)
+        extra = {"published table": str(published)} if published and published is not True else {}
+        _write_pages(w, title, _metadata(res, rep, extra))
 
     def moved(p: Path) -> Path:
         return rep.final / p.relative_to(tmp)
@@ -503,50 +480,36 @@ def build_report(
     return rep
 
 
-def _build(
-    rep: Report,
-    res: Results | None,
-    fmts: list[str],
-    protocols,
-    cube_urls,
-    samples,
-    published,
-    title,
-    measured: dict[str, dict] | None = None,
-    compare: Sequence[tuple[str, str]] = (),
-    draws: int = 2000,
-) -> None:
-    w = _Writer(rep, fmts, measured, draws)
-    wanted = set(protocols) if protocols else None
-    if res is not None:
-        if not res.runs and not res.failures and not any(res.by_family.values()):
-            raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
-        lbs = _protocol_sections(w, res, wanted)
-        if wanted and not lbs and not published:
-            known = sorted({r.protocol for r in res.runs})
-            raise ReportError(
-                f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found:"
-                f" {', '.join(known)})"
-            )
-        _compare_sections(w, lbs)
-        _paired_section(w, compare)
-        _family_sections(w, res)
-        # tune studies (their trials never reach the leaderboards) and label-fraction curves
-        sweeps.sections(w, res)
-    if published:
-        _published_section(w, None if published is True else published)
-    if cube_urls:
-        _qualitative_section(w, res, cube_urls, samples)
-    if res is not None and (res.failures or res.replaced or res.other_recipes):
-        sec = w.section("Failures")
-        t = analysis.failures_table(res)
-        rep.files += write_table(t, rep.out, w.formats)
-        rep.tables["failures"] = t
-        sec.tables.append(t)
-    meta = _metadata(
-        res, rep, {"published table": str(published)} if published and published is not True else {}
-    )
-    if "md" in fmts:
+def _result_sections(w: _Writer, res: Results, wanted: set[str], published: bool, compare) -> None:
+    if not res.runs and not res.failures and not any(res.by_family.values()):
+        raise ReportError(f"{', '.join(map(str, res.sources))}: no run records")
+    lbs = _protocol_sections(w, res, wanted)
+    if wanted and not lbs and not published:
+        known = sorted({r.protocol for r in res.runs})
+        raise ReportError(
+            f"no successful runs of protocol(s) {', '.join(sorted(wanted))} (found:"
+            f" {', '.join(known)})"
+        )
+    _compare_sections(w, lbs)
+    _paired_section(w, compare)
+    _family_sections(w, res)
+    # tune studies (their trials never reach the leaderboards) and label-fraction curves
+    sweeps.sections(w, res)
+
+
+def _failures_section(w: _Writer, res: Results) -> None:
+    """Failed runs, at the report's top level (not in a group folder)."""
+    sec = w.section("Failures")
+    t = analysis.failures_table(res)
+    w.rep.files += write_table(t, w.rep.out, w.formats)
+    w.rep.tables["failures"] = t
+    sec.tables.append(t)
+
+
+def _write_pages(w: _Writer, title: str, meta: dict[str, str]) -> None:
+    """report.md and report.html, each as the formats ask."""
+    rep = w.rep
+    if "md" in w.all_formats:
         md = [f"# {title}", ""]
         for s in w.sections:
             md += [f"{'#' * s.level} {s.title}", ""] + ([s.text, ""] if s.text else [])
@@ -556,7 +519,7 @@ def _build(
         p = rep.out / "report.md"
         p.write_text("\n".join(md) + "\n", encoding="utf-8")
         rep.files.append(p)
-    if "html" in fmts:
+    if "html" in w.all_formats:
         rep.html = write_html(rep.out / "report.html", title, w.sections, meta)
         rep.files.append(rep.html)
 

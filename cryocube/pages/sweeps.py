@@ -1,11 +1,6 @@
-"""Report sections of `cryocube tune` studies and of label-fraction curves.
-
-Studies: per (model, dataset) the default recipe's test metric against the tuned one (the best
-trial's retrain, selected on validation only) with the best params, the study's importance of each
-parameter, and its optimisation history (validation objective per trial, pruned trials marked).
-Label fractions: metric against the share of training labels per model, frozen against fine-tuned,
-from plain runs (`evaluate --fraction 0.01,0.05,...`; tune trials never enter).
-"""
+"""Report sections of `cryocube tune` studies (the default recipe against the tuned retrain,
+selected on validation only; importances; optimisation history) and of label-fraction curves (from
+plain runs, `evaluate --fraction 0.01,0.05,...`; tune trials never enter)."""
 
 from __future__ import annotations
 
@@ -14,17 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .names import dataset_display_name
-from .plots import save
-from .records import Results, Run, distinct_labels
-from .tables import Column, Table
+from ..report import plots
+from ..report.names import dataset_display_name
+from ..report.records import Results, Run, distinct_labels
+from ..report.tables import Table, columns
 
-FROZEN_PROTOCOLS = ("frozen", "fewshot")  # frozen encoder, any label share
-FINETUNED_PROTOCOLS = ("finetune",)
+# the encoder mode of a curve's protocol (a frozen encoder at any label share)
+ENCODER_MODE = {"frozen": "frozen", "fewshot": "frozen", "finetune": "fine-tuned"}
 
 
 def _mean(vals: Sequence[float]) -> float | None:
@@ -49,29 +42,20 @@ def studies_table(res: Results) -> tuple[Table, Table]:
         key=lambda r: (r.dataset, r.model_name, r.protocol),
     )
     by_id = {r.run_id: r for r in res.runs + res.other_recipes + res.replaced if not r.sweep}
-    cols = [
-        Column("model", "Model", numeric=False),
-        Column("dataset", "Dataset", numeric=False),
-        Column("protocol", "Protocol", numeric=False),
-        Column("default", "Default test mIoU"),
-        Column("tuned", "Tuned test mIoU"),
-        Column("gain", "Gain"),
-        Column("best_params", "Best params", numeric=False),
-        Column("val", "Best val objective"),
-        Column("trials", "Trials (complete/pruned/failed)", numeric=False),
-        Column("study", "Study", numeric=False),
-    ]
+    cols = columns(
+        "model=Model; dataset=Dataset; protocol=Protocol; default=Default test mIoU;"
+        " tuned=Tuned test mIoU; gain=Gain; best_params=Best params; val=Best val objective;"
+        " trials=Trials (complete/pruned/failed); study=Study",
+        text="model dataset protocol best_params trials study",
+    )
     t = Table("studies", "Hyper-parameter studies: default recipe vs tuned", cols)
     imp = Table(
         "importance",
         "Parameter importance (fANOVA over completed trials)",
-        [
-            Column("study", "Study", numeric=False),
-            Column("model", "Model", numeric=False),
-            Column("dataset", "Dataset", numeric=False),
-            Column("param", "Parameter", numeric=False),
-            Column("importance", "Importance"),
-        ],
+        columns(
+            "study=Study; model=Model; dataset=Dataset; param=Parameter; importance=Importance",
+            text="study model dataset param",
+        ),
     )
     for r in tuned:
         s = r.sweep
@@ -79,20 +63,10 @@ def studies_table(res: Results) -> tuple[Table, Table]:
         d, v = (base.miou if base else None), r.miou
         n = s.get("n_trials") or {}
         params = ", ".join(f"{k}={_fmt_param(x)}" for k, x in (s.get("params") or {}).items())
-        t.add(
-            [
-                r.model_name,
-                r.dataset,
-                r.protocol,
-                d,
-                v,
-                v - d if v is not None and d is not None else None,
-                params,
-                s.get("value"),
-                f"{n.get('complete', 0)}/{n.get('pruned', 0)}/{n.get('fail', 0)}",
-                s.get("study"),
-            ]
-        )
+        gain = v - d if v is not None and d is not None else None
+        trials = "/".join(str(n.get(k, 0)) for k in ("complete", "pruned", "fail"))
+        row = [r.model_name, r.dataset, r.protocol, d, v, gain, params, s.get("value"), trials]
+        t.add(row + [s.get("study")])
         for k, x in sorted((s.get("importance") or {}).items(), key=lambda kv: -kv[1]):
             imp.add([s.get("study"), r.model_name, dataset_display_name(r.dataset), k, float(x)])
     t.notes.append(
@@ -107,11 +81,13 @@ def _fmt_param(x) -> str:
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
+_SMALL = {"title_size": 10, "legend": {"fontsize": 8}}
+
+
 def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -> list[Path]:
     """Validation objective per trial (pruned: at their rung), and the best so far over completed
     trials."""
-    fig = Figure(figsize=(6.5, 4))
-    ax = fig.add_subplot()
+    fig, ax = plots.panel((6.5, 4))
     for state, marker, colour in (
         ("complete", "o", "tab:blue"),
         ("pruned", "x", "tab:red"),
@@ -140,23 +116,14 @@ def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -
             ys.append(best)
     if xs:
         ax.step(xs, ys, where="post", color="black", lw=1.2, label="best so far")
-    ax.set_xlabel("trial")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(
-        str(next(iter(trials.values())).sweep.get("metric", "val_mIoU")) if trials else "val_mIoU"
-    )
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save(fig, stem)
+    metric = next(iter(trials.values())).sweep.get("metric", "val_mIoU") if trials else "val_mIoU"
+    return plots.finish(ax, stem, title, "trial", str(metric), **_SMALL, grid={"alpha": 0.3})
 
 
 def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float, list[float]]]]:
-    """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed.
-
-    A curve is one model id and one recipe (the run's identity apart from fraction, seed and
-    protocol): two models that share a display name, or one model at epochs 1 and 3, are separate
-    curves, labelled apart (`distinct_labels`)."""
+    """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed. A
+    curve is one model id and one recipe: two of either are two curves, labelled apart."""
     out, rep = _fraction_groups(res)
     curves = {}
     for d, cs in out.items():
@@ -175,13 +142,7 @@ def _fraction_groups(res: Results) -> tuple[dict, dict]:
     for r in res.runs + res.other_recipes:
         if r.sweep or r.miou is None:
             continue
-        kind = (
-            "frozen"
-            if r.protocol in FROZEN_PROTOCOLS
-            else "fine-tuned"
-            if r.protocol in FINETUNED_PROTOCOLS
-            else None
-        )
+        kind = ENCODER_MODE.get(r.protocol)
         if kind:
             key = (r.model, r.recipe_digest, kind)
             out[r.dataset][key][r.fraction].append(r.miou)
@@ -190,10 +151,8 @@ def _fraction_groups(res: Results) -> tuple[dict, dict]:
 
 
 def fraction_left_out(res: Results) -> list[str]:
-    """The runs no curve shows because their recipe ran at one label fraction while the same model
-    (and encoder mode) ran other fractions under another recipe: a curve never joins recipes, and
-    the report says so.
-    """
+    """The runs no curve shows: their recipe ran at one label fraction while the same model ran
+    others under another recipe (a curve never joins recipes; the report says so)."""
     out, rep = _fraction_groups(res)
     lines = []
     for d, cs in sorted(out.items()):
@@ -215,28 +174,18 @@ def fraction_table(curves: dict) -> Table:
     t = Table(
         "label_fraction",
         "Test mIoU against the share of training labels",
-        [
-            Column("dataset", "Dataset", numeric=False),
-            Column("model", "Model", numeric=False),
-            Column("encoder", "Encoder", numeric=False),
-            Column("fraction", "Label fraction"),
-            Column("miou", "mIoU (mean over seeds)"),
-            Column("seeds", "seeds"),
-        ],
+        columns(
+            "dataset=Dataset; model=Model; encoder=Encoder; fraction=Label fraction;"
+            " miou=mIoU (mean over seeds); seeds=seeds",
+            text="dataset model encoder",
+        ),
     )
     for d, cs in sorted(curves.items()):
         for (m, kind), pts in sorted(cs.items()):
             for f, vals in sorted(pts.items()):
+                row = [d, m, kind, f, _mean(vals), len(vals)]
                 t.add(
-                    [d, m, kind, f, _mean(vals), len(vals)],
-                    [
-                        dataset_display_name(d),
-                        m,
-                        kind,
-                        f"{f:g}",
-                        f"{_mean(vals):.2f}",
-                        str(len(vals)),
-                    ],
+                    row, [dataset_display_name(d), m, kind, f"{f:g}", f"{row[4]:.2f}", str(row[5])]
                 )
     return t
 
@@ -246,11 +195,9 @@ def fraction_plot(
 ) -> list[Path]:
     """One line per model and encoder mode (solid: frozen, dashed: fine-tuned), log-scaled label
     fraction."""
-    fig = Figure(figsize=(6.5, 4.2))
-    ax = fig.add_subplot()
+    fig, ax = plots.panel((6.5, 4.2))
     models = sorted({m for m, _ in curves})
-    cmap = matplotlib.colormaps["tab20" if len(models) > 10 else "tab10"]
-    colour = {m: cmap(i % cmap.N) for i, m in enumerate(models)}
+    colour = dict(zip(models, plots.colours(len(models))))
     for (m, kind), pts in sorted(curves.items()):
         fs = sorted(pts)
         ax.plot(
@@ -263,12 +210,15 @@ def fraction_plot(
             label=f"{m}, {kind}",
         )
     ax.set_xscale("log")
-    ax.set_xlabel("share of training labels")
-    ax.set_ylabel("test mIoU")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    return save(fig, stem)
+    return plots.finish(
+        ax,
+        stem,
+        title,
+        "share of training labels",
+        "test mIoU",
+        **_SMALL,
+        grid={"alpha": 0.3, "which": "both"},
+    )
 
 
 def sections(w: Any, res: Results) -> None:
@@ -299,15 +249,13 @@ def sections(w: Any, res: Results) -> None:
     curves = fraction_curves(res)
     left = fraction_left_out(res)
     if curves or left:
-        note = (
-            (
+        note = ""
+        if left:
+            note = (
                 f"Left out of the curves, {len(left)} point(s) whose recipe ran at one label"
                 " fraction only (a curve joins runs of one recipe, never recipes at other"
                 " fractions): " + "; ".join(left) + "."
             )
-            if left
-            else ""
-        )
         sec = w.section("Label-fraction curves", text=note)
         if curves:
             w.table(sec, "fractions", fraction_table(curves))

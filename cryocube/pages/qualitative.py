@@ -1,9 +1,6 @@
-"""Qualitative panels: image, label and (when a run stored them) prediction for chosen test tiles.
-
-Reads the cube (through `cube.open_cube`, any store) and optionally a run's `predictions.zarr`
-(`pred(sample, y, x)` plus a `sample` array giving the cube index of each row). Only the few chosen
-samples are read, so xarray's convenience costs nothing here.
-"""
+"""Qualitative panels: image, label and (when a run stored them) prediction for chosen test
+tiles, from the cube and a run's `predictions.zarr` (`pred(sample, y, x)`; `sample`: each row's
+index in the cube)."""
 
 from __future__ import annotations
 
@@ -17,9 +14,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from .. import cube, store
 from ..errors import CubeReadError, UserError
-from .plots import save
-from .records import Run
+from ..report.plots import save
+from ..report.records import Run
 
 IGNORE_COLOUR = (0.85, 0.85, 0.85)
 RGB_BANDS = (("B4", "B3", "B2"), ("red", "green", "blue"), ("R", "G", "B"))
@@ -28,8 +26,6 @@ RGB_BANDS = (("B4", "B3", "B2"), ("red", "green", "blue"), ("R", "G", "B"))
 def open_cube(url: str):
     """The cube of a panel, even an incomplete one; one that cannot be opened or has no image or
     label array is a CubeReadError naming the URL."""
-    from .. import cube
-
     try:
         with warnings.catch_warnings():
             # "not consolidated" fallback is fine here
@@ -108,8 +104,6 @@ def to_display(image: np.ndarray, band_names: Sequence[str]) -> np.ndarray:
 def _predictions(url: str | None):
     if url is None:
         return None, {}
-    from .. import store
-
     try:
         g = store.open_group(str(url), "r")
         pred, index = g["pred"], np.asarray(g["sample"][:]).astype(int)
@@ -123,6 +117,17 @@ def _predictions(url: str | None):
 def _pixel_accuracy(pred: np.ndarray, label: np.ndarray) -> float | None:
     valid = label >= 0
     return float((pred[valid] == label[valid]).mean() * 100) if valid.any() else None
+
+
+def _prediction_panel(ax, pred, label: np.ndarray, colours: list) -> None:
+    if pred is None:
+        ax.text(0.5, 0.5, "no prediction\nfor this sample", ha="center", va="center", fontsize=8)
+        ax.set_title("prediction", fontsize=8)
+        return
+    p = np.asarray(pred).astype(int)
+    ax.imshow(colourise(p, colours), interpolation="nearest")
+    acc = _pixel_accuracy(p, label)
+    ax.set_title("prediction" + (f" (pixel acc {acc:.1f}%)" if acc is not None else ""), fontsize=8)
 
 
 def qualitative_panels(
@@ -162,19 +167,7 @@ def qualitative_panels(
         row[1].imshow(colourise(label, colours), interpolation="nearest")
         row[1].set_title("label", fontsize=8)
         if pred is not None:
-            if s in pred_row:
-                p = np.asarray(pred[pred_row[s]]).astype(int)
-                row[2].imshow(colourise(p, colours), interpolation="nearest")
-                acc = _pixel_accuracy(p, label)
-                row[2].set_title(
-                    "prediction" + (f" (pixel acc {acc:.1f}%)" if acc is not None else ""),
-                    fontsize=8,
-                )
-            else:
-                row[2].text(
-                    0.5, 0.5, "no prediction\nfor this sample", ha="center", va="center", fontsize=8
-                )
-                row[2].set_title("prediction", fontsize=8)
+            _prediction_panel(row[2], pred[pred_row[s]] if s in pred_row else None, label, colours)
         for ax in row:
             ax.set_xticks([])
             ax.set_yticks([])
@@ -197,8 +190,6 @@ def qualitative_panels(
 def find_predictions(run: Run, sources: Sequence[str]) -> str | None:
     """Where a run's predictions.zarr lives: a URL in the record, or <results
     dir>[/runs]/<run_id>/."""
-    from .. import store
-
     rec = run.record
     cands = [rec.get("predictions"), rec.get("predictions_url")]
     if rec.get("run_dir"):

@@ -1,7 +1,4 @@
-"""The report's tables, built from leaderboards and runs.
-
-Each function returns a `tables.Table`; nothing here renders or writes files.
-"""
+"""The protocol pages' tables, from leaderboards and runs (rendering and files are the caller's)."""
 
 from __future__ import annotations
 
@@ -10,11 +7,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from .leaderboard import Leaderboard, best_two
-from .names import dataset_display_name, model_sort_key
-from .published import Mismatch
-from .records import DEVIATES, RANDOM_INIT, Results, Run
-from .tables import MISSING, Column, Table, fmt
+from ..report.leaderboard import Leaderboard, best_two
+from ..report.names import dataset_display_name, model_sort_key
+from ..report.published import Mismatch
+from ..report.records import DEVIATES, RANDOM_INIT, Results, Run
+from ..report.tables import MISSING, Column, Table, columns, fmt
 
 RANK_NOTE = (
     "Rank: competition ranking per dataset (ties share the best rank), averaged over the datasets a"
@@ -30,6 +27,10 @@ def _d(d: str) -> str:
     return dataset_display_name(d)
 
 
+def _signed(v: float | None) -> str:
+    return MISSING if v is None else f"{v:+.2f}"
+
+
 def _avg_text(v: float | None, n: int, total: int, decimals: int = 2) -> str:
     if v is None:
         return MISSING
@@ -38,7 +39,7 @@ def _avg_text(v: float | None, n: int, total: int, decimals: int = 2) -> str:
 
 @dataclass
 class Cost:
-    """What a model's runs cost, summed or averaged over the runs of one protocol."""
+    """What a model's runs of one protocol cost."""
 
     params_encoder: int | None
     params_decoder: int | None
@@ -55,7 +56,7 @@ class Cost:
 
     @property
     def params_m(self) -> float | None:
-        """Encoder plus decoder parameters, in millions; None where the records carry neither."""
+        """Encoder plus decoder parameters, in millions."""
         parts = [p for p in (self.params_encoder, self.params_decoder) if p is not None]
         return sum(parts) / 1e6 if parts else None
 
@@ -72,10 +73,7 @@ def _median_int(vals: Sequence[int | None]) -> int | None:
 
 def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[str, Cost]:
     """Per display name: median parameters, mean GFLOPs and throughput, max memory, device hours.
-
-    GFLOPs come from `measured` (model id -> profile entry, `models.profile.measured_costs`) where
-    it has the model, else from the run records, which copy the catalog's published figure;
-    `gflops_source` says which.
+    GFLOPs measured (`models.profile.measured_costs`) win over the records' copy of the catalog's.
     """
     measured = measured or {}
     by: dict[str, list[Run]] = defaultdict(list)
@@ -112,13 +110,9 @@ def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[
     return out
 
 
-COST_COLUMNS = [
-    Column("params_M", "Params (M)"),
-    Column("gflops", "GFLOPs"),
-    Column("samples_per_s", "samples/s"),
-    Column("gpu_hours", "GPU h"),
-    Column("cpu_hours", "CPU h"),
-]
+COST_COLUMNS = columns(
+    "params_M=Params (M); gflops=GFLOPs; samples_per_s=samples/s; gpu_hours=GPU h; cpu_hours=CPU h"
+)
 
 
 def _cost_values(c: Cost | None) -> list:
@@ -146,19 +140,14 @@ def leaderboard_table(
     costs)."""
     has_pub = any(r.published_avg is not None or r.published_rank is not None for r in lb.rows)
     cols = [Column("model", "Model", numeric=False)] + [Column(d, _d(d)) for d in lb.datasets]
-    cols += [
-        Column("avg_mIoU", "Avg mIoU"),
-        Column("n_datasets", "datasets", show=False),
-        Column("avg_rank", "Avg rank"),
-    ]
+    cols += columns(
+        "avg_mIoU=Avg mIoU; n_datasets=datasets; avg_rank=Avg rank", hidden="n_datasets"
+    )
     if has_pub:
-        cols += [
-            Column("avg_mIoU_published", "Avg (printed)"),
-            Column("avg_rank_published", "Rank (printed)"),
-        ]
-    if cost is not None:
-        cols += COST_COLUMNS
-    t = Table("leaderboard", f"{lb.title}: mIoU (%)", cols)
+        cols += columns("avg_mIoU_published=Avg (printed); avg_rank_published=Rank (printed)")
+    t = Table(
+        "leaderboard", f"{lb.title}: mIoU (%)", cols + (COST_COLUMNS if cost is not None else [])
+    )
     bad = {(m.model, m.field) for m in mismatches}
     n = len(lb.datasets)
     for r in lb.rows:
@@ -173,35 +162,38 @@ def leaderboard_table(
         if has_pub:
             raw += [r.published_avg, r.published_rank]
             text += [
-                fmt(r.published_avg) + (" †" if (r.name, "avg_mIoU") in bad else ""),
-                fmt(r.published_rank) + (" †" if (r.name, "avg_rank") in bad else ""),
+                fmt(v) + (" †" if (r.name, f) in bad else "")
+                for v, f in ((r.published_avg, "avg_mIoU"), (r.published_rank, "avg_rank"))
             ]
         if cost is not None:
             raw += _cost_values(cost.get(r.name))
             text += _cost_texts(cost.get(r.name))
         t.add(raw, text)
     for d in lb.datasets:
-        t.mark(
-            best_two(
-                {i: r.cells[d].mean for i, r in enumerate(lb.rows) if d in r.cells},
-                decimals=lb.decimals,
-            ),
-            d,
-        )
+        means = {i: r.cells[d].mean for i, r in enumerate(lb.rows) if d in r.cells}
+        t.mark(best_two(means, decimals=lb.decimals), d)
     _mark_complete(t, lb, "avg_mIoU", {i: r.avg for i, r in enumerate(lb.rows)}, True)
     _mark_complete(t, lb, "avg_rank", {i: r.avg_rank for i, r in enumerate(lb.rows)}, False)
+    t.notes += _leaderboard_notes(lb, cost, mismatches)
+    return t
+
+
+def _leaderboard_notes(
+    lb: Leaderboard, cost: dict[str, Cost] | None, mismatches: Sequence[Mismatch]
+) -> list[str]:
+    n, notes = len(lb.datasets), []
     if any(r.name.endswith(RANDOM_INIT) for r in lb.rows):
-        t.notes.append(
+        notes.append(
             f"Rows marked{RANDOM_INIT} ran a pretrained model WITHOUT its checkpoint"
             " (--allow-random-weights): they measure the pipeline, not the model."
         )
     if any(DEVIATES in r.name for r in lb.rows):
-        t.notes.append(
+        notes.append(
             f"Rows marked{DEVIATES}…) ran with a declared deviation from the Cryo-Bench reference"
             " in effect (docs/deviations.md); --set follow_reference=true runs the reference's"
             " behaviour."
         )
-    t.notes += [
+    notes += [
         RANK_NOTE,
         MARK_NOTE,
         (
@@ -210,91 +202,92 @@ def leaderboard_table(
         ),
     ]
     if len(lb.seeds) > 1:
-        t.notes.append(
+        notes.append(
             f"Cells are means over seeds {', '.join(map(str, lb.seeds))}; see the robustness table."
         )
     if mismatches:
-        t.notes.append(
+        notes.append(
             "† printed value differs from the one recomputed from the per-dataset numbers: "
             + "; ".join(map(str, mismatches))
             + "."
         )
     if cost is not None:
         srcs = sorted({c.gflops_source for c in cost.values() if c.gflops_source})
-        t.notes.append(
+        notes.append(
             "Cost: parameters = encoder + decoder (median over runs), samples/s averaged over the"
             " model's runs, GPU/CPU hours = total wall time of the runs on each device; encoder"
             f" GFLOPs per sample {' / '.join(srcs) if srcs else 'not recorded'} (the cost table"
             " says which per model)."
         )
-    t.notes += lb.notes
-    return t
+    return notes + lb.notes
+
+
+_ROBUST = (
+    ("mean", "{} mean ± std (n)", True),
+    ("std", "{} std", False),
+    ("n", "{} seeds", False),
+    ("Q", "{} Q", True),
+    ("rank", "{} rank (range)", True),
+    ("rank_best", "", False),
+    ("rank_worst", "", False),
+)
+
+
+def _robust_cells(c, decimals: int) -> tuple[list, list[str]]:
+    """One dataset's cells of the robustness table: mean ± std (n), Q, the rank and its range."""
+    if c is None:
+        return [None] * len(_ROBUST), [MISSING] * len(_ROBUST)
+    best, worst = c.rank_range or (c.rank, c.rank)
+    ms = fmt(c.mean, decimals) + (f" ± {fmt(c.std, decimals)}" if c.std is not None else "")
+    rk = str(c.rank) + (f" ({best}–{worst})" if best != worst else "")
+    return [c.mean, c.std, c.n, c.stability, c.rank, best, worst], [
+        f"{ms} ({c.n})",
+        fmt(c.std),
+        str(c.n),
+        fmt(c.stability, 1),
+        rk,
+        str(best),
+        str(worst),
+    ]
+
+
+def _place_cells(pr: tuple[int, int] | None) -> tuple[list, list[str]]:
+    """The place over per-seed leaderboards: its best, worst, range and whether seeds flip it."""
+    if pr is None:
+        return [None] * 4, [MISSING] * 4
+    span = f"{pr[0]}–{pr[1]}"
+    return [pr[0], pr[1], span, pr[0] != pr[1]], [
+        str(pr[0]),
+        str(pr[1]),
+        span if pr[0] != pr[1] else str(pr[0]),
+        fmt(pr[0] != pr[1]),
+    ]
 
 
 def robustness_table(lb: Leaderboard) -> Table:
     """Mean ± std over seeds, stability Q and the rank interval per cell, and the place over
     seeds."""
     cols = [Column("model", "Model", numeric=False)]
-    for d in lb.datasets:
-        D = _d(d)
-        cols += [
-            Column(f"{d}_mean", f"{D} mean ± std (n)"),
-            Column(f"{d}_std", f"{D} std", show=False),
-            Column(f"{d}_n", f"{D} seeds", show=False),
-            Column(f"{d}_Q", f"{D} Q"),
-            Column(f"{d}_rank", f"{D} rank (range)"),
-            Column(f"{d}_rank_best", "", show=False),
-            Column(f"{d}_rank_worst", "", show=False),
-        ]
     cols += [
-        Column("place", "Place"),
-        Column("place_best", "", show=False),
-        Column("place_worst", "", show=False),
-        Column("place_over_seeds", "Place over seeds", numeric=False),
-        Column("seed_flip", "Seeds flip it", numeric=False),
+        Column(f"{d}_{k}", h.format(_d(d)), show) for d in lb.datasets for k, h, show in _ROBUST
     ]
+    cols += columns(
+        "place=Place; place_best=; place_worst=; place_over_seeds=Place over seeds;"
+        " seed_flip=Seeds flip it",
+        text="place_over_seeds seed_flip",
+        hidden="place_best place_worst",
+    )
     t = Table("robustness", f"{lb.title}: robustness over seeds", cols)
     for r in lb.rows:
         raw, text = [r.name], [r.name]
         for d in lb.datasets:
-            c = r.cells.get(d)
-            if c is None:
-                raw += [None] * 7
-                text += [MISSING] * 7
-                continue
-            rr = c.rank_range or (c.rank, c.rank)
-            raw += [c.mean, c.std, c.n, c.stability, c.rank, rr[0], rr[1]]
-            ms = (
-                fmt(c.mean, lb.decimals)
-                + (f" ± {fmt(c.std, lb.decimals)}" if c.std is not None else "")
-                + f" ({c.n})"
-            )
-            rk = str(c.rank) + (f" ({rr[0]}–{rr[1]})" if rr[0] != rr[1] else "")
-            text += [ms, fmt(c.std), str(c.n), fmt(c.stability, 1), rk, str(rr[0]), str(rr[1])]
-        pr = r.place_range
-        flip = None if pr is None else pr[0] != pr[1]
-        raw += [
-            r.place,
-            pr[0] if pr else None,
-            pr[1] if pr else None,
-            f"{pr[0]}–{pr[1]}" if pr else None,
-            flip,
-        ]
-        text += [
-            fmt(r.place),
-            fmt(pr[0] if pr else None),
-            fmt(pr[1] if pr else None),
-            (f"{pr[0]}–{pr[1]}" if pr[0] != pr[1] else str(pr[0])) if pr else MISSING,
-            fmt(flip),
-        ]
-        t.add(raw, text)
+            cr, ct = _robust_cells(r.cells.get(d), lb.decimals)
+            raw, text = raw + cr, text + ct
+        pr, pt = _place_cells(r.place_range)
+        t.add(raw + [r.place] + pr, text + [fmt(r.place)] + pt)
     for d in lb.datasets:
-        t.mark(
-            best_two(
-                {i: r.cells[d].stability for i, r in enumerate(lb.rows) if d in r.cells}, decimals=1
-            ),
-            f"{d}_Q",
-        )
+        q = {i: r.cells[d].stability for i, r in enumerate(lb.rows) if d in r.cells}
+        t.mark(best_two(q, decimals=1), f"{d}_Q")
     t.notes += [
         "mean ± std: over seeds, sample std (ddof 1); n = number of seeds.",
         (
@@ -315,18 +308,21 @@ def robustness_table(lb: Leaderboard) -> Table:
     return t
 
 
+def _two_boards(base: Leaderboard, other: Leaderboard) -> tuple[list[str], list[str]]:
+    """The datasets both boards have (the other's where none is shared), every model of either."""
+    datasets = [d for d in base.datasets if d in other.datasets] or list(other.datasets)
+    return datasets, sorted(set(base.model_names) | set(other.model_names), key=model_sort_key)
+
+
 def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
     """Few-shot retention: few-shot mIoU / full-label mIoU, per dataset and on the averages."""
-    datasets = [d for d in full.datasets if d in few.datasets] or list(few.datasets)
-    models = sorted(set(full.model_names) | set(few.model_names), key=model_sort_key)
+    datasets, models = _two_boards(full, few)
     pct = int(round(few.fraction * 100))
     cols = [Column("model", "Model", numeric=False)] + [Column(d, f"{_d(d)} %") for d in datasets]
-    cols += [
-        Column("avg_fewshot", f"Avg mIoU {pct}%"),
-        Column("avg_full", "Avg mIoU 100%"),
-        Column("retention", "Retention %"),
-        Column("n_datasets", "datasets"),
-    ]
+    cols += columns(
+        f"avg_fewshot=Avg mIoU {pct}%; avg_full=Avg mIoU 100%; retention=Retention %;"
+        " n_datasets=datasets"
+    )
     t = Table(
         "fewshot_retention", f"Few-shot retention ({pct}% labels vs 100%, frozen encoder)", cols
     )
@@ -352,18 +348,11 @@ def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
 
 def finetune_gain_table(frozen: Leaderboard, finetune: Leaderboard) -> Table:
     """Fine-tuning gain over the frozen encoder, in mIoU points and relative %."""
-    datasets = [d for d in frozen.datasets if d in finetune.datasets] or list(finetune.datasets)
-    models = [
-        m for m in sorted(set(frozen.model_names) | set(finetune.model_names), key=model_sort_key)
-    ]
+    datasets, models = _two_boards(frozen, finetune)
     cols = [Column("model", "Model", numeric=False)]
     for d in datasets:
         cols += [Column(f"{d}_gain", f"{_d(d)} Δ (rel.)"), Column(f"{d}_rel_pct", "", show=False)]
-    cols += [
-        Column("avg_gain", "Avg Δ mIoU"),
-        Column("avg_rel_pct", "Avg relative %"),
-        Column("n_datasets", "datasets"),
-    ]
+    cols += columns("avg_gain=Avg Δ mIoU; avg_rel_pct=Avg relative %; n_datasets=datasets")
     t = Table("finetune_gain", "Fine-tuning gain over the frozen encoder", cols)
     rels = {}
     for i, m in enumerate(models):
@@ -385,8 +374,8 @@ def finetune_gain_table(frozen: Leaderboard, finetune: Leaderboard) -> Table:
             raw + [ag, ar, len(gains)],
             text
             + [
-                f"{ag:+.2f}" if ag is not None else MISSING,
-                f"{ar:+.2f}" if ar is not None else MISSING,
+                _signed(ag),
+                _signed(ar),
                 str(len(gains)),
             ],
         )
@@ -444,68 +433,42 @@ def per_class_tables(lb: Leaderboard, runs: Sequence[Run]) -> list[Table]:
 def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
     """Accuracy beside what it cost, per model: parameters, GFLOPs (and where they come from),
     throughput, memory, device hours."""
-    cols = [
-        Column("model", "Model", numeric=False),
-        Column("avg_mIoU", "Avg mIoU"),
-        Column("params_encoder_M", "Encoder params (M)"),
-        Column("params_decoder_M", "Decoder params (M)"),
-        Column("gflops", "GFLOPs"),
-        Column("gflops_source", "GFLOPs from", numeric=False),
-        Column("encoder_samples_per_s", "Encoder fwd samples/s"),
-        Column("samples_per_s", "samples/s"),
-        Column("peak_memory_mb", "Peak MB"),
-        Column("gpu_hours", "GPU h"),
-        Column("cpu_hours", "CPU h"),
-        Column("n_runs", "runs"),
-        Column("precision", "precision", numeric=False),
-    ]
+    cols = columns(
+        "model=Model; avg_mIoU=Avg mIoU; params_encoder_M=Encoder params (M);"
+        " params_decoder_M=Decoder params (M); gflops=GFLOPs; gflops_source=GFLOPs from;"
+        " encoder_samples_per_s=Encoder fwd samples/s; samples_per_s=samples/s;"
+        " peak_memory_mb=Peak MB; gpu_hours=GPU h; cpu_hours=CPU h; n_runs=runs;"
+        " precision=precision",
+        text="model gflops_source precision",
+    )
     t = Table("cost", f"{lb.title}: accuracy against cost", cols)
-    for r in lb.rows:
-        c = cost.get(r.name)
-        if c is None:
-            continue
-        pe = c.params_encoder / 1e6 if c.params_encoder is not None else None
-        pd_ = c.params_decoder / 1e6 if c.params_decoder is not None else None
-        enc_sps = c.profile.get("samples_per_s") if c.profile else None
-        raw = [
-            r.name,
-            r.avg,
-            pe,
-            pd_,
-            c.gflops,
-            c.gflops_source or None,
-            enc_sps,
-            c.samples_per_s,
-            c.peak_memory_mb,
-            c.gpu_hours,
-            c.cpu_hours,
-            c.n_runs,
-            c.precision,
+    for r in (r for r in lb.rows if r.name in cost):
+        c = cost[r.name]
+        pe, pd_ = (None if p is None else p / 1e6 for p in (c.params_encoder, c.params_decoder))
+        enc = c.profile.get("samples_per_s") if c.profile else None
+        enc_text = MISSING
+        if enc:
+            enc_text = (
+                f"{fmt(enc, 2)} ({c.profile.get('precision')}, batch {c.profile.get('batch')})"
+            )
+        # (raw, decimals or the text) per column after the model's name
+        cells = [
+            (r.avg, _avg_text(r.avg, r.n_avg, len(lb.datasets))),
+            (pe, 2),
+            (pd_, 2),
+            (c.gflops, 1),
+            (c.gflops_source or None, c.gflops_source or MISSING),
+            (enc, enc_text),
+            (c.samples_per_s, 1),
+            (c.peak_memory_mb, 0),
+            (c.gpu_hours, 3),
+            (c.cpu_hours, 3),
+            (c.n_runs, str(c.n_runs)),
+            (c.precision, c.precision),
         ]
         t.add(
-            raw,
-            [
-                r.name,
-                _avg_text(r.avg, r.n_avg, len(lb.datasets)),
-                fmt(pe, 2),
-                fmt(pd_, 2),
-                fmt(c.gflops, 1),
-                c.gflops_source or MISSING,
-                (
-                    (
-                        fmt(enc_sps, 2)
-                        + f" ({c.profile.get('precision')}, batch {c.profile.get('batch')})"
-                    )
-                    if enc_sps
-                    else MISSING
-                ),
-                fmt(c.samples_per_s, 1),
-                fmt(c.peak_memory_mb, 0),
-                fmt(c.gpu_hours, 3),
-                fmt(c.cpu_hours, 3),
-                str(c.n_runs),
-                c.precision,
-            ],
+            [r.name] + [v for v, _ in cells],
+            [r.name] + [fmt(v, d) if isinstance(d, int) else d for v, d in cells],
         )
     t.notes.append(
         "GFLOPs: encoder forward per sample. 'measured on <device>': `cryocube list models"
@@ -517,6 +480,9 @@ def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
     return t
 
 
+_VS_PAPER = (("ours", "ours"), ("paper", "paper"), ("delta", "Δ"))
+
+
 def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
     """Our run beside the paper: per dataset ours / paper / Δ, then averages over the shared
     datasets."""
@@ -526,19 +492,11 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
     ]
     cols = [Column("model", "Model", numeric=False)]
     for d in datasets:
-        cols += [
-            Column(f"{d}_ours", f"{_d(d)} ours"),
-            Column(f"{d}_paper", f"{_d(d)} paper"),
-            Column(f"{d}_delta", f"{_d(d)} Δ"),
-        ]
-    cols += [
-        Column("avg_ours", "Avg ours"),
-        Column("avg_paper", "Avg paper"),
-        Column("avg_delta", "Avg Δ"),
-        Column("n_datasets", "datasets"),
-        Column("rank_ours", "Avg rank ours"),
-        Column("rank_paper", "Avg rank paper"),
-    ]
+        cols += [Column(f"{d}_{k}", f"{_d(d)} {h}") for k, h in _VS_PAPER]
+    cols += columns(
+        "avg_ours=Avg ours; avg_paper=Avg paper; avg_delta=Avg Δ; n_datasets=datasets;"
+        " rank_ours=Avg rank ours; rank_paper=Avg rank paper"
+    )
     t = Table(
         "published_comparison",
         "Our runs beside the published Cryo-Bench table (frozen, 100% labels)",
@@ -553,27 +511,15 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
                 o_l.append(o)
                 p_l.append(p)
             raw += [o, p, dl]
-            text += [fmt(o), fmt(p), f"{dl:+.2f}" if dl is not None else MISSING]
+            text += [fmt(o), fmt(p), _signed(dl)]
         ao, ap = _mean(o_l), _mean(p_l)
         ad = ao - ap if ao is not None and ap is not None else None
         ro, rp = ours.row(m), paper.row(m)
-        raw += [
-            ao,
-            ap,
-            ad,
-            len(o_l),
-            ro.avg_rank if ro else None,
-            rp.published_rank if rp else None,
-        ]
-        text += [
-            fmt(ao),
-            fmt(ap),
-            f"{ad:+.2f}" if ad is not None else MISSING,
-            str(len(o_l)),
-            fmt(ro.avg_rank if ro else None),
-            fmt(rp.published_rank if rp else None),
-        ]
-        t.add(raw, text)
+        ranks = [ro.avg_rank if ro else None, rp.published_rank if rp else None]
+        t.add(
+            raw + [ao, ap, ad, len(o_l), *ranks],
+            text + [fmt(ao), fmt(ap), _signed(ad), str(len(o_l)), *map(fmt, ranks)],
+        )
     t.notes += [
         "Δ = ours − paper (mIoU points). Averages over the datasets where both have a number.",
         (
@@ -587,15 +533,11 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
 def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
     """The printed table's averages and ranks against those recomputed from its own cells; a
     disagreement is marked."""
-    cols = [
-        Column("model", "Model", numeric=False),
-        Column("avg_printed", "Avg printed"),
-        Column("avg_recomputed", "Avg recomputed"),
-        Column("avg_ok", "Avg agrees", numeric=False),
-        Column("rank_printed", "Rank printed"),
-        Column("rank_recomputed", "Rank recomputed"),
-        Column("rank_ok", "Rank agrees", numeric=False),
-    ]
+    cols = columns(
+        "model=Model; avg_printed=Avg printed; avg_recomputed=Avg recomputed; avg_ok=Avg agrees;"
+        " rank_printed=Rank printed; rank_recomputed=Rank recomputed; rank_ok=Rank agrees",
+        text="model avg_ok rank_ok",
+    )
     t = Table(
         "consistency",
         f"{lb.title}: printed averages and ranks against the per-dataset numbers",
@@ -605,18 +547,8 @@ def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
     for i, r in enumerate(lb.rows):
         a_ok = None if r.published_avg is None else (r.name, "avg_mIoU") not in bad
         k_ok = None if r.published_rank is None else (r.name, "avg_rank") not in bad
-        t.add(
-            [r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok],
-            [
-                r.name,
-                fmt(r.published_avg),
-                fmt(r.avg, 3),
-                fmt(a_ok),
-                fmt(r.published_rank),
-                fmt(r.avg_rank, 3),
-                fmt(k_ok),
-            ],
-        )
+        raw = [r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok]
+        t.add(raw, [r.name] + [fmt(v, 3 if j in (2, 5) else 2) for j, v in enumerate(raw) if j])
         for key, ok in (("avg_ok", a_ok), ("rank_ok", k_ok)):
             if ok is False:
                 t.marks[(i, key)] = 1
@@ -637,27 +569,12 @@ def failures_table(results: Results) -> Table:
     ]
     t = Table("failures", "Failed runs (listed, never averaged)", cols)
     for r in sorted(results.failures, key=lambda r: (r.protocol, r.model, r.dataset, r.seed)):
+        error = (r.error or "").strip()
+        last = error.splitlines()[-1][:200] if r.error else ""
+        raw = [r.run_id, r.model, r.dataset, r.protocol, r.fraction, r.seed, error, r.source]
         t.add(
-            [
-                r.run_id,
-                r.model,
-                r.dataset,
-                r.protocol,
-                r.fraction,
-                r.seed,
-                (r.error or "").strip(),
-                r.source,
-            ],
-            [
-                r.run_id,
-                r.model,
-                _d(r.dataset),
-                r.protocol,
-                fmt(r.fraction, 2),
-                str(r.seed),
-                (r.error or "").strip().splitlines()[-1][:200] if r.error else "",
-                r.source,
-            ],
+            raw,
+            raw[:2] + [_d(r.dataset), r.protocol, fmt(r.fraction, 2), str(r.seed), last, r.source],
         )
     if results.replaced:
         t.notes.append(
