@@ -127,10 +127,6 @@ class MatrixProbe:
         return {}
 
 
-# 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds, standardize
-IDENTITY_VERSION = 3
-
-
 def finish_fields(run, total: dict, prepared: dict) -> dict:
     """A probe run's record fields from its merged fold scores; NeuCo-Bench's result files into its
     folder."""
@@ -169,57 +165,12 @@ def probe_run(
     import hashlib
 
     from .. import get
-    from ..base import PlannedRun, RunSpec, content_hash
+    from ..base import Resolved, RunSpec
     from .probe import align, differences, fold_tasks, standardized, stats_rows, tasks_digest
 
     ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
     digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
-    identity = {
-        "family": "embedding",
-        "embedding": digest,
-        "tasks": tasks_digest(tasks),
-        "probe": recipe.as_dict(),
-        "v": IDENTITY_VERSION,
-    }
-    run_id = content_hash(identity)
-    cube = prov.get("cube") or {}
     source = prov.get("source", embeddings)
-    dataset = cube.get("dataset") or (
-        tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels"
-    )
-    # what the progress board names the run by: the vectors' file and the tasks' folder (or cube)
-    spec = RunSpec(
-        model=source.rstrip("/").rsplit("/", 1)[-1],
-        cube=tasks_from or labels or "",
-        protocol="probe",
-        seed=recipe.seed,
-    )
-    record = get("embedding").base_record(
-        RunSpec(source, tasks_from or labels or "", "probe", seed=recipe.seed),
-        run_id,
-        identity,
-        cube or None,
-        dataset=dataset,
-        model_name=prov.get("model_name") or source,
-        weights=prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
-        precision=prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-        embedding={
-            "input": embeddings,
-            "sha256": digest,
-            "format": prov.get("format"),
-            "dim": int(X.shape[1]),
-            "pca": prov.get("pca"),
-        },
-        probe=recipe.record(),
-        neuco_bench_differences=differences(recipe, tasks),
-        tasks=sorted(t.name for t in tasks),
-        labelled={
-            t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled}
-            for t in tasks
-        },
-        labels=labels or tasks_from,
-        label_set=identity["tasks"],
-    )
     aligned = align(ids, tasks, recipe.fold_order)
     Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
     work = MatrixProbe(
@@ -227,18 +178,47 @@ def probe_run(
     )
     # a task too small to split is refused here, before any probe
     fold_tasks(aligned, recipe, None, work.digest)
-    return PlannedRun(
-        spec=spec,
-        family="embedding",
-        run_id=run_id,
-        identity=identity,
-        dataset=dataset,
-        model_name=record["model_name"],
-        fraction=1.0,
-        record=record,
+    label_set = tasks_digest(tasks)
+    resolved = Resolved(
+        # no seed of its own: the probe recipe's is in `probe`
+        identity={"embedding": digest, "tasks": label_set, "probe": recipe.as_dict()},
+        model_name=prov.get("model_name") or source,
+        weights=prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
+        precision=prov.get("precision") or {"effective": prov.get("precision", "unknown")},
+        fields={
+            "embedding": {
+                "input": embeddings,
+                "sha256": digest,
+                "format": prov.get("format"),
+                "dim": int(X.shape[1]),
+                "pca": prov.get("pca"),
+            },
+            "probe": recipe.record(),
+            "neuco_bench_differences": differences(recipe, tasks),
+            "tasks": sorted(t.name for t in tasks),
+            "labelled": {
+                t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled}
+                for t in tasks
+            },
+            "labels": labels or tasks_from,
+            "label_set": label_set,
+        },
         work=work,
+        cube=prov.get("cube") or None,
+        dataset=(prov.get("cube") or {}).get("dataset")
+        or (
+            tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr")
+            if tasks_from
+            else "labels"
+        ),
+        model=source,
         estimate={"steps": recipe.k * len(tasks)},
     )
+    # the progress board names the run by the vectors' file and the tasks' folder (or cube)
+    spec = RunSpec(
+        source.rstrip("/").rsplit("/", 1)[-1], tasks_from or labels or "", "probe", seed=recipe.seed
+    )
+    return get("embedding").planned(spec, resolved, seed=None)
 
 
 def probe_embeddings(
