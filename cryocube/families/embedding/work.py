@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any
 
 import numpy as np
@@ -152,6 +153,18 @@ def finish_fields(run, total: dict, prepared: dict) -> dict:
     }
 
 
+def matrix_probe(inputs, recipe, out: str, embeddings: str) -> MatrixProbe:
+    """The standardised matrix and its folds' rows; a task too small to split is refused here,
+    before any probe."""
+    from .probe import align, fold_tasks, standardized, stats_rows
+
+    aligned = align(inputs.ids, inputs.tasks, recipe.fold_order)
+    Xs = standardized(inputs.X, recipe.dim, stats_rows(aligned, recipe))
+    work = MatrixProbe(Xs, sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings)
+    fold_tasks(aligned, recipe, None, work.digest)
+    return work
+
+
 def probe_run(
     embeddings: str,
     out: str,
@@ -162,22 +175,14 @@ def probe_run(
 ):
     """`cryocube probe`'s one run, planned for the engine: its id hashes the vectors, the tasks and
     the recipe."""
-    import hashlib
-
     from .. import get
     from ..base import Resolved, RunSpec
-    from .probe import align, differences, fold_tasks, standardized, stats_rows, tasks_digest
+    from .probe import differences, tasks_digest
 
-    ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
-    digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
+    X, prov, tasks = inputs.X, inputs.prov, inputs.tasks
+    digest = sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
     source = prov.get("source", embeddings)
-    aligned = align(ids, tasks, recipe.fold_order)
-    Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
-    work = MatrixProbe(
-        Xs, hashlib.sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings
-    )
-    # a task too small to split is refused here, before any probe
-    fold_tasks(aligned, recipe, None, work.digest)
+    work = matrix_probe(inputs, recipe, out, embeddings)
     label_set = tasks_digest(tasks)
     resolved = Resolved(
         # no seed of its own: the probe recipe's is in `probe`

@@ -45,24 +45,7 @@ class Heads(FittedInScore):
                 f"{spec.label}: the heads protocol answers with an encoder's features; the chance"
                 " baseline is on every board already"
             )
-        every = select(recipe.task_names or None, cube.kind, cube.dataset)
-        tasks = [t for t in every if answerable(t)]
-        if not tasks:
-            raise UserError(
-                f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer"
-                " an encoder head gives (class, number, fraction, box); text tasks read 'cannot"
-                " answer (encoder)'"
-            )
-        qs, left_out = questions(cube.url, tasks, every_split=True)
-        # one question per sample and task: phrasings are a VLM's matter
-        qs = [q for q in qs if q.variant == 0]
-        tasks = [t for t in tasks if t.name in {q.task for q in qs}]
-        split, ids, split_record = cube_split(cube.url, cube.checksum)
-        if not any(split[q.sample] == "test" for q in qs):
-            raise UserError(
-                f"{cube.url}: no test-split sample has a reference for"
-                f" {', '.join(t.name for t in tasks)}"
-            )
+        every, tasks, qs, left_out, split, ids, split_record = _asked(spec, cube, recipe)
         emb, prov = plan_embedding(spec.model, cube, recipe, ctx, seed=spec.seed)
         url = embeddings_url(ctx.out, emb.key)
         by_name = {t.name: t for t in tasks}
@@ -173,3 +156,28 @@ class Heads(FittedInScore):
             "embedding": run.record["embedding"] | {"sha256": prep.get("embedding_sha256")},
             "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0},
         }
+
+
+def _asked(spec: RunSpec, cube, recipe: HeadsRecipe):
+    """(the tasks selected, those a head answers, their questions, the tasks left out, the board
+    split, ids, its record); refuses a selection no head answers and a test split with no
+    reference."""
+    every = select(recipe.task_names or None, cube.kind, cube.dataset)
+    tasks = [t for t in every if answerable(t)]
+    if not tasks:
+        raise UserError(
+            f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer"
+            " an encoder head gives (class, number, fraction, box); text tasks read 'cannot"
+            " answer (encoder)'"
+        )
+    qs, left_out = questions(cube.url, tasks, every_split=True)
+    # one question per sample and task: phrasings are a VLM's matter
+    qs = [q for q in qs if q.variant == 0]
+    tasks = [t for t in tasks if t.name in {q.task for q in qs}]
+    split, ids, split_record = cube_split(cube.url, cube.checksum)
+    if not any(split[q.sample] == "test" for q in qs):
+        raise UserError(
+            f"{cube.url}: no test-split sample has a reference for"
+            f" {', '.join(t.name for t in tasks)}"
+        )
+    return every, tasks, qs, left_out, split, ids, split_record

@@ -35,6 +35,8 @@ from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
+SPLITS = ("train", "val", "test")
+
 
 @register
 class Segmentation(Family):
@@ -54,33 +56,15 @@ class Segmentation(Family):
         drawn = None  # a sample cube with a per-pixel target: the split this family draws for it
         if cube.kind != "tiles":
             cube, drawn = as_tiles(cube)
-        mspec = model_spec(spec.model)
-        if recipe.follow_reference:
-            mspec = mspec.following_reference()
-        fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
-        where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
-        if not 0 < fraction <= 1:
-            raise UserError(f"{where}: the label fraction must be in (0, 1], got {fraction}")
-        rule = proto.bands
-        # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
-        if rule == "named" and drawn is not None:
-            rule = dataset_band_rule(cube.dataset, rule)
-        rule, match = match_cube_bands(mspec, cube.bands, rule)  # SAR-only cube: cross-sensor
-        size = int(encoder_input_size(mspec, cube.tile, recipe.input_size, where))
-        subset = _training_subset(cube, spec, fraction, where)
-        decoder = mspec.decoder or recipe.decoder
-        if decoder not in decoder_kinds():
-            raise UserError(
-                f"recipe field decoder must be one of {', '.join(decoder_kinds())}, got {decoder!r}"
-            )
-        w = resolve_weights(
-            spec.model,
-            recipe.encoder_weights.get(spec.model),
-            ctx.weights_dir,
-            ctx.allow_random_weights,
+        mspec, fraction, rule, match, size, subset, decoder = _checked(
+            spec, cube, recipe, proto, drawn
         )
+        ew = recipe.encoder_weights.get(spec.model)
+        w = resolve_weights(spec.model, ew, ctx.weights_dir, ctx.allow_random_weights)
         device = ctx.device or this_device()
         precision = resolve(recipe.precision, device)
+        fmt = recipe.memory_format
+        fmt = auto_memory_format(device, precision) if fmt == "auto" else fmt
         arith = ctx.arithmetic_threads(recipe.threads)
         enc = EncoderSpec(mspec, cube.bands, rule, size, w.path, w.sha256, precision, arith)
         # the split is part of what is learnt
@@ -119,11 +103,7 @@ class Segmentation(Family):
                 recipe.feature_dtype,
                 ctx.out,
             ),
-            memory_format=(
-                auto_memory_format(device, precision)
-                if recipe.memory_format == "auto"
-                else recipe.memory_format
-            ),
+            memory_format=fmt,
         )
         return _resolved(spec, cube, run, cube_key, drawn, fraction, w, device, ctx.out)
 
@@ -154,16 +134,11 @@ class Segmentation(Family):
         needed: dict[tuple[str, str], np.ndarray] = {}
         for k, (c, p) in caches.items():
             shapes, params = runner.result(facts[k])
-            out[k] = {
-                "encoder_params": params,
-                "encoder_items": 0,
-                "encoder_items_by_split": {"train": 0, "val": 0, "test": 0},
-                "features_s": 0.0,
-                "threads": set(),
-                "devices": set(),
-            }
+            out[k] = {"encoder_params": params, "encoder_items": 0, "features_s": 0.0}
+            out[k] |= {"encoder_items_by_split": dict.fromkeys(SPLITS, 0)}
+            out[k] |= {"threads": set(), "devices": set()}
             cfg = p.work.recipe
-            for split in ("train", "val", "test"):
+            for split in SPLITS:
                 samples = p.cube.samples(split)
                 want = (
                     np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
@@ -172,18 +147,10 @@ class Segmentation(Family):
                 )
                 needed[k, split] = want
                 plan = create_split(c, split, samples, shapes)
-                for t in extraction_tasks(
-                    c,
-                    split,
-                    samples,
-                    want,
-                    plan,
-                    cfg.block_samples,
-                    cfg.extract_batch,
-                    cfg.threads,
-                ):
-                    tasks.append(t)
-                    owners.append(k)
+                batching = (cfg.block_samples, cfg.extract_batch, cfg.threads)
+                ts = extraction_tasks(c, split, samples, want, plan, *batching)
+                tasks += ts
+                owners += [k] * len(ts)
         if tasks:
             done = runner.map(
                 extract_block,
@@ -193,17 +160,10 @@ class Segmentation(Family):
                 key="cryocube-extract",
             )
             for k, t, r in zip(owners, tasks, done):
-                out[k]["encoder_items"] += r["items"]
-                out[k]["encoder_items_by_split"][t.split] += r["items"]
-                out[k]["features_s"] += r["seconds"]
-                out[k]["threads"] |= set(r["threads"])
-                out[k]["devices"].add(r["device"])
-                ph = out[k].setdefault("phases", {})
-                for name, v in r.get("phases", {}).items():
-                    ph[name] = round(ph.get(name, 0.0) + v, 4)
+                _add_block(out[k], t.split, r)
         wall = time.perf_counter() - t0 if tasks else 0.0
         for k, (c, _) in caches.items():
-            for split in ("train", "val", "test"):
+            for split in SPLITS:
                 settle(c, split, needed[k, split], out[k]["encoder_items"])
             out[k]["features_wall_s"] = wall
             out[k]["threads"] = sorted(out[k]["threads"])
@@ -288,14 +248,10 @@ class Segmentation(Family):
         if cm.sum() == 0:
             raise UserError(f"{run.label}: the test split has no labelled pixel to score")
         metrics = metrics_from_confusion(cm, w.class_names)
-        if tiles is not None:
-            extra_tiles = {"per_tile": write_per_tile(w, tiles)}
-        else:
-            extra_tiles = {}
+        extra = {"per_tile": write_per_tile(w, tiles)} if tiles is not None else {}
         prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
         encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
-        extra = {}
         # an interferogram cube: the predicted masks answer deformation localisation too
         if "split" in run.record:
             from .localisation import localisation
@@ -305,7 +261,6 @@ class Segmentation(Family):
             )
         return {
             **extra,
-            **extra_tiles,
             "metrics": metrics,
             "primary_metric": self.primary_metric,
             "confusion_matrix": cm.tolist(),
@@ -327,7 +282,7 @@ class Segmentation(Family):
             "encoder_forward_items": prep.get("encoder_items", 0),
             # per split: a few-shot run's train items are its draw's (crops x drawn samples)
             "encoder_forward_items_by_split": prep.get(
-                "encoder_items_by_split", {"train": 0, "val": 0, "test": 0}
+                "encoder_items_by_split", dict.fromkeys(SPLITS, 0)
             ),
             "params": {
                 "encoder": encoder_params,
@@ -339,21 +294,64 @@ class Segmentation(Family):
             },
             "gflops": w.encoder.model.gflops,
             "predictions": predictions,
-            "timings": {
-                "features_s": prep.get("features_s", 0.0),
-                "features_wall_s": prep.get("features_wall_s", 0.0),
-                "train_s": fitted["train_s"],
-                "setup_s": fitted["setup_s"],
-                **({"fit_phases": fitted["phases"]} if "phases" in fitted else {}),
-                **({"feature_phases": prep["phases"]} if "phases" in prep else {}),
-            },
+            "timings": _timings(fitted, prep),
         }
+
+
+def _add_block(facts: dict, split: str, r: dict) -> None:
+    """One extraction block's items, seconds, threads, device and phases into its cache's
+    facts."""
+    facts["encoder_items"] += r["items"]
+    facts["encoder_items_by_split"][split] += r["items"]
+    facts["features_s"] += r["seconds"]
+    facts["threads"] |= set(r["threads"])
+    facts["devices"].add(r["device"])
+    ph = facts.setdefault("phases", {})
+    for name, v in r.get("phases", {}).items():
+        ph[name] = round(ph.get(name, 0.0) + v, 4)
+
+
+def _timings(fitted: dict, prep: dict) -> dict:
+    """A run's record timings: its cache's extraction (shared), its fit, their phases."""
+    return {
+        "features_s": prep.get("features_s", 0.0),
+        "features_wall_s": prep.get("features_wall_s", 0.0),
+        "train_s": fitted["train_s"],
+        "setup_s": fitted["setup_s"],
+        **({"fit_phases": fitted["phases"]} if "phases" in fitted else {}),
+        **({"feature_phases": prep["phases"]} if "phases" in prep else {}),
+    }
+
+
+def _checked(spec: RunSpec, cube, recipe, proto, drawn):
+    """(model, fraction, band rule, band match, input size, training draw, decoder) of a run,
+    refusing a fraction outside (0, 1], bands the encoder cannot take, an unknown decoder."""
+    mspec = model_spec(spec.model)
+    if recipe.follow_reference:
+        mspec = mspec.following_reference()
+    fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
+    where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
+    if not 0 < fraction <= 1:
+        raise UserError(f"{where}: the label fraction must be in (0, 1], got {fraction}")
+    rule = proto.bands
+    # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
+    if rule == "named" and drawn is not None:
+        rule = dataset_band_rule(cube.dataset, rule)
+    rule, match = match_cube_bands(mspec, cube.bands, rule)  # SAR-only cube: cross-sensor
+    size = int(encoder_input_size(mspec, cube.tile, recipe.input_size, where))
+    subset = _training_subset(cube, spec, fraction, where)
+    decoder = mspec.decoder or recipe.decoder
+    if decoder not in decoder_kinds():
+        raise UserError(
+            f"recipe field decoder must be one of {', '.join(decoder_kinds())}, got {decoder!r}"
+        )
+    return mspec, fraction, rule, match, size, subset, decoder
 
 
 def _training_subset(cube, spec: RunSpec, fraction: float, where: str):
     """The run's draw of the training split; refuses an empty or unlabelled split (every split)
     and a draw without a labelled pixel."""
-    for split in ("train", "val", "test"):
+    for split in SPLITS:
         if not cube.samples(split).size:
             raise UserError(
                 f"{cube.url}: split {split!r} is empty; {spec.model} cannot be"

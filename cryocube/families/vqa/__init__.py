@@ -67,24 +67,12 @@ class Vqa(FittedInScore):
         precision, cube (a sample cube's board split too), each task's prompt digest, gen_batch,
         blind, seed and any fixed threads."""
         protocol_spec(spec.protocol)
-        adapter_name, location = split_ref(spec.model)
-        if adapter_name not in adapter_names():
-            raise UserError(
-                f"{spec.model!r} is not a generative model: the vqa protocol takes"
-                f" <adapter>[:<checkpoint>] (adapters: {', '.join(adapter_names())}); encoders"
-                " answer these tasks through --protocol probe"
-            )
-        tasks = select(recipe.task_names or None, cube.kind, cube.dataset)
-        qs, left_out = questions(cube.url, tasks)
-        tasks = [t for t in tasks if t.name in {q.task for q in qs}]
-        if recipe.max_new_tokens:
-            cap = recipe.max_new_tokens
-            tasks = [replace(t, max_new_tokens=min(t.max_new_tokens, cap)) for t in tasks]
-        prec = resolve(recipe.precision, ctx.device or this_device())
-        ref, prov = adapter(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
+        ref, prov, prec = _model(spec, recipe, ctx)
+        tasks, qs, left_out = _tasks(cube, recipe)
         split, ids, split_record = cube_split(cube.url, cube.checksum)
         every = questions(cube.url, tasks, every_split=True)[0] if cube.kind == "tiles" else qs
         by_name = {t.name: t for t in tasks}
+        blocks = -(-len({q.sample for q in qs}) // recipe.block_samples)
         return Resolved(
             identity={
                 "model": {
@@ -130,11 +118,7 @@ class Vqa(FittedInScore):
                 "chance": chance_cells(every, by_name, split, ids, N_BOOT, spec.seed),
             },
             cube=cube,
-            estimate={
-                "steps": -(-len({q.sample for q in qs}) // recipe.block_samples),
-                "encoder_items": 0,
-                "questions": len(qs),
-            },
+            estimate={"steps": blocks, "encoder_items": 0, "questions": len(qs)},
         )
 
     def score(self, run: PlannedRun, fitted: dict):
@@ -201,6 +185,33 @@ class Vqa(FittedInScore):
             },
             "timings": {"generate_s": gen_s, "train_s": 0.0},
         }
+
+
+def _model(spec: RunSpec, recipe: VqaRecipe, ctx: PlanContext):
+    """(model reference, provenance, effective precision) from the run's adapter; refuses an
+    encoder (it answers through heads or probe)."""
+    adapter_name, location = split_ref(spec.model)
+    if adapter_name not in adapter_names():
+        raise UserError(
+            f"{spec.model!r} is not a generative model: the vqa protocol takes"
+            f" <adapter>[:<checkpoint>] (adapters: {', '.join(adapter_names())}); encoders"
+            " answer these tasks through --protocol probe"
+        )
+    prec = resolve(recipe.precision, ctx.device or this_device())
+    ref, prov = adapter(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
+    return ref, prov, prec
+
+
+def _tasks(cube, recipe: VqaRecipe):
+    """(the tasks asked, their questions, the tasks left out), each task's answer length capped
+    by max_new_tokens."""
+    tasks = select(recipe.task_names or None, cube.kind, cube.dataset)
+    qs, left_out = questions(cube.url, tasks)
+    tasks = [t for t in tasks if t.name in {q.task for q in qs}]
+    if recipe.max_new_tokens:
+        cap = recipe.max_new_tokens
+        tasks = [replace(t, max_new_tokens=min(t.max_new_tokens, cap)) for t in tasks]
+    return tasks, qs, left_out
 
 
 def _task_record(t, qs: list) -> dict:
