@@ -70,13 +70,15 @@ class BaseRecipe:
     # switch every model deviation to the reference's behaviour (docs/deviations.md)
     follow_reference: bool = False
 
-    # fields that never change a run's result (left out of its content hash)
-    EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = (
-        "block_samples",
-        "threads",
-        "extract_batch",
-        "encoder_weights",
-    )
+    # fields that never change a run's result, left out of its run id, each with the reason
+    # (tests/test_plan_fields.py holds every other field to reaching the run id and its work)
+    EXECUTION_FIELDS: ClassVar[dict[str, str]] = {
+        "block_samples": "how samples are cut into Dask tasks",
+        "threads": "where threads change the bits (CPU), the run id takes the run's arithmetic"
+        " threads (PlanContext.arithmetic_threads), on CUDA none",
+        "extract_batch": "an encoder batch computes each sample alone",
+        "encoder_weights": "the run id takes the checkpoint's sha256, not where it was read",
+    }
     TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ()  # list-valued fields, kept as tuples (hashable)
     FLOAT_FIELDS: ClassVar[tuple[str, ...]] = ()  # YAML reads 1e-4 (no dot) as a string
 

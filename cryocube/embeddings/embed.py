@@ -29,6 +29,7 @@ import torch
 
 from .. import __version__, outputs
 from .. import store as _store
+from ..catalog import load_dataset
 from ..cluster.runtime import torch_task
 from ..cube import _text, as_text, check_unique_ids, open_cube, read_samples, sample_ids
 from ..errors import RecipeError, UserError, task_boundary
@@ -38,11 +39,15 @@ from ..families.encoders import (
     InputMap,
     dataset_band_rule,
     encoder_facts,
+    encoder_input_size,
     get_encoder,
+    input_map,
     match_cube_bands,
     window_offsets,
 )
-from ..precision import autocast
+from ..models import model_spec
+from ..models.weights import resolve_weights
+from ..precision import autocast, resolve, this_device
 from ..progress import gather, progress_bar
 from ..recipe import BaseRecipe
 from .submission import pad_to
@@ -146,69 +151,70 @@ def plan_embedding(
     `ctx.weights_dir`), follow_reference; the torch threads of every block are
     `ctx.run_threads(recipe.threads)`, on CPU part of the key. `seed` is the random baseline's.
     """
-    from ..catalog import load_dataset
-    from ..families.encoders import encoder_input_size, input_map
-    from ..models import model_spec
-    from ..models.weights import resolve_weights
-    from ..precision import resolve, this_device
-
     if dim is not None and dim < 1:
         raise UserError(f"--dim must be >= 1, got {dim}")
-    normalization, block_samples = recipe.normalization, recipe.block_samples
     if source in BASELINES:
-        if recipe.follow_reference:
-            raise RecipeError(
-                f"follow_reference=true: the {source} baseline is no model and has no deviation"
-                " from a reference to follow (docs/deviations.md); drop the setting for it"
-            )
-        inputs = input_map(cube, list(range(len(cube.bands))), normalization)
-        groups: tuple[tuple[int, ...], ...] = tuple((i,) for i in range(len(cube.bands)))
-        grid = 8
-        if source == "mean":
-            try:
-                mb = load_dataset(cube.dataset).mean_baseline
-            except UserError:
-                mb = {}
-            names = [b.name for b in cube.bands]
-            if mb.get("groups"):
-                missing = sorted({n for g in mb["groups"] for n in g} - set(names))
-                if missing:
-                    raise UserError(
-                        f"{cube.url}: the catalog's mean_baseline names bands {missing} the cube"
-                        " lacks"
-                    )
-                groups = tuple(tuple(names.index(n) for n in g) for g in mb["groups"])
-            T = max(1, len(cube.time))
-            grid = int(mb.get("grid") or max(1, math.isqrt((dim or 1024) // (T * len(groups)))))
-        spec = EmbedSpec(
-            source,
-            cube.url,
-            cube.checksum,
-            inputs,
-            None,
-            dim,
-            seed=seed,
-            groups=groups,
-            grid=grid,
-            block_samples=block_samples,
+        return _plan_baseline(source, cube, recipe, dim, seed)
+    return _plan_encoder(source, cube, recipe, ctx, dim)
+
+
+def _plan_baseline(source: str, cube, recipe: BaseRecipe, dim: int | None, seed: int):
+    """An organiser baseline: every band alone, or the catalog's `mean_baseline` groups and grid
+    (else a grid that keeps about `dim` or 1024 values)."""
+    if recipe.follow_reference:
+        raise RecipeError(
+            f"follow_reference=true: the {source} baseline is no model and has no deviation"
+            " from a reference to follow (docs/deviations.md); drop the setting for it"
         )
-        return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
+    groups: tuple[tuple[int, ...], ...] = tuple((i,) for i in range(len(cube.bands)))
+    grid = 8
+    if source == "mean":
+        try:
+            mb = load_dataset(cube.dataset).mean_baseline
+        except UserError:
+            mb = {}
+        names = [b.name for b in cube.bands]
+        if mb.get("groups"):
+            missing = sorted({n for g in mb["groups"] for n in g} - set(names))
+            if missing:
+                raise UserError(
+                    f"{cube.url}: the catalog's mean_baseline names bands {missing} the cube lacks"
+                )
+            groups = tuple(tuple(names.index(n) for n in g) for g in mb["groups"])
+        T = max(1, len(cube.time))
+        grid = int(mb.get("grid") or max(1, math.isqrt((dim or 1024) // (T * len(groups)))))
+    inputs = input_map(cube, list(range(len(cube.bands))), recipe.normalization)
+    spec = EmbedSpec(
+        source,
+        cube.url,
+        cube.checksum,
+        inputs,
+        None,
+        dim,
+        seed=seed,
+        groups=groups,
+        grid=grid,
+        block_samples=recipe.block_samples,
+    )
+    return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
+
+
+def _plan_encoder(source: str, cube, recipe: BaseRecipe, ctx: PlanContext, dim: int | None):
+    """A registered encoder, fed by the dataset catalog's band rule (embed has no protocols) and
+    switched to the reference's behaviour where the recipe follows it (docs/deviations.md)."""
     mspec = model_spec(source)
-    # every declared deviation switched to the reference's behaviour (docs/deviations.md)
     if recipe.follow_reference:
         mspec = mspec.following_reference()
-    # embed has no protocols: the dataset's catalog says the rule
-    rule = dataset_band_rule(cube.dataset)
-    # evaluate's rule
-    rule, match = match_cube_bands(mspec, cube.bands, rule, offers_cross_sensor=False)
+    rule, match = match_cube_bands(
+        mspec, cube.bands, dataset_band_rule(cube.dataset), offers_cross_sensor=False
+    )
     size = encoder_input_size(
         mspec, cube.tile, recipe.input_size or None, f"{source} on {cube.dataset}"
     )
     found = resolve_weights(
         source, recipe.encoder_weights.get(source), ctx.weights_dir, ctx.allow_random_weights
     )
-    device = ctx.device or this_device()
-    eff = resolve(recipe.precision, device)
+    eff = resolve(recipe.precision, ctx.device or this_device())
     threads = ctx.run_threads(recipe.threads)
     enc = EncoderSpec(
         mspec,
@@ -218,20 +224,30 @@ def plan_embedding(
         found.path,
         found.sha256,
         eff,
-        threads if device.type == "cpu" else None,
+        ctx.arithmetic_threads(threads),
     )
-    inputs = input_map(cube, match.index, normalization)
     spec = EmbedSpec(
         source,
         cube.url,
         cube.checksum,
-        inputs,
+        input_map(cube, match.index, recipe.normalization),
         enc,
         dim,
-        block_samples=block_samples,
+        block_samples=recipe.block_samples,
         batch=recipe.extract_batch,
         threads=threads,
     )
+    return spec, {
+        "weights": found.as_record(),
+        "model_name": mspec.display_name,
+        "band_mode": _band_mode(rule, match),
+        "deviations": mspec.deviation_record(),
+        "precision": {"requested": recipe.precision, "effective": eff},
+    }
+
+
+def _band_mode(rule: str, match) -> str:
+    """What went into which input slot, for the record (rendered RGB: what did not go in too)."""
     fed = ", ".join(
         f"{s}<-{b.name}"
         for s, b in ((s, match.slot_band(k)) for k, s in enumerate(match.slots))
@@ -240,18 +256,12 @@ def plan_embedding(
     mode = f"{rule}: {fed}" + (
         " (grey-like bands replicated into RGB slots)" if match.replicated else ""
     )
-    if rule == "rendered_rgb":  # what went where includes what did not go in
+    if rule == "rendered_rgb":
         mode += "".join(
             f"; not fed: {match.bands[i].name} ({why})"
             for i, why in sorted(match.unused_reasons.items())
         )
-    return spec, {
-        "weights": found.as_record(),
-        "model_name": mspec.display_name,
-        "band_mode": mode,
-        "deviations": mspec.deviation_record(),
-        "precision": {"requested": recipe.precision, "effective": eff},
-    }
+    return mode
 
 
 # -- the block task --------------------------------------------------------------------------------

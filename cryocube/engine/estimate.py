@@ -1,18 +1,13 @@
 """Wall-time estimate of a plan (`evaluate --dry-run --budget FILE`), with the reference's beside
-it.
+it, for segmentation runs.
 
-The unit costs come from measured budgets: `benchmarks/bench_reference.py --budget-out FILE` runs
-cryocube and the real Cryo-Bench code side by side on this machine and writes, per encoder size
-class (S, B, L, Swin) and protocol (frozen, finetune) it measured, what a training step, a window
-and an encoder item cost on each side, and the fixed costs. A plan's runs are summed from their
-planned steps, validations, windows and encoder items at the unit of their own class and protocol;
-where that unit was not measured, at the nearest measured one (by encoder GFLOPs) of the same
-protocol, and a fine-tuning run with no fine-tuning unit at all from a frozen unit (the encoder's
-inference x3 in every step). A unit's encoder share (FLOPs counted on the modules) scales by the
-run's encoder GFLOPs against the measured model's; every figure not measured in its own class and
-protocol is named as scaled. cryocube's figure counts each feature cache once (every run on it
-shares it) and the runs one after the other on all cores; the reference's is its scripts' way, one
-run at a time, the encoder re-run in every step and every validation. Segmentation runs only.
+The unit costs are measured budgets (`benchmarks/bench_reference.py --budget-out FILE`: per encoder
+size class (S, B, L, Swin) and protocol (frozen, finetune), a training step, a window and an encoder
+item on each side, and the fixed costs). A run is priced at its own class and protocol's unit, else
+the nearest measured one by encoder GFLOPs (a fine-tuning run with no fine-tuning unit: the frozen
+encoder's inference x3 per step), its encoder share scaled by GFLOPs and named as scaled. cryocube
+pays each feature cache once and runs one after the other on all cores; the reference runs its
+scripts one at a time, the encoder re-run in every step and validation.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ through an entry point in the `cryocube.families` group (a module that calls `re
 from __future__ import annotations
 
 from .. import plugins
-from .base import Family, PlanContext, PlannedRun, RunSpec
+from .base import Family, PlanContext, PlannedRun, Resolved, RunSpec
 
 BUILTIN = (
     "cryocube.families.segmentation",
@@ -22,7 +22,7 @@ FAMILIES: plugins.Registry[Family] = plugins.Registry(
     "evaluation family", "cryocube.families", BUILTIN
 )
 
-__all__ = ["Family", "PlanContext", "PlannedRun", "RunSpec", "get", "names", "register"]
+__all__ = ["Family", "PlanContext", "PlannedRun", "Resolved", "RunSpec", "get", "names", "register"]
 
 
 def register(cls: type[Family]) -> type[Family]:

@@ -3,7 +3,8 @@
 A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names
 the family that plans and executes it. The scheduler knows no family: it asks the family to
 
-1. `plan` each run (check everything, fix what its tasks need, derive its content-hash id);
+1. `plan` each run: the family's `resolve` checks everything and fixes what its tasks need, the
+   base derives its content-hash id and starts its record;
 2. `prepare` what runs share (a frozen-feature cache, embeddings), once per `prep_key`;
 3. `group` runs that one task fits together (several decoders over one pass of the features);
 4. `fit` a group in one Dask task, then `score` each run with map tasks whose partial results
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar
 
 from ..precision import DeviceInfo
@@ -95,6 +96,26 @@ class PlannedRun:
         return self.spec.label
 
 
+@dataclass
+class Resolved:
+    """What a family's `resolve` fixes of one run, its own part only: `Family.plan` adds the family,
+    seed, threads and identity version, hashes them into the run id and starts the record."""
+
+    identity: dict[str, Any]  # the family's identity fields
+    model_name: str
+    weights: dict | None
+    precision: dict | None
+    fields: dict[str, Any]  # the family's own record fields
+    # the run's tasks, or a function of its run id that builds them (tasks writing into its folder)
+    work: Any
+    cube: Any = None  # the CubeInfo it reads (or that cube's record: vectors made elsewhere)
+    fraction: float = 1.0
+    dataset: str | None = None  # where no CubeInfo names it
+    model: str | None = None  # the record's model, where the run's label names it otherwise
+    prep_key: str | None = None
+    estimate: dict[str, Any] = field(default_factory=dict)
+
+
 Task = tuple[Callable, Any]  # (a function the workers run, its one argument)
 
 
@@ -112,6 +133,10 @@ class Family(ABC):
     shown_metrics: ClassVar[tuple[str, ...]] = ()
     # its recipe fields (the shared ones and its own)
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe
+    # the identity's "v": raised when a change moves this family's run ids
+    identity_version: ClassVar[int] = 1
+    # False: the run's threads are in what its identity names already (an embedding store's key)
+    threads_in_identity: ClassVar[bool] = True
     # modules its first tasks import (torch, timm, its task modules): a local cluster's workers
     # import them while the client plans, so those seconds overlap planning instead of following it
     warm_modules: ClassVar[tuple[str, ...]] = ()
@@ -160,10 +185,68 @@ class Family(ABC):
             fields=own,
         )
 
-    @abstractmethod
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
-        """`recipe` is this family's own (`recipe.of(family)`), with the run's overrides not yet
-        applied."""
+        """The template every run is planned by. `recipe` is this family's own (`recipe.of(name)`):
+        the run's overrides go over it and its torch threads are fixed (a rerun computes in the same
+        order); the family's `resolve` fixes the rest, `planned` hashes and records it."""
+        recipe = self.with_overrides(spec, recipe)
+        recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))
+        r = self.resolve(spec, cube, recipe, ctx)
+        r.fields.setdefault("torch_threads", recipe.threads)
+        threads = ctx.arithmetic_threads(recipe.threads) if self.threads_in_identity else None
+        return self.planned(spec, r, seed=spec.seed, threads=threads)
+
+    def with_overrides(self, spec: RunSpec, recipe: BaseRecipe) -> BaseRecipe:
+        """The run's recipe: its overrides (a study's trial) checked and applied."""
+        if not spec.overrides:
+            return recipe
+        return recipe.updated(dict(spec.overrides), f"{spec.label}: overrides")
+
+    @abstractmethod
+    def resolve(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> Resolved:
+        """Checks the run and fixes what is this family's own (`recipe`: the run's, threads fixed);
+        a user error is raised here, before any work."""
+
+    def planned(
+        self, spec: RunSpec, r: Resolved, *, seed: int | None, threads: int | None = None
+    ) -> PlannedRun:
+        """The identity (family, the family's fields, seed, the threads where they change the bits,
+        `identity_version`), its hash as the run id, the record started, the planned run."""
+        identity = {
+            "family": self.name,
+            **r.identity,
+            **({} if seed is None else {"seed": seed}),
+            **({"threads": threads} if threads else {}),
+            "v": self.identity_version,
+        }
+        run_id = content_hash(identity)
+        record = self.base_record(
+            spec if r.model is None else replace(spec, model=r.model),
+            run_id,
+            identity,
+            r.cube,
+            model_name=r.model_name,
+            weights=r.weights,
+            precision=r.precision,
+            fraction=r.fraction,
+            dataset=r.dataset,
+            **r.fields,
+        )
+        info = None if isinstance(r.cube, dict) else r.cube
+        return PlannedRun(
+            spec=spec,
+            family=self.name,
+            run_id=run_id,
+            identity=identity,
+            dataset=r.dataset or info.dataset,
+            model_name=r.model_name,
+            fraction=r.fraction,
+            record=record,
+            work=r.work(run_id) if callable(r.work) else r.work,
+            cube=info,
+            prep_key=r.prep_key,
+            estimate=r.estimate,
+        )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         """Shared work of runs with one prep_key (returns facts per key for the records)."""

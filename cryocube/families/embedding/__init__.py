@@ -11,10 +11,20 @@ the vectors on its own, for submissions.
 from __future__ import annotations
 
 from ...catalog import protocol as protocol_spec
-from ...embeddings.embed import embeddings_url
+from ...embeddings.embed import embeddings_url, plan_embedding
 from ...errors import UserError
 from .. import register
-from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
+from ..base import FittedInScore, PlanContext, PlannedRun, Resolved, RunSpec
+from .probe import (
+    K_DEFAULT,
+    check_tasks,
+    differences,
+    merge,
+    probe_recipe,
+    tasks_digest,
+    tasks_from_cube,
+)
+from .work import CubeProbe, finish_fields
 
 
 @register
@@ -28,23 +38,17 @@ class Embedding(FittedInScore):
         " test rows (the best epoch, the best SVM setting), so a study would select its fields on"
         " the test score; set them with `--set` on `evaluate` or `probe` instead"
     )
-    # the encoder's side of the recipe (probe fields are the protocol's own: k, epochs, ... as run
-    # overrides)
+    identity_version = 3  # 3: standardisation in NeuCo-Bench's float32; 2: R² 0.0 on constant folds
+    threads_in_identity = False  # the embedding's key holds them
 
-    def plan(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> PlannedRun:
+    def with_overrides(self, spec: RunSpec, recipe):
+        """The recipe as given: a run's overrides are probe fields (k, epochs, ...), `resolve`
+        reads them."""
+        return recipe
+
+    def resolve(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> Resolved:
         """Refuses what the protocol cannot score (--fraction, tasks too small to split) before any
         embedding; the run id hashes the embedding key, labels, probe recipe and seed."""
-        from ...embeddings.embed import plan_embedding
-        from .probe import (
-            K_DEFAULT,
-            check_tasks,
-            differences,
-            probe_recipe,
-            tasks_digest,
-            tasks_from_cube,
-        )
-        from .work import IDENTITY_VERSION, CubeProbe
-
         protocol_spec(spec.protocol)
         if spec.fraction not in (None, 1, 1.0):
             raise UserError(
@@ -56,10 +60,9 @@ class Embedding(FittedInScore):
         dim = ov.pop("dim", None)
         pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", K_DEFAULT)), ov, dim=dim)
         tasks = tasks_from_cube(cube.url)
-        # too few labelled samples for a split, one class: said before any embedding. evaluate keeps
-        # NeuCo-Bench's
-        # splits (runs on one board share them), so another test size is `cryocube probe`'s, and the
-        # fix says so
+        # too few labelled samples for a split, one class: said before any embedding. evaluate
+        # keeps NeuCo-Bench's splits (runs on one board share them), so another test size is
+        # `cryocube probe`'s, and the fix says so
         url = cube.url.replace("{", "{{").replace("}", "}}")
         check_tasks(
             tasks,
@@ -69,43 +72,24 @@ class Embedding(FittedInScore):
             f" test_size {pr.test_size:g}",
         )
         emb, prov = plan_embedding(spec.model, cube, recipe, ctx, dim=dim, seed=spec.seed)
-        identity = {
-            "family": self.name,
-            "embedding": emb.key,
-            "tasks": tasks_digest(tasks),
-            "probe": pr.as_dict(),
-            "seed": spec.seed,
-            "v": IDENTITY_VERSION,
-        }
-        run_id = content_hash(identity)
-        record = self.base_record(
-            spec,
-            run_id,
-            identity,
-            cube,
+        store = embeddings_url(ctx.out, emb.key)
+        labels = tasks_digest(tasks)
+        return Resolved(
+            identity={"embedding": emb.key, "tasks": labels, "probe": pr.as_dict()},
             model_name=prov.get("model_name", f"{spec.model} baseline"),
             weights=prov["weights"],
             precision=prov.get("precision", {"requested": "fp32", "effective": "fp32"}),
-            embedding=emb.describe() | {"url": embeddings_url(ctx.out, emb.key)},
-            probe=pr.record(),
-            band_mode=prov.get("band_mode"),
-            neuco_bench_differences=differences(pr, tasks),
-            **({"deviations": prov["deviations"]} if "deviations" in prov else {}),
-            tasks=[t.name for t in tasks],
-            label_set=identity["tasks"],
-            torch_threads=emb.threads,
-        )
-        work = CubeProbe(emb, pr, tasks, embeddings_url(ctx.out, emb.key))
-        return PlannedRun(
-            spec=spec,
-            family=self.name,
-            run_id=run_id,
-            identity=identity,
-            dataset=cube.dataset,
-            model_name=record.model_name,
-            fraction=1.0,
-            record=record,
-            work=work,
+            fields={
+                "embedding": emb.describe() | {"url": store},
+                "probe": pr.record(),
+                "band_mode": prov.get("band_mode"),
+                "neuco_bench_differences": differences(pr, tasks),
+                **({"deviations": prov["deviations"]} if "deviations" in prov else {}),
+                "tasks": [t.name for t in tasks],
+                "label_set": labels,
+                "torch_threads": emb.threads,  # None: a baseline computes without torch
+            },
+            work=CubeProbe(emb, pr, tasks, store),
             cube=cube,
             prep_key=emb.key,
             estimate={"steps": pr.k * len(tasks), "encoder_items": cube.n_samples},
@@ -138,8 +122,6 @@ class Embedding(FittedInScore):
     def reduce(a, b):
         """Fold scores concatenated per task (`probe.merge`); `finish` puts them back in fold
         order."""
-        from .probe import merge
-
         return merge(a, b)
 
     def report_key(self, record) -> tuple:
@@ -159,6 +141,4 @@ class Embedding(FittedInScore):
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """Q and A from the merged fold scores, with NeuCo-Bench's result files written into the
         run's folder (`work.finish_fields`)."""
-        from .work import finish_fields
-
         return finish_fields(run, total, prepared)

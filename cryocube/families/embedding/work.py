@@ -14,6 +14,7 @@ import datetime as _dt
 import json
 import math
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any
 
 import numpy as np
@@ -135,10 +136,6 @@ class MatrixProbe:
         return {}
 
 
-# 3: standardisation in NeuCo-Bench's float32 arithmetic; 2: R² 0.0 on constant folds, standardize
-IDENTITY_VERSION = 3
-
-
 def finish_fields(run, total: dict, prepared: dict) -> dict:
     """A probe run's record fields from its merged fold scores; NeuCo-Bench's result files into its
     folder."""
@@ -161,6 +158,18 @@ def finish_fields(run, total: dict, prepared: dict) -> dict:
     }
 
 
+def matrix_probe(inputs, recipe, out: str, embeddings: str) -> MatrixProbe:
+    """The standardised matrix and its folds' rows; a task too small to split is refused here,
+    before any probe."""
+    from .probe import align, fold_tasks, standardized, stats_rows
+
+    aligned = align(inputs.ids, inputs.tasks, recipe.fold_order)
+    Xs = standardized(inputs.X, recipe.dim, stats_rows(aligned, recipe))
+    work = MatrixProbe(Xs, sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings)
+    fold_tasks(aligned, recipe, None, work.digest)
+    return work
+
+
 def probe_run(
     embeddings: str,
     out: str,
@@ -171,79 +180,55 @@ def probe_run(
 ):
     """`cryocube probe`'s one run, planned for the engine: its id hashes the vectors, the tasks and
     the recipe."""
-    import hashlib
-
     from .. import get
-    from ..base import PlannedRun, RunSpec, content_hash
-    from .probe import align, differences, fold_tasks, standardized, stats_rows, tasks_digest
+    from ..base import Resolved, RunSpec
+    from .probe import differences, tasks_digest
 
-    ids, X, prov, tasks = inputs.ids, inputs.X, inputs.prov, inputs.tasks
-    digest = hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
-    identity = {
-        "family": "embedding",
-        "embedding": digest,
-        "tasks": tasks_digest(tasks),
-        "probe": recipe.as_dict(),
-        "v": IDENTITY_VERSION,
-    }
-    run_id = content_hash(identity)
-    cube = prov.get("cube") or {}
+    X, prov, tasks = inputs.X, inputs.prov, inputs.tasks
+    digest = sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
     source = prov.get("source", embeddings)
-    dataset = cube.get("dataset") or (
-        tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else "labels"
-    )
-    # what the progress board names the run by: the vectors' file and the tasks' folder (or cube)
-    spec = RunSpec(
-        model=source.rstrip("/").rsplit("/", 1)[-1],
-        cube=tasks_from or labels or "",
-        protocol="probe",
-        seed=recipe.seed,
-    )
-    record = get("embedding").base_record(
-        RunSpec(source, tasks_from or labels or "", "probe", seed=recipe.seed),
-        run_id,
-        identity,
-        cube or None,
-        dataset=dataset,
+    work = matrix_probe(inputs, recipe, out, embeddings)
+    label_set = tasks_digest(tasks)
+    resolved = Resolved(
+        # no seed of its own: the probe recipe's is in `probe`
+        identity={"embedding": digest, "tasks": label_set, "probe": recipe.as_dict()},
         model_name=prov.get("model_name") or source,
         weights=prov.get("weights") or {"source": "unknown (vectors made elsewhere)"},
         precision=prov.get("precision") or {"effective": prov.get("precision", "unknown")},
-        embedding={
-            "input": embeddings,
-            "sha256": digest,
-            "format": prov.get("format"),
-            "dim": int(X.shape[1]),
-            "pca": prov.get("pca"),
+        fields={
+            "embedding": {
+                "input": embeddings,
+                "sha256": digest,
+                "format": prov.get("format"),
+                "dim": int(X.shape[1]),
+                "pca": prov.get("pca"),
+            },
+            "probe": recipe.record(),
+            "neuco_bench_differences": differences(recipe, tasks),
+            "tasks": sorted(t.name for t in tasks),
+            "labelled": {
+                t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled}
+                for t in tasks
+            },
+            "labels": labels or tasks_from,
+            "label_set": label_set,
         },
-        probe=recipe.record(),
-        neuco_bench_differences=differences(recipe, tasks),
-        tasks=sorted(t.name for t in tasks),
-        labelled={
-            t.name: {"labelled": len(t.labels), "empty_label_skipped": t.n_unlabelled}
-            for t in tasks
-        },
-        labels=labels or tasks_from,
-        label_set=identity["tasks"],
-    )
-    aligned = align(ids, tasks, recipe.fold_order)
-    Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
-    work = MatrixProbe(
-        Xs, hashlib.sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings
-    )
-    # a task too small to split is refused here, before any probe
-    fold_tasks(aligned, recipe, None, work.digest)
-    return PlannedRun(
-        spec=spec,
-        family="embedding",
-        run_id=run_id,
-        identity=identity,
-        dataset=dataset,
-        model_name=record.model_name,
-        fraction=1.0,
-        record=record,
         work=work,
+        cube=prov.get("cube") or None,
+        dataset=(prov.get("cube") or {}).get("dataset")
+        or (
+            tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr")
+            if tasks_from
+            else "labels"
+        ),
+        model=source,
         estimate={"steps": recipe.k * len(tasks)},
     )
+    # the progress board names the run by the vectors' file and the tasks' folder (or cube)
+    spec = RunSpec(
+        source.rstrip("/").rsplit("/", 1)[-1], tasks_from or labels or "", "probe", seed=recipe.seed
+    )
+    return get("embedding").planned(spec, resolved, seed=None)
 
 
 def probe_embeddings(

@@ -11,13 +11,18 @@ baseline's. Text tasks have no head: the board says so.
 
 from __future__ import annotations
 
+from ...catalog import protocol as protocol_spec
+from ...embeddings.embed import BASELINES, embeddings_url, plan_embedding, prepare_store
 from ...errors import UserError
-from ...questions.cells import answerable
+from ...questions.ask import questions
+from ...questions.cells import answerable, cells, chance_cells
+from ...questions.tasks import select
 from .. import register
-from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
+from ..base import FittedInScore, PlanContext, PlannedRun, Resolved, RunSpec
+from ..split import cube_split
+from .linear import ALPHA_GRID, C_GRID, HeadsJob, answer_heads
 from .recipe import HeadsRecipe
 
-IDENTITY_VERSION = 2  # 2: one question per sample and task (phrasings left to VLMs)
 N_BOOT = 1000
 
 
@@ -28,112 +33,65 @@ class Heads(FittedInScore):
     # share of test questions a head answered (each task's metrics are board cells)
     primary_metric = "answered"
     recipe = HeadsRecipe
+    identity_version = 2  # 2: one question per sample and task (phrasings left to VLMs)
+    threads_in_identity = False  # the embedding's key holds them
 
-    def plan(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> PlannedRun:
+    def resolve(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> Resolved:
         """Refuses the baseline embeddings (chance is on every board) and cubes with no answerable
         task or test reference; runs share the embedding family's pooled features (prep_key)."""
-        from ...catalog import protocol as protocol_spec
-        from ...embeddings.embed import BASELINES, embeddings_url, plan_embedding
-        from ...questions.ask import questions
-        from ...questions.cells import chance_cells
-        from ...questions.tasks import select
-        from ..split import cube_split
-        from .linear import ALPHA_GRID, C_GRID, HeadsJob
-
         protocol_spec(spec.protocol)
-        hr = (
-            recipe.updated(dict(spec.overrides), f"{spec.label}: overrides")
-            if spec.overrides
-            else recipe
-        )
         if spec.model in BASELINES:
             raise UserError(
                 f"{spec.label}: the heads protocol answers with an encoder's features; the chance"
                 " baseline is on every board already"
             )
-        every = select(hr.task_names or None, cube.kind, cube.dataset)
-        tasks = [t for t in every if answerable(t)]
-        if not tasks:
-            raise UserError(
-                f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer"
-                " an encoder head gives (class, number, fraction, box); text tasks read 'cannot"
-                " answer (encoder)'"
-            )
-        qs, left_out = questions(cube.url, tasks, every_split=True)
-        # one question per sample and task: phrasings are a VLM's matter
-        qs = [q for q in qs if q.variant == 0]
-        asked = {q.task for q in qs}
-        tasks = [t for t in tasks if t.name in asked]
-        split, ids, split_record = cube_split(cube.url, cube.checksum)
-        if not any(split[q.sample] == "test" for q in qs):
-            raise UserError(
-                f"{cube.url}: no test-split sample has a reference for"
-                f" {', '.join(t.name for t in tasks)}"
-            )
-        emb, prov = plan_embedding(spec.model, cube, hr, ctx, seed=spec.seed)
-        identity = {
-            "family": self.name,
-            "embedding": emb.key,
-            "tasks": {t.name: t.digest() for t in tasks},
-            "split": split_record["digest"],
-            "grid": {"C": C_GRID, "alpha": ALPHA_GRID},
-            "seed": spec.seed,
-            "v": IDENTITY_VERSION,
-        }
-        run_id = content_hash(identity)
+        every, tasks, qs, left_out, split, ids, split_record = _asked(spec, cube, recipe)
+        emb, prov = plan_embedding(spec.model, cube, recipe, ctx, seed=spec.seed)
         url = embeddings_url(ctx.out, emb.key)
         by_name = {t.name: t for t in tasks}
-        record = self.base_record(
-            spec,
-            run_id,
-            identity,
-            cube,
+        job = HeadsJob(url, tuple(qs), tuple(tasks), tuple(split.tolist()), tuple(ids))
+        return Resolved(
+            identity={
+                "embedding": emb.key,
+                "tasks": {t.name: t.digest() for t in tasks},
+                "split": split_record["digest"],
+                "grid": {"C": C_GRID, "alpha": ALPHA_GRID},
+            },
             model_name=prov.get("model_name", spec.model),
             weights=prov["weights"],
             precision=prov.get("precision"),
-            embedding=emb.describe() | {"url": url},
-            band_mode=prov.get("band_mode"),
-            deviations=prov["deviations"],
-            torch_threads=emb.threads,
-            tasks={
-                t.name: {
-                    "answer": t.answer,
-                    "metrics": [m for m, _, _ in t.metrics],
-                    "source": t.source,
-                    "prompt_sha256": t.digest(),
-                }
-                for t in tasks
+            fields={
+                "embedding": emb.describe() | {"url": url},
+                "band_mode": prov.get("band_mode"),
+                "deviations": prov["deviations"],
+                "tasks": {
+                    t.name: {
+                        "answer": t.answer,
+                        "metrics": [m for m, _, _ in t.metrics],
+                        "source": t.source,
+                        "prompt_sha256": t.digest(),
+                    }
+                    for t in tasks
+                },
+                "tasks_left_out": left_out,
+                "board_split": split_record,
+                "tasks_text": [t.name for t in every if not answerable(t)],  # no head writes text
+                "head": {
+                    "kind": "linear on pooled frozen features",
+                    "C_grid": list(C_GRID),
+                    "alpha_grid": list(ALPHA_GRID),
+                    "chosen_on": "val split, by the task's own metric",
+                },
             },
-            tasks_left_out=left_out,
-            board_split=split_record,
-            tasks_text=[t.name for t in every if not answerable(t)],  # no head writes text
-            head={
-                "kind": "linear on pooled frozen features",
-                "C_grid": list(C_GRID),
-                "alpha_grid": list(ALPHA_GRID),
-                "chosen_on": "val split, by the task's own metric",
+            work={
+                "embed": emb,
+                "url": url,
+                "job": job,
+                "tasks": by_name,
+                "split": split,
+                "ids": ids,
+                "chance": chance_cells(qs, by_name, split, ids, N_BOOT, spec.seed),
             },
-        )
-        job = HeadsJob(url, tuple(qs), tuple(tasks), tuple(split.tolist()), tuple(ids))
-        work = {
-            "embed": emb,
-            "url": url,
-            "job": job,
-            "tasks": by_name,
-            "split": split,
-            "ids": ids,
-            "chance": chance_cells(qs, by_name, split, ids, N_BOOT, spec.seed),
-        }
-        return PlannedRun(
-            spec=spec,
-            family=self.name,
-            run_id=run_id,
-            identity=identity,
-            dataset=cube.dataset,
-            model_name=record.model_name,
-            fraction=1.0,
-            record=record,
-            work=work,
             cube=cube,
             prep_key=emb.key,
             estimate={"steps": 1, "encoder_items": cube.n_samples},
@@ -142,8 +100,6 @@ class Heads(FittedInScore):
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         """The embedding family's pooled features, embedded once per (model, cube) by its own
         step."""
-        from ...embeddings.embed import prepare_store
-
         out: dict[str, dict] = {}
         for p in runs:
             if p.prep_key not in out:
@@ -159,8 +115,6 @@ class Heads(FittedInScore):
     def score(self, run: PlannedRun, fitted: dict):
         """One task per run (answer_heads): heads fitted on train, regularisation chosen on val,
         test questions answered."""
-        from .linear import answer_heads
-
         return [(answer_heads, run.work["job"])]
 
     @staticmethod
@@ -175,8 +129,6 @@ class Heads(FittedInScore):
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """Board cells of the answers, scored as VLM answers are, beside the chance baseline;
         `answered` is the percentage of test questions answered."""
-        from ...questions.cells import cells
-
         w = run.work
         rows = total["rows"]
         box_how = "box head (linear on pooled features)"
@@ -204,3 +156,28 @@ class Heads(FittedInScore):
             "embedding": run.record.fields["embedding"] | {"sha256": prep.get("embedding_sha256")},
             "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0},
         }
+
+
+def _asked(spec: RunSpec, cube, recipe: HeadsRecipe):
+    """(the tasks selected, those a head answers, their questions, the tasks left out, the board
+    split, ids, its record); refuses a selection no head answers and a test split with no
+    reference."""
+    every = select(recipe.task_names or None, cube.kind, cube.dataset)
+    tasks = [t for t in every if answerable(t)]
+    if not tasks:
+        raise UserError(
+            f"{spec.label}: none of the tasks {', '.join(t.name for t in every)} has an answer"
+            " an encoder head gives (class, number, fraction, box); text tasks read 'cannot"
+            " answer (encoder)'"
+        )
+    qs, left_out = questions(cube.url, tasks, every_split=True)
+    # one question per sample and task: phrasings are a VLM's matter
+    qs = [q for q in qs if q.variant == 0]
+    tasks = [t for t in tasks if t.name in {q.task for q in qs}]
+    split, ids, split_record = cube_split(cube.url, cube.checksum)
+    if not any(split[q.sample] == "test" for q in qs):
+        raise UserError(
+            f"{cube.url}: no test-split sample has a reference for"
+            f" {', '.join(t.name for t in tasks)}"
+        )
+    return every, tasks, qs, left_out, split, ids, split_record

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from ... import store as _store
 from ...catalog import protocol as protocol_spec
+from ...decoders import decoder_kinds, decoder_options
 from ...errors import UserError
+from ...models import model_spec
+from ...models.weights import resolve_weights
+from ...precision import auto_memory_format, resolve, this_device
 from ...record import run_dir
 from .. import register
-from ..base import Family, PlanContext, PlannedRun, RunSpec, content_hash, derive_seed
+from ..base import Family, PlanContext, PlannedRun, Resolved, RunSpec, derive_seed
 from ..encoders import (
     EncoderSpec,
     dataset_band_rule,
@@ -30,7 +35,7 @@ from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
 from .work import CacheSpec, FitTask, SegRun, TestTask
 
-IDENTITY_VERSION = 2
+SPLITS = ("train", "val", "test")
 
 
 @register
@@ -40,127 +45,41 @@ class Segmentation(Family):
     primary_metric = "mIoU"
     shown_metrics = ("mF1", "oAcc")
     recipe = SegmentationRecipe
+    identity_version = 2
 
-    # -- planning ------------------------------------------------------------------------------
-    def plan(self, spec: RunSpec, cube, recipe: SegmentationRecipe, ctx: PlanContext) -> PlannedRun:
+    def resolve(
+        self, spec: RunSpec, cube, recipe: SegmentationRecipe, ctx: PlanContext
+    ) -> Resolved:
         """Refuses empty or unlabelled splits, a fraction outside (0, 1], an unknown decoder before
-        any cluster work; fixes threads and precision, which the run id hashes."""
-        from ...decoders import decoder_kinds, decoder_options
-        from ...models import model_spec
-        from ...models.weights import resolve_weights
-        from ...precision import auto_memory_format, resolve, this_device
-
+        any cluster work; the run id hashes precision and (CPU) threads too."""
         proto = protocol_spec(spec.protocol)
         drawn = None  # a sample cube with a per-pixel target: the split this family draws for it
         if cube.kind != "tiles":
             cube, drawn = as_tiles(cube)
-        if spec.overrides:
-            recipe = recipe.updated(dict(spec.overrides))
-        mspec = model_spec(spec.model)
-        if recipe.follow_reference:
-            mspec = mspec.following_reference()
-        fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
-        where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
-        if not 0 < fraction <= 1:
-            raise UserError(f"{where}: the label fraction must be in (0, 1], got {fraction}")
-        rule = proto.bands
-        # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
-        if rule == "named" and drawn is not None:
-            rule = dataset_band_rule(cube.dataset, rule)
-        # SAR-only cube, optical encoder: cross-sensor
-        rule, match = match_cube_bands(mspec, cube.bands, rule)
-        size = encoder_input_size(mspec, cube.tile, recipe.input_size, where)
-        for split in ("train", "val", "test"):
-            if not cube.samples(split).size:
-                raise UserError(
-                    f"{cube.url}: split {split!r} is empty; {spec.model} cannot be"
-                    " trained/evaluated on it"
-                )
-            if not cube.labelled[cube.samples(split)].any():
-                raise UserError(
-                    f"{cube.url}: split {split!r} has no labelled pixel (every label is ignore);"
-                    f" nothing to {'train on' if split == 'train' else 'score'}"
-                )
-        decoder = mspec.decoder or recipe.decoder
-        if decoder not in decoder_kinds():
-            raise UserError(
-                f"recipe field decoder must be one of {', '.join(decoder_kinds())}, got {decoder!r}"
-            )
-        dkw = tuple((k, getattr(recipe, f"decoder_{k}")) for k in decoder_options(decoder))
-        trains_encoder = proto.trains_encoder or not mspec.pretrained
-        train_all = cube.samples("train")
-        subset = train_all[
-            stratified_subset(
-                cube.strata[train_all],
-                fraction,
-                derive_seed("subset", cube.checksum, fraction, spec.seed),
-            )
-        ]
-        if not cube.labelled[subset].any():
-            raise UserError(
-                f"{where}: the {fraction:g} subset of the training split has no labelled pixel;"
-                " raise the fraction"
-            )
-        weights = resolve_weights(
-            spec.model,
-            recipe.encoder_weights.get(spec.model),
-            ctx.weights_dir,
-            ctx.allow_random_weights,
+        mspec, fraction, rule, match, size, subset, decoder = _checked(
+            spec, cube, recipe, proto, drawn
         )
+        ew = recipe.encoder_weights.get(spec.model)
+        w = resolve_weights(spec.model, ew, ctx.weights_dir, ctx.allow_random_weights)
         device = ctx.device or this_device()
         precision = resolve(recipe.precision, device)
-        # fixed for every task of the run
-        recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))
+        fmt = recipe.memory_format
+        fmt = auto_memory_format(device, precision) if fmt == "auto" else fmt
         arith = ctx.arithmetic_threads(recipe.threads)
-        memory_format = recipe.memory_format
-        if memory_format == "auto":
-            memory_format = auto_memory_format(device, precision)
-        inputs = input_map(cube, match.index, recipe.normalization)
-        run_seed = derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed)
+        enc = EncoderSpec(mspec, cube.bands, rule, size, w.path, w.sha256, precision, arith)
         # the split is part of what is learnt
         cube_key = cube.checksum if drawn is None else f"{cube.checksum}:split-{drawn['digest']}"
-        identity = {
-            "family": self.name,
-            "model": spec.model,
-            "arch": mspec.arch,
-            "cube": cube_key,
-            "protocol": spec.protocol,
-            "fraction": fraction,
-            "seed": spec.seed,
-            "recipe": recipe.identity(),
-            "weights": weights.sha256 or weights.source,
-            "input_size": size,
-            "precision": precision,
-            "band_rule": rule,
-            **({"threads": arith} if arith else {}),
-            "v": IDENTITY_VERSION,
-        }
-        run_id = content_hash(identity)
-        enc = EncoderSpec(
-            mspec, cube.bands, rule, int(size), weights.path, weights.sha256, precision, arith
-        )
-        cache = (
-            None
-            if trains_encoder
-            else CacheSpec(
-                enc,
-                cube.url,
-                cube_key,
-                inputs,
-                cube.tile,
-                recipe.crops_per_sample,
-                recipe.feature_dtype,
-                ctx.out,
-            )
-        )
-        rdir = run_dir(ctx.out, run_id)
-        work = SegRun(
-            run_id=run_id,
+        inputs = input_map(cube, match.index, recipe.normalization)
+        trains = proto.trains_encoder or not mspec.pretrained
+        run = SegRun(
+            run_id="",  # `planned` names it and its folder
             label=spec.label,
-            trains_encoder=trains_encoder,
+            trains_encoder=trains,
             encoder=enc,
             decoder=decoder,
-            decoder_kwargs=dkw,
+            decoder_kwargs=tuple(
+                (k, getattr(recipe, f"decoder_{k}")) for k in decoder_options(decoder)
+            ),
             num_classes=len(cube.class_names),
             class_names=tuple(cube.class_names),
             tile=cube.tile,
@@ -170,75 +89,23 @@ class Segmentation(Family):
             val_samples=cube.samples("val"),
             test_samples=cube.samples("test"),
             recipe=recipe,
-            seed=run_seed,
-            checkpoint=f"{rdir}/best.pt",
-            cache=cache,
-            memory_format=memory_format,
-        )
-        iters = max(1, subset.size // recipe.batch_size)
-        windows = len(window_offsets(cube.tile, int(size)))
-        estimate = {
-            "train_samples": int(subset.size),
-            "steps": iters * recipe.epochs,
-            "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1,
-            "windows_per_tile": windows,
-            "encoder_items": (
-                0
-                if trains_encoder
-                else int(  # the draw's crops: few-shot extracts only its draw
-                    subset.size * recipe.crops_per_sample
-                    + (cube.samples("val").size + cube.samples("test").size) * windows
-                )
+            seed=derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed),
+            checkpoint="",
+            cache=None
+            if trains
+            else CacheSpec(
+                enc,
+                cube.url,
+                cube_key,
+                inputs,
+                cube.tile,
+                recipe.crops_per_sample,
+                recipe.feature_dtype,
+                ctx.out,
             ),
-            # what one worker must hold at least (the engine refuses a run that cannot fit)
-            "memory_bytes": (
-                finetune_bytes(
-                    mspec.params_m, mspec.arch, int(size), recipe.batch_size, precision == "bf16"
-                )
-                if trains_encoder
-                else 0
-            ),
-        }
-        record = self.base_record(
-            spec,
-            run_id,
-            identity,
-            cube,
-            model_name=mspec.display_name,
-            fraction=fraction,
-            weights=weights.as_record(),
-            precision={
-                "requested": recipe.precision,
-                "effective": precision,
-                "device": device.describe(),
-            },
-            trains_encoder=trains_encoder,
-            config=recipe.as_dict(),
-            input_size=int(size),
-            band_rule=rule,
-            band_index=list(inputs.index),
-            normalization=recipe.normalization,
-            decoder=decoder,
-            memory_format=memory_format,
-            torch_threads=recipe.threads,
-            deviations=mspec.deviation_record(),
-            subset=subset.tolist() if fraction < 1 else None,
-            **({"split": drawn} if drawn is not None else {}),
+            memory_format=fmt,
         )
-        return PlannedRun(
-            spec=spec,
-            family=self.name,
-            run_id=run_id,
-            identity=identity,
-            dataset=cube.dataset,
-            model_name=mspec.display_name,
-            fraction=fraction,
-            record=record,
-            work=work,
-            cube=cube,
-            prep_key=cache.key if cache else None,
-            estimate=estimate,
-        )
+        return _resolved(spec, cube, run, cube_key, drawn, fraction, w, device, ctx.out)
 
     # -- shared work: the feature caches
     # -------------------------------------------------------------
@@ -267,16 +134,11 @@ class Segmentation(Family):
         needed: dict[tuple[str, str], np.ndarray] = {}
         for k, (c, p) in caches.items():
             shapes, params = runner.result(facts[k])
-            out[k] = {
-                "encoder_params": params,
-                "encoder_items": 0,
-                "encoder_items_by_split": {"train": 0, "val": 0, "test": 0},
-                "features_s": 0.0,
-                "threads": set(),
-                "devices": set(),
-            }
+            out[k] = {"encoder_params": params, "encoder_items": 0, "features_s": 0.0}
+            out[k] |= {"encoder_items_by_split": dict.fromkeys(SPLITS, 0)}
+            out[k] |= {"threads": set(), "devices": set()}
             cfg = p.work.recipe
-            for split in ("train", "val", "test"):
+            for split in SPLITS:
                 samples = p.cube.samples(split)
                 want = (
                     np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
@@ -285,18 +147,10 @@ class Segmentation(Family):
                 )
                 needed[k, split] = want
                 plan = create_split(c, split, samples, shapes)
-                for t in extraction_tasks(
-                    c,
-                    split,
-                    samples,
-                    want,
-                    plan,
-                    cfg.block_samples,
-                    cfg.extract_batch,
-                    cfg.threads,
-                ):
-                    tasks.append(t)
-                    owners.append(k)
+                batching = (cfg.block_samples, cfg.extract_batch, cfg.threads)
+                ts = extraction_tasks(c, split, samples, want, plan, *batching)
+                tasks += ts
+                owners += [k] * len(ts)
         if tasks:
             done = runner.map(
                 extract_block,
@@ -306,17 +160,10 @@ class Segmentation(Family):
                 key="cryocube-extract",
             )
             for k, t, r in zip(owners, tasks, done):
-                out[k]["encoder_items"] += r["items"]
-                out[k]["encoder_items_by_split"][t.split] += r["items"]
-                out[k]["features_s"] += r["seconds"]
-                out[k]["threads"] |= set(r["threads"])
-                out[k]["devices"].add(r["device"])
-                ph = out[k].setdefault("phases", {})
-                for name, v in r.get("phases", {}).items():
-                    ph[name] = round(ph.get(name, 0.0) + v, 4)
+                _add_block(out[k], t.split, r)
         wall = time.perf_counter() - t0 if tasks else 0.0
         for k, (c, _) in caches.items():
-            for split in ("train", "val", "test"):
+            for split in SPLITS:
                 settle(c, split, needed[k, split], out[k]["encoder_items"])
             out[k]["features_wall_s"] = wall
             out[k]["threads"] = sorted(out[k]["threads"])
@@ -401,14 +248,10 @@ class Segmentation(Family):
         if cm.sum() == 0:
             raise UserError(f"{run.label}: the test split has no labelled pixel to score")
         metrics = metrics_from_confusion(cm, w.class_names)
-        if tiles is not None:
-            extra_tiles = {"per_tile": write_per_tile(w, tiles)}
-        else:
-            extra_tiles = {}
+        extra = {"per_tile": write_per_tile(w, tiles)} if tiles is not None else {}
         prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
         encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
-        extra = {}
         # an interferogram cube: the predicted masks answer deformation localisation too
         if "split" in run.record.fields:
             from .localisation import localisation
@@ -418,7 +261,6 @@ class Segmentation(Family):
             )
         return {
             **extra,
-            **extra_tiles,
             "metrics": metrics,
             "primary_metric": self.primary_metric,
             "confusion_matrix": cm.tolist(),
@@ -440,7 +282,7 @@ class Segmentation(Family):
             "encoder_forward_items": prep.get("encoder_items", 0),
             # per split: a few-shot run's train items are its draw's (crops x drawn samples)
             "encoder_forward_items_by_split": prep.get(
-                "encoder_items_by_split", {"train": 0, "val": 0, "test": 0}
+                "encoder_items_by_split", dict.fromkeys(SPLITS, 0)
             ),
             "params": {
                 "encoder": encoder_params,
@@ -452,15 +294,153 @@ class Segmentation(Family):
             },
             "gflops": w.encoder.model.gflops,
             "predictions": predictions,
-            "timings": {
-                "features_s": prep.get("features_s", 0.0),
-                "features_wall_s": prep.get("features_wall_s", 0.0),
-                "train_s": fitted["train_s"],
-                "setup_s": fitted["setup_s"],
-                **({"fit_phases": fitted["phases"]} if "phases" in fitted else {}),
-                **({"feature_phases": prep["phases"]} if "phases" in prep else {}),
-            },
+            "timings": _timings(fitted, prep),
         }
+
+
+def _add_block(facts: dict, split: str, r: dict) -> None:
+    """One extraction block's items, seconds, threads, device and phases into its cache's
+    facts."""
+    facts["encoder_items"] += r["items"]
+    facts["encoder_items_by_split"][split] += r["items"]
+    facts["features_s"] += r["seconds"]
+    facts["threads"] |= set(r["threads"])
+    facts["devices"].add(r["device"])
+    ph = facts.setdefault("phases", {})
+    for name, v in r.get("phases", {}).items():
+        ph[name] = round(ph.get(name, 0.0) + v, 4)
+
+
+def _timings(fitted: dict, prep: dict) -> dict:
+    """A run's record timings: its cache's extraction (shared), its fit, their phases."""
+    return {
+        "features_s": prep.get("features_s", 0.0),
+        "features_wall_s": prep.get("features_wall_s", 0.0),
+        "train_s": fitted["train_s"],
+        "setup_s": fitted["setup_s"],
+        **({"fit_phases": fitted["phases"]} if "phases" in fitted else {}),
+        **({"feature_phases": prep["phases"]} if "phases" in prep else {}),
+    }
+
+
+def _checked(spec: RunSpec, cube, recipe, proto, drawn):
+    """(model, fraction, band rule, band match, input size, training draw, decoder) of a run,
+    refusing a fraction outside (0, 1], bands the encoder cannot take, an unknown decoder."""
+    mspec = model_spec(spec.model)
+    if recipe.follow_reference:
+        mspec = mspec.following_reference()
+    fraction = proto.fraction if spec.fraction is None else float(spec.fraction)
+    where = f"{spec.model} on {cube.dataset} ({spec.protocol})"
+    if not 0 < fraction <= 1:
+        raise UserError(f"{where}: the label fraction must be in (0, 1], got {fraction}")
+    rule = proto.bands
+    # the dataset's own rule (interferograms: cross_sensor), as `embed` uses
+    if rule == "named" and drawn is not None:
+        rule = dataset_band_rule(cube.dataset, rule)
+    rule, match = match_cube_bands(mspec, cube.bands, rule)  # SAR-only cube: cross-sensor
+    size = int(encoder_input_size(mspec, cube.tile, recipe.input_size, where))
+    subset = _training_subset(cube, spec, fraction, where)
+    decoder = mspec.decoder or recipe.decoder
+    if decoder not in decoder_kinds():
+        raise UserError(
+            f"recipe field decoder must be one of {', '.join(decoder_kinds())}, got {decoder!r}"
+        )
+    return mspec, fraction, rule, match, size, subset, decoder
+
+
+def _training_subset(cube, spec: RunSpec, fraction: float, where: str):
+    """The run's draw of the training split; refuses an empty or unlabelled split (every split)
+    and a draw without a labelled pixel."""
+    for split in SPLITS:
+        if not cube.samples(split).size:
+            raise UserError(
+                f"{cube.url}: split {split!r} is empty; {spec.model} cannot be"
+                " trained/evaluated on it"
+            )
+        if not cube.labelled[cube.samples(split)].any():
+            raise UserError(
+                f"{cube.url}: split {split!r} has no labelled pixel (every label is ignore);"
+                f" nothing to {'train on' if split == 'train' else 'score'}"
+            )
+    train = cube.samples("train")
+    seed = derive_seed("subset", cube.checksum, fraction, spec.seed)
+    subset = train[stratified_subset(cube.strata[train], fraction, seed)]
+    if not cube.labelled[subset].any():
+        raise UserError(
+            f"{where}: the {fraction:g} subset of the training split has no labelled pixel;"
+            " raise the fraction"
+        )
+    return subset
+
+
+def _resolved(spec, cube, run: SegRun, cube_key, drawn, fraction, weights, device, out) -> Resolved:
+    """The identity and record fields of a segmentation run (`run`: its tasks, not yet named)."""
+    enc, recipe = run.encoder, run.recipe
+    return Resolved(
+        identity={
+            "model": spec.model,
+            "arch": enc.model.arch,
+            "cube": cube_key,
+            "protocol": spec.protocol,
+            "fraction": fraction,
+            "recipe": recipe.identity(),
+            "weights": weights.sha256 or weights.source,
+            "input_size": enc.input_size,
+            "precision": enc.precision,
+            "band_rule": enc.rule,
+        },
+        model_name=enc.model.display_name,
+        weights=weights.as_record(),
+        precision={
+            "requested": recipe.precision,
+            "effective": enc.precision,
+            "device": device.describe(),
+        },
+        fields={
+            "trains_encoder": run.trains_encoder,
+            "config": recipe.as_dict(),
+            "input_size": enc.input_size,
+            "band_rule": enc.rule,
+            "band_index": list(run.inputs.index),
+            "normalization": recipe.normalization,
+            "decoder": run.decoder,
+            "memory_format": run.memory_format,
+            "deviations": enc.model.deviation_record(),
+            "subset": run.train_samples.tolist() if fraction < 1 else None,
+            **({"split": drawn} if drawn is not None else {}),
+        },
+        work=lambda run_id: replace(
+            run, run_id=run_id, checkpoint=f"{run_dir(out, run_id)}/best.pt"
+        ),
+        cube=cube,
+        fraction=fraction,
+        prep_key=run.cache.key if run.cache else None,
+        estimate=_estimate(cube, run),
+    )
+
+
+def _estimate(cube, run: SegRun) -> dict:
+    """What `--dry-run` prints and `engine/estimate.py` prices: steps, validations, windows,
+    encoder items (a few-shot run extracts only its draw's crops) and the memory one worker must
+    hold at least (the engine refuses a run that cannot fit)."""
+    recipe, enc, n = run.recipe, run.encoder, run.train_samples.size
+    size, bf16 = enc.input_size, enc.precision == "bf16"
+    windows = len(window_offsets(cube.tile, size))
+    held_out = run.val_samples.size + run.test_samples.size
+    return {
+        "train_samples": int(n),
+        "steps": max(1, n // recipe.batch_size) * recipe.epochs,
+        "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1,
+        "windows_per_tile": windows,
+        "encoder_items": (
+            0 if run.trains_encoder else int(n * recipe.crops_per_sample + held_out * windows)
+        ),
+        "memory_bytes": (
+            finetune_bytes(enc.model.params_m, enc.model.arch, size, recipe.batch_size, bf16)
+            if run.trains_encoder
+            else 0
+        ),
+    }
 
 
 PER_TILE_FILE = "per_tile.npz"

@@ -48,11 +48,13 @@ class SegmentationRecipe(BaseRecipe):
     # frozen runs sharing a feature cache train together, up to this many per task
     decoders_per_task: int = 8
 
-    EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS + (
-        "cache_in_memory_mb",
-        "decoders_per_task",
-        "max_val_samples",
-    )
+    EXECUTION_FIELDS: ClassVar[dict[str, str]] = {
+        **BaseRecipe.EXECUTION_FIELDS,
+        "cache_in_memory_mb": "whether cached features are read once or streamed",
+        "decoders_per_task": "how many runs on one feature cache share a task",
+        # it can move the best epoch: a cap kept out of the run id as it was when added
+        "max_val_samples": "a cost cap on validation, outside the run id since it was added",
+    }
     TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ("betas", "milestones")
     FLOAT_FIELDS: ClassVar[tuple[str, ...]] = ("lr", "weight_decay", "gamma", "cache_in_memory_mb")
 

@@ -13,13 +13,26 @@ the answers and a small gallery beside the record. Tasks, prompts and metrics ar
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ...adapters import get as adapter
+from ...adapters import names as adapter_names
+from ...adapters import split_ref
+from ...catalog import protocol as protocol_spec
+from ...cube import open_cube
 from ...errors import RecipeError, UserError
+from ...precision import resolve, this_device
+from ...questions.ask import questions
+from ...questions.cells import chance_cells
+from ...questions.render import band_facts
+from ...questions.tasks import select
 from ...record import run_dir
 from .. import register
-from ..base import FittedInScore, PlanContext, PlannedRun, RunSpec, content_hash
+from ..base import FittedInScore, PlanContext, PlannedRun, Resolved, RunSpec
+from ..split import cube_split
+from .answer import Block, block_url
 from .recipe import VqaRecipe
 
-IDENTITY_VERSION = 1
 GALLERY_SAMPLES = 6
 N_BOOT = 1000
 
@@ -31,170 +44,81 @@ class Vqa(FittedInScore):
     # share of answers the parsers could read (each task's own metrics are in metrics.tasks)
     primary_metric = "parsed"
     recipe = VqaRecipe
+    identity_version = 1
     not_tunable = (
         "a VQA run trains nothing and records no validation curve; set its fields with `evaluate"
         " --set`"
     )
 
-    def plan(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> PlannedRun:
-        """Refuses encoders (they answer through heads or probe); the run id hashes the model,
-        precision, cube (a sample cube's board split too), each task's prompt digest, gen_batch,
-        seed, blind and any fixed threads."""
-        from ...adapters import get, names, split_ref
-        from ...catalog import protocol as protocol_spec
-        from ...precision import resolve, this_device
-        from ...questions.ask import questions
-        from ...questions.cells import chance_cells
-        from ...questions.tasks import select
-        from ..split import cube_split
-        from .answer import Block, block_url
-
-        protocol_spec(spec.protocol)
-        vr = (
-            recipe.updated(dict(spec.overrides), f"{spec.label}: overrides")
-            if spec.overrides
-            else recipe
-        )
+    def with_overrides(self, spec: RunSpec, recipe: VqaRecipe) -> VqaRecipe:
+        """Refuses follow_reference before anything else: a generative model declares no deviation
+        from a reference."""
+        vr = super().with_overrides(spec, recipe)
         if vr.follow_reference:
             raise RecipeError(
                 f"{spec.label}: follow_reference=true switches an encoder's declared deviations to"
                 " the reference's (docs/deviations.md); a generative model declares none, so the"
                 " vqa protocol has nothing to follow: drop the setting for it"
             )
-        adapter_name, location = split_ref(spec.model)
-        if adapter_name not in names():
-            raise UserError(
-                f"{spec.model!r} is not a generative model: the vqa protocol takes"
-                f" <adapter>[:<checkpoint>] (adapters: {', '.join(names())}); encoders answer these"
-                " tasks through --protocol probe"
-            )
-        tasks = select(vr.task_names or None, cube.kind, cube.dataset)
-        qs, left_out = questions(cube.url, tasks)
-        asked = {q.task for q in qs}
-        tasks = [t for t in tasks if t.name in asked]
-        if vr.max_new_tokens:
-            import dataclasses
+        return vr
 
-            tasks = [
-                dataclasses.replace(t, max_new_tokens=min(t.max_new_tokens, vr.max_new_tokens))
-                for t in tasks
-            ]
-        prec = resolve(vr.precision, ctx.device or this_device())
-        # fixed for every block: CPU reductions (and so answers) follow it
-        threads = ctx.run_threads(vr.threads)
-        arith = ctx.arithmetic_threads(threads)
-        ref, prov = get(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
+    def resolve(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> Resolved:
+        """Refuses encoders (they answer through heads or probe); the run id hashes the model,
+        precision, cube (a sample cube's board split too), each task's prompt digest, gen_batch,
+        blind, seed and any fixed threads."""
+        protocol_spec(spec.protocol)
+        ref, prov, prec = _model(spec, recipe, ctx)
+        tasks, qs, left_out = _tasks(cube, recipe)
         split, ids, split_record = cube_split(cube.url, cube.checksum)
-        identity = {
-            "family": self.name,
-            "model": {
-                "adapter": ref.adapter,
-                "location": ref.location,
-                "random": ref.random,
-                "sha256": ref.sha256,
-            },
-            "precision": prec,
-            "cube": cube.checksum,
-            "tasks": {t.name: t.digest() for t in tasks},
-            "gen_batch": vr.gen_batch,
-            "seed": spec.seed,
-            **({"threads": arith} if arith else {}),
-            **({"blind": True} if vr.blind else {}),
-            # a sample cube's drawn split decides the board's cells: another rule, another run
-            **({"split": split_record["digest"]} if cube.kind != "tiles" else {}),
-            "v": IDENTITY_VERSION,
-        }
-        run_id = content_hash(identity)
-        rdir = run_dir(ctx.out, run_id)
-        bs = vr.block_samples
-        samples = sorted({q.sample for q in qs})
-        blocks = []
-        bands = tuple(b.name for b in cube.bands)
-        from ...cube import open_cube
-        from ...questions.render import band_facts
-
-        ds = open_cube(cube.url)
-        facts = band_facts(ds) if cube.kind == "tiles" else ()
-        rendered = bool(ds.attrs.get("rendered", False))
-        size = (int(ds.sizes["x"]), int(ds.sizes["y"]))
-        for k in range(0, len(samples), bs):
-            chunk = set(samples[k : k + bs])
-            blocks.append(
-                Block(
-                    index=len(blocks),
-                    cube=cube.url,
-                    bands=bands,
-                    rendered=rendered,
-                    questions=tuple(q for q in qs if q.sample in chunk),
-                    tasks=tuple(tasks),
-                    model=ref,
-                    gen_batch=vr.gen_batch,
-                    threads=threads,
-                    url=block_url(rdir, len(blocks)),
-                    size=size,
-                    facts=facts,
-                    blind=vr.blind,
-                )
-            )
-        generation = {
-            "do_sample": False,
-            "num_beams": 1,
-            "batch": vr.gen_batch,
-            "max_new_tokens": {t.name: t.max_new_tokens for t in tasks},
-        }
         every = questions(cube.url, tasks, every_split=True)[0] if cube.kind == "tiles" else qs
-        chance = chance_cells(every, {t.name: t for t in tasks}, split, ids, N_BOOT, spec.seed)
-        record = self.base_record(
-            spec,
-            run_id,
-            identity,
-            cube,
+        by_name = {t.name: t for t in tasks}
+        blocks = -(-len({q.sample for q in qs}) // recipe.block_samples)
+        return Resolved(
+            identity={
+                "model": {
+                    "adapter": ref.adapter,
+                    "location": ref.location,
+                    "random": ref.random,
+                    "sha256": ref.sha256,
+                },
+                "precision": prec,
+                "cube": cube.checksum,
+                "tasks": {t.name: t.digest() for t in tasks},
+                "gen_batch": recipe.gen_batch,
+                **({"blind": True} if recipe.blind else {}),
+                # a sample cube's drawn split decides the board's cells: another rule, another run
+                **({"split": split_record["digest"]} if cube.kind != "tiles" else {}),
+            },
             model_name=prov.model_name,
             weights=prov.weights,
-            precision={"requested": vr.precision, "effective": prec},
-            model_class=prov.model_class,
-            tasks={
-                t.name: {
-                    "prompt_sha256": t.digest(),
-                    "answer": t.answer,
-                    "metrics": [m for m, _, _ in t.metrics],
-                    "questions": sum(q.task == t.name for q in qs),
-                    "source": t.source,
-                    "unparsed_value": t.unparsed_value,
-                    "phrasings": len(t.phrasings),
-                }
-                for t in tasks
+            precision={"requested": recipe.precision, "effective": prec},
+            fields={
+                "model_class": prov.model_class,
+                "tasks": {t.name: _task_record(t, qs) for t in tasks},
+                "tasks_left_out": left_out,
+                **_asked(qs, cube.kind),
+                "generation": {
+                    "do_sample": False,
+                    "num_beams": 1,
+                    "batch": recipe.gen_batch,
+                    "max_new_tokens": {t.name: t.max_new_tokens for t in tasks},
+                },
+                "adapter": ref.adapter,
+                "params": prov.facts,
+                "blind": recipe.blind,
+                "board_split": split_record,
             },
-            tasks_left_out=left_out,
-            **_asked(qs, cube.kind),
-            generation=generation,
-            adapter=ref.adapter,
-            params=prov.facts,
-            torch_threads=threads,
-            blind=vr.blind,
-            board_split=split_record,
-        )
-        work = {
-            "blocks": blocks,
-            "tasks": {t.name: t for t in tasks},
-            "dir": rdir,
-            "questions": len(qs),
-            "split": split,
-            "ids": ids,
-            "chance": chance,
-        }
-        return PlannedRun(
-            spec=spec,
-            family=self.name,
-            run_id=run_id,
-            identity=identity,
-            dataset=cube.dataset,
-            model_name=prov.model_name,
-            fraction=1.0,
-            record=record,
-            work=work,
+            work=lambda run_id: {
+                "blocks": _blocks(cube, qs, tasks, ref, recipe, run_dir(ctx.out, run_id)),
+                "tasks": by_name,
+                "dir": run_dir(ctx.out, run_id),
+                "questions": len(qs),
+                "split": split,
+                "ids": ids,
+                "chance": chance_cells(every, by_name, split, ids, N_BOOT, spec.seed),
+            },
             cube=cube,
-            estimate={"steps": len(blocks), "encoder_items": 0, "questions": len(qs)},
+            estimate={"steps": blocks, "encoder_items": 0, "questions": len(qs)},
         )
 
     def score(self, run: PlannedRun, fitted: dict):
@@ -261,6 +185,76 @@ class Vqa(FittedInScore):
             },
             "timings": {"generate_s": gen_s, "train_s": 0.0},
         }
+
+
+def _model(spec: RunSpec, recipe: VqaRecipe, ctx: PlanContext):
+    """(model reference, provenance, effective precision) from the run's adapter; refuses an
+    encoder (it answers through heads or probe)."""
+    adapter_name, location = split_ref(spec.model)
+    if adapter_name not in adapter_names():
+        raise UserError(
+            f"{spec.model!r} is not a generative model: the vqa protocol takes"
+            f" <adapter>[:<checkpoint>] (adapters: {', '.join(adapter_names())}); encoders"
+            " answer these tasks through --protocol probe"
+        )
+    prec = resolve(recipe.precision, ctx.device or this_device())
+    ref, prov = adapter(adapter_name).check(location, ctx.allow_random_weights, prec, spec.seed)
+    return ref, prov, prec
+
+
+def _tasks(cube, recipe: VqaRecipe):
+    """(the tasks asked, their questions, the tasks left out), each task's answer length capped
+    by max_new_tokens."""
+    tasks = select(recipe.task_names or None, cube.kind, cube.dataset)
+    qs, left_out = questions(cube.url, tasks)
+    tasks = [t for t in tasks if t.name in {q.task for q in qs}]
+    if recipe.max_new_tokens:
+        cap = recipe.max_new_tokens
+        tasks = [replace(t, max_new_tokens=min(t.max_new_tokens, cap)) for t in tasks]
+    return tasks, qs, left_out
+
+
+def _task_record(t, qs: list) -> dict:
+    """What a record says of one asked task."""
+    return {
+        "prompt_sha256": t.digest(),
+        "answer": t.answer,
+        "metrics": [m for m, _, _ in t.metrics],
+        "questions": sum(q.task == t.name for q in qs),
+        "source": t.source,
+        "unparsed_value": t.unparsed_value,
+        "phrasings": len(t.phrasings),
+    }
+
+
+def _blocks(cube, qs: list, tasks: list, ref, recipe: VqaRecipe, rdir: str) -> list[Block]:
+    """One answer task per `block_samples` samples, each with its questions and how its pictures
+    are drawn."""
+    ds = open_cube(cube.url)
+    facts = band_facts(ds) if cube.kind == "tiles" else ()
+    samples = sorted({q.sample for q in qs})
+    chunks = [
+        set(samples[k : k + recipe.block_samples])
+        for k in range(0, len(samples), recipe.block_samples)
+    ]
+    return [
+        Block(
+            index=i,
+            cube=cube.url,
+            bands=tuple(b.name for b in cube.bands),
+            rendered=bool(ds.attrs.get("rendered", False)),
+            questions=tuple(q for q in qs if q.sample in chunk),
+            tasks=tuple(tasks),
+            model=ref,
+            gen_batch=recipe.gen_batch,
+            threads=recipe.threads,
+            url=block_url(rdir, i),
+            size=(int(ds.sizes["x"]), int(ds.sizes["y"])),
+            facts=facts,
+            blind=recipe.blind,
+        )
+        for i, chunk in enumerate(chunks)
+    ]
 
 
 def _asked(qs: list, kind: str) -> dict:

@@ -24,7 +24,14 @@ class VqaRecipe(BaseRecipe):
     # the blind baseline: every picture replaced by a blank one of the same size (in the run id)
     blind: bool = False
 
-    EXECUTION_FIELDS: ClassVar[tuple[str, ...]] = BaseRecipe.EXECUTION_FIELDS
+    EXECUTION_FIELDS: ClassVar[dict[str, str]] = {
+        **BaseRecipe.EXECUTION_FIELDS,
+        # the vqa family builds no encoder: these shared fields configure nothing of its runs
+        "normalization": "a generative model's own processor normalises its pictures",
+        "input_size": "a generative model's own processor sizes its pictures",
+        "extract_batch": "prompts are batched by gen_batch, which is in the run id",
+        "encoder_weights": "a generative model names its checkpoint in the model reference",
+    }
 
     def validate(self) -> None:
         """The shared checks plus the vqa fields': vqa_tasks as names, gen_batch and max_new_tokens

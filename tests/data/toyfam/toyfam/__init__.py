@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cryocube.families import Family, PlannedRun, register
-from cryocube.families.base import content_hash
+from cryocube.families import Family, Resolved, register
 
 BLOCK = 4
 
@@ -43,37 +42,15 @@ class Toy(Family):
     primary_metric = "brightness"
     not_tunable = "the toy family trains nothing"
 
-    def plan(self, spec, cube, recipe, ctx) -> PlannedRun:
+    def resolve(self, spec, cube, recipe, ctx) -> Resolved:
         test = tuple(int(i) for i in cube.samples("test"))
-        identity = {
-            "family": self.name,
-            "model": spec.model,
-            "cube": cube.checksum,
-            "seed": spec.seed,
-            "v": 1,
-        }
-        run_id = content_hash(identity)
-        name = f"toy {spec.model}"
-        record = self.base_record(
-            spec,
-            run_id,
-            identity,
-            cube,
-            model_name=name,
+        blocks = [Block(cube.url, test[k : k + BLOCK]) for k in range(0, len(test), BLOCK)]
+        return Resolved(
+            identity={"model": spec.model, "cube": cube.checksum},
+            model_name=f"toy {spec.model}",
             weights={"source": "none", "random_init": False, "pretrained": False},
             precision={"requested": "fp64", "effective": "fp64"},
-            test_samples=len(test),
-        )
-        blocks = [Block(cube.url, test[k : k + BLOCK]) for k in range(0, len(test), BLOCK)]
-        return PlannedRun(
-            spec=spec,
-            family=self.name,
-            run_id=run_id,
-            identity=identity,
-            dataset=cube.dataset,
-            model_name=name,
-            fraction=1.0,
-            record=record,
+            fields={"test_samples": len(test)},
             work=blocks,
             cube=cube,
             estimate={"steps": len(blocks), "encoder_items": 0},
