@@ -119,7 +119,7 @@ def _head_row(r: Run) -> BoardRow:
 
 
 def _localiser_row(r: Run) -> BoardRow:
-    loc = r.record["localisation"]
+    loc = r.record.fields["localisation"]
     return BoardRow(
         r.model_name,
         "GFM (segmentation)",
