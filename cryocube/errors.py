@@ -21,6 +21,10 @@ class CatalogError(UserError, ValueError):
     """A catalog file (datasets, models, protocols) lacks a field or has a wrong kind of value."""
 
 
+class FieldError(UserError, ValueError):
+    """A value one field cannot take; `mapping.from_mapping` names the file or option and field."""
+
+
 class PluginError(UserError, ValueError):
     """A registry's name is taken twice (the modules of both named) or names nothing registered."""
 
@@ -103,6 +107,10 @@ class RecordError(UserError, ValueError):
 
 class ResultsError(UserError, ValueError):
     """A results file is missing, unreadable or holds a record without a required field."""
+
+
+class TuneError(UserError, ValueError):
+    """A study cannot run: an option it cannot take, an untunable protocol, no trial completed."""
 
 
 class ReportError(UserError, ValueError):

@@ -18,13 +18,9 @@ import types
 import typing
 from typing import Any, Union
 
-from .errors import CatalogError
+from .errors import CatalogError, FieldError
 
 _UNIONS = (Union, types.UnionType)
-
-
-class Bad(ValueError):
-    """A value its field cannot take (turned into the class's error, with the field named)."""
 
 
 def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **meta) -> Any:
@@ -83,8 +79,8 @@ def _in_range(v: float, meta: dict) -> bool:
 
 def convert(v: Any, tp: Any, meta: dict, where: str = "", floats: bool = True) -> Any:
     """`v` as a field of type `tp` takes it (YAML lists as tuples, numbers written as text as
-    numbers, a mapping as a nested dataclass), or Bad. `floats=False` keeps ints in float fields:
-    a recipe's values enter run ids as written."""
+    numbers, a mapping as a nested dataclass), or FieldError. `floats=False` keeps ints in float
+    fields: a recipe's values enter run ids as written."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return v
@@ -94,39 +90,39 @@ def convert(v: Any, tp: Any, meta: dict, where: str = "", floats: bool = True) -
         for a in (a for a in args if a is not type(None)):
             try:
                 return convert(v, a, meta, where, floats)
-            except Bad:
+            except FieldError:
                 pass
-        raise Bad
+        raise FieldError
     if "choices" in meta and v not in meta["choices"]:
-        raise Bad
+        raise FieldError
     if tp is bool or tp is str:
         if not isinstance(v, tp):
-            raise Bad
+            raise FieldError
         return v
     if tp in (int, float):
         if isinstance(v, str) and tp is float:
             try:
                 v = float(v)
             except ValueError:
-                raise Bad from None
+                raise FieldError from None
         if isinstance(v, bool) or not isinstance(v, (int, float) if tp is float else int):
-            raise Bad
+            raise FieldError
         if not math.isfinite(v) or not _in_range(v, meta):
-            raise Bad
+            raise FieldError
         return float(v) if floats and tp is float else v
     if origin in (tuple, list):
         if not isinstance(v, (list, tuple)):
-            raise Bad
+            raise FieldError
         fixed = origin is tuple and (len(args) != 2 or args[1] is not Ellipsis)
         if fixed and len(v) != len(args):
-            raise Bad
+            raise FieldError
         out = [
             convert(x, args[i] if fixed else args[0], meta, where, floats) for i, x in enumerate(v)
         ]
         return tuple(out) if origin is tuple else out
     if origin is dict or tp is dict:
         if not isinstance(v, dict):
-            raise Bad
+            raise FieldError
         if not args:
             return dict(v)
         return {
@@ -136,7 +132,7 @@ def convert(v: Any, tp: Any, meta: dict, where: str = "", floats: bool = True) -
         if isinstance(v, tp):
             return v
         if not isinstance(v, dict):
-            raise Bad
+            raise FieldError
         return from_mapping(tp, v, where)
     raise TypeError(f"mapping.convert: no rule for {tp!r}")
 
@@ -160,7 +156,7 @@ def check_field(cls: type, f: dataclasses.Field, v: Any, where: str = "", floats
     """`v` converted for field `f` of `cls`, or its refusal raised."""
     try:
         return convert(v, hints(cls)[f.name], f.metadata, f"{where}: {f.name}", floats)
-    except Bad:
+    except FieldError:
         raise refusal(cls, where, f, v) from None
 
 
@@ -203,7 +199,7 @@ def from_mapping(cls: type, data: Any, where: str, floats: bool = True):
             raise error(_at(where, f"missing {noun} {key!r}"))
     try:
         return cls(**kw)
-    except Bad as e:  # a rule across fields (`__post_init__`)
+    except FieldError as e:  # a rule across fields (`__post_init__`)
         raise error(_at(where, str(e))) from None
 
 

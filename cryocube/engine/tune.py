@@ -39,11 +39,11 @@ import yaml
 
 from .. import store as _store
 from ..catalog import protocol as protocol_spec
-from ..errors import UserError
+from ..errors import FieldError, TuneError
 from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..families.base import derive_seed
 from ..families.recipes import load_recipe
-from ..mapping import Bad, from_mapping
+from ..mapping import from_mapping
 from ..recipe import RecipeError, parse_overrides, read_config
 from .evaluate import log_hint
 from .plan import plan_runs
@@ -125,7 +125,7 @@ class SpaceEntry:
 
     def __post_init__(self):
         if self.choices is None and (self.low is None or self.high is None):
-            raise Bad("a mapping needs low/high (and log) or choices")
+            raise FieldError("a mapping needs low/high (and log) or choices")
 
     def text(self) -> str | tuple:
         """The same entry as --space writes it."""
@@ -242,7 +242,7 @@ def _optuna():
     try:
         import optuna
     except ImportError:
-        raise UserError(
+        raise TuneError(
             "cryocube tune needs optuna and optuna-integration: pip install 'optuna>=4'"
             " 'optuna-integration>=4'"
         ) from None
@@ -257,7 +257,7 @@ def open_storage(out: str, client=None):
     from optuna.storages.journal import JournalFileBackend
 
     if _store.is_remote(out):
-        raise UserError(
+        raise TuneError(
             f"tune keeps its study journal in --out, which must be a local folder (got {out})"
         )
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -288,7 +288,7 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
     if name == "grid":
         ranged = [p.name for p in space if p.kind != "choice"]
         if ranged:
-            raise UserError(
+            raise TuneError(
                 f"--sampler grid needs listed values (name=a,b,c); {', '.join(ranged)} are ranges"
             )
 
@@ -298,7 +298,7 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
                 loop counts."""
 
         return Grid({p.name: list(p.choices) for p in space}, seed=seed)
-    raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
+    raise TuneError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
 
 
 def make_pruner(name: str, trials: int):
@@ -313,7 +313,7 @@ def make_pruner(name: str, trials: int):
         return optuna.pruners.HyperbandPruner(min_resource=1, reduction_factor=ETA)
     if name == "none":
         return optuna.pruners.NopPruner()
-    raise UserError(f"--pruner must be one of {', '.join(PRUNERS)}, got {name!r}")
+    raise TuneError(f"--pruner must be one of {', '.join(PRUNERS)}, got {name!r}")
 
 
 def refuse_untunable(protocols) -> None:
@@ -323,7 +323,7 @@ def refuse_untunable(protocols) -> None:
     for name in protocols:
         fam = get(protocol_spec(name).family)
         if fam.not_tunable:
-            raise UserError(f"tune --protocol {name}: {fam.not_tunable}")
+            raise TuneError(f"tune --protocol {name}: {fam.not_tunable}")
 
 
 def objective(rec: dict, metric: str, higher: bool) -> float | None:
@@ -487,7 +487,7 @@ class _Study:
         for p, (_, c) in zip(plans, claims):
             rec = load_record(self.out, p.run_id)
             if rec is None:
-                raise UserError(f"{p.label}: the engine wrote no record{log_hint(self.out)}")
+                raise TuneError(f"{p.label}: the engine wrote no record{log_hint(self.out)}")
             want = self._sweep(rec=rec, **c) if c else None
             if rec.get("sweep") != want:  # a cache hit, or a run two claims share: its own line
                 rec = self._append(rec, want)
@@ -623,7 +623,7 @@ class _Study:
                 f"{len(self.study.get_trials(deepcopy=False, states=(s,)))} {s.name.lower()}"
                 for s in (TS.PRUNED, TS.FAIL)
             )
-            raise UserError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
+            raise TuneError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
         best = self.study.best_trial
         importance: dict[str, float] = {}
         if len(done) >= 2:
@@ -657,7 +657,7 @@ class _Study:
         claim = {"number": best.number, "params": params, "state": "complete", **more}
         res.best, res.baseline = self._run([(self._spec(params), claim), (self.base, None)])
         if res.best.get("status") != "ok":
-            raise UserError(
+            raise TuneError(
                 f"study {self.name}: the best trial's retrain failed: {res.best.get('error')}"
             )
         latest: dict[int, dict] = {}
@@ -691,10 +691,10 @@ def tune(
     from .evaluate import cluster_device
 
     if trials < 1:
-        raise UserError(f"--trials must be >= 1, got {trials}")
+        raise TuneError(f"--trials must be >= 1, got {trials}")
     refuse_untunable({b.protocol for b in bases})
     if batch is not None and batch < 1:
-        raise UserError(f"--batch must be >= 1, got {batch}")
+        raise TuneError(f"--batch must be >= 1, got {batch}")
     client = get_client(client)
     ctx = PlanContext(
         out=out,

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from ..catalog import CatalogError, _read_yaml, catalog_dirs
-from ..errors import UserError
-from ..mapping import Bad, from_mapping, rule
+from ..errors import FieldError
+from ..mapping import from_mapping, rule
 from .metrics import FACTS, SCORES
 from .parsers import COUNT, PARSERS, Parsed, in_domain
 
@@ -50,7 +50,7 @@ STRETCHES = ("percentile", "statistics")
 
 def _ordered(r: tuple[float, float], what: str) -> None:
     if not r[0] < r[1]:
-        raise Bad(f"render {what} must be [low, high] with low < high, got {list(r)!r}")
+        raise FieldError(f"render {what} must be [low, high] with low < high, got {list(r)!r}")
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class RenderSpec:
             import matplotlib  # only for a colour map of the file's own: its import is slow
 
             if cmap not in matplotlib.colormaps:
-                raise Bad(f"unknown colour map {cmap!r} (matplotlib's names)")
+                raise FieldError(f"unknown colour map {cmap!r} (matplotlib's names)")
 
 
 @dataclass(frozen=True)
@@ -238,9 +238,9 @@ def _metrics(e: TaskEntry, cube_kind: str) -> list[tuple[str, str, str]]:
     out = []
     for m, ref in e.metrics.items():
         if m not in SCORES:
-            raise Bad(f"unknown metric {m!r}; known: {', '.join(SCORES)}")
+            raise FieldError(f"unknown metric {m!r}; known: {', '.join(SCORES)}")
         if not (isinstance(ref, dict) and len(ref) == 1 and next(iter(ref)) in REFERENCE_KINDS):
-            raise Bad(
+            raise FieldError(
                 f"metric {m}: the reference must be one of"
                 f" {{{', '.join(f'{k}: NAME' for k in REFERENCE_KINDS)}}}, got {ref!r}"
             )
@@ -248,7 +248,7 @@ def _metrics(e: TaskEntry, cube_kind: str) -> list[tuple[str, str, str]]:
         if (kind == "class") != (cube_kind == "tiles") or (
             kind == "class" and name not in CLASS_REFERENCES
         ):
-            raise Bad(
+            raise FieldError(
                 f"metric {m}: a task about {cube_kind} cubes cannot be scored against"
                 f" {{{kind}: {name}}} (tiles take class: {' | '.join(CLASS_REFERENCES)};"
                 " samples take target, box or answer)"
@@ -258,7 +258,7 @@ def _metrics(e: TaskEntry, cube_kind: str) -> list[tuple[str, str, str]]:
 
 
 def _refuse(text: str):
-    raise Bad(text)
+    raise FieldError(text)
 
 
 def _prompts(e: TaskEntry, cube_kind: str) -> list[str]:
@@ -305,7 +305,7 @@ def parse_task(name: str, d: Any, where: str, file: TaskFile) -> TaskSpec:
         if e.domain is not None and (e.answer != "number" or (None not in e.domain and lo > hi)):
             _refuse(f"domain is [lowest, highest] (null: open) of a number answer, got {[lo, hi]}")
         metrics, prompts = _metrics(e, file.cubes), _prompts(e, file.cubes)
-    except Bad as err:
+    except FieldError as err:
         raise CatalogError(f"{where}: {err}") from None
     return TaskSpec(
         name=name,
@@ -365,13 +365,13 @@ class TaskFile:
 
     def __post_init__(self):
         if self.skip_classes and self.cubes != "tiles":
-            raise Bad("skip_classes applies to tile cubes (cubes: tiles) only")
+            raise FieldError("skip_classes applies to tile cubes (cubes: tiles) only")
         kind = TileRender if self.cubes == "tiles" else RenderSpec
         if not isinstance(self.render, kind):  # the file's mapping, read once
             try:
                 object.__setattr__(self, "render", from_mapping(kind, self.render, ""))
             except CatalogError as e:
-                raise Bad(str(e)) from None
+                raise FieldError(str(e)) from None
 
 
 def _task_file(path) -> TaskFile:
@@ -447,19 +447,19 @@ def select(
         return [t for t in tasks.values() if t.cube_kind == cube_kind and fits(t)]
     bad = [n for n in names if n not in tasks]
     if bad:
-        raise UserError(
+        raise CatalogError(
             f"unknown task {bad[0]!r}; known: {', '.join(tasks)} (catalogs/tasks/*.yaml)"
         )
     other = [tasks[n] for n in names if tasks[n].cube_kind != cube_kind]
     if other:
-        raise UserError(
+        raise CatalogError(
             f"task {other[0].name!r} asks about {other[0].cube_kind} cubes ({other[0].source}) and"
             f" this is a {cube_kind} cube; its tasks:"
             f" {', '.join(n for n, t in tasks.items() if t.cube_kind == cube_kind)}"
         )
     other = [tasks[n] for n in names if not fits(tasks[n])]
     if other:
-        raise UserError(
+        raise CatalogError(
             f"task {other[0].name!r} asks about {', '.join(other[0].datasets)} cubes only"
             f" ({other[0].source}: datasets) and this cube is {dataset}"
         )
