@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .errors import CatalogError, yaml_problem
+from .errors import CatalogError, FieldError, yaml_problem
 from .mapping import from_mapping, rule
 
 
@@ -372,13 +372,20 @@ def protocol(name: str) -> ProtocolSpec:
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    name: str
     datasets: tuple[str, ...]  # in the paper's column order
-    # row name -> {"default": model id, <dataset>: model id}, in row order
-    models: dict[str, dict[str, str]]
+    # row name -> a model id or {"default": model id, <dataset>: model id}, in row order
+    models: dict[str, str | dict[str, str]]
     protocols: dict[str, dict[str, Any]]  # protocol -> {"fraction": f, "datasets": [...]}
-    recipe: dict[str, Any]  # recipe fields of the benchmark's training protocol
-    path: str = ""
+    recipe: dict[str, Any] = field(default_factory=dict)  # fields of its training protocol
+    name: str = ""  # default: the file's name
+    path: str = rule("", internal=True)
+
+    def __post_init__(self):
+        rows = {r: {"default": m} if isinstance(m, str) else m for r, m in self.models.items()}
+        bad = [r for r, m in rows.items() if "default" not in m]
+        if bad:
+            raise FieldError(f"models.{bad[0]} must be a model id or a mapping with a 'default' id")
+        object.__setattr__(self, "models", rows)
 
     def model_for(self, row: str, dataset: str) -> str:
         """The model id a benchmark row runs on a dataset: its per-dataset choice (CROMA's SAR
@@ -396,29 +403,5 @@ def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
     """A benchmark's grid and training recipe (catalogs/benchmarks/<name>.yaml); a row is a model id
     or {default: id, <dataset>: id}."""
     p = find("benchmarks", name)
-    d = _read_yaml(p)
-    where = str(p)
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: top level must be a mapping")
-    models = {}
-    for row, m in need(d, "models", where, dict).items():
-        if isinstance(m, str):
-            models[str(row)] = {"default": m}
-        elif isinstance(m, dict) and "default" in m:
-            models[str(row)] = {str(k): str(v) for k, v in m.items()}
-        else:
-            raise CatalogError(
-                f"{where}: models.{row} must be a model id or a mapping with a 'default' id"
-            )
-    protos = need(d, "protocols", where, dict)
-    for k, v in protos.items():
-        if not isinstance(v, dict):
-            raise CatalogError(f"{where}: protocols.{k} must be a mapping (fraction, datasets)")
-    return BenchmarkSpec(
-        name=str(d.get("name", p.stem)),
-        datasets=tuple(need(d, "datasets", where, list)),
-        models=models,
-        protocols={str(k): dict(v) for k, v in protos.items()},
-        recipe=dict(d.get("recipe") or {}),
-        path=where,
-    )
+    spec = from_mapping(BenchmarkSpec, _read_yaml(p), str(p))
+    return replace(spec, name=spec.name or p.stem, path=str(p))

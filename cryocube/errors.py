@@ -185,10 +185,8 @@ def failure(e: BaseException) -> dict:
 
 
 # connection-level failures, by class name (botocore, aiohttp, urllib3, requests, the socket
-# module): the
-# libraries are optional, and their exceptions arrive wrapped (fsspec turns a refused HTTP
-# connection into
-# FileNotFoundError) or re-raised from a worker
+# module): the libraries are optional, and their exceptions arrive wrapped (fsspec turns a refused
+# HTTP connection into FileNotFoundError) or re-raised from a worker
 _NETWORK = {
     "EndpointConnectionError": "",
     "ConnectTimeoutError": "timed out",

@@ -501,29 +501,12 @@ def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> li
             )
         except NeuCoError as e:
             raise ProbeError(f"task {task.name}: {e}") from None
-        if recipe.probe in TASK_PROBES:
+        one = (url, digest, task.name, task.kind, rows, y)
+        if recipe.probe in TASK_PROBES:  # one task scores every split
             e = np.zeros(0, np.int64)
-            out.append(
-                FoldTask(
-                    url,
-                    digest,
-                    task.name,
-                    task.kind,
-                    rows,
-                    y,
-                    0,
-                    e,
-                    e,
-                    recipe,
-                    srows,
-                    tuple(splits),
-                )
-            )
-            continue
-        out += [
-            FoldTask(url, digest, task.name, task.kind, rows, y, f, tr, te, recipe, srows)
-            for f, (tr, te) in enumerate(splits)
-        ]
+            out.append(FoldTask(*one, 0, e, e, recipe, srows, tuple(splits)))
+        else:
+            out += [FoldTask(*one, f, tr, te, recipe, srows) for f, (tr, te) in enumerate(splits)]
     return out
 
 
