@@ -39,13 +39,14 @@ import yaml
 
 from .. import store as _store
 from ..catalog import protocol as protocol_spec
+from ..cluster.client import cluster_threads, get_client
 from ..errors import FieldError, TuneError
 from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..families.base import derive_seed
 from ..families.recipes import load_recipe
 from ..mapping import from_mapping
 from ..recipe import RecipeError, parse_overrides, read_config
-from .evaluate import log_hint
+from .evaluate import cluster_device, evaluate, log_hint
 from .plan import plan_runs
 from .records import clean, load_record, read_results, write_record
 
@@ -462,8 +463,6 @@ class _Study:
     def _run(self, claims: list[tuple[RunSpec, dict | None]]) -> list[dict]:
         """Evaluate runs in one call; each claim (spec, `_sweep` arguments, or None for a plain run)
         ends with a results.jsonl line of its own sweep. Returns each claim's record."""
-        from .evaluate import evaluate
-
         plans = [self._plan(s) for s, _ in claims]
         first: dict[str, dict | None] = {}
         for p, (_, c) in zip(plans, claims):
@@ -687,9 +686,6 @@ def tune(
 ) -> list[StudyResult]:
     """One study per base run (model x cube x protocol [x fraction]); returns each study's
     outcome."""
-    from ..cluster.client import cluster_threads, get_client
-    from .evaluate import cluster_device
-
     if trials < 1:
         raise TuneError(f"--trials must be >= 1, got {trials}")
     refuse_untunable({b.protocol for b in bases})

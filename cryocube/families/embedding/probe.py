@@ -24,9 +24,14 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ... import store as _store
-from ...embeddings.submission import pad_to
+from ...cluster.runtime import torch_task
+from ...cube import as_text, cube_info, open_cube, sample_ids
+from ...embeddings.embed import load_embeddings, read_sidecar
+from ...embeddings.submission import pad_to, read_submission, strip_id
 from ...errors import ProbeError, task_boundary
+from ...labelfiles import read_label_folder
 from ...mapping import check_field, rule
+from ...progress import progress_bar
 from ..class_labels import class_labels
 from ..class_labels import slug as _slug
 from .neuco import NeuCoError, shuffle_splits, standardize, summarize
@@ -237,8 +242,6 @@ class Task:
 def tasks_from_labels(folder: str) -> list[Task]:
     """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly
     (labels.py)."""
-    from ...labelfiles import read_label_folder
-
     return [
         Task(f"{t}__{f.kind}", f.kind, f.labels, f.n_unlabelled)
         for t, f in read_label_folder(folder).items()
@@ -315,8 +318,6 @@ def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task
 def tasks_from_cube(url: str) -> list[Task]:
     """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and
     fraction."""
-    from ...cube import as_text, open_cube, sample_ids
-
     ds = open_cube(url)
     ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":
@@ -371,8 +372,6 @@ def align(
     labelled, never on the order of a label file or a cube), or with `fold_order="file"` in the
     label file's (the cube's) order, as NeuCo-Bench keeps it; a labelled id without an embedding is
     an error."""
-    from ...embeddings.submission import strip_id
-
     pos = {strip_id(i): r for r, i in enumerate(ids)}
     out = []
     for t in tasks:
@@ -445,8 +444,6 @@ def _matrix(t: FoldTask) -> np.ndarray:
     )
     X = _X.get(key)
     if X is None:
-        from ...embeddings.embed import load_embeddings
-
         _, E, _, _ = load_embeddings(t.url)
         _X.clear()
         X = _X[key] = standardized(E, t.recipe.dim, t.stats_rows)
@@ -456,8 +453,6 @@ def _matrix(t: FoldTask) -> np.ndarray:
 @task_boundary
 def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
     """One probe on one split of one task -> {task: [(fold, score)]} (the reduce merges these)."""
-    from ...cluster.runtime import torch_task
-
     with torch_task(1):  # a linear probe is tiny: one thread each, many tasks side by side
         X = _matrix(t) if X is None else X
         if t.splits:  # the SVM's search spans the task's splits: one score per split
@@ -544,8 +539,6 @@ def run_probes(
 ) -> dict[str, list[float]]:
     """k probes per task in this process (`client` must be None: on a cluster, `cryocube probe`
     hands the run to the engine, whose scheduler scores it as it scores every run)."""
-    from ...progress import progress_bar
-
     if client is not None:
         raise TypeError(
             "run_probes scores in this process; on a cluster the engine scores probe runs"
@@ -565,8 +558,6 @@ def run_probes(
 def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
     """Embeddings scored against a cube's tasks must come from that cube: ids alone match across
     cubes converted from other raw data or options (checked by the checksum `embed` recorded)."""
-    from ...cube import cube_info
-
     made = (prov.get("cube") or {}).get("checksum")
     have = cube_info(cube_url).checksum
     if made and made != have:
@@ -583,9 +574,6 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
     line, id and column); with a `dim`, the challenge's column-count rule applies too. A CSV that
     `embed` wrote carries its provenance (cube checksum, model) in a sidecar JSON."""
     if path.rstrip("/").endswith(".csv"):
-        from ...embeddings.embed import read_sidecar
-        from ...embeddings.submission import read_submission
-
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
         return (
             ids,
@@ -599,8 +587,6 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
         )
     if not _store.exists(path):
         raise ProbeError(f"{path}: no such embedding store or submission CSV")
-    from ...embeddings.embed import load_embeddings
-
     ids, X, _, attrs = load_embeddings(path)
     bad = ~np.isfinite(X)
     if bad.any():
