@@ -77,64 +77,83 @@ def _in_range(v: float, meta: dict) -> bool:
     return ok and (hi is None or (v < hi if meta.get("hi_open") else v <= hi))
 
 
+def _need(ok: bool) -> None:
+    if not ok:
+        raise FieldError
+
+
+def _union(v, tp, meta, where, floats):
+    args = typing.get_args(tp)
+    if v is None and type(None) in args:
+        return None
+    for a in (a for a in args if a is not type(None)):
+        try:
+            return convert(v, a, meta, where, floats)
+        except FieldError:
+            pass
+    raise FieldError
+
+
+def _scalar(v, tp, meta, where, floats):
+    if tp in (bool, str):
+        _need(isinstance(v, tp))
+        return v
+    if isinstance(v, str) and tp is float:
+        try:
+            v = float(v)
+        except ValueError:
+            raise FieldError from None
+    _need(not isinstance(v, bool) and isinstance(v, (int, float) if tp is float else int))
+    _need(math.isfinite(v) and _in_range(v, meta))
+    return float(v) if floats and tp is float else v
+
+
+def _sequence(v, tp, meta, where, floats):
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    fixed = origin is tuple and (len(args) != 2 or args[1] is not Ellipsis)
+    _need(isinstance(v, (list, tuple)) and (not fixed or len(v) == len(args)))
+    out = [convert(x, args[i] if fixed else args[0], meta, where, floats) for i, x in enumerate(v)]
+    return tuple(out) if origin is tuple else out
+
+
+def _mapping(v, tp, meta, where, floats):
+    _need(isinstance(v, dict))
+    k, x = typing.get_args(tp) or (Any, Any)
+    return {convert(a, k, {}, where): convert(b, x, {}, where) for a, b in v.items()}
+
+
+def _nested(v, tp, meta, where, floats):
+    if isinstance(v, tp):
+        return v
+    _need(isinstance(v, dict))
+    return from_mapping(tp, v, where)
+
+
+def _kind(tp: Any):
+    """The converter of a field type: union, scalar, sequence, mapping or nested dataclass."""
+    origin = typing.get_origin(tp)
+    if origin in _UNIONS:
+        return _union
+    if tp in (bool, str, int, float):
+        return _scalar
+    if origin in (tuple, list):
+        return _sequence
+    if origin is dict or tp is dict:
+        return _mapping
+    if dataclasses.is_dataclass(tp):
+        return _nested
+    raise TypeError(f"mapping.convert: no rule for {tp!r}")
+
+
 def convert(v: Any, tp: Any, meta: dict, where: str = "", floats: bool = True) -> Any:
     """`v` as a field of type `tp` takes it (YAML lists as tuples, numbers written as text as
     numbers, a mapping as a nested dataclass), or FieldError. `floats=False` keeps ints in float
     fields: a recipe's values enter run ids as written."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return v
-    if origin in _UNIONS:
-        if v is None and type(None) in args:
-            return None
-        for a in (a for a in args if a is not type(None)):
-            try:
-                return convert(v, a, meta, where, floats)
-            except FieldError:
-                pass
-        raise FieldError
-    if "choices" in meta and v not in meta["choices"]:
-        raise FieldError
-    if tp is bool or tp is str:
-        if not isinstance(v, tp):
-            raise FieldError
-        return v
-    if tp in (int, float):
-        if isinstance(v, str) and tp is float:
-            try:
-                v = float(v)
-            except ValueError:
-                raise FieldError from None
-        if isinstance(v, bool) or not isinstance(v, (int, float) if tp is float else int):
-            raise FieldError
-        if not math.isfinite(v) or not _in_range(v, meta):
-            raise FieldError
-        return float(v) if floats and tp is float else v
-    if origin in (tuple, list):
-        if not isinstance(v, (list, tuple)):
-            raise FieldError
-        fixed = origin is tuple and (len(args) != 2 or args[1] is not Ellipsis)
-        if fixed and len(v) != len(args):
-            raise FieldError
-        out = [
-            convert(x, args[i] if fixed else args[0], meta, where, floats) for i, x in enumerate(v)
-        ]
-        return tuple(out) if origin is tuple else out
-    if origin is dict or tp is dict:
-        if not isinstance(v, dict):
-            raise FieldError
-        if not args:
-            return dict(v)
-        return {
-            convert(k, args[0], {}, where): convert(x, args[1], {}, where) for k, x in v.items()
-        }
-    if dataclasses.is_dataclass(tp):
-        if isinstance(v, tp):
-            return v
-        if not isinstance(v, dict):
-            raise FieldError
-        return from_mapping(tp, v, where)
-    raise TypeError(f"mapping.convert: no rule for {tp!r}")
+    if typing.get_origin(tp) not in _UNIONS and "choices" in meta:
+        _need(v in tuple(meta["choices"]))
+    return _kind(tp)(v, tp, meta, where, floats)
 
 
 def refusal(cls: type, where: str, f: dataclasses.Field, v: Any) -> Exception:
