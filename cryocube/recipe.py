@@ -73,7 +73,8 @@ class BaseRecipe:
         """This family's recipe from a mapping that may hold other families' fields too (they are
         left)."""
         mine = {k: v for k, v in values.items() if k in cls.field_names()}
-        return from_mapping(cls, mine, where, floats=False)
+        # coerce first: a null is refused where the field takes none, never read as the default
+        return from_mapping(cls, coerce(cls, mine, where), where, floats=False)
 
     def updated(self, values: dict[str, Any], where: str = "--set"):
         """A copy with `values` (only this family's fields) checked and applied."""
