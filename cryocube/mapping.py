@@ -203,6 +203,9 @@ def from_mapping(cls: type, data: Any, where: str, floats: bool = True):
         if f.init and not f.metadata.get("internal")
     }
     data = _flatten(data, {k.split(".")[0] for k in fields if "." in k})
+    missing = [k for k, f in fields.items() if data.get(k) is None and not has_default(f)]
+    if missing:  # first: a renamed field is missing under its new name, unknown under its old one
+        raise error(_at(where, f"missing {noun} {missing[0]!r}"))
     unknown = sorted(map(str, set(data) - set(fields)))
     if unknown:
         raise error(
@@ -211,11 +214,8 @@ def from_mapping(cls: type, data: Any, where: str, floats: bool = True):
         )
     kw = {}
     for key, f in fields.items():
-        given = data.get(key)
-        if given is not None or (key in data and not has_default(f)):
-            kw[f.name] = check_field(cls, f, given, where, floats)
-        elif not has_default(f):
-            raise error(_at(where, f"missing {noun} {key!r}"))
+        if data.get(key) is not None:
+            kw[f.name] = check_field(cls, f, data[key], where, floats)
     try:
         return cls(**kw)
     except FieldError as e:  # a rule across fields (`__post_init__`)
