@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .errors import CatalogError, UserError, yaml_problem
+from .errors import CatalogError, FieldError, yaml_problem
+from .mapping import from_mapping, rule
 
 
 def packaged_dir(packaged: str, in_repo: str) -> Path:
@@ -57,9 +58,11 @@ def catalog_dirs() -> list[Path]:
 @dataclass(frozen=True)
 class Band:
     name: str  # what the layer is (e.g. "coherence")
-    alias: str  # the name the Cryo-Bench configs give it (drives protocol-compatible band matching)
-    role: str
-    wavelength_um: float = math.nan
+    role: str = rule(choices=ROLES)
+    # the name the Cryo-Bench configs give it (drives protocol-compatible band matching); default:
+    # its name
+    alias: str = ""
+    wavelength_um: float = rule(math.nan, unit="µm")
     sensor: str = ""
     units: str = ""
     mean: float = math.nan  # published statistics, kept for comparison with the cube's own
@@ -67,11 +70,14 @@ class Band:
     min: float = math.nan
     max: float = math.nan
 
+    def __post_init__(self):
+        object.__setattr__(self, "alias", self.alias or self.name)
+
 
 @dataclass(frozen=True)
 class ClassSpec:
     name: str
-    colour: str
+    colour: str = "#808080"
 
 
 @dataclass(frozen=True)
@@ -90,29 +96,35 @@ class Layout:
 class DatasetSpec:
     id: str
     name: str
-    short_name: str  # as tables print it (GLID, CaFFe, ...)
-    task: str
-    tile_size: int
+    tile_size: int = rule(lo=1)
     dtype: str
     bands: tuple[Band, ...]
     classes: tuple[ClassSpec, ...]
     layouts: dict[str, Layout]
-    sources: dict[str, dict[str, Any]]
-    nan_policy: str = "error"  # "error": NaN is bad input; "fill": replace by nan_fill
+    short_name: str = ""  # as tables print it (GLID, CaFFe, ...); default: the id
+    task: str = DEFAULT_TASK
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # "error": NaN is bad input; "fill": replace by nan_fill
+    nan_policy: str = rule("error", choices=("error", "fill"))
     nan_fill: float = 0.0
     doi: str = ""
+    article: str = ""
     licence: str = ""
     description: str = ""
     sensors: tuple[str, ...] = ()
     class_distribution: tuple[float, ...] = ()
     time: tuple[str, ...] = ()  # names of the time steps of multi-temporal datasets (e.g. seasons)
-    # other published (mean, std) sets
+    # other published (mean, std) sets: set name -> {band: (mean, std)}
     statistics: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     # the organisers' mean embedding: band groups, grid
     mean_baseline: dict[str, Any] = field(default_factory=dict)
     # band-matching rule of `embed` (no protocol to choose one): see models/bands.py
     embed_bands: str = "named"
-    path: str = ""
+    path: str = rule("", internal=True)
+
+    def __post_init__(self):
+        object.__setattr__(self, "short_name", self.short_name or self.id)
+        object.__setattr__(self, "description", self.description.strip())
 
     @property
     def num_classes(self) -> int:
@@ -145,108 +157,30 @@ def need(d: dict, key: str, where: str, kind: type | tuple[type, ...] | None = N
     return v
 
 
-def _float(v, where: str) -> float:
-    if v is None:
-        return math.nan
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise CatalogError(f"{where}: {v!r} is not a number") from None
-
-
-def _band(d: Any, where: str) -> Band:
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: a band must be a mapping, got {d!r}")
-    role = need(d, "role", where, str)
-    if role not in ROLES:
-        raise CatalogError(f"{where}: role {role!r} is not one of {ROLES}")
-    name = str(need(d, "name", where))
-    return Band(
-        name=name,
-        alias=str(d.get("alias", name)),
-        role=role,
-        wavelength_um=_float(d.get("wavelength_um"), where),
-        sensor=str(d.get("sensor", "")),
-        units=str(d.get("units", "")),
-        mean=_float(d.get("mean"), where),
-        std=_float(d.get("std"), where),
-        min=_float(d.get("min"), where),
-        max=_float(d.get("max"), where),
-    )
-
-
 def _layout(name: str, d: Any, where: str) -> Layout:
+    """A layout's label map, ignored values and reader; every other key is the reader's option."""
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: layout must be a mapping")
     lm = need(d, "label_map", where, dict)
     try:
         label_map = {int(k): int(v) for k, v in lm.items()}
+        ignore = tuple(int(v) for v in d.get("ignore_values") or [])
     except (TypeError, ValueError):
         raise CatalogError(
-            f"{where}: label_map must map integers to integers, got {lm!r}"
+            f"{where}: label_map and ignore_values must hold integers, got {lm!r}"
         ) from None
-    ignore = tuple(int(v) for v in d.get("ignore_values", []) or [])
-    reader = need(d, "reader", where, str)
     opts = {k: v for k, v in d.items() if k not in ("label_map", "ignore_values", "reader")}
-    return Layout(name=name, reader=reader, label_map=label_map, ignore_values=ignore, options=opts)
-
-
-def _statistics(d: Any, where: str) -> dict[str, dict[str, tuple[float, float]]]:
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: statistics must map a set name to {{band: [mean, std]}}")
-    out = {}
-    for name, table in d.items():
-        if not isinstance(table, dict) or not all(
-            isinstance(v, list) and len(v) == 2 for v in table.values()
-        ):
-            raise CatalogError(f"{where}: statistics.{name} must map band names to [mean, std]")
-        out[str(name)] = {
-            str(b): (_float(v[0], where), _float(v[1], where)) for b, v in table.items()
-        }
-    return out
+    return Layout(name, need(d, "reader", where, str), label_map, ignore, opts)
 
 
 def parse_dataset(d: Any, where: str) -> DatasetSpec:
-    """A dataset YAML mapping checked as a whole (NaN policy, unique bands, statistics, label maps
-    inside the classes); `where` names the file."""
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: top level must be a mapping")
-    bands = need(d, "bands", where, list)
-    classes = need(d, "classes", where, list)
-    layouts = need(d, "layouts", where, dict)
-    spec = DatasetSpec(
-        id=str(need(d, "id", where)),
-        name=str(need(d, "name", where)),
-        short_name=str(d.get("short_name") or d["id"]),
-        task=str(d.get("task", DEFAULT_TASK)),
-        tile_size=int(need(d, "tile_size", where, int)),
-        dtype=str(need(d, "dtype", where, str)),
-        bands=tuple(_band(b, f"{where}: bands[{i}]") for i, b in enumerate(bands)),
-        classes=tuple(
-            ClassSpec(
-                str(need(c, "name", f"{where}: classes[{i}]")), str(c.get("colour", "#808080"))
-            )
-            for i, c in enumerate(classes)
-        ),
-        layouts={k: _layout(k, v, f"{where}: layouts.{k}") for k, v in layouts.items()},
-        sources=dict(d.get("sources", {}) or {}),
-        nan_policy=str(d.get("nan_policy", "error")),
-        nan_fill=float(d.get("nan_fill", 0.0)),
-        doi=str(d.get("doi", "")),
-        licence=str(d.get("licence", "")),
-        description=str(d.get("description", "")).strip(),
-        sensors=tuple(d.get("sensors", []) or []),
-        class_distribution=tuple(float(x) for x in d.get("class_distribution", []) or []),
-        time=tuple(str(t) for t in d.get("time", []) or []),
-        statistics=_statistics(d.get("statistics") or {}, where),
-        mean_baseline=dict(d.get("mean_baseline") or {}),
-        embed_bands=str(d.get("embed_bands", "named")),
-        path=where,
-    )
-    if spec.nan_policy not in ("error", "fill"):
-        raise CatalogError(
-            f"{where}: nan_policy must be 'error' or 'fill', got {spec.nan_policy!r}"
-        )
+    """A dataset YAML mapping checked as a whole (unique bands, statistics, label maps inside the
+    classes); `where` names the file."""
+    if isinstance(d, dict) and isinstance(d.get("layouts"), dict):
+        d = d | {
+            "layouts": {k: _layout(k, v, f"{where}: layouts.{k}") for k, v in d["layouts"].items()}
+        }
+    spec = replace(from_mapping(DatasetSpec, d, where), path=where)
     names = spec.band_names
     if len(set(names)) != len(names):
         raise CatalogError(f"{where}: duplicate band names in {names}")
@@ -367,13 +301,17 @@ def band_names() -> BandNames:
 
 @dataclass(frozen=True)
 class ProtocolSpec:
-    name: str
     family: str  # the evaluation family that runs it (cryocube.families)
-    title: str
-    fraction: float = 1.0  # default share of training labels
+    name: str = rule("", internal=True)
+    title: str = ""  # default: its name
+    fraction: float = rule(1.0, lo=0.0, lo_open=True, hi=1.0)  # default share of training labels
     trains_encoder: bool = False  # True: fine-tuning; the encoder runs in the training loop
     bands: str = "named"  # band-matching rule, see cryocube.models.bands
     description: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "title", self.title or self.name)
+        object.__setattr__(self, "description", self.description.strip())
 
 
 def plugin_catalog_dirs() -> list[Path]:
@@ -398,24 +336,10 @@ def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
     raw = _read_yaml(p)
     if not isinstance(raw, dict):
         raise CatalogError(f"{p}: top level must be a mapping of protocol names")
-    out = {}
-    for name, d in raw.items():
-        where = f"{p}: {name}"
-        if not isinstance(d, dict):
-            raise CatalogError(f"{where}: a protocol must be a mapping")
-        unknown = set(d) - {"family", "title", "fraction", "trains_encoder", "bands", "description"}
-        if unknown:
-            raise CatalogError(f"{where}: unknown fields {sorted(unknown)}")
-        out[name] = ProtocolSpec(
-            name=name,
-            family=str(need(d, "family", where, str)),
-            title=str(d.get("title", name)),
-            fraction=_float(d.get("fraction", 1.0), where),
-            trains_encoder=bool(d.get("trains_encoder", False)),
-            bands=str(d.get("bands", "named")),
-            description=str(d.get("description", "")).strip(),
-        )
-    return out
+    return {
+        str(name): replace(from_mapping(ProtocolSpec, d, f"{p}: {name}"), name=str(name))
+        for name, d in raw.items()
+    }
 
 
 @lru_cache(maxsize=None)
@@ -439,22 +363,29 @@ def protocols() -> dict[str, ProtocolSpec]:
 
 
 def protocol(name: str) -> ProtocolSpec:
-    """By name, refusing an unknown one as a UserError (a command-line slip) listing the known."""
+    """By name, refusing an unknown one in one sentence listing the known."""
     ps = protocols()
     if name not in ps:
-        raise UserError(f"unknown protocol {name!r}; known: {', '.join(ps)}")
+        raise CatalogError(f"unknown protocol {name!r}; known: {', '.join(ps)}")
     return ps[name]
 
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    name: str
     datasets: tuple[str, ...]  # in the paper's column order
-    # row name -> {"default": model id, <dataset>: model id}, in row order
-    models: dict[str, dict[str, str]]
+    # row name -> a model id or {"default": model id, <dataset>: model id}, in row order
+    models: dict[str, str | dict[str, str]]
     protocols: dict[str, dict[str, Any]]  # protocol -> {"fraction": f, "datasets": [...]}
-    recipe: dict[str, Any]  # recipe fields of the benchmark's training protocol
-    path: str = ""
+    recipe: dict[str, Any] = field(default_factory=dict)  # fields of its training protocol
+    name: str = ""  # default: the file's name
+    path: str = rule("", internal=True)
+
+    def __post_init__(self):
+        rows = {r: {"default": m} if isinstance(m, str) else m for r, m in self.models.items()}
+        bad = [r for r, m in rows.items() if "default" not in m]
+        if bad:
+            raise FieldError(f"models.{bad[0]} must be a model id or a mapping with a 'default' id")
+        object.__setattr__(self, "models", rows)
 
     def model_for(self, row: str, dataset: str) -> str:
         """The model id a benchmark row runs on a dataset: its per-dataset choice (CROMA's SAR
@@ -472,29 +403,5 @@ def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
     """A benchmark's grid and training recipe (catalogs/benchmarks/<name>.yaml); a row is a model id
     or {default: id, <dataset>: id}."""
     p = find("benchmarks", name)
-    d = _read_yaml(p)
-    where = str(p)
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: top level must be a mapping")
-    models = {}
-    for row, m in need(d, "models", where, dict).items():
-        if isinstance(m, str):
-            models[str(row)] = {"default": m}
-        elif isinstance(m, dict) and "default" in m:
-            models[str(row)] = {str(k): str(v) for k, v in m.items()}
-        else:
-            raise CatalogError(
-                f"{where}: models.{row} must be a model id or a mapping with a 'default' id"
-            )
-    protos = need(d, "protocols", where, dict)
-    for k, v in protos.items():
-        if not isinstance(v, dict):
-            raise CatalogError(f"{where}: protocols.{k} must be a mapping (fraction, datasets)")
-    return BenchmarkSpec(
-        name=str(d.get("name", p.stem)),
-        datasets=tuple(need(d, "datasets", where, list)),
-        models=models,
-        protocols={str(k): dict(v) for k, v in protos.items()},
-        recipe=dict(d.get("recipe") or {}),
-        path=where,
-    )
+    spec = from_mapping(BenchmarkSpec, _read_yaml(p), str(p))
+    return replace(spec, name=spec.name or p.stem, path=str(p))

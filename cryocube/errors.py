@@ -21,6 +21,10 @@ class CatalogError(UserError, ValueError):
     """A catalog file (datasets, models, protocols) lacks a field or has a wrong kind of value."""
 
 
+class FieldError(UserError, ValueError):
+    """A value one field cannot take; `mapping.from_mapping` names the file or option and field."""
+
+
 class PluginError(UserError, ValueError):
     """A registry's name is taken twice (the modules of both named) or names nothing registered."""
 
@@ -105,6 +109,10 @@ class ResultsError(UserError, ValueError):
     """A results file is missing, unreadable or holds a record without a required field."""
 
 
+class TuneError(UserError, ValueError):
+    """A study cannot run: an option it cannot take, an untunable protocol, no trial completed."""
+
+
 class ReportError(UserError, ValueError):
     """Raised when there is nothing to report, or an option the report cannot honour."""
 
@@ -177,10 +185,8 @@ def failure(e: BaseException) -> dict:
 
 
 # connection-level failures, by class name (botocore, aiohttp, urllib3, requests, the socket
-# module): the
-# libraries are optional, and their exceptions arrive wrapped (fsspec turns a refused HTTP
-# connection into
-# FileNotFoundError) or re-raised from a worker
+# module): the libraries are optional, and their exceptions arrive wrapped (fsspec turns a refused
+# HTTP connection into FileNotFoundError) or re-raised from a worker
 _NETWORK = {
     "EndpointConnectionError": "",
     "ConnectTimeoutError": "timed out",

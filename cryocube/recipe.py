@@ -11,62 +11,38 @@ recipes read from one set of values is `families.recipes.Recipe`.
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import yaml
 
 from .errors import RecipeError, yaml_problem
+from .mapping import check_field, from_mapping, rule
 from .precision import PRECISIONS
 
 NORMALIZATIONS = ("published", "cube")
-
-
-def check_int(name: str, v: Any, lo: int = 1, none: bool = False) -> None:
-    """Refuses, naming the field, anything but an int >= `lo` (bools too); `none` lets null through
-    where None means a default."""
-    if v is None and none:
-        return
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise RecipeError(
-            f"recipe field {name} must be an integer >= {lo}{' or null' if none else ''}, got {v!r}"
-        )
-
-
-def check_num(
-    name: str, v: Any, lo: float, lo_open: bool = False, hi: float = math.inf, hi_open: bool = False
-) -> None:
-    """Refuses, naming the field and its interval, a bool, a non-finite number, or one outside
-    `lo`..`hi` (either end open on request)."""
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    ok = ok and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-    if not ok:
-        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-        raise RecipeError(f"recipe field {name} must be a number in {rng}, got {v!r}")
-
-
-def check_choice(name: str, v: Any, choices: tuple[str, ...]) -> None:
-    """Refuses a value outside `choices` in one sentence that lists them."""
-    if v not in choices:
-        raise RecipeError(f"recipe field {name} must be one of {', '.join(choices)}, got {v!r}")
+_COUNT = {"lo": 1}  # an integer >= 1
 
 
 @dataclass(frozen=True, kw_only=True)
 class BaseRecipe:
     """The fields every family reads: how inputs are normalised and computed, and how tasks are
-    cut."""
+    cut. Each field's checks are its metadata (`mapping.rule`); a family adds its own fields and
+    cross-field rules (`validate`)."""
 
-    precision: str  # auto | bf16 | fp16 | fp32
+    NOUN: ClassVar[str] = "recipe field"
+    ERROR: ClassVar[type] = RecipeError
+
+    precision: str = rule(choices=PRECISIONS)
     # "published": the dataset catalog's mean/std (the reference); "cube": the cube's train stats
-    normalization: str
-    input_size: int | None = None  # override the encoder's input size (e.g. small test tiles)
-    block_samples: int = 8  # samples per Dask task when extracting features / embedding / testing
-    # torch threads per task (default: the worker's configured torch threads)
-    threads: int | None = None
-    # encoder batch in extraction/inference (None: sized to the device)
-    extract_batch: int | None = None
-    encoder_weights: dict[str, str] = field(default_factory=dict)  # model id -> checkpoint path/URL
+    normalization: str = rule(choices=NORMALIZATIONS)
+    input_size: int | None = rule(None, **_COUNT)  # the encoder's input size (small test tiles)
+    block_samples: int = rule(8, **_COUNT)  # samples per Dask task (extraction, embedding, test)
+    threads: int | None = rule(None, **_COUNT)  # torch threads per task (None: the worker's)
+    extract_batch: int | None = rule(None, **_COUNT)  # encoder batch (None: sized to the device)
+    encoder_weights: dict[str, str] = rule(
+        factory=dict, what="a mapping of model ids to checkpoint paths/URLs"
+    )
     # switch every model deviation to the reference's behaviour (docs/deviations.md)
     follow_reference: bool = False
 
@@ -79,34 +55,15 @@ class BaseRecipe:
         "extract_batch": "an encoder batch computes each sample alone",
         "encoder_weights": "the run id takes the checkpoint's sha256, not where it was read",
     }
-    TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ()  # list-valued fields, kept as tuples (hashable)
-    FLOAT_FIELDS: ClassVar[tuple[str, ...]] = ()  # YAML reads 1e-4 (no dot) as a string
 
     def __post_init__(self):
         self.validate()
 
     def validate(self) -> None:
-        """Runs on construction (`__post_init__`), so no recipe holds a bad value; a family's recipe
-        adds its own fields' checks."""
-        check_choice("precision", self.precision, PRECISIONS)
-        check_choice("normalization", self.normalization, NORMALIZATIONS)
-        check_int("input_size", self.input_size, none=True)
-        check_int("block_samples", self.block_samples)
-        check_int("threads", self.threads, none=True)
-        check_int("extract_batch", self.extract_batch, none=True)
-        if not isinstance(self.follow_reference, bool):
-            raise RecipeError(
-                "recipe field follow_reference must be true or false, got"
-                f" {self.follow_reference!r}"
-            )
-        w = self.encoder_weights
-        if not isinstance(w, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in w.items()
-        ):
-            raise RecipeError(
-                "recipe field encoder_weights must map model ids to checkpoint paths/URLs, got"
-                f" {w!r}"
-            )
+        """Runs on construction, so no recipe holds a bad value: every field against its metadata;
+        a family's recipe adds its cross-field rules."""
+        for f in dataclasses.fields(self):
+            check_field(type(self), f, getattr(self, f.name), floats=False)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -114,28 +71,17 @@ class BaseRecipe:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def benchmark_fields(cls) -> tuple[str, ...]:
-        """Fields without a default: the benchmark catalog must give them."""
-        return tuple(
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        )
-
-    @classmethod
     def from_values(cls, values: dict[str, Any], where: str = "recipe"):
         """This family's recipe from a mapping that may hold other families' fields too (they are
         left)."""
-        mine = {k: v for k, v in coerce(cls, values).items() if k in cls.field_names()}
-        missing = [f for f in cls.benchmark_fields() if f not in mine]
-        if missing:
-            raise RecipeError(f"{where} lacks {missing}")
-        return cls(**mine)
+        mine = {k: v for k, v in values.items() if k in cls.field_names()}
+        # coerce first: a null is refused where the field takes none, never read as the default
+        return from_mapping(cls, coerce(cls, mine, where), where, floats=False)
 
     def updated(self, values: dict[str, Any], where: str = "--set"):
         """A copy with `values` (only this family's fields) checked and applied."""
         check_keys(values, self.field_names(), where)
-        return dataclasses.replace(self, **coerce(type(self), values))
+        return dataclasses.replace(self, **coerce(type(self), values, where))
 
     def replace(self, **kw):
         """A copy with fields the planner fixes itself (the run's threads): no key check or YAML
@@ -143,12 +89,11 @@ class BaseRecipe:
         return dataclasses.replace(self, **kw)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready values (tuple fields as lists): the run record's `config`, and what `identity`
+        """JSON-ready values (tuples as lists): the run record's `config`, and what `identity`
         filters."""
-        d = dataclasses.asdict(self)
-        for k in self.TUPLE_FIELDS:
-            d[k] = list(d[k])
-        return d
+        return {
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+        }
 
     def identity(self) -> dict[str, Any]:
         """The fields that define a run's result (its content hash takes these)."""
@@ -159,22 +104,14 @@ class BaseRecipe:
         return d
 
 
-def coerce(cls: type[BaseRecipe], values: dict[str, Any]) -> dict[str, Any]:
-    """YAML's types as the fields take them: lists -> tuples, numbers written as strings ->
-    floats."""
-    out = dict(values)
-    for k in cls.TUPLE_FIELDS:
-        if k in out:
-            if not isinstance(out[k], (list, tuple)):
-                raise RecipeError(f"recipe field {k} must be a list of numbers, got {out[k]!r}")
-            out[k] = tuple(out[k])
-    for k in cls.FLOAT_FIELDS:
-        if isinstance(out.get(k), str):
-            try:
-                out[k] = float(out[k])
-            except ValueError:
-                raise RecipeError(f"recipe field {k} must be a number, got {out[k]!r}") from None
-    return out
+def coerce(cls: type[BaseRecipe], values: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """YAML's types as the fields take them (lists -> tuples, numbers written as text -> numbers),
+    each checked; keys that are not fields of `cls` pass as they are."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return {
+        k: check_field(cls, fields[k], v, where, floats=False) if k in fields else v
+        for k, v in values.items()
+    }
 
 
 def check_keys(values: dict, known, where: str) -> None:

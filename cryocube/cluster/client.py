@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import UserError
+from ..errors import ClusterError
 from .runtime import GPU, configured_threads
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def get_client(client: "Client | None" = None) -> "Client":
     try:
         client = default_client()
     except ValueError:
-        raise UserError(
+        raise ClusterError(
             "no Dask client: pass client=Client(...) (e.g. the one your notebook or hub created),"
             " or run through the `cryocube` CLI, which starts a cluster with --cluster"
             " local|cuda|k8s|gateway|tcp://..."

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import yaml_problem
+from ..errors import FieldError, yaml_problem
+from ..mapping import from_mapping, rule
 from .registry import (
     WORKER_WAIT_S,
     ClusterError,
@@ -22,21 +24,34 @@ from .runtime import TorchThreads
 if TYPE_CHECKING:
     from distributed import Client
 
-GATEWAY_KEYS = {
-    "address",
-    "proxy_address",
-    "public_address",
-    "auth",
-    "cluster_options",
-    "workers",
-    "adapt",
-    "worker_timeout",
-}
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """The gateway options (a YAML file, see deployments/pangeo/gateway-options.yaml, or
+    `gateway_options=`); address and auth default to the hub's dask config."""
+
+    NOUN: ClassVar[str] = "gateway key"
+    ERROR: ClassVar[type] = ClusterError
+    HINT: ClassVar[str] = " (server-defined cluster options go under cluster_options)"
+
+    address: str | None = None
+    proxy_address: str | None = None
+    public_address: str | None = None
+    auth: str | dict[str, Any] | None = None  # a type (jupyterhub) or {type: basic, **kwargs}
+    cluster_options: dict[str, Any] = field(default_factory=dict)
+    workers: int | None = rule(None, lo=1)  # a fixed size (`--workers N` overrides)
+    adapt: dict[str, int] | None = None  # {minimum, maximum}
+    worker_timeout: float = rule(WORKER_WAIT_S, lo=0.0, unit="s")  # for the first worker
+
+    def __post_init__(self):
+        if self.workers is not None and self.adapt is not None:
+            raise FieldError(
+                "give either workers (fixed size) or adapt (minimum/maximum), not both"
+            )
 
 
 def read_gateway_options(path: str | os.PathLike) -> dict:
-    """The gateway options YAML (see deployments/pangeo/gateway-options.yaml), checked for unknown
-    keys."""
+    """The gateway options YAML as given (its keys checked by `GatewayOptions`)."""
     import yaml
 
     p = Path(path)
@@ -46,23 +61,8 @@ def read_gateway_options(path: str | os.PathLike) -> dict:
         doc = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
         raise ClusterError(f"{p}: not valid YAML ({yaml_problem(e)})") from None
-    if not isinstance(doc, dict):
-        raise ClusterError(f"{p}: expected a mapping of gateway options")
-    _check_gateway_keys(doc, str(p))
+    from_mapping(GatewayOptions, doc, str(p))
     return doc
-
-
-def _check_gateway_keys(doc: dict, source: str) -> None:
-    unknown = set(doc) - GATEWAY_KEYS
-    if unknown:
-        raise ClusterError(
-            f"{source}: unknown gateway keys {sorted(unknown)} (known: {sorted(GATEWAY_KEYS)}; "
-            "server-defined cluster options go under cluster_options)"
-        )
-    if "workers" in doc and "adapt" in doc:
-        raise ClusterError(
-            f"{source}: give either workers (fixed size) or adapt (minimum/maximum), not both"
-        )
 
 
 def _gateway_auth(dask_gateway, auth):
@@ -96,15 +96,15 @@ def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     """A new cluster on the hub's dask-gateway (address and auth come from the hub's dask
     config)."""
     dask_gateway = require("dask_gateway", "gateway", "gateway")
-    opts = read_gateway_options(req.target) if req.target else {}
-    _check_gateway_keys(req.gateway_options or {}, "gateway_options")
-    opts = {**opts, **(req.gateway_options or {})}
+    from_mapping(GatewayOptions, req.gateway_options or {}, "gateway_options")
+    given = read_gateway_options(req.target) if req.target else {}
+    opts = from_mapping(GatewayOptions, {**given, **(req.gateway_options or {})}, "gateway options")
     try:
         gateway = dask_gateway.Gateway(
-            address=opts.get("address"),
-            proxy_address=opts.get("proxy_address"),
-            public_address=opts.get("public_address"),
-            auth=_gateway_auth(dask_gateway, opts.get("auth")),
+            address=opts.address,
+            proxy_address=opts.proxy_address,
+            public_address=opts.public_address,
+            auth=_gateway_auth(dask_gateway, opts.auth),
         )
     except ValueError as e:  # "No dask-gateway address provided or found in configuration"
         raise ClusterError(
@@ -118,7 +118,7 @@ def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
                 f"--cluster gateway: cannot reach the gateway at {gateway.address}: "
                 f"{type(e).__name__}: {e}"
             ) from e
-        for key, value in (opts.get("cluster_options") or {}).items():
+        for key, value in opts.cluster_options.items():
             try:
                 options[key] = value
             except (KeyError, AttributeError, TypeError, ValueError) as e:
@@ -131,16 +131,14 @@ def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
         # before the cluster's: they share one event loop, stopped by the last close
         _close_gateway(gateway)
     stack.callback(_shutdown_gateway_cluster, cluster)
-    if req.n_workers or "adapt" not in opts:
-        first = req.n_workers or opts.get("workers", 2)
+    if req.n_workers or opts.adapt is None:
+        first = req.n_workers or opts.workers or 2
         cluster.scale(first)
     else:
-        first = opts["adapt"].get("minimum", 0)
-        cluster.adapt(**opts["adapt"])
+        first = opts.adapt.get("minimum", 0)
+        cluster.adapt(**opts.adapt)
     client = stack.enter_context(cluster.get_client(set_as_default=True))
     client.register_plugin(TorchThreads(req.torch_threads), name=TorchThreads.name)
     if first:  # an adaptive cluster with minimum 0 gets workers only once tasks arrive
-        wait_first_worker(
-            client, f"gateway cluster {cluster.name}", opts.get("worker_timeout", WORKER_WAIT_S)
-        )
+        wait_first_worker(client, f"gateway cluster {cluster.name}", opts.worker_timeout)
     return client

@@ -33,18 +33,20 @@ import math
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from .. import store as _store
 from ..catalog import protocol as protocol_spec
-from ..errors import UserError
-from ..families import PlannedRun, RunSpec, get
+from ..cluster.client import get_client
+from ..errors import FieldError, TuneError
+from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..families.base import derive_seed
 from ..families.recipes import load_recipe
+from ..mapping import from_mapping
 from ..recipe import RecipeError, parse_overrides, read_config
-from .evaluate import log_hint
+from .evaluate import cluster_context, evaluate, log_hint
 from .plan import plan_runs
 from .records import clean, load_record, read_results, write_record
 
@@ -110,10 +112,57 @@ def _value(v: Any, like: Any) -> Any:
     return v
 
 
+@dataclass(frozen=True)
+class SpaceEntry:
+    """A `space:` entry written as a mapping: {low, high[, log]} or {choices}."""
+
+    NOUN: ClassVar[str] = "key"
+    ERROR: ClassVar[type] = RecipeError
+
+    low: int | float | None = None
+    high: int | float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] | None = None
+
+    def __post_init__(self):
+        if self.choices is None and (self.low is None or self.high is None):
+            raise FieldError("a mapping needs low/high (and log) or choices")
+
+    def text(self) -> str | tuple:
+        """The same entry as --space writes it."""
+        if self.choices is not None:
+            return self.choices
+        return f"{self.low}:{self.high}{':log' if self.log else ''}"
+
+
+def _range(name: str, spec: str, like: Any) -> Param:
+    """`low:high[:log]`: int when both ends and the field are, else float."""
+    parts = [s.strip() for s in spec.split(":")]
+    if len(parts) not in (2, 3) or parts[2:] not in ([], ["log"]):
+        raise RecipeError(f"--space {name}={spec}: a range is low:high or low:high:log")
+    if not isinstance(like, (int, float)) or isinstance(like, bool):
+        raise RecipeError(
+            f"--space {name}={spec}: {name} is not numeric; list its values (a,b,c) instead"
+        )
+    try:
+        lo, hi = _number(parts[0]), _number(parts[1])
+    except ValueError:
+        raise RecipeError(f"--space {name}={spec}: the range ends must be numbers") from None
+    if not lo < hi:
+        raise RecipeError(f"--space {name}={spec}: the range needs low < high")
+    if len(parts) == 3 and lo <= 0:
+        raise RecipeError(f"--space {name}={spec}: a log range needs low > 0")
+    integer = all(isinstance(x, int) for x in (lo, hi, like))
+    return Param(name, "int" if integer else "float", lo, hi, log=len(parts) == 3)
+
+
 def _parse_one(name: str, spec: Any, recipe) -> Param:
-    known = recipe.fields()
-    if name not in known:
-        raise RecipeError(f"--space {name}: not a recipe field (known: {', '.join(sorted(known))})")
+    """One parameter of the space, checked against the recipe: a field that changes results, with
+    every end and choice a value the field takes."""
+    if name not in recipe.fields():
+        raise RecipeError(
+            f"--space {name}: not a recipe field (known: {', '.join(sorted(recipe.fields()))})"
+        )
     if name in recipe.execution_fields():
         raise RecipeError(
             f"--space {name}: {name} does not change a run's result (an execution field); nothing"
@@ -121,48 +170,18 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
         )
     like = getattr(recipe, name)
     if isinstance(spec, dict):
-        if "choices" in spec:
-            spec = list(spec["choices"])
-        elif {"low", "high"} <= set(spec):
-            spec = f"{spec['low']}:{spec['high']}{':log' if spec.get('log') else ''}"
-        else:
-            raise RecipeError(
-                f"--space {name}: a mapping needs low/high (and log) or choices, got {spec!r}"
-            )
-    if isinstance(spec, (list, tuple)):
-        p = Param(name, "choice", choices=tuple(_value(v, like) for v in spec))
-    elif isinstance(spec, str) and ":" in spec:
-        parts = [s.strip() for s in spec.split(":")]
-        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "log"):
-            raise RecipeError(f"--space {name}={spec}: a range is low:high or low:high:log")
-        try:
-            lo, hi = _number(parts[0]), _number(parts[1])
-        except ValueError:
-            raise RecipeError(f"--space {name}={spec}: the range ends must be numbers") from None
-        integer = (
-            isinstance(lo, int)
-            and isinstance(hi, int)
-            and isinstance(like, int)
-            and not isinstance(like, bool)
-        )
-        if not isinstance(like, (int, float)) or isinstance(like, bool):
-            raise RecipeError(
-                f"--space {name}={spec}: {name} is not numeric; list its values (a,b,c) instead"
-            )
-        if not lo < hi:
-            raise RecipeError(f"--space {name}={spec}: the range needs low < high")
-        if len(parts) == 3 and lo <= 0:
-            raise RecipeError(f"--space {name}={spec}: a log range needs low > 0")
-        p = Param(name, "int" if integer else "float", lo, hi, log=len(parts) == 3)
+        spec = from_mapping(SpaceEntry, spec, f"--space {name}", floats=False).text()
+    if isinstance(spec, str) and ":" in spec:
+        p = _range(name, spec, like)
     else:
-        text = str(spec)
-        p = Param(
-            name,
-            "choice",
-            choices=tuple(_value(yaml.safe_load(v), like) for v in text.split(",") if v.strip()),
+        values = (
+            spec
+            if isinstance(spec, (list, tuple))
+            else [yaml.safe_load(v) for v in str(spec).split(",") if v.strip()]
         )
-    if p.kind == "choice" and not p.choices:
-        raise RecipeError(f"--space {name}: no values given")
+        p = Param(name, "choice", choices=tuple(_value(v, like) for v in values))
+        if not p.choices:
+            raise RecipeError(f"--space {name}: no values given")
     for v in p.choices or (p.low, p.high):  # every end and choice must be a value the recipe takes
         try:
             load_recipe(overrides={name: v}, base=recipe)
@@ -224,7 +243,7 @@ def _optuna():
     try:
         import optuna
     except ImportError:
-        raise UserError(
+        raise TuneError(
             "cryocube tune needs optuna and optuna-integration: pip install 'optuna>=4'"
             " 'optuna-integration>=4'"
         ) from None
@@ -239,7 +258,7 @@ def open_storage(out: str, client=None):
     from optuna.storages.journal import JournalFileBackend
 
     if _store.is_remote(out):
-        raise UserError(
+        raise TuneError(
             f"tune keeps its study journal in --out, which must be a local folder (got {out})"
         )
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -270,7 +289,7 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
     if name == "grid":
         ranged = [p.name for p in space if p.kind != "choice"]
         if ranged:
-            raise UserError(
+            raise TuneError(
                 f"--sampler grid needs listed values (name=a,b,c); {', '.join(ranged)} are ranges"
             )
 
@@ -280,7 +299,7 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
                 loop counts."""
 
         return Grid({p.name: list(p.choices) for p in space}, seed=seed)
-    raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
+    raise TuneError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
 
 
 def make_pruner(name: str, trials: int):
@@ -295,7 +314,7 @@ def make_pruner(name: str, trials: int):
         return optuna.pruners.HyperbandPruner(min_resource=1, reduction_factor=ETA)
     if name == "none":
         return optuna.pruners.NopPruner()
-    raise UserError(f"--pruner must be one of {', '.join(PRUNERS)}, got {name!r}")
+    raise TuneError(f"--pruner must be one of {', '.join(PRUNERS)}, got {name!r}")
 
 
 def refuse_untunable(protocols) -> None:
@@ -305,7 +324,7 @@ def refuse_untunable(protocols) -> None:
     for name in protocols:
         fam = get(protocol_spec(name).family)
         if fam.not_tunable:
-            raise UserError(f"tune --protocol {name}: {fam.not_tunable}")
+            raise TuneError(f"tune --protocol {name}: {fam.not_tunable}")
 
 
 def objective(rec: dict, metric: str, higher: bool) -> float | None:
@@ -338,32 +357,37 @@ def study_name(
     return f"{base.spec.model}-{base.dataset}-{base.spec.protocol}-{digest}"
 
 
+@dataclass
+class StudyOptions:
+    """What every study of one `tune` call shares."""
+
+    space: tuple[Param, ...]
+    out: str
+    recipe: Any
+    trials: int
+    sampler: str
+    pruner: str
+    batch: int
+    client: Any
+    progress: bool
+    weights_dir: str | None
+    allow_random_weights: bool
+    seed: int
+    ctx: PlanContext
+    cubes: dict = field(default_factory=dict)
+
+
 class _Study:
     """One (model, cube, protocol) study: the ask/evaluate/tell loop over the engine."""
 
-    def __init__(
-        self,
-        base: RunSpec,
-        space,
-        out,
-        recipe,
-        trials,
-        sampler,
-        pruner,
-        batch,
-        client,
-        progress,
-        weights_dir,
-        allow_random_weights,
-        seed,
-        ctx,
-        cubes,
-    ):
+    def __init__(self, base: RunSpec, o: StudyOptions):
         self.optuna = _optuna()
+        space, out, recipe, client = o.space, o.out, o.recipe, o.client
+        sampler, pruner, seed, trials = o.sampler, o.pruner, o.seed, o.trials
         self.base, self.space, self.out, self.recipe = base, space, out, recipe
-        self.trials, self.batch, self.client, self.progress = trials, batch, client, progress
-        self.kw = {"weights_dir": weights_dir, "allow_random_weights": allow_random_weights}
-        self.ctx, self.cubes = ctx, cubes
+        self.trials, self.batch, self.client, self.progress = trials, o.batch, client, o.progress
+        self.kw = {"weights_dir": o.weights_dir, "allow_random_weights": o.allow_random_weights}
+        self.ctx, self.cubes = o.ctx, o.cubes
         self.family = get(protocol_spec(base.protocol).family)
         self.metric = self.family.primary_metric
         self.pruning = pruner != "none"
@@ -439,8 +463,6 @@ class _Study:
     def _run(self, claims: list[tuple[RunSpec, dict | None]]) -> list[dict]:
         """Evaluate runs in one call; each claim (spec, `_sweep` arguments, or None for a plain run)
         ends with a results.jsonl line of its own sweep. Returns each claim's record."""
-        from .evaluate import evaluate
-
         plans = [self._plan(s) for s, _ in claims]
         first: dict[str, dict | None] = {}
         for p, (_, c) in zip(plans, claims):
@@ -464,7 +486,7 @@ class _Study:
         for p, (_, c) in zip(plans, claims):
             rec = load_record(self.out, p.run_id)
             if rec is None:
-                raise UserError(f"{p.label}: the engine wrote no record{log_hint(self.out)}")
+                raise TuneError(f"{p.label}: the engine wrote no record{log_hint(self.out)}")
             rec = rec.to_dict()  # (a study's lines are the JSON written)
             want = self._sweep(rec=rec, **c) if c else None
             if rec.get("sweep") != want:  # a cache hit, or a run two claims share: its own line
@@ -601,7 +623,7 @@ class _Study:
                 f"{len(self.study.get_trials(deepcopy=False, states=(s,)))} {s.name.lower()}"
                 for s in (TS.PRUNED, TS.FAIL)
             )
-            raise UserError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
+            raise TuneError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
         best = self.study.best_trial
         importance: dict[str, float] = {}
         if len(done) >= 2:
@@ -635,7 +657,7 @@ class _Study:
         claim = {"number": best.number, "params": params, "state": "complete", **more}
         res.best, res.baseline = self._run([(self._spec(params), claim), (self.base, None)])
         if res.best.get("status") != "ok":
-            raise UserError(
+            raise TuneError(
                 f"study {self.name}: the best trial's retrain failed: {res.best.get('error')}"
             )
         latest: dict[int, dict] = {}
@@ -665,37 +687,28 @@ def tune(
 ) -> list[StudyResult]:
     """One study per base run (model x cube x protocol [x fraction]); returns each study's
     outcome."""
-    from ..cluster.client import get_client
-    from .evaluate import cluster_context
-
     if trials < 1:
-        raise UserError(f"--trials must be >= 1, got {trials}")
+        raise TuneError(f"--trials must be >= 1, got {trials}")
     refuse_untunable({b.protocol for b in bases})
     if batch is not None and batch < 1:
-        raise UserError(f"--batch must be >= 1, got {batch}")
+        raise TuneError(f"--batch must be >= 1, got {batch}")
     client = get_client(client)
     ctx = cluster_context(
         client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
     )
-    cubes: dict = {}
-    size = batch or min(trials, max(4, recipe.decoders_per_task))
-    return [
-        _Study(
-            b,
-            space,
-            out,
-            recipe,
-            trials,
-            sampler,
-            pruner,
-            size,
-            client,
-            progress,
-            weights_dir,
-            allow_random_weights,
-            seed,
-            ctx,
-            cubes,
-        ).run()
-        for b in bases
-    ]
+    o = StudyOptions(
+        space,
+        out,
+        recipe,
+        trials,
+        sampler,
+        pruner,
+        batch or min(trials, max(4, recipe.decoders_per_task)),
+        client,
+        progress,
+        weights_dir,
+        allow_random_weights,
+        seed,
+        ctx,
+    )
+    return [_Study(b, o).run() for b in bases]

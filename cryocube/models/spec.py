@@ -11,18 +11,22 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..catalog import CatalogError, band_names, find, ids, load_yaml, need
+from ..catalog import CatalogError, band_names, find, ids, load_yaml
+from ..mapping import from_mapping, rule
 
 
 @dataclass(frozen=True)
 class WeightsSpec:
-    url: str | None  # None: no public URL (fetch by hand, then pass a local path)
-    sha256: str | None  # None: not published; fetch prints the digest it computed
     key_map: str  # name of the checkpoint key map (cryocube.models.keymap registry)
+    url: str | None = None  # None: no public URL (fetch by hand, then pass a local path)
+    sha256: str | None = None  # None: not published; fetch prints the digest it computed
     filename: str | None = None
     # checkpoint holds non-tensor objects (args, configs): needs full unpickling
     allow_pickle: bool = False
     notes: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "notes", self.notes.strip())
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,12 @@ class Deviation:
     reference: str
     cryocube: str
     why: str
-    arch: dict[str, Any] = field(default_factory=dict)
-    drop_keys: str | None = None
+    arch: dict[str, Any] = rule(factory=dict, key="follow.arch")
+    drop_keys: str | None = rule(None, key="follow.drop_keys")
+
+    def __post_init__(self):
+        for k in ("reference", "cryocube", "why"):
+            object.__setattr__(self, k, getattr(self, k).strip())
 
 
 @dataclass(frozen=True)
@@ -51,31 +59,34 @@ class ModelSpec:
     id: str
     architecture: str
     display_name: str
-    input_size: int | None  # None: the dataset tile size
-    input_bands: list[str] | str  # Cryo-Bench band names, or "dataset" (all usable cube bands)
-    sar_bands: list[str]
+    # Cryo-Bench band names, or "dataset" (all usable cube bands)
+    input_bands: list[str] | str = rule(what='a list of band names or "dataset"')
     output_layers: list[int]
     output_channels: list[int]
-    pyramid: bool
-    pretrained: bool
-    weights: WeightsSpec | None
-    params_m: float | None  # published (measured on the reference code, pangaea-models.md 1.5)
-    gflops: float | None
-    licence: str
+    input_size: int | None = rule(None, lo=1)  # None: the dataset tile size
+    sar_bands: list[str] = rule(factory=list)
+    pyramid: bool = False
+    pretrained: bool = True
+    weights: WeightsSpec | None = None
+    # published (measured on the reference code, pangaea-models.md 1.5)
+    params_m: float | None = rule(None, key="published.params_m", unit="million")
+    gflops: float | None = rule(None, key="published.gflops")
+    licence: str = ""
     # bands/input_size/arch the figures were measured with
-    published_setup: dict[str, Any] = field(default_factory=dict)
+    published_setup: dict[str, Any] = rule(factory=dict, key="published.setup")
     arch: dict[str, Any] = field(default_factory=dict)
     # a decoder this encoder always takes (U-Net's up path), else the recipe's
     decoder: str | None = None
-    benchmark_entry: str = ""
+    benchmark_entry: str = ""  # default: the id
     dataset_modalities: tuple[str, ...] = ("optical", "sar")  # for input_bands == "dataset"
     reference_config: str = ""
     notes: str = ""
-    path: str = ""
+    path: str = rule("", internal=True)
     deviations: tuple[Deviation, ...] = ()  # in effect unless following the reference
-    followed: tuple[str, ...] = ()  # deviations switched to the reference's behaviour
+    # deviations switched to the reference's behaviour
+    followed: tuple[str, ...] = rule((), internal=True)
     # set by following_reference(): keys the reference's loader drops
-    drop_checkpoint_keys: str | None = None
+    drop_checkpoint_keys: str | None = rule(None, internal=True)
 
     def following_reference(self) -> "ModelSpec":
         """This spec with every deviation switched to the reference's behaviour (`follow_reference:
@@ -118,107 +129,36 @@ class ModelSpec:
         return list(self.input_bands) + list(self.sar_bands)
 
 
-def _band_list(v, where: str, key: str) -> list[str]:
-    if not isinstance(v, list) or not all(isinstance(b, str) for b in v):
-        raise CatalogError(f"{where}: {key} must be a list of band names, got {v!r}")
+def _band_list(v: list[str], where: str, key: str) -> None:
     unknown = [b for b in v if b not in band_names().all]
     if unknown:
         raise CatalogError(
             f"{where}: {key} has names that are not Cryo-Bench band names: {unknown}"
         )
-    return list(v)
 
 
 def parse_model(d: dict, where: str) -> ModelSpec:
-    """A model YAML mapping checked field by field (band names, layer/channel counts, weights,
-    published setup, deviations); `where` names the file in errors."""
-    ib = need(d, "input_bands", where)
-    if ib != "dataset":
-        ib = _band_list(ib, where, "input_bands")
-    sar = _band_list(d.get("sar_bands", []) or [], where, "sar_bands")
-    layers = need(d, "output_layers", where, list)
-    chans = need(d, "output_channels", where, list)
-    if len(layers) != len(chans):
+    """A model YAML mapping, each field checked by its type (mapping.py), then the rules across
+    fields (band names, as many channels as layers, weights of a pretrained model)."""
+    spec = from_mapping(ModelSpec, d, where)
+    if spec.input_bands != "dataset":
+        _band_list(spec.input_bands, where, "input_bands")
+    _band_list(spec.sar_bands, where, "sar_bands")
+    _band_list(spec.published_setup.get("bands", []), where, "published.setup.bands")
+    if set(spec.published_setup) - {"bands", "input_size", "arch"}:
         raise CatalogError(
-            f"{where}: output_layers {layers} and output_channels {chans} differ in length"
+            f"{where}: published.setup takes bands, input_size and arch, got"
+            f" {spec.published_setup!r}"
         )
-    size = d.get("input_size")
-    if size is not None and not isinstance(size, int):
+    if len(spec.output_layers) != len(spec.output_channels):
         raise CatalogError(
-            f"{where}: input_size must be an integer or null (the dataset tile size), got {size!r}"
+            f"{where}: output_layers {spec.output_layers} and output_channels"
+            f" {spec.output_channels} differ in length"
         )
-    w = d.get("weights")
-    weights = None
-    if w is not None:
-        if not isinstance(w, dict):
-            raise CatalogError(f"{where}: weights must be a mapping")
-        weights = WeightsSpec(
-            url=w.get("url"),
-            sha256=w.get("sha256"),
-            key_map=str(need(w, "key_map", f"{where}: weights")),
-            filename=w.get("filename"),
-            allow_pickle=bool(w.get("allow_pickle", False)),
-            notes=str(w.get("notes", "")).strip(),
-        )
-    pretrained = bool(d.get("pretrained", True))
-    if pretrained and weights is None:
+    if spec.pretrained and spec.weights is None:
         raise CatalogError(f"{where}: a pretrained model needs a weights section")
-    pub = d.get("published", {}) or {}
-    setup = pub.get("setup") or {}
-    if not isinstance(setup, dict) or set(setup) - {"bands", "input_size", "arch"}:
-        raise CatalogError(
-            f"{where}: published.setup takes bands, input_size and arch, got {setup!r}"
-        )
-    if "bands" in setup:
-        setup = {**setup, "bands": _band_list(setup["bands"], where, "published.setup.bands")}
-    devs = []
-    for i, dv in enumerate(d.get("deviations", []) or []):
-        w_ = f"{where}: deviations[{i}]"
-        if not isinstance(dv, dict):
-            raise CatalogError(f"{w_} must be a mapping")
-        unknown = set(dv) - {"name", "reference", "cryocube", "why", "follow"}
-        if unknown:
-            raise CatalogError(f"{w_} has unknown fields {sorted(unknown)}")
-        follow = dv.get("follow") or {}
-        if not isinstance(follow, dict) or set(follow) - {"arch", "drop_keys"}:
-            raise CatalogError(
-                f"{w_}: follow must be a mapping with arch and/or drop_keys, got {follow!r}"
-            )
-        devs.append(
-            Deviation(
-                name=str(need(dv, "name", w_)),
-                reference=str(need(dv, "reference", w_)).strip(),
-                cryocube=str(need(dv, "cryocube", w_)).strip(),
-                why=str(need(dv, "why", w_)).strip(),
-                arch=dict(follow.get("arch") or {}),
-                drop_keys=follow.get("drop_keys"),
-            )
-        )
-    mods = tuple(d.get("dataset_modalities", ("optical", "sar")))
-    return ModelSpec(
-        id=str(need(d, "id", where)),
-        architecture=str(need(d, "architecture", where)),
-        display_name=str(need(d, "display_name", where)),
-        input_size=size,
-        input_bands=ib,
-        sar_bands=sar,
-        output_layers=[int(x) for x in layers],
-        output_channels=[int(x) for x in chans],
-        pyramid=bool(d.get("pyramid", False)),
-        pretrained=pretrained,
-        weights=weights,
-        params_m=pub.get("params_m"),
-        gflops=pub.get("gflops"),
-        published_setup=dict(setup),
-        licence=str(d.get("licence", "")),
-        arch=dict(d.get("arch", {}) or {}),
-        decoder=(str(d["decoder"]) if d.get("decoder") else None),
-        benchmark_entry=str(d.get("benchmark_entry", d["id"])),
-        dataset_modalities=mods,
-        reference_config=str(d.get("reference_config", "")),
-        notes=str(d.get("notes", "")).strip(),
-        path=where,
-        deviations=tuple(devs),
+    return dataclasses.replace(
+        spec, path=where, benchmark_entry=spec.benchmark_entry or spec.id, notes=spec.notes.strip()
     )
 
 

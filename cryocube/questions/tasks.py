@@ -14,12 +14,15 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import string
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from ..catalog import CatalogError, _read_yaml, catalog_dirs, need
-from .metrics import SCORES
+from ..catalog import CatalogError, _read_yaml, catalog_dirs
+from ..errors import FieldError
+from ..mapping import from_mapping, rule
+from .metrics import FACTS, SCORES
 from .parsers import COUNT, PARSERS, Parsed, in_domain
 
 PROMPT_FIELDS = (
@@ -45,19 +48,42 @@ RENDER_LAYOUTS = ("side_by_side", "phase")
 STRETCHES = ("percentile", "statistics")
 
 
+def _ordered(r: tuple[float, float], what: str) -> None:
+    if not r[0] < r[1]:
+        raise FieldError(f"render {what} must be [low, high] with low < high, got {list(r)!r}")
+
+
 @dataclass(frozen=True)
 class RenderSpec:
-    layout: str = "side_by_side"
-    phase_band: str = "wrapped_phase"
-    phase_colormap: str = "twilight"
-    phase_range: tuple[float, float] = (-3.141592653589793, 3.141592653589793)
-    coherence_band: str = "coherence"
-    coherence_colormap: str = "gray"
-    coherence_range: tuple[float, float] = (0.0, 1.0)
-    rendered_phase: tuple[str, ...] = ("insar_r", "insar_g", "insar_b")
-    rendered_coherence: str = "coherence_grey"
-    rendered_range: tuple[float, float] = (0.0, 255.0)
-    scale: int = 1
+    """An interferogram as a picture: the phase in a cyclic colour map (or the published rendering)
+    beside the coherence in grey. The YAML nests `phase:`, `coherence:` and `rendered:`."""
+
+    NOUN: ClassVar[str] = "render field"
+
+    layout: str = rule(
+        "side_by_side",
+        choices=RENDER_LAYOUTS,
+        msg=f"render layout {{v!r}} is not one of {', '.join(RENDER_LAYOUTS)}",
+    )
+    phase_band: str = rule("wrapped_phase", key="phase.band")
+    phase_colormap: str = rule("twilight", key="phase.colormap")
+    phase_range: tuple[float, float] = rule((-math.pi, math.pi), key="phase.range")
+    coherence_band: str = rule("coherence", key="coherence.band")
+    coherence_colormap: str = rule("gray", key="coherence.colormap")
+    coherence_range: tuple[float, float] = rule((0.0, 1.0), key="coherence.range")
+    rendered_phase: tuple[str, ...] = rule(("insar_r", "insar_g", "insar_b"), key="rendered.phase")
+    rendered_coherence: str = rule("coherence_grey", key="rendered.coherence")
+    rendered_range: tuple[float, float] = rule((0.0, 255.0), key="rendered.range")
+    scale: int = rule(1, lo=1)
+
+    def __post_init__(self):
+        for k in ("phase_range", "coherence_range", "rendered_range"):
+            _ordered(getattr(self, k), k)
+        for cmap in {self.phase_colormap, self.coherence_colormap} - {"twilight", "gray"}:
+            import matplotlib  # only for a colour map of the file's own: its import is slow
+
+            if cmap not in matplotlib.colormaps:
+                raise FieldError(f"unknown colour map {cmap!r} (matplotlib's names)")
 
 
 @dataclass(frozen=True)
@@ -66,14 +92,26 @@ class TileRender:
     else the first band of `grey_roles` in grey; each band stretched over its percentiles in the
     picture or over the cube's train-split mean +- `stds` standard deviations (`statistics`)."""
 
-    rgb_um: tuple[float, float, float] = (0.665, 0.560, 0.490)
-    rgb_role: str = "optical"
-    rgb_tolerance_um: float = 0.06
-    grey_roles: tuple[str, ...] = ("sar",)
-    stretch: str = "percentile"
-    percentiles: tuple[float, float] = (2.0, 98.0)
-    stds: float = 2.0
-    scale: int = 1
+    NOUN: ClassVar[str] = "render field"
+
+    rgb_um: tuple[float, float, float] = rule(
+        (0.665, 0.560, 0.490), key="rgb.wavelength_um", unit="µm", what="three numbers (r, g, b)"
+    )
+    rgb_role: str = rule("optical", key="rgb.role")
+    rgb_tolerance_um: float = rule(0.06, key="rgb.tolerance_um", unit="µm")
+    grey_roles: tuple[str, ...] = rule(("sar",), key="grey.roles")
+    stretch: str = rule(
+        "percentile",
+        key="stretch.kind",
+        choices=STRETCHES,
+        msg=f"render stretch kind {{v!r}} is not one of {', '.join(STRETCHES)}",
+    )
+    percentiles: tuple[float, float] = rule((2.0, 98.0), key="stretch.percentiles", lo=0, hi=100)
+    stds: float = rule(2.0, key="stretch.stds")
+    scale: int = rule(1, lo=1)
+
+    def __post_init__(self):
+        _ordered(self.percentiles, "stretch percentiles")
 
 
 @dataclass(frozen=True)
@@ -165,332 +203,211 @@ class TaskSpec:
         return p
 
 
-def _render(d: Any, where: str) -> RenderSpec:
-    if d is None:
-        return RenderSpec()
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: render must be a mapping")
-    unknown = set(d) - {"layout", "phase", "coherence", "rendered", "scale"}
-    if unknown:
-        raise CatalogError(f"{where}: unknown render fields {sorted(unknown)}")
-    layout = str(d.get("layout", "side_by_side"))
-    if layout not in RENDER_LAYOUTS:
-        raise CatalogError(
-            f"{where}: render layout {layout!r} is not one of {', '.join(RENDER_LAYOUTS)}"
-        )
-    ph, co, rd = d.get("phase") or {}, d.get("coherence") or {}, d.get("rendered") or {}
-    base = RenderSpec()
-
-    def rng(x, default):
-        if x is None:
-            return default
-        if not (
-            isinstance(x, list)
-            and len(x) == 2
-            and all(isinstance(v, (int, float)) for v in x)
-            and x[0] < x[1]
-        ):
-            raise CatalogError(f"{where}: a render range must be [low, high] numbers, got {x!r}")
-        return (float(x[0]), float(x[1]))
-
-    for cmap in (ph.get("colormap"), co.get("colormap")):
-        if cmap is not None:
-            import matplotlib
-
-            if cmap not in matplotlib.colormaps:
-                raise CatalogError(f"{where}: unknown colour map {cmap!r} (matplotlib's names)")
-    scale = d.get("scale", 1)
-    if not isinstance(scale, int) or scale < 1:
-        raise CatalogError(f"{where}: render scale must be a positive integer, got {scale!r}")
-    return RenderSpec(
-        layout=layout,
-        phase_band=str(ph.get("band", base.phase_band)),
-        phase_colormap=str(ph.get("colormap", base.phase_colormap)),
-        phase_range=rng(ph.get("range"), base.phase_range),
-        coherence_band=str(co.get("band", base.coherence_band)),
-        coherence_colormap=str(co.get("colormap", base.coherence_colormap)),
-        coherence_range=rng(co.get("range"), base.coherence_range),
-        rendered_phase=tuple(rd.get("phase", base.rendered_phase)),
-        rendered_coherence=str(rd.get("coherence", base.rendered_coherence)),
-        rendered_range=rng(rd.get("range"), base.rendered_range),
-        scale=scale,
-    )
-
-
-def _tile_render(d: Any, where: str) -> TileRender:
-    if d is None:
-        return TileRender()
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: render must be a mapping")
-    unknown = set(d) - {"rgb", "grey", "stretch", "scale"}
-    if unknown:
-        raise CatalogError(
-            f"{where}: unknown render fields {sorted(unknown)} (a tile picture takes rgb, grey,"
-            " stretch, scale)"
-        )
-    rgb, grey, st = d.get("rgb") or {}, d.get("grey") or {}, d.get("stretch") or {}
-    base = TileRender()
-    um = rgb.get("wavelength_um", list(base.rgb_um))
-    if not (isinstance(um, list) and len(um) == 3 and all(isinstance(v, (int, float)) for v in um)):
-        raise CatalogError(
-            f"{where}: render rgb wavelength_um must be three numbers (red, green, blue), got"
-            f" {um!r}"
-        )
-    kind = str(st.get("kind", base.stretch))
-    if kind not in STRETCHES:
-        raise CatalogError(
-            f"{where}: render stretch kind {kind!r} is not one of {', '.join(STRETCHES)}"
-        )
-    pct = st.get("percentiles", list(base.percentiles))
-    if not (
-        isinstance(pct, list)
-        and len(pct) == 2
-        and all(isinstance(v, (int, float)) for v in pct)
-        and 0 <= pct[0] < pct[1] <= 100
-    ):
-        raise CatalogError(
-            f"{where}: render stretch percentiles must be [low, high] within 0..100, got {pct!r}"
-        )
-    scale = d.get("scale", 1)
-    if not isinstance(scale, int) or scale < 1:
-        raise CatalogError(f"{where}: render scale must be a positive integer, got {scale!r}")
-    return TileRender(
-        rgb_um=tuple(float(v) for v in um),
-        rgb_role=str(rgb.get("role", base.rgb_role)),
-        rgb_tolerance_um=float(rgb.get("tolerance_um", base.rgb_tolerance_um)),
-        grey_roles=tuple(str(r) for r in grey.get("roles", base.grey_roles)),
-        stretch=kind,
-        percentiles=(float(pct[0]), float(pct[1])),
-        stds=float(st.get("stds", base.stds)),
-        scale=scale,
-    )
-
-
 def prompt_fields(template: str) -> list[str]:
     """The `{field}` names a prompt template uses; a malformed template raises ValueError, which
     parse_task turns into a CatalogError."""
     return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
 
 
-def parse_task(
-    name: str,
-    d: Any,
-    render: RenderSpec | TileRender,
-    where: str,
-    cube_kind: str = "samples",
-    skip_classes: tuple[str, ...] = (),
-    datasets: tuple[str, ...] = (),
-) -> TaskSpec:
-    """One `tasks:` entry as a TaskSpec, every field checked against its cube kind; each refusal is
-    a CatalogError naming the file and task."""
-    if not isinstance(d, dict):
-        raise CatalogError(f"{where}: a task must be a mapping")
-    unknown = set(d) - {
-        "title",
-        "answer",
-        "labels",
-        "aliases",
-        "metrics",
-        "prompt",
-        "prompts",
-        "max_new_tokens",
-        "unparsed_value",
-        "domain",
-        "unit",
-    }
-    if unknown:
-        raise CatalogError(f"{where}: unknown fields {sorted(unknown)}")
-    answer = need(d, "answer", where, str)
-    if answer not in PARSERS:
-        raise CatalogError(f"{where}: answer {answer!r} has no parser; known: {', '.join(PARSERS)}")
-    labels = tuple(str(x) for x in d.get("labels") or ())
-    if answer == "class" and len(labels) < 2:
-        raise CatalogError(f"{where}: a class answer needs `labels` (two or more)")
-    aliases = d.get("aliases") or {}
-    if not isinstance(aliases, dict) or set(aliases) - set(labels):
-        raise CatalogError(
-            f"{where}: aliases must map labels of the task to lists of words, got {aliases!r}"
-        )
-    metrics = need(d, "metrics", where, dict)
-    ms = []
-    for m, ref in metrics.items():
+@dataclass(frozen=True)
+class TaskEntry:
+    """One `tasks:` entry as its file writes it (the metrics a mapping, one or more phrasings)."""
+
+    answer: str = rule(
+        choices=PARSERS, msg=f"answer {{v!r}} has no parser; known: {', '.join(PARSERS)}"
+    )
+    metrics: dict[str, Any]
+    title: str = ""
+    labels: tuple[str, ...] = ()
+    aliases: dict[str, tuple[str, ...]] = rule(factory=dict, what="labels of the task -> words")
+    prompt: str | None = None
+    prompts: tuple[str, ...] | None = rule(
+        None, msg="prompts must be a list of one or more phrasings (text), got {v!r}"
+    )
+    max_new_tokens: int = rule(32, lo=1, what="a positive integer")
+    unparsed_value: float = 0.0
+    domain: tuple[float | None, float | None] | None = rule(
+        None, msg="domain is [lowest, highest] (null: open) of a number answer, got {v!r}"
+    )
+    unit: str = ""
+
+
+def _metrics(e: TaskEntry, cube_kind: str) -> list[tuple[str, str, str]]:
+    """(metric, reference kind, reference name) of each `metrics:` entry; tiles score against the
+    probe's class labels, samples against a target, a box or an answer."""
+    out = []
+    for m, ref in e.metrics.items():
         if m not in SCORES:
-            raise CatalogError(f"{where}: unknown metric {m!r}; known: {', '.join(SCORES)}")
+            raise FieldError(f"unknown metric {m!r}; known: {', '.join(SCORES)}")
         if not (isinstance(ref, dict) and len(ref) == 1 and next(iter(ref)) in REFERENCE_KINDS):
-            raise CatalogError(
-                f"{where}: metric {m}: the reference must be one of"
+            raise FieldError(
+                f"metric {m}: the reference must be one of"
                 f" {{{', '.join(f'{k}: NAME' for k in REFERENCE_KINDS)}}}, got {ref!r}"
             )
-        ((kind, ref_name),) = ref.items()
+        ((kind, name),) = ref.items()
         if (kind == "class") != (cube_kind == "tiles") or (
-            kind == "class" and ref_name not in CLASS_REFERENCES
+            kind == "class" and name not in CLASS_REFERENCES
         ):
-            raise CatalogError(
-                f"{where}: metric {m}: a task about {cube_kind} cubes cannot be scored against"
-                f" {{{kind}: {ref_name}}} (tiles take class: {' | '.join(CLASS_REFERENCES)};"
+            raise FieldError(
+                f"metric {m}: a task about {cube_kind} cubes cannot be scored against"
+                f" {{{kind}: {name}}} (tiles take class: {' | '.join(CLASS_REFERENCES)};"
                 " samples take target, box or answer)"
             )
-        ms.append((str(m), kind, str(ref_name)))
-    if not ms:
-        raise CatalogError(f"{where}: a task needs at least one metric")
-    if ("prompt" in d) == ("prompts" in d):
-        raise CatalogError(
-            f"{where}: give `prompt` (one phrasing) or `prompts` (a list of phrasings, the board's"
-            " first), not both or neither"
+        out.append((str(m), kind, str(name)))
+    return out or _refuse("a task needs at least one metric")
+
+
+def _refuse(text: str):
+    raise FieldError(text)
+
+
+def _prompts(e: TaskEntry, cube_kind: str) -> list[str]:
+    """The phrasings, whitespace folded, each a template of the fields its cube kind fills."""
+    if (e.prompt is None) == (e.prompts is None):
+        _refuse(
+            "give `prompt` (one phrasing) or `prompts` (a list of phrasings, the board's first),"
+            " not both or neither"
         )
-    raw_prompts = [d["prompt"]] if "prompt" in d else d["prompts"]
-    if not (
-        isinstance(raw_prompts, list)
-        and raw_prompts
-        and all(isinstance(p, str) and p.strip() for p in raw_prompts)
-    ):
-        raise CatalogError(
-            f"{where}: prompts must be a list of one or more phrasings (text), got {raw_prompts!r}"
-        )
-    prompts = [" ".join(p.split()) for p in raw_prompts]
+    raw = [e.prompt] if e.prompts is None else list(e.prompts)
+    if not raw or not all(p.strip() for p in raw):
+        _refuse(f"prompts must be a list of one or more phrasings (text), got {raw!r}")
+    prompts = [" ".join(p.split()) for p in raw]
     if len(set(prompts)) != len(prompts):
-        raise CatalogError(f"{where}: prompts lists the same phrasing twice")
+        _refuse("prompts lists the same phrasing twice")
     allowed = CUBE_KINDS[cube_kind]
     for k, prompt in enumerate(prompts):
-        which = "prompt" if "prompt" in d else f"prompts[{k}]"
+        which = "prompt" if e.prompts is None else f"prompts[{k}]"
         try:
             fields = prompt_fields(prompt)
-        except ValueError as e:
-            raise CatalogError(f"{where}: {which} is not a valid template ({e})") from None
+        except ValueError as err:
+            _refuse(f"{which} is not a valid template ({err})")
         bad = [f for f in fields if f not in allowed]
         if bad:
-            raise CatalogError(
-                f"{where}: {which} names unknown field {{{bad[0]}}}; a prompt may use "
+            _refuse(
+                f"{which} names unknown field {{{bad[0]}}}; a prompt may use "
                 f"{', '.join('{' + f + '}' for f in allowed)}"
             )
-        if "choices" in fields and answer != "class":
-            raise CatalogError(
-                f"{where}: {which} lists {{choices}} (lettered options), which only a class"
-                " answer has"
-            )
-    domain = d.get("domain")
-    if domain is not None:
-        if answer != "number" or not (
-            isinstance(domain, list)
-            and len(domain) == 2
-            and all(v is None or isinstance(v, (int, float)) for v in domain)
-            and (None in domain or domain[0] <= domain[1])
-        ):
-            raise CatalogError(
-                f"{where}: domain is [lowest, highest] (null: open) of a number answer, got"
-                f" {domain!r}"
-            )
-        domain = tuple(None if v is None else float(v) for v in domain)
-    mnt = d.get("max_new_tokens", 32)
-    if not isinstance(mnt, int) or mnt < 1:
-        raise CatalogError(f"{where}: max_new_tokens must be a positive integer, got {mnt!r}")
+        if "choices" in fields and e.answer != "class":
+            _refuse(f"{which} lists {{choices}} (lettered options), which only a class answer has")
+    return prompts
+
+
+def parse_task(name: str, d: Any, where: str, file: TaskFile) -> TaskSpec:
+    """One `tasks:` entry as a TaskSpec, every field checked against its file's cube kind; each
+    refusal is a CatalogError naming the file and task."""
+    e = from_mapping(TaskEntry, d, where)
+    try:
+        if e.answer == "class" and len(e.labels) < 2:
+            _refuse("a class answer needs `labels` (two or more)")
+        if set(e.aliases) - set(e.labels):
+            _refuse(f"aliases must map labels of the task to lists of words, got {e.aliases!r}")
+        lo, hi = e.domain or (None, None)
+        if e.domain is not None and (e.answer != "number" or (None not in e.domain and lo > hi)):
+            _refuse(f"domain is [lowest, highest] (null: open) of a number answer, got {[lo, hi]}")
+        metrics, prompts = _metrics(e, file.cubes), _prompts(e, file.cubes)
+    except FieldError as err:
+        raise CatalogError(f"{where}: {err}") from None
     return TaskSpec(
         name=name,
-        title=str(d.get("title", name)),
-        answer=answer,
-        metrics=tuple(ms),
+        title=e.title or name,
+        answer=e.answer,
+        metrics=tuple(metrics),
         prompt=prompts[0],
-        max_new_tokens=mnt,
-        labels=labels,
-        aliases=tuple((k, tuple(map(str, v))) for k, v in aliases.items()),
-        unparsed_value=float(d.get("unparsed_value", 0.0)),
-        render=render,
+        max_new_tokens=e.max_new_tokens,
+        labels=e.labels,
+        aliases=tuple(e.aliases.items()),
+        unparsed_value=e.unparsed_value,
+        render=file.render,
         source=where.split(":")[0],
-        cube_kind=cube_kind,
-        skip_classes=skip_classes,
+        cube_kind=file.cubes,
+        skip_classes=file.skip_classes,
         variants=tuple(prompts[1:]),
-        domain=domain,
-        unit=str(d.get("unit") or ""),
-        datasets=datasets,
+        domain=e.domain,
+        unit=e.unit,
+        datasets=file.datasets,
     )
 
 
-def _task_file(path) -> dict:
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict) or not isinstance(raw.get("tasks"), dict):
-        raise CatalogError(
-            f"{path}: a task file is a mapping with `tasks:` (and optionally `cubes:`, `render:`,"
-            " `board:`)"
-        )
-    unknown = set(raw) - {"tasks", "render", "cubes", "board", "skip_classes", "datasets"}
-    if unknown:
-        raise CatalogError(f"{path}: unknown top-level fields {sorted(unknown)}")
-    kind = str(raw.get("cubes", "samples"))
-    if kind not in CUBE_KINDS:
-        raise CatalogError(
-            f"{path}: cubes must be one of {', '.join(CUBE_KINDS)} (the cube kind its tasks ask"
-            f" about), got {kind!r}"
-        )
-    if "skip_classes" in raw and kind != "tiles":
-        raise CatalogError(f"{path}: skip_classes applies to tile cubes (cubes: tiles) only")
-    ds = raw.get("datasets", [])
-    if not (isinstance(ds, list) and all(isinstance(x, str) and x for x in ds)):
-        raise CatalogError(
-            f"{path}: datasets must be a list of dataset ids (the cubes its tasks ask), got {ds!r}"
-        )
-    return raw
+@dataclass(frozen=True)
+class Column:
+    task: str
+    metric: str
+    header: str
+    probe: str | None = None
+
+
+@dataclass(frozen=True)
+class BoardEntry:
+    """A file's `board:` as written; columns default to one per task and metric."""
+
+    NOUN: ClassVar[str] = "board field"
+
+    title: str = "question tasks"
+    columns: tuple[Column, ...] | None = None
+    per_class: bool = False
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    """A catalogs/tasks/*.yaml file: its tasks, the kind of cube they ask about, and how its
+    pictures are drawn and its board laid out."""
+
+    tasks: dict[str, Any]
+    cubes: str = rule(
+        "samples",
+        choices=tuple(CUBE_KINDS),
+        msg="cubes must be one of samples, tiles (the cube kind its tasks ask about), got {v!r}",
+    )
+    render: dict[str, Any] = field(default_factory=dict)
+    board: BoardEntry = field(default_factory=BoardEntry)
+    skip_classes: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = rule((), what="a list of dataset ids (the cubes its tasks ask)")
+
+    def __post_init__(self):
+        if self.skip_classes and self.cubes != "tiles":
+            raise FieldError("skip_classes applies to tile cubes (cubes: tiles) only")
+        kind = TileRender if self.cubes == "tiles" else RenderSpec
+        if not isinstance(self.render, kind):  # the file's mapping, read once
+            try:
+                object.__setattr__(self, "render", from_mapping(kind, self.render, ""))
+            except CatalogError as e:
+                raise FieldError(str(e)) from None
+
+
+def _task_file(path) -> TaskFile:
+    return from_mapping(TaskFile, _read_yaml(path), str(path))
 
 
 def load_task_file(path) -> dict[str, TaskSpec]:
     """A task file's tasks with its render, skip_classes and datasets applied, and its board checked
     against them."""
-    raw = _task_file(path)
-    kind = str(raw.get("cubes", "samples"))
-    render = (_tile_render if kind == "tiles" else _render)(raw.get("render"), f"{path}: render")
-    skip = tuple(str(c) for c in raw.get("skip_classes") or ())
-    datasets = tuple(raw.get("datasets") or ())
-    tasks = {
-        n: parse_task(n, d, render, f"{path}: task {n}", kind, skip, datasets)
-        for n, d in raw["tasks"].items()
-    }
-    load_board(path, tasks, raw)  # its columns name its own tasks and metrics
+    f = _task_file(path)
+    tasks = {n: parse_task(n, d, f"{path}: task {n}", f) for n, d in f.tasks.items()}
+    load_board(path, tasks, f)  # its columns name its own tasks and metrics
     return tasks
 
 
-def load_board(path, tasks: dict[str, TaskSpec] | None = None, raw: dict | None = None) -> Board:
+def load_board(path, tasks: dict[str, TaskSpec] | None = None, f: TaskFile | None = None) -> Board:
     """The file's `board:` (title, columns: [{task, metric, header, probe}], per_class); without
-    one, a column per task and metric in file order, headed by the task's title."""
-    from .metrics import FACTS
-
-    raw = raw if raw is not None else _task_file(path)
+    columns, one per task and metric in file order, headed by the task's title."""
+    f = f if f is not None else _task_file(path)
     tasks = tasks if tasks is not None else load_task_file(path)
-    where = f"{path}: board"
-    b = raw.get("board") or {}
-    if not isinstance(b, dict) or set(b) - {"title", "columns", "per_class"}:
-        raise CatalogError(f"{where}: a board is a mapping of title, columns and per_class")
-    cols = b.get("columns")
-    if cols is None:
-        cols = [
-            {
-                "task": n,
-                "metric": m,
-                "header": f"{t.title} {FACTS[m][0]}" + (" (%)" if FACTS[m][2] else ""),
-            }
-            for n, t in tasks.items()
-            for m, _, _ in t.metrics
-        ]
-    if not isinstance(cols, list) or not cols:
-        raise CatalogError(f"{where}: columns must be a list of {{task, metric, header[, probe]}}")
-    out, probes = [], []
+    cols = f.board.columns or tuple(
+        Column(n, m, f"{t.title} {FACTS[m][0]}" + (" (%)" if FACTS[m][2] else ""))
+        for n, t in tasks.items()
+        for m, _, _ in t.metrics
+    )
     for c in cols:
-        if not (
-            isinstance(c, dict)
-            and {"task", "metric", "header"} <= set(c) <= {"task", "metric", "header", "probe"}
-        ):
-            raise CatalogError(f"{where}: a column is {{task, metric, header[, probe]}}, got {c!r}")
-        t = tasks.get(str(c["task"]))
-        if t is None or c["metric"] not in [m for m, _, _ in t.metrics]:
+        if c.task not in tasks or c.metric not in [m for m, _, _ in tasks[c.task].metrics]:
             raise CatalogError(
-                f"{where}: column {c['header']!r} names {c['task']}.{c['metric']}, which no task of"
+                f"{path}: board: column {c.header!r} names {c.task}.{c.metric}, which no task of"
                 " the file scores"
             )
-        out.append((str(c["task"]), str(c["metric"]), str(c["header"])))
-        probes.append(None if c.get("probe") is None else str(c["probe"]))
     return Board(
-        title=str(b.get("title", "question tasks")),
-        columns=tuple(out),
-        probes=tuple(probes),
-        per_class=bool(b.get("per_class", False)),
+        title=f.board.title,
+        columns=tuple((c.task, c.metric, c.header) for c in cols),
+        probes=tuple(c.probe for c in cols),
+        per_class=f.board.per_class,
     )
 
 
@@ -521,8 +438,6 @@ def select(
     """The named tasks (or every task about `cube_kind` cubes of `dataset`: a file's `datasets:`
     limits its tasks to those); a named task about another kind of cube, or for other datasets, is
     refused."""
-    from ..errors import UserError
-
     tasks = all_tasks()
 
     def fits(t: TaskSpec) -> bool:
@@ -532,19 +447,19 @@ def select(
         return [t for t in tasks.values() if t.cube_kind == cube_kind and fits(t)]
     bad = [n for n in names if n not in tasks]
     if bad:
-        raise UserError(
+        raise CatalogError(
             f"unknown task {bad[0]!r}; known: {', '.join(tasks)} (catalogs/tasks/*.yaml)"
         )
     other = [tasks[n] for n in names if tasks[n].cube_kind != cube_kind]
     if other:
-        raise UserError(
+        raise CatalogError(
             f"task {other[0].name!r} asks about {other[0].cube_kind} cubes ({other[0].source}) and"
             f" this is a {cube_kind} cube; its tasks:"
             f" {', '.join(n for n, t in tasks.items() if t.cube_kind == cube_kind)}"
         )
     other = [tasks[n] for n in names if not fits(tasks[n])]
     if other:
-        raise UserError(
+        raise CatalogError(
             f"task {other[0].name!r} asks about {', '.join(other[0].datasets)} cubes only"
             f" ({other[0].source}: datasets) and this cube is {dataset}"
         )

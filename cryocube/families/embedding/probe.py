@@ -14,17 +14,24 @@ tasks checked against the protocol (`check_tasks`) before any work.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from ... import store as _store
-from ...embeddings.submission import pad_to
-from ...errors import UserError, task_boundary
+from ...cluster.runtime import torch_task
+from ...cube import as_text, cube_info, open_cube, sample_ids
+from ...embeddings.embed import load_embeddings, read_sidecar
+from ...embeddings.submission import pad_to, read_submission, strip_id
+from ...errors import ProbeError, task_boundary
+from ...labelfiles import read_label_folder
+from ...mapping import check_field, rule
+from ...progress import progress_bar
 from ..class_labels import class_labels
 from ..class_labels import slug as _slug
 from .neuco import NeuCoError, shuffle_splits, standardize, summarize
@@ -32,49 +39,12 @@ from .probes import PROBES, SVM_DEFAULTS, TASK_PROBES, check_labels, fold_score
 
 # per worker: the standardised matrix of an embedding store, read once
 _X: dict[str, np.ndarray] = {}
-_INT = ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
-_POS = ("a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
-_NUM = (
-    "a number",
-    lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-)
-_INTS = (
-    "integers >= 1 separated by commas (2,3)",
-    lambda v: isinstance(v, tuple) and v and all(isinstance(x, int) and x >= 1 for x in v),
-)
-_POSS = (
-    "numbers > 0 separated by commas (0.01,0.1)",
-    lambda v: isinstance(v, tuple) and v and all(isinstance(x, (int, float)) and x > 0 for x in v),
-)
 LIST_FIELDS = ("degrees", "epsilons")  # svm fields that take a comma-separated list
-FIELD_RULES = {
-    "epochs": _INT,
-    "batch_size": _INT,
-    "k": _INT,
-    "max_iter": _INT,
-    "lr": _POS,
-    "temperature": _POS,
-    "C": _POS,
-    "C_min": _POS,
-    "C_max": _POS,
-    "gamma_min": _POS,
-    "gamma_max": _POS,
-    "coef0_min": _NUM,
-    "coef0_max": _NUM,
-    "n_iter": _INT,
-    "n_initial_points": _INT,
-    "degrees": _INTS,
-    "epsilons": _POSS,
-    "base_estimator": ("one of RF, ET, GP, GBRT", lambda v: v in ("RF", "ET", "GP", "GBRT")),
-    "weight_decay": (
-        "a number >= 0",
-        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
-    ),
-}
+TEXT_FIELDS = ("standardize", "fold_order", "base_estimator")  # the rest are numbers
 DEFAULTS = {
     "linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64},  # NeuCo-Bench's challenge probe
-    "svm": dict(SVM_DEFAULTS),
-}  # its sample SVM config
+    "svm": dict(SVM_DEFAULTS),  # its sample SVM config
+}
 FOLD_ORDER = {
     "id": (
         "each task's rows ordered by id before the splits (the same folds whatever the label file's"
@@ -89,72 +59,105 @@ STANDARDIZE = {
     "labelled": "over the rows labelled in some task (NeuCo-Bench's code)",
 }
 K_DEFAULT = 40  # NeuCo-Bench's shipped configs (k_folds: 40); the challenge FAQ's rule speaks of 10
+_COUNT = {"lo": 1}  # an integer >= 1
+_POS = {"lo": 0.0, "lo_open": True}  # a number > 0
+_ALL_PROBES = (*PROBES, *TASK_PROBES)
+
+
+@dataclass(frozen=True)
+class ProbeParams:
+    """The rules of the probes' own fields (each probe takes some of them: the keyword arguments of
+    its function in probes.py); a probe field without a rule here takes any value."""
+
+    NOUN: ClassVar[str] = "probe field"
+    ERROR: ClassVar[type] = ProbeError
+
+    epochs: int = rule(1, **_COUNT)
+    batch_size: int = rule(1, **_COUNT)
+    knn_k: int = rule(1, **_COUNT)  # the knn probe's k (--k is the number of splits)
+    max_iter: int = rule(1, **_COUNT)
+    n_iter: int = rule(1, **_COUNT)
+    n_initial_points: int = rule(1, **_COUNT)
+    lr: float = rule(1.0, **_POS)
+    temperature: float = rule(1.0, **_POS)
+    C: float = rule(1.0, **_POS)
+    C_min: float = rule(1.0, **_POS)
+    C_max: float = rule(1.0, **_POS)
+    gamma_min: float = rule(1.0, **_POS)
+    gamma_max: float = rule(1.0, **_POS)
+    coef0_min: float = 0.0
+    coef0_max: float = 0.0
+    degrees: tuple[int, ...] = rule((1,), what="integers >= 1 separated by commas (2,3)", **_COUNT)
+    epsilons: tuple[float, ...] = rule(
+        (1.0,), what="numbers > 0 separated by commas (0.01,0.1)", **_POS
+    )
+    base_estimator: str = rule("GP", choices=("RF", "ET", "GP", "GBRT"))
+    weight_decay: float = rule(0.0, lo=0.0)
 
 
 @dataclass(frozen=True)
 class ProbeRecipe:
-    """The scoring protocol (defaults: NeuCo-Bench's challenge configuration)."""
+    """The scoring protocol (defaults: NeuCo-Bench's challenge configuration), every field checked
+    on construction as a recipe's are (mapping.py)."""
 
-    probe: str = "linear"
-    k: int = K_DEFAULT
-    test_size: float = 0.1
+    NOUN: ClassVar[str] = "probe field"
+    ERROR: ClassVar[type] = ProbeError
+
+    probe: str = rule(
+        "linear",
+        choices=_ALL_PROBES,
+        msg=f"--probe must be one of {', '.join(_ALL_PROBES)}, got {{v!r}}",
+    )
+    k: int = rule(K_DEFAULT, msg="--k must be >= 1 (probes per task), got {v}", **_COUNT)
+    test_size: float = rule(0.1, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     split_seed: int = 42
     seed: int = 42
-    dim: int | None = None  # pad to this width (a submission's 1024); None: as given
-    max_nan_fraction: float = 0.3
-    standardize: str = "all"  # the rows the global mean and std come from (STANDARDIZE)
+    dim: int | None = rule(
+        None, **_COUNT
+    )  # pad to this width (a submission's 1024); None: as given
+    max_nan_fraction: float = rule(0.3, lo=0.0, hi=1.0)
+    # the rows the global mean and std come from (STANDARDIZE)
+    standardize: str = rule(
+        "all",
+        choices=tuple(STANDARDIZE),
+        msg=f"--standardize must be one of {', '.join(STANDARDIZE)}, got {{v!r}}",
+    )
     params: tuple[tuple[str, Any], ...] = ()  # the probe's own fields, over its DEFAULTS
-    fold_order: str = "id"  # the row order the splits are drawn over (FOLD_ORDER)
+    fold_order: str = rule("id", choices=tuple(FOLD_ORDER))  # the splits' row order (FOLD_ORDER)
 
-    def check(self) -> "ProbeRecipe":
+    def __post_init__(self):
         """Refuses, in one sentence, a recipe the probe cannot run (unknown probe or field, a bad
-        value or range, svm without scikit-optimize); returns the recipe."""
-        if self.probe not in PROBES and self.probe not in TASK_PROBES:
-            raise UserError(
-                f"--probe must be one of {', '.join([*PROBES, *TASK_PROBES])}, got {self.probe!r}"
-            )
+        value or range, svm without scikit-optimize)."""
+        for f in dataclasses.fields(self):
+            check_field(type(self), f, getattr(self, f.name), floats=False)
         if self.probe in TASK_PROBES:
             try:
                 import skopt  # noqa: F401
             except ImportError:
-                raise UserError(
+                raise ProbeError(
                     f"--probe {self.probe} (NeuCo-Bench's Bayesian-searched SVM) needs"
                     " scikit-optimize: pip install 'cryocube[neuco]'"
                 ) from None
-        if self.fold_order not in FOLD_ORDER:
-            raise UserError(
-                f"fold_order must be one of {', '.join(FOLD_ORDER)}, got {self.fold_order!r}"
-            )
-        if self.k < 1:
-            raise UserError(f"--k must be >= 1 (probes per task), got {self.k}")
-        if not 0 < self.test_size < 1:
-            raise UserError(f"test_size must be in (0, 1), got {self.test_size}")
-        if self.standardize not in STANDARDIZE:
-            raise UserError(
-                f"--standardize must be one of {', '.join(STANDARDIZE)}, got {self.standardize!r}"
-            )
-        fields = [
-            n
-            for n, q in inspect.signature({**PROBES, **TASK_PROBES}[self.probe]).parameters.items()
+        fn = {**PROBES, **TASK_PROBES}[self.probe]
+        shown = {"k": "knn_k"} if self.probe == "knn" else {}  # --k is the number of splits
+        takes = [
+            shown.get(n, n)
+            for n, q in inspect.signature(fn).parameters.items()
             if q.kind is q.KEYWORD_ONLY and n != "seed"
         ]
-        for name, v in self.probe_params().items():
-            # --k is the number of splits
-            shown = "knn_k" if (self.probe, name) == ("knn", "k") else name
-            if name not in fields:
-                raise UserError(
-                    f"the {self.probe} probe has no field {shown!r} (it takes: "
-                    + ", ".join("knn_k" if f == "k" and self.probe == "knn" else f for f in fields)
-                    + ")"
-                )
-            rule, ok = FIELD_RULES.get(name, ("", lambda v: True))
-            if not ok(v):
-                raise UserError(f"probe field {shown} must be {rule}, got {v!r}")
+        rules = {f.name: f for f in dataclasses.fields(ProbeParams)}
         p = self.probe_params()
+        for name, v in p.items():
+            name = shown.get(name, name)
+            if name not in takes:
+                raise ProbeError(
+                    f"the {self.probe} probe has no field {name!r} (it takes: {', '.join(takes)})"
+                )
+            if name in rules:
+                check_field(ProbeParams, rules[name], v, floats=False)
         for lo, hi in (("C_min", "C_max"), ("gamma_min", "gamma_max"), ("coef0_min", "coef0_max")):
             if lo in p and hi in p and not p[lo] < p[hi]:
-                raise UserError(f"probe field {lo} ({p[lo]:g}) must be below {hi} ({p[hi]:g})")
-        return self
+                raise ProbeError(f"probe field {lo} ({p[lo]:g}) must be below {hi} ({p[hi]:g})")
 
     def probe_params(self) -> dict[str, Any]:
         """The probe's own fields over NeuCo-Bench's defaults (DEFAULTS): what each fold passes to
@@ -192,31 +195,24 @@ def probe_recipe(
     standardize: str = "all",
 ) -> ProbeRecipe:
     """The recipe, with `key=value` overrides: recipe fields or probe parameters (epochs, lr,
-    k_neighbours...)."""
-    r = ProbeRecipe(probe=probe, k=k, dim=dim, standardize=standardize)
+    knn_k...), numbers written as text read as numbers."""
+    own = {"probe": probe, "k": k, "dim": dim, "standardize": standardize}
     params: dict[str, Any] = {}
-    fields = {"k", "test_size", "split_seed", "seed", "max_nan_fraction", "dim"}
+    fields = {f.name for f in dataclasses.fields(ProbeRecipe)} - {"probe", "params"}
     for key, v in (overrides or {}).items():
-        if key in ("standardize", "fold_order"):
-            r = replace(r, **{key: str(v)})
-            continue
-        if key == "base_estimator":
-            params[key] = str(v)
-            continue
-        v = (
-            tuple(
+        if key in TEXT_FIELDS:
+            v = str(v)
+        elif key in LIST_FIELDS:
+            v = tuple(
                 _number(key, x) for x in (v if isinstance(v, (list, tuple)) else str(v).split(","))
             )
-            if key in LIST_FIELDS
-            else _number(key, v)
-        )
-        if key in fields:
-            r = replace(r, **{key: v})
-        elif key == "knn_k":
-            params["k"] = int(v)
         else:
-            params[key] = v
-    return replace(r, params=tuple(sorted(params.items()))).check()
+            v = _number(key, v)
+        if key in fields:
+            own[key] = v
+        else:
+            params["k" if key == "knn_k" else key] = v
+    return ProbeRecipe(**own, params=tuple(sorted(params.items())))
 
 
 def _number(key: str, v: Any) -> Any:
@@ -228,7 +224,7 @@ def _number(key: str, v: Any) -> Any:
             try:
                 return float(v)
             except ValueError:
-                raise UserError(f"probe field {key} must be a number, got {v!r}") from None
+                raise ProbeError(f"probe field {key} must be a number, got {v!r}") from None
     return v
 
 
@@ -246,8 +242,6 @@ class Task:
 def tasks_from_labels(folder: str) -> list[Task]:
     """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly
     (labels.py)."""
-    from ...labelfiles import read_label_folder
-
     return [
         Task(f"{t}__{f.kind}", f.kind, f.labels, f.n_unlabelled)
         for t, f in read_label_folder(folder).items()
@@ -277,14 +271,14 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET
         values = np.unique(np.fromiter(t.labels.values(), dtype=np.float64, count=len(t.labels)))
         n = len(t.labels)
         if values.size == 0:
-            raise UserError(f"task {t.name} has no labelled sample")
+            raise ProbeError(f"task {t.name} has no labelled sample")
         if values.size < 2:
-            raise UserError(
+            raise ProbeError(
                 f"task {t.name} has the single value {values[0]:g} in all its {n} labelled samples:"
                 " one class (or one value) cannot be probed; drop the task or label both classes"
             )
         if t.kind == "cls" and values.size > 2:
-            raise UserError(
+            raise ProbeError(
                 f"classification task {t.name} has {values.size} distinct labels "
                 f"({', '.join(f'{v:g}' for v in values[:5])}{', ...' if values.size > 5 else ''}); "
                 "NeuCo-Bench scores binary F1, so a __cls task has two"
@@ -301,7 +295,7 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET
             ts = math.ceil(100 * need / n) / 100
             if need <= math.ceil(ts * n) < n:
                 fix += f", or {set_test_size.format(f'{ts:g}')}"
-            raise UserError(
+            raise ProbeError(
                 f"task {t.name} has {n} labelled samples: test_size {recipe.test_size:g} {why}"
                 f" ({fix})"
             )
@@ -324,8 +318,6 @@ def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task
 def tasks_from_cube(url: str) -> list[Task]:
     """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and
     fraction."""
-    from ...cube import as_text, open_cube, sample_ids
-
     ds = open_cube(url)
     ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":
@@ -367,7 +359,7 @@ def tasks_from_cube(url: str) -> list[Task]:
                 )
             )
     if not out:
-        raise UserError(
+        raise ProbeError(
             f"{url}: no class varies between tiles, so no image-level task can be derived"
         )
     return out
@@ -380,14 +372,12 @@ def align(
     labelled, never on the order of a label file or a cube), or with `fold_order="file"` in the
     label file's (the cube's) order, as NeuCo-Bench keeps it; a labelled id without an embedding is
     an error."""
-    from ...embeddings.submission import strip_id
-
     pos = {strip_id(i): r for r, i in enumerate(ids)}
     out = []
     for t in tasks:
         missing = [i for i in t.labels if strip_id(i) not in pos]
         if missing:
-            raise UserError(
+            raise ProbeError(
                 f"task {t.name}: {len(missing)} labelled ids have no embedding, e.g. {missing[0]!r}"
             )
         keys = sorted(t.labels, key=strip_id) if fold_order == "id" else list(t.labels)
@@ -454,8 +444,6 @@ def _matrix(t: FoldTask) -> np.ndarray:
     )
     X = _X.get(key)
     if X is None:
-        from ...embeddings.embed import load_embeddings
-
         _, E, _, _ = load_embeddings(t.url)
         _X.clear()
         X = _X[key] = standardized(E, t.recipe.dim, t.stats_rows)
@@ -465,8 +453,6 @@ def _matrix(t: FoldTask) -> np.ndarray:
 @task_boundary
 def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
     """One probe on one split of one task -> {task: [(fold, score)]} (the reduce merges these)."""
-    from ...cluster.runtime import torch_task
-
     with torch_task(1):  # a linear probe is tiny: one thread each, many tasks side by side
         X = _matrix(t) if X is None else X
         if t.splits:  # the SVM's search spans the task's splits: one score per split
@@ -509,30 +495,13 @@ def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> li
                 rows.size, recipe.k, test_size=recipe.test_size, seed=recipe.split_seed
             )
         except NeuCoError as e:
-            raise UserError(f"task {task.name}: {e}") from None
-        if recipe.probe in TASK_PROBES:
+            raise ProbeError(f"task {task.name}: {e}") from None
+        one = (url, digest, task.name, task.kind, rows, y)
+        if recipe.probe in TASK_PROBES:  # one task scores every split
             e = np.zeros(0, np.int64)
-            out.append(
-                FoldTask(
-                    url,
-                    digest,
-                    task.name,
-                    task.kind,
-                    rows,
-                    y,
-                    0,
-                    e,
-                    e,
-                    recipe,
-                    srows,
-                    tuple(splits),
-                )
-            )
-            continue
-        out += [
-            FoldTask(url, digest, task.name, task.kind, rows, y, f, tr, te, recipe, srows)
-            for f, (tr, te) in enumerate(splits)
-        ]
+            out.append(FoldTask(*one, 0, e, e, recipe, srows, tuple(splits)))
+        else:
+            out += [FoldTask(*one, f, tr, te, recipe, srows) for f, (tr, te) in enumerate(splits)]
     return out
 
 
@@ -570,8 +539,6 @@ def run_probes(
 ) -> dict[str, list[float]]:
     """k probes per task in this process (`client` must be None: on a cluster, `cryocube probe`
     hands the run to the engine, whose scheduler scores it as it scores every run)."""
-    from ...progress import progress_bar
-
     if client is not None:
         raise TypeError(
             "run_probes scores in this process; on a cluster the engine scores probe runs"
@@ -591,12 +558,10 @@ def run_probes(
 def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
     """Embeddings scored against a cube's tasks must come from that cube: ids alone match across
     cubes converted from other raw data or options (checked by the checksum `embed` recorded)."""
-    from ...cube import cube_info
-
     made = (prov.get("cube") or {}).get("checksum")
     have = cube_info(cube_url).checksum
     if made and made != have:
-        raise UserError(
+        raise ProbeError(
             f"{embeddings} was embedded from the cube {prov['cube'].get('url')} (checksum"
             f" {made[:16]}), not from {cube_url} (checksum {have[:16]}); probe it with the tasks of"
             " the cube it was made from"
@@ -609,9 +574,6 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
     line, id and column); with a `dim`, the challenge's column-count rule applies too. A CSV that
     `embed` wrote carries its provenance (cube checksum, model) in a sidecar JSON."""
     if path.rstrip("/").endswith(".csv"):
-        from ...embeddings.embed import read_sidecar
-        from ...embeddings.submission import read_submission
-
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
         return (
             ids,
@@ -624,14 +586,12 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
             },
         )
     if not _store.exists(path):
-        raise UserError(f"{path}: no such embedding store or submission CSV")
-    from ...embeddings.embed import load_embeddings
-
+        raise ProbeError(f"{path}: no such embedding store or submission CSV")
     ids, X, _, attrs = load_embeddings(path)
     bad = ~np.isfinite(X)
     if bad.any():
         r, c = map(int, np.argwhere(bad)[0])
-        raise UserError(
+        raise ProbeError(
             f"{path}: the embedding of sample {ids[r]!r} has the value {X[r, c]} in dimension {c}"
         )
     return ids, X, {"format": "zarr", **attrs}
@@ -692,7 +652,7 @@ def load_probe_inputs(
     """Read the vectors and the tasks strictly and check them against the protocol: every user error
     here, in one sentence, before a cluster starts or a probe runs."""
     if (labels is None) == (tasks_from is None):
-        raise UserError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
+        raise ProbeError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
     tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
     check_tasks(tasks, recipe)
     ids, X, prov = read_embedding_input(embeddings, recipe.dim)

@@ -6,25 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...recipe import BaseRecipe, RecipeError
+from ...mapping import rule
+from ...recipe import BaseRecipe
 
 
 @dataclass(frozen=True, kw_only=True)
 class HeadsRecipe(BaseRecipe):
     # () = every catalog task about the cube's kind with a class/number/box answer
-    vqa_tasks: tuple[str, ...] | str = ()
-
-    def validate(self) -> None:
-        """The shared checks, then vqa_tasks: a comma-separated string or a list of task names."""
-        super().validate()
-        t = self.vqa_tasks
-        if not (
-            isinstance(t, str)
-            or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))
-        ):
-            raise RecipeError(
-                f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}"
-            )
+    vqa_tasks: tuple[str, ...] | str = rule((), what="task names (a list or 'a,b')")
 
     @property
     def task_names(self) -> list[str]:

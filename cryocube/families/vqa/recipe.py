@@ -9,18 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...recipe import BaseRecipe, RecipeError, check_int
+from ...mapping import rule
+from ...recipe import BaseRecipe
+
+TASK_NAMES = "task names (a list or 'a,b')"
 
 
 @dataclass(frozen=True, kw_only=True)
 class VqaRecipe(BaseRecipe):
     # () = every catalog task the cube can serve; "a,b" or [a, b]
-    vqa_tasks: tuple[str, ...] | str = ()
-    # prompts per generate() call (left-padded); batching can move the last bits, so it is in the
-    # run id
-    gen_batch: int = 8
+    vqa_tasks: tuple[str, ...] | str = rule((), what=TASK_NAMES)
+    # prompts per generate() call (left-padded); batching can move the last bits: in the run id
+    gen_batch: int = rule(8, lo=1)
     # a cap on every task's own max_new_tokens (None: the tasks' values)
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None = rule(None, lo=1)
     # the blind baseline: every picture replaced by a blank one of the same size (in the run id)
     blind: bool = False
 
@@ -32,23 +34,6 @@ class VqaRecipe(BaseRecipe):
         "extract_batch": "prompts are batched by gen_batch, which is in the run id",
         "encoder_weights": "a generative model names its checkpoint in the model reference",
     }
-
-    def validate(self) -> None:
-        """The shared checks plus the vqa fields': vqa_tasks as names, gen_batch and max_new_tokens
-        (or null) positive integers, blind a boolean."""
-        super().validate()
-        t = self.vqa_tasks
-        if not (
-            isinstance(t, str)
-            or (isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t))
-        ):
-            raise RecipeError(
-                f"recipe field vqa_tasks must be task names (a list or 'a,b'), got {t!r}"
-            )
-        check_int("gen_batch", self.gen_batch)
-        check_int("max_new_tokens", self.max_new_tokens, none=True)
-        if not isinstance(self.blind, bool):
-            raise RecipeError(f"recipe field blind must be true or false, got {self.blind!r}")
 
     @property
     def task_names(self) -> list[str]:
