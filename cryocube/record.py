@@ -89,6 +89,16 @@ class RunRecord:
         """A field by its name in the JSON form, common or the family's own, as `dict.get`."""
         return getattr(self, name) if name in COMMON else self.fields.get(name, default)
 
+    def __getitem__(self, name: str) -> Any:
+        """A field by its name in the JSON form, as the record's JSON is read (notebooks, tests):
+        KeyError names a field neither common nor the family's own."""
+        if name in COMMON:
+            return getattr(self, name)
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise KeyError(f"run record {self.run_id} has no field {name!r}") from None
+
     def merged(self, more: dict[str, Any]) -> RunRecord:
         """A copy with `more` set (a family's finish fields, the scheduler's status): common fields
         in place, the rest among the family's own."""

@@ -98,7 +98,7 @@ def test_threads_are_part_of_a_cpu_runs_identity(cube, tmp_path):
     assert one.run_id != two.run_id and one.work.cache.key != two.work.cache.key
     # the default: the cluster's configured threads
     assert plan(cpu, [], ctx_threads=2).run_id == two.run_id
-    assert plan(cpu, [], ctx_threads=2).record["torch_threads"] == 2
+    assert plan(cpu, [], ctx_threads=2).record.fields["torch_threads"] == 2
     # CUDA kernels do not follow torch's CPU threads: the run id stays what it was without them
     g1, g2 = plan(gpu, ["threads=1"]), plan(gpu, ["threads=2"])
     assert g1.run_id == g2.run_id and "threads" not in g1.identity
