@@ -246,6 +246,19 @@ def test_families_are_siblings():
     assert crossing == [], crossing
 
 
+def test_every_module_a_family_warms_exists():
+    """A local cluster's workers import each family's `warm_modules` while the client plans: a name
+    left behind by a move would fail the run on its first worker, not here."""
+    import importlib
+
+    from cryocube.families import get, names
+
+    modules = [m for n in names() for m in get(n).warm_modules]
+    assert len(modules) >= 8
+    for m in modules:
+        importlib.import_module(m)
+
+
 def test_each_family_declares_its_recipe():
     """Shared fields once (cryocube/recipe.py), each family's own on its recipe class; a field no
     family declares is refused, and each family's part holds only its fields."""

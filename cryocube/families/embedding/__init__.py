@@ -30,7 +30,7 @@ from .work import CubeProbe, finish_fields
 @register
 class Embedding(FittedInScore):
     name = "embedding"
-    warm_modules = ("timm", f"{__name__}.embed", f"{__name__}.probes")
+    warm_modules = ("timm", "cryocube.embeddings.embed", f"{__name__}.probes")
     primary_metric = "Q"
     shown_metrics = ("A",)
     not_tunable = (
