@@ -84,7 +84,8 @@ def reference_loop(
     from cryocube.decoders import Segmenter
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
-    from cryocube.families.segmentation.data import pad_to, window_offsets
+    from cryocube.families.encoders import window_offsets
+    from cryocube.families.segmentation.data import pad_to
     from cryocube.families.segmentation.metrics import metrics_from_confusion
     from cryocube.families.segmentation.train import build_model, eval_cube_tiles
 

@@ -358,7 +358,7 @@ def flops(row: Row, cube: str, a) -> dict:
     dec.eval()  # inference (BatchNorm on running statistics), one window
     with torch.no_grad(), FlopCounterMode(display=False) as fd:
         dec(feats, (S, S))
-    from cryocube.families.segmentation.data import window_offsets
+    from cryocube.families.encoders import window_offsets
 
     return {
         "encoder_item": fe.get_total_flops(),

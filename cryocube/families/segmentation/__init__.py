@@ -27,8 +27,9 @@ from ..encoders import (
     encoder_input_size,
     input_map,
     match_cube_bands,
+    window_offsets,
 )
-from .data import stratified_subset, window_offsets
+from .data import stratified_subset
 from .memory import finetune_bytes
 from .metrics import TileConfusions, metrics_from_confusion
 from .recipe import SegmentationRecipe

@@ -1,5 +1,5 @@
-"""What segmentation tasks do to cube samples: normalise and band-match them into encoder slots,
-pad, cut windows and crops, and draw few-shot subsets (cube reading itself is `cube.read_dense`)."""
+"""What segmentation tasks do to cube samples: pad, cut crops and draw few-shot subsets (the band
+map and the sliding windows, shared with the embeddings, are in `families/encoders.py`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,6 @@ import numpy as np
 import torch
 
 from ...catalog import CUBE_IGNORE_INDEX
-from ..encoders import (  # noqa: F401  (shared with the embeddings)
-    InputMap,  # noqa: F401  (re-exported: the map is shared by every family)
-    sliding_offsets,
-    window_offsets,
-)
 
 
 def pad_to(x: torch.Tensor, label: np.ndarray, size: int) -> tuple[torch.Tensor, np.ndarray]:

@@ -24,8 +24,8 @@ from ...cluster.runtime import torch_task
 from ...cube import read_dense
 from ...errors import DamagedCacheError, task_boundary
 from ...precision import autocast
-from ..encoders import extract_batch_size, get_encoder
-from .data import crop_offsets, pad_to, window_offsets
+from ..encoders import extract_batch_size, get_encoder, window_offsets
+from .data import crop_offsets, pad_to
 from .work import CacheSpec, ExtractTask
 
 COMPLETE = "cryocube_features_complete"

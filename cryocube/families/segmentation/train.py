@@ -33,7 +33,8 @@ from ...cube import read_dense
 from ...decoders import Segmenter, build_decoder
 from ...errors import NonFiniteLoss, UserError, failure, task_boundary
 from ...precision import autocast, grad_scaler
-from .data import pad_to, window_offsets
+from ..encoders import window_offsets
+from .data import pad_to
 from .features import FeatureSplit, get_encoder
 from .metrics import TileConfusions, confusion_matrix, metrics_from_confusion
 from .work import FitTask, SegRun, TestTask

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..encoders import EncoderSpec
-from .data import InputMap
+from ..encoders import EncoderSpec, InputMap
 from .recipe import SegmentationRecipe
 
 
