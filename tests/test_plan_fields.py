@@ -11,6 +11,7 @@ import hashlib
 
 import numpy as np
 import pytest
+from test_run_ids import SETS  # the fast recipe with fixed precision and threads
 
 from cryocube.cube import cube_info
 from cryocube.engine.plan import plan_runs
@@ -25,17 +26,6 @@ RUNS = {  # family -> (protocol, model) of the run whose fields are changed one 
     "heads": ("heads", "ssl4eo_dino"),
     "vqa": ("vqa", "transformers"),
 }
-SETS = [
-    "epochs=2",
-    "decoder_channels=16",
-    "input_size=32",
-    "val_every=1",
-    "crops_per_sample=2",
-    "batch_size=4",
-    "normalization=cube",
-    "precision=fp32",
-    "threads=1",
-]
 # another valid value of each field (a function of the default run where it depends on the cube)
 CHANGED = {
     "precision": "bf16",
