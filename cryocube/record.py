@@ -87,7 +87,10 @@ class RunRecord:
 
     def get(self, name: str, default: Any = None) -> Any:
         """A field by its name in the JSON form, common or the family's own, as `dict.get`."""
-        return getattr(self, name) if name in COMMON else self.fields.get(name, default)
+        try:
+            return self[name]
+        except KeyError:
+            return default
 
     def __getitem__(self, name: str) -> Any:
         """A field by its name in the JSON form, as the record's JSON is read (notebooks, tests):
