@@ -11,12 +11,8 @@ from pathlib import Path
 from . import outputs
 from .cluster import open_cluster, planned_threads
 from .errors import UserError
+from .mapping import names
 from .store import options_arg, register_options
-
-
-def split(text: str | None) -> list[str]:
-    """A comma-separated option as its non-empty items."""
-    return [x.strip() for x in (text or "").split(",") if x.strip()]
 
 
 def fractions_arg(text: str) -> list[float]:
@@ -126,7 +122,7 @@ def resolve_cubes(cubes: str, data_root: str | None) -> list[str]:
     from .catalog import dataset_ids
 
     out = []
-    for c in split(cubes):
+    for c in names(cubes):
         if c in dataset_ids() and not Path(c).exists():
             if not data_root:
                 raise UserError(

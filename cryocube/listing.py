@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import catalog
 from .errors import UserError
 from .harness import add_quiet, add_storage
+from .mapping import names
 
 
 def register(sub) -> None:
@@ -139,7 +140,7 @@ def _profile(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise UserError(f"threads must be at least 1, got {args.threads}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    models = names(args.models) if args.models else None
     setups = prof.validate(models, args.input_size, args.batch, args.precision, device, args.iters)
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -23,6 +23,13 @@ from .errors import CatalogError, FieldError
 _UNIONS = (Union, types.UnionType)
 
 
+def names(value: Any) -> list[str]:
+    """A list of names as a user writes it: "a,b" (an option, `--set`) or a YAML list; blank items
+    and None give nothing."""
+    items = value.split(",") if isinstance(value, str) else (value or ())
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
 def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **meta) -> Any:
     """A field with its checks: `choices`, `lo`/`hi` (`lo_open`/`hi_open`), `what` (the sentence's
     own words for what it takes), `msg` (the whole refusal, `{v}` the value), `key`, `unit`."""

@@ -8,6 +8,7 @@ from .. import harness, outputs, store
 from ..cluster import announce, parse_cluster_spec
 from ..cluster.client import cluster_threads
 from ..errors import UserError
+from ..mapping import names
 
 # clusters whose workers are processes of this machine: started while the command plans
 WARMED_WHILE_PLANNING = ("local",)
@@ -63,7 +64,7 @@ def register(sub) -> None:
 def _specs(args):
     from .plan import runs_from_benchmark, runs_from_grid
 
-    protocols = harness.split(args.protocol)
+    protocols = names(args.protocol)
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     if args.benchmark:
@@ -77,7 +78,7 @@ def _specs(args):
     if not args.cubes or not args.models:
         raise UserError("evaluate needs --cubes and --models (or --benchmark)")
     return runs_from_grid(
-        harness.split(args.models),
+        names(args.models),
         harness.resolve_cubes(args.cubes, args.data_root),
         protocols,
         args.fraction or [None],

@@ -8,7 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
-from ..harness import add_cluster, add_out, add_quiet, claim, cluster_for, split
+from ..harness import add_cluster, add_out, add_quiet, claim, cluster_for
+from ..mapping import names
 from .cli import print_records
 
 # the embedding probe's R² needs 2 test rows of a 10 % split (families/embedding/probe.py)
@@ -81,7 +82,7 @@ def chance_miou(cube: str) -> float:
 
 def _check(args) -> tuple[list[str], list[str]]:
     """(datasets, models) once the counts pass and --out is claimed."""
-    datasets, models = split(args.datasets), split(args.models)
+    datasets, models = names(args.datasets), names(args.models)
     if args.interferograms < 0 or (args.gfm and 0 < args.interferograms < QUICKSTART_MIN_PAIRS):
         raise UserError(
             f"--interferograms {args.interferograms}: the probe of --gfm {args.gfm} needs at least "

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from .. import harness, outputs, store
 from ..errors import UserError
+from ..mapping import names
 from .cli import warn_random
 from .tune import PRUNERS, SAMPLERS
 
@@ -87,7 +88,7 @@ def _checked(args):
     from .tune import load_tune_config, make_pruner, make_sampler, parse_space, refuse_untunable
 
     _check_counts(args)
-    protocols = harness.split(args.protocol)
+    protocols = names(args.protocol)
     refuse_untunable(protocols)  # before its space is read
     recipe, yaml_space = load_tune_config(args.config, harness.recipe_sets(args))
     space = parse_space(args.space, yaml_space, recipe)
@@ -98,7 +99,7 @@ def _checked(args):
             "tune takes one --fraction per study (a label-fraction curve is `evaluate --fraction`)"
         )
     bases = runs_from_grid(
-        harness.split(args.models),
+        names(args.models),
         harness.resolve_cubes(args.cubes, args.data_root),
         protocols,
         args.fraction or [None],

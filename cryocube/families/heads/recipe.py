@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...mapping import rule
+from ...mapping import names, rule
 from ...recipe import BaseRecipe
 
 
@@ -18,5 +18,4 @@ class HeadsRecipe(BaseRecipe):
     @property
     def task_names(self) -> list[str]:
         """vqa_tasks as a list, from 'a,b' (--set) or YAML; empty means every answerable task."""
-        t = self.vqa_tasks
-        return [x.strip() for x in (t.split(",") if isinstance(t, str) else t) if x.strip()]
+        return names(self.vqa_tasks)

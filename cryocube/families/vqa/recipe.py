@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...mapping import rule
+from ...mapping import names, rule
 from ...recipe import BaseRecipe
 
 TASK_NAMES = "task names (a list or 'a,b')"
@@ -39,5 +39,4 @@ class VqaRecipe(BaseRecipe):
     def task_names(self) -> list[str]:
         """vqa_tasks as a list from either form ('a,b' or a list); empty means every task the cube
         can serve."""
-        t = self.vqa_tasks
-        return [x.strip() for x in (t.split(",") if isinstance(t, str) else t) if x.strip()]
+        return names(self.vqa_tasks)
