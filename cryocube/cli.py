@@ -20,7 +20,7 @@ COMMAND_MODULES = [
     "cryocube.engine.cli",  # evaluate
     "cryocube.engine.quickstart",  # quickstart
     "cryocube.engine.tune_cli",  # tune
-    "cryocube.families.embedding.cli",  # embed, probe
+    "cryocube.embeddings.cli",  # embed, probe (no family imported at start-up)
     "cryocube.pages.cli",  # report
 ]
 

@@ -113,3 +113,14 @@ def test_the_cluster_is_opened_from_the_parsed_options():
     with pytest.raises(ClusterError, match="--memory-limit 'lots' is not a size"):
         with harness.cluster_for(args):
             pass
+
+
+def test_building_the_commands_imports_no_torch():
+    """Every `cryocube` start builds the parser of every command: torch (seconds to import) waits
+    until a command computes. A command module inside a family package would import the family."""
+    import subprocess
+    import sys
+
+    code = "import sys, cryocube.cli as c; c.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ... import harness, outputs
-from ...errors import UserError
+from .. import harness, outputs
+from ..errors import UserError
 
 
 def register(sub) -> None:
@@ -107,12 +107,12 @@ def register(sub) -> None:
 
 
 def _embed(args) -> int:
-    from ... import store
-    from ...cluster.client import cluster_threads
-    from ...cube import cube_info
-    from ...embeddings.embed import embed, plan_embedding
-    from ..base import PlanContext
-    from ..recipes import load_recipe
+    from .. import store
+    from ..cluster.client import cluster_threads
+    from ..cube import cube_info
+    from ..families.base import PlanContext
+    from ..families.recipes import load_recipe
+    from .embed import embed, plan_embedding
 
     store.register_options(args.cube, args.storage_options)
     url, csv = output_paths(args.out, args.format)
@@ -150,8 +150,8 @@ def _embed(args) -> int:
 
 def _show_embedded(args, res, url: str, csv: str | None) -> None:
     """The store's line, and with --format csv the submission CSV written beside it."""
-    from ...embeddings.embed import load_embeddings, write_sidecar
-    from ...embeddings.submission import write_submission
+    from .embed import load_embeddings, write_sidecar
+    from .submission import write_submission
 
     pca = res.attrs.get("pca")
     pca = f", PCA {pca['explained_variance']:.1%} of the variance" if pca else ""
@@ -194,10 +194,10 @@ def claim_outputs(args, url: str, csv: str | None) -> None:
 def _probe(args):
     """Plans the one run (every input read and checked, before any cluster) and hands it to the
     engine."""
-    from ...recipe import parse_overrides
-    from ..base import EngineRuns
-    from .probe import load_probe_inputs, probe_inputs, probe_recipe
-    from .work import probe_run
+    from ..families.base import EngineRuns
+    from ..families.embedding.probe import load_probe_inputs, probe_inputs, probe_recipe
+    from ..families.embedding.work import probe_run
+    from ..recipe import parse_overrides
 
     recipe = probe_recipe(
         args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize
@@ -215,8 +215,8 @@ def _probe(args):
 def _show_probe(rec: dict, recipe, out: str) -> int:
     """Per task Q and A, then the overall Q; a failed run, or a Q the challenge's rule leaves
     undefined, is one sentence."""
-    from .neuco import allowed_failures
-    from .work import probe_result
+    from ..families.embedding.neuco import allowed_failures
+    from ..families.embedding.work import probe_result
 
     if rec.get("status") != "ok":
         raise UserError(
