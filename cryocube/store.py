@@ -7,10 +7,13 @@ $CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import fsspec
 import zarr
@@ -191,23 +194,37 @@ def read_text(url: str, storage_options: StorageOptions | None = None) -> str:
     return read_bytes(url, storage_options).decode("utf-8")
 
 
-def write_atomic(
-    url: str, data: bytes | str, storage_options: StorageOptions | None = None
-) -> None:
-    """Old content or new, never half: a temporary sibling locally, a PUT on object stores."""
-    data = data.encode("utf-8") if isinstance(data, str) else data
-    if not is_remote(url):
-        path = local_path(url)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.{uuid.uuid4().hex[:8]}.part"
+@contextlib.contextmanager
+def atomic_file(url: str, storage_options: StorageOptions | None = None) -> Iterator[IO[bytes]]:
+    """A binary file that becomes `url` only when the block ends without error: old content or new,
+    never half (a temporary sibling, fsynced and renamed, locally; one PUT on object stores). Large
+    writers (checkpoints) stream into it instead of building the bytes first."""
+    if is_remote(url):
+        buf = io.BytesIO()
+        yield buf
+        fs, path = fs_path(url, storage_options)
+        fs.pipe_file(path, buf.getvalue())
+        return
+    path = local_path(url)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.part"
+    try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        return
-    fs, path = fs_path(url, storage_options)
-    fs.pipe_file(path, data)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_atomic(
+    url: str, data: bytes | str, storage_options: StorageOptions | None = None
+) -> None:
+    """Old content or new, never half (`atomic_file`)."""
+    with atomic_file(url, storage_options) as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def append_text(url: str, text: str, storage_options: StorageOptions | None = None) -> None:

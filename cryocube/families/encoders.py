@@ -106,13 +106,14 @@ class EncoderSpec:
             self.rule,
         )
 
-    def build(self) -> torch.nn.Module:
-        """The encoder module, weights loaded (seed torch first for a random init)."""
+    def build(self, pretrained: bool = True) -> torch.nn.Module:
+        """The encoder module, weights loaded unless a checkpoint will replace them (seed torch
+        first for a random init)."""
         return build_encoder(
             self.model,
             bands=list(self.bands),
-            weights=self.weights,
-            sha256=self.weights_sha256,
+            weights=self.weights if pretrained else None,
+            sha256=self.weights_sha256 if pretrained else None,
             input_size=self.input_size,
             rule=self.rule,
         )
