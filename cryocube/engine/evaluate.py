@@ -1,10 +1,6 @@
-"""`evaluate`: the scheduler. It plans runs through their families and takes the runs not done yet
-through five stages, one method each of `Schedule`: prepare (each family's shared work), fit (groups
-of runs), score (map tasks per run), reduce (their partial results, pairwise on the workers) and
-finish (one `RunRecord` per run). Every task goes through `Runner`; it knows no family.
-
-Finished runs are skipped; a run that fails (e.g. non-finite loss) is recorded as an error, its
-traceback goes to OUT/logs/errors.log, the console gets one line, and the other runs go on.
+"""`evaluate`: the scheduler. The runs not done yet go through five stages, one method each of
+`Schedule` (prepare, fit, score, reduce, finish), every task through `Runner`; it knows no family.
+A run that fails is recorded as an error (traceback in OUT/logs/errors.log) and the others go on.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ from .plan import plan_runs
 from .records import load_record, read_results, sync_results, write_parquet, write_record
 
 PROGRESS_TOPIC = "cryocube-progress"
-# prefix of every task key (their worker-side failure logs are silenced: we log them)
-KEY = "cryocube"
+KEY = "cryocube"  # prefix of every task key (their failures are logged here, not by workers)
 # ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
 SCORE_PRIORITY = 10
 
@@ -36,13 +31,11 @@ class EvaluateResult:
     records: list[dict] = field(default_factory=list)  # the JSON written, one per run
     skipped: list[str] = field(default_factory=list)  # run ids already done
     planned: list[PlannedRun] = field(default_factory=list)
-    # prep key -> facts (encoder items, timings)
-    prepared: dict[str, dict] = field(default_factory=dict)
+    prepared: dict[str, dict] = field(default_factory=dict)  # prep key -> facts (encoder items)
 
     @property
     def encoder_items(self) -> dict[str, int]:
-        """Encoder forward items per feature cache this call extracted (0 for a cache found
-        complete), what the benchmarks and tests count."""
+        """Encoder items per feature cache this call extracted (0: found complete)."""
         return {k: v.get("encoder_items", 0) for k, v in self.prepared.items()}
 
 
@@ -53,16 +46,12 @@ class Runner:
     def __init__(self, client, resources: dict | None, progress: bool):
         self.client, self.resources, self.progress = client, resources, progress
 
-    def submit(self, fn: Callable, arg: Any, key: str, priority: int = 0):
+    def submit(self, fn: Callable, *args: Any, key: str, priority: int = 0):
         """One task with the cluster's GPU annotation; a timestamp makes `key` unique, so a retried
         run never reuses a finished task's result."""
+        key = f"{key}-{time.time_ns()}"
         return self.client.submit(
-            fn,
-            arg,
-            pure=False,
-            resources=self.resources,
-            priority=priority,
-            key=f"{key}-{time.time_ns()}",
+            fn, *args, pure=False, resources=self.resources, priority=priority, key=key
         )
 
     def result(self, fut):
@@ -85,15 +74,7 @@ class Runner:
         level = list(futures)
         while len(level) > 1:
             nxt = [
-                self.client.submit(
-                    fn,
-                    level[i],
-                    level[i + 1],
-                    pure=False,
-                    resources=self.resources,
-                    priority=priority,
-                    key=f"{KEY}-reduce-{time.time_ns()}-{i}",
-                )
+                self.submit(fn, level[i], level[i + 1], key=f"{KEY}-reduce-{i}", priority=priority)
                 for i in range(0, len(level) - 1, 2)
             ]
             if len(level) % 2:
@@ -159,9 +140,8 @@ class Schedule:
     def fit(self, name: str, group: list[PlannedRun]) -> None:
         """Submits one group's fit task (runs that share a pass); its result goes to `score`."""
         fn, task = get(name).fit(group)
-        self._then(
-            self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group
-        )
+        fut = self.runner.submit(fn, task, key=f"{KEY}-fit-{group[0].run_id}")
+        self._then(fut, self.score, name, group)
 
     def score(self, fut, name: str, group: list[PlannedRun]) -> None:
         """A fitted group: each run's score tasks; a failed group is recorded run by run."""
@@ -177,7 +157,9 @@ class Schedule:
                 self.fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
                 continue
             parts = [
-                self.runner.submit(fn, t, f"{KEY}-score-{p.run_id}-{i}", priority=SCORE_PRIORITY)
+                self.runner.submit(
+                    fn, t, key=f"{KEY}-score-{p.run_id}-{i}", priority=SCORE_PRIORITY
+                )
                 for i, (fn, t) in enumerate(get(name).score(p, f))
             ]
             self.board.scoring(p.run_id, len(parts))
@@ -267,8 +249,7 @@ def warm_workers(client, families: list[str]) -> list:
 
 
 def wait_warm(client, warm: list) -> DeviceInfo:
-    """The cluster's device (as `cluster_device`) from the warm-up tasks, once every worker has
-    imported its modules."""
+    """The cluster's device (as `cluster_device`), once every worker has imported its modules."""
     return weakest(client.gather(warm))
 
 
@@ -278,8 +259,7 @@ def errors_log(out: str) -> str:
 
 
 def log_hint(out: str) -> str:
-    """' (tracebacks in OUT/logs/errors.log)' when that file exists, else '': never point at a file
-    not written."""
+    """' (tracebacks in OUT/logs/errors.log)' where that file exists: never a file not written."""
     url = errors_log(out)
     return f" (tracebacks in {url})" if _store.file_exists(url) else ""
 
@@ -405,8 +385,7 @@ def dry_run(
     encoder items; runs cached under other torch threads are counted with the --workers that gives
     them (`workers_for`).
     """
-    lines, todo, items = [], 0, {}
-    other = {}
+    lines, todo, items, other = [], 0, {}, {}
     for p in planned:
         cached = _done(out, p)
         todo += not cached
