@@ -20,10 +20,11 @@ import contextlib
 import sys
 from typing import TYPE_CHECKING, Iterator
 
+# the package's public names are re-exported here (noqa: F401)
 from . import gateway, k8s, local, remote  # noqa: F401  (each registers its backend)
-from .client import cluster_info, dashboard_link, get_client, gpu_resources
-from .gateway import read_gateway_options
-from .k8s import (
+from .client import cluster_info, dashboard_link, get_client, gpu_resources  # noqa: F401
+from .gateway import read_gateway_options  # noqa: F401
+from .k8s import (  # noqa: F401
     DEFAULT_IMAGE,
     DEFAULT_K8S_MANIFEST,
     ManifestError,
@@ -33,40 +34,19 @@ from .k8s import (
     validate_k8s_manifest,
 )
 from .local import local_sizing
-from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
-from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
+from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec  # noqa: F401
+from .runtime import (  # noqa: F401
+    TorchThreads,
+    configured_threads,
+    device_for_worker,
+    torch_task,
+    tune_malloc,
+)
 from .timeouts import close_quietly, explain_timeout, patient
 from .worker_logs import quiet_shutdown, quiet_task_errors
 
 if TYPE_CHECKING:
     from distributed import Client
-
-__all__ = [
-    "BACKENDS",
-    "announce",
-    "ClusterError",
-    "ClusterRequest",
-    "configured_threads",
-    "DEFAULT_IMAGE",
-    "DEFAULT_K8S_MANIFEST",
-    "ManifestError",
-    "TorchThreads",
-    "cluster_info",
-    "dashboard_link",
-    "device_for_worker",
-    "get_client",
-    "gpu_resources",
-    "k8s_cluster_spec",
-    "load_k8s_cluster_spec",
-    "open_cluster",
-    "planned_threads",
-    "parse_cluster_spec",
-    "read_gateway_options",
-    "read_k8s_manifests",
-    "torch_task",
-    "tune_malloc",
-    "validate_k8s_manifest",
-]
 
 
 def planned_threads(
