@@ -43,10 +43,9 @@ def k8s_cluster_spec(
 ) -> dict:
     """A DaskCluster resource (operator CRD) whose worker group requests one GPU per worker.
 
-    Built with `make_cluster_spec`, then edited: its `resources` would apply to the scheduler too,
-    so GPU/CPU/memory go on the worker container only, as strings (the CRD types quantities as
-    strings), and None fields are dropped (the CRD rejects nulls). Workers read the cubes, so they
-    take object-store credentials (AWS_* keys) from the optional Secret `storage_secret`.
+    `make_cluster_spec`'s `resources` would apply to the scheduler too, so GPU/CPU/memory go on the
+    worker container only, as strings (the CRD's type), and None fields are dropped (the CRD
+    rejects nulls). Workers take object-store credentials from the optional Secret `storage_secret`.
     """
     kube = require("dask_kubernetes.operator", "k8s", "k8s")
     torch_threads = max(1, worker_cpu // threads_per_worker)
@@ -106,12 +105,7 @@ def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
         raise ManifestError(f"{p}: not valid YAML ({yaml_problem(e)})") from e
 
 
-_CRD_FILES = {
-    "DaskCluster": "daskcluster.yaml",
-    "DaskWorkerGroup": "daskworkergroup.yaml",
-    "DaskJob": "daskjob.yaml",
-    "DaskAutoscaler": "daskautoscaler.yaml",
-}
+_CRD_KINDS = ("DaskCluster", "DaskWorkerGroup", "DaskJob", "DaskAutoscaler")  # crds/<kind>.yaml
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _OBJECT_META = {
     "type": "object",
@@ -136,7 +130,7 @@ def _crd(kind: str) -> dict:
         )
     # no import: kopf/kubernetes are slow
     root = Path(importlib.util.find_spec("dask_kubernetes").origin).parent
-    path = root / "operator/deployment/helm/dask-kubernetes-operator/crds" / _CRD_FILES[kind]
+    path = root / "operator/deployment/helm/dask-kubernetes-operator/crds" / f"{kind.lower()}.yaml"
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(path.read_text(), Loader=loader)
 
@@ -172,6 +166,15 @@ def _crd_schema(kind: str) -> dict:
     return schema
 
 
+_JOB_FIELDS = {  # batch/v1 JobSpec, by type
+    "integer": "activeDeadlineSeconds backoffLimit backoffLimitPerIndex completions"
+    " maxFailedIndexes parallelism ttlSecondsAfterFinished",
+    "string": "completionMode podReplacementPolicy managedBy",
+    "object": "podFailurePolicy selector successPolicy",
+    "boolean": "suspend manualSelector",
+}
+
+
 @functools.lru_cache(maxsize=None)
 def _job_schema() -> dict:
     """batch/v1 Job; its pod spec is checked against the PodSpec schema expanded in the DaskCluster
@@ -179,24 +182,11 @@ def _job_schema() -> dict:
     pod = _crd_schema("DaskCluster")["properties"]["spec"]["properties"]["worker"]["properties"][
         "spec"
     ]
-    integer = {"type": "integer", "minimum": 0}
     job_fields = {
-        k: integer
-        for k in (
-            "activeDeadlineSeconds",
-            "backoffLimit",
-            "backoffLimitPerIndex",
-            "completions",
-            "maxFailedIndexes",
-            "parallelism",
-            "ttlSecondsAfterFinished",
-        )
+        k: {"type": t, "minimum": 0} if t == "integer" else {"type": t}
+        for t, names in _JOB_FIELDS.items()
+        for k in names.split()
     }
-    job_fields |= {
-        k: {"type": "string"} for k in ("completionMode", "podReplacementPolicy", "managedBy")
-    }
-    job_fields |= {k: {"type": "object"} for k in ("podFailurePolicy", "selector", "successPolicy")}
-    job_fields |= {"suspend": {"type": "boolean"}, "manualSelector": {"type": "boolean"}}
     restart = {
         "required": ["restartPolicy"],
         "properties": {"restartPolicy": {"enum": ["Never", "OnFailure"]}},
@@ -226,7 +216,7 @@ def _job_schema() -> dict:
 
 
 MANIFEST_SCHEMAS: dict[str, Callable[[], dict]] = {
-    **{kind: functools.partial(_crd_schema, kind) for kind in _CRD_FILES},
+    **{kind: functools.partial(_crd_schema, kind) for kind in _CRD_KINDS},
     "Job": _job_schema,
 }
 
