@@ -55,8 +55,8 @@ def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
 @contextlib.contextmanager
 def ctrl_c_stays_here():
     """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): a terminal's
-    Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts on
-    it (a worker interrupted while it started printed its traceback)."""
+    Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts
+    on it."""
     import signal
     import threading
 
@@ -70,6 +70,13 @@ def ctrl_c_stays_here():
         signal.signal(signal.SIGINT, old)
 
 
+def _started(cls, req: ClusterRequest, n: int, tpw: int, **kw):
+    """A cluster of this machine's processes, sized, with its dashboard, Ctrl-C kept here."""
+    kw |= dashboard_kwargs(req.dashboard) | {"memory_limit": worker_memory(req.memory_limit, n)}
+    with ctrl_c_stays_here():
+        return cls(n_workers=n, threads_per_worker=tpw, **kw)
+
+
 @backend("local")
 def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     """Worker processes (not threads): torch and the GIL, and crash isolation per worker."""
@@ -80,16 +87,8 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
     n, tpw, threads = local_sizing(
         req.n_workers, req.threads_per_worker, req.torch_threads, req.parallel
     )
-    with ctrl_c_stays_here():
-        made = LocalCluster(
-            n_workers=n,
-            threads_per_worker=tpw,
-            processes=True,
-            memory_limit=worker_memory(req.memory_limit, n),
-            env={**thread_env(threads), LOCAL_WORKER: "1"},
-            **dashboard_kwargs(req.dashboard),
-        )
-    cluster = own_cluster(stack, made)
+    env = {**thread_env(threads), LOCAL_WORKER: "1"}
+    cluster = own_cluster(stack, _started(LocalCluster, req, n, tpw, processes=True, env=env))
     client = own_client(stack, cluster, threads)
     # its processes are this command's alone: they end without Python's finalization
     client.register_plugin(FastExit(), name=FastExit.name)
@@ -141,14 +140,8 @@ def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
             f"--cluster cuda: {n} workers asked but {n_gpus} GPUs visible (one worker per GPU)"
         )
     tpw = req.threads_per_worker or 1
-    with ctrl_c_stays_here():
-        made = dask_cuda.LocalCUDACluster(
-            n_workers=n,
-            threads_per_worker=tpw,
-            memory_limit=worker_memory(req.memory_limit, n),
-            resources={GPU: 1},
-            pre_import=["torch"],
-            **dashboard_kwargs(req.dashboard),
-        )
+    made = _started(
+        dask_cuda.LocalCUDACluster, req, n, tpw, resources={GPU: 1}, pre_import=["torch"]
+    )
     cluster = stack.enter_context(made)
     return own_client(stack, cluster, req.torch_threads or max(1, host_cores() // (n * tpw)))
