@@ -7,10 +7,14 @@ cluster behind the user's back (in a hub notebook that would bypass the user's g
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
+
+from distributed import default_client
 
 from ..errors import ClusterError
 from .runtime import GPU, configured_threads
+from .worker_logs import quiet_task_errors
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -18,17 +22,9 @@ if TYPE_CHECKING:
 
 def get_client(client: "Client | None" = None) -> "Client":
     """The given client, else the default one (the Client a notebook or `open_cluster` holds). Its
-    workers keep cryocube's task failures off their logs (the caller reports them:
-    `worker_logs`)."""
-    from .worker_logs import quiet_task_errors
-
-    if client is not None:
-        quiet_task_errors(client)
-        return client
-    from distributed import default_client
-
+    workers keep cryocube's task failures off their logs (the caller reports them)."""
     try:
-        client = default_client()
+        client = default_client() if client is None else client
     except ValueError:
         raise ClusterError(
             "no Dask client: pass client=Client(...) (e.g. the one your notebook or hub created),"
@@ -55,8 +51,7 @@ def cluster_threads(client: "Client") -> int:
 
 
 def dashboard_link(client: "Client") -> str | None:
-    """None where the scheduler serves no dashboard (no bokeh, or disabled): records and the CLI's
-    banner never fail on it."""
+    """None where the scheduler serves no dashboard: records and the banner never fail on it."""
     try:
         return client.dashboard_link
     except (KeyError, AttributeError):  # scheduler without a dashboard (no bokeh, or disabled)
@@ -64,19 +59,17 @@ def dashboard_link(client: "Client") -> str | None:
 
 
 def cluster_info(client: "Client") -> dict:
-    """What the run ran on, for result records: worker count, threads, memory, resources,
-    dashboard."""
+    """What the run ran on, for result records (workers, threads, memory, resources, dashboard)."""
     info = client.scheduler_info(n_workers=-1)
     workers = list(info["workers"].values())
-    resources: dict[str, float] = {}
+    resources: Counter[str] = Counter()
     for w in workers:
-        for k, v in (w.get("resources") or {}).items():
-            resources[k] = resources.get(k, 0) + v
+        resources.update(w.get("resources") or {})
     return {
         "n_workers": len(workers),
         "threads": sum(w.get("nthreads", 0) for w in workers),
         "memory": int(sum(w.get("memory_limit") or 0 for w in workers)),
-        "resources": resources,
+        "resources": dict(resources),
         "gpu": gpu_resources(client) is not None,
         "scheduler": info.get("address"),
         "dashboard": dashboard_link(client),

@@ -66,8 +66,7 @@ def read_gateway_options(path: str | os.PathLike) -> dict:
 
 
 def _gateway_auth(dask_gateway, auth):
-    """None/str → dask-gateway resolves it from config; {"type": ..., **kwargs} → that auth with
-    kwargs."""
+    """None/str: dask-gateway resolves it from config; {"type": ..., **kwargs}: that auth."""
     if not isinstance(auth, dict):
         return auth
     import dask
@@ -77,24 +76,21 @@ def _gateway_auth(dask_gateway, auth):
         return dask_gateway.auth.get_auth(auth.get("type", "basic"))
 
 
-def _close_gateway(gateway) -> None:
-    """Close a dask_gateway.Gateway once: its __del__ would close it again and, since distributed
+def _closed(gateway) -> None:
+    """A dask_gateway.Gateway closed, once: its __del__ would close it again and, since distributed
     raises on a stopped LoopRunner's loop, print a RuntimeError at garbage collection."""
-    gateway.close()
-    gateway.__dict__.pop("_loop_runner", None)  # what __del__ checks before closing
+    if gateway is not None:
+        gateway.__dict__.pop("_loop_runner", None)  # what __del__ checks before closing
 
 
 def _shutdown_gateway_cluster(cluster) -> None:
-    cluster.shutdown()
-    gw = getattr(cluster, "gateway", None)
-    if gw is not None:  # shutdown closed it; keep its __del__ from closing it again
-        gw.__dict__.pop("_loop_runner", None)
+    cluster.shutdown()  # closes its gateway
+    _closed(getattr(cluster, "gateway", None))
 
 
 @backend("gateway")
 def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
-    """A new cluster on the hub's dask-gateway (address and auth come from the hub's dask
-    config)."""
+    """A new cluster on the hub's dask-gateway (address and auth from the hub's dask config)."""
     dask_gateway = require("dask_gateway", "gateway", "gateway")
     from_mapping(GatewayOptions, req.gateway_options or {}, "gateway_options")
     given = read_gateway_options(req.target) if req.target else {}
@@ -129,7 +125,8 @@ def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
         cluster = gateway.new_cluster(options, shutdown_on_close=True)
     finally:
         # before the cluster's: they share one event loop, stopped by the last close
-        _close_gateway(gateway)
+        gateway.close()
+        _closed(gateway)
     stack.callback(_shutdown_gateway_cluster, cluster)
     if req.n_workers or opts.adapt is None:
         first = req.n_workers or opts.workers or 2

@@ -44,8 +44,7 @@ BACKENDS: Registry[Backend] = Registry("cluster backend")
 
 
 def backend(name: str) -> Callable[[Backend], Backend]:
-    """Registers a backend under its `--cluster` name when its module is imported (cluster/__init__
-    imports each); a second function under a taken name is refused."""
+    """Registers a backend under its `--cluster` name (a taken name is refused)."""
 
     def register(fn: Backend) -> Backend:
         return BACKENDS.add(name, fn)
@@ -70,10 +69,8 @@ def parse_cluster_spec(spec: str) -> tuple[str, str]:
 
 
 def require(module: str, extra: str, what: str):
-    """Import an optional backend package, or say which extra installs it (or, where it is installed
-    but does not import, what it lacks: e.g. dask-cuda against an older cuda-core than it was built
-    for).
-    """
+    """Import an optional backend package, or say which extra installs it, or, where it is
+    installed but does not import, what it lacks (dask-cuda against an older cuda-core)."""
     import importlib.util
 
     top = module.split(".")[0]
@@ -93,26 +90,17 @@ def require(module: str, extra: str, what: str):
 DASHBOARD_PORT = 8787  # Dask's usual port, kept where it is free
 
 
-def port_is_free(port: int) -> bool:
-    """Whether the dashboard could listen on `port` on every interface (as Dask's does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado listens
-        try:
-            s.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
 def dashboard_port() -> int:
-    """DASHBOARD_PORT where free, else a free port the system picks: chosen here, so that another
-    Dask cluster on the machine (a shared hub node) costs no warning, only the other link that the
-    cluster line prints."""
-    if port_is_free(DASHBOARD_PORT):
-        return DASHBOARD_PORT
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    """DASHBOARD_PORT where the dashboard could listen on every interface (as Dask's does), else a
+    free port the system picks: chosen here, so that another Dask cluster on the machine (a shared
+    hub node) costs no warning, only the other link that the cluster line prints."""
+    for port in (DASHBOARD_PORT, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado listens
+            with contextlib.suppress(OSError):
+                s.bind(("", port))
+                return s.getsockname()[1]
+    raise ClusterError("no free port for the Dask dashboard")
 
 
 def dashboard_kwargs(dashboard: bool) -> dict:
@@ -136,8 +124,7 @@ def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) 
 
 
 def wait_first_worker(client: "Client", what: str, timeout: float = WORKER_WAIT_S) -> None:
-    """Remote clusters start empty: a ClusterError with a hint after `timeout` s, instead of a first
-    task that waits in `no-worker` forever."""
+    """Remote clusters start empty: a hint after `timeout` s, not a task waiting in `no-worker`."""
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
