@@ -92,41 +92,41 @@ def _families(specs) -> list[str]:
     return sorted({protocol(s.protocol).family for s in specs})
 
 
+def claim_for(args, specs, kind: str, threads: int | None = None):
+    """--out claimed for `kind` with the runs' cubes (their --storage-options registered) as its
+    inputs; returns the context the runs are planned in."""
+    from ..families import PlanContext
+
+    cubes = sorted({s.cube for s in specs})
+    for url in cubes:
+        store.register_options(url, args.storage_options)
+    harness.claim(args, kind, inputs=[("--cubes", c) for c in cubes], write_marker=False)
+    weights = {"weights_dir": args.weights, "allow_random_weights": args.allow_random_weights}
+    return PlanContext(out=args.out, threads=threads, **weights)
+
+
 def _checked(args, specs):
     """(recipe, plan context) once the recipe and --out pass their checks (no cluster needed)."""
-    from ..families import PlanContext
     from ..families.recipes import load_recipe
 
     # a field no requested family reads is refused, not accepted and ignored
     recipe = load_recipe(args.config, harness.recipe_sets(args), families=tuple(_families(specs)))
-    cubes = sorted({s.cube for s in specs})
-    for url in cubes:
-        store.register_options(url, args.storage_options)
-    harness.claim(args, "results", inputs=[("--cubes", c) for c in cubes], write_marker=False)
-    ctx = PlanContext(
-        out=args.out,
-        weights_dir=args.weights,
-        allow_random_weights=args.allow_random_weights,
-        # a plan of fewer runs than cores gets fewer workers, each with more threads
-        threads=harness.threads_for(args, parallel=len(set(specs))),
-    )
-    return recipe, ctx
+    # a plan of fewer runs than cores gets fewer workers, each with more threads
+    return recipe, claim_for(args, specs, "results", harness.threads_for(args, len(set(specs))))
 
 
 def _evaluate(args) -> int:
     """Checks and plans on this machine, every user error before anything is written. A local
-    cluster starts first: its worker processes import what the runs' first tasks need while this
-    process plans (seconds of a short run); any other starts once the plan passed."""
+    cluster starts first, its workers importing what the first tasks need while this process
+    plans; any other starts once the plan passed."""
     from ..precision import this_device
+    from .estimate import load_budget
     from .evaluate import wait_warm, warm_workers
     from .plan import plan_runs
 
     specs = _specs(args)
-    budget = None
-    if args.budget:
-        from .estimate import load_budget
-
-        budget = load_budget(args.budget)  # a bad file is refused before any cluster or planning
+    # a bad budget file is refused before any cluster or planning
+    budget = load_budget(args.budget) if args.budget else None
     parallel = len(set(specs))
     warm = not args.dry_run and parse_cluster_spec(args.cluster)[0] in WARMED_WHILE_PLANNING
     with contextlib.ExitStack() as stack:
@@ -196,8 +196,7 @@ def _show_plan(args, planned, budget) -> int:
 
 
 def _run_and_show(args, runs, recipe, client) -> int:
-    """The runs (specs, or runs planned already) through the engine; their records printed, exit 1
-    when one failed."""
+    """The runs (specs, or planned) through the engine, their records printed; 1 when one failed."""
     from .evaluate import evaluate
 
     res = evaluate(
@@ -226,13 +225,8 @@ def run_handed(job, args) -> int:
 
 def warn_random(planned) -> None:
     """Says which pretrained models run with random weights (--allow-random-weights)."""
-    rnd = sorted(
-        {
-            p.spec.model
-            for p in planned
-            if p.record.weights["random_init"] and p.record.weights["pretrained"]
-        }
-    )
+    both = ("random_init", "pretrained")
+    rnd = sorted({p.spec.model for p in planned if all(p.record.weights[k] for k in both)})
     if rnd:
         harness.warn(
             f"{', '.join(rnd)} run with RANDOM weights (--allow-random-weights): the results"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import harness, outputs, store
+from .. import harness, outputs
 from ..errors import UserError
 from ..mapping import names
-from .cli import warn_random
+from .cli import claim_for, warn_random
 from .tune import PRUNERS, SAMPLERS
 
 
@@ -83,7 +83,6 @@ def _check_counts(args) -> None:
 def _checked(args):
     """(bases, recipe, space) once every input passed, the default runs and every end of the space
     planned here: user errors surface before a cluster starts."""
-    from ..families import PlanContext
     from .plan import plan_runs, runs_from_grid
     from .tune import load_tune_config, make_pruner, make_sampler, parse_space, refuse_untunable
 
@@ -105,13 +104,7 @@ def _checked(args):
         args.fraction or [None],
         [args.seed],
     )
-    cubes = sorted({b.cube for b in bases})
-    for url in cubes:
-        store.register_options(url, args.storage_options)
-    harness.claim(args, "study", inputs=[("--cubes", c) for c in cubes], write_marker=False)
-    ctx = PlanContext(
-        out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights
-    )
+    ctx = claim_for(args, bases, "study")
     planned = plan_runs(bases, recipe, ctx)
     for prm in space:
         for v in prm.choices or (prm.low, prm.high):
