@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
+
+from dask.utils import parse_bytes
+from distributed import Client
 
 # the package's public names are re-exported here (noqa: F401)
 from . import gateway, k8s, local, remote  # noqa: F401  (each registers its backend)
@@ -45,9 +48,6 @@ from .runtime import (  # noqa: F401
 from .timeouts import close_quietly, explain_timeout, patient
 from .worker_logs import quiet_shutdown, quiet_task_errors
 
-if TYPE_CHECKING:
-    from distributed import Client
-
 
 def planned_threads(
     spec: str,
@@ -68,7 +68,7 @@ def planned_threads(
     )
 
 
-def announce(spec: str, client: "Client") -> None:
+def announce(spec: str, client: Client) -> None:
     """The line a command prints on stderr once its cluster is up (and, for a cluster started
     while the command planned, once the plan passed)."""
     n = len(client.scheduler_info(n_workers=-1)["workers"])
@@ -81,8 +81,6 @@ def announce(spec: str, client: "Client") -> None:
 
 def _check_sizes(n_workers, threads_per_worker, torch_threads, memory_limit) -> None:
     """Counts of at least 1 and a memory limit Dask reads, before anything starts."""
-    from dask.utils import parse_bytes
-
     for label, v in (
         ("n_workers", n_workers),
         ("threads_per_worker", threads_per_worker),
@@ -111,7 +109,7 @@ def open_cluster(
     torch_threads: int | None = None,
     quiet: bool = False,
     parallel: int | None = None,
-) -> Iterator["Client"]:
+) -> Iterator[Client]:
     """Yield a Client on the cluster named by `spec`; on exit close only what was created here.
 
     n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the

@@ -8,19 +8,15 @@ cluster behind the user's back (in a hub notebook that would bypass the user's g
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
-from distributed import default_client
+from distributed import Client, default_client
 
 from ..errors import ClusterError
 from .runtime import GPU, configured_threads
 from .worker_logs import quiet_task_errors
 
-if TYPE_CHECKING:
-    from distributed import Client
 
-
-def get_client(client: "Client | None" = None) -> "Client":
+def get_client(client: Client | None = None) -> Client:
     """The given client, else the default one (the Client a notebook or `open_cluster` holds). Its
     workers keep cryocube's task failures off their logs (the caller reports them)."""
     try:
@@ -35,7 +31,7 @@ def get_client(client: "Client | None" = None) -> "Client":
     return client
 
 
-def gpu_resources(client: "Client") -> dict | None:
+def gpu_resources(client: Client) -> dict | None:
     """{"GPU": 1} to annotate tasks with when every worker advertises a GPU, else None: asked of the
     scheduler, since a task requesting a resource no worker offers waits in `no-worker` forever."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
@@ -44,13 +40,13 @@ def gpu_resources(client: "Client") -> dict | None:
     return None
 
 
-def cluster_threads(client: "Client") -> int:
+def cluster_threads(client: Client) -> int:
     """The torch threads the cluster's workers were configured with when they started (the fewest,
     if they differ): the default thread count of the runs planned on it."""
     return min(client.run(configured_threads).values(), default=1)
 
 
-def dashboard_link(client: "Client") -> str | None:
+def dashboard_link(client: Client) -> str | None:
     """None where the scheduler serves no dashboard: records and the banner never fail on it."""
     try:
         return client.dashboard_link
@@ -58,7 +54,7 @@ def dashboard_link(client: "Client") -> str | None:
         return None
 
 
-def cluster_info(client: "Client") -> dict:
+def cluster_info(client: Client) -> dict:
     """What the run ran on, for result records (workers, threads, memory, resources, dashboard)."""
     info = client.scheduler_info(n_workers=-1)
     workers = list(info["workers"].values())

@@ -7,7 +7,11 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
+
+import dask
+import yaml
+from distributed import Client
 
 from ..errors import FieldError, yaml_problem
 from ..mapping import from_mapping, rule
@@ -20,9 +24,6 @@ from .registry import (
     wait_first_worker,
 )
 from .runtime import TorchThreads
-
-if TYPE_CHECKING:
-    from distributed import Client
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,6 @@ class GatewayOptions:
 
 def read_gateway_options(path: str | os.PathLike) -> dict:
     """The gateway options YAML as given (its keys checked by `GatewayOptions`)."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ClusterError(f"gateway options file {p} does not exist")
@@ -69,8 +68,6 @@ def _gateway_auth(dask_gateway, auth):
     """None/str: dask-gateway resolves it from config; {"type": ..., **kwargs}: that auth."""
     if not isinstance(auth, dict):
         return auth
-    import dask
-
     kwargs = {k: v for k, v in auth.items() if k != "type"}
     with dask.config.set({"gateway.auth.kwargs": kwargs}):
         return dask_gateway.auth.get_auth(auth.get("type", "basic"))
@@ -89,7 +86,7 @@ def _shutdown_gateway_cluster(cluster) -> None:
 
 
 @backend("gateway")
-def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """A new cluster on the hub's dask-gateway (address and auth from the hub's dask config)."""
     dask_gateway = require("dask_gateway", "gateway", "gateway")
     from_mapping(GatewayOptions, req.gateway_options or {}, "gateway_options")

@@ -12,16 +12,16 @@ import functools
 import importlib.util
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
+
+import yaml
+from distributed import Client
 
 from .. import __version__
 from ..catalog import packaged_dir
 from ..errors import ManifestError, yaml_problem
 from .registry import ClusterError, ClusterRequest, backend, own_client, require, wait_first_worker
 from .runtime import GPU, thread_env
-
-if TYPE_CHECKING:
-    from distributed import Client
 
 DEFAULT_K8S_MANIFEST = packaged_dir("k8s", "deployments/k8s") / "daskcluster.yaml"
 # built from deployments/docker/Dockerfile; push it and use its registry ref
@@ -94,8 +94,6 @@ def _drop_nulls(x: Any) -> Any:
 
 def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
     """The YAML documents of a manifest file (empty documents dropped)."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ManifestError(f"Kubernetes manifest {p} does not exist")
@@ -122,8 +120,6 @@ _OBJECT_META = {
 @functools.lru_cache(maxsize=None)
 def _crd(kind: str) -> dict:
     """The CRD the installed dask-kubernetes ships for `kind` (fully expanded openAPIV3Schema)."""
-    import yaml
-
     if importlib.util.find_spec("dask_kubernetes") is None:
         raise ClusterError(
             "validating Dask operator manifests needs dask-kubernetes: pip install 'cryocube[k8s]'"
@@ -301,7 +297,7 @@ def load_k8s_cluster_spec(
 
 
 @backend("k8s")
-def k8s(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def k8s(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """Create the DaskCluster through the operator; it is deleted when the context exits."""
     source = req.target or req.k8s_spec or None
     doc = load_k8s_cluster_spec(source, req.n_workers, req.threads_per_worker, req.memory_limit)

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
+import signal
+import threading
+
+from distributed import Client, LocalCluster
+from distributed.system import MEMORY_LIMIT
 
 from .registry import (
     ClusterError,
@@ -17,9 +21,7 @@ from .registry import (
     require,
 )
 from .runtime import GPU, FastExit, host_cores, thread_env
-
-if TYPE_CHECKING:
-    from distributed import Client
+from .worker_logs import LOCAL_WORKER
 
 MAX_LOCAL_WORKERS = 4  # beyond this, fewer processes with more torch threads each use memory better
 
@@ -47,8 +49,6 @@ def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
     got half the machine and was restarted at 95 % of that."""
     if memory_limit and memory_limit != "auto":
         return memory_limit
-    from distributed.system import MEMORY_LIMIT
-
     return int(MEMORY_LIMIT // max(1, n_workers))
 
 
@@ -57,9 +57,6 @@ def ctrl_c_stays_here():
     """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): a terminal's
     Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts
     on it."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -78,12 +75,8 @@ def _started(cls, req: ClusterRequest, n: int, tpw: int, **kw):
 
 
 @backend("local")
-def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def local(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """Worker processes (not threads): torch and the GIL, and crash isolation per worker."""
-    from distributed import LocalCluster
-
-    from .worker_logs import LOCAL_WORKER
-
     n, tpw, threads = local_sizing(
         req.n_workers, req.threads_per_worker, req.torch_threads, req.parallel
     )
@@ -112,7 +105,7 @@ def hidden_gpus() -> str | None:
 
 
 @backend("cuda")
-def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """One worker process per visible GPU, each advertising {"GPU": 1} for the engine's
     annotations."""
     hidden = hidden_gpus()

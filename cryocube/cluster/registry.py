@@ -4,17 +4,17 @@ shares."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import socket
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
+
+from distributed import Client
 
 from ..errors import ClusterError
 from ..plugins import Registry
 from .runtime import TorchThreads
-
-if TYPE_CHECKING:
-    from distributed import Client
 
 CONNECT_TIMEOUT = "10s"  # to an existing scheduler
 WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, node scale-up)
@@ -38,7 +38,7 @@ class ClusterRequest:
     parallel: int | None = None
 
 
-Backend = Callable[[ClusterRequest, contextlib.ExitStack], "Client"]
+Backend = Callable[[ClusterRequest, contextlib.ExitStack], Client]
 # no entry-point group: cluster/__init__ imports every backend module
 BACKENDS: Registry[Backend] = Registry("cluster backend")
 
@@ -71,8 +71,6 @@ def parse_cluster_spec(spec: str) -> tuple[str, str]:
 def require(module: str, extra: str, what: str):
     """Import an optional backend package, or say which extra installs it, or, where it is
     installed but does not import, what it lacks (dask-cuda against an older cuda-core)."""
-    import importlib.util
-
     top = module.split(".")[0]
     try:
         return importlib.import_module(module)
@@ -113,17 +111,15 @@ def dashboard_kwargs(dashboard: bool) -> dict:
     return {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 
 
-def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) -> "Client":
+def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) -> Client:
     """The Client of a cluster cryocube started, closed with the command; its workers always get
     `TorchThreads` (someone else's only when asked: remote.py)."""
-    from distributed import Client
-
     client = stack.enter_context(Client(cluster))
     client.register_plugin(TorchThreads(torch_threads), name=TorchThreads.name)
     return client
 
 
-def wait_first_worker(client: "Client", what: str, timeout: float = WORKER_WAIT_S) -> None:
+def wait_first_worker(client: Client, what: str, timeout: float = WORKER_WAIT_S) -> None:
     """Remote clusters start empty: a hint after `timeout` s, not a task waiting in `no-worker`."""
     try:
         client.wait_for_workers(1, timeout=timeout)

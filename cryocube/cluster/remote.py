@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from distributed import Client
+from distributed.comm.registry import backends as comm_backends
 
 from .registry import CONNECT_TIMEOUT, ClusterError, ClusterRequest, backend
 from .runtime import TorchThreads
 
-if TYPE_CHECKING:
-    from distributed import Client
 
-
-def _connect(stack: contextlib.ExitStack, req: ClusterRequest, silent: str, **where) -> "Client":
+def _connect(stack: contextlib.ExitStack, req: ClusterRequest, silent: str, **where) -> Client:
     """A Client of the scheduler at `where`; `silent` names it when it does not answer within
     CONNECT_TIMEOUT."""
-    from distributed import Client
-
     try:
         client = Client(**where, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError) as e:
@@ -30,11 +27,9 @@ def _connect(stack: contextlib.ExitStack, req: ClusterRequest, silent: str, **wh
 
 
 @backend("address")
-def address(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def address(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """`--cluster tcp://host:port` (any protocol distributed knows): refuses an unknown scheme, and
     a scheduler that does not answer."""
-    from distributed.comm.registry import backends as comm_backends
-
     scheme = req.target.split("://", 1)[0]
     if scheme not in comm_backends:
         raise ClusterError(
@@ -45,7 +40,7 @@ def address(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
 
 
 @backend("scheduler-file")
-def scheduler_file(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def scheduler_file(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """`--cluster scheduler-file:PATH` (or PATH.json), as `dask scheduler --scheduler-file` writes
     it: refuses a missing file, or a scheduler that does not answer."""
     path = Path(req.target).expanduser()

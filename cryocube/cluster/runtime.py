@@ -6,13 +6,16 @@ the cluster is sized so that workers x Dask threads x torch threads fit the core
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import sys
 import threading
 
+from dask.system import CPU_COUNT
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -175,8 +178,6 @@ def device_for_worker() -> str:
 
 def host_cores() -> int:
     """CPUs this process may use (affinity- and cgroup-aware, as Dask counts them)."""
-    from dask.system import CPU_COUNT
-
     return max(1, int(CPU_COUNT))
 
 
@@ -230,8 +231,6 @@ class TorchThreads(WorkerPlugin):
 
 
 def _exit_now() -> None:
-    import logging
-
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -249,6 +248,4 @@ class FastExit(WorkerPlugin):
 
     def setup(self, worker) -> None:
         """Registers the exit last, so that handlers registered before it are the ones skipped."""
-        import atexit
-
         atexit.register(_exit_now)

@@ -12,6 +12,8 @@ import contextlib
 import traceback
 import warnings
 
+import dask
+
 PATIENT = {"distributed.comm.timeouts.connect": "120s", "distributed.comm.timeouts.tcp": "120s"}
 DASK_DEFAULTS = {"distributed.comm.timeouts.connect": "30s", "distributed.comm.timeouts.tcp": "30s"}
 
@@ -44,8 +46,6 @@ _WAITS = (
 
 def patient():
     """dask config with the longer waits, where the user has not set their own."""
-    import dask
-
     mine = {k: v for k, v in PATIENT.items() if str(dask.config.get(k, None)) == DASK_DEFAULTS[k]}
     return dask.config.set(mine)
 
