@@ -5,15 +5,23 @@ A run that fails is recorded as an error (traceback in OUT/logs/errors.log) and 
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import dask
+from distributed import as_completed
+
 from .. import store as _store
+from ..cluster.client import cluster_info, cluster_threads, get_client, gpu_resources
+from ..cluster.timeouts import explain_timeout
 from ..errors import RunFailed, UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
+from ..families.recipes import default_recipe
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather, show_dashboard
 from ..record import RunRecord
@@ -90,10 +98,6 @@ class Schedule:
     def __init__(
         self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None
     ):
-        from distributed import as_completed
-
-        from ..cluster.client import cluster_info
-
         self.runner, self.out, self.res, self.extra = runner, out, res, extra
         self.info = cluster_info(runner.client)
         self.pending: dict = {}  # future -> (the stage its result goes to, that stage's arguments)
@@ -156,10 +160,9 @@ class Schedule:
                 x = f["failed"]
                 self.fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
                 continue
+            key = f"{KEY}-score-{p.run_id}"
             parts = [
-                self.runner.submit(
-                    fn, t, key=f"{KEY}-score-{p.run_id}-{i}", priority=SCORE_PRIORITY
-                )
+                self.runner.submit(fn, t, key=f"{key}-{i}", priority=SCORE_PRIORITY)
                 for i, (fn, t) in enumerate(get(name).score(p, f))
             ]
             self.board.scoring(p.run_id, len(parts))
@@ -196,8 +199,6 @@ class Schedule:
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
         # never a bare "TimeoutError": what it waited for, what to change
         if isinstance(e, TimeoutError):
-            from ..cluster.timeouts import explain_timeout
-
             e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
         self._write(run, {"status": "error", "error": f"{kind}: {e}", "error_log": log})
         first = str(e).splitlines()[0] if str(e) else ""
@@ -218,16 +219,12 @@ def cluster_device(client) -> DeviceInfo:
 
 def cluster_context(client, out: str, **kw: Any) -> PlanContext:
     """Planning on this cluster: its weakest worker's device and its configured torch threads."""
-    from ..cluster.client import cluster_threads
-
     return PlanContext(
         out=out, device=cluster_device(client), threads=cluster_threads(client), **kw
     )
 
 
 def _warm(modules: tuple[str, ...]) -> DeviceInfo:
-    import importlib
-
     for m in modules:
         importlib.import_module(m)
     return this_device()
@@ -236,8 +233,6 @@ def _warm(modules: tuple[str, ...]) -> DeviceInfo:
 def warm_workers(client, families: list[str]) -> list:
     """One task per worker importing what the families' first tasks import, then naming its device
     (`wait_warm`): submitted before the client plans, the workers' imports overlap planning."""
-    import uuid
-
     modules = tuple(dict.fromkeys(m for f in families for m in get(f).warm_modules))
     tag = uuid.uuid4().hex[:8]
     return [
@@ -295,9 +290,6 @@ def evaluate(
 ) -> EvaluateResult:
     """Run (or resume) the given runs (RunSpecs are planned here with the workers' device);
     `extra(run, record)` adds fields to a record before it is written (a study's `sweep`)."""
-    from ..cluster.client import get_client, gpu_resources
-    from ..families.recipes import default_recipe
-
     client = get_client(client)
     _store.register_options(out, storage_options)
     _store.share_with(client)
@@ -329,8 +321,6 @@ def check_memory(todo: list[PlannedRun], client) -> None:
     """Refuse, before any task, a run whose family says it needs more memory in one worker
     (`estimate["memory_bytes"]`) than the smallest worker may hold before its nanny restarts it: the
     run would otherwise restart workers until Dask gives up (`KilledWorker`)."""
-    import dask
-
     limits = [
         w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()
     ]
