@@ -61,8 +61,21 @@ def register(sub) -> None:
     p.set_defaults(func=_evaluate)
 
 
+def weights_of(args) -> dict:
+    """--weights and --allow-random-weights as `evaluate`, `tune` and `PlanContext` take them."""
+    return {"weights_dir": args.weights, "allow_random_weights": args.allow_random_weights}
+
+
+def grid_runs(args, protocols: list[str], seeds: list[int]):
+    """The runs of --cubes x --models x `protocols` x --fraction x `seeds`."""
+    from .plan import runs_from_grid
+
+    cubes = harness.resolve_cubes(args.cubes, args.data_root)
+    return runs_from_grid(names(args.models), cubes, protocols, args.fraction or [None], seeds)
+
+
 def _specs(args):
-    from .plan import runs_from_benchmark, runs_from_grid
+    from .plan import runs_from_benchmark
 
     protocols = names(args.protocol)
     if args.seeds < 1:
@@ -77,13 +90,7 @@ def _specs(args):
         )
     if not args.cubes or not args.models:
         raise UserError("evaluate needs --cubes and --models (or --benchmark)")
-    return runs_from_grid(
-        names(args.models),
-        harness.resolve_cubes(args.cubes, args.data_root),
-        protocols,
-        args.fraction or [None],
-        list(range(args.seeds)),
-    )
+    return grid_runs(args, protocols, list(range(args.seeds)))
 
 
 def _families(specs) -> list[str]:
@@ -101,8 +108,7 @@ def claim_for(args, specs, kind: str, threads: int | None = None):
     for url in cubes:
         store.register_options(url, args.storage_options)
     harness.claim(args, kind, inputs=[("--cubes", c) for c in cubes], write_marker=False)
-    weights = {"weights_dir": args.weights, "allow_random_weights": args.allow_random_weights}
-    return PlanContext(out=args.out, threads=threads, **weights)
+    return PlanContext(out=args.out, threads=threads, **weights_of(args))
 
 
 def _checked(args, specs):
@@ -199,22 +205,14 @@ def _run_and_show(args, runs, recipe, client) -> int:
     """The runs (specs, or planned) through the engine, their records printed; 1 when one failed."""
     from .evaluate import evaluate
 
-    res = evaluate(
-        runs,
-        args.out,
-        recipe,
-        client=client,
-        progress=not args.quiet,
-        weights_dir=args.weights,
-        allow_random_weights=args.allow_random_weights,
-    )
+    progress = not args.quiet
+    res = evaluate(runs, args.out, recipe, client=client, progress=progress, **weights_of(args))
     print_records(res.records, res.skipped)
     return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
 
 def run_handed(job, args) -> int:
-    """A family command's runs (`EngineRuns`) through `evaluate`, on the cluster its --cluster flags
-    ask for; the command shows their records, cached ones included."""
+    """A family command's runs (`EngineRuns`) through `evaluate`; the command shows records."""
     from .evaluate import evaluate
     from .records import load_record
 
@@ -236,8 +234,7 @@ def warn_random(planned) -> None:
 
 
 def metrics_text(r: dict) -> str:
-    """A record's metrics as its family shows them: the primary metric first (mIoU, Q, ...), then
-    the others."""
+    """A record's metrics as its family shows them, the primary metric (mIoU, Q, ...) first."""
     from ..families import get
 
     fam = get(r.get("family") or "segmentation")
@@ -251,8 +248,7 @@ def metrics_text(r: dict) -> str:
 
 
 def print_records(records: list[dict], skipped: list[str]) -> None:
-    """The console summary of `evaluate` and `quickstart`: a line per run (failed ones with their
-    error), then how many were cached."""
+    """The console summary of `evaluate` and `quickstart`: a line per run, then the cached count."""
     for r in sorted(records, key=lambda r: (r["dataset"], r["protocol"], r["model"], r["seed"])):
         w = r.get("weights") or {}
         tag = " (random init)" if w.get("random_init") and w.get("pretrained") else ""

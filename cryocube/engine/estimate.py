@@ -110,8 +110,7 @@ def units_of(budget: dict) -> dict:
 
 
 def load_budget(path: str) -> dict:
-    """A budget file written by bench_reference.py, as version 2 (`units` by "class/protocol"); one
-    sentence naming the file and field when it is not one."""
+    """A budget file of bench_reference.py as version 2, or one sentence naming file and field."""
     try:
         with open(path) as f:
             b = json.load(f)

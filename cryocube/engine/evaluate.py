@@ -48,8 +48,7 @@ class EvaluateResult:
 
 
 class Runner:
-    """The one way to the cluster, for the scheduler and the families: tasks with GPU annotations,
-    keys and progress."""
+    """The one way to the cluster (scheduler and families): GPU annotations, keys, progress."""
 
     def __init__(self, client, resources: dict | None, progress: bool):
         self.client, self.resources, self.progress = client, resources, progress
@@ -71,8 +70,7 @@ class Runner:
         return self.client.scatter(data, broadcast=True)
 
     def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
-        """One task per item, results in submission order; the progress bar `label` advances by each
-        item's weight."""
+        """One task per item, results in order; the bar `label` advances by each item's weight."""
         keys = [f"{key}-{time.time_ns()}-{i}" for i in range(len(args))]
         futs = self.client.map(fn, args, pure=False, resources=self.resources, key=keys)
         return gather(futs, label, sum(weights), self.progress, lambda i, r: weights[i])
@@ -92,8 +90,7 @@ class Runner:
 
 
 class Schedule:
-    """The runs of one `evaluate` call through their stages as their tasks complete; a run that
-    fails at any stage is recorded as an error and the others go on."""
+    """The runs of one `evaluate` call through their stages; a failed run is recorded, others go."""
 
     def __init__(
         self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None
@@ -114,7 +111,8 @@ class Schedule:
         self.prepare(by_family)
         self.started = time.perf_counter()
         for name, members in by_family.items():
-            for group in get(name).group(members, _worker_count(self.runner.client)):
+            workers = max(1, len(self.runner.client.scheduler_info(n_workers=-1)["workers"]))
+            for group in get(name).group(members, workers):
                 self.fit(name, group)
         self.board = RunBoard({p.run_id: p.label for p in todo}, self.runner.progress)
         client = self.runner.client
@@ -266,10 +264,6 @@ def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
         url, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {run.label} (run {run.run_id})\n{tb}\n"
     )
     return url
-
-
-def _worker_count(client) -> int:
-    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
 def _done(out: str, run: PlannedRun) -> bool:

@@ -42,8 +42,7 @@ SAMPLERS = ("tpe", "grid", "random")
 PRUNERS = ("median", "hyperband", "none")
 
 
-# -- the search space
-# --------------------------------------------------------------------------------
+# -- the search space ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,7 @@ class Param:
         return self.low <= v <= self.high and (self.kind != "int" or float(v).is_integer())
 
     def describe(self) -> str:
-        """The parameter as --space text; it enters the study name's digest (changing it starts
-        new studies)."""
+        """The parameter as --space text (it enters the study name's digest)."""
         if self.kind == "choice":
             return f"{self.name}={','.join(map(str, self.choices))}"
         return f"{self.name}={self.low:g}:{self.high:g}{':log' if self.log else ''}"
@@ -143,8 +141,7 @@ def _range(name: str, spec: str, like: Any) -> Param:
 
 
 def _parse_one(name: str, spec: Any, recipe) -> Param:
-    """One parameter of the space, checked against the recipe: a field that changes results, with
-    every end and choice a value the field takes."""
+    """One parameter, checked: a field that changes results, every end and choice a value of it."""
     if name not in recipe.fields():
         raise RecipeError(
             f"--space {name}: not a recipe field (known: {', '.join(sorted(recipe.fields()))})"
@@ -208,8 +205,7 @@ def load_tune_config(path: str | None, sets: list[str]):
     return load_recipe(None, {**fields, **parse_overrides(sets)}), space
 
 
-# -- studies
-# ------------------------------------------------------------------------------------------
+# -- studies ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -236,8 +232,7 @@ def _optuna():
 
 
 def open_storage(out: str, client=None):
-    """The study journal in `out` (local), served from the scheduler through DaskStorage when a
-    client is given."""
+    """The study journal in local `out`, served through DaskStorage when a client is given."""
     optuna = _optuna()
     from optuna.storages.journal import JournalFileBackend
 
@@ -275,8 +270,7 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
 
         class Grid(optuna.samplers.GridSampler):
             def after_trial(self, study, trial, state, values) -> None:
-                """No `study.stop()` at the grid's end (it only works inside `optimize`); the ask
-                loop counts."""
+                """No `study.stop()` at the end (only works in `optimize`); the loop counts."""
 
         return Grid({p.name: list(p.choices) for p in space}, seed=seed)
     raise TuneError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
@@ -297,8 +291,7 @@ def make_pruner(name: str, trials: int):
 
 
 def refuse_untunable(protocols) -> None:
-    """A study selects on a validation curve: a protocol whose family records none is refused, with
-    its reason, before any cube is read or cluster started."""
+    """A protocol whose family records no validation curve (what a study selects on) is refused."""
     for name in protocols:
         fam = get(protocol_spec(name).family)
         if fam.not_tunable:
@@ -319,8 +312,7 @@ def objective(rec: dict, metric: str, higher: bool) -> float | None:
 def study_name(
     base: PlannedRun, space: tuple[Param, ...], sampler: str, pruner: str, seed: int
 ) -> str:
-    """Same command, same study (a rerun resumes it); another space, sampler or recipe, another
-    study."""
+    """Same command, same study (a rerun resumes it); other space, sampler or recipe: other one."""
     space_text = [p.describe() for p in space]
     key = {"run": base.run_id, "space": space_text, "sampler": sampler, "pruner": pruner}
     digest = hashlib.sha256(json.dumps(key | {"seed": seed}, sort_keys=True).encode())
@@ -529,8 +521,7 @@ class _Study:
         return max(1, int(params.get("epochs", self.recipe.epochs)) // ETA)
 
     def _default_trial(self) -> int | None:
-        """The first completed trial that ran the default recipe, or None: then the baseline is
-        trained on its own in `_finish`."""
+        """The first completed trial that ran the default recipe, or None (then it runs alone)."""
         TS = self.optuna.trial.TrialState
         for t in self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,)):
             if t.params == self.default:
@@ -538,8 +529,7 @@ class _Study:
         return None
 
     def _prune(self, t, rec: dict) -> bool:
-        """Feed the rung's validation curve to the pruner point by point, as a training loop
-        would."""
+        """Feed the rung's validation curve to the pruner point by point, as training would."""
         for pt in rec.get("val_curve") or []:
             v = pt.get(self.metric)
             if isinstance(v, (int, float)) and math.isfinite(v):
@@ -610,8 +600,7 @@ def tune(
     allow_random_weights: bool = False,
     seed: int = 0,
 ) -> list[StudyResult]:
-    """One study per base run (model x cube x protocol [x fraction]); returns each study's
-    outcome."""
+    """One study per base run (model x cube x protocol [x fraction]), each one's outcome."""
     if trials < 1:
         raise TuneError(f"--trials must be >= 1, got {trials}")
     refuse_untunable({b.protocol for b in bases})
