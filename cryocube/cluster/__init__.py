@@ -69,8 +69,7 @@ def planned_threads(
 
 
 def announce(spec: str, client: Client) -> None:
-    """The line a command prints on stderr once its cluster is up (and, for a cluster started
-    while the command planned, once the plan passed)."""
+    """The line a command prints on stderr once its cluster is up (or its plan passed)."""
     n = len(client.scheduler_info(n_workers=-1)["workers"])
     print(
         f"cryocube: {parse_cluster_spec(spec)[0]} cluster, {n} workers, dashboard"

@@ -1,9 +1,6 @@
-"""The client side of a cluster: which Client to use, what its workers offer, what a record says of
-it.
-
-Library functions take `client: Client | None` and resolve it with `get_client`, never starting a
-cluster behind the user's back (in a hub notebook that would bypass the user's gateway cluster).
-"""
+"""The client side of a cluster: which Client to use (`get_client`, never starting a cluster
+behind the user's back: in a hub notebook that would bypass their gateway cluster), what its
+workers offer, what a record says of it."""
 
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ def gpu_resources(client: Client) -> dict | None:
 
 
 def cluster_threads(client: Client) -> int:
-    """The torch threads the cluster's workers were configured with when they started (the fewest,
-    if they differ): the default thread count of the runs planned on it."""
+    """The torch threads the workers started with (the fewest): the default of runs planned."""
     return min(client.run(configured_threads).values(), default=1)
 
 

@@ -1,5 +1,4 @@
-"""`--cluster gateway`: a new cluster on the hub's dask-gateway (address and auth from the hub's
-dask config)."""
+"""`--cluster gateway`: a new cluster on the hub's dask-gateway."""
 
 from __future__ import annotations
 

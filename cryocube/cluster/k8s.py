@@ -173,8 +173,7 @@ _JOB_FIELDS = {  # batch/v1 JobSpec, by type
 
 @functools.lru_cache(maxsize=None)
 def _job_schema() -> dict:
-    """batch/v1 Job; its pod spec is checked against the PodSpec schema expanded in the DaskCluster
-    CRD."""
+    """batch/v1 Job, its pod spec checked against the PodSpec of the DaskCluster CRD."""
     pod = _crd_schema("DaskCluster")["properties"]["spec"]["properties"]["worker"]["properties"][
         "spec"
     ]
@@ -218,12 +217,8 @@ MANIFEST_SCHEMAS: dict[str, Callable[[], dict]] = {
 
 
 def validate_k8s_manifest(doc: dict, source: str = "<manifest>") -> None:
-    """Raise ManifestError listing every field of `doc` that the cluster's schema would reject.
-
-    Dask operator resources are checked against the CRDs shipped in the installed dask-kubernetes
-    wheel (the schema the API server enforces), with unknown fields rejected; a batch/v1 Job is
-    checked against a Job skeleton around the same expanded PodSpec schema.
-    """
+    """Raise ManifestError listing every field of `doc` that the cluster's schema would reject
+    (unknown fields too, as `kubectl apply` does)."""
     import jsonschema
 
     kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -266,9 +261,7 @@ def load_k8s_cluster_spec(
     memory_limit: str | None = None,
 ) -> dict:
     """The DaskCluster `--cluster k8s` creates: from `path`, else deployments/k8s/daskcluster.yaml
-    (in a checkout or the image), else `k8s_cluster_spec()`; with the CLI's sizes applied,
-    validated.
-    """
+    (in a checkout or the image), else `k8s_cluster_spec()`; the CLI's sizes applied, validated."""
     if path is None and DEFAULT_K8S_MANIFEST.is_file():
         path = DEFAULT_K8S_MANIFEST
     if path is None:

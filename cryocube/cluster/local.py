@@ -1,5 +1,4 @@
-"""`--cluster local` (LocalCluster of worker processes) and `--cluster cuda` (dask-cuda, one worker
-per GPU)."""
+"""`--cluster local` (LocalCluster of worker processes) and `--cluster cuda` (one per GPU)."""
 
 from __future__ import annotations
 
@@ -106,8 +105,7 @@ def hidden_gpus() -> str | None:
 
 @backend("cuda")
 def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
-    """One worker process per visible GPU, each advertising {"GPU": 1} for the engine's
-    annotations."""
+    """One worker process per visible GPU, each advertising {"GPU": 1} for the engine."""
     hidden = hidden_gpus()
     if hidden:
         raise ClusterError(

@@ -1,5 +1,4 @@
-"""The registry of cluster backends (`--cluster NAME[:TARGET]`) and the pieces every backend
-shares."""
+"""The registry of cluster backends (`--cluster NAME[:TARGET]`) and what every backend shares."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, no
 
 @dataclass(frozen=True)
 class ClusterRequest:
-    """What `open_cluster` was asked for; `target` is what follows "NAME:" in the spec (or the
-    address)."""
+    """What `open_cluster` was asked for; `target` follows "NAME:" in the spec (or the address)."""
 
     backend: str
     target: str

@@ -14,8 +14,7 @@ from .runtime import TorchThreads
 
 
 def _connect(stack: contextlib.ExitStack, req: ClusterRequest, silent: str, **where) -> Client:
-    """A Client of the scheduler at `where`; `silent` names it when it does not answer within
-    CONNECT_TIMEOUT."""
+    """A Client of the scheduler at `where`; `silent` names it when it does not answer."""
     try:
         client = Client(**where, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError) as e:

@@ -111,14 +111,12 @@ class QuietTaskErrors(WorkerPlugin):
     name = "cryocube-quiet-task-errors"
 
     def setup(self, worker) -> None:
-        """Runs in each worker's process as it joins: the filter must sit where the worker logs, not
-        in the client."""
+        """Runs in each worker's process as it joins: the filter sits where the worker logs."""
         install()
 
 
 def quiet_task_errors(client) -> None:
-    """Register the plugin on the client's cluster (idempotent: the name replaces an earlier
-    copy)."""
+    """Register the plugin on the client's cluster (idempotent: the name replaces a copy)."""
     install()
     client.register_plugin(QuietTaskErrors(), name=QuietTaskErrors.name)
 

@@ -19,8 +19,7 @@ def runs_from_grid(
     fractions: list[float | None],
     seeds: list[int],
 ) -> list[RunSpec]:
-    """Every cube x model x protocol x fraction x seed as a RunSpec, cube-major; an empty grid is a
-    user error, not a silent no-op."""
+    """Every cube x model x protocol x fraction x seed as a RunSpec, cube-major; none: an error."""
     out = [
         RunSpec(model=m, cube=c, protocol=pr, fraction=f, seed=s)
         for c in cubes

@@ -1,5 +1,4 @@
-"""`cryocube quickstart`: sample datasets and synthetic interferograms, converted, evaluated by a
-few models (random weights, no downloads), and the leaderboard printed."""
+"""`cryocube quickstart`: sample data converted, evaluated by a few random-weight models, shown."""
 
 from __future__ import annotations
 

@@ -20,8 +20,7 @@ PARQUET_COLUMNS = (*TABLE_COLUMNS, "samples_per_s", "peak_memory_mb", "device", 
 
 
 def write_parquet(out: str) -> None:
-    """results.parquet beside results.jsonl: one row per record, metrics flattened, the record as
-    JSON."""
+    """results.parquet beside results.jsonl: a row per record, metrics flattened, its JSON."""
     import pandas as pd
 
     recs = read_results(out)
