@@ -165,7 +165,7 @@ def _show_plan(args, planned, budget) -> int:
     """`evaluate --dry-run`: the plan, and with --budget its estimated wall time."""
     from ..cluster import planned_threads
     from ..cluster.runtime import host_cores
-    from .evaluate import dry_run
+    from .evaluate import dry_run, is_done
 
     root = args.out.rstrip("/")
 
@@ -179,20 +179,12 @@ def _show_plan(args, planned, budget) -> int:
     def prepared(key: str) -> bool:
         return any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings"))
 
-    print(
-        dry_run(
-            planned, args.out, prepared, workers_for if args.threads_per_worker is None else None
-        )
-    )
+    workers = workers_for if args.threads_per_worker is None else None
+    print(dry_run(planned, args.out, prepared, workers))
     if budget is not None:
         from .estimate import estimate_text
-        from .records import load_record
 
-        todo = [
-            p
-            for p in planned
-            if (r := load_record(args.out, p.run_id)) is None or r.get("status") != "ok"
-        ]
+        todo = [p for p in planned if not is_done(args.out, p)]
         print(estimate_text(todo, budget, args.budget))
     print(
         "(precision auto is decided by the workers' device, and the default torch threads by"

@@ -266,7 +266,8 @@ def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
     return url
 
 
-def _done(out: str, run: PlannedRun) -> bool:
+def is_done(out: str, run: PlannedRun) -> bool:
+    """Whether `out` holds an ok record of the run (it is not run again)."""
     rec = load_record(out, run.run_id)
     return rec is not None and rec.status == "ok"
 
@@ -298,7 +299,7 @@ def evaluate(
     res = EvaluateResult(planned=planned)
     if sync_results(out):  # the table re-indexes every record before a run counts as cached
         write_parquet(out)
-    done = {p.run_id for p in planned if _done(out, p)}
+    done = {p.run_id for p in planned if is_done(out, p)}
     res.skipped = [p.run_id for p in planned if p.run_id in done]
     todo = [p for p in planned if p.run_id not in done]
     if todo:
@@ -371,7 +372,7 @@ def dry_run(
     """
     lines, todo, items, other = [], 0, {}, {}
     for p in planned:
-        cached = _done(out, p)
+        cached = is_done(out, p)
         todo += not cached
         if not cached and not other:
             other = cached_with_other_threads(planned, out)

@@ -445,15 +445,18 @@ class _Study:
 
     def _mark(self, number: int, state: str) -> None:
         """Append a line with a new state for a trial's latest record (a crashed trial: failed)."""
-        recs = [
-            r
-            for r in read_results(self.out)
-            if (r.get("sweep") or {}).get("study") == self.name
-            and r["sweep"].get("trial") == number
-            and not r["sweep"].get("best")
-        ]
-        if recs:
-            self._append(recs[-1], recs[-1]["sweep"] | {"state": state})
+        rec = self._latest().get(number)
+        if rec:
+            self._append(rec, rec["sweep"] | {"state": state})
+
+    def _latest(self) -> dict[int, dict]:
+        """Each trial's latest record line (the best trial's retrain aside)."""
+        latest = {}
+        for r in read_results(self.out):
+            s = r.get("sweep") or {}
+            if s.get("study") == self.name and not s.get("best"):
+                latest[int(s["trial"])] = r
+        return latest
 
     def recover(self) -> None:
         """Trials left RUNNING by a killed process: failed, and their params asked again (a trial
@@ -575,11 +578,7 @@ class _Study:
             raise TuneError(
                 f"study {self.name}: the best trial's retrain failed: {res.best.get('error')}"
             )
-        latest: dict[int, dict] = {}
-        for r in read_results(self.out):
-            s = r.get("sweep") or {}
-            if s.get("study") == self.name and not s.get("best"):
-                latest[int(s["trial"])] = r
+        latest = self._latest()
         res.trials = [latest[k] for k in sorted(latest)]
         return res
 
