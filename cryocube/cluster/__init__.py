@@ -57,15 +57,10 @@ def planned_threads(
     parallel: int | None = None,
 ) -> int | None:
     """The torch threads per worker `open_cluster(spec, ..., parallel=...)` will configure, where
-    known before it starts (so a plan made before the cluster has the run ids made after); else
-    None."""
-    if torch_threads:
-        return torch_threads
-    return (
-        local_sizing(n_workers, threads_per_worker, None, parallel)[2]
-        if parse_cluster_spec(spec)[0] == "local"
-        else None
-    )
+    known before it starts (a plan made before the cluster has the run ids made after), or None."""
+    if torch_threads or parse_cluster_spec(spec)[0] != "local":
+        return torch_threads or None
+    return local_sizing(n_workers, threads_per_worker, None, parallel)[2]
 
 
 def announce(spec: str, client: Client) -> None:

@@ -106,8 +106,7 @@ def hidden_gpus() -> str | None:
 @backend("cuda")
 def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """One worker process per visible GPU, each advertising {"GPU": 1} for the engine."""
-    hidden = hidden_gpus()
-    if hidden:
+    if hidden := hidden_gpus():
         raise ClusterError(
             f"--cluster cuda: {hidden}, which hides every GPU: unset it, name GPUs (e.g. 0,1) "
             "or use --cluster local"

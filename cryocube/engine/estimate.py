@@ -98,8 +98,7 @@ def units_of(budget: dict) -> dict:
     if "units" in budget:
         return budget["units"]
     cls = "S"
-    model = (budget.get("measured_with") or {}).get("model")
-    if model:
+    if model := (budget.get("measured_with") or {}).get("model"):
         from ..models import model_spec
 
         try:
@@ -155,8 +154,7 @@ def _unit_for(units: dict, cls: str, kind: str, gflops: float | None) -> tuple[s
     if own in units:
         return own, "measured"
     for k in (kind, "frozen"):
-        cands = [key for key in units if key.endswith(f"/{k}")]
-        if cands:
+        if cands := [key for key in units if key.endswith(f"/{k}")]:
             g = gflops or 1.0
             best = min(cands, key=lambda key: abs(math.log(g / units[key]["encoder_gflops"])))
             return best, "scaled"

@@ -262,8 +262,7 @@ def make_sampler(name: str, space: tuple[Param, ...], seed: int):
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        ranged = [p.name for p in space if p.kind != "choice"]
-        if ranged:
+        if ranged := [p.name for p in space if p.kind != "choice"]:
             raise TuneError(
                 f"--sampler grid needs listed values (name=a,b,c); {', '.join(ranged)} are ranges"
             )
@@ -445,8 +444,7 @@ class _Study:
 
     def _mark(self, number: int, state: str) -> None:
         """Append a line with a new state for a trial's latest record (a crashed trial: failed)."""
-        rec = self._latest().get(number)
-        if rec:
+        if rec := self._latest().get(number):
             self._append(rec, rec["sweep"] | {"state": state})
 
     def _latest(self) -> dict[int, dict]:
