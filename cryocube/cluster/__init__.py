@@ -1,17 +1,7 @@
-"""Where Dask work runs: one registry of cluster backends, and what tasks need to know about
-workers.
-
-Only the CLI creates and owns clusters, through `open_cluster(spec)`, a context manager:
-
-    local                  LocalCluster of worker processes (laptop, CI)
-    cuda                   dask_cuda.LocalCUDACluster: one worker per GPU, resources {"GPU": 1}
-    k8s[:MANIFEST]         dask-kubernetes operator KubeCluster from a DaskCluster manifest
-    gateway[:OPTIONS]      dask-gateway cluster (Pangeo hubs); options from a YAML file
-    tcp://host:port, ...   an existing scheduler (never shut down on exit)
-    scheduler-file:PATH    an existing scheduler by its scheduler file (or any PATH.json)
-
-Library functions take the caller's Client (`client.get_client`). Inside tasks, `runtime` tunes
-malloc and fixes each torch task's threads from its run (never from the load).
+"""Where Dask work runs: one registry of cluster backends (local, cuda, k8s, gateway, an address
+or a scheduler file: docs/usage.md), and what tasks need to know about workers (`runtime`). Only
+the CLI creates and owns clusters, through `open_cluster(spec)`; library functions take the
+caller's Client (`client.get_client`).
 """
 
 from __future__ import annotations
