@@ -72,16 +72,16 @@ def _gateway_auth(dask_gateway, auth):
         return dask_gateway.auth.get_auth(auth.get("type", "basic"))
 
 
-def _closed(gateway) -> None:
-    """A dask_gateway.Gateway closed, once: its __del__ would close it again and, since distributed
-    raises on a stopped LoopRunner's loop, print a RuntimeError at garbage collection."""
+def _no_second_close(gateway) -> None:
+    """Keep a closed dask_gateway.Gateway's __del__ from closing it again: since distributed raises
+    on a stopped LoopRunner's loop, it would print a RuntimeError at garbage collection."""
     if gateway is not None:
         gateway.__dict__.pop("_loop_runner", None)  # what __del__ checks before closing
 
 
 def _shutdown_gateway_cluster(cluster) -> None:
     cluster.shutdown()  # closes its gateway
-    _closed(getattr(cluster, "gateway", None))
+    _no_second_close(getattr(cluster, "gateway", None))
 
 
 @backend("gateway")
@@ -122,7 +122,7 @@ def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     finally:
         # before the cluster's: they share one event loop, stopped by the last close
         gateway.close()
-        _closed(gateway)
+        _no_second_close(gateway)
     stack.callback(_shutdown_gateway_cluster, cluster)
     if req.n_workers or opts.adapt is None:
         first = req.n_workers or opts.workers or 2
