@@ -75,13 +75,8 @@ def _v1_unit(b: dict) -> dict:
         "encoder_gflops": b["encoder_gflops"],
         "batch_size": b["batch_size"],
         "date": b.get("date", "?"),
-        "cryocube": {
-            **{k: cc[k] for k in _COMMON},
-            "window_s": cc["decoder_window_s"],
-            "test_fixed_s": cc["test_fixed_s"],
-            "step_encoder_share": 0.0,
-            "window_encoder_share": 0.0,
-        },
+        "cryocube": {k: cc[k] for k in (*_COMMON, "test_fixed_s")}
+        | {"window_s": cc["decoder_window_s"], **dict.fromkeys(_SHARES, 0.0)},
         "reference": {
             "setup_s": ref["setup_s"],
             "step_s": rstep,
@@ -178,6 +173,7 @@ def run_costs(p, units: dict) -> dict:
     ]
     steps = e["steps"]
     enc = cc["encoder_s_per_item"] * scale
+    r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
     if kind == "finetune" and key.endswith("/frozen"):
         # no fine-tuning unit: the encoder's inference x3 (forward + backward) in every step
         bs = w.recipe.batch_size
@@ -185,12 +181,10 @@ def run_costs(p, units: dict) -> dict:
         window = cc["window_s"] + enc
         r_enc = ref["window_s"] * ref["window_encoder_share"] * scale
         r_step = ref["step_s"] * (1 - ref["step_encoder_share"]) * bsr + 3 * bs * r_enc
-        r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
     else:
         step = _scaled(cc["step_s"], cc["step_encoder_share"], scale) * bsr
         window = _scaled(cc["window_s"], cc["window_encoder_share"], scale)
         r_step = _scaled(ref["step_s"], ref["step_encoder_share"], scale) * bsr
-        r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
     return {
         "key": f"{cls}/{kind}",
         "unit": key,
