@@ -1,8 +1,7 @@
 """Where Dask work runs: one registry of cluster backends (local, cuda, k8s, gateway, an address
 or a scheduler file: docs/usage.md), and what tasks need to know about workers (`runtime`). Only
 the CLI creates and owns clusters, through `open_cluster(spec)`; library functions take the
-caller's Client (`client.get_client`).
-"""
+caller's Client (`client.get_client`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""`--cluster k8s`: a DaskCluster through the dask-kubernetes operator, and the manifests behind it.
-
-Manifests are validated against the CRDs shipped in the installed dask-kubernetes wheel (the schema
-the API server enforces) before anything is submitted, so a typo fails here with its field path.
-"""
+"""`--cluster k8s`: a DaskCluster through the dask-kubernetes operator, and the manifests behind it,
+validated against the CRDs shipped in the installed dask-kubernetes wheel (the schema the API server
+enforces) before anything is submitted, so a typo fails here with its field path."""
 
 from __future__ import annotations
 

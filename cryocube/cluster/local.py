@@ -53,9 +53,8 @@ def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
 
 @contextlib.contextmanager
 def ctrl_c_stays_here():
-    """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): a terminal's
-    Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts
-    on it."""
+    """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): Ctrl-C in a
+    terminal reaches the process group, and only this process, which closes the cluster, acts."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -88,9 +87,8 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
 
 
 def hidden_gpus() -> str | None:
-    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None. dask-cuda counts its comma-separated
-    entries, so "" would count as one GPU and "-1" (the usual way to hide them) as a device numbered
-    -1."""
+    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None: dask-cuda counts its comma-separated
+    entries, so "" would count as one GPU and "-1" (the usual way to hide them) as device -1."""
     v = os.environ.get("CUDA_VISIBLE_DEVICES")
     if v is None:
         return None

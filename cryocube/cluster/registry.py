@@ -133,8 +133,7 @@ CLOSE_TIMEOUT_S = 120
 
 
 def own_cluster(stack: contextlib.ExitStack, cluster):
-    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop; a close
-    that still fails is a warning, said once by `timeouts.close_quietly` (which closes the
-    stack)."""
+    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop (a close
+    that still fails is a warning: `timeouts.close_quietly` closes the stack)."""
     stack.callback(cluster.close, timeout=CLOSE_TIMEOUT_S)
     return cluster

@@ -1,8 +1,7 @@
 """What a task needs to know about the worker it runs on (memory allocator, device, torch threads)
 and the peak memory of what it ran. A torch task's threads are fixed from its run's own settings
 (`torch_task`): the float reduction order, and so the result, must not depend on what else runs;
-the cluster is sized so that workers x Dask threads x torch threads fit the cores.
-"""
+the cluster is sized so that workers x Dask threads x torch threads fit the cores."""
 
 from __future__ import annotations
 
@@ -66,13 +65,10 @@ def rss_bytes() -> int:
 
 def hwm_bytes() -> int | None:
     """This process's peak resident set (VmHWM) since it started or `reset_hwm`; None off Linux."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return None
 
 
@@ -182,9 +178,8 @@ def host_cores() -> int:
 
 
 def configured_threads(dask_worker=None) -> int:
-    """The torch threads this worker was started with: `TorchThreads`'s, else its launcher's
-    OMP_NUM_THREADS (Dask's nanny sets 1), else the host's cores / its Dask threads; never the
-    load."""
+    """The torch threads this worker was started with (never the load): `TorchThreads`'s, else its
+    launcher's OMP_NUM_THREADS (Dask's nanny sets 1), else the host's cores / its Dask threads."""
     for var in (THREADS_VAR, "OMP_NUM_THREADS"):
         v = os.environ.get(var, "")
         if v.isdigit() and int(v) >= 1:
