@@ -1,29 +1,22 @@
-"""Where Dask work runs: one registry of cluster backends, and what tasks need to know about
-workers.
-
-Only the CLI creates and owns clusters, through `open_cluster(spec)`, a context manager:
-
-    local                  LocalCluster of worker processes (laptop, CI)
-    cuda                   dask_cuda.LocalCUDACluster: one worker per GPU, resources {"GPU": 1}
-    k8s[:MANIFEST]         dask-kubernetes operator KubeCluster from a DaskCluster manifest
-    gateway[:OPTIONS]      dask-gateway cluster (Pangeo hubs); options from a YAML file
-    tcp://host:port, ...   an existing scheduler (never shut down on exit)
-    scheduler-file:PATH    an existing scheduler by its scheduler file (or any PATH.json)
-
-Library functions take the caller's Client (`client.get_client`). Inside tasks, `runtime` tunes
-malloc and fixes each torch task's threads from its run (never from the load).
-"""
+"""Where Dask work runs: one registry of cluster backends (local, cuda, k8s, gateway, an address
+or a scheduler file: docs/usage.md), and what tasks need to know about workers (`runtime`). Only
+the CLI creates and owns clusters, through `open_cluster(spec)`; library functions take the
+caller's Client (`client.get_client`)."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
+from dask.utils import parse_bytes
+from distributed import Client
+
+# the package's public names are re-exported here (noqa: F401)
 from . import gateway, k8s, local, remote  # noqa: F401  (each registers its backend)
-from .client import cluster_info, dashboard_link, get_client, gpu_resources
-from .gateway import read_gateway_options
-from .k8s import (
+from .client import cluster_info, dashboard_link, get_client, gpu_resources  # noqa: F401
+from .gateway import read_gateway_options  # noqa: F401
+from .k8s import (  # noqa: F401
     DEFAULT_IMAGE,
     DEFAULT_K8S_MANIFEST,
     ManifestError,
@@ -33,40 +26,16 @@ from .k8s import (
     validate_k8s_manifest,
 )
 from .local import local_sizing
-from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec
-from .runtime import TorchThreads, configured_threads, device_for_worker, torch_task, tune_malloc
+from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec  # noqa: F401
+from .runtime import (  # noqa: F401
+    TorchThreads,
+    configured_threads,
+    device_for_worker,
+    torch_task,
+    tune_malloc,
+)
 from .timeouts import close_quietly, explain_timeout, patient
 from .worker_logs import quiet_shutdown, quiet_task_errors
-
-if TYPE_CHECKING:
-    from distributed import Client
-
-__all__ = [
-    "BACKENDS",
-    "announce",
-    "ClusterError",
-    "ClusterRequest",
-    "configured_threads",
-    "DEFAULT_IMAGE",
-    "DEFAULT_K8S_MANIFEST",
-    "ManifestError",
-    "TorchThreads",
-    "cluster_info",
-    "dashboard_link",
-    "device_for_worker",
-    "get_client",
-    "gpu_resources",
-    "k8s_cluster_spec",
-    "load_k8s_cluster_spec",
-    "open_cluster",
-    "planned_threads",
-    "parse_cluster_spec",
-    "read_gateway_options",
-    "read_k8s_manifests",
-    "torch_task",
-    "tune_malloc",
-    "validate_k8s_manifest",
-]
 
 
 def planned_threads(
@@ -77,20 +46,14 @@ def planned_threads(
     parallel: int | None = None,
 ) -> int | None:
     """The torch threads per worker `open_cluster(spec, ..., parallel=...)` will configure, where
-    known before it starts (so a plan made before the cluster has the run ids made after); else
-    None."""
-    if torch_threads:
-        return torch_threads
-    return (
-        local_sizing(n_workers, threads_per_worker, None, parallel)[2]
-        if parse_cluster_spec(spec)[0] == "local"
-        else None
-    )
+    known before it starts (a plan made before the cluster has the run ids made after), or None."""
+    if torch_threads or parse_cluster_spec(spec)[0] != "local":
+        return torch_threads or None
+    return local_sizing(n_workers, threads_per_worker, None, parallel)[2]
 
 
-def announce(spec: str, client: "Client") -> None:
-    """The line a command prints on stderr once its cluster is up (and, for a cluster started
-    while the command planned, once the plan passed)."""
+def announce(spec: str, client: Client) -> None:
+    """The line a command prints on stderr once its cluster is up (or its plan passed)."""
     n = len(client.scheduler_info(n_workers=-1)["workers"])
     print(
         f"cryocube: {parse_cluster_spec(spec)[0]} cluster, {n} workers, dashboard"
@@ -101,8 +64,6 @@ def announce(spec: str, client: "Client") -> None:
 
 def _check_sizes(n_workers, threads_per_worker, torch_threads, memory_limit) -> None:
     """Counts of at least 1 and a memory limit Dask reads, before anything starts."""
-    from dask.utils import parse_bytes
-
     for label, v in (
         ("n_workers", n_workers),
         ("threads_per_worker", threads_per_worker),
@@ -131,7 +92,7 @@ def open_cluster(
     torch_threads: int | None = None,
     quiet: bool = False,
     parallel: int | None = None,
-) -> Iterator["Client"]:
+) -> Iterator[Client]:
     """Yield a Client on the cluster named by `spec`; on exit close only what was created here.
 
     n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the

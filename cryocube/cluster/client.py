@@ -1,34 +1,23 @@
-"""The client side of a cluster: which Client to use, what its workers offer, what a record says of
-it.
-
-Library functions take `client: Client | None` and resolve it with `get_client`, never starting a
-cluster behind the user's back (in a hub notebook that would bypass the user's gateway cluster).
-"""
+"""The client side of a cluster: which Client to use (`get_client`, never starting a cluster
+behind the user's back: in a hub notebook that would bypass their gateway cluster), what its
+workers offer, what a record says of it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import Counter
+
+from distributed import Client, default_client
 
 from ..errors import ClusterError
 from .runtime import GPU, configured_threads
-
-if TYPE_CHECKING:
-    from distributed import Client
+from .worker_logs import quiet_task_errors
 
 
-def get_client(client: "Client | None" = None) -> "Client":
+def get_client(client: Client | None = None) -> Client:
     """The given client, else the default one (the Client a notebook or `open_cluster` holds). Its
-    workers keep cryocube's task failures off their logs (the caller reports them:
-    `worker_logs`)."""
-    from .worker_logs import quiet_task_errors
-
-    if client is not None:
-        quiet_task_errors(client)
-        return client
-    from distributed import default_client
-
+    workers keep cryocube's task failures off their logs (the caller reports them)."""
     try:
-        client = default_client()
+        client = default_client() if client is None else client
     except ValueError:
         raise ClusterError(
             "no Dask client: pass client=Client(...) (e.g. the one your notebook or hub created),"
@@ -39,7 +28,7 @@ def get_client(client: "Client | None" = None) -> "Client":
     return client
 
 
-def gpu_resources(client: "Client") -> dict | None:
+def gpu_resources(client: Client) -> dict | None:
     """{"GPU": 1} to annotate tasks with when every worker advertises a GPU, else None: asked of the
     scheduler, since a task requesting a resource no worker offers waits in `no-worker` forever."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
@@ -48,35 +37,31 @@ def gpu_resources(client: "Client") -> dict | None:
     return None
 
 
-def cluster_threads(client: "Client") -> int:
-    """The torch threads the cluster's workers were configured with when they started (the fewest,
-    if they differ): the default thread count of the runs planned on it."""
+def cluster_threads(client: Client) -> int:
+    """The torch threads the workers started with (the fewest): the default of runs planned."""
     return min(client.run(configured_threads).values(), default=1)
 
 
-def dashboard_link(client: "Client") -> str | None:
-    """None where the scheduler serves no dashboard (no bokeh, or disabled): records and the CLI's
-    banner never fail on it."""
+def dashboard_link(client: Client) -> str | None:
+    """None where the scheduler serves no dashboard: records and the banner never fail on it."""
     try:
         return client.dashboard_link
     except (KeyError, AttributeError):  # scheduler without a dashboard (no bokeh, or disabled)
         return None
 
 
-def cluster_info(client: "Client") -> dict:
-    """What the run ran on, for result records: worker count, threads, memory, resources,
-    dashboard."""
+def cluster_info(client: Client) -> dict:
+    """What the run ran on, for result records (workers, threads, memory, resources, dashboard)."""
     info = client.scheduler_info(n_workers=-1)
     workers = list(info["workers"].values())
-    resources: dict[str, float] = {}
+    resources: Counter[str] = Counter()
     for w in workers:
-        for k, v in (w.get("resources") or {}).items():
-            resources[k] = resources.get(k, 0) + v
+        resources.update(w.get("resources") or {})
     return {
         "n_workers": len(workers),
         "threads": sum(w.get("nthreads", 0) for w in workers),
         "memory": int(sum(w.get("memory_limit") or 0 for w in workers)),
-        "resources": resources,
+        "resources": dict(resources),
         "gpu": gpu_resources(client) is not None,
         "scheduler": info.get("address"),
         "dashboard": dashboard_link(client),

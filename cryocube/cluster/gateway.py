@@ -1,5 +1,4 @@
-"""`--cluster gateway`: a new cluster on the hub's dask-gateway (address and auth from the hub's
-dask config)."""
+"""`--cluster gateway`: a new cluster on the hub's dask-gateway."""
 
 from __future__ import annotations
 
@@ -7,7 +6,11 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
+
+import dask
+import yaml
+from distributed import Client
 
 from ..errors import FieldError, yaml_problem
 from ..mapping import from_mapping, rule
@@ -20,9 +23,6 @@ from .registry import (
     wait_first_worker,
 )
 from .runtime import TorchThreads
-
-if TYPE_CHECKING:
-    from distributed import Client
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,6 @@ class GatewayOptions:
 
 def read_gateway_options(path: str | os.PathLike) -> dict:
     """The gateway options YAML as given (its keys checked by `GatewayOptions`)."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ClusterError(f"gateway options file {p} does not exist")
@@ -66,35 +64,29 @@ def read_gateway_options(path: str | os.PathLike) -> dict:
 
 
 def _gateway_auth(dask_gateway, auth):
-    """None/str → dask-gateway resolves it from config; {"type": ..., **kwargs} → that auth with
-    kwargs."""
+    """None/str: dask-gateway resolves it from config; {"type": ..., **kwargs}: that auth."""
     if not isinstance(auth, dict):
         return auth
-    import dask
-
     kwargs = {k: v for k, v in auth.items() if k != "type"}
     with dask.config.set({"gateway.auth.kwargs": kwargs}):
         return dask_gateway.auth.get_auth(auth.get("type", "basic"))
 
 
-def _close_gateway(gateway) -> None:
-    """Close a dask_gateway.Gateway once: its __del__ would close it again and, since distributed
-    raises on a stopped LoopRunner's loop, print a RuntimeError at garbage collection."""
-    gateway.close()
-    gateway.__dict__.pop("_loop_runner", None)  # what __del__ checks before closing
+def _no_second_close(gateway) -> None:
+    """Keep a closed dask_gateway.Gateway's __del__ from closing it again: since distributed raises
+    on a stopped LoopRunner's loop, it would print a RuntimeError at garbage collection."""
+    if gateway is not None:
+        gateway.__dict__.pop("_loop_runner", None)  # what __del__ checks before closing
 
 
 def _shutdown_gateway_cluster(cluster) -> None:
-    cluster.shutdown()
-    gw = getattr(cluster, "gateway", None)
-    if gw is not None:  # shutdown closed it; keep its __del__ from closing it again
-        gw.__dict__.pop("_loop_runner", None)
+    cluster.shutdown()  # closes its gateway
+    _no_second_close(getattr(cluster, "gateway", None))
 
 
 @backend("gateway")
-def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
-    """A new cluster on the hub's dask-gateway (address and auth come from the hub's dask
-    config)."""
+def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
+    """A new cluster on the hub's dask-gateway (address and auth from the hub's dask config)."""
     dask_gateway = require("dask_gateway", "gateway", "gateway")
     from_mapping(GatewayOptions, req.gateway_options or {}, "gateway_options")
     given = read_gateway_options(req.target) if req.target else {}
@@ -129,7 +121,8 @@ def gateway(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
         cluster = gateway.new_cluster(options, shutdown_on_close=True)
     finally:
         # before the cluster's: they share one event loop, stopped by the last close
-        _close_gateway(gateway)
+        gateway.close()
+        _no_second_close(gateway)
     stack.callback(_shutdown_gateway_cluster, cluster)
     if req.n_workers or opts.adapt is None:
         first = req.n_workers or opts.workers or 2

@@ -1,8 +1,6 @@
-"""`--cluster k8s`: a DaskCluster through the dask-kubernetes operator, and the manifests behind it.
-
-Manifests are validated against the CRDs shipped in the installed dask-kubernetes wheel (the schema
-the API server enforces) before anything is submitted, so a typo fails here with its field path.
-"""
+"""`--cluster k8s`: a DaskCluster through the dask-kubernetes operator, and the manifests behind it,
+validated against the CRDs shipped in the installed dask-kubernetes wheel (the schema the API server
+enforces) before anything is submitted, so a typo fails here with its field path."""
 
 from __future__ import annotations
 
@@ -12,16 +10,16 @@ import functools
 import importlib.util
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
+
+import yaml
+from distributed import Client
 
 from .. import __version__
 from ..catalog import packaged_dir
 from ..errors import ManifestError, yaml_problem
 from .registry import ClusterError, ClusterRequest, backend, own_client, require, wait_first_worker
 from .runtime import GPU, thread_env
-
-if TYPE_CHECKING:
-    from distributed import Client
 
 DEFAULT_K8S_MANIFEST = packaged_dir("k8s", "deployments/k8s") / "daskcluster.yaml"
 # built from deployments/docker/Dockerfile; push it and use its registry ref
@@ -43,10 +41,9 @@ def k8s_cluster_spec(
 ) -> dict:
     """A DaskCluster resource (operator CRD) whose worker group requests one GPU per worker.
 
-    Built with `make_cluster_spec`, then edited: its `resources` would apply to the scheduler too,
-    so GPU/CPU/memory go on the worker container only, as strings (the CRD types quantities as
-    strings), and None fields are dropped (the CRD rejects nulls). Workers read the cubes, so they
-    take object-store credentials (AWS_* keys) from the optional Secret `storage_secret`.
+    `make_cluster_spec`'s `resources` would apply to the scheduler too, so GPU/CPU/memory go on the
+    worker container only, as strings (the CRD's type), and None fields are dropped (the CRD
+    rejects nulls). Workers take object-store credentials from the optional Secret `storage_secret`.
     """
     kube = require("dask_kubernetes.operator", "k8s", "k8s")
     torch_threads = max(1, worker_cpu // threads_per_worker)
@@ -95,8 +92,6 @@ def _drop_nulls(x: Any) -> Any:
 
 def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
     """The YAML documents of a manifest file (empty documents dropped)."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ManifestError(f"Kubernetes manifest {p} does not exist")
@@ -106,12 +101,7 @@ def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
         raise ManifestError(f"{p}: not valid YAML ({yaml_problem(e)})") from e
 
 
-_CRD_FILES = {
-    "DaskCluster": "daskcluster.yaml",
-    "DaskWorkerGroup": "daskworkergroup.yaml",
-    "DaskJob": "daskjob.yaml",
-    "DaskAutoscaler": "daskautoscaler.yaml",
-}
+_CRD_KINDS = ("DaskCluster", "DaskWorkerGroup", "DaskJob", "DaskAutoscaler")  # crds/<kind>.yaml
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _OBJECT_META = {
     "type": "object",
@@ -128,15 +118,13 @@ _OBJECT_META = {
 @functools.lru_cache(maxsize=None)
 def _crd(kind: str) -> dict:
     """The CRD the installed dask-kubernetes ships for `kind` (fully expanded openAPIV3Schema)."""
-    import yaml
-
     if importlib.util.find_spec("dask_kubernetes") is None:
         raise ClusterError(
             "validating Dask operator manifests needs dask-kubernetes: pip install 'cryocube[k8s]'"
         )
     # no import: kopf/kubernetes are slow
     root = Path(importlib.util.find_spec("dask_kubernetes").origin).parent
-    path = root / "operator/deployment/helm/dask-kubernetes-operator/crds" / _CRD_FILES[kind]
+    path = root / "operator/deployment/helm/dask-kubernetes-operator/crds" / f"{kind.lower()}.yaml"
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return yaml.load(path.read_text(), Loader=loader)
 
@@ -172,31 +160,26 @@ def _crd_schema(kind: str) -> dict:
     return schema
 
 
+_JOB_FIELDS = {  # batch/v1 JobSpec, by type
+    "integer": "activeDeadlineSeconds backoffLimit backoffLimitPerIndex completions"
+    " maxFailedIndexes parallelism ttlSecondsAfterFinished",
+    "string": "completionMode podReplacementPolicy managedBy",
+    "object": "podFailurePolicy selector successPolicy",
+    "boolean": "suspend manualSelector",
+}
+
+
 @functools.lru_cache(maxsize=None)
 def _job_schema() -> dict:
-    """batch/v1 Job; its pod spec is checked against the PodSpec schema expanded in the DaskCluster
-    CRD."""
+    """batch/v1 Job, its pod spec checked against the PodSpec of the DaskCluster CRD."""
     pod = _crd_schema("DaskCluster")["properties"]["spec"]["properties"]["worker"]["properties"][
         "spec"
     ]
-    integer = {"type": "integer", "minimum": 0}
     job_fields = {
-        k: integer
-        for k in (
-            "activeDeadlineSeconds",
-            "backoffLimit",
-            "backoffLimitPerIndex",
-            "completions",
-            "maxFailedIndexes",
-            "parallelism",
-            "ttlSecondsAfterFinished",
-        )
+        k: {"type": t, "minimum": 0} if t == "integer" else {"type": t}
+        for t, names in _JOB_FIELDS.items()
+        for k in names.split()
     }
-    job_fields |= {
-        k: {"type": "string"} for k in ("completionMode", "podReplacementPolicy", "managedBy")
-    }
-    job_fields |= {k: {"type": "object"} for k in ("podFailurePolicy", "selector", "successPolicy")}
-    job_fields |= {"suspend": {"type": "boolean"}, "manualSelector": {"type": "boolean"}}
     restart = {
         "required": ["restartPolicy"],
         "properties": {"restartPolicy": {"enum": ["Never", "OnFailure"]}},
@@ -226,18 +209,14 @@ def _job_schema() -> dict:
 
 
 MANIFEST_SCHEMAS: dict[str, Callable[[], dict]] = {
-    **{kind: functools.partial(_crd_schema, kind) for kind in _CRD_FILES},
+    **{kind: functools.partial(_crd_schema, kind) for kind in _CRD_KINDS},
     "Job": _job_schema,
 }
 
 
 def validate_k8s_manifest(doc: dict, source: str = "<manifest>") -> None:
-    """Raise ManifestError listing every field of `doc` that the cluster's schema would reject.
-
-    Dask operator resources are checked against the CRDs shipped in the installed dask-kubernetes
-    wheel (the schema the API server enforces), with unknown fields rejected; a batch/v1 Job is
-    checked against a Job skeleton around the same expanded PodSpec schema.
-    """
+    """Raise ManifestError listing every field of `doc` that the cluster's schema would reject
+    (unknown fields too, as `kubectl apply` does)."""
     import jsonschema
 
     kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -280,9 +259,7 @@ def load_k8s_cluster_spec(
     memory_limit: str | None = None,
 ) -> dict:
     """The DaskCluster `--cluster k8s` creates: from `path`, else deployments/k8s/daskcluster.yaml
-    (in a checkout or the image), else `k8s_cluster_spec()`; with the CLI's sizes applied,
-    validated.
-    """
+    (in a checkout or the image), else `k8s_cluster_spec()`; the CLI's sizes applied, validated."""
     if path is None and DEFAULT_K8S_MANIFEST.is_file():
         path = DEFAULT_K8S_MANIFEST
     if path is None:
@@ -311,7 +288,7 @@ def load_k8s_cluster_spec(
 
 
 @backend("k8s")
-def k8s(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def k8s(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """Create the DaskCluster through the operator; it is deleted when the context exits."""
     source = req.target or req.k8s_spec or None
     doc = load_k8s_cluster_spec(source, req.n_workers, req.threads_per_worker, req.memory_limit)

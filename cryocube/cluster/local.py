@@ -1,11 +1,14 @@
-"""`--cluster local` (LocalCluster of worker processes) and `--cluster cuda` (dask-cuda, one worker
-per GPU)."""
+"""`--cluster local` (LocalCluster of worker processes) and `--cluster cuda` (one per GPU)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
+import signal
+import threading
+
+from distributed import Client, LocalCluster
+from distributed.system import MEMORY_LIMIT
 
 from .registry import (
     ClusterError,
@@ -17,9 +20,7 @@ from .registry import (
     require,
 )
 from .runtime import GPU, FastExit, host_cores, thread_env
-
-if TYPE_CHECKING:
-    from distributed import Client
+from .worker_logs import LOCAL_WORKER
 
 MAX_LOCAL_WORKERS = 4  # beyond this, fewer processes with more torch threads each use memory better
 
@@ -47,19 +48,13 @@ def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
     got half the machine and was restarted at 95 % of that."""
     if memory_limit and memory_limit != "auto":
         return memory_limit
-    from distributed.system import MEMORY_LIMIT
-
     return int(MEMORY_LIMIT // max(1, n_workers))
 
 
 @contextlib.contextmanager
 def ctrl_c_stays_here():
-    """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): a terminal's
-    Ctrl-C reaches the whole process group, and only this process, which closes the cluster, acts on
-    it (a worker interrupted while it started printed its traceback)."""
-    import signal
-    import threading
-
+    """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): Ctrl-C in a
+    terminal reaches the process group, and only this process, which closes the cluster, acts."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -70,26 +65,21 @@ def ctrl_c_stays_here():
         signal.signal(signal.SIGINT, old)
 
 
+def _started(cls, req: ClusterRequest, n: int, tpw: int, **kw):
+    """A cluster of this machine's processes, sized, with its dashboard, Ctrl-C kept here."""
+    kw |= dashboard_kwargs(req.dashboard) | {"memory_limit": worker_memory(req.memory_limit, n)}
+    with ctrl_c_stays_here():
+        return cls(n_workers=n, threads_per_worker=tpw, **kw)
+
+
 @backend("local")
-def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
+def local(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
     """Worker processes (not threads): torch and the GIL, and crash isolation per worker."""
-    from distributed import LocalCluster
-
-    from .worker_logs import LOCAL_WORKER
-
     n, tpw, threads = local_sizing(
         req.n_workers, req.threads_per_worker, req.torch_threads, req.parallel
     )
-    with ctrl_c_stays_here():
-        made = LocalCluster(
-            n_workers=n,
-            threads_per_worker=tpw,
-            processes=True,
-            memory_limit=worker_memory(req.memory_limit, n),
-            env={**thread_env(threads), LOCAL_WORKER: "1"},
-            **dashboard_kwargs(req.dashboard),
-        )
-    cluster = own_cluster(stack, made)
+    env = {**thread_env(threads), LOCAL_WORKER: "1"}
+    cluster = own_cluster(stack, _started(LocalCluster, req, n, tpw, processes=True, env=env))
     client = own_client(stack, cluster, threads)
     # its processes are this command's alone: they end without Python's finalization
     client.register_plugin(FastExit(), name=FastExit.name)
@@ -97,9 +87,8 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
 
 
 def hidden_gpus() -> str | None:
-    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None. dask-cuda counts its comma-separated
-    entries, so "" would count as one GPU and "-1" (the usual way to hide them) as a device numbered
-    -1."""
+    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None: dask-cuda counts its comma-separated
+    entries, so "" would count as one GPU and "-1" (the usual way to hide them) as device -1."""
     v = os.environ.get("CUDA_VISIBLE_DEVICES")
     if v is None:
         return None
@@ -113,11 +102,9 @@ def hidden_gpus() -> str | None:
 
 
 @backend("cuda")
-def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
-    """One worker process per visible GPU, each advertising {"GPU": 1} for the engine's
-    annotations."""
-    hidden = hidden_gpus()
-    if hidden:
+def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
+    """One worker process per visible GPU, each advertising {"GPU": 1} for the engine."""
+    if hidden := hidden_gpus():
         raise ClusterError(
             f"--cluster cuda: {hidden}, which hides every GPU: unset it, name GPUs (e.g. 0,1) "
             "or use --cluster local"
@@ -141,14 +128,8 @@ def cuda(req: ClusterRequest, stack: contextlib.ExitStack) -> "Client":
             f"--cluster cuda: {n} workers asked but {n_gpus} GPUs visible (one worker per GPU)"
         )
     tpw = req.threads_per_worker or 1
-    with ctrl_c_stays_here():
-        made = dask_cuda.LocalCUDACluster(
-            n_workers=n,
-            threads_per_worker=tpw,
-            memory_limit=worker_memory(req.memory_limit, n),
-            resources={GPU: 1},
-            pre_import=["torch"],
-            **dashboard_kwargs(req.dashboard),
-        )
+    made = _started(
+        dask_cuda.LocalCUDACluster, req, n, tpw, resources={GPU: 1}, pre_import=["torch"]
+    )
     cluster = stack.enter_context(made)
     return own_client(stack, cluster, req.torch_threads or max(1, host_cores() // (n * tpw)))

@@ -1,20 +1,19 @@
-"""The registry of cluster backends (`--cluster NAME[:TARGET]`) and the pieces every backend
-shares."""
+"""The registry of cluster backends (`--cluster NAME[:TARGET]`) and what every backend shares."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import socket
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
+
+from distributed import Client
 
 from ..errors import ClusterError
 from ..plugins import Registry
 from .runtime import TorchThreads
-
-if TYPE_CHECKING:
-    from distributed import Client
 
 CONNECT_TIMEOUT = "10s"  # to an existing scheduler
 WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, node scale-up)
@@ -22,8 +21,7 @@ WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, no
 
 @dataclass(frozen=True)
 class ClusterRequest:
-    """What `open_cluster` was asked for; `target` is what follows "NAME:" in the spec (or the
-    address)."""
+    """What `open_cluster` was asked for; `target` follows "NAME:" in the spec (or the address)."""
 
     backend: str
     target: str
@@ -38,14 +36,13 @@ class ClusterRequest:
     parallel: int | None = None
 
 
-Backend = Callable[[ClusterRequest, contextlib.ExitStack], "Client"]
+Backend = Callable[[ClusterRequest, contextlib.ExitStack], Client]
 # no entry-point group: cluster/__init__ imports every backend module
 BACKENDS: Registry[Backend] = Registry("cluster backend")
 
 
 def backend(name: str) -> Callable[[Backend], Backend]:
-    """Registers a backend under its `--cluster` name when its module is imported (cluster/__init__
-    imports each); a second function under a taken name is refused."""
+    """Registers a backend under its `--cluster` name (a taken name is refused)."""
 
     def register(fn: Backend) -> Backend:
         return BACKENDS.add(name, fn)
@@ -70,12 +67,8 @@ def parse_cluster_spec(spec: str) -> tuple[str, str]:
 
 
 def require(module: str, extra: str, what: str):
-    """Import an optional backend package, or say which extra installs it (or, where it is installed
-    but does not import, what it lacks: e.g. dask-cuda against an older cuda-core than it was built
-    for).
-    """
-    import importlib.util
-
+    """Import an optional backend package, or say which extra installs it, or, where it is
+    installed but does not import, what it lacks (dask-cuda against an older cuda-core)."""
     top = module.split(".")[0]
     try:
         return importlib.import_module(module)
@@ -93,26 +86,17 @@ def require(module: str, extra: str, what: str):
 DASHBOARD_PORT = 8787  # Dask's usual port, kept where it is free
 
 
-def port_is_free(port: int) -> bool:
-    """Whether the dashboard could listen on `port` on every interface (as Dask's does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado listens
-        try:
-            s.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
 def dashboard_port() -> int:
-    """DASHBOARD_PORT where free, else a free port the system picks: chosen here, so that another
-    Dask cluster on the machine (a shared hub node) costs no warning, only the other link that the
-    cluster line prints."""
-    if port_is_free(DASHBOARD_PORT):
-        return DASHBOARD_PORT
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    """DASHBOARD_PORT where the dashboard could listen on every interface (as Dask's does), else a
+    free port the system picks: chosen here, so that another Dask cluster on the machine (a shared
+    hub node) costs no warning, only the other link that the cluster line prints."""
+    for port in (DASHBOARD_PORT, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado listens
+            with contextlib.suppress(OSError):
+                s.bind(("", port))
+                return s.getsockname()[1]
+    raise ClusterError("no free port for the Dask dashboard")
 
 
 def dashboard_kwargs(dashboard: bool) -> dict:
@@ -125,19 +109,16 @@ def dashboard_kwargs(dashboard: bool) -> dict:
     return {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 
 
-def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) -> "Client":
+def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) -> Client:
     """The Client of a cluster cryocube started, closed with the command; its workers always get
     `TorchThreads` (someone else's only when asked: remote.py)."""
-    from distributed import Client
-
     client = stack.enter_context(Client(cluster))
     client.register_plugin(TorchThreads(torch_threads), name=TorchThreads.name)
     return client
 
 
-def wait_first_worker(client: "Client", what: str, timeout: float = WORKER_WAIT_S) -> None:
-    """Remote clusters start empty: a ClusterError with a hint after `timeout` s, instead of a first
-    task that waits in `no-worker` forever."""
+def wait_first_worker(client: Client, what: str, timeout: float = WORKER_WAIT_S) -> None:
+    """Remote clusters start empty: a hint after `timeout` s, not a task waiting in `no-worker`."""
     try:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
@@ -152,8 +133,7 @@ CLOSE_TIMEOUT_S = 120
 
 
 def own_cluster(stack: contextlib.ExitStack, cluster):
-    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop; a close
-    that still fails is a warning, said once by `timeouts.close_quietly` (which closes the
-    stack)."""
+    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop (a close
+    that still fails is a warning: `timeouts.close_quietly` closes the stack)."""
     stack.callback(cluster.close, timeout=CLOSE_TIMEOUT_S)
     return cluster

@@ -1,28 +1,26 @@
-"""What a task needs to know about the worker it runs on: memory allocator, device, torch threads,
-and the peak memory of what it ran (`peak_memory`).
-
-Runs inside worker processes (and in a plain process for one-machine use). A torch task's thread
-count is fixed when it starts, from its run's own settings (`torch_task`): the float reduction
-order, and so the result, must not depend on what else runs. Oversubscription is avoided where the
-cluster is sized: workers x Dask threads x torch threads fit the cores (cluster/local.py,
-`TorchThreads`).
-"""
+"""What a task needs to know about the worker it runs on (memory allocator, device, torch threads)
+and the peak memory of what it ran. A torch task's threads are fixed from its run's own settings
+(`torch_task`): the float reduction order, and so the result, must not depend on what else runs;
+the cluster is sized so that workers x Dask threads x torch threads fit the cores."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import sys
 import threading
 
+from dask.system import CPU_COUNT
+from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 GPU = "GPU"  # the abstract worker resource that GPU tasks request
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-# the worker's configured torch threads (set by `TorchThreads`)
-THREADS_VAR = "CRYOCUBE_TORCH_THREADS"
+THREADS_VAR = "CRYOCUBE_TORCH_THREADS"  # the worker's configured torch threads (`TorchThreads`)
 MALLOC_MMAP_THRESHOLD = 32 * 2**20  # glibc's ceiling: per-sample arrays come from the reusable heap
 MALLOC_TRIM_THRESHOLD = 256 * 2**20  # freed heap a worker may keep instead of faulting it in again
 
@@ -37,10 +35,9 @@ def thread_env(threads: int) -> dict[str, str]:
 def tune_malloc() -> bool:
     """Let glibc reuse freed memory for this worker's large, short-lived numpy/torch buffers.
 
-    Dask starts workers with MALLOC_TRIM_THRESHOLD_=64KiB, which also freezes glibc's adaptive mmap
-    threshold: every array over 128 KiB becomes a fresh mmap whose pages are faulted in and zeroed,
-    then unmapped. Conversion blocks ran 2x slower for it (benchmarks/bench_convert.py). Called at
-    the start of heavy tasks, so it also holds on clusters cryocube did not create. False off glibc.
+    Dask's MALLOC_TRIM_THRESHOLD_=64KiB freezes glibc's adaptive mmap threshold: every array over
+    128 KiB became a fresh, zeroed mmap, and conversion ran 2x slower (benchmarks/bench_convert.py).
+    Called by heavy tasks, so it holds on clusters cryocube did not create. False off glibc.
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -67,15 +64,11 @@ def rss_bytes() -> int:
 
 
 def hwm_bytes() -> int | None:
-    """This process's peak resident set (VmHWM) since it started or since `reset_hwm`; None off
-    Linux."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
+    """This process's peak resident set (VmHWM) since it started or `reset_hwm`; None off Linux."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return None
 
 
@@ -84,8 +77,7 @@ HWM_RESET_SLACK = 64 * 2**20
 
 
 def reset_hwm() -> bool:
-    """Reset VmHWM to the current RSS ("5" to /proc/self/clear_refs, Linux 4.0+); False where that
-    is refused or has no effect."""
+    """Reset VmHWM to the current RSS (Linux 4.0+); False where that is refused or has no effect."""
     try:
         fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
         try:
@@ -182,35 +174,27 @@ def device_for_worker() -> str:
 
 def host_cores() -> int:
     """CPUs this process may use (affinity- and cgroup-aware, as Dask counts them)."""
-    from dask.system import CPU_COUNT
-
     return max(1, int(CPU_COUNT))
 
 
 def configured_threads(dask_worker=None) -> int:
-    """The torch threads this worker was started with: `TorchThreads`'s, else its launcher's
-    OMP_NUM_THREADS (Dask's nanny sets 1), else the host's cores / its Dask threads; never the
-    load."""
+    """The torch threads this worker was started with (never the load): `TorchThreads`'s, else its
+    launcher's OMP_NUM_THREADS (Dask's nanny sets 1), else the host's cores / its Dask threads."""
     for var in (THREADS_VAR, "OMP_NUM_THREADS"):
         v = os.environ.get(var, "")
         if v.isdigit() and int(v) >= 1:
             return int(v)
     nthreads = 1
-    try:
-        from distributed import get_worker
-
+    with contextlib.suppress(ValueError):  # not in a worker: one process, one task at a time
         nthreads = (dask_worker or get_worker()).state.nthreads
-    except ValueError:  # not in a worker: one process, one task at a time
-        pass
     return max(1, host_cores() // max(1, nthreads))
 
 
 @contextlib.contextmanager
 def torch_task(threads: int | None = None):
     """What every torch task does first: malloc tuning, a fixed thread count, deterministic
-    algorithms; yields (device, threads). `threads`: the run's own (part of its identity on CPU),
-    fixed for the whole task so the float reduction order never follows what else runs; None (no
-    result depends on it): the worker's configured threads."""
+    algorithms; yields (device, threads). `threads`: the run's own (part of its identity on CPU);
+    None (no result depends on it): the worker's configured threads."""
     import torch
 
     tune_malloc()
@@ -236,16 +220,12 @@ class TorchThreads(WorkerPlugin):
         """Runs in each worker as it starts or joins: the variables before torch's first import, or
         torch's own count where it is already imported (dask-cuda's pre_import)."""
         n = self.threads or max(1, host_cores() // max(1, worker.state.nthreads))
-        # read by torch/OpenMP when first imported
         os.environ.update({**thread_env(n), THREADS_VAR: str(n)})
-        # already imported (e.g. dask-cuda's pre_import): set it directly
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(n)
 
 
 def _exit_now() -> None:
-    import logging
-
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -263,6 +243,4 @@ class FastExit(WorkerPlugin):
 
     def setup(self, worker) -> None:
         """Registers the exit last, so that handlers registered before it are the ones skipped."""
-        import atexit
-
         atexit.register(_exit_now)

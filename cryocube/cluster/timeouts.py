@@ -1,16 +1,14 @@
-"""Waiting on a loaded machine: patient timeouts, a timeout named by what it waited for, a close
-that never fails work.
-
-Load alone can make a worker start, a connection or a close slower than Dask's defaults (30 s); on
-the clusters the CLI creates those waits are longer (`PATIENT`, unless the user set them). When a
-wait still ends, the error says what timed out and what to change, instead of a bare `TimeoutError`.
-"""
+"""Waiting on a loaded machine: load alone can make a worker start, a connection or a close slower
+than Dask's defaults (30 s), so the CLI's clusters wait longer (`PATIENT`, unless the user set
+them); a wait that still ends says what timed out and what to change; a close never fails work."""
 
 from __future__ import annotations
 
 import contextlib
 import traceback
 import warnings
+
+import dask
 
 PATIENT = {"distributed.comm.timeouts.connect": "120s", "distributed.comm.timeouts.tcp": "120s"}
 DASK_DEFAULTS = {"distributed.comm.timeouts.connect": "30s", "distributed.comm.timeouts.tcp": "30s"}
@@ -44,15 +42,12 @@ _WAITS = (
 
 def patient():
     """dask config with the longer waits, where the user has not set their own."""
-    import dask
-
     mine = {k: v for k, v in PATIENT.items() if str(dask.config.get(k, None)) == DASK_DEFAULTS[k]}
     return dask.config.set(mine)
 
 
 def explain_timeout(e: BaseException) -> str:
-    """One sentence: what a TimeoutError was waiting for and what to change (from where it was
-    raised)."""
+    """One sentence: what a TimeoutError waited for (where it was raised) and what to change."""
     frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ else []
     where = " ".join(f"{f.filename} {f.name}" for f in reversed(frames))
     detail = f" ({e})" if str(e) else ""
@@ -66,8 +61,7 @@ def explain_timeout(e: BaseException) -> str:
 
 
 def close_quietly(stack: contextlib.ExitStack, name: str) -> None:
-    """Close what `open_cluster` created; a close that fails or times out is a warning (the work is
-    done)."""
+    """Close what `open_cluster` created; a failed close is a warning (the work is done)."""
     try:
         stack.close()
     except Exception as e:  # noqa: BLE001 (any close error: the command's own outcome stands)

@@ -31,13 +31,9 @@ def reported_by_client(record: logging.LogRecord) -> bool:
     """A worker log line the client reports better: a failed task of cryocube's, any user error, an
     interrupt, and the cancellations of a cluster closing under running tasks (after an error or
     Ctrl-C)."""
-    msg = str(record.msg)
-    if (
-        msg.startswith("Compute Failed")
-        and isinstance(record.args, tuple)
-        and len(record.args) >= 4
-    ):
-        key, exc = str(record.args[0]), str(record.args[3])
+    args = record.args
+    if str(record.msg).startswith("Compute Failed") and isinstance(args, tuple) and len(args) >= 4:
+        key, exc = str(args[0]), str(args[3])
         kind = exc.split("(", 1)[0].rsplit(".", 1)[-1]
         return key.startswith(TASK_PREFIX) or kind in user_error_names() | {"KeyboardInterrupt"}
     text = record.getMessage()
@@ -103,14 +99,10 @@ class _MemoryLine(logging.Filter):
 def install() -> None:
     """In this process (a worker, or the client's process for in-process clusters): drop those
     lines, and say Dask's memory warnings once."""
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        if not any(isinstance(f, _Filter) for f in lg.filters):
-            lg.addFilter(_Filter())
-    for name in MEMORY_LOGGERS:
-        lg = logging.getLogger(name)
-        if not any(isinstance(f, _MemoryLine) for f in lg.filters):
-            lg.addFilter(_MemoryLine())
+    for names, kind in ((LOGGERS, _Filter), (MEMORY_LOGGERS, _MemoryLine)):
+        for lg in map(logging.getLogger, names):
+            if not any(isinstance(f, kind) for f in lg.filters):
+                lg.addFilter(kind())
 
 
 class QuietTaskErrors(WorkerPlugin):
@@ -119,14 +111,12 @@ class QuietTaskErrors(WorkerPlugin):
     name = "cryocube-quiet-task-errors"
 
     def setup(self, worker) -> None:
-        """Runs in each worker's process as it joins: the filter must sit where the worker logs, not
-        in the client."""
+        """Runs in each worker's process as it joins: the filter sits where the worker logs."""
         install()
 
 
 def quiet_task_errors(client) -> None:
-    """Register the plugin on the client's cluster (idempotent: the name replaces an earlier
-    copy)."""
+    """Register the plugin on the client's cluster (idempotent: the name replaces a copy)."""
     install()
     client.register_plugin(QuietTaskErrors(), name=QuietTaskErrors.name)
 

@@ -61,8 +61,21 @@ def register(sub) -> None:
     p.set_defaults(func=_evaluate)
 
 
+def weights_of(args) -> dict:
+    """--weights and --allow-random-weights as `evaluate`, `tune` and `PlanContext` take them."""
+    return {"weights_dir": args.weights, "allow_random_weights": args.allow_random_weights}
+
+
+def grid_runs(args, protocols: list[str], seeds: list[int]):
+    """The runs of --cubes x --models x `protocols` x --fraction x `seeds`."""
+    from .plan import runs_from_grid
+
+    cubes = harness.resolve_cubes(args.cubes, args.data_root)
+    return runs_from_grid(names(args.models), cubes, protocols, args.fraction or [None], seeds)
+
+
 def _specs(args):
-    from .plan import runs_from_benchmark, runs_from_grid
+    from .plan import runs_from_benchmark
 
     protocols = names(args.protocol)
     if args.seeds < 1:
@@ -77,13 +90,7 @@ def _specs(args):
         )
     if not args.cubes or not args.models:
         raise UserError("evaluate needs --cubes and --models (or --benchmark)")
-    return runs_from_grid(
-        names(args.models),
-        harness.resolve_cubes(args.cubes, args.data_root),
-        protocols,
-        args.fraction or [None],
-        list(range(args.seeds)),
-    )
+    return grid_runs(args, protocols, list(range(args.seeds)))
 
 
 def _families(specs) -> list[str]:
@@ -92,41 +99,40 @@ def _families(specs) -> list[str]:
     return sorted({protocol(s.protocol).family for s in specs})
 
 
+def claim_for(args, specs, kind: str, threads: int | None = None):
+    """--out claimed for `kind` with the runs' cubes (their --storage-options registered) as its
+    inputs; returns the context the runs are planned in."""
+    from ..families import PlanContext
+
+    cubes = sorted({s.cube for s in specs})
+    for url in cubes:
+        store.register_options(url, args.storage_options)
+    harness.claim(args, kind, inputs=[("--cubes", c) for c in cubes], write_marker=False)
+    return PlanContext(out=args.out, threads=threads, **weights_of(args))
+
+
 def _checked(args, specs):
     """(recipe, plan context) once the recipe and --out pass their checks (no cluster needed)."""
-    from ..families import PlanContext
     from ..families.recipes import load_recipe
 
     # a field no requested family reads is refused, not accepted and ignored
     recipe = load_recipe(args.config, harness.recipe_sets(args), families=tuple(_families(specs)))
-    cubes = sorted({s.cube for s in specs})
-    for url in cubes:
-        store.register_options(url, args.storage_options)
-    harness.claim(args, "results", inputs=[("--cubes", c) for c in cubes], write_marker=False)
-    ctx = PlanContext(
-        out=args.out,
-        weights_dir=args.weights,
-        allow_random_weights=args.allow_random_weights,
-        # a plan of fewer runs than cores gets fewer workers, each with more threads
-        threads=harness.threads_for(args, parallel=len(set(specs))),
-    )
-    return recipe, ctx
+    # a plan of fewer runs than cores gets fewer workers, each with more threads
+    return recipe, claim_for(args, specs, "results", harness.threads_for(args, len(set(specs))))
 
 
 def _evaluate(args) -> int:
     """Checks and plans on this machine, every user error before anything is written. A local
-    cluster starts first: its worker processes import what the runs' first tasks need while this
-    process plans (seconds of a short run); any other starts once the plan passed."""
+    cluster starts first, its workers importing what the first tasks need while this process
+    plans; any other starts once the plan passed."""
     from ..precision import this_device
+    from .estimate import load_budget
     from .evaluate import wait_warm, warm_workers
     from .plan import plan_runs
 
     specs = _specs(args)
-    budget = None
-    if args.budget:
-        from .estimate import load_budget
-
-        budget = load_budget(args.budget)  # a bad file is refused before any cluster or planning
+    # a bad budget file is refused before any cluster or planning
+    budget = load_budget(args.budget) if args.budget else None
     parallel = len(set(specs))
     warm = not args.dry_run and parse_cluster_spec(args.cluster)[0] in WARMED_WHILE_PLANNING
     with contextlib.ExitStack() as stack:
@@ -159,7 +165,7 @@ def _show_plan(args, planned, budget) -> int:
     """`evaluate --dry-run`: the plan, and with --budget its estimated wall time."""
     from ..cluster import planned_threads
     from ..cluster.runtime import host_cores
-    from .evaluate import dry_run
+    from .evaluate import dry_run, is_done
 
     root = args.out.rstrip("/")
 
@@ -173,20 +179,12 @@ def _show_plan(args, planned, budget) -> int:
     def prepared(key: str) -> bool:
         return any(store.exists(f"{root}/{d}/{key}.zarr") for d in ("features", "embeddings"))
 
-    print(
-        dry_run(
-            planned, args.out, prepared, workers_for if args.threads_per_worker is None else None
-        )
-    )
+    workers = workers_for if args.threads_per_worker is None else None
+    print(dry_run(planned, args.out, prepared, workers))
     if budget is not None:
         from .estimate import estimate_text
-        from .records import load_record
 
-        todo = [
-            p
-            for p in planned
-            if (r := load_record(args.out, p.run_id)) is None or r.get("status") != "ok"
-        ]
+        todo = [p for p in planned if not is_done(args.out, p)]
         print(estimate_text(todo, budget, args.budget))
     print(
         "(precision auto is decided by the workers' device, and the default torch threads by"
@@ -196,26 +194,17 @@ def _show_plan(args, planned, budget) -> int:
 
 
 def _run_and_show(args, runs, recipe, client) -> int:
-    """The runs (specs, or runs planned already) through the engine; their records printed, exit 1
-    when one failed."""
+    """The runs (specs, or planned) through the engine, their records printed; 1 when one failed."""
     from .evaluate import evaluate
 
-    res = evaluate(
-        runs,
-        args.out,
-        recipe,
-        client=client,
-        progress=not args.quiet,
-        weights_dir=args.weights,
-        allow_random_weights=args.allow_random_weights,
-    )
+    progress = not args.quiet
+    res = evaluate(runs, args.out, recipe, client=client, progress=progress, **weights_of(args))
     print_records(res.records, res.skipped)
     return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
 
 def run_handed(job, args) -> int:
-    """A family command's runs (`EngineRuns`) through `evaluate`, on the cluster its --cluster flags
-    ask for; the command shows their records, cached ones included."""
+    """A family command's runs (`EngineRuns`) through `evaluate`; the command shows records."""
     from .evaluate import evaluate
     from .records import load_record
 
@@ -226,13 +215,8 @@ def run_handed(job, args) -> int:
 
 def warn_random(planned) -> None:
     """Says which pretrained models run with random weights (--allow-random-weights)."""
-    rnd = sorted(
-        {
-            p.spec.model
-            for p in planned
-            if p.record.weights["random_init"] and p.record.weights["pretrained"]
-        }
-    )
+    both = ("random_init", "pretrained")
+    rnd = sorted({p.spec.model for p in planned if all(p.record.weights[k] for k in both)})
     if rnd:
         harness.warn(
             f"{', '.join(rnd)} run with RANDOM weights (--allow-random-weights): the results"
@@ -242,8 +226,7 @@ def warn_random(planned) -> None:
 
 
 def metrics_text(r: dict) -> str:
-    """A record's metrics as its family shows them: the primary metric first (mIoU, Q, ...), then
-    the others."""
+    """A record's metrics as its family shows them, the primary metric (mIoU, Q, ...) first."""
     from ..families import get
 
     fam = get(r.get("family") or "segmentation")
@@ -257,8 +240,7 @@ def metrics_text(r: dict) -> str:
 
 
 def print_records(records: list[dict], skipped: list[str]) -> None:
-    """The console summary of `evaluate` and `quickstart`: a line per run (failed ones with their
-    error), then how many were cached."""
+    """The console summary of `evaluate` and `quickstart`: a line per run, then the cached count."""
     for r in sorted(records, key=lambda r: (r["dataset"], r["protocol"], r["model"], r["seed"])):
         w = r.get("weights") or {}
         tag = " (random init)" if w.get("random_init") and w.get("pretrained") else ""

@@ -19,32 +19,19 @@ from ..errors import UserError
 
 BUDGET_VERSION = 2
 READS = (1, 2)  # version 1: one frozen ViT-S unit at the top level
-V1_CC_KEYS = (
-    "startup_s",
-    "fit_setup_s",
-    "encoder_s_per_item",
-    "step_s",
-    "decoder_window_s",
-    "test_fixed_s",
-)
-V1_REF_KEYS = (
-    "setup_s",
-    "encoder_s_per_item",
-    "decoder_step_s",
-    "decoder_window_s",
-    "train_encoder_s_per_item",
-)
-CC_KEYS = (
-    "startup_s",
-    "fit_setup_s",
-    "encoder_s_per_item",
-    "step_s",
-    "window_s",
-    "test_fixed_s",
-    "step_encoder_share",
-    "window_encoder_share",
-)
-REF_KEYS = ("setup_s", "step_s", "window_s", "step_encoder_share", "window_encoder_share")
+_SHARES = ("step_encoder_share", "window_encoder_share")
+_COMMON = ("startup_s", "fit_setup_s", "encoder_s_per_item", "step_s")
+_REF1 = ("setup_s", "encoder_s_per_item", "decoder_step_s", "decoder_window_s")
+KEYS = {  # the fields of each side of a unit, by budget version
+    1: {
+        "cryocube": (*_COMMON, "decoder_window_s", "test_fixed_s"),
+        "reference": (*_REF1, "train_encoder_s_per_item"),
+    },
+    2: {
+        "cryocube": (*_COMMON, "window_s", "test_fixed_s", *_SHARES),
+        "reference": ("setup_s", "step_s", "window_s", *_SHARES),
+    },
+}
 CLASSES = ("S", "B", "L", "Swin")
 KINDS = ("frozen", "finetune")
 
@@ -69,6 +56,15 @@ def _number(v, path: str, field: str, positive: bool = False) -> None:
         )
 
 
+def _check_unit(u: dict, path: str, where: str, version: int) -> None:
+    """Every cost of a unit (at `where` in the file) a number >= 0, its GFLOPs and batch > 0."""
+    for side, keys in KEYS[version].items():
+        for k in keys:
+            _number((u.get(side) or {}).get(k), path, f"{where}{side}.{k}")
+    for k in ("encoder_gflops", "batch_size"):
+        _number(u.get(k), path, f"{where}{k}", positive=True)
+
+
 def _v1_unit(b: dict) -> dict:
     """The one frozen unit of a version-1 budget in version 2's terms."""
     cc, ref, bs = b["cryocube"], b["reference"], float(b["batch_size"])
@@ -79,13 +75,8 @@ def _v1_unit(b: dict) -> dict:
         "encoder_gflops": b["encoder_gflops"],
         "batch_size": b["batch_size"],
         "date": b.get("date", "?"),
-        "cryocube": {
-            **{k: cc[k] for k in ("startup_s", "fit_setup_s", "encoder_s_per_item", "step_s")},
-            "window_s": cc["decoder_window_s"],
-            "test_fixed_s": cc["test_fixed_s"],
-            "step_encoder_share": 0.0,
-            "window_encoder_share": 0.0,
-        },
+        "cryocube": {k: cc[k] for k in (*_COMMON, "test_fixed_s")}
+        | {"window_s": cc["decoder_window_s"], **dict.fromkeys(_SHARES, 0.0)},
         "reference": {
             "setup_s": ref["setup_s"],
             "step_s": rstep,
@@ -102,8 +93,7 @@ def units_of(budget: dict) -> dict:
     if "units" in budget:
         return budget["units"]
     cls = "S"
-    model = (budget.get("measured_with") or {}).get("model")
-    if model:
+    if model := (budget.get("measured_with") or {}).get("model"):
         from ..models import model_spec
 
         try:
@@ -114,8 +104,7 @@ def units_of(budget: dict) -> dict:
 
 
 def load_budget(path: str) -> dict:
-    """A budget file written by bench_reference.py, as version 2 (`units` by "class/protocol"); one
-    sentence naming the file and field when it is not one."""
+    """A budget file of bench_reference.py as version 2, or one sentence naming file and field."""
     try:
         with open(path) as f:
             b = json.load(f)
@@ -130,11 +119,7 @@ def load_budget(path: str) -> dict:
             " benchmarks/bench_reference.py"
         )
     if b["version"] == 1:
-        for side, keys in (("cryocube", V1_CC_KEYS), ("reference", V1_REF_KEYS)):
-            for k in keys:
-                _number((b.get(side) or {}).get(k), path, f"{side}.{k}")
-        for k in ("encoder_gflops", "batch_size"):
-            _number(b.get(k), path, k, positive=True)
+        _check_unit(b, path, "", 1)
         return {**b, "units": units_of(b)}
     units = b.get("units")
     if not isinstance(units, dict) or not units:
@@ -148,11 +133,7 @@ def load_budget(path: str) -> dict:
             )
         if not isinstance(u, dict):
             raise UserError(f"--budget {path}: unit {key} must be an object")
-        for side, keys in (("cryocube", CC_KEYS), ("reference", REF_KEYS)):
-            for k in keys:
-                _number((u.get(side) or {}).get(k), path, f"units.{key}.{side}.{k}")
-        for k in ("encoder_gflops", "batch_size"):
-            _number(u.get(k), path, f"units.{key}.{k}", positive=True)
+        _check_unit(u, path, f"units.{key}.", 2)
     return b
 
 
@@ -168,8 +149,7 @@ def _unit_for(units: dict, cls: str, kind: str, gflops: float | None) -> tuple[s
     if own in units:
         return own, "measured"
     for k in (kind, "frozen"):
-        cands = [key for key in units if key.endswith(f"/{k}")]
-        if cands:
+        if cands := [key for key in units if key.endswith(f"/{k}")]:
             g = gflops or 1.0
             best = min(cands, key=lambda key: abs(math.log(g / units[key]["encoder_gflops"])))
             return best, "scaled"
@@ -193,6 +173,7 @@ def run_costs(p, units: dict) -> dict:
     ]
     steps = e["steps"]
     enc = cc["encoder_s_per_item"] * scale
+    r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
     if kind == "finetune" and key.endswith("/frozen"):
         # no fine-tuning unit: the encoder's inference x3 (forward + backward) in every step
         bs = w.recipe.batch_size
@@ -200,12 +181,10 @@ def run_costs(p, units: dict) -> dict:
         window = cc["window_s"] + enc
         r_enc = ref["window_s"] * ref["window_encoder_share"] * scale
         r_step = ref["step_s"] * (1 - ref["step_encoder_share"]) * bsr + 3 * bs * r_enc
-        r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
     else:
         step = _scaled(cc["step_s"], cc["step_encoder_share"], scale) * bsr
         window = _scaled(cc["window_s"], cc["window_encoder_share"], scale)
         r_step = _scaled(ref["step_s"], ref["step_encoder_share"], scale) * bsr
-        r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
     return {
         "key": f"{cls}/{kind}",
         "unit": key,
@@ -224,13 +203,10 @@ def estimate(planned: list, budget: dict) -> dict:
     (measured in their own class and protocol, or scaled)."""
     units = units_of(budget)
     startup = min(u["cryocube"]["startup_s"] for u in units.values())
-    total_cc, total_ref, runs, skipped = startup, 0.0, 0, 0
     caches: set[str] = set()
     groups: dict[str, dict] = {}
-    for p in planned:
-        if p.family != "segmentation":
-            skipped += 1
-            continue
+    runs = [p for p in planned if p.family == "segmentation"]
+    for p in runs:
         c = run_costs(p, units)
         cc = c["cc"]["own"]
         if p.prep_key is not None and p.prep_key not in caches:
@@ -243,14 +219,11 @@ def estimate(planned: list, budget: dict) -> dict:
         g["runs"] += 1
         g["cryocube_s"] += cc
         g["reference_s"] += c["ref"]
-        total_cc += cc
-        total_ref += c["ref"]
-        runs += 1
     return {
-        "cryocube_s": total_cc if runs else 0.0,
-        "reference_s": total_ref,
-        "runs": runs,
-        "skipped": skipped,
+        "cryocube_s": startup + sum(g["cryocube_s"] for g in groups.values()) if runs else 0.0,
+        "reference_s": sum(g["reference_s"] for g in groups.values()),
+        "runs": len(runs),
+        "skipped": len(planned) - len(runs),
         "groups": groups,
     }
 

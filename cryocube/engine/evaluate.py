@@ -1,23 +1,27 @@
-"""`evaluate`: the scheduler. It plans runs through their families and takes the runs not done yet
-through five stages, one method each of `Schedule`: prepare (each family's shared work), fit (groups
-of runs), score (map tasks per run), reduce (their partial results, pairwise on the workers) and
-finish (one `RunRecord` per run). Every task goes through `Runner`; it knows no family.
-
-Finished runs are skipped; a run that fails (e.g. non-finite loss) is recorded as an error, its
-traceback goes to OUT/logs/errors.log, the console gets one line, and the other runs go on.
+"""`evaluate`: the scheduler. The runs not done yet go through five stages, one method each of
+`Schedule` (prepare, fit, score, reduce, finish), every task through `Runner`; it knows no family.
+A run that fails is recorded as an error (traceback in OUT/logs/errors.log) and the others go on.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import dask
+from distributed import as_completed
+
 from .. import store as _store
+from ..cluster.client import cluster_info, cluster_threads, get_client, gpu_resources
+from ..cluster.timeouts import explain_timeout
 from ..errors import RunFailed, UserError
 from ..families import PlanContext, PlannedRun, RunSpec, get
+from ..families.recipes import default_recipe
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather, show_dashboard
 from ..record import RunRecord
@@ -25,8 +29,7 @@ from .plan import plan_runs
 from .records import load_record, read_results, sync_results, write_parquet, write_record
 
 PROGRESS_TOPIC = "cryocube-progress"
-# prefix of every task key (their worker-side failure logs are silenced: we log them)
-KEY = "cryocube"
+KEY = "cryocube"  # prefix of every task key (their failures are logged here, not by workers)
 # ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
 SCORE_PRIORITY = 10
 
@@ -36,33 +39,26 @@ class EvaluateResult:
     records: list[dict] = field(default_factory=list)  # the JSON written, one per run
     skipped: list[str] = field(default_factory=list)  # run ids already done
     planned: list[PlannedRun] = field(default_factory=list)
-    # prep key -> facts (encoder items, timings)
-    prepared: dict[str, dict] = field(default_factory=dict)
+    prepared: dict[str, dict] = field(default_factory=dict)  # prep key -> facts (encoder items)
 
     @property
     def encoder_items(self) -> dict[str, int]:
-        """Encoder forward items per feature cache this call extracted (0 for a cache found
-        complete), what the benchmarks and tests count."""
+        """Encoder items per feature cache this call extracted (0: found complete)."""
         return {k: v.get("encoder_items", 0) for k, v in self.prepared.items()}
 
 
 class Runner:
-    """The one way to the cluster, for the scheduler and the families: tasks with GPU annotations,
-    keys and progress."""
+    """The one way to the cluster (scheduler and families): GPU annotations, keys, progress."""
 
     def __init__(self, client, resources: dict | None, progress: bool):
         self.client, self.resources, self.progress = client, resources, progress
 
-    def submit(self, fn: Callable, arg: Any, key: str, priority: int = 0):
+    def submit(self, fn: Callable, *args: Any, key: str, priority: int = 0):
         """One task with the cluster's GPU annotation; a timestamp makes `key` unique, so a retried
         run never reuses a finished task's result."""
+        key = f"{key}-{time.time_ns()}"
         return self.client.submit(
-            fn,
-            arg,
-            pure=False,
-            resources=self.resources,
-            priority=priority,
-            key=f"{key}-{time.time_ns()}",
+            fn, *args, pure=False, resources=self.resources, priority=priority, key=key
         )
 
     def result(self, fut):
@@ -74,8 +70,7 @@ class Runner:
         return self.client.scatter(data, broadcast=True)
 
     def map(self, fn: Callable, args: list, label: str, weights: list[float], key: str) -> list:
-        """One task per item, results in submission order; the progress bar `label` advances by each
-        item's weight."""
+        """One task per item, results in order; the bar `label` advances by each item's weight."""
         keys = [f"{key}-{time.time_ns()}-{i}" for i in range(len(args))]
         futs = self.client.map(fn, args, pure=False, resources=self.resources, key=keys)
         return gather(futs, label, sum(weights), self.progress, lambda i, r: weights[i])
@@ -85,15 +80,7 @@ class Runner:
         level = list(futures)
         while len(level) > 1:
             nxt = [
-                self.client.submit(
-                    fn,
-                    level[i],
-                    level[i + 1],
-                    pure=False,
-                    resources=self.resources,
-                    priority=priority,
-                    key=f"{KEY}-reduce-{time.time_ns()}-{i}",
-                )
+                self.submit(fn, level[i], level[i + 1], key=f"{KEY}-reduce-{i}", priority=priority)
                 for i in range(0, len(level) - 1, 2)
             ]
             if len(level) % 2:
@@ -103,16 +90,11 @@ class Runner:
 
 
 class Schedule:
-    """The runs of one `evaluate` call through their stages as their tasks complete; a run that
-    fails at any stage is recorded as an error and the others go on."""
+    """The runs of one `evaluate` call through their stages; a failed run is recorded, others go."""
 
     def __init__(
         self, runner: Runner, out: str, res: EvaluateResult, extra: Callable | None = None
     ):
-        from distributed import as_completed
-
-        from ..cluster.client import cluster_info
-
         self.runner, self.out, self.res, self.extra = runner, out, res, extra
         self.info = cluster_info(runner.client)
         self.pending: dict = {}  # future -> (the stage its result goes to, that stage's arguments)
@@ -129,7 +111,8 @@ class Schedule:
         self.prepare(by_family)
         self.started = time.perf_counter()
         for name, members in by_family.items():
-            for group in get(name).group(members, _worker_count(self.runner.client)):
+            workers = max(1, len(self.runner.client.scheduler_info(n_workers=-1)["workers"]))
+            for group in get(name).group(members, workers):
                 self.fit(name, group)
         self.board = RunBoard({p.run_id: p.label for p in todo}, self.runner.progress)
         client = self.runner.client
@@ -159,9 +142,8 @@ class Schedule:
     def fit(self, name: str, group: list[PlannedRun]) -> None:
         """Submits one group's fit task (runs that share a pass); its result goes to `score`."""
         fn, task = get(name).fit(group)
-        self._then(
-            self.runner.submit(fn, task, f"{KEY}-fit-{group[0].run_id}"), self.score, name, group
-        )
+        fut = self.runner.submit(fn, task, key=f"{KEY}-fit-{group[0].run_id}")
+        self._then(fut, self.score, name, group)
 
     def score(self, fut, name: str, group: list[PlannedRun]) -> None:
         """A fitted group: each run's score tasks; a failed group is recorded run by run."""
@@ -176,8 +158,9 @@ class Schedule:
                 x = f["failed"]
                 self.fail(p, RunFailed(x["kind"], x["message"], x["traceback"]))
                 continue
+            key = f"{KEY}-score-{p.run_id}"
             parts = [
-                self.runner.submit(fn, t, f"{KEY}-score-{p.run_id}-{i}", priority=SCORE_PRIORITY)
+                self.runner.submit(fn, t, key=f"{key}-{i}", priority=SCORE_PRIORITY)
                 for i, (fn, t) in enumerate(get(name).score(p, f))
             ]
             self.board.scoring(p.run_id, len(parts))
@@ -214,8 +197,6 @@ class Schedule:
         kind = e.kind if isinstance(e, RunFailed) else type(e).__name__
         # never a bare "TimeoutError": what it waited for, what to change
         if isinstance(e, TimeoutError):
-            from ..cluster.timeouts import explain_timeout
-
             e = RunFailed(kind, explain_timeout(e), "".join(traceback.format_exception(e)))
         self._write(run, {"status": "error", "error": f"{kind}: {e}", "error_log": log})
         first = str(e).splitlines()[0] if str(e) else ""
@@ -236,16 +217,12 @@ def cluster_device(client) -> DeviceInfo:
 
 def cluster_context(client, out: str, **kw: Any) -> PlanContext:
     """Planning on this cluster: its weakest worker's device and its configured torch threads."""
-    from ..cluster.client import cluster_threads
-
     return PlanContext(
         out=out, device=cluster_device(client), threads=cluster_threads(client), **kw
     )
 
 
 def _warm(modules: tuple[str, ...]) -> DeviceInfo:
-    import importlib
-
     for m in modules:
         importlib.import_module(m)
     return this_device()
@@ -254,8 +231,6 @@ def _warm(modules: tuple[str, ...]) -> DeviceInfo:
 def warm_workers(client, families: list[str]) -> list:
     """One task per worker importing what the families' first tasks import, then naming its device
     (`wait_warm`): submitted before the client plans, the workers' imports overlap planning."""
-    import uuid
-
     modules = tuple(dict.fromkeys(m for f in families for m in get(f).warm_modules))
     tag = uuid.uuid4().hex[:8]
     return [
@@ -267,8 +242,7 @@ def warm_workers(client, families: list[str]) -> list:
 
 
 def wait_warm(client, warm: list) -> DeviceInfo:
-    """The cluster's device (as `cluster_device`) from the warm-up tasks, once every worker has
-    imported its modules."""
+    """The cluster's device (as `cluster_device`), once every worker has imported its modules."""
     return weakest(client.gather(warm))
 
 
@@ -278,8 +252,7 @@ def errors_log(out: str) -> str:
 
 
 def log_hint(out: str) -> str:
-    """' (tracebacks in OUT/logs/errors.log)' when that file exists, else '': never point at a file
-    not written."""
+    """' (tracebacks in OUT/logs/errors.log)' where that file exists: never a file not written."""
     url = errors_log(out)
     return f" (tracebacks in {url})" if _store.file_exists(url) else ""
 
@@ -293,11 +266,8 @@ def _log_failure(out: str, run: PlannedRun, e: BaseException) -> str:
     return url
 
 
-def _worker_count(client) -> int:
-    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-
-
-def _done(out: str, run: PlannedRun) -> bool:
+def is_done(out: str, run: PlannedRun) -> bool:
+    """Whether `out` holds an ok record of the run (it is not run again)."""
     rec = load_record(out, run.run_id)
     return rec is not None and rec.status == "ok"
 
@@ -315,9 +285,6 @@ def evaluate(
 ) -> EvaluateResult:
     """Run (or resume) the given runs (RunSpecs are planned here with the workers' device);
     `extra(run, record)` adds fields to a record before it is written (a study's `sweep`)."""
-    from ..cluster.client import get_client, gpu_resources
-    from ..families.recipes import default_recipe
-
     client = get_client(client)
     _store.register_options(out, storage_options)
     _store.share_with(client)
@@ -332,7 +299,7 @@ def evaluate(
     res = EvaluateResult(planned=planned)
     if sync_results(out):  # the table re-indexes every record before a run counts as cached
         write_parquet(out)
-    done = {p.run_id for p in planned if _done(out, p)}
+    done = {p.run_id for p in planned if is_done(out, p)}
     res.skipped = [p.run_id for p in planned if p.run_id in done]
     todo = [p for p in planned if p.run_id not in done]
     if todo:
@@ -349,8 +316,6 @@ def check_memory(todo: list[PlannedRun], client) -> None:
     """Refuse, before any task, a run whose family says it needs more memory in one worker
     (`estimate["memory_bytes"]`) than the smallest worker may hold before its nanny restarts it: the
     run would otherwise restart workers until Dask gives up (`KilledWorker`)."""
-    import dask
-
     limits = [
         w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()
     ]
@@ -405,10 +370,9 @@ def dry_run(
     encoder items; runs cached under other torch threads are counted with the --workers that gives
     them (`workers_for`).
     """
-    lines, todo, items = [], 0, {}
-    other = {}
+    lines, todo, items, other = [], 0, {}, {}
     for p in planned:
-        cached = _done(out, p)
+        cached = is_done(out, p)
         todo += not cached
         if not cached and not other:
             other = cached_with_other_threads(planned, out)

@@ -1,10 +1,6 @@
-"""Planning: run specs -> planned runs (each through its protocol's family), before any work starts.
-
-Everything a run needs is checked here, on the client: complete cubes, bands that fit, recipe
-values, checkpoints, label fractions. The CLI plans before any work reaches a worker: on a remote
-cluster before it starts one (a user error never costs a cluster start); on `--cluster local` while
-the worker processes start and import torch (a refusal closes them, nothing written). A plan made
-for another device than the workers' (which decides `precision: auto`) is made again.
+"""Planning: run specs -> planned runs (each through its protocol's family), on the client before
+any work reaches a worker: complete cubes, bands that fit, recipe values, checkpoints and label
+fractions are checked here, so a user error never costs a cluster start (docs/usage.md).
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ def runs_from_grid(
     fractions: list[float | None],
     seeds: list[int],
 ) -> list[RunSpec]:
-    """Every cube x model x protocol x fraction x seed as a RunSpec, cube-major; an empty grid is a
-    user error, not a silent no-op."""
+    """Every cube x model x protocol x fraction x seed as a RunSpec, cube-major; none: an error."""
     out = [
         RunSpec(model=m, cube=c, protocol=pr, fraction=f, seed=s)
         for c in cubes

@@ -1,5 +1,4 @@
-"""`cryocube quickstart`: sample datasets and synthetic interferograms, converted, evaluated by a
-few models (random weights, no downloads), and the leaderboard printed."""
+"""`cryocube quickstart`: sample data converted, evaluated by a few random-weight models, shown."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def _say(text: str, args) -> None:
 
 
 def chance_miou(cube: str) -> float:
-    """mIoU of predicting every pixel as the test split's most frequent class (what any model must
-    beat)."""
+    """mIoU of calling every pixel the test split's most frequent class (what a model must beat)."""
     from ..cube import as_text, open_cube
 
     ds = open_cube(cube)
@@ -129,11 +127,8 @@ def _sample_runs(args, out: Path, datasets, models, pretrained, client) -> tuple
 
 
 def _insar_runs(args, out: Path, client) -> list:
-    """Synthetic interferograms (Mogi sources, atmosphere, ramps, decorrelation) as a cube, asked
-    the InSAR-VLM-Bench questions by a tiny random VLM (and by the same VLM blind), and one encoder
-    (--gfm) on the same board: answering through linear heads on its embeddings, probed for the
-    embedding report and, when pretrained (frozen), segmenting the deformation masks (its
-    localisation cell: mask -> box IoU). Every row is scored on the cube's test split."""
+    """Synthetic interferograms as a cube, asked the InSAR-VLM-Bench questions by a tiny random VLM
+    (and blind), and by --gfm on the same board (heads, probe, and frozen localisation)."""
     from ..convert.writer import convert
     from ..families import RunSpec
     from ..insar_synthetic import make_interferograms

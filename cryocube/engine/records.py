@@ -1,30 +1,18 @@
 """The engine's side of run records: the Parquet copy of results.jsonl, rewritten once per
-`evaluate` call.
-
-The record itself (`RunRecord`) and its files (record.json, results.jsonl, their repair) live in the
-bottom layer, cryocube/record.py, so that families and the report read and write them without
-reaching up into the engine; they are named here too for the engine's modules and for notebooks
-written against them.
-"""
+`evaluate` call. The record itself and its files live in cryocube/record.py (the bottom layer);
+the names the engine, tests and benchmarks read through here are re-exported."""
 
 from __future__ import annotations
 
 import json
 
 from .. import store as _store
-from ..record import (  # noqa: F401  (re-exported, see above)
-    RESULTS_FILE,
+from ..record import (  # noqa: F401  (re-exported)
     TABLE_COLUMNS,
-    TORN_SUFFIX,
     clean,
     load_record,
-    missing_records,
     read_results,
-    repair_results,
-    results_url,
-    run_dir,
     sync_results,
-    versions,
     write_record,
 )
 
@@ -32,8 +20,7 @@ PARQUET_COLUMNS = (*TABLE_COLUMNS, "samples_per_s", "peak_memory_mb", "device", 
 
 
 def write_parquet(out: str) -> None:
-    """results.parquet beside results.jsonl: one row per record, metrics flattened, the record as
-    JSON."""
+    """results.parquet beside results.jsonl: a row per record, metrics flattened, its JSON."""
     import pandas as pd
 
     recs = read_results(out)

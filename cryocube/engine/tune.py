@@ -1,28 +1,14 @@
-"""`tune`: hyper-parameter studies (Optuna) whose trials are ordinary engine runs.
+"""`tune`: hyper-parameter studies (Optuna) whose trials are ordinary engine runs (docs/tuning.md).
 
-A trial is a run with its params as recipe overrides (`RunSpec.overrides`), so it has its own
-content hash, record and cache like any run. Trials are asked from the study a batch at a time and
-the batch goes through one `evaluate` call: trials that differ only in decoder-side values share one
-feature extraction and, where the family can, one pass over the features (K decoders per fit task).
-The objective is the best validation value of the family's primary metric, the value whose state the
-engine keeps and tests; test metrics are recorded but never read for selection.
-
-Pruning reads the validation curve the engine records. The engine trains a run in one task, so a
-pruned study runs in rounds (successive halving without resuming): each batch first trains at a
-rung of 1/`ETA` of the epochs (a complete, shorter schedule), its curve goes to the pruner as
-intermediate values (step = epoch), and only the trials the pruner keeps train at full length.
-
-The study lives in a journal file in the results folder (through `DaskStorage` on the scheduler when
-a client is used), so a killed client or scheduler loses nothing: a rerun loads the study, fails the
-trials left RUNNING and enqueues their params again (their runs, if they finished, are cache hits),
-and asks only for the trials still missing. One tune process per study at a time.
-
-Every trial's record carries `sweep: {study, trial, params, state, value, ...}`; the best trial's
-run is planned again from its params (exactly what `evaluate --set` plans), tested, and appended
-with `sweep.best: true` together with the default-recipe baseline. The default is one of the
-trials when it lies in the space (enqueued first; grid studies reach it as a grid point): its run is
-the baseline's run (same recipe, same content hash), so a study of N trials trains N decoders, not
-N + 1, and `sweep.baseline_trial` names that trial. A default outside the space is a separate run.
+A trial is a run with its params as recipe overrides, so it is cached like any run; a batch of
+trials is one `evaluate` call (one feature extraction, shared passes). The objective is the best
+validation value of the family's primary metric; test metrics are never read for selection. A
+pruned study runs in rounds (successive halving without resuming): a batch trains first at
+1/`ETA` of the epochs, the pruner reads that curve (step = epoch), survivors train in full. The
+study is a journal in the results folder (through `DaskStorage` with a client), so a rerun resumes
+it; one tune process per study at a time. The default recipe is a trial when it lies in the space
+(its run is the baseline's); the best trial is planned again from its params and recorded with
+`sweep.best: true`.
 """
 
 from __future__ import annotations
@@ -56,8 +42,7 @@ SAMPLERS = ("tpe", "grid", "random")
 PRUNERS = ("median", "hyperband", "none")
 
 
-# -- the search space
-# --------------------------------------------------------------------------------
+# -- the search space ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -70,8 +55,7 @@ class Param:
     choices: tuple = ()
 
     def suggest(self, trial) -> Any:
-        """This trial's value from Optuna by kind: categorical, int or float (log-scaled when the
-        range says so)."""
+        """This trial's value from Optuna, by kind."""
         if self.kind == "choice":
             return trial.suggest_categorical(self.name, list(self.choices))
         if self.kind == "int":
@@ -79,8 +63,7 @@ class Param:
         return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
 
     def contains(self, v: Any) -> bool:
-        """Whether `v` (a recipe's value) is one this parameter can suggest: the default recipe is a
-        trial only then."""
+        """Whether this parameter can suggest `v`: the default recipe is a trial only then."""
         if self.kind == "choice":
             return v in self.choices
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -88,8 +71,7 @@ class Param:
         return self.low <= v <= self.high and (self.kind != "int" or float(v).is_integer())
 
     def describe(self) -> str:
-        """The parameter as --space text; it enters the study name's digest, so changing this text
-        starts new studies."""
+        """The parameter as --space text (it enters the study name's digest)."""
         if self.kind == "choice":
             return f"{self.name}={','.join(map(str, self.choices))}"
         return f"{self.name}={self.low:g}:{self.high:g}{':log' if self.log else ''}"
@@ -137,28 +119,29 @@ class SpaceEntry:
 
 def _range(name: str, spec: str, like: Any) -> Param:
     """`low:high[:log]`: int when both ends and the field are, else float."""
+
+    def bad(why: str) -> RecipeError:
+        return RecipeError(f"--space {name}={spec}: {why}")
+
     parts = [s.strip() for s in spec.split(":")]
     if len(parts) not in (2, 3) or parts[2:] not in ([], ["log"]):
-        raise RecipeError(f"--space {name}={spec}: a range is low:high or low:high:log")
+        raise bad("a range is low:high or low:high:log")
     if not isinstance(like, (int, float)) or isinstance(like, bool):
-        raise RecipeError(
-            f"--space {name}={spec}: {name} is not numeric; list its values (a,b,c) instead"
-        )
+        raise bad(f"{name} is not numeric; list its values (a,b,c) instead")
     try:
         lo, hi = _number(parts[0]), _number(parts[1])
     except ValueError:
-        raise RecipeError(f"--space {name}={spec}: the range ends must be numbers") from None
+        raise bad("the range ends must be numbers") from None
     if not lo < hi:
-        raise RecipeError(f"--space {name}={spec}: the range needs low < high")
+        raise bad("the range needs low < high")
     if len(parts) == 3 and lo <= 0:
-        raise RecipeError(f"--space {name}={spec}: a log range needs low > 0")
+        raise bad("a log range needs low > 0")
     integer = all(isinstance(x, int) for x in (lo, hi, like))
     return Param(name, "int" if integer else "float", lo, hi, log=len(parts) == 3)
 
 
 def _parse_one(name: str, spec: Any, recipe) -> Param:
-    """One parameter of the space, checked against the recipe: a field that changes results, with
-    every end and choice a value the field takes."""
+    """One parameter, checked: a field that changes results, every end and choice a value of it."""
     if name not in recipe.fields():
         raise RecipeError(
             f"--space {name}: not a recipe field (known: {', '.join(sorted(recipe.fields()))})"
@@ -182,7 +165,7 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
         p = Param(name, "choice", choices=tuple(_value(v, like) for v in values))
         if not p.choices:
             raise RecipeError(f"--space {name}: no values given")
-    for v in p.choices or (p.low, p.high):  # every end and choice must be a value the recipe takes
+    for v in p.choices or (p.low, p.high):
         try:
             load_recipe(overrides={name: v}, base=recipe)
         except RecipeError as e:
@@ -216,15 +199,13 @@ def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tup
 
 def load_tune_config(path: str | None, sets: list[str]):
     """(recipe, the YAML `space:` section) from --config and --set."""
-
     data = dict(read_config(path)) if path else {}
     space = data.pop("space", None)
     fields = data.get("train", data)
     return load_recipe(None, {**fields, **parse_overrides(sets)}), space
 
 
-# -- studies
-# ------------------------------------------------------------------------------------------
+# -- studies ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -232,9 +213,8 @@ class StudyResult:
     study: str
     best: dict | None = None  # the best trial's record (sweep.best)
     baseline: dict | None = None  # the default recipe's record
-    baseline_trial: int | None = (
-        None  # the trial that ran the default recipe (None: a separate run)
-    )
+    # the trial that ran the default recipe (None: a separate run)
+    baseline_trial: int | None = None
     trials: list[dict] = field(default_factory=list)  # the latest record of each trial
     asked: int = 0  # trials asked by this call (a resumed study asks only the missing ones)
 
@@ -252,8 +232,7 @@ def _optuna():
 
 
 def open_storage(out: str, client=None):
-    """The study journal in `out` (local), served from the scheduler through DaskStorage when a
-    client is given."""
+    """The study journal in local `out`, served through DaskStorage when a client is given."""
     optuna = _optuna()
     from optuna.storages.journal import JournalFileBackend
 
@@ -271,40 +250,33 @@ def open_storage(out: str, client=None):
     # "DaskStorage is experimental": said once per study, to every user
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return DaskStorage(
-            storage=storage,
-            name=f"cryocube-{hashlib.sha256(path.encode()).hexdigest()[:12]}",
-            client=client,
-        )
+        name = f"cryocube-{hashlib.sha256(path.encode()).hexdigest()[:12]}"
+        return DaskStorage(storage=storage, name=name, client=client)
 
 
 def make_sampler(name: str, space: tuple[Param, ...], seed: int):
-    """The --sampler by name, seeded; grid takes listed values only, and never calls `study.stop()`
-    at the grid's end (the ask loop counts)."""
+    """The --sampler by name, seeded; grid takes listed values only."""
     optuna = _optuna()
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        ranged = [p.name for p in space if p.kind != "choice"]
-        if ranged:
+        if ranged := [p.name for p in space if p.kind != "choice"]:
             raise TuneError(
                 f"--sampler grid needs listed values (name=a,b,c); {', '.join(ranged)} are ranges"
             )
 
         class Grid(optuna.samplers.GridSampler):
             def after_trial(self, study, trial, state, values) -> None:
-                """No `study.stop()` at the end of the grid (it only works inside `optimize`); the
-                loop counts."""
+                """No `study.stop()` at the end (only works in `optimize`); the loop counts."""
 
         return Grid({p.name: list(p.choices) for p in space}, seed=seed)
     raise TuneError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
 
 
 def make_pruner(name: str, trials: int):
-    """The --pruner by name; median never prunes on step 0 (the untrained decoder), and hyperband's
-    reduction factor is ETA, the rungs' ratio."""
+    """The --pruner by name; hyperband's reduction factor is ETA, the rungs' ratio."""
     optuna = _optuna()
     if name == "median":  # step 0 is the untrained decoder: never prune on it
         return optuna.pruners.MedianPruner(
@@ -318,9 +290,7 @@ def make_pruner(name: str, trials: int):
 
 
 def refuse_untunable(protocols) -> None:
-    """A study selects on a validation curve: a protocol whose family records none is refused, with
-    its reason, before any cube is read or cluster started (every trial would otherwise fail without
-    one)."""
+    """A protocol whose family records no validation curve (what a study selects on) is refused."""
     for name in protocols:
         fam = get(protocol_spec(name).family)
         if fam.not_tunable:
@@ -341,20 +311,11 @@ def objective(rec: dict, metric: str, higher: bool) -> float | None:
 def study_name(
     base: PlannedRun, space: tuple[Param, ...], sampler: str, pruner: str, seed: int
 ) -> str:
-    """Same command, same study (a rerun resumes it); another space, sampler or recipe, another
-    study."""
-    key = json.dumps(
-        {
-            "run": base.run_id,
-            "space": [p.describe() for p in space],
-            "sampler": sampler,
-            "pruner": pruner,
-            "seed": seed,
-        },
-        sort_keys=True,
-    )
-    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-    return f"{base.spec.model}-{base.dataset}-{base.spec.protocol}-{digest}"
+    """Same command, same study (a rerun resumes it); other space, sampler or recipe: other one."""
+    space_text = [p.describe() for p in space]
+    key = {"run": base.run_id, "space": space_text, "sampler": sampler, "pruner": pruner}
+    digest = hashlib.sha256(json.dumps(key | {"seed": seed}, sort_keys=True).encode())
+    return f"{base.spec.model}-{base.dataset}-{base.spec.protocol}-{digest.hexdigest()[:8]}"
 
 
 @dataclass
@@ -370,8 +331,6 @@ class StudyOptions:
     batch: int
     client: Any
     progress: bool
-    weights_dir: str | None
-    allow_random_weights: bool
     seed: int
     ctx: PlanContext
     cubes: dict = field(default_factory=dict)
@@ -381,71 +340,62 @@ class _Study:
     """One (model, cube, protocol) study: the ask/evaluate/tell loop over the engine."""
 
     def __init__(self, base: RunSpec, o: StudyOptions):
-        self.optuna = _optuna()
-        space, out, recipe, client = o.space, o.out, o.recipe, o.client
-        sampler, pruner, seed, trials = o.sampler, o.pruner, o.seed, o.trials
-        self.base, self.space, self.out, self.recipe = base, space, out, recipe
-        self.trials, self.batch, self.client, self.progress = trials, o.batch, client, o.progress
-        self.kw = {"weights_dir": o.weights_dir, "allow_random_weights": o.allow_random_weights}
-        self.ctx, self.cubes = o.ctx, o.cubes
+        self.optuna, self.base, self.o = _optuna(), base, o
+        self.space, self.out, self.recipe = o.space, o.out, o.recipe
         self.family = get(protocol_spec(base.protocol).family)
         self.metric = self.family.primary_metric
-        self.pruning = pruner != "none"
         self.base_plan = self._plan(base)
-        self.name = study_name(self.base_plan, space, sampler, pruner, seed)
-        storage = open_storage(out, client)
+        self.name = study_name(self.base_plan, o.space, o.sampler, o.pruner, o.seed)
+        storage = open_storage(o.out, o.client)
         direction = "maximize" if self.family.higher_is_better else "minimize"
         # a resumed study is loaded, not re-created: create_study(load_if_exists) raises
-        # DuplicatedStudyError on
-        # the storage's side first, which a DaskStorage's scheduler logs as a traceback
+        # DuplicatedStudyError on the storage's side first, which a DaskStorage's scheduler logs
         if self.name in {st.study_name for st in storage.get_all_studies()}:
             self.study = self.optuna.load_study(study_name=self.name, storage=storage)
         else:
             self.study = self.optuna.create_study(
                 study_name=self.name, storage=storage, direction=direction
             )
-        # the sampler's random stream continues where the journal stands: seeded by (seed, trials so
-        # far), a resumed
-        # study does not replay the stream of its first session (which repeated finished trials'
-        # params)
+        # seeded by (seed, trials so far): a resumed study does not replay its first session's
+        # random stream (which repeated finished trials' params)
         n = len(self.study.get_trials(deepcopy=False))
-        self.study.sampler = make_sampler(
-            sampler, space, seed if n == 0 else derive_seed("tune", seed, n) % 2**31
-        )
-        self.study.pruner = make_pruner(pruner, trials)
+        seed = o.seed if n == 0 else derive_seed("tune", o.seed, n) % 2**31
+        self.study.sampler = make_sampler(o.sampler, o.space, seed)
+        self.study.pruner = make_pruner(o.pruner, o.trials)
         # the default recipe as a trial, asked first: its run is the baseline's (one decoder fewer)
-        base_recipe = recipe.updated(dict(base.overrides)) if base.overrides else recipe
-        self.default = {p.name: getattr(base_recipe, p.name) for p in space}
-        self.default_in_space = all(p.contains(self.default[p.name]) for p in space)
-        if n == 0 and self.default_in_space and sampler != "grid":
+        base_recipe = o.recipe.updated(dict(base.overrides)) if base.overrides else o.recipe
+        self.default = {p.name: getattr(base_recipe, p.name) for p in o.space}
+        self.default_in_space = all(p.contains(self.default[p.name]) for p in o.space)
+        if n == 0 and self.default_in_space and o.sampler != "grid":
             # (a grid reaches the default as one of its points; an enqueued trial would take a
             # grid slot without its grid id, and one point would go unvisited)
             self.study.enqueue_trial(self.default, user_attrs={"default": True})
         self.meta = {
-            "sampler": sampler,
-            "pruner": pruner,
-            "space": [p.describe() for p in space],
+            "sampler": o.sampler,
+            "pruner": o.pruner,
+            "space": [p.describe() for p in o.space],
             "metric": f"val_{self.metric}",
             "direction": self.study.direction.name.lower(),
         }
 
     def _plan(self, spec: RunSpec) -> PlannedRun:
-        return plan_runs([spec], self.recipe, self.ctx, self.cubes)[0]
+        return plan_runs([spec], self.recipe, self.o.ctx, self.o.cubes)[0]
 
     def _spec(self, params: dict, epochs: int | None = None) -> RunSpec:
-        over = (
-            dict(self.base.overrides) | params | ({"epochs": epochs} if epochs is not None else {})
-        )
+        over = dict(self.base.overrides) | params | ({} if epochs is None else {"epochs": epochs})
         return replace(self.base, overrides=tuple(over.items()))
 
-    @staticmethod
-    def _claim(t, params: dict, state: str) -> dict:
-        return {"number": t.number, "params": params[t.number], "state": state}
+    def _claim(self, t, params: dict, state: str, epochs: int | None = None) -> tuple:
+        """(spec, `_sweep` arguments) of trial `t`'s run."""
+        p = params[t.number]
+        return self._spec(p, epochs), {"number": t.number, "params": p, "state": state}
+
+    def _value(self, rec: dict) -> float | None:
+        return objective(rec, self.metric, self.family.higher_is_better)
 
     def _sweep(
         self, number: int, params: dict, state: str, rec: dict | None = None, **more
     ) -> dict:
-        value = objective(rec, self.metric, self.family.higher_is_better) if rec else None
         state = "failed" if rec is not None and rec.get("status") != "ok" else state
         return clean(
             {
@@ -453,7 +403,7 @@ class _Study:
                 "trial": number,
                 "params": params,
                 "state": state,
-                "value": value,
+                "value": self._value(rec) if rec else None,
                 "epochs": (rec or {}).get("config", {}).get("epochs"),
                 **self.meta,
                 **more,
@@ -473,15 +423,8 @@ class _Study:
             return {"sweep": self._sweep(rec=rec, **c)} if c else {}
 
         unique = list({p.run_id: p for p in plans}.values())
-        evaluate(
-            unique,
-            self.out,
-            self.recipe,
-            client=self.client,
-            progress=self.progress,
-            extra=extra,
-            **self.kw,
-        )
+        o = self.o
+        evaluate(unique, o.out, o.recipe, client=o.client, progress=o.progress, extra=extra)
         out = []
         for p, (_, c) in zip(plans, claims):
             rec = load_record(self.out, p.run_id)
@@ -501,21 +444,21 @@ class _Study:
 
     def _mark(self, number: int, state: str) -> None:
         """Append a line with a new state for a trial's latest record (a crashed trial: failed)."""
-        recs = [
-            r
-            for r in read_results(self.out)
-            if (r.get("sweep") or {}).get("study") == self.name
-            and r["sweep"].get("trial") == number
-            and not r["sweep"].get("best")
-        ]
-        if recs:
-            self._append(recs[-1], recs[-1]["sweep"] | {"state": state})
+        if rec := self._latest().get(number):
+            self._append(rec, rec["sweep"] | {"state": state})
+
+    def _latest(self) -> dict[int, dict]:
+        """Each trial's latest record line (the best trial's retrain aside)."""
+        latest = {}
+        for r in read_results(self.out):
+            s = r.get("sweep") or {}
+            if s.get("study") == self.name and not s.get("best"):
+                latest[int(s["trial"])] = r
+        return latest
 
     def recover(self) -> None:
-        """Trials left RUNNING by a killed process: failed, and their params asked again. A trial
-        killed between `ask` and its last `suggest` never started a run: it is failed, and the
-        sampler asks anew.
-        """
+        """Trials left RUNNING by a killed process: failed, and their params asked again (a trial
+        killed before its last `suggest` never started a run: the sampler asks anew)."""
         TS = self.optuna.trial.TrialState
         names = {p.name for p in self.space}
         for t in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
@@ -525,6 +468,7 @@ class _Study:
                 self.study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
 
     def finished(self) -> int:
+        """Trials that count towards --trials: completed, pruned, or failed by their run."""
         TS = self.optuna.trial.TrialState
         return sum(
             t.state in (TS.COMPLETE, TS.PRUNED)
@@ -537,57 +481,35 @@ class _Study:
         self.study.tell(t, state=self.optuna.trial.TrialState.FAIL)
 
     def run(self) -> StudyResult:
+        """Asks, evaluates and tells batches until the study holds --trials finished trials."""
         TS = self.optuna.trial.TrialState
         res = StudyResult(self.name)
         self.recover()
-        cap = (
-            math.prod(len(p.choices) for p in self.space)
-            if self.meta["sampler"] == "grid"
-            else None
-        )
-        # the default recipe: one of the trials when it lies in the space, else evaluated with
-        # the first batch (shares its pass)
+        grid = self.meta["sampler"] == "grid"
+        cap = math.prod(len(p.choices) for p in self.space) if grid else self.o.trials
+        # the default recipe outside the space: evaluated with the first batch (shares its pass)
         baseline = [] if self.default_in_space else [(self.base, None)]
-        while (left := min(self.trials, cap or self.trials) - self.finished()) > 0:
-            asked = [self.study.ask() for _ in range(min(self.batch, left))]
+        while (left := min(self.o.trials, cap) - self.finished()) > 0:
+            asked = [self.study.ask() for _ in range(min(self.o.batch, left))]
             res.asked += len(asked)
             params = {t.number: {p.name: p.suggest(t) for p in self.space} for t in asked}
             full = asked
-            if self.pruning:
-                claims = []
-                for t in asked:
-                    epochs = int(params[t.number].get("epochs", self.recipe.epochs))
-                    claims.append(
-                        (
-                            self._spec(params[t.number], max(1, epochs // ETA)),
-                            self._claim(t, params, "rung"),
-                        )
-                    )
+            if self.o.pruner != "none":
+                rung = [self._claim(t, params, "rung", self._rung(params[t.number])) for t in asked]
                 full = []
-                for t, rec in zip(asked, self._run(claims + baseline)):
+                for t, rec in zip(asked, self._run(rung + baseline)):
                     if rec.get("status") != "ok":
                         self._fail(t, rec)
-                        continue
-                    if self._prune(t, rec):
+                    elif self._prune(t, rec):
                         self.study.tell(t, state=TS.PRUNED)
                         self._append(rec, self._sweep(t.number, params[t.number], "pruned", rec))
                     else:
                         full.append(t)
                 baseline = []
             if full or baseline:
-                recs = self._run(
-                    [
-                        (self._spec(params[t.number]), self._claim(t, params, "complete"))
-                        for t in full
-                    ]
-                    + baseline
-                )
-                for t, rec in zip(full, recs):
-                    v = (
-                        objective(rec, self.metric, self.family.higher_is_better)
-                        if rec.get("status") == "ok"
-                        else None
-                    )
+                claims = [self._claim(t, params, "complete") for t in full]
+                for t, rec in zip(full, self._run(claims + baseline)):
+                    v = self._value(rec) if rec.get("status") == "ok" else None
                     if v is None:
                         self._fail(t, rec)
                     else:
@@ -595,9 +517,12 @@ class _Study:
                 baseline = []
         return self._finish(res)
 
+    def _rung(self, params: dict) -> int:
+        """A pruned study's first round: 1/ETA of the trial's epochs."""
+        return max(1, int(params.get("epochs", self.recipe.epochs)) // ETA)
+
     def _default_trial(self) -> int | None:
-        """The first completed trial that ran the default recipe (its params are the defaults), or
-        None: then the baseline is trained on its own in `_finish`."""
+        """The first completed trial that ran the default recipe, or None (then it runs alone)."""
         TS = self.optuna.trial.TrialState
         for t in self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,)):
             if t.params == self.default:
@@ -605,8 +530,7 @@ class _Study:
         return None
 
     def _prune(self, t, rec: dict) -> bool:
-        """Feed the rung's validation curve to the pruner point by point, as a training loop
-        would."""
+        """Feed the rung's validation curve to the pruner point by point, as training would."""
         for pt in rec.get("val_curve") or []:
             v = pt.get(self.metric)
             if isinstance(v, (int, float)) and math.isfinite(v):
@@ -615,56 +539,44 @@ class _Study:
                     return True
         return False
 
+    def _importance(self) -> dict[str, float]:
+        """fANOVA importances of the params (none when every completed trial has the same)."""
+        try:
+            ev = self.optuna.importance.FanovaImportanceEvaluator(seed=0)
+            found = self.optuna.importance.get_param_importances(self.study, evaluator=ev)
+            return {k: float(v) for k, v in found.items()}
+        except (RuntimeError, ValueError) as e:
+            warnings.warn(f"study {self.name}: no parameter importances ({e})", stacklevel=2)
+            return {}
+
     def _finish(self, res: StudyResult) -> StudyResult:
         TS = self.optuna.trial.TrialState
-        done = self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,))
-        if not done:
-            states = ", ".join(
-                f"{len(self.study.get_trials(deepcopy=False, states=(s,)))} {s.name.lower()}"
-                for s in (TS.PRUNED, TS.FAIL)
-            )
-            raise TuneError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
-        best = self.study.best_trial
-        importance: dict[str, float] = {}
-        if len(done) >= 2:
-            try:
-                ev = self.optuna.importance.FanovaImportanceEvaluator(seed=0)
-                importance = {
-                    k: float(v)
-                    for k, v in self.optuna.importance.get_param_importances(
-                        self.study, evaluator=ev
-                    ).items()
-                }
-            # e.g. every completed trial has the same params
-            except (RuntimeError, ValueError) as e:
-                warnings.warn(f"study {self.name}: no parameter importances ({e})", stacklevel=2)
-        params = dict(best.params)
-        base_id = self.base_plan.run_id
         n = {
             s.name.lower(): len(self.study.get_trials(deepcopy=False, states=(s,)))
             for s in (TS.COMPLETE, TS.PRUNED, TS.FAIL)
         }
+        if not n["complete"]:
+            states = f"{n['pruned']} pruned, {n['fail']} fail"
+            raise TuneError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
+        best = self.study.best_trial
         res.baseline_trial = self._default_trial()
         more = {
             "best": True,
-            "importance": importance,
-            "baseline_run_id": base_id,
+            "importance": self._importance() if n["complete"] >= 2 else {},
+            "baseline_run_id": self.base_plan.run_id,
             "baseline_trial": res.baseline_trial,
             "n_trials": n,
         }
         # the best trial's run, planned again from its params alone (what `evaluate --set` plans):
         # same code, split, seed; the baseline is a cache hit when the default trial completed
+        params = dict(best.params)
         claim = {"number": best.number, "params": params, "state": "complete", **more}
         res.best, res.baseline = self._run([(self._spec(params), claim), (self.base, None)])
         if res.best.get("status") != "ok":
             raise TuneError(
                 f"study {self.name}: the best trial's retrain failed: {res.best.get('error')}"
             )
-        latest: dict[int, dict] = {}
-        for r in read_results(self.out):
-            s = r.get("sweep") or {}
-            if s.get("study") == self.name and not s.get("best"):
-                latest[int(s["trial"])] = r
+        latest = self._latest()
         res.trials = [latest[k] for k in sorted(latest)]
         return res
 
@@ -685,8 +597,7 @@ def tune(
     allow_random_weights: bool = False,
     seed: int = 0,
 ) -> list[StudyResult]:
-    """One study per base run (model x cube x protocol [x fraction]); returns each study's
-    outcome."""
+    """One study per base run (model x cube x protocol [x fraction]), each one's outcome."""
     if trials < 1:
         raise TuneError(f"--trials must be >= 1, got {trials}")
     refuse_untunable({b.protocol for b in bases})
@@ -696,19 +607,8 @@ def tune(
     ctx = cluster_context(
         client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
     )
+    batch = batch or min(trials, max(4, recipe.decoders_per_task))
     o = StudyOptions(
-        space,
-        out,
-        recipe,
-        trials,
-        sampler,
-        pruner,
-        batch or min(trials, max(4, recipe.decoders_per_task)),
-        client,
-        progress,
-        weights_dir,
-        allow_random_weights,
-        seed,
-        ctx,
+        space, out, recipe, trials, sampler, pruner, batch, client, progress, seed, ctx
     )
     return [_Study(b, o).run() for b in bases]

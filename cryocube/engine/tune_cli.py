@@ -1,20 +1,18 @@
-"""`cryocube tune`: a hyper-parameter study per (model, cube, protocol) on the cluster (see
-engine/tune.py)."""
+"""`cryocube tune`: a hyper-parameter study per (model, cube, protocol); see engine/tune.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import harness, outputs, store
+from .. import harness, outputs
 from ..errors import UserError
 from ..mapping import names
-from .cli import warn_random
+from .cli import claim_for, grid_runs, warn_random, weights_of
 from .tune import PRUNERS, SAMPLERS
 
 
 def register(sub) -> None:
-    """Adds `cryocube tune` (cli.COMMAND_MODULES calls it); flags shared with evaluate mean the same
-    there."""
+    """Adds `cryocube tune`; flags shared with evaluate mean the same there."""
     p = sub.add_parser(
         "tune", help="hyper-parameter study (Optuna) over evaluate runs; resumable from its journal"
     )
@@ -83,8 +81,7 @@ def _check_counts(args) -> None:
 def _checked(args):
     """(bases, recipe, space) once every input passed, the default runs and every end of the space
     planned here: user errors surface before a cluster starts."""
-    from ..families import PlanContext
-    from .plan import plan_runs, runs_from_grid
+    from .plan import plan_runs
     from .tune import load_tune_config, make_pruner, make_sampler, parse_space, refuse_untunable
 
     _check_counts(args)
@@ -98,20 +95,8 @@ def _checked(args):
         raise UserError(
             "tune takes one --fraction per study (a label-fraction curve is `evaluate --fraction`)"
         )
-    bases = runs_from_grid(
-        names(args.models),
-        harness.resolve_cubes(args.cubes, args.data_root),
-        protocols,
-        args.fraction or [None],
-        [args.seed],
-    )
-    cubes = sorted({b.cube for b in bases})
-    for url in cubes:
-        store.register_options(url, args.storage_options)
-    harness.claim(args, "study", inputs=[("--cubes", c) for c in cubes], write_marker=False)
-    ctx = PlanContext(
-        out=args.out, weights_dir=args.weights, allow_random_weights=args.allow_random_weights
-    )
+    bases = grid_runs(args, protocols, [args.seed])
+    ctx = claim_for(args, bases, "study")
     planned = plan_runs(bases, recipe, ctx)
     for prm in space:
         for v in prm.choices or (prm.low, prm.high):
@@ -125,22 +110,10 @@ def _tune(args) -> int:
 
     bases, recipe, space = _checked(args)
     outputs.mark(args.out, "study", "tune")  # every check passed: the first thing written
+    kw = {k: getattr(args, k) for k in ("trials", "sampler", "pruner", "batch", "seed")}
+    kw |= weights_of(args) | {"progress": not args.quiet}
     with harness.cluster_for(args) as client:
-        results = tune(
-            bases,
-            space,
-            args.out,
-            recipe,
-            trials=args.trials,
-            sampler=args.sampler,
-            pruner=args.pruner,
-            batch=args.batch,
-            client=client,
-            progress=not args.quiet,
-            weights_dir=args.weights,
-            allow_random_weights=args.allow_random_weights,
-            seed=args.seed,
-        )
+        results = tune(bases, space, args.out, recipe, client=client, **kw)
     for r in results:
         _show_study(r)
     return 0
