@@ -102,7 +102,7 @@ def _numbers(frame) -> tuple[np.ndarray, np.ndarray]:
 
     values = np.zeros(frame.shape)
     if frame.shape[1]:  # (apply over no column gives no frame)
-        values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+        values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(np.float64, copy=True)
     return values, np.isnan(values) & frame.notna().to_numpy(dtype=bool)
 
 
