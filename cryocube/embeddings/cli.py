@@ -9,8 +9,7 @@ from ..errors import UserError
 
 
 def register(sub) -> None:
-    """Adds `embed` and `probe` to the cryocube parser (cli.COMMAND_MODULES); both take
-    --cluster."""
+    """Adds `embed` and `probe` to the parser (cli.COMMAND_MODULES); both take --cluster."""
     p = sub.add_parser(
         "embed",
         help="one vector per cube sample from an encoder (or the random/mean baseline) -> Zarr/CSV",
@@ -23,11 +22,8 @@ def register(sub) -> None:
     p.add_argument(
         "--dim",
         type=int,
-        default=None,
-        help=(
-            "vector width: PCA fitted on the train split (all samples if "
-            "none), zero-padded when fewer directions exist; 1024 for Embed2Scale submissions"
-        ),
+        help="vector width: PCA fitted on the train split (all samples if none), zero-padded when"
+        " fewer directions exist; 1024 for Embed2Scale submissions",
     )
     p.add_argument(
         "--format",
@@ -70,11 +66,9 @@ def register(sub) -> None:
         "--probe",
         default="linear",
         metavar="{linear,svm,knn,linear-svm}",
-        help=(
-            "linear: NeuCo-Bench's probe; svm: NeuCo-Bench's polynomial SVC/SVR picked by a"
-            " Bayesian search (needs cryocube[neuco]); knn: PANGAEA's weighted kNN; linear-svm:"
-            " LinearSVC/SVR at C=1"
-        ),
+        help="linear: NeuCo-Bench's probe; svm: NeuCo-Bench's polynomial SVC/SVR picked by a"
+        " Bayesian search (needs cryocube[neuco]); knn: PANGAEA's weighted kNN; linear-svm:"
+        " LinearSVC/SVR at C=1",
     )
     q.add_argument(
         "--k", type=int, default=40, help="random 90/10 splits per task (NeuCo-Bench's configs: 40)"
@@ -83,16 +77,11 @@ def register(sub) -> None:
         "--standardize",
         choices=("all", "labelled"),
         default="all",
-        help=(
-            "rows the one global mean/std come from: all rows of the file (NeuCo-Bench's docs,"
-            " default) or the labelled rows only (NeuCo-Bench's code)"
-        ),
+        help="rows the one global mean/std come from: all rows of the file (NeuCo-Bench's docs,"
+        " default) or the labelled rows only (NeuCo-Bench's code)",
     )
     q.add_argument(
-        "--dim",
-        type=int,
-        default=None,
-        help="expected width (submissions: 1024; checked and zero-padded)",
+        "--dim", type=int, help="expected width (submissions: 1024; checked and zero-padded)"
     )
     harness.add_set(
         q,
@@ -121,11 +110,7 @@ def _embed(args) -> int:
     cube = cube_info(args.cube)
 
     def plan(threads):
-        ctx = PlanContext(
-            weights_dir=args.weights,
-            allow_random_weights=args.allow_random_weights,
-            threads=threads,
-        )
+        ctx = PlanContext("", args.weights, args.allow_random_weights, threads=threads)
         return plan_embedding(args.model, cube, r, ctx, dim=args.dim, seed=args.seed)
 
     spec, prov = plan(harness.threads_for(args))  # errors first
@@ -135,15 +120,7 @@ def _embed(args) -> int:
         )
     with harness.cluster_for(args) as client:
         spec, prov = plan(cluster_threads(client))  # the threads the workers were started with
-        res = embed(
-            spec,
-            cube,
-            url,
-            client=client,
-            progress=not args.quiet,
-            provenance=prov,
-            overwrite=args.overwrite,
-        )
+        res = embed(spec, cube, url, client, not args.quiet, prov, overwrite=args.overwrite)
     _show_embedded(args, res, url, csv)
     return 0
 
@@ -167,8 +144,7 @@ def _show_embedded(args, res, url: str, csv: str | None) -> None:
 
 
 def output_paths(out: str, fmt: str) -> tuple[str, str | None]:
-    """(store, submission CSV): `emb/x.zarr` -> `emb/x.csv` beside it; `emb/x.csv` -> the store
-    `emb/x.zarr`."""
+    """(store, submission CSV): `x.zarr` -> `x.csv` beside it; `x.csv` -> the store `x.zarr`."""
     out = out.rstrip("/")
     if fmt != "csv":
         return out, None
@@ -192,8 +168,7 @@ def claim_outputs(args, url: str, csv: str | None) -> None:
 
 
 def _probe(args):
-    """Plans the one run (every input read and checked, before any cluster) and hands it to the
-    engine."""
+    """Plans the one run (every input read and checked before any cluster) for the engine."""
     from ..families.base import EngineRuns
     from ..families.embedding.probe import load_probe_inputs, probe_inputs, probe_recipe
     from ..families.embedding.work import probe_run
@@ -213,8 +188,7 @@ def _probe(args):
 
 
 def _show_probe(rec: dict, recipe, out: str) -> int:
-    """Per task Q and A, then the overall Q; a failed run, or a Q the challenge's rule leaves
-    undefined, is one sentence."""
+    """Per task Q and A, then the overall Q; a failed run or an undefined Q is one sentence."""
     from ..families.embedding.neuco import allowed_failures
     from ..families.embedding.work import probe_result
 
@@ -227,14 +201,9 @@ def _show_probe(rec: dict, recipe, out: str) -> int:
     allowed = allowed_failures(recipe.k, recipe.max_nan_fraction)
     for t in sorted(s["task_q_scores"]):
         q, a, failed = s["task_q_scores"][t], s["task_acc_scores"][t], s["task_failed_probes"][t]
-        note = (
-            f"  ({failed} of {recipe.k} probes failed (no finite score), more than the {allowed}"
-            " allowed)"
-            if t in s["tasks_failing_nan_rule"]
-            else f"  ({failed} of {recipe.k} probes failed)"
-            if failed
-            else ""
-        )
+        note = f"  ({failed} of {recipe.k} probes failed)" if failed else ""
+        if t in s["tasks_failing_nan_rule"]:
+            note = f"{note[:-1]} (no finite score), more than the {allowed} allowed)"
         print(f"{t:<36} Q {q:8.3f}  A {a:7.4f}{note}")
     print(
         f"overall Q {s['overall_q_score']:.3f}  (A {s['overall_acc_score']:.4f});"

@@ -1,15 +1,5 @@
 """`cryocube embed`: one vector per cube sample from any registered encoder, or an organiser
-baseline.
-
-Vectors are pooled the PANGAEA probe way: each output level global-average-pooled, the levels
-concatenated, and the segmentation family's sliding windows and the time steps averaged. Block
-tasks fill `features(sample, feature)` with a progress flag each (an interrupted run resumes);
-the client's optional PCA (`--dim`, fitted on the train split, or every sample of a cube without
-one, as the challenge had none) gives `embedding(sample, dim)`; marker and provenance come last.
-
-Baselines (Embed2Scale organisers): `random` draws N(0, 1) values (seeded per sample here, so a
-rerun gives the same vectors); `mean` averages band groups (the catalog's `mean_baseline.groups`,
-else every band alone) per time step, resamples them bilinearly to a small grid and flattens them.
+baseline; pooling, resuming, PCA and baselines: docs/embeddings.md ("How the vectors are made").
 """
 
 from __future__ import annotations
@@ -78,6 +68,14 @@ class EmbedSpec:
         """The store's name and a probe run's prep_key: a digest of what decides the vectors' bits
         (cube checksum, inputs, weights, arithmetic), never of block size or batch."""
         e = self.encoder
+        enc = e and {
+            "arch": e.model.arch,
+            "rule": e.rule,
+            "S": e.input_size,
+            "weights": e.weights_sha256 or e.weights,
+            **e.arithmetic(),
+            **({"followed": list(e.model.followed)} if e.model.followed else {}),
+        }
         ident = {
             "source": self.source,
             "cube": self.cube_checksum,
@@ -86,29 +84,15 @@ class EmbedSpec:
             "seed": self.seed if self.source == "random" else None,
             "groups": self.groups,
             "grid": self.grid,
-            "encoder": (
-                None
-                if e is None
-                else {
-                    "arch": e.model.arch,
-                    "rule": e.rule,
-                    "S": e.input_size,
-                    "weights": e.weights_sha256 or e.weights,
-                    **e.arithmetic(),
-                    **({"followed": list(e.model.followed)} if e.model.followed else {}),
-                }
-            ),
-            # 2: rows carry the cube's sample ids (v1 stores used `source`, shared by a scene's
-            # tiles)
+            "encoder": enc,
+            # 2: rows carry the cube's sample ids (v1: `source`, shared by a scene's tiles)
             "v": 2,
         }
-        return (
-            f"{self.source}-{hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]}"
-        )
+        digest = hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:16]
+        return f"{self.source}-{digest}"
 
     def describe(self) -> dict[str, Any]:
-        """What the store's attributes and run records say of the vectors: the key's facts by name,
-        weights by their sha256 where known."""
+        """What the store's attributes and run records say of the vectors (weights by sha256)."""
         e = self.encoder
         return {
             "source": self.source,
@@ -149,18 +133,20 @@ def plan_embedding(
     and context whole, so a recipe field reaches every embedding alike: precision, input size,
     normalization, block and batch sizes, the checkpoint (`encoder_weights`, else one in
     `ctx.weights_dir`), follow_reference; the torch threads of every block are
-    `ctx.run_threads(recipe.threads)`, on CPU part of the key. `seed` is the random baseline's.
-    """
+    `ctx.run_threads(recipe.threads)`, on CPU part of the key. `seed` is the random baseline's."""
     if dim is not None and dim < 1:
         raise UserError(f"--dim must be >= 1, got {dim}")
-    if source in BASELINES:
-        return _plan_baseline(source, cube, recipe, dim, seed)
-    return _plan_encoder(source, cube, recipe, ctx, dim)
+    plan = _plan_baseline if source in BASELINES else _plan_encoder
+    fields, prov = plan(source, cube, recipe, ctx, dim, seed)
+    spec = EmbedSpec(
+        source, cube.url, cube.checksum, dim=dim, block_samples=recipe.block_samples, **fields
+    )
+    return spec, prov
 
 
-def _plan_baseline(source: str, cube, recipe: BaseRecipe, dim: int | None, seed: int):
-    """An organiser baseline: every band alone, or the catalog's `mean_baseline` groups and grid
-    (else a grid that keeps about `dim` or 1024 values)."""
+def _plan_baseline(source: str, cube, recipe: BaseRecipe, ctx, dim: int | None, seed: int):
+    """An organiser baseline's EmbedSpec fields: every band alone, or the catalog's `mean_baseline`
+    groups and grid (else a grid that keeps about `dim` or 1024 values)."""
     if recipe.follow_reference:
         raise RecipeError(
             f"follow_reference=true: the {source} baseline is no model and has no deviation"
@@ -184,24 +170,13 @@ def _plan_baseline(source: str, cube, recipe: BaseRecipe, dim: int | None, seed:
         T = max(1, len(cube.time))
         grid = int(mb.get("grid") or max(1, math.isqrt((dim or 1024) // (T * len(groups)))))
     inputs = input_map(cube, list(range(len(cube.bands))), recipe.normalization)
-    spec = EmbedSpec(
-        source,
-        cube.url,
-        cube.checksum,
-        inputs,
-        None,
-        dim,
-        seed=seed,
-        groups=groups,
-        grid=grid,
-        block_samples=recipe.block_samples,
-    )
-    return spec, {"weights": {"pretrained": False, "random_init": False, "source": source}}
+    fields = dict(inputs=inputs, encoder=None, seed=seed, groups=groups, grid=grid)
+    return fields, {"weights": {"pretrained": False, "random_init": False, "source": source}}
 
 
-def _plan_encoder(source: str, cube, recipe: BaseRecipe, ctx: PlanContext, dim: int | None):
-    """A registered encoder, fed by the dataset catalog's band rule (embed has no protocols) and
-    switched to the reference's behaviour where the recipe follows it (docs/deviations.md)."""
+def _plan_encoder(source: str, cube, recipe: BaseRecipe, ctx: PlanContext, dim, seed):
+    """A registered encoder's EmbedSpec fields, fed by the dataset catalog's band rule (embed has no
+    protocols), following the reference where the recipe says so (docs/deviations.md)."""
     mspec = model_spec(source)
     if recipe.follow_reference:
         mspec = mspec.following_reference()
@@ -216,28 +191,10 @@ def _plan_encoder(source: str, cube, recipe: BaseRecipe, ctx: PlanContext, dim: 
     )
     eff = resolve(recipe.precision, ctx.device or this_device())
     threads = ctx.run_threads(recipe.threads)
-    enc = EncoderSpec(
-        mspec,
-        cube.bands,
-        rule,
-        int(size),
-        found.path,
-        found.sha256,
-        eff,
-        ctx.arithmetic_threads(threads),
-    )
-    spec = EmbedSpec(
-        source,
-        cube.url,
-        cube.checksum,
-        input_map(cube, match.index, recipe.normalization),
-        enc,
-        dim,
-        block_samples=recipe.block_samples,
-        batch=recipe.extract_batch,
-        threads=threads,
-    )
-    return spec, {
+    arith = ctx.arithmetic_threads(threads)
+    enc = EncoderSpec(mspec, cube.bands, rule, int(size), found.path, found.sha256, eff, arith)
+    inputs = input_map(cube, match.index, recipe.normalization)
+    return dict(inputs=inputs, encoder=enc, batch=recipe.extract_batch, threads=threads), {
         "weights": found.as_record(),
         "model_name": mspec.display_name,
         "band_mode": _band_mode(rule, match),
@@ -268,8 +225,7 @@ def _band_mode(rule: str, match) -> str:
 
 
 def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
-    """(items, slots, H, W) normalised -> (items, features): windows of the encoder input, GAP per
-    level."""
+    """(items, slots, H, W) normalised -> (items, features): input windows, GAP per level."""
     S = spec.encoder.input_size
     H = x.shape[-1]
     if H < S:  # pad bottom/right with 0 (= the mean), as the segmentation family does
@@ -294,8 +250,7 @@ def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
 
 
 def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
-    """(n, T, C, H, W) normalised -> (n, T * groups * grid^2), C order (time, group, y, x) as the
-    organisers flatten."""
+    """(n, T, C, H, W) -> (n, T * groups * grid^2), C order (time, group, y, x) as organisers do."""
     from scipy.ndimage import zoom
 
     n, T, _, H, W = x.shape
@@ -310,8 +265,7 @@ def _mean_baseline(spec: EmbedSpec, x: np.ndarray) -> np.ndarray:
 
 @task_boundary
 def embed_block(task: EmbedBlock) -> dict[str, Any]:
-    """One block's task: its samples' vectors into `features`, then its progress flag, so an
-    interrupted `embed` resumes after the last finished block."""
+    """One block's vectors into `features`, then its progress flag (an interrupted run resumes)."""
     t0 = time.perf_counter()
     spec = task.spec
     img, _ = read_samples(spec.cube_url, task.samples, labels=False)
@@ -321,12 +275,8 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
     with torch_task(spec.threads) as (device, threads):
         x = spec.inputs.apply(img.reshape(n * T, C, H, W))  # (n*T, slots, H, W)
         if spec.source == "random":
-            v = np.stack(
-                [
-                    np.random.default_rng([spec.seed, int(s)]).standard_normal(spec.dim or 1024)
-                    for s in task.samples
-                ]
-            ).astype(np.float32)
+            rngs = [np.random.default_rng([spec.seed, int(s)]) for s in task.samples]
+            v = np.stack([r.standard_normal(spec.dim or 1024) for r in rngs]).astype(np.float32)
         elif spec.source == "mean":
             v = _mean_baseline(spec, x.numpy().reshape(n, T, -1, H, W))
         else:
@@ -338,8 +288,7 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
         return {"samples": n, "seconds": time.perf_counter() - t0, "threads": [threads]}
 
 
-# -- the store
-# ---------------------------------------------------------------------------------------
+# -- the store -------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -412,8 +361,7 @@ def embed(
     provenance: dict | None = None,
     overwrite: bool = False,
 ) -> EmbedResult:
-    """Compute (or resume, or reuse) the embedding store at `url`. `client=None` runs in this
-    process."""
+    """Compute (or resume, or reuse) the embedding store at `url` (`client=None`: here)."""
     t0 = time.perf_counter()
     # never replace what embed did not write
     outputs.claim(url, "embeddings", "embed", inputs=[("--cube", cube.url)])
@@ -446,8 +394,7 @@ def embed(
 
 
 def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, components (k, F) and explained-variance ratios of the top k = min(dim, rank)
-    directions."""
+    """Mean, components (k, F) and explained-variance ratios of the top min(dim, rank) axes."""
     mu = X.mean(axis=0)
     Xc = (X - mu).astype(np.float64)
     _, s, vt = np.linalg.svd(Xc, full_matrices=False)
@@ -464,8 +411,8 @@ def _project(spec: EmbedSpec, F: np.ndarray, split: np.ndarray) -> tuple[np.ndar
         return F, None
     if F.shape[1] < spec.dim:
         return pad_to(F, spec.dim), None
-    fit_on = "train" if (split == "train").any() else "all"
-    rows = F[split == "train"] if fit_on == "train" else F
+    train = split == "train"
+    fit_on, rows = ("train", F[train]) if train.any() else ("all", F)
     mu, comp, ratio = pca_fit(rows, spec.dim)
     pca = {
         "fitted_on": fit_on,
@@ -528,10 +475,8 @@ def _finish(
             "embedding_sha256": digest,
         }
     )
-    g.attrs[COMPLETE] = {
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "n_samples": int(E.shape[0]),
-    }
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    g.attrs[COMPLETE] = {"time": now, "n_samples": int(E.shape[0])}
     return EmbedResult(url, int(E.shape[0]), int(E.shape[1]), blocks_run, seconds, dict(g.attrs))
 
 
@@ -557,8 +502,7 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
     )
 
 
-# -- the submission CSV's provenance
-# -------------------------------------------------------------------
+# -- the submission CSV's provenance ---------------------------------------------------------------
 
 SIDECAR_KEYS = tuple(
     "source key model_name cube weights precision dim pca embedding_sha256".split()
@@ -583,16 +527,12 @@ def write_sidecar(csv: str, attrs: dict) -> str:
         "csv_sha256": _file_sha256(csv),
         "cryocube": __version__,
     }
-    tmp = f"{out}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, sort_keys=True, default=str)
-    os.replace(tmp, out)
+    _store.write_atomic(out, json.dumps(doc, indent=1, sort_keys=True, default=str))
     return out
 
 
 def read_sidecar(csv: str) -> dict:
-    """The provenance `embed` wrote beside a CSV; {} when there is none, or (with a warning) when
-    the CSV no longer has the bytes it was written with."""
+    """The provenance `embed` wrote beside a CSV; {} without one or (warned) for an edited CSV."""
     path = sidecar_path(csv)
     if not os.path.isfile(path):
         return {}
@@ -600,19 +540,14 @@ def read_sidecar(csv: str) -> dict:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError) as e:
-        warnings.warn(
-            f"{path}: unreadable provenance ({e}); {csv} is treated as vectors made elsewhere",
-            stacklevel=2,
-        )
-        return {}
-    if doc.get("csv_sha256") != _file_sha256(csv):
-        warnings.warn(
-            f"{csv} changed since `cryocube embed` wrote it, so its provenance in {path} is not"
-            " used",
-            stacklevel=2,
-        )
-        return {}
-    return {k: v for k, v in doc.items() if k in SIDECAR_KEYS and v is not None}
+        why = f"{path}: unreadable provenance ({e}); {csv} is treated as vectors made elsewhere"
+    else:
+        if doc.get("csv_sha256") == _file_sha256(csv):
+            return {k: v for k, v in doc.items() if k in SIDECAR_KEYS and v is not None}
+        why = f"{csv} changed since `cryocube embed` wrote it, so its provenance in {path} is not"
+        why += " used"
+    warnings.warn(why, stacklevel=2)
+    return {}
 
 
 def embeddings_url(out: str, key: str) -> str:
@@ -624,14 +559,7 @@ def embeddings_url(out: str, key: str) -> str:
 def prepare_store(spec: EmbedSpec, cube, url: str, runner, weights) -> dict:
     """Embeds (or resumes, or reuses) a run's store on the runner's cluster; returns what the run
     records keep: timings, width, the vectors' sha256, PCA, threads."""
-    r = embed(
-        spec,
-        cube,
-        url,
-        client=runner.client,
-        progress=runner.progress,
-        provenance={"weights": weights},
-    )
+    r = embed(spec, cube, url, runner.client, runner.progress, {"weights": weights})
     return {
         "embed_s": r.seconds,
         "blocks_run": r.blocks_run,

@@ -100,22 +100,15 @@ def _numbers(frame) -> tuple[np.ndarray, np.ndarray]:
     """(values as float64, where a cell is not a number); empty cells are NaN, not uncastable."""
     import pandas as pd
 
-    values = np.empty(frame.shape, dtype=np.float64)
-    uncastable = np.zeros(frame.shape, dtype=bool)
-    for j in range(frame.shape[1]):
-        col = frame.iloc[:, j]
-        if col.dtype.kind in "fiub":
-            values[:, j] = col.to_numpy(dtype=np.float64)
-        else:
-            values[:, j] = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
-            uncastable[:, j] = np.isnan(values[:, j]) & col.notna().to_numpy()
-    return values, uncastable
+    values = np.zeros(frame.shape)
+    if frame.shape[1]:  # (apply over no column gives no frame)
+        values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(np.float64, copy=True)
+    return values, np.isnan(values) & frame.notna().to_numpy(dtype=bool)
 
 
 def _refuse_values(path, values, uncastable, raw_ids, ids, cols) -> None:
     """The challenge's checks 4 (every value casts to float) and 5 (no NaN), then no infinity (it
-    would poison the global standardisation) and no empty id: the first offending row, then
-    column, in file order."""
+    would poison the standardisation) and no empty id: the first offending row, then column."""
     for mask, what in (
         (uncastable, "a value that is not a number"),
         (np.isnan(values) & ~uncastable, "a NaN (or empty) value"),

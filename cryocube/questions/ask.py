@@ -1,11 +1,9 @@
 """From a cube to questions: which sample is asked which task, its prompt and its references.
 
-Read on the client at planning time from the cube's coordinates and small variables (`target`,
-`box`, `answer`; docs/insar-cube.md), never from pixels. A Cryo-Bench tile cube is asked on its test
-split, once per (tile, task, class), against the labels `probe --tasks-from` derives
-(families/class_labels.py). A task is asked of a sample when the cube holds a reference for at least
-one of the task's metrics; a task the cube holds no reference for is left out (and said in the
-record), and a cube that serves none of the selected tasks is refused.
+Read at planning time from the cube's coordinates and small variables (docs/insar-cube.md), never
+from pixels; a tile cube is asked once per (tile, task, class) against the labels `probe
+--tasks-from` derives. A task the cube holds no reference for is left out (and said in the record);
+a cube that serves none of the selected tasks is refused.
 """
 
 from __future__ import annotations
@@ -96,8 +94,7 @@ class _References:
 
 
 def _served(tasks: list[TaskSpec], reference, unavailable: dict) -> tuple[dict, dict[str, str]]:
-    """{task: (spec, [(metric, references)])} for the tasks the cube holds a reference for, and
-    {task: why it was left out}."""
+    """{task: (spec, [(metric, references)])} of the tasks with references; {task: why not}."""
     served, left_out = {}, {}
     for t in tasks:
         per_metric, why = [], []
@@ -118,10 +115,8 @@ def _served(tasks: list[TaskSpec], reference, unavailable: dict) -> tuple[dict, 
 def questions(
     url: str, tasks: list[TaskSpec], every_split: bool = False
 ) -> tuple[list[Question], dict[str, str]]:
-    """Every question of the cube for `tasks`, in (sample, task) order, and {task: why it was left
-    out}. `every_split`: a tile cube's train and val tiles too (what encoder heads and chance learn
-    from).
-    """
+    """Every question of the cube for `tasks` in (sample, task) order, and {task: why left out};
+    `every_split`: a tile cube's train and val tiles too (what heads and chance learn from)."""
     cube = open_view(url)
     if isinstance(cube, TileCube) and "class_fraction" in cube.ds:
         return tile_questions(url, cube.ds, tasks, every_split)
@@ -133,8 +128,7 @@ def questions(
     src = _text(cube.ds["source"].values)
     ref = _References(cube, url)
     served, left_out = _served(tasks, ref, cube.ds.attrs.get("unavailable") or {})
-    # the interferogram facts, each with its declared default where the cube has none
-    # (cube.schema.SAMPLE_VARS)
+    # the interferogram facts, with declared defaults where the cube has none (SAMPLE_VARS)
     facts = {k: _text(cube.values(k)) for k in ("primary_date", "secondary_date", "frame")}
     lam = np.asarray(cube.values("radar_wavelength_m"), np.float64)
     out: list[Question] = []
@@ -163,8 +157,7 @@ def tile_questions(
 ) -> tuple[list[Question], dict[str, str]]:
     """A tile cube's questions: every test tile with labelled pixels, each task, each class but the
     task's skip_classes; the reference is the class's derived label (`class: present` ->
-    labels[0|1], `class: fraction`).
-    """
+    labels[0|1], `class: fraction`)."""
     ids = [str(i) for i in sample_ids(ds, url)]
     split = np.asarray(as_text(ds["split"].values))
     labelled, per_class = class_labels(ds)

@@ -1,11 +1,7 @@
 """Board cells: what a family contributes to a comparison board (families/vqa/report.py lays them
-out).
-
-A cell is one (task, metric[, class]) figure on the cube's test split, over the task's first
-phrasing (families/split.py): its unit, a hash of the sample ids scored, n, the value and its 95 %
-bootstrap interval (metrics.py). `report` refuses a cell whose samples or unit differ from its
-column's, so a column compares like with like. The chance baseline is made here too: the train
-split's majority class, mean number or mean box, scored on the test questions.
+out): one (task, metric[, class]) figure on the test split's first phrasing with its unit, sample
+hash, n, value and 95 % interval, so `report` can refuse a cell unlike its column's. The chance
+baseline too: the train split's majority class, mean number or mean box on the test questions.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ UNITS = {"number": "count", "fraction": "fraction of the tile"}
 
 
 def unit(task, metric: str) -> str:
-    """A cell's unit, which `report` requires to match its column's: % for percentage metrics, else
-    the task's own unit or its answer kind's."""
+    """A cell's unit, which must match its column's: %, else the task's or its answer kind's."""
     return "%" if FACTS[metric][2] else (task.unit or UNITS.get(task.answer, task.answer))
 
 
@@ -40,8 +35,7 @@ def cells(
 ) -> list[dict]:
     """The test split's cells of scored rows ({sample, task, scores, ok[, class]}): per task and
     metric, over every class (class None) and, where rows have classes, per class; each with n,
-    unparsed, interval and sample hash.
-    """
+    unparsed, interval and sample hash."""
     # the first phrasing's
     test = [r for r in rows if split[r["sample"]] == "test" and r.get("variant", 0) == 0]
     out = []
@@ -79,8 +73,7 @@ def answerable(t) -> bool:
 
 
 def target_of(t, q) -> Any:
-    """The question's reference in the task's answer kind (the first metric that is not scored
-    against text)."""
+    """The question's reference in the task's answer kind (its first metric not scored on text)."""
     kinds = {m: kind for m, kind, _ in t.metrics}
     for m, ref in q.refs:
         if kinds[m] != "answer":
@@ -90,9 +83,7 @@ def target_of(t, q) -> Any:
 
 def scored_rows(questions, tasks: dict, predict: Callable[[Any], Any]) -> list[dict]:
     """Rows of predictions (`predict(question)`: a value of the task's answer kind) scored as the
-    VLM's parsed answers are, against the same references; metrics scored against text are left out
-    (no text to score).
-    """
+    VLM's parsed answers are; metrics scored against text are left out."""
     rows = []
     for q in questions:
         t = tasks.get(q.task)
@@ -113,8 +104,7 @@ def scored_rows(questions, tasks: dict, predict: Callable[[Any], Any]) -> list[d
 
 
 def chance(questions, tasks: dict, split: np.ndarray) -> Callable[[Any], Any]:
-    """The chance answer per (task, class), from the train split: majority class (ties: the task's
-    label order), mean number, mean box."""
+    """The chance answer per (task, class) from train: majority class, mean number, mean box."""
     by: dict[tuple, list] = {}
     for q in questions:
         t = tasks.get(q.task)
@@ -145,8 +135,7 @@ CHANCE_HOW = {
 def chance_cells(
     questions, tasks: dict, split: np.ndarray, ids: list[str], n_boot: int, seed: int
 ) -> list[dict]:
-    """The chance baseline's cells: train-split guesses scored on the test questions' first
-    phrasing, as any row is."""
+    """The chance baseline's cells: train-split guesses scored on the test questions."""
     # a sample once, however many phrasings
     questions = [q for q in questions if getattr(q, "variant", 0) == 0]
     rows = scored_rows(

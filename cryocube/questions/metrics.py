@@ -1,10 +1,8 @@
 """Per-answer scores and their means with bootstrap confidence intervals.
 
-Every metric here is the mean of a per-answer score (accuracy 0/1, absolute error, box IoU, token
-F1), so the map side of the scheduler returns per-answer scores and the reduce concatenates them; an
-unparsed answer gets the worst score its metric allows (wrong, IoU 0, F1 0, or the task's
-`unparsed_value` for errors). Token F1 normalises as SQuAD does (lower case, no punctuation, no
-articles, single spaces).
+Every metric is the mean of a per-answer score, so the scheduler's map returns per-answer scores
+and the reduce concatenates them; an unparsed answer gets its metric's worst score (wrong, IoU 0,
+F1 0, or the task's `unparsed_value` for errors).
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ FACTS: dict[str, tuple[str, bool, bool]] = {
 
 
 def normalize_answer(s: str) -> str:
-    """SQuAD's normalisation before token F1: lower case, no punctuation, no articles, single
-    spaces."""
+    """SQuAD's normalisation before token F1: lower case, no punctuation or articles, one space."""
     s = str(s or "").lower()
     s = "".join(ch for ch in s if ch not in set(string.punctuation))
     s = re.sub(r"\b(a|an|the)\b", " ", s)
@@ -47,8 +44,7 @@ def token_f1(prediction: str, reference: str) -> float:
 
 
 def box_iou(a, b) -> float:
-    """IoU of two boxes (x0, y0, x1, y1); a missing box scores 0, two empty boxes at the same place
-    0 too."""
+    """IoU of two boxes (x0, y0, x1, y1); a missing box scores 0, as two empty boxes do."""
     if a is None or b is None:
         return 0.0
     ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
@@ -83,16 +79,14 @@ SCORES: dict[str, Callable[..., float]] = {
 
 
 def score(name: str, pred: Any, ref: Any, ok: bool, **kw) -> float:
-    """One answer's score by metric name; VLM answers and chance or head predictions go through the
-    same call, so both are scored alike."""
+    """One answer's score by metric name: VLM answers and head or chance predictions alike."""
     return SCORES[name](pred, ref, ok, **kw)
 
 
 def bootstrap_ci(
     values, n_boot: int = 1000, level: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (a fixed seed: the same scores give the same
-    interval)."""
+    """Percentile bootstrap interval of the mean (seeded: the same scores, the same interval)."""
     v = np.asarray(values, dtype=np.float64)
     if v.size == 0:
         return (float("nan"), float("nan"))

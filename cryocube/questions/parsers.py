@@ -5,35 +5,8 @@ no number, a degenerate box) is `ok=False`. The metrics score such an answer as 
 `unparsed_value` (or wrong) and the record counts it ("unparsed: n"). Parsers are chosen by name
 from a task's `answer:` field, so a new kind of answer is one function registered here.
 
-Every parser first strips what models wrap around an answer (`clean`): a `<think>` block (an
-unclosed one leaves nothing), chat roles ("ASSISTANT:"), special tokens, `<answer>` tags, the
-sentences of the prompt the model echoed, LaTeX (`\\boxed{}` wins), markdown and JSON (an
-`answer`-like key, or the only value). The rules, one way everywhere (tests/data/vqa_answers.yaml
-holds the table they are tested on):
-- an answer that says the picture does not tell ("no way to tell", "cannot determine", "hard to
-  say", "not sure", "Unclear.") is unparsed, whatever number or label it also names;
-- a number is the first written in digits, else the first in words (to ninety-nine, hyphenated or
-  not: "twenty-one"; "no", "none", "not a single" are 0); words read as their digits would;
-- a range ("2-4", "2 to 4", "between 2 and 4", "from 2 to 4", "2 or 4", "three or four") reads as
-  its midpoint; reversed ends are unparsed; a bound ("more than 3", "at least three", ">3") is
-  unparsed;
-- "1,000" is 1000 (a comma before three digits groups thousands); "2,5" is unparsed (decimal comma
-  or list);
-- a date (2020-01-01, 20200113, 13/01/2020, "13 January 2020") is never a number, and a number with
-  a unit that is not the task's (cm, days, rad, px, ...) is not the answer;
-- a number outside the task's `domain` is unparsed (a number task without one is a count: [0, open);
-  fractions: [0, 1]); scoring holds every parsed number to it again (`TaskSpec.checked`);
-- a class answer naming two labels joined as a hedge (by dashes, slashes, commas, "or", "to", "and",
-  "maybe": "medium-high", "low-to-medium", "low or medium", "between low and high") is unparsed; a
-  label after a negation does not count ("not low", "not an earthquake", "I would not call it high",
-  "doesn't look like a dyke"); of two labels otherwise, one that opens the answer wins ("High. Not
-  low at all."); a multiple-choice phrasing's letter ("B", "(B) medium") maps to its label;
-- a box is [x0, y0, x1, y1] in fractions, or in pixels of the picture (all coordinates integers or >
-  1; a box half fractions, half pixels is unparsed), unless the answer states another order beside
-  it ("(y_min, x_min, y_max, x_max)", "[top, left, bottom, right]"), which is then honoured;
-  Qwen2-VL's `<|box_start|>(x0,y0),(x1,y1)<|box_end|>` and `<box>` are in 0..1000, PaliGemma's four
-  `<locNNNN>` are y0 x0 y1 x1 in 1024 bins, JSON `bbox_2d` is pixels (or fractions, all at most 1);
-  a box of zero width or height (after clipping to the picture) is unparsed.
+The rules, one way everywhere, are listed in docs/vlm.md ("Answer parsing rules");
+tests/data/vqa_answers.yaml holds the table they are tested on.
 """
 
 from __future__ import annotations
@@ -105,8 +78,7 @@ _REFUSAL = re.compile(
 
 
 def _words_to_digits(t: str) -> str:
-    """Number words written as digits ("three or four" -> "3 or 4", "twenty-one" -> "21"), so ranges
-    and bounds read the same in words as in digits."""
+    """Number words as digits ("three or four" -> "3 or 4"), so ranges and bounds read alike."""
     return _WORD_RE.sub(lambda m: str(WORDS[m.group(1).lower()]), t)
 
 
@@ -117,8 +89,7 @@ SHARES = {"half": 0.5, "two thirds": 2 / 3, "three quarters": 0.75} | {
     for a in ("a", "one")
 }
 _SHARE_RE = _alternation(SHARES)
-# units a count or share is not measured in: a number followed by one is not the answer ("2.77 cm",
-# "12 days")
+# units a count or share is not measured in: a number followed by one is not the answer (12 days)
 FOREIGN_UNITS = (
     r"(?:cm|mm|km|m|metres?|meters?|days?|weeks?|months?|years?|yrs?|hours?|h|s|rad|radians?|°|deg|"
     r"degrees?|px|pixels?|hz|mhz|ghz|%|per\s*cent|percent)(?![A-Za-z])"
@@ -179,8 +150,7 @@ def _unwrap(text: Any) -> str:
 
 
 def _drop_echo(t: str, prompt: str) -> str:
-    """Remove every sentence of the prompt (12 characters or more) that the answer repeats word for
-    word."""
+    """Remove every prompt sentence (12 characters or more) the answer repeats word for word."""
     if not prompt:
         return t
     sentences = sorted(
@@ -201,22 +171,15 @@ def _latex(t: str) -> str:
     t = re.sub(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}", r"\1/\2", t)
     t = re.sub(r"\\(?:text|mathrm|textbf|mathbf|textit|operatorname)\{([^{}]*)\}", r"\1", t)
     t = re.sub(r"(\d)\\[,;!]\s*(?=\d)", r"\1", t)  # 1\,000
-    t = (
-        t.replace("\\%", "%")
-        .replace("\\approx", " about ")
-        .replace("\\sim", " about ")
-        .replace("\\times", " x ")
-    )
+    for a, b in (("\\%", "%"), ("\\approx", " about "), ("\\sim", " about "), ("\\times", " x ")):
+        t = t.replace(a, b)
     t = re.sub(r"\\[()\[\]]|\$", " ", t)
     return t
 
 
 def _markdown(t: str) -> str:
     t = re.sub(r"```[a-zA-Z]*", " ", t)
-    lines = []
-    for line in t.splitlines():
-        line = re.sub(r"^\s*(?:#{1,6}\s+|>\s+|[-*+•]\s+)", "", line)
-        lines.append(line)
+    lines = [re.sub(r"^\s*(?:#{1,6}\s+|>\s+|[-*+•]\s+)", "", x) for x in t.splitlines()]
     t = "\n".join(lines)
     # a numbered list: its numbers are not answers
     if sum(bool(re.match(r"\s*\d+[.)]\s+[A-Za-z*]", x)) for x in lines) >= 2:
@@ -225,8 +188,7 @@ def _markdown(t: str) -> str:
 
 
 def _json_value(t: str) -> Any:
-    """The JSON object or list the answer is (or holds between its first brace and last), else
-    None."""
+    """The JSON object or list the answer is (or holds between its outer braces), else None."""
     s = t.strip()
     for a, b in (("{", "}"), ("[", "]")):
         i, j = s.find(a), s.rfind(b)
@@ -239,8 +201,7 @@ def _json_value(t: str) -> Any:
 
 
 def _json_answer(v: Any) -> Any:
-    """A JSON answer's value: the first answer-like key, else the only value; a list: its first
-    item."""
+    """A JSON answer's value: its first answer-like key, else its only value; a list's first."""
     if isinstance(v, list) and v and isinstance(v[0], dict):
         v = v[0]
     if isinstance(v, dict):
@@ -255,7 +216,7 @@ def _json_answer(v: Any) -> Any:
 
 
 def clean(text: Any, prompt: str = "", json_ok: bool = True) -> str:
-    """The answer's words without their wrapping (module docstring), on one line."""
+    """The answer's words without their wrapping (docs/vlm.md), on one line."""
     t = _unwrap(text)
     t = _SPECIAL.sub(" ", t)
     t = _drop_echo(t, prompt) if prompt else t
@@ -271,19 +232,16 @@ def clean(text: Any, prompt: str = "", json_ok: bool = True) -> str:
     return t.strip()
 
 
-# -- classes
-# ------------------------------------------------------------------------------------------
+# -- classes ---------------------------------------------------------------------------------------
 
-# a label after one of these is negated: "not high", "not an earthquake", "I would not call it
-# high", "doesn't look like a dyke"
+# a label after one of these is negated: "not an earthquake", "doesn't look like a dyke"
 _NEGATION = re.compile(
     r"(?:\b(?:not|never|neither|nor)|n't)\s+(?:(?:a|an|the|very|so|too|that|really|particularly|quite|"
     r"at\s+all|call(?:ed)?\s+it|consider(?:ed)?\s+it|describe(?:d)?\s+it\s+as|classify\s+it\s+as|"
     r"say\s+(?:it\s+is|it's)|be|been|look(?:s)?|seem(?:s)?|appear(?:s)?|like|to\s+be|as)\s+)*$",
     re.I,
 )
-# what joins two labels into a hedge: dashes, slashes, commas, "or", "to", "and" ("medium-high",
-# "low-to-medium", "low or maybe medium")
+# what joins two labels into a hedge ("medium-high", "low-to-medium", "low or maybe medium")
 _HEDGE_PUNCT = set("-–—/,")
 _HEDGE_WORDS = {"or", "to", "and", "maybe", "perhaps", "possibly"}
 
@@ -298,8 +256,7 @@ _NEGATION_LABELS = {"no", "none", "not", "absent"}
 
 
 def _letter(t: str, labels: tuple[str, ...]) -> tuple[str, str] | None:
-    """A multiple-choice answer's letter (A = labels[0]): alone, or opening the answer as "B.",
-    "B)", "(B)"."""
+    """A multiple-choice answer's letter (A = labels[0]): alone, or opening as "B.", "B)", "(B)"."""
     m = re.match(r"^(?i:option\s+)?(?:\(([A-Z])\)|([A-Z])(?:[.):]|$))", t) or re.search(
         r"\b(?:option|choice)\s+\(?([A-Z])\)?\b", t
     )
@@ -307,6 +264,11 @@ def _letter(t: str, labels: tuple[str, ...]) -> tuple[str, str] | None:
         return None
     k = ord(next(g for g in m.groups() if g)) - ord("A")
     return (labels[k], t[m.end() :]) if 0 <= k < len(labels) else None
+
+
+def _word(w: str) -> re.Pattern:
+    """`w` as a whole word of a lower-cased answer."""
+    return re.compile(r"(?<![a-z0-9])" + re.escape(w.lower()) + r"(?![a-z0-9])")
 
 
 def parse_class(
@@ -317,7 +279,7 @@ def parse_class(
     letters: bool = False,
     **_,
 ) -> Parsed:
-    """The one label (or alias of it) the answer names, by the rules of the module docstring."""
+    """The one label (or alias of it) the answer names, by the rules of docs/vlm.md."""
     t0 = clean(text, prompt)
     t = t0.lower()
     if not t or _REFUSAL.search(t):
@@ -326,39 +288,25 @@ def parse_class(
         got = _letter(t0, labels)
         if got is not None:
             lab, rest = got
-            others = {
-                o
-                for o in labels
-                if o != lab
-                and re.search(
-                    r"(?<![a-z0-9])" + re.escape(o.lower()) + r"(?![a-z0-9])", rest.lower()
-                )
-            }
+            others = [o for o in labels if o != lab and _word(o).search(rest.lower())]
             return Parsed(lab, True) if not others else Parsed(None, False)
     names = {lab: (lab, *(aliases or {}).get(lab, ())) for lab in labels}
-    hits: list[tuple[int, int, str]] = []  # (start, end, label)
-    for lab, words in names.items():
-        for w in words:
-            for m in re.finditer(r"(?<![a-z0-9])" + re.escape(w.lower()) + r"(?![a-z0-9])", t):
-                if w.lower() not in _NEGATION_LABELS and _NEGATION.search(t[: m.start()]):
-                    continue
-                hits.append((m.start(), m.end(), lab))
-    hits.sort()
+    hits = sorted(  # (start, end, label) of each label not negated
+        (m.start(), m.end(), lab)
+        for lab, words in names.items()
+        for w in words
+        for m in _word(w).finditer(t)
+        if w.lower() in _NEGATION_LABELS or not _NEGATION.search(t[: m.start()])
+    )
     found = {lab for _, _, lab in hits}
-    if len(found) == 1:
-        return Parsed(hits[0][2], True)
-    if not found:
-        return Parsed(None, False)
-    for (s1, e1, a), (s2, e2, b) in zip(hits, hits[1:]):
-        if a != b and _hedge_join(t[e1:s2]):
-            return Parsed(None, False)  # a hedge: "medium-high", "low-to-medium", "low or medium"
-    if hits[0][0] == 0:
+    # a hedge: "medium-high", "low-to-medium", "low or medium"
+    hedged = any(a != b and _hedge_join(t[e1:s2]) for (_, e1, a), (s2, _, b) in zip(hits, hits[1:]))
+    if len(found) == 1 or (found and not hedged and hits[0][0] == 0):  # one label, or one opening
         return Parsed(hits[0][2], True)
     return Parsed(None, False)
 
 
-# -- numbers
-# ------------------------------------------------------------------------------------------
+# -- numbers ---------------------------------------------------------------------------------------
 
 
 def _num(s: str) -> float:
@@ -370,9 +318,8 @@ REFUSED = "refused"
 
 
 def _read_number(t: str, percent_ok: bool = False) -> tuple[float | str | None, bool, int]:
-    """(value, percent?, where) of the first number the cleaned answer gives in digits (a range ->
-    its midpoint); value None when it writes none, REFUSED when the first is a bound, a reversed
-    range or "2,5"."""
+    """(value, percent?, where) of the first number in digits (a range: its midpoint); value None
+    when it writes none, REFUSED when the first is a bound, a reversed range or "2,5"."""
     t = _DATES.sub(" <date> ", t)
     if re.search(r"\d,\d(?!\d\d(?!\d))", t):
         return REFUSED, False, 0
@@ -409,11 +356,8 @@ def in_domain(v: float, domain) -> bool:
 def parse_number(
     text: str, prompt: str = "", domain: tuple[float | None, float | None] | None = COUNT, **_
 ) -> Parsed:
-    """The first number written in digits, else the first written in words ("about 3", "3 fringes",
-    "three", "twenty-one", "2-4" -> 3, "three or four" -> 3.5, "no fringes" -> 0), within `domain`
-    (lowest, highest; None: open; a count's [0, open) unless the task says otherwise); rules in the
-    module docstring.
-    """
+    """The first number in digits, else in words ("2-4" -> 3, "three or four" -> 3.5, "no" -> 0),
+    within `domain` (None: open; a count's [0, open) by default); rules in docs/vlm.md."""
     t = clean(text, prompt)
     if _REFUSAL.search(t):
         return Parsed(None, False)
@@ -426,9 +370,9 @@ def parse_number(
 
 
 def parse_fraction(text: str, prompt: str = "", **_) -> Parsed:
-    """A share of the image in 0..1: a number as parse_number reads it, a percentage ("30%", "30
-    percent") or a number above 1 and at most 100 read as percent ("30" -> 0.3), "a/b", or a word
-    ("half", "a quarter"); anything else outside 0..1 is unparsed."""
+    """A share of the image in 0..1: a number as parse_number reads it, a percentage ("30%") or a
+    number in (1, 100] read as percent ("30" -> 0.3), "a/b", or a word ("half", "a quarter");
+    anything else outside 0..1 is unparsed."""
     t = clean(text, prompt)
     if _REFUSAL.search(t):
         return Parsed(None, False)
@@ -448,8 +392,7 @@ def parse_fraction(text: str, prompt: str = "", **_) -> Parsed:
     return Parsed(float(v), True) if 0.0 <= v <= 1.0 else Parsed(None, False)
 
 
-# -- boxes
-# --------------------------------------------------------------------------------------------
+# -- boxes -----------------------------------------------------------------------------------------
 
 _N = r"\s*(" + NUMBER + r")\s*"
 _SEP = r"(?:[,;]|(?<=\s))"  # numbers of a box are separated (never "53" "3" out of "533")
@@ -470,8 +413,7 @@ _KEYED = {
     )
 }
 BOX_KEYS = ("bbox_2d", "bbox", "box", "bounding_box", "coordinates")
-# a coordinate's name in a stated order: "(y_min, x_min, y_max, x_max)", "[top, left, bottom,
-# right]"
+# a coordinate's name in a stated order: "(y_min, x_min, y_max, x_max)", "[top, left, ...]"
 _COORD = r"(x_?min|x_?max|y_?min|y_?max|[xy][0-2]|left|right|top|bottom)"
 _ORDER_RE = re.compile(r"\b" + r"\s*,\s*".join([_COORD] * 4) + r"\b", re.I)
 _SIDES = {"left": ("x", 0), "right": ("x", 1), "top": ("y", 0), "bottom": ("y", 1)}
@@ -498,8 +440,7 @@ def _stated_order(t: str) -> list[int] | None:
 
 
 def _box_numbers(raw: str, prompt: str = "") -> tuple[list[float] | None, str, str]:
-    """(x0, y0, x1, y1 as written, how they are written: "fractions_or_pixels" | "per_mille" |
-    "loc", the rest)."""
+    """(x0, y0, x1, y1 as written, how: "fractions_or_pixels" | "per_mille" | "loc", the rest)."""
     m = _LOC_RE.search(raw)
     if m:
         y0, x0, y1, x1 = (int(g) / 1024 for g in m.groups())
@@ -542,17 +483,15 @@ def _box_numbers(raw: str, prompt: str = "") -> tuple[list[float] | None, str, s
 
 def parse_box(text: str, size: tuple[int, int] | None = None, prompt: str = "", **_) -> Parsed:
     """The first box of the answer as fractions of the picture (x0, y0, x1, y1), corners sorted and
-    clipped; the rest of the answer is its description. Formats and refusals: module docstring."""
+    clipped; the rest of the answer is its description. Formats and refusals: docs/vlm.md."""
     raw = _unwrap(text)
     v, how, rest = _box_numbers(raw, prompt)
     rest = _squash(clean(_SPECIAL.sub(" ", rest), prompt, json_ok=False))
     if v is None or not all(math.isfinite(c) for c in v):
         return Parsed(None, False, rest)
     if how == "fractions_or_pixels" and max(v) > 1.0:
-        if any(0.0 < c < 1.0 for c in v):
-            return Parsed(None, False, rest)  # half fractions, half pixels
-        if not size or not size[0] or not size[1]:
-            return Parsed(None, False, rest)
+        if any(0.0 < c < 1.0 for c in v) or not size or not size[0] or not size[1]:
+            return Parsed(None, False, rest)  # half fractions, half pixels; or no picture size
         w, h = size
         v = [v[0] / w, v[1] / h, v[2] / w, v[3] / h]
     x0, x1 = sorted((v[0], v[2]))
@@ -564,8 +503,7 @@ def parse_box(text: str, size: tuple[int, int] | None = None, prompt: str = "", 
 
 
 def parse_text(text: str, prompt: str = "", **_) -> Parsed:
-    """The cleaned answer itself (token F1 reads it); an answer that cleans to nothing is
-    unparsed."""
+    """The cleaned answer itself (token F1 reads it); one that cleans to nothing is unparsed."""
     t = clean(text, prompt, json_ok=False)
     return Parsed(t or None, bool(t), t)
 
@@ -580,16 +518,14 @@ PARSERS: dict[str, Callable[..., Parsed]] = {
 
 
 def parser(kind: str) -> Callable[..., Parsed]:
-    """The parser for a task's `answer:` kind; an unknown kind is a UserError (task files are
-    checked against PARSERS when read)."""
+    """The parser of a task's `answer:` kind (task files are checked against PARSERS when read)."""
     if kind not in PARSERS:
         raise UserError(f"unknown answer kind {kind!r}; known: {', '.join(PARSERS)}")
     return PARSERS[kind]
 
 
 def parse(kind: str, text: str, **options) -> Parsed:
-    """Never raises on any answer text (a parser bug on odd text counts the answer as unparsed, not
-    the run as failed)."""
+    """Never raises: a parser bug on odd text leaves the answer unparsed, not the run failed."""
     fn = parser(kind)
     try:
         return fn(text, **options)

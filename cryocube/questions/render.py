@@ -21,8 +21,7 @@ from .tasks import RenderSpec, TileRender
 
 @dataclass(frozen=True)
 class BandFacts:
-    """What drawing a tile needs of a cube band (its role and wavelength pick it, its train
-    statistics stretch it)."""
+    """What drawing a tile needs of a band (role, wavelength pick it; train stats stretch it)."""
 
     name: str
     role: str
@@ -35,27 +34,21 @@ def band_facts(ds) -> tuple[BandFacts, ...]:
     """From an open cube's band coordinates (no pixels)."""
     n = int(ds.sizes["band"])
 
-    def col(name, default):
-        return np.asarray(ds[name].values, np.float64) if name in ds else np.full(n, default)
+    def col(name):
+        return np.asarray(ds[name].values, np.float64) if name in ds else np.full(n, np.nan)
 
     roles = as_text(ds["role"].values) if "role" in ds else [""] * n
+    cols = map(col, ("wavelength_um", "band_mean", "band_std"))
     return tuple(
         BandFacts(str(b), str(r), float(w), float(m), float(s))
-        for b, r, w, m, s in zip(
-            as_text(ds["band"].values),
-            roles,
-            col("wavelength_um", np.nan),
-            col("band_mean", np.nan),
-            col("band_std", np.nan),
-        )
+        for b, r, w, m, s in zip(as_text(ds["band"].values), roles, *cols)
     )
 
 
 def tile_bands(
     facts: tuple[BandFacts, ...], spec: TileRender, where: str = ""
 ) -> tuple[list[int], str]:
-    """(band indices: three for colour, one for grey, and what the picture shows, in words); a cube
-    with neither is refused in one sentence."""
+    """(band indices: three for colour, one for grey; the picture in words), or a refusal."""
     rgb = []
     for um in spec.rgb_um:
         near = [
@@ -92,20 +85,15 @@ def render_tile(
     for k in idx:
         x = np.asarray(image[k], np.float64)
         if spec.stretch == "statistics":
-            lo, hi = (
-                facts[k].mean - spec.stds * facts[k].std,
-                facts[k].mean + spec.stds * facts[k].std,
-            )
+            f = facts[k]
+            lo, hi = f.mean - spec.stds * f.std, f.mean + spec.stds * f.std
         else:
             ok = x[np.isfinite(x)]
             lo, hi = np.percentile(ok, spec.percentiles) if ok.size else (0.0, 1.0)
         chans.append(
             _scaled(x, float(lo), float(hi) if hi > lo else float(lo) + 1.0).astype(np.uint8)
         )
-    out = np.stack(chans * 3 if len(chans) == 1 else chans, -1)
-    if spec.scale > 1:
-        out = out.repeat(spec.scale, axis=0).repeat(spec.scale, axis=1)
-    return np.ascontiguousarray(out)
+    return _enlarged(np.stack(chans * 3 if len(chans) == 1 else chans, -1), spec.scale)
 
 
 @functools.cache
@@ -159,15 +147,18 @@ def render(
     panels = [phase]
     if spec.layout == "side_by_side":
         panels.append(_lut(spec.coherence_colormap)[coh])
-    out = np.concatenate(panels, axis=1)
-    if spec.scale > 1:
-        out = out.repeat(spec.scale, axis=0).repeat(spec.scale, axis=1)
-    return np.ascontiguousarray(out)
+    return _enlarged(np.concatenate(panels, axis=1), spec.scale)
+
+
+def _enlarged(rgb: np.ndarray, scale: int) -> np.ndarray:
+    """Each pixel as a scale x scale block (a small tile stays legible to a VLM)."""
+    return np.ascontiguousarray(
+        rgb.repeat(scale, axis=0).repeat(scale, axis=1) if scale > 1 else rgb
+    )
 
 
 def png_bytes(rgb: np.ndarray) -> bytes:
-    """A rendered picture as PNG: lossless, so the gallery shows exactly the pixels the model
-    saw."""
+    """A rendered picture as PNG: lossless, so the gallery shows the very pixels the model saw."""
     from PIL import Image
 
     buf = io.BytesIO()

@@ -1,12 +1,8 @@
 """Question-answering tasks as data: catalogs/tasks/*.yaml -> typed `TaskSpec`s, and their prompts.
 
-A task names its answer parser, its metrics with the cube reference each is scored against, a prompt
-template and how the picture is drawn; its file says which kind of cube it asks about (`cubes:`
-samples, the interferogram cubes, or tiles, the Cryo-Bench segmentation cubes) and which columns the
-leaderboard shows (`board:`). Everything is checked when the catalog is read (an unknown prompt
-field, parser, metric or reference kind is one sentence naming the file and task), so a bad task
-never costs a cluster start. Specs are plain frozen dataclasses: they travel with the tasks to
-workers that never saw a lab's catalog folder.
+Everything is checked when the catalog is read (one sentence naming the file and task), so a bad
+task never costs a cluster start; specs are plain frozen dataclasses, so they travel to workers that
+never saw a lab's catalog folder. The file format: docs/vlm.md.
 """
 
 from __future__ import annotations
@@ -25,18 +21,9 @@ from ..mapping import from_mapping, rule
 from .metrics import FACTS, SCORES
 from .parsers import COUNT, PARSERS, Parsed, in_domain
 
-PROMPT_FIELDS = (
-    "labels",
-    "choices",
-    "primary_date",
-    "secondary_date",
-    "days",
-    "wavelength_cm",
-    "fringe_cm",
-    "picture",
-    "width",
-    "height",
-    "frame",
+PROMPT_FIELDS = tuple(
+    "labels choices primary_date secondary_date days wavelength_cm fringe_cm picture width height"
+    " frame".split()
 )
 TILE_PROMPT_FIELDS = ("labels", "choices", "class_name", "dataset", "picture", "width", "height")
 # cube kind (a task file's `cubes:`) -> the prompt fields its samples fill
@@ -116,10 +103,9 @@ class TileRender:
 
 @dataclass(frozen=True)
 class Board:
-    """A task file's leaderboard: its title, its columns (task, metric, header) and, per column, the
-    probe task (`<probe>__cls|regr`, or `<class slug>_<probe>` when `per_class`) that answers it for
-    a GFM, or None.
-    """
+    """A task file's leaderboard: title, columns (task, metric, header) and per column the probe
+    task (`<probe>__cls|regr`, or `<class slug>_<probe>` when `per_class`) that answers it for a
+    GFM, or None."""
 
     title: str
     columns: tuple[tuple[str, str, str], ...]
@@ -162,26 +148,19 @@ class TaskSpec:
         return (self.prompt, *self.variants)
 
     def digest(self) -> str:
-        """The prompt-template hash: everything that decides what the model is asked and how it is
-        read."""
+        """The prompt-template hash: all that decides what the model is asked and how it is read."""
         d = asdict(self)
-        d.pop("source")
-        # a task asks one kind of cube (any other is refused), so it never moves an answer
-        d.pop("cube_kind")
-        d.pop("datasets")  # likewise: which cubes it is asked of, not what it asks
-        d.pop("unit")  # how the board names the error's unit, not what is asked or read
-        # the classes left out change the questions (kept out when none: old ids stand)
-        if not self.skip_classes:
-            d.pop("skip_classes")
-        # likewise: a task without further phrasings or a domain keeps its id
-        for k in ("variants", "domain"):
+        # its file, the cubes it asks (others are refused) and the board's unit move no answer
+        for k in ("source", "cube_kind", "datasets", "unit"):
+            d.pop(k)
+        # skipped classes, further phrasings and a domain do, but kept out when empty: old ids stand
+        for k in ("skip_classes", "variants", "domain"):
             if not d[k]:
                 d.pop(k)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def parser_options(self, variant: int = 0) -> dict[str, Any]:
-        """What the parser needs besides the answer: labels (a multiple-choice phrasing: letters
-        too), a domain."""
+        """What the parser needs besides the answer: labels (multiple choice: letters), a domain."""
         if self.answer == "class":
             return {
                 "labels": self.labels,
@@ -196,16 +175,14 @@ class TaskSpec:
         return self.domain if self.domain is not None else COUNT
 
     def checked(self, p: Parsed) -> Parsed:
-        """A parsed answer held to the task's domain at scoring, whichever parser read it: a number
-        outside it (a negative count) is unparsed."""
+        """A parsed answer held to the task's domain at scoring, whichever parser read it."""
         if self.answer == "number" and p.ok and not in_domain(float(p.value), self.number_domain):
             return Parsed(None, False, p.text)
         return p
 
 
 def prompt_fields(template: str) -> list[str]:
-    """The `{field}` names a prompt template uses; a malformed template raises ValueError, which
-    parse_task turns into a CatalogError."""
+    """The `{field}` names of a prompt template (a malformed one raises ValueError)."""
     return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
 
 
@@ -230,6 +207,16 @@ class TaskEntry:
         None, msg="domain is [lowest, highest] (null: open) of a number answer, got {v!r}"
     )
     unit: str = ""
+
+    def __post_init__(self):
+        if self.answer == "class" and len(self.labels) < 2:
+            _refuse("a class answer needs `labels` (two or more)")
+        if set(self.aliases) - set(self.labels):
+            _refuse(f"aliases must map labels of the task to lists of words, got {self.aliases!r}")
+        lo, hi = self.domain or (None, None)
+        bad = self.answer != "number" or (None not in (lo, hi) and lo > hi)
+        if self.domain is not None and bad:
+            _refuse(f"domain is [lowest, highest] (null: open) of a number answer, got {[lo, hi]}")
 
 
 def _metrics(e: TaskEntry, cube_kind: str) -> list[tuple[str, str, str]]:
@@ -293,38 +280,26 @@ def _prompts(e: TaskEntry, cube_kind: str) -> list[str]:
 
 
 def parse_task(name: str, d: Any, where: str, file: TaskFile) -> TaskSpec:
-    """One `tasks:` entry as a TaskSpec, every field checked against its file's cube kind; each
-    refusal is a CatalogError naming the file and task."""
+    """One `tasks:` entry as a TaskSpec, checked against its file's cube kind (CatalogError)."""
     e = from_mapping(TaskEntry, d, where)
     try:
-        if e.answer == "class" and len(e.labels) < 2:
-            _refuse("a class answer needs `labels` (two or more)")
-        if set(e.aliases) - set(e.labels):
-            _refuse(f"aliases must map labels of the task to lists of words, got {e.aliases!r}")
-        lo, hi = e.domain or (None, None)
-        if e.domain is not None and (e.answer != "number" or (None not in e.domain and lo > hi)):
-            _refuse(f"domain is [lowest, highest] (null: open) of a number answer, got {[lo, hi]}")
         metrics, prompts = _metrics(e, file.cubes), _prompts(e, file.cubes)
     except FieldError as err:
         raise CatalogError(f"{where}: {err}") from None
+    as_written = ("answer", "max_new_tokens", "labels", "unparsed_value", "domain", "unit")
     return TaskSpec(
         name=name,
         title=e.title or name,
-        answer=e.answer,
         metrics=tuple(metrics),
         prompt=prompts[0],
-        max_new_tokens=e.max_new_tokens,
-        labels=e.labels,
+        variants=tuple(prompts[1:]),
         aliases=tuple(e.aliases.items()),
-        unparsed_value=e.unparsed_value,
         render=file.render,
         source=where.split(":")[0],
         cube_kind=file.cubes,
         skip_classes=file.skip_classes,
-        variants=tuple(prompts[1:]),
-        domain=e.domain,
-        unit=e.unit,
         datasets=file.datasets,
+        **{k: getattr(e, k) for k in as_written},
     )
 
 
@@ -349,8 +324,7 @@ class BoardEntry:
 
 @dataclass(frozen=True)
 class TaskFile:
-    """A catalogs/tasks/*.yaml file: its tasks, the kind of cube they ask about, and how its
-    pictures are drawn and its board laid out."""
+    """A catalogs/tasks/*.yaml file: its tasks, their cube kind, its pictures and its board."""
 
     tasks: dict[str, Any]
     cubes: str = rule(
@@ -379,8 +353,7 @@ def _task_file(path) -> TaskFile:
 
 
 def load_task_file(path) -> dict[str, TaskSpec]:
-    """A task file's tasks with its render, skip_classes and datasets applied, and its board checked
-    against them."""
+    """A task file's tasks with its render, skip_classes and datasets; its board checked too."""
     f = _task_file(path)
     tasks = {n: parse_task(n, d, f"{path}: task {n}", f) for n, d in f.tasks.items()}
     load_board(path, tasks, f)  # its columns name its own tasks and metrics
@@ -412,8 +385,7 @@ def load_board(path, tasks: dict[str, TaskSpec] | None = None, f: TaskFile | Non
 
 
 def board_of(stem: str) -> Board:
-    """The board of the catalog task file named `stem` (a lab's folder first), as `report` lays out
-    a dataset."""
+    """The board of the catalog task file `stem` (a lab's folder first), as `report` lays it out."""
     for d in catalog_dirs():
         p = d / "tasks" / f"{stem}.yaml"
         if p.exists():
@@ -422,8 +394,7 @@ def board_of(stem: str) -> Board:
 
 
 def all_tasks() -> dict[str, TaskSpec]:
-    """Every task of catalogs/tasks/*.yaml in the search path (a lab's folder first: its task wins a
-    name)."""
+    """Every task of catalogs/tasks/*.yaml on the search path (a lab's folder first wins a name)."""
     out: dict[str, TaskSpec] = {}
     for d in catalog_dirs():
         for p in sorted((d / "tasks").glob("*.yaml")):
@@ -436,8 +407,7 @@ def select(
     names: list[str] | None, cube_kind: str = "samples", dataset: str | None = None
 ) -> list[TaskSpec]:
     """The named tasks (or every task about `cube_kind` cubes of `dataset`: a file's `datasets:`
-    limits its tasks to those); a named task about another kind of cube, or for other datasets, is
-    refused."""
+    limits its tasks); a named task about another kind of cube or other datasets is refused."""
     tasks = all_tasks()
 
     def fits(t: TaskSpec) -> bool:
@@ -470,16 +440,11 @@ def select(
 
 
 def picture_text(r: RenderSpec, rendered: bool) -> str:
-    """The {picture} sentence of an interferogram prompt: what the render draws (the published
-    rendering or the wrapped phase; coherence right)."""
-    src = (
-        "the published rendering of the phase"
-        if rendered
-        else (
-            f"the wrapped phase in a cyclic colour map ({r.phase_colormap}, one colour cycle = one"
-            " fringe)"
-        )
-    )
+    """The {picture} sentence of an interferogram prompt (phase or rendering; coherence)."""
+    src = "the published rendering of the phase"
+    if not rendered:
+        src = f"the wrapped phase in a cyclic colour map ({r.phase_colormap}, one colour cycle ="
+        src += " one fringe)"
     if r.layout == "phase":
         return f"The picture shows {src}."
     return f"The picture shows, left, {src}; right, the coherence in grey (black = 0, white = 1)."
@@ -492,27 +457,19 @@ def _days(a: str, b: str) -> str:
         return "?"
 
 
-def tile_picture_text(how: str) -> str:
-    """The {picture} sentence of a tile prompt; `how` is what the task's render picks from the
-    tile's bands (questions.py)."""
-    return f"The picture shows {how}."
-
-
 def choices(labels: tuple[str, ...]) -> str:
-    """A multiple-choice phrasing's options: "A. low; B. medium; C. high" (the parser maps a letter
-    back)."""
+    """A multiple-choice phrasing's options: "A. low; B. medium; C. high" (parsers map back)."""
     return "; ".join(f"{chr(ord('A') + k)}. {lab}" for k, lab in enumerate(labels))
 
 
 def fill_tile(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
-    """The prompt of a tile task for one (sample, class) (`sample`: class_name, dataset, picture,
-    width, height)."""
+    """A tile task's prompt for one (sample, class): class_name, dataset, picture, size."""
     vals = {
         "labels": " or ".join(task.labels),
         "choices": choices(task.labels),
         "class_name": str(sample["class_name"]).replace("_", " "),
         "dataset": sample.get("dataset", ""),
-        "picture": tile_picture_text(sample.get("picture", "the tile")),
+        "picture": f"The picture shows {sample.get('picture', 'the tile')}.",
         "width": sample.get("width", "?"),
         "height": sample.get("height", "?"),
     }
@@ -520,8 +477,7 @@ def fill_tile(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
 
 
 def fill(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
-    """The prompt of `task` for one sample (`sample`: primary_date, secondary_date,
-    radar_wavelength_m, frame, width, height, rendered)."""
+    """The prompt of `task` for one sample (dates, radar_wavelength_m, frame, size, rendered)."""
     lam = float(sample.get("radar_wavelength_m") or float("nan"))
     vals = {
         "labels": ", ".join(task.labels),

@@ -1,11 +1,5 @@
 """The embedding family: one vector per sample, scored by cheap probes (NeuCo-Bench / Embed2Scale,
-PANGAEA).
-
-`cryocube evaluate --protocol probe` and `cryocube probe` both run it through the scheduler, as runs
-of two kinds (work.py): a `CubeProbe` embeds its (model, cube) once in `prepare`, a `MatrixProbe`
-places vectors made elsewhere on the workers; then `score` is one Dask task per (task, split) probe,
-the reduce merges their scores and `finish` computes Q (neuco.py). `cryocube embed` (cli.py) makes
-the vectors on its own, for submissions.
+PANGAEA); its two kinds of run (work.py) go through the scheduler, `finish` computes Q (neuco.py).
 """
 
 from __future__ import annotations
@@ -42,8 +36,7 @@ class Embedding(FittedInScore):
     threads_in_identity = False  # the embedding's key holds them
 
     def with_overrides(self, spec: RunSpec, recipe):
-        """The recipe as given: a run's overrides are probe fields (k, epochs, ...), `resolve`
-        reads them."""
+        """The recipe as given: a run's overrides are probe fields (k, epochs), `resolve` reads."""
         return recipe
 
     def resolve(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> Resolved:
@@ -96,8 +89,7 @@ class Embedding(FittedInScore):
         )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        """Embeds each store once, however many runs share its prep_key (several probe recipes on
-        one model's vectors)."""
+        """Embeds each store once, however many runs (probe recipes) share its prep_key."""
         out: dict[str, dict] = {}
         for p in runs:
             if p.prep_key is None or p.prep_key not in out:
@@ -111,8 +103,7 @@ class Embedding(FittedInScore):
         return [runs] if runs else []
 
     def score(self, run: PlannedRun, fitted: dict):
-        """One task per (task, split) probe, or per task for the svm (`work.folds`); a run without a
-        task is refused."""
+        """One task per (task, split) probe, or per task for the svm; no task at all is refused."""
         tasks = run.work.folds()
         if not tasks:
             raise UserError(f"{run.label}: no probe tasks")
@@ -120,8 +111,7 @@ class Embedding(FittedInScore):
 
     @staticmethod
     def reduce(a, b):
-        """Fold scores concatenated per task (`probe.merge`); `finish` puts them back in fold
-        order."""
+        """Fold scores concatenated per task (`probe.merge`); `finish` puts them in fold order."""
         return merge(a, b)
 
     def report_key(self, record) -> tuple:
@@ -132,13 +122,11 @@ class Embedding(FittedInScore):
         )
 
     def report_sections(self, page, results) -> None:
-        """NeuCo-Bench leaderboards and probe Q against segmentation mIoU (report.py) instead of the
-        default board cells."""
+        """NeuCo-Bench leaderboards, probe Q against mIoU (report.py), not default board cells."""
         from .report import sections
 
         sections(page, results)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        """Q and A from the merged fold scores, with NeuCo-Bench's result files written into the
-        run's folder (`work.finish_fields`)."""
+        """Q and A from the merged fold scores; NeuCo-Bench's result files into the run's folder."""
         return finish_fields(run, total, prepared)

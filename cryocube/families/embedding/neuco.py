@@ -1,8 +1,7 @@
 """NeuCo-Bench (Embed2Scale challenge) scoring: the numbers that turn per-fold probe scores into Q.
 
-Everything here is a pure function over arrays and dicts, so the same protocol runs in one process
-for a test and fold by fold on a Dask cluster for a full run. The probes themselves live in
-`probes.py`; the submission CSV in `submission.py`.
+Pure functions over arrays and dicts, so the protocol runs in one process for a test and fold by
+fold on a Dask cluster for a full run.
 """
 
 from __future__ import annotations
@@ -29,15 +28,13 @@ Q_EPS = 0.02  # the FAQ's epsilon: Q_t = 2 * A_t / (0.02 + dA_t), capped at 100 
 def standardize(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values of X,
     or of X[rows] only (NeuCo-Bench's code keeps the labelled rows before it standardises; its docs
-    say the file).
-    """
+    say the file)."""
     X = np.asarray(X, dtype=np.float32)
     X = np.where(np.isnan(X), np.float32(0.0), X)
     ref = X if rows is None else X[np.asarray(rows, dtype=np.int64)]
     if ref.size == 0:
         return X
-    # NeuCo-Bench's arithmetic to the bit: float32 reductions over the column-major array pandas
-    # hands it
+    # NeuCo-Bench's arithmetic to the bit: float32 reductions over pandas' column-major array
     ref = np.asfortranarray(ref)
     mu = ref.mean()
     sigma = ref.std()
@@ -47,8 +44,7 @@ def standardize(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
 
 
 def scale_labels(y: np.ndarray) -> np.ndarray:
-    """Min-max labels to [0, 1] per task (per column of a 2-D y); constant labels become 0, NaN
-    stays."""
+    """Min-max labels to [0, 1] per task (per column of a 2-D y); constant labels: 0, NaN stays."""
     y = np.asarray(y, dtype=np.float64)
     cols = y.reshape(y.shape[0], -1) if y.ndim > 1 else y.reshape(-1, 1)
     out = np.full(cols.shape, np.nan)
@@ -63,8 +59,7 @@ def scale_labels(y: np.ndarray) -> np.ndarray:
 
 
 def task_type(name: str) -> str:
-    """ "cls" or "regr" from a task file/name suffix (`__cls`, `__classification`, `__regr`,
-    `__regression`)."""
+    """ "cls" or "regr" from a task file/name suffix (`__cls`, `__regr`, or spelt out)."""
     try:
         return split_task_name(name)[1]
     except LabelError as e:
@@ -77,8 +72,8 @@ def task_type(name: str) -> str:
 def shuffle_splits(
     n: int, k: int, test_size: float = 0.1, seed: int = 42
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Repeated random train/test splits, index for index those of sklearn's ShuffleSplit(k,
-    test_size, seed)."""
+    """Repeated random train/test splits, index for index sklearn's ShuffleSplit(k, test_size,
+    seed)."""
     n, k = int(n), int(k)
     if k < 1:
         raise NeuCoError(f"the number of probe splits must be at least 1, got {k}.")
@@ -103,8 +98,7 @@ def shuffle_splits(
 
 
 def _scores(scores: Iterable[float]) -> np.ndarray:
-    """Fold scores as a float64 vector; a probe without a finite score (None, NaN, inf) failed:
-    NaN."""
+    """Fold scores as a float64 vector; a probe without a finite score (None, NaN, inf): NaN."""
     out = np.array([np.nan if s is None else float(s) for s in scores], dtype=np.float64)
     out[~np.isfinite(out)] = np.nan
     return out
@@ -129,10 +123,8 @@ def q_draws(
     runs: list[dict[str, Iterable[float]]], draws: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Bootstrap draws (draws,) of a row's mean Q: each run's folds of each task resampled with
-    replacement, Q_t computed as `task_stats` does (failed folds left out, population std), averaged
-    over the runs (seeds) per task and then over tasks, as the leaderboard's mean Q is. The
-    interval over folds that NeuCo-Bench's Q lacks (docs/statistics.md); it covers the spread of
-    the folds, not the choice of the labelled samples."""
+    replacement, Q_t as `task_stats` computes it, averaged over runs (seeds), then tasks, as the
+    leaderboard's mean Q: the interval over folds NeuCo-Bench's Q lacks (docs/statistics.md)."""
     tasks = sorted({t for r in runs for t in r})
     per_task = []
     for t in tasks:
@@ -165,8 +157,7 @@ def allowed_failures(k: int, max_nan_fraction: float = 0.3) -> int:
 
 
 def nan_rule(scores: Iterable[float], max_nan_fraction: float = 0.3) -> bool:
-    """True if few enough probes failed: at most floor(fraction * k) without a finite score (3 of
-    10)."""
+    """True if at most floor(fraction * k) probes failed (gave no finite score): 3 of 10."""
     s = _scores(scores)
     return failed_probes(s) <= allowed_failures(s.size, max_nan_fraction)
 
@@ -178,9 +169,8 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def summarize(task_scores: dict[str, list[float]], max_nan_fraction: float = 0.3) -> dict[str, Any]:
-    """The `results_summary.json` content: overall and per-task Q and A, plus per-task std, fold
-    scores and failed probes (no finite score), and the tasks that break the challenge's
-    failed-probe rule."""
+    """The `results_summary.json` content: overall and per-task Q and A, per-task std, fold scores
+    and failed probes, and the tasks that break the challenge's failed-probe rule."""
     q, a, sd, folds, failed, failing = {}, {}, {}, {}, {}, []
     for task, scores in task_scores.items():
         a[task], sd[task], q[task] = task_stats(scores)
@@ -234,13 +224,12 @@ def write_results(
 ):
     """Write `results_summary.json` and `<task>/<task>_result.json` (q_stat, mean_score, std_dev,
     q_t) into a folder or store URL; `summary` defaults to `summarize(task_scores)`. Returns the
-    summary file's path.
-    """
+    summary file's path."""
     for task in task_scores:
         _check_task_dir(task)
     out = str(out_dir).rstrip("/")
     summary = dict(summary or summarize(task_scores))
-    for task in task_scores:
+    for task in task_scores:  # every name checked before any file is written
         _write_json(
             f"{out}/{task}/{task}_result.json",
             {
@@ -252,12 +241,9 @@ def write_results(
         )
     if meta:
         summary["meta"] = dict(meta)
-    _write_json(f"{out}/results_summary.json", summary)
-    return (
-        f"{out}/results_summary.json"
-        if store.is_remote(out)
-        else Path(out) / "results_summary.json"
-    )
+    path = f"{out}/results_summary.json"
+    _write_json(path, summary)
+    return path if store.is_remote(out) else Path(path)
 
 
 # --- leaderboard ---------------------------------------------------------------------------------
@@ -278,11 +264,8 @@ def rank_min(values: np.ndarray) -> np.ndarray:
 
 
 def leaderboard(q: dict[str, dict[str, float]]) -> Leaderboard:
-    """NeuCo-Bench's dynamic rank aggregation over runs x tasks of Q (std-weighted mean task
-    rank)."""
-    tasks: list[str] = []
-    for scores in q.values():
-        tasks += [t for t in scores if t not in tasks]
+    """NeuCo-Bench's dynamic rank aggregation of runs x tasks of Q (std-weighted mean task rank)."""
+    tasks = list(dict.fromkeys(t for scores in q.values() for t in scores))
     if not tasks:
         raise NeuCoError("the leaderboard needs at least one task with a Q score.")
     kept, dropped = [], []

@@ -1,19 +1,13 @@
 """`cryocube probe`: NeuCo-Bench scoring of an embedding matrix, one Dask task per (task, split).
 
-Embeddings come from a submission CSV or an embedding store (`cryocube embed`); tasks from a
-NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`) or derived from any cryocube cube: a sample
-cube's own targets (a multi-class target as one-vs-rest binary tasks), or, for a tile cube, per
-class `<class>_present__cls` (the class occurs in the tile) and `<class>_fraction__regr` (its share
-of the labelled pixels; e.g. lake fraction on GLD). The protocol: zero-padding, one global scalar
-standardisation (over every row of the file, or with `standardize: labelled` over the labelled rows
-only, as NeuCo-Bench's code does), labels min-max scaled per task, `ShuffleSplit(k, test_size=0.1,
-random_state=42)`, one probe per split (seed + split), Q_t over the k scores, overall Q = mean Q_t
-(cryocube.families.embedding.neuco). Inputs are read strictly (labels.py, submission.py) and the
-tasks checked against the protocol (`check_tasks`) before any work.
+Tasks come from a NeuCo-Bench labels folder or any cube; the protocol, and where it differs from
+NeuCo-Bench's evaluator: docs/embeddings.md. Inputs are read strictly (labels.py, submission.py)
+and the tasks checked against the protocol (`check_tasks`) before any work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -46,13 +40,10 @@ DEFAULTS = {
     "svm": dict(SVM_DEFAULTS),  # its sample SVM config
 }
 FOLD_ORDER = {
-    "id": (
-        "each task's rows ordered by id before the splits (the same folds whatever the label file's"
-        " order)"
-    ),
-    "file": (
-        "each task's rows in its label file's order (or the cube's), as NeuCo-Bench draws its folds"
-    ),
+    "id": "each task's rows ordered by id before the splits (the same folds whatever the label"
+    " file's order)",
+    "file": "each task's rows in its label file's order (or the cube's), as NeuCo-Bench draws its"
+    " folds",
 }
 STANDARDIZE = {
     "all": "over every row of the embedding file (NeuCo-Bench's documentation)",
@@ -97,8 +88,7 @@ class ProbeParams:
 
 @dataclass(frozen=True)
 class ProbeRecipe:
-    """The scoring protocol (defaults: NeuCo-Bench's challenge configuration), every field checked
-    on construction as a recipe's are (mapping.py)."""
+    """The scoring protocol (defaults: NeuCo-Bench's challenge configuration), checked on init."""
 
     NOUN: ClassVar[str] = "probe field"
     ERROR: ClassVar[type] = ProbeError
@@ -112,9 +102,8 @@ class ProbeRecipe:
     test_size: float = rule(0.1, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     split_seed: int = 42
     seed: int = 42
-    dim: int | None = rule(
-        None, **_COUNT
-    )  # pad to this width (a submission's 1024); None: as given
+    # pad to this width (a submission's 1024); None: as given
+    dim: int | None = rule(None, **_COUNT)
     max_nan_fraction: float = rule(0.3, lo=0.0, hi=1.0)
     # the rows the global mean and std come from (STANDARDIZE)
     standardize: str = rule(
@@ -126,8 +115,7 @@ class ProbeRecipe:
     fold_order: str = rule("id", choices=tuple(FOLD_ORDER))  # the splits' row order (FOLD_ORDER)
 
     def __post_init__(self):
-        """Refuses, in one sentence, a recipe the probe cannot run (unknown probe or field, a bad
-        value or range, svm without scikit-optimize)."""
+        """Refuses, in one sentence, a recipe the probe cannot run (svm without scikit-optimize)."""
         for f in dataclasses.fields(self):
             check_field(type(self), f, getattr(self, f.name), floats=False)
         if self.probe in TASK_PROBES:
@@ -160,31 +148,22 @@ class ProbeRecipe:
                 raise ProbeError(f"probe field {lo} ({p[lo]:g}) must be below {hi} ({p[hi]:g})")
 
     def probe_params(self) -> dict[str, Any]:
-        """The probe's own fields over NeuCo-Bench's defaults (DEFAULTS): what each fold passes to
-        the probe."""
+        """The probe's own fields over NeuCo-Bench's defaults (DEFAULTS), as each fold gets them."""
         return {**DEFAULTS.get(self.probe, {}), **dict(self.params)}
 
     def as_dict(self) -> dict[str, Any]:
-        """What the run id hashes; the default fold order is left out, so runs from before
-        `fold_order` keep their ids."""
-        return {
-            "probe": self.probe,
-            "k": self.k,
-            "test_size": self.test_size,
-            "split_seed": self.split_seed,
-            "seed": self.seed,
-            "dim": self.dim,
-            "max_nan_fraction": self.max_nan_fraction,
-            "standardize": self.standardize,
-            **self.probe_params(),
-            # id: run ids as before
-            **({"fold_order": self.fold_order} if self.fold_order != "id" else {}),
+        """What the run id hashes; the default fold order left out, so older runs keep their ids."""
+        own = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("params", "fold_order")
         }
+        fold = {} if self.fold_order == "id" else {"fold_order": self.fold_order}
+        return own | self.probe_params() | fold
 
     def record(self) -> dict[str, Any]:
-        """What a run record shows: the recipe with its fold order named even where it is the
-        default."""
-        return {**self.as_dict(), "fold_order": self.fold_order}
+        """What a run record shows: the recipe with its fold order, even where it is the default."""
+        return self.as_dict() | {"fold_order": self.fold_order}
 
 
 def probe_recipe(
@@ -194,8 +173,7 @@ def probe_recipe(
     dim: int | None = None,
     standardize: str = "all",
 ) -> ProbeRecipe:
-    """The recipe, with `key=value` overrides: recipe fields or probe parameters (epochs, lr,
-    knn_k...), numbers written as text read as numbers."""
+    """The recipe with `key=value` overrides: its fields or probe parameters (text numbers too)."""
     own = {"probe": probe, "k": k, "dim": dim, "standardize": standardize}
     params: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(ProbeRecipe)} - {"probe", "params"}
@@ -217,15 +195,12 @@ def probe_recipe(
 
 def _number(key: str, v: Any) -> Any:
     """YAML reads `1e-3` as a string: probe fields are numbers, said so in one sentence when not."""
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            try:
-                return float(v)
-            except ValueError:
-                raise ProbeError(f"probe field {key} must be a number, got {v!r}") from None
-    return v
+    if not isinstance(v, str):
+        return v
+    for cast in (int, float):
+        with contextlib.suppress(ValueError):
+            return cast(v)
+    raise ProbeError(f"probe field {key} must be a number, got {v!r}")
 
 
 # -- tasks -----------------------------------------------------------------------------------------
@@ -240,8 +215,7 @@ class Task:
 
 
 def tasks_from_labels(folder: str) -> list[Task]:
-    """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`, columns id,label), read strictly
-    (labels.py)."""
+    """A NeuCo-Bench labels folder (`<task>__<cls|regr>.csv`: id,label), read strictly."""
     return [
         Task(f"{t}__{f.kind}", f.kind, f.labels, f.n_unlabelled)
         for t, f in read_label_folder(folder).items()
@@ -249,8 +223,7 @@ def tasks_from_labels(folder: str) -> list[Task]:
 
 
 def _min_labelled(test_size: float, n_test: int) -> int:
-    """The fewest labelled samples whose ShuffleSplit test part holds at least `n_test` rows (and a
-    train row)."""
+    """The fewest labelled samples whose ShuffleSplit test part has `n_test` rows, a train row."""
     n = n_test + 1
     while math.ceil(test_size * n) < n_test or n - math.ceil(test_size * n) < 1:
         n += 1
@@ -264,9 +237,9 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET
     """Refuse, in one sentence naming the task, what the protocol cannot score, before any embedding
     or cluster: a task with one value (NeuCo-Bench's min-max scaling divides by zero there and its
     metrics then fail), a classification task with more than two classes (binary F1), and splits too
-    small to score (R² needs two test rows; every split needs a train row). `set_test_size` is how
-    the caller's command takes another test size (a format of the value), so the suggested fix is
-    one that command accepts."""
+    small to score (R² needs two test rows; every split needs a train row). `set_test_size` formats
+    the caller's command's way to another test size, so the fix it suggests is one that command
+    accepts."""
     for t in tasks:
         values = np.unique(np.fromiter(t.labels.values(), dtype=np.float64, count=len(t.labels)))
         n = len(t.labels)
@@ -286,11 +259,9 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET
         n_test = math.ceil(recipe.test_size * n)
         need = 2 if t.kind == "regr" else 1
         if n_test < need or n - n_test < 1:
-            why = (
-                f"leaves {n_test} test row per split, and R² needs at least 2"
-                if n_test < need
-                else "leaves no train row per split"
-            )
+            why = "leaves no train row per split"
+            if n_test < need:
+                why = f"leaves {n_test} test row per split, and R² needs at least 2"
             fix = f"label at least {_min_labelled(recipe.test_size, need)} samples"
             ts = math.ceil(100 * need / n) / 100
             if need <= math.ceil(ts * n) < n:
@@ -303,8 +274,8 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET
 
 def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task]:
     """A multi-class target (coherence low/medium/high) as binary `<task>_<class>_vs_rest__cls`
-    tasks: NeuCo-Bench scores binary F1, and one-vs-rest keeps its probe unchanged instead of
-    inventing a multi-class one. A class in every labelled sample or in none is no task."""
+    tasks, since NeuCo-Bench scores binary F1; a class in every labelled sample or in none is no
+    task."""
     names = classes.split("|") if classes else []
     out = []
     for c in sorted(set(labels.values())):
@@ -316,48 +287,34 @@ def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task
 
 
 def tasks_from_cube(url: str) -> list[Task]:
-    """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence and
-    fraction."""
+    """Image-level tasks of a cube: a sample cube's targets; a tile cube's class presence, share."""
     ds = open_cube(url)
     ids = [str(i) for i in sample_ids(ds, url)]
     if ds.attrs.get("kind") == "samples":
         target = np.asarray(ds["target"].values, dtype=np.float64)
-        classes = (
-            as_text(ds["task_classes"].values)
-            if "task_classes" in ds.coords
-            else [""] * target.shape[1]
-        )
+        classes = [""] * target.shape[1]
+        if "task_classes" in ds.coords:
+            classes = as_text(ds["task_classes"].values)
         found = []
-        for j, (t, k) in enumerate(
-            zip(as_text(ds["task"].values), as_text(ds["task_type"].values))
-        ):
+        kinds = zip(as_text(ds["task"].values), as_text(ds["task_type"].values))
+        for j, (t, k) in enumerate(kinds):
             labels = {i: float(v) for i, v in zip(ids, target[:, j]) if np.isfinite(v)}
+            multi = k == "cls" and len(set(labels.values())) > 2
             found += (
-                _one_vs_rest(t, labels, classes[j])
-                if k == "cls" and len(set(labels.values())) > 2
-                else [Task(f"{t}__{k}", k, labels)]
+                _one_vs_rest(t, labels, classes[j]) if multi else [Task(f"{t}__{k}", k, labels)]
             )
         # a task the cube cannot serve (all NaN, e.g. no unwrapped phase) is no task
         return [t for t in found if t.labels]
     labelled, per_class = class_labels(ds)
     out = []
-    for c in per_class:
-        if np.unique(c.present[labelled]).size == 2:  # a class in every tile (or none) is no task
-            out.append(
-                Task(
-                    f"{c.slug}_present__cls",
-                    "cls",
-                    {i: v for i, v, ok in zip(ids, c.present, labelled) if ok},
-                )
-            )
-        if np.ptp(c.fraction[labelled]) > 0 if labelled.any() else False:
-            out.append(
-                Task(
-                    f"{c.slug}_fraction__regr",
-                    "regr",
-                    {i: v for i, v, ok in zip(ids, c.fraction, labelled) if ok},
-                )
-            )
+    for c in per_class:  # a class in every tile (or none) is no task
+        for name, kind, vals, varies in (
+            ("present", "cls", c.present, np.unique(c.present[labelled]).size == 2),
+            ("fraction", "regr", c.fraction, labelled.any() and np.ptp(c.fraction[labelled]) > 0),
+        ):
+            if varies:
+                labels = {i: v for i, v, ok in zip(ids, vals, labelled) if ok}
+                out.append(Task(f"{c.slug}_{name}__{kind}", kind, labels))
     if not out:
         raise ProbeError(
             f"{url}: no class varies between tiles, so no image-level task can be derived"
@@ -368,10 +325,10 @@ def tasks_from_cube(url: str) -> list[Task]:
 def align(
     ids: list[str], tasks: list[Task], fold_order: str = "id"
 ) -> list[tuple[Task, np.ndarray, np.ndarray]]:
-    """(task, embedding rows, labels) per task, rows ordered by id (so folds depend on which ids are
+    """(task, embedding rows, labels) per task, rows ordered by id (folds depend on which ids are
     labelled, never on the order of a label file or a cube), or with `fold_order="file"` in the
-    label file's (the cube's) order, as NeuCo-Bench keeps it; a labelled id without an embedding is
-    an error."""
+    label file's (the cube's) order, as NeuCo-Bench; a labelled id without an embedding is an
+    error."""
     pos = {strip_id(i): r for r, i in enumerate(ids)}
     out = []
     for t in tasks:
@@ -387,8 +344,7 @@ def align(
 
 
 def tasks_digest(tasks: list[Task]) -> str:
-    """The tasks' names and labels, order-free: part of a probe run's id and its `label_set`, so
-    runs on other labels are never ranked together."""
+    """The tasks' names and labels, order-free: in a probe run's id and its `label_set`."""
     h = hashlib.sha256()
     for t in sorted(tasks, key=lambda t: t.name):
         h.update(t.name.encode())
@@ -421,27 +377,26 @@ class FoldTask:
 
 def stats_rows(aligned, recipe: ProbeRecipe) -> np.ndarray | None:
     """The rows `standardize: labelled` takes its mean and std from: those labelled in some task."""
-    if recipe.standardize == "all":
-        return None
-    return (
-        np.unique(np.concatenate([rows for _, rows, _ in aligned]))
-        if aligned
-        else np.zeros(0, np.int64)
-    )
+    rows = [r for _, r, _ in aligned] or [np.zeros(0, np.int64)]
+    return None if recipe.standardize == "all" else np.unique(np.concatenate(rows))
 
 
 def standardized(X: np.ndarray, dim: int | None, rows: np.ndarray | None = None) -> np.ndarray:
-    """NeuCo-Bench's input: zero-padded to `dim`, then NaN -> 0 and one global scalar
-    standardisation (its mean and std over `rows`, else over every row)."""
+    """NeuCo-Bench's input: zero-padded to `dim`, NaN -> 0, one global scalar standardisation."""
     return standardize(pad_to(X, dim) if dim else X, rows)
 
 
+def standardized_matrix(X: np.ndarray, ids: list[str], tasks: list[Task], recipe: ProbeRecipe):
+    """(aligned tasks, the standardised matrix every fold reads, its digest: their cache key)."""
+    aligned = align(ids, tasks, recipe.fold_order)
+    Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
+    return aligned, Xs, hashlib.sha256(Xs.tobytes()).hexdigest()[:16]
+
+
 def _matrix(t: FoldTask) -> np.ndarray:
-    key = (
-        t.digest
-        if t.stats_rows is None
-        else f"{t.digest}-{hashlib.sha256(t.stats_rows.tobytes()).hexdigest()[:16]}"
-    )
+    key = t.digest
+    if t.stats_rows is not None:
+        key += f"-{hashlib.sha256(t.stats_rows.tobytes()).hexdigest()[:16]}"
     X = _X.get(key)
     if X is None:
         _, E, _, _ = load_embeddings(t.url)
@@ -476,8 +431,7 @@ def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
 
 
 def merge(a: dict, b: dict) -> dict:
-    """The probe runs' reduce: two partial results' fold scores concatenated per task (`task_scores`
-    sorts them)."""
+    """The probe runs' reduce: fold scores concatenated per task (`task_scores` sorts them)."""
     out = {k: list(v) for k, v in a.items()}
     for k, v in b.items():
         out.setdefault(k, []).extend(v)
@@ -543,9 +497,7 @@ def run_probes(
         raise TypeError(
             "run_probes scores in this process; on a cluster the engine scores probe runs"
         )
-    aligned = align(ids, tasks, recipe.fold_order)
-    Xs = standardized(X, recipe.dim, stats_rows(aligned, recipe))
-    digest = hashlib.sha256(Xs.tobytes()).hexdigest()[:16]
+    aligned, Xs, digest = standardized_matrix(X, ids, tasks, recipe)
     folds = fold_tasks(aligned, recipe, None, digest)
     total: dict = {}
     with progress_bar(f"probe ({recipe.probe})", len(folds), progress) as bar:
@@ -570,21 +522,12 @@ def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
 
 def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndarray, dict]:
     """A submission CSV or an embedding store -> (ids, X, provenance). A CSV's values must all be
-    finite numbers (NeuCo-Bench reads text, NaN and empty cells as 0; cryocube refuses them, naming
-    line, id and column); with a `dim`, the challenge's column-count rule applies too. A CSV that
-    `embed` wrote carries its provenance (cube checksum, model) in a sidecar JSON."""
+    finite numbers (NeuCo-Bench reads text, NaN and empty cells as 0), with a `dim` its column count
+    too; `embed`'s CSVs carry their provenance in a sidecar JSON."""
     if path.rstrip("/").endswith(".csv"):
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
-        return (
-            ids,
-            X,
-            {
-                "source": path,
-                **read_sidecar(path),
-                "format": "csv",
-                **({"notes": notes} if notes else {}),
-            },
-        )
+        prov = {"source": path, **read_sidecar(path), "format": "csv"}
+        return ids, X, prov | ({"notes": notes} if notes else {})
     if not _store.exists(path):
         raise ProbeError(f"{path}: no such embedding store or submission CSV")
     ids, X, _, attrs = load_embeddings(path)
@@ -598,19 +541,14 @@ def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndar
 
 
 def differences(recipe: ProbeRecipe, tasks: Sequence[Task] = ()) -> list[str]:
-    """What this run does differently from NeuCo-Bench's released evaluator, for the record and the
-    results."""
+    """What this run does differently from NeuCo-Bench's released evaluator (record, results)."""
     out = [
         f"standardisation {recipe.standardize}: mean and std {STANDARDIZE[recipe.standardize]}",
-        (
-            "embedding and label values that are not finite numbers are refused (NeuCo-Bench:"
-            " embeddings 0)"
-        ),
-        (
-            "a probe without a finite score counts as failed; more than"
-            f" {recipe.max_nan_fraction:.0%} failed probes make a task's Q NaN (NeuCo-Bench"
-            " averages what it has)"
-        ),
+        "embedding and label values that are not finite numbers are refused (NeuCo-Bench:"
+        " embeddings 0)",
+        "a probe without a finite score counts as failed; more than"
+        f" {recipe.max_nan_fraction:.0%} failed probes make a task's Q NaN (NeuCo-Bench"
+        " averages what it has)",
     ]
     if recipe.probe not in ("linear", "svm"):
         out.append(
@@ -665,6 +603,5 @@ def load_probe_inputs(
 def probe_inputs(
     embeddings: str, labels: str | None, tasks_from: str | None
 ) -> list[tuple[str, str | None]]:
-    """What `probe` reads, for the output contract (its --out must be none of them, nor hold
-    one)."""
+    """What `probe` reads, for the output contract (its --out must be none of them nor hold one)."""
     return [("EMBEDDINGS", embeddings), ("--labels", labels), ("--tasks-from", tasks_from)]

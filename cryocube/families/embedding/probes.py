@@ -46,8 +46,7 @@ def r2(preds: np.ndarray, target: np.ndarray) -> float:
     """R² as torchmetrics' R2Score (NeuCo-Bench's metric) computes it, sums in float32: 1 - RSS /
     TSS, but 1.0 when RSS ~ 0 and 0.0 when only TSS ~ 0 (a test fold whose targets are all equal is
     scored, not failed); NaN for fewer than two rows (torchmetrics refuses them; `check_tasks`
-    refuses such splits first).
-    """
+    refuses such splits first)."""
     p = torch.as_tensor(np.asarray(preds, dtype=np.float32).ravel())
     t = torch.as_tensor(np.asarray(target, dtype=np.float32).ravel())
     if t.numel() < 2:
@@ -90,8 +89,7 @@ def linear_probe(
     weight_decay: float = 0.01,
     batch_size: int = 64,
 ) -> float:
-    """NeuCo-Bench's probe: Linear(D, 1) + AdamW, scored on the test rows after every epoch; the
-    best epoch counts."""
+    """NeuCo-Bench's probe: Linear(D, 1) + AdamW, scored on the test rows per epoch (best wins)."""
     _check_kind(kind)
     g = torch.Generator().manual_seed(int(seed))
     xtr = torch.as_tensor(np.ascontiguousarray(Xtr, dtype=np.float32))
@@ -124,13 +122,6 @@ def linear_probe(
     return best
 
 
-def _l2_rows(X: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero)."""
-    X = np.asarray(X, dtype=np.float32)
-    n = np.linalg.norm(X, axis=1, keepdims=True)
-    return X / np.maximum(n, 1e-12)
-
-
 def knn_probe(
     Xtr: np.ndarray,
     ytr: np.ndarray,
@@ -145,7 +136,11 @@ def knn_probe(
 ) -> float:
     """PANGAEA-style weighted kNN on cosine similarity: top-k train rows, weights exp(sim / T)."""
     del seed  # deterministic; accepted for a uniform probe signature
-    a, b = _l2_rows(Xte), _l2_rows(Xtr)
+    # rows scaled to unit L2 norm (zero rows stay zero)
+    a, b = (
+        X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        for X in (np.asarray(Xte, np.float32), np.asarray(Xtr, np.float32))
+    )
     ytr = np.asarray(ytr, dtype=np.float64).ravel()
     kk = max(1, min(int(k), b.shape[0]))
     preds = np.empty(a.shape[0])
@@ -156,8 +151,7 @@ def knn_probe(
         # shift cancels in the normalised vote
         w = np.exp((st - st.max(axis=1, keepdims=True)) / temperature)
         preds[s : s + chunk] = (w * ytr[top]).sum(axis=1) / w.sum(axis=1)
-    # cls: the weighted vote for class 1 is a probability in [0, 1], so F1 thresholds it at 0.5
-    # directly
+    # cls: the weighted vote for class 1 is a probability in [0, 1]: F1 thresholds it at 0.5
     return metric(preds, yte, kind)
 
 
@@ -173,15 +167,8 @@ def linear_svm_probe(
     max_iter: int = 10_000,
     loss: str = "squared_epsilon_insensitive",
 ) -> float:
-    """scikit-learn LinearSVC (cls, hard predictions -> F1) or LinearSVR (regr -> R²) at a fixed C.
-
-    Not NeuCo-Bench's SVM probe (a polynomial-kernel SVC/SVR whose C, degree and gamma a Bayesian
-    search picks per fold on that fold's test rows), hence its name.
-
-    LinearSVR defaults to the squared epsilon-insensitive loss: liblinear then solves the primal
-    when rows outnumber dims and converges in a few iterations, where the L1 loss's dual needs
-    tens of thousands on a few thousand rows.
-    """
+    """scikit-learn LinearSVC (cls, hard predictions -> F1) or LinearSVR (regr -> R²) at a fixed C,
+    not NeuCo-Bench's SVM probe; the squared loss lets liblinear solve the primal quickly."""
     from sklearn.svm import LinearSVC, LinearSVR
 
     ytr = np.asarray(ytr, dtype=np.float64).ravel()
@@ -204,8 +191,7 @@ def svm_search(
     splits: list[tuple[np.ndarray, np.ndarray]],
     *,
     seed: int = 42,
-    # NeuCo-Bench's configs/sample_config_svm.yaml (@a89ba06): the search space and BayesSearchCV's
-    # settings
+    # NeuCo-Bench's configs/sample_config_svm.yaml (@a89ba06): search space, BayesSearchCV settings
     C_min: float = 1e-3,
     C_max: float = 1e3,
     degrees: tuple[int, ...] = (2, 3),
@@ -219,13 +205,12 @@ def svm_search(
     base_estimator: str = "RF",
 ) -> list[float]:
     """NeuCo-Bench's SVM probe for one task (its `SVMHPOptimizer`): ONE scikit-optimize
-    BayesSearchCV over a polynomial SVC (cls, labels -1/1, accuracy steers the search) or SVR (regr,
-    negative MSE steers it) with the task's k splits as its cv; each split's score is the best test
-    F1 (cls) or R² (regr, sklearn's) any tried setting reached on it. The search couples the
-    splits, so the task is the unit of work. Needs the `neuco` extra (scikit-optimize).
-    """
+    BayesSearchCV over a polynomial SVC (cls, labels -1/1, accuracy steers) or SVR (regr, negative
+    MSE steers), the task's k splits as its cv; a split scores the best test F1 or R² any setting
+    reached."""
     _check_kind(kind)
     try:
+        from skopt import BayesSearchCV
         from skopt.space import Categorical, Real
     except ImportError:
         raise ProbeError(
@@ -247,15 +232,6 @@ def svm_search(
     else:
         model, scoring = SVR(), {"metric": "r2", "scoring": "neg_mean_squared_error"}
         space["epsilon"] = Categorical(list(epsilons))
-    search = dict(n_iter=int(n_iter), random_state=int(seed), n_jobs=1, n_points=1)
-    initial = {"base_estimator": base_estimator, "n_initial_points": int(n_initial_points)}
-    return _bayes_search(model, space, scoring, X, y, splits, search, initial)
-
-
-def _bayes_search(model, space, scoring, X, y, splits, search: dict, initial: dict) -> list[float]:
-    """Each split's best test metric over the BayesSearchCV's settings, as NeuCo-Bench reads it."""
-    from skopt import BayesSearchCV
-
     opt = BayesSearchCV(
         model,
         space,
@@ -263,10 +239,17 @@ def _bayes_search(model, space, scoring, X, y, splits, search: dict, initial: di
         scoring=scoring,
         cv=list(splits),
         refit="scoring",
-        optimizer_kwargs=initial,
-        **search,
+        optimizer_kwargs={
+            "base_estimator": base_estimator,
+            "n_initial_points": int(n_initial_points),
+        },
+        n_iter=int(n_iter),
+        random_state=int(seed),
+        n_jobs=1,
+        n_points=1,
     )
     opt.fit(np.asarray(X, dtype=np.float32), y)
+    # each split's best test metric over the settings tried, as NeuCo-Bench reads it
     return [float(max(opt.cv_results_[f"split{f}_test_metric"])) for f in range(len(splits))]
 
 
@@ -282,8 +265,7 @@ PROBES: dict[str, ProbeFn] = {
     "knn": knn_probe,
     "linear-svm": linear_svm_probe,
 }
-# probes that score all of a task's splits at once (a search shared by the splits): name -> fn(X,
-# ys, kind, splits)
+# probes that score a task's splits at once (one search): name -> fn(X, ys, kind, splits)
 TASK_PROBES: dict[str, Callable[..., list[float]]] = {"svm": svm_search}
 
 
@@ -311,8 +293,7 @@ def _prepare(
 
 
 def check_labels(y: np.ndarray, kind: str, task: str) -> np.ndarray:
-    """One task's labels, scaled to [0, 1], or a ProbeError naming the task (run before any probe
-    task)."""
+    """One task's labels, scaled to [0, 1], or a ProbeError naming the task (before any probe)."""
     y = np.asarray(y, dtype=np.float64).ravel()
     n_nan = int(np.isnan(y).sum())
     if n_nan:
@@ -340,8 +321,7 @@ def fold_score(
     task: str = "task",
     **params,
 ) -> float:
-    """One split of one task (raw labels in, min-max scaled over all rows of y) -> the fold's
-    metric."""
+    """One split of one task (raw labels, min-max scaled over all rows of y) -> its metric."""
     X, ys, fn = _prepare(X, y, kind, probe, task)
     return float(
         fn(X[train_idx], ys[train_idx], X[test_idx], ys[test_idx], kind, seed=seed, **params)
@@ -360,8 +340,7 @@ def probe_task_scores(
     test_size: float = 0.1,
     **params,
 ) -> list[float]:
-    """The whole per-task protocol in-process: scale labels, k ShuffleSplits, one probe per split
-    (seed + fold)."""
+    """The per-task protocol in-process: scaled labels, k ShuffleSplits, a probe per split."""
     X, ys, fn = _prepare(X, y, kind, probe, task)
     try:
         splits = shuffle_splits(len(ys), k, test_size=test_size, seed=seed)

@@ -6,7 +6,7 @@ expensive ranking?"""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 
@@ -27,8 +27,7 @@ NOTES = (
 
 
 def q_interval(runs: list[Run], *names: str) -> tuple[float, float] | None:
-    """The 95 % bootstrap interval over folds of a row's mean Q (seeded by the row's name); None
-    where a run's record predates its fold scores."""
+    """The 95 % bootstrap interval over folds of a row's mean Q; None for records without folds."""
     folds = [r.record.get("task_folds") for r in runs]
     if not folds or not all(isinstance(f, dict) and f for f in folds):
         return None
@@ -37,9 +36,13 @@ def q_interval(runs: list[Run], *names: str) -> tuple[float, float] | None:
     return float(lo), float(hi)
 
 
+def _probe(r: Run) -> dict:
+    return r.record.get("probe") or {}
+
+
 def run_name(r: Run) -> str:
     """A run's row: its model, with the probe named where it is not NeuCo-Bench's linear one."""
-    p = (r.record.get("probe") or {}).get("probe")
+    p = _probe(r).get("probe")
     return f"{r.model_name} [{p}]" if p and p != "linear" else r.model_name
 
 
@@ -111,15 +114,12 @@ def leaderboard_tables(res: Results) -> list[Table]:
     by_ds: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in res.of("embedding"):
         by_ds[(r.dataset, str(r.record.get("label_set") or ""))].append(r)
-    sets: dict[str, int] = defaultdict(int)
-    for ds, _ in by_ds:
-        sets[ds] += 1
+    sets = Counter(ds for ds, _ in by_ds)
     return [_leaderboard(ds, ls, runs, sets[ds]) for (ds, ls), runs in sorted(by_ds.items())]
 
 
 def spearman(a: list[float], b: list[float]) -> float:
-    """NaN below three pairs or where a side is constant: the report prints n/a rather than a
-    correlation of noise."""
+    """NaN below three pairs or where a side is constant: n/a, not a correlation of noise."""
     if len(a) < 3:
         return math.nan
     from scipy.stats import spearmanr
@@ -129,8 +129,7 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 
 def _paired(emb: list[Run], seg: list[Run]) -> tuple[dict, dict, dict, set]:
-    """Probe Q and mIoU per model on the datasets both ran (per model over every dataset where
-    none is shared), with each key's display name."""
+    """Probe Q and mIoU per model on the datasets both ran (else over all), with display names."""
     shared = {r.dataset for r in emb} & {r.dataset for r in seg}
     key = (lambda r: (r.model, r.dataset)) if shared else (lambda r: (r.model,))
     q, m, names = defaultdict(list), defaultdict(list), {}
@@ -150,11 +149,7 @@ def probe_vs_segmentation(
     seg = [r for r in res.runs if r.protocol == protocol and math.isclose(r.fraction, 1.0)]
     if not res.of("embedding") or not seg:
         return None
-    linear = [
-        r
-        for r in res.of("embedding")
-        if (r.record.get("probe") or {}).get("probe", "linear") == "linear"
-    ]
+    linear = [r for r in res.of("embedding") if _probe(r).get("probe", "linear") == "linear"]
     q, m, names, shared = _paired(linear or res.of("embedding"), seg)
     both = sorted(k for k in q if k in m)
     if not both:
@@ -180,8 +175,7 @@ def probe_vs_segmentation(
 
 
 def sections(page, res: Results) -> None:
-    """The family's report section (`Embedding.report_sections`): NeuCo-Bench rankings, probe Q
-    against mIoU."""
+    """The family's report section: NeuCo-Bench rankings, probe Q against mIoU."""
     if not res.of("embedding"):
         return
     sec = page.section("Embedding probes (NeuCo-Bench)")
@@ -191,14 +185,6 @@ def sections(page, res: Results) -> None:
     if both is not None:
         t, pts = both
         page.table(sec, "embedding", t)
-        page.figure(
-            sec,
-            plots.labelled_scatter(
-                pts,
-                page.stem("probe_q_vs_miou"),
-                "Probe Q against segmentation mIoU",
-                "probe Q (NeuCo-Bench)",
-                "mIoU (%)",
-            ),
-            t.notes[-1],
-        )
+        title, axes = "Probe Q against segmentation mIoU", ("probe Q (NeuCo-Bench)", "mIoU (%)")
+        fig = plots.labelled_scatter(pts, page.stem("probe_q_vs_miou"), title, *axes)
+        page.figure(sec, fig, t.notes[-1])

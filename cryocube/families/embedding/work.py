@@ -27,13 +27,16 @@ from .neuco import write_results
 from .probe import (
     ProbeResult,
     align,
+    differences,
     finish_scores,
     fold_tasks,
     load_probe_inputs,
     probe_fold,
     probe_inputs,
     run_probes,
+    standardized_matrix,
     task_scores,
+    tasks_digest,
 )
 
 
@@ -54,8 +57,7 @@ class CubeProbe:
         return prepare_store(self.embed, run.cube, self.url, runner, run.record.weights)
 
     def folds(self) -> list:
-        """Fold tasks that read the embedding store on the workers (once per worker, cached by its
-        sha256): the matrix never passes through the client."""
+        """Fold tasks that read the store on the workers (once per worker, cached by its sha256)."""
         ids, _, _, attrs = load_embeddings(self.url)
         digest = str(attrs.get("embedding_sha256", ""))[:16]
         return [
@@ -78,17 +80,11 @@ class CubeProbe:
         }
 
     def fields(self, run, prepared: dict) -> dict:
-        """The record's embedding, threads and timings from `prepare`'s facts, shared by the runs of
-        one store."""
+        """The record's embedding, threads, timings from `prepare` (shared by one store's runs)."""
         prep = prepared.get(run.prep_key, {})
+        made = {"sha256": prep.get("embedding_sha256"), "pca": prep.get("pca")}
         return {
-            "embedding": (
-                run.record.fields["embedding"]
-                | {
-                    "sha256": prep.get("embedding_sha256"),
-                    "pca": prep.get("pca"),
-                }
-            ),
+            "embedding": run.record.fields["embedding"] | made,
             "threads": {"embed": prep.get("threads", [])},
             "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0},
         }
@@ -105,23 +101,19 @@ class MatrixProbe:
     matrix: Any = None  # X on the workers, once `prepare` placed it there
 
     def prepare(self, runner, run) -> dict:
-        """Scatters the standardised matrix to the workers once; every fold task then takes the
-        future, not the array."""
+        """Scatters the standardised matrix to the workers once; fold tasks take the future."""
         self.matrix = runner.scatter(self.X)
         return {}
 
     def folds(self) -> list:
-        """Fold tasks that take the scattered matrix as their second argument (`probe_fold_on`):
-        vectors made elsewhere have no store the workers could read."""
+        """Fold tasks taking the scattered matrix (`probe_fold_on`): vectors made elsewhere."""
         return [
             (probe_fold_on, (f, self.matrix))
             for f in fold_tasks(self.aligned, self.probe, None, self.digest)
         ]
 
     def results(self, run) -> tuple[str, dict]:
-        """A folder per run under `out`, not `out` itself: a second probe into it never overwrites
-        files another record points to."""
-        # per run: a second probe into `out` never overwrites the files another record points to
+        """A folder per run under `out`: a second probe never overwrites files a record names."""
         return run_dir(self.out, run.run_id), {
             "run_id": run.run_id,
             "embeddings": self.embeddings,
@@ -131,14 +123,12 @@ class MatrixProbe:
         }
 
     def fields(self, run, prepared: dict) -> dict:
-        """Nothing to add: `probe_run` put the vectors' provenance into the record when it planned
-        the run."""
+        """Nothing: `probe_run` put the vectors' provenance into the record when planning."""
         return {}
 
 
 def finish_fields(run, total: dict, prepared: dict) -> dict:
-    """A probe run's record fields from its merged fold scores; NeuCo-Bench's result files into its
-    folder."""
+    """A probe run's record fields from its merged fold scores; result files into its folder."""
     scores = task_scores(total)
     summary = finish_scores(scores, run.work.probe)
     rdir, meta = run.work.results(run)
@@ -159,15 +149,10 @@ def finish_fields(run, total: dict, prepared: dict) -> dict:
 
 
 def matrix_probe(inputs, recipe, out: str, embeddings: str) -> MatrixProbe:
-    """The standardised matrix and its folds' rows; a task too small to split is refused here,
-    before any probe."""
-    from .probe import align, fold_tasks, standardized, stats_rows
-
-    aligned = align(inputs.ids, inputs.tasks, recipe.fold_order)
-    Xs = standardized(inputs.X, recipe.dim, stats_rows(aligned, recipe))
-    work = MatrixProbe(Xs, sha256(Xs.tobytes()).hexdigest()[:16], aligned, recipe, out, embeddings)
-    fold_tasks(aligned, recipe, None, work.digest)
-    return work
+    """The standardised matrix and its folds' rows; a task too small to split is refused here."""
+    aligned, Xs, digest = standardized_matrix(inputs.X, inputs.ids, inputs.tasks, recipe)
+    fold_tasks(aligned, recipe, None, digest)
+    return MatrixProbe(Xs, digest, aligned, recipe, out, embeddings)
 
 
 def probe_run(
@@ -178,17 +163,17 @@ def probe_run(
     labels: str | None = None,
     tasks_from: str | None = None,
 ):
-    """`cryocube probe`'s one run, planned for the engine: its id hashes the vectors, the tasks and
-    the recipe."""
+    """`cryocube probe`'s one run, for the engine: its id hashes the vectors, tasks and recipe."""
     from .. import get
     from ..base import Resolved, RunSpec
-    from .probe import differences, tasks_digest
 
     X, prov, tasks = inputs.X, inputs.prov, inputs.tasks
     digest = sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
     source = prov.get("source", embeddings)
     work = matrix_probe(inputs, recipe, out, embeddings)
     label_set = tasks_digest(tasks)
+    cube = prov.get("cube") or {}
+    folder = tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else None
     resolved = Resolved(
         # no seed of its own: the probe recipe's is in `probe`
         identity={"embedding": digest, "tasks": label_set, "probe": recipe.as_dict()},
@@ -214,13 +199,8 @@ def probe_run(
             "label_set": label_set,
         },
         work=work,
-        cube=prov.get("cube") or None,
-        dataset=(prov.get("cube") or {}).get("dataset")
-        or (
-            tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr")
-            if tasks_from
-            else "labels"
-        ),
+        cube=cube or None,
+        dataset=cube.get("dataset") or folder or "labels",
         model=source,
         estimate={"steps": recipe.k * len(tasks)},
     )
@@ -240,17 +220,11 @@ def probe_embeddings(
     progress: bool = True,
     inputs=None,
 ):
-    """Score one embedding matrix in this process; writes NeuCo-Bench's result files into `out` and
-    a run record (family embedding) into `out`/results.jsonl. Everything is checked before any probe
-    runs (`inputs`: what `load_probe_inputs` read already). `cryocube probe` plans the same run
-    (`work.probe_run`) and hands it to the engine, which scores it on a cluster."""
-    outputs.claim(
-        out,
-        "results",
-        "probe",
-        inputs=probe_inputs(embeddings, labels, tasks_from),
-        write_marker=False,
-    )
+    """Score one embedding matrix in this process: NeuCo-Bench's result files into `out`, a run
+    record into `out`/results.jsonl, every input checked first (`inputs`: read already). `cryocube
+    probe` hands the same run (`probe_run`) to the engine."""
+    reads = probe_inputs(embeddings, labels, tasks_from)
+    outputs.claim(out, "results", "probe", inputs=reads, write_marker=False)
     inputs = inputs or load_probe_inputs(embeddings, recipe, labels, tasks_from)
     run = probe_run(embeddings, out, recipe, inputs, labels, tasks_from)
     outputs.mark(out, "results", "probe")
@@ -263,8 +237,7 @@ def probe_embeddings(
 
 
 def probe_result(rec: dict, recipe, out: str):
-    """A record's scores and summary, read back from its results_summary.json (a cached run's
-    too)."""
+    """A record's scores and summary, read back from its results_summary.json (cached runs too)."""
     summary = json.loads(_store.read_text(rec["summary_file"]))
     scores = {
         t: [math.nan if s is None else s for s in v] for t, v in summary["task_fold_scores"].items()

@@ -1,12 +1,5 @@
-"""The heads family: encoders answer the question tasks (catalogs/tasks/*.yaml) whose answer is a
-class, a number, a fraction or a box, on the same test questions the VLMs are scored on, with the
-same metrics and intervals (`cryocube evaluate --protocol heads --models <encoder> --cubes CUBE`).
-
-`prepare` embeds each (model, cube) once, as the embedding family does (its pooled frozen features,
-shared with probe runs); `score` is one Dask task per run that fits a linear head per task (and
-class asked) on the cube's train split, chooses its regularisation on val (heads/linear.py) and
-answers the test questions; `finish` writes board cells (families/vqa/cells.py) and the chance
-baseline's. Text tasks have no head: the board says so.
+"""The heads family: encoders answer the question tasks whose answer is a class, a number, a
+fraction or a box, on the VLMs' test questions with their metrics and intervals (docs/vlm.md).
 """
 
 from __future__ import annotations
@@ -98,8 +91,7 @@ class Heads(FittedInScore):
         )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        """The embedding family's pooled features, embedded once per (model, cube) by its own
-        step."""
+        """The embedding family's pooled features, embedded once per (model, cube) by its step."""
         out: dict[str, dict] = {}
         for p in runs:
             if p.prep_key not in out:
@@ -113,8 +105,7 @@ class Heads(FittedInScore):
         return [runs] if runs else []
 
     def score(self, run: PlannedRun, fitted: dict):
-        """One task per run (answer_heads): heads fitted on train, regularisation chosen on val,
-        test questions answered."""
+        """One task per run (answer_heads): fit on train, regularised on val, test answered."""
         return [(answer_heads, run.work["job"])]
 
     @staticmethod
@@ -123,8 +114,7 @@ class Heads(FittedInScore):
         return {"rows": a["rows"] + b["rows"], "heads": {**a["heads"], **b["heads"]}}
 
     def report_sections(self, page, results) -> None:
-        """None of its own: its cells are rows of the vqa family's boards, beside the VLMs and
-        chance."""
+        """None of its own: its cells are rows of the vqa family's boards, beside VLMs, chance."""
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """Board cells of the answers, scored as VLM answers are, beside the chance baseline;

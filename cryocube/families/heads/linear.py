@@ -1,13 +1,5 @@
-"""Answer heads: a linear model on pooled frozen features gives a task's own kind of answer (a
-class, a number, a fraction, a box), so an encoder is scored with the VLM's metric on the VLM's test
-questions.
-
-Per (task, class asked about): features standardised on the train split, a logistic regression
-(classes) or a ridge regression (numbers, fractions, the box's four fractions) fitted on train, its
-regularisation chosen on the val split by the task's own metric (ties: the stronger one), then
-refitted on train alone and asked the test questions. Numbers are clipped to >= 0, fractions and
-boxes to 0..1 (a box's corners sorted).
-"""
+"""Answer heads: a linear model on pooled frozen features per (task, class asked), regularised on
+val by the task's own metric (docs/vlm.md, "Encoder heads")."""
 
 from __future__ import annotations
 
@@ -101,8 +93,7 @@ def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
 
 @task_boundary
 def answer_heads(job: HeadsJob) -> dict:
-    """Fit a head per (task, class asked), answer the test questions; rows scored as VLM answers
-    are."""
+    """Fit a head per (task, class asked), answer the test questions, rows scored as VLM answers."""
     ids, E, _, _ = load_embeddings(job.embeddings)
     pos = {i: k for k, i in enumerate(ids)}
     X = np.asarray(E, np.float64)
@@ -114,15 +105,13 @@ def answer_heads(job: HeadsJob) -> dict:
     answers: dict[tuple, object] = {}
     chosen: dict[str, dict] = {}
     for (name, subject), qs in sorted(groups.items()):
-        t = tasks[name]
+        t, key = tasks[name], f"{name}/{subject}" if subject else name
         part = {
             s: [q for q in qs if job.split[q.sample] == s and target_of(t, q) is not None]
             for s in ("train", "val")
         }
         if not part["train"]:
-            chosen[f"{name}/{subject}" if subject else name] = {
-                "head": "none (no train sample has a reference)"
-            }
+            chosen[key] = {"head": "none (no train sample has a reference)"}
             continue
 
         def xy(qq):
@@ -134,8 +123,7 @@ def answer_heads(job: HeadsJob) -> dict:
                 else np.zeros(0)
             )
 
-        predict, facts = fit_head(t, *xy(part["train"]), *xy(part["val"]))
-        chosen[f"{name}/{subject}" if subject else name] = facts
+        predict, chosen[key] = fit_head(t, *xy(part["train"]), *xy(part["val"]))
         test = [q for q in qs if job.split[q.sample] == "test"]
         if test:
             pred = predict(X[[pos[job.ids[q.sample]] for q in test]])
