@@ -48,14 +48,9 @@ def studies_table(res: Results) -> tuple[Table, Table]:
         text="model dataset protocol best_params trials study",
     )
     t = Table("studies", "Hyper-parameter studies: default recipe vs tuned", cols)
-    imp = Table(
-        "importance",
-        "Parameter importance (fANOVA over completed trials)",
-        columns(
-            "study=Study; model=Model; dataset=Dataset; param=Parameter; importance=Importance",
-            text="study model dataset param",
-        ),
-    )
+    spec = "study=Study; model=Model; dataset=Dataset; param=Parameter; importance=Importance"
+    imp_cols = columns(spec, text="study model dataset param")
+    imp = Table("importance", "Parameter importance (fANOVA over completed trials)", imp_cols)
     for r in tuned:
         s = r.sweep
         base = by_id.get(str(s.get("baseline_run_id")))

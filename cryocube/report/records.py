@@ -1,12 +1,7 @@
-"""Reading run records (results.jsonl) written by the engine.
-
-One JSON object per line and per run. The reader keeps what the report needs, ignores keys it does
-not know (the engine may add more), keeps only the latest record of a repeated run, and separates
-failed runs so that they are listed, never averaged. Results may live on any store (s3://...).
-A pretrained model run without its checkpoint is a different row ("S12-MoCo (random init)"), so
-every table and plot says so and never averages it with real-weight runs.
-The trials of a `cryocube tune` study (records with `sweep`) stay out of the runs and leaderboards;
-the study's best retrain is its own row, "S12-MoCo (tuned)".
+"""Reading the run records (results.jsonl, on any store) the engine writes: unknown keys ignored,
+the latest record of a repeated run kept, failed runs listed and never averaged. A pretrained
+model run without its checkpoint is a row of its own ("S12-MoCo (random init)"), as is a `cryocube
+tune` study's best retrain ("S12-MoCo (tuned)"); the study's trials stay out of the leaderboards.
 """
 
 from __future__ import annotations
