@@ -425,11 +425,8 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
         "avg_ours=Avg ours; avg_paper=Avg paper; avg_delta=Avg Δ; n_datasets=datasets;"
         " rank_ours=Avg rank ours; rank_paper=Avg rank paper"
     )
-    t = Table(
-        "published_comparison",
-        "Our runs beside the published Cryo-Bench table (frozen, 100% labels)",
-        cols,
-    )
+    title = "Our runs beside the published Cryo-Bench table (frozen, 100% labels)"
+    t = Table("published_comparison", title, cols)
     for m in models:
         raw, text, o_l, p_l = [m], {}, [], []
         for d in datasets:
@@ -461,11 +458,8 @@ def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
         text="model avg_ok rank_ok",
         decimals={"avg_recomputed": 3, "rank_recomputed": 3},
     )
-    t = Table(
-        "consistency",
-        f"{lb.title}: printed averages and ranks against the per-dataset numbers",
-        cols,
-    )
+    title = f"{lb.title}: printed averages and ranks against the per-dataset numbers"
+    t = Table("consistency", title, cols)
     bad = {(m.model, m.field) for m in mismatches}
     for i, r in enumerate(lb.rows):
         a_ok = None if r.published_avg is None else (r.name, "avg_mIoU") not in bad

@@ -156,15 +156,12 @@ def fraction_left_out(res: Results) -> list[str]:
 
 def fraction_table(curves: dict) -> Table:
     """The label-fraction curves as numbers: mean mIoU over seeds per curve and fraction."""
-    t = Table(
-        "label_fraction",
-        "Test mIoU against the share of training labels",
-        columns(
-            "dataset=Dataset; model=Model; encoder=Encoder; fraction=Label fraction;"
-            " miou=mIoU (mean over seeds); seeds=seeds",
-            text="dataset model encoder",
-        ),
+    cols = columns(
+        "dataset=Dataset; model=Model; encoder=Encoder; fraction=Label fraction;"
+        " miou=mIoU (mean over seeds); seeds=seeds",
+        text="dataset model encoder",
     )
+    t = Table("label_fraction", "Test mIoU against the share of training labels", cols)
     for d, cs in sorted(curves.items()):
         for (m, kind), pts in sorted(cs.items()):
             for f, vals in sorted(pts.items()):

@@ -130,19 +130,15 @@ def _ranked(rk: tuple[int, int] | None, ties: tuple[str, ...]) -> list:
 def cells_table(bi: BoardIntervals) -> Table:
     """Every segmentation cell: interval, seed SD, rank interval, ties, a note where it is weak."""
     lb = bi.lb
-    t = Table(
-        "intervals",
-        f"{lb.title}: mIoU with 95 % intervals over test scenes",
-        columns(
-            "model=Model; dataset=Dataset; miou=mIoU [95 % interval]; lo=; hi=; seed_sd=Seed SD;"
-            " seeds=Seeds; tiles=Tiles; scenes=Scenes; resampled=Resampled",
-            text="model dataset resampled",
-            hidden="lo hi",
-            decimals=dict.fromkeys(("lo", "hi", "seed_sd"), lb.decimals),
-        )
-        + _rank_columns()
-        + [Column("note", "Note", numeric=False)],
+    cols = columns(
+        "model=Model; dataset=Dataset; miou=mIoU [95 % interval]; lo=; hi=; seed_sd=Seed SD;"
+        " seeds=Seeds; tiles=Tiles; scenes=Scenes; resampled=Resampled",
+        text="model dataset resampled",
+        hidden="lo hi",
+        decimals=dict.fromkeys(("lo", "hi", "seed_sd"), lb.decimals),
     )
+    cols += _rank_columns() + [Column("note", "Note", numeric=False)]
+    t = Table("intervals", f"{lb.title}: mIoU with 95 % intervals over test scenes", cols)
     for d in lb.datasets:
         for row in lb.rows:
             if (c := bi.cells.get((row.name, d))) is None:
@@ -168,18 +164,15 @@ def cells_table(bi: BoardIntervals) -> Table:
 def aggregate_table(bi: BoardIntervals) -> Table:
     """Per model: IQM and mean of its (dataset, seed) scores, with their intervals and IQM rank."""
     lb = bi.lb
-    t = Table(
-        "across_datasets",
-        f"{lb.title}: across datasets (IQM and mean of (dataset, seed) mIoU)",
-        columns(
-            "model=Model; iqm=IQM [95 % interval]; iqm_lo=; iqm_hi=; mean=Mean [95 % interval];"
-            " mean_lo=; mean_hi=; datasets=Datasets; runs=Runs",
-            text="model",
-            hidden="iqm_lo iqm_hi mean_lo mean_hi",
-            decimals=dict.fromkeys(("iqm_lo", "iqm_hi", "mean_lo", "mean_hi"), lb.decimals),
-        )
-        + _rank_columns("IQM rank interval"),
-    )
+    cols = columns(
+        "model=Model; iqm=IQM [95 % interval]; iqm_lo=; iqm_hi=; mean=Mean [95 % interval];"
+        " mean_lo=; mean_hi=; datasets=Datasets; runs=Runs",
+        text="model",
+        hidden="iqm_lo iqm_hi mean_lo mean_hi",
+        decimals=dict.fromkeys(("iqm_lo", "iqm_hi", "mean_lo", "mean_hi"), lb.decimals),
+    ) + _rank_columns("IQM rank interval")
+    title = f"{lb.title}: across datasets (IQM and mean of (dataset, seed) mIoU)"
+    t = Table("across_datasets", title, cols)
     for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm):
         t.add(
             [m, a.iqm, a.iqm_lo, a.iqm_hi, a.mean, a.mean_lo, a.mean_hi, a.datasets, a.runs]

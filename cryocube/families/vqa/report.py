@@ -375,15 +375,17 @@ def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
     """Per model and task asked in several phrasings (a task file's `prompts:`): the primary
     metric's mean and spread over them (the board shows the first only); None: no such task."""
     cube = _cube(res, cube)
+    cols = columns(
+        "model=Model; task=Task; metric=Metric; phrasings=Phrasings; mean=Mean; sd=SD;"
+        " min=Min; max=Max; first=First (the board's phrasing);"
+        " unparsed=Unparsed of asked, per phrasing",
+        text="model task metric unparsed",
+    )
+    title = f"Prompt phrasings on {cube.name}: mean and spread over each task's phrasings"
     t = Table(
         f"phrasings_{cube.slug}",
-        f"Prompt phrasings on {cube.name}: mean and spread over each task's phrasings",
-        columns(
-            "model=Model; task=Task; metric=Metric; phrasings=Phrasings; mean=Mean; sd=SD;"
-            " min=Min; max=Max; first=First (the board's phrasing);"
-            " unparsed=Unparsed of asked, per phrasing",
-            text="model task metric unparsed",
-        ),
+        title,
+        cols,
         notes=[
             "SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing"
             " (lettered options); Unparsed: per phrasing in the task file's order (#1 is the"
