@@ -270,9 +270,8 @@ def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
         f"avg_fewshot=Avg mIoU {pct}%; avg_full=Avg mIoU 100%; retention=Retention %;"
         " n_datasets=datasets"
     )
-    t = Table(
-        "fewshot_retention", f"Few-shot retention ({pct}% labels vs 100%, frozen encoder)", cols
-    )
+    title = f"Few-shot retention ({pct}% labels vs 100%, frozen encoder)"
+    t = Table("fewshot_retention", title, cols)
     for m in models:
         pairs = {d: (few.mean(m, d), full.mean(m, d)) for d in datasets}
         both = {d: p for d, p in pairs.items() if None not in p and p[1] > 0}

@@ -283,14 +283,10 @@ def leaderboard(res: Results, cube: "Cube | str") -> Table:
     raws, txts, headers, notes = _layout(rows, b.columns, classes, cube.name, b.per_class)
     lead = "model=Model; kind=Kind" + ("; class=Class" if b.per_class else "")
     which = ", ".join(x for x in (cube.dataset, about(cube)) if x)
-    t = Table(
-        f"leaderboard_{cube.slug}",
-        f"{b.title} on {cube.name} ({which}): VLMs and GFMs on the same test samples",
-        columns(lead, text="model kind class")
-        + [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
-        + [Column("unparsed", "Unparsed")],
-        notes=NOTES + notes + _split_note(res, cube),
-    )
+    cols = [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
+    cols = columns(lead, text="model kind class") + cols + [Column("unparsed", "Unparsed")]
+    title = f"{b.title} on {cube.name} ({which}): VLMs and GFMs on the same test samples"
+    t = Table(f"leaderboard_{cube.slug}", title, cols, notes=NOTES + notes + _split_note(res, cube))
     for raw, txt in zip(raws, txts):
         t.add(raw, txt)
     if any(r.random_init for r in _answered(res, cube) + res.runs if cube.holds(r)):
