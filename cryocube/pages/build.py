@@ -233,11 +233,10 @@ def _protocol_sections(
         pts = [(r.name, cost[r.name].gflops, r.avg) for r in with_cost]
         if pts:
             srcs = [cost[r.name].gflops_source for r in with_cost]
+            stem, title = w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost"
             w.figure(
                 sec,
-                plots.cost_scatter(
-                    pts, w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost", srcs
-                ),
+                plots.cost_scatter(pts, stem, title, srcs),
                 "Average mIoU against GFLOPs per forward pass (measured where a profile exists; "
                 '"(catalog)": the published figure, copied)',
             )
@@ -275,21 +274,16 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
     models = [m for m in lb.model_names if m in bi.scores]
     pairs = [[bi.improvement.get((x, y), (np.nan,) * 3)[:3] for y in models] for x in models]
     mat = np.moveaxis(np.array(pairs, dtype=float), -1, 0)  # P, lo, hi: each models x models
+    stem, title = w.stem(f"{key}_improvement"), f"{lb.title}: probability of improvement"
+    heat = plots.improvement_heatmap(models, *mat, stem, title)
     w.figure(
-        sec,
-        plots.improvement_heatmap(
-            models, *mat, w.stem(f"{key}_improvement"), f"{lb.title}: probability of improvement"
-        ),
-        "P(X > Y): the chance that model X beats model Y on a dataset, [95 % interval]",
+        sec, heat, "P(X > Y): the chance that model X beats model Y on a dataset, [95 % interval]"
     )
     taus = intervals.profile_taus(bi.scores)
     profile = stats.performance_profile(bi.scores, taus)
     title = f"{lb.title}: performance profile"
-    w.figure(
-        sec,
-        plots.performance_profile(taus, profile, w.stem(f"{key}_profile"), title),
-        "Fraction of each model's (dataset, seed) runs above each mIoU",
-    )
+    plot = plots.performance_profile(taus, profile, w.stem(f"{key}_profile"), title)
+    w.figure(sec, plot, "Fraction of each model's (dataset, seed) runs above each mIoU")
 
 
 def _paired_section(w: _Writer, pairs: Sequence[tuple[str, str]]) -> None:
