@@ -164,12 +164,13 @@ def cells_table(bi: BoardIntervals) -> Table:
 def aggregate_table(bi: BoardIntervals) -> Table:
     """Per model: IQM and mean of its (dataset, seed) scores, with their intervals and IQM rank."""
     lb = bi.lb
+    ends = "iqm_lo iqm_hi mean_lo mean_hi"  # the intervals' ends: CSV/JSON only
     cols = columns(
         "model=Model; iqm=IQM [95 % interval]; iqm_lo=; iqm_hi=; mean=Mean [95 % interval];"
         " mean_lo=; mean_hi=; datasets=Datasets; runs=Runs",
-        text="model",
-        hidden="iqm_lo iqm_hi mean_lo mean_hi",
-        decimals=dict.fromkeys(("iqm_lo", "iqm_hi", "mean_lo", "mean_hi"), lb.decimals),
+        "model",
+        ends,
+        dict.fromkeys(ends.split(), lb.decimals),
     ) + _rank_columns("IQM rank interval")
     title = f"{lb.title}: across datasets (IQM and mean of (dataset, seed) mIoU)"
     t = Table("across_datasets", title, cols)
