@@ -12,7 +12,7 @@ Names are imported on first use, so `cryocube --help` does not pay for matplotli
 from ..plugins import lazy_exports
 
 _EXPORTS = {
-    "build": ("Report", "ReportError", "build_report", "render_published"),
+    "build": ("Report", "ReportError", "build_report"),
     "qualitative": ("qualitative_panels",),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,11 +7,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..report.leaderboard import Leaderboard, best_two
-from ..report.names import dataset_display_name, model_sort_key
+from ..report.leaderboard import Leaderboard
+from ..report.names import dataset_display_name as display
+from ..report.names import model_sort_key
 from ..report.published import Mismatch
 from ..report.records import DEVIATES, RANDOM_INIT, Results, Run
-from ..report.tables import MISSING, Column, Table, columns, fmt
+from ..report.tables import MISSING, MODEL, Column, Table, columns, fmt
 
 RANK_NOTE = (
     "Rank: competition ranking per dataset (ties share the best rank), averaged over the datasets a"
@@ -21,10 +22,6 @@ MARK_NOTE = (
     "Bold = best, underlined = second best (per column; in the average columns only rows averaged "
     "over every dataset are marked)."
 )
-
-
-def _d(d: str) -> str:
-    return dataset_display_name(d)
 
 
 def _signed(v: float | None) -> str:
@@ -61,6 +58,9 @@ class Cost:
         return sum(parts) / 1e6 if parts else None
 
 
+NO_COST = Cost(None, None, None, None, None, None, None, 0)  # a row without runs' costs
+
+
 def _mean(vals: Sequence[float | None]) -> float | None:
     v = [x for x in vals if x is not None]
     return statistics.fmean(v) if v else None
@@ -72,36 +72,32 @@ def _median_int(vals: Sequence[int | None]) -> int | None:
 
 
 def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[str, Cost]:
-    """Per display name: median parameters, mean GFLOPs and throughput, max memory, device hours.
-    GFLOPs measured (`models.profile.measured_costs`) win over the records' copy of the catalog's.
-    """
-    measured = measured or {}
+    """Per display name: median parameters, mean GFLOPs and throughput, max memory, device
+    hours; GFLOPs measured (`models.profile.measured_costs`) win over the records' copy."""
     by: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by[r.model_name].append(r)
     out = {}
     for m, rs in by.items():
-        hours = {"cuda": 0.0, "cpu": 0.0}
+        hours = {True: 0.0, False: 0.0}  # on a GPU, on a CPU
         for r in rs:
             if r.total_s is not None:
-                hours["cuda" if r.device.startswith("cuda") else "cpu"] += r.total_s / 3600
+                hours[r.device.startswith("cuda")] += r.total_s / 3600
         mem = [r.peak_memory_mb for r in rs if r.peak_memory_mb is not None]
-        prof = measured.get(rs[0].model)
+        prof = (measured or {}).get(rs[0].model)
         gflops = _mean([r.gflops for r in rs])
         source = "catalog" if gflops is not None else ""
         if prof is not None:
-            gflops, source = (
-                float(prof["gflops"]),
-                f"measured on {prof.get('device', 'an unnamed device')}",
-            )
+            gflops = float(prof["gflops"])
+            source = f"measured on {prof.get('device', 'an unnamed device')}"
         out[m] = Cost(
             _median_int([r.params[0] for r in rs]),
             _median_int([r.params[1] for r in rs]),
             gflops,
             _mean([r.samples_per_s for r in rs]),
             max(mem) if mem else None,
-            hours["cuda"],
-            hours["cpu"],
+            hours[True],
+            hours[False],
             len(rs),
             ", ".join(sorted({r.precision for r in rs})),
             source,
@@ -111,35 +107,17 @@ def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[
 
 
 COST_COLUMNS = columns(
-    "params_M=Params (M); gflops=GFLOPs; samples_per_s=samples/s; gpu_hours=GPU h; cpu_hours=CPU h"
+    "params_M=Params (M); gflops=GFLOPs; samples_per_s=samples/s; gpu_hours=GPU h; cpu_hours=CPU h",
+    decimals={"params_M": 1, "gflops": 1, "samples_per_s": 1, "gpu_hours": 3, "cpu_hours": 3},
 )
-
-
-def _cost_values(c: Cost | None) -> list:
-    if c is None:
-        return [None] * len(COST_COLUMNS)
-    return [c.params_m, c.gflops, c.samples_per_s, c.gpu_hours, c.cpu_hours]
-
-
-def _cost_texts(c: Cost | None) -> list[str]:
-    v = _cost_values(c)
-    return [fmt(v[0], 1), fmt(v[1], 1), fmt(v[2], 1), fmt(v[3], 3), fmt(v[4], 3)]
-
-
-def _mark_complete(
-    t: Table, lb: Leaderboard, key: str, values: dict[int, float | None], higher: bool
-) -> None:
-    eligible = {i: v for i, v in values.items() if v is not None and lb.complete(lb.rows[i])}
-    t.mark(best_two(eligible, higher_is_better=higher, decimals=lb.decimals), key)
 
 
 def leaderboard_table(
     lb: Leaderboard, cost: dict[str, Cost] | None = None, mismatches: Sequence[Mismatch] = ()
 ) -> Table:
-    """The paper's table: mIoU per dataset, average mIoU, average rank (+ printed values and
-    costs)."""
+    """The paper's table: mIoU per dataset, average mIoU, average rank (+ printed values, costs)."""
     has_pub = any(r.published_avg is not None or r.published_rank is not None for r in lb.rows)
-    cols = [Column("model", "Model", numeric=False)] + [Column(d, _d(d)) for d in lb.datasets]
+    cols = [MODEL] + [Column(d, display(d), decimals=lb.decimals) for d in lb.datasets]
     cols += columns(
         "avg_mIoU=Avg mIoU; n_datasets=datasets; avg_rank=Avg rank", hidden="n_datasets"
     )
@@ -151,29 +129,25 @@ def leaderboard_table(
     bad = {(m.model, m.field) for m in mismatches}
     n = len(lb.datasets)
     for r in lb.rows:
-        cells = [r.cells.get(d) for d in lb.datasets]
-        raw = [r.name] + [c.mean if c else None for c in cells] + [r.avg, r.n_avg, r.avg_rank]
-        text = [r.name] + [fmt(c.mean if c else None, lb.decimals) for c in cells]
-        text += [
-            _avg_text(r.avg, r.n_avg, n, lb.decimals),
-            str(r.n_avg),
-            _avg_text(r.avg_rank, r.n_avg, n),
-        ]
+        raw = [r.name] + [c.mean if (c := r.cells.get(d)) else None for d in lb.datasets]
+        raw += [r.avg, r.n_avg, r.avg_rank]
+        text = {
+            "avg_mIoU": _avg_text(r.avg, r.n_avg, n, lb.decimals),
+            "avg_rank": _avg_text(r.avg_rank, r.n_avg, n),
+        }
         if has_pub:
             raw += [r.published_avg, r.published_rank]
-            text += [
-                fmt(v) + (" †" if (r.name, f) in bad else "")
-                for v, f in ((r.published_avg, "avg_mIoU"), (r.published_rank, "avg_rank"))
-            ]
+            for f, v in (("avg_mIoU", r.published_avg), ("avg_rank", r.published_rank)):
+                text[f"{f}_published"] = fmt(v) + (" †" if (r.name, f) in bad else "")
         if cost is not None:
-            raw += _cost_values(cost.get(r.name))
-            text += _cost_texts(cost.get(r.name))
+            c = cost.get(r.name, NO_COST)
+            raw += [c.params_m, c.gflops, c.samples_per_s, c.gpu_hours, c.cpu_hours]
         t.add(raw, text)
     for d in lb.datasets:
-        means = {i: r.cells[d].mean for i, r in enumerate(lb.rows) if d in r.cells}
-        t.mark(best_two(means, decimals=lb.decimals), d)
-    _mark_complete(t, lb, "avg_mIoU", {i: r.avg for i, r in enumerate(lb.rows)}, True)
-    _mark_complete(t, lb, "avg_rank", {i: r.avg_rank for i, r in enumerate(lb.rows)}, False)
+        t.mark_best(d, lb.decimals)
+    complete = {i for i, r in enumerate(lb.rows) if lb.complete(r)}
+    t.mark_best("avg_mIoU", lb.decimals, rows=complete)
+    t.mark_best("avg_rank", lb.decimals, higher=False, rows=complete)
     t.notes += _leaderboard_notes(lb, cost, mismatches)
     return t
 
@@ -196,10 +170,8 @@ def _leaderboard_notes(
     notes += [
         RANK_NOTE,
         MARK_NOTE,
-        (
-            f"A missing cell is shown as {MISSING}; an average over fewer than the {n} datasets"
-            f" says (k/{n})."
-        ),
+        f"A missing cell is shown as {MISSING}; an average over fewer than the {n} datasets"
+        f" says (k/{n}).",
     ]
     if len(lb.seeds) > 1:
         notes.append(
@@ -222,6 +194,7 @@ def _leaderboard_notes(
     return notes + lb.notes
 
 
+# per dataset: (key, header, shown); the rank's ends are CSV/JSON only
 _ROBUST = (
     ("mean", "{} mean ± std (n)", True),
     ("std", "{} std", False),
@@ -233,43 +206,12 @@ _ROBUST = (
 )
 
 
-def _robust_cells(c, decimals: int) -> tuple[list, list[str]]:
-    """One dataset's cells of the robustness table: mean ± std (n), Q, the rank and its range."""
-    if c is None:
-        return [None] * len(_ROBUST), [MISSING] * len(_ROBUST)
-    best, worst = c.rank_range or (c.rank, c.rank)
-    ms = fmt(c.mean, decimals) + (f" ± {fmt(c.std, decimals)}" if c.std is not None else "")
-    rk = str(c.rank) + (f" ({best}–{worst})" if best != worst else "")
-    return [c.mean, c.std, c.n, c.stability, c.rank, best, worst], [
-        f"{ms} ({c.n})",
-        fmt(c.std),
-        str(c.n),
-        fmt(c.stability, 1),
-        rk,
-        str(best),
-        str(worst),
-    ]
-
-
-def _place_cells(pr: tuple[int, int] | None) -> tuple[list, list[str]]:
-    """The place over per-seed leaderboards: its best, worst, range and whether seeds flip it."""
-    if pr is None:
-        return [None] * 4, [MISSING] * 4
-    span = f"{pr[0]}–{pr[1]}"
-    return [pr[0], pr[1], span, pr[0] != pr[1]], [
-        str(pr[0]),
-        str(pr[1]),
-        span if pr[0] != pr[1] else str(pr[0]),
-        fmt(pr[0] != pr[1]),
-    ]
-
-
 def robustness_table(lb: Leaderboard) -> Table:
-    """Mean ± std over seeds, stability Q and the rank interval per cell, and the place over
-    seeds."""
-    cols = [Column("model", "Model", numeric=False)]
-    cols += [
-        Column(f"{d}_{k}", h.format(_d(d)), show) for d in lb.datasets for k, h, show in _ROBUST
+    """Per cell mean ± std over seeds, stability Q and rank interval; the place over seeds."""
+    cols = [MODEL] + [
+        Column(f"{d}_{k}", h.format(display(d)), show, decimals=1 if k == "Q" else 2)
+        for d in lb.datasets
+        for k, h, show in _ROBUST
     ]
     cols += columns(
         "place=Place; place_best=; place_worst=; place_over_seeds=Place over seeds;"
@@ -279,31 +221,36 @@ def robustness_table(lb: Leaderboard) -> Table:
     )
     t = Table("robustness", f"{lb.title}: robustness over seeds", cols)
     for r in lb.rows:
-        raw, text = [r.name], [r.name]
+        raw, text = [r.name], {}
         for d in lb.datasets:
-            cr, ct = _robust_cells(r.cells.get(d), lb.decimals)
-            raw, text = raw + cr, text + ct
-        pr, pt = _place_cells(r.place_range)
-        t.add(raw + [r.place] + pr, text + [fmt(r.place)] + pt)
+            c = r.cells.get(d)
+            if c is None:
+                raw += [None] * len(_ROBUST)
+                continue
+            best, worst = c.rank_range or (c.rank, c.rank)
+            raw += [c.mean, c.std, c.n, c.stability, c.rank, best, worst]
+            std = f" ± {fmt(c.std, lb.decimals)}" if c.std is not None else ""
+            text[f"{d}_mean"] = f"{fmt(c.mean, lb.decimals)}{std} ({c.n})"
+            text[f"{d}_rank"] = str(c.rank) + (f" ({best}–{worst})" if best != worst else "")
+        pr = r.place_range
+        raw += [r.place] + (
+            [pr[0], pr[1], f"{pr[0]}–{pr[1]}", pr[0] != pr[1]] if pr else [None] * 4
+        )
+        if pr and pr[0] == pr[1]:
+            text["place_over_seeds"] = str(pr[0])
+        t.add(raw, text)
     for d in lb.datasets:
-        q = {i: r.cells[d].stability for i, r in enumerate(lb.rows) if d in r.cells}
-        t.mark(best_two(q, decimals=1), f"{d}_Q")
+        t.mark_best(f"{d}_Q", 1)
     t.notes += [
         "mean ± std: over seeds, sample std (ddof 1); n = number of seeds.",
-        (
-            "Q = 2·A/(0.02 + ΔA) with A = mean/100 and ΔA = population std/100 over seeds"
-            " (NeuCo-Bench's stability-weighted score; 100 = perfect and perfectly repeatable);"
-            " shown from two seeds on."
-        ),
-        (
-            "Rank (range): the rank of the mean, and the best–worst rank the cell could take if"
-            " every model's score were any of its seeds' scores; a range means seeds can flip the"
-            " ranking."
-        ),
-        (
-            "Place: position by average rank; place over seeds: the range of that position over"
-            " per-seed leaderboards."
-        ),
+        "Q = 2·A/(0.02 + ΔA) with A = mean/100 and ΔA = population std/100 over seeds"
+        " (NeuCo-Bench's stability-weighted score; 100 = perfect and perfectly repeatable);"
+        " shown from two seeds on.",
+        "Rank (range): the rank of the mean, and the best–worst rank the cell could take if"
+        " every model's score were any of its seeds' scores; a range means seeds can flip the"
+        " ranking.",
+        "Place: position by average rank; place over seeds: the range of that position over"
+        " per-seed leaderboards.",
     ]
     return t
 
@@ -318,26 +265,22 @@ def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
     """Few-shot retention: few-shot mIoU / full-label mIoU, per dataset and on the averages."""
     datasets, models = _two_boards(full, few)
     pct = int(round(few.fraction * 100))
-    cols = [Column("model", "Model", numeric=False)] + [Column(d, f"{_d(d)} %") for d in datasets]
+    cols = [MODEL] + [Column(d, f"{display(d)} %") for d in datasets]
     cols += columns(
         f"avg_fewshot=Avg mIoU {pct}%; avg_full=Avg mIoU 100%; retention=Retention %;"
         " n_datasets=datasets"
     )
-    t = Table(
-        "fewshot_retention", f"Few-shot retention ({pct}% labels vs 100%, frozen encoder)", cols
-    )
-    ret = {}
-    for i, m in enumerate(models):
+    title = f"Few-shot retention ({pct}% labels vs 100%, frozen encoder)"
+    t = Table("fewshot_retention", title, cols)
+    for m in models:
         pairs = {d: (few.mean(m, d), full.mean(m, d)) for d in datasets}
-        both = {
-            d: p for d, p in pairs.items() if p[0] is not None and p[1] is not None and p[1] > 0
-        }
+        both = {d: p for d, p in pairs.items() if None not in p and p[1] > 0}
         per = [100 * both[d][0] / both[d][1] if d in both else None for d in datasets]
         a10 = _mean([p[0] for p in both.values()])
         a100 = _mean([p[1] for p in both.values()])
-        ret[i] = 100 * a10 / a100 if a10 is not None and a100 else None
-        t.add([m] + per + [a10, a100, ret[i], len(both)])
-    t.mark(best_two(ret, decimals=2), "retention")
+        ret = 100 * a10 / a100 if a10 is not None and a100 else None
+        t.add([m] + per + [a10, a100, ret, len(both)])
+    t.mark_best("retention")
     t.notes += [
         f"Retention = average {pct}%-label mIoU / average 100%-label mIoU × 100, over the datasets"
         " where the model has both (count in the last column); per-dataset columns are the same"
@@ -349,37 +292,31 @@ def retention_table(full: Leaderboard, few: Leaderboard) -> Table:
 def finetune_gain_table(frozen: Leaderboard, finetune: Leaderboard) -> Table:
     """Fine-tuning gain over the frozen encoder, in mIoU points and relative %."""
     datasets, models = _two_boards(frozen, finetune)
-    cols = [Column("model", "Model", numeric=False)]
+    cols = [MODEL]
     for d in datasets:
-        cols += [Column(f"{d}_gain", f"{_d(d)} Δ (rel.)"), Column(f"{d}_rel_pct", "", show=False)]
+        cols += [
+            Column(f"{d}_gain", f"{display(d)} Δ (rel.)"),
+            Column(f"{d}_rel_pct", "", False, decimals=1),
+        ]
     cols += columns("avg_gain=Avg Δ mIoU; avg_rel_pct=Avg relative %; n_datasets=datasets")
     t = Table("finetune_gain", "Fine-tuning gain over the frozen encoder", cols)
-    rels = {}
-    for i, m in enumerate(models):
-        raw, text, gains, rel = [m], [m], [], []
+    for m in models:
+        raw, text, gains, rel = [m], {}, [], []
         for d in datasets:
             fz, ft = frozen.mean(m, d), finetune.mean(m, d)
             if fz is None or ft is None:
                 raw += [None, None]
-                text += [MISSING, MISSING]
                 continue
             g, rp = ft - fz, (100 * (ft - fz) / fz if fz else None)
             gains.append(g)
             rel.append(rp)
             raw += [g, rp]
-            text += [f"{g:+.2f}" + (f" ({rp:+.1f}%)" if rp is not None else ""), fmt(rp, 1)]
+            text[f"{d}_gain"] = f"{g:+.2f}" + (f" ({rp:+.1f}%)" if rp is not None else "")
         ag, ar = _mean(gains), _mean(rel)
-        rels[i] = ar
         t.add(
-            raw + [ag, ar, len(gains)],
-            text
-            + [
-                _signed(ag),
-                _signed(ar),
-                str(len(gains)),
-            ],
+            raw + [ag, ar, len(gains)], text | {"avg_gain": _signed(ag), "avg_rel_pct": _signed(ar)}
         )
-    t.mark(best_two(rels, decimals=2), "avg_rel_pct")
+    t.mark_best("avg_rel_pct")
     t.notes += [
         "Δ = fine-tuned mIoU − frozen mIoU (points); relative = Δ / frozen × 100; averages over the"
         " datasets where the model has both protocols (the paper reports the average relative"
@@ -412,27 +349,25 @@ def per_class_tables(lb: Leaderboard, runs: Sequence[Run]) -> list[Table]:
         if not per_model:
             continue
         classes = _class_order(d, {c for v in per_model.values() for c in v})
-        models = [m for m in lb.model_names if m in per_model]
         t = Table(
             f"per_class_iou_{d}",
-            f"{lb.title}: per-class IoU (%) on {_d(d)}",
-            [Column("model", "Model", numeric=False)] + [Column(c, c) for c in classes],
+            f"{lb.title}: per-class IoU (%) on {display(d)}",
+            [MODEL] + [Column(c, c) for c in classes],
+            notes=[
+                "Mean over seeds of each class's test IoU; mIoU averages these classes, background"
+                " included."
+            ],
         )
-        for m in models:
+        for m in (m for m in lb.model_names if m in per_model):
             t.add([m] + [_mean(per_model[m].get(c, [])) for c in classes])
-        for j, c in enumerate(classes, 1):
-            t.mark(best_two({i: row[j] for i, row in enumerate(t.rows)}, decimals=lb.decimals), c)
-        t.notes.append(
-            "Mean over seeds of each class's test IoU; mIoU averages these classes, background"
-            " included."
-        )
+        for c in classes:
+            t.mark_best(c, lb.decimals)
         tables.append(t)
     return tables
 
 
 def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
-    """Accuracy beside what it cost, per model: parameters, GFLOPs (and where they come from),
-    throughput, memory, device hours."""
+    """Accuracy beside cost per model: parameters, GFLOPs and their source, speed, memory, hours."""
     cols = columns(
         "model=Model; avg_mIoU=Avg mIoU; params_encoder_M=Encoder params (M);"
         " params_decoder_M=Decoder params (M); gflops=GFLOPs; gflops_source=GFLOPs from;"
@@ -440,35 +375,28 @@ def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
         " peak_memory_mb=Peak MB; gpu_hours=GPU h; cpu_hours=CPU h; n_runs=runs;"
         " precision=precision",
         text="model gflops_source precision",
+        decimals={
+            "gflops": 1,
+            "samples_per_s": 1,
+            "peak_memory_mb": 0,
+            "gpu_hours": 3,
+            "cpu_hours": 3,
+        },
     )
     t = Table("cost", f"{lb.title}: accuracy against cost", cols)
     for r in (r for r in lb.rows if r.name in cost):
         c = cost[r.name]
-        pe, pd_ = (None if p is None else p / 1e6 for p in (c.params_encoder, c.params_decoder))
         enc = c.profile.get("samples_per_s") if c.profile else None
-        enc_text = MISSING
-        if enc:
-            enc_text = (
-                f"{fmt(enc, 2)} ({c.profile.get('precision')}, batch {c.profile.get('batch')})"
-            )
-        # (raw, decimals or the text) per column after the model's name
-        cells = [
-            (r.avg, _avg_text(r.avg, r.n_avg, len(lb.datasets))),
-            (pe, 2),
-            (pd_, 2),
-            (c.gflops, 1),
-            (c.gflops_source or None, c.gflops_source or MISSING),
-            (enc, enc_text),
-            (c.samples_per_s, 1),
-            (c.peak_memory_mb, 0),
-            (c.gpu_hours, 3),
-            (c.cpu_hours, 3),
-            (c.n_runs, str(c.n_runs)),
-            (c.precision, c.precision),
-        ]
+        how = f" ({c.profile.get('precision')}, batch {c.profile.get('batch')})" if enc else ""
+        text = {
+            "avg_mIoU": _avg_text(r.avg, r.n_avg, len(lb.datasets)),
+            "encoder_samples_per_s": fmt(enc) + how if enc else MISSING,
+        }
+        params = [None if p is None else p / 1e6 for p in (c.params_encoder, c.params_decoder)]
         t.add(
-            [r.name] + [v for v, _ in cells],
-            [r.name] + [fmt(v, d) if isinstance(d, int) else d for v, d in cells],
+            [r.name, r.avg, *params, c.gflops, c.gflops_source or None, enc, c.samples_per_s]
+            + [c.peak_memory_mb, c.gpu_hours, c.cpu_hours, c.n_runs, c.precision],
+            text,
         )
     t.notes.append(
         "GFLOPs: encoder forward per sample. 'measured on <device>': `cryocube list models"
@@ -484,26 +412,22 @@ _VS_PAPER = (("ours", "ours"), ("paper", "paper"), ("delta", "Δ"))
 
 
 def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
-    """Our run beside the paper: per dataset ours / paper / Δ, then averages over the shared
-    datasets."""
+    """Our runs beside the paper: ours / paper / Δ per dataset, then averages over common ones."""
     datasets = [d for d in paper.datasets if d in ours.datasets]
     models = [m for m in paper.model_names if ours.row(m)] + [
         m for m in ours.model_names if not paper.row(m)
     ]
-    cols = [Column("model", "Model", numeric=False)]
+    cols = [MODEL]
     for d in datasets:
-        cols += [Column(f"{d}_{k}", f"{_d(d)} {h}") for k, h in _VS_PAPER]
+        cols += [Column(f"{d}_{k}", f"{display(d)} {h}") for k, h in _VS_PAPER]
     cols += columns(
         "avg_ours=Avg ours; avg_paper=Avg paper; avg_delta=Avg Δ; n_datasets=datasets;"
         " rank_ours=Avg rank ours; rank_paper=Avg rank paper"
     )
-    t = Table(
-        "published_comparison",
-        "Our runs beside the published Cryo-Bench table (frozen, 100% labels)",
-        cols,
-    )
+    title = "Our runs beside the published Cryo-Bench table (frozen, 100% labels)"
+    t = Table("published_comparison", title, cols)
     for m in models:
-        raw, text, o_l, p_l = [m], [m], [], []
+        raw, text, o_l, p_l = [m], {}, [], []
         for d in datasets:
             o, p = ours.mean(m, d), paper.mean(m, d)
             dl = o - p if o is not None and p is not None else None
@@ -511,44 +435,35 @@ def published_comparison_table(ours: Leaderboard, paper: Leaderboard) -> Table:
                 o_l.append(o)
                 p_l.append(p)
             raw += [o, p, dl]
-            text += [fmt(o), fmt(p), _signed(dl)]
+            text[f"{d}_delta"] = _signed(dl)
         ao, ap = _mean(o_l), _mean(p_l)
         ad = ao - ap if ao is not None and ap is not None else None
         ro, rp = ours.row(m), paper.row(m)
         ranks = [ro.avg_rank if ro else None, rp.published_rank if rp else None]
-        t.add(
-            raw + [ao, ap, ad, len(o_l), *ranks],
-            text + [fmt(ao), fmt(ap), _signed(ad), str(len(o_l)), *map(fmt, ranks)],
-        )
+        t.add(raw + [ao, ap, ad, len(o_l), *ranks], text | {"avg_delta": _signed(ad)})
     t.notes += [
         "Δ = ours − paper (mIoU points). Averages over the datasets where both have a number.",
-        (
-            "Avg rank ours ranks our models among themselves; the paper's rank is among its 16 rows"
-            " as printed."
-        ),
+        "Avg rank ours ranks our models among themselves; the paper's rank is among its 16 rows"
+        " as printed.",
     ]
     return t
 
 
 def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
-    """The printed table's averages and ranks against those recomputed from its own cells; a
-    disagreement is marked."""
+    """The printed averages and ranks against those recomputed from the cells; mismatches marked."""
     cols = columns(
         "model=Model; avg_printed=Avg printed; avg_recomputed=Avg recomputed; avg_ok=Avg agrees;"
         " rank_printed=Rank printed; rank_recomputed=Rank recomputed; rank_ok=Rank agrees",
         text="model avg_ok rank_ok",
+        decimals={"avg_recomputed": 3, "rank_recomputed": 3},
     )
-    t = Table(
-        "consistency",
-        f"{lb.title}: printed averages and ranks against the per-dataset numbers",
-        cols,
-    )
+    title = f"{lb.title}: printed averages and ranks against the per-dataset numbers"
+    t = Table("consistency", title, cols)
     bad = {(m.model, m.field) for m in mismatches}
     for i, r in enumerate(lb.rows):
         a_ok = None if r.published_avg is None else (r.name, "avg_mIoU") not in bad
         k_ok = None if r.published_rank is None else (r.name, "avg_rank") not in bad
-        raw = [r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok]
-        t.add(raw, [r.name] + [fmt(v, 3 if j in (2, 5) else 2) for j, v in enumerate(raw) if j])
+        t.add([r.name, r.published_avg, r.avg, a_ok, r.published_rank, r.avg_rank, k_ok])
         for key, ok in (("avg_ok", a_ok), ("rank_ok", k_ok)):
             if ok is False:
                 t.marks[(i, key)] = 1
@@ -561,8 +476,7 @@ def consistency_table(lb: Leaderboard, mismatches: Sequence[Mismatch]) -> Table:
 
 
 def failures_table(results: Results) -> Table:
-    """The Failures section: failed runs listed (never averaged), with notes on the replaced records
-    and the recipes left out."""
+    """Failed runs listed (never averaged), with notes on replaced records and recipes left out."""
     cols = [
         Column(k, k.replace("_", " "), numeric=k in ("fraction", "seed"))
         for k in ("run_id", "model", "dataset", "protocol", "fraction", "seed", "error", "source")
@@ -572,10 +486,7 @@ def failures_table(results: Results) -> Table:
         error = (r.error or "").strip()
         last = error.splitlines()[-1][:200] if r.error else ""
         raw = [r.run_id, r.model, r.dataset, r.protocol, r.fraction, r.seed, error, r.source]
-        t.add(
-            raw,
-            raw[:2] + [_d(r.dataset), r.protocol, fmt(r.fraction, 2), str(r.seed), last, r.source],
-        )
+        t.add(raw, {"dataset": display(r.dataset), "seed": str(r.seed), "error": last})
     if results.replaced:
         t.notes.append(
             f"{len(results.replaced)} older record(s) of repeated runs were replaced by the latest"

@@ -42,12 +42,9 @@ from ..report.published import (
 )
 from ..report.records import Results, Run, load_results
 from ..report.stats import DRAWS
-from ..report.tables import RENDERERS, Table, to_markdown, write_table
+from ..report.tables import ALL_FORMATS, RENDERERS, Table, to_markdown, write_table
 from . import analysis, sweeps
 from .qualitative import find_predictions, qualitative_panels
-
-TABLE_FORMATS = tuple(RENDERERS)  # md, csv, json, tex
-ALL_FORMATS = TABLE_FORMATS + ("html",)
 
 
 @dataclass
@@ -82,8 +79,7 @@ def _title(protocol: str, fraction: float) -> str:
 
 
 def _cube_task(dataset: str) -> str:
-    """The dataset's catalog task: interferogram cubes' segmentation runs (deformation masks) must
-    stay out of Cryo-Bench's averages and ranks."""
+    """The dataset's catalog task: interferogram segmentation runs stay out of Cryo-Bench's."""
     try:
         return load_dataset(dataset).task
     except (CatalogError, OSError):
@@ -91,8 +87,7 @@ def _cube_task(dataset: str) -> str:
 
 
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
-    """Runs per (protocol, fraction) leaderboard; segmentation runs on interferogram cubes get
-    boards of their own (protocol `<protocol>:interferograms`)."""
+    """Runs per (protocol, fraction) board; interferogram cubes get `<protocol>:interferograms`."""
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
         task = _cube_task(r.dataset)
@@ -116,81 +111,71 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
     meta: dict[str, str] = {}
     if res is not None:
         runs = res.runs + res.failures
-        meta["results files"] = ", ".join(map(str, res.sources))
-        meta["runs"] = (
-            f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older duplicates"
-            " replaced"
-        )
-        if res.other_recipes:
-            meta["runs"] += (
-                f", {len(res.other_recipes)} of other recipes left out of the leaderboards"
-            )
-        meta["protocols"] = ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key))
-        meta["seeds"] = ", ".join(map(str, sorted({r.seed for r in runs})))
-        meta["devices"] = ", ".join(sorted({r.device for r in runs if r.device})) or "–"
-        meta["precision"] = ", ".join(sorted({r.precision for r in runs})) or "–"
-        rnd = sorted({r.model for r in runs if r.random_init})
-        meta["random-init models"] = (
-            ", ".join(rnd) if rnd else "none (every pretrained model loaded its checkpoint)"
-        )
+        left = f", {len(res.other_recipes)} of other recipes left out of the leaderboards"
+        rnd = ", ".join(sorted({r.model for r in runs if r.random_init}))
         created = sorted(r.created for r in runs if r.created)
-        if created:
-            meta["run times"] = f"{created[0]} … {created[-1]}"
         gpu, cpu = (
             sum(r.total_s or 0 for r in res.runs if r.device.startswith("cuda") == on_gpu) / 3600
             for on_gpu in (True, False)
         )
-        meta["compute"] = f"{gpu:.3f} GPU hours, {cpu:.3f} CPU hours (successful runs)"
+        meta = {
+            "results files": ", ".join(map(str, res.sources)),
+            "runs": f"{len(res.runs)} ok, {len(res.failures)} failed, {len(res.replaced)} older"
+            f" duplicates replaced{left if res.other_recipes else ''}",
+            "protocols": ", ".join(sorted({r.protocol for r in runs}, key=protocol_sort_key)),
+            "seeds": ", ".join(map(str, sorted({r.seed for r in runs}))),
+            "devices": ", ".join(sorted({r.device for r in runs if r.device})) or "–",
+            "precision": ", ".join(sorted({r.precision for r in runs})) or "–",
+            "random-init models": rnd or "none (every pretrained model loaded its checkpoint)",
+            **({"run times": f"{created[0]} … {created[-1]}"} if created else {}),
+            "compute": f"{gpu:.3f} GPU hours, {cpu:.3f} CPU hours (successful runs)",
+        }
         cubes = {}
         versions: dict[str, set[str]] = defaultdict(set)
         for r in runs:
             if r.cube.get("url"):
                 cubes[str(r.cube["url"])] = str(r.cube.get("checksum", ""))
             v = r.record.get("versions")
-            if isinstance(v, dict):
-                for k, x in v.items():
-                    versions[str(k)].add(str(x))
+            for k, x in v.items() if isinstance(v, dict) else ():
+                versions[str(k)].add(str(x))
         for u, c in sorted(cubes.items()):
             meta[f"cube {u}"] = f"checksum {c}" if c else "no checksum recorded"
         if versions:
             meta["versions"] = "; ".join(
                 f"{k} {' / '.join(sorted(v))}" for k, v in sorted(versions.items())
             )
-    meta.update(extra)
-    meta["report files"] = str(rep.final or rep.out)
-    return meta
+    return meta | extra | {"report files": str(rep.final or rep.out)}
 
 
+@dataclass
 class _Writer:
-    """Writes tables and figures, remembering them for the HTML/Markdown summary. Families write
-    their sections through it (`Family.report_sections`): section, table, figure, picture, stem and
-    add_file."""
+    """Writes tables and figures and keeps them for the page; families write their sections through
+    it (`Family.report_sections`): section, table, figure, picture, stem and add_file."""
 
-    def __init__(
-        self,
-        rep: Report,
-        formats: list[str],
-        measured: dict[str, dict] | None = None,
-        draws: int = 2000,
-    ):
-        self.rep, self.formats = rep, [f for f in formats if f in TABLE_FORMATS]
-        self.all_formats = formats
-        self.draws = draws  # bootstrap draws per interval (report/stats.py)
-        self.sections: list[Section] = []
-        # model id -> measured compute profile (`cryocube list models --profile`)
-        self.measured = measured or {}
+    rep: Report
+    all_formats: list[str]
+    measured: dict[str, dict]  # model id -> measured compute profile (`list models --profile`)
+    draws: int = 2000  # bootstrap draws per interval (report/stats.py)
+    sections: list[Section] = field(default_factory=list)
+
+    @property
+    def formats(self) -> list[str]:
+        """The table formats asked for (md, csv, json, tex): the page's are written apart."""
+        return [f for f in self.all_formats if f in RENDERERS]
 
     def section(self, title: str, level: int = 2, text: str = "") -> Section:
         s = Section(title, level=level, text=text)
         self.sections.append(s)
         return s
 
-    def table(self, sec: Section, group: str, t: Table) -> Table:
-        t.group = group
-        self.rep.files += write_table(t, self.rep.out / group, self.formats)
-        self.rep.tables[f"{group}/{t.name}"] = t
-        sec.tables.append(t)
-        return t
+    def table(self, sec: Section, group: str, *tables: Table) -> list[Table]:
+        """Writes the tables into the folder `group` ("": the top level) and shows them in `sec`."""
+        for t in tables:
+            t.group = group
+            self.rep.files += write_table(t, self.rep.out / group, self.formats)
+            self.rep.tables[f"{group}/{t.name}".lstrip("/")] = t
+            sec.tables.append(t)
+        return list(tables)
 
     def figure(self, sec: Section, paths: list[Path], caption: str) -> None:
         self.rep.files += paths
@@ -238,11 +223,9 @@ def _protocol_sections(
         w.rep.leaderboards[key] = lb
         cost = analysis.costs(runs, w.measured)
         sec = w.section(lb.title)
-        w.table(sec, key, analysis.leaderboard_table(lb, cost))
-        w.table(sec, key, analysis.robustness_table(lb))
-        w.figure(
-            sec, plots.radar_chart(lb, w.stem(f"{key}_radar")), f"{lb.title}: mIoU per dataset"
-        )
+        w.table(sec, key, analysis.leaderboard_table(lb, cost), analysis.robustness_table(lb))
+        radar = plots.radar_chart(lb, w.stem(f"{key}_radar"))
+        w.figure(sec, radar, f"{lb.title}: mIoU per dataset")
         w.table(sec, key, analysis.cost_table(lb, cost))
         with_cost = [
             r for r in lb.rows if r.name in cost and cost[r.name].gflops and r.avg is not None
@@ -250,26 +233,19 @@ def _protocol_sections(
         pts = [(r.name, cost[r.name].gflops, r.avg) for r in with_cost]
         if pts:
             srcs = [cost[r.name].gflops_source for r in with_cost]
+            stem, title = w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost"
             w.figure(
                 sec,
-                plots.cost_scatter(
-                    pts, w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost", srcs
-                ),
+                plots.cost_scatter(pts, stem, title, srcs),
                 "Average mIoU against GFLOPs per forward pass (measured where a profile exists; "
                 '"(catalog)": the published figure, copied)',
             )
         _interval_tables(w, sec, key, lb, runs)
-        pc = analysis.per_class_tables(lb, runs)
-        for t in pc:
-            w.table(sec, key, t)
-        if pc:
-            w.figure(
-                sec,
-                plots.per_class_heatmap(
-                    pc, w.stem(f"{key}_per_class_iou"), f"{lb.title}: per-class IoU"
-                ),
-                "Per-class IoU (%) per model and dataset",
+        if pc := w.table(sec, key, *analysis.per_class_tables(lb, runs)):
+            heat = plots.per_class_heatmap(
+                pc, w.stem(f"{key}_per_class_iou"), f"{lb.title}: per-class IoU"
             )
+            w.figure(sec, heat, "Per-class IoU (%) per model and dataset")
     return lbs
 
 
@@ -279,15 +255,13 @@ def _or(lo, hi, v):
 
 
 def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) -> None:
-    """A board's uncertainty (docs/statistics.md): cells and aggregates with their intervals, and
-    from two models on the probability of improvement and rliable's three figures."""
+    """A board's uncertainty (docs/statistics.md): intervals; from two models, rliable's figures."""
     bi = intervals.board_intervals(lb, runs, draws=w.draws)
     w.rep.uncertainty[key] = bi
-    for t in (intervals.cells_table(bi), intervals.aggregate_table(bi)):
-        w.rep.printed.append(w.table(sec, key, t))
+    w.rep.printed += w.table(sec, key, intervals.cells_table(bi), intervals.aggregate_table(bi))
     if len(bi.aggregates) < 2:
         return
-    w.rep.printed.append(w.table(sec, key, intervals.improvement_table(bi)))
+    w.rep.printed += w.table(sec, key, intervals.improvement_table(bi))
     rows = [
         (m, a.iqm, *_or(a.iqm_lo, a.iqm_hi, a.iqm), a.mean, *_or(a.mean_lo, a.mean_hi, a.mean))
         for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm)
@@ -298,26 +272,18 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
         "IQM and mean of the (dataset, seed) mIoU per model, 95 % stratified bootstrap intervals",
     )
     models = [m for m in lb.model_names if m in bi.scores]
-    mat = np.full((3, len(models), len(models)), np.nan)
-    for i, x in enumerate(models):
-        for j, y in enumerate(models):
-            if (x, y) in bi.improvement:
-                mat[:, i, j] = bi.improvement[(x, y)][:3]
+    pairs = [[bi.improvement.get((x, y), (np.nan,) * 3)[:3] for y in models] for x in models]
+    mat = np.moveaxis(np.array(pairs, dtype=float), -1, 0)  # P, lo, hi: each models x models
+    stem, title = w.stem(f"{key}_improvement"), f"{lb.title}: probability of improvement"
+    heat = plots.improvement_heatmap(models, *mat, stem, title)
     w.figure(
-        sec,
-        plots.improvement_heatmap(
-            models, *mat, w.stem(f"{key}_improvement"), f"{lb.title}: probability of improvement"
-        ),
-        "P(X > Y): the chance that model X beats model Y on a dataset, [95 % interval]",
+        sec, heat, "P(X > Y): the chance that model X beats model Y on a dataset, [95 % interval]"
     )
     taus = intervals.profile_taus(bi.scores)
     profile = stats.performance_profile(bi.scores, taus)
     title = f"{lb.title}: performance profile"
-    w.figure(
-        sec,
-        plots.performance_profile(taus, profile, w.stem(f"{key}_profile"), title),
-        "Fraction of each model's (dataset, seed) runs above each mIoU",
-    )
+    plot = plots.performance_profile(taus, profile, w.stem(f"{key}_profile"), title)
+    w.figure(sec, plot, "Fraction of each model's (dataset, seed) runs above each mIoU")
 
 
 def _paired_section(w: _Writer, pairs: Sequence[tuple[str, str]]) -> None:
@@ -334,17 +300,15 @@ def _paired_section(w: _Writer, pairs: Sequence[tuple[str, str]]) -> None:
         t = intervals.paired_table(boards, a, b, stem)
         if t is None:
             raise ReportError(f"--compare {a},{b}: no protocol board where both models ran")
-        w.rep.printed.append(w.table(sec, "compare", t))
+        w.rep.printed += w.table(sec, "compare", t)
 
 
 def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> None:
-    frozen = next(
-        (lb for (p, f), lb in lbs.items() if p == "frozen" and math.isclose(f, 1.0)), None
-    )
+    full = {p: lb for (p, f), lb in lbs.items() if math.isclose(f, 1.0)}  # at 100 % labels
+    frozen, ft = full.get("frozen"), full.get("finetune")
     if frozen is None:
         return
     few = [lb for (p, f), lb in lbs.items() if p == "fewshot" and f < 1.0]
-    ft = next((lb for (p, f), lb in lbs.items() if p == "finetune" and math.isclose(f, 1.0)), None)
     if few or ft:
         sec = w.section("Across protocols")
     for lb in few:
@@ -362,8 +326,7 @@ def _compare_sections(w: _Writer, lbs: dict[tuple[str, float], Leaderboard]) -> 
 
 
 def _family_sections(w: _Writer, res: Results) -> None:
-    """Every installed family's own sections, in the registry's order (the report knows none);
-    runs of a family this installation lacks are listed, never dropped."""
+    """Every installed family's sections, in registry order; runs of a missing family are listed."""
     known = families.names()
     for name in known:
         families.get(name).report_sections(w, res)
@@ -371,10 +334,8 @@ def _family_sections(w: _Writer, res: Results) -> None:
     if lost:
         w.section(
             "Runs of families not installed here",
-            text=(
-                f"{sum(len(res.by_family[f]) for f in lost)} run(s) of the famil(ies)"
-                f" {', '.join(lost)}: install the package that provides them to see their sections."
-            ),
+            text=f"{sum(len(res.by_family[f]) for f in lost)} run(s) of the famil(ies)"
+            f" {', '.join(lost)}: install the package that provides them to see their sections.",
         )
 
 
@@ -385,10 +346,8 @@ def _published_section(w: _Writer, path: str | Path | None) -> None:
     w.rep.leaderboards["published"] = lb
     sec = w.section(
         lb.title,
-        text=(
-            "The printed table re-rendered from its per-dataset numbers; averages and "
-            f"ranks recomputed. {len(mism)} printed value(s) disagree."
-        ),
+        text="The printed table re-rendered from its per-dataset numbers; averages and "
+        f"ranks recomputed. {len(mism)} printed value(s) disagree.",
     )
     w.table(sec, "published", analysis.leaderboard_table(lb, mismatches=mism))
     w.table(sec, "published", analysis.consistency_table(lb, mism))
@@ -413,14 +372,8 @@ def _qualitative_section(
             if best
             else ", no stored prediction"
         )
-        paths = qualitative_panels(
-            str(url),
-            str(best[2]) if best else None,
-            samples,
-            w.stem(f"qualitative_{k}_{name}"),
-            title=title,
-        )
-        w.figure(sec, paths, title)
+        pred, stem = str(best[2]) if best else None, w.stem(f"qualitative_{k}_{name}")
+        w.figure(sec, qualitative_panels(str(url), pred, samples, stem, title=title), title)
 
 
 def build_report(
@@ -437,13 +390,9 @@ def build_report(
     compare: Sequence[tuple[str, str]] = (),
     draws: int | None = None,
 ) -> Report:
-    """Write the report for results files/directories (or a loaded `Results`) into `out`.
-
-    profiles: the folder of measured compute profiles (default `models.profile.profile_dir()`);
-    their GFLOPs win over the catalog's. published: True renders the bundled Cryo-Bench table with
-    its consistency check, a path that CSV. compare: pairs of models (catalog id or display name)
-    for a paired bootstrap; draws: bootstrap draws per interval (default `stats.DRAWS`).
-    """
+    """The report of results files/folders (or a loaded `Results`) in `out`. profiles: measured
+    compute profiles (their GFLOPs win); published: True for the bundled Cryo-Bench table, or a
+    CSV; compare: model pairs for a paired bootstrap; draws: per interval (`stats.DRAWS`)."""
     fmts = _parse_formats(formats)
     if results is None and not published:
         raise ReportError(
@@ -451,11 +400,9 @@ def build_report(
         )
     # never replace a folder report did not write
     outputs.claim(str(out), "report", "report", write_marker=False)
-    if not (isinstance(results, Results) or results is None):
-        from .. import families
-
-        results = load_results(results, families.report_key)
     res = results
+    if not (isinstance(results, Results) or results is None):
+        res = load_results(results, families.report_key)
     # built in a sibling folder and swapped in whole: complete, or the previous report untouched
     with outputs.staged_folder(out, "report", "report") as tmp:
         rep = Report(out=tmp, results=res, final=Path(out))
@@ -467,7 +414,7 @@ def build_report(
         if cube_urls:
             _qualitative_section(w, res, cube_urls, samples)
         if res is not None and (res.failures or res.replaced or res.other_recipes):
-            _failures_section(w, res)
+            w.table(w.section("Failures"), "", analysis.failures_table(res))  # at the top level
         extra = {"published table": str(published)} if published and published is not True else {}
         _write_pages(w, title, _metadata(res, rep, extra))
 
@@ -497,15 +444,6 @@ def _result_sections(w: _Writer, res: Results, wanted: set[str], published: bool
     sweeps.sections(w, res)
 
 
-def _failures_section(w: _Writer, res: Results) -> None:
-    """Failed runs, at the report's top level (not in a group folder)."""
-    sec = w.section("Failures")
-    t = analysis.failures_table(res)
-    w.rep.files += write_table(t, w.rep.out, w.formats)
-    w.rep.tables["failures"] = t
-    sec.tables.append(t)
-
-
 def _write_pages(w: _Writer, title: str, meta: dict[str, str]) -> None:
     """report.md and report.html, each as the formats ask."""
     rep = w.rep
@@ -522,12 +460,3 @@ def _write_pages(w: _Writer, title: str, meta: dict[str, str]) -> None:
     if "html" in w.all_formats:
         rep.html = write_html(rep.out / "report.html", title, w.sections, meta)
         rep.files.append(rep.html)
-
-
-def render_published(
-    out: str | Path, path: str | Path | None = None, *, formats: Iterable[str] | None = None
-) -> Report:
-    """The paper's (or an imported) table through the same code, with its consistency check."""
-    return build_report(
-        None, out, formats=formats, published=path or True, title="Cryo-Bench published leaderboard"
-    )

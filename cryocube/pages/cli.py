@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..report.tables import RENDERERS
+from ..errors import ReportError
 
 # build.py imports matplotlib: only load it when the command runs
-ALL_FORMATS = (*RENDERERS, "html")
+from ..report.tables import ALL_FORMATS, to_markdown
 
 
 def _samples(text: str) -> list[int]:
@@ -46,52 +46,41 @@ def register(subparsers) -> None:
     p.add_argument(
         "--published",
         action="store_true",
-        help=(
-            "also render the Cryo-Bench published table through the same code, with averages and "
-            "ranks recomputed from its per-dataset numbers and mismatches reported"
-        ),
+        help="also render the Cryo-Bench published table through the same code, with averages and "
+        "ranks recomputed from its per-dataset numbers and mismatches reported",
     )
     p.add_argument(
         "--published-table",
-        default=None,
         metavar="CSV",
-        help=(
-            "render and check this leaderboard CSV instead (columns: model, one per dataset, "
-            "optional avg_miou_published/avg_rank_published); implies --published"
-        ),
+        help="render and check this leaderboard CSV instead (columns: model, one per dataset, "
+        "optional avg_miou_published/avg_rank_published); implies --published",
     )
     p.add_argument(
         "--cube",
         action="append",
         default=[],
         metavar="URL",
-        help=(
-            "cube URL for qualitative panels (repeatable); predictions of a matching run are used"
-            " when stored"
-        ),
+        help="cube URL for qualitative panels (repeatable); predictions of a matching run are used"
+        " when stored",
     )
     p.add_argument(
         "--samples",
         type=_samples,
-        default=None,
         metavar="I,J,...",
         help="cube sample indices for the qualitative panels (default: the first 4 test samples)",
     )
     p.add_argument(
         "--protocol",
         action="append",
-        default=None,
         metavar="NAME",
         help="only these protocols (repeatable): frozen, fewshot, finetune, cross_sensor",
     )
     p.add_argument(
         "--format",
         action="append",
-        default=None,
         metavar="FMT",
-        help=(
-            f"output formats, comma-separated or repeated (default: all of {','.join(ALL_FORMATS)})"
-        ),
+        help="output formats, comma-separated or repeated"
+        f" (default: all of {','.join(ALL_FORMATS)})",
     )
     p.add_argument("--title", default="cryocube report")
     p.add_argument(
@@ -100,26 +89,20 @@ def register(subparsers) -> None:
         type=_pair,
         default=[],
         metavar="A,B",
-        help=(
-            "compare two models (catalog id or display name) on the test tiles both ran on: the"
-            " difference of mIoU with a paired bootstrap interval (repeatable; docs/statistics.md)"
-        ),
+        help="compare two models (catalog id or display name) on the test tiles both ran on: the"
+        " difference of mIoU with a paired bootstrap interval (repeatable; docs/statistics.md)",
     )
     p.add_argument(
         "--draws",
         type=int,
-        default=None,
         metavar="N",
         help="bootstrap draws per interval (default 2000); the resampling is seeded",
     )
     p.add_argument(
         "--profiles",
-        default=None,
         metavar="DIR",
-        help=(
-            "measured compute profiles for the cost table (default: $CRYOCUBE_PROFILES, else "
-            "~/.cache/cryocube/profiles, where `cryocube list models --profile` writes them)"
-        ),
+        help="measured compute profiles for the cost table (default: $CRYOCUBE_PROFILES, else "
+        "~/.cache/cryocube/profiles, where `cryocube list models --profile` writes them)",
     )
     add_storage(
         p, "JSON fsspec options for remote results and cubes (or $CRYOCUBE_STORAGE_OPTIONS)"
@@ -128,14 +111,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    """Builds the report and prints a line per leaderboard; exit 0 even when runs failed, since the
-    report lists them."""
+    """Builds the report, prints a line per leaderboard; exit 0 even when runs failed (listed)."""
     from .. import outputs, store
     from .build import build_report
 
     if args.profiles is not None and not Path(args.profiles).is_dir():
-        from ..errors import ReportError
-
         # the cost table would quietly fall back to catalog figures
         raise ReportError(
             f"--profiles {args.profiles}: no such folder (`cryocube list models --profile` writes"
@@ -145,8 +125,7 @@ def run(args) -> int:
     for url in [*(args.results or []), *args.cube]:
         store.register_options(url, args.storage_options)
     # a report may sit inside a results folder (it holds no records to be read back); never the
-    # reverse,
-    # since a report is replaced whole
+    # reverse, since a report is replaced whole
     outputs.check_inputs(args.out, [("RESULTS", r) for r in args.results or []], inside_ok=True)
     rep = build_report(
         args.results or None,
@@ -161,8 +140,6 @@ def run(args) -> int:
         compare=args.compare,
         draws=args.draws,
     )
-    from ..report.tables import to_markdown
-
     for t in rep.printed:  # every cell with its interval, across datasets, paired comparisons
         print(to_markdown(t))
     for key, lb in rep.leaderboards.items():

@@ -24,8 +24,7 @@ RGB_BANDS = (("B4", "B3", "B2"), ("red", "green", "blue"), ("R", "G", "B"))
 
 
 def open_cube(url: str):
-    """The cube of a panel, even an incomplete one; one that cannot be opened or has no image or
-    label array is a CubeReadError naming the URL."""
+    """The cube of a panel, even incomplete; unopenable or without image/label: a CubeReadError."""
     try:
         with warnings.catch_warnings():
             # "not consolidated" fallback is fine here
@@ -57,16 +56,13 @@ def default_samples(ds, n: int = 4, split: str = "test") -> list[int]:
 def _class_palette(ds) -> tuple[list[str], list]:
     classes = ds.attrs.get("classes") or []
     names, colours = [], []
-    fallback = matplotlib.colormaps["tab10"]
     for k, c in enumerate(classes):
-        name = c.get("name", f"class {k}") if isinstance(c, dict) else str(c)
-        col = c.get("colour") or c.get("color") if isinstance(c, dict) else None
-        try:
-            rgb = matplotlib.colors.to_rgb(col) if col else fallback(k % 10)[:3]
+        c = c if isinstance(c, dict) else {"name": str(c)}
+        names.append(c.get("name", f"class {k}"))
+        try:  # a named colour, else (none, or one matplotlib cannot read) tab10's
+            colours.append(matplotlib.colors.to_rgb(c.get("colour") or c.get("color")))
         except ValueError:
-            rgb = fallback(k % 10)[:3]
-        names.append(name)
-        colours.append(rgb)
+            colours.append(matplotlib.colormaps["tab10"](k % 10)[:3])
     return names, colours
 
 
@@ -138,8 +134,7 @@ def qualitative_panels(
     *,
     title: str | None = None,
 ) -> list[Path]:
-    """Write a figure (PNG + SVG at stem `out`) with one row per sample: image, label[,
-    prediction]."""
+    """A figure (PNG + SVG at stem `out`), a row per sample: image, label[, prediction]."""
     ds = open_cube(cube_url)
     samples = list(samples) if samples else default_samples(ds)
     n_samples = ds.sizes["sample"]
@@ -160,10 +155,8 @@ def qualitative_panels(
         scene = str(item["scene"].values) if "scene" in item.coords else ""
         split = str(item["split"].values) if "split" in item.coords else ""
         row[0].imshow(to_display(item["image"].values, band_names))
-        row[0].set_title(
-            f"sample {s}" + (f" · {scene}" if scene else "") + (f" ({split})" if split else ""),
-            fontsize=8,
-        )
+        where = (f" · {scene}" if scene else "") + (f" ({split})" if split else "")
+        row[0].set_title(f"sample {s}{where}", fontsize=8)
         row[1].imshow(colourise(label, colours), interpolation="nearest")
         row[1].set_title("label", fontsize=8)
         if pred is not None:
@@ -171,16 +164,11 @@ def qualitative_panels(
         for ax in row:
             ax.set_xticks([])
             ax.set_yticks([])
-    handles = [Patch(color=c, label=n) for n, c in zip(names, colours)] + [
-        Patch(color=IGNORE_COLOUR, label="ignore")
+    handles = [
+        Patch(color=c, label=n) for n, c in [*zip(names, colours), ("ignore", IGNORE_COLOUR)]
     ]
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncol=min(len(handles), 4),
-        fontsize=8,
-        frameon=False,
-    )
+    ncol = min(len(handles), 4)
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(
         title or f"{ds.attrs.get('dataset', Path(str(cube_url)).name)}: test tiles", fontsize=10
     )
@@ -188,20 +176,12 @@ def qualitative_panels(
 
 
 def find_predictions(run: Run, sources: Sequence[str]) -> str | None:
-    """Where a run's predictions.zarr lives: a URL in the record, or <results
-    dir>[/runs]/<run_id>/."""
+    """Where a run's predictions.zarr lives: a URL in the record, or <results>[/runs]/<run_id>/."""
     rec = run.record
     cands = [rec.get("predictions"), rec.get("predictions_url")]
     if rec.get("run_dir"):
         cands.append(store.join(str(rec.get("run_dir")), "predictions.zarr"))
-    for src in sources:
+    for src in sources if run.run_id else ():
         base = str(src).rsplit("/", 1)[0]
-        if run.run_id:
-            cands += [
-                store.join(base, run.run_id, "predictions.zarr"),
-                store.join(base, "runs", run.run_id, "predictions.zarr"),
-            ]
-    for c in cands:
-        if c and store.exists(str(c)):
-            return str(c)
-    return None
+        cands += [store.join(base, *d, run.run_id, "predictions.zarr") for d in ((), ("runs",))]
+    return next((str(c) for c in cands if c and store.exists(str(c))), None)

@@ -35,8 +35,7 @@ def _latest_trials(trials: Sequence[Run], study: str) -> dict[int, Run]:
 
 
 def studies_table(res: Results) -> tuple[Table, Table]:
-    """Per tuned run: default recipe's test mIoU against the tuned retrain's, with the best params;
-    and the studies' parameter importances, as a second table."""
+    """Default against tuned test mIoU per tuned run, with the best params; and the importances."""
     tuned = sorted(
         (r for r in res.runs if r.sweep.get("best")),
         key=lambda r: (r.dataset, r.model_name, r.protocol),
@@ -49,14 +48,9 @@ def studies_table(res: Results) -> tuple[Table, Table]:
         text="model dataset protocol best_params trials study",
     )
     t = Table("studies", "Hyper-parameter studies: default recipe vs tuned", cols)
-    imp = Table(
-        "importance",
-        "Parameter importance (fANOVA over completed trials)",
-        columns(
-            "study=Study; model=Model; dataset=Dataset; param=Parameter; importance=Importance",
-            text="study model dataset param",
-        ),
-    )
+    spec = "study=Study; model=Model; dataset=Dataset; param=Parameter; importance=Importance"
+    imp_cols = columns(spec, text="study model dataset param")
+    imp = Table("importance", "Parameter importance (fANOVA over completed trials)", imp_cols)
     for r in tuned:
         s = r.sweep
         base = by_id.get(str(s.get("baseline_run_id")))
@@ -84,9 +78,10 @@ def _fmt_param(x) -> str:
 _SMALL = {"title_size": 10, "legend": {"fontsize": 8}}
 
 
-def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -> list[Path]:
-    """Validation objective per trial (pruned: at their rung), and the best so far over completed
-    trials."""
+def history_plot(trials: dict[int, Run], stem: Path, title: str) -> list[Path]:
+    """Each trial's validation objective (pruned: at their rung) and the best completed so far."""
+    first = next(iter(trials.values())).sweep
+    best_of = min if first.get("direction", "maximize") == "minimize" else max
     fig, ax = plots.panel((6.5, 4))
     for state, marker, colour in (
         ("complete", "o", "tab:blue"),
@@ -98,32 +93,25 @@ def history_plot(trials: dict[int, Run], higher: bool, stem: Path, title: str) -
         ]
         pts = [(k, v) for k, v in pts if isinstance(v, (int, float))]
         if pts:
-            ax.scatter(
-                [p[0] for p in pts],
-                [p[1] for p in pts],
-                marker=marker,
-                color=colour,
-                label=state,
-                zorder=3,
-            )
+            ax.scatter(*zip(*pts), marker=marker, color=colour, label=state, zorder=3)
     best, xs, ys = None, [], []
     for k, r in trials.items():
         v = r.sweep.get("value")
         if r.sweep.get("state") == "complete" and isinstance(v, (int, float)):
-            best = v if best is None else (max(best, v) if higher else min(best, v))
+            best = v if best is None else best_of(best, v)
         if best is not None:
             xs.append(k)
             ys.append(best)
     if xs:
         ax.step(xs, ys, where="post", color="black", lw=1.2, label="best so far")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    metric = next(iter(trials.values())).sweep.get("metric", "val_mIoU") if trials else "val_mIoU"
-    return plots.finish(ax, stem, title, "trial", str(metric), **_SMALL, grid={"alpha": 0.3})
+    metric = str(first.get("metric", "val_mIoU"))
+    return plots.finish(ax, stem, title, "trial", metric, **_SMALL, grid={"alpha": 0.3})
 
 
 def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float, list[float]]]]:
-    """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed. A
-    curve is one model id and one recipe: two of either are two curves, labelled apart."""
+    """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed; a
+    curve is one model id and one recipe, two of either are two curves, labelled apart."""
     out, rep = _fraction_groups(res)
     curves = {}
     for d, cs in out.items():
@@ -135,8 +123,7 @@ def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float,
 
 
 def _fraction_groups(res: Results) -> tuple[dict, dict]:
-    """dataset -> (model, recipe digest, encoder mode) -> fraction -> mIoUs, and one run per
-    group."""
+    """dataset -> (model, recipe digest, mode) -> fraction -> mIoUs, and a run per group."""
     out: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     rep: dict[tuple, Run] = {}
     for r in res.runs + res.other_recipes:
@@ -151,8 +138,7 @@ def _fraction_groups(res: Results) -> tuple[dict, dict]:
 
 
 def fraction_left_out(res: Results) -> list[str]:
-    """The runs no curve shows: their recipe ran at one label fraction while the same model ran
-    others under another recipe (a curve never joins recipes; the report says so)."""
+    """Runs no curve shows: a recipe at one label fraction where the model ran others (said)."""
     out, rep = _fraction_groups(res)
     lines = []
     for d, cs in sorted(out.items()):
@@ -169,61 +155,41 @@ def fraction_left_out(res: Results) -> list[str]:
 
 
 def fraction_table(curves: dict) -> Table:
-    """The label-fraction curves as numbers: mean mIoU over seeds per dataset, model, encoder mode
-    and fraction."""
-    t = Table(
-        "label_fraction",
-        "Test mIoU against the share of training labels",
-        columns(
-            "dataset=Dataset; model=Model; encoder=Encoder; fraction=Label fraction;"
-            " miou=mIoU (mean over seeds); seeds=seeds",
-            text="dataset model encoder",
-        ),
+    """The label-fraction curves as numbers: mean mIoU over seeds per curve and fraction."""
+    cols = columns(
+        "dataset=Dataset; model=Model; encoder=Encoder; fraction=Label fraction;"
+        " miou=mIoU (mean over seeds); seeds=seeds",
+        text="dataset model encoder",
     )
+    t = Table("label_fraction", "Test mIoU against the share of training labels", cols)
     for d, cs in sorted(curves.items()):
         for (m, kind), pts in sorted(cs.items()):
             for f, vals in sorted(pts.items()):
-                row = [d, m, kind, f, _mean(vals), len(vals)]
-                t.add(
-                    row, [dataset_display_name(d), m, kind, f"{f:g}", f"{row[4]:.2f}", str(row[5])]
-                )
+                text = {"dataset": dataset_display_name(d), "fraction": f"{f:g}"}
+                t.add([d, m, kind, f, _mean(vals), len(vals)], text)
     return t
 
 
 def fraction_plot(
     curves: dict[tuple[str, str], dict[float, list[float]]], stem: Path, title: str
 ) -> list[Path]:
-    """One line per model and encoder mode (solid: frozen, dashed: fine-tuned), log-scaled label
-    fraction."""
+    """A line per model and encoder mode (frozen solid, fine-tuned dashed), log label fraction."""
     fig, ax = plots.panel((6.5, 4.2))
     models = sorted({m for m, _ in curves})
     colour = dict(zip(models, plots.colours(len(models))))
     for (m, kind), pts in sorted(curves.items()):
-        fs = sorted(pts)
-        ax.plot(
-            fs,
-            [_mean(pts[f]) for f in fs],
-            marker="o",
-            ms=4,
-            color=colour[m],
-            ls="-" if kind == "frozen" else "--",
-            label=f"{m}, {kind}",
-        )
+        fs, ls = sorted(pts), "-" if kind == "frozen" else "--"
+        means = [_mean(pts[f]) for f in fs]
+        ax.plot(fs, means, marker="o", ms=4, color=colour[m], ls=ls, label=f"{m}, {kind}")
     ax.set_xscale("log")
+    grid = {"alpha": 0.3, "which": "both"}
     return plots.finish(
-        ax,
-        stem,
-        title,
-        "share of training labels",
-        "test mIoU",
-        **_SMALL,
-        grid={"alpha": 0.3, "which": "both"},
+        ax, stem, title, "share of training labels", "test mIoU", **_SMALL, grid=grid
     )
 
 
 def sections(w: Any, res: Results) -> None:
-    """The studies section and the label-fraction section, where the results hold either (w: build's
-    writer)."""
+    """The studies and label-fraction sections, where the results hold either (w: the writer)."""
     if any(r.sweep.get("best") for r in res.runs):
         sec = w.section("Hyper-parameter studies")
         t, imp = studies_table(res)
@@ -231,40 +197,23 @@ def sections(w: Any, res: Results) -> None:
         if imp.rows:
             w.table(sec, "tune", imp)
         for i, study in enumerate(t.column_values("study")):
-            trials = _latest_trials(res.trials, str(study))
-            if trials:
-                higher = (
-                    next(iter(trials.values())).sweep.get("direction", "maximize") != "minimize"
-                )
-                w.figure(
-                    sec,
-                    history_plot(
-                        trials,
-                        higher,
-                        w.stem(f"tune_history_{i}"),
-                        f"{study}: optimisation history",
-                    ),
-                    f"{study}: validation objective per trial",
-                )
+            if trials := _latest_trials(res.trials, str(study)):
+                title = f"{study}: optimisation history"
+                plot = history_plot(trials, w.stem(f"tune_history_{i}"), title)
+                w.figure(sec, plot, f"{study}: validation objective per trial")
     curves = fraction_curves(res)
     left = fraction_left_out(res)
     if curves or left:
-        note = ""
-        if left:
-            note = (
-                f"Left out of the curves, {len(left)} point(s) whose recipe ran at one label"
-                " fraction only (a curve joins runs of one recipe, never recipes at other"
-                " fractions): " + "; ".join(left) + "."
-            )
-        sec = w.section("Label-fraction curves", text=note)
+        note = (
+            f"Left out of the curves, {len(left)} point(s) whose recipe ran at one label"
+            " fraction only (a curve joins runs of one recipe, never recipes at other"
+            " fractions): " + "; ".join(left) + "."
+        )
+        sec = w.section("Label-fraction curves", text=note if left else "")
         if curves:
             w.table(sec, "fractions", fraction_table(curves))
         for d, cs in sorted(curves.items()):
-            w.figure(
-                sec,
-                fraction_plot(
-                    cs, w.stem(f"label_fraction_{d}"), f"{dataset_display_name(d)}: mIoU vs labels"
-                ),
-                f"{dataset_display_name(d)}: test mIoU against the share of training labels (frozen"
-                " solid, fine-tuned dashed)",
-            )
+            name = dataset_display_name(d)
+            plot = fraction_plot(cs, w.stem(f"label_fraction_{d}"), f"{name}: mIoU vs labels")
+            caption = f"{name}: test mIoU against the share of training labels"
+            w.figure(sec, plot, caption + " (frozen solid, fine-tuned dashed)")

@@ -10,7 +10,6 @@ from ..plugins import lazy_exports
 _EXPORTS = {
     "leaderboard": (
         "Leaderboard",
-        "best_two",
         "build_leaderboard",
         "competition_ranks",
         "leaderboard_from_runs",
@@ -24,5 +23,6 @@ _EXPORTS = {
         "published_leaderboard",
     ),
     "records": ("Results", "ResultsError", "Run", "load_results"),
+    "tables": ("best_two",),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

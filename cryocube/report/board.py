@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .records import ResultsError, Run
-from .tables import MISSING, Column, Table
+from .tables import MISSING, MODEL, Column, Table
 
 
 def cell_text(c: dict) -> str:
@@ -23,14 +23,15 @@ def cell_text(c: dict) -> str:
     return f"{c['value']:.2f}{ci} n={c['n']}"
 
 
+def _overall(r: Run) -> list[dict]:
+    return [c for c in r.metrics.get("cells") or [] if c.get("class") is None]
+
+
 def cells_table(runs: list[Run], name: str, title: str) -> Table:
-    """One row per run (by display name), one column per (task, metric) of the runs' overall cells
-    (class None)."""
+    """A row per run (display name), a column per (task, metric) of its cells of class None."""
     columns: dict[tuple[str, str], dict] = {}
     for r in runs:
-        for c in r.metrics.get("cells") or []:
-            if c.get("class") is not None:
-                continue
+        for c in _overall(r):
             key = (c["task"], c["metric"])
             first = columns.setdefault(key, c)
             for f in ("unit", "split", "samples"):
@@ -41,18 +42,10 @@ def cells_table(runs: list[Run], name: str, title: str) -> Table:
                         " units are never compared"
                     )
     keys = sorted(columns)
-    t = Table(
-        name,
-        title,
-        [Column("model", "Model", numeric=False)]
-        + [Column(f"{k[0]}/{k[1]}", f"{k[0]} {k[1]} ({columns[k]['unit']})") for k in keys],
-    )
+    cols = [Column(f"{k[0]}/{k[1]}", f"{k[0]} {k[1]} ({columns[k]['unit']})") for k in keys]
+    t = Table(name, title, [MODEL] + cols)
     for r in sorted(runs, key=lambda r: (r.model_name, r.run_id)):
-        by = {
-            (c["task"], c["metric"]): c
-            for c in r.metrics.get("cells") or []
-            if c.get("class") is None
-        }
+        by = {(c["task"], c["metric"]): c for c in _overall(r)}
         t.add(
             [r.model_name] + [by[k]["value"] if k in by else None for k in keys],
             [r.model_name] + [cell_text(by[k]) if k in by else MISSING for k in keys],
@@ -66,8 +59,8 @@ def cells_table(runs: list[Run], name: str, title: str) -> Table:
 
 @dataclass(frozen=True)
 class Cube:
-    """One board's runs: a dataset's cube (its checksum) scored on one split (the split's digest);
-    `slug` names its tables, `name` heads them (the cube's file name)."""
+    """One board's runs: a dataset's cube (checksum) on one split (digest); `slug` names its
+    tables, `name` (the cube's file name) heads them."""
 
     dataset: str
     checksum: str
@@ -81,8 +74,7 @@ class Cube:
 
 
 def cube_key(r: Run) -> tuple[str, str, str]:
-    """(dataset, cube checksum, board split digest) of a run's record ("" where an old record has
-    none): the board it belongs to."""
+    """(dataset, cube checksum, board split digest) of a run ("" where an old record lacks one)."""
     cube = r.record.get("cube") or {}
     split = r.record.get("board_split") or r.record.get("split")
     return (

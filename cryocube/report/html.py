@@ -57,8 +57,7 @@ class Section:
 
 
 def data_uri(path: Path) -> str:
-    """A figure inlined as a data: URI, so the page needs no file beside it; a format it has no MIME
-    type for is a ValueError."""
+    """A figure as a data: URI (the page needs no file beside it); an unknown type: ValueError."""
     mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}.get(
         path.suffix.lower()
     )
@@ -71,6 +70,7 @@ def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str
     """The whole page as one string: contents, sections, run metadata; nothing from outside."""
     e = html.escape
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    toc = (f'<li><a href="#{s.anchor}">{e(s.title)}</a></li>' for s in sections if s.level == 2)
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -78,11 +78,7 @@ def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str
         f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         f'<p class="generated">Generated {e(now)} by cryocube.</p>',
-        "<nav><ul>"
-        + "".join(
-            f'<li><a href="#{s.anchor}">{e(s.title)}</a></li>' for s in sections if s.level == 2
-        )
-        + "</ul></nav>",
+        f"<nav><ul>{''.join(toc)}</ul></nav>",
     ]
     for s in sections:
         out.append(f'<h{s.level} id="{s.anchor}">{e(s.title)}</h{s.level}>')

@@ -16,7 +16,7 @@ from . import stats
 from .leaderboard import Leaderboard
 from .names import dataset_display_name
 from .records import Run
-from .tables import MISSING, Column, Table, columns, fmt
+from .tables import MISSING, MODEL, Column, Table, columns
 
 NOTE_CELL = (
     "mIoU: mean over seeds; interval: 95 % bootstrap ({draws} draws, seed {seed}) of that mean over"
@@ -31,8 +31,7 @@ NOTE_RANK = (
 
 
 def tiles_url(run: Run) -> list[str]:
-    """Where a run's per_tile.npz may be: the URL its record names, else beside its record (a moved
-    results folder)."""
+    """Where a run's per_tile.npz may be: where its record says, else beside the record (moved)."""
     pt = run.record.get("per_tile")
     if not isinstance(pt, dict):
         return []
@@ -115,62 +114,44 @@ def _range(r: tuple[int, int] | None) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}–{r[1]}"
 
 
+# what `_ranked` fills: best and worst rank (CSV/JSON only), their range, the ties
+RANK_COLUMNS = "rank_best=; rank_worst=; rank={}; ties=Tied with"
+
+
 def _rank_columns(title: str = "Rank interval") -> list[Column]:
-    """The columns `_rank_cells` fills: best and worst rank (hidden), their range, the ties."""
-    return [
-        Column("rank_best", "", show=False),
-        Column("rank_worst", "", show=False),
-        Column("rank", title, numeric=False),
-        Column("ties", "Tied with", numeric=False),
-    ]
+    return columns(RANK_COLUMNS.format(title), "rank ties", "rank_best rank_worst")
 
 
-def _interval_cells(v, lo, hi, decimals: int = 2) -> tuple[list, list]:
-    """(raw, text) of the three columns a value with its interval takes: value, low, high."""
-    text = [stats.interval_text(v, lo, hi, decimals), fmt(lo, decimals), fmt(hi, decimals)]
-    return [v, lo, hi], text
-
-
-def _rank_cells(rk: tuple[int, int] | None, ties: tuple[str, ...]) -> tuple[list, list]:
-    """(raw, text) of `_rank_columns`: the bootstrap rank interval and the models tied with it."""
-    best, worst = rk if rk else (None, None)
-    raw = [best, worst, _range(rk), ", ".join(ties) or None]
-    return raw, [fmt(best), fmt(worst), _range(rk), ", ".join(ties) or MISSING]
+def _ranked(rk: tuple[int, int] | None, ties: tuple[str, ...]) -> list:
+    """The bootstrap rank interval and the models tied with it, as `_rank_columns` hold them."""
+    return [*(rk or (None, None)), _range(rk), ", ".join(ties) or None]
 
 
 def cells_table(bi: BoardIntervals) -> Table:
-    """Every segmentation cell with its interval, seed SD, rank interval and ties, and a note where
-    the interval is missing or weak."""
+    """Every segmentation cell: interval, seed SD, rank interval, ties, a note where it is weak."""
     lb = bi.lb
-    t = Table(
-        "intervals",
-        f"{lb.title}: mIoU with 95 % intervals over test scenes",
-        columns(
-            "model=Model; dataset=Dataset; miou=mIoU [95 % interval]; lo=; hi=; seed_sd=Seed SD;"
-            " seeds=Seeds; tiles=Tiles; scenes=Scenes; resampled=Resampled",
-            text="model dataset resampled",
-            hidden="lo hi",
-        )
-        + _rank_columns()
-        + [Column("note", "Note", numeric=False)],
+    cols = columns(
+        "model=Model; dataset=Dataset; miou=mIoU [95 % interval]; lo=; hi=; seed_sd=Seed SD;"
+        " seeds=Seeds; tiles=Tiles; scenes=Scenes; resampled=Resampled",
+        text="model dataset resampled",
+        hidden="lo hi",
+        decimals=dict.fromkeys(("lo", "hi", "seed_sd"), lb.decimals),
     )
+    cols += _rank_columns() + [Column("note", "Note", numeric=False)]
+    t = Table("intervals", f"{lb.title}: mIoU with 95 % intervals over test scenes", cols)
     for d in lb.datasets:
         for row in lb.rows:
-            c = bi.cells.get((row.name, d))
-            if c is None:
+            if (c := bi.cells.get((row.name, d))) is None:
                 continue
-            iv_raw, iv_text = _interval_cells(c.mean, c.lo, c.hi, lb.decimals)
-            rk_raw, rk_text = _rank_cells(c.rank, c.ties)
-            raw = [
-                row.name, d, *iv_raw, c.seed_sd, c.seeds, c.tiles, c.scenes, c.unit or None,
-                *rk_raw, c.note or None,
-            ]  # fmt: skip
-            text = [
-                row.name, dataset_display_name(d), *iv_text, fmt(c.seed_sd, lb.decimals),
-                str(c.seeds), fmt(c.tiles), fmt(c.scenes), c.unit or MISSING, *rk_text,
-                c.note or "",
-            ]  # fmt: skip
-            t.add(raw, text)
+            t.add(
+                [row.name, d, c.mean, c.lo, c.hi, c.seed_sd, c.seeds, c.tiles, c.scenes]
+                + [c.unit or None, *_ranked(c.rank, c.ties), c.note or None],
+                {
+                    "dataset": dataset_display_name(d),
+                    "miou": stats.interval_text(c.mean, c.lo, c.hi, lb.decimals),
+                    "note": c.note or "",
+                },
+            )
     t.notes += [
         NOTE_CELL.format(draws=stats.DRAWS, seed=stats.SEED),
         NOTE_RANK,
@@ -183,60 +164,53 @@ def cells_table(bi: BoardIntervals) -> Table:
 def aggregate_table(bi: BoardIntervals) -> Table:
     """Per model: IQM and mean of its (dataset, seed) scores, with their intervals and IQM rank."""
     lb = bi.lb
-    t = Table(
-        "across_datasets",
-        f"{lb.title}: across datasets (IQM and mean of (dataset, seed) mIoU)",
-        columns(
-            "model=Model; iqm=IQM [95 % interval]; iqm_lo=; iqm_hi=; mean=Mean [95 % interval];"
-            " mean_lo=; mean_hi=; datasets=Datasets; runs=Runs",
-            text="model",
-            hidden="iqm_lo iqm_hi mean_lo mean_hi",
-        )
-        + _rank_columns("IQM rank interval"),
-    )
+    ends = "iqm_lo iqm_hi mean_lo mean_hi"  # the intervals' ends: CSV/JSON only
+    cols = columns(
+        "model=Model; iqm=IQM [95 % interval]; iqm_lo=; iqm_hi=; mean=Mean [95 % interval];"
+        " mean_lo=; mean_hi=; datasets=Datasets; runs=Runs",
+        "model",
+        ends,
+        dict.fromkeys(ends.split(), lb.decimals),
+    ) + _rank_columns("IQM rank interval")
+    title = f"{lb.title}: across datasets (IQM and mean of (dataset, seed) mIoU)"
+    t = Table("across_datasets", title, cols)
     for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm):
-        iqm_raw, iqm_text = _interval_cells(a.iqm, a.iqm_lo, a.iqm_hi, lb.decimals)
-        mean_raw, mean_text = _interval_cells(a.mean, a.mean_lo, a.mean_hi, lb.decimals)
-        rk_raw, rk_text = _rank_cells(a.rank, a.ties)
         t.add(
-            [m, *iqm_raw, *mean_raw, a.datasets, a.runs, *rk_raw],
-            [m, *iqm_text, *mean_text, str(a.datasets), str(a.runs), *rk_text],
+            [m, a.iqm, a.iqm_lo, a.iqm_hi, a.mean, a.mean_lo, a.mean_hi, a.datasets, a.runs]
+            + _ranked(a.rank, a.ties),
+            {
+                "iqm": stats.interval_text(a.iqm, a.iqm_lo, a.iqm_hi, lb.decimals),
+                "mean": stats.interval_text(a.mean, a.mean_lo, a.mean_hi, lb.decimals),
+            },
         )
-    n = len(lb.datasets)
     t.notes.append(
         "IQM: the 25 % trimmed mean of every (dataset, seed) mIoU of the model (rliable's"
         " aggregate_iqm); intervals: 95 % stratified bootstrap, the seeds resampled within each"
         f" dataset ({stats.DRAWS} draws). They cover seed variation only, not the choice of the"
-        f" {n} dataset(s) nor the test tiles (docs/statistics.md). Scores are raw mIoU, not"
-        " normalised per dataset."
+        f" {len(lb.datasets)} dataset(s) nor the test tiles (docs/statistics.md). Scores are raw"
+        " mIoU, not normalised per dataset."
     )
     return t
 
 
 def improvement_table(bi: BoardIntervals) -> Table:
     """The probability that the row model beats the column model on a dataset, with its interval."""
-    lb = bi.lb
-    models = [m for m in lb.model_names if m in bi.scores]
-    t = Table(
-        "improvement",
-        f"{lb.title}: probability of improvement P(row > column)",
-        [Column("model", "Model", numeric=False)]
-        + [
-            c
-            for i, m in enumerate(models)
-            for c in (
-                Column(f"vs_{i}", m),
-                Column(f"vs_{i}_lo", "", show=False),
-                Column(f"vs_{i}_hi", "", show=False),
-            )
-        ],
-    )
+    models = [m for m in bi.lb.model_names if m in bi.scores]
+    cols = [MODEL]
+    for i, m in enumerate(models):  # the column model's P, and its interval's ends hidden
+        cols += [
+            Column(f"vs_{i}", m),
+            Column(f"vs_{i}_lo", "", False),
+            Column(f"vs_{i}_hi", "", False),
+        ]
+    t = Table("improvement", f"{bi.lb.title}: probability of improvement P(row > column)", cols)
     for x in models:
-        raw, text = [x], [x]
-        for y in models:
+        raw, text = [x], {}
+        for i, y in enumerate(models):
             v = bi.improvement.get((x, y))
-            cr, ct = ([None] * 3, [MISSING] * 3) if v is None else _interval_cells(*v[:3])
-            raw, text = raw + cr, text + ct
+            raw += [None] * 3 if v is None else list(v[:3])
+            if v is not None:
+                text[f"vs_{i}"] = stats.interval_text(*v[:3])
         t.add(raw, text)
     t.notes.append(
         "P(X > Y) + 0.5 P(X = Y) over every pair of seeds, averaged over the datasets both models"
@@ -249,8 +223,7 @@ def improvement_table(bi: BoardIntervals) -> Table:
 def paired_table(
     boards: Sequence[BoardIntervals], a: str, b: str, name: str = "paired"
 ) -> Table | None:
-    """A - B per board and dataset where both ran, with the interval of the same draws on the
-    same test tiles; None where no board has both."""
+    """A - B per board and dataset both ran, paired over the same draws; None where none has."""
     t = Table(
         name,
         f"{a} against {b}: paired differences of mIoU",
@@ -260,6 +233,10 @@ def paired_table(
             Column("b", b),
             Column("diff", f"{a} − {b} [95 % interval]"),
             *columns("lo=; hi=; tiles=Tiles; scenes=Scenes; note=Note", "note", "lo hi"),
+        ],
+        notes=[
+            "Paired bootstrap: each draw resamples the test scenes once and scores both models"
+            " (every seed) on them, so the interval is that of the difference on the same tiles."
         ],
     )
     for bi in boards:
@@ -277,19 +254,11 @@ def paired_table(
                     if lo > 0 or hi < 0
                     else "no difference shown (interval contains 0)"
                 )
-            iv_raw, iv_text = _interval_cells(diff, lo, hi)
             t.add(
-                [bi.lb.title, d, ca.mean, cb.mean, *iv_raw, ca.tiles, ca.scenes, note],
-                [bi.lb.title, dataset_display_name(d), fmt(ca.mean), fmt(cb.mean), *iv_text]
-                + [fmt(ca.tiles), fmt(ca.scenes), note],
+                [bi.lb.title, d, ca.mean, cb.mean, diff, lo, hi, ca.tiles, ca.scenes, note],
+                {"dataset": dataset_display_name(d), "diff": stats.interval_text(diff, lo, hi)},
             )
-    if not t.rows:
-        return None
-    t.notes.append(
-        "Paired bootstrap: each draw resamples the test scenes once and scores both models (every"
-        " seed) on them, so the interval is that of the difference on the same tiles."
-    )
-    return t
+    return t if t.rows else None
 
 
 def resolve_model(name: str, boards: Sequence[BoardIntervals]) -> str:

@@ -1,15 +1,6 @@
-"""Leaderboards: per-dataset cells over seeds, averages, competition ranks and their robustness.
-
-Conventions (stated in every rendered table's notes):
-- rank per dataset: competition ranking ("1224"), higher mIoU first, ties share the best rank;
-  values are compared at the displayed precision (`decimals`), so what prints as a tie is a tie;
-- average mIoU and average rank: over the datasets a model has; the count is kept and shown when
-  it is less than the table's datasets; "best"/"second" marks in those columns only go to rows
-  averaged over every dataset;
-- over seeds: mean, sample std (ddof 1), and the NeuCo-Bench stability Q = 2A/(0.02+dA) with
-  A = mean/100 and dA = population std/100 (100 = perfect and perfectly repeatable);
-- rank interval: the best and worst rank a cell could take if each model's score were any of
-  its seeds' scores; a ranking that seeds can flip has an interval wider than one rank.
+"""Leaderboards: per-dataset cells over seeds, averages, competition ranks ("1224", compared at the
+displayed precision) and their robustness over seeds (NeuCo-Bench's stability Q, rank intervals);
+every rendered table states these conventions in its notes (pages/analysis.py).
 """
 
 from __future__ import annotations
@@ -17,38 +8,26 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
+from typing import Iterable, Mapping, Sequence
 
 from .names import dataset_sort_key, model_sort_key
 from .records import Run, _created_key
+from .tables import K, rounded
 
-K = TypeVar("K", bound=Hashable)
 Q_EPS = 0.02  # NeuCo-Bench: Q_t = 2 * A_t / (0.02 + dA_t)
-
-
-def _r(v: float, decimals: int | None) -> float:
-    return round(v, decimals) if decimals is not None else v
 
 
 def competition_ranks(
     values: Mapping[K, float], *, higher_is_better: bool = True, decimals: int | None = None
 ) -> dict[K, int]:
-    """Rank = 1 + number of strictly better values (ties share the best rank, the next rank is
-    skipped)."""
+    """Rank = 1 + the number of strictly better values: ties share the best rank ("1224")."""
     sign = -1.0 if higher_is_better else 1.0
     keyed = {
-        k: sign * _r(v, decimals) for k, v in values.items() if v is not None and math.isfinite(v)
+        k: sign * rounded(v, decimals)
+        for k, v in values.items()
+        if v is not None and math.isfinite(v)
     }
     return {k: 1 + sum(1 for o in keyed.values() if o < x) for k, x in keyed.items()}
-
-
-def best_two(
-    values: Mapping[K, float], *, higher_is_better: bool = True, decimals: int | None = None
-) -> dict[K, int]:
-    """1 for every key holding the best value, 2 for every key holding the next distinct value."""
-    vals = {k: _r(v, decimals) for k, v in values.items() if v is not None and math.isfinite(v)}
-    distinct = sorted(set(vals.values()), reverse=higher_is_better)[:2]
-    return {k: distinct.index(v) + 1 for k, v in vals.items() if v in distinct}
 
 
 def stability_q(values: Sequence[float]) -> float | None:
@@ -84,23 +63,9 @@ class Cell:
         return statistics.stdev(self.values) if self.n >= 2 else None
 
     @property
-    def lo(self) -> float:
-        """The lowest seed's score: how low the cell could rank (the rank interval)."""
-        return min(self.values)
-
-    @property
-    def hi(self) -> float:
-        """The highest seed's score: how high the cell could rank (the rank interval)."""
-        return max(self.values)
-
-    @property
     def stability(self) -> float | None:
         """NeuCo-Bench's stability Q over the seeds; None below two."""
         return stability_q(self.values)
-
-    def at_seed(self, seed: int) -> float | None:
-        """One seed's score (None if it did not run), for the per-seed leaderboards' place range."""
-        return self.values[self.seeds.index(seed)] if seed in self.seeds else None
 
 
 @dataclass
@@ -173,8 +138,7 @@ def build_leaderboard(
     decimals: int = 2,
     model_ids: Mapping[tuple[str, str], Sequence[str]] | None = None,
 ) -> Leaderboard:
-    """Leaderboard from {(model, dataset): [(seed, mIoU), ...]}; models and datasets in paper
-    order."""
+    """Leaderboard from {(model, dataset): [(seed, mIoU), ...]}, in the paper's order."""
     samples = {k: sorted(v) for k, v in samples.items() if v}
     if datasets is None:
         datasets = sorted({d for _, d in samples}, key=dataset_sort_key)
@@ -208,10 +172,12 @@ def _fill_ranks(lb: Leaderboard) -> None:
         r.avg_rank = avg_rank.get(r.name)
         for d, c in r.cells.items():
             c.rank = ranks[r.name][d]
-            others = [o.cells[d] for o in lb.rows if o is not r and d in o.cells]
+            # the best and worst rank were each model's score any of its seeds'
+            others = [o.cells[d].values for o in lb.rows if o is not r and d in o.cells]
+            lo, hi = (rounded(f(c.values), lb.decimals) for f in (min, max))
             c.rank_range = (
-                1 + sum(_r(o.lo, lb.decimals) > _r(c.hi, lb.decimals) for o in others),
-                1 + sum(_r(o.hi, lb.decimals) > _r(c.lo, lb.decimals) for o in others),
+                1 + sum(rounded(min(o), lb.decimals) > hi for o in others),
+                1 + sum(rounded(max(o), lb.decimals) > lo for o in others),
             )
     places = competition_ranks(
         {r.name: r.avg_rank for r in lb.rows if r.avg_rank is not None},
@@ -225,7 +191,7 @@ def _fill_ranks(lb: Leaderboard) -> None:
     per_seed: dict[str, list[int]] = {}
     for s in lb.seeds:
         vals = {
-            r.name: {d: c.at_seed(s) for d, c in r.cells.items() if c.at_seed(s) is not None}
+            r.name: {d: c.values[c.seeds.index(s)] for d, c in r.cells.items() if s in c.seeds}
             for r in lb.rows
         }
         _, ar = _rank_rows({m: v for m, v in vals.items() if v}, lb.datasets, lb.decimals)
@@ -244,9 +210,8 @@ def _fill_ranks(lb: Leaderboard) -> None:
 def leaderboard_from_runs(
     runs: Sequence[Run], *, key: str, title: str, protocol: str, fraction: float, decimals: int = 2
 ) -> Leaderboard:
-    """Group runs by (display name, dataset); several catalog ids under one display name (e.g.
-    croma_optical/croma_sar) are never mixed in one cell: the variant with the most runs (then the
-    most recent) fills it, and the other is named in the notes."""
+    """Runs grouped by (display name, dataset); a cell never mixes catalog ids of one display name
+    (croma_optical/croma_sar): the one with most runs (then newest) fills it, the notes say so."""
     by_cell: dict[tuple[str, str], dict[str, list[Run]]] = {}
     for r in runs:
         by_cell.setdefault((r.model_name, r.dataset), {}).setdefault(r.model, []).append(r)

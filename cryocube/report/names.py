@@ -21,19 +21,15 @@ def _benchmark():
 
 
 @lru_cache(maxsize=None)
-def _catalog_model_name(model_id: str) -> str | None:
+def model_display_name(model_id: str, record_name: str | None = None) -> str:
+    """The record's own name first, then the model catalog's, then the id."""
+    if record_name:
+        return str(record_name)
     try:
         name = load_yaml("models", model_id).get("display_name")
     except (CatalogError, OSError):
-        return None
-    return str(name) if name else None
-
-
-def model_display_name(model_id: str, record_name: str | None = None) -> str:
-    """The record's own name first, then the model catalog, then the id."""
-    if record_name:
-        return str(record_name)
-    return _catalog_model_name(model_id) or model_id
+        name = None
+    return str(name) if name else model_id
 
 
 @lru_cache(maxsize=None)

@@ -20,11 +20,11 @@ from .tables import Table
 
 FORMATS = ("png", "svg")
 DPI = 110
+CELL_TEXT = {"ha": "center", "va": "center", "fontsize": 7}  # a value written in a heatmap cell
 
 
 def save(fig, stem: Path) -> list[Path]:
-    """The figure as PNG and SVG at `stem`; SVG text stays text (searchable) and has no date, so
-    reruns compare."""
+    """PNG and SVG at `stem`; SVG text stays text (searchable) and undated, so reruns compare."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in FORMATS:
@@ -54,8 +54,7 @@ def finish(
     grid: dict | None = None,
     legend: dict | None = None,
 ) -> list[Path]:
-    """The tail every one-panel figure shares: labels, title, grid and legend (their keyword
-    arguments, where given), then `save`."""
+    """What every one-panel figure ends with: labels, title, grid and legend if given, `save`."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, **({} if title_size is None else {"fontsize": title_size}))
@@ -80,17 +79,10 @@ def radar_chart(lb: Leaderboard, stem: Path) -> list[Path]:
     angles = np.linspace(0, 2 * math.pi, len(ds), endpoint=False).tolist()
     fig = Figure(figsize=(7.5, 6.5))
     ax = fig.add_subplot(polar=True)
+    closed = angles + angles[:1]  # each polygon back to its first dataset
     for row, colour in zip(lb.rows, colours(len(lb.rows))):
         vals = [row.cells[d].mean if d in row.cells else np.nan for d in ds]
-        ax.plot(
-            angles + angles[:1],
-            vals + vals[:1],
-            color=colour,
-            lw=1.4,
-            label=row.name,
-            marker="o",
-            ms=3,
-        )
+        ax.plot(closed, vals + vals[:1], color=colour, lw=1.4, label=row.name, marker="o", ms=3)
     ax.set_xticks(angles)
     ax.set_xticklabels([dataset_display_name(d) for d in ds])
     ax.set_ylim(0, 100)
@@ -106,12 +98,8 @@ def _grouped_bars(lb: Leaderboard, stem: Path) -> list[Path]:
     w = 0.8 / max(1, len(lb.datasets))
     x = np.arange(len(lb.rows))
     for k, d in enumerate(lb.datasets):
-        ax.bar(
-            x + k * w,
-            [r.cells[d].mean if d in r.cells else 0 for r in lb.rows],
-            w,
-            label=dataset_display_name(d),
-        )
+        means = [r.cells[d].mean if d in r.cells else 0 for r in lb.rows]
+        ax.bar(x + k * w, means, w, label=dataset_display_name(d))
     ax.set_xticks(
         x + w * (len(lb.datasets) - 1) / 2, [r.name for r in lb.rows], rotation=45, ha="right"
     )
@@ -138,9 +126,8 @@ def retention_bars(t: Table, stem: Path) -> list[Path]:
 def cost_scatter(
     points: Sequence[tuple[str, float, float]], stem: Path, title: str, sources: Sequence[str] = ()
 ) -> list[Path]:
-    """Average mIoU against GFLOPs (log axis when they span a decade), one labelled point per model.
-    `sources` (per point: "measured on <device>" or "catalog") marks copied figures with "(catalog)"
-    and names the measuring device on the axis."""
+    """Average mIoU against GFLOPs (log axis past a decade), a labelled point per model; `sources`
+    ("measured on <device>" | "catalog" per point) mark copied figures and name the device."""
     gs = [g for _, g, _ in points]
     # GFLOPs span decades across the catalog
     log = bool(gs) and min(gs) > 0 and max(gs) / min(gs) > 10
@@ -152,14 +139,12 @@ def cost_scatter(
     measured = sorted(
         {src.removeprefix("measured on ") for src in sources if src.startswith("measured on ")}
     )
-    xlabel = "GFLOPs per forward pass" + (
-        f" (measured on {'; '.join(measured)}"
-        + (", others catalog)" if "catalog" in sources else ")")
-        if measured
-        else " (catalog)"
-        if sources
-        else ""
-    )
+    xlabel = "GFLOPs per forward pass"
+    if measured:
+        others = ", others catalog" if "catalog" in sources else ""
+        xlabel += f" (measured on {'; '.join(measured)}{others})"
+    elif sources:
+        xlabel += " (catalog)"
     return labelled_scatter(points, stem, title, xlabel, "average mIoU (%)", log_x=log)
 
 
@@ -197,22 +182,11 @@ def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[P
         )
         im = ax.imshow(data, vmin=0, vmax=100, cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right", fontsize=8)
-        ax.set_yticks(
-            range(len(t.rows)),
-            [row[0] for row in t.rows] if k == 0 or not same_rows else [],
-            fontsize=8,
-        )
+        models = [row[0] for row in t.rows] if k == 0 or not same_rows else []
+        ax.set_yticks(range(len(t.rows)), models, fontsize=8)
         for (i, j), v in np.ndenumerate(data):
             if np.isfinite(v):
-                ax.text(
-                    j,
-                    i,
-                    f"{v:.0f}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if v < 60 else "black",
-                )
+                ax.text(j, i, f"{v:.0f}", **CELL_TEXT, color="white" if v < 60 else "black")
         ax.set_title(t.title.rsplit(" on ", 1)[-1])
     if im is not None:
         fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="IoU (%)", pad=0.01)
@@ -223,9 +197,8 @@ def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[P
 def interval_estimates(
     rows: Sequence[tuple[str, float, float, float, float, float, float]], stem: Path, title: str
 ) -> list[Path]:
-    """rliable's interval plot: one panel for the IQM, one for the mean, a bar per model from the
-    lower to the upper end of its 95 % interval and a tick at the point estimate. rows: (model,
-    IQM, lo, hi, mean, lo, hi)."""
+    """rliable's interval plot: panels IQM and mean, a bar per model over its 95 % interval and a
+    tick at the point. rows: (model, IQM, lo, hi, mean, lo, hi)."""
     n = len(rows)
     fig = Figure(figsize=(8, 0.45 * n + 1.4), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
@@ -248,17 +221,14 @@ def interval_estimates(
 def improvement_heatmap(
     models: Sequence[str], prob: np.ndarray, lo: np.ndarray, hi: np.ndarray, stem: Path, title: str
 ) -> list[Path]:
-    """P(row > column) per pair of models with its interval written in the cell (NaN: no common
-    dataset, or the diagonal)."""
+    """P(row > column) per model pair with its interval (NaN: the diagonal, no common dataset)."""
     n = len(models)
     fig, ax = panel(figsize=(1.3 * n + 2.5, 0.9 * n + 1.5))
     im = ax.imshow(prob, vmin=0, vmax=1, cmap="RdBu", aspect="auto")
     for (i, j), v in np.ndenumerate(prob):
         if np.isfinite(v):
-            ax.text(
-                j, i, f"{v:.2f}\n[{lo[i, j]:.2f}, {hi[i, j]:.2f}]", ha="center", va="center",
-                fontsize=7, color="white" if abs(v - 0.5) > 0.3 else "black",
-            )  # fmt: skip
+            text = f"{v:.2f}\n[{lo[i, j]:.2f}, {hi[i, j]:.2f}]"
+            ax.text(j, i, text, **CELL_TEXT, color="white" if abs(v - 0.5) > 0.3 else "black")
     ax.set_xticks(range(n), models, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(n), models, fontsize=8)
     fig.colorbar(im, ax=ax, label="P(X > Y)")
@@ -268,18 +238,11 @@ def improvement_heatmap(
 def performance_profile(
     taus: np.ndarray, curves: dict[str, np.ndarray], stem: Path, title: str
 ) -> list[Path]:
-    """rliable's performance profile: per model, the fraction of its (dataset, seed) runs scoring
-    above each mIoU threshold."""
+    """rliable's performance profile: each model's share of (dataset, seed) runs above each mIoU."""
     fig, ax = panel(figsize=(6.5, 4.2))
     for (name, frac), colour in zip(curves.items(), colours(len(curves))):
         ax.plot(taus, frac, color=colour, lw=1.6, label=name)
     ax.set_ylim(-0.02, 1.02)
-    return finish(
-        ax,
-        stem,
-        title,
-        "mIoU threshold τ (%)",
-        "fraction of runs with mIoU > τ",
-        grid={"visible": True, "alpha": 0.3},
-        legend={"fontsize": 7, "loc": "lower left"},
-    )
+    labels = ("mIoU threshold τ (%)", "fraction of runs with mIoU > τ")
+    legend = {"fontsize": 7, "loc": "lower left"}
+    return finish(ax, stem, title, *labels, grid={"visible": True, "alpha": 0.3}, legend=legend)

@@ -51,8 +51,8 @@ def _float(v: str, where: str) -> float | None:
 def load_leaderboard_csv(
     path: str | Path | None = None, *, key: str = "published", title: str | None = None
 ) -> Leaderboard:
-    """Read a published/imported table (column `model`, one column per dataset, optional
-    avg_miou_published / avg_rank_published) into a Leaderboard with recomputed ranks."""
+    """A published/imported table (`model`, a column per dataset, optional avg_miou_published /
+    avg_rank_published) as a Leaderboard with recomputed ranks."""
     path = Path(path) if path else PUBLISHED_CSV
     try:
         with path.open(newline="") as f:
@@ -72,16 +72,13 @@ def load_leaderboard_csv(
             v = _float(row[c], f"{path}:{i} column {c}")
             if v is not None:
                 samples[(m, d)] = [(0, v)]
-        published[m] = (
-            _float(row.get(AVG_COLUMN, ""), f"{path}:{i}"),
-            _float(row.get(RANK_COLUMN, ""), f"{path}:{i}"),
-        )
+        printed = (row.get(AVG_COLUMN, ""), row.get(RANK_COLUMN, ""))
+        published[m] = tuple(_float(v, f"{path}:{i}") for v in printed)
     lb = build_leaderboard(
         samples,
         key=key,
         title=title or f"Published: {path.name}",
         protocol="frozen",
-        fraction=1.0,
         datasets=datasets,
         models=list(published),
     )
@@ -92,10 +89,7 @@ def load_leaderboard_csv(
 
 
 def check_consistency(lb: Leaderboard, *, tolerance: float | None = None) -> list[Mismatch]:
-    """Printed averages/ranks vs the ones recomputed from the per-dataset numbers.
-
-    The tolerance is half a unit of the printed precision (0.005 for two decimals) plus float slack.
-    """
+    """Printed averages/ranks against recomputed; tolerance: half a printed unit (0.005) + slack."""
     tol = (0.5 * 10**-lb.decimals if tolerance is None else tolerance) + 1e-9
     out = []
     for r in lb.rows:

@@ -1,12 +1,7 @@
-"""Reading run records (results.jsonl) written by the engine.
-
-One JSON object per line and per run. The reader keeps what the report needs, ignores keys it does
-not know (the engine may add more), keeps only the latest record of a repeated run, and separates
-failed runs so that they are listed, never averaged. Results may live on any store (s3://...).
-A pretrained model run without its checkpoint is a different row ("S12-MoCo (random init)"), so
-every table and plot says so and never averages it with real-weight runs.
-The trials of a `cryocube tune` study (records with `sweep`) stay out of the runs and leaderboards;
-the study's best retrain is its own row, "S12-MoCo (tuned)".
+"""Reading the run records (results.jsonl, on any store) the engine writes: unknown keys ignored,
+the latest record of a repeated run kept, failed runs listed and never averaged. A pretrained
+model run without its checkpoint is a row of its own ("S12-MoCo (random init)"), as is a `cryocube
+tune` study's best retrain ("S12-MoCo (tuned)"); the study's trials stay out of the leaderboards.
 """
 
 from __future__ import annotations
@@ -137,9 +132,8 @@ class Run:
 
     @property
     def recipe_digest(self) -> str:
-        """What defines the run apart from its label fraction, seed and protocol: points with equal
-        digests belong on one curve. An older record without an identity is keyed by what it does
-        say (model, config, cube, weights), so runs that may differ are never joined."""
+        """What defines the run apart from fraction, seed and protocol (equal digests: one
+        curve); an old record without identity: what it says (model, config, cube, weights)."""
         return _digest(recipe_body(self.record))
 
 
@@ -159,18 +153,8 @@ class Results:
     by_family: dict[str, list[Run]] = field(default_factory=dict)
 
     def of(self, family: str) -> list[Run]:
-        """The ok runs of one family with a report section of its own (a list the caller may
-        extend)."""
+        """The ok runs of one family with its own report section (a list the caller may extend)."""
         return self.by_family.setdefault(family, [])
-
-    def select(self, protocol: str | None = None, fraction: float | None = None) -> list[Run]:
-        """Ranked runs of one protocol and/or label fraction (isclose); None takes either."""
-        return [
-            r
-            for r in self.runs
-            if (protocol is None or r.protocol == protocol)
-            and (fraction is None or math.isclose(r.fraction, fraction))
-        ]
 
 
 # the protocol leaderboards (Cryo-Bench's) rank runs scored on it, of any family
@@ -195,8 +179,7 @@ def _num(v: Any) -> float | None:
 
 
 def result_files(paths: Iterable[str | Path]) -> list[str]:
-    """Expand directories (local or remote) to the results.jsonl files they hold (the folder's own
-    file first)."""
+    """Directories (local or remote) expanded to their results.jsonl files (the folder's first)."""
     files: list[str] = []
     for p in map(str, paths):
         if store.is_remote(p):
@@ -209,11 +192,8 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
             continue
         q = Path(p)
         if q.is_dir():
-            found = (
-                [q / RESULTS_FILE]
-                if (q / RESULTS_FILE).is_file()
-                else sorted(q.rglob(RESULTS_FILE))
-            )
+            own = q / RESULTS_FILE
+            found = [own] if own.is_file() else sorted(q.rglob(RESULTS_FILE))
             if not found:
                 raise ResultsError(f"{q}: no {RESULTS_FILE} in this directory or below it")
             files.extend(str(f) for f in found)
@@ -227,8 +207,7 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
 
 
 def recipe_body(rec: RunRecord) -> dict[str, Any]:
-    """What defines a record apart from its fraction, seed and protocol (its identity, else what an
-    older record says)."""
+    """What defines a record apart from fraction, seed and protocol (identity, else old fields)."""
     body = {k: v for k, v in rec.identity.items() if k not in NOT_RECIPE}
     if body:
         return body
@@ -252,8 +231,7 @@ def no_family_key(rec: RunRecord) -> tuple:
 
 
 def parse_record(d: Any, where: str, family_key: FamilyKey = no_family_key) -> Run:
-    """A record of any version, validated and migrated (cryocube/record.py), as the report reads
-    it."""
+    """A record of any version, validated and migrated (cryocube/record.py), as a report row."""
     try:
         return as_run(RunRecord.from_dict(d, where), where, family_key)
     except RecordError as e:
@@ -280,17 +258,10 @@ def as_run(rec: RunRecord, where: str, family_key: FamilyKey = no_family_key) ->
         + (f"{DEVIATES}{', '.join(deviates)})" if deviates else "")
         + (TUNED if isinstance(sweep, dict) and sweep.get("best") else "")
     )
-    key = (
-        rec.model,
-        name,
-        rec.dataset.lower(),
-        rec.protocol,
-        rec.fraction,
-        rec.seed,
-        _digest(recipe_body(rec)),
-        *family_key(rec),
-    )
-    return Run(rec, where, name, status, None if error is None else str(error), key)
+    recipe = _digest(recipe_body(rec))
+    key = (rec.model, name, rec.dataset.lower(), rec.protocol, rec.fraction, rec.seed, recipe)
+    error = None if error is None else str(error)
+    return Run(rec, where, name, status, error, (*key, *family_key(rec)))
 
 
 def _created_key(run: Run, order: int) -> tuple:
@@ -321,8 +292,7 @@ def read_runs(paths: Iterable[str | Path], family_key: FamilyKey = no_family_key
 
 
 def _records_not_in(f: str, table: list, family_key: FamilyKey) -> list[Run]:
-    """The runs of f's folder whose record files the table lacks (the records are the truth), said
-    in a warning."""
+    """The runs of f's folder whose records the table lacks (the records are the truth), warned."""
     if f.rstrip("/").rsplit("/", 1)[-1] != RESULTS_FILE:
         return []
     out = f.rstrip("/")[: -len(RESULTS_FILE)].rstrip("/") or "."
@@ -337,8 +307,7 @@ def _records_not_in(f: str, table: list, family_key: FamilyKey) -> list[Run]:
 
 
 def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """Keep the latest record (by `created`, then by read order) per `Run.key`; a random-init run
-    has its own name, so it never replaces a run with weights."""
+    """The latest record (by `created`, then read order) per `Run.key`, and those it replaced."""
     latest: dict[tuple, tuple[tuple, Run]] = {}
     replaced: list[Run] = []
     for order, r in enumerate(runs):
@@ -354,9 +323,8 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def one_recipe_per_cell(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """(runs shown, runs left out): where one model, dataset, protocol and fraction ran under
-    several recipes (epochs 1 and 3), the recipe with the most runs (then the newest) fills the
-    cell; the others are never averaged with it as if they were more seeds."""
+    """(runs shown, runs left out): where a model, dataset, protocol and fraction ran several
+    recipes, the one with most runs (then newest) fills the cell; others are never seeds of it."""
     cells: dict[tuple, dict[str, list[tuple[int, Run]]]] = {}
     for order, r in enumerate(runs):
         cells.setdefault((r.model, r.model_name, r.dataset, r.protocol, r.fraction), {}).setdefault(
@@ -375,9 +343,8 @@ def one_recipe_per_cell(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 def load_results(
     paths: str | Path | Iterable[str | Path], family_key: FamilyKey = no_family_key
 ) -> Results:
-    """Read results.jsonl files (or directories holding them) into de-duplicated runs and
-    failures; `family_key` adds a family's part to a run's key (the pages pass
-    `Family.report_key`, which this layer cannot reach)."""
+    """results.jsonl files (or folders holding them) as de-duplicated runs and failures;
+    `family_key`: a family's part of a run's key (the pages pass `Family.report_key`)."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     every = read_runs(paths, family_key)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
@@ -399,10 +366,8 @@ def load_results(
 
 
 def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict[Any, str]:
-    """Display names for groups keyed by identity (one representative run each): the display name,
-    plus, where groups share it, what tells them apart: the model id, the recipe fields that differ
-    (`epochs=3`), else the recipe digest. Names are only for show: two groups never merge because
-    they print alike."""
+    """Display names for groups keyed by identity (a run each): the display name, and where groups
+    share it, the model id, the recipe fields that differ (`epochs=3`), else the recipe digest."""
     by_name: dict[str, list] = {}
     for k, r in groups.items():
         by_name.setdefault(base(r), []).append(k)

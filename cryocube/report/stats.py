@@ -1,24 +1,15 @@
-"""Sampling intervals for the report (docs/statistics.md says what each one covers).
-
-- A segmentation cell's interval: a cluster bootstrap of the test split. Tiles cut from one scene
-  (the cube's `source`) are drawn together; where every tile is its own scene it is the plain tile
-  bootstrap. The drawn tiles' confusion matrices are summed and mIoU computed from the sum, as the
-  run's own mIoU is. Seeds of a cell share the draws (one test split), so the interval is the
-  interval of the mean over seeds.
-- Across datasets (rliable, Agarwal et al. 2021): the IQM (25 % trimmed mean) and the mean of the
-  (dataset, seed) scores with a stratified bootstrap (seeds resampled within each dataset), and the
-  probability of improvement of each pair (seeds of the two models resampled independently).
-
-Everything is numpy and vectorised over the draws (a draw is a row of counts, a sum is one matrix
-product), so a 192-run report with 2,000 draws takes seconds; rliable itself is not a dependency
-(docs/statistics.md says why). Every generator is seeded from the report's seed and the cell's
-name, so the same records give the same report whatever order they are read in.
+"""Sampling intervals for the report: a cluster bootstrap of each segmentation cell's test split,
+and rliable's across-dataset IQM, mean and probability of improvement (docs/statistics.md says what
+each covers). Vectorised over the draws (a draw is a row of counts, a sum one matrix product), so a
+192-run report with 2,000 draws takes seconds; every generator is seeded by the report's seed and
+the cell's name, so the same records give the same report whatever order they are read in.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -65,9 +56,6 @@ def cluster_interval(draws: np.ndarray, clusters: int, level: float = LEVEL, axi
     return percentile_interval(draws, expanded_level(clusters, level), axis=axis)
 
 
-# -- mIoU of summed confusion matrices, many at once ---------------------------------------------
-
-
 def miou(cms: np.ndarray) -> np.ndarray:
     """mIoU (%) of confusion matrices (..., K, K), as `metrics_from_confusion` computes it: the
     mean over classes present in prediction or truth; NaN where no class is."""
@@ -82,8 +70,7 @@ def miou(cms: np.ndarray) -> np.ndarray:
 
 
 def cluster_counts(rng: np.random.Generator, clusters: int, draws: int) -> np.ndarray:
-    """(draws, clusters) counts of a bootstrap: each draw picks `clusters` clusters with
-    replacement."""
+    """(draws, clusters) bootstrap counts: each draw picks `clusters` clusters with replacement."""
     return rng.multinomial(clusters, np.full(clusters, 1.0 / clusters), size=draws).astype(
         np.float64
     )
@@ -103,9 +90,6 @@ def boot_miou(counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
     flat = np.moveaxis(sums.reshape(-1, c, k * k), 1, 0).reshape(c, -1)
     drawn = (counts @ flat).reshape((counts.shape[0],) + lead + (k, k))
     return miou(drawn)
-
-
-# -- per-tile data of a run -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -129,14 +113,10 @@ def read_tiles(data: bytes, where: str, sha256: str | None = None) -> TileData:
         )
 
 
-# -- one segmentation dataset: every model's cell on one test split ------------------------------
-
-
 @dataclass
 class CellInterval:
-    """One (model, dataset) cell: mean over seeds, seed SD, the bootstrap interval of the mean over
-    seeds, n tiles and scenes, bootstrap rank interval; `draws` (draws,) kept for paired
-    comparisons."""
+    """One (model, dataset) cell: mean over seeds, seed SD, the bootstrap interval of that mean, n
+    tiles and scenes, bootstrap rank interval; `draws` (draws,) kept for paired comparisons."""
 
     model: str
     dataset: str
@@ -167,10 +147,8 @@ def dataset_intervals(
     seed: int = SEED,
     board: str = "",
 ) -> dict[str, CellInterval]:
-    """Every model's cell on one dataset: {model: [(seed's mIoU, its tiles or None), ...]}.
-
-    Models on the same test split share the draws, so ranks and paired differences are taken
-    draw by draw. A seed without per-tile data leaves its cell without an interval (said)."""
+    """Every model's cell on one dataset: {model: [(seed's mIoU, its tiles or None), ...]};
+    one test split shares its draws (ranks, paired differences); no per-tile data, no interval."""
     out: dict[str, CellInterval] = {}
     groups: dict[str, list[str]] = {}
     for m, runs in cells.items():
@@ -203,16 +181,7 @@ def dataset_intervals(
             c.tiles, c.scenes, c.unit = int(n_tiles), int(n_scenes), unit
             if unit == "scene" and n_scenes < FEW_SCENES:
                 c.note = f"only {n_scenes} scenes: the interval is too narrow to trust"
-        if len(models) > 1:
-            for m, rank in zip(models, rank_intervals([out[m].draws for m in models])):
-                out[m].rank = rank
-                out[m].ties = tuple(
-                    o
-                    for o in models
-                    if o != m and out[o].lo <= out[m].hi and out[m].lo <= out[o].hi
-                )
-        elif models:
-            out[models[0]].rank = (1, 1)
+        rank_and_ties({m: out[m] for m in models}, lambda c: (c.lo, c.hi))
     return out
 
 
@@ -225,18 +194,29 @@ def rank_intervals(draws: Sequence[np.ndarray]) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(lo, hi)]
 
 
+def rank_and_ties(cells: dict, interval) -> None:
+    """Each cell's rank interval over the draws they share (a lone cell: 1); its ties: the cells
+    whose `interval(cell)` (lo, hi) overlaps its own."""
+    ranks = rank_intervals([c.draws for c in cells.values()]) if len(cells) > 1 else [(1, 1)]
+    spans = {m: interval(c) for m, c in cells.items()}
+    for (m, c), rank in zip(cells.items(), ranks):
+        lo, hi = spans[m]
+        c.rank = rank
+        c.ties = tuple(
+            o
+            for o, (o_lo, o_hi) in spans.items()
+            if o != m and None not in (lo, o_lo) and o_lo <= hi and lo <= o_hi
+        )
+
+
 def paired_difference(a: CellInterval, b: CellInterval) -> tuple[float, float, float] | str:
-    """A - B with the interval from the same draws on the same test tiles; a sentence where the two
-    cannot be paired."""
+    """A - B with its interval over the same draws and tiles; a sentence where they cannot pair."""
     if a.draws is None or b.draws is None:
         return NO_TILES
     if a.group != b.group:
         return "not tested on the same tiles: no paired interval"
     lo, hi = cluster_interval(a.draws - b.draws, a.scenes)
     return a.mean - b.mean, float(lo), float(hi)
-
-
-# -- across datasets (rliable's aggregates) -------------------------------------------------------
 
 
 def trimmed_mean(a: np.ndarray, axis: int = -1, cut: float = 0.25) -> np.ndarray:
@@ -304,8 +284,8 @@ def aggregates(
     seed: int = SEED,
     board: str = "",
 ) -> dict[str, Aggregate]:
-    """{model: {dataset: seed scores}} -> each model's IQM and mean with stratified bootstrap
-    intervals, and the rank interval of its IQM (models ranked on the datasets they have)."""
+    """{model: {dataset: seed scores}} -> IQM and mean with stratified bootstrap intervals, and the
+    IQM's rank interval (models ranked on the datasets they have)."""
     out = {}
     for m, per in scores.items():
         ds = sorted(per)
@@ -321,21 +301,7 @@ def aggregates(
             m, len(ds), int(flat.size), iqm(arrs), f(il), f(ih),
             float(flat.mean()), f(ml), f(mh), draws=iq,
         )  # fmt: skip
-    models = list(out)
-    if len(models) > 1:
-        for m, rank in zip(models, rank_intervals([out[m].draws for m in models])):
-            a = out[m]
-            a.rank = rank
-            a.ties = tuple(
-                o
-                for o in models
-                if o != m
-                and None not in (a.iqm_lo, out[o].iqm_lo)
-                and out[o].iqm_lo <= a.iqm_hi
-                and a.iqm_lo <= out[o].iqm_hi
-            )
-    elif models:
-        out[models[0]].rank = (1, 1)
+    rank_and_ties(out, lambda a: (a.iqm_lo, a.iqm_hi))
     return out
 
 
@@ -346,28 +312,23 @@ def improvement_matrix(
     seed: int = SEED,
     board: str = "",
 ) -> dict[tuple[str, str], tuple[float, float, float, int]]:
-    """{(X, Y): (P(X > Y), lo, hi, datasets)} over the datasets both have; the interval from
-    resampling each model's seeds independently within each dataset (rliable's
-    StratifiedIndependentBootstrap)."""
+    """{(X, Y): (P(X > Y), lo, hi, datasets)} over both's datasets; the interval resamples each
+    model's seeds independently within each dataset (rliable's StratifiedIndependentBootstrap)."""
     out = {}
-    models = list(scores)
-    for x in models:
-        for y in models:
-            if x == y:
-                continue
-            common = sorted(set(scores[x]) & set(scores[y]))
-            if not common:
-                continue
-            rng = rng_for(board, "improvement", x, y, seed=seed)
-            boot = np.zeros(draws)
-            for d in common:
-                bx = _resample(rng, scores[x][d], draws)
-                boot += improvement(bx, _resample(rng, scores[y][d], draws))
-            lo, hi = percentile_interval(boot / len(common))
-            point = probability_of_improvement(
-                [scores[x][d] for d in common], [scores[y][d] for d in common]
-            )
-            out[(x, y)] = (point, float(lo), float(hi), len(common))
+    for x, y in itertools.permutations(scores, 2):
+        common = sorted(set(scores[x]) & set(scores[y]))
+        if not common:
+            continue
+        rng = rng_for(board, "improvement", x, y, seed=seed)
+        boot = np.zeros(draws)
+        for d in common:
+            bx = _resample(rng, scores[x][d], draws)
+            boot += improvement(bx, _resample(rng, scores[y][d], draws))
+        lo, hi = percentile_interval(boot / len(common))
+        point = probability_of_improvement(
+            [scores[x][d] for d in common], [scores[y][d] for d in common]
+        )
+        out[(x, y)] = (point, float(lo), float(hi), len(common))
     return out
 
 

@@ -11,9 +11,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 MISSING = "–"
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -22,16 +23,39 @@ class Column:
     header: str  # display header
     show: bool = True  # False: CSV/JSON only (e.g. the count behind "61.47 (4/5)")
     numeric: bool = True
+    decimals: int = 2  # how a float displays where the row gives no text of its own
 
 
-def columns(spec: str, text: str = "", hidden: str = "") -> list[Column]:
-    """Columns from "key=Header; key=Header" (a table's columns read as one line each, not a
-    Column call each); `text` names the text columns' keys, `hidden` the CSV/JSON-only ones."""
+MODEL = Column("model", "Model", numeric=False)
+
+
+def columns(
+    spec: str, text: str = "", hidden: str = "", decimals: dict[str, int] | None = None
+) -> list[Column]:
+    """Columns from "key=Header; key=Header"; `text` names the text columns' keys, `hidden` the
+    CSV/JSON-only ones, `decimals` the floats not shown at two."""
     out = []
     for part in spec.split(";"):
         key, _, header = part.strip().partition("=")
-        out.append(Column(key, header, key not in hidden.split(), key not in text.split()))
+        places = (decimals or {}).get(key, 2)
+        out.append(Column(key, header, key not in hidden.split(), key not in text.split(), places))
     return out
+
+
+def rounded(v: float, decimals: int | None) -> float:
+    """`v` at the displayed precision, so what prints as a tie is a tie (None: as it is)."""
+    return round(v, decimals) if decimals is not None else v
+
+
+def best_two(
+    values: Mapping[K, float], *, higher_is_better: bool = True, decimals: int | None = None
+) -> dict[K, int]:
+    """1 for every key holding the best value, 2 for every key holding the next distinct value."""
+    vals = {
+        k: rounded(v, decimals) for k, v in values.items() if v is not None and math.isfinite(v)
+    }
+    distinct = sorted(set(vals.values()), reverse=higher_is_better)[:2]
+    return {k: distinct.index(v) + 1 for k, v in vals.items() if v in distinct}
 
 
 @dataclass
@@ -46,15 +70,21 @@ class Table:
     notes: list[str] = field(default_factory=list)
     group: str = ""  # the report section/folder it belongs to (makes HTML ids unique)
 
-    def add(self, raw: list[Any], text: list[str] | None = None) -> None:
-        """Appends a row: raw values and their display texts (`fmt` of each by default); a wrong
-        length is a ValueError."""
+    def add(self, raw: list[Any], text: list[str] | dict[str, str] | None = None) -> None:
+        """Appends a row: raw values and their texts, all or {column key: text} for some (others:
+        `fmt` at the column's decimals); a wrong length is a ValueError."""
         if len(raw) != len(self.columns):
             raise ValueError(
                 f"table {self.name}: row has {len(raw)} values for {len(self.columns)} columns"
             )
         self.rows.append(raw)
-        self.texts.append(text if text is not None else [fmt(v) for v in raw])
+        if not isinstance(text, list):
+            own = text or {}
+            text = [
+                own[c.key] if c.key in own else fmt(v, c.decimals)
+                for v, c in zip(raw, self.columns)
+            ]
+        self.texts.append(text)
 
     def col(self, key: str) -> int:
         """A column's index by key (ValueError if none), to read a row's raw value or text."""
@@ -70,9 +100,26 @@ class Table:
         for i, m in marks.items():
             self.marks[(i, key)] = m
 
+    def mark_best(self, key: str, decimals: int = 2, higher: bool = True, rows=None) -> None:
+        """Marks the best and second values of one column (`rows`: only these row indexes)."""
+        j = self.col(key)
+        vals = {i: r[j] for i, r in enumerate(self.rows) if rows is None or i in rows}
+        self.mark(best_two(vals, higher_is_better=higher, decimals=decimals), key)
+
     def shown(self) -> list[tuple[int, Column]]:
         """(index, column) of the columns display formats show; CSV and JSON write every column."""
         return [(j, c) for j, c in enumerate(self.columns) if c.show]
+
+    def marked(self, escape: Callable[[str], str], best: str, second: str) -> list[list[str]]:
+        """Each row's shown texts escaped, the best and second wrapped as a format marks them."""
+        wrap = {1: best, 2: second}
+        return [
+            [
+                wrap.get(self.marks.get((i, c.key)), "{}").format(escape(text[j]))
+                for j, c in self.shown()
+            ]
+            for i, text in enumerate(self.texts)
+        ]
 
 
 def fmt(v: Any, decimals: int = 2) -> str:
@@ -96,10 +143,6 @@ def _json_value(v: Any) -> Any:
     return v
 
 
-# --- renderers
-# ---------------------------------------------------------------------------------------
-
-
 def to_markdown(t: Table) -> str:
     """Markdown: best in bold, second underlined (<u>), the notes as a list below."""
     cols = t.shown()
@@ -110,12 +153,7 @@ def to_markdown(t: Table) -> str:
         "| " + " | ".join(esc(c.header) for _, c in cols) + " |",
         "|" + "|".join("---:" if c.numeric else "---" for _, c in cols) + "|",
     ]
-    for i, text in enumerate(t.texts):
-        cells = []
-        for j, c in cols:
-            s, m = esc(text[j]), t.marks.get((i, c.key))
-            cells.append(f"**{s}**" if m == 1 else f"<u>{s}</u>" if m == 2 else s)
-        out.append("| " + " | ".join(cells) + " |")
+    out += ["| " + " | ".join(row) + " |" for row in t.marked(esc, "**{}**", "<u>{}</u>")]
     if t.notes:
         out += [""] + [f"- {n}" for n in t.notes]
     return "\n".join(out) + "\n"
@@ -127,7 +165,6 @@ def to_csv(t: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([c.key for c in t.columns])
     for r in t.rows:
-        # missing (None, NaN) as an empty field, floats to 6 significant digits
         w.writerow(
             ["" if _json_value(v) is None else f"{v:.6g}" if isinstance(v, float) else v for v in r]
         )
@@ -137,23 +174,18 @@ def to_csv(t: Table) -> str:
 def to_json(t: Table) -> str:
     """The raw values (non-finite as null) with the marks and notes, for other tools to read."""
     keys = [c.key for c in t.columns]
-    return (
-        json.dumps(
-            {
-                "name": t.name,
-                "title": t.title,
-                "columns": [{"key": c.key, "header": c.header} for c in t.columns],
-                "rows": [{k: _json_value(v) for k, v in zip(keys, r)} for r in t.rows],
-                "marks": [
-                    {"row": i, "column": k, "mark": "best" if m == 1 else "second"}
-                    for (i, k), m in sorted(t.marks.items())
-                ],
-                "notes": t.notes,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    doc = {
+        "name": t.name,
+        "title": t.title,
+        "columns": [{"key": c.key, "header": c.header} for c in t.columns],
+        "rows": [{k: _json_value(v) for k, v in zip(keys, r)} for r in t.rows],
+        "marks": [
+            {"row": i, "column": k, "mark": "best" if m == 1 else "second"}
+            for (i, k), m in sorted(t.marks.items())
+        ],
+        "notes": t.notes,
+    }
+    return json.dumps(doc, indent=1) + "\n"
 
 
 _TEX = {
@@ -192,14 +224,8 @@ def to_latex(t: Table) -> str:
         " & ".join(tex_escape(c.header) for _, c in cols) + r" \\",
         r"\midrule",
     ]
-    for i, text in enumerate(t.texts):
-        cells = []
-        for j, c in cols:
-            s, m = tex_escape(text[j]), t.marks.get((i, c.key))
-            cells.append(
-                r"\textbf{" + s + "}" if m == 1 else r"\underline{" + s + "}" if m == 2 else s
-            )
-        out.append(" & ".join(cells) + r" \\")
+    marks = (r"\textbf{{{}}}", r"\underline{{{}}}")
+    out += [" & ".join(row) + r" \\" for row in t.marked(tex_escape, *marks)]
     out += [r"\bottomrule", r"\end{tabular}"]
     if t.notes:
         out.append(r"\par\footnotesize " + " ".join(tex_escape(n) for n in t.notes))
@@ -219,11 +245,9 @@ def to_html(t: Table) -> str:
     ]
     out += [f'<th class="{"num" if c.numeric else "txt"}">{e(c.header)}</th>' for _, c in cols]
     out.append("</tr></thead><tbody>")
-    for i, text in enumerate(t.texts):
+    for text, row in zip(t.texts, t.marked(e, "<strong>{}</strong>", "<u>{}</u>")):
         out.append("<tr>")
-        for j, c in cols:
-            s, m = e(text[j]), t.marks.get((i, c.key))
-            s = f"<strong>{s}</strong>" if m == 1 else f"<u>{s}</u>" if m == 2 else s
+        for (j, c), s in zip(cols, row):
             cls = ("num" if c.numeric else "txt") + (" missing" if text[j] == MISSING else "")
             out.append(f'<td class="{cls}">{s}</td>')
         out.append("</tr>")
@@ -239,6 +263,8 @@ RENDERERS: dict[str, tuple[str, Callable[[Table], str]]] = {
     "json": (".json", to_json),
     "tex": (".tex", to_latex),
 }
+# what `cryocube report --format` takes: the tables' and the page's
+ALL_FORMATS = (*RENDERERS, "html")
 
 
 def write_table(t: Table, out_dir: Path, formats: list[str]) -> list[Path]:

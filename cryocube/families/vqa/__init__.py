@@ -1,39 +1,39 @@
 """The vqa family: generative vision-language models answer the InSAR-VLM-Bench questions about
-interferogram cubes, and image-level yes/no and "what fraction" questions about Cryo-Bench tile
-cubes (`cryocube evaluate --protocol vqa --models transformers:<checkpoint>`); the cube's kind picks
-the task file.
-
-`plan` reads the questions from the cube (questions.py) and checks the model through its adapter
-(cryocube.adapters: weights there, an image processor) before any work; `score` is one Dask task per
-block of samples that generates, keeps, parses and scores the block's answers (answer.py); the
-reduce concatenates rows, and `finish` computes each task's metrics with bootstrap CIs and writes
-the answers and a small gallery beside the record. Tasks, prompts and metrics are catalog data
-(tasks.py).
+interferogram cubes and image-level questions about Cryo-Bench tile cubes (`cryocube evaluate
+--protocol vqa --models transformers:<checkpoint>`; the cube's kind picks the task file). `resolve`
+reads the cube's questions and checks the model through its adapter before any work; `score` is a
+Dask task per block of samples (answer.py: generate, keep, parse, score); `finish` writes each
+task's metrics with bootstrap CIs, the answers and a small gallery beside the record (docs/vlm.md).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
+from ... import store
 from ...adapters import get as adapter
 from ...adapters import names as adapter_names
 from ...adapters import split_ref
 from ...catalog import protocol as protocol_spec
-from ...cube import open_cube
+from ...cube import open_cube, read_samples
 from ...errors import RecipeError, UserError
 from ...precision import resolve, this_device
 from ...questions.ask import questions
-from ...questions.cells import chance_cells
-from ...questions.render import band_facts
+from ...questions.cells import cells, chance_cells
+from ...questions.metrics import FACTS
+from ...questions.render import band_facts, png_bytes, render
 from ...questions.tasks import select
 from ...record import run_dir
 from .. import register
 from ..base import FittedInScore, PlanContext, PlannedRun, Resolved, RunSpec
 from ..split import cube_split
-from .answer import Block, block_url
+from .answer import Block, answer_block, block_url, crop, merge, summarize_rows
 from .recipe import VqaRecipe
 
 GALLERY_SAMPLES = 6
+# a gallery answer's keys, from an answer row's
+GALLERY_KEYS = dict(task="task", question="prompt", reference="refs", answer="answer", ok="ok")
 N_BOOT = 1000
 
 
@@ -51,8 +51,7 @@ class Vqa(FittedInScore):
     )
 
     def with_overrides(self, spec: RunSpec, recipe: VqaRecipe) -> VqaRecipe:
-        """Refuses follow_reference before anything else: a generative model declares no deviation
-        from a reference."""
+        """Refuses follow_reference first: a generative model declares no deviation to follow."""
         vr = super().with_overrides(spec, recipe)
         if vr.follow_reference:
             raise RecipeError(
@@ -122,39 +121,23 @@ class Vqa(FittedInScore):
         )
 
     def score(self, run: PlannedRun, fitted: dict):
-        """One answer_block task per block of samples: generate (or read kept answers), parse,
-        score."""
-        from .answer import answer_block
-
+        """One answer_block task per block of samples: generate (or read kept), parse, score."""
         return [(answer_block, b) for b in run.work["blocks"]]
 
-    @staticmethod
-    def reduce(a, b):
-        """Concatenates two blocks' rows and adds up their counters (answer.merge)."""
-        from .answer import merge
-
-        return merge(a, b)
+    reduce = staticmethod(merge)  # two blocks' rows concatenated, their counters added up
 
     def report_sections(self, page, results) -> None:
-        """The question-task boards, tables, fringe plot, gallery and LEADERBOARD.md (report.py);
-        the heads family's cells appear on these boards."""
+        """The boards, tables, fringe plot, gallery and LEADERBOARD.md, heads' cells included."""
         from .report import sections
 
         sections(page, results)
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        """Writes answers.jsonl and the gallery beside the record; `parsed`, the share of answers
-        read, is the primary metric."""
-        import json
-
-        from ... import store as _store
-        from ...questions.cells import cells
-        from .answer import summarize_rows
-
+        """Writes answers.jsonl and the gallery; `parsed`, the share of answers read, is primary."""
         rows = sorted(total["rows"], key=lambda r: (r["sample"], r["task"], r.get("variant", 0)))
         tasks = summarize_rows(rows, run.work["tasks"], N_BOOT, seed=run.spec.seed)
         rdir = run.work["dir"]
-        _store.write_atomic(f"{rdir}/answers.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        store.write_atomic(f"{rdir}/answers.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
         gallery = write_gallery(run, rows)
         n = len(rows)
         parsed = 100.0 * sum(r["ok"] for r in rows) / n if n else float("nan")
@@ -188,8 +171,7 @@ class Vqa(FittedInScore):
 
 
 def _model(spec: RunSpec, recipe: VqaRecipe, ctx: PlanContext):
-    """(model reference, provenance, effective precision) from the run's adapter; refuses an
-    encoder (it answers through heads or probe)."""
+    """(model reference, provenance, precision) from the adapter; refuses an encoder's name."""
     adapter_name, location = split_ref(spec.model)
     if adapter_name not in adapter_names():
         raise UserError(
@@ -203,13 +185,11 @@ def _model(spec: RunSpec, recipe: VqaRecipe, ctx: PlanContext):
 
 
 def _tasks(cube, recipe: VqaRecipe):
-    """(the tasks asked, their questions, the tasks left out), each task's answer length capped
-    by max_new_tokens."""
+    """(tasks asked, their questions, tasks left out), answer lengths capped by max_new_tokens."""
     tasks = select(recipe.task_names or None, cube.kind, cube.dataset)
     qs, left_out = questions(cube.url, tasks)
     tasks = [t for t in tasks if t.name in {q.task for q in qs}]
-    if recipe.max_new_tokens:
-        cap = recipe.max_new_tokens
+    if cap := recipe.max_new_tokens:
         tasks = [replace(t, max_new_tokens=min(t.max_new_tokens, cap)) for t in tasks]
     return tasks, qs, left_out
 
@@ -228,8 +208,7 @@ def _task_record(t, qs: list) -> dict:
 
 
 def _blocks(cube, qs: list, tasks: list, ref, recipe: VqaRecipe, rdir: str) -> list[Block]:
-    """One answer task per `block_samples` samples, each with its questions and how its pictures
-    are drawn."""
+    """One answer task per `block_samples` samples: its questions and how its pictures are drawn."""
     ds = open_cube(cube.url)
     facts = band_facts(ds) if cube.kind == "tiles" else ()
     samples = sorted({q.sample for q in qs})
@@ -258,8 +237,7 @@ def _blocks(cube, qs: list, tasks: list, ref, recipe: VqaRecipe, rdir: str) -> l
 
 
 def _asked(qs: list, kind: str) -> dict:
-    """Tiles: which split and classes were asked (the test split; every class but the task file's
-    skip_classes)."""
+    """Tiles: the split and classes asked (test; every class but the task file's skip_classes)."""
     if kind != "tiles":
         return {}
     return {
@@ -270,10 +248,7 @@ def _asked(qs: list, kind: str) -> dict:
 
 
 def summary_line(tasks: dict) -> str:
-    """One line per run for the console: each task's metrics with their 95 % intervals and its
-    unparsed answers."""
-    from ...questions.metrics import FACTS
-
+    """A console line per run: each task's metrics with 95 % intervals, and its unparsed answers."""
     parts = []
     for name, d in tasks.items():
         ms = ", ".join(
@@ -285,13 +260,7 @@ def summary_line(tasks: dict) -> str:
 
 
 def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
-    """The first samples' pictures (as the model saw them) beside their questions, references and
-    answers."""
-    from ... import store as _store
-    from ...cube import read_samples
-    from ...questions.render import png_bytes, render
-    from .answer import crop
-
+    """The first samples' pictures (as the model saw them) with their questions and answers."""
     tasks = run.work["tasks"]
     samples = sorted({r["sample"] for r in rows})[:GALLERY_SAMPLES]
     if not samples:
@@ -305,7 +274,7 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
     for k, s in enumerate(samples):
         rel = f"gallery/sample-{s:05d}.png"
         size = next(q.size for b in run.work["blocks"] for q in b.questions if q.sample == s)
-        _store.write_atomic(
+        store.write_atomic(
             f"{run.work['dir']}/{rel}",
             png_bytes(
                 render(
@@ -319,15 +288,8 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
                 "source": next(r["source"] for r in rows if r["sample"] == s),
                 "picture": rel,
                 "qa": [
-                    {
-                        "task": r["task"],
-                        "question": r["prompt"],
-                        "reference": r["refs"],
-                        "answer": r["answer"],
-                        "ok": r["ok"],
-                    }
-                    | ({"class": r["class"]} if "class" in r else {})
-                    | ({"variant": r["variant"]} if "variant" in r else {})
+                    {k: r[row_key] for k, row_key in GALLERY_KEYS.items()}
+                    | {k: r[k] for k in ("class", "variant") if k in r}
                     for r in rows
                     if r["sample"] == s
                 ],

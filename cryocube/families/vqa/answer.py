@@ -52,8 +52,7 @@ def blank_like(picture: np.ndarray) -> np.ndarray:
 
 
 def block_url(run_dir: str, index: int) -> str:
-    """Where block `index` keeps its answers; a rerun reads them back instead of generating when
-    the file answered the same questions (`questions_key`)."""
+    """Where block `index` keeps its answers, read back by a rerun asking the same questions."""
     return f"{run_dir.rstrip('/')}/answers/block-{index:05d}.json"
 
 
@@ -63,28 +62,24 @@ def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return image[:, :h, :w] if w and h else image
 
 
+def _picture(b: Block, image: np.ndarray, s: int, spec) -> np.ndarray:
+    """Sample `s` as the model is shown it: drawn by `spec`, or blank (the blind baseline)."""
+    pic = render(
+        image, list(b.bands), spec, b.rendered, where=f"{b.cube}: sample {s}", facts=b.facts
+    )
+    return blank_like(pic) if b.blind else pic
+
+
 def _generate(b: Block) -> tuple[list[dict], float, str]:
     samples = sorted({q.sample for q in b.questions})
     images, _ = read_samples(b.cube, samples, labels=False)
     if images.ndim == 5:  # a time axis of one step
         images = images[:, 0]
     sizes = {q.sample: q.size for q in b.questions}
-    pictures: dict = {}  # per way of drawing (task files may differ), per sample
-    for t in b.tasks:
-        if t.render not in pictures:
-            pictures[t.render] = {
-                s: render(
-                    crop(images[k], sizes[s]),
-                    list(b.bands),
-                    t.render,
-                    b.rendered,
-                    where=f"{b.cube}: sample {s}",
-                    facts=b.facts,
-                )
-                for k, s in enumerate(samples)
-            }
-            if b.blind:
-                pictures[t.render] = {s: blank_like(pic) for s, pic in pictures[t.render].items()}
+    pictures = {  # per way of drawing (task files may differ), per sample
+        spec: {s: _picture(b, crop(images[k], sizes[s]), s, spec) for k, s in enumerate(samples)}
+        for spec in dict.fromkeys(t.render for t in b.tasks)
+    }
     by_task = {t.name: t for t in b.tasks}
     gens: list[dict | None] = [None] * len(b.questions)
     with torch_task(b.threads) as (device, _threads):
@@ -116,10 +111,8 @@ def _kept(b: Block) -> dict | None:
     if not _store.file_exists(b.url):
         return None
     kept = json.loads(_store.read_text(b.url))
-    ok = kept.get("questions") == questions_key(b.questions) and len(kept["answers"]) == len(
-        b.questions
-    )
-    return kept if ok else None
+    same = kept.get("questions") == questions_key(b.questions)
+    return kept if same and len(kept["answers"]) == len(b.questions) else None
 
 
 def _row(q: Question, g: dict, t: TaskSpec, panel: tuple[int, int]) -> dict:
@@ -152,8 +145,8 @@ def _row(q: Question, g: dict, t: TaskSpec, panel: tuple[int, int]) -> dict:
 
 @task_boundary
 def answer_block(b: Block) -> dict:
-    """The score task: generates the block's answers (or reads them kept, when kept for these very
-    questions), then parses and scores each into a row; a parse never fails the block."""
+    """The score task: the block's answers (generated, or kept for these questions) parsed and
+    scored into rows; a parse never fails the block."""
     kept = _kept(b)
     generated = kept is None
     if generated:
@@ -175,14 +168,12 @@ def answer_block(b: Block) -> dict:
 
 
 def merge(a: dict, b: dict) -> dict:
-    """The reduce: rows concatenated, every other field added (counts summed, device lists
-    joined)."""
+    """The reduce: rows concatenated, every other field added (counts summed, lists joined)."""
     return {"rows": a["rows"] + b["rows"]} | {k: a[k] + b[k] for k in a if k != "rows"}
 
 
 def _part(rows: list[dict], t: TaskSpec, n_boot: int, seed: int, every: bool = True) -> dict:
-    """n, unparsed and each metric's mean with its bootstrap CI over `rows` (`every=False`: only
-    the metrics some row has a score for)."""
+    """n, unparsed and each metric's mean and bootstrap CI (`every=False`: metrics with scores)."""
     metrics = {}
     for m, _, _ in t.metrics:
         vals = [r["scores"][m] for r in rows if m in r["scores"]]
@@ -192,10 +183,8 @@ def _part(rows: list[dict], t: TaskSpec, n_boot: int, seed: int, every: bool = T
 
 
 def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, seed: int) -> dict:
-    """Per task, on its first phrasing (the board's): each metric's mean with its bootstrap CI, n,
-    unparsed and the score an unparsed answer got (`unparsed_value`); class tasks add a confusion
-    matrix; a task with several phrasings adds each phrasing's n, unparsed and metrics
-    (`phrasings`)."""
+    """Per task on its first phrasing (the board's): n, unparsed, `unparsed_value`, each metric's
+    mean and bootstrap CI; class tasks add a confusion matrix, phrased ones each phrasing's too."""
     out = {}
     for name, t in tasks.items():
         every = [r for r in rows if r["task"] == name]

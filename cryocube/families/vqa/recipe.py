@@ -37,6 +37,5 @@ class VqaRecipe(BaseRecipe):
 
     @property
     def task_names(self) -> list[str]:
-        """vqa_tasks as a list from either form ('a,b' or a list); empty means every task the cube
-        can serve."""
+        """vqa_tasks as a list ('a,b' or a list); empty: every task the cube can serve."""
         return names(self.vqa_tasks)

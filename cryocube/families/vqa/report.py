@@ -1,12 +1,7 @@
 """The vqa family's report: one board per cube (InSAR-VLM-Bench's shape, columns from the task
-file's `board:`) with VLMs and GFMs side by side, per task metrics, phrasings, confusion matrices,
-fringe counts, a gallery, and LEADERBOARD.md.
-
-The board is laid out from the board cells the families contribute (questions/cells.py), all on the
-cube's test split: baselines first (never ranked), VLMs, encoders through linear heads or through
-segmentation (mask -> box). A cell over other samples or in another unit than its column's is
-refused with a note: a column is one metric in one unit over one set of samples. Probe F1 / R² stay
-in the embedding report (other samples). Two cubes of one dataset are two boards (`Cube`).
+file's `board:`) with VLMs and GFMs side by side, from the board cells the families contribute
+(questions/cells.py), then per task metrics, phrasings, confusion matrices, fringe counts, a gallery
+and LEADERBOARD.md. docs/vlm.md says how a board compares like with like.
 """
 
 from __future__ import annotations
@@ -53,8 +48,7 @@ def _of(res: Results, family: str, cube: Cube) -> list[Run]:
 
 @dataclass
 class BoardRow:
-    """One row of a board, and what a column without a cell says (not asked, text an encoder
-    cannot write, ...)."""
+    """A board row, and what its columns without a cell say (not asked, cannot answer, ...)."""
 
     name: str
     kind: str
@@ -68,48 +62,36 @@ def _by_key(cells: list[dict]) -> dict:
     return {(c["task"], c["metric"], c.get("class")): c for c in cells or []}
 
 
-def _vlm_missing(r: Run) -> Callable[[str, str], str]:
-    asked, left = set(r.record.get("tasks") or {}), r.record.get("tasks_left_out") or {}
-    return lambda task, m: (
-        MISSING if task in asked else (NOT_IN_CUBE if task in left else NOT_ASKED)
-    )
+def _tasks_of(r: Run, key: str) -> set:
+    return set(r.record.get(key) or {})
 
 
-def _vlm_unparsed(cells: list[dict]) -> Callable[[str | None], str]:
-    """A VLM row's Unparsed cell per class (None: every class): unparsed / asked on the test split,
-    counted once per task (not per metric)."""
-
-    def text(cls) -> str:
-        cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())
-        return (
-            f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}"
-            if cs
-            else MISSING
-        )
-
-    return text
-
-
-def _localisers(res: Results, cube: Cube) -> dict[str, Run]:
-    """model -> its latest segmentation run on the board's cube that scored localisation."""
-    out: dict[str, Run] = {}
-    for r in sorted(
-        (r for r in res.runs if cube.holds(r) and r.record.get("localisation")),
-        key=lambda r: r.created,
-    ):
-        out[r.model] = r
-    return out
+def _unparsed(cells: list[dict], cls: str | None) -> str:
+    """A VLM row's Unparsed cell for one class (None: every class): unparsed / asked on the test
+    split, counted once per task (not per metric)."""
+    cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())
+    if not cs:
+        return MISSING
+    return f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}"
 
 
 def _vlm_row(r: Run, name: str, kind: str, baseline: bool) -> BoardRow:
     cs = r.metrics.get("cells") or []
-    return BoardRow(name, kind, _by_key(cs), _vlm_missing(r), baseline, _vlm_unparsed(cs))
+    asked, left = _tasks_of(r, "tasks"), _tasks_of(r, "tasks_left_out")
+    return BoardRow(
+        name,
+        kind,
+        _by_key(cs),
+        lambda t, m: MISSING if t in asked else (NOT_IN_CUBE if t in left else NOT_ASKED),
+        baseline,
+        lambda cls: _unparsed(cs, cls),
+    )
 
 
 def _head_row(r: Run) -> BoardRow:
     # asked or text: a missing cell is one an encoder cannot fill
-    cannot = set(r.record.get("tasks") or {}) | set(r.record.get("tasks_text") or [])
-    left = r.record.get("tasks_left_out") or {}
+    cannot = _tasks_of(r, "tasks") | _tasks_of(r, "tasks_text")
+    left = _tasks_of(r, "tasks_left_out")
     return BoardRow(
         r.model_name,
         "GFM (linear head)",
@@ -118,29 +100,34 @@ def _head_row(r: Run) -> BoardRow:
     )
 
 
-def _localiser_row(r: Run) -> BoardRow:
-    loc = r.record.fields["localisation"]
-    return BoardRow(
-        r.model_name,
-        "GFM (segmentation)",
-        {(loc["task"], "box_iou", None): {**loc, "class": None, "how": BOX_ROUTE}},
-        lambda t, m: (
-            CANNOT if m in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"
-        ),
-    )
+def _localiser_rows(res: Results, cube: Cube) -> list[BoardRow]:
+    """Per model, its latest segmentation run on the board's cube that scored localisation."""
+    latest: dict[str, Run] = {}
+    for r in sorted(res.runs, key=lambda r: r.created):
+        if cube.holds(r) and r.record.get("localisation"):
+            latest[r.model] = r
+    rows = []
+    for r in sorted(latest.values(), key=lambda r: r.model_name):
+        loc = r.record.fields["localisation"]
+        cells = {(loc["task"], "box_iou", None): {**loc, "class": None, "how": BOX_ROUTE}}
+        rows.append(BoardRow(r.model_name, "GFM (segmentation)", cells, _boxes_only))
+    return rows
+
+
+def _boxes_only(task: str, metric: str) -> str:
+    return CANNOT if metric in TEXT_METRICS else f"{MISSING} (segmentation answers boxes only)"
 
 
 def _baseline_rows(vlms: list[Run], heads: list[Run]) -> list[BoardRow]:
-    """The chance row (from any run's baselines) and the blind rows, or one saying blind was not
-    run."""
+    """The chance row (any run's baselines) and the blind rows, or one saying blind did not run."""
     # tasks the cube has no reference for, by any run's record
-    left = set().union(*[set(r.record.get("tasks_left_out") or {}) for r in vlms + heads])
+    left = set().union(*[_tasks_of(r, "tasks_left_out") for r in vlms + heads])
+    baselines = [(r.metrics.get("baselines") or {}).get("chance") for r in vlms + heads]
+    chance = next((c for c in baselines if c), None)
     rows = []
-    for r in vlms + heads:
-        if chance := (r.metrics.get("baselines") or {}).get("chance"):
-            why = lambda t, m: NOT_IN_CUBE if t in left else "cannot answer (chance)"  # noqa: E731
-            rows.append(BoardRow("chance", "baseline: chance", _by_key(chance), why, True))
-            break
+    if chance:
+        why = lambda t, m: NOT_IN_CUBE if t in left else "cannot answer (chance)"  # noqa: E731
+        rows.append(BoardRow("chance", "baseline: chance", _by_key(chance), why, True))
     blind = [r for r in vlms if r.record.get("blind")]
     rows += [_vlm_row(r, f"{r.model_name} (blind)", "baseline: blind", True) for r in blind]
     if not blind:
@@ -150,8 +137,7 @@ def _baseline_rows(vlms: list[Run], heads: list[Run]) -> list[BoardRow]:
 
 
 def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
-    """The board's rows in order: the chance baseline, the blind baseline (or that it was not run),
-    VLMs, encoder heads, encoders that localise through segmentation."""
+    """The board's rows: chance, blind (or that it did not run), VLMs, heads, segmentation boxes."""
     cube = _cube(res, cube)
     vlms, heads = (
         sorted((r for r in res.of(f) if cube.holds(r)), key=lambda r: (r.model_name, r.run_id))
@@ -161,21 +147,15 @@ def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
         _baseline_rows(vlms, heads)
         + [_vlm_row(r, r.model_name, "VLM", False) for r in vlms if not r.record.get("blind")]
         + [_head_row(r) for r in heads]
-        + [
-            _localiser_row(r)
-            for r in sorted(_localisers(res, cube).values(), key=lambda r: r.model_name)
-        ]
+        + _localiser_rows(res, cube)
     )
 
 
 def _header(task, metric: str, header: str, units: set[str]) -> str:
-    """The column's header with its unit: its cells' unit, or (no row has a cell) the unit its
-    task's cells would have."""
-    if not units:
-        t = all_tasks().get(task)
-        units = (
-            {unit(t, metric)} if t is not None and metric in [m for m, _, _ in t.metrics] else set()
-        )
+    """A column's header with its unit: its cells', or (no cell) the one its task's would have."""
+    t = None if units else all_tasks().get(task)
+    if t is not None and metric in [m for m, _, _ in t.metrics]:
+        units = {unit(t, metric)}
     u = next(iter(units)) if len(units) == 1 else ""
     return header if not u or f"({u})" in header else f"{header} ({u})"
 
@@ -196,9 +176,7 @@ def _layout(
     rows: list[BoardRow], cols, classes: list, cube_name: str, b_per_class: bool = False
 ) -> tuple[list[list], list[list], list[str], list[str]]:
     """(raw rows, text rows, headers, notes): per column the first cell (in row order: chance first)
-    fixes the column's samples and unit; a later cell over other samples or in another unit is
-    refused, in one sentence.
-    """
+    fixes its samples and unit; a later cell over other samples or in another unit is refused."""
     notes: list[str] = []
     raws, txts = [], []
     ref: dict[tuple, tuple[str, dict]] = {}
@@ -208,24 +186,21 @@ def _layout(
         for c in classes if row.cells else [None]:
             if c is not None and not any(k[2] == c for k in row.cells):
                 continue
-            head = [row.name, row.kind] + ([c or "all"] if b_per_class else [])
-            raw, txt = list(head), list(head)
+            raw = [row.name, row.kind] + ([c or "all"] if b_per_class else [])
+            txt = list(raw)
             for task, m, header in cols:
                 cell = row.cells.get((task, m, c))
                 if cell is None:
                     raw.append(None)
                     txt.append(row.missing(task, m))
                     continue
-                key = (task, m, c)
-                if key not in ref:
-                    ref[key] = (row.name, cell)
+                if (task, m, c) not in ref:
+                    ref[(task, m, c)] = (row.name, cell)
                     units.setdefault((task, m), set()).add(cell.get("unit", ""))
-                why = _refusal(cell, *ref[key])
+                why = _refusal(cell, *ref[(task, m, c)])
                 if why:
                     raw.append(None)
-                    txt.append(
-                        "refused (other samples)" if "samples" in why else "refused (other unit)"
-                    )
+                    txt.append(f"refused (other {'samples' if 'samples' in why else 'unit'})")
                     notes.append(
                         f"{cube_name}, column {header!r}{'' if c is None else ', class ' + c}:"
                         f" {row.name}'s cell {why}, so it is left out: a column holds one metric in"
@@ -237,85 +212,67 @@ def _layout(
                 txt.append(
                     cell_text(cell) + (f" ({how})" if "box" in how and not row.baseline else "")
                 )
-            raw.append(None)
-            txt.append(row.unparsed(c))
-            raws.append(raw)
-            txts.append(txt)
+            raws.append(raw + [None])
+            txts.append(txt + [row.unparsed(c)])
     headers = [_header(task, m, h, units.get((task, m), set())) for task, m, h in cols]
     return raws, txts, headers, notes
 
 
 NOTES = [
-    (
-        "each cell: the value on the cube's test split with its 95 % bootstrap interval and n, the"
-        " number of test questions scored; every row of a column is scored on the same samples (the"
-        " cell's sample hash) in one unit"
-    ),
-    (
-        "baselines (not ranked): chance answers the train split's majority class, mean number or"
-        " mean box; blind is a VLM shown a blank picture of the same size (`--set blind=true`):"
-        " what a model scores without the picture"
-    ),
-    (
-        "VLM: an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed"
-        " value); Unparsed: unparsed / asked on the test split. The VLM's figure over every sample"
-        " asked is the per-task table below"
-    ),
-    (
-        "GFM (linear head): a linear head on the frozen encoder's pooled features (`--protocol"
-        " heads`), regularisation chosen on the val split; a box from a box head, or from a"
-        " segmentation run's predicted mask (mask->box, `--protocol frozen`) where the cell says"
-        " so; encoders cannot write text"
-    ),
+    "each cell: the value on the cube's test split with its 95 % bootstrap interval and n, the"
+    " number of test questions scored; every row of a column is scored on the same samples (the"
+    " cell's sample hash) in one unit",
+    "baselines (not ranked): chance answers the train split's majority class, mean number or"
+    " mean box; blind is a VLM shown a blank picture of the same size (`--set blind=true`):"
+    " what a model scores without the picture",
+    "VLM: an unparsed answer counts as wrong (IoU 0, F1 0, MAE against the task's unparsed"
+    " value); Unparsed: unparsed / asked on the test split. The VLM's figure over every sample"
+    " asked is the per-task table below",
+    "GFM (linear head): a linear head on the frozen encoder's pooled features (`--protocol"
+    " heads`), regularisation chosen on the val split; a box from a box head, or from a"
+    " segmentation run's predicted mask (mask->box, `--protocol frozen`) where the cell says"
+    " so; encoders cannot write text",
     "probe F1 / R² (NeuCo-Bench) stay in the embedding report: another metric on other samples",
 ]
 
 
+def _answered(res: Results, cube: Cube) -> list[Run]:
+    """The vqa and heads runs on the board's cube."""
+    return [r for r in res.of("vqa") + res.of("heads") if cube.holds(r)]
+
+
 def board(res: Results, cube: "Cube | str") -> "Board":
-    """The board of every task file the cube's VLM and head runs answered (their records name
-    each task's file): a Hephaestus cube is asked its own file's tasks and InSAR-VLM-Bench's, so its
-    board has both files' columns, the dataset's own file first. InSAR-VLM-Bench's when no file can
-    be found."""
-    cube = _cube(res, cube)
+    """The board of every task file the cube's VLM and head runs answered, the dataset's own file's
+    columns first (a Hephaestus cube: its file, then InSAR-VLM-Bench's); else InSAR-VLM-Bench's."""
     known = all_tasks()
     # file stem -> whether its tasks are this dataset's own (`datasets:`)
     stems: dict[str, bool] = {}
-    for r in res.of("vqa") + res.of("heads"):
-        if not cube.holds(r):
-            continue
+    for r in _answered(res, _cube(res, cube)):
         for name, d in (r.record.get("tasks") or {}).items():
             if d.get("source"):
                 stem = Path(str(d["source"])).stem
-                stems[stem] = stems.get(stem, False) or bool(
-                    getattr(known.get(name), "datasets", ())
-                )
+                own = bool(getattr(known.get(name), "datasets", ()))
+                stems[stem] = stems.get(stem, False) or own
     boards = []
     for stem in sorted(stems, key=lambda s: (not stems[s], s)):
         try:
             boards.append(board_of(stem))
         except CatalogError:
             continue  # a file that moved: its tasks' cells have no column
-    if not boards:
-        return board_of("insar")
-    if len(boards) == 1:
-        return boards[0]
+    if len(boards) < 2:
+        return boards[0] if boards else board_of("insar")
     cols, probes = [], []
     for b in boards:
         for c, p in zip(b.columns, b.probes):
             if c[:2] not in {x[:2] for x in cols}:
                 cols.append(c)
                 probes.append(p)
-    return Board(
-        title="; ".join(b.title for b in boards),
-        columns=tuple(cols),
-        probes=tuple(probes),
-        per_class=any(b.per_class for b in boards),
-    )
+    title = "; ".join(b.title for b in boards)
+    return Board(title, tuple(cols), tuple(probes), any(b.per_class for b in boards))
 
 
 def leaderboard(res: Results, cube: "Cube | str") -> Table:
-    """One cube's board as a table, headed with the cube's name: baselines, VLMs and GFMs in rows,
-    the task file's columns, a row per class when the board is per_class."""
+    """One cube's board as a table: baselines, VLMs and GFMs, the task file's columns, per class."""
     cube = _cube(res, cube)
     b = board(res, cube)
     rows = board_rows(res, cube)
@@ -324,42 +281,30 @@ def leaderboard(res: Results, cube: "Cube | str") -> Table:
         named = sorted({k[2] for r in rows for k in r.cells if k[2] is not None})
         classes = ([None] if len(named) > 1 else []) + named
     raws, txts, headers, notes = _layout(rows, b.columns, classes, cube.name, b.per_class)
-    lead = [Column("model", "Model", numeric=False), Column("kind", "Kind", numeric=False)]
-    if b.per_class:
-        lead.append(Column("class", "Class", numeric=False))
+    lead = "model=Model; kind=Kind" + ("; class=Class" if b.per_class else "")
     which = ", ".join(x for x in (cube.dataset, about(cube)) if x)
-    t = Table(
-        f"leaderboard_{cube.slug}",
-        f"{b.title} on {cube.name} ({which}): VLMs and GFMs on the same test samples",
-        lead
-        + [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
-        + [Column("unparsed", "Unparsed")],
-    )
+    cols = [Column(f"{task}.{m}", h) for (task, m, _), h in zip(b.columns, headers)]
+    cols = columns(lead, text="model kind class") + cols + [Column("unparsed", "Unparsed")]
+    title = f"{b.title} on {cube.name} ({which}): VLMs and GFMs on the same test samples"
+    t = Table(f"leaderboard_{cube.slug}", title, cols, notes=NOTES + notes + _split_note(res, cube))
     for raw, txt in zip(raws, txts):
         t.add(raw, txt)
-    t.notes = list(NOTES) + notes + _split_note(res, cube)
-    if any(r.random_init for r in res.of("vqa") + res.of("heads") + res.runs if cube.holds(r)):
+    if any(r.random_init for r in _answered(res, cube) + res.runs if cube.holds(r)):
         t.notes.append("(random init) rows measure the pipeline, not a model")
     return t
 
 
-def _split_record(res: Results, cube: Cube) -> dict:
-    return next(
-        (
-            r.record.fields["board_split"]
-            for r in res.of("vqa") + res.of("heads")
-            if cube.holds(r) and isinstance(r.record.get("board_split"), dict)
-        ),
-        {},
-    )
+def _split_classes(res: Results, cube: Cube) -> dict:
+    """The board split's answer classes per task (a sample cube's record), {} where none says."""
+    splits = [r.record.get("board_split") for r in _answered(res, cube)]
+    split = next((s for s in splits if isinstance(s, dict)), {})
+    return split.get("classes") or {}
 
 
 def _split_note(res: Results, cube: Cube) -> list[str]:
-    """The line under a sample cube's board: how many test samples each answer class has, and which
-    class is too few to test."""
-    classes = _split_record(res, cube).get("classes") or {}
+    """The line under a sample cube's board: test samples per answer class, which are too few."""
     parts = []
-    for task, by in classes.items():
+    for task, by in _split_classes(res, cube).items():
         cs = ", ".join(
             f"{c} {n['test']}" if n["test"] else f"{c} {TOO_FEW} ({sum(n.values())} samples)"
             for c, n in by.items()
@@ -369,33 +314,30 @@ def _split_note(res: Results, cube: Cube) -> list[str]:
 
 
 def split_table(res: Results, cube: "Cube | str") -> Table | None:
-    """A sample cube's answer classes per split (the board split's record), "too few to test" in
-    the Test column where a class cannot reach the test split; None for a tile cube (its board has
-    a row per class) or a record without them."""
+    """A sample cube's answer classes per split, "too few to test" where a class cannot reach the
+    test split; None for a tile cube (a row per class on its board) or a record without them."""
     cube = _cube(res, cube)
-    classes = _split_record(res, cube).get("classes") or {}
+    classes = _split_classes(res, cube)
     if not classes:
         return None
     t = Table(
         f"split_{cube.slug}",
         f"The board's split of {cube.name} per answer class",
         columns("task=Task; class=Class; train=Train; val=Val; test=Test", text="task class"),
+        notes=[
+            "a class with fewer samples than splits (3) cannot be in train, val and test at once:"
+            " it reads 'too few to test', and the board's cells hold no test sample of it"
+        ],
     )
     for task, by in classes.items():
         for c, n in by.items():
-            row = [task, c, n["train"], n["val"], n["test"] if n["test"] else None]
-            txt = [str(x) for x in row[:4]] + [str(n["test"]) if n["test"] else TOO_FEW]
-            t.add(row, txt)
-    t.notes = [
-        "a class with fewer samples than splits (3) cannot be in train, val and test at once: it"
-        " reads 'too few to test', and the board's cells hold no test sample of it"
-    ]
+            row = [task, c, n["train"], n["val"], n["test"] or None]
+            t.add(row, [str(x) for x in row[:4]] + [str(n["test"]) if n["test"] else TOO_FEW])
     return t
 
 
 def task_table(res: Results, cube: "Cube | str") -> Table:
-    """Each VLM run's per-task metrics over every sample asked (not the board's test split), its
-    prompt hash, and its generation cost in the notes."""
+    """Each VLM run's per-task metrics over every sample asked, prompt hash and generation cost."""
     cube = _cube(res, cube)
     t = Table(
         f"tasks_{cube.slug}",
@@ -417,65 +359,53 @@ def task_table(res: Results, cube: "Cube | str") -> Table:
     return t
 
 
+def _phrasings(p: list[dict]) -> str:
+    """Each phrasing's unparsed answers of those asked: "#1: 0 of 12; #2 (MC): 3 of 12"."""
+    return "; ".join(
+        f"#{k + 1}{' (MC)' if q.get('multiple_choice') else ''}: {q['unparsed']} of {q['n']}"
+        for k, q in enumerate(p)
+    )
+
+
 def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
     """Per model and task asked in several phrasings (a task file's `prompts:`): the primary
     metric's mean and spread over them (the board shows the first only); None: no such task."""
     cube = _cube(res, cube)
+    cols = columns(
+        "model=Model; task=Task; metric=Metric; phrasings=Phrasings; mean=Mean; sd=SD;"
+        " min=Min; max=Max; first=First (the board's phrasing);"
+        " unparsed=Unparsed of asked, per phrasing",
+        text="model task metric unparsed",
+    )
+    title = f"Prompt phrasings on {cube.name}: mean and spread over each task's phrasings"
     t = Table(
         f"phrasings_{cube.slug}",
-        f"Prompt phrasings on {cube.name}: mean and spread over each task's phrasings",
-        columns(
-            "model=Model; task=Task; metric=Metric; phrasings=Phrasings; mean=Mean; sd=SD;"
-            " min=Min; max=Max; first=First (the board's phrasing);"
-            " unparsed=Unparsed of asked, per phrasing",
-            text="model task metric unparsed",
-        ),
+        title,
+        cols,
+        notes=[
+            "SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing"
+            " (lettered options); Unparsed: per phrasing in the task file's order (#1 is the"
+            ' board\'s), its unparsed answers of those asked ("#2 (MC): 3 of 12"); every phrasing'
+            " is asked of the same samples; figures over every sample asked (the board's cell:"
+            " the first phrasing on the test split)"
+        ],
     )
     for r in _of(res, "vqa", cube):
         for task, d in (r.metrics.get("tasks") or {}).items():
             ph = d.get("phrasings") or []
             m = next(iter(d.get("metrics") or {}), None)
             vals = [p["metrics"][m]["value"] for p in ph if m and m in p.get("metrics", {})]
-            if len(vals) < 2:
-                continue
-            spread = [statistics.fmean(vals), statistics.stdev(vals), min(vals), max(vals)]
-            t.add(
-                [
-                    r.model_name,
-                    task,
-                    m,
-                    len(vals),
-                    *spread,
-                    vals[0],
-                    "; ".join(
-                        f"#{k + 1}{' (MC)' if p.get('multiple_choice') else ''}: {p['unparsed']}"
-                        f" of {p['n']}"
-                        for k, p in enumerate(ph)
-                    ),
-                ]
-            )
-    if not t.rows:
-        return None
-    t.notes = [
-        "SD: the sample standard deviation over phrasings; MC: the multiple-choice phrasing"
-        " (lettered options); Unparsed: per phrasing in the task file's order (#1 is the board's),"
-        ' its unparsed answers of those asked ("#2 (MC): 3 of 12"); every phrasing is asked of'
-        " the same samples; figures over every sample asked (the board's cell: the first phrasing"
-        " on the test split)"
-    ]
-    return t
+            if len(vals) >= 2:
+                spread = [statistics.fmean(vals), statistics.stdev(vals), min(vals), max(vals)]
+                t.add([r.model_name, task, m, len(vals), *spread, vals[0], _phrasings(ph)])
+    return t if t.rows else None
 
 
 def generation_cost(r: Run) -> str:
-    """The run's cost per example: worker seconds inside generate() per question (model load,
-    rendering and parsing left out), from the record's generation_stats; answers kept from an
-    earlier run were not timed.
-    """
-    g = r.record.get("generation_stats") or {}
-    n, sec = (
-        int(g.get("questions_generated") or 0),
-        (r.record.get("timings") or {}).get("generate_s"),
-    )
+    """The run's worker seconds inside generate() per question (no model load, rendering or
+    parsing; from generation_stats); answers kept from an earlier run were not timed."""
+    n = int((r.record.get("generation_stats") or {}).get("questions_generated") or 0)
+    sec = (r.record.get("timings") or {}).get("generate_s")
     if not n or not sec:
         return f"{r.model_name}: no generation timed (answers kept from an earlier run)"
     return (
@@ -487,25 +417,21 @@ def generation_cost(r: Run) -> str:
 
 
 def confusion_tables(res: Results, cube: "Cube | str") -> list[Table]:
-    """A table per VLM run and class task: rows reference, columns answer, and a last column of
-    unparsed answers."""
+    """A table per VLM run and class task: reference rows, answer columns, then the unparsed."""
     out = []
     for r in _of(res, "vqa", _cube(res, cube)):
         for task, d in (r.metrics.get("tasks") or {}).items():
-            c = d.get("confusion")
-            if not c:
-                continue
-            labels = c["labels"]
-            t = Table(
-                f"confusion_{task}_{r.run_id[:8]}",
-                f"{r.model_name}: {task} (rows reference, columns answer)",
-                [Column("reference", "Reference", numeric=False)]
-                + [Column(x, x) for x in labels]
-                + [Column("unparsed", "unparsed")],
-            )
-            for lab, row in zip(labels, c["matrix"]):
-                t.add([lab, *row])
-            out.append(t)
+            if c := d.get("confusion"):
+                t = Table(
+                    f"confusion_{task}_{r.run_id[:8]}",
+                    f"{r.model_name}: {task} (rows reference, columns answer)",
+                    [Column("reference", "Reference", numeric=False)]
+                    + [Column(x, x) for x in c["labels"]]
+                    + [Column("unparsed", "unparsed")],
+                )
+                for lab, row in zip(c["labels"], c["matrix"]):
+                    t.add([lab, *row])
+                out.append(t)
     return out
 
 
@@ -514,64 +440,54 @@ def _fringe_pairs(r: Run) -> list:
 
 
 def fringe_plot(res: Results, cube: "Cube | str", stem: Path) -> list[Path]:
-    """The fringe_counting answers against the true counts, a series per VLM run (its unparsed
-    answers counted in the legend), beside y = x."""
+    """Answered against true fringe counts, a series per VLM run (unparsed in the legend), y = x."""
     cube = _cube(res, cube)
     fig, ax = plots.panel((4.6, 4.2))
     hi = 1.0
-    for i, r in enumerate(_of(res, "vqa", cube)):
-        pairs = _fringe_pairs(r)
-        pts = [(a, b) for a, b in pairs if b is not None]
-        if not pairs:
-            continue
-        xs, ys = [a for a, _ in pts], [b for _, b in pts]
-        hi = max([hi, *xs, *ys])
-        ax.scatter(
-            xs, ys, s=18, alpha=0.7, label=f"{r.model_name} ({len(pairs) - len(pts)} unparsed)"
-        )
+    for r in _of(res, "vqa", cube):
+        if pairs := _fringe_pairs(r):
+            pts = [(a, b) for a, b in pairs if b is not None]
+            xs, ys = [a for a, _ in pts], [b for _, b in pts]
+            hi = max([hi, *xs, *ys])
+            label = f"{r.model_name} ({len(pairs) - len(pts)} unparsed)"
+            ax.scatter(xs, ys, s=18, alpha=0.7, label=label)
     ax.plot([0, hi], [0, hi], color="#888", lw=0.8, ls="--")
-    title = f"Fringe counting on {cube.name}"
+    labels = ("true fringe count", "answered fringe count")
     return plots.finish(
-        ax, stem, title, "true fringe count", "answered fringe count", legend={"fontsize": 7}
+        ax, stem, f"Fringe counting on {cube.name}", *labels, legend={"fontsize": 7}
     )
 
 
-def _question(q: dict) -> tuple:
-    return q["task"], q.get("class"), q.get("variant", 0)
+def _question(q: dict, sample) -> tuple:
+    return sample, q["task"], q.get("class"), q.get("variant", 0)
 
 
 def gallery(
     res: Results, cube: "Cube | str", figures: Path
 ) -> list[tuple[Path | None, str, Table]]:
-    """Per gallery sample: its picture (as the first run saw it, copied into `figures`), a caption
-    and a table of each model's answers."""
+    """Per gallery sample: its picture (the first run's, in `figures`), a caption, the answers."""
     cube = _cube(res, cube)
     runs = _of(res, "vqa", cube)
     if not runs:
         return []
-    base = runs[0]
-    rdir = str(base.record.get("answers_file", "")).rsplit("/", 1)[0]
+    rdir = str(runs[0].record.get("answers_file", "")).rsplit("/", 1)[0]
+    answers = [  # each run's gallery answers by (sample, task, class, phrasing)
+        {_question(q, gg["sample"]): q for gg in r.record.get("gallery") or [] for q in gg["qa"]}
+        for r in runs
+    ]
     out = []
-    for g in base.record.get("gallery") or []:
+    for g in runs[0].record.get("gallery") or []:
         t = Table(
             f"gallery_{g['sample']}",
             f"sample {g['source']}",
             columns("task=Task; question=Question; reference=Reference", "task question reference")
             + [Column(f"answer_{k}", r.model_name, numeric=False) for k, r in enumerate(runs)],
         )
-        answers = [
-            {
-                _question(q): q
-                for gg in r.record.get("gallery") or []
-                if gg["sample"] == g["sample"]
-                for q in gg["qa"]
-            }
-            for r in runs
-        ]
         for q in g["qa"]:
             ref = "; ".join(f"{m}: {v}" for m, v in q["reference"].items())
             said = [
-                (a.get(_question(q)) or {}).get("answer", MISSING) or "(empty)" for a in answers
+                (a.get(_question(q, g["sample"])) or {}).get("answer", MISSING) or "(empty)"
+                for a in answers
             ]
             row = [q["task"], q["question"], ref, *said]
             t.add(row, [str(x) for x in row])
@@ -588,8 +504,7 @@ def gallery(
 
 
 def leaderboard_md(res: Results) -> str:
-    """LEADERBOARD.md: one InSAR-VLM-Bench-shaped table per cube (its columns from the task file),
-    a sample cube's test split per answer class in the notes under it."""
+    """LEADERBOARD.md: a table per cube (columns from its task file), split counts under it."""
     boards = cubes(res)
     titles = sorted({board(res, c).title for c in boards}) or ["InSAR-VLM-Bench tasks"]
     parts = [
@@ -604,9 +519,8 @@ def leaderboard_md(res: Results) -> str:
 
 
 def sections(page, res: Results) -> None:
-    """The family's report section (`VQA.report_sections`): generative models and encoder heads on
-    question tasks (InSAR-VLM-Bench's, Cryo-Bench's image-level ones), one board per cube, and
-    LEADERBOARD.md beside the report."""
+    """The family's section (`Vqa.report_sections`): a board per cube of generative models and
+    encoder heads on question tasks, its tables, and LEADERBOARD.md beside the report."""
     if not res.of("vqa") and not res.of("heads"):
         return
     for c in cubes(res):
@@ -614,21 +528,20 @@ def sections(page, res: Results) -> None:
             f"{board(res, c).title} ({c.dataset}) on {c.name}"
             + (f" ({about(c)})" if about(c) else "")
             + ": VLMs and GFMs",
-            text=(
-                "Each task's metric on the cube's test split with its 95 % bootstrap interval and"
-                " n, beside the chance and blind baselines; unparsed answers count as wrong."
-            ),
+            text="Each task's metric on the cube's test split with its 95 % bootstrap interval and"
+            " n, beside the chance and blind baselines; unparsed answers count as wrong.",
         )
-        tables = [leaderboard(res, c), split_table(res, c), task_table(res, c)]
-        for t in tables + [phrasing_table(res, c), *confusion_tables(res, c)]:
-            if t is not None:
-                page.table(sec, "vqa", t)
+        tables = [
+            leaderboard(res, c),
+            split_table(res, c),
+            task_table(res, c),
+            phrasing_table(res, c),
+        ]
+        page.table(sec, "vqa", *[t for t in tables + confusion_tables(res, c) if t is not None])
         if any(_fringe_pairs(r) for r in _of(res, "vqa", c)):
-            page.figure(
-                sec,
-                fringe_plot(res, c, page.stem(f"vqa_fringes_{c.slug}")),
-                f"{c.name}: answered against true fringe counts",
-            )
+            stem = page.stem(f"vqa_fringes_{c.slug}")
+            caption = f"{c.name}: answered against true fringe counts"
+            page.figure(sec, fringe_plot(res, c, stem), caption)
         for pic, caption, t in gallery(res, c, page.figures_dir):
             sub = page.section(f"Gallery: {t.title}", level=3)
             if pic is not None:
