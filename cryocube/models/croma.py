@@ -14,8 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import Encoder, Trunk, collect_layers, patches, tokens_to_map
-from .keymap import KeyMap, Rename
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 def alibi_slopes(n: int) -> list[float]:
@@ -63,29 +62,3 @@ class CromaEncoder(Encoder):
         )
         outs[-1] = self.norm(outs[-1])
         return [tokens_to_map(o, self.grid) for o in outs]
-
-
-def _croma_keymap(name: str, container: str) -> KeyMap:
-    L = "transformer.layers.{i}."
-    return KeyMap(
-        name=name,
-        container=(container,),
-        renames=(
-            Rename("linear_input.", "patch_embed."),
-            Rename(L + "0.input_norm.", "blocks.{i}.norm1."),
-            Rename(L + "0.to_qkv.", "blocks.{i}.attn.qkv."),
-            Rename(L + "0.to_out.", "blocks.{i}.attn.proj."),
-            Rename(L + "1.input_norm.", "blocks.{i}.norm2."),
-            Rename(L + "1.net.0.", "blocks.{i}.mlp.fc1."),
-            Rename(L + "1.net.3.", "blocks.{i}.mlp.fc2."),
-            Rename("transformer.norm_out.", "norm."),
-        ),
-        notes=(
-            "CROMA_large.pt holds s1_encoder / s2_encoder / joint_encoder sub-dicts; this map"
-            f" reads {container!r}"
-        ),
-    )
-
-
-register_keymap(_croma_keymap("croma_optical", "s2_encoder"))
-register_keymap(_croma_keymap("croma_sar", "s1_encoder"))

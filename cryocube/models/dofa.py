@@ -15,8 +15,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
-from .keymap import KeyMap
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
@@ -156,15 +155,3 @@ class DofaEncoder(Encoder):
             self.blocks, t, self.cls_token, self.pos_embed, self.output_layers, self.norm
         )
         return [tokens_to_map(o[:, 1:], self.grid) for o in outs]
-
-
-register_keymap(
-    KeyMap(
-        name="dofa",
-        include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)",
-        notes=(
-            "DOFA_ViT_base_e100.pth is a plain state dict; fc_norm and the classification head are"
-            " not part of the encoder"
-        ),
-    )
-)

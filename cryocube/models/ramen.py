@@ -16,8 +16,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
 from .dofa import sincos_1d_f32
-from .keymap import KeyMap
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 POLS = ("asc_vv", "asc_vh", "asc_hv", "asc_hh", "des_vv", "des_vh", "des_hv", "des_hh")
 MODALITY_ORDER = ("optical", "sar")
@@ -184,18 +183,3 @@ class RamenEncoder(Encoder):
             parts = [o[:, 1 + i * n : 1 + (i + 1) * n] for i in range(len(self.modalities))]
             maps.append(tokens_to_map(torch.cat(parts, dim=-1), self.grid))
         return maps
-
-
-register_keymap(
-    KeyMap(
-        name="ramen",
-        container=("state_dict",),
-        prefix=("model.encoder.", "encoder."),
-        include=r"(cls_token|(spectral|radar|dem)_projector\..*|resampler\..*|ltae\..*|in_norm\..*|blocks\..*|norm\..*)",
-        notes=(
-            "Lightning checkpoint: encoder keys under 'model.encoder.' (or 'encoder.'); the MAE"
-            " decoder is set aside. The reference strips these prefixes from its own (unprefixed)"
-            " names instead, so it likely never loaded them."
-        ),
-    )
-)

@@ -11,8 +11,7 @@ import torchvision
 from torch import Tensor, nn
 
 from .base import Encoder
-from .keymap import KeyMap
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 @register_architecture("satlas_swin")
@@ -36,16 +35,3 @@ class SatlasSwinEncoder(Encoder):
             if i in (1, 3, 5, 7):
                 outs.append(x.permute(0, 3, 1, 2).contiguous())
         return [outs[i] for i in self.output_layers]
-
-
-register_keymap(
-    KeyMap(
-        name="satlas",
-        prefix=("backbone.",),
-        require_prefix=True,
-        notes=(
-            "SatlasPretrain state dict ('backbone.backbone.*'); the FPN ('intermediates.*') and"
-            " task heads are set aside"
-        ),
-    )
-)

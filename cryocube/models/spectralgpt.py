@@ -13,8 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import Encoder, Trunk, collect_layers
-from .keymap import KeyMap, merge_qkv_transform
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 @register_architecture("spectralgpt")
@@ -58,21 +57,3 @@ class SpectralGptEncoder(Encoder):
             o.reshape(b, g, -1, d).transpose(2, 3).reshape(b, g * d, self.grid, self.grid)
             for o in outs
         ]
-
-
-register_keymap(
-    KeyMap(
-        name="spectralgpt",
-        container=("model",),
-        include=r"(patch_embed\.proj\..*|pos_embed_spatial|pos_embed_temporal|blocks\..*)",
-        transforms=(
-            merge_qkv_transform(
-                "blocks.{i}.attn.q", "blocks.{i}.attn.k", "blocks.{i}.attn.v", "blocks.{i}.attn.qkv"
-            ),
-        ),
-        notes=(
-            "SpectralGPT+ MAE checkpoint: decoder, mask token and norm are not part of the encoder;"
-            " q/k/v are fused"
-        ),
-    )
-)

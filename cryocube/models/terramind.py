@@ -9,7 +9,6 @@ sin-cos positions. The final LayerNorm replaces the last returned map, as in the
 
 from __future__ import annotations
 
-import re
 from functools import partial
 
 import torch
@@ -17,8 +16,7 @@ from timm.layers import SwiGLU
 from torch import Tensor, nn
 
 from .base import Encoder, Trunk, collect_layers, patches, sincos_2d_mocov3, tokens_to_map
-from .keymap import KeyMap, Rename
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 def terramind_mlp(
@@ -83,28 +81,3 @@ class TerraMindEncoder(Encoder):
         # the reference replaces the last output by the final-normed last block
         outs[-1] = self.norm(t)
         return [tokens_to_map(o, self.grid) for o in outs]
-
-
-def _terramind_keymap(name: str, modality: str) -> KeyMap:
-    emb = f"encoder_embeddings.{modality}."
-    return KeyMap(
-        name=name,
-        include=rf"({re.escape(emb)}(proj\.weight|mod_emb)|encoder\.\d+\..*|encoder_norm\..*)",
-        checks_zero=r"(encoder\.\d+\.norm[12]|encoder_norm)\.bias",
-        renames=(
-            Rename(emb, "embed."),
-            Rename("encoder.{i}.mlp.fc1.", "blocks.{i}.mlp.fc1_g."),
-            Rename("encoder.{i}.mlp.fc3.", "blocks.{i}.mlp.fc1_x."),
-            Rename("encoder.{i}.", "blocks.{i}."),
-            Rename("encoder_norm.", "norm."),
-        ),
-        notes=(
-            f"TerraMind backbone state dict: reads the {modality} patch embedding; other"
-            " modalities' embeddings and the position buffers (recomputed) are set aside; the zero"
-            " bias buffers of its bias-free LayerNorms are checked and dropped"
-        ),
-    )
-
-
-register_keymap(_terramind_keymap("terramind_s2l2a", "untok_sen2l2a@224"))
-register_keymap(_terramind_keymap("terramind_s1grd", "untok_sen1grd@224"))

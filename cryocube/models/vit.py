@@ -4,8 +4,8 @@ benchmark, and `ssl4eo_data2vec` (timm's BEiT).
 timm supplies the patch embedding, blocks and `forward_intermediates`; what differs between the
 ViT-based models (SSL4EO MoCo/DINO/MAE, Prithvi, RemoteCLIP, Scale-MAE, the scratch ViT: position
 embedding kind, pre-norm, final norm on the last output, eps, biases) is a few constructor
-arguments set from the catalog's `arch`, and the key map of their checkpoints (declared here). A
-new ViT model is one YAML (architecture: vit).
+arguments set from the catalog's `arch`, and the key map of their checkpoints
+(catalogs/keymaps.yaml). A new ViT model is one YAML (architecture: vit).
 
 Prithvi-100M is a 3-D ViT (Conv3d patch embedding, tubelet 1); with one frame the Conv3d is a Conv2d
 with the time axis squeezed, which its key map does, and the position embedding is the 3-D sin-cos
@@ -23,8 +23,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
 from .base import Encoder, Trunk, sincos_2d, sincos_2d_mocov3, sincos_3d, timm_intermediates
-from .keymap import KeyMap, Rename, reshape_transform
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 POS_EMBEDS = ("learn", "sincos", "mocov3", "sincos3d", "zeros")
 
@@ -132,125 +131,3 @@ class Data2VecEncoder(Encoder):
     def features(self, x: Tensor) -> list[Tensor]:
         """timm BEiT's intermediates, (B, D, H/16, W/16) per output layer, before the final norm."""
         return timm_intermediates(self.beit, x, self.output_layers)
-
-
-# -- checkpoints of the models of the ViT architecture ------------------------------------------
-
-VIT_PARTS = r"(patch_embed\..*|cls_token|pos_embed|blocks\..*)"
-TIMM = (Rename("", "vit."),)
-
-register_keymap(
-    KeyMap(
-        name="ssl4eo_moco",
-        container=("state_dict",),
-        prefix=("module.base_encoder.",),
-        include=VIT_PARTS,
-        renames=TIMM,
-        notes=(
-            "MoCo-v3 checkpoint: the momentum encoder, predictor, final norm and projection head"
-            " are not part of the encoder"
-        ),
-    )
-)
-register_keymap(
-    KeyMap(
-        name="ssl4eo_dino",
-        container=("teacher",),
-        prefix=("backbone.",),
-        include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)",
-        renames=TIMM,
-        notes="DINO teacher backbone; the projection head is not part of the encoder",
-    )
-)
-register_keymap(
-    KeyMap(
-        name="ssl4eo_mae",
-        container=("model",),
-        include=VIT_PARTS,
-        renames=TIMM,
-        notes="MAE checkpoint: mask token, final norm and decoder are not part of the encoder",
-    )
-)
-register_keymap(
-    KeyMap(
-        name="prithvi",
-        include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
-        transforms=(
-            reshape_transform(
-                "patch_embed.proj.weight",
-                ref_shape=lambda s: (s[0], s[1], 1, s[2], s[3]),
-                our_shape=lambda s: (s[0], s[1], s[-2], s[-1]) if len(s) == 5 else s,
-            ),
-        ),
-        renames=TIMM,
-        computed=(r"vit\.pos_embed",),
-        notes=(
-            "MAE checkpoint (3 frames): the 3-frame position embedding, mask token, norm and"
-            " decoder are not used; the T=1 3-D sin-cos embedding is recomputed"
-        ),
-    )
-)
-
-register_keymap(
-    KeyMap(
-        name="remoteclip",
-        prefix=("visual.",),
-        require_prefix=True,
-        include=r"(conv1\.weight|class_embedding|positional_embedding|ln_pre\..*|transformer\.resblocks\..*)",
-        transforms=(
-            reshape_transform(
-                "class_embedding", ref_shape=lambda s: (s[-1],), our_shape=lambda s: (1, 1, s[-1])
-            ),
-            reshape_transform(
-                "positional_embedding", ref_shape=lambda s: s[-2:], our_shape=lambda s: (1, *s[-2:])
-            ),
-        ),
-        renames=(
-            Rename("conv1.weight", "vit.patch_embed.proj.weight"),
-            Rename("class_embedding", "vit.cls_token"),
-            Rename("positional_embedding", "vit.pos_embed"),
-            Rename("ln_pre.", "vit.norm_pre."),
-            Rename("transformer.resblocks.{i}.ln_1.", "vit.blocks.{i}.norm1."),
-            Rename("transformer.resblocks.{i}.ln_2.", "vit.blocks.{i}.norm2."),
-            Rename(
-                "transformer.resblocks.{i}.attn.in_proj_weight", "vit.blocks.{i}.attn.qkv.weight"
-            ),
-            Rename("transformer.resblocks.{i}.attn.in_proj_bias", "vit.blocks.{i}.attn.qkv.bias"),
-            Rename("transformer.resblocks.{i}.attn.out_proj.", "vit.blocks.{i}.attn.proj."),
-            Rename("transformer.resblocks.{i}.mlp.c_fc.", "vit.blocks.{i}.mlp.fc1."),
-            Rename("transformer.resblocks.{i}.mlp.c_proj.", "vit.blocks.{i}.mlp.fc2."),
-        ),
-        notes=(
-            "OpenCLIP state dict: the text tower, ln_post and the visual projection are not part of"
-            " the encoder"
-        ),
-    )
-)
-
-register_keymap(
-    KeyMap(
-        name="scalemae",
-        container=("model",),
-        include=r"(patch_embed\.proj\..*|cls_token|blocks\..*)",
-        renames=TIMM,
-        computed=(r"vit\.pos_embed",),
-        notes=(
-            "Scale-MAE pre-training checkpoint: mask token, norm, decoder and FPN heads are not"
-            " part of the encoder; positions are computed from the GSD (input_res 1.0), not stored"
-        ),
-    )
-)
-
-
-register_keymap(
-    KeyMap(
-        name="ssl4eo_data2vec",
-        container=("model",),
-        include=r"(patch_embed\..*|cls_token|rel_pos_bias\.relative_position_bias_table|blocks\..*|norm\..*)",
-        renames=(Rename("", "beit."),),
-        notes=(
-            "BEiT-style checkpoint; mask token and the relative-position index buffer (recomputed)"
-            " are set aside"
-        ),
-    )
-)
