@@ -91,6 +91,8 @@ class Encoder(nn.Module):
             self.trunk = replace(self.trunk, **{k: arch.pop(k) for k in shared & set(arch)})
             self.grid = self.input_size // self.trunk.patch_size
         self.build(**arch)
+        if self.trunk and not self.output_reductions:  # ViT-shaped: every map at the patch stride
+            self.same_outputs(self.trunk.embed_dim, self.trunk.patch_size)
 
     def build(self) -> None:  # pragma: no cover - abstract
         """What an architecture implements: its layers, from the catalog's `arch:` arguments."""

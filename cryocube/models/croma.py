@@ -46,17 +46,15 @@ class CromaEncoder(Encoder):
     def build(self):
         """Optical and SAR configs share it, differing in arch and key map."""
         t = self.trunk
-        self.patch_size = t.patch_size
         self.patch_embed = nn.Linear(t.patch_size * t.patch_size * self.in_chans, t.embed_dim)
         self.blocks = t.blocks(qkv_bias=False)
         self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
         self.register_buffer("attn_bias", alibi_2d(t.num_heads, self.grid), persistent=False)
-        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/8, W/8) per output layer, the last one final-normed as in the reference; 2-D
         ALiBi enters as the attention mask."""
-        t = self.patch_embed(patches(x, self.patch_size))
+        t = self.patch_embed(patches(x, self.trunk.patch_size))
         outs, _ = collect_layers(
             self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype)
         )

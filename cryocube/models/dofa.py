@@ -145,7 +145,6 @@ class DofaEncoder(Encoder):
         self.pos_embed = nn.Parameter(pos, requires_grad=False)
         self.blocks = t.blocks()
         self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
-        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/16, W/16) per output layer without the class token; the final norm only follows

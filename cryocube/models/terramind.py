@@ -71,7 +71,6 @@ class TerraMindEncoder(Encoder):
             mlp_layer=terramind_mlp,
         )
         self.norm = norm(t.embed_dim)
-        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """(B, D, H/16, W/16) per output layer; every block runs and the last output is the

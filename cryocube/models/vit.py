@@ -77,7 +77,6 @@ class TimmViTEncoder(Encoder):
                 f"{path}: only input_res 1.0 (Scale-MAE at the protocol's value) is implemented"
             )
         grid, embed_dim = self.grid, self.trunk.embed_dim
-        self.patch_size = self.trunk.patch_size
         self.norm_last = norm_last
         self.vit = VisionTransformer(
             **timm_args(self),
@@ -99,7 +98,6 @@ class TimmViTEncoder(Encoder):
             with torch.no_grad():
                 self.vit.pos_embed.copy_(fixed[pos_embed]())
             self.vit.pos_embed.requires_grad_(False)
-        self.same_outputs(embed_dim, self.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """timm's intermediates before the final norm, unless `norm_last` norms the last one."""
@@ -126,7 +124,6 @@ class Data2VecEncoder(Encoder):
             use_shared_rel_pos_bias=True,
             init_values=init_values,
         )
-        self.same_outputs(self.trunk.embed_dim, self.trunk.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
         """timm BEiT's intermediates, (B, D, H/16, W/16) per output layer, before the final norm."""
