@@ -1,9 +1,7 @@
 """CROMA (optical and SAR) ViT encoders: linear 8x8 patch projection, no position embedding, 2-D
-ALiBi.
-
-The transformer blocks are timm Blocks (pre-norm, bias-free qkv, GELU MLP); ALiBi is an additive
-attention bias passed as `attn_mask`, which is exactly CROMA's `scores * scale + bias` softmax.
-The final LayerNorm is applied to the last returned map, as the reference does.
+ALiBi. The transformer blocks are timm Blocks (pre-norm, bias-free qkv, GELU MLP); ALiBi is an
+additive attention bias passed as `attn_mask`, which is exactly CROMA's `scores * scale + bias`
+softmax. The final LayerNorm is applied to the last returned map, as the reference does.
 """
 
 from __future__ import annotations
@@ -52,8 +50,7 @@ class CromaEncoder(Encoder):
         self.register_buffer("attn_bias", alibi_2d(t.num_heads, self.grid), persistent=False)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D, H/8, W/8) per output layer, the last one final-normed as in the reference; 2-D
-        ALiBi enters as the attention mask."""
+        """(B, D, H/8, W/8) per output layer, the last one final-normed; ALiBi as attention mask."""
         t = self.patch_embed(patches(x, self.trunk.patch_size))
         outs, _ = collect_layers(
             self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype)

@@ -1,8 +1,7 @@
-"""GFM-Swin (Swin-B, window 6, 192 px) on timm's SwinTransformer.
-
-GFM's outputs are taken *after* each stage's PatchMerging (the original Swin layout puts the merge
-at the end of a stage); timm puts it at the start of the next stage, so output k here is the
-output of timm stage k+1's downsample, and the last output is the final stage's blocks.
+"""GFM-Swin (Swin-B, window 6, 192 px) on timm's SwinTransformer. GFM's outputs are taken *after*
+each stage's PatchMerging (the original Swin layout puts the merge at the end of a stage);
+timm puts it at the start of the next stage, so output k here is the output of timm stage k+1's
+downsample, and the last output is the final stage's blocks.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """SatlasNet Sentinel-2 multi-spectral single-image encoder: torchvision swin_v2_b with a 9-band
-stem.
-
-As in the reference, the torchvision model is kept whole (its unused classification head included,
-which is also in the checkpoint) and the four stage outputs (strides 4/8/16/32) are returned.
+stem. As in the reference, the torchvision model is kept whole (its unused classification head
+included, which is also in the checkpoint) and the four stage outputs (strides 4/8/16/32) are
+returned.
 """
 
 from __future__ import annotations

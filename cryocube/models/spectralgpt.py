@@ -1,5 +1,4 @@
 """SpectralGPT+ encoder: 3-D spectral-spatial tokens (groups of 3 bands x 8x8 px) and timm Blocks.
-
 The reference attention has separate q/k/v linears; timm's fused qkv is the same computation, so the
 key map concatenates them. Separate learned spatial and spectral position embeddings are summed. The
 outputs concatenate the spectral groups on channels (768 x 4 = 3072) group-major, channel = g * D +
@@ -41,8 +40,7 @@ class SpectralGptEncoder(Encoder):
         self.same_outputs(t.embed_dim * self.groups, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D x groups, H/8, W/8) per output layer: the spectral groups side by side on channels,
-        group-major (g * D + c), as the reference."""
+        """(B, D x groups, H/8, W/8) per output layer, group-major (g * D + c)."""
         b = x.shape[0]
         t = self.patch_embed.proj(x.unsqueeze(1))  # (B, D, G, g, g)
         d = t.shape[1]

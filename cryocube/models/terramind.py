@@ -1,10 +1,9 @@
-"""TerraMind v1 encoders (base / large; S2L2A or S1GRD input) on timm Blocks.
-
-TerraMind's blocks are pre-norm ViT blocks without any bias (qkv, projection, MLP, LayerNorm) and a
-SwiGLU feed-forward (hidden = int(2/3 * 4 * dim), SiLU gate): timm's Block with proj_bias=False
-and its SwiGLU layer are that computation. The per-modality patch embedding is a bias-free linear
-map of (16*16*C) pixels (pixel-major, channel-minor) plus a modality embedding and MoCo-v3 2-D
-sin-cos positions. The final LayerNorm replaces the last returned map, as in the reference.
+"""TerraMind v1 encoders (base / large; S2L2A or S1GRD input) on timm Blocks. TerraMind's
+blocks are pre-norm ViT blocks without any bias (qkv, projection, MLP, LayerNorm) and a SwiGLU
+feed-forward (hidden = int(2/3 * 4 * dim), SiLU gate): timm's Block with proj_bias=False and its
+SwiGLU layer are that computation. The per-modality patch embedding is a bias-free linear map of
+(16*16*C) pixels (pixel-major, channel-minor) plus a modality embedding and MoCo-v3 2-D sin-cos
+positions. The final LayerNorm replaces the last returned map, as in the reference.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def terramind_mlp(
 
 
 class PatchEmbedLinear(nn.Module):
-    """A bias-free linear map of patches flattened pixel-major, channel-minor, as TerraMind's
-    embedding reads them; the encoder adds mod_emb."""
+    """TerraMind's bias-free linear patch embedding; the encoder adds mod_emb."""
 
     def __init__(self, in_chans: int, patch_size: int, embed_dim: int):
         super().__init__()
@@ -73,8 +71,7 @@ class TerraMindEncoder(Encoder):
         self.norm = norm(t.embed_dim)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D, H/16, W/16) per output layer; every block runs and the last output is the
-        final-normed last block, as the reference."""
+        """(B, D, H/16, W/16) per output layer; every block runs (the last output is normed)."""
         t = self.embed(x) + (self.pos_emb.to(x.dtype) + self.embed.mod_emb)
         outs, t = collect_layers(self.blocks, t, self.output_layers, stop_early=False)
         # the reference replaces the last output by the final-normed last block

@@ -109,8 +109,7 @@ class TimmViTEncoder(Encoder):
 
 @register_architecture("ssl4eo_data2vec")
 class Data2VecEncoder(Encoder):
-    """SSL4EO-S12 Data2Vec ViT-S/16 on timm's BEiT: shared relative position bias, no absolute
-    position, layer scale 0.1."""
+    """SSL4EO-S12 Data2Vec ViT-S/16: timm's BEiT, shared relative position bias, layer scale 0.1."""
 
     trunk = Trunk(embed_dim=384, num_heads=6)
 
