@@ -37,10 +37,10 @@ def _architecture():
 
 
 def _keymap():
-    from cryocube.models.keymap import KeyMap
+    from cryocube.models.keymap import KEYMAP_FILE, KeyMap
     from cryocube.models.registry import KEYMAPS, register_keymap
 
-    return KEYMAPS, "gfm", lambda: register_keymap(KeyMap(name="gfm")), "cryocube.models.gfm"
+    return KEYMAPS, "gfm", lambda: register_keymap(KeyMap(name="gfm")), str(KEYMAP_FILE)
 
 
 def _family():

@@ -1,8 +1,5 @@
-"""The adapter contract: `check` on the client before any work (weights there? can it see
-pictures?), then, on a worker, `load` once per process and `generate` batches greedily.
-
-`check` returns the model's provenance for the record (weights sha256 or random, the model class);
-`generate` takes pictures (H, W, 3 uint8) and prompts and returns one `Generation` per sample.
+"""The adapter contract: `check` on the client before any work returns the model's provenance for
+the record; on a worker, `generate` answers pictures (H, W, 3 uint8) and prompts greedily.
 """
 
 from __future__ import annotations
@@ -69,8 +66,7 @@ class Adapter(ABC):
 
     @classmethod
     def random_models(cls) -> list[str]:
-        """The model names (`adapter:random-<arch>`) that `--allow-random-weights` builds in code,
-        for `cryocube list`."""
+        """The `adapter:random-<arch>` models `--allow-random-weights` builds (`cryocube list`)."""
         return []
 
     def __init__(self, ref: ModelRef, device: str):
@@ -78,5 +74,4 @@ class Adapter(ABC):
 
     @abstractmethod
     def generate(self, images: list, prompts: list[str], max_new_tokens: int) -> list[Generation]:
-        """One `Generation` per (picture, prompt) pair, in order; pictures are (H, W, 3) uint8, and
-        a rerun must give the same text (greedy)."""
+        """One `Generation` per (picture, prompt) pair, in order, the same on a rerun (greedy)."""

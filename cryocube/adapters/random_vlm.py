@@ -1,14 +1,10 @@
-"""Tiny random-weight VLMs built from transformers configs (no downloads), for
-`--allow-random-weights`: they measure the pipeline (batching, parsing, scoring, records), never a
-model's skill. Two families, so the adapter is exercised on more than one processor/model contract:
-LLaVA (CLIP tower, one image token per patch) and Qwen2-VL (patches merged 2x2, multimodal rotary
-positions). A run picks one as `transformers:random-<arch>` (plain `transformers` is
-`random-llava`).
-
-The tokenizer is built in code: a word-level vocabulary of the words the InSAR tasks' answers use,
-so a random model's greedy answers are short strings of real words and numbers that the parsers can
-read. Built under a fixed seed on CPU, so every worker builds the same weights (the record's sha256
-says so).
+"""Tiny random-weight VLMs built from transformers configs (no downloads) for
+`--allow-random-weights`: they measure the pipeline, never a model's skill. Two families, so the
+adapter meets two processor/model contracts: LLaVA (CLIP tower, one image token per patch) and
+Qwen2-VL (patches merged 2x2, multimodal rotary positions), picked as `transformers:random-<arch>`
+(plain `transformers` is `random-llava`). The word-level tokenizer knows the words the InSAR tasks'
+answers use, so greedy answers are words and numbers the parsers read; a fixed seed on CPU gives
+every worker the same weights (the record's sha256 says so).
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ PREFIX = "random-"  # transformers:random-<arch>
 
 
 def chat(image: str = "<image>") -> str:
-    """The chat template: the picture's placeholder (an architecture's own markup around `<image>`),
-    then the text."""
+    """The chat template: the picture's placeholder (`image`: the architecture's), then the text."""
     return (
         "{% for m in messages %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
         + image
@@ -38,8 +33,7 @@ def chat(image: str = "<image>") -> str:
 
 
 def tokenizer(extra: dict[str, str] | None = None):
-    """The word-level tokenizer; `extra` adds an architecture's own special tokens ({attribute:
-    token})."""
+    """The word-level tokenizer; `extra` adds an architecture's tokens {attribute: token}."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -88,18 +82,11 @@ def seeded(cls, cfg, seed: int, tok):
 
 def llava(seed: int, image_size: int = 16, patch: int = 4):
     """LLaVA: a 2-layer CLIP vision tower of 16 px pictures, a 2-layer 32-wide Llama."""
-    from transformers import (
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-    )
+    import transformers as hf
 
     tok = tokenizer()
     n_img = (image_size // patch) ** 2 + 1  # + CLS ("full" feature selection keeps it)
-    vc = CLIPVisionConfig(
+    vc = hf.CLIPVisionConfig(
         hidden_size=32,
         intermediate_size=37,
         num_hidden_layers=2,
@@ -109,8 +96,8 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
         num_channels=3,
         projection_dim=32,
     )
-    tc = LlamaConfig(**text_config(tok))
-    cfg = LlavaConfig(
+    tc = hf.LlamaConfig(**text_config(tok))
+    cfg = hf.LlavaConfig(
         vision_config=vc,
         text_config=tc,
         image_token_index=tok.convert_tokens_to_ids("<image>"),
@@ -118,11 +105,11 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
         vision_feature_layer=-1,
         vision_feature_select_strategy="full",
     )
-    model = seeded(LlavaForConditionalGeneration, cfg, seed, tok)
-    ip = CLIPImageProcessor(
+    model = seeded(hf.LlavaForConditionalGeneration, cfg, seed, tok)
+    ip = hf.CLIPImageProcessor(
         size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
     )
-    proc = LlavaProcessor(
+    proc = hf.LlavaProcessor(
         image_processor=ip,
         tokenizer=tok,
         patch_size=patch,
@@ -135,17 +122,9 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
 
 
 def qwen2_vl(seed: int, pixels: int = 16 * 16, patch: int = 4, merge: int = 2):
-    """Qwen2-VL: a 2-layer vision tower whose 4 px patches are merged 2x2 into one token (pictures
-    resized to about `pixels`), a 2-layer 32-wide Qwen2 with multimodal rotary positions (left
-    padding is in its position ids).
-    """
-    from transformers import (
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
+    """Qwen2-VL: a 2-layer vision tower merging 4 px patches 2x2 (pictures of about `pixels`), a
+    2-layer 32-wide Qwen2 with multimodal rotary positions (left padding in its position ids)."""
+    import transformers as hf
 
     marks = {
         "vision_start_token": "<|vision_start|>",
@@ -166,14 +145,14 @@ def qwen2_vl(seed: int, pixels: int = 16 * 16, patch: int = 4, merge: int = 2):
     )
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
     tc = dict(text_config(tok), rope_parameters=rope)
-    cfg = Qwen2VLConfig(
+    cfg = hf.Qwen2VLConfig(
         text_config=tc, vision_config=vc, image_token_id=tok.convert_tokens_to_ids("<image>"), **ids
     )
-    model = seeded(Qwen2VLForConditionalGeneration, cfg, seed, tok)
+    model = seeded(hf.Qwen2VLForConditionalGeneration, cfg, seed, tok)
     geom = dict(patch_size=patch, merge_size=merge, temporal_patch_size=2)
-    proc = Qwen2VLProcessor(
-        image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, **geom),
-        video_processor=Qwen2VLVideoProcessor(**geom),
+    proc = hf.Qwen2VLProcessor(
+        image_processor=hf.Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, **geom),
+        video_processor=hf.Qwen2VLVideoProcessor(**geom),
         tokenizer=tok,
         chat_template=chat(f"{marks['vision_start_token']}<image>{marks['vision_end_token']}"),
     )
@@ -184,16 +163,13 @@ ARCHS: dict[str, Callable] = {"llava": llava, "qwen2-vl": qwen2_vl}
 
 
 def build(arch: str, seed: int):
-    """The (model, processor) of a random architecture: one seed builds the same weights on every
-    worker, which the planned sha256 checks."""
+    """The (model, processor) of a random architecture, the same weights for one seed everywhere."""
     return ARCHS[arch](seed)
 
 
 def loaded_as(model, dtype):
-    """The model as its saved checkpoint loads with from_pretrained(dtype=...): built in `dtype`,
-    then given the weights. `.to(dtype)` would also round the rotary tables that from_pretrained
-    keeps in float32, and so answer differently.
-    """
+    """The model as from_pretrained(dtype=...) loads it, built in `dtype`: `.to(dtype)` would also
+    round the rotary tables from_pretrained keeps in float32, and so answer differently."""
     if next(model.parameters()).dtype == dtype:
         return model
     out = type(model)._from_config(model.config, dtype=dtype)
@@ -203,8 +179,7 @@ def loaded_as(model, dtype):
 
 
 def state_sha256(model) -> str:
-    """sha256 of a model's parameters and buffers in name order (what a random model's record
-    names)."""
+    """sha256 of a model's parameters and buffers in name order (a random model's record)."""
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())

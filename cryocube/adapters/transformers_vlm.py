@@ -1,10 +1,8 @@
 """`transformers`: any image-text-to-text model of Hugging Face transformers (LLaVA, Qwen2-VL,
-SmolVLM, PaliGemma, Idefics ...) through AutoModelForImageTextToText + AutoProcessor, from a local
-folder or an fsspec URL (copied once per worker host into a cache keyed by the weights' sha256).
-
-Generation is batched and greedy (do_sample=False: reruns give the same answers) with left padding,
-in the run's precision (weights loaded in bf16/fp16/fp32). The prompt goes through the processor's
-chat template when it has one (which places the image token), else "<image token>\\n<prompt>".
+SmolVLM, PaliGemma, Idefics ...) from a local folder or an fsspec URL (copied once per worker host
+into a cache keyed by the weights' sha256). Generation is batched, greedy (reruns give the same
+answers) and left-padded, in the run's precision; the prompt goes through the processor's chat
+template when it has one, else "<image token>\\n<prompt>".
 """
 
 from __future__ import annotations
@@ -34,11 +32,8 @@ def _quiet() -> None:
 
 
 def _cache_root() -> Path:
-    return Path(
-        os.environ.get(
-            "CRYOCUBE_VLM_CACHE", Path(tempfile.gettempdir()) / f"cryocube-vlm-{os.getuid()}"
-        )
-    )
+    default = Path(tempfile.gettempdir()) / f"cryocube-vlm-{os.getuid()}"
+    return Path(os.environ.get("CRYOCUBE_VLM_CACHE", default))
 
 
 def local_folder(location: str, sha256: str | None = None) -> Path:
@@ -79,34 +74,20 @@ _SHA_MEMO: dict[tuple, tuple[str, list[str]]] = {}
 
 
 def weights_sha256(location: str) -> tuple[str, list[str]]:
-    """sha256 over the checkpoint's weight files (name and bytes, in name order), read where they
-    lie."""
-    if _store.is_remote(location):
-        fs, path = _store.fs_path(location)
-        info = sorted(
-            (
-                d["name"],
-                d.get("size"),
-                str(d.get("ETag") or d.get("mtime") or d.get("LastModified")),
-            )
-            for d in fs.ls(path, detail=True)
-            if d["name"].endswith(WEIGHT_SUFFIXES)
-        )
-        opener = fs.open
-    else:
-        info = sorted(
-            (str(p), p.stat().st_size, str(p.stat().st_mtime_ns))
-            for p in Path(location).iterdir()
-            if p.name.endswith(WEIGHT_SUFFIXES)
-        )
-        opener = open
+    """sha256 over the checkpoint's weight files (name and bytes, in name order), where they lie."""
+    fs, path = _store.fs_path(location)
+    info = sorted(
+        (d["name"], d.get("size"), str(d.get("ETag") or d.get("mtime") or d.get("LastModified")))
+        for d in fs.ls(path, detail=True)
+        if d["name"].endswith(WEIGHT_SUFFIXES)
+    )
     key = (location, tuple(info))
     if key in _SHA_MEMO:
         return _SHA_MEMO[key]
     h = hashlib.sha256()
     for f, _, _ in info:
         h.update(f.rsplit("/", 1)[-1].encode())
-        with opener(f, "rb") as fh:
+        with fs.open(f, "rb") as fh:
             while chunk := fh.read(1 << 24):
                 h.update(chunk)
     _SHA_MEMO[key] = (h.hexdigest(), [f.rsplit("/", 1)[-1] for f, _, _ in info])
@@ -122,8 +103,7 @@ def _exists(location: str) -> bool:
 
 @register
 class Transformers(Adapter):
-    """Any transformers image-text-to-text model: transformers:<folder or fsspec URL>; without one,
-    a tiny random one."""
+    """Any transformers image-text-to-text model (transformers:<folder or fsspec URL>)."""
 
     name = "transformers"
 
@@ -149,8 +129,7 @@ class Transformers(Adapter):
 
     @classmethod
     def _check_random(cls, location: str, allow_random: bool, precision: str, seed: int):
-        """The tiny random model `location` names (random-<arch>, plain: llava), with
-        `allow_random` only."""
+        """The tiny random model `location` names (plain: llava), with `allow_random` only."""
         arch = location.removeprefix(PREFIX) if location.startswith(PREFIX) else "llava"
         if location.startswith(PREFIX) and arch not in ARCHS:
             raise UserError(
@@ -259,8 +238,7 @@ class Transformers(Adapter):
         self.model, self.processor = got
 
     def prompt_text(self, prompt: str) -> str:
-        """The prompt with the picture's place in it: the processor's chat template when it has one,
-        else its image token on a line of its own before the prompt."""
+        """The prompt with the picture's place: the chat template, else the image token first."""
         p = self.processor
         if getattr(p, "chat_template", None):
             msgs = [
@@ -271,8 +249,7 @@ class Transformers(Adapter):
         return f"{token}\n{prompt}"
 
     def generate(self, images: list, prompts: list[str], max_new_tokens: int) -> list[Generation]:
-        """Batched, greedy and left-padded, inputs in the weights' dtype; each answer ends at its
-        first EOS, and `new_tokens` counts up to it."""
+        """Batched, greedy, left-padded; each answer (and `new_tokens`) ends at its first EOS."""
         import torch
         from PIL import Image
 

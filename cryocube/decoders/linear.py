@@ -19,7 +19,6 @@ class LinearHead(nn.Module):
         self.conv_seg = nn.Conv2d(in_channels[layer], num_classes, 1)
 
     def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:
-        """Reads only the map at `layer` (the last by default): the conv was sized from that map's
-        width, not the first's."""
+        """Reads only the map at `layer`, whose width sized the conv."""
         x = self.conv_seg(features[self.layer])
         return F.interpolate(x, size=tuple(out_size), mode="bilinear", align_corners=False)

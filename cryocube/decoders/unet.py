@@ -13,8 +13,7 @@ from torch import Tensor, nn
 
 
 def double_conv(cin: int, cout: int) -> nn.Sequential:
-    """conv3x3-BN-ReLU twice; the U-Net baseline encoder (models/unet.py) builds its levels from it
-    too."""
+    """conv3x3-BN-ReLU twice; the U-Net baseline encoder (models/unet.py) builds on it too."""
     return nn.Sequential(
         nn.Conv2d(cin, cout, 3, padding=1),
         nn.BatchNorm2d(cout),
@@ -32,8 +31,7 @@ class Up(nn.Module):
         self.conv = double_conv(cin + cskip, cout)
 
     def forward(self, x: Tensor, skip: Tensor) -> Tensor:
-        """Pads the upsampled map to the skip's size (an odd size loses a pixel on the way down),
-        then concatenates skip first."""
+        """Upsampled, padded to the skip's size (odd sizes lose a pixel going down), skip first."""
         x = self.up(x)
         dy, dx = skip.shape[2] - x.shape[2], skip.shape[3] - x.shape[3]
         x = F.pad(x, (dx // 2, dx - dx // 2, dy // 2, dy - dy // 2))
@@ -58,8 +56,7 @@ class UNetDecoder(nn.Module):
         self.num_classes = num_classes
 
     def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:
-        """Walks the maps coarsest first; resizes to `out_size` only when the up path did not
-        already land on it."""
+        """Up the maps coarsest first; resized only when the up path missed `out_size`."""
         x = features[0]
         for up, skip in zip(self.up_seq, features[1:]):
             x = up(x, skip)

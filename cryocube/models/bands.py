@@ -1,30 +1,20 @@
-"""Band matching: which cube band feeds which encoder input slot.
+"""Band matching: which cube band feeds which encoder input slot, as a printable table.
 
-The reference (PANGAEA BandFilter + BandPadding) matches by the band *names* of the dataset configs,
-after normalisation, and fills missing slots with 0 (= the band mean). Cryo-Bench gives non-spectral
-layers S2 names (GLD's slope is "B5"), so the cube keeps that name as each band's `alias` and
-matching here keys on it. The result is an explicit, printable table instead of a silent tensor
-reshuffle, and a pairing with no shared band at all is an error, not an all-zero input.
-
-Rules (a protocol's `bands:` field in catalogs/protocols.yaml):
-- "named": as the reference configs do it (alias matching; SAR-only data gives an optical-only
-  encoder nothing, which is an error here).
-- "cross_sensor": like named, except that an optical-only encoder that would get no band from a
-  dataset without optical bands gets the dataset's SAR/grey bands in its RGB slots (B4, B3, B2),
-  cycled in cube order (CaFFe's one band three times; SICD's HH, HV, incidence as B4, B3, B2), as
-  the Cryo-Bench `zone_mapping_optical` / `ai4arctic_rgb` configs do.
-- "rendered_rgb": a dataset shipped as a rendered picture (Hephaestus's InSAR.png: bands of role
-  `rendering`) gives its first three rendering bands, in cube order, to an encoder's red, green and
-  blue slots (B4, B3, B2): the picture an optical encoder was trained on. Further rendering bands
-  (Hephaestus's coherence grey) go in only where a slot of the encoder takes them; no optical slot
-  does, so they are listed as not fed, with the reason.
+As the reference (PANGAEA BandFilter + BandPadding) it keys on band names (each cube band's
+`alias`: Cryo-Bench gives non-spectral layers S2 names, GLD's slope is "B5") and fills missing
+slots with 0 (the band mean); a pairing with no shared band is an error, not an all-zero input.
+Rules (a protocol's `bands:`): "named", as the reference configs; "cross_sensor", named, but an
+optical-only encoder on a dataset without optical bands gets its SAR/grey bands in the RGB slots
+(B4, B3, B2) cycled in cube order, as Cryo-Bench's `zone_mapping_optical` / `ai4arctic_rgb` configs;
+"rendered_rgb", a rendered picture's first three bands of role `rendering` (Hephaestus's InSAR.png)
+into red, green and blue, further ones (its coherence grey) listed as not fed.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from itertools import cycle, islice
+from itertools import cycle
 from typing import Sequence
 
 from ..catalog import Band, band_names
@@ -85,14 +75,8 @@ class BandMatch:
                 rows.append((slot, f"[{i}] {b.name}", b.alias, b.role, wl))
         widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        lines = [
-            f"band match: {self.model_id}, rule={self.rule}"
-            + (
-                " (cross-sensor: SAR/grey bands replicated into RGB slots)"
-                if self.replicated
-                else ""
-            )
-        ]
+        rep = " (cross-sensor: SAR/grey bands replicated into RGB slots)" if self.replicated else ""
+        lines = [f"band match: {self.model_id}, rule={self.rule}{rep}"]
         lines += [fmt.format(*r).rstrip() for r in rows]
         used = {i for i in self.index if i >= 0}
         for i, b in enumerate(self.bands):
@@ -123,14 +107,11 @@ def _cross_sensor_rgb(
     spec: ModelSpec, bands: Sequence[Band], slots: list[str]
 ) -> tuple[list[int], dict[int, str]] | None:
     """RGB replication for an optical-only encoder on a dataset without optical bands."""
-    if any(reference_modality(b) == "optical" for b in bands):
-        return None  # the dataset has optical bands: protocol matching applies
-    if not all(s in slots for s in band_names().rgb_slots):
-        return None
     src = [i for i, b in enumerate(bands) if b.role != "optical"]
-    if not src:
+    has_optical = any(reference_modality(b) == "optical" for b in bands)  # then protocol matching
+    if has_optical or not src or not all(s in slots for s in band_names().rgb_slots):
         return None
-    fill = dict(zip(band_names().rgb_slots, islice(cycle(src), len(band_names().rgb_slots))))
+    fill = dict(zip(band_names().rgb_slots, cycle(src)))  # cycled until the slots are full
     index = [fill.get(s, -1) for s in slots]
     reasons = {
         i: "more non-optical bands than RGB slots" for i in range(len(bands)) if i not in index
@@ -168,10 +149,8 @@ def _rendered_rgb(spec: ModelSpec, bands: tuple[Band, ...], rule: str) -> BandMa
 def match_bands(
     spec: ModelSpec, bands: Sequence[Band], rule: str = "named", offers_cross_sensor: bool = True
 ) -> BandMatch:
-    """Which cube band feeds each encoder slot (see the module docstring for the rules).
-
-    offers_cross_sensor: whether the caller has a cross_sensor protocol to suggest when nothing fits
-    (evaluate has; embed has none, so its refusal must not point there)."""
+    """Which cube band feeds each encoder slot; `offers_cross_sensor`: whether the caller has a
+    cross_sensor protocol to suggest when nothing fits (evaluate has, embed has not)."""
     if rule not in RULES:
         raise UserError(f"unknown band-matching rule {rule!r}; use one of {RULES}")
     bands = tuple(bands)
@@ -201,9 +180,7 @@ def match_bands(
 
 def _model_slots(spec: ModelSpec, bands: tuple[Band, ...]):
     """The encoder's own slots, each fed by the first band of that alias (-1: none)."""
-    by_alias: dict[str, int] = {}
-    for i, b in enumerate(bands):
-        by_alias.setdefault(b.alias, i)
+    by_alias = {b.alias: i for i, b in reversed(list(enumerate(bands)))}  # the first one wins
     index = [by_alias.get(s, -1) for s in spec.slots]
     reasons = {
         i: f"alias {b.alias!r} is not one of the encoder's slots"
@@ -215,8 +192,7 @@ def _model_slots(spec: ModelSpec, bands: tuple[Band, ...]):
 
 
 def _dataset_slots(spec: ModelSpec, bands: tuple[Band, ...]):
-    """Encoders configured with `${dataset.bands}` take every band a Cryo-Bench config would
-    declare."""
+    """`` encoders take every band a Cryo-Bench config would declare."""
     index, slots, modality, reasons = [], [], [], {}
     for i, b in enumerate(bands):
         m = reference_modality(b)

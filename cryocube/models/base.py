@@ -1,9 +1,6 @@
-"""The encoder contract every architecture implements, and the pieces the architectures share (the
-timm block trunk, layer taps, patches, sin-cos embeddings).
-
-An encoder takes an already band-matched, normalised tensor (B, in_chans, H, W) and returns a list
-of feature maps (B, C_i, h_i, w_i). The attributes below are what decoders and the engine need to
-know without running a forward pass.
+"""The encoder contract every architecture implements (band-matched, normalised (B, in_chans, H, W)
+in, one (B, C_i, h_i, w_i) map per output layer out, sizes known without a forward pass), and the
+pieces architectures share: the timm block trunk, layer taps, patches, sin-cos embeddings.
 """
 
 from __future__ import annotations
@@ -33,8 +30,7 @@ class Trunk:
     drop_path_rate: float = 0.0
 
     def blocks(self, qkv_bias: bool = True, norm_layer=None, **block) -> nn.ModuleList:
-        """`depth` timm Blocks, stochastic depth rising linearly from 0 to `drop_path_rate` (as
-        torch.linspace would)."""
+        """`depth` timm Blocks, stochastic depth rising linearly from 0 to `drop_path_rate`."""
         norm_layer = norm_layer or partial(nn.LayerNorm, eps=self.norm_eps)
         n, rate = self.depth, self.drop_path_rate
         rates = [rate * i / (n - 1) if n > 1 else 0.0 for i in range(n)]
@@ -53,18 +49,13 @@ class Trunk:
 
 
 class Encoder(nn.Module):
-    """Base class: subclasses build their layers in `build(**arch)` and implement `features(x)`.
+    """Base class and the builder an architecture registers: `cls(spec, in_chans, input_size, match,
+    **arch)` calls `build(**arch)`; an unknown argument is a TypeError build_encoder reports."""
 
-    The class itself is the builder an architecture registers: `cls(spec, in_chans, input_size,
-    match, **arch)` with the catalog's `arch:` arguments, an unknown one a TypeError that
-    build_encoder reports in one sentence."""
-
-    #: whether H, W must equal input_size (patch/position-embedding models) or only be divisible by
-    # `size_multiple`
+    #: whether H, W must equal input_size, or only be divisible by `size_multiple`
     fixed_size: bool = True
     size_multiple: int = 1
-    #: the defaults of the shared ViT arguments (None: the architecture takes none); `build` reads
-    # the resolved ones as `self.trunk`, and `self.grid` is the patch grid's side
+    #: the shared ViT arguments' defaults, if any; `build` reads `self.trunk` and `self.grid`
     trunk: Trunk | None = None
 
     def __init__(
@@ -91,6 +82,8 @@ class Encoder(nn.Module):
             self.trunk = replace(self.trunk, **{k: arch.pop(k) for k in shared & set(arch)})
             self.grid = self.input_size // self.trunk.patch_size
         self.build(**arch)
+        if self.trunk and not self.output_reductions:  # ViT-shaped: every map at the patch stride
+            self.same_outputs(self.trunk.embed_dim, self.trunk.patch_size)
 
     def build(self) -> None:  # pragma: no cover - abstract
         """What an architecture implements: its layers, from the catalog's `arch:` arguments."""
@@ -160,8 +153,7 @@ def timm_intermediates(model: nn.Module, x: Tensor, layers: list[int]) -> list[T
 
 
 def patches(x: Tensor, p: int, pixel_major: bool = False) -> Tensor:
-    """(B, C, H, W) -> (B, N, C*p*p) row-major p x p patches, each flattened channel-major (CROMA's
-    rearrange) or pixel-major, channel-minor (TerraMind's)."""
+    """(B, C, H, W) -> (B, N, C*p*p) patches, channel-major (CROMA) or pixel-major (TerraMind)."""
     b, c, h, w = x.shape
     x = x.reshape(b, c, h // p, p, w // p, p)
     x = x.permute(0, 2, 4, 3, 5, 1) if pixel_major else x.permute(0, 2, 4, 1, 3, 5)
@@ -178,13 +170,8 @@ def collect_layers(
     stop_early: bool = True,
     **block_kwargs,
 ) -> tuple[list[Tensor], Tensor]:
-    """Run transformer `blocks` on tokens `t`, keeping the tokens after each block index in
-    `layers`.
-
-    norm_after_final: apply `norm` right after the network's final block (DOFA, RAMEN); stop_early:
-    stop after the deepest requested block. Returns (kept token tensors in order, the last tokens
-    computed).
-    """
+    """(tokens after each block index in `layers`, the last tokens computed) of `blocks` on `t`;
+    `norm_after_final` norms right after the final block (DOFA, RAMEN)."""
     wanted, last = set(layers), max(layers)
     outs = []
     for i, blk in enumerate(blocks):
@@ -201,8 +188,7 @@ def collect_layers(
 def with_cls_token(
     blocks, t: Tensor, cls_token, pos: Tensor, layers: list[int], norm
 ) -> list[Tensor]:
-    """The taps of `blocks` on a class token (plus its position, `pos[:, :1]`) before the tokens
-    `t`, `norm` right after the network's final block (DOFA, RAMEN)."""
+    """The taps of `blocks` on a class token (at `pos[:, :1]`) and `t`, normed after the last."""
     cls = (cls_token + pos[:, :1]).expand(t.shape[0], -1, -1)
     t = torch.cat([cls, t], dim=1)
     return collect_layers(blocks, t, layers, norm=norm, norm_after_final=True)[0]
@@ -217,8 +203,7 @@ def tokens_to_map(tokens: Tensor, grid: int) -> Tensor:
 
 
 def sincos_1d(dim: int, pos: Tensor) -> Tensor:
-    """MAE 1-D sin-cos embedding: [sin(pos*w), cos(pos*w)] with w = 1/10000^(k/(dim/2)); (M,
-    dim)."""
+    """MAE 1-D sin-cos: [sin(pos*w), cos(pos*w)], w = 1/10000^(k/(dim/2)); (M, dim)."""
     if dim % 2:
         raise ValueError("sin-cos embedding dimension must be even")
     omega = torch.arange(dim // 2, dtype=torch.float64) / (dim / 2.0)
@@ -228,11 +213,8 @@ def sincos_1d(dim: int, pos: Tensor) -> Tensor:
 
 
 def sincos_2d(dim: int, grid: int, scale: float = 1.0, cls_token: bool = False) -> Tensor:
-    """MAE 2-D sin-cos embedding (first half encodes the column, second the row); (1, [1+]grid^2,
-    dim).
-
-    `scale` multiplies the grid coordinates (Scale-MAE's ground-sample-distance scaling).
-    """
+    """MAE 2-D sin-cos (first half the column, second the row; `scale`: Scale-MAE's GSD scaling of
+    the coordinates); (1, [1+]grid^2, dim)."""
     rows, cols = torch.meshgrid(
         torch.arange(grid, dtype=torch.float64),
         torch.arange(grid, dtype=torch.float64),
@@ -245,8 +227,7 @@ def sincos_2d(dim: int, grid: int, scale: float = 1.0, cls_token: bool = False) 
 
 
 def sincos_2d_mocov3(dim: int, grid: int, temperature: float = 10000.0) -> Tensor:
-    """MoCo-v3 2-D sin-cos (sin/cos of the row, then of the column, each dim/4 wide); (1, grid^2,
-    dim)."""
+    """MoCo-v3 2-D sin-cos (sin, cos of the row, then the column, dim/4 each); (1, grid^2, dim)."""
     if dim % 4:
         raise ValueError("MoCo-v3 sin-cos embedding needs a dimension divisible by 4")
     rows, cols = torch.meshgrid(
@@ -264,8 +245,7 @@ def sincos_2d_mocov3(dim: int, grid: int, temperature: float = 10000.0) -> Tenso
 
 
 def sincos_3d(dim: int, grid: tuple[int, int, int], cls_token: bool = False) -> Tensor:
-    """Prithvi 3-D sin-cos (width 6/16, height 6/16, time 4/16 of the channels); (1, [1+]T*H*W,
-    dim)."""
+    """Prithvi 3-D sin-cos (width, height, time: 6/16, 6/16, 4/16); (1, [1+]T*H*W, dim)."""
     if dim % 16:
         raise ValueError("3-D sin-cos embedding needs a dimension divisible by 16")
     t, h, w = grid

@@ -25,15 +25,10 @@ def build_encoder(
     follow_reference: bool = False,
     **overrides,
 ):
-    """Build the encoder `model` (random init unless `weights`, a local path or fsspec URL).
-
-    `bands` (the cube's bands) decide the input channels through the band match (`rule`, or an
-    explicit `match`); without bands the spec's own slots are used (dataset-band encoders then need
-    `in_chans=`). `input_size` is required for encoders whose catalog input_size is null (the tile
-    size). `overrides` change architecture arguments of the catalog (e.g. `drop_path_rate=0`).
-    `follow_reference` switches every declared deviation (docs/deviations.md) to the reference's
-    behaviour.
-    """
+    """The encoder `model`, random unless `weights` (a local path or fsspec URL). `bands` decide the
+    input channels through the band match (`rule`, or `match`), else the spec's slots (or
+    `in_chans=`); `overrides` change the catalog's `arch:`; `follow_reference` switches every
+    deviation (docs/deviations.md) to the reference's behaviour."""
     spec: ModelSpec = model if isinstance(model, ModelSpec) else model_spec(model)
     if follow_reference:
         spec = spec.following_reference()

@@ -14,8 +14,7 @@ from .spec import list_models, model_spec
 def bands_table(
     model_id: str, dataset_id_or_bands: str | Sequence[Band], rule: str = "named"
 ) -> str:
-    """The band-matching table of a model on a dataset (catalog id or YAML, a cube path/URL, or
-    Bands)."""
+    """A model's band-matching table on a dataset (id or YAML), a cube (path or URL) or Bands."""
     if isinstance(dataset_id_or_bands, (str, Path)):
         name = str(dataset_id_or_bands)
         if name.lower() in dataset_ids() or name.endswith((".yaml", ".yml")):

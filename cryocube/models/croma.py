@@ -1,9 +1,7 @@
 """CROMA (optical and SAR) ViT encoders: linear 8x8 patch projection, no position embedding, 2-D
-ALiBi.
-
-The transformer blocks are timm Blocks (pre-norm, bias-free qkv, GELU MLP); ALiBi is an additive
-attention bias passed as `attn_mask`, which is exactly CROMA's `scores * scale + bias` softmax.
-The final LayerNorm is applied to the last returned map, as the reference does.
+ALiBi. The transformer blocks are timm Blocks (pre-norm, bias-free qkv, GELU MLP); ALiBi is an
+additive attention bias passed as `attn_mask`, which is exactly CROMA's `scores * scale + bias`
+softmax. The final LayerNorm is applied to the last returned map, as the reference does.
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import Encoder, Trunk, collect_layers, patches, tokens_to_map
-from .keymap import KeyMap, Rename
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 def alibi_slopes(n: int) -> list[float]:
@@ -47,45 +44,16 @@ class CromaEncoder(Encoder):
     def build(self):
         """Optical and SAR configs share it, differing in arch and key map."""
         t = self.trunk
-        self.patch_size = t.patch_size
         self.patch_embed = nn.Linear(t.patch_size * t.patch_size * self.in_chans, t.embed_dim)
         self.blocks = t.blocks(qkv_bias=False)
         self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
         self.register_buffer("attn_bias", alibi_2d(t.num_heads, self.grid), persistent=False)
-        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D, H/8, W/8) per output layer, the last one final-normed as in the reference; 2-D
-        ALiBi enters as the attention mask."""
-        t = self.patch_embed(patches(x, self.patch_size))
+        """(B, D, H/8, W/8) per output layer, the last one final-normed; ALiBi as attention mask."""
+        t = self.patch_embed(patches(x, self.trunk.patch_size))
         outs, _ = collect_layers(
             self.blocks, t, self.output_layers, attn_mask=self.attn_bias.to(t.dtype)
         )
         outs[-1] = self.norm(outs[-1])
         return [tokens_to_map(o, self.grid) for o in outs]
-
-
-def _croma_keymap(name: str, container: str) -> KeyMap:
-    L = "transformer.layers.{i}."
-    return KeyMap(
-        name=name,
-        container=(container,),
-        renames=(
-            Rename("linear_input.", "patch_embed."),
-            Rename(L + "0.input_norm.", "blocks.{i}.norm1."),
-            Rename(L + "0.to_qkv.", "blocks.{i}.attn.qkv."),
-            Rename(L + "0.to_out.", "blocks.{i}.attn.proj."),
-            Rename(L + "1.input_norm.", "blocks.{i}.norm2."),
-            Rename(L + "1.net.0.", "blocks.{i}.mlp.fc1."),
-            Rename(L + "1.net.3.", "blocks.{i}.mlp.fc2."),
-            Rename("transformer.norm_out.", "norm."),
-        ),
-        notes=(
-            "CROMA_large.pt holds s1_encoder / s2_encoder / joint_encoder sub-dicts; this map"
-            f" reads {container!r}"
-        ),
-    )
-
-
-register_keymap(_croma_keymap("croma_optical", "s2_encoder"))
-register_keymap(_croma_keymap("croma_sar", "s1_encoder"))

@@ -1,10 +1,9 @@
-"""DOFA ViT-B/16 with its wavelength-conditioned (dynamic) patch embedding.
-
-Each input band's central wavelength (µm, x1000, 1-D sin-cos, 128 wide) goes through a residual MLP
-and a one-layer transformer with 128 learned weight tokens and a bias token; linear heads turn the
-outputs into a 16x16 conv kernel per band and a bias (both scaled by 0.01), applied with stride 16
-and padding 1 as in the reference. The body is timm Blocks; the final LayerNorm follows the last
-block. Module names equal the reference's, so the key map only selects the encoder's keys.
+"""DOFA ViT-B/16 with its wavelength-conditioned (dynamic) patch embedding. Each input band's
+central wavelength (µm, x1000, 1-D sin-cos, 128 wide) goes through a residual MLP and a one-layer
+transformer with 128 learned weight tokens and a bias token; linear heads turn the outputs into a
+16x16 conv kernel per band and a bias (both scaled by 0.01), applied with stride 16 and padding 1
+as in the reference. The body is timm Blocks; the final LayerNorm follows the last block. Module
+names equal the reference's, so the key map only selects the encoder's keys.
 """
 
 from __future__ import annotations
@@ -15,13 +14,11 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
-from .keymap import KeyMap
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
-    """The reference's float32 1-D sin-cos (kept in float32 so pretrained kernels see the same
-    inputs)."""
+    """The reference's 1-D sin-cos, in float32 so pretrained kernels see the same inputs."""
     omega = torch.arange(dim // 2, dtype=torch.float32, device=pos.device) / (dim / 2.0)
     omega = 1.0 / 10000**omega
     out = pos.reshape(-1).float()[:, None] * omega[None]
@@ -57,8 +54,7 @@ class TransformerWeightGenerator(nn.Module):
         self.bias_token = nn.Parameter(torch.empty(1, input_dim).normal_(std=0.02))
 
     def forward(self, waves: Tensor) -> tuple[Tensor, Tensor]:
-        """Band embeddings (C, E) -> per-band kernel weights (C, k*k*D) and one bias (D,): weight
-        and bias tokens attend to the bands."""
+        """Band embeddings (C, E) -> kernel weights per band (C, k*k*D) and one bias (D,)."""
         x = torch.cat([self.weight_tokens, waves, self.bias_token], dim=0)
         out = self.transformer_encoder(x)
         weights = self.fc_weight(out[self.wt_num : -1] + waves)
@@ -98,8 +94,7 @@ class DynamicPatchEmbed(nn.Module):
                 m.bias.data.fill_(0.01)
 
     def forward(self, img: Tensor, wavelengths_um: Tensor) -> Tensor:
-        """Tokens (B, N, D) from a conv whose kernel is generated from `wavelengths_um`, so any band
-        set lands in one embedding space."""
+        """Tokens (B, N, D) of a conv whose kernel is generated from `wavelengths_um`."""
         waves = self.fclayer(sincos_1d_f32(self.wv_planes, wavelengths_um * 1000))
         weight, bias = self.weight_generator(waves)
         k = self.kernel_size
@@ -146,25 +141,11 @@ class DofaEncoder(Encoder):
         self.pos_embed = nn.Parameter(pos, requires_grad=False)
         self.blocks = t.blocks()
         self.norm = nn.LayerNorm(t.embed_dim, eps=t.norm_eps)
-        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D, H/16, W/16) per output layer without the class token; the final norm only follows
-        the network's last block."""
+        """(B, D, H/16, W/16) per output layer, class token dropped."""
         t = self.patch_embed(x, self.wavelengths_um) + self.pos_embed[:, 1:]
         outs = with_cls_token(
             self.blocks, t, self.cls_token, self.pos_embed, self.output_layers, self.norm
         )
         return [tokens_to_map(o[:, 1:], self.grid) for o in outs]
-
-
-register_keymap(
-    KeyMap(
-        name="dofa",
-        include=r"(patch_embed\..*|cls_token|pos_embed|blocks\..*|norm\..*)",
-        notes=(
-            "DOFA_ViT_base_e100.pth is a plain state dict; fc_norm and the classification head are"
-            " not part of the encoder"
-        ),
-    )
-)

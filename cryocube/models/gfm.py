@@ -1,8 +1,7 @@
-"""GFM-Swin (Swin-B, window 6, 192 px) on timm's SwinTransformer.
-
-GFM's outputs are taken *after* each stage's PatchMerging (the original Swin layout puts the merge
-at the end of a stage); timm puts it at the start of the next stage, so output k here is the
-output of timm stage k+1's downsample, and the last output is the final stage's blocks.
+"""GFM-Swin (Swin-B, window 6, 192 px) on timm's SwinTransformer. GFM's outputs are taken *after*
+each stage's PatchMerging (the original Swin layout puts the merge at the end of a stage);
+timm puts it at the start of the next stage, so output k here is the output of timm stage k+1's
+downsample, and the last output is the final stage's blocks.
 """
 
 from __future__ import annotations
@@ -11,8 +10,7 @@ from timm.models.swin_transformer import SwinTransformer
 from torch import Tensor
 
 from .base import Encoder
-from .keymap import KeyMap, Rename
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 @register_architecture("gfm_swin")
@@ -57,25 +55,3 @@ class GfmSwinEncoder(Encoder):
             x = stage.blocks(x)
         outs.append(x)
         return [outs[i].permute(0, 3, 1, 2).contiguous() for i in self.output_layers]
-
-
-register_keymap(
-    KeyMap(
-        name="gfm",
-        container=("model",),
-        prefix=("encoder.",),
-        require_prefix=True,
-        include=r"(?!.*(relative_position_index|attn_mask|mask_token)).*",
-        renames=(
-            Rename("layers.0.downsample.", "swin.layers.1.downsample."),
-            Rename("layers.1.downsample.", "swin.layers.2.downsample."),
-            Rename("layers.2.downsample.", "swin.layers.3.downsample."),
-            Rename("", "swin."),
-        ),
-        notes=(
-            "SimMIM checkpoint: 'encoder.' keys only (decoder/teacher set aside); index and mask"
-            " buffers are recomputed. The reference interpolates relative-position tables when the"
-            " window differs: not needed for window 6."
-        ),
-    )
-)

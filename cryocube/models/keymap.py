@@ -1,31 +1,22 @@
-"""Checkpoint key maps: the published checkpoint layout <-> this package's module names.
-
-A key map is declarative and invertible, so a test can write a checkpoint in the reference layout
-from a model and load it back (`to_reference` then `to_model`). Steps, in load order:
-
-1. `container`: descend into nested dicts of the file (e.g. "model", "state_dict", "s2_encoder").
-2. `prefix`: strip the first matching key prefix (e.g. "module.base_encoder."); with
-   `require_prefix`, keys without one are not part of the encoder.
-3. `include`: a regex on the stripped key; keys that do not match are other parts of the
-   pre-training model (decoders, projection heads, text towers) and are set aside, by declaration.
-4. `checks`: regexes of keys that must hold zeros and are dropped (bias buffers of bias-free norms).
-5. `transforms`: reference <-> ours tensor rewrites that are not renames (q/k/v merge, reshapes).
-6. `renames`: ordered (reference, ours) prefix templates with `{i}` standing for an integer.
-
-Anything left must equal the model's state dict exactly: that is checked by weights.load_weights.
-Key maps are declared by their architecture modules and registered with `registry.register_keymap`.
+"""Checkpoint key maps: the published checkpoint layout <-> this package's module names, declared
+(the built-in ones in catalogs/keymaps.yaml, whose header explains each step) and invertible, so a
+test writes a checkpoint in the reference layout from a model (`to_reference`) and loads it back.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
 import torch
 from torch import Tensor
 
+from ..catalog import CATALOG_DIR, load_yaml
+from ..mapping import from_mapping
+
 StateDict = dict[str, Tensor]
+KEYMAP_FILE = CATALOG_DIR / "keymaps.yaml"
 
 
 def _template_regex(t: str) -> re.Pattern:
@@ -36,29 +27,64 @@ def _template_regex(t: str) -> re.Pattern:
     return re.compile(rx)
 
 
-@dataclass(frozen=True)
-class Rename:
-    reference: str
-    ours: str
+def _drop_dims(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """`x` without its singleton `dims`; a tensor without them (another layout) stays as it is."""
+    if not dims or x.dim() <= max(dims) or any(x.shape[d] != 1 for d in dims):
+        return x
+    return x.reshape([s for i, s in enumerate(x.shape) if i not in dims])
 
-    def apply(self, key: str, forward: bool) -> str | None:
-        """`key` renamed (`forward`: reference -> ours, else back) with `{i}` carried over; None
-        when the template does not match, so the next Rename is tried."""
-        src, dst = (self.reference, self.ours) if forward else (self.ours, self.reference)
-        m = _template_regex(src).match(key)
-        if m is None:
-            return None
-        return dst.format(**m.groupdict()) + key[m.end() :]
+
+def _add_dims(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    for d in sorted(dims):
+        x = x.unsqueeze(d)
+    return x
 
 
 @dataclass(frozen=True)
-class Transform:
-    """A pair of functions rewriting a whole state dict (reference names on both sides of
-    `load`)."""
+class Reshape:
+    """One tensor whose singleton dims differ: `ours` lists those only this package's has,
+    `reference` those only the checkpoint's has (CLIP's class_embedding (D,) is our (1, 1, D))."""
 
-    name: str
-    load: Callable[[StateDict], StateDict]
-    save: Callable[[StateDict], StateDict]
+    key: str
+    ours: tuple[int, ...] = ()
+    reference: tuple[int, ...] = ()
+
+    def apply(self, sd: StateDict, load: bool) -> StateDict:
+        """`sd` with the tensor reshaped toward our layout (`load`) or the reference's."""
+        if self.key not in sd:
+            return sd
+        drop, add = (self.reference, self.ours) if load else (self.ours, self.reference)
+        return {**sd, self.key: _add_dims(_drop_dims(sd[self.key], drop), add)}
+
+
+@dataclass(frozen=True)
+class MergeQkv:
+    """Separate q/k/v linears in the reference <-> one fused qkv linear here ({i} = block index)."""
+
+    q: str
+    k: str
+    v: str
+    qkv: str
+    suffixes: tuple[str, ...] = ("weight", "bias")
+
+    def _matches(self, sd: StateDict, template: str):
+        rx = _template_regex(template)
+        for key in list(sd):
+            for suf in self.suffixes:
+                m = key.endswith("." + suf) and rx.fullmatch(key[: -len(suf) - 1])
+                if m:
+                    yield key, suf, m.groupdict()
+
+    def apply(self, sd: StateDict, load: bool) -> StateDict:
+        """`sd` with q/k/v concatenated into qkv (`load`) or qkv split back into three."""
+        sd, parts = dict(sd), (self.q, self.k, self.v)
+        for key, suf, g in self._matches(sd, self.q if load else self.qkv):
+            names = [f"{t.format(**g)}.{suf}" for t in parts]
+            if not load:
+                sd.update(zip(names, (p.clone() for p in sd.pop(key).chunk(3, dim=0))))
+            elif all(p in sd for p in names):
+                sd[f"{self.qkv.format(**g)}.{suf}"] = torch.cat([sd.pop(p) for p in names], dim=0)
+        return sd
 
 
 @dataclass(frozen=True)
@@ -69,16 +95,20 @@ class KeyMap:
     require_prefix: bool = False
     include: str | None = None
     checks_zero: str | None = None
-    transforms: tuple[Transform, ...] = ()
-    renames: tuple[Rename, ...] = ()
+    reshape: tuple[Reshape, ...] = ()
+    merge_qkv: MergeQkv | None = None
+    renames: tuple[tuple[str, str], ...] = ()
     # regexes of our keys that are recomputed at build time, never loaded
     computed: tuple[str, ...] = ()
     notes: str = ""
 
-    # ---- load direction -------------------------------------------------------------------
+    @property
+    def transforms(self) -> tuple[Reshape | MergeQkv, ...]:
+        """The tensor rewrites that are not renames, in load order."""
+        return self.reshape + ((self.merge_qkv,) if self.merge_qkv else ())
+
     def unwrap(self, obj, where: str = "checkpoint") -> Mapping:
-        """The state dict under `container`; a missing level is a KeyError naming the file's
-        top-level keys, so a wrong checkpoint is plain."""
+        """The state dict under `container`; a missing level is a KeyError naming the top keys."""
         for k in self.container:
             if not isinstance(obj, Mapping) or k not in obj:
                 have = sorted(obj.keys())[:20] if isinstance(obj, Mapping) else type(obj).__name__
@@ -103,15 +133,11 @@ class KeyMap:
             aside += [f"{k} (not read)" for k in node if k != c]
             node = node[c]
         for key, v in sd.items():
-            k = key
-            for p in self.prefix:
-                if k.startswith(p):
-                    k = k[len(p) :]
-                    break
-            else:
-                if self.require_prefix:
-                    aside.append(key)
-                    continue
+            k = next((key[len(p) :] for p in self.prefix if key.startswith(p)), None)
+            if k is None and self.require_prefix:
+                aside.append(key)
+                continue
+            k = key if k is None else k
             if self.include is not None and not re.fullmatch(self.include, k):
                 aside.append(key)
                 continue
@@ -126,16 +152,15 @@ class KeyMap:
                 continue
             out[k] = v
         for t in self.transforms:
-            out = t.load(out)
+            out = t.apply(out, load=True)
         return {self._rename(k, True): v for k, v in out.items()}, aside
 
-    # ---- save direction (tests, exports) ----------------------------------------------------
     def to_reference(self, state: StateDict) -> dict:
         """A checkpoint in the reference layout holding `state` (our names)."""
         sd = {k: v for k, v in state.items() if not any(re.fullmatch(c, k) for c in self.computed)}
         ref: StateDict = {self._rename(k, False): v for k, v in sd.items()}
         for t in reversed(self.transforms):
-            ref = t.save(ref)
+            ref = t.apply(ref, load=False)
         if self.prefix:
             ref = {self.prefix[0] + k: v for k, v in ref.items()}
         obj: dict = ref
@@ -144,59 +169,19 @@ class KeyMap:
         return obj
 
     def _rename(self, key: str, forward: bool) -> str:
-        for r in self.renames:
-            new = r.apply(key, forward)
-            if new is not None:
-                return new
+        """`key` through the first matching (reference, ours) template, `{i}` carried over."""
+        for pair in self.renames:
+            src, dst = pair if forward else pair[::-1]
+            m = _template_regex(src).match(key)
+            if m is not None:
+                return dst.format(**m.groupdict()) + key[m.end() :]
         return key
 
 
-# A checkpoint written by this package (a fine-tuned encoder): our own names, no rewriting.
-NATIVE = KeyMap(name="native")
-
-
-# ---- reusable transforms -------------------------------------------------------------------------
-def reshape_transform(
-    key: str, ref_shape: Callable[[tuple], tuple], our_shape: Callable[[tuple], tuple]
-) -> Transform:
-    """Reshape one tensor (e.g. CLIP's class_embedding (D,) <-> cls_token (1, 1, D))."""
-
-    def to(shape: Callable[[tuple], tuple]) -> Callable[[StateDict], StateDict]:
-        def run(sd: StateDict) -> StateDict:
-            if key not in sd:
-                return sd
-            return {**sd, key: sd[key].reshape(shape(tuple(sd[key].shape)))}
-
-        return run
-
-    return Transform(f"reshape {key}", to(our_shape), to(ref_shape))
-
-
-def merge_qkv_transform(q: str, k: str, v: str, qkv: str, suffixes=("weight", "bias")) -> Transform:
-    """Separate q/k/v linears in the reference <-> one fused qkv linear here ({i} = block index)."""
-
-    def matches(sd: StateDict, template: str):
-        """(key, suffix, {i: ...}) of every `template`.suffix key of `sd`."""
-        rx = _template_regex(template)
-        for key in list(sd):
-            for suf in suffixes:
-                m = key.endswith("." + suf) and rx.fullmatch(key[: -len(suf) - 1])
-                if m:
-                    yield key, suf, m.groupdict()
-
-    def load(sd: StateDict) -> StateDict:
-        sd = dict(sd)
-        for _, suf, g in matches(sd, q):
-            parts = [f"{t.format(**g)}.{suf}" for t in (q, k, v)]
-            if all(p in sd for p in parts):
-                sd[f"{qkv.format(**g)}.{suf}"] = torch.cat([sd.pop(p) for p in parts], dim=0)
-        return sd
-
-    def save(sd: StateDict) -> StateDict:
-        sd = dict(sd)
-        for key, suf, g in matches(sd, qkv):
-            for t, part in zip((q, k, v), sd.pop(key).chunk(3, dim=0)):
-                sd[f"{t.format(**g)}.{suf}"] = part.clone()
-        return sd
-
-    return Transform("merge q/k/v", load, save)
+def catalog_keymaps(path=KEYMAP_FILE) -> list[KeyMap]:
+    """The key maps of catalogs/keymaps.yaml (name -> fields), each read by mapping.from_mapping."""
+    where = str(path)
+    return [
+        from_mapping(KeyMap, {"name": name, **(d or {})}, f"{where}: {name}")
+        for name, d in load_yaml("keymaps", where).items()
+    ]

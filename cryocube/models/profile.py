@@ -1,16 +1,9 @@
-"""Measured compute profile of the encoders: parameters, forward FLOPs per sample, samples/s and
-peak memory on this device and precision, cached per device so `cryocube list models --profile` and
-the report read it.
-
-Why: the catalog's published figures were measured on the reference code, not on these modules, and
-say nothing about the user's device. Every table states its conventions (`CONVENTION`,
-`MEMORY_NOTE`): FLOPs are torch's FlopCounterMode counts of mm/addmm/bmm/baddbmm/linear and
-convolutions (attention on the math backend, so its matmuls count); samples/s is batch / median of
-the timed forwards after one warm-up; CPU peak memory is VmHWM, reset through
-/proc/self/clear_refs after malloc_trim, minus the RSS before the build.
-The cache is one JSON file per device under `profile_dir()`; an entry's key holds the model, input,
-batch, precision, threads, torch version and a digest of the model's catalog entry and architecture
-code, so any change measures again.
+"""Measured compute profile of the encoders (parameters, forward FLOPs per sample, samples/s, peak
+memory on this device and precision), cached per device for `cryocube list models --profile` and
+the report: the catalog's published figures were measured on the reference code, not on these
+modules, and say nothing about the user's device. Every table states its conventions
+(`CONVENTION`, `MEMORY_NOTE`); a cache entry's key holds everything the measurement depends on
+(`cache_key`), so any change measures again.
 """
 
 from __future__ import annotations
@@ -59,8 +52,7 @@ VERSION = 1  # of the measuring method: a change here measures everything again
 
 
 def profile_dir() -> Path:
-    """Where profiles are cached: $CRYOCUBE_PROFILES, else `profiles/` beside the weights cache
-    (~/.cache/cryocube/profiles)."""
+    """Where profiles are cached: $CRYOCUBE_PROFILES, else `profiles/` beside the weights cache."""
     from .weights import cache_dir  # timm and the decoders: not for `list models` (3x start-up)
 
     env = os.environ.get("CRYOCUBE_PROFILES")
@@ -80,9 +72,8 @@ class Setup:
     device: str
     default: bool  # the model's default setup (catalog size, or the published figures' setup)
 
-    def build(self, device: str | None = None):
-        """A random-init encoder (cost does not depend on weights), built where the caller's device
-        context says (meta in dry_run); `device` is unused, callers move it."""
+    def build(self):
+        """A random-init encoder (its cost does not depend on weights) where the caller says."""
         from .build import build_encoder  # timm: measured 3x the start-up of `list models`
 
         bands = [
@@ -124,12 +115,9 @@ def setup_for(model: str, input_size: int | None, batch: int, precision: str, de
 
 
 def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
-    """(forward FLOPs at batch 1, their split by op, parameters) of `s`, built and run on the meta
-    device: shapes only, no memory and no arithmetic, so it is the check before any work and the
-    FLOP count in one.
-
-    Refuses, in one sentence, an input size the model cannot take: one its forward rejects, or,
-    where the catalog names a patch size, one that is not a multiple of it (a strided patch
+    """(forward FLOPs at batch 1, their split by op, parameters) of `s` on the meta device (shapes
+    only: the check before any work and the FLOP count in one). Refuses an input size its forward
+    rejects or, where the catalog names a patch size, not a multiple of it (a strided patch
     embedding would silently drop the remainder)."""
     spec = model_spec(s.model)
     patch = spec.arch.get("patch_size")
@@ -159,8 +147,7 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
 
 
 def config_digest(model: str) -> str:
-    """Digest of what decides a model's cost: its model config file and the source of its
-    architecture's module."""
+    """Digest of what decides a model's cost: its config file and its architecture's source."""
     spec = model_spec(model)
     h = hashlib.sha256(Path(find("models", model)).read_bytes())
     builder = architectures()[spec.architecture]
@@ -200,17 +187,9 @@ def _read(path: Path) -> dict:
     return d
 
 
-def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def count_flops(enc, x) -> tuple[int, dict[str, int]]:
-    """Forward FLOPs of `enc` on `x` (no_grad, math attention: fused kernels would hide their
-    matmuls) and their split by op. FLOPs depend on shapes only, so meta tensors count the same as
-    real ones."""
+    """Forward FLOPs of `enc` on `x` (a meta tensor counts alike) and their split by op; math
+    attention, as fused kernels would hide their matmuls."""
 
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as fc:
         enc(x)
@@ -222,29 +201,25 @@ def count_flops(enc, x) -> tuple[int, dict[str, int]]:
 
 
 def _time_forwards(enc, xb, s: Setup, iters: int, budget_s: float, sync) -> tuple[float, list]:
-    """(warm-up seconds, seconds of each timed forward): up to `iters`, fewer for a slow config
-    once `budget_s` is spent (the row says how many)."""
-    with torch.no_grad(), autocast(s.device, s.precision):
+    """(warm-up seconds, seconds of each timed forward: up to `iters`, fewer past `budget_s`)."""
+
+    def forward() -> float:
         t = time.perf_counter()
-        enc(xb)  # warm-up: kernels chosen, caches filled
+        enc(xb)
         sync()
-        warm_s = time.perf_counter() - t
-        times = []
+        return time.perf_counter() - t
+
+    with torch.no_grad(), autocast(s.device, s.precision):
+        warm_s, times = forward(), []  # warm-up: kernels chosen, caches filled
         for _ in range(max(1, iters)):
-            t = time.perf_counter()
-            enc(xb)
-            sync()
-            times.append(time.perf_counter() - t)
+            times.append(forward())
             if warm_s + sum(times) > budget_s:
                 break
     return warm_s, times
 
 
 def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
-    """Build `s` with random weights (seed 0) and measure it; see the module docstring for what is
-    measured how. Up to `iters` timed forwards, fewer (at least one) once warm-up and timing have
-    taken `budget_s`.
-    """
+    """`s` built with random weights (seed 0) and measured (`CONVENTION`, `MEMORY_NOTE`)."""
     # dask's distributed comes with cluster.runtime: imported only where memory is measured
     from ..cluster.runtime import hwm_bytes, reset_hwm, rss_bytes, trim_malloc
     from .base import count_params  # timm: loaded by the build anyway, not at `list` start-up
@@ -325,8 +300,7 @@ def validate(
     device: str,
     iters: int = 3,
 ) -> list[Setup]:
-    """Every requested setup, checked before any measurement: one sentence for the first bad
-    option."""
+    """Every requested setup, checked before measuring: one sentence for the first bad one."""
     known = list_models()
     models = list(models or known)
     unknown = [m for m in models if m not in known]
@@ -361,8 +335,9 @@ def profile(
     on_row: Callable[[dict], None] | None = None,
     progress: bool = True,
 ) -> Profile:
-    """Measure each setup, or read it from this device's cache (a hit needs the same key: see
-    `cache_key`)."""
+    """Each setup measured, or read from this device's cache under the same `cache_key`."""
+    from ..store import write_atomic  # zarr and distributed: only where something is measured
+
     t0 = time.perf_counter()
     device = setups[0].device if setups else "cpu"
     path = _cache_path(device, root)
@@ -385,7 +360,8 @@ def profile(
                     "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 }
                 data["entries"][key] = row
-                _write(path, data)  # after each model: an interrupted table keeps what it measured
+                # after each model: an interrupted table keeps what it measured
+                write_atomic(str(path), json.dumps(data, indent=1, sort_keys=True))
                 row = {**row, "cached": False}
             rows.append(row)
             if on_row:
@@ -474,10 +450,8 @@ def _rank(e: dict) -> tuple[bool, str]:
 
 
 def measured_costs(root: str | Path | None = None) -> dict[str, dict[str, Any]]:
-    """Per model id, its measured default-setup profile from every device cached under `root`: the
-    newest entry, preferring fp32 (GFLOPs do not depend on device or precision; samples/s do, and
-    are labelled).
-    """
+    """Per model id, its newest measured default-setup profile cached under `root`, preferring fp32
+    (GFLOPs do not depend on device or precision; samples/s do, and are labelled)."""
     d = Path(root or profile_dir())
     best: dict[str, dict[str, Any]] = {}
     for f in sorted(d.glob("*.json")) if d.is_dir() else []:

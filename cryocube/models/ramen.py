@@ -1,5 +1,4 @@
 """RAMEN mono-temporal encoder: per-pixel spectral embedding, scale resampler, timm ViT-B blocks.
-
 No patches: each pixel's band vector is multiplied by a per-band embedding (optical: wavelength in
 nm -> 1-D sin-cos -> MLP; SAR: a learned vector per polarisation -> MLP), giving a 768-d map that a
 bilinear resize by input_res/res plus a mixture of four 1x1-conv experts turns into g x g tokens
@@ -16,8 +15,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
 from .dofa import sincos_1d_f32
-from .keymap import KeyMap
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 POLS = ("asc_vv", "asc_vh", "asc_hv", "asc_hh", "des_vv", "des_vh", "des_hv", "des_hh")
 MODALITY_ORDER = ("optical", "sar")
@@ -47,8 +45,7 @@ class RadarProjector(nn.Module):
         self.mlp = _mlp(dim, hidden)
 
     def forward(self, pols: list[str]) -> Tensor:
-        """Per-band embeddings (C, D) of SAR channels: each named polarisation's learned vector
-        (asc_/des_ vv..hh), through the MLP."""
+        """Per-band embeddings (C, D): each polarisation's learned vector, through the MLP."""
         return self.mlp(torch.stack([getattr(self, f"{p}_param") for p in pols], dim=0))
 
 
@@ -76,8 +73,7 @@ class ScaleResampler(nn.Module):
 
 
 def modality_groups(where: str, slots, wavelengths_nm: dict, polarisations: dict) -> dict:
-    """Input channel indices per modality ("optical" by wavelength, "sar" by polarisation); a band
-    with neither is refused."""
+    """Input channel indices per modality (optical by wavelength, sar by polarisation)."""
     if not wavelengths_nm and not polarisations:
         raise UserError(
             f"{where}: ramen needs arch.wavelengths_nm and arch.polarisations (band name ->"
@@ -155,13 +151,11 @@ class RamenEncoder(Encoder):
         )
 
     def feature_shapes(self, size: int | None = None):
-        """Every output is the built g x g token grid, whatever `size` says: RAMEN is fixed-size and
-        g = int(input_size * input_res / res)."""
+        """The built g x g token grid for every output, whatever `size`: RAMEN is fixed-size."""
         return [(c, self.grid, self.grid) for c in self.output_channels]
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D x modalities, g, g) per output layer: each modality's tokens side by side on
-        channels, optical first; class token dropped."""
+        """(B, D x modalities, g, g) per output layer, optical first, class token dropped."""
         tokens = []
         for m in self.modalities:
             xm = x.index_select(1, getattr(self, f"idx_{m}")).permute(0, 2, 3, 1)  # (B, H, W, Cm)
@@ -178,24 +172,5 @@ class RamenEncoder(Encoder):
         pos = self.pos_embed.to(x.dtype)
         t = torch.cat(tokens, dim=1) + pos[:, 1:].repeat(1, len(self.modalities), 1)
         outs = with_cls_token(self.blocks, t, self.cls_token, pos, self.output_layers, self.norm)
-        n = self.grid**2
-        maps = []
-        for o in outs:  # each modality's token run, side by side on channels
-            parts = [o[:, 1 + i * n : 1 + (i + 1) * n] for i in range(len(self.modalities))]
-            maps.append(tokens_to_map(torch.cat(parts, dim=-1), self.grid))
-        return maps
-
-
-register_keymap(
-    KeyMap(
-        name="ramen",
-        container=("state_dict",),
-        prefix=("model.encoder.", "encoder."),
-        include=r"(cls_token|(spectral|radar|dem)_projector\..*|resampler\..*|ltae\..*|in_norm\..*|blocks\..*|norm\..*)",
-        notes=(
-            "Lightning checkpoint: encoder keys under 'model.encoder.' (or 'encoder.'); the MAE"
-            " decoder is set aside. The reference strips these prefixes from its own (unprefixed)"
-            " names instead, so it likely never loaded them."
-        ),
-    )
-)
+        n = self.grid**2  # each modality's run of n tokens, side by side on channels
+        return [tokens_to_map(torch.cat(o[:, 1:].split(n, dim=1), dim=-1), self.grid) for o in outs]

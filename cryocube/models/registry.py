@@ -1,11 +1,7 @@
-"""Registries of encoder architectures and of checkpoint key maps (a leaf: it imports no
-architecture).
-
-Each architecture module (vit.py, dofa.py, ...) registers a builder with
-`@register_architecture("name")` and the key maps of its checkpoints with `register_keymap`; a model
-config's `architecture` and `weights.key_map` fields pick them. Architecture modules of other
-packages join through the `cryocube.architectures` entry points. No if-chains on model names
-anywhere else.
+"""Registries (a leaf: no architecture imported) of encoder architectures (`@register_architecture`
+in each architecture module, or a `cryocube.architectures` entry point) and of checkpoint key maps
+(catalogs/keymaps.yaml, or a plug-in's `register_keymap`): a model config's `architecture` and
+`weights.key_map` pick them, never an if-chain on model names.
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ import sys
 from typing import Callable
 
 from ..plugins import Registry
-from .keymap import NATIVE, KeyMap
+from .keymap import KEYMAP_FILE, KeyMap, catalog_keymaps
 
 BUILTIN_ARCHITECTURES = tuple(
     f"cryocube.models.{m}"
@@ -24,9 +20,10 @@ GROUP = "cryocube.architectures"
 
 Builder = Callable[..., "object"]
 ARCHITECTURES: Registry[Builder] = Registry("encoder architecture", GROUP, BUILTIN_ARCHITECTURES)
-# key maps are declared by the architecture modules: loading them is loading the architectures
+# a plug-in architecture module may register the key maps of its checkpoints
 KEYMAPS: Registry[KeyMap] = Registry("key map", GROUP, BUILTIN_ARCHITECTURES)
-KEYMAPS.add(NATIVE.name, NATIVE, __name__)
+for _km in catalog_keymaps():
+    KEYMAPS.add(_km.name, _km, str(KEYMAP_FILE))
 
 
 def register_architecture(name: str):
@@ -39,8 +36,7 @@ def register_architecture(name: str):
 
 
 def register_keymap(km: KeyMap) -> KeyMap:
-    """Makes a key map loadable by the name a config's `weights.key_map` gives; a second, different
-    map under one name is refused, naming the modules that registered each."""
+    """Makes a plug-in's key map loadable by its name; a second one under a name is refused."""
     # a KeyMap is an instance: the module that registers it is the caller's, not its class's
     return KEYMAPS.add(km.name, km, sys._getframe(1).f_globals.get("__name__"))
 
@@ -51,5 +47,5 @@ def architectures() -> dict[str, Builder]:
 
 
 def get_keymap(name: str) -> KeyMap:
-    """A key map by name, once the architecture modules (which register their maps) are imported."""
+    """A key map by name, the catalog's and those plug-in architecture modules register."""
     return KEYMAPS.named(name)

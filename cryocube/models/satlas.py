@@ -1,8 +1,7 @@
 """SatlasNet Sentinel-2 multi-spectral single-image encoder: torchvision swin_v2_b with a 9-band
-stem.
-
-As in the reference, the torchvision model is kept whole (its unused classification head included,
-which is also in the checkpoint) and the four stage outputs (strides 4/8/16/32) are returned.
+stem. As in the reference, the torchvision model is kept whole (its unused classification head
+included, which is also in the checkpoint) and the four stage outputs (strides 4/8/16/32) are
+returned.
 """
 
 from __future__ import annotations
@@ -11,8 +10,7 @@ import torchvision
 from torch import Tensor, nn
 
 from .base import Encoder
-from .keymap import KeyMap
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 @register_architecture("satlas_swin")
@@ -36,16 +34,3 @@ class SatlasSwinEncoder(Encoder):
             if i in (1, 3, 5, 7):
                 outs.append(x.permute(0, 3, 1, 2).contiguous())
         return [outs[i] for i in self.output_layers]
-
-
-register_keymap(
-    KeyMap(
-        name="satlas",
-        prefix=("backbone.",),
-        require_prefix=True,
-        notes=(
-            "SatlasPretrain state dict ('backbone.backbone.*'); the FPN ('intermediates.*') and"
-            " task heads are set aside"
-        ),
-    )
-)

@@ -1,7 +1,5 @@
-"""Model specs: the facts of catalogs/models/<id>.yaml as typed, validated objects.
-
-An encoder's architecture arguments, input bands, output layers and weights source live in the
-catalog, not in code, so `cryocube inspect`, the band matcher and the engine all read one truth.
+"""Model specs: catalogs/models/<id>.yaml as typed, validated objects, the one truth `cryocube
+inspect`, the band matcher and the engine read.
 """
 
 from __future__ import annotations
@@ -31,12 +29,8 @@ class WeightsSpec:
 
 @dataclass(frozen=True)
 class Deviation:
-    """A place where this model's wrapper chooses differently from the Cryo-Bench reference, on
-    purpose.
-
-    `follow` is the switch that reproduces the reference: architecture arguments (`arch`) and
-    checkpoint keys the reference's loader drops (`drop_keys`, a regex on our key names).
-    docs/deviations.md lists every deviation; a run record names those in effect."""
+    """Where this model's wrapper differs from the reference on purpose (docs/deviations.md);
+    `follow` reproduces the reference: `arch` arguments, checkpoint keys its loader drops."""
 
     name: str
     reference: str
@@ -52,9 +46,7 @@ class Deviation:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model config: one catalogs/models/<id>.yaml, typed. `architecture` names the registered
-    builder (models/registry.py) that turns it into an encoder; `arch` holds that builder's
-    arguments."""
+    """One catalogs/models/<id>.yaml, typed; `arch` holds the arguments of its `architecture`."""
 
     id: str
     architecture: str
@@ -89,8 +81,7 @@ class ModelSpec:
     drop_checkpoint_keys: str | None = rule(None, internal=True)
 
     def following_reference(self) -> "ModelSpec":
-        """This spec with every deviation switched to the reference's behaviour (`follow_reference:
-        true`)."""
+        """This spec with every deviation switched to the reference's behaviour."""
         if not self.deviations:
             return self
         drops = [d.drop_keys for d in self.deviations if d.drop_keys]
@@ -106,14 +97,12 @@ class ModelSpec:
         )
 
     def deviation_record(self) -> dict:
-        """The run record's `deviations` field: deviations from the reference in effect, and those
-        followed."""
+        """The run record's `deviations` field: those in effect and those followed."""
         return {"in_effect": [d.name for d in self.deviations], "followed": list(self.followed)}
 
     @property
     def takes_dataset_bands(self) -> bool:
-        """`input_bands: dataset`: no fixed slots; the encoder takes every cube band of its
-        dataset_modalities (in_chans from the match)."""
+        """`input_bands: dataset`: no fixed slots, every cube band of its dataset_modalities."""
         return self.input_bands == "dataset"
 
     @property

@@ -1,5 +1,4 @@
 """SpectralGPT+ encoder: 3-D spectral-spatial tokens (groups of 3 bands x 8x8 px) and timm Blocks.
-
 The reference attention has separate q/k/v linears; timm's fused qkv is the same computation, so the
 key map concatenates them. Separate learned spatial and spectral position embeddings are summed. The
 outputs concatenate the spectral groups on channels (768 x 4 = 3072) group-major, channel = g * D +
@@ -13,8 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import Encoder, Trunk, collect_layers
-from .keymap import KeyMap, merge_qkv_transform
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 @register_architecture("spectralgpt")
@@ -42,8 +40,7 @@ class SpectralGptEncoder(Encoder):
         self.same_outputs(t.embed_dim * self.groups, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D x groups, H/8, W/8) per output layer: the spectral groups side by side on channels,
-        group-major (g * D + c), as the reference."""
+        """(B, D x groups, H/8, W/8) per output layer, group-major (g * D + c)."""
         b = x.shape[0]
         t = self.patch_embed.proj(x.unsqueeze(1))  # (B, D, G, g, g)
         d = t.shape[1]
@@ -58,21 +55,3 @@ class SpectralGptEncoder(Encoder):
             o.reshape(b, g, -1, d).transpose(2, 3).reshape(b, g * d, self.grid, self.grid)
             for o in outs
         ]
-
-
-register_keymap(
-    KeyMap(
-        name="spectralgpt",
-        container=("model",),
-        include=r"(patch_embed\.proj\..*|pos_embed_spatial|pos_embed_temporal|blocks\..*)",
-        transforms=(
-            merge_qkv_transform(
-                "blocks.{i}.attn.q", "blocks.{i}.attn.k", "blocks.{i}.attn.v", "blocks.{i}.attn.qkv"
-            ),
-        ),
-        notes=(
-            "SpectralGPT+ MAE checkpoint: decoder, mask token and norm are not part of the encoder;"
-            " q/k/v are fused"
-        ),
-    )
-)

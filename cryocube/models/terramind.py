@@ -1,15 +1,13 @@
-"""TerraMind v1 encoders (base / large; S2L2A or S1GRD input) on timm Blocks.
-
-TerraMind's blocks are pre-norm ViT blocks without any bias (qkv, projection, MLP, LayerNorm) and a
-SwiGLU feed-forward (hidden = int(2/3 * 4 * dim), SiLU gate): timm's Block with proj_bias=False
-and its SwiGLU layer are that computation. The per-modality patch embedding is a bias-free linear
-map of (16*16*C) pixels (pixel-major, channel-minor) plus a modality embedding and MoCo-v3 2-D
-sin-cos positions. The final LayerNorm replaces the last returned map, as in the reference.
+"""TerraMind v1 encoders (base / large; S2L2A or S1GRD input) on timm Blocks. TerraMind's
+blocks are pre-norm ViT blocks without any bias (qkv, projection, MLP, LayerNorm) and a SwiGLU
+feed-forward (hidden = int(2/3 * 4 * dim), SiLU gate): timm's Block with proj_bias=False and its
+SwiGLU layer are that computation. The per-modality patch embedding is a bias-free linear map of
+(16*16*C) pixels (pixel-major, channel-minor) plus a modality embedding and MoCo-v3 2-D sin-cos
+positions. The final LayerNorm replaces the last returned map, as in the reference.
 """
 
 from __future__ import annotations
 
-import re
 from functools import partial
 
 import torch
@@ -17,8 +15,7 @@ from timm.layers import SwiGLU
 from torch import Tensor, nn
 
 from .base import Encoder, Trunk, collect_layers, patches, sincos_2d_mocov3, tokens_to_map
-from .keymap import KeyMap, Rename
-from .registry import register_architecture, register_keymap
+from .registry import register_architecture
 
 
 def terramind_mlp(
@@ -40,8 +37,7 @@ def terramind_mlp(
 
 
 class PatchEmbedLinear(nn.Module):
-    """A bias-free linear map of patches flattened pixel-major, channel-minor, as TerraMind's
-    embedding reads them; the encoder adds mod_emb."""
+    """TerraMind's bias-free linear patch embedding; the encoder adds mod_emb."""
 
     def __init__(self, in_chans: int, patch_size: int, embed_dim: int):
         super().__init__()
@@ -73,38 +69,11 @@ class TerraMindEncoder(Encoder):
             mlp_layer=terramind_mlp,
         )
         self.norm = norm(t.embed_dim)
-        self.same_outputs(t.embed_dim, t.patch_size)
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """(B, D, H/16, W/16) per output layer; every block runs and the last output is the
-        final-normed last block, as the reference."""
+        """(B, D, H/16, W/16) per output layer; every block runs (the last output is normed)."""
         t = self.embed(x) + (self.pos_emb.to(x.dtype) + self.embed.mod_emb)
         outs, t = collect_layers(self.blocks, t, self.output_layers, stop_early=False)
         # the reference replaces the last output by the final-normed last block
         outs[-1] = self.norm(t)
         return [tokens_to_map(o, self.grid) for o in outs]
-
-
-def _terramind_keymap(name: str, modality: str) -> KeyMap:
-    emb = f"encoder_embeddings.{modality}."
-    return KeyMap(
-        name=name,
-        include=rf"({re.escape(emb)}(proj\.weight|mod_emb)|encoder\.\d+\..*|encoder_norm\..*)",
-        checks_zero=r"(encoder\.\d+\.norm[12]|encoder_norm)\.bias",
-        renames=(
-            Rename(emb, "embed."),
-            Rename("encoder.{i}.mlp.fc1.", "blocks.{i}.mlp.fc1_g."),
-            Rename("encoder.{i}.mlp.fc3.", "blocks.{i}.mlp.fc1_x."),
-            Rename("encoder.{i}.", "blocks.{i}."),
-            Rename("encoder_norm.", "norm."),
-        ),
-        notes=(
-            f"TerraMind backbone state dict: reads the {modality} patch embedding; other"
-            " modalities' embeddings and the position buffers (recomputed) are set aside; the zero"
-            " bias buffers of its bias-free LayerNorms are checked and dropped"
-        ),
-    )
-
-
-register_keymap(_terramind_keymap("terramind_s2l2a", "untok_sen2l2a@224"))
-register_keymap(_terramind_keymap("terramind_s1grd", "untok_sen1grd@224"))

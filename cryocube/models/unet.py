@@ -28,8 +28,7 @@ class UNetEncoder(Encoder):
         self.output_reductions = [float(2**k) for k in range(len(chans))][::-1]
 
     def features(self, x: Tensor) -> list[Tensor]:
-        """Five maps coarsest first (512, 512, 256, 128, 64 channels at strides 16, 8, 4, 2, 1): the
-        order the U-Net decoder reads."""
+        """Five maps coarsest first (512, 512, 256, 128, 64 channels at strides 16, 8, 4, 2, 1)."""
         maps = [self.in_conv(x)]
         for d in self.downs:
             maps.append(d(maps[-1]))

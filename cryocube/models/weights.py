@@ -1,9 +1,6 @@
 """Pretrained weights: fetch from the published URLs, verify sha256, load strictly through key maps.
-
-Unlike the reference (which warns about missing keys and loads with strict=False), a checkpoint
-must cover every parameter of the encoder and every encoder key it holds must exist in the model,
-with the same shape; otherwise the error lists the keys. What the key map declares as "not part
-of the encoder" (decoders, heads, other modalities) is set aside and reported, not silently used.
+Unlike the reference (warnings, strict=False), a checkpoint must fit the encoder exactly, or the
+error lists the keys; what the key map declares not part of the encoder is set aside and reported.
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ import pickle
 import re
 import warnings
 import zipfile
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,9 +29,7 @@ from .spec import model_spec
 
 def cache_dir() -> Path:
     """Where fetched checkpoints go: $CRYOCUBE_WEIGHTS, else ~/.cache/cryocube/weights."""
-    return Path(
-        os.environ.get("CRYOCUBE_WEIGHTS") or Path.home() / ".cache" / "cryocube" / "weights"
-    )
+    return Path(os.environ.get("CRYOCUBE_WEIGHTS") or Path.home() / ".cache/cryocube/weights")
 
 
 @dataclass
@@ -47,7 +43,7 @@ class LoadReport:
     dropped: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        """One line for logs and test messages: counts only (set_aside and computed list keys)."""
+        """One line for logs and test messages: counts only."""
         return (
             f"{self.path}: loaded {self.loaded} tensors; {len(self.set_aside)} checkpoint keys are"
             f" not part of the encoder; {len(self.computed)} recomputed at build time"
@@ -55,8 +51,7 @@ class LoadReport:
 
 
 def sha256_file(path: str | Path) -> str:
-    """The file's digest, read in full every time: fetch verifies with it; planning uses
-    checkpoint_digest, which remembers it."""
+    """The file's digest, read in full (checkpoint_digest remembers it for planning)."""
     return file_digest(path, "sha256")
 
 
@@ -78,12 +73,8 @@ def fetch_weights(
     url: str | None = None,
     sha256: str | None = None,
 ) -> Path:
-    """Download the published checkpoint of `model_id` into `dest_dir` (verified when a sha256 is
-    known).
-
-    `url` replaces the catalog's source (a mirror, an object store: any fsspec URL); `sha256` the
-    catalog's checksum.
-    """
+    """The published checkpoint of `model_id` downloaded into `dest_dir`, verified when a sha256 is
+    known; `url` (any fsspec URL: a mirror) and `sha256` replace the catalog's."""
     spec = model_spec(model_id)
     w = spec.weights
     if w is None or not spec.pretrained:
@@ -166,8 +157,7 @@ def load_weights(
     key_map: str | None = None,
     allow_pickle: bool | None = None,
 ) -> LoadReport:
-    """Load a checkpoint into `encoder` strictly through its key map (the catalog's, or
-    `key_map`)."""
+    """Load a checkpoint into `encoder` strictly through the catalog's key map, or `key_map`."""
     spec = getattr(encoder, "spec", None)
     w = spec.weights if spec is not None else None
     km = get_keymap(key_map or (w.key_map if w is not None else "native"))
@@ -197,10 +187,8 @@ def load_weights(
 
 
 def _drop_as_reference(encoder: nn.Module, sd: dict, model_sd: dict, path: Path) -> list[str]:
-    """Checkpoint tensors the reference's loader drops, dropped here too when the run follows the
-    reference (e.g. S12-DINO's qkv biases: the reference builds no qkv bias and loads with
-    strict=False); said in a warning.
-    """
+    """Checkpoint tensors the reference's loader drops (S12-DINO's qkv biases: it builds none and
+    loads with strict=False), dropped with a warning when the run follows the reference."""
     spec = getattr(encoder, "spec", None)
     rx = getattr(spec, "drop_checkpoint_keys", None)
     if not rx:
@@ -218,8 +206,7 @@ def _drop_as_reference(encoder: nn.Module, sd: dict, model_sd: dict, path: Path)
 
 
 def save_encoder(encoder: nn.Module, path: str | Path) -> Path:
-    """Save a (fine-tuned) encoder in this package's layout; reload with load_weights(...,
-    key_map='native')."""
+    """Save a (fine-tuned) encoder in our layout (load_weights' key map `native`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(encoder.state_dict(), path)
@@ -250,8 +237,7 @@ def save_decoder(decoder: nn.Module, path: str | Path, meta: dict | None = None)
 def load_decoder(
     path: str | Path, decoder: nn.Module | None = None, encoder: nn.Module | None = None
 ) -> tuple[nn.Module, dict]:
-    """(decoder, meta) from a save_decoder file: loads into `decoder`, or builds one for
-    `encoder`."""
+    """(decoder, meta) of a save_decoder file, into `decoder` or a new one for `encoder`."""
     path = Path(path)
     if not path.exists():
         raise WeightsError(f"decoder checkpoint {path} does not exist")
@@ -297,28 +283,22 @@ class WeightsInfo:
 
 
 def checkpoint_digest(path: Path) -> str:
-    """sha256 of a checkpoint, remembered beside it (keyed by size and mtime) so planning hashes it
-    once."""
+    """sha256 of a checkpoint, remembered beside it (keyed by size and mtime)."""
     st = path.stat()
     side = path.with_name(path.name + ".sha256")
     key = f"{st.st_size}:{st.st_mtime_ns}"
-    try:
+    with suppress(OSError, ValueError):
         k, digest = side.read_text().split()
         if k == key:
             return digest
-    except (OSError, ValueError):
-        pass
     digest = sha256_file(path)
-    try:
+    with suppress(OSError):  # a read-only weights folder: hash again next time
         side.write_text(f"{key} {digest}\n")
-    except OSError:  # a read-only weights folder: hash again next time
-        pass
     return digest
 
 
 def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str | None:
-    """A fetched checkpoint of `model_id`: in `weights_dir` (--weights: a folder or any fsspec URL),
-    else where `cryocube weights fetch` puts it. Returns its path or URL."""
+    """A fetched checkpoint of `model_id` in `weights_dir` (any fsspec URL), else the cache."""
     spec = model_spec(model_id)
     w = spec.weights
     if w is None or not spec.pretrained:
@@ -335,8 +315,7 @@ def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str
 
 
 def _explicit_weights(spec, explicit: str) -> WeightsInfo:
-    """The recipe's `encoder_weights` checkpoint, checked against the catalog's sha256 when it is
-    the catalog's file."""
+    """The recipe's `encoder_weights`, checked against the catalog's sha256 if it is its file."""
     w = spec.weights
     if store.is_remote(explicit):
         path = _local(explicit, w.sha256 if w and explicit == w.url else None)
@@ -361,10 +340,8 @@ def resolve_weights(
     weights_dir: str | Path | None = None,
     allow_random: bool = False,
 ) -> WeightsInfo:
-    """The checkpoint a run of `model_id` loads: the recipe's `encoder_weights` entry, else one
-    found in `weights_dir` or the weights cache; a pretrained model without one is refused unless
-    `allow_random`.
-    """
+    """The checkpoint a run of `model_id` loads: the recipe's `encoder_weights`, else one found in
+    `weights_dir` or the cache; a pretrained model without one is refused unless `allow_random`."""
     spec = model_spec(model_id)
     if not spec.pretrained and explicit is None:
         return WeightsInfo("scratch", None, True, False)
