@@ -89,15 +89,9 @@ def _convert(args) -> int:
     spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
     store.register_options(args.raw, args.raw_storage_options)
     # an unknown raw layout or a bad option is refused here, not after a cluster has started
+    sizes = (args.tile, args.block, args.shard)
     args.layout, _ = check_request(
-        spec,
-        args.raw,
-        args.layout,
-        args.tile,
-        args.block,
-        args.shard,
-        args.on_error,
-        args.keep_corrupted,
+        spec, args.raw, args.layout, sizes, args.on_error, args.keep_corrupted
     )
     claim(args, "cube", inputs=[("--raw", args.raw)], storage_options=args.storage_options)
     shift = {"shift_s2": True} if args.shift_s2 else {}

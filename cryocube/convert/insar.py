@@ -23,12 +23,11 @@ from typing import Any
 import numpy as np
 
 from .. import store as _store
-from ..cube import _text
-from ..cube.schema import declared
+from ..cube import SamplePlan, _text, declared
 from .base import ConvertError, Option, register, text_map, texts
 from .insar_labels import MASK_IGNORE, RULES_TEXT, Rules, derive
 from .rawio import map_threads, raster_header, read_raster, write_geotiff
-from .samples import SamplePlan, SampleReader
+from .samples import SampleReader
 
 DATE = r"(\d{4}-?\d{2}-?\d{2})"
 PAIR_RE = re.compile(rf"^{DATE}_{DATE}$")

@@ -27,9 +27,6 @@ from ..errors import task_boundary
 from .base import ConvertError, Reader
 from .writer import check_image, cube_attrs, write_blocks
 
-# SamplePlan lives in cube.write; importable here
-__all__ = ["SamplePlan", "SampleReader", "write_sample_block"]
-
 
 class SampleReader(Reader):
     """Layouts of whole samples with image-level targets; one sample cube."""

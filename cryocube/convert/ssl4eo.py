@@ -20,10 +20,11 @@ import numpy as np
 import zarr
 
 from .. import store as _store
+from ..cube import SamplePlan
 from ..labelfiles import read_label_folder, strip_id
 from .base import ConvertError, Option, register, texts
 from .rawio import checked_read
-from .samples import SamplePlan, SampleReader
+from .samples import SampleReader
 
 S2_OFFSET = 1000.0
 SHIFTED_STATS = "ssl4eo_v11_shifted"

@@ -376,11 +376,13 @@ def detect_layout(spec: DatasetSpec, raw: str) -> str:
 
 
 def check_request(
-    spec: DatasetSpec, raw: str, layout: str, tile_size, block, shard, on_error, keep_corrupted
+    spec: DatasetSpec, raw: str, layout: str, sizes: tuple, on_error: str, keep_corrupted
 ) -> tuple[str, int]:
     """(layout, tile size) once the layout (detected for auto), --on-error, --keep-corrupted and
-    the sizes are checked; `cryocube convert` asks before its cluster starts."""
-    for what, v in (("--tile", tile_size), ("--block", block), ("--shard", shard)):
+    the sizes (--tile, --block, --shard: None or positive) are checked; `cryocube convert` asks
+    before its cluster starts."""
+    tile_size = sizes[0]
+    for what, v in zip(("--tile", "--block", "--shard"), sizes):
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
     if on_error not in ("raise", "skip"):
@@ -431,16 +433,8 @@ def convert(
     _store.register_options(out, storage_options)
     # a Dask task must write whole shards, never part of one
     block_samples = shard_samples or block_samples
-    layout, tile = check_request(
-        spec,
-        raw,
-        layout,
-        tile_size,
-        block_samples,
-        shard_samples,
-        on_error,
-        reader_options.get("keep_corrupted"),
-    )
+    sizes, keep = (tile_size, block_samples, shard_samples), reader_options.get("keep_corrupted")
+    layout, tile = check_request(spec, raw, layout, sizes, on_error, keep)
     # never replace what convert did not write
     outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])
     client = get_client(client)
