@@ -1,22 +1,6 @@
 """Raw published layouts -> Zarr cubes: readers (one per kind of layout, chosen by the catalog) and
 the writer."""
 
-from .base import (
-    READERS,
-    ConvertError,
-    Reader,
-    SourceItem,
-    open_reader,
-    readers,
-    register,
-)
+from .base import ConvertError, open_reader, readers
 
-__all__ = [
-    "READERS",
-    "ConvertError",
-    "Reader",
-    "SourceItem",
-    "open_reader",
-    "readers",
-    "register",
-]
+__all__ = ["ConvertError", "open_reader", "readers"]

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import math
 import os
-import posixpath
 import threading
 from contextlib import contextmanager
 
 import numpy as np
 
 from ..store import is_remote, join
-from .base import ConvertError, Mapper, Reader, SourceItem, Window, register
-from .rawio import check_window, header_threads, map_threads
+from .base import ConvertError, Mapper, Option, Reader, SourceItem, Window, register
+from .rawio import check_window, checked_read, header_threads, map_threads
 from .writer import TileReader
 
 PREP_SUFFIX = "_prep"
@@ -36,25 +35,14 @@ def open_nc(reader: Reader, url: str):
     """A netCDF4.Dataset of a local path, or of a remote file's bytes; holds the netCDF lock."""
     import netCDF4
 
-    with _NC_LOCK:
-        try:
-            if is_remote(url):
-                ds = netCDF4.Dataset("inmemory.nc", memory=reader.open_bytes(url))
-            else:
-                ds = netCDF4.Dataset(url.removeprefix("file://"))
-        except ConvertError:
-            raise
-        except FileNotFoundError:
-            raise ConvertError(f"{url}: file not found") from None
-        except Exception as e:  # OSError/RuntimeError from HDF5 for a bad or truncated file
-            raise ConvertError(
-                f"{url}: cannot open as netCDF ({type(e).__name__}: {e}); the file is corrupt or"
-                " truncated"
-            ) from None
-        try:
-            yield ds
-        finally:
-            ds.close()
+    def load():
+        if is_remote(url):
+            return netCDF4.Dataset("inmemory.nc", memory=reader.open_bytes(url))
+        return netCDF4.Dataset(url.removeprefix("file://"))
+
+    # HDF5 raises OSError or RuntimeError for a bad or truncated file
+    with _NC_LOCK, checked_read(url, "netCDF file", load) as ds:
+        yield ds
 
 
 def _shape(ds, url: str, name: str, dims: tuple[str, str]) -> tuple[int, int]:
@@ -95,10 +83,7 @@ class AI4ArcticReader(TileReader):
 
     def detect(self, root: str) -> bool:
         """Any `.nc` under `train/` or `test/`: the release has only these two split folders."""
-        fs, path = self.fs(root)
-        return any(
-            fs.glob(posixpath.join(path.rstrip("/"), s, "*.nc")) for s in self.splits_on_disk
-        )
+        return any(self.glob(root, f"{s}/*.nc") for s in self.splits_on_disk)
 
     @property
     def variables(self) -> list[str]:
@@ -112,15 +97,10 @@ class AI4ArcticReader(TileReader):
             )
         return [str(table[b]) for b in self.spec.band_names]
 
-    @property
-    def chart(self) -> str:
-        """The netCDF variable holding the label chart (SOD for SICD); the option is required."""
-        return self.option("chart", kind=str)
-
-    @property
-    def dims(self) -> tuple[str, str]:
-        """The (lines, samples) dimension names (default the release's)."""
-        return tuple(self.option("dims", ["sar_lines", "sar_samples"], list))
+    # the netCDF variable holding the label chart (SOD for SICD)
+    chart = Option("chart", kind=str)
+    # the (lines, samples) dimension names
+    dims = Option("dims", ["sar_lines", "sar_samples"], list, tuple)
 
     def scan(self, root: str, map_headers: Mapper | None = None) -> list[SourceItem]:
         """Each `<scene>_prep.nc` with its `_prep_reference.nc` chart if any; val drawn."""
@@ -175,27 +155,17 @@ class AI4ArcticReader(TileReader):
         """Masked pixels as NaN, the chart's raw codes (255 fill included), under the lock."""
         win = check_window(item.image, window, item.height, item.width)
         with open_nc(self, item.image) as ds:
-            image = self._guard(
-                item.image, lambda: np.stack([_read_image_var(ds, v, win) for v in self.variables])
+            image = checked_read(
+                item.image,
+                "pixels",
+                lambda: np.stack([_read_image_var(ds, v, win) for v in self.variables]),
             )
             if item.label == item.image:
-                label = self._guard(item.label, lambda: _read_chart(ds, self.chart, win))
+                label = checked_read(item.label, "pixels", lambda: _read_chart(ds, self.chart, win))
         if item.label != item.image:
             with open_nc(self, item.label) as ds:
-                label = self._guard(item.label, lambda: _read_chart(ds, self.chart, win))
+                label = checked_read(item.label, "pixels", lambda: _read_chart(ds, self.chart, win))
         return image, label
-
-    @staticmethod
-    def _guard(url: str, fn):
-        try:
-            return fn()
-        except ConvertError:
-            raise
-        except Exception as e:  # HDF5 errors on truncated data chunks
-            raise ConvertError(
-                f"{url}: cannot read the pixels ({type(e).__name__}: {e}); the file is corrupt or"
-                " truncated"
-            ) from None
 
     # -- sample data ---------------------------------------------------------------------------
     def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:

@@ -46,6 +46,36 @@ class SourceItem:
     transform: tuple[float, ...] | None = None
 
 
+@dataclass(frozen=True)
+class Option:
+    """A layout option read as a reader attribute: checked by `Reader.option`, then converted."""
+
+    key: str
+    default: Any = ...
+    kind: type | tuple[type, ...] | None = None
+    convert: Callable[[Any], Any] | None = None
+    choices: tuple = ()
+
+    def __get__(self, reader: Reader | None, owner=None) -> Any:
+        if reader is None:
+            return self
+        v = reader.option(self.key, self.default, self.kind)
+        if self.choices and v not in self.choices:
+            said = " or ".join(map(repr, self.choices))
+            raise ConvertError(f"{reader.where}: option {self.key} must be {said}, got {v!r}")
+        return v if self.convert is None else self.convert(v)
+
+
+def texts(values) -> list[str]:
+    """A list option's items as str (YAML may give numbers)."""
+    return [str(v) for v in values]
+
+
+def text_map(d: dict) -> dict[str, str]:
+    """A mapping option's keys and values as str."""
+    return {str(k): str(v) for k, v in d.items()}
+
+
 # (fn, jobs, threads per process) -> [fn(job)]
 Mapper = Callable[[Callable[[Any], Any], list, int], list]
 Window = tuple[int, int, int, int]  # (row0, row1, col0, col1), end-exclusive, inside the image
@@ -129,6 +159,16 @@ class Reader(ABC):
             out[stem] = (proto + p) if proto and not p.startswith(proto) else p
         return out
 
+    def glob(self, root: str, pattern: str) -> dict[str, str]:
+        """{path under `root`: URL} of the files `pattern` matches there, local or remote alike."""
+        fs, base = self.fs(root)
+        base = base.rstrip("/")
+        proto = root.split("://")[0] + "://" if store.is_remote(root) else ""
+        return {
+            posixpath.relpath(p, base): p if p.startswith(proto) else proto + p
+            for p in sorted(fs.glob(posixpath.join(base, pattern)))
+        }
+
     def isdir(self, url: str) -> bool:
         """Whether `url` is a folder, local or remote alike; layouts' `detect` tests with it."""
         fs, path = self.fs(url)
@@ -175,13 +215,14 @@ def pair_by_stem(
     images: dict[str, str], labels: dict[str, str], where: str
 ) -> list[tuple[str, str, str]]:
     """Pair image and label files by name (never by sort order); unpaired files are an error."""
-    lonely_img = sorted(set(images) - set(labels))
-    lonely_lbl = sorted(set(labels) - set(images))
-    if lonely_img or lonely_lbl:
-        msg = []
-        if lonely_img:
-            msg.append("images without a mask: " + ", ".join(images[s] for s in lonely_img[:10]))
-        if lonely_lbl:
-            msg.append("masks without an image: " + ", ".join(labels[s] for s in lonely_lbl[:10]))
+    msg = [
+        f"{what} without {other}: " + ", ".join(files[s] for s in lonely[:10])
+        for what, files, other, them in (
+            ("images", images, "a mask", labels),
+            ("masks", labels, "an image", images),
+        )
+        if (lonely := sorted(set(files) - set(them)))
+    ]
+    if msg:
         raise ConvertError(f"{where}: " + "; ".join(msg))
     return [(s, images[s], labels[s]) for s in sorted(images)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from .. import store
 from ..catalog import dataset_ids, load_dataset
 from ..cube import COMPRESSORS
-from ..errors import UserError
 from ..harness import add_cluster, add_out, add_quiet, add_storage, claim, cluster_for
 
 
@@ -84,23 +83,23 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
-    from .writer import convert, detect_layout
+    from .base import open_reader
+    from .writer import check_request, convert
 
     spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
-    for what, v in (("--tile", args.tile), ("--block", args.block), ("--shard", args.shard)):
-        if v is not None and v < 1:
-            raise UserError(f"{what} must be a positive number, got {v}")
     store.register_options(args.raw, args.raw_storage_options)
+    # an unknown raw layout or a bad option is refused here, not after a cluster has started
+    sizes = (args.tile, args.block, args.shard)
+    args.layout, _ = check_request(
+        spec, args.raw, args.layout, sizes, args.on_error, args.keep_corrupted
+    )
     claim(args, "cube", inputs=[("--raw", args.raw)], storage_options=args.storage_options)
-    # an unknown raw layout is refused here, not after a cluster has started
-    if args.layout == "auto":
-        args.layout = detect_layout(spec, args.raw)
-    elif args.layout not in spec.layouts:
-        raise UserError(
-            f"dataset {spec.id!r} has no layout {args.layout!r}; known:"
-            f" {', '.join(sorted(spec.layouts))}"
-        )
-    prechecked = _precheck(spec, args)
+    shift = {"shift_s2": True} if args.shift_s2 else {}
+    # a sample reader's whole plan, so bad input is found here (None for tile readers, whose
+    # headers are read on the workers)
+    prechecked = open_reader(spec, args.layout, args.raw_storage_options).precheck(
+        args.raw, on_error=args.on_error, keep_corrupted=args.keep_corrupted, **shift
+    )
     with cluster_for(args) as client:
         r = convert(
             spec,
@@ -118,7 +117,7 @@ def _convert(args) -> int:
             storage_options=args.storage_options,
             progress=not args.quiet,
             prechecked=prechecked,
-            **({"shift_s2": True} if args.shift_s2 else {}),
+            **shift,
         )
     _show_converted(args, r)
     return 0
@@ -136,9 +135,17 @@ def _show_converted(args, r) -> None:
         f" ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), checksum {r.marker['checksum'][:16]}"
         + (f", skipped {r.skipped} bad samples" if r.skipped else "")
     )
-    if r.skipped:
-        _print_skipped(args.out)
-    kept = store.open_group(args.out, "r").attrs.get("kept_flagged_samples") or []
+    attrs = store.open_group(args.out, "r").attrs
+    # the skipped samples and why (the cube's `skipped_samples` attribute keeps them all)
+    skipped = (attrs.get("skipped_samples") or []) if r.skipped else []
+    for d in skipped[:10]:
+        print(f"  skipped {d['source']}: {d['reason']}")
+    if len(skipped) > 10:
+        print(
+            f"  ... and {len(skipped) - 10} more (the cube's attrs['skipped_samples'] lists them"
+            " all)"
+        )
+    kept = attrs.get("kept_flagged_samples") or []
     if kept:
         print(
             f"  kept {len(kept)} samples the annotations flag"
@@ -147,39 +154,6 @@ def _show_converted(args, r) -> None:
             + ", ".join(d["source"] for d in kept[:10])
             + (" ..." if len(kept) > 10 else "")
         )
-
-
-def _print_skipped(url: str, most: int = 10) -> None:
-    """Name the skipped samples and why (the cube's `skipped_samples` attribute keeps them all)."""
-    skipped = store.open_group(url, "r").attrs.get("skipped_samples") or []
-    for d in skipped[:most]:
-        print(f"  skipped {d['source']}: {d['reason']}")
-    if len(skipped) > most:
-        print(
-            f"  ... and {len(skipped) - most} more (the cube's attrs['skipped_samples'] lists them"
-            " all)"
-        )
-
-
-def _precheck(spec, args):
-    """What the layout's reader (args.layout, resolved) checks before a cluster starts: a sample
-    reader's whole plan, so bad input is found here; None for tile readers, whose headers are read
-    on the workers."""
-    from .base import open_reader
-
-    reader = open_reader(spec, args.layout, args.raw_storage_options)
-    keep = bool(args.keep_corrupted)
-    if keep and not reader.flags_samples:
-        raise UserError(
-            f"--keep-corrupted: the {spec.id} layout {args.layout!r} has no annotations that flag"
-            " corrupted samples (only Hephaestus's do)"
-        )
-    return reader.precheck(
-        args.raw,
-        on_error=args.on_error,
-        keep_corrupted=keep,
-        **({"shift_s2": True} if args.shift_s2 else {}),
-    )
 
 
 def _download(args) -> int:

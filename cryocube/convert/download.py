@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -18,8 +19,6 @@ from ..catalog import load_dataset
 from ..fetch import DownloadError, fetch
 
 __all__ = ["DownloadError", "download", "fetch", "safe_extract"]
-
-CHUNK = 1 << 20
 
 
 def _inside(root: Path, name: str) -> bool:
@@ -115,8 +114,7 @@ def download(
             with open(whole.with_suffix(".part"), "wb") as out:
                 for p in parts:
                     with open(p, "rb") as f:
-                        for block in iter(lambda: f.read(CHUNK), b""):
-                            out.write(block)
+                        shutil.copyfileobj(f, out)
             os.replace(whole.with_suffix(".part"), whole)
         archives.append(whole)
     for a in archives:

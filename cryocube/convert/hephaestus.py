@@ -87,11 +87,8 @@ class HephaestusReader(PairReader):
 
     def detect(self, root: str) -> bool:
         """An annotations folder plus at least one `<frame>/<interferograms>/<pair>/InSAR.png`."""
-        fs, base = self.fs(root)
         ifg, png, _, ann = self.names
-        return self.isdir(_store.join(root, ann)) and bool(
-            fs.glob(posixpath.join(base.rstrip("/"), "*", ifg, "*", png))
-        )
+        return self.isdir(_store.join(root, ann)) and bool(self.glob(root, f"*/{ifg}/*/{png}"))
 
     def scan(self, root: str) -> list[Pair]:
         """Annotated pairs with both PNGs; flagged ones dropped unless --keep-corrupted."""

@@ -23,12 +23,11 @@ from typing import Any
 import numpy as np
 
 from .. import store as _store
-from ..cube import _text
-from ..cube.schema import declared
-from .base import ConvertError, register
+from ..cube import SamplePlan, _text, declared
+from .base import ConvertError, Option, register, text_map, texts
 from .insar_labels import MASK_IGNORE, RULES_TEXT, Rules, derive
 from .rawio import map_threads, raster_header, read_raster, write_geotiff
-from .samples import SamplePlan, SampleReader
+from .samples import SampleReader
 
 DATE = r"(\d{4}-?\d{2}-?\d{2})"
 PAIR_RE = re.compile(rf"^{DATE}_{DATE}$")
@@ -108,20 +107,14 @@ class PairReader(SampleReader):
         """The layout's `derive:` parameters; the synthetic generator derives by the same."""
         return Rules.from_options(self.option("derive", {}, dict), self.where)
 
-    @property
-    def wavelength_m(self) -> float:
-        """Radar wavelength in metres (required; an annotation may override it per pair)."""
-        return float(self.option("radar_wavelength_m", kind=(int, float)))
-
-    @property
-    def text_tasks(self) -> list[str]:
-        """The free-text tasks, in the order of the cube's `answer` columns."""
-        return [str(t) for t in self.option("text_tasks", [], list)]
-
-    @property
-    def box_task(self) -> str:
-        """The task the deformation box serves, named in `unavailable` when no pair has a box."""
-        return self.option("box_task", "deformation_localization", str)
+    # radar wavelength in metres (required; an annotation may override it per pair)
+    wavelength_m = Option("radar_wavelength_m", kind=(int, float), convert=float)
+    # the free-text tasks, in the order of the cube's `answer` columns
+    text_tasks = Option("text_tasks", [], list, texts)
+    # the task the deformation box serves, named in `unavailable` when no pair has a box
+    box_task = Option("box_task", "deformation_localization", str)
+    # the catalog's reasons a task has no label in this layout (cube attrs)
+    unavailable = Option("unavailable", {}, dict, text_map)
 
     @property
     def targets(self) -> list[TargetSpec]:
@@ -168,11 +161,6 @@ class PairReader(SampleReader):
             "origins": MASK_ORIGINS,
         }
 
-    @property
-    def unavailable(self) -> dict[str, str]:
-        """The catalog's reasons a task has no label in this layout (cube attrs)."""
-        return {str(k): str(v) for k, v in self.option("unavailable", {}, dict).items()}
-
     @staticmethod
     def folder_name(pair) -> str:
         """A generated pair's folder, `<primary>_<secondary>` (dates YYYYMMDD)."""
@@ -195,21 +183,13 @@ class PairReader(SampleReader):
         """The catalog bands this tree has (optional bands may be absent)."""
         return self.spec.band_names
 
-    @abstractmethod
-    def read_sample(self, pair: Pair, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """One pair's bands padded bottom/right with 0 to `shape`, since pairs differ in size."""
-
     # -- shared ---------------------------------------------------------------------------------
     def pair_folders(self, root: str, globs: list[tuple[str, str]]) -> dict[str, dict[str, str]]:
         """{pair folder under `root`: {band group: url}} of what each (group, glob) finds."""
-        fs, base = self.fs(root)
-        base = base.rstrip("/")
-        proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
         out: dict[str, dict[str, str]] = {}
         for what, pattern in globs:
-            for p in fs.glob(posixpath.join(base, pattern)):
-                rel = posixpath.relpath(posixpath.dirname(p), base)
-                out.setdefault(rel, {})[what] = p if p.startswith(proto) else proto + p
+            for rel, url in self.glob(root, pattern).items():
+                out.setdefault(posixpath.dirname(rel), {})[what] = url
         return out
 
     def each(self, fn, jobs: list, name) -> list:
@@ -515,29 +495,17 @@ class InSARReader(PairReader):
         " unavailable"
     )
 
-    @property
-    def files(self) -> dict[str, str]:
-        """Band -> file name in a pair folder (a required option); `detect` looks for the first."""
-        return {str(k): str(v) for k, v in self.option("files", kind=dict).items()}
-
-    @property
-    def annotation_name(self) -> str:
-        """The per-pair annotation file's name; a pair without one is still a sample."""
-        return self.option("annotation", "annotation.json", str)
-
-    @property
-    def optional(self) -> list[str]:
-        """Bands a tree may lack (unwrapped phase), but then in every pair: scan refuses a mix."""
-        return [str(b) for b in self.option("optional", [], list)]
+    # band -> file name in a pair folder (required); `detect` looks for the first
+    files = Option("files", kind=dict, convert=text_map)
+    # the per-pair annotation file's name; a pair without one is still a sample
+    annotation_name = Option("annotation", "annotation.json", str)
+    # bands a tree may lack (unwrapped phase), but then in every pair: scan refuses a mix
+    optional = Option("optional", [], list, texts)
 
     def detect(self, root: str) -> bool:
         """The first listed file one or two levels down (pair folders with or without a frame)."""
-        fs, base = self.fs(root)
         first = next(iter(self.files.values()))
-        return bool(
-            fs.glob(posixpath.join(base.rstrip("/"), "*", first))
-            or fs.glob(posixpath.join(base.rstrip("/"), "*", "*", first))
-        )
+        return bool(self.glob(root, f"*/{first}") or self.glob(root, f"*/*/{first}"))
 
     @property
     def required(self) -> list[str]:

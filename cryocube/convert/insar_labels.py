@@ -158,13 +158,6 @@ def deformation_pixels(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np
     return kept_regions(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
 
 
-def deformation_box(
-    los_m: np.ndarray, valid: np.ndarray, rules: Rules
-) -> tuple[float, float, float, float] | None:
-    """The box rule alone; `derive` takes the box from the mask instead (the same extent)."""
-    return box_of(deformation_pixels(los_m, valid, rules), 1)
-
-
 def deformation_mask(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
     """int8: 1 deformation (the box rule's pixels), 0 other valid pixels, -1 ignore."""
     out = np.where(valid, 0, MASK_IGNORE).astype(np.int8)

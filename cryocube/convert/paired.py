@@ -2,24 +2,9 @@
 by name.
 
 Four of the five datasets publish their files this way (GeoTIFF or PNG) and differ only in folder
-names, so this one reader serves them all, driven by the layout's options in the dataset catalog:
-
-    images: "{folder}/images"      folder template; {folder} is a split folder name on disk
-    labels: "{folder}/masks"
-    suffixes: [.tif, .tiff]        file suffixes to read (default GeoTIFF)
-    bands: exact | first           the catalog's band count exactly, or the first N bands (GLID)
-    split_folders: {GLID: train}   folder on disk -> split (default train/val/test)
-    label_suffix: _zones           label stem = image stem + suffix (CaFFe original)
-    image_name: "{stem}__{patch}"  the parts of an image stem (TorchGeo's CaFFe patches), for
-                                   label_name
-    label_name: "{stem}_zones__{patch}"   label stem from those parts (default: image stem +
-                                          label_suffix)
-    example_fields: {patch: "..."} what the sample-data generator puts in the parts other than
-                                   {stem}
-    val_from_train: {rule: ...}    val drawn from the train folder (cryocube.convert.splits)
-
-Folders beside the split folders that hold images (a `val/` in a layout whose val is drawn from
-train) are not read, and a warning says which.
+names, so this one reader serves them all, driven by the layout's options in the dataset catalog
+(docs/cube.md lists them with examples). Folders beside the split folders that hold images (a
+`val/` in a layout whose val is drawn from train) are not read, and a warning says which.
 """
 
 from __future__ import annotations
@@ -32,14 +17,8 @@ import warnings
 import numpy as np
 
 from ..store import join
-from .base import SPLITS, ConvertError, Mapper, SourceItem, Window, pair_by_stem, register
-from .rawio import (
-    WRITERS,
-    header_threads,
-    map_threads,
-    raster_header,
-    read_raster,
-)
+from .base import SPLITS, ConvertError, Mapper, Option, SourceItem, Window, pair_by_stem, register
+from .rawio import WRITERS, header_threads, map_threads, raster_header, read_raster
 from .writer import TileReader
 
 
@@ -51,20 +30,17 @@ class PairedRasterReader(TileReader):
         " split_folders, label_suffix, image_name, label_name, example_fields, val_from_train"
     )
 
-    @property
-    def image_dir(self) -> str:
-        """Folder template of the images (required), `{folder}` being the split folder on disk."""
-        return self.option("images", kind=str)
-
-    @property
-    def label_dir(self) -> str:
-        """Folder template of the masks (required), `{folder}` being the split folder on disk."""
-        return self.option("labels", kind=str)
-
-    @property
-    def suffixes(self) -> tuple[str, ...]:
-        """Suffixes read, lower case (default GeoTIFF); sample data is written with the first."""
-        return tuple(s.lower() for s in self.option("suffixes", [".tif", ".tiff"], list))
+    # folder templates (required), `{folder}` being the split folder on disk
+    image_dir = Option("images", kind=str)
+    label_dir = Option("labels", kind=str)
+    # suffixes read, lower case (default GeoTIFF); sample data is written with the first
+    suffixes = Option("suffixes", [".tif", ".tiff"], list, lambda v: tuple(s.lower() for s in v))
+    # what a mask's stem adds to its image's (CaFFe original's `_zones`)
+    label_suffix = Option("label_suffix", "", str)
+    # template of an image stem's parts, from which `label_name` builds
+    image_name = Option("image_name", "{stem}", str)
+    # `exact` band count, or `first`: more bands are fine and the first N are read (GLID)
+    band_policy = Option("bands", "exact", str, choices=("exact", "first"))
 
     @property
     def split_folders(self) -> dict[str, str]:
@@ -74,16 +50,6 @@ class PairedRasterReader(TileReader):
         if bad:
             raise ConvertError(f"{self.where}: split_folders maps to {bad}, not one of {SPLITS}")
         return {str(k): str(v) for k, v in folders.items()}
-
-    @property
-    def label_suffix(self) -> str:
-        """What a mask's stem adds to its image's (CaFFe original's `_zones`); default none."""
-        return self.option("label_suffix", "", str)
-
-    @property
-    def image_name(self) -> str:
-        """Template of an image stem's parts (default `{stem}`), from which `label_name` builds."""
-        return self.option("image_name", "{stem}", str)
 
     @property
     def label_name(self) -> str:
@@ -114,14 +80,6 @@ class PairedRasterReader(TileReader):
         """A file stem in this layout's naming for generated sample data (`base` becomes {stem})."""
         extra = {k: str(v).format(i=i) for k, v in self.option("example_fields", {}, dict).items()}
         return self.image_name.format(stem=base, **extra)
-
-    @property
-    def band_policy(self) -> str:
-        """`exact` band count, or `first`: more bands are fine and the first N are read (GLID)."""
-        p = self.option("bands", "exact", str)
-        if p not in ("exact", "first"):
-            raise ConvertError(f"{self.where}: option bands must be 'exact' or 'first', got {p!r}")
-        return p
 
     def detect(self, root: str) -> bool:
         """Its folders exist and masks follow its naming (CaFFe's two layouts differ only there)."""
@@ -229,12 +187,7 @@ class PairedRasterReader(TileReader):
     def read(self, item: SourceItem, window: Window | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The image's catalog bands (the first N under `bands: first`), the mask's band 1."""
         image = read_raster(self, item.image, window, bands=len(self.spec.bands))
-        label = read_raster(self, item.label, window, bands=1)[0]
-        if image.shape[1:] != label.shape:
-            raise ConvertError(
-                f"{item.image} is {image.shape[1:]} but its mask {item.label} is {label.shape}"
-            )
-        return image, label
+        return image, read_raster(self, item.label, window, bands=1)[0]
 
     # -- sample data ---------------------------------------------------------------------------
     def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:

@@ -59,41 +59,38 @@ class RasterioFormat:
     """GeoTIFF (and anything GDAL opens): true windowed reads, CRS and transform from the file."""
 
     @staticmethod
+    @contextmanager
     def _open(reader: Reader, url: str):
         import rasterio
+        from rasterio.errors import NotGeoreferencedWarning
 
-        if is_remote(url):
-            fs, path = reader.fs(url)
-            return rasterio.open(path, opener=fs)
-        return rasterio.open(url.removeprefix("file://"))
+        fs, path = reader.fs(url) if is_remote(url) else (None, url.removeprefix("file://"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotGeoreferencedWarning)
+            with rasterio.open(path, opener=fs) as ds:
+                yield ds
 
     def header(self, reader: Reader, url: str) -> Header:
         """Count, size, dtype, CRS and transform (None, not the identity, if ungeoreferenced)."""
         import rasterio
-        from rasterio.errors import NotGeoreferencedWarning
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NotGeoreferencedWarning)
-            with self._open(reader, url) as ds:
-                crs = _crs_string(ds.crs)
-                transform = tuple(float(v) for v in tuple(ds.transform)[:6])
-                if crs is None and ds.transform == rasterio.Affine.identity():
-                    transform = None
-                return Header(ds.count, ds.height, ds.width, str(ds.dtypes[0]), crs, transform)
+        with self._open(reader, url) as ds:
+            crs = _crs_string(ds.crs)
+            transform = tuple(float(v) for v in tuple(ds.transform)[:6])
+            if crs is None and ds.transform == rasterio.Affine.identity():
+                transform = None
+            return Header(ds.count, ds.height, ds.width, str(ds.dtypes[0]), crs, transform)
 
     def read(
         self, reader: Reader, url: str, window: Window | None, bands: int | None
     ) -> np.ndarray:
         """A true windowed read: only the window's bytes are fetched, remote files too."""
-        from rasterio.errors import NotGeoreferencedWarning
         from rasterio.windows import Window as RWindow
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NotGeoreferencedWarning)
-            with self._open(reader, url) as ds:
-                r0, r1, c0, c1 = check_window(url, window, ds.height, ds.width)
-                idx = list(range(1, (bands or ds.count) + 1))
-                return ds.read(idx, window=RWindow(c0, r0, c1 - c0, r1 - r0))
+        with self._open(reader, url) as ds:
+            r0, r1, c0, c1 = check_window(url, window, ds.height, ds.width)
+            idx = list(range(1, (bands or ds.count) + 1))
+            return ds.read(idx, window=RWindow(c0, r0, c1 - c0, r1 - r0))
 
 
 class PILFormat:
@@ -151,8 +148,8 @@ def file_format(url: str):
     return FORMATS.get(posixpath.splitext(url)[1].lower(), FORMATS[".tif"])
 
 
-def _checked(url: str, what: str, fn):
-    """fn(); a missing or bad file (rasterio and PIL raise many types) as a ConvertError."""
+def checked_read(url: str, what: str, fn):
+    """fn(); a missing or bad file (GDAL, PIL, HDF5, zarr raise many types) as a ConvertError."""
     try:
         return fn()
     except (ConvertError, WindowError):
@@ -168,14 +165,14 @@ def _checked(url: str, what: str, fn):
 
 def raster_header(reader: Reader, url: str) -> Header:
     """The header of a raster file."""
-    return _checked(url, "header", lambda: file_format(url).header(reader, url))
+    return checked_read(url, "header", lambda: file_format(url).header(reader, url))
 
 
 def read_raster(
     reader: Reader, url: str, window: Window | None = None, bands: int | None = None
 ) -> np.ndarray:
     """(C, h, w) pixels of the first `bands` bands (all if None) in the window, source dtype."""
-    return _checked(url, "pixels", lambda: file_format(url).read(reader, url, window, bands))
+    return checked_read(url, "pixels", lambda: file_format(url).read(reader, url, window, bands))
 
 
 def header_threads(root: str) -> int:

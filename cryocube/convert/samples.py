@@ -25,10 +25,7 @@ from ..cube.write import (
 )
 from ..errors import task_boundary
 from .base import ConvertError, Reader
-from .writer import check_image, create_cube, cube_attrs, write_blocks
-
-# SamplePlan lives in cube.write; importable here
-__all__ = ["SamplePlan", "SampleReader", "convert_samples", "write_sample_block"]
+from .writer import check_image, cube_attrs, write_blocks
 
 
 class SampleReader(Reader):
@@ -59,15 +56,39 @@ class SampleReader(Reader):
     ) -> ConvertResult:
         """The CLI's prechecked plan (else a new one), then the images block by block on workers."""
         items, plan = prechecked or self.plan(raw, opts.on_error, **options)
-        return convert_samples(
-            self, items, plan, raw, out, client, opts, self.read_kwargs(plan, **options)
+        t0, block = time.perf_counter(), opts.block
+        read_kwargs = self.read_kwargs(plan, **options)
+        # bad raw samples left out (--on-error skip)
+        skipped = len(plan.attrs.get("skipped_samples") or ())
+        return write_blocks(
+            out,
+            lambda: sample_template(
+                self.spec.bands, plan, block, cube_attrs(self.spec, self.layout.name, raw)
+            ),
+            plan.key(block),
+            opts,
+            client,
+            write_sample_block,
+            lambda b: {
+                "reader": self,
+                "items": items[b * block : (b + 1) * block],
+                "ids": plan.ids[b * block : (b + 1) * block],
+                "s0": b * block,
+                "block": b,
+                "out": out,
+                "shape": plan.shape,
+                "time": list(plan.time),
+                "read_kwargs": read_kwargs,
+            },
+            plan.n,
+            t0,
+            skipped,
         )
 
 
 @task_boundary
 def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
     """Read, check and write one block of samples with digests; the progress flag last."""
-    t0 = time.perf_counter()
     tune_malloc()
     reader: SampleReader = task["reader"]
     s0, shape = task["s0"], tuple(task["shape"])
@@ -98,52 +119,4 @@ def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
         flat, np.zeros((flat.shape[0], h, w), np.int8), np.ones(flat.shape[0], bool)
     )
     put_block(g, task["block"], s0, {"image": images}, (images, targets, *extras), stats)
-    return {
-        "samples": len(imgs),
-        "read_bytes": int(images.nbytes),
-        "seconds": time.perf_counter() - t0,
-    }
-
-
-def convert_samples(
-    reader: SampleReader,
-    items: list,
-    plan: SamplePlan,
-    raw: str,
-    out: str,
-    client,
-    opts: WriteOptions,
-    read_kwargs: dict | None = None,
-) -> ConvertResult:
-    """Create (or resume) the sample cube of `plan`; `items[i]` is read for sample i."""
-    t0 = time.perf_counter()
-    block, overwrite, progress = opts.block, opts.overwrite, opts.progress
-    fingerprint = plan.key(block)
-    spec = reader.spec
-    g = create_cube(
-        out,
-        lambda: sample_template(spec.bands, plan, block, cube_attrs(spec, reader.layout.name, raw)),
-        fingerprint,
-        overwrite,
-    )
-    return write_blocks(
-        g,
-        out,
-        client,
-        write_sample_block,
-        lambda b: {
-            "reader": reader,
-            "items": items[b * block : (b + 1) * block],
-            "ids": plan.ids[b * block : (b + 1) * block],
-            "s0": b * block,
-            "block": b,
-            "out": out,
-            "shape": plan.shape,
-            "time": list(plan.time),
-            "read_kwargs": dict(read_kwargs or {}),
-        },
-        (plan.n, block),
-        progress,
-        t0,
-        len(plan.attrs.get("skipped_samples") or ()),  # bad raw samples left out (--on-error skip)
-    )
+    return {"samples": len(imgs), "read_bytes": int(images.nbytes)}

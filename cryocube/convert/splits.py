@@ -7,27 +7,12 @@ the sample-data generator both draw through here, so generated trees and convers
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import numpy as np
 
 from .base import ConvertError
 
-ValRule = Callable[[list[str], dict], set[str]]
-VAL_RULES: dict[str, ValRule] = {}
 
-
-def val_rule(name: str):
-    """Registers a function as the `val_from_train` rule a catalog layout names `name`."""
-
-    def register(fn: ValRule) -> ValRule:
-        VAL_RULES[name] = fn
-        return fn
-
-    return register
-
-
-@val_rule("shuffle_split")
 def shuffle_split(names: list[str], options: dict) -> set[str]:
     """The names sklearn's train_test_split(test_size=fraction, random_state=seed) holds out
     (CaFFe's reference preprocessing): a permutation of a RandomState, the first ceil(fraction n)
@@ -41,7 +26,6 @@ def shuffle_split(names: list[str], options: dict) -> set[str]:
     return {names[i] for i in perm[:n_val]}
 
 
-@val_rule("choice")
 def choice(names: list[str], options: dict) -> set[str]:
     """RandomState(seed).choice over the sorted names, without replacement, of min(scenes, max(1, n
     // 5)) (the AutoICE starter kit's 10 scenes on the real 512-scene train set; the n // 5 cap
@@ -57,6 +41,10 @@ def choice(names: list[str], options: dict) -> set[str]:
             np.array(names), size=k, replace=False
         )
     }
+
+
+# the `val_from_train` rules a catalog layout may name
+VAL_RULES = {"shuffle_split": shuffle_split, "choice": choice}
 
 
 def draw_val(names: list[str], spec: dict | None, where: str) -> set[str]:

@@ -20,9 +20,11 @@ import numpy as np
 import zarr
 
 from .. import store as _store
+from ..cube import SamplePlan
 from ..labelfiles import read_label_folder, strip_id
-from .base import ConvertError, register
-from .samples import SamplePlan, SampleReader
+from .base import ConvertError, Option, register, texts
+from .rawio import checked_read
+from .samples import SampleReader
 
 S2_OFFSET = 1000.0
 SHIFTED_STATS = "ssl4eo_v11_shifted"
@@ -41,15 +43,10 @@ class SSL4EOReader(SampleReader):
     name = "ssl4eo_zarr_zip"
     options_doc = "modalities (folders under data/, in band order), variable"
 
-    @property
-    def modalities(self) -> list[str]:
-        """Folders under `data/`, in the order of their bands on the cube's band axis (required)."""
-        return [str(m) for m in self.option("modalities", kind=list)]
-
-    @property
-    def variable(self) -> str:
-        """The Zarr variable holding the pixels in every store (default `bands`)."""
-        return self.option("variable", "bands", str)
+    # folders under `data/`, in the order of their bands on the cube's band axis
+    modalities = Option("modalities", kind=list, convert=texts)
+    # the Zarr variable holding the pixels in every store
+    variable = Option("variable", "bands", str)
 
     def band_slices(self) -> dict[str, slice]:
         """Where each modality's bands sit on the band axis (the catalog's `sensor` field)."""
@@ -75,15 +72,13 @@ class SSL4EOReader(SampleReader):
 
     def scan(self, root: str) -> list[Location]:
         """Locations by id across modality folders; one missing a modality is refused."""
-        fs, base = self.fs(root)
-        by_mod: dict[str, dict[str, str]] = {}
-        proto = root.split("://")[0] + "://" if _store.is_remote(root) else ""
-        for m in self.modalities:
-            paths = fs.glob(posixpath.join(base.rstrip("/"), "data", m, "*", "*.zarr.zip"))
-            by_mod[m] = {
-                strip_id(posixpath.basename(p)): p if p.startswith(proto) else proto + p
-                for p in sorted(paths)
+        by_mod = {
+            m: {
+                strip_id(posixpath.basename(u)): u
+                for u in self.glob(root, f"data/{m}/*/*.zarr.zip").values()
             }
+            for m in self.modalities
+        }
         if not any(by_mod.values()):
             raise ConvertError(
                 f"{root}: no SSL4EO-S12-downstream stores (expected"
@@ -104,38 +99,32 @@ class SSL4EOReader(SampleReader):
         found = read_label_folder(_store.join(root, "labels"), self.storage_options)
         return {t: (f.kind, f.labels) for t, f in found.items()}
 
-    def _open(self, url: str):
-        if not _store.is_remote(url):
-            return zarr.storage.ZipStore(_store.local_path(url), mode="r"), None
-        tmp = tempfile.NamedTemporaryFile(suffix=".zarr.zip", delete=False)
-        tmp.write(self.open_bytes(url))
-        tmp.close()
-        return zarr.storage.ZipStore(tmp.name, mode="r"), tmp.name
+    def _pixels(self, url: str) -> np.ndarray:
+        """A store's `variable` as float32; a remote zip is read from a temporary copy."""
+        tmp = None
+        if _store.is_remote(url):
+            with tempfile.NamedTemporaryFile(suffix=".zarr.zip", delete=False) as f:
+                f.write(self.open_bytes(url))
+            tmp = f.name
+        st = zarr.storage.ZipStore(tmp or _store.local_path(url), mode="r")
+        try:  # a truncated zip or chunk fails in zarr
+            g = checked_read(url, "store", lambda: zarr.open_group(st, mode="r"))
+            if self.variable not in g:
+                raise ConvertError(
+                    f"{url}: no variable {self.variable!r} (found {sorted(g.keys())})"
+                )
+            return checked_read(url, "store", lambda: np.asarray(g[self.variable][:], np.float32))
+        finally:
+            st.close()
+            if tmp:
+                os.unlink(tmp)
 
     def read(self, item: Location, window=None, shift_s2: bool = False) -> tuple[np.ndarray, None]:
         """(time, band, y, x) float32, modalities side by side in catalog band order."""
         parts = []
         slices = self.band_slices()
         for m, url in item.files:
-            st, tmp = self._open(url)
-            try:
-                g = zarr.open_group(st, mode="r")
-                if self.variable not in g:
-                    raise ConvertError(
-                        f"{url}: no variable {self.variable!r} (found {sorted(g.keys())})"
-                    )
-                a = np.asarray(g[self.variable][:], dtype=np.float32)
-            except ConvertError:
-                raise
-            except Exception as e:  # a truncated zip or chunk
-                raise ConvertError(
-                    f"{url}: cannot read ({type(e).__name__}: {e}); the file is corrupt or"
-                    " truncated"
-                ) from None
-            finally:
-                st.close()
-                if tmp:
-                    os.unlink(tmp)
+            a = self._pixels(url)
             if a.ndim != 5 or a.shape[0] != 1:
                 raise ConvertError(
                     f"{url}: {self.variable} has shape {a.shape}, expected (1, time, band, y, x)"

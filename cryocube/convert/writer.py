@@ -1,12 +1,7 @@
 """Tile cubes: the `TileReader` base, and the writer that plans tiles on the client and fills fixed
-blocks of samples on Dask workers.
-
-Every block task opens the store itself, reads only the raw windows it needs, validates and remaps
-them, and hands images, labels and class fractions to the cube's one block write
-(`cube.write.put_block`: digests, moments, the progress flag last). A killed conversion therefore
-resumes by redoing only the blocks whose flag is not set, and the cube is marked complete (by
-`cube.write.finalize`) only when every flag is set. `convert` is the front door for both kinds of
-cube.
+blocks of samples on Dask workers, each through the cube's one block write (`cube.write.put_block`:
+the progress flag last), so a killed conversion redoes only the blocks whose flag is not set.
+`convert` is the front door for both kinds of cube.
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ import hashlib
 import json
 import time
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,8 +56,6 @@ class Plan:
     tile_y: np.ndarray
     tile_x: np.ndarray
     tile: int
-    # items refused at scan time (with --on-error skip)
-    dropped: list[dict] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -109,20 +102,14 @@ class Plan:
 
 def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
     """Cut every item into non-overlapping tile x tile windows (edge tiles padded later)."""
-    item_of, ty, tx = [], [], []
-    for i, it in enumerate(items):
-        for y in range(0, it.height, tile):
-            for x in range(0, it.width, tile):
-                item_of.append(i)
-                ty.append(y)
-                tx.append(x)
-    return Plan(
-        items,
-        np.array(item_of, dtype=np.int64),
-        np.array(ty, dtype=np.int32),
-        np.array(tx, dtype=np.int32),
-        tile,
-    )
+    cut = [
+        (i, y, x)
+        for i, it in enumerate(items)
+        for y in range(0, it.height, tile)
+        for x in range(0, it.width, tile)
+    ]
+    item_of, ty, tx = np.array(cut, dtype=np.int64).reshape(-1, 3).T
+    return Plan(items, item_of, ty.astype(np.int32), tx.astype(np.int32), tile)
 
 
 class TileReader(Reader):
@@ -209,11 +196,7 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
     flat = raw.astype(np.int64)
     pos = np.clip(np.searchsorted(keys, flat), 0, len(keys) - 1)
     known = keys[pos] == flat
-    ignored = (
-        np.isin(flat, np.array(layout.ignore_values, dtype=np.int64))
-        if layout.ignore_values
-        else np.zeros(flat.shape, bool)
-    )
+    ignored = np.isin(flat, np.array(layout.ignore_values, dtype=np.int64))
     bad = ~(known | ignored)
     if bad.any():
         _unknown(np.unique(flat[bad]), layout, where)
@@ -318,8 +301,7 @@ def _fill_tiles(reader: TileReader, task: dict, ii: int, js: list[int], images, 
 
 @task_boundary
 def write_block(task: dict[str, Any]) -> dict[str, Any]:
-    """Read, validate, tile and write samples [s0, s1) of the cube; return timing and skip info."""
-    t0 = time.perf_counter()
+    """Read, validate, tile and write samples [s0, s1) of the cube; what it read and skipped."""
     tune_malloc()
     spec: DatasetSpec = task["spec"]
     reader: TileReader = open_reader(spec, task["layout"])
@@ -350,13 +332,7 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
         (images, labels),
         stats,
     )
-    return {
-        "block": task["block"],
-        "samples": n,
-        "read_bytes": read_bytes,
-        "seconds": time.perf_counter() - t0,
-        "skipped": sum(1 for r in reasons if r),
-    }
+    return {"samples": n, "read_bytes": read_bytes, "skipped": sum(1 for r in reasons if r)}
 
 
 # -- orchestration (client side) -----------------------------------------------------------------
@@ -399,6 +375,41 @@ def detect_layout(spec: DatasetSpec, raw: str) -> str:
     return candidates[0]
 
 
+def check_request(
+    spec: DatasetSpec, raw: str, layout: str, sizes: tuple, on_error: str, keep_corrupted
+) -> tuple[str, int]:
+    """(layout, tile size) once the layout (detected for auto), --on-error, --keep-corrupted and
+    the sizes (--tile, --block, --shard: None or positive) are checked; `cryocube convert` asks
+    before its cluster starts."""
+    tile_size = sizes[0]
+    for what, v in zip(("--tile", "--block", "--shard"), sizes):
+        if v is not None and v < 1:
+            raise UserError(f"{what} must be a positive number, got {v}")
+    if on_error not in ("raise", "skip"):
+        raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+    if layout == "auto":
+        layout = detect_layout(spec, raw)
+    elif layout not in spec.layouts:
+        raise UserError(
+            f"dataset {spec.id!r} has no layout {layout!r}; known:"
+            f" {', '.join(sorted(spec.layouts))}"
+        )
+    if keep_corrupted and not open_reader(spec, layout).flags_samples:
+        raise UserError(
+            f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag"
+            " corrupted samples (only Hephaestus's do)"
+        )
+    # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
+    tile = int(
+        tile_size
+        if tile_size is not None
+        else spec.layout(layout).options.get("tile_size") or spec.tile_size
+    )
+    if tile < 1:
+        raise UserError(f"{spec.path}: layouts.{layout}.tile_size must be a positive number")
+    return layout, tile
+
+
 def convert(
     dataset: str | DatasetSpec,
     raw: str,
@@ -420,18 +431,12 @@ def convert(
     spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
     _store.register_options(raw, raw_storage_options)
     _store.register_options(out, storage_options)
+    # a Dask task must write whole shards, never part of one
+    block_samples = shard_samples or block_samples
+    sizes, keep = (tile_size, block_samples, shard_samples), reader_options.get("keep_corrupted")
+    layout, tile = check_request(spec, raw, layout, sizes, on_error, keep)
     # never replace what convert did not write
     outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])
-    if layout == "auto":
-        layout = detect_layout(spec, raw)
-    tile = _check_options(spec, layout, tile_size, block_samples, shard_samples, on_error)
-    if shard_samples:
-        block_samples = shard_samples  # a Dask task must write whole shards, never part of one
-    if reader_options.get("keep_corrupted") and not open_reader(spec, layout).flags_samples:
-        raise UserError(
-            f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag"
-            " corrupted samples (only Hephaestus's do)"
-        )
     client = get_client(client)
     _store.share_with(client)
     opts = WriteOptions(
@@ -448,140 +453,35 @@ def convert(
     return open_reader(spec, layout).convert(raw, out, client, opts, prechecked, **reader_options)
 
 
-def _check_options(spec, layout, tile_size, block_samples, shard_samples, on_error) -> int:
-    """The tile size, once the layout, --on-error and the sizes are checked."""
-    if layout not in spec.layouts:
-        raise UserError(
-            f"dataset {spec.id!r} has no layout {layout!r}; known:"
-            f" {', '.join(sorted(spec.layouts))}"
-        )
-    if on_error not in ("raise", "skip"):
-        raise UserError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-    # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
-    tile = int(
-        tile_size
-        if tile_size is not None
-        else spec.layout(layout).options.get("tile_size") or spec.tile_size
-    )
-    block = shard_samples or block_samples
-    for what, v in (("--tile", tile), ("--block", block), ("--shard", shard_samples)):
-        if v is not None and v < 1:
-            raise UserError(f"{what} must be a positive number, got {v}")
-    return tile
-
-
 def convert_tiles(
     reader: TileReader, raw: str, out: str, client, opts: WriteOptions
 ) -> ConvertResult:
     """Scan (headers on the workers), plan the tiles, write blocks, finalise."""
     t0 = time.perf_counter()
-    spec, layout, tile, block_samples = reader.spec, reader.layout.name, opts.tile, opts.block
+    spec, layout = reader.spec, reader.layout.name
     items = reader.scan(raw, map_headers=worker_mapper(client))
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
-    plan = plan_tiles(items, tile)
+    plan = plan_tiles(items, opts.tile)
     lay = CubeLayout(
         plan.n,
         len(spec.bands),
-        tile,
+        opts.tile,
         spec.num_classes,
         spec.dtype,
-        block_samples,
+        opts.block,
         opts.shard,
         opts.compressor,
     )
+    # the options that shape the cube: a cube resumes only from the same ones
+    shaping = ("tile", "block", "shard", "on_error", "compressor")
     fingerprint = plan.fingerprint(
-        {
-            "dataset": spec.id,
-            "layout": layout,
-            "tile": tile,
-            "block": block_samples,
-            "shard": opts.shard,
-            "on_error": opts.on_error,
-            "compressor": opts.compressor,
-            "schema": SCHEMA_VERSION,
-        }
+        {"dataset": spec.id, "layout": layout, "schema": SCHEMA_VERSION}
+        | {k: getattr(opts, k) for k in shaping}
     )
-    g = _prepare_store(out, spec, layout, plan, lay, fingerprint, opts.overwrite, raw)
-    return write_blocks(
-        g,
-        out,
-        client,
-        write_block,
-        lambda b: _block_task(b, spec, layout, plan, lay, out, opts.on_error),
-        (plan.n, block_samples),
-        opts.progress,
-        t0,
-    )
-
-
-def _block_task(b, spec, layout, plan: Plan, lay: CubeLayout, out, on_error) -> dict:
-    s0, s1 = lay.block_range(b)
-    iidx = plan.item_of[s0:s1]
-    uniq = list(dict.fromkeys(iidx.tolist()))
-    local = {ii: k for k, ii in enumerate(uniq)}
-    return {
-        "block": b,
-        "range": (s0, s1),
-        "spec": spec,
-        "layout": layout,
-        "tile": lay.tile,
-        "items": [plan.items[i] for i in uniq],
-        "samples": [
-            (local[int(ii)], int(y), int(x))
-            for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])
-        ],
-        "out": out,
-        "on_error": on_error,
-        "train": [plan.items[i].split == "train" for i in iidx],
-    }
-
-
-def write_blocks(
-    g, out: str, client, fn, job, size: tuple[int, int], progress: bool, t0: float, skipped=None
-) -> ConvertResult:
-    """Either kind: `fn(job(b))` on the workers for every block whose progress flag is not set
-    (none in a complete cube), then `finalize`. `size` is (samples, block size); `skipped` the
-    samples left out before writing (None: those the block tasks report)."""
-    n, block = size
-    nb = -(-n // block)
-    if COMPLETE_ATTR in g.attrs:
-        dt, marker = time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR])
-        return ConvertResult(out, n, 0, nb, 0, dt, marker, skipped or 0)
-    done = np.asarray(g["progress"][:]).astype(bool)
-    todo = [b for b in range(nb) if not done[b]]
-    keys = [f"cryocube-{fn.__name__}-{out[-24:]}-{b}-{time.time_ns()}" for b in todo]
-    futures = client.map(fn, [job(b) for b in todo], pure=False, key=keys) if todo else []
-    total = sum(min((b + 1) * block, n) - b * block for b in todo)
-    results = gather(
-        futures, f"convert {g.attrs['dataset']}", total, progress, lambda i, r: r["samples"]
-    )
-    marker = finalize(out)
-    return ConvertResult(
-        url=out,
-        n_samples=n,
-        blocks_written=len(todo),
-        blocks_total=nb,
-        read_bytes=sum(r["read_bytes"] for r in results),
-        seconds=time.perf_counter() - t0,
-        marker=marker,
-        skipped=sum(r["skipped"] for r in results) if skipped is None else skipped,
-    )
-
-
-def _prepare_store(
-    out,
-    spec: DatasetSpec,
-    layout: str,
-    plan: Plan,
-    lay: CubeLayout,
-    fingerprint: str,
-    overwrite: bool,
-    raw: str,
-):
-    """The cube's metadata, or the store reopened to resume the same plan."""
 
     def make():
+        crs = sorted({it.crs for it in plan.items if it.crs})
         attrs = cube_attrs(
             spec,
             layout,
@@ -594,15 +494,74 @@ def _prepare_store(
             block_samples=lay.block_size,
             shard_samples=lay.shard_size,
             compressor=lay.compressor,
-            scan_dropped=plan.dropped,
+            scan_dropped=[],
         )
-        crs = sorted({it.crs for it in plan.items if it.crs})
         if len(crs) == 1:
-            attrs["proj:code"] = crs[0] if crs[0].upper().startswith("EPSG:") else None
-            attrs["proj:wkt2"] = None if crs[0].upper().startswith("EPSG:") else crs[0]
+            epsg = crs[0].upper().startswith("EPSG:")
+            attrs["proj:code"], attrs["proj:wkt2"] = (crs[0], None) if epsg else (None, crs[0])
         return tile_template(spec, lay, plan.coords(), attrs), encoding(lay)
 
-    return create_cube(out, make, fingerprint, overwrite)
+    def job(b: int) -> dict:
+        s0, s1 = lay.block_range(b)
+        iidx = plan.item_of[s0:s1]
+        uniq = list(dict.fromkeys(iidx.tolist()))
+        local = {ii: k for k, ii in enumerate(uniq)}
+        return {
+            "block": b,
+            "range": (s0, s1),
+            "spec": spec,
+            "layout": layout,
+            "tile": lay.tile,
+            "items": [plan.items[i] for i in uniq],
+            "samples": [
+                (local[int(ii)], int(y), int(x))
+                for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])
+            ],
+            "out": out,
+            "on_error": opts.on_error,
+            "train": [plan.items[i].split == "train" for i in iidx],
+        }
+
+    return write_blocks(out, make, fingerprint, opts, client, write_block, job, plan.n, t0)
+
+
+def write_blocks(
+    out: str, make, fingerprint: str, opts: WriteOptions, client, fn, job, n: int, t0, skipped=None
+) -> ConvertResult:
+    """Either kind: the cube `make()` describes created (or reopened to resume the same
+    `fingerprint`), `fn(job(b))` on the workers for every block whose progress flag is not set
+    (none in a complete cube), then `finalize`. `skipped`: the samples left out before writing
+    (None: those the block tasks report)."""
+    try:
+        g = create(out, make, fingerprint, opts.overwrite)
+    except OSError as e:  # a full disk or an unwritable --out, in one sentence
+        raise UserError(
+            outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}"
+        ) from None
+    block = opts.block
+    nb = -(-n // block)
+    if COMPLETE_ATTR in g.attrs:
+        dt, marker = time.perf_counter() - t0, dict(g.attrs[COMPLETE_ATTR])
+        return ConvertResult(out, n, 0, nb, 0, dt, marker, skipped or 0)
+    done = np.asarray(g["progress"][:]).astype(bool)
+    todo = [b for b in range(nb) if not done[b]]
+    keys = [f"cryocube-{fn.__name__}-{out[-24:]}-{b}-{time.time_ns()}" for b in todo]
+    futures = client.map(fn, [job(b) for b in todo], pure=False, key=keys) if todo else []
+    total = sum(min((b + 1) * block, n) - b * block for b in todo)
+    results = gather(
+        futures, f"convert {g.attrs['dataset']}", total, opts.progress, lambda i, r: r["samples"]
+    )
+    marker = finalize(out)
+    return ConvertResult(
+        url=out,
+        n_samples=n,
+        blocks_written=len(todo),
+        blocks_total=nb,
+        read_bytes=sum(r["read_bytes"] for r in results),
+        seconds=time.perf_counter() - t0,
+        marker=marker,
+        skipped=sum(r["skipped"] for r in results) if skipped is None else skipped,
+    )
 
 
 def cube_attrs(spec: DatasetSpec, layout: str, raw: str, **extra) -> dict[str, Any]:
@@ -620,13 +579,3 @@ def cube_attrs(spec: DatasetSpec, layout: str, raw: str, **extra) -> dict[str, A
         outputs.ZARR_MARKER: outputs.marker("cube", "convert"),
         **extra,
     }
-
-
-def create_cube(out: str, make, fingerprint: str, overwrite: bool):
-    """`cube.write.create`, with a full disk or an unwritable --out said in one sentence."""
-    try:
-        return create(out, make, fingerprint, overwrite)
-    except OSError as e:
-        raise UserError(
-            outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}"
-        ) from None

@@ -32,10 +32,8 @@ class VerifyReport:
 def verify(url: str, storage_options: dict | None = None, progress: bool = True) -> VerifyReport:
     """Every sample against its digest, blocks against theirs and the checksum."""
     _store.register_options(url, storage_options)
-    if not _store.exists(url, storage_options):
-        raise UserError(not_a_cube(url, storage_options))
-    g = _store.open_group(url, "r")
-    if "schema_version" not in g.attrs:
+    g = _store.open_group(url, "r") if _store.exists(url, storage_options) else None
+    if g is None or "schema_version" not in g.attrs:
         raise UserError(not_a_cube(url, storage_options))
     if COMPLETE_ATTR not in g.attrs:
         raise IncompleteCubeError(

@@ -112,50 +112,47 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
     """A complete cube's metadata, computed here: a default Client would queue these reads."""
     import dask
 
-    with dask.config.set(scheduler="synchronous"):
-        return _cube_info(url, storage_options)
-
-
-def _cube_info(url: str, storage_options: dict | None) -> CubeInfo:
     _store.register_options(url, storage_options)
-    ds = open_cube(url)
-    cols = {field: ds[coord].values for coord, field in BAND_COORDS.items()}
-    bands = tuple(
-        Band(**{f: str(v[i]) if isinstance(v[i], str) else float(v[i]) for f, v in cols.items()})
-        for i in range(ds.sizes["band"])
-    )
-    common = dict(
-        url=url,
-        dataset=str(ds.attrs["dataset"]),
-        checksum=str(ds.attrs[COMPLETE_ATTR]["checksum"]),
-        schema_version=int(
-            ds.attrs[COMPLETE_ATTR].get("schema_version", ds.attrs.get("schema_version", 0))
-        ),
-        tile=int(ds.sizes["y"]),
-        bands=bands,
-        splits=as_text(ds["split"].values),
-        mean=ds["band_mean"].values.astype(float),
-        std=ds["band_std"].values.astype(float),
-        published_mean=ds["published_mean"].values.astype(float),
-        published_std=ds["published_std"].values.astype(float),
-    )
-    if ds.attrs.get("kind") == "samples":
-        target = np.asarray(ds["target"].values)
+    with dask.config.set(scheduler="synchronous"):
+        ds = open_cube(url)
+        cols = {field: ds[coord].values for coord, field in BAND_COORDS.items()}
+        bands = tuple(
+            Band(
+                **{f: str(v[i]) if isinstance(v[i], str) else float(v[i]) for f, v in cols.items()}
+            )
+            for i in range(ds.sizes["band"])
+        )
+        common = dict(
+            url=url,
+            dataset=str(ds.attrs["dataset"]),
+            checksum=str(ds.attrs[COMPLETE_ATTR]["checksum"]),
+            schema_version=int(
+                ds.attrs[COMPLETE_ATTR].get("schema_version", ds.attrs.get("schema_version", 0))
+            ),
+            tile=int(ds.sizes["y"]),
+            bands=bands,
+            splits=as_text(ds["split"].values),
+            mean=ds["band_mean"].values.astype(float),
+            std=ds["band_std"].values.astype(float),
+            published_mean=ds["published_mean"].values.astype(float),
+            published_std=ds["published_std"].values.astype(float),
+        )
+        if ds.attrs.get("kind") == "samples":
+            return CubeInfo(
+                **common,
+                class_names=[],
+                strata=common["splits"],
+                labelled=np.isfinite(np.asarray(ds["target"].values)).any(axis=1),
+                kind="samples",
+                time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
+                tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))),
+            )
         return CubeInfo(
             **common,
-            class_names=[],
-            strata=common["splits"],
-            labelled=np.isfinite(target).any(axis=1),
-            kind="samples",
-            time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
-            tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))),
+            class_names=[str(c) for c in ds["class"].values],
+            strata=as_text(ds["stratum"].values),
+            labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0,
         )
-    return CubeInfo(
-        **common,
-        class_names=[str(c) for c in ds["class"].values],
-        strata=as_text(ds["stratum"].values),
-        labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0,
-    )
 
 
 _GROUPS: dict[str, zarr.Group] = {}  # per process: read-only groups of cubes tasks read from

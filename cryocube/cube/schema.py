@@ -5,7 +5,6 @@ A cube is complete only when the `cryocube_complete` attribute exists; it is wri
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,6 @@ COMPLETE_ATTR = "cryocube_complete"
 PLAN_ATTR = "cryocube_plan"
 INTERNAL_VARS = ("progress", "block_digest", "block_stats", "skip_reason", "sample_digest")
 STATS = ("count", "mean", "m2", "min", "max")  # per-block moments (Chan et al.), merged at finalize
-DIGEST_BYTES = 8  # crc32 of the block's image bytes, then of its label bytes
 # the band coordinates every cube carries -> the catalog Band field each holds
 BAND_COORDS = {
     "band": "name",
@@ -46,11 +44,6 @@ class CubeLayout:
     block_size: int
     shard_size: int | None = None
     compressor: str = "lz4"
-
-    @property
-    def n_blocks(self) -> int:
-        """The unit of work and resume: one task, flag and digest per block."""
-        return math.ceil(self.n_samples / self.block_size)
 
     def block_range(self, b: int) -> tuple[int, int]:
         """The samples [start, stop) of block `b`, the last block cut at n_samples."""

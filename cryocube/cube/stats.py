@@ -44,7 +44,7 @@ def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np
     """(len(STATS), bands) moments, min and max over valid pixels of the samples in `use`: each
     block task's share of the train statistics, so finalisation never reads the cube again."""
     c = images.shape[1]
-    counts, means, m2s, mins, maxs = [], [], [], [], []
+    rows = []
     for i in np.flatnonzero(use):
         v = labels[i] >= 0
         nv = int(np.count_nonzero(v))
@@ -52,16 +52,13 @@ def partial_stats(images: np.ndarray, labels: np.ndarray, use: np.ndarray) -> np
             continue
         px = images[i].reshape(c, -1) if nv == v.size else images[i][:, v]
         n, mean, m2 = _moments(px)
-        counts.append(np.full(c, n))
-        means.append(mean)
-        m2s.append(m2)
-        mins.append(px.min(axis=1))
-        maxs.append(px.max(axis=1))
+        rows.append((np.full(c, n), mean, m2, px.min(axis=1), px.max(axis=1)))
     out = np.zeros((len(STATS), c))
     out[3], out[4] = np.inf, -np.inf
-    if counts:
-        out[0], out[1], out[2] = merge_moments(np.array(counts), np.array(means), np.array(m2s))
-        out[3], out[4] = np.min(mins, axis=0), np.max(maxs, axis=0)
+    if rows:
+        counts, means, m2s, mins, maxs = (np.array(a) for a in zip(*rows))
+        out[0], out[1], out[2] = merge_moments(counts, means, m2s)
+        out[3], out[4] = mins.min(axis=0), maxs.max(axis=0)
     return out
 
 

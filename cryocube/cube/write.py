@@ -23,7 +23,6 @@ from .schema import (
     BAND_COORDS,
     COMPLETE_ATTR,
     COMPRESSORS,
-    DIGEST_BYTES,
     PLAN_ATTR,
     SCHEMA_VERSION,
     STATS,
@@ -274,7 +273,6 @@ def sample_template(
         "image": {"chunks": (1, *plan.shape)},
         "target": {"chunks": (block, max(1, k))},
         "sample_digest": {"chunks": (block, parts)},
-        "progress": {"chunks": (1,)},
         # small per-sample variables in blocks; maps (a mask) one sample per chunk, as the image
         **{
             v: {"chunks": (block, *(max(1, d) for d in shp[1:])) if len(shp) < 3 else (1, *shp[1:])}
@@ -297,9 +295,6 @@ def encoding(layout: CubeLayout) -> dict[str, dict]:
         "image": {"chunks": (1, c, t, t), "compressors": fast},
         "label": {"chunks": (1, t, t), "compressors": fast},
         "class_fraction": {"chunks": (layout.block_size, layout.n_classes)},
-        "progress": {"chunks": (1,)},
-        "block_digest": {"chunks": (1, DIGEST_BYTES)},
-        "block_stats": {"chunks": (1, len(STATS), c)},
         "sample_digest": {"chunks": (layout.block_size, 2)},
         "skip_reason": {"chunks": (layout.block_size,)},
     }
