@@ -3,7 +3,9 @@ loopback."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -12,6 +14,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # reports read measured compute profiles from here: an empty folder, so no developer's cache changes
 # a test
 os.environ["CRYOCUBE_PROFILES"] = tempfile.mkdtemp(prefix="cryocube-profiles-")
+# removed when the session ends (every test session used to leave one behind in /tmp)
+atexit.register(shutil.rmtree, os.environ["CRYOCUBE_PROFILES"], True)
 
 
 @pytest.fixture(autouse=True)
