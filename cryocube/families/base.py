@@ -320,9 +320,8 @@ class FittedInScore(Family):
 
 def content_hash(identity: dict, n: int = 20) -> str:
     """The run id: a sha256 of everything that defines the run's result."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
-        :n
-    ]
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:n]
 
 
 def derive_seed(*parts: Any) -> int:

@@ -149,18 +149,19 @@ def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
         if classes.shape[1]
         else ["labelled" if x else "unlabelled" for x in labelled]
     ).astype(str)
-    digest = hashlib.sha256(("|".join(splits.tolist())).encode()).hexdigest()[:12]
     origin = as_text(ds["mask_origin"].values) if "mask_origin" in ds else np.full(n, "")
-    record = {
-        "rule": RULE,
-        "fractions": fractions,
-        "seed": seed,
-        "digest": digest,
-        "counts": {s: int((splits == s).sum()) for s in SPLITS},
-        "classes": class_counts(classes, names, splits),
-        "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))},
-    }
-    return splits, strata, record
+    return (
+        splits,
+        strata,
+        {
+            "rule": RULE,
+            "fractions": fractions,
+            "seed": seed,
+            **_facts(splits),
+            "classes": class_counts(classes, names, splits),
+            "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))},
+        },
+    )
 
 
 def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:
@@ -171,15 +172,13 @@ def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:
         splits, _, record = sample_split(ds, checksum)
         return splits, ids, record
     splits = np.asarray(as_text(ds["split"].values)).astype(str)
-    return (
-        splits,
-        ids,
-        {
-            "rule": "the dataset's published split",
-            "digest": hashlib.sha256("|".join(splits.tolist()).encode()).hexdigest()[:12],
-            "counts": {s: int((splits == s).sum()) for s in SPLITS},
-        },
-    )
+    return splits, ids, {"rule": "the dataset's published split", **_facts(splits)}
+
+
+def _facts(splits: np.ndarray) -> dict:
+    """A split's digest and counts per split, as its record holds them."""
+    digest = hashlib.sha256("|".join(splits.tolist()).encode()).hexdigest()[:12]
+    return {"digest": digest, "counts": {s: int((splits == s).sum()) for s in SPLITS}}
 
 
 def samples_hash(ids: Iterable[str]) -> str:
