@@ -30,18 +30,8 @@ def packaged_dir(packaged: str, in_repo: str) -> Path:
 
 CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with cryocube
 # Band roles the cube and the band matcher understand.
-ROLES = (
-    "optical",
-    "sar",
-    "coherence",
-    "elevation",
-    "slope",
-    "velocity",
-    "thermal",
-    "incidence",
-    "ancillary",
-    "phase",
-    "rendering",
+ROLES = tuple(
+    "optical sar coherence elevation slope velocity thermal incidence ancillary phase rendering".split()
 )
 # a dataset's task when its YAML names none (Cryo-Bench's tiles, ranked on its boards)
 DEFAULT_TASK = "segmentation"
@@ -295,10 +285,7 @@ def band_names() -> BandNames:
     )
 
 
-# -- protocols and benchmarks
-# ------------------------------------------------------------------------
-
-
+# -- protocols and benchmarks ---
 @dataclass(frozen=True)
 class ProtocolSpec:
     family: str  # the evaluation family that runs it (cryocube.families)

@@ -15,8 +15,6 @@ class UserError(Exception):
 
 
 # --- inputs: catalogs, recipes, raw files, labels, downloads -------------------------------------
-
-
 class CatalogError(UserError, ValueError):
     """A catalog file (datasets, models, protocols) lacks a field or has a wrong kind of value."""
 
@@ -50,8 +48,6 @@ class DownloadError(UserError):
 
 
 # --- cubes and caches ----------------------------------------------------------------------------
-
-
 class DamagedCubeError(UserError):
     """A cube's stored pixels do not match their digests (a chunk deleted, truncated, altered)."""
 
@@ -69,8 +65,6 @@ class DamagedCacheError(UserError):
 
 
 # --- models --------------------------------------------------------------------------------------
-
-
 class BandMatchError(UserError):
     """Raised when a dataset has no band that any input slot of the encoder can take."""
 
@@ -84,8 +78,6 @@ class NonFiniteLoss(UserError, FloatingPointError):
 
 
 # --- embeddings and probes -----------------------------------------------------------------------
-
-
 class ProbeError(UserError):
     """A task's labels, embeddings or probe settings are ones a probe cannot work with."""
 
@@ -99,8 +91,6 @@ class SubmissionError(UserError):
 
 
 # --- results and reports -------------------------------------------------------------------------
-
-
 class RecordError(UserError, ValueError):
     """A run record cannot be read: a required field missing or mistyped, or a newer version."""
 
@@ -122,8 +112,6 @@ class CubeReadError(UserError, ValueError):
 
 
 # --- clusters ------------------------------------------------------------------------------------
-
-
 class ClusterError(UserError):
     """A cluster cannot be created or reached; the message says which and what to install or fix."""
 

@@ -72,8 +72,6 @@ class IfgManifest:
 
 
 # -- physics -----------------------------------------------------------------------------------
-
-
 def look_vector(
     incidence_deg: float = INCIDENCE_DEG, heading_deg: float = HEADING_DEG
 ) -> np.ndarray:
@@ -259,8 +257,6 @@ def _answers(kind: str, box, atmo_level: int, patch: bool, coherence: str) -> di
 
 
 # -- the raw tree ------------------------------------------------------------------------------
-
-
 def make_interferograms(
     root: str | Path,
     n: int = 9,
@@ -306,8 +302,6 @@ def make_interferograms(
 
 
 # -- damage for bad-input tests ----------------------------------------------------------------
-
-
 def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:
     import rasterio
 

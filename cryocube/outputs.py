@@ -303,8 +303,6 @@ def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
 
 
 # -- full disk -------------------------------------------------------------------------------
-
-
 def _os_error(e: BaseException) -> OSError | None:
     while e is not None:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):

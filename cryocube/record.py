@@ -37,17 +37,8 @@ TORN_SUFFIX = ".torn"
 # a record of any version lacks none of these
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
 # the columns every table of records (results.parquet, `open_results`) starts with
-TABLE_COLUMNS = (
-    "run_id",
-    "family",
-    "model",
-    "model_name",
-    "dataset",
-    "protocol",
-    "fraction",
-    "seed",
-    "status",
-    "error",
+TABLE_COLUMNS = tuple(
+    "run_id family model model_name dataset protocol fraction seed status error".split()
 )
 
 

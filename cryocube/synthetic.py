@@ -65,8 +65,6 @@ class RawManifest:
 
 
 # -- numpy-only structure ------------------------------------------------------------------------
-
-
 def smooth_field(rng: np.random.Generator, h: int, w: int, scale: float) -> np.ndarray:
     """Gaussian-filtered white noise (sigma = `scale` px, periodic), zero mean, unit std."""
     noise = rng.standard_normal((h, w))
@@ -92,8 +90,6 @@ def _u8(a: np.ndarray) -> np.ndarray:
 
 
 # -- per-dataset pixel recipes: (rng, h, w) -> (image (C,H,W) source dtype, classes (H,W) int16) ---
-
-
 def synth_gsdd(rng, h, w):
     """Debris = brownish, textured, bright in SWIR; clean ice = bright visible, dark SWIR."""
     debris = blobs(rng, h, w, rng.uniform(0.12, 0.4), h / 8)
@@ -336,8 +332,6 @@ def make_raw(
 
 
 # -- damage for bad-input tests ----------------------------------------------------------------
-
-
 def _separate_label_item(m: RawManifest) -> RawItem:
     for it in m.items:
         if it.label_path != it.image_path:
