@@ -155,23 +155,11 @@ def progress_bar(label: str, total: float, enabled: bool = True):
         yield bar
         bar._show(force=True)
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich import progress as rp
 
-    cols = [
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    ]
-    with Progress(*cols, transient=False) as p:
+    text = rp.TextColumn("[bold]{task.description}")
+    clocks = (rp.TimeElapsedColumn(), rp.TimeRemainingColumn())
+    with rp.Progress(text, rp.BarColumn(), rp.MofNCompleteColumn(), *clocks, transient=False) as p:
         yield _Bar(p, p.add_task(label, total=total))
 
 

@@ -118,8 +118,6 @@ def share_with(client) -> None:
 
 
 # -- zarr -------------------------------------------------------------------------------------
-
-
 def make_store(url: str, storage_options: StorageOptions | None = None, read_only: bool = False):
     """The Zarr store at `url`; a writable local one creates its folder first."""
     url = str(url)
@@ -166,8 +164,6 @@ def size_on_disk(url: str, storage_options: StorageOptions | None = None) -> int
 
 
 # -- files (records, logs, summaries) ------------------------------------------------------------
-
-
 def fs_path(url: str, storage_options: StorageOptions | None = None):
     """(filesystem, path) for `url` with its options resolved here: every file helper's way in."""
     url = str(url)
@@ -198,27 +194,27 @@ def write_atomic(
     data = data.encode("utf-8") if isinstance(data, str) else data
     if not is_remote(url):
         path = local_path(url)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.part"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(tmp, "wb", data)
         os.replace(tmp, path)
         return
     fs, path = fs_path(url, storage_options)
     fs.pipe_file(path, data)
 
 
+def _write_synced(path: str, mode: str, data: bytes) -> None:
+    """Bytes written (or appended) and fsynced, the folder created first."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, mode) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def append_text(url: str, text: str, storage_options: StorageOptions | None = None) -> None:
     """A real append (fsynced) locally; a rewrite on object stores, which cannot append."""
     if not is_remote(url):
-        path = local_path(url)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(local_path(url), "ab", text.encode("utf-8"))
         return
     old = read_text(url, storage_options) if file_exists(url, storage_options) else ""
     write_atomic(url, old + text, storage_options)
