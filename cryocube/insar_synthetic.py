@@ -10,7 +10,9 @@ the converter derives the same labels from the noisy maps, so a test compares th
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,10 +67,7 @@ class IfgManifest:
 
     def pair(self, pid: str) -> IfgPair:
         """A pair's truth by its sample id (the cube's `source`)."""
-        for p in self.pairs:
-            if p.id == pid:
-                return p
-        raise KeyError(pid)
+        return {p.id: p for p in self.pairs}[pid]
 
 
 # -- physics -----------------------------------------------------------------------------------
@@ -280,15 +279,7 @@ def make_interferograms(
     m = IfgManifest(spec.id, layout, Path(root), seed, size, wavelength, rules)
     hephaestus = getattr(reader, "rendered", False)
     for i in range(n):
-        d = synth_pair(
-            rng,
-            i,
-            size,
-            wavelength,
-            rules,
-            with_unwrapped=unwrapped and not hephaestus,
-            heavy_atmosphere=hephaestus,
-        )
+        d = synth_pair(rng, i, size, wavelength, rules, unwrapped and not hephaestus, hephaestus)
         p0 = EPOCH + _dt.timedelta(days=REVISIT_DAYS * i)
         p1 = p0 + _dt.timedelta(days=REVISIT_DAYS * int(rng.integers(1, 4)))
         frame = reader.frame_name(i % frames) if (frames > 1 or hephaestus) else ""
@@ -311,8 +302,6 @@ def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None
 
 
 def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
-    import json
-
     path = p.paths["annotation"]
     with open(path) as f:
         d = json.load(f)
@@ -324,8 +313,6 @@ def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
 
 def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
     """Rename the pair's folder to an impossible secondary date; returns the new folder."""
-    import os
-
     key = "wrapped_phase" if "wrapped_phase" in p.paths else "insar"
     old = os.path.dirname(p.paths[key])
     name = f"{os.path.basename(old).split('_')[0]}_{secondary}"

@@ -53,10 +53,7 @@ class RawManifest:
 
     def item(self, scene: str) -> RawItem:
         """The item a reader reports as `scene`; KeyError for a scene the generator never wrote."""
-        for it in self.items:
-            if it.scene == scene:
-                return it
-        raise KeyError(scene)
+        return {it.scene: it for it in self.items}[scene]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -459,6 +456,7 @@ def make_samples(
     nir = [i for i, b in enumerate(spec.bands) if b.alias in ("B8", "B8A")]
     blue = [i for i, b in enumerate(spec.bands) if b.alias == "B2"]
     sar = [i for i, b in enumerate(spec.bands) if b.role == "sar"]
+    not_sar = [i for i in range(C) if i not in sar]
     ids, images = [], {}
     tasks: dict[str, tuple[str, dict]] = {
         "water_fraction": ("regr", {}),
@@ -477,9 +475,7 @@ def make_samples(
         cloudy = bool(rng.random() < 0.5)
         if cloudy:
             img[rng.integers(0, T), blue] += 3000.0
-        img[:, [i for i in range(C) if i not in sar]] = np.clip(
-            img[:, [i for i in range(C) if i not in sar]], 0, 20000
-        )
+        img[:, not_sar] = np.clip(img[:, not_sar], 0, 20000)
         ids.append(sid)
         images[sid] = img
         reader.write(root, "all", sid, img)
