@@ -1,13 +1,10 @@
 """The output contract: what a command may write at its `--out`, checked before anything is written.
 
-Every command claims its output here. A new or empty path, or a cryocube output of the same kind
-(which the command resumes, appends to, or replaces with `--overwrite` as it always did), is
-accepted; anything else (a folder of the user's files, a plain file, another kind of cryocube
-output, the command's own input, a path inside it or around it) is refused in one sentence, and
-`--overwrite` never overrides that. cryocube recognises its outputs by a marker written first (a
-`.cryocube-output.json` file in folders, a `cryocube_output` attribute in Zarr stores) and, for
-outputs of earlier versions, by what they hold. Also here: reports built beside their folder and
-swapped in whole, and a full disk said in one sentence.
+Accepted: a new or empty path, or a cryocube output of the same kind (resumed, appended to, or
+replaced with `--overwrite`); anything else (the user's files, another kind of output, the command's
+own input, a path inside or around it) is refused in one sentence, `--overwrite` or not. Outputs are
+recognised by a marker written first (`.cryocube-output.json` in folders, a `cryocube_output` Zarr
+attribute), older ones by what they hold. Also here: folders swapped in whole, a full disk.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from . import __version__
 from . import store as _store
 from .errors import UserError
 
@@ -77,8 +75,6 @@ LEGACY: tuple[tuple[str, Callable[[set[str]], bool]], ...] = (
 
 def marker(kind: str, command: str) -> dict:
     """A new output's stamp, written first (marker file or Zarr attribute): identify reads it."""
-    from . import __version__
-
     return {
         "kind": kind,
         "command": command,
@@ -222,13 +218,8 @@ def claim(
     storage_options=None,
     write_marker: bool = True,
 ) -> Found:
-    """Check that `command` may write a `kind` output at `url` and mark it as such; returns what was
-    there.
-
-    Accepted: nothing, an empty folder, or an output of the same kind (the command then resumes,
-    appends or, with its --overwrite, replaces it). Everything else is refused before anything is
-    written. `write_marker=False` checks only (a dry run writes nothing).
-    """
+    """Check that `command` may write a `kind` output at `url` (module docstring) and mark it as
+    such; returns what was there. `write_marker=False` checks only (a dry run writes nothing)."""
     k = KINDS[kind]
     check_inputs(url, inputs, flag)
     found = identify(url, storage_options, expect=kind)

@@ -1,14 +1,10 @@
 """The run record: what one run of any family was, typed and versioned, and the files that keep it.
 
-`RunRecord` is what plans, the scheduler and the report pass (`Family.base_record` starts it); dicts
-exist only in the files. Reading validates a record and migrates an older one (`record_version` 1:
-the untyped dicts of earlier releases), so old results folders keep loading with the same run ids.
-
-On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth), written
-whole or not at all, and results.jsonl, their index, which only grows by whole lines (a line torn
-by a crash is moved aside to results.jsonl.torn before the next append). The table can always be
-rebuilt from the records: `evaluate` re-adds what it lacks (`sync_results`) before it counts a run
-as cached, and the report reads the records the table lacks (`missing_records`).
+`RunRecord` is what plans, the scheduler and the report pass; dicts exist only in the files. Reading
+validates a record and migrates an older one (`record_version` 1: untyped dicts), so old results
+folders keep loading with the same run ids. On disk: `runs/<run_id>/record.json` (the truth, written
+whole or not at all) and results.jsonl, their index, grown by whole lines only (a torn line moves to
+results.jsonl.torn) and rebuilt from the records where it lacks one (`sync_results`).
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ TABLE_COLUMNS = tuple(
 
 @dataclass
 class RunRecord:
-    """One run's record. `fields` holds what only its family writes (config, embedding, tasks,
-    ...)."""
+    """One run's record; `fields` holds what only its family writes (config, embedding, tasks)."""
 
     run_id: str
     family: str
@@ -70,8 +65,7 @@ class RunRecord:
     fields: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object written to record.json and results.jsonl (common fields, then the
-        family's)."""
+        """The JSON of record.json and results.jsonl (common fields, then the family's)."""
         d = asdict(self)
         own = d.pop("fields")
         return d | {k: v for k, v in own.items() if k not in d}
@@ -84,8 +78,7 @@ class RunRecord:
             return default
 
     def __getitem__(self, name: str) -> Any:
-        """A field by its name in the JSON form, as the record's JSON is read (notebooks, tests):
-        KeyError names a field neither common nor the family's own."""
+        """A field by its JSON name (notebooks, tests); KeyError names a field the record lacks."""
         if name in COMMON:
             return getattr(self, name)
         try:
