@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..precision import DeviceInfo
@@ -141,50 +141,6 @@ class Family(ABC):
     # import them while the client plans, so those seconds overlap planning instead of following it
     warm_modules: ClassVar[tuple[str, ...]] = ()
 
-    def base_record(
-        self,
-        spec: RunSpec,
-        run_id: str,
-        identity: dict[str, Any],
-        cube,
-        *,
-        model_name: str | None,
-        weights: dict | None,
-        precision: dict | None,
-        fraction: float = 1.0,
-        dataset: str | None = None,
-        **own: Any,
-    ) -> RunRecord:
-        """The one way a run record starts: the fields every family's records share, typed, then
-        this family's own (`own`). `cube` is the CubeInfo read (or its record, or None for vectors
-        made elsewhere); the scheduler completes it with status and metrics."""
-        if cube is None or isinstance(cube, dict):
-            cube_rec = cube or None
-        else:
-            cube_rec = {
-                "url": cube.url,
-                "checksum": cube.checksum,
-                "schema_version": cube.schema_version,
-            }
-            dataset = dataset or cube.dataset
-        return RunRecord(
-            run_id=run_id,
-            family=self.name,
-            model=spec.model,
-            model_name=model_name,
-            dataset=str(dataset),
-            protocol=spec.protocol,
-            fraction=fraction,
-            seed=spec.seed,
-            primary_metric=self.primary_metric,
-            identity=identity,
-            cube=cube_rec,
-            weights=weights,
-            precision=precision,
-            overrides=dict(spec.overrides) or None,
-            fields=own,
-        )
-
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
         """The template every run is planned by. `recipe` is this family's own (`recipe.of(name)`):
         the run's overrides go over it and its torch threads are fixed (a rerun computes in the same
@@ -220,18 +176,6 @@ class Family(ABC):
             "v": self.identity_version,
         }
         run_id = content_hash(identity)
-        record = self.base_record(
-            spec if r.model is None else replace(spec, model=r.model),
-            run_id,
-            identity,
-            r.cube,
-            model_name=r.model_name,
-            weights=r.weights,
-            precision=r.precision,
-            fraction=r.fraction,
-            dataset=r.dataset,
-            **r.fields,
-        )
         info = None if isinstance(r.cube, dict) else r.cube
         return PlannedRun(
             spec=spec,
@@ -241,11 +185,36 @@ class Family(ABC):
             dataset=r.dataset or info.dataset,
             model_name=r.model_name,
             fraction=r.fraction,
-            record=record,
+            record=self.base_record(spec, r, run_id, identity),
             work=r.work(run_id) if callable(r.work) else r.work,
             cube=info,
             prep_key=r.prep_key,
             estimate=r.estimate,
+        )
+
+    def base_record(self, spec: RunSpec, r: Resolved, run_id: str, identity: dict) -> RunRecord:
+        """The one way a run record starts: the fields every family's records share, typed, then
+        the family's own; the scheduler completes it with status and metrics."""
+        info = None if isinstance(r.cube, dict) else r.cube  # a CubeInfo, its record, or None
+        cube = r.cube or None
+        if info is not None:
+            cube = {k: getattr(info, k) for k in ("url", "checksum", "schema_version")}
+        return RunRecord(
+            run_id=run_id,
+            family=self.name,
+            model=spec.model if r.model is None else r.model,
+            model_name=r.model_name,
+            dataset=str(r.dataset or info.dataset),
+            protocol=spec.protocol,
+            fraction=r.fraction,
+            seed=spec.seed,
+            primary_metric=self.primary_metric,
+            identity=identity,
+            cube=cube,
+            weights=r.weights,
+            precision=r.precision,
+            overrides=dict(spec.overrides) or None,
+            fields=dict(r.fields),
         )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
