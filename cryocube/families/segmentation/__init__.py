@@ -108,8 +108,7 @@ class Segmentation(Family):
         )
         return _resolved(spec, cube, run, cube_key, drawn, fraction, w, device, ctx.out)
 
-    # -- shared work: the feature caches
-    # -------------------------------------------------------------
+    # -- shared work: the feature caches ---
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         """Extracts each frozen-feature cache once for all runs sharing it (fine-tuning runs have
         none): of the training split only the samples the runs draw (the union of their subsets),
@@ -141,11 +140,9 @@ class Segmentation(Family):
             cfg = p.work.recipe
             for split in SPLITS:
                 samples = p.cube.samples(split)
-                want = (
-                    np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
-                    if split == "train"
-                    else np.arange(samples.size)
-                )
+                want = np.arange(samples.size)
+                if split == "train":
+                    want = np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
                 needed[k, split] = want
                 plan = create_split(c, split, samples, shapes)
                 batching = (cfg.block_samples, cfg.extract_batch, cfg.threads)
@@ -171,8 +168,7 @@ class Segmentation(Family):
             out[k]["devices"] = sorted(out[k]["devices"])
         return out
 
-    # -- fitting and scoring
-    # ------------------------------------------------------------------------
+    # -- fitting and scoring ---
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
         """Frozen runs on one feature cache train together (one pass over the features, up to
         decoders_per_task decoders per task, spread over the workers); fine-tuning runs alone."""
@@ -220,19 +216,8 @@ class Segmentation(Family):
         )
         g.create_array("sample", data=test.astype(np.int64), dimension_names=("sample",))
         g.attrs.update({"cube": w.cube_url, "run_id": run.run_id, "classes": list(w.class_names)})
-        return [
-            (
-                test_block,
-                TestTask(
-                    w,
-                    np.arange(b0, min(b0 + bs, test.size)),
-                    test[b0 : b0 + bs],
-                    purl,
-                    (b0, min(b0 + bs, test.size)),
-                ),
-            )
-            for b0 in range(0, test.size, bs)
-        ]
+        blocks = [(b0, min(b0 + bs, test.size)) for b0 in range(0, test.size, bs)]
+        return [(test_block, TestTask(w, np.arange(*b), test[slice(*b)], purl, b)) for b in blocks]
 
     @staticmethod
     def reduce(a, b):
