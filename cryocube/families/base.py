@@ -1,17 +1,9 @@
 """The contract between the scheduler (`cryocube.engine`) and an evaluation family.
 
 A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names
-the family that plans and executes it. The scheduler knows no family: it asks the family to
-
-1. `plan` each run: the family's `resolve` checks everything and fixes what its tasks need, the
-   base derives its content-hash id and starts its record;
-2. `prepare` what runs share (a frozen-feature cache, embeddings), once per `prep_key`;
-3. `group` runs that one task fits together (several decoders over one pass of the features);
-4. `fit` a group in one Dask task, then `score` each run with map tasks whose partial results
-   `reduce` pairwise on the workers;
-5. `finish` a run: metrics from the reduced total, and the fields of its record.
-
-Records and reports key on the family's `primary_metric`.
+the family. The scheduler knows no family: it calls the hooks in order (`plan`: `resolve` then the
+base's hashing and record; `prepare` once per `prep_key`; `group`; `fit` one task per group; `score`
+map tasks that `reduce` pairwise on the workers; `finish`), as docs/architecture.md draws them.
 """
 
 from __future__ import annotations

@@ -59,13 +59,10 @@ def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: 
     ds = open_cube(cube_url)
     pred = np.asarray(_store.open_group(predictions_url, "r")["pred"][:])
     box = np.asarray(ds["box"].values, np.float64)[test]
-    hs = (
-        np.asarray(ds["height"].values)[test]
-        if "height" in ds
-        else np.full(test.size, pred.shape[1])
-    )
-    ws = (
-        np.asarray(ds["width"].values)[test] if "width" in ds else np.full(test.size, pred.shape[2])
+    # each pair's own extent (padding left out), else the whole prediction
+    hs, ws = (
+        np.asarray(ds[n].values)[test] if n in ds else np.full(test.size, pred.shape[a])
+        for n, a in (("height", 1), ("width", 2))
     )
     min_pixels = int(
         ((ds.attrs.get("derivation") or {}).get("deformation_box") or {}).get("min_pixels", 1)
