@@ -138,24 +138,17 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
         except (ValueError, OSError, AttributeError):
             mark_, kind = {}, None
         if kind in KINDS:
-            listed = mark_.get("files")
-            strangers = (
-                sorted(names - {MARKER} - {f.split("/", 1)[0] for f in listed})
-                if isinstance(listed, list)
-                else []
-            )
-            return Found("ours", kind, KINDS[kind].what, tuple(strangers))
+            listed = mark_.get("files")  # none listed (older markers): no strangers
+            top = {f.split("/", 1)[0] for f in listed} if isinstance(listed, list) else names
+            return Found("ours", kind, KINDS[kind].what, tuple(sorted(names - {MARKER} - top)))
     if "zarr.json" in names:
         try:
             attrs = json.loads(fs.cat_file(f"{path.rstrip('/')}/zarr.json")).get("attributes") or {}
         except (ValueError, OSError):
             attrs = {}
-        kind = _zarr_kind(attrs)
-        return (
-            Found("ours", kind, KINDS[kind].what)
-            if kind
-            else Found("foreign", what="a Zarr store cryocube did not write")
-        )
+        if kind := _zarr_kind(attrs):
+            return Found("ours", kind, KINDS[kind].what)
+        return Found("foreign", what="a Zarr store cryocube did not write")
     for kind, test in LEGACY:
         if test(names):
             return Found("ours", kind, KINDS[kind].what)

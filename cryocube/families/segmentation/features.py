@@ -161,19 +161,13 @@ def _windows_threaded(
     if len(parts) <= 1:
         return _windows(cache, samples, offsets, per)
     t0 = time.perf_counter()
+
+    def read(i: np.ndarray):
+        return _windows(cache, samples[i], offsets[i[0] * per : (i[-1] + 1) * per], per)
+
     with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
-        got = list(
-            pool.map(
-                lambda i: _windows(cache, samples[i], offsets[i[0] * per : (i[-1] + 1) * per], per),
-                parts,
-            )
-        )
-    return (
-        torch.cat([g[0] for g in got]),
-        np.concatenate([g[1] for g in got]),
-        sum(g[2] for g in got),
-        time.perf_counter() - t0,
-    )
+        xs, ys, nbytes, _ = zip(*pool.map(read, parts))
+    return torch.cat(xs), np.concatenate(ys), sum(nbytes), time.perf_counter() - t0
 
 
 def read_threads(device: str, threads: int) -> int:
