@@ -4,6 +4,8 @@ matrices."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 import time
 from dataclasses import replace
@@ -12,6 +14,7 @@ import numpy as np
 
 from ... import store as _store
 from ...catalog import protocol as protocol_spec
+from ...cube import as_text, open_cube
 from ...decoders import decoder_kinds, decoder_options
 from ...errors import UserError
 from ...models import model_spec
@@ -237,6 +240,7 @@ class Segmentation(Family):
         extra = {"per_tile": write_per_tile(w, tiles)} if tiles is not None else {}
         prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
         encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
+        trainable = fitted["trainable_params"]
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         # an interferogram cube: the predicted masks answer deformation localisation too
         if "split" in run.record.fields:
@@ -272,11 +276,8 @@ class Segmentation(Family):
             ),
             "params": {
                 "encoder": encoder_params,
-                "trainable": fitted["trainable_params"],
-                "decoder": (
-                    fitted["trainable_params"]
-                    - (fitted["encoder_params"] if w.trains_encoder else 0)
-                ),
+                "trainable": trainable,
+                "decoder": trainable - (fitted["encoder_params"] if w.trains_encoder else 0),
             },
             "gflops": w.encoder.model.gflops,
             "predictions": predictions,
@@ -436,12 +437,6 @@ def write_per_tile(w: SegRun, tiles: TileConfusions) -> dict:
     """The test split's per-tile confusion matrices and each tile's scene (the cube's `source`),
     beside record.json; the record names the file and its sha256 (docs/statistics.md: the report's
     bootstrap reads them). Small: tiles x classes x classes int64, compressed."""
-    import hashlib
-    import io
-
-    from ...cube.read import open_cube
-    from ...cube.schema import as_text
-
     samples = np.asarray(w.test_samples, dtype=np.int64)[tiles.positions]
     ds = open_cube(w.cube_url)
     source = as_text(ds["source"].values)[samples] if "source" in ds else samples.astype(str)
