@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ def packaged_dir(packaged: str, in_repo: str) -> Path:
 CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with cryocube
 # Band roles the cube and the band matcher understand.
 ROLES = tuple(
-    "optical sar coherence elevation slope velocity thermal incidence ancillary phase rendering".split()
+    "optical sar coherence elevation slope velocity thermal incidence ancillary phase"
+    " rendering".split()
 )
 # a dataset's task when its YAML names none (Cryo-Bench's tiles, ranked on its boards)
 DEFAULT_TASK = "segmentation"
@@ -306,8 +308,6 @@ def plugin_catalog_dirs() -> list[Path]:
     `cryocube.catalogs` group (`mylab = "mylab.catalogs"`: the folder mylab/catalogs beside the
     package's metadata). Found without importing the package, so reading the catalog never runs
     plug-in code."""
-    from importlib.metadata import entry_points
-
     out = []
     for ep in entry_points(group="cryocube.catalogs"):
         where = ep.dist.locate_file(ep.value.replace(".", "/")) if ep.dist is not None else None

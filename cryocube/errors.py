@@ -4,6 +4,9 @@ classes from here, so `from cryocube.cube import DamagedCubeError` keeps working
 internal (never raised).
 """
 
+import functools
+import traceback
+
 
 class UserError(Exception):
     """Bad input, configuration or state; the message names the file/band/sample/run at fault."""
@@ -134,7 +137,6 @@ def task_boundary(fn):
     distributed pickles an exception together with its chained causes (tblib); a library cause that
     cannot be unpickled (rasterio's CPLE errors) would turn our clear message into a bare Exception.
     """
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -161,8 +163,6 @@ class RunFailed(Exception):
 def failure(e: BaseException) -> dict:
     """What a task returns for one of its runs that failed (picklable, traceback kept for the
     log)."""
-    import traceback
-
     return {
         "failed": {
             "kind": type(e).__name__,

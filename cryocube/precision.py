@@ -9,6 +9,7 @@ the device's reported capability as input, so both answers are testable on any m
 from __future__ import annotations
 
 import contextlib
+import platform
 from dataclasses import dataclass
 
 from .errors import UserError
@@ -64,8 +65,6 @@ def resolve(requested: str, info: DeviceInfo) -> str:
 
 def this_device(device: str | None = None) -> DeviceInfo:
     """DeviceInfo of this process's torch device (the one tasks use: cuda when visible)."""
-    import platform
-
     import torch
 
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")

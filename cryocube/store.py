@@ -7,6 +7,7 @@ $CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import uuid
@@ -62,8 +63,6 @@ def parse_options(text: str, what: str = "--storage-options") -> StorageOptions:
 
 def options_arg(text: str) -> StorageOptions:
     """argparse type for --storage-options (its error never echoes the value)."""
-    import argparse
-
     try:
         return parse_options(text)
     except UserError as e:

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-from ..precision import DeviceInfo
+from ..precision import DeviceInfo, this_device
 from ..recipe import BaseRecipe
 from ..record import RunRecord
 
@@ -62,8 +62,6 @@ class PlanContext:
     def arithmetic_threads(self, threads: int) -> int | None:
         """The thread count where it changes a run's bits (CPU reductions), None where it does not
         (CUDA)."""
-        from ..precision import this_device
-
         return threads if (self.device or this_device()).type == "cpu" else None
 
 
