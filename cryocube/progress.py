@@ -1,10 +1,8 @@
 """Progress of long work, on a terminal, when piped to a log, and in a Jupyter notebook.
 
-On a terminal: rich bars, and a live table with each training run's epoch, loss and validation mIoU.
-Piped (not a TTY): plain timestamped lines, one per 10 % of a phase and per few epochs of a run, so
-a log shows movement as it happens. In a notebook (a Jupyter kernel, whose stderr is no terminal):
-one display per bar and one for the run table, updated in place (a cell shows the live state, not a
-log), and the Dask dashboard's link once. `enabled=False` (--quiet) prints nothing.
+Terminal: rich bars and a live table of each training run's epoch, loss and validation mIoU. Piped:
+timestamped lines, one per 10 % of a phase and per few epochs of a run. Notebook (a Jupyter kernel):
+displays updated in place, and the Dask dashboard's link once. `enabled=False` (--quiet): nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ NOTEBOOK_REFRESH_S = 0.5  # a display updated at most twice a second (each updat
 
 
 def in_notebook() -> bool:
-    """Whether this process is a Jupyter kernel (IPython's ZMQ shell), which renders displays that
-    update in place."""
+    """Whether this process is a Jupyter kernel (IPython's ZMQ shell): displays update in place."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return type(shell).__name__ == "ZMQInteractiveShell"
@@ -41,7 +38,7 @@ _DASHBOARDS: set[str] = set()
 
 def show_dashboard(client, enabled: bool = True) -> None:
     """In a notebook, the cluster's dashboard link, once per link and kernel (a terminal's command
-    says it when it opens the cluster)."""
+    says it as it opens the cluster)."""
     if mode(enabled) != "notebook":
         return
     try:

@@ -178,9 +178,10 @@ def _evaluate(forward, run: SegRun, device: str, tiles, predictions, per_tile) -
         for inputs, label in tiles(offs):
             with autocast(device, run.encoder.precision):
                 logits = forward(inputs)
+            s = logits.shape[-1]  # the windows' side
             acc = torch.zeros((logits.shape[1], side, side), dtype=torch.float32)
             for w, (oy, ox) in enumerate(offs):
-                acc[:, oy : oy + S, ox : ox + S] += logits[w].float().cpu()
+                acc[:, oy : oy + s, ox : ox + s] += logits[w].float().cpu()
             pred = acc.argmax(0).numpy()[:t, :t]
             c = confusion_matrix(pred, label[:t, :t], k)
             cm += c
