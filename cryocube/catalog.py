@@ -202,8 +202,7 @@ def _read_yaml(path: Path) -> Any:
 
 
 def find(kind: str, name: str) -> Path:
-    """The catalog file of `name` under catalogs/<kind>/ (or `name` itself when it is a YAML
-    path)."""
+    """The catalog file of `name` under catalogs/<kind>/, or `name` itself when a YAML path."""
     p = Path(name)
     if p.suffix in (".yaml", ".yml"):
         if not p.is_file():
@@ -237,11 +236,10 @@ def load_yaml(kind: str, name: str) -> dict:
 @lru_cache(maxsize=None)
 def load_dataset(dataset_id: str) -> DatasetSpec:
     """The spec of a dataset by id (catalogs/datasets/<id>.yaml) or by a YAML path."""
-    p = find(
-        "datasets", dataset_id if dataset_id.endswith((".yaml", ".yml")) else dataset_id.lower()
-    )
+    by_path = dataset_id.endswith((".yaml", ".yml"))
+    p = find("datasets", dataset_id if by_path else dataset_id.lower())
     spec = parse_dataset(_read_yaml(p), str(p))
-    if p.stem != spec.id and not dataset_id.endswith((".yaml", ".yml")):
+    if p.stem != spec.id and not by_path:
         raise CatalogError(f"{p}: id {spec.id!r} does not match the file name")
     return spec
 
@@ -263,8 +261,7 @@ def _top_file(name: str) -> Path:
 
 @dataclass(frozen=True)
 class BandNames:
-    """Names the Cryo-Bench / PANGAEA configs give bands; encoder slots and band aliases use
-    them."""
+    """Band names of the Cryo-Bench / PANGAEA configs, which encoder slots and band aliases use."""
 
     optical: tuple[str, ...]
     sar: tuple[str, ...]

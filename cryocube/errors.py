@@ -161,8 +161,7 @@ class RunFailed(Exception):
 
 
 def failure(e: BaseException) -> dict:
-    """What a task returns for one of its runs that failed (picklable, traceback kept for the
-    log)."""
+    """What a task returns for a run of it that failed (picklable, traceback kept for the log)."""
     return {
         "failed": {
             "kind": type(e).__name__,
@@ -227,8 +226,7 @@ def unreachable(e: BaseException) -> tuple[str, str] | None:
 
 
 def network_message(e: BaseException, url: str | None = None) -> str | None:
-    """One sentence for a connection failure (None if `e` is not one), naming what was
-    unreachable."""
+    """One sentence for a connection failure, naming what was unreachable; else None."""
     hit = unreachable(e)
     if hit is None:
         return None

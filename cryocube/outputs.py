@@ -102,8 +102,7 @@ def _zarr_kind(attrs: dict) -> str | None:
 
 @dataclass(frozen=True)
 class Found:
-    """What is at a path: state is absent, empty, file, ours (kind set) or foreign (what says
-    what)."""
+    """What is at a path: state absent, empty, file, ours (kind set) or foreign (`what` says it)."""
 
     state: str
     kind: str | None = None

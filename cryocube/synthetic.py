@@ -352,9 +352,7 @@ def _rewrite(
 
 
 def _truncate(m, it):
-    size = os.path.getsize(it.image_path)
-    with open(it.image_path, "r+b") as f:
-        f.truncate(size // 2)
+    os.truncate(it.image_path, os.path.getsize(it.image_path) // 2)
     return it.image_path
 
 

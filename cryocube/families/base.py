@@ -41,8 +41,7 @@ class RunSpec:
 
 @dataclass
 class PlanContext:
-    """What planning needs beyond the run and the cube: where checkpoints are, what the workers
-    are."""
+    """What planning needs beyond the run and the cube: where checkpoints are, what workers are."""
 
     out: str = ""  # results root (run dirs, caches)
     weights_dir: str | None = None

@@ -21,8 +21,7 @@ def recipe_types(only: tuple[str, ...] | None = None) -> dict[str, type[BaseReci
 
 
 class Recipe:
-    """Every family's recipe from one mapping of values; `recipe.epochs` reads any family's
-    field."""
+    """All families' recipes from one mapping of values; `recipe.epochs` reads any one's field."""
 
     def __init__(
         self, values: dict[str, Any], types: dict[str, type[BaseRecipe]], where: str = "recipe"

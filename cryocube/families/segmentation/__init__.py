@@ -286,8 +286,7 @@ class Segmentation(Family):
 
 
 def _add_block(facts: dict, split: str, r: dict) -> None:
-    """One extraction block's items, seconds, threads, device and phases into its cache's
-    facts."""
+    """One extraction block's items, seconds, threads, device and phases into its cache's facts."""
     facts["encoder_items"] += r["items"]
     facts["encoder_items_by_split"][split] += r["items"]
     facts["features_s"] += r["seconds"]

@@ -38,8 +38,7 @@ def predicted_box(
 def box_scores(
     preds, refs, sizes, min_pixels: int = 1, positive: int = 1
 ) -> tuple[list[float], int, int]:
-    """(IoU per sample with a reference box, samples without one given a box, samples without
-    one)."""
+    """(IoU per sample with a reference box; of the others, those given a box, and their count)."""
     ious, false_boxes, no_ref = [], 0, 0
     for pred, ref, (h, w) in zip(preds, refs, sizes):
         box = predicted_box(pred, h, w, positive, min_pixels)
