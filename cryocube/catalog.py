@@ -41,8 +41,7 @@ CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whateve
 
 
 def catalog_dirs() -> list[Path]:
-    """Folders searched for catalog files, first match wins: $CRYOCUBE_CATALOGS, then the shipped
-    catalogs."""
+    """Where catalog files are looked up, first match wins: $CRYOCUBE_CATALOGS, then cryocube's."""
     extra = [Path(p) for p in os.environ.get("CRYOCUBE_CATALOGS", "").split(os.pathsep) if p]
     return extra + [CATALOG_DIR]
 

@@ -131,8 +131,7 @@ def resolve_cubes(cubes: str, data_root: str | None) -> list[str]:
 
 
 def threads_for(args, parallel: int | None = None) -> int | None:
-    """The torch threads `cluster_for(args, parallel)` will give each worker, where known before it
-    starts."""
+    """The torch threads `cluster_for(args, parallel)` gives each worker, where known beforehand."""
     return planned_threads(args.cluster, args.workers, args.threads_per_worker, parallel=parallel)
 
 

@@ -130,8 +130,7 @@ def _rows(rows: list[tuple[str, ...]]) -> str:
 
 
 def _profile(args) -> int:
-    """`list models --profile`: check every option and config first (meta-device dry runs), then
-    measure."""
+    """`list models --profile`: all options and configs checked (meta-device), then measured."""
     import torch
 
     from .models import profile as prof

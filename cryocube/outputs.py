@@ -295,8 +295,7 @@ def _os_error(e: BaseException) -> OSError | None:
 
 
 def disk_full_message(e: BaseException, out: str | None) -> str | None:
-    """One sentence for a full disk (or quota) met while writing, naming the file or the output;
-    else None."""
+    """One sentence for a full disk (or quota) naming the file or output written; else None."""
     err = _os_error(e)
     if err is None:
         return None

@@ -96,8 +96,7 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "record") -> RunRecord:
-        """Validate and migrate a record read from disk; `where` ("file:line") starts every error
-        sentence."""
+        """Validate and migrate a record read from disk; `where` ("file:line") starts each error."""
         if not isinstance(d, dict):
             raise RecordError(f"{where}: a record must be a JSON object, got {type(d).__name__}")
         version = d.get("record_version", 1)
@@ -140,8 +139,7 @@ COMMON = frozenset(f.name for f in _fields(RunRecord)) - {"fields"}
 
 
 def _v1_to_v2(d: dict) -> dict:
-    """Records before typing: fill the fields they left implicit (family, primary metric, fraction,
-    run id)."""
+    """Untyped records: fill what they left implicit (family, primary metric, fraction, run id)."""
     family = str(d.get("family") or "segmentation")
     primary = d.get("primary_metric") or ("Q" if family == "embedding" else "mIoU")
     fraction = d.get("fraction")
@@ -166,8 +164,7 @@ MIGRATIONS = {1: _v1_to_v2}  # version -> the function that lifts a record of it
 
 
 def run_dir(out: str, run_id: str) -> str:
-    """A run's folder under `out`: its record.json (the cache) and whatever its family keeps beside
-    it."""
+    """A run's folder under `out`: record.json (the cache) and what its family keeps beside it."""
     return f"{out.rstrip('/')}/runs/{run_id}"
 
 
@@ -204,8 +201,7 @@ def clean(v):
 
 
 def load_record(out: str, run_id: str) -> RunRecord | None:
-    """The run's record if one exists, parses and validates (a damaged one counts as absent, with a
-    warning)."""
+    """The run's record if it exists and validates (a damaged one: absent, with a warning)."""
     url = f"{run_dir(out, run_id)}/record.json"
     if not _store.file_exists(url):
         return None

@@ -59,8 +59,7 @@ class PlanContext:
         return int(requested or self.threads or configured_threads())
 
     def arithmetic_threads(self, threads: int) -> int | None:
-        """The thread count where it changes a run's bits (CPU reductions), None where it does not
-        (CUDA)."""
+        """The threads where they change a run's bits (CPU reductions), None where not (CUDA)."""
         return threads if (self.device or this_device()).type == "cpu" else None
 
 

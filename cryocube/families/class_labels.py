@@ -28,8 +28,7 @@ def slug(name: str) -> str:
 
 
 def class_labels(ds) -> tuple[np.ndarray, list[ClassLabels]]:
-    """(labelled, per class labels) of an open tile cube; a tile without a labelled pixel has no
-    label."""
+    """(labelled, per class labels) of an open tile cube; a tile with no labelled pixel has none."""
     # share of each class among labelled pixels
     frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)
     labelled = frac.sum(axis=1) > 0

@@ -193,8 +193,7 @@ class Segmentation(Family):
         return groups
 
     def fit(self, group: list[PlannedRun]):
-        """One task trains every decoder of the group (`train.fit`) over one read of their shared
-        features."""
+        """One task trains the group's decoders (`train.fit`) over one read of their features."""
         from .train import fit
 
         return fit, FitTask(tuple(p.work for p in group))

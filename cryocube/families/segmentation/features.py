@@ -133,8 +133,7 @@ def _read(array, items: np.ndarray) -> np.ndarray:
 
 
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
-    """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds it
-    took."""
+    """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds."""
     t0 = time.perf_counter()
     S = cache.encoder.input_size
     image, label = read_dense(cache.cube_url, samples)

@@ -67,8 +67,7 @@ class SegmentationRecipe(BaseRecipe):
 
 
 def load_recipe(*args, **kw):
-    """The recipe of every family (`cryocube.load_recipe`); kept here for code that imported it from
-    here."""
+    """The recipe of every family (`cryocube.load_recipe`), for code that imports it from here."""
     from ..recipes import load_recipe as load
 
     return load(*args, **kw)

@@ -147,8 +147,7 @@ def load_state(module: nn.Module, url: str) -> None:
 
 
 def prefetched(it: Iterable, depth: int = 2) -> Iterator:
-    """Iterate `it` on a background thread, `depth` items ahead (zarr reads and crops overlap
-    compute)."""
+    """Iterate `it` on a background thread, `depth` items ahead (zarr reads overlap compute)."""
     q: queue.Queue = queue.Queue(depth)
     done = object()
 
