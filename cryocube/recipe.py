@@ -1,11 +1,7 @@
-"""The recipe fields every evaluation family shares, their checks, and the `--set` / `--config`
-readers.
-
-A family's recipe is a frozen dataclass over `BaseRecipe` that adds its own fields and checks
-(families/segmentation/recipe.py); fields without a default take the benchmark catalog's value
-(`recipe:` in catalogs/benchmarks/<name>.yaml). Every value is checked before any work reaches a
-worker, with one sentence naming the field, the value and what it may be. The set of all families'
-recipes read from one set of values is `families.recipes.Recipe`.
+"""The recipe fields every evaluation family shares, their checks (before any work starts, one
+sentence naming field, value and what it may take), and the `--set` / `--config` readers. A family's
+recipe subclasses `BaseRecipe` (families/segmentation/recipe.py); fields without a default take the
+benchmark catalog's `recipe:`; all families' recipes from one set of values: `families.recipes`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Evaluation families: what a kind of evaluation needs, fits, maps, reduces and scores
-(`base.Family`).
-
-Built in: `segmentation` (dense segmentation, the Cryo-Bench protocols) and, for embeddings,
-`cryocube embed` / `cryocube probe` (families/embedding). A lab adds a family from its own package
-through an entry point in the `cryocube.families` group (a module that calls `register`).
+"""Evaluation families (`base.Family`), one registry: the built-in ones and those a lab's package
+registers through an entry point in the `cryocube.families` group (a module that calls `register`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""One set of recipe values as every registered family reads it.
-
-`--set`, `--config` and the benchmark's `recipe:` are one flat mapping; each family takes the fields
-its recipe class declares (`Family.recipe`: the shared `BaseRecipe` plus its own) and checks them.
-A field no family declares is refused. The engine holds a `Recipe` and hands each family its part
-(`recipe.of(name)`), so it never needs to know a family's fields.
+"""One set of recipe values as every registered family reads it: `--set`, `--config` and the
+benchmark's `recipe:` are one flat mapping; each family takes and checks the fields its recipe
+class declares, a field no family declares is refused, and the engine hands each family its part
+(`recipe.of(name)`) without knowing its fields.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The one split every family scores a cube's board on, and the identity of a set of scored samples.
 
-A tile cube's split is its published `split`. A sample cube's is drawn once from its checksum,
-stratified on the joint answer classes of its class tasks and the presence of a deformation box, so
-that every answer class reaches the test split (the segmentation family, the vqa family and the
-answer heads all call `cube_split`/`sample_split`, so their test samples are one set). A board cell
-names its samples by `samples_hash`.
+A tile cube's split is its published `split`; a sample cube's is drawn from its checksum (`RULE`),
+so every family's test samples are one set. A board cell names its samples by `samples_hash`.
 """
 
 from __future__ import annotations

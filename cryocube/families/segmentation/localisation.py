@@ -1,13 +1,6 @@
 """Deformation localisation by a segmentation run on an interferogram cube: predicted test mask ->
-box -> IoU against the cube's `box`, so an encoder gets the grounding score a VLM gets from its
-answer.
-
-The predicted box is the extent of every predicted deformation pixel in connected regions of at
-least the cube's `min_pixels` (the rule that drew the reference box from the reference mask; 1 where
-the cube has no derivation, e.g. Hephaestus polygons). Scored: the test samples with a reference box
-(the samples the VLM's box IoU is scored on); a prediction without deformation pixels has no box and
-scores 0. Test samples whose reference says "no deformation" are counted apart (`false_boxes`: a box
-drawn where there is none).
+box -> IoU against the cube's `box`, the grounding score a VLM gets from its answer. The rule is
+`RULE`; test samples whose reference says "no deformation" are counted apart (`false_boxes`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """The segmentation family's recipe: the shared fields (cryocube/recipe.py) plus the training
-protocol's.
-
-The defaults are the Cryo-Bench/PANGAEA recipe in catalogs/benchmarks/cryobench.yaml (`recipe:`);
-every field can be overridden from YAML (`--config`) or `--set k=v`, and is checked here before any
-cluster starts.
+protocol's, whose defaults are the Cryo-Bench/PANGAEA recipe (catalogs/benchmarks/cryobench.yaml).
 """
 
 from __future__ import annotations
