@@ -193,9 +193,7 @@ def clean(v):
         return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, set)):
         return [clean(x) for x in v]
-    if isinstance(v, np.generic):
-        return clean(v.item())
-    if isinstance(v, np.ndarray):
+    if isinstance(v, (np.generic, np.ndarray)):  # a scalar's tolist is its item
         return clean(v.tolist())
     return v
 

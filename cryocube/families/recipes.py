@@ -27,10 +27,7 @@ class Recipe:
         check_keys(values, {f for t in types.values() for f in t.field_names()}, where)
         self._types = types
         self._parts = {n: t.from_values(values, where) for n, t in types.items()}
-        merged: dict[str, Any] = {}
-        for part in self._parts.values():
-            merged.update({k: getattr(part, k) for k in part.field_names()})
-        self._values = merged
+        self._values = {k: getattr(p, k) for p in self._parts.values() for k in p.field_names()}
 
     def of(self, family: str) -> BaseRecipe:
         """The family's own recipe (its fields, checked)."""
@@ -53,10 +50,7 @@ class Recipe:
 
     def as_dict(self) -> dict[str, Any]:
         """All families' checked fields, flat (tuples as lists): the recipe a record stores."""
-        out: dict[str, Any] = {}
-        for part in self._parts.values():
-            out.update(part.as_dict())
-        return out
+        return {k: v for p in self._parts.values() for k, v in p.as_dict().items()}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self.__dict__.get("_values", {}):
