@@ -50,8 +50,7 @@ def catalog_dirs() -> list[Path]:
 class Band:
     name: str  # what the layer is (e.g. "coherence")
     role: str = rule(choices=ROLES)
-    # the name the Cryo-Bench configs give it (drives protocol-compatible band matching); default:
-    # its name
+    # the Cryo-Bench configs' name for it (protocol-compatible band matching); default: its name
     alias: str = ""
     wavelength_um: float = rule(math.nan, unit="µm")
     sensor: str = ""

@@ -50,8 +50,7 @@ KINDS: dict[str, Kind] = {
     ),
 }
 
-# outputs of cryocube versions without a marker: (kind, test on the folder's entry names), first
-# match wins
+# outputs of cryocube versions without a marker: (kind, test on its entry names), first wins
 LEGACY: tuple[tuple[str, Callable[[set[str]], bool]], ...] = (
     ("study", lambda names: "study.journal" in names),
     (

@@ -114,8 +114,7 @@ class Family(ABC):
     name: ClassVar[str]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
-    # why `tune` cannot run a study on this family's protocols ("" = it can: its runs record a
-    # validation curve)
+    # why `tune` cannot study this family's protocols ("": it can, its runs record a val curve)
     not_tunable: ClassVar[str] = ""
     # printed after the primary metric on a run's result line
     shown_metrics: ClassVar[tuple[str, ...]] = ()

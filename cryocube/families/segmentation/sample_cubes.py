@@ -11,8 +11,6 @@ import numpy as np
 
 from ...cube import CubeInfo, open_cube
 from ...errors import UserError
-
-# one split per cube, every family's
 from ..split import sample_split
 
 

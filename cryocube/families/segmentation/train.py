@@ -110,8 +110,7 @@ def build_model(run: SegRun, device: str) -> tuple[nn.Module, nn.Module | None]:
     """(trainable module, frozen encoder or None). Frozen: the decoder; otherwise a Segmenter."""
     if not run.trains_encoder:
         frozen = get_encoder(run.encoder, device)
-        # seeded after the encoder: whether this worker built it now or earlier must not change the
-        # decoder
+        # seeded after the encoder: whether this worker built it now or earlier must not matter
         torch.manual_seed(run.seed)
         module = _decoder(run, frozen).to(device)
     else:
@@ -275,8 +274,7 @@ class Trainer:
         self.unlabelled_steps = 0
         self.rng_state = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
-        # where a run's time goes (seconds summed over epochs): the benchmark's budget against FLOP
-        # bounds
+        # where a run's time goes (seconds over epochs): the benchmark's budget against FLOP bounds
         self.phases = dict.fromkeys(
             ("batches_s", "forward_s", "backward_s", "optimizer_s", "validate_s"), 0.0
         ) | {"validations": 0}
