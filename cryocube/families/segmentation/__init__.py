@@ -133,7 +133,7 @@ class Segmentation(Family):
             for k, (c, _) in caches.items()
         }
         out: dict[str, dict] = {}
-        tasks, owners = [], []
+        tasks = []
         needed: dict[tuple[str, str], np.ndarray] = {}
         for k, (c, p) in caches.items():
             shapes, params = runner.result(facts[k])
@@ -149,9 +149,7 @@ class Segmentation(Family):
                 needed[k, split] = want
                 plan = create_split(c, split, samples, shapes)
                 batching = (cfg.block_samples, cfg.extract_batch, cfg.threads)
-                ts = extraction_tasks(c, split, samples, want, plan, *batching)
-                tasks += ts
-                owners += [k] * len(ts)
+                tasks += extraction_tasks(c, split, samples, want, plan, *batching)
         if tasks:
             done = runner.map(
                 extract_block,
@@ -160,15 +158,14 @@ class Segmentation(Family):
                 [t.samples.size for t in tasks],
                 key="cryocube-extract",
             )
-            for k, t, r in zip(owners, tasks, done):
-                _add_block(out[k], t.split, r)
+            for t, r in zip(tasks, done):
+                _add_block(out[t.cache.key], t.split, r)
         wall = time.perf_counter() - t0 if tasks else 0.0
         for k, (c, _) in caches.items():
             for split in SPLITS:
                 settle(c, split, needed[k, split], out[k]["encoder_items"])
             out[k]["features_wall_s"] = wall
-            out[k]["threads"] = sorted(out[k]["threads"])
-            out[k]["devices"] = sorted(out[k]["devices"])
+            out[k] |= {x: sorted(out[k][x]) for x in ("threads", "devices")}
         return out
 
     # -- fitting and scoring ---
