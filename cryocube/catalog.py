@@ -3,8 +3,7 @@
 The catalogs are facts (bands, classes, sources, layouts, orders, recipes); code reads them only
 through these specs so a malformed entry fails once, at load, with the file and field named.
 Catalog files are looked up in the folders of $CRYOCUBE_CATALOGS (os.pathsep-separated: a lab's own
-datasets and models) first, then in the catalogs shipped with cryocube.
-"""
+datasets and models) first, then in the catalogs shipped with cryocube."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A module listed in COMMAND_MODULES exposes `register(subparsers)`, which adds its parsers and sets
 `func` (called with the parsed args; returns an exit code or None). User errors print one line and
-exit 2; warnings print one line each; a closed pipe (`| head`) ends the command quietly.
-"""
+exit 2; warnings print one line each; a closed pipe (`| head`) ends the command quietly."""
 
 from __future__ import annotations
 

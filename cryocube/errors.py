@@ -1,8 +1,7 @@
 """Every error class of cryocube, in one module. A UserError is one the user can act on: the CLI
 prints its message as one sentence (no traceback) and exits 2. The concept modules re-export their
 classes from here, so `from cryocube.cube import DamagedCubeError` keeps working. RunFailed alone is
-internal (never raised).
-"""
+internal (never raised)."""
 
 import functools
 import traceback

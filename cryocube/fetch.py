@@ -2,8 +2,7 @@
 
 One implementation for dataset archives (`cryocube download`) and model checkpoints (`cryocube
 weights fetch`): a crash never leaves a file that looks complete, a sign-in page served instead of
-the file is refused, and a checksum mismatch discards the download.
-"""
+the file is refused, and a checksum mismatch discards the download."""
 
 from __future__ import annotations
 

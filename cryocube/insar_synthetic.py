@@ -4,8 +4,7 @@ Physics, small and seeded: a Mogi point source or a buried screw dislocation (u 
 arctan(x/D)) projected on Sentinel-1's line of sight (d = -lambda/(4 pi) phase), a power-law
 (beta = 8/3) atmosphere, an orbital ramp, coherence-dependent phase noise and decorrelated patches.
 The manifest keeps the truth derived from the *noise-free* signal (coherence class, box, fringes);
-the converter derives the same labels from the noisy maps, so a test compares the two.
-"""
+the converter derives the same labels from the noisy maps, so a test compares the two."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ Every way a label file could silently change a score is refused in one sentence 
 and id: a label that is not a finite number, an id given twice, two files for one task name, a row
 whose field count is not the header's. An empty label cell means "unlabelled" (as NeuCo-Bench: the
 row is skipped and counted); Excel's UTF-8 byte-order mark is read. `probe --labels` and the SSL4EO
-converter read labels here, before any cluster starts.
-"""
+converter read labels here, before any cluster starts."""
 
 from __future__ import annotations
 

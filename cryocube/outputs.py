@@ -4,8 +4,7 @@ Accepted: a new or empty path, or a cryocube output of the same kind (resumed, a
 replaced with `--overwrite`); anything else (the user's files, another kind of output, the command's
 own input, a path inside or around it) is refused in one sentence, `--overwrite` or not. Outputs are
 recognised by a marker written first (`.cryocube-output.json` in folders, a `cryocube_output` Zarr
-attribute), older ones by what they hold. Also here: folders swapped in whole, a full disk.
-"""
+attribute), older ones by what they hold. Also here: folders swapped in whole, a full disk."""
 
 from __future__ import annotations
 

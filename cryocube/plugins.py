@@ -10,8 +10,7 @@ its own package, without forking cryocube, by declaring an entry point in the re
     my_layout = "mylab.readers"          # a module that registers its reader(s) on import
 
 The `cryocube.catalogs` group names a folder of catalog files a package ships (its protocols, read
-by catalog.protocols without importing the package).
-"""
+by catalog.protocols without importing the package)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 `precision: auto` is bf16 where the device has matrix units for it (CUDA compute capability >= 8.0;
 a CPU with AMX or AVX512-BF16, as torch reports them) and fp32 elsewhere; bf16 and fp16 are autocast
 with fp32 master weights, optimiser state and loss (fp16 with a gradient scaler). `resolve` takes
-the device's reported capability as input, so both answers are testable on any machine.
-"""
+the device's reported capability as input, so both answers are testable on any machine."""
 
 from __future__ import annotations
 

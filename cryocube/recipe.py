@@ -1,8 +1,7 @@
 """The recipe fields every evaluation family shares, their checks (before any work starts, one
 sentence naming field, value and what it may take), and the `--set` / `--config` readers. A family's
 recipe subclasses `BaseRecipe` (families/segmentation/recipe.py); fields without a default take the
-benchmark catalog's `recipe:`; all families' recipes from one set of values: `families.recipes`.
-"""
+benchmark catalog's `recipe:`; all families' recipes from one set of values: `families.recipes`."""
 
 from __future__ import annotations
 

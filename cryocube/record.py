@@ -4,8 +4,7 @@
 validates a record and migrates an older one (`record_version` 1: untyped dicts), so old results
 folders keep loading with the same run ids. On disk: `runs/<run_id>/record.json` (the truth, written
 whole or not at all) and results.jsonl, their index, grown by whole lines only (a torn line moves to
-results.jsonl.torn) and rebuilt from the records where it lacks one (`sync_results`).
-"""
+results.jsonl.torn) and rebuilt from the records where it lacks one (`sync_results`)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Options are resolved once, so the same URL works on the client and on Dask workers: those passed to
 a call, else those registered for the URL's bucket (shipped to workers by `share_with`), else
-$CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages.
-"""
+$CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages."""
 
 from __future__ import annotations
 

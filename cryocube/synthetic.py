@@ -4,8 +4,7 @@ The files are real and written by the layout's own reader (`Reader.write`), and 
 structure a model can learn (lakes are dark smooth blobs, debris bright textured ground, sea-ice
 stages distinct HH/HV levels with speckle). `make_raw` returns a `RawManifest` with what was written
 (labels as class indices), so a test compares a converted cube with it; `corrupt` damages one file
-for bad-input tests. Everything is seeded.
-"""
+for bad-input tests. Everything is seeded."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names
 the family. The scheduler knows no family: it calls the hooks in order (`plan`: `resolve` then the
 base's hashing and record; `prepare` once per `prep_key`; `group`; `fit` one task per group; `score`
-map tasks that `reduce` pairwise on the workers; `finish`), as docs/architecture.md draws them.
-"""
+map tasks that `reduce` pairwise on the workers; `finish`), as docs/architecture.md draws them."""
 
 from __future__ import annotations
 

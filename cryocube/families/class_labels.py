@@ -1,8 +1,7 @@
 """Image-level labels of a Cryo-Bench tile cube, derived from its per-tile class fractions: whether
 a class occurs in a tile and its share of the tile's labelled pixels. `probe --tasks-from` and the
 vqa family's Cryo-Bench questions both read them from here, so a VLM is scored against exactly the
-probe's labels.
-"""
+probe's labels."""
 
 from __future__ import annotations
 

@@ -53,8 +53,7 @@ def match_cube_bands(mspec: ModelSpec, bands, rule: str, offers_cross_sensor: bo
     """(rule, BandMatch): the one band rule of `evaluate` and `embed`. An optical-only encoder on a
     cube with no optical band gets the SAR/grey bands in its RGB slots (the cross-sensor rule, as
     Cryo-Bench feeds SAR to optical GFMs) instead of a refusal; anything else that fits no slot is
-    refused, naming the bands.
-    """
+    refused, naming the bands."""
     try:
         return rule, match_bands(mspec, bands, rule, offers_cross_sensor)
     except BandMatchError:

@@ -1,8 +1,7 @@
 """One set of recipe values as every registered family reads it: `--set`, `--config` and the
 benchmark's `recipe:` are one flat mapping; each family takes and checks the fields its recipe
 class declares, a field no family declares is refused, and the engine hands each family its part
-(`recipe.of(name)`) without knowing its fields.
-"""
+(`recipe.of(name)`) without knowing its fields."""
 
 from __future__ import annotations
 
@@ -87,8 +86,7 @@ def load_recipe(
     """Recipe from the catalog's defaults (or `base`), then a YAML file, then `key=value` overrides.
 
     `families` limits the known fields to those families' (`cryocube embed` takes the embedding
-    family's).
-    """
+    family's)."""
     cfg = base or default_recipe(families=families)
     values: dict[str, Any] = {}
     if path:

@@ -1,8 +1,7 @@
 """The one split every family scores a cube's board on, and the identity of a set of scored samples.
 
 A tile cube's split is its published `split`; a sample cube's is drawn from its checksum (`RULE`),
-so every family's test samples are one set. A board cell names its samples by `samples_hash`.
-"""
+so every family's test samples are one set. A board cell names its samples by `samples_hash`."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def draw_split(classes: np.ndarray, fractions: dict[str, float], seed: int) -> n
        split holds none of it, one of its train samples moves there, the one naming the most
        classes the split still lacks, never a class's last train sample;
     2. per joint class (a row's classes together): round(n * fraction) to test and to val, less
-       what step 1 placed, at least one left in train; the rest stay in train.
-    """
+       what step 1 placed, at least one left in train; the rest stay in train."""
     classes = np.asarray(classes, dtype=object).reshape(len(classes), -1)
     n, k = classes.shape
     out = np.full(n, "train", dtype=object)

@@ -152,8 +152,7 @@ def _windows_threaded(
 ):
     """`_windows` with the samples read on `readers` threads (zarr's decompression releases the
     GIL), in order: one thread read 670 items/s on the H200 machine, 3 % of what its encoder takes
-    (docs/performance.md).
-    """
+    (docs/performance.md)."""
     parts = [
         i for i in np.array_split(np.arange(samples.size), min(readers, samples.size)) if i.size
     ]

@@ -1,7 +1,6 @@
 """Deformation localisation by a segmentation run on an interferogram cube: predicted test mask ->
 box -> IoU against the cube's `box`, the grounding score a VLM gets from its answer. The rule is
-`RULE`; test samples whose reference says "no deformation" are counted apart (`false_boxes`).
-"""
+`RULE`; test samples whose reference says "no deformation" are counted apart (`false_boxes`)."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def box_scores(
 def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: np.ndarray) -> dict:
     """The record's `localisation` entry of a segmentation run: box IoU (%) with its 95 % bootstrap
     interval and n. `scored`: per test sample, whether its reference mask has any labelled pixel
-    (unlabelled pairs say nothing).
-    """
+    (unlabelled pairs say nothing)."""
     ds = open_cube(cube_url)
     pred = np.asarray(_store.open_group(predictions_url, "r")["pred"][:])
     box = np.asarray(ds["box"].values, np.float64)[test]

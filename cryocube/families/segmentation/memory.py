@@ -3,8 +3,7 @@ run whose figure exceeds what a worker may hold (engine/evaluate.py `check_memor
 sentence before it starts, instead of the nanny restarting its worker until `KilledWorker`.
 
 A lower bound from the model config alone (no model is built to plan; docs/performance.md compares
-it with a measured peak). Frozen-protocol fits train only a decoder and are not bounded here.
-"""
+it with a measured peak). Frozen-protocol fits train only a decoder and are not bounded here."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Confusion matrices (int64, map side) and the metrics computed from their sum (reduce side), with
-the reference evaluator's metric names and absent classes fixed (docs/deviations.md).
-"""
+the reference evaluator's metric names and absent classes fixed (docs/deviations.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Sample cubes with a per-pixel target (interferograms' deformation `mask`) seen as tile cubes by
 this family: their split (they have none, "all") is the one families/split.py draws for every
-family, which puts boxes to score in the test split, and the record says it.
-"""
+family, which puts boxes to score in the test split, and the record says it."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@ stepped in turn, each with its own seed, batch order, optimiser and random-numbe
 ends exactly as it would trained alone. Fine-tuning and scratch baselines train encoder + decoder
 on crops streamed from the cube (read a batch ahead on a second thread). All share the recipe
 (AdamW, per-iteration multi-step LR, validation before epochs 0, val_every, ... and after the last,
-best state by val mIoU), autocast in the run's precision, and sliding-window evaluation.
-"""
+best state by val mIoU), autocast in the run's precision, and sliding-window evaluation."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ PROGRESS_TOPIC = "cryocube-progress"
 class CrossEntropy(nn.CrossEntropyLoss):
     """Mean cross-entropy over labelled pixels; on CUDA under deterministic algorithms it sums
     per-pixel losses itself, since CUDA's 2-D NLL forward counts the labelled pixels with atomics
-    (equal runs, different bits).
-    """
+    (equal runs, different bits)."""
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """torch's loss, or the atomic-free mean (class docstring)."""
@@ -66,8 +64,7 @@ def masked_mean_cross_entropy(
 def deterministic_attention(device: str):
     """Training forwards on CUDA use the math attention kernel: cuDNN's and flash attention's
     backwards accumulate with atomics, so a fine-tuning run would not repeat bit for bit (inference
-    kernels are left as they are).
-    """
+    kernels are left as they are)."""
     if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
         return contextlib.nullcontext()
     return sdpa_kernel(SDPBackend.MATH)
@@ -242,8 +239,7 @@ class Trainer:
     """One run's optimiser, schedule, curve and random state, advanced an epoch at a time.
 
     The global torch RNG (dropout) is swapped in and out around each epoch, so runs stepped in turn
-    in one process draw exactly the numbers they would alone.
-    """
+    in one process draw exactly the numbers they would alone."""
 
     def __init__(
         self,

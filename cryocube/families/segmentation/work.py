@@ -1,8 +1,7 @@
 """Typed descriptions of segmentation work: what each Dask task receives (no untyped dicts).
 
 They carry whole specs (the model's catalog entry, the cube's bands) so workers need no catalog
-of their own: a lab's YAML-only model or dataset runs on any cluster.
-"""
+of their own: a lab's YAML-only model or dataset runs on any cluster."""
 
 from __future__ import annotations
 
