@@ -11,6 +11,7 @@ import contextlib
 import sys
 import threading
 import time
+from html import escape
 
 STEPS = 10  # piped output: lines per phase / per run
 NOTEBOOK_REFRESH_S = 0.5  # a display updated at most twice a second (each update is a message)
@@ -71,14 +72,10 @@ class _Display:
             self._handle.update(body, raw=True)
 
 
-def _stamp() -> str:
-    return time.strftime("%H:%M:%S")
-
-
 def say(text: str, enabled: bool = True) -> None:
     """One progress line on stderr (not in quiet mode)."""
     if enabled:
-        print(f"[{_stamp()}] {text}", file=sys.stderr, flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 class _Bar:
@@ -120,8 +117,6 @@ class _NotebookBar(_PlainBar):
         self._show(force=True)
 
     def _show(self, force: bool = False) -> None:
-        from html import escape
-
         frac = min(self.done / self.total, 1.0)
         tail = f"{self.done:g}/{self.total:g}, {time.perf_counter() - self.t0:.0f} s"
         text = f"{self.label}: {100 * frac:.0f}% ({tail})"
@@ -187,6 +182,8 @@ class RunBoard:
     a live table (terminal, notebook) or lines (piped). Events arrive on the Dask client's thread;
     the board is thread-safe."""
 
+    HEAD = ("run", "epoch", "loss", "val mIoU", "state")
+
     def __init__(self, labels: dict[str, str], enabled: bool = True):
         self.labels = dict(labels)
         self.mode = mode(enabled)
@@ -235,10 +232,7 @@ class RunBoard:
 
     def _refresh(self, force: bool = False) -> None:
         """The notebook's run table, in place (text and HTML)."""
-        from html import escape
-
-        head = ("run", "epoch", "loss", "val mIoU", "state")
-        rows = self._rows()
+        head, rows = self.HEAD, self._rows()
         text = "\n".join([self._title()] + ["  ".join(r) for r in [head, *rows]])
         cells = lambda r, tag: "".join(f"<{tag}>{escape(c)}</{tag}>" for c in r)  # noqa: E731
         html = (
@@ -251,8 +245,7 @@ class RunBoard:
     def _table(self):
         from rich.table import Table
 
-        t = Table("run", "epoch", "loss", "val mIoU", "state", box=None, pad_edge=False)
-        t.title = self._title()
+        t = Table(*self.HEAD, title=self._title(), box=None, pad_edge=False)
         for row in self._rows():
             t.add_row(*row)
         return t
