@@ -455,11 +455,7 @@ def make_samples(
     sar = [i for i, b in enumerate(spec.bands) if b.role == "sar"]
     not_sar = [i for i in range(C) if i not in sar]
     ids, images = [], {}
-    tasks: dict[str, tuple[str, dict]] = {
-        "water_fraction": ("regr", {}),
-        "cloudy": ("cls", {}),
-        "noise": ("regr", {}),
-    }
+    tasks = {"water_fraction": ("regr", {}), "cloudy": ("cls", {}), "noise": ("regr", {})}
     for k in range(n):
         sid = f"{rng.integers(0, 2**63):016x}{k:04d}"
         water = blobs(rng, size, size, rng.uniform(0.05, 0.6), size / 5)
