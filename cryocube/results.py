@@ -23,16 +23,9 @@ from .report.records import LEADERBOARD_METRIC, Run, _num, load_results
 
 # the run's identity, then how it went, then what it cost (columns in this order, metrics between)
 RUN_COLUMNS = (*TABLE_COLUMNS, "ranked", "primary_metric")
-COST_COLUMNS = (
-    "total_s",
-    "samples_per_s",
-    "peak_memory_mb",
-    "gflops",
-    "device",
-    "precision",
-    "random_init",
-    "created",
-    "source",
+COST_COLUMNS = tuple(
+    "total_s samples_per_s peak_memory_mb gflops device precision random_init created"
+    " source".split()
 )
 # dims of the segmentation Dataset; `fraction` joins them where one protocol ran at several
 DIMS = ("model", "dataset", "protocol", "seed")

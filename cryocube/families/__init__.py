@@ -7,12 +7,7 @@ from __future__ import annotations
 from .. import plugins
 from .base import Family, PlanContext, PlannedRun, Resolved, RunSpec
 
-BUILTIN = (
-    "cryocube.families.segmentation",
-    "cryocube.families.embedding",
-    "cryocube.families.vqa",
-    "cryocube.families.heads",
-)
+BUILTIN = tuple(f"cryocube.families.{n}" for n in ("segmentation", "embedding", "vqa", "heads"))
 # one instance per family, made at registration, serves every run whose protocol names it
 FAMILIES: plugins.Registry[Family] = plugins.Registry(
     "evaluation family", "cryocube.families", BUILTIN
