@@ -49,26 +49,15 @@ KINDS: dict[str, Kind] = {
     ),
 }
 
-# outputs of cryocube versions without a marker: (kind, test on its entry names), first wins
-LEGACY: tuple[tuple[str, Callable[[set[str]], bool]], ...] = (
-    ("study", lambda names: "study.journal" in names),
-    (
-        "results",
-        lambda names: (
-            "results.jsonl" in names
-            or "runs" in names
-            # killed before a record
-            or names <= {"features", "embeddings", "logs", "results.parquet", "results.jsonl.torn"}
-        ),
-    ),
-    ("report", lambda names: bool({"report.html", "report.md"} & names)),
-    (
-        "quickstart",
-        lambda names: (
-            bool(names) and names <= {"raw", "cubes", "results", "report"} and "cubes" in names
-        ),
-    ),
-)
+# what a results folder killed before its first record holds
+RESULTS_FIRST = {"features", "embeddings", "logs", "results.parquet", "results.jsonl.torn"}
+# outputs of cryocube versions without a marker: kind -> test on its entry names, first match wins
+LEGACY: dict[str, Callable[[set[str]], bool]] = {
+    "study": lambda names: "study.journal" in names,
+    "results": lambda names: bool({"results.jsonl", "runs"} & names) or names <= RESULTS_FIRST,
+    "report": lambda names: bool({"report.html", "report.md"} & names),
+    "quickstart": lambda names: "cubes" in names and names <= {"raw", "cubes", "results", "report"},
+}
 
 
 def marker(kind: str, command: str) -> dict:
@@ -146,7 +135,7 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
         if kind := _zarr_kind(attrs):
             return Found("ours", kind, KINDS[kind].what)
         return Found("foreign", what="a Zarr store cryocube did not write")
-    for kind, test in LEGACY:
+    for kind, test in LEGACY.items():
         if test(names):
             return Found("ours", kind, KINDS[kind].what)
     shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
