@@ -202,11 +202,9 @@ def synth_pair(
     kinds = ("mogi", "dislocation", "mogi", "none")
     kind = "none" if cls == 0 else kinds[(i // ncls) % len(kinds)]
     fringes = int(rng.integers(1, 4)) if kind != "none" else 0
-    los = (
-        _deformation(kind, rng, size, fringes, wavelength, rules)
-        if kind != "none"
-        else np.zeros((size, size))
-    )
+    los = np.zeros((size, size))
+    if kind != "none":
+        los = _deformation(kind, rng, size, fringes, wavelength, rules)
     box = box_of(np.abs(los) > rules.threshold_m, rules.min_pixels) if kind != "none" else None
     atmo_level = int(rng.integers(0, 4))
     sigma = (0.1 + 0.35 * atmo_level) if heavy_atmosphere else (0.05 + 0.07 * atmo_level)

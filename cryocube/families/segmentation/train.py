@@ -120,11 +120,9 @@ def build_model(run: SegRun, device: str) -> tuple[nn.Module, nn.Module | None]:
 
 
 def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
-    return (
-        x.contiguous(memory_format=torch.channels_last)
-        if run.memory_format == "channels_last" and x.ndim == 4
-        else x
-    )
+    if run.memory_format == "channels_last" and x.ndim == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
 
 
 def save_state(module: nn.Module, url: str) -> None:
