@@ -60,10 +60,3 @@ class SegmentationRecipe(BaseRecipe):
             )
         if not self.decoder:
             raise RecipeError(f"recipe field decoder must be a decoder name, got {self.decoder!r}")
-
-
-def load_recipe(*args, **kw):
-    """The recipe of every family (`cryocube.load_recipe`), for code that imports it from here."""
-    from ..recipes import load_recipe as load
-
-    return load(*args, **kw)
