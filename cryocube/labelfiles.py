@@ -141,10 +141,8 @@ def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[
                 "one file per task name (rename one)"
             )
         owner[key] = name
-        with fs.open(p, "rb") as f:
-            raw = f.read()
         try:
-            text = raw.decode("utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
+            text = fs.cat_file(p).decode("utf-8-sig")  # Excel's "CSV UTF-8" starts with a BOM
         except UnicodeDecodeError as e:
             raise LabelError(
                 f"{p}: not UTF-8 text (byte {e.start}); save it as CSV UTF-8"

@@ -223,9 +223,7 @@ def repair_results(out: str) -> int:
     """Move a torn last line of results.jsonl (a crash while appending) to results.jsonl.torn;
     returns lines moved."""
     url = results_url(out)
-    if not _store.file_exists(url):
-        return 0
-    text = _store.read_text(url)
+    text = _store.read_text(url) if _store.file_exists(url) else ""
     if not text:
         return 0
     lines = text.split("\n")
