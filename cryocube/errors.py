@@ -131,11 +131,9 @@ def yaml_problem(e: BaseException) -> str:
 
 
 def task_boundary(fn):
-    """Decorate functions that run as Dask tasks: a UserError leaves the worker as a clean copy.
-
-    distributed pickles an exception together with its chained causes (tblib); a library cause that
-    cannot be unpickled (rasterio's CPLE errors) would turn our clear message into a bare Exception.
-    """
+    """Decorate functions that run as Dask tasks: a UserError leaves the worker as a clean copy
+    (distributed pickles an exception with its chained causes, and a library cause that cannot be
+    unpickled, as rasterio's CPLE errors, would turn our message into a bare Exception)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

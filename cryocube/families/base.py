@@ -237,11 +237,9 @@ class Family(ABC):
         return ()
 
     def report_sections(self, page, results) -> None:
-        """Add this family's sections to a report: `results` (report.records.Results) holds its ok
-        runs in `results.of(self.name)`; `page` writes sections, tables and figures
-        (pages/build.py's writer). By default: one board per cube from the board cells its runs
-        carry (`metrics.cells`). A family whose primary metric is mIoU is ranked on the protocol
-        leaderboards."""
+        """Add this family's sections to a report (`page`: pages/build.py's writer; its ok runs:
+        `results.of(self.name)`); by default one board per cube from its runs' `metrics.cells`. A
+        family whose primary metric is mIoU is ranked on the protocol leaderboards."""
         from ..report.board import about, cells_table, cubes
 
         runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
@@ -286,9 +284,8 @@ def derive_seed(*parts: Any) -> int:
 
 @dataclass
 class EngineRuns:
-    """What a family's command hands the engine: runs it planned (every check done), where they
-    write, and how the command shows their records (its exit code). The command plans, the engine
-    schedules."""
+    """What a family's command hands the engine to schedule: runs it planned (every check done),
+    where they write, and how the command shows their records (its exit code)."""
 
     runs: list[PlannedRun]
     out: str

@@ -113,10 +113,9 @@ class Segmentation(Family):
 
     # -- shared work: the feature caches ---
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        """Extracts each frozen-feature cache once for all runs sharing it (fine-tuning runs have
-        none): of the training split only the samples the runs draw (the union of their subsets),
-        and only those the cache does not hold yet, so a killed run resumes and a few-shot run
-        extracts its draw; returns what records report per cache."""
+        """Extracts each frozen-feature cache once for the runs sharing it (fine-tuning runs have
+        none): of the training split the union of their draws, and only what the cache lacks (a
+        killed run resumes, a few-shot run its draw); returns the facts records keep per cache."""
         from .features import create_split, extract_block, extraction_tasks, settle
 
         caches: dict[str, tuple[CacheSpec, PlannedRun]] = {}
