@@ -37,7 +37,7 @@ def add_out(p, help: str, required: bool = True, **kw) -> None:
 
 def add_storage(p, help: str = "JSON fsspec options for remote URLs") -> None:
     """fsspec options for the command's remote URLs (`claim` registers them for --out)."""
-    p.add_argument("--storage-options", type=options_arg, help=help)
+    p.add_argument("--storage-options", type=options_arg, default=None, help=help)
 
 
 def add_quiet(p, help: str = "no progress output") -> None:
@@ -53,11 +53,15 @@ def add_cluster(p) -> None:
         help="local | cuda | k8s | gateway | tcp://host:port | scheduler-file:PATH",
     )
     p.add_argument(
-        "--workers", type=int, help="worker processes (local/cuda) or workers to scale to"
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes (local/cuda) or workers to scale to",
     )
-    p.add_argument("--threads-per-worker", type=int)
+    p.add_argument("--threads-per-worker", type=int, default=None)
     p.add_argument(
         "--memory-limit",
+        default=None,
         help="per worker, e.g. 4GB (local, cuda: the machine's memory shared by the workers)",
     )
 
@@ -66,6 +70,7 @@ def add_weights(p, random_help: str = "run pretrained models without a checkpoin
     """Where checkpoints are, and whether a pretrained model may run without one."""
     p.add_argument(
         "--weights",
+        default=None,
         metavar="DIR",
         help="folder of checkpoints (default: where `cryocube weights fetch` puts them)",
     )
@@ -98,7 +103,7 @@ def add_grid(p, required: bool, models_help: str, fraction_help: str) -> None:
         default="frozen",
         help="comma-separated protocols (see `cryocube list protocols`)",
     )
-    p.add_argument("--fraction", type=fractions_arg, help=fraction_help)
+    p.add_argument("--fraction", type=fractions_arg, default=None, help=fraction_help)
 
 
 # -- what the options ask for ------------------------------------------------------------------

@@ -47,10 +47,11 @@ def register(sub) -> None:
         action="store_true",
         help="with `models`: the measured compute profile of every (or each --models) config",
     )
-    g.add_argument("--models", help="comma-separated model ids (default: all)")
+    g.add_argument("--models", default=None, help="comma-separated model ids (default: all)")
     g.add_argument(
         "--input-size",
         type=int,
+        default=None,
         help="input side in pixels (default: the catalog's, or the published figures' setup)",
     )
     g.add_argument("--batch", type=int, default=1, help="samples per timed forward (default 1)")
@@ -59,7 +60,9 @@ def register(sub) -> None:
         default="auto",
         help="auto (bf16 where the device has fast bf16, else fp32) | bf16 | fp16 | fp32",
     )
-    g.add_argument("--device", help="cpu or cuda[:N] (default: cuda when visible, else cpu)")
+    g.add_argument(
+        "--device", default=None, help="cpu or cuda[:N] (default: cuda when visible, else cpu)"
+    )
     g.add_argument(
         "--iters",
         type=int,
@@ -69,6 +72,7 @@ def register(sub) -> None:
     g.add_argument(
         "--threads",
         type=int,
+        default=None,
         help=(
             "torch CPU threads (default: torch's; on a busy shared machine 1 is much faster: "
             "OpenMP barriers stall on busy cores)"
