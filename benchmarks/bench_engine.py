@@ -370,7 +370,7 @@ def main(argv=None) -> dict:
     from dask.system import CPU_COUNT
 
     from cryocube.families import RunSpec
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
 
     if a.short:
         tile, size, channels, epochs, tiles = 64, 64, 64, a.epochs or 10, a.tiles or 16

@@ -34,7 +34,7 @@ def main(argv=None) -> None:
     from cryocube.engine.evaluate import evaluate
     from cryocube.engine.tune import parse_space, tune
     from cryocube.families import RunSpec
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--short", action="store_true")

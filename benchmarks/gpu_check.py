@@ -322,7 +322,7 @@ def encoders(deadline: float, prof: Profile, device: str, peaks: dict) -> dict:
 def upernet(deadline: float, prof: Profile, cube: str, device: str, peaks: dict) -> dict:
     from bench_engine import upernet_step
 
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
 
     u, rows = prof.upernet, []
     for bs in u["batches"]:
@@ -658,9 +658,9 @@ def balance(
 
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
+    from cryocube.families.recipes import load_recipe
     from cryocube.families.segmentation.data import crop_offsets
     from cryocube.families.segmentation.features import _windows, _windows_threaded
-    from cryocube.families.segmentation.recipe import load_recipe
     from cryocube.precision import this_device
 
     out: dict = {}

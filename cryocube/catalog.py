@@ -3,8 +3,7 @@
 The catalogs are facts (bands, classes, sources, layouts, orders, recipes); code reads them only
 through these specs so a malformed entry fails once, at load, with the file and field named.
 Catalog files are looked up in the folders of $CRYOCUBE_CATALOGS (os.pathsep-separated: a lab's own
-datasets and models) first, then in the catalogs shipped with cryocube.
-"""
+datasets and models) first, then in the catalogs shipped with cryocube."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +30,9 @@ def packaged_dir(packaged: str, in_repo: str) -> Path:
 
 CATALOG_DIR = packaged_dir("catalogs", "catalogs")  # the catalogs shipped with cryocube
 # Band roles the cube and the band matcher understand.
-ROLES = (
-    "optical",
-    "sar",
-    "coherence",
-    "elevation",
-    "slope",
-    "velocity",
-    "thermal",
-    "incidence",
-    "ancillary",
-    "phase",
-    "rendering",
+ROLES = tuple(
+    "optical sar coherence elevation slope velocity thermal incidence ancillary phase"
+    " rendering".split()
 )
 # a dataset's task when its YAML names none (Cryo-Bench's tiles, ranked on its boards)
 DEFAULT_TASK = "segmentation"
@@ -49,8 +40,7 @@ CUBE_IGNORE_INDEX = -1  # every cube stores ignore/padding pixels as -1, whateve
 
 
 def catalog_dirs() -> list[Path]:
-    """Folders searched for catalog files, first match wins: $CRYOCUBE_CATALOGS, then the shipped
-    catalogs."""
+    """Where catalog files are looked up, first match wins: $CRYOCUBE_CATALOGS, then cryocube's."""
     extra = [Path(p) for p in os.environ.get("CRYOCUBE_CATALOGS", "").split(os.pathsep) if p]
     return extra + [CATALOG_DIR]
 
@@ -59,8 +49,7 @@ def catalog_dirs() -> list[Path]:
 class Band:
     name: str  # what the layer is (e.g. "coherence")
     role: str = rule(choices=ROLES)
-    # the name the Cryo-Bench configs give it (drives protocol-compatible band matching); default:
-    # its name
+    # the Cryo-Bench configs' name for it (protocol-compatible band matching); default: its name
     alias: str = ""
     wavelength_um: float = rule(math.nan, unit="µm")
     sensor: str = ""
@@ -210,8 +199,7 @@ def _read_yaml(path: Path) -> Any:
 
 
 def find(kind: str, name: str) -> Path:
-    """The catalog file of `name` under catalogs/<kind>/ (or `name` itself when it is a YAML
-    path)."""
+    """The catalog file of `name` under catalogs/<kind>/, or `name` itself when a YAML path."""
     p = Path(name)
     if p.suffix in (".yaml", ".yml"):
         if not p.is_file():
@@ -245,11 +233,10 @@ def load_yaml(kind: str, name: str) -> dict:
 @lru_cache(maxsize=None)
 def load_dataset(dataset_id: str) -> DatasetSpec:
     """The spec of a dataset by id (catalogs/datasets/<id>.yaml) or by a YAML path."""
-    p = find(
-        "datasets", dataset_id if dataset_id.endswith((".yaml", ".yml")) else dataset_id.lower()
-    )
+    by_path = dataset_id.endswith((".yaml", ".yml"))
+    p = find("datasets", dataset_id if by_path else dataset_id.lower())
     spec = parse_dataset(_read_yaml(p), str(p))
-    if p.stem != spec.id and not dataset_id.endswith((".yaml", ".yml")):
+    if p.stem != spec.id and not by_path:
         raise CatalogError(f"{p}: id {spec.id!r} does not match the file name")
     return spec
 
@@ -271,8 +258,7 @@ def _top_file(name: str) -> Path:
 
 @dataclass(frozen=True)
 class BandNames:
-    """Names the Cryo-Bench / PANGAEA configs give bands; encoder slots and band aliases use
-    them."""
+    """Band names of the Cryo-Bench / PANGAEA configs, which encoder slots and band aliases use."""
 
     optical: tuple[str, ...]
     sar: tuple[str, ...]
@@ -295,10 +281,7 @@ def band_names() -> BandNames:
     )
 
 
-# -- protocols and benchmarks
-# ------------------------------------------------------------------------
-
-
+# -- protocols and benchmarks ---
 @dataclass(frozen=True)
 class ProtocolSpec:
     family: str  # the evaluation family that runs it (cryocube.families)
@@ -319,8 +302,6 @@ def plugin_catalog_dirs() -> list[Path]:
     `cryocube.catalogs` group (`mylab = "mylab.catalogs"`: the folder mylab/catalogs beside the
     package's metadata). Found without importing the package, so reading the catalog never runs
     plug-in code."""
-    from importlib.metadata import entry_points
-
     out = []
     for ep in entry_points(group="cryocube.catalogs"):
         where = ep.dist.locate_file(ep.value.replace(".", "/")) if ep.dist is not None else None

@@ -2,16 +2,20 @@
 
 A module listed in COMMAND_MODULES exposes `register(subparsers)`, which adds its parsers and sets
 `func` (called with the parsed args; returns an exit code or None). User errors print one line and
-exit 2; warnings print one line each; a closed pipe (`| head`) ends the command quietly.
-"""
+exit 2; warnings print one line each; a closed pipe (`| head`) ends the command quietly."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import warnings
+
+from . import __version__
+from .errors import UserError, network_message
 
 COMMAND_MODULES = [
     "cryocube.convert.cli",  # convert, download
@@ -28,8 +32,6 @@ COMMAND_MODULES = [
 def build_parser() -> argparse.ArgumentParser:
     """Every command module's sub-commands on one parser; the tests walk it to check the README and
     the error paths."""
-    from . import __version__
-
     parser = argparse.ArgumentParser(prog="cryocube", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cryocube {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -59,8 +61,6 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def _quiet_on_interrupt():
     """Ctrl-C reaches the workers too (one process group): before the scheduler logs their loss,
     silence the cluster's logs, then interrupt as Python does; main says it in one line."""
-    import signal
-    import threading
 
     def handler(signum, frame):
         if "distributed" in sys.modules:
@@ -81,8 +81,6 @@ def _quiet_on_interrupt():
 def _sentence(e: Exception, args) -> tuple[str, int] | None:
     """(one sentence, exit code) for an error that is the user's to fix or a wait that ended; None
     for a bug (its traceback is shown)."""
-    from .errors import UserError, network_message
-
     if isinstance(e, UserError):
         return f"error: {e}", 2
     if isinstance(e, TimeoutError):  # say what it waited for and what to change

@@ -1,8 +1,10 @@
 """Every error class of cryocube, in one module. A UserError is one the user can act on: the CLI
 prints its message as one sentence (no traceback) and exits 2. The concept modules re-export their
 classes from here, so `from cryocube.cube import DamagedCubeError` keeps working. RunFailed alone is
-internal (never raised).
-"""
+internal (never raised)."""
+
+import functools
+import traceback
 
 
 class UserError(Exception):
@@ -15,8 +17,6 @@ class UserError(Exception):
 
 
 # --- inputs: catalogs, recipes, raw files, labels, downloads -------------------------------------
-
-
 class CatalogError(UserError, ValueError):
     """A catalog file (datasets, models, protocols) lacks a field or has a wrong kind of value."""
 
@@ -50,8 +50,6 @@ class DownloadError(UserError):
 
 
 # --- cubes and caches ----------------------------------------------------------------------------
-
-
 class DamagedCubeError(UserError):
     """A cube's stored pixels do not match their digests (a chunk deleted, truncated, altered)."""
 
@@ -69,8 +67,6 @@ class DamagedCacheError(UserError):
 
 
 # --- models --------------------------------------------------------------------------------------
-
-
 class BandMatchError(UserError):
     """Raised when a dataset has no band that any input slot of the encoder can take."""
 
@@ -84,8 +80,6 @@ class NonFiniteLoss(UserError, FloatingPointError):
 
 
 # --- embeddings and probes -----------------------------------------------------------------------
-
-
 class ProbeError(UserError):
     """A task's labels, embeddings or probe settings are ones a probe cannot work with."""
 
@@ -99,8 +93,6 @@ class SubmissionError(UserError):
 
 
 # --- results and reports -------------------------------------------------------------------------
-
-
 class RecordError(UserError, ValueError):
     """A run record cannot be read: a required field missing or mistyped, or a newer version."""
 
@@ -122,8 +114,6 @@ class CubeReadError(UserError, ValueError):
 
 
 # --- clusters ------------------------------------------------------------------------------------
-
-
 class ClusterError(UserError):
     """A cluster cannot be created or reached; the message says which and what to install or fix."""
 
@@ -141,12 +131,9 @@ def yaml_problem(e: BaseException) -> str:
 
 
 def task_boundary(fn):
-    """Decorate functions that run as Dask tasks: a UserError leaves the worker as a clean copy.
-
-    distributed pickles an exception together with its chained causes (tblib); a library cause that
-    cannot be unpickled (rasterio's CPLE errors) would turn our clear message into a bare Exception.
-    """
-    import functools
+    """Decorate functions that run as Dask tasks: a UserError leaves the worker as a clean copy
+    (distributed pickles an exception with its chained causes, and a library cause that cannot be
+    unpickled, as rasterio's CPLE errors, would turn our message into a bare Exception)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -171,10 +158,7 @@ class RunFailed(Exception):
 
 
 def failure(e: BaseException) -> dict:
-    """What a task returns for one of its runs that failed (picklable, traceback kept for the
-    log)."""
-    import traceback
-
+    """What a task returns for a run of it that failed (picklable, traceback kept for the log)."""
     return {
         "failed": {
             "kind": type(e).__name__,
@@ -239,8 +223,7 @@ def unreachable(e: BaseException) -> tuple[str, str] | None:
 
 
 def network_message(e: BaseException, url: str | None = None) -> str | None:
-    """One sentence for a connection failure (None if `e` is not one), naming what was
-    unreachable."""
+    """One sentence for a connection failure, naming what was unreachable; else None."""
     hit = unreachable(e)
     if hit is None:
         return None

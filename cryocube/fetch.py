@@ -2,8 +2,7 @@
 
 One implementation for dataset archives (`cryocube download`) and model checkpoints (`cryocube
 weights fetch`): a crash never leaves a file that looks complete, a sign-in page served instead of
-the file is refused, and a checksum mismatch discards the download.
-"""
+the file is refused, and a checksum mismatch discards the download."""
 
 from __future__ import annotations
 
@@ -20,12 +19,9 @@ CHUNK = 8 << 20
 
 
 def file_digest(path: str | Path, algo: str = "sha256") -> str:
-    """The hex digest, streamed in CHUNK pieces (checkpoints run to gigabytes)."""
-    h = hashlib.new(algo)
+    """The hex digest, streamed (checkpoints run to gigabytes)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, algo).hexdigest()
 
 
 def _expected(sha256: str | None, md5: str | None) -> tuple[str, str | None]:

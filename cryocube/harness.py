@@ -30,8 +30,6 @@ def fractions_arg(text: str) -> list[float]:
 
 
 # -- option groups -----------------------------------------------------------------------------
-
-
 def add_out(p, help: str, required: bool = True, **kw) -> None:
     """The output every writing command claims (`claim`)."""
     p.add_argument("--out", required=required, help=help, **kw)
@@ -109,8 +107,6 @@ def add_grid(p, required: bool, models_help: str, fraction_help: str) -> None:
 
 
 # -- what the options ask for ------------------------------------------------------------------
-
-
 def recipe_sets(args) -> list[str]:
     """--set, with --epochs as one more `epochs=N`."""
     return list(args.set) + ([f"epochs={args.epochs}"] if args.epochs is not None else [])
@@ -135,8 +131,7 @@ def resolve_cubes(cubes: str, data_root: str | None) -> list[str]:
 
 
 def threads_for(args, parallel: int | None = None) -> int | None:
-    """The torch threads `cluster_for(args, parallel)` will give each worker, where known before it
-    starts."""
+    """The torch threads `cluster_for(args, parallel)` gives each worker, where known beforehand."""
     return planned_threads(args.cluster, args.workers, args.threads_per_worker, parallel=parallel)
 
 

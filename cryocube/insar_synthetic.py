@@ -4,13 +4,14 @@ Physics, small and seeded: a Mogi point source or a buried screw dislocation (u 
 arctan(x/D)) projected on Sentinel-1's line of sight (d = -lambda/(4 pi) phase), a power-law
 (beta = 8/3) atmosphere, an orbital ramp, coherence-dependent phase noise and decorrelated patches.
 The manifest keeps the truth derived from the *noise-free* signal (coherence class, box, fringes);
-the converter derives the same labels from the noisy maps, so a test compares the two.
-"""
+the converter derives the same labels from the noisy maps, so a test compares the two."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,15 +66,10 @@ class IfgManifest:
 
     def pair(self, pid: str) -> IfgPair:
         """A pair's truth by its sample id (the cube's `source`)."""
-        for p in self.pairs:
-            if p.id == pid:
-                return p
-        raise KeyError(pid)
+        return {p.id: p for p in self.pairs}[pid]
 
 
 # -- physics -----------------------------------------------------------------------------------
-
-
 def look_vector(
     incidence_deg: float = INCIDENCE_DEG, heading_deg: float = HEADING_DEG
 ) -> np.ndarray:
@@ -206,11 +202,9 @@ def synth_pair(
     kinds = ("mogi", "dislocation", "mogi", "none")
     kind = "none" if cls == 0 else kinds[(i // ncls) % len(kinds)]
     fringes = int(rng.integers(1, 4)) if kind != "none" else 0
-    los = (
-        _deformation(kind, rng, size, fringes, wavelength, rules)
-        if kind != "none"
-        else np.zeros((size, size))
-    )
+    los = np.zeros((size, size))
+    if kind != "none":
+        los = _deformation(kind, rng, size, fringes, wavelength, rules)
     box = box_of(np.abs(los) > rules.threshold_m, rules.min_pixels) if kind != "none" else None
     atmo_level = int(rng.integers(0, 4))
     sigma = (0.1 + 0.35 * atmo_level) if heavy_atmosphere else (0.05 + 0.07 * atmo_level)
@@ -259,8 +253,6 @@ def _answers(kind: str, box, atmo_level: int, patch: bool, coherence: str) -> di
 
 
 # -- the raw tree ------------------------------------------------------------------------------
-
-
 def make_interferograms(
     root: str | Path,
     n: int = 9,
@@ -284,15 +276,7 @@ def make_interferograms(
     m = IfgManifest(spec.id, layout, Path(root), seed, size, wavelength, rules)
     hephaestus = getattr(reader, "rendered", False)
     for i in range(n):
-        d = synth_pair(
-            rng,
-            i,
-            size,
-            wavelength,
-            rules,
-            with_unwrapped=unwrapped and not hephaestus,
-            heavy_atmosphere=hephaestus,
-        )
+        d = synth_pair(rng, i, size, wavelength, rules, unwrapped and not hephaestus, hephaestus)
         p0 = EPOCH + _dt.timedelta(days=REVISIT_DAYS * i)
         p1 = p0 + _dt.timedelta(days=REVISIT_DAYS * int(rng.integers(1, 4)))
         frame = reader.frame_name(i % frames) if (frames > 1 or hephaestus) else ""
@@ -306,8 +290,6 @@ def make_interferograms(
 
 
 # -- damage for bad-input tests ----------------------------------------------------------------
-
-
 def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:
     import rasterio
 
@@ -317,8 +299,6 @@ def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None
 
 
 def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
-    import json
-
     path = p.paths["annotation"]
     with open(path) as f:
         d = json.load(f)
@@ -330,8 +310,6 @@ def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
 
 def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
     """Rename the pair's folder to an impossible secondary date; returns the new folder."""
-    import os
-
     key = "wrapped_phase" if "wrapped_phase" in p.paths else "insar"
     old = os.path.dirname(p.paths[key])
     name = f"{os.path.basename(old).split('_')[0]}_{secondary}"

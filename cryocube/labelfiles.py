@@ -1,13 +1,10 @@
-"""NeuCo-Bench label folders, read strictly: one `<task>__<cls|regr>.csv` per task, columns
-id,label.
+"""NeuCo-Bench label folders, read strictly: one `<task>__<cls|regr>.csv` (id,label) per task.
 
-Every way a label file could silently change a score is refused in one sentence that names the file,
-line and id: a label that is not a finite number (NaN, text, inf), an id given twice, two files for
-one task name (`x__cls.csv` beside `x__regr.csv`), a row with more or fewer fields than the header.
-An empty label cell means "unlabelled", as in NeuCo-Bench: the row is skipped and counted. Excel's
-UTF-8 byte-order mark is read, not refused. `cryocube probe --labels` and the SSL4EO converter
-(whose cube `evaluate --protocol probe` scores) both read labels here, before any cluster starts.
-"""
+Every way a label file could silently change a score is refused in one sentence naming file, line
+and id: a label that is not a finite number, an id given twice, two files for one task name, a row
+whose field count is not the header's. An empty label cell means "unlabelled" (as NeuCo-Bench: the
+row is skipped and counted); Excel's UTF-8 byte-order mark is read. `probe --labels` and the SSL4EO
+converter read labels here, before any cluster starts."""
 
 from __future__ import annotations
 
@@ -24,7 +21,6 @@ from . import store as _store
 from .errors import LabelError
 
 _TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "regr"}
-_SUFFIXES = (".zarr.zip", ".zarr")
 
 
 def split_task_name(name: str) -> tuple[str, str]:
@@ -44,11 +40,7 @@ def split_task_name(name: str) -> tuple[str, str]:
 
 def strip_id(name: str) -> str:
     """Sample id from a cube file name: drop `.zarr.zip`, then `.zarr`."""
-    name = str(name)
-    for suffix in _SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return name
+    return str(name).removesuffix(".zarr.zip").removesuffix(".zarr")
 
 
 @dataclass(frozen=True)
@@ -149,10 +141,8 @@ def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[
                 "one file per task name (rename one)"
             )
         owner[key] = name
-        with fs.open(p, "rb") as f:
-            raw = f.read()
         try:
-            text = raw.decode("utf-8-sig")  # Excel's "CSV UTF-8" starts with a byte-order mark
+            text = fs.cat_file(p).decode("utf-8-sig")  # Excel's "CSV UTF-8" starts with a BOM
         except UnicodeDecodeError as e:
             raise LabelError(
                 f"{p}: not UTF-8 text (byte {e.start}); save it as CSV UTF-8"

@@ -36,13 +36,7 @@ def register(sub) -> None:
     add_quiet(p, None)
     p.set_defaults(func=_inspect)
 
-    ls = sub.add_parser(
-        "list",
-        help=(
-            "what exists: datasets, models, protocols, readers, families, benchmarks, tasks,"
-            " adapters"
-        ),
-    )
+    ls = sub.add_parser("list", help="what exists: " + ", ".join(LISTS))
     ls.add_argument("what", choices=LISTS)
     g = ls.add_argument_group(
         "models --profile",
@@ -130,8 +124,7 @@ def _rows(rows: list[tuple[str, ...]]) -> str:
 
 
 def _profile(args) -> int:
-    """`list models --profile`: check every option and config first (meta-device dry runs), then
-    measure."""
+    """`list models --profile`: all options and configs checked (meta-device), then measured."""
     import torch
 
     from .models import profile as prof
@@ -162,31 +155,27 @@ def _profile(args) -> int:
 
 def _datasets() -> list[tuple[str, ...]]:
     rows = [("id", "name", "tile", "bands", "classes", "layouts (reader)")]
-    for d in catalog.dataset_ids():
-        s = catalog.load_dataset(d)
+    for s in map(catalog.load_dataset, catalog.dataset_ids()):
+        sizes = map(str, (s.tile_size, len(s.bands), s.num_classes))
         lays = ", ".join(f"{k} ({v.reader})" for k, v in s.layouts.items())
-        rows.append(
-            (s.id, s.short_name, str(s.tile_size), str(len(s.bands)), str(s.num_classes), lays)
-        )
+        rows.append((s.id, s.short_name, *sizes, lays))
     return rows
 
 
 def _models() -> list[tuple[str, ...]]:
     from .models import list_models, model_spec
 
-    rows = [("id", "name", "architecture", "input", "bands", "weights")]
-    for s in map(model_spec, list_models()):
-        rows.append(
-            (
-                s.id,
-                s.display_name,
-                s.architecture,
-                str(s.input_size or "tile"),
-                "dataset" if s.takes_dataset_bands else ",".join(s.slots),
-                "pretrained" if s.pretrained else "from scratch",
-            )
+    return [("id", "name", "architecture", "input", "bands", "weights")] + [
+        (
+            s.id,
+            s.display_name,
+            s.architecture,
+            str(s.input_size or "tile"),
+            "dataset" if s.takes_dataset_bands else ",".join(s.slots),
+            "pretrained" if s.pretrained else "from scratch",
         )
-    return rows
+        for s in map(model_spec, list_models())
+    ]
 
 
 def _protocols() -> list[tuple[str, ...]]:

@@ -6,8 +6,7 @@ choices, a range, a unit, the YAML key when it differs from the attribute (`key=
 a nested mapping). `from_mapping` refuses unknown, missing and mistyped fields in one sentence
 naming the file or option and the field, as xarray's one `_VALIDATORS` table does for its options.
 The class names its error and its noun (`ERROR`, `NOUN`): a recipe says RecipeError and "recipe
-field".
-"""
+field"."""
 
 from __future__ import annotations
 

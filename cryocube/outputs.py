@@ -1,14 +1,10 @@
 """The output contract: what a command may write at its `--out`, checked before anything is written.
 
-Every command claims its output here. A new or empty path, or a cryocube output of the same kind
-(which the command resumes, appends to, or replaces with `--overwrite` as it always did), is
-accepted; anything else (a folder of the user's files, a plain file, another kind of cryocube
-output, the command's own input, a path inside it or around it) is refused in one sentence, and
-`--overwrite` never overrides that. cryocube recognises its outputs by a marker written first (a
-`.cryocube-output.json` file in folders, a `cryocube_output` attribute in Zarr stores) and, for
-outputs of earlier versions, by what they hold. Also here: reports built beside their folder and
-swapped in whole, and a full disk said in one sentence.
-"""
+Accepted: a new or empty path, or a cryocube output of the same kind (resumed, appended to, or
+replaced with `--overwrite`); anything else (the user's files, another kind of output, the command's
+own input, a path inside or around it) is refused in one sentence, `--overwrite` or not. Outputs are
+recognised by a marker written first (`.cryocube-output.json` in folders, a `cryocube_output` Zarr
+attribute), older ones by what they hold. Also here: folders swapped in whole, a full disk."""
 
 from __future__ import annotations
 
@@ -23,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from . import __version__
 from . import store as _store
 from .errors import UserError
 
@@ -52,33 +49,19 @@ KINDS: dict[str, Kind] = {
     ),
 }
 
-# outputs of cryocube versions without a marker: (kind, test on the folder's entry names), first
-# match wins
-LEGACY: tuple[tuple[str, Callable[[set[str]], bool]], ...] = (
-    ("study", lambda names: "study.journal" in names),
-    (
-        "results",
-        lambda names: (
-            "results.jsonl" in names
-            or "runs" in names
-            # killed before a record
-            or names <= {"features", "embeddings", "logs", "results.parquet", "results.jsonl.torn"}
-        ),
-    ),
-    ("report", lambda names: bool({"report.html", "report.md"} & names)),
-    (
-        "quickstart",
-        lambda names: (
-            bool(names) and names <= {"raw", "cubes", "results", "report"} and "cubes" in names
-        ),
-    ),
-)
+# what a results folder killed before its first record holds
+RESULTS_FIRST = {"features", "embeddings", "logs", "results.parquet", "results.jsonl.torn"}
+# outputs of cryocube versions without a marker: kind -> test on its entry names, first match wins
+LEGACY: dict[str, Callable[[set[str]], bool]] = {
+    "study": lambda names: "study.journal" in names,
+    "results": lambda names: bool({"results.jsonl", "runs"} & names) or names <= RESULTS_FIRST,
+    "report": lambda names: bool({"report.html", "report.md"} & names),
+    "quickstart": lambda names: "cubes" in names and names <= {"raw", "cubes", "results", "report"},
+}
 
 
 def marker(kind: str, command: str) -> dict:
     """A new output's stamp, written first (marker file or Zarr attribute): identify reads it."""
-    from . import __version__
-
     return {
         "kind": kind,
         "command": command,
@@ -106,8 +89,7 @@ def _zarr_kind(attrs: dict) -> str | None:
 
 @dataclass(frozen=True)
 class Found:
-    """What is at a path: state is absent, empty, file, ours (kind set) or foreign (what says
-    what)."""
+    """What is at a path: state absent, empty, file, ours (kind set) or foreign (`what` says it)."""
 
     state: str
     kind: str | None = None
@@ -142,25 +124,18 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
         except (ValueError, OSError, AttributeError):
             mark_, kind = {}, None
         if kind in KINDS:
-            listed = mark_.get("files")
-            strangers = (
-                sorted(names - {MARKER} - {f.split("/", 1)[0] for f in listed})
-                if isinstance(listed, list)
-                else []
-            )
-            return Found("ours", kind, KINDS[kind].what, tuple(strangers))
+            listed = mark_.get("files")  # none listed (older markers): no strangers
+            top = {f.split("/", 1)[0] for f in listed} if isinstance(listed, list) else names
+            return Found("ours", kind, KINDS[kind].what, tuple(sorted(names - {MARKER} - top)))
     if "zarr.json" in names:
         try:
             attrs = json.loads(fs.cat_file(f"{path.rstrip('/')}/zarr.json")).get("attributes") or {}
         except (ValueError, OSError):
             attrs = {}
-        kind = _zarr_kind(attrs)
-        return (
-            Found("ours", kind, KINDS[kind].what)
-            if kind
-            else Found("foreign", what="a Zarr store cryocube did not write")
-        )
-    for kind, test in LEGACY:
+        if kind := _zarr_kind(attrs):
+            return Found("ours", kind, KINDS[kind].what)
+        return Found("foreign", what="a Zarr store cryocube did not write")
+    for kind, test in LEGACY.items():
         if test(names):
             return Found("ours", kind, KINDS[kind].what)
     shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
@@ -222,13 +197,8 @@ def claim(
     storage_options=None,
     write_marker: bool = True,
 ) -> Found:
-    """Check that `command` may write a `kind` output at `url` and mark it as such; returns what was
-    there.
-
-    Accepted: nothing, an empty folder, or an output of the same kind (the command then resumes,
-    appends or, with its --overwrite, replaces it). Everything else is refused before anything is
-    written. `write_marker=False` checks only (a dry run writes nothing).
-    """
+    """Check that `command` may write a `kind` output at `url` (module docstring) and mark it as
+    such; returns what was there. `write_marker=False` checks only (a dry run writes nothing)."""
     k = KINDS[kind]
     check_inputs(url, inputs, flag)
     found = identify(url, storage_options, expect=kind)
@@ -303,8 +273,6 @@ def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
 
 
 # -- full disk -------------------------------------------------------------------------------
-
-
 def _os_error(e: BaseException) -> OSError | None:
     while e is not None:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -314,8 +282,7 @@ def _os_error(e: BaseException) -> OSError | None:
 
 
 def disk_full_message(e: BaseException, out: str | None) -> str | None:
-    """One sentence for a full disk (or quota) met while writing, naming the file or the output;
-    else None."""
+    """One sentence for a full disk (or quota) naming the file or output written; else None."""
     err = _os_error(e)
     if err is None:
         return None

@@ -10,8 +10,7 @@ its own package, without forking cryocube, by declaring an entry point in the re
     my_layout = "mylab.readers"          # a module that registers its reader(s) on import
 
 The `cryocube.catalogs` group names a folder of catalog files a package ships (its protocols, read
-by catalog.protocols without importing the package).
-"""
+by catalog.protocols without importing the package)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ T = TypeVar("T")
 
 
 def load(group: str, builtin: Iterable[str]) -> None:
-    """Import the built-in modules of a registry, then every entry point of `group` (once per
-    process)."""
+    """Import a registry's built-in modules, then the entry points of `group` (once a process)."""
     if group in _loaded:
         return
     for name in builtin:
@@ -104,8 +102,7 @@ class Registry(Mapping[str, T], Generic[T]):
         return sorted(self.load())
 
     def named(self, name: str, hint: str = "") -> T:
-        """The entry under `name`, plug-ins loaded; an unknown name is one sentence listing the
-        known ones."""
+        """The entry under `name`, plug-ins loaded; an unknown name is refused, naming the known."""
         if name not in self.load():
             raise PluginError(
                 f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}{hint}"

@@ -3,12 +3,12 @@
 `precision: auto` is bf16 where the device has matrix units for it (CUDA compute capability >= 8.0;
 a CPU with AMX or AVX512-BF16, as torch reports them) and fp32 elsewhere; bf16 and fp16 are autocast
 with fp32 master weights, optimiser state and loss (fp16 with a gradient scaler). `resolve` takes
-the device's reported capability as input, so both answers are testable on any machine.
-"""
+the device's reported capability as input, so both answers are testable on any machine."""
 
 from __future__ import annotations
 
 import contextlib
+import platform
 from dataclasses import dataclass
 
 from .errors import UserError
@@ -33,10 +33,8 @@ class DeviceInfo:
         """The device in one line, bf16 capability included: run records' `precision.device`, and
         the name of its FLOP profile cache file (models/profile.py)."""
         if self.type == "cuda":
-            return (
-                f"cuda {self.name} (compute capability"
-                f" {'.'.join(map(str, self.cuda_capability or ()))})"
-            )
+            cap = ".".join(map(str, self.cuda_capability or ()))
+            return f"cuda {self.name} (compute capability {cap})"
         return f"cpu {self.name}" + (
             " with AMX/AVX512-BF16" if self.cpu_bf16 else " without bf16 matrix units"
         )
@@ -64,8 +62,6 @@ def resolve(requested: str, info: DeviceInfo) -> str:
 
 def this_device(device: str | None = None) -> DeviceInfo:
     """DeviceInfo of this process's torch device (the one tasks use: cuda when visible)."""
-    import platform
-
     import torch
 
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -75,20 +71,16 @@ def this_device(device: str | None = None) -> DeviceInfo:
     cpu = torch.cpu
     amx = bool(getattr(cpu, "_is_amx_tile_supported", lambda: False)())
     bf16 = amx or bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)())
-    return DeviceInfo(
-        "cpu", platform.processor() or platform.machine(), None, bf16, None, cpu_amx=amx
-    )
+    name = platform.processor() or platform.machine()
+    return DeviceInfo("cpu", name, None, bf16, None, cpu_amx=amx)
 
 
 def auto_memory_format(info: DeviceInfo, precision: str) -> str:
     """`memory_format: auto`: channels_last where it measured faster for conv decoders (CUDA; bf16
     on AMX, where UPerNet-512's step took 1.08 s against 1.50 s contiguous, forward 2x), contiguous
     elsewhere (slower on AVX2 and AVX512-BF16 CPUs)."""
-    return (
-        "channels_last"
-        if info.type == "cuda" or (info.cpu_amx and precision == "bf16")
-        else "contiguous"
-    )
+    fast = info.type == "cuda" or (info.cpu_amx and precision == "bf16")
+    return "channels_last" if fast else "contiguous"
 
 
 def weakest(infos: list[DeviceInfo]) -> DeviceInfo:

@@ -1,10 +1,8 @@
 """Progress of long work, on a terminal, when piped to a log, and in a Jupyter notebook.
 
-On a terminal: rich bars, and a live table with each training run's epoch, loss and validation mIoU.
-Piped (not a TTY): plain timestamped lines, one per 10 % of a phase and per few epochs of a run, so
-a log shows movement as it happens. In a notebook (a Jupyter kernel, whose stderr is no terminal):
-one display per bar and one for the run table, updated in place (a cell shows the live state, not a
-log), and the Dask dashboard's link once. `enabled=False` (--quiet) prints nothing.
+Terminal: rich bars and a live table of each training run's epoch, loss and validation mIoU. Piped:
+timestamped lines, one per 10 % of a phase and per few epochs of a run. Notebook (a Jupyter kernel):
+displays updated in place, and the Dask dashboard's link once. `enabled=False` (--quiet): nothing.
 """
 
 from __future__ import annotations
@@ -13,14 +11,14 @@ import contextlib
 import sys
 import threading
 import time
+from html import escape
 
 STEPS = 10  # piped output: lines per phase / per run
 NOTEBOOK_REFRESH_S = 0.5  # a display updated at most twice a second (each update is a message)
 
 
 def in_notebook() -> bool:
-    """Whether this process is a Jupyter kernel (IPython's ZMQ shell), which renders displays that
-    update in place."""
+    """Whether this process is a Jupyter kernel (IPython's ZMQ shell): displays update in place."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return type(shell).__name__ == "ZMQInteractiveShell"
@@ -41,7 +39,7 @@ _DASHBOARDS: set[str] = set()
 
 def show_dashboard(client, enabled: bool = True) -> None:
     """In a notebook, the cluster's dashboard link, once per link and kernel (a terminal's command
-    says it when it opens the cluster)."""
+    says it as it opens the cluster)."""
     if mode(enabled) != "notebook":
         return
     try:
@@ -74,14 +72,10 @@ class _Display:
             self._handle.update(body, raw=True)
 
 
-def _stamp() -> str:
-    return time.strftime("%H:%M:%S")
-
-
 def say(text: str, enabled: bool = True) -> None:
     """One progress line on stderr (not in quiet mode)."""
     if enabled:
-        print(f"[{_stamp()}] {text}", file=sys.stderr, flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 class _Bar:
@@ -123,8 +117,6 @@ class _NotebookBar(_PlainBar):
         self._show(force=True)
 
     def _show(self, force: bool = False) -> None:
-        from html import escape
-
         frac = min(self.done / self.total, 1.0)
         tail = f"{self.done:g}/{self.total:g}, {time.perf_counter() - self.t0:.0f} s"
         text = f"{self.label}: {100 * frac:.0f}% ({tail})"
@@ -155,23 +147,11 @@ def progress_bar(label: str, total: float, enabled: bool = True):
         yield bar
         bar._show(force=True)
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich import progress as rp
 
-    cols = [
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    ]
-    with Progress(*cols, transient=False) as p:
+    text = rp.TextColumn("[bold]{task.description}")
+    clocks = (rp.TimeElapsedColumn(), rp.TimeRemainingColumn())
+    with rp.Progress(text, rp.BarColumn(), rp.MofNCompleteColumn(), *clocks, transient=False) as p:
         yield _Bar(p, p.add_task(label, total=total))
 
 
@@ -201,6 +181,8 @@ class RunBoard:
     """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU):
     a live table (terminal, notebook) or lines (piped). Events arrive on the Dask client's thread;
     the board is thread-safe."""
+
+    HEAD = ("run", "epoch", "loss", "val mIoU", "state")
 
     def __init__(self, labels: dict[str, str], enabled: bool = True):
         self.labels = dict(labels)
@@ -250,10 +232,7 @@ class RunBoard:
 
     def _refresh(self, force: bool = False) -> None:
         """The notebook's run table, in place (text and HTML)."""
-        from html import escape
-
-        head = ("run", "epoch", "loss", "val mIoU", "state")
-        rows = self._rows()
+        head, rows = self.HEAD, self._rows()
         text = "\n".join([self._title()] + ["  ".join(r) for r in [head, *rows]])
         cells = lambda r, tag: "".join(f"<{tag}>{escape(c)}</{tag}>" for c in r)  # noqa: E731
         html = (
@@ -266,8 +245,7 @@ class RunBoard:
     def _table(self):
         from rich.table import Table
 
-        t = Table("run", "epoch", "loss", "val mIoU", "state", box=None, pad_edge=False)
-        t.title = self._title()
+        t = Table(*self.HEAD, title=self._title(), box=None, pad_edge=False)
         for row in self._rows():
             t.add_row(*row)
         return t

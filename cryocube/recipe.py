@@ -1,12 +1,7 @@
-"""The recipe fields every evaluation family shares, their checks, and the `--set` / `--config`
-readers.
-
-A family's recipe is a frozen dataclass over `BaseRecipe` that adds its own fields and checks
-(families/segmentation/recipe.py); fields without a default take the benchmark catalog's value
-(`recipe:` in catalogs/benchmarks/<name>.yaml). Every value is checked before any work reaches a
-worker, with one sentence naming the field, the value and what it may be. The set of all families'
-recipes read from one set of values is `families.recipes.Recipe`.
-"""
+"""The recipe fields every evaluation family shares, their checks (before any work starts, one
+sentence naming field, value and what it may take), and the `--set` / `--config` readers. A family's
+recipe subclasses `BaseRecipe` (families/segmentation/recipe.py); fields without a default take the
+benchmark catalog's `recipe:`; all families' recipes from one set of values: `families.recipes`."""
 
 from __future__ import annotations
 
@@ -72,8 +67,7 @@ class BaseRecipe:
 
     @classmethod
     def from_values(cls, values: dict[str, Any], where: str = "recipe"):
-        """This family's recipe from a mapping that may hold other families' fields too (they are
-        left)."""
+        """This family's recipe from a mapping that may hold other families' fields (left alone)."""
         mine = {k: v for k, v in values.items() if k in cls.field_names()}
         # coerce first: a null is refused where the field takes none, never read as the default
         return from_mapping(cls, coerce(cls, mine, where), where, floats=False)
@@ -89,8 +83,7 @@ class BaseRecipe:
         return dataclasses.replace(self, **kw)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready values (tuples as lists): the run record's `config`, and what `identity`
-        filters."""
+        """JSON-ready values (tuples as lists): the record's `config`, what `identity` filters."""
         return {
             k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
         }
@@ -137,8 +130,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def read_config(path: str) -> dict[str, Any]:
-    """A --config YAML file as a mapping (its fields not yet checked: `tune` takes a `space:`
-    section too)."""
+    """A --config YAML file as a mapping, fields unchecked (`tune` takes a `space:` section too)."""
     try:
         with open(path) as f:
             data = yaml.safe_load(f) or {}

@@ -1,15 +1,10 @@
 """The run record: what one run of any family was, typed and versioned, and the files that keep it.
 
-`RunRecord` is what plans, the scheduler and the report pass (`Family.base_record` starts it); dicts
-exist only in the files. Reading validates a record and migrates an older one (`record_version` 1:
-the untyped dicts of earlier releases), so old results folders keep loading with the same run ids.
-
-On disk, one JSON file per run (`runs/<run_id>/record.json`: the cache, and the truth), written
-whole or not at all, and results.jsonl, their index, which only grows by whole lines (a line torn
-by a crash is moved aside to results.jsonl.torn before the next append). The table can always be
-rebuilt from the records: `evaluate` re-adds what it lacks (`sync_results`) before it counts a run
-as cached, and the report reads the records the table lacks (`missing_records`).
-"""
+`RunRecord` is what plans, the scheduler and the report pass; dicts exist only in the files. Reading
+validates a record and migrates an older one (`record_version` 1: untyped dicts), so old results
+folders keep loading with the same run ids. On disk: `runs/<run_id>/record.json` (the truth, written
+whole or not at all) and results.jsonl, their index, grown by whole lines only (a torn line moves to
+results.jsonl.torn) and rebuilt from the records where it lacks one (`sync_results`)."""
 
 from __future__ import annotations
 
@@ -37,24 +32,14 @@ TORN_SUFFIX = ".torn"
 # a record of any version lacks none of these
 REQUIRED = ("model", "dataset", "protocol", "seed", "status")
 # the columns every table of records (results.parquet, `open_results`) starts with
-TABLE_COLUMNS = (
-    "run_id",
-    "family",
-    "model",
-    "model_name",
-    "dataset",
-    "protocol",
-    "fraction",
-    "seed",
-    "status",
-    "error",
+TABLE_COLUMNS = tuple(
+    "run_id family model model_name dataset protocol fraction seed status error".split()
 )
 
 
 @dataclass
 class RunRecord:
-    """One run's record. `fields` holds what only its family writes (config, embedding, tasks,
-    ...)."""
+    """One run's record; `fields` holds what only its family writes (config, embedding, tasks)."""
 
     run_id: str
     family: str
@@ -79,8 +64,7 @@ class RunRecord:
     fields: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object written to record.json and results.jsonl (common fields, then the
-        family's)."""
+        """The JSON of record.json and results.jsonl (common fields, then the family's)."""
         d = asdict(self)
         own = d.pop("fields")
         return d | {k: v for k, v in own.items() if k not in d}
@@ -93,8 +77,7 @@ class RunRecord:
             return default
 
     def __getitem__(self, name: str) -> Any:
-        """A field by its name in the JSON form, as the record's JSON is read (notebooks, tests):
-        KeyError names a field neither common nor the family's own."""
+        """A field by its JSON name (notebooks, tests); KeyError names a field the record lacks."""
         if name in COMMON:
             return getattr(self, name)
         try:
@@ -112,8 +95,7 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "record") -> RunRecord:
-        """Validate and migrate a record read from disk; `where` ("file:line") starts every error
-        sentence."""
+        """Validate and migrate a record read from disk; `where` ("file:line") starts each error."""
         if not isinstance(d, dict):
             raise RecordError(f"{where}: a record must be a JSON object, got {type(d).__name__}")
         version = d.get("record_version", 1)
@@ -156,8 +138,7 @@ COMMON = frozenset(f.name for f in _fields(RunRecord)) - {"fields"}
 
 
 def _v1_to_v2(d: dict) -> dict:
-    """Records before typing: fill the fields they left implicit (family, primary metric, fraction,
-    run id)."""
+    """Untyped records: fill what they left implicit (family, primary metric, fraction, run id)."""
     family = str(d.get("family") or "segmentation")
     primary = d.get("primary_metric") or ("Q" if family == "embedding" else "mIoU")
     fraction = d.get("fraction")
@@ -182,8 +163,7 @@ MIGRATIONS = {1: _v1_to_v2}  # version -> the function that lifts a record of it
 
 
 def run_dir(out: str, run_id: str) -> str:
-    """A run's folder under `out`: its record.json (the cache) and whatever its family keeps beside
-    it."""
+    """A run's folder under `out`: record.json (the cache) and what its family keeps beside it."""
     return f"{out.rstrip('/')}/runs/{run_id}"
 
 
@@ -212,16 +192,13 @@ def clean(v):
         return {str(k): clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, set)):
         return [clean(x) for x in v]
-    if isinstance(v, np.generic):
-        return clean(v.item())
-    if isinstance(v, np.ndarray):
+    if isinstance(v, (np.generic, np.ndarray)):  # a scalar's tolist is its item
         return clean(v.tolist())
     return v
 
 
 def load_record(out: str, run_id: str) -> RunRecord | None:
-    """The run's record if one exists, parses and validates (a damaged one counts as absent, with a
-    warning)."""
+    """The run's record if it exists and validates (a damaged one: absent, with a warning)."""
     url = f"{run_dir(out, run_id)}/record.json"
     if not _store.file_exists(url):
         return None
@@ -246,9 +223,7 @@ def repair_results(out: str) -> int:
     """Move a torn last line of results.jsonl (a crash while appending) to results.jsonl.torn;
     returns lines moved."""
     url = results_url(out)
-    if not _store.file_exists(url):
-        return 0
-    text = _store.read_text(url)
+    text = _store.read_text(url) if _store.file_exists(url) else ""
     if not text:
         return 0
     lines = text.split("\n")

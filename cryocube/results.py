@@ -7,8 +7,7 @@
 Everything is read through the report's reader (report/records.py: records validated, migrated and
 de-duplicated the same way), so a notebook's numbers are the report's: `ds.mIoU.mean("seed")` is
 the leaderboard's cell. `ranked` marks the runs the protocol leaderboards average (ok, scored on
-mIoU, the cell's recipe); failed runs are rows too, with their error, never values.
-"""
+mIoU, the cell's recipe); failed runs are rows too, with their error, never values."""
 
 from __future__ import annotations
 
@@ -24,16 +23,9 @@ from .report.records import LEADERBOARD_METRIC, Run, _num, load_results
 
 # the run's identity, then how it went, then what it cost (columns in this order, metrics between)
 RUN_COLUMNS = (*TABLE_COLUMNS, "ranked", "primary_metric")
-COST_COLUMNS = (
-    "total_s",
-    "samples_per_s",
-    "peak_memory_mb",
-    "gflops",
-    "device",
-    "precision",
-    "random_init",
-    "created",
-    "source",
+COST_COLUMNS = tuple(
+    "total_s samples_per_s peak_memory_mb gflops device precision random_init created"
+    " source".split()
 )
 # dims of the segmentation Dataset; `fraction` joins them where one protocol ran at several
 DIMS = ("model", "dataset", "protocol", "seed")
@@ -60,8 +52,7 @@ def open_results(path_or_url: str | Path, storage_options: dict | None = None) -
     Columns: the run's identity (run_id, family, model, model_name, dataset, protocol, fraction,
     seed), status and error, `ranked`, one column per scalar metric (mIoU, mF1, Q, ...), the cost
     (total_s, samples_per_s, peak_memory_mb, gflops, device, precision), and `record`, the whole
-    record. A folder without records, or with a damaged one, is refused in one sentence.
-    """
+    record. A folder without records, or with a damaged one, is refused in one sentence."""
     url = str(path_or_url)
     if storage_options is not None and store.is_remote(url):
         store.register_options(url, storage_options)

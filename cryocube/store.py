@@ -2,11 +2,11 @@
 
 Options are resolved once, so the same URL works on the client and on Dask workers: those passed to
 a call, else those registered for the URL's bucket (shipped to workers by `share_with`), else
-$CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages.
-"""
+$CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -65,8 +65,6 @@ def parse_options(text: str, what: str = "--storage-options") -> StorageOptions:
 
 def options_arg(text: str) -> StorageOptions:
     """argparse type for --storage-options (its error never echoes the value)."""
-    import argparse
-
     try:
         return parse_options(text)
     except UserError as e:
@@ -121,8 +119,6 @@ def share_with(client) -> None:
 
 
 # -- zarr -------------------------------------------------------------------------------------
-
-
 def make_store(url: str, storage_options: StorageOptions | None = None, read_only: bool = False):
     """The Zarr store at `url`; a writable local one creates its folder first."""
     url = str(url)
@@ -169,8 +165,6 @@ def size_on_disk(url: str, storage_options: StorageOptions | None = None) -> int
 
 
 # -- files (records, logs, summaries) ------------------------------------------------------------
-
-
 def fs_path(url: str, storage_options: StorageOptions | None = None):
     """(filesystem, path) for `url` with its options resolved here: every file helper's way in."""
     url = str(url)
@@ -227,15 +221,19 @@ def write_atomic(
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+def _write_synced(path: str, mode: str, data: bytes) -> None:
+    """Bytes written (or appended) and fsynced, the folder created first."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, mode) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def append_text(url: str, text: str, storage_options: StorageOptions | None = None) -> None:
     """A real append (fsynced) locally; a rewrite on object stores, which cannot append."""
     if not is_remote(url):
-        path = local_path(url)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(local_path(url), "ab", text.encode("utf-8"))
         return
     old = read_text(url, storage_options) if file_exists(url, storage_options) else ""
     write_atomic(url, old + text, storage_options)

@@ -4,8 +4,7 @@ The files are real and written by the layout's own reader (`Reader.write`), and 
 structure a model can learn (lakes are dark smooth blobs, debris bright textured ground, sea-ice
 stages distinct HH/HV levels with speckle). `make_raw` returns a `RawManifest` with what was written
 (labels as class indices), so a test compares a converted cube with it; `corrupt` damages one file
-for bad-input tests. Everything is seeded.
-"""
+for bad-input tests. Everything is seeded."""
 
 from __future__ import annotations
 
@@ -53,10 +52,7 @@ class RawManifest:
 
     def item(self, scene: str) -> RawItem:
         """The item a reader reports as `scene`; KeyError for a scene the generator never wrote."""
-        for it in self.items:
-            if it.scene == scene:
-                return it
-        raise KeyError(scene)
+        return {it.scene: it for it in self.items}[scene]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -65,8 +61,6 @@ class RawManifest:
 
 
 # -- numpy-only structure ------------------------------------------------------------------------
-
-
 def smooth_field(rng: np.random.Generator, h: int, w: int, scale: float) -> np.ndarray:
     """Gaussian-filtered white noise (sigma = `scale` px, periodic), zero mean, unit std."""
     noise = rng.standard_normal((h, w))
@@ -92,8 +86,6 @@ def _u8(a: np.ndarray) -> np.ndarray:
 
 
 # -- per-dataset pixel recipes: (rng, h, w) -> (image (C,H,W) source dtype, classes (H,W) int16) ---
-
-
 def synth_gsdd(rng, h, w):
     """Debris = brownish, textured, bright in SWIR; clean ice = bright visible, dark SWIR."""
     debris = blobs(rng, h, w, rng.uniform(0.12, 0.4), h / 8)
@@ -336,8 +328,6 @@ def make_raw(
 
 
 # -- damage for bad-input tests ----------------------------------------------------------------
-
-
 def _separate_label_item(m: RawManifest) -> RawItem:
     for it in m.items:
         if it.label_path != it.image_path:
@@ -361,9 +351,7 @@ def _rewrite(
 
 
 def _truncate(m, it):
-    size = os.path.getsize(it.image_path)
-    with open(it.image_path, "r+b") as f:
-        f.truncate(size // 2)
+    os.truncate(it.image_path, os.path.getsize(it.image_path) // 2)
     return it.image_path
 
 
@@ -465,12 +453,9 @@ def make_samples(
     nir = [i for i, b in enumerate(spec.bands) if b.alias in ("B8", "B8A")]
     blue = [i for i, b in enumerate(spec.bands) if b.alias == "B2"]
     sar = [i for i, b in enumerate(spec.bands) if b.role == "sar"]
+    not_sar = [i for i in range(C) if i not in sar]
     ids, images = [], {}
-    tasks: dict[str, tuple[str, dict]] = {
-        "water_fraction": ("regr", {}),
-        "cloudy": ("cls", {}),
-        "noise": ("regr", {}),
-    }
+    tasks = {"water_fraction": ("regr", {}), "cloudy": ("cls", {}), "noise": ("regr", {})}
     for k in range(n):
         sid = f"{rng.integers(0, 2**63):016x}{k:04d}"
         water = blobs(rng, size, size, rng.uniform(0.05, 0.6), size / 5)
@@ -483,9 +468,7 @@ def make_samples(
         cloudy = bool(rng.random() < 0.5)
         if cloudy:
             img[rng.integers(0, T), blue] += 3000.0
-        img[:, [i for i in range(C) if i not in sar]] = np.clip(
-            img[:, [i for i in range(C) if i not in sar]], 0, 20000
-        )
+        img[:, not_sar] = np.clip(img[:, not_sar], 0, 20000)
         ids.append(sid)
         images[sid] = img
         reader.write(root, "all", sid, img)

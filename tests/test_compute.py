@@ -14,7 +14,7 @@ from cryocube.engine.evaluate import evaluate
 from cryocube.engine.plan import plan_runs
 from cryocube.errors import UserError
 from cryocube.families import PlanContext, RunSpec
-from cryocube.families.segmentation.recipe import load_recipe
+from cryocube.families.recipes import load_recipe
 from cryocube.precision import DeviceInfo, autocast, fast_bf16, resolve, this_device
 
 FAST = [

@@ -331,7 +331,7 @@ def test_evaluate_probe_protocol_and_report(tmp_path, client):
     report."""
     from cryocube.engine.evaluate import evaluate
     from cryocube.families import RunSpec
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
     from cryocube.pages import build_report
 
     make_raw("gld", tmp_path / "raw", n={"train": 24, "val": 4, "test": 4}, seed=2)
@@ -440,7 +440,7 @@ def test_embed_and_evaluate_use_one_band_rule_on_a_sar_only_cube(tmp_path, clien
     from cryocube.cube import cube_info
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
     from cryocube.synthetic import make_raw
 
     m = make_raw("caffe", tmp_path / "raw", n={"train": 2, "val": 1, "test": 1}, seed=3)

@@ -20,8 +20,8 @@ from cryocube.engine.plan import runs_from_grid
 from cryocube.engine.records import read_results
 from cryocube.errors import UserError
 from cryocube.families import RunSpec
+from cryocube.families.recipes import load_recipe
 from cryocube.families.segmentation.metrics import confusion_matrix, metrics_from_confusion
-from cryocube.families.segmentation.recipe import load_recipe
 from cryocube.synthetic import make_raw
 
 FAST = [

@@ -167,7 +167,7 @@ def test_the_run_record_names_the_deviations_and_the_switch_changes_the_run(tmp_
     from cryocube.convert.writer import convert
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
     from cryocube.synthetic import make_raw
 
     make_raw("gld", tmp_path / "raw", n={"train": 8, "val": 2, "test": 2}, seed=3)

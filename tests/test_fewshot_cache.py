@@ -12,8 +12,8 @@ import pytest
 from cryocube import store
 from cryocube.engine.evaluate import evaluate
 from cryocube.families import RunSpec
+from cryocube.families.recipes import load_recipe
 from cryocube.families.segmentation.features import COMPLETE
-from cryocube.families.segmentation.recipe import load_recipe
 
 FAST = [
     "epochs=2",

@@ -143,7 +143,7 @@ def test_the_gpu_profile_names_what_exists():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_check import PROFILES
 
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
     from cryocube.models import list_models
 
     gpu = PROFILES["gpu"]

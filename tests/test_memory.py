@@ -17,7 +17,7 @@ from cryocube.cluster.registry import DASHBOARD_PORT
 from cryocube.engine.evaluate import evaluate
 from cryocube.errors import UserError
 from cryocube.families import RunSpec
-from cryocube.families.segmentation.recipe import load_recipe
+from cryocube.families.recipes import load_recipe
 
 DASK_PORT_WARNING = ("already in use", "Perhaps you already have a cluster", "Hosting the HTTP")
 

@@ -22,7 +22,7 @@ from cryocube.engine.plan import plan_runs
 from cryocube.engine.records import read_results, write_record
 from cryocube.errors import UserError
 from cryocube.families import PlanContext, RunSpec
-from cryocube.families.segmentation.recipe import RecipeError, load_recipe
+from cryocube.families.recipes import RecipeError, load_recipe
 from cryocube.models.weights import WeightsError
 
 ROOT = Path(__file__).resolve().parents[1]

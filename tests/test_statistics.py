@@ -339,7 +339,7 @@ def test_a_segmentation_run_keeps_its_test_tiles_confusion_matrices(tmp_path, cl
     from cryocube.cube.schema import as_text
     from cryocube.engine.evaluate import evaluate
     from cryocube.families import RunSpec
-    from cryocube.families.segmentation.recipe import load_recipe
+    from cryocube.families.recipes import load_recipe
     from cryocube.pages import build_report
 
     url = tile_cube("sicd", train=6, val=2, test=5, seed=39)

@@ -18,7 +18,7 @@ from cryocube.engine.evaluate import evaluate
 from cryocube.engine.records import read_results
 from cryocube.engine.tune import JOURNAL, load_tune_config, parse_space, tune
 from cryocube.families import RunSpec
-from cryocube.families.segmentation.recipe import RecipeError, load_recipe
+from cryocube.families.recipes import RecipeError, load_recipe
 
 optuna = pytest.importorskip("optuna")
 

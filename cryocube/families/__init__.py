@@ -1,9 +1,5 @@
-"""Evaluation families: what a kind of evaluation needs, fits, maps, reduces and scores
-(`base.Family`).
-
-Built in: `segmentation` (dense segmentation, the Cryo-Bench protocols) and, for embeddings,
-`cryocube embed` / `cryocube probe` (families/embedding). A lab adds a family from its own package
-through an entry point in the `cryocube.families` group (a module that calls `register`).
+"""Evaluation families (`base.Family`), one registry: the built-in ones and those a lab's package
+registers through an entry point in the `cryocube.families` group (a module that calls `register`).
 """
 
 from __future__ import annotations
@@ -11,12 +7,7 @@ from __future__ import annotations
 from .. import plugins
 from .base import Family, PlanContext, PlannedRun, Resolved, RunSpec
 
-BUILTIN = (
-    "cryocube.families.segmentation",
-    "cryocube.families.embedding",
-    "cryocube.families.vqa",
-    "cryocube.families.heads",
-)
+BUILTIN = tuple(f"cryocube.families.{n}" for n in ("segmentation", "embedding", "vqa", "heads"))
 # one instance per family, made at registration, serves every run whose protocol names it
 FAMILIES: plugins.Registry[Family] = plugins.Registry(
     "evaluation family", "cryocube.families", BUILTIN

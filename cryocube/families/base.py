@@ -1,28 +1,19 @@
 """The contract between the scheduler (`cryocube.engine`) and an evaluation family.
 
 A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names
-the family that plans and executes it. The scheduler knows no family: it asks the family to
-
-1. `plan` each run: the family's `resolve` checks everything and fixes what its tasks need, the
-   base derives its content-hash id and starts its record;
-2. `prepare` what runs share (a frozen-feature cache, embeddings), once per `prep_key`;
-3. `group` runs that one task fits together (several decoders over one pass of the features);
-4. `fit` a group in one Dask task, then `score` each run with map tasks whose partial results
-   `reduce` pairwise on the workers;
-5. `finish` a run: metrics from the reduced total, and the fields of its record.
-
-Records and reports key on the family's `primary_metric`.
-"""
+the family. The scheduler knows no family: it calls the hooks in order (`plan`: `resolve` then the
+base's hashing and record; `prepare` once per `prep_key`; `group`; `fit` one task per group; `score`
+map tasks that `reduce` pairwise on the workers; `finish`), as docs/architecture.md draws them."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-from ..precision import DeviceInfo
+from ..precision import DeviceInfo, this_device
 from ..recipe import BaseRecipe
 from ..record import RunRecord
 
@@ -49,8 +40,7 @@ class RunSpec:
 
 @dataclass
 class PlanContext:
-    """What planning needs beyond the run and the cube: where checkpoints are, what the workers
-    are."""
+    """What planning needs beyond the run and the cube: where checkpoints are, what workers are."""
 
     out: str = ""  # results root (run dirs, caches)
     weights_dir: str | None = None
@@ -68,10 +58,7 @@ class PlanContext:
         return int(requested or self.threads or configured_threads())
 
     def arithmetic_threads(self, threads: int) -> int | None:
-        """The thread count where it changes a run's bits (CPU reductions), None where it does not
-        (CUDA)."""
-        from ..precision import this_device
-
+        """The threads where they change a run's bits (CPU reductions), None where not (CUDA)."""
         return threads if (self.device or this_device()).type == "cpu" else None
 
 
@@ -126,8 +113,7 @@ class Family(ABC):
     name: ClassVar[str]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
-    # why `tune` cannot run a study on this family's protocols ("" = it can: its runs record a
-    # validation curve)
+    # why `tune` cannot study this family's protocols ("": it can, its runs record a val curve)
     not_tunable: ClassVar[str] = ""
     # printed after the primary metric on a run's result line
     shown_metrics: ClassVar[tuple[str, ...]] = ()
@@ -140,50 +126,6 @@ class Family(ABC):
     # modules its first tasks import (torch, timm, its task modules): a local cluster's workers
     # import them while the client plans, so those seconds overlap planning instead of following it
     warm_modules: ClassVar[tuple[str, ...]] = ()
-
-    def base_record(
-        self,
-        spec: RunSpec,
-        run_id: str,
-        identity: dict[str, Any],
-        cube,
-        *,
-        model_name: str | None,
-        weights: dict | None,
-        precision: dict | None,
-        fraction: float = 1.0,
-        dataset: str | None = None,
-        **own: Any,
-    ) -> RunRecord:
-        """The one way a run record starts: the fields every family's records share, typed, then
-        this family's own (`own`). `cube` is the CubeInfo read (or its record, or None for vectors
-        made elsewhere); the scheduler completes it with status and metrics."""
-        if cube is None or isinstance(cube, dict):
-            cube_rec = cube or None
-        else:
-            cube_rec = {
-                "url": cube.url,
-                "checksum": cube.checksum,
-                "schema_version": cube.schema_version,
-            }
-            dataset = dataset or cube.dataset
-        return RunRecord(
-            run_id=run_id,
-            family=self.name,
-            model=spec.model,
-            model_name=model_name,
-            dataset=str(dataset),
-            protocol=spec.protocol,
-            fraction=fraction,
-            seed=spec.seed,
-            primary_metric=self.primary_metric,
-            identity=identity,
-            cube=cube_rec,
-            weights=weights,
-            precision=precision,
-            overrides=dict(spec.overrides) or None,
-            fields=own,
-        )
 
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
         """The template every run is planned by. `recipe` is this family's own (`recipe.of(name)`):
@@ -220,18 +162,6 @@ class Family(ABC):
             "v": self.identity_version,
         }
         run_id = content_hash(identity)
-        record = self.base_record(
-            spec if r.model is None else replace(spec, model=r.model),
-            run_id,
-            identity,
-            r.cube,
-            model_name=r.model_name,
-            weights=r.weights,
-            precision=r.precision,
-            fraction=r.fraction,
-            dataset=r.dataset,
-            **r.fields,
-        )
         info = None if isinstance(r.cube, dict) else r.cube
         return PlannedRun(
             spec=spec,
@@ -241,11 +171,36 @@ class Family(ABC):
             dataset=r.dataset or info.dataset,
             model_name=r.model_name,
             fraction=r.fraction,
-            record=record,
+            record=self.base_record(spec, r, run_id, identity),
             work=r.work(run_id) if callable(r.work) else r.work,
             cube=info,
             prep_key=r.prep_key,
             estimate=r.estimate,
+        )
+
+    def base_record(self, spec: RunSpec, r: Resolved, run_id: str, identity: dict) -> RunRecord:
+        """The one way a run record starts: the fields every family's records share, typed, then
+        the family's own; the scheduler completes it with status and metrics."""
+        info = None if isinstance(r.cube, dict) else r.cube  # a CubeInfo, its record, or None
+        cube = r.cube or None
+        if info is not None:
+            cube = {k: getattr(info, k) for k in ("url", "checksum", "schema_version")}
+        return RunRecord(
+            run_id=run_id,
+            family=self.name,
+            model=spec.model if r.model is None else r.model,
+            model_name=r.model_name,
+            dataset=str(r.dataset or info.dataset),
+            protocol=spec.protocol,
+            fraction=r.fraction,
+            seed=spec.seed,
+            primary_metric=self.primary_metric,
+            identity=identity,
+            cube=cube,
+            weights=r.weights,
+            precision=r.precision,
+            overrides=dict(spec.overrides) or None,
+            fields=dict(r.fields),
         )
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
@@ -282,11 +237,9 @@ class Family(ABC):
         return ()
 
     def report_sections(self, page, results) -> None:
-        """Add this family's sections to a report: `results` (report.records.Results) holds its ok
-        runs in `results.of(self.name)`; `page` writes sections, tables and figures
-        (pages/build.py's writer). By default: one board per cube from the board cells its runs
-        carry (`metrics.cells`). A family whose primary metric is mIoU is ranked on the protocol
-        leaderboards."""
+        """Add this family's sections to a report (`page`: pages/build.py's writer; its ok runs:
+        `results.of(self.name)`); by default one board per cube from its runs' `metrics.cells`. A
+        family whose primary metric is mIoU is ranked on the protocol leaderboards."""
         from ..report.board import about, cells_table, cubes
 
         runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
@@ -320,9 +273,8 @@ class FittedInScore(Family):
 
 def content_hash(identity: dict, n: int = 20) -> str:
     """The run id: a sha256 of everything that defines the run's result."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
-        :n
-    ]
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:n]
 
 
 def derive_seed(*parts: Any) -> int:
@@ -332,9 +284,8 @@ def derive_seed(*parts: Any) -> int:
 
 @dataclass
 class EngineRuns:
-    """What a family's command hands the engine: runs it planned (every check done), where they
-    write, and how the command shows their records (its exit code). The command plans, the engine
-    schedules."""
+    """What a family's command hands the engine to schedule: runs it planned (every check done),
+    where they write, and how the command shows their records (its exit code)."""
 
     runs: list[PlannedRun]
     out: str

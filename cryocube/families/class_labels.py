@@ -1,8 +1,7 @@
 """Image-level labels of a Cryo-Bench tile cube, derived from its per-tile class fractions: whether
 a class occurs in a tile and its share of the tile's labelled pixels. `probe --tasks-from` and the
 vqa family's Cryo-Bench questions both read them from here, so a VLM is scored against exactly the
-probe's labels.
-"""
+probe's labels."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ def slug(name: str) -> str:
 
 
 def class_labels(ds) -> tuple[np.ndarray, list[ClassLabels]]:
-    """(labelled, per class labels) of an open tile cube; a tile without a labelled pixel has no
-    label."""
+    """(labelled, per class labels) of an open tile cube; a tile with no labelled pixel has none."""
     # share of each class among labelled pixels
     frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)
     labelled = frac.sum(axis=1) > 0

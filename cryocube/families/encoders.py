@@ -3,7 +3,6 @@ arithmetic), the per-worker build cache, and the cube-band -> encoder-slot norma
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 
@@ -16,27 +15,24 @@ from ..errors import UserError, task_boundary
 from ..models import BandMatchError, build_encoder, match_bands
 from ..models.spec import ModelSpec
 from ..precision import autocast
+from .base import derive_seed
 
 
 @dataclass(frozen=True)
 class InputMap:
-    """How cube bands become encoder input: per-slot band index (-1 = zero) and per-band
-    mean/std."""
+    """How cube bands become encoder input: per-slot band index (-1 = zero), per-band mean/std."""
 
     index: tuple[int, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
     def apply(self, image: np.ndarray) -> torch.Tensor:
-        """(B, C_cube, H, W) raw -> (B, slots, H, W) float32, normalised; unmatched slots are 0 (the
-        mean)."""
+        """(B, C_cube, H, W) raw -> (B, slots, H, W) float32, normalised; unmatched slots: 0."""
         x = torch.from_numpy(np.ascontiguousarray(image)).float()
         mean = torch.tensor(self.mean, dtype=torch.float32)[None, :, None, None]
         std = torch.tensor(self.std, dtype=torch.float32)[None, :, None, None]
         x = (x - mean) / std
-        out = torch.zeros(
-            (x.shape[0], len(self.index), x.shape[2], x.shape[3]), dtype=torch.float32
-        )
+        out = torch.zeros((x.shape[0], len(self.index), *x.shape[2:]), dtype=torch.float32)
         for slot, b in enumerate(self.index):
             if b >= 0:
                 out[:, slot] = x[:, b]
@@ -57,8 +53,7 @@ def match_cube_bands(mspec: ModelSpec, bands, rule: str, offers_cross_sensor: bo
     """(rule, BandMatch): the one band rule of `evaluate` and `embed`. An optical-only encoder on a
     cube with no optical band gets the SAR/grey bands in its RGB slots (the cross-sensor rule, as
     Cryo-Bench feeds SAR to optical GFMs) instead of a refusal; anything else that fits no slot is
-    refused, naming the bands.
-    """
+    refused, naming the bands."""
     try:
         return rule, match_bands(mspec, bands, rule, offers_cross_sensor)
     except BandMatchError:
@@ -72,8 +67,7 @@ _ENCODERS: dict[tuple, torch.nn.Module] = {}  # per worker process: built once, 
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """An encoder as tasks build it: the model, the inputs it sees, its checkpoint, the
-    arithmetic."""
+    """An encoder as tasks build it: the model, its inputs, its checkpoint, the arithmetic."""
 
     model: ModelSpec
     bands: tuple[Band, ...]
@@ -85,16 +79,14 @@ class EncoderSpec:
     threads: int | None = None  # torch threads where they change the arithmetic (CPU); None on CUDA
 
     def arithmetic(self) -> dict:
-        """What decides the features' bits besides model and inputs (for cache and embedding
-        keys)."""
+        """What decides the features' bits besides model and inputs (cache and embedding keys)."""
         return {"precision": self.precision, **({"threads": self.threads} if self.threads else {})}
 
     @property
     def key(self) -> tuple:
         """The built module's identity in the per-worker cache (get_encoder): precision and threads
         are left out, autocast applies them."""
-        # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant must not reuse
-        # another's module
+        # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant has its own module
         return (
             self.model.id,
             json.dumps(self.model.arch, sort_keys=True, default=str),
@@ -120,16 +112,12 @@ class EncoderSpec:
 
 
 def get_encoder(spec: EncoderSpec, device: str) -> torch.nn.Module:
-    """The encoder for these inputs, built once per worker process (in eval mode: frozen means
-    frozen)."""
+    """The encoder for these inputs, built once per worker process, in eval mode (frozen)."""
     key = spec.key + (device,)
     enc = _ENCODERS.get(key)
     if enc is None:
-        # the same initial weights on every worker: without pretrained weights, features must not
-        # depend on which worker computed them
-        torch.manual_seed(
-            int(hashlib.sha256(f"{spec.model.id}|{spec.weights}".encode()).hexdigest()[:8], 16)
-        )
+        # the same initial weights on every worker: random features must not depend on the worker
+        torch.manual_seed(derive_seed(spec.model.id, spec.weights))
         enc = spec.build()
         enc.eval().requires_grad_(False).to(device)
         _ENCODERS.clear()  # keep one model resident: large encoders do not fit many times over
@@ -179,10 +167,8 @@ def input_map(cube, index: list[int], normalization: str) -> InputMap:
 
 @task_boundary
 def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
-    """Feature shapes and parameter count of an encoder, from a worker: the worker keeps the encoder
-    for the extraction (or embedding) that follows, and the client never builds (or loads weights
-    of) it.
-    """
+    """Feature shapes and parameter count of an encoder, from a worker: it keeps the encoder for the
+    extraction (or embedding) that follows, and the client never builds it or loads its weights."""
     with torch_task() as (device, _):
         enc = get_encoder(spec, device)
         return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(
@@ -203,8 +189,7 @@ def encoder_input_size(mspec: ModelSpec, tile: int, requested: int | None, where
 
 
 def sliding_offsets(length: int, window: int) -> list[int]:
-    """Window offsets along one axis: ceil(L / S) windows spread evenly, the last flush with the
-    edge."""
+    """Offsets along one axis: ceil(L / S) windows spread evenly, the last flush at the end."""
     if length <= window:
         return [0]
     n = int(np.ceil(length / window))

@@ -1,10 +1,7 @@
-"""One set of recipe values as every registered family reads it.
-
-`--set`, `--config` and the benchmark's `recipe:` are one flat mapping; each family takes the fields
-its recipe class declares (`Family.recipe`: the shared `BaseRecipe` plus its own) and checks them.
-A field no family declares is refused. The engine holds a `Recipe` and hands each family its part
-(`recipe.of(name)`), so it never needs to know a family's fields.
-"""
+"""One set of recipe values as every registered family reads it: `--set`, `--config` and the
+benchmark's `recipe:` are one flat mapping; each family takes and checks the fields its recipe
+class declares, a field no family declares is refused, and the engine hands each family its part
+(`recipe.of(name)`) without knowing its fields."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ def recipe_types(only: tuple[str, ...] | None = None) -> dict[str, type[BaseReci
 
 
 class Recipe:
-    """Every family's recipe from one mapping of values; `recipe.epochs` reads any family's
-    field."""
+    """All families' recipes from one mapping of values; `recipe.epochs` reads any one's field."""
 
     def __init__(
         self, values: dict[str, Any], types: dict[str, type[BaseRecipe]], where: str = "recipe"
@@ -30,10 +26,7 @@ class Recipe:
         check_keys(values, {f for t in types.values() for f in t.field_names()}, where)
         self._types = types
         self._parts = {n: t.from_values(values, where) for n, t in types.items()}
-        merged: dict[str, Any] = {}
-        for part in self._parts.values():
-            merged.update({k: getattr(part, k) for k in part.field_names()})
-        self._values = merged
+        self._values = {k: getattr(p, k) for p in self._parts.values() for k in p.field_names()}
 
     def of(self, family: str) -> BaseRecipe:
         """The family's own recipe (its fields, checked)."""
@@ -56,10 +49,7 @@ class Recipe:
 
     def as_dict(self) -> dict[str, Any]:
         """All families' checked fields, flat (tuples as lists): the recipe a record stores."""
-        out: dict[str, Any] = {}
-        for part in self._parts.values():
-            out.update(part.as_dict())
-        return out
+        return {k: v for p in self._parts.values() for k, v in p.as_dict().items()}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self.__dict__.get("_values", {}):
@@ -96,8 +86,7 @@ def load_recipe(
     """Recipe from the catalog's defaults (or `base`), then a YAML file, then `key=value` overrides.
 
     `families` limits the known fields to those families' (`cryocube embed` takes the embedding
-    family's).
-    """
+    family's)."""
     cfg = base or default_recipe(families=families)
     values: dict[str, Any] = {}
     if path:

@@ -1,11 +1,7 @@
 """The one split every family scores a cube's board on, and the identity of a set of scored samples.
 
-A tile cube's split is its published `split`. A sample cube's is drawn once from its checksum,
-stratified on the joint answer classes of its class tasks and the presence of a deformation box, so
-that every answer class reaches the test split (the segmentation family, the vqa family and the
-answer heads all call `cube_split`/`sample_split`, so their test samples are one set). A board cell
-names its samples by `samples_hash`.
-"""
+A tile cube's split is its published `split`; a sample cube's is drawn from its checksum (`RULE`),
+so every family's test samples are one set. A board cell names its samples by `samples_hash`."""
 
 from __future__ import annotations
 
@@ -36,8 +32,7 @@ def draw_split(classes: np.ndarray, fractions: dict[str, float], seed: int) -> n
        split holds none of it, one of its train samples moves there, the one naming the most
        classes the split still lacks, never a class's last train sample;
     2. per joint class (a row's classes together): round(n * fraction) to test and to val, less
-       what step 1 placed, at least one left in train; the rest stay in train.
-    """
+       what step 1 placed, at least one left in train; the rest stay in train."""
     classes = np.asarray(classes, dtype=object).reshape(len(classes), -1)
     n, k = classes.shape
     out = np.full(n, "train", dtype=object)
@@ -149,18 +144,19 @@ def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
         if classes.shape[1]
         else ["labelled" if x else "unlabelled" for x in labelled]
     ).astype(str)
-    digest = hashlib.sha256(("|".join(splits.tolist())).encode()).hexdigest()[:12]
     origin = as_text(ds["mask_origin"].values) if "mask_origin" in ds else np.full(n, "")
-    record = {
-        "rule": RULE,
-        "fractions": fractions,
-        "seed": seed,
-        "digest": digest,
-        "counts": {s: int((splits == s).sum()) for s in SPLITS},
-        "classes": class_counts(classes, names, splits),
-        "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))},
-    }
-    return splits, strata, record
+    return (
+        splits,
+        strata,
+        {
+            "rule": RULE,
+            "fractions": fractions,
+            "seed": seed,
+            **_facts(splits),
+            "classes": class_counts(classes, names, splits),
+            "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))},
+        },
+    )
 
 
 def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:
@@ -171,15 +167,13 @@ def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:
         splits, _, record = sample_split(ds, checksum)
         return splits, ids, record
     splits = np.asarray(as_text(ds["split"].values)).astype(str)
-    return (
-        splits,
-        ids,
-        {
-            "rule": "the dataset's published split",
-            "digest": hashlib.sha256("|".join(splits.tolist()).encode()).hexdigest()[:12],
-            "counts": {s: int((splits == s).sum()) for s in SPLITS},
-        },
-    )
+    return splits, ids, {"rule": "the dataset's published split", **_facts(splits)}
+
+
+def _facts(splits: np.ndarray) -> dict:
+    """A split's digest and counts per split, as its record holds them."""
+    digest = hashlib.sha256("|".join(splits.tolist()).encode()).hexdigest()[:12]
+    return {"digest": digest, "counts": {s: int((splits == s).sum()) for s in SPLITS}}
 
 
 def samples_hash(ids: Iterable[str]) -> str:

@@ -4,6 +4,8 @@ matrices."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 import time
 from dataclasses import replace
@@ -12,6 +14,7 @@ import numpy as np
 
 from ... import store as _store
 from ...catalog import protocol as protocol_spec
+from ...cube import as_text, open_cube
 from ...decoders import decoder_kinds, decoder_options
 from ...errors import UserError
 from ...models import model_spec
@@ -108,13 +111,11 @@ class Segmentation(Family):
         )
         return _resolved(spec, cube, run, cube_key, drawn, fraction, w, device, ctx.out)
 
-    # -- shared work: the feature caches
-    # -------------------------------------------------------------
+    # -- shared work: the feature caches ---
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        """Extracts each frozen-feature cache once for all runs sharing it (fine-tuning runs have
-        none): of the training split only the samples the runs draw (the union of their subsets),
-        and only those the cache does not hold yet, so a killed run resumes and a few-shot run
-        extracts its draw; returns what records report per cache."""
+        """Extracts each frozen-feature cache once for the runs sharing it (fine-tuning runs have
+        none): of the training split the union of their draws, and only what the cache lacks (a
+        killed run resumes, a few-shot run its draw); returns the facts records keep per cache."""
         from .features import create_split, extract_block, extraction_tasks, settle
 
         caches: dict[str, tuple[CacheSpec, PlannedRun]] = {}
@@ -131,7 +132,7 @@ class Segmentation(Family):
             for k, (c, _) in caches.items()
         }
         out: dict[str, dict] = {}
-        tasks, owners = [], []
+        tasks = []
         needed: dict[tuple[str, str], np.ndarray] = {}
         for k, (c, p) in caches.items():
             shapes, params = runner.result(facts[k])
@@ -141,17 +142,13 @@ class Segmentation(Family):
             cfg = p.work.recipe
             for split in SPLITS:
                 samples = p.cube.samples(split)
-                want = (
-                    np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
-                    if split == "train"
-                    else np.arange(samples.size)
-                )
+                want = np.arange(samples.size)
+                if split == "train":
+                    want = np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
                 needed[k, split] = want
                 plan = create_split(c, split, samples, shapes)
                 batching = (cfg.block_samples, cfg.extract_batch, cfg.threads)
-                ts = extraction_tasks(c, split, samples, want, plan, *batching)
-                tasks += ts
-                owners += [k] * len(ts)
+                tasks += extraction_tasks(c, split, samples, want, plan, *batching)
         if tasks:
             done = runner.map(
                 extract_block,
@@ -160,19 +157,17 @@ class Segmentation(Family):
                 [t.samples.size for t in tasks],
                 key="cryocube-extract",
             )
-            for k, t, r in zip(owners, tasks, done):
-                _add_block(out[k], t.split, r)
+            for t, r in zip(tasks, done):
+                _add_block(out[t.cache.key], t.split, r)
         wall = time.perf_counter() - t0 if tasks else 0.0
         for k, (c, _) in caches.items():
             for split in SPLITS:
                 settle(c, split, needed[k, split], out[k]["encoder_items"])
             out[k]["features_wall_s"] = wall
-            out[k]["threads"] = sorted(out[k]["threads"])
-            out[k]["devices"] = sorted(out[k]["devices"])
+            out[k] |= {x: sorted(out[k][x]) for x in ("threads", "devices")}
         return out
 
-    # -- fitting and scoring
-    # ------------------------------------------------------------------------
+    # -- fitting and scoring ---
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
         """Frozen runs on one feature cache train together (one pass over the features, up to
         decoders_per_task decoders per task, spread over the workers); fine-tuning runs alone."""
@@ -194,8 +189,7 @@ class Segmentation(Family):
         return groups
 
     def fit(self, group: list[PlannedRun]):
-        """One task trains every decoder of the group (`train.fit`) over one read of their shared
-        features."""
+        """One task trains the group's decoders (`train.fit`) over one read of their features."""
         from .train import fit
 
         return fit, FitTask(tuple(p.work for p in group))
@@ -220,19 +214,8 @@ class Segmentation(Family):
         )
         g.create_array("sample", data=test.astype(np.int64), dimension_names=("sample",))
         g.attrs.update({"cube": w.cube_url, "run_id": run.run_id, "classes": list(w.class_names)})
-        return [
-            (
-                test_block,
-                TestTask(
-                    w,
-                    np.arange(b0, min(b0 + bs, test.size)),
-                    test[b0 : b0 + bs],
-                    purl,
-                    (b0, min(b0 + bs, test.size)),
-                ),
-            )
-            for b0 in range(0, test.size, bs)
-        ]
+        blocks = [(b0, min(b0 + bs, test.size)) for b0 in range(0, test.size, bs)]
+        return [(test_block, TestTask(w, np.arange(*b), test[slice(*b)], purl, b)) for b in blocks]
 
     @staticmethod
     def reduce(a, b):
@@ -252,6 +235,7 @@ class Segmentation(Family):
         extra = {"per_tile": write_per_tile(w, tiles)} if tiles is not None else {}
         prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
         encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
+        trainable = fitted["trainable_params"]
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         # an interferogram cube: the predicted masks answer deformation localisation too
         if "split" in run.record.fields:
@@ -287,11 +271,8 @@ class Segmentation(Family):
             ),
             "params": {
                 "encoder": encoder_params,
-                "trainable": fitted["trainable_params"],
-                "decoder": (
-                    fitted["trainable_params"]
-                    - (fitted["encoder_params"] if w.trains_encoder else 0)
-                ),
+                "trainable": trainable,
+                "decoder": trainable - (fitted["encoder_params"] if w.trains_encoder else 0),
             },
             "gflops": w.encoder.model.gflops,
             "predictions": predictions,
@@ -300,8 +281,7 @@ class Segmentation(Family):
 
 
 def _add_block(facts: dict, split: str, r: dict) -> None:
-    """One extraction block's items, seconds, threads, device and phases into its cache's
-    facts."""
+    """One extraction block's items, seconds, threads, device and phases into its cache's facts."""
     facts["encoder_items"] += r["items"]
     facts["encoder_items_by_split"][split] += r["items"]
     facts["features_s"] += r["seconds"]
@@ -451,12 +431,6 @@ def write_per_tile(w: SegRun, tiles: TileConfusions) -> dict:
     """The test split's per-tile confusion matrices and each tile's scene (the cube's `source`),
     beside record.json; the record names the file and its sha256 (docs/statistics.md: the report's
     bootstrap reads them). Small: tiles x classes x classes int64, compressed."""
-    import hashlib
-    import io
-
-    from ...cube.read import open_cube
-    from ...cube.schema import as_text
-
     samples = np.asarray(w.test_samples, dtype=np.int64)[tiles.positions]
     ds = open_cube(w.cube_url)
     source = as_text(ds["source"].values)[samples] if "source" in ds else samples.astype(str)

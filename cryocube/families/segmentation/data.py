@@ -10,8 +10,7 @@ from ...catalog import CUBE_IGNORE_INDEX
 
 
 def pad_to(x: torch.Tensor, label: np.ndarray, size: int) -> tuple[torch.Tensor, np.ndarray]:
-    """Pad normalised tiles smaller than the encoder input (bottom/right; 0 = the mean, label
-    ignore)."""
+    """Pad tiles smaller than the encoder input (bottom/right; 0 = the mean, label ignore)."""
     h, w = label.shape[-2:]
     if h >= size and w >= size:
         return x, label

@@ -1,13 +1,11 @@
 """Frozen-encoder feature cache: encoder outputs computed once per (model, cube, band rule, window
-set, precision) and reused by every epoch, validation pass and seed.
+set, precision), reused by every epoch, validation and seed.
 
-Training items are a fixed bank of `crops_per_sample` random crops per train sample (epoch e uses
-crop e mod K, as the reference draws a fresh crop per epoch), fixed by the sample's position in
-the split so any run extracts the same items; validation/test items are each tile's sliding
-windows. A `held` flag per sample, set after its items are written, lets a few-shot run extract
-only its draw, a later run only what is missing, and an interrupted one resume; the split's
-completion marker follows once every sample is held. Unwritten or lost chunks read as NaN
-features / label -2, which `FeatureSplit` refuses.
+Training items: `crops_per_sample` random crops per train sample, fixed by its position in the split
+(epoch e uses crop e mod K; the reference draws a fresh crop per epoch); validation/test items: each
+tile's sliding windows. A `held` flag per sample, set once its items are written, lets a few-shot
+run extract its draw only and an interrupted one resume; the split's completion marker follows once
+all are held. Unwritten or lost chunks read as NaN features / label -2: `FeatureSplit` refuses them.
 """
 
 from __future__ import annotations
@@ -71,14 +69,9 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
         sg.create_array(
             "held", shape=(max(samples.size, 1),), chunks=(1,), dtype="uint8", fill_value=0
         )
+        levels = len(feature_shapes)
         sg.attrs.update(
-            {
-                "n_items": n_items,
-                "per_sample": per,
-                "tile": cache.tile,
-                "input_size": S,
-                "levels": len(feature_shapes),
-            }
+            dict(n_items=n_items, per_sample=per, tile=cache.tile, input_size=S, levels=levels)
         )
     return {
         "complete": False,
@@ -106,15 +99,7 @@ def extraction_tasks(
     todo = np.asarray(needed, dtype=np.int64)
     todo = np.unique(todo[~plan["held"][todo]])
     return [
-        ExtractTask(
-            cache,
-            split,
-            samples[pos],
-            plan["per"],
-            pos,
-            batch,
-            threads,
-        )
+        ExtractTask(cache, split, samples[pos], plan["per"], pos, batch, threads)
         for pos in (todo[b : b + block_samples] for b in range(0, todo.size, block_samples))
     ]
 
@@ -148,8 +133,7 @@ def _read(array, items: np.ndarray) -> np.ndarray:
 
 
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
-    """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds it
-    took."""
+    """Read, normalise, pad and cut the items of `samples` (a chunk of a block); last: seconds."""
     t0 = time.perf_counter()
     S = cache.encoder.input_size
     image, label = read_dense(cache.cube_url, samples)
@@ -168,27 +152,20 @@ def _windows_threaded(
 ):
     """`_windows` with the samples read on `readers` threads (zarr's decompression releases the
     GIL), in order: one thread read 670 items/s on the H200 machine, 3 % of what its encoder takes
-    (docs/performance.md).
-    """
+    (docs/performance.md)."""
     parts = [
         i for i in np.array_split(np.arange(samples.size), min(readers, samples.size)) if i.size
     ]
     if len(parts) <= 1:
         return _windows(cache, samples, offsets, per)
     t0 = time.perf_counter()
+
+    def read(i: np.ndarray):
+        return _windows(cache, samples[i], offsets[i[0] * per : (i[-1] + 1) * per], per)
+
     with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
-        got = list(
-            pool.map(
-                lambda i: _windows(cache, samples[i], offsets[i[0] * per : (i[-1] + 1) * per], per),
-                parts,
-            )
-        )
-    return (
-        torch.cat([g[0] for g in got]),
-        np.concatenate([g[1] for g in got]),
-        sum(g[2] for g in got),
-        time.perf_counter() - t0,
-    )
+        xs, ys, nbytes, _ = zip(*pool.map(read, parts))
+    return torch.cat(xs), np.concatenate(ys), sum(nbytes), time.perf_counter() - t0
 
 
 def read_threads(device: str, threads: int) -> int:
@@ -304,13 +281,10 @@ def settle(cache: CacheSpec, split: str, needed: np.ndarray, forwards: int) -> b
 
 
 class FeatureSplit:
-    """Cached features of one split: held in memory when they fit `budget_mb`, else read per batch.
-
-    Small caches (most datasets at most encoders) then cost one read per task instead of one zarr
-    request per item and epoch, shared by every decoder the task trains; large ones stream, so
-    memory stays bounded whatever the dataset size. Unwritten or damaged items are refused on read;
-    a partly filled split (a few-shot draw) is checked at the items of its held samples only, and
-    taking an item of a sample it does not hold is refused.
+    """Cached features of one split: held in memory when they fit `budget_mb` (one read per task,
+    shared by its decoders, instead of one zarr request per item and epoch), else read per batch.
+    Unwritten or damaged items are refused on read; a partly filled split (a few-shot draw) is
+    checked at its held samples' items, and taking an item of a sample it does not hold is refused.
     """
 
     def __init__(self, group, budget_mb: float, where: str):
@@ -330,14 +304,9 @@ class FeatureSplit:
         if size <= budget_mb * 2**20:
             self.arrays = {n: self._read(n, None) for n in names}
             at = None if self.held is None else np.flatnonzero(self.held)
-            self._check(
-                [
-                    self.arrays[f"f{i}"] if at is None else self.arrays[f"f{i}"][at]
-                    for i in range(self.levels)
-                ],
-                self.arrays["label"] if at is None else self.arrays["label"][at],
-                at,
-            )
+            sel = slice(None) if at is None else at
+            feats = [self.arrays[f"f{i}"][sel] for i in range(self.levels)]
+            self._check(feats, self.arrays["label"][sel], at)
 
     def _read(self, name: str, items: np.ndarray | None):
         try:
@@ -369,9 +338,8 @@ class FeatureSplit:
                 " extracted); remove the cache folder and run again to rebuild it"
             )
         if self.arrays is not None:
-            return [self.arrays[f"f{i}"][items] for i in range(self.levels)], self.arrays["label"][
-                items
-            ]
+            a = self.arrays
+            return [a[f"f{i}"][items] for i in range(self.levels)], a["label"][items]
         feats = [self._read(f"f{i}", items) for i in range(self.levels)]
         labels = self._read("label", items)
         self._check(feats, labels, items)

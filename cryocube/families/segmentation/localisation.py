@@ -1,14 +1,6 @@
 """Deformation localisation by a segmentation run on an interferogram cube: predicted test mask ->
-box -> IoU against the cube's `box`, so an encoder gets the grounding score a VLM gets from its
-answer.
-
-The predicted box is the extent of every predicted deformation pixel in connected regions of at
-least the cube's `min_pixels` (the rule that drew the reference box from the reference mask; 1 where
-the cube has no derivation, e.g. Hephaestus polygons). Scored: the test samples with a reference box
-(the samples the VLM's box IoU is scored on); a prediction without deformation pixels has no box and
-scores 0. Test samples whose reference says "no deformation" are counted apart (`false_boxes`: a box
-drawn where there is none).
-"""
+box -> IoU against the cube's `box`, the grounding score a VLM gets from its answer. The rule is
+`RULE`; test samples whose reference says "no deformation" are counted apart (`false_boxes`)."""
 
 from __future__ import annotations
 
@@ -38,8 +30,7 @@ def predicted_box(
 def box_scores(
     preds, refs, sizes, min_pixels: int = 1, positive: int = 1
 ) -> tuple[list[float], int, int]:
-    """(IoU per sample with a reference box, samples without one given a box, samples without
-    one)."""
+    """(IoU per sample with a reference box; of the others, those given a box, and their count)."""
     ious, false_boxes, no_ref = [], 0, 0
     for pred, ref, (h, w) in zip(preds, refs, sizes):
         box = predicted_box(pred, h, w, positive, min_pixels)
@@ -54,18 +45,14 @@ def box_scores(
 def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: np.ndarray) -> dict:
     """The record's `localisation` entry of a segmentation run: box IoU (%) with its 95 % bootstrap
     interval and n. `scored`: per test sample, whether its reference mask has any labelled pixel
-    (unlabelled pairs say nothing).
-    """
+    (unlabelled pairs say nothing)."""
     ds = open_cube(cube_url)
     pred = np.asarray(_store.open_group(predictions_url, "r")["pred"][:])
     box = np.asarray(ds["box"].values, np.float64)[test]
-    hs = (
-        np.asarray(ds["height"].values)[test]
-        if "height" in ds
-        else np.full(test.size, pred.shape[1])
-    )
-    ws = (
-        np.asarray(ds["width"].values)[test] if "width" in ds else np.full(test.size, pred.shape[2])
+    # each pair's own extent (padding left out), else the whole prediction
+    hs, ws = (
+        np.asarray(ds[n].values)[test] if n in ds else np.full(test.size, pred.shape[a])
+        for n, a in (("height", 1), ("width", 2))
     )
     min_pixels = int(
         ((ds.attrs.get("derivation") or {}).get("deformation_box") or {}).get("min_pixels", 1)

@@ -2,12 +2,8 @@
 run whose figure exceeds what a worker may hold (engine/evaluate.py `check_memory`), in one
 sentence before it starts, instead of the nanny restarting its worker until `KilledWorker`.
 
-A lower bound, from the model config alone (no model is built to plan): the trained parameters'
-fp32 weights, gradients, AdamW's two moments and the best state kept for the checkpoint (20 bytes
-each), their bf16 copies under autocast, the activations a ViT-like encoder keeps for backward at
-the run's batch and input size, and the worker process itself (torch loaded). Frozen-protocol fits
-train only a decoder on cached features and are not bounded here.
-"""
+A lower bound from the model config alone (no model is built to plan; docs/performance.md compares
+it with a measured peak). Frozen-protocol fits train only a decoder and are not bounded here."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Confusion matrices (int64, map side) and the metrics computed from their sum (reduce side).
-
-Fixes of the reference evaluator kept here: int64 counts (no overflow on large test sets),
-precision = TP / predicted and recall = TP / ground truth (the reference swaps the names), both
-overall accuracy (oAcc) and mean per-class accuracy (mAcc), and a class absent from both prediction
-and ground truth is left out of the means instead of counting as IoU 0.
-"""
+"""Confusion matrices (int64, map side) and the metrics computed from their sum (reduce side), with
+the reference evaluator's metric names and absent classes fixed (docs/deviations.md)."""
 
 from __future__ import annotations
 

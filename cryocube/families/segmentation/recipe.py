@@ -1,9 +1,5 @@
 """The segmentation family's recipe: the shared fields (cryocube/recipe.py) plus the training
-protocol's.
-
-The defaults are the Cryo-Bench/PANGAEA recipe in catalogs/benchmarks/cryobench.yaml (`recipe:`);
-every field can be overridden from YAML (`--config`) or `--set k=v`, and is checked here before any
-cluster starts.
+protocol's, whose defaults are the Cryo-Bench/PANGAEA recipe (catalogs/benchmarks/cryobench.yaml).
 """
 
 from __future__ import annotations
@@ -64,11 +60,3 @@ class SegmentationRecipe(BaseRecipe):
             )
         if not self.decoder:
             raise RecipeError(f"recipe field decoder must be a decoder name, got {self.decoder!r}")
-
-
-def load_recipe(*args, **kw):
-    """The recipe of every family (`cryocube.load_recipe`); kept here for code that imported it from
-    here."""
-    from ..recipes import load_recipe as load
-
-    return load(*args, **kw)

@@ -1,11 +1,6 @@
 """Sample cubes with a per-pixel target (interferograms' deformation `mask`) seen as tile cubes by
-this family.
-
-A sample cube has no train/val/test split ("all") and no class fractions; the split is drawn once
-per cube (seeded by its checksum, fractions from the cube's `mask` attrs, which the dataset catalog
-set), stratified on the joint answer classes and the presence of a box (families/split.py) so the
-test split holds boxes to score, and says so in the record.
-"""
+this family: their split (they have none, "all") is the one families/split.py draws for every
+family, which puts boxes to score in the test split, and the record says it."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ import numpy as np
 
 from ...cube import CubeInfo, open_cube
 from ...errors import UserError
-
-# one split per cube, every family's
 from ..split import sample_split
 
 

@@ -7,8 +7,7 @@ stepped in turn, each with its own seed, batch order, optimiser and random-numbe
 ends exactly as it would trained alone. Fine-tuning and scratch baselines train encoder + decoder
 on crops streamed from the cube (read a batch ahead on a second thread). All share the recipe
 (AdamW, per-iteration multi-step LR, validation before epochs 0, val_every, ... and after the last,
-best state by val mIoU), autocast in the run's precision, and sliding-window evaluation.
-"""
+best state by val mIoU), autocast in the run's precision, and sliding-window evaluation."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ PROGRESS_TOPIC = "cryocube-progress"
 class CrossEntropy(nn.CrossEntropyLoss):
     """Mean cross-entropy over labelled pixels; on CUDA under deterministic algorithms it sums
     per-pixel losses itself, since CUDA's 2-D NLL forward counts the labelled pixels with atomics
-    (equal runs, different bits).
-    """
+    (equal runs, different bits)."""
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """torch's loss, or the atomic-free mean (class docstring)."""
@@ -66,8 +64,7 @@ def masked_mean_cross_entropy(
 def deterministic_attention(device: str):
     """Training forwards on CUDA use the math attention kernel: cuDNN's and flash attention's
     backwards accumulate with atomics, so a fine-tuning run would not repeat bit for bit (inference
-    kernels are left as they are).
-    """
+    kernels are left as they are)."""
     if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
         return contextlib.nullcontext()
     return sdpa_kernel(SDPBackend.MATH)
@@ -113,8 +110,7 @@ def build_model(
     whose pretrained weights are not read when a checkpoint replaces them (`pretrained=False`)."""
     if not run.trains_encoder:
         frozen = get_encoder(run.encoder, device)
-        # seeded after the encoder: whether this worker built it now or earlier must not change the
-        # decoder
+        # seeded after the encoder: whether this worker built it now or earlier must not matter
         torch.manual_seed(run.seed)
         module = _decoder(run, frozen).to(device)
     else:
@@ -127,11 +123,9 @@ def build_model(
 
 
 def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
-    return (
-        x.contiguous(memory_format=torch.channels_last)
-        if run.memory_format == "channels_last" and x.ndim == 4
-        else x
-    )
+    if run.memory_format == "channels_last" and x.ndim == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
 
 
 def save_state(state: dict[str, torch.Tensor], url: str) -> None:
@@ -154,8 +148,7 @@ def load_state(module: nn.Module, url: str) -> None:
 
 
 def prefetched(it: Iterable, depth: int = 2) -> Iterator:
-    """Iterate `it` on a background thread, `depth` items ahead (zarr reads and crops overlap
-    compute)."""
+    """Iterate `it` on a background thread, `depth` items ahead (zarr reads overlap compute)."""
     q: queue.Queue = queue.Queue(depth)
     done = object()
 
@@ -174,36 +167,29 @@ def prefetched(it: Iterable, depth: int = 2) -> Iterator:
         yield x
 
 
-# -- sliding-window evaluation
-# ----------------------------------------------------------------------
-
-
-def stitch_predict(logits: torch.Tensor, offsets: np.ndarray, side: int) -> torch.Tensor:
-    """Sum window logits (W, K, S, S) into the tile (averaging does not change the argmax) -> (side,
-    side)."""
-    k, s = logits.shape[1], logits.shape[-1]
-    acc = torch.zeros((k, side, side), dtype=torch.float32)
-    for w, (oy, ox) in enumerate(offsets):
-        acc[:, oy : oy + s, ox : ox + s] += logits[w].float().cpu()
-    return acc.argmax(0)
-
-
-def _tally(
-    pred: torch.Tensor,
-    label: np.ndarray,
-    run: SegRun,
-    predictions: list | None,
-    per_tile: list | None,
-) -> np.ndarray:
-    """One tile's confusion matrix (its prediction and matrix kept where asked)."""
-    t = run.tile
-    pred = pred.numpy()[:t, :t]
-    c = confusion_matrix(pred, label[:t, :t], run.num_classes)
-    if per_tile is not None:
-        per_tile.append(c)
-    if predictions is not None:
-        predictions.append(pred.astype(np.int16))
-    return c
+def _evaluate(forward, run: SegRun, device: str, tiles, predictions, per_tile) -> np.ndarray:
+    """Confusion matrix of `forward` over the tiles `tiles(offsets)` yields as (window inputs,
+    labels): window logits summed into the tile (averaging does not change the argmax); each
+    tile's prediction and matrix kept where asked (`per_tile`: the report's bootstrap)."""
+    S, t, k = run.encoder.input_size, run.tile, run.num_classes
+    side, offs = max(t, S), window_offsets(t, S)
+    cm = np.zeros((k, k), dtype=np.int64)
+    with torch.inference_mode():
+        for inputs, label in tiles(offs):
+            with autocast(device, run.encoder.precision):
+                logits = forward(inputs)
+            s = logits.shape[-1]  # the windows' side
+            acc = torch.zeros((logits.shape[1], side, side), dtype=torch.float32)
+            for w, (oy, ox) in enumerate(offs):
+                acc[:, oy : oy + s, ox : ox + s] += logits[w].float().cpu()
+            pred = acc.argmax(0).numpy()[:t, :t]
+            c = confusion_matrix(pred, label[:t, :t], k)
+            cm += c
+            if per_tile is not None:
+                per_tile.append(c)
+            if predictions is not None:
+                predictions.append(pred.astype(np.int16))
+    return cm
 
 
 def eval_feature_tiles(
@@ -215,25 +201,19 @@ def eval_feature_tiles(
     predictions: list | None = None,
     per_tile: list | None = None,
 ) -> np.ndarray:
-    """Confusion matrix of the decoder over cached windows of the tiles at cache `positions`
-    (each tile's own appended to `per_tile`, for the report's bootstrap)."""
-    S, tile, k = run.encoder.input_size, run.tile, run.num_classes
-    per = split.per
-    side = max(tile, S)
-    cm = np.zeros((k, k), dtype=np.int64)
-    offs = window_offsets(tile, S)
-    decoder.eval()
-    with torch.inference_mode():
+    """Confusion matrix of the decoder over the cached windows of the tiles at cache `positions`."""
+    S, per, side = run.encoder.input_size, split.per, max(run.tile, run.encoder.input_size)
+
+    def tiles(offs):
         for p in positions:
             arrays, labels = split.take(np.arange(int(p) * per, (int(p) + 1) * per))
-            feats = [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays]
-            with autocast(device, run.encoder.precision):
-                logits = decoder(feats, (S, S))
             tl = np.full((side, side), CUBE_IGNORE_INDEX, dtype=np.int16)
             for w, (oy, ox) in enumerate(offs):
                 tl[oy : oy + S, ox : ox + S] = labels[w]
-            cm += _tally(stitch_predict(logits, offs, side), tl, run, predictions, per_tile)
-    return cm
+            yield [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays], tl
+
+    decoder.eval()
+    return _evaluate(lambda f: decoder(f, (S, S)), run, device, tiles, predictions, per_tile)
 
 
 def eval_cube_tiles(
@@ -245,38 +225,26 @@ def eval_cube_tiles(
     chunk: int = 4,
     per_tile: list | None = None,
 ) -> np.ndarray:
-    """Confusion matrix of an end-to-end model over cube tiles (sliding windows, summed logits);
-    each tile's own appended to `per_tile`."""
-    S, tile, k = run.encoder.input_size, run.tile, run.num_classes
-    side = max(tile, S)
-    offs = window_offsets(tile, S)
-    cm = np.zeros((k, k), dtype=np.int64)
-    model.eval()
-    with torch.inference_mode():
+    """Confusion matrix of an end-to-end model over cube tiles (read `chunk` at a time)."""
+    S = run.encoder.input_size
+
+    def tiles(offs):
         for c0 in range(0, samples.size, chunk):
             image, label = read_dense(run.cube_url, samples[c0 : c0 + chunk])
             x, lab = pad_to(run.inputs.apply(image), label, S)
             for j in range(x.shape[0]):
-                wins = _fmt(
-                    torch.stack([x[j, :, oy : oy + S, ox : ox + S] for oy, ox in offs]).to(device),
-                    run,
-                )
-                with autocast(device, run.encoder.precision):
-                    logits = model(wins)
-                cm += _tally(stitch_predict(logits, offs, side), lab[j], run, predictions, per_tile)
-    return cm
+                wins = torch.stack([x[j, :, oy : oy + S, ox : ox + S] for oy, ox in offs])
+                yield _fmt(wins.to(device), run), lab[j]
 
-
-# -- one run's training state
-# -----------------------------------------------------------------------
+    model.eval()
+    return _evaluate(model, run, device, tiles, predictions, per_tile)
 
 
 class Trainer:
     """One run's optimiser, schedule, curve and random state, advanced an epoch at a time.
 
     The global torch RNG (dropout) is swapped in and out around each epoch, so runs stepped in turn
-    in one process draw exactly the numbers they would alone.
-    """
+    in one process draw exactly the numbers they would alone."""
 
     def __init__(
         self,
@@ -307,8 +275,7 @@ class Trainer:
         self.unlabelled_steps = 0
         self.rng_state = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
-        # where a run's time goes (seconds summed over epochs): the benchmark's budget against FLOP
-        # bounds
+        # where a run's time goes (seconds over epochs): the benchmark's budget against FLOP bounds
         self.phases = dict.fromkeys(
             ("batches_s", "forward_s", "backward_s", "optimizer_s", "validate_s"), 0.0
         ) | {"validations": 0}
@@ -401,9 +368,14 @@ class Trainer:
             publish(run | epoch | event | {"t": time.time()})
 
 
-def _pairs(chosen: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """BatchNorm needs two values per channel: a batch of one sample takes it twice (two crops)."""
-    return np.repeat(chosen, 2) if chosen.size == 1 else chosen
+def _draws(rng: np.random.Generator, pool: np.ndarray, bs: int):
+    """One epoch's batches of `pool` in the run's seeded order: drop_last as the reference, at
+    least one batch; a batch of one sample takes it twice (BatchNorm needs two values per
+    channel)."""
+    order = rng.permutation(pool)
+    for b in range(max(1, pool.size // bs)):
+        chosen = order[b * bs : (b + 1) * bs] if pool.size >= bs else order
+        yield np.repeat(chosen, 2) if chosen.size == 1 else chosen
 
 
 def frozen_trainer(
@@ -413,34 +385,21 @@ def frozen_trainer(
     val: FeatureSplit,
     train_sample_of_pos: np.ndarray,
 ) -> Trainer:
-    """A decoder on cached features: epoch e reads crop e mod K of each training sample, in the
-    run's own seeded batch order."""
+    """A decoder on cached features: epoch e reads crop e mod K of each training sample."""
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
-    S, bs = run.encoder.input_size, run.recipe.batch_size
-    K = train.per
+    S, bs, K = run.encoder.input_size, run.recipe.batch_size, train.per
     pos = np.searchsorted(train_sample_of_pos, np.asarray(run.train_samples))
-    n = pos.size
-    iters = max(1, n // bs)  # drop_last, as the reference; at least one step
-    val_pos = np.arange(int(val.attrs["n_items"]) // val.per)
-    if run.recipe.max_val_samples:
-        val_pos = val_pos[: run.recipe.max_val_samples]
+    val_pos = np.arange(int(val.attrs["n_items"]) // val.per)[: run.recipe.max_val_samples]
 
     def batches(epoch):
-        order = rng.permutation(pos)
-        for b in range(iters):
-            chosen = _pairs(order[b * bs : (b + 1) * bs] if n >= bs else order, rng)
-            crop = (
-                np.where(np.arange(chosen.size) % 2 == 1, (epoch + 1) % K, epoch % K)
-                if n == 1
-                else epoch % K
-            )
-            items = np.sort(chosen * K + crop)
-            arrays, labels = train.take(items)
-            yield (
-                [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays],
-                torch.from_numpy(labels),
-            )
+        for chosen in _draws(rng, pos, bs):
+            crop = epoch % K
+            if pos.size == 1:  # the sample's two copies: two crops
+                crop = np.where(np.arange(chosen.size) % 2 == 1, (epoch + 1) % K, crop)
+            arrays, labels = train.take(np.sort(chosen * K + crop))
+            feats = [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays]
+            yield feats, torch.from_numpy(labels)
 
     return Trainer(
         run,
@@ -449,7 +408,7 @@ def frozen_trainer(
         batches,
         lambda feats: module(feats, (S, S)),
         lambda: eval_feature_tiles(module, run, val, val_pos, device),
-        iters,
+        max(1, pos.size // bs),
     )
 
 
@@ -460,17 +419,12 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
     rng = np.random.default_rng(run.seed)
     S, bs = run.encoder.input_size, run.recipe.batch_size
     train_idx = np.asarray(run.train_samples)
-    n = train_idx.size
-    iters = max(1, n // bs)
-    val_idx = np.asarray(run.val_samples)
-    if run.recipe.max_val_samples:
-        val_idx = val_idx[: run.recipe.max_val_samples]
+    val_idx = np.asarray(run.val_samples)[: run.recipe.max_val_samples]
     side = max(run.tile, S)
 
-    def epoch_batches(epoch):
-        order = rng.permutation(train_idx)
-        for b in range(iters):
-            chosen = _pairs(np.sort(order[b * bs : (b + 1) * bs] if n >= bs else order), rng)
+    def crops():
+        for chosen in _draws(rng, train_idx, bs):
+            chosen = np.sort(chosen)
             image, label = read_dense(run.cube_url, chosen)
             x, lab = pad_to(run.inputs.apply(image), label, S)
             ys, xs = rng.integers(0, side - S + 1, size=(2, chosen.size))
@@ -482,18 +436,14 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
             )
             yield xb, lb
 
-    def batches(epoch):
-        for xb, lb in prefetched(epoch_batches(epoch)):
-            yield _fmt(xb.to(device), run), lb
-
     return Trainer(
         run,
         module,
         device,
-        batches,
+        lambda epoch: ((_fmt(xb.to(device), run), lb) for xb, lb in prefetched(crops())),
         module,
         lambda: eval_cube_tiles(module, run, val_idx, device),
-        iters,
+        max(1, train_idx.size // bs),
     )
 
 

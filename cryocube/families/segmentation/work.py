@@ -1,17 +1,15 @@
 """Typed descriptions of segmentation work: what each Dask task receives (no untyped dicts).
 
 They carry whole specs (the model's catalog entry, the cube's bands) so workers need no catalog
-of their own: a lab's YAML-only model or dataset runs on any cluster.
-"""
+of their own: a lab's YAML-only model or dataset runs on any cluster."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..base import content_hash
 from ..encoders import EncoderSpec, InputMap
 from .recipe import SegmentationRecipe
 
@@ -49,8 +47,7 @@ class CacheSpec:
             **e.arithmetic(),
             "v": 2,
         }
-        h = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        return f"{e.model.id}-{e.rule}-{h}"
+        return f"{e.model.id}-{e.rule}-{content_hash(ident, 16)}"
 
     @property
     def url(self) -> str:
@@ -77,10 +74,7 @@ class CacheSpec:
             "weights": e.weights,
             "v": 1,
         }
-        return int(
-            hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8],
-            16,
-        )
+        return int(content_hash(ident, 8), 16)
 
 
 @dataclass(frozen=True)
