@@ -174,15 +174,21 @@ def _interrupt_and_check(argv: list[str], err_file, after: str, wait: float) -> 
     shows on stderr, and check what a terminal's Ctrl-C must give: exit 130 and one sentence, no
     traceback or Dask noise.
     """
+    # a terminal's foreground job: a suite started as a background job of a non-interactive shell
+    # ignores SIGINT, and an ignored signal stays ignored across exec (a handled one does not)
+    sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     with open(err_file, "w") as err:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "cryocube.cli", *argv],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env=ENV,
-            start_new_session=True,
-        )
+        try:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "cryocube.cli", *argv],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=ENV,
+                start_new_session=True,
+            )
+        finally:
+            signal.signal(signal.SIGINT, sigint)
         try:
             deadline = time.time() + 240
             while after not in err_file.read_text() and p.poll() is None and time.time() < deadline:
