@@ -221,19 +221,15 @@ def write_atomic(
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
-def _write_synced(path: str, mode: str, data: bytes) -> None:
-    """Bytes written (or appended) and fsynced, the folder created first."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, mode) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def append_text(url: str, text: str, storage_options: StorageOptions | None = None) -> None:
     """A real append (fsynced) locally; a rewrite on object stores, which cannot append."""
     if not is_remote(url):
-        _write_synced(local_path(url), "ab", text.encode("utf-8"))
+        path = local_path(url)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "ab") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
         return
     old = read_text(url, storage_options) if file_exists(url, storage_options) else ""
     write_atomic(url, old + text, storage_options)

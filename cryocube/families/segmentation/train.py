@@ -139,11 +139,9 @@ def save_state(state: dict[str, torch.Tensor], url: str) -> None:
 def load_state(module: nn.Module, url: str) -> None:
     """Strict and weights-only: a checkpoint that does not fit the model rebuilt from the run's spec
     raises instead of testing a partial model. Local files are memory-mapped, not read first."""
-    if _store.is_remote(url):
-        src = io.BytesIO(_store.read_bytes(url))
-    else:
-        src = _store.local_path(url)
-    state = torch.load(src, map_location="cpu", weights_only=True, mmap=not _store.is_remote(url))
+    remote = _store.is_remote(url)
+    src = io.BytesIO(_store.read_bytes(url)) if remote else _store.local_path(url)
+    state = torch.load(src, map_location="cpu", weights_only=True, mmap=not remote)
     module.load_state_dict(state, strict=True)
 
 
