@@ -1,6 +1,5 @@
-"""The uncertainty tables (docs/statistics.md): cells with bootstrap intervals over test scenes,
-across-dataset IQM and mean, probability of improvement, paired comparisons. `stats` computes; this
-module reads the runs' per-tile files and lays the figures out."""
+"""The uncertainty tables (docs/statistics.md), from the runs' per-tile files (`stats` computes):
+cell intervals, across-dataset IQM and mean, probability of improvement, paired comparisons."""
 
 from __future__ import annotations
 
@@ -30,27 +29,18 @@ NOTE_RANK = (
 )
 
 
-def tiles_url(run: Run) -> list[str]:
-    """Where a run's per_tile.npz may be: where its record says, else beside the record (moved)."""
+def load_tiles(run: Run) -> stats.TileData | None:
+    """The run's per-tile data, where its record says, else beside it (moved); None: old record."""
     pt = run.record.get("per_tile")
     if not isinstance(pt, dict):
-        return []
+        return None
     cands = [str(pt["url"])] if pt.get("url") else []
     base = run.source.rsplit(":", 1)[0].rsplit("/", 1)[0]
     cands.append(store.join(base, "runs", run.run_id, str(pt.get("file") or "per_tile.npz")))
-    return cands
-
-
-def load_tiles(run: Run) -> stats.TileData | None:
-    """The run's per-tile confusion matrices; None for a record from before they were kept."""
-    cands = tiles_url(run)
-    if not cands:
-        return None
-    sha = (run.record.get("per_tile") or {}).get("sha256")
     for url in cands:
         if store.file_exists(url):
             try:
-                return stats.read_tiles(store.read_bytes(url), url, sha)
+                return stats.read_tiles(store.read_bytes(url), url, pt.get("sha256"))
             except (ValueError, KeyError, OSError) as e:
                 raise ReportError(f"{url}: per-tile file of run {run.run_id} unreadable ({e})")
     warnings.warn(
@@ -77,41 +67,28 @@ def board_intervals(
 ) -> BoardIntervals:
     """The intervals of one leaderboard's cells from the runs they were filled from."""
     by_key = {(r.model_name, r.dataset, r.model, r.seed): r for r in runs}
-    cache: dict[str, stats.TileData | None] = {}
+    cache: dict[str, stats.TileData | None] = {}  # run id -> its tiles, each file read once
     cells: dict[tuple[str, str], stats.CellInterval] = {}
     for d in lb.datasets:
         per_model = {}
         for row in lb.rows:
-            c = row.cells.get(d)
-            if c is None:
+            if (c := row.cells.get(d)) is None:
                 continue
-            ids = c.model_ids or ("",)
-            got = []
+            got = per_model[row.name] = []
             for s, v in zip(c.seeds, c.values):
-                r = next(
-                    (by_key[(row.name, d, m, s)] for m in ids if (row.name, d, m, s) in by_key),
-                    None,
-                )
+                keys = [(row.name, d, m, s) for m in c.model_ids]
+                r = next((by_key[k] for k in keys if k in by_key), None)
                 if r is not None and r.run_id not in cache:
                     cache[r.run_id] = load_tiles(r)
                 got.append((v, cache.get(r.run_id) if r is not None else None))
-            per_model[row.name] = got
-        for m, ci in stats.dataset_intervals(
-            d, per_model, draws=draws, seed=seed, board=lb.key
-        ).items():
-            cells[(m, d)] = ci
+        found = stats.dataset_intervals(d, per_model, draws=draws, seed=seed, board=lb.key)
+        cells.update({(m, d): ci for m, ci in found.items()})
     scores = {
         row.name: {d: list(c.values) for d, c in row.cells.items()} for row in lb.rows if row.cells
     }
     aggs = stats.aggregates(scores, draws=draws, seed=seed, board=lb.key)
     poi = stats.improvement_matrix(scores, draws=draws, seed=seed, board=lb.key)
     return BoardIntervals(lb, cells, aggs, poi, scores)
-
-
-def _range(r: tuple[int, int] | None) -> str:
-    if r is None:
-        return MISSING
-    return str(r[0]) if r[0] == r[1] else f"{r[0]}–{r[1]}"
 
 
 # what `_ranked` fills: best and worst rank (CSV/JSON only), their range, the ties
@@ -124,7 +101,8 @@ def _rank_columns(title: str = "Rank interval") -> list[Column]:
 
 def _ranked(rk: tuple[int, int] | None, ties: tuple[str, ...]) -> list:
     """The bootstrap rank interval and the models tied with it, as `_rank_columns` hold them."""
-    return [*(rk or (None, None)), _range(rk), ", ".join(ties) or None]
+    text = MISSING if rk is None else str(rk[0]) if rk[0] == rk[1] else f"{rk[0]}–{rk[1]}"
+    return [*(rk or (None, None)), text, ", ".join(ties) or None]
 
 
 def cells_table(bi: BoardIntervals) -> Table:

@@ -1,9 +1,5 @@
-"""Sampling intervals for the report: a cluster bootstrap of each segmentation cell's test split,
-and rliable's across-dataset IQM, mean and probability of improvement (docs/statistics.md says what
-each covers). Vectorised over the draws (a draw is a row of counts, a sum one matrix product), so a
-192-run report with 2,000 draws takes seconds; every generator is seeded by the report's seed and
-the cell's name, so the same records give the same report whatever order they are read in.
-"""
+"""Vectorised, seeded intervals: a cluster bootstrap of each cell's test split, and rliable's IQM,
+mean and probability of improvement across datasets (docs/statistics.md: what each covers)."""
 
 from __future__ import annotations
 
@@ -34,15 +30,13 @@ def rng_for(*names: object, seed: int = SEED) -> np.random.Generator:
 def percentile_interval(draws: np.ndarray, level: float = LEVEL, axis: int = 0):
     """The percentile interval of bootstrap draws (rliable's default method)."""
     a = (1 - level) / 2 * 100
-    lo, hi = np.nanpercentile(draws, [a, 100 - a], axis=axis)
-    return lo, hi
+    return np.nanpercentile(draws, [a, 100 - a], axis=axis)
 
 
 def expanded_level(clusters: int, level: float = LEVEL) -> float:
-    """The level whose percentile interval is Hesterberg's (2015) expanded percentile interval for
-    `clusters` resampled units: the tails moved out by sqrt(n/(n-1)) t_(n-1) instead of z, which
-    makes up for the bootstrap's n-1 over n variance and the t spread of few units (without it a
-    nominal 95 % covered 91-93 % at 20 scenes; docs/statistics.md)."""
+    """The level giving Hesterberg's (2015) expanded percentile interval for `clusters` units: tails
+    at sqrt(n/(n-1)) t_(n-1), not z, for the bootstrap's n-1 over n variance and few units' t
+    spread (without it a nominal 95 % covered 91-93 % at 20 scenes; docs/statistics.md)."""
     from scipy import stats as sps
 
     if clusters < 2:
@@ -69,27 +63,13 @@ def miou(cms: np.ndarray) -> np.ndarray:
         return np.where(n > 0, 100 * iou.sum(-1) / n, np.nan)
 
 
-def cluster_counts(rng: np.random.Generator, clusters: int, draws: int) -> np.ndarray:
-    """(draws, clusters) bootstrap counts: each draw picks `clusters` clusters with replacement."""
-    return rng.multinomial(clusters, np.full(clusters, 1.0 / clusters), size=draws).astype(
-        np.float64
-    )
-
-
-def cluster_sums(cms: np.ndarray, cluster: np.ndarray, clusters: int) -> np.ndarray:
-    """Per-cluster sums (clusters, K, K) of per-tile confusion matrices (tiles, K, K)."""
-    out = np.zeros((clusters,) + cms.shape[1:], dtype=np.float64)
-    np.add.at(out, cluster, cms)
-    return out
-
-
-def boot_miou(counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
-    """mIoU of every draw: counts (draws, clusters) x sums (..., clusters, K, K) -> (draws, ...)."""
-    lead = sums.shape[:-3]
-    c, k = sums.shape[-3], sums.shape[-1]
-    flat = np.moveaxis(sums.reshape(-1, c, k * k), 1, 0).reshape(c, -1)
-    drawn = (counts @ flat).reshape((counts.shape[0],) + lead + (k, k))
-    return miou(drawn)
+def boot_miou(counts: np.ndarray, cms: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+    """mIoU (draws, seeds) of per-tile confusion (seeds, tiles, K, K) drawn by cluster counts."""
+    (seeds, _, k, _), c = cms.shape, counts.shape[1]
+    sums = np.zeros((seeds, c, k * k))
+    np.add.at(sums, (slice(None), cluster), cms.reshape(seeds, -1, k * k))
+    drawn = counts @ np.moveaxis(sums, 1, 0).reshape(c, -1)
+    return miou(drawn.reshape(counts.shape[0], seeds, k, k))
 
 
 @dataclass(frozen=True)
@@ -135,10 +115,6 @@ class CellInterval:
     group: str = ""  # the test split's digest: paired only within one
 
 
-def _split_key(t: TileData) -> str:
-    return hashlib.sha256(np.ascontiguousarray(t.sample).tobytes()).hexdigest()[:12]
-
-
 def dataset_intervals(
     dataset: str,
     cells: Mapping[str, Sequence[tuple[float, TileData | None]]],
@@ -160,22 +136,25 @@ def dataset_intervals(
         if any(t is None for t in tiles):
             c.note = NO_TILES
             continue
-        keys = {_split_key(t) for t in tiles}
+        # the test split's digest: a cell's seeds must share one
+        keys = {hashlib.sha256(np.ascontiguousarray(t.sample).tobytes()).hexdigest() for t in tiles}
         if len(keys) > 1:
             c.note = "seeds tested on different tiles: no interval"
             continue
-        c.group = keys.pop()
+        c.group = keys.pop()[:12]
         groups.setdefault(c.group, []).append(m)
     for key, models in groups.items():
         first = cells[models[0]][0][1]
         scenes, cluster = np.unique(first.source, return_inverse=True)
         n_tiles, n_scenes = first.sample.size, scenes.size
         unit = "tile" if n_scenes == n_tiles else "scene"
-        counts = cluster_counts(rng_for(board, dataset, key, seed=seed), n_scenes, draws)
+        # each draw picks n_scenes scenes with replacement: (draws, scenes) counts
+        rng = rng_for(board, dataset, key, seed=seed)
+        counts = rng.multinomial(n_scenes, np.full(n_scenes, 1 / n_scenes), size=draws)
         for m in models:
             c = out[m]
-            sums = np.stack([cluster_sums(t.confusion, cluster, n_scenes) for _, t in cells[m]])
-            d = np.nanmean(boot_miou(counts, sums), axis=1)
+            cms = np.stack([t.confusion for _, t in cells[m]])
+            d = np.nanmean(boot_miou(counts, cms, cluster), axis=1)
             c.draws = d
             c.lo, c.hi = (float(x) for x in cluster_interval(d, n_scenes))
             c.tiles, c.scenes, c.unit = int(n_tiles), int(n_scenes), unit
@@ -185,23 +164,17 @@ def dataset_intervals(
     return out
 
 
-def rank_intervals(draws: Sequence[np.ndarray]) -> list[tuple[int, int]]:
-    """Each model's 2.5-97.5 % rank over the draws (one (draws,) array per model, same draws)."""
-    mat = np.stack(draws, axis=1)  # (draws, models)
-    ranks = 1 + (mat[:, None, :] > mat[:, :, None]).sum(-1)
-    lo = np.percentile(ranks, 2.5, axis=0, method="lower")
-    hi = np.percentile(ranks, 97.5, axis=0, method="higher")
-    return [(int(a), int(b)) for a, b in zip(lo, hi)]
-
-
 def rank_and_ties(cells: dict, interval) -> None:
-    """Each cell's rank interval over the draws they share (a lone cell: 1); its ties: the cells
+    """Each cell's 2.5-97.5 % rank over the draws they share (a lone cell: 1); its ties: the cells
     whose `interval(cell)` (lo, hi) overlaps its own."""
-    ranks = rank_intervals([c.draws for c in cells.values()]) if len(cells) > 1 else [(1, 1)]
+    mat = np.stack([c.draws for c in cells.values()], axis=1)  # (draws, cells)
+    ranks = 1 + (mat[:, None, :] > mat[:, :, None]).sum(-1)
+    best = np.percentile(ranks, 2.5, axis=0, method="lower")
+    worst = np.percentile(ranks, 97.5, axis=0, method="higher")
     spans = {m: interval(c) for m, c in cells.items()}
-    for (m, c), rank in zip(cells.items(), ranks):
+    for (m, c), b, w in zip(cells.items(), best, worst):
         lo, hi = spans[m]
-        c.rank = rank
+        c.rank = (int(b), int(w))
         c.ties = tuple(
             o
             for o, (o_lo, o_hi) in spans.items()
@@ -227,18 +200,6 @@ def trimmed_mean(a: np.ndarray, axis: int = -1, cut: float = 0.25) -> np.ndarray
     return np.take(a, np.arange(k, n - k), axis=axis).mean(axis=axis)
 
 
-def iqm(scores: Sequence[np.ndarray]) -> float:
-    """rliable's aggregate_iqm of the (dataset, seed) scores: the 25 % trimmed mean of them all."""
-    return float(trimmed_mean(np.concatenate([np.ravel(s) for s in scores])))
-
-
-def stratified_draws(
-    rng: np.random.Generator, scores: Sequence[np.ndarray], draws: int
-) -> np.ndarray:
-    """(draws, runs) resampled scores: each dataset's seeds drawn with replacement from its own."""
-    return np.concatenate([_resample(rng, s, draws) for s in scores], axis=1)
-
-
 def _resample(rng: np.random.Generator, s, draws: int) -> np.ndarray:
     """(draws, n) draws with replacement of the n scores `s`."""
     s = np.asarray(s, dtype=float)
@@ -246,17 +207,9 @@ def _resample(rng: np.random.Generator, s, draws: int) -> np.ndarray:
 
 
 def improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """P(X > Y) + 0.5 P(X = Y) over all seed pairs (Mann-Whitney U / (n m)), over the last two
-    axes' pairs: x (..., n), y (..., m) -> (...)."""
-    x, y = x[..., :, None], y[..., None, :]
+    """P(X > Y) + 0.5 P(X = Y) over all seed pairs (Mann-Whitney U / (n m)) of the last axes."""
+    x, y = np.asarray(x, float)[..., :, None], np.asarray(y, float)[..., None, :]
     return ((x > y) + 0.5 * (x == y)).mean(axis=(-2, -1))
-
-
-def probability_of_improvement(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray]) -> float:
-    """rliable's probability_of_improvement: the mean over datasets of each dataset's P(X > Y)."""
-    return float(
-        np.mean([improvement(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(xs, ys)])
-    )
 
 
 @dataclass
@@ -284,13 +237,14 @@ def aggregates(
     seed: int = SEED,
     board: str = "",
 ) -> dict[str, Aggregate]:
-    """{model: {dataset: seed scores}} -> IQM and mean with stratified bootstrap intervals, and the
-    IQM's rank interval (models ranked on the datasets they have)."""
+    """{model: {dataset: seed scores}} -> IQM (rliable's aggregate_iqm) and mean with stratified
+    bootstrap intervals (seeds resampled within each dataset), and the IQM's rank interval."""
     out = {}
     for m, per in scores.items():
         ds = sorted(per)
         arrs = [np.asarray(per[d], dtype=float) for d in ds]
-        res = stratified_draws(rng_for(board, "aggregate", m, seed=seed), arrs, draws)
+        rng = rng_for(board, "aggregate", m, seed=seed)
+        res = np.concatenate([_resample(rng, a, draws) for a in arrs], axis=1)
         iq, mn = trimmed_mean(res, axis=1), res.mean(axis=1)
         flat = np.concatenate(arrs)
         (il, ih), (ml, mh) = percentile_interval(iq), percentile_interval(mn)
@@ -298,7 +252,7 @@ def aggregates(
             il = ih = ml = mh = None
         f = lambda v: None if v is None else float(v)  # noqa: E731
         out[m] = Aggregate(
-            m, len(ds), int(flat.size), iqm(arrs), f(il), f(ih),
+            m, len(ds), int(flat.size), float(trimmed_mean(flat)), f(il), f(ih),
             float(flat.mean()), f(ml), f(mh), draws=iq,
         )  # fmt: skip
     rank_and_ties(out, lambda a: (a.iqm_lo, a.iqm_hi))
@@ -325,9 +279,8 @@ def improvement_matrix(
             bx = _resample(rng, scores[x][d], draws)
             boot += improvement(bx, _resample(rng, scores[y][d], draws))
         lo, hi = percentile_interval(boot / len(common))
-        point = probability_of_improvement(
-            [scores[x][d] for d in common], [scores[y][d] for d in common]
-        )
+        # rliable's probability_of_improvement: the mean over datasets of each one's P(X > Y)
+        point = float(np.mean([improvement(scores[x][d], scores[y][d]) for d in common]))
         out[(x, y)] = (point, float(lo), float(hi), len(common))
     return out
 
