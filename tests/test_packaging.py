@@ -60,6 +60,7 @@ def test_wheel_carries_the_data(wheel):
         "cryocube/catalogs/benchmarks/cryobench.yaml",
         "cryocube/k8s/daskcluster.yaml",
         "cryocube/report/data/cryobench-published.csv",
+        "cryocube/report/data/report.css",
     ):
         assert f in names
 

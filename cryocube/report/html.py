@@ -1,8 +1,5 @@
-"""One self-contained HTML file: tables, figures embedded as data: URIs, run metadata.
-
-Nothing is linked from outside the file (no CDN, no external CSS or images), so the report can be
-mailed, archived next to the results, or opened offline.
-"""
+"""One self-contained HTML file (tables, figures as data: URIs, run metadata): nothing linked from
+outside, so it can be mailed, archived beside the results or opened offline."""
 
 from __future__ import annotations
 
@@ -14,26 +11,8 @@ from pathlib import Path
 
 from .tables import Table, to_html
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
-max-width:1400px;padding:0 1rem;color:#1b1b1b;line-height:1.4}
-h1{font-size:1.6rem}
-h2{font-size:1.3rem;border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.2rem}
-h3{font-size:1.05rem;margin-top:1.6rem}
-table.report{border-collapse:collapse;margin:.8rem 0;font-size:.82rem;
-font-variant-numeric:tabular-nums}
-table.report caption{text-align:left;font-weight:600;padding:.3rem 0}
-table.report th,table.report td{border-bottom:1px solid #ddd;padding:.25rem .5rem}
-table.report th{background:#f2f4f7;position:sticky;top:0}
-td.num,th.num{text-align:right}td{white-space:nowrap}td.txt,th.txt{text-align:left}td.missing{color:#999}
-tbody tr:hover{background:#fafafa}
-.scroll{overflow-x:auto}ul.notes{font-size:.78rem;color:#555;margin-top:.2rem}
-figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
-figcaption{font-size:.8rem;color:#555}
-dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;font-size:.85rem}
-dl.meta dt{font-weight:600}dl.meta dd{margin:0;word-break:break-all}
-nav ul{columns:2;font-size:.9rem}
-"""
+# the page's only style sheet, inlined into it
+CSS = (Path(__file__).resolve().parent / "data" / "report.css").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -84,8 +63,7 @@ def render(title: str, sections: list[Section], metadata: dict[str, str]) -> str
         out.append(f'<h{s.level} id="{s.anchor}">{e(s.title)}</h{s.level}>')
         if s.text:
             out.append(f"<p>{e(s.text)}</p>")
-        for t in s.tables:
-            out.append(f'<div class="scroll">{to_html(t)}</div>')
+        out += [f'<div class="scroll">{to_html(t)}</div>' for t in s.tables]
         for f in s.figures:
             out.append(
                 f'<figure><img src="{data_uri(f.path)}" alt="{e(f.caption)}">'
