@@ -1,9 +1,5 @@
-"""The report's parts, below the families that write their sections with them: the records reader,
-leaderboards and ranks, statistics and intervals, tables, figures, the HTML writer, the board and
-the paper's published table. The pages that assemble them are `cryocube.pages`.
-
-Names are imported on first use, so `cryocube --help` does not pay for matplotlib.
-"""
+"""The report's parts, below the families that write their sections with them (the pages that
+assemble them: `cryocube.pages`); names load on first use (`--help` skips matplotlib)."""
 
 from ..plugins import lazy_exports
 

@@ -1,12 +1,5 @@
-"""A board laid out from the cells runs contribute, for any family that writes them and draws no
-board of its own.
-
-A cell is one figure of a run on a split: {task, metric, unit, split, samples (a hash of the sample
-ids), n, value, ci_low, ci_high[, class]}. A column is one (task, metric); its cells must share
-unit, split and samples, so a column compares like with like, and a cell over other samples is
-refused in one sentence. A board is one cube's (its checksum) on one split (`Cube`): two cubes of a
-dataset are two boards, each headed with its cube's name.
-"""
+"""A board laid out from the cells runs contribute, for any family that draws none of its own; a
+column compares like with like, a board is one cube on one split (docs/report.md)."""
 
 from __future__ import annotations
 
@@ -59,8 +52,7 @@ def cells_table(runs: list[Run], name: str, title: str) -> Table:
 
 @dataclass(frozen=True)
 class Cube:
-    """One board's runs: a dataset's cube (checksum) on one split (digest); `slug` names its
-    tables, `name` (the cube's file name) heads them."""
+    """A dataset's cube (checksum) and split (digest): tables named by `slug`, headed by `name`."""
 
     dataset: str
     checksum: str
@@ -75,11 +67,10 @@ class Cube:
 
 def cube_key(r: Run) -> tuple[str, str, str]:
     """(dataset, cube checksum, board split digest) of a run ("" where an old record lacks one)."""
-    cube = r.record.get("cube") or {}
     split = r.record.get("board_split") or r.record.get("split")
     return (
         r.dataset,
-        str(cube.get("checksum") or "") if isinstance(cube, dict) else "",
+        str(r.cube.get("checksum") or ""),
         str(split.get("digest") or "") if isinstance(split, dict) else "",
     )
 
@@ -93,8 +84,7 @@ def cubes(runs: list[Run]) -> list[Cube]:
     out = []
     for key, r in first.items():
         d, checksum, split = key
-        cube = r.record.get("cube")
-        url = str(cube.get("url") or "") if isinstance(cube, dict) else ""
+        url = str(r.cube.get("url") or "")
         name = url.rstrip("/").rsplit("/", 1)[-1] or d
         mates = [k for k in first if k[0] == d]
         slug = d

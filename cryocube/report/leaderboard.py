@@ -1,7 +1,5 @@
-"""Leaderboards: per-dataset cells over seeds, averages, competition ranks ("1224", compared at the
-displayed precision) and their robustness over seeds (NeuCo-Bench's stability Q, rank intervals);
-every rendered table states these conventions in its notes (pages/analysis.py).
-"""
+"""Leaderboards: cells over seeds, averages, competition ranks ("1224", at the displayed precision)
+and their robustness over seeds (stability Q, rank intervals); the tables' notes say so."""
 
 from __future__ import annotations
 
@@ -103,10 +101,6 @@ class Leaderboard:
         c = r.cells.get(dataset) if r else None
         return c.mean if c else None
 
-    def complete(self, row: Row) -> bool:
-        """Averaged over every dataset: only such rows get best/second marks in average columns."""
-        return row.n_avg == len(self.datasets)
-
     @property
     def model_names(self) -> list[str]:
         """Display names in the board's row order."""
@@ -119,9 +113,8 @@ def _rank_rows(
     """Per-dataset competition ranks and the mean rank over the datasets each row has."""
     ranks: dict[str, dict[str, int]] = {m: {} for m in rows}
     for d in datasets:
-        for m, k in competition_ranks(
-            {m: v[d] for m, v in rows.items() if d in v}, decimals=decimals
-        ).items():
+        col = competition_ranks({m: v[d] for m, v in rows.items() if d in v}, decimals=decimals)
+        for m, k in col.items():
             ranks[m][d] = k
     return ranks, {m: statistics.fmean(rk.values()) for m, rk in ranks.items() if rk}
 

@@ -1,10 +1,5 @@
-"""Display names and display order of models, datasets and protocols, read from the catalogs.
-
-Our runs are keyed by catalog ids ("ssl4eo_moco"); the paper's table by display names ("S12-MoCo").
-Orders come from the benchmark catalog (its datasets list and its model rows), names from the model
-and dataset catalogs (`display_name`, `short_name`), protocol titles from catalogs/protocols.yaml.
-Anything the catalogs do not know sorts after, by name.
-"""
+"""Display names and order of models, datasets and protocols, from the catalogs (runs are keyed by
+catalog id, the paper's table by display name); anything they lack sorts after, by name."""
 
 from __future__ import annotations
 
@@ -13,11 +8,6 @@ from functools import lru_cache
 from ..catalog import CatalogError, dataset_ids, load_benchmark, load_dataset, load_yaml, protocols
 
 BENCHMARK = "cryobench"  # the benchmark whose orders the report follows
-
-
-@lru_cache(maxsize=None)
-def _benchmark():
-    return load_benchmark(BENCHMARK)
 
 
 @lru_cache(maxsize=None)
@@ -44,10 +34,8 @@ def dataset_display_name(dataset_id: str) -> str:
 
 def dataset_id_from_name(name: str) -> str:
     """Inverse of dataset_display_name for published tables whose headers are display names."""
-    for k, v in _short_names().items():
-        if v.lower() == name.strip().lower():
-            return k
-    return name.strip().lower()
+    want = name.strip().lower()
+    return next((k for k, v in _short_names().items() if v.lower() == want), want)
 
 
 def protocol_title(protocol: str) -> str:
@@ -56,20 +44,15 @@ def protocol_title(protocol: str) -> str:
     return p.title if p else protocol
 
 
-@lru_cache(maxsize=None)
-def _model_order() -> tuple[str, ...]:
-    return tuple(_benchmark().model_order())
-
-
 def model_sort_key(name: str) -> tuple[int, str]:
     """Sorts display names in the benchmark catalog's row order; names it lacks follow, by name."""
-    order = _model_order()
+    order = load_benchmark(BENCHMARK).model_order()
     return (order.index(name), "") if name in order else (len(order), name.lower())
 
 
 def dataset_sort_key(dataset_id: str) -> tuple[int, str]:
     """Sorts dataset ids (any case) in the benchmark's dataset order; others follow, by name."""
-    d, order = dataset_id.lower(), _benchmark().datasets
+    d, order = dataset_id.lower(), load_benchmark(BENCHMARK).datasets
     return (order.index(d), "") if d in order else (len(order), d)
 
 

@@ -1,8 +1,5 @@
-"""The report's figures, each written as PNG and SVG; every function returns the paths it wrote.
-
-`matplotlib.figure.Figure`, not pyplot: no global backend or figure registry, so the report leaves
-a notebook's plotting state alone.
-"""
+"""The report's figures, as PNG and SVG (the paths returned); `Figure`, not pyplot, so a
+notebook's plotting state is left alone."""
 
 from __future__ import annotations
 
@@ -197,8 +194,7 @@ def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[P
 def interval_estimates(
     rows: Sequence[tuple[str, float, float, float, float, float, float]], stem: Path, title: str
 ) -> list[Path]:
-    """rliable's interval plot: panels IQM and mean, a bar per model over its 95 % interval and a
-    tick at the point. rows: (model, IQM, lo, hi, mean, lo, hi)."""
+    """rliable's interval plot, IQM and mean panels; rows: (model, IQM, lo, hi, mean, lo, hi)."""
     n = len(rows)
     fig = Figure(figsize=(8, 0.45 * n + 1.4), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)

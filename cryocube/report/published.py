@@ -1,10 +1,5 @@
-"""Published leaderboards: the Cryo-Bench paper's table, imported tables, and their consistency.
-
-The bundled CSV is the frozen-encoder, 100 %-label, UPerNet mIoU table of the Cryo-Bench README
-(snapshot 41b6115, arXiv 2603.01576), with the published averages and average ranks. An imported
-table is rendered through the same leaderboard code; averages and ranks are recomputed from its
-per-dataset numbers and any difference from the printed ones is reported, never copied.
-"""
+"""Published leaderboards: the Cryo-Bench paper's table (README snapshot 41b6115, arXiv
+2603.01576), imported tables, and their averages and ranks recomputed, differences reported."""
 
 from __future__ import annotations
 
@@ -97,9 +92,7 @@ def check_consistency(lb: Leaderboard, *, tolerance: float | None = None) -> lis
             ("avg_mIoU", r.published_avg, r.avg),
             ("avg_rank", r.published_rank, r.avg_rank),
         ):
-            if pub is None:
-                continue
-            if rec is None or not math.isclose(pub, rec, abs_tol=tol):
+            if pub is not None and (rec is None or not math.isclose(pub, rec, abs_tol=tol)):
                 out.append(Mismatch(r.name, name, pub, rec))
     return out
 

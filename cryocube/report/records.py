@@ -1,8 +1,5 @@
-"""Reading the run records (results.jsonl, on any store) the engine writes: unknown keys ignored,
-the latest record of a repeated run kept, failed runs listed and never averaged. A pretrained
-model run without its checkpoint is a row of its own ("S12-MoCo (random init)"), as is a `cryocube
-tune` study's best retrain ("S12-MoCo (tuned)"); the study's trials stay out of the leaderboards.
-"""
+"""Reading run records (results.jsonl, any store): the latest record of a repeated run kept, failed
+runs listed, never averaged; random-init and tuned runs are rows of their own, trials unranked."""
 
 from __future__ import annotations
 
@@ -27,17 +24,33 @@ DEVIATES = " (deviates: "  # + the record's deviations in effect + ")": see docs
 TUNED = " (tuned)"
 
 
-def _own_number(name: str) -> property:
-    """A number among the family's own fields (finite, else None): cost figures the tables read."""
-    return property(lambda self: _num(self.record.get(name)), doc=f"The record's {name}, or None.")
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _dict(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _own(name: str, check) -> property:
+    """A family field of the record as the tables read it (`check`: a number, a dict, ...)."""
+    return property(lambda self: check(self.record.get(name)), doc=f"The record's {name}.")
 
 
 @dataclass(frozen=True)
 class Run:
-    """A validated record (`RunRecord`) as the report's rows read it: where it was read, the row it
-    fills (`model_name`: display name and what keeps it apart), its status (an ok record without
-    its primary metric counts as failed) and the key `dedupe` keeps one of. The record's own fields
-    (run_id, model, metrics, identity, ...) read through."""
+    """A validated `RunRecord` (its fields read through) as a report row: where it was read, its
+    row name, its status (ok without its primary metric: failed), the key `dedupe` keeps one of."""
 
     record: RunRecord = field(repr=False)
     source: str  # "file:line", for error messages and the failures table
@@ -51,9 +64,12 @@ class Run:
             raise AttributeError(name)
         return getattr(self.record, name)
 
-    gflops = _own_number("gflops")  # the catalog's published GFLOPs; a measured profile wins
-    samples_per_s = _own_number("samples_per_s")  # training throughput, for the cost table
-    peak_memory_mb = _own_number("peak_memory_mb")  # the cost table shows a model's largest
+    gflops = _own("gflops", _num)  # the catalog's published GFLOPs; a measured profile wins
+    samples_per_s = _own("samples_per_s", _num)  # training throughput, for the cost table
+    peak_memory_mb = _own("peak_memory_mb", _num)  # the cost table shows a model's largest
+    sweep = _own("sweep", _dict)  # a `cryocube tune` record's study, trial, state, best
+    # where the run computed ("cuda:0", "cpu"; "" if unrecorded): GPU and CPU hours apart
+    device = _own("device", lambda v: str(v or ""))
 
     @property
     def dataset(self) -> str:
@@ -73,15 +89,13 @@ class Run:
     @property
     def class_iou(self) -> dict[str, float]:
         """Test IoU per class name, non-numbers left out; {} for a family that scores no classes."""
-        iou = self.metrics.get("IoU")
-        iou = iou if isinstance(iou, dict) else {}
+        iou = _dict(self.metrics.get("IoU"))
         return {str(k): float(v) for k, v in iou.items() if _num(v) is not None}
 
     @property
     def params(self) -> tuple[int | None, int | None]:
         """(encoder, decoder) parameter counts, each None where the record lacks it."""
-        p = self.record.get("params")
-        p = p if isinstance(p, dict) else {}
+        p = _dict(self.record.get("params"))
         return tuple(
             None if (n := _num(p.get(k))) is None else int(n) for k in ("encoder", "decoder")
         )
@@ -89,13 +103,7 @@ class Run:
     @property
     def total_s(self) -> float | None:
         """The run's own seconds (fit and scoring), summed into the cost table's device hours."""
-        t = self.record.get("timings")
-        return _num(t.get("total_s")) if isinstance(t, dict) else None
-
-    @property
-    def device(self) -> str:
-        """Where the run computed ("cuda:0", "cpu"; "" if unrecorded): GPU and CPU hours apart."""
-        return str(self.record.get("device") or "")
+        return _num(_dict(self.record.get("timings")).get("total_s"))
 
     @property
     def random_init(self) -> bool:
@@ -114,12 +122,6 @@ class Run:
         return self.record.cube or {}
 
     @property
-    def sweep(self) -> dict[str, Any]:
-        """A `cryocube tune` record's fields (study, trial, state, best); {} for other runs."""
-        s = self.record.get("sweep")
-        return s if isinstance(s, dict) else {}
-
-    @property
     def is_trial(self) -> bool:
         """A study's trial (not its best retrain): read by its study's section, never ranked."""
         return bool(self.sweep) and not self.sweep.get("best")
@@ -127,13 +129,11 @@ class Run:
     @property
     def recipe(self) -> dict[str, Any]:
         """The recipe fields the run was defined by (identity's, else an older record's config)."""
-        r = self.identity.get("recipe", self.record.get("config"))
-        return r if isinstance(r, dict) else {}
+        return _dict(self.identity.get("recipe", self.record.get("config")))
 
     @property
     def recipe_digest(self) -> str:
-        """What defines the run apart from fraction, seed and protocol (equal digests: one
-        curve); an old record without identity: what it says (model, config, cube, weights)."""
+        """What defines the run apart from fraction, seed and protocol: equal digests, one curve."""
         return _digest(recipe_body(self.record))
 
 
@@ -162,20 +162,6 @@ LEADERBOARD_METRIC = "mIoU"
 # identity fields that vary along a curve, not between curves
 NOT_RECIPE = ("fraction", "seed", "protocol")
 FamilyKey = Callable[[RunRecord], tuple]
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def result_files(paths: Iterable[str | Path]) -> list[str]:
@@ -208,10 +194,7 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
 
 def recipe_body(rec: RunRecord) -> dict[str, Any]:
     """What defines a record apart from fraction, seed and protocol (identity, else old fields)."""
-    body = {k: v for k, v in rec.identity.items() if k not in NOT_RECIPE}
-    if body:
-        return body
-    return {
+    return {k: v for k, v in rec.identity.items() if k not in NOT_RECIPE} or {
         "model": rec.model,
         "config": rec.get("config"),
         "cube": (rec.cube or {}).get("checksum"),
@@ -249,14 +232,12 @@ def as_run(rec: RunRecord, where: str, family_key: FamilyKey = no_family_key) ->
         # (an embedding run's Q may be NaN by the NeuCo-Bench NaN rule: it is dropped from the
         # ranking, visibly)
         status, error = "error", error or f"record has status ok but no numeric metrics.{primary}"
-    dev = rec.get("deviations")
-    deviates = [str(x) for x in (dev.get("in_effect") if isinstance(dev, dict) else None) or []]
-    sweep = rec.get("sweep")
+    deviates = [str(x) for x in _dict(rec.get("deviations")).get("in_effect") or []]
     name = (
         model_display_name(rec.model, rec.model_name)
         + (RANDOM_INIT if _random_init(rec) else "")
         + (f"{DEVIATES}{', '.join(deviates)})" if deviates else "")
-        + (TUNED if isinstance(sweep, dict) and sweep.get("best") else "")
+        + (TUNED if _dict(rec.get("sweep")).get("best") else "")
     )
     recipe = _digest(recipe_body(rec))
     key = (rec.model, name, rec.dataset.lower(), rec.protocol, rec.fraction, rec.seed, recipe)
@@ -296,8 +277,7 @@ def _records_not_in(f: str, table: list, family_key: FamilyKey) -> list[Run]:
     if f.rstrip("/").rsplit("/", 1)[-1] != RESULTS_FILE:
         return []
     out = f.rstrip("/")[: -len(RESULTS_FILE)].rstrip("/") or "."
-    add = missing_records(out, [d for d in table if isinstance(d, dict)])
-    if add:
+    if add := missing_records(out, [d for d in table if isinstance(d, dict)]):
         warnings.warn(
             f"{f}: {len(add)} run(s) with a record in {out}/runs/ but no line in the table read"
             " from their records (the next `cryocube evaluate` into this folder re-adds them)",
@@ -311,14 +291,11 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     latest: dict[tuple, tuple[tuple, Run]] = {}
     replaced: list[Run] = []
     for order, r in enumerate(runs):
-        k = _created_key(r, order)
-        prev = latest.get(r.key)
-        if prev is None or k >= prev[0]:
-            if prev is not None:
-                replaced.append(prev[1])
-            latest[r.key] = (k, r)
-        else:
-            replaced.append(r)
+        new = (_created_key(r, order), r)
+        prev = latest.setdefault(r.key, new)
+        if prev is not new:
+            older, latest[r.key] = sorted((prev, new), key=lambda v: v[0])
+            replaced.append(older[1])
     return [v[1] for v in latest.values()], replaced
 
 
@@ -382,15 +359,8 @@ def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict
             parts = [r.model] if len(models) > 1 else []
             mates = [groups[j].recipe for j in keys if groups[j].model == r.model]
             if len(mates) > 1:
-                differ = sorted(
-                    {
-                        f
-                        for rc in mates
-                        for f in rc
-                        if len({json.dumps(m.get(f), sort_keys=True, default=str) for m in mates})
-                        > 1
-                    }
-                )
+                fields = sorted({f for rc in mates for f in rc})
+                differ = [f for f in fields if len({_digest(m.get(f)) for m in mates}) > 1]
                 parts.append(
                     ", ".join(f"{f}={r.recipe.get(f)}" for f in differ[:3])
                     or f"recipe {r.recipe_digest[:6]}"

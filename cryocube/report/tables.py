@@ -1,6 +1,5 @@
-"""A small table model and its renderers: Markdown, CSV, JSON, LaTeX and HTML. A table keeps raw
-values (CSV/JSON) and display texts ("61.47 (4/5)", "–") side by side, so every format shows the
-same numbers."""
+"""A table model (raw values for CSV/JSON beside display texts such as "61.47 (4/5)", so every
+format shows the same numbers) and its renderers: Markdown, CSV, JSON, LaTeX and HTML."""
 
 from __future__ import annotations
 
@@ -80,10 +79,7 @@ class Table:
         self.rows.append(raw)
         if not isinstance(text, list):
             own = text or {}
-            text = [
-                own[c.key] if c.key in own else fmt(v, c.decimals)
-                for v, c in zip(raw, self.columns)
-            ]
+            text = [own.get(c.key, fmt(v, c.decimals)) for v, c in zip(raw, self.columns)]
         self.texts.append(text)
 
     def col(self, key: str) -> int:
@@ -92,19 +88,14 @@ class Table:
 
     def column_values(self, key: str) -> list[Any]:
         """One column's raw values, in row order."""
-        j = self.col(key)
-        return [r[j] for r in self.rows]
-
-    def mark(self, marks: dict[int, int], key: str) -> None:
-        """Marks rows of one column: {row index: 1 best, 2 second}, as `best_two` returns them."""
-        for i, m in marks.items():
-            self.marks[(i, key)] = m
+        return [r[self.col(key)] for r in self.rows]
 
     def mark_best(self, key: str, decimals: int = 2, higher: bool = True, rows=None) -> None:
         """Marks the best and second values of one column (`rows`: only these row indexes)."""
         j = self.col(key)
         vals = {i: r[j] for i, r in enumerate(self.rows) if rows is None or i in rows}
-        self.mark(best_two(vals, higher_is_better=higher, decimals=decimals), key)
+        for i, m in best_two(vals, higher_is_better=higher, decimals=decimals).items():
+            self.marks[(i, key)] = m
 
     def shown(self) -> list[tuple[int, Column]]:
         """(index, column) of the columns display formats show; CSV and JSON write every column."""
@@ -188,22 +179,9 @@ def to_json(t: Table) -> str:
     return json.dumps(doc, indent=1) + "\n"
 
 
-_TEX = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "±": r"$\pm$",
-    "–": "--",
-    "†": r"$^\dagger$",
-    "Δ": r"$\Delta$",
-}
+_TEX = {c: "\\" + c for c in "&%$#_{}"}  # LaTeX's special characters, as LaTeX spells them
+_TEX |= {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_TEX |= {"±": r"$\pm$", "–": "--", "†": r"$^\dagger$", "Δ": r"$\Delta$"}
 
 
 def tex_escape(s: str) -> str:
