@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..catalog import load_dataset
 from ..report.leaderboard import Leaderboard
 from ..report.names import dataset_display_name as display
 from ..report.names import model_sort_key
@@ -83,7 +84,6 @@ def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[
         for r in rs:
             if r.total_s is not None:
                 hours[r.device.startswith("cuda")] += r.total_s / 3600
-        mem = [r.peak_memory_mb for r in rs if r.peak_memory_mb is not None]
         prof = (measured or {}).get(rs[0].model)
         gflops = _mean([r.gflops for r in rs])
         source = "catalog" if gflops is not None else ""
@@ -95,7 +95,7 @@ def costs(runs: Sequence[Run], measured: dict[str, dict] | None = None) -> dict[
             _median_int([r.params[1] for r in rs]),
             gflops,
             _mean([r.samples_per_s for r in rs]),
-            max(mem) if mem else None,
+            max((r.peak_memory_mb for r in rs if r.peak_memory_mb is not None), default=None),
             hours[True],
             hours[False],
             len(rs),
@@ -145,7 +145,8 @@ def leaderboard_table(
         t.add(raw, text)
     for d in lb.datasets:
         t.mark_best(d, lb.decimals)
-    complete = {i for i, r in enumerate(lb.rows) if lb.complete(r)}
+    # only rows averaged over every dataset are marked in the average columns
+    complete = {i for i, r in enumerate(lb.rows) if r.n_avg == len(lb.datasets)}
     t.mark_best("avg_mIoU", lb.decimals, rows=complete)
     t.mark_best("avg_rank", lb.decimals, higher=False, rows=complete)
     t.notes += _leaderboard_notes(lb, cost, mismatches)
@@ -327,8 +328,6 @@ def finetune_gain_table(frozen: Leaderboard, finetune: Leaderboard) -> Table:
 
 def _class_order(dataset: str, names: set[str]) -> list[str]:
     try:
-        from ..catalog import load_dataset
-
         order = [c.name for c in load_dataset(dataset).classes]
     except Exception:  # unknown dataset or catalog not readable: keep the records' own order
         order = []
@@ -375,13 +374,7 @@ def cost_table(lb: Leaderboard, cost: dict[str, Cost]) -> Table:
         " peak_memory_mb=Peak MB; gpu_hours=GPU h; cpu_hours=CPU h; n_runs=runs;"
         " precision=precision",
         text="model gflops_source precision",
-        decimals={
-            "gflops": 1,
-            "samples_per_s": 1,
-            "peak_memory_mb": 0,
-            "gpu_hours": 3,
-            "cpu_hours": 3,
-        },
+        decimals=dict(gflops=1, samples_per_s=1, peak_memory_mb=0, gpu_hours=3, cpu_hours=3),
     )
     t = Table("cost", f"{lb.title}: accuracy against cost", cols)
     for r in (r for r in lb.rows if r.name in cost):

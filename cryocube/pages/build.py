@@ -1,20 +1,5 @@
-"""`build_report`: results (and/or a published table) -> tables, figures and one HTML file.
-
-Layout of OUT:
-  report.html                      self-contained (tables, embedded PNGs, run metadata)
-  report.md                        every table in one Markdown file (when "md" is a format)
-  <group>/leaderboard.{md,csv,json,tex}, robustness.*, cost.*, per_class_iou_<dataset>.*,
-          intervals.*, across_datasets.*, improvement.*   (docs/statistics.md)
-          published_comparison.*   (group = protocol, or protocol-<pct>pct when it ran at
-                                   several fractions)
-  compare/paired_<a>_vs_<b>.*      (`--compare A,B`: paired bootstrap differences)
-  compare/fewshot_retention[_<group>].*, compare/finetune_gain.*
-  tune/studies.*, tune/importance.*, fractions/label_fraction.*
-                                   (`cryocube tune` studies; runs at several fractions)
-  published/leaderboard.*, published/consistency.*   (with `published`)
-  failures.*                       runs with status "error"
-  figures/*.png, *.svg
-"""
+"""`build_report`: results (and/or a published table) -> tables, figures and one HTML file (the
+folder's layout: docs/report.md)."""
 
 from __future__ import annotations
 
@@ -41,7 +26,6 @@ from ..report.published import (
     published_leaderboard,
 )
 from ..report.records import Results, Run, load_results
-from ..report.stats import DRAWS
 from ..report.tables import ALL_FORMATS, RENDERERS, Table, to_markdown, write_table
 from . import analysis, sweeps
 from .qualitative import find_predictions, qualitative_panels
@@ -64,12 +48,6 @@ class Report:
     printed: list[Table] = field(default_factory=list)
 
 
-def _group_key(protocol: str, fraction: float, fractions: set[float]) -> str:
-    if len(fractions) == 1:
-        return protocol
-    return f"{protocol}-{round(fraction * 100):g}pct"
-
-
 def _title(protocol: str, fraction: float) -> str:
     base, _, part = protocol.partition(":")
     t = protocol_title(base) + (
@@ -78,33 +56,17 @@ def _title(protocol: str, fraction: float) -> str:
     return t if math.isclose(fraction, 1.0) else f"{t}, {fraction * 100:g}% labels"
 
 
-def _cube_task(dataset: str) -> str:
-    """The dataset's catalog task: interferogram segmentation runs stay out of Cryo-Bench's."""
-    try:
-        return load_dataset(dataset).task
-    except (CatalogError, OSError):
-        return DEFAULT_TASK
-
-
 def group_runs(runs: Sequence[Run]) -> dict[tuple[str, float], list[Run]]:
     """Runs per (protocol, fraction) board; interferogram cubes get `<protocol>:interferograms`."""
     groups: dict[tuple[str, float], list[Run]] = defaultdict(list)
     for r in runs:
-        task = _cube_task(r.dataset)
-        groups[
-            (r.protocol if task == DEFAULT_TASK else f"{r.protocol}:interferograms", r.fraction)
-        ].append(r)
+        try:  # the dataset's catalog task: interferogram runs stay out of Cryo-Bench's boards
+            task = load_dataset(r.dataset).task
+        except (CatalogError, OSError):
+            task = DEFAULT_TASK
+        proto = r.protocol if task == DEFAULT_TASK else f"{r.protocol}:interferograms"
+        groups[(proto, r.fraction)].append(r)
     return dict(sorted(groups.items(), key=lambda kv: (protocol_sort_key(kv[0][0]), -kv[0][1])))
-
-
-def _parse_formats(formats: Iterable[str] | None) -> list[str]:
-    if formats is None:
-        return list(ALL_FORMATS)
-    fs = [f.strip().lower() for x in formats for f in str(x).split(",") if f.strip()]
-    bad = [f for f in fs if f not in ALL_FORMATS]
-    if bad:
-        raise ReportError(f"unknown format(s) {', '.join(bad)} (known: {', '.join(ALL_FORMATS)})")
-    return fs
 
 
 def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[str, str]:
@@ -135,8 +97,7 @@ def _metadata(res: Results | None, rep: Report, extra: dict[str, str]) -> dict[s
         for r in runs:
             if r.cube.get("url"):
                 cubes[str(r.cube["url"])] = str(r.cube.get("checksum", ""))
-            v = r.record.get("versions")
-            for k, x in v.items() if isinstance(v, dict) else ():
+            for k, x in (r.versions or {}).items():
                 versions[str(k)].add(str(x))
         for u, c in sorted(cubes.items()):
             meta[f"cube {u}"] = f"checksum {c}" if c else "no checksum recorded"
@@ -215,7 +176,8 @@ def _protocol_sections(
         base = proto.partition(":")[0]
         if protocols and base not in protocols:
             continue
-        key = _group_key(proto, frac, fractions[proto]).replace(":", "-")
+        key = proto if len(fractions[proto]) == 1 else f"{proto}-{round(frac * 100):g}pct"
+        key = key.replace(":", "-")
         lb = leaderboard_from_runs(
             runs, key=key, title=_title(proto, frac), protocol=base, fraction=frac
         )
@@ -330,8 +292,7 @@ def _family_sections(w: _Writer, res: Results) -> None:
     known = families.names()
     for name in known:
         families.get(name).report_sections(w, res)
-    lost = sorted(f for f, runs in res.by_family.items() if runs and f not in known)
-    if lost:
+    if lost := sorted(f for f, runs in res.by_family.items() if runs and f not in known):
         w.section(
             "Runs of families not installed here",
             text=f"{sum(len(res.by_family[f]) for f in lost)} run(s) of the famil(ies)"
@@ -359,20 +320,19 @@ def _qualitative_section(
 ) -> None:
     sec = w.section("Qualitative examples")
     for k, url in enumerate(cube_urls):
-        best: tuple[float, Run, Path] | None = None
-        for r in res.runs if res else []:
-            if str(r.cube.get("url", "")).rstrip("/") != str(url).rstrip("/"):
-                continue
-            p = find_predictions(r, res.sources)
-            if p is not None and (best is None or (r.miou or 0) > best[0]):
-                best = (r.miou or 0, r, p)
-        name = Path(str(url).rstrip("/")).stem or f"cube{k}"
+        want = str(url).rstrip("/")
+        runs = (
+            [r for r in res.runs if str(r.cube.get("url", "")).rstrip("/") == want] if res else []
+        )
+        stored = [(r, p) for r in runs if (p := find_predictions(r, res.sources)) is not None]
+        best = max(stored, key=lambda rp: rp[0].miou or 0, default=None)  # the best run's
+        name = Path(want).stem or f"cube{k}"
         title = f"{name}: test tiles" + (
-            f", prediction of {best[1].model_name} ({best[1].protocol}, seed {best[1].seed})"
+            f", prediction of {best[0].model_name} ({best[0].protocol}, seed {best[0].seed})"
             if best
             else ", no stored prediction"
         )
-        pred, stem = str(best[2]) if best else None, w.stem(f"qualitative_{k}_{name}")
+        pred, stem = str(best[1]) if best else None, w.stem(f"qualitative_{k}_{name}")
         w.figure(sec, qualitative_panels(str(url), pred, samples, stem, title=title), title)
 
 
@@ -390,10 +350,12 @@ def build_report(
     compare: Sequence[tuple[str, str]] = (),
     draws: int | None = None,
 ) -> Report:
-    """The report of results files/folders (or a loaded `Results`) in `out`. profiles: measured
-    compute profiles (their GFLOPs win); published: True for the bundled Cryo-Bench table, or a
-    CSV; compare: model pairs for a paired bootstrap; draws: per interval (`stats.DRAWS`)."""
-    fmts = _parse_formats(formats)
+    """The report of results files/folders (or a loaded `Results`) in `out`; published: True for the
+    bundled Cryo-Bench table, or a CSV; the rest as `cryocube report`'s options say."""
+    fmts = [f.strip().lower() for x in formats or [] for f in str(x).split(",") if f.strip()]
+    if bad := [f for f in fmts if f not in ALL_FORMATS]:
+        raise ReportError(f"unknown format(s) {', '.join(bad)} (known: {', '.join(ALL_FORMATS)})")
+    fmts = list(ALL_FORMATS) if formats is None else fmts
     if results is None and not published:
         raise ReportError(
             "nothing to report: give results files/directories, or published=True (--published)"
@@ -406,7 +368,9 @@ def build_report(
     # built in a sibling folder and swapped in whole: complete, or the previous report untouched
     with outputs.staged_folder(out, "report", "report") as tmp:
         rep = Report(out=tmp, results=res, final=Path(out))
-        w = _Writer(rep, fmts, measured_costs(profiles), DRAWS if draws is None else int(draws))
+        w = _Writer(
+            rep, fmts, measured_costs(profiles), stats.DRAWS if draws is None else int(draws)
+        )
         if res is not None:
             _result_sections(w, res, set(protocols or ()), bool(published), compare)
         if published:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import outputs, store
 from ..errors import ReportError
-
-# build.py imports matplotlib: only load it when the command runs
+from ..harness import add_out, add_storage
 from ..report.tables import ALL_FORMATS, to_markdown
 
 
@@ -29,8 +29,6 @@ def _pair(text: str) -> tuple[str, str]:
 
 def register(subparsers) -> None:
     """Adds `cryocube report` to the command line (cli.COMMAND_MODULES calls it)."""
-    from ..harness import add_out, add_storage
-
     p = subparsers.add_parser(
         "report",
         help="leaderboards, robustness over seeds, plots and an HTML report from results.jsonl",
@@ -112,8 +110,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Builds the report, prints a line per leaderboard; exit 0 even when runs failed (listed)."""
-    from .. import outputs, store
-    from .build import build_report
+    from .build import build_report  # matplotlib: loaded when the command runs, not for --help
 
     if args.profiles is not None and not Path(args.profiles).is_dir():
         # the cost table would quietly fall back to catalog figures

@@ -1,6 +1,5 @@
-"""Qualitative panels: image, label and (when a run stored them) prediction for chosen test
-tiles, from the cube and a run's `predictions.zarr` (`pred(sample, y, x)`; `sample`: each row's
-index in the cube)."""
+"""Qualitative panels: image, label and (when a run stored them) prediction of chosen test tiles,
+from the cube and a run's `predictions.zarr` (`pred(sample, y, x)`, `sample`: cube index)."""
 
 from __future__ import annotations
 
@@ -92,9 +91,8 @@ def to_display(image: np.ndarray, band_names: Sequence[str]) -> np.ndarray:
         if finite.size:
             lo, hi = np.percentile(finite, [2, 98])
             out[k] = np.clip((np.nan_to_num(ch, nan=lo) - lo) / (hi - lo if hi > lo else 1.0), 0, 1)
-    return (
-        np.repeat(out, 3, axis=0).transpose(1, 2, 0) if len(chans) == 1 else out.transpose(1, 2, 0)
-    )
+    rgb = out.transpose(1, 2, 0)
+    return np.repeat(rgb, 3, axis=2) if len(chans) == 1 else rgb
 
 
 def _predictions(url: str | None):
@@ -110,11 +108,6 @@ def _predictions(url: str | None):
     return pred, {int(s): k for k, s in enumerate(index)}
 
 
-def _pixel_accuracy(pred: np.ndarray, label: np.ndarray) -> float | None:
-    valid = label >= 0
-    return float((pred[valid] == label[valid]).mean() * 100) if valid.any() else None
-
-
 def _prediction_panel(ax, pred, label: np.ndarray, colours: list) -> None:
     if pred is None:
         ax.text(0.5, 0.5, "no prediction\nfor this sample", ha="center", va="center", fontsize=8)
@@ -122,8 +115,9 @@ def _prediction_panel(ax, pred, label: np.ndarray, colours: list) -> None:
         return
     p = np.asarray(pred).astype(int)
     ax.imshow(colourise(p, colours), interpolation="nearest")
-    acc = _pixel_accuracy(p, label)
-    ax.set_title("prediction" + (f" (pixel acc {acc:.1f}%)" if acc is not None else ""), fontsize=8)
+    valid = label >= 0
+    acc = f" (pixel acc {(p[valid] == label[valid]).mean() * 100:.1f}%)" if valid.any() else ""
+    ax.set_title("prediction" + acc, fontsize=8)
 
 
 def qualitative_panels(
@@ -138,8 +132,7 @@ def qualitative_panels(
     ds = open_cube(cube_url)
     samples = list(samples) if samples else default_samples(ds)
     n_samples = ds.sizes["sample"]
-    bad = [s for s in samples if not 0 <= s < n_samples]
-    if bad:
+    if bad := [s for s in samples if not 0 <= s < n_samples]:
         raise CubeReadError(f"{cube_url}: sample(s) {bad} out of range (the cube has {n_samples})")
     pred, pred_row = _predictions(predictions_url)
     names, colours = _class_palette(ds)
@@ -162,8 +155,7 @@ def qualitative_panels(
         if pred is not None:
             _prediction_panel(row[2], pred[pred_row[s]] if s in pred_row else None, label, colours)
         for ax in row:
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
     handles = [
         Patch(color=c, label=n) for n, c in [*zip(names, colours), ("ignore", IGNORE_COLOUR)]
     ]

@@ -1,6 +1,5 @@
-"""Report sections of `cryocube tune` studies (the default recipe against the tuned retrain,
-selected on validation only; importances; optimisation history) and of label-fraction curves (from
-plain runs, `evaluate --fraction 0.01,0.05,...`; tune trials never enter)."""
+"""Report sections of `cryocube tune` studies (default recipe against tuned retrain, importances,
+history) and of label-fraction curves (plain runs, `evaluate --fraction`; never tune trials)."""
 
 from __future__ import annotations
 
@@ -22,16 +21,6 @@ ENCODER_MODE = {"frozen": "frozen", "fewshot": "frozen", "finetune": "fine-tuned
 
 def _mean(vals: Sequence[float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
-
-
-def _latest_trials(trials: Sequence[Run], study: str) -> dict[int, Run]:
-    """Each trial's latest line (a pruned trial's rung line is followed by its "pruned" line)."""
-    out: dict[int, Run] = {}
-    for r in trials:
-        s = r.sweep
-        if s.get("study") == study and isinstance(s.get("trial"), int):
-            out[s["trial"]] = r  # read order is append order
-    return dict(sorted(out.items()))
 
 
 def studies_table(res: Results) -> tuple[Table, Table]:
@@ -56,7 +45,10 @@ def studies_table(res: Results) -> tuple[Table, Table]:
         base = by_id.get(str(s.get("baseline_run_id")))
         d, v = (base.miou if base else None), r.miou
         n = s.get("n_trials") or {}
-        params = ", ".join(f"{k}={_fmt_param(x)}" for k, x in (s.get("params") or {}).items())
+        params = ", ".join(
+            f"{k}={x:.3g}" if isinstance(x, float) else f"{k}={x}"
+            for k, x in (s.get("params") or {}).items()
+        )
         gain = v - d if v is not None and d is not None else None
         trials = "/".join(str(n.get(k, 0)) for k in ("complete", "pruned", "fail"))
         row = [r.model_name, r.dataset, r.protocol, d, v, gain, params, s.get("value"), trials]
@@ -69,10 +61,6 @@ def studies_table(res: Results) -> tuple[Table, Table]:
         " Default: the recipe without the study's params, same seed."
     )
     return t, imp
-
-
-def _fmt_param(x) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
 _SMALL = {"title_size": 10, "legend": {"fontsize": 8}}
@@ -91,8 +79,7 @@ def history_plot(trials: dict[int, Run], stem: Path, title: str) -> list[Path]:
         pts = [
             (k, r.sweep.get("value")) for k, r in trials.items() if r.sweep.get("state") == state
         ]
-        pts = [(k, v) for k, v in pts if isinstance(v, (int, float))]
-        if pts:
+        if pts := [(k, v) for k, v in pts if isinstance(v, (int, float))]:
             ax.scatter(*zip(*pts), marker=marker, color=colour, label=state, zorder=3)
     best, xs, ys = None, [], []
     for k, r in trials.items():
@@ -129,8 +116,7 @@ def _fraction_groups(res: Results) -> tuple[dict, dict]:
     for r in res.runs + res.other_recipes:
         if r.sweep or r.miou is None:
             continue
-        kind = ENCODER_MODE.get(r.protocol)
-        if kind:
+        if kind := ENCODER_MODE.get(r.protocol):
             key = (r.model, r.recipe_digest, kind)
             out[r.dataset][key][r.fraction].append(r.miou)
             rep[(r.dataset, *key)] = r
@@ -197,7 +183,13 @@ def sections(w: Any, res: Results) -> None:
         if imp.rows:
             w.table(sec, "tune", imp)
         for i, study in enumerate(t.column_values("study")):
-            if trials := _latest_trials(res.trials, str(study)):
+            # each trial's latest line (a pruned trial's rung line, then its "pruned" line)
+            trials = {
+                r.sweep["trial"]: r
+                for r in res.trials
+                if r.sweep.get("study") == str(study) and isinstance(r.sweep.get("trial"), int)
+            }
+            if trials := dict(sorted(trials.items())):
                 title = f"{study}: optimisation history"
                 plot = history_plot(trials, w.stem(f"tune_history_{i}"), title)
                 w.figure(sec, plot, f"{study}: validation objective per trial")
