@@ -353,9 +353,8 @@ def parse_number(
 
 
 def parse_fraction(text: str, prompt: str = "", **_) -> Parsed:
-    """A share of the image in 0..1: a number as parse_number reads it, a percentage ("30%") or a
-    number in (1, 100] read as percent ("30" -> 0.3), "a/b", or a word ("half", "a quarter");
-    anything else outside 0..1 is unparsed."""
+    """A share of the image in 0..1: a number, a percentage ("30%", or "30": a number in (1, 100]),
+    "a/b" or a word ("half", "a quarter"); anything else outside 0..1 is unparsed."""
     t = clean(text, prompt)
     if _REFUSAL.search(t):
         return Parsed(None, False)

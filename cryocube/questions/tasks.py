@@ -206,8 +206,7 @@ class TaskEntry:
 
 
 def _metrics(e: TaskEntry, cube_kind: str) -> list[tuple[str, str, str]]:
-    """(metric, reference kind, reference name) of each `metrics:` entry; tiles score against the
-    probe's class labels, samples against a target, a box or an answer."""
+    """(metric, reference kind, reference name) of each `metrics:` entry, held to its cube kind."""
     out = []
     for m, ref in e.metrics.items():
         if m not in SCORES:

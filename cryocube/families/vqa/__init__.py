@@ -186,7 +186,6 @@ def _tasks(cube, recipe: VqaRecipe):
 
 
 def _task_record(t, qs: list) -> dict:
-    """What a record says of one asked task."""
     return {
         "prompt_sha256": t.digest(),
         "answer": t.answer,

@@ -221,7 +221,6 @@ NOTES = [
 
 
 def _answered(res: Results, cube: Cube) -> list[Run]:
-    """The vqa and heads runs on the board's cube."""
     return [r for r in res.of("vqa") + res.of("heads") if cube.holds(r)]
 
 
