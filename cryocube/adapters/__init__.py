@@ -1,7 +1,5 @@
-"""Generative model adapters (a picture and a prompt in, text out): one module per adapter, a
-`base.Adapter` subclass registered with `@register` or through the `cryocube.adapters` entry point.
-A run names its model `<adapter>[:<location>]` (`transformers:s3://bucket/llava`).
-"""
+"""Generative model adapters (a picture and a prompt in, text out), one module each, registered
+here or through the `cryocube.adapters` entry point; a model is `<adapter>[:<location>]`."""
 
 from __future__ import annotations
 

@@ -26,16 +26,6 @@ class ModelRef:
     sha256: str = ""  # of the weights (random: of the state dict as built)
     precision: str = "fp32"  # effective
     seed: int = 0
-    options: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def label(self) -> str:
-        """The model in messages: adapter:location, or the random architecture built in code."""
-        return (
-            f"{self.adapter}:{self.location}"
-            if self.location
-            else f"{self.adapter} (random {self.random})"
-        )
 
 
 @dataclass

@@ -1,11 +1,7 @@
 """Tiny random-weight VLMs built from transformers configs (no downloads) for
-`--allow-random-weights`: they measure the pipeline, never a model's skill. Two families, so the
-adapter meets two processor/model contracts: LLaVA (CLIP tower, one image token per patch) and
-Qwen2-VL (patches merged 2x2, multimodal rotary positions), picked as `transformers:random-<arch>`
-(plain `transformers` is `random-llava`). The word-level tokenizer knows the words the InSAR tasks'
-answers use, so greedy answers are words and numbers the parsers read; a fixed seed on CPU gives
-every worker the same weights (the record's sha256 says so).
-"""
+`--allow-random-weights`: they measure the pipeline, never a model's skill. Two processor/model
+contracts: LLaVA (an image token per patch) and Qwen2-VL (patches merged 2x2, multimodal rotary
+positions). A word-level tokenizer of the tasks' answer words keeps greedy answers parseable."""
 
 from __future__ import annotations
 
@@ -20,6 +16,8 @@ WORDS = (
 ).split()
 SPECIAL = ("<pad>", "<unk>", "<s>", "</s>", "<image>")
 PREFIX = "random-"  # transformers:random-<arch>
+# the 2-layer, 32-wide transformer of every tower
+TINY = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
 
 
 def chat(image: str = "<image>") -> str:
@@ -54,18 +52,10 @@ def tokenizer(extra: dict[str, str] | None = None):
 
 
 def text_config(tok) -> dict:
-    """The 2-layer, 32-wide language model of both architectures, sized to the tokenizer."""
+    """The language model of both architectures, sized to the tokenizer."""
+    ids = {f"{k}_token_id": getattr(tok, f"{k}_token_id") for k in ("pad", "bos", "eos")}
     return dict(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
+        TINY, vocab_size=len(tok), num_key_value_heads=2, max_position_embeddings=512, **ids
     )
 
 
@@ -87,14 +77,7 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
     tok = tokenizer()
     n_img = (image_size // patch) ** 2 + 1  # + CLS ("full" feature selection keeps it)
     vc = hf.CLIPVisionConfig(
-        hidden_size=32,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        image_size=image_size,
-        patch_size=patch,
-        num_channels=3,
-        projection_dim=32,
+        **TINY, image_size=image_size, patch_size=patch, num_channels=3, projection_dim=32
     )
     tc = hf.LlamaConfig(**text_config(tok))
     cfg = hf.LlavaConfig(
@@ -122,8 +105,8 @@ def llava(seed: int, image_size: int = 16, patch: int = 4):
 
 
 def qwen2_vl(seed: int, pixels: int = 16 * 16, patch: int = 4, merge: int = 2):
-    """Qwen2-VL: a 2-layer vision tower merging 4 px patches 2x2 (pictures of about `pixels`), a
-    2-layer 32-wide Qwen2 with multimodal rotary positions (left padding in its position ids)."""
+    """Qwen2-VL: a vision tower merging 4 px patches 2x2 (pictures of about `pixels`), a Qwen2 with
+    multimodal rotary positions (left padding in its position ids)."""
     import transformers as hf
 
     marks = {

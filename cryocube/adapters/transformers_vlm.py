@@ -1,9 +1,6 @@
-"""`transformers`: any image-text-to-text model of Hugging Face transformers (LLaVA, Qwen2-VL,
-SmolVLM, PaliGemma, Idefics ...) from a local folder or an fsspec URL (copied once per worker host
-into a cache keyed by the weights' sha256). Generation is batched, greedy (reruns give the same
-answers) and left-padded, in the run's precision; the prompt goes through the processor's chat
-template when it has one, else "<image token>\\n<prompt>".
-"""
+"""`transformers`: any image-text-to-text model of Hugging Face transformers from a local folder or
+an fsspec URL (copied once per worker host into a cache keyed by the weights' sha256), generating
+greedily in batches, left-padded, in the run's precision."""
 
 from __future__ import annotations
 
@@ -15,12 +12,12 @@ from pathlib import Path
 
 from .. import store as _store
 from ..errors import UserError
+from ..precision import DTYPES
 from . import register
 from .base import Adapter, Generation, ModelRef, Provenance
 from .random_vlm import ARCHS, PREFIX, build, loaded_as, state_sha256
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 _LOADED: dict[ModelRef, tuple] = {}  # per worker process: one model resident
 
 
@@ -31,11 +28,6 @@ def _quiet() -> None:
     tlog.disable_progress_bar()
 
 
-def _cache_root() -> Path:
-    default = Path(tempfile.gettempdir()) / f"cryocube-vlm-{os.getuid()}"
-    return Path(os.environ.get("CRYOCUBE_VLM_CACHE", default))
-
-
 def local_folder(location: str, sha256: str | None = None) -> Path:
     """A local folder holding the checkpoint. A remote URL is copied: with `sha256` (a worker
     loading the planned weights) into a per-host cache named by it, checked against it; without,
@@ -43,7 +35,8 @@ def local_folder(location: str, sha256: str | None = None) -> Path:
     if not _store.is_remote(location):
         return Path(_store.local_path(location))
     fs, path = _store.fs_path(location)
-    root = _cache_root()
+    default = Path(tempfile.gettempdir()) / f"cryocube-vlm-{os.getuid()}"
+    root = Path(os.environ.get("CRYOCUBE_VLM_CACHE", default))
     root.mkdir(parents=True, exist_ok=True)
     dest = root / sha256[:32] if sha256 else None
     if dest is not None and (dest / ".complete").exists():

@@ -1,10 +1,6 @@
-"""From a cube to questions: which sample is asked which task, its prompt and its references.
-
-Read at planning time from the cube's coordinates and small variables (docs/insar-cube.md), never
-from pixels; a tile cube is asked once per (tile, task, class) against the labels `probe
---tasks-from` derives. A task the cube holds no reference for is left out (and said in the record);
-a cube that serves none of the selected tasks is refused.
-"""
+"""From a cube to questions: which sample is asked which task, its prompt and its references, read
+from coordinates and small variables (docs/insar-cube.md), never pixels; a task the cube holds no
+reference for is left out (said in the record), a cube that serves none of them refused."""
 
 from __future__ import annotations
 
@@ -27,10 +23,8 @@ class Question:
     source: str
     task: str
     prompt: str
-    # (metric, reference) for the metrics this sample has a reference for
-    refs: tuple[tuple[str, Any], ...]
-    # the pair's own (width, height): smaller pairs are padded in the cube
-    size: tuple[int, int] = (0, 0)
+    refs: tuple[tuple[str, Any], ...]  # (metric, reference) where the sample has a reference
+    size: tuple[int, int] = (0, 0)  # the pair's own (width, height): the cube pads smaller ones
     subject: str = ""  # tiles: the class asked about
     variant: int = 0  # which phrasing of the task (TaskSpec.phrasings; 0: the board's)
 
@@ -70,8 +64,7 @@ class _References:
         if t.answer != "class":
             return [float(v) if math.isfinite(v) else None for v in col], None
         names = self.classes[j].split("|") if self.classes[j] else []
-        bad = [c for c in names if c not in t.labels]
-        if bad:
+        if bad := [c for c in names if c not in t.labels]:
             raise UserError(
                 f"{self.url}: target {name!r} has class {bad[0]!r}, which task {t.name} cannot"
                 f" answer (its labels: {', '.join(t.labels)}; {t.source})"
@@ -137,8 +130,7 @@ def questions(
         sample = {k: v[i] for k, v in facts.items()} | {"radar_wavelength_m": lam[i]}
         sample |= {"width": size[0], "height": size[1], "rendered": cube.rendered}
         for name, (t, per_metric) in served.items():
-            refs = tuple((m, vals[i]) for m, vals in per_metric if vals[i] is not None)
-            if refs:
+            if refs := tuple((m, vals[i]) for m, vals in per_metric if vals[i] is not None):
                 out += [
                     Question(i, src[i], name, fill(t, sample, k), refs, size, variant=k)
                     for k in range(len(t.phrasings))
@@ -156,8 +148,7 @@ def tile_questions(
     url: str, ds, tasks: list[TaskSpec], every_split: bool = False
 ) -> tuple[list[Question], dict[str, str]]:
     """A tile cube's questions: every test tile with labelled pixels, each task, each class but the
-    task's skip_classes; the reference is the class's derived label (`class: present` ->
-    labels[0|1], `class: fraction`)."""
+    task's skip_classes, against the class's derived label (`class: present|fraction`)."""
     ids = [str(i) for i in sample_ids(ds, url)]
     split = np.asarray(as_text(ds["split"].values))
     labelled, per_class = class_labels(ds)

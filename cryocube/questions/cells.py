@@ -1,8 +1,6 @@
-"""Board cells: what a family contributes to a comparison board (families/vqa/report.py lays them
-out): one (task, metric[, class]) figure on the test split's first phrasing with its unit, sample
-hash, n, value and 95 % interval, so `report` can refuse a cell unlike its column's. The chance
-baseline too: the train split's majority class, mean number or mean box on the test questions.
-"""
+"""Board cells: a family's (task, metric[, class]) figures on the test split's first phrasing, with
+unit, sample hash, n and 95 % interval, so `report` can refuse a cell unlike its column's; and the
+chance baseline's (the train split's majority class, mean number or mean box)."""
 
 from __future__ import annotations
 
@@ -33,9 +31,8 @@ def cells(
     seed: int,
     how: Callable[[Any, str], str | None] = lambda t, m: None,
 ) -> list[dict]:
-    """The test split's cells of scored rows ({sample, task, scores, ok[, class]}): per task and
-    metric, over every class (class None) and, where rows have classes, per class; each with n,
-    unparsed, interval and sample hash."""
+    """The test split's cells of scored rows ({sample, task, scores, ok[, class]}) per task and
+    metric, over every class (None) and per class."""
     # the first phrasing's
     test = [r for r in rows if split[r["sample"]] == "test" and r.get("variant", 0) == 0]
     out = []
@@ -82,8 +79,7 @@ def target_of(t, q) -> Any:
 
 
 def scored_rows(questions, tasks: dict, predict: Callable[[Any], Any]) -> list[dict]:
-    """Rows of predictions (`predict(question)`: a value of the task's answer kind) scored as the
-    VLM's parsed answers are; metrics scored against text are left out."""
+    """Rows of predictions (`predict(question)`) scored as the VLM's answers are, text left out."""
     rows = []
     for q in questions:
         t = tasks.get(q.task)
@@ -124,12 +120,8 @@ def chance(questions, tasks: dict, split: np.ndarray) -> Callable[[Any], Any]:
     return lambda q: guess.get((q.task, q.subject))
 
 
-CHANCE_HOW = {
-    "class": "majority train class",
-    "number": "train mean",
-    "fraction": "train mean",
-    "box": "mean train box",
-}
+# how chance answers, by answer kind (numbers and fractions: the train mean)
+CHANCE_HOW = {"class": "majority train class", "box": "mean train box"}
 
 
 def chance_cells(
@@ -141,4 +133,12 @@ def chance_cells(
     rows = scored_rows(
         [q for q in questions if split[q.sample] == "test"], tasks, chance(questions, tasks, split)
     )
-    return cells(rows, tasks, split, ids, n_boot, seed, how=lambda t, m: CHANCE_HOW[t.answer])
+    return cells(
+        rows,
+        tasks,
+        split,
+        ids,
+        n_boot,
+        seed,
+        how=lambda t, m: CHANCE_HOW.get(t.answer, "train mean"),
+    )

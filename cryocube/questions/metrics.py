@@ -1,9 +1,5 @@
-"""Per-answer scores and their means with bootstrap confidence intervals.
-
-Every metric is the mean of a per-answer score, so the scheduler's map returns per-answer scores
-and the reduce concatenates them; an unparsed answer gets its metric's worst score (wrong, IoU 0,
-F1 0, or the task's `unparsed_value` for errors).
-"""
+"""Per-answer scores and their means with bootstrap confidence intervals: every metric is a mean of
+per-answer scores; an unparsed answer gets its metric's worst (or the task's `unparsed_value`)."""
 
 from __future__ import annotations
 
@@ -54,27 +50,14 @@ def box_iou(a, b) -> float:
     return float(inter / union) if union > 0 else 0.0
 
 
-def _accuracy(pred, ref, ok: bool, **_) -> float:
-    return float(ok and pred == ref)
-
-
-def _mae(pred, ref, ok: bool, unparsed_value: float = 0.0, **_) -> float:
-    return float(abs((pred if ok else unparsed_value) - float(ref)))
-
-
-def _iou(pred, ref, ok: bool, **_) -> float:
-    return box_iou(pred if ok else None, ref)
-
-
-def _f1(pred, ref, ok: bool, text: str = "", **_) -> float:
-    return token_f1(text if ok else "", ref)
-
-
+# metric -> one answer's score from (prediction, reference, parsed?, text=, unparsed_value=)
 SCORES: dict[str, Callable[..., float]] = {
-    "accuracy": _accuracy,
-    "mae": _mae,
-    "box_iou": _iou,
-    "token_f1": _f1,
+    "accuracy": lambda pred, ref, ok, **_: float(ok and pred == ref),
+    "mae": lambda pred, ref, ok, unparsed_value=0.0, **_: float(
+        abs((pred if ok else unparsed_value) - float(ref))
+    ),
+    "box_iou": lambda pred, ref, ok, **_: box_iou(pred if ok else None, ref),
+    "token_f1": lambda pred, ref, ok, text="", **_: token_f1(text if ok else "", ref),
 }
 
 

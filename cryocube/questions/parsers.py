@@ -1,12 +1,7 @@
 """Answer parsers: a model's free text -> a class, a number, a fraction, a box or a cleaned text.
 
-A parser never raises: it returns `Parsed(value, ok)`, and an answer it cannot read (empty, a hedge,
-no number, a degenerate box) is `ok=False`. The metrics score such an answer as the task's
-`unparsed_value` (or wrong) and the record counts it ("unparsed: n"). Parsers are chosen by name
-from a task's `answer:` field, so a new kind of answer is one function registered here.
-
-The rules, one way everywhere, are listed in docs/vlm.md ("Answer parsing rules");
-tests/data/vqa_answers.yaml holds the table they are tested on.
+A parser never raises: an answer it cannot read is `ok=False`, scored as wrong and counted. The
+rules: docs/vlm.md ("Answer parsing rules"), tested on tests/data/vqa_answers.yaml.
 """
 
 from __future__ import annotations
@@ -44,18 +39,8 @@ WORDS |= {
     for j, u in enumerate(_UNITS[1:10], 1)
     for sep in ("-", " ")
 }
-WORDS |= {
-    "no": 0,
-    "none": 0,
-    "not a single": 0,
-    "not one": 0,
-    "a single": 1,
-    "single": 1,
-    "a couple of": 2,
-    "a dozen": 12,
-    "a hundred": 100,
-    "one hundred": 100,
-}
+WORDS |= dict.fromkeys(("no", "none", "not a single", "not one"), 0) | {"a single": 1, "single": 1}
+WORDS |= {"a couple of": 2, "a dozen": 12, "a hundred": 100, "one hundred": 100}
 
 
 def _alternation(words) -> re.Pattern:
@@ -101,12 +86,9 @@ _MONTHS = (
 )
 _DATES = re.compile(
     r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b|\b(?:19|20)\d{6}\b|\b\d{1,2}[-/.]\d{1,2}[-/.]\d{4}\b|"
-    r"\b\d{1,2}(?:st|nd|rd|th)?\s+"
-    + _MONTHS
-    + r"\.?,?\s+\d{4}\b|\b"
-    + _MONTHS
-    + r"\.?\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b|"
-    r"\b" + _MONTHS + r"\.?\s+\d{4}\b",
+    r"\b\d{1,2}(?:st|nd|rd|th)?\s+MONTH\.?,?\s+\d{4}\b|"
+    r"\bMONTH\.?\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b|"
+    r"\bMONTH\.?\s+\d{4}\b".replace("MONTH", _MONTHS),
     re.I,
 )
 _BOUND = re.compile(
@@ -142,8 +124,7 @@ def _unwrap(text: Any) -> str:
         t = t.rsplit("</think>", 1)[1]
     elif "<think>" in t:
         t = t.split("<think>", 1)[0]
-    roles = list(_ROLE.finditer(t))
-    if roles:
+    if roles := list(_ROLE.finditer(t)):
         t = t[roles[-1].end() :]
     m = re.search(r"<answer>(.*?)(?:</answer>|$)", t, re.S | re.I)
     return m.group(1) if m else t
@@ -165,8 +146,7 @@ def _drop_echo(t: str, prompt: str) -> str:
 
 
 def _latex(t: str) -> str:
-    boxed = re.findall(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}", t)
-    if boxed:
+    if boxed := re.findall(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}", t):
         t = boxed[-1]
     t = re.sub(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}", r"\1/\2", t)
     t = re.sub(r"\\(?:text|mathrm|textbf|mathbf|textit|operatorname)\{([^{}]*)\}", r"\1", t)
@@ -200,18 +180,21 @@ def _json_value(t: str) -> Any:
     return None
 
 
-def _json_answer(v: Any) -> Any:
-    """A JSON answer's value: its first answer-like key, else its only value; a list's first."""
+def _json_keys(v: Any) -> dict | None:
+    """A JSON object (a list's first) with lower-case keys, else None."""
     if isinstance(v, list) and v and isinstance(v[0], dict):
         v = v[0]
-    if isinstance(v, dict):
-        low = {str(k).lower(): x for k, x in v.items()}
+    return {str(k).lower(): x for k, x in v.items()} if isinstance(v, dict) else None
+
+
+def _json_answer(v: Any) -> Any:
+    """A JSON answer's value: its first answer-like key, else its only value; a list's first."""
+    low = _json_keys(v)
+    if low is not None:
         for k in ANSWER_KEYS:
             if k in low:
                 return low[k]
-        if len(v) == 1:
-            return next(iter(v.values()))
-        return None
+        return next(iter(low.values())) if len(low) == 1 else None
     return v
 
 
@@ -370,9 +353,8 @@ def parse_number(
 
 
 def parse_fraction(text: str, prompt: str = "", **_) -> Parsed:
-    """A share of the image in 0..1: a number as parse_number reads it, a percentage ("30%") or a
-    number in (1, 100] read as percent ("30" -> 0.3), "a/b", or a word ("half", "a quarter");
-    anything else outside 0..1 is unparsed."""
+    """A share of the image in 0..1: a number, a percentage ("30%", or "30": a number in (1, 100]),
+    "a/b" or a word ("half", "a quarter"); anything else outside 0..1 is unparsed."""
     t = clean(text, prompt)
     if _REFUSAL.search(t):
         return Parsed(None, False)
@@ -403,15 +385,11 @@ _QWEN_RE = re.compile(
     r"(?:<\|box_start\|>|<box>)\s*" + _POINTS_RE.pattern + r"\s*(?:<\|box_end\|>|</box>)"
 )
 _LOC_RE = re.compile(r"<loc(\d{4})>\s*<loc(\d{4})>\s*<loc(\d{4})>\s*<loc(\d{4})>")
-_KEYED = {
-    c: re.compile(r"\b" + k + r"[\"']?\s*[:=]\s*(" + NUMBER + r")", re.I)
-    for c, k in (
-        ("x0", r"(?:x_?min|x1|left)"),
-        ("y0", r"(?:y_?min|y1|top)"),
-        ("x1", r"(?:x_?max|x2|right)"),
-        ("y1", r"(?:y_?max|y2|bottom)"),
-    )
-}
+# x0, y0, x1, y1 named: "xmin: 12", "'left'=0.2"
+_KEYED = [
+    re.compile(r"\b(?:" + k + r")[\"']?\s*[:=]\s*(" + NUMBER + r")", re.I)
+    for k in ("x_?min|x1|left", "y_?min|y1|top", "x_?max|x2|right", "y_?max|y2|bottom")
+]
 BOX_KEYS = ("bbox_2d", "bbox", "box", "bounding_box", "coordinates")
 # a coordinate's name in a stated order: "(y_min, x_min, y_max, x_max)", "[top, left, ...]"
 _COORD = r"(x_?min|x_?max|y_?min|y_?max|[xy][0-2]|left|right|top|bottom)"
@@ -441,29 +419,21 @@ def _stated_order(t: str) -> list[int] | None:
 
 def _box_numbers(raw: str, prompt: str = "") -> tuple[list[float] | None, str, str]:
     """(x0, y0, x1, y1 as written, how: "fractions_or_pixels" | "per_mille" | "loc", the rest)."""
-    m = _LOC_RE.search(raw)
-    if m:
+    if m := _LOC_RE.search(raw):
         y0, x0, y1, x1 = (int(g) / 1024 for g in m.groups())
         return [x0, y0, x1, y1], "loc", raw[: m.start()] + " " + raw[m.end() :]
-    m = _QWEN_RE.search(raw)
-    if m:
-        return (
-            [_num(g) / 1000 for g in m.groups()],
-            "per_mille",
-            raw[: m.start()] + " " + raw[m.end() :],
-        )
+    if m := _QWEN_RE.search(raw):
+        cut = raw[: m.start()] + " " + raw[m.end() :]
+        return [_num(g) / 1000 for g in m.groups()], "per_mille", cut
     t = clean(raw, prompt, json_ok=False)
-    v = _json_value(t)
-    if isinstance(v, list) and v and isinstance(v[0], dict):
-        v = v[0]
-    if isinstance(v, dict):
-        low = {str(k).lower(): x for k, x in v.items()}
+    low = _json_keys(_json_value(t))
+    if low is not None:
         for k in BOX_KEYS:
             b = low.get(k)
             if isinstance(b, list) and len(b) == 4 and all(isinstance(c, (int, float)) for c in b):
                 rest = " ".join(str(x) for kk, x in low.items() if kk != k and isinstance(x, str))
                 return [float(c) for c in b], "fractions_or_pixels", rest
-    keyed = [_KEYED[c].search(t) for c in ("x0", "y0", "x1", "y1")]
+    keyed = [k.search(t) for k in _KEYED]
     if all(keyed):
         rest = t
         for k in keyed:
@@ -508,26 +478,18 @@ def parse_text(text: str, prompt: str = "", **_) -> Parsed:
     return Parsed(t or None, bool(t), t)
 
 
+# a task's `answer:` kind -> its parser (task files are checked against it when read)
 PARSERS: dict[str, Callable[..., Parsed]] = {
-    "class": parse_class,
-    "number": parse_number,
-    "fraction": parse_fraction,
-    "box": parse_box,
-    "text": parse_text,
+    f.__name__.removeprefix("parse_"): f
+    for f in (parse_class, parse_number, parse_fraction, parse_box, parse_text)
 }
 
 
-def parser(kind: str) -> Callable[..., Parsed]:
-    """The parser of a task's `answer:` kind (task files are checked against PARSERS when read)."""
+def parse(kind: str, text: str, **options) -> Parsed:
+    """Never fails on an answer: a parser bug on odd text leaves it unparsed, the run going."""
     if kind not in PARSERS:
         raise UserError(f"unknown answer kind {kind!r}; known: {', '.join(PARSERS)}")
-    return PARSERS[kind]
-
-
-def parse(kind: str, text: str, **options) -> Parsed:
-    """Never raises: a parser bug on odd text leaves the answer unparsed, not the run failed."""
-    fn = parser(kind)
     try:
-        return fn(text, **options)
+        return PARSERS[kind](text, **options)
     except Exception:  # noqa: BLE001 - answers are arbitrary model output
         return Parsed(None, False, _squash(text))

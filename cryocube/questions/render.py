@@ -1,10 +1,6 @@
-"""A cube sample -> the RGB picture a VLM sees (the task file's `render:`). An interferogram: phase
-through a cyclic colour map, coherence in grey, side by side or the phase alone; rendered cubes
-(Hephaestus' PNG bands) are shown as published; boxes in answers are fractions of the phase panel,
-so the layout never moves them. A Cryo-Bench tile: its optical bands nearest to red, green and blue
-in colour, else its first SAR band in grey, stretched per picture (percentiles) or by the cube's own
-statistics.
-"""
+"""A cube sample -> the RGB picture a VLM sees (the task file's `render:`; docs/vlm.md): phase in a
+cyclic colour map beside coherence in grey, a rendered cube as published, a tile's bands. Boxes in
+answers are fractions of the phase panel, so the layout never moves them."""
 
 from __future__ import annotations
 
@@ -58,15 +54,9 @@ def tile_bands(
         ]
         rgb.append(min(near)[1] if near else None)
     if None not in rgb and len(set(rgb)) == 3:
-        return (
-            rgb,
-            (
-                f"the tile in natural colour (bands {', '.join(facts[k].name for k in rgb)} as red,"
-                " green, blue)"
-            ),
-        )
-    grey = [k for k, f in enumerate(facts) if f.role in spec.grey_roles]
-    if grey:
+        named = ", ".join(facts[k].name for k in rgb)
+        return rgb, f"the tile in natural colour (bands {named} as red, green, blue)"
+    if grey := [k for k, f in enumerate(facts) if f.role in spec.grey_roles]:
         return grey[:1], f"the tile's {facts[grey[0]].name} band ({facts[grey[0]].role}) in grey"
     raise UserError(
         f"{where}: no band to draw: no {spec.rgb_role} bands near"
@@ -90,9 +80,8 @@ def render_tile(
         else:
             ok = x[np.isfinite(x)]
             lo, hi = np.percentile(ok, spec.percentiles) if ok.size else (0.0, 1.0)
-        chans.append(
-            _scaled(x, float(lo), float(hi) if hi > lo else float(lo) + 1.0).astype(np.uint8)
-        )
+        hi = hi if hi > lo else lo + 1.0
+        chans.append(_scaled(x, float(lo), float(hi)).astype(np.uint8))
     return _enlarged(np.stack(chans * 3 if len(chans) == 1 else chans, -1), spec.scale)
 
 
@@ -100,11 +89,8 @@ def render_tile(
 def _lut(name: str) -> np.ndarray:
     import matplotlib
 
-    return (
-        (np.asarray(matplotlib.colormaps[name](np.linspace(0, 1, 256)))[:, :3] * 255)
-        .round()
-        .astype(np.uint8)
-    )
+    rgb = np.asarray(matplotlib.colormaps[name](np.linspace(0, 1, 256)))[:, :3]
+    return (rgb * 255).round().astype(np.uint8)
 
 
 def _scaled(a: np.ndarray, lo: float, hi: float) -> np.ndarray:

@@ -1,7 +1,6 @@
 """Question-answering tasks as data: catalogs/tasks/*.yaml -> typed `TaskSpec`s, and their prompts.
 
-Everything is checked when the catalog is read (one sentence naming the file and task), so a bad
-task never costs a cluster start; specs are plain frozen dataclasses, so they travel to workers that
+Checked when read, so a bad task never costs a cluster start; frozen specs travel to workers that
 never saw a lab's catalog folder. The file format: docs/vlm.md.
 """
 
@@ -76,8 +75,7 @@ class RenderSpec:
 @dataclass(frozen=True)
 class TileRender:
     """A Cryo-Bench tile as a picture: the optical bands nearest to red, green and blue in colour,
-    else the first band of `grey_roles` in grey; each band stretched over its percentiles in the
-    picture or over the cube's train-split mean +- `stds` standard deviations (`statistics`)."""
+    else the first band of `grey_roles` in grey, stretched (docs/vlm.md)."""
 
     NOUN: ClassVar[str] = "render field"
 
@@ -103,13 +101,10 @@ class TileRender:
 
 @dataclass(frozen=True)
 class Board:
-    """A task file's leaderboard: title, columns (task, metric, header) and per column the probe
-    task (`<probe>__cls|regr`, or `<class slug>_<probe>` when `per_class`) that answers it for a
-    GFM, or None."""
+    """A task file's leaderboard: title, columns (task, metric, header), a row per class or not."""
 
     title: str
     columns: tuple[tuple[str, str, str], ...]
-    probes: tuple[str | None, ...]
     per_class: bool = False
 
 
@@ -128,19 +123,10 @@ class TaskSpec:
     source: str = ""  # the catalog file
     cube_kind: str = "samples"  # the cubes its file asks about (CUBE_KINDS)
     skip_classes: tuple[str, ...] = ()  # tiles: classes not asked about (background)
-    # further phrasings of `prompt` (`prompts:`); the board scores `prompt`
-    variants: tuple[str, ...] = ()
-    # number answers: lowest, highest (None: open)
-    domain: tuple[float | None, float | None] | None = None
-    # its file's `datasets:`: the only datasets whose cubes it asks (empty: any)
-    datasets: tuple[str, ...] = ()
-    # a number answer's unit on the board (empty: by answer kind, families/vqa/cells.py)
-    unit: str = ""
-
-    @property
-    def primary_metric(self) -> str:
-        """The first metric of the task's `metrics:` mapping (the file's order decides)."""
-        return self.metrics[0][0]
+    variants: tuple[str, ...] = ()  # further phrasings (`prompts:`); the board scores `prompt`
+    domain: tuple[float | None, float | None] | None = None  # numbers: lowest, highest (None: open)
+    datasets: tuple[str, ...] = ()  # its file's `datasets:`, the only ones it asks (empty: any)
+    unit: str = ""  # a number answer's unit on the board (empty: by answer kind, cells.UNITS)
 
     @property
     def phrasings(self) -> tuple[str, ...]:
@@ -220,8 +206,7 @@ class TaskEntry:
 
 
 def _metrics(e: TaskEntry, cube_kind: str) -> list[tuple[str, str, str]]:
-    """(metric, reference kind, reference name) of each `metrics:` entry; tiles score against the
-    probe's class labels, samples against a target, a box or an answer."""
+    """(metric, reference kind, reference name) of each `metrics:` entry, held to its cube kind."""
     out = []
     for m, ref in e.metrics.items():
         if m not in SCORES:
@@ -268,8 +253,7 @@ def _prompts(e: TaskEntry, cube_kind: str) -> list[str]:
             fields = prompt_fields(prompt)
         except ValueError as err:
             _refuse(f"{which} is not a valid template ({err})")
-        bad = [f for f in fields if f not in allowed]
-        if bad:
+        if bad := [f for f in fields if f not in allowed]:
             _refuse(
                 f"{which} names unknown field {{{bad[0]}}}; a prompt may use "
                 f"{', '.join('{' + f + '}' for f in allowed)}"
@@ -308,7 +292,7 @@ class Column:
     task: str
     metric: str
     header: str
-    probe: str | None = None
+    probe: str | None = None  # the GFM's probe task answering it (documentation in the file)
 
 
 @dataclass(frozen=True)
@@ -379,7 +363,6 @@ def load_board(path, tasks: dict[str, TaskSpec] | None = None, f: TaskFile | Non
     return Board(
         title=f.board.title,
         columns=tuple((c.task, c.metric, c.header) for c in cols),
-        probes=tuple(c.probe for c in cols),
         per_class=f.board.per_class,
     )
 
@@ -415,20 +398,17 @@ def select(
 
     if not names:
         return [t for t in tasks.values() if t.cube_kind == cube_kind and fits(t)]
-    bad = [n for n in names if n not in tasks]
-    if bad:
+    if bad := [n for n in names if n not in tasks]:
         raise CatalogError(
             f"unknown task {bad[0]!r}; known: {', '.join(tasks)} (catalogs/tasks/*.yaml)"
         )
-    other = [tasks[n] for n in names if tasks[n].cube_kind != cube_kind]
-    if other:
+    if other := [tasks[n] for n in names if tasks[n].cube_kind != cube_kind]:
         raise CatalogError(
             f"task {other[0].name!r} asks about {other[0].cube_kind} cubes ({other[0].source}) and"
             f" this is a {cube_kind} cube; its tasks:"
             f" {', '.join(n for n, t in tasks.items() if t.cube_kind == cube_kind)}"
         )
-    other = [tasks[n] for n in names if not fits(tasks[n])]
-    if other:
+    if other := [tasks[n] for n in names if not fits(tasks[n])]:
         raise CatalogError(
             f"task {other[0].name!r} asks about {', '.join(other[0].datasets)} cubes only"
             f" ({other[0].source}: datasets) and this cube is {dataset}"

@@ -1,9 +1,6 @@
-"""The vqa family: generative vision-language models answer the InSAR-VLM-Bench questions about
-interferogram cubes and image-level questions about Cryo-Bench tile cubes (`cryocube evaluate
---protocol vqa --models transformers:<checkpoint>`; the cube's kind picks the task file). `resolve`
-reads the cube's questions and checks the model through its adapter before any work; `score` is a
-Dask task per block of samples (answer.py: generate, keep, parse, score); `finish` writes each
-task's metrics with bootstrap CIs, the answers and a small gallery beside the record (docs/vlm.md).
+"""The vqa family: generative vision-language models answer question tasks about interferogram and
+tile cubes (`--protocol vqa --models transformers:<checkpoint>`; docs/vlm.md), a Dask task per
+block of samples (answer.py); `finish` writes the metrics, the answers and a small gallery.
 """
 
 from __future__ import annotations
@@ -16,19 +13,19 @@ from ...adapters import get as adapter
 from ...adapters import names as adapter_names
 from ...adapters import split_ref
 from ...catalog import protocol as protocol_spec
-from ...cube import open_cube, read_samples
+from ...cube import open_cube
 from ...errors import RecipeError, UserError
 from ...precision import resolve, this_device
 from ...questions.ask import questions
 from ...questions.cells import cells, chance_cells
 from ...questions.metrics import FACTS
-from ...questions.render import band_facts, png_bytes, render
+from ...questions.render import band_facts, png_bytes
 from ...questions.tasks import select
 from ...record import run_dir
 from .. import register
 from ..base import FittedInScore, PlanContext, PlannedRun, Resolved, RunSpec
 from ..split import cube_split
-from .answer import Block, answer_block, block_url, crop, merge, summarize_rows
+from .answer import Block, answer_block, block_url, draw, merge, summarize_rows
 from .recipe import VqaRecipe
 
 GALLERY_SAMPLES = 6
@@ -62,9 +59,8 @@ class Vqa(FittedInScore):
         return vr
 
     def resolve(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> Resolved:
-        """Refuses encoders (they answer through heads or probe); the run id hashes the model,
-        precision, cube (a sample cube's board split too), each task's prompt digest, gen_batch,
-        blind, seed and any fixed threads."""
+        """Refuses encoders (they answer through heads); the run id hashes the model, precision,
+        cube (and board split), each task's prompt digest, gen_batch, blind, seed and threads."""
         protocol_spec(spec.protocol)
         ref, prov, prec = _model(spec, recipe, ctx)
         tasks, qs, left_out = _tasks(cube, recipe)
@@ -74,12 +70,7 @@ class Vqa(FittedInScore):
         blocks = -(-len({q.sample for q in qs}) // recipe.block_samples)
         return Resolved(
             identity={
-                "model": {
-                    "adapter": ref.adapter,
-                    "location": ref.location,
-                    "random": ref.random,
-                    "sha256": ref.sha256,
-                },
+                "model": {k: getattr(ref, k) for k in ("adapter", "location", "random", "sha256")},
                 "precision": prec,
                 "cube": cube.checksum,
                 "tasks": {t.name: t.digest() for t in tasks},
@@ -195,7 +186,6 @@ def _tasks(cube, recipe: VqaRecipe):
 
 
 def _task_record(t, qs: list) -> dict:
-    """What a record says of one asked task."""
     return {
         "prompt_sha256": t.digest(),
         "answer": t.answer,
@@ -265,23 +255,13 @@ def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
     samples = sorted({r["sample"] for r in rows})[:GALLERY_SAMPLES]
     if not samples:
         return []
-    b0 = run.work["blocks"][0]
-    images, _ = read_samples(run.cube.url, samples, labels=False)
-    if images.ndim == 5:
-        images = images[:, 0]
+    sizes = {q.sample: q.size for b in run.work["blocks"] for q in b.questions}
+    spec = next(iter(tasks.values())).render
+    pics = draw(run.work["blocks"][0], samples, sizes, [spec], blind=False)[spec]
     out = []
-    first = next(iter(tasks.values()))
-    for k, s in enumerate(samples):
+    for s in samples:
         rel = f"gallery/sample-{s:05d}.png"
-        size = next(q.size for b in run.work["blocks"] for q in b.questions if q.sample == s)
-        store.write_atomic(
-            f"{run.work['dir']}/{rel}",
-            png_bytes(
-                render(
-                    crop(images[k], size), list(b0.bands), first.render, b0.rendered, facts=b0.facts
-                )
-            ),
-        )
+        store.write_atomic(f"{run.work['dir']}/{rel}", png_bytes(pics[s]))
         out.append(
             {
                 "sample": s,

@@ -1,7 +1,5 @@
-"""The map side: one Dask task per block of samples generates every answer the block's questions ask
-(the model loaded once per worker process), keeps them in the run's folder (a rerun reads a block
-back instead of generating it again), then parses and scores them. The reduce concatenates the rows.
-"""
+"""The map side: a Dask task per block of samples generates its answers (the model loaded once per
+worker), keeps them in the run's folder for a rerun to read back, then parses and scores them."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ class Block:
     threads: int | None
     url: str  # where the block's answers are kept
     size: tuple[int, int] = (0, 0)  # the cube's (width, height)
-    # tiles: the cube's bands (render.BandFacts), to pick and stretch what is drawn
-    facts: tuple = ()
+    facts: tuple = ()  # tiles: the cube's bands (render.BandFacts), to pick what is drawn
     blind: bool = False  # the blind baseline: the model sees a blank picture of the same size
 
 
@@ -62,24 +59,25 @@ def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return image[:, :h, :w] if w and h else image
 
 
-def _picture(b: Block, image: np.ndarray, s: int, spec) -> np.ndarray:
-    """Sample `s` as the model is shown it: drawn by `spec`, or blank (the blind baseline)."""
-    pic = render(
-        image, list(b.bands), spec, b.rendered, where=f"{b.cube}: sample {s}", facts=b.facts
-    )
-    return blank_like(pic) if b.blind else pic
+def draw(b: Block, samples: list[int], sizes: dict, specs, blind: bool) -> dict:
+    """{spec: {sample: picture}}: the samples as the model is shown them under each way of drawing
+    (task files may differ), or blank (the blind baseline)."""
+    images, _ = read_samples(b.cube, samples, labels=False)
+    if images.ndim == 5:  # a time axis of one step
+        images = images[:, 0]
+    out: dict = {}
+    for spec in specs:
+        for k, s in enumerate(samples):
+            pic = crop(images[k], sizes[s])
+            pic = render(pic, list(b.bands), spec, b.rendered, f"{b.cube}: sample {s}", b.facts)
+            out.setdefault(spec, {})[s] = blank_like(pic) if blind else pic
+    return out
 
 
 def _generate(b: Block) -> tuple[list[dict], float, str]:
     samples = sorted({q.sample for q in b.questions})
-    images, _ = read_samples(b.cube, samples, labels=False)
-    if images.ndim == 5:  # a time axis of one step
-        images = images[:, 0]
     sizes = {q.sample: q.size for q in b.questions}
-    pictures = {  # per way of drawing (task files may differ), per sample
-        spec: {s: _picture(b, crop(images[k], sizes[s]), s, spec) for k, s in enumerate(samples)}
-        for spec in dict.fromkeys(t.render for t in b.tasks)
-    }
+    pictures = draw(b, samples, sizes, dict.fromkeys(t.render for t in b.tasks), b.blind)
     by_task = {t.name: t for t in b.tasks}
     gens: list[dict | None] = [None] * len(b.questions)
     with torch_task(b.threads) as (device, _threads):
@@ -117,8 +115,7 @@ def _kept(b: Block) -> dict | None:
 
 def _row(q: Question, g: dict, t: TaskSpec, panel: tuple[int, int]) -> dict:
     """One answer parsed and scored against each of the question's references."""
-    # boxes are fractions of the phase panel; an answer in pixels is read against the panel the
-    # model saw
+    # boxes are fractions of the phase panel: an answer in pixels is read against the panel shown
     size = ((q.size[0] or panel[0]) * t.render.scale, (q.size[1] or panel[1]) * t.render.scale)
     options = t.parser_options(q.variant) | ({"size": size} if t.answer == "box" else {})
     p = t.checked(parse(t.answer, g["answer"], prompt=q.prompt, **options))
@@ -145,8 +142,7 @@ def _row(q: Question, g: dict, t: TaskSpec, panel: tuple[int, int]) -> dict:
 
 @task_boundary
 def answer_block(b: Block) -> dict:
-    """The score task: the block's answers (generated, or kept for these questions) parsed and
-    scored into rows; a parse never fails the block."""
+    """The score task: the block's answers (generated, or kept) parsed and scored into rows."""
     kept = _kept(b)
     generated = kept is None
     if generated:
@@ -193,12 +189,9 @@ def summarize_rows(rows: list[dict], tasks: dict[str, TaskSpec], n_boot: int, se
             continue
         d = _part(rs, t, n_boot, seed, every=False) | {"unparsed_value": t.unparsed_value}
         if t.variants:
+            mc = [bool(t.parser_options(k).get("letters")) for k in range(len(t.phrasings))]
             d["phrasings"] = [
-                {
-                    "variant": k,
-                    "prompt": p,
-                    "multiple_choice": bool(t.parser_options(k).get("letters")),
-                }
+                {"variant": k, "prompt": p, "multiple_choice": mc[k]}
                 | _part([r for r in every if r.get("variant", 0) == k], t, n_boot, seed)
                 for k, p in enumerate(t.phrasings)
             ]

@@ -1,8 +1,5 @@
-"""The vqa family's own recipe fields (what to ask, how many prompts per forward pass, an
-answer-length cap, the blind baseline) over the shared ones (precision, threads, block_samples:
-cryocube/recipe.py), checked before any cluster starts: `--set gen_batch=4`, `--set
-vqa_tasks=coherence_classification,fringe_counting`, `--set blind=true`.
-"""
+"""The vqa family's recipe fields over the shared ones (cryocube/recipe.py): `--set gen_batch=4`,
+`--set vqa_tasks=coherence_classification,fringe_counting`, `--set blind=true`."""
 
 from __future__ import annotations
 
@@ -12,19 +9,15 @@ from typing import ClassVar
 from ...mapping import names, rule
 from ...recipe import BaseRecipe
 
-TASK_NAMES = "task names (a list or 'a,b')"
-
 
 @dataclass(frozen=True, kw_only=True)
 class VqaRecipe(BaseRecipe):
     # () = every catalog task the cube can serve; "a,b" or [a, b]
-    vqa_tasks: tuple[str, ...] | str = rule((), what=TASK_NAMES)
+    vqa_tasks: tuple[str, ...] | str = rule((), what="task names (a list or 'a,b')")
     # prompts per generate() call (left-padded); batching can move the last bits: in the run id
     gen_batch: int = rule(8, lo=1)
-    # a cap on every task's own max_new_tokens (None: the tasks' values)
-    max_new_tokens: int | None = rule(None, lo=1)
-    # the blind baseline: every picture replaced by a blank one of the same size (in the run id)
-    blind: bool = False
+    max_new_tokens: int | None = rule(None, lo=1)  # a cap on every task's own (None: theirs)
+    blind: bool = False  # the blind baseline: every picture a blank one of the same size
 
     EXECUTION_FIELDS: ClassVar[dict[str, str]] = {
         **BaseRecipe.EXECUTION_FIELDS,

@@ -1,7 +1,5 @@
-"""The vqa family's report: one board per cube (InSAR-VLM-Bench's shape, columns from the task
-file's `board:`) with VLMs and GFMs side by side, from the board cells the families contribute
-(questions/cells.py), then per task metrics, phrasings, confusion matrices, fringe counts, a gallery
-and LEADERBOARD.md. docs/vlm.md says how a board compares like with like.
+"""The vqa family's report: a board per cube of VLMs and GFMs side by side (columns from the task
+file's `board:`), then per task tables, a fringe plot, a gallery and LEADERBOARD.md (docs/vlm.md).
 """
 
 from __future__ import annotations
@@ -67,45 +65,33 @@ def _tasks_of(r: Run, key: str) -> set:
 
 
 def _unparsed(cells: list[dict], cls: str | None) -> str:
-    """A VLM row's Unparsed cell for one class (None: every class): unparsed / asked on the test
-    split, counted once per task (not per metric)."""
+    """A VLM row's Unparsed cell (test split) for one class (None: every class), once per task."""
     cs = list({c["task"]: c for c in reversed(cells) if c.get("class") == cls}.values())
     if not cs:
         return MISSING
     return f"{sum(int(c.get('unparsed', 0)) for c in cs)} / {sum(int(c['n']) for c in cs)}"
 
 
-def _vlm_row(r: Run, name: str, kind: str, baseline: bool) -> BoardRow:
-    cs = r.metrics.get("cells") or []
-    asked, left = _tasks_of(r, "tasks"), _tasks_of(r, "tasks_left_out")
+def _run_row(r: Run, name: str, kind: str, baseline: bool = False) -> BoardRow:
+    """A VLM's or a head's row: a task it was asked (a head: or a text task) without a cell is one
+    the VLM left empty or the encoder cannot answer."""
+    cs, vlm = r.metrics.get("cells") or [], r.family == "vqa"
+    asked = _tasks_of(r, "tasks") | _tasks_of(r, "tasks_text")
+    left, first = _tasks_of(r, "tasks_left_out"), MISSING if vlm else CANNOT
     return BoardRow(
         name,
         kind,
         _by_key(cs),
-        lambda t, m: MISSING if t in asked else (NOT_IN_CUBE if t in left else NOT_ASKED),
+        lambda t, m: first if t in asked else (NOT_IN_CUBE if t in left else NOT_ASKED),
         baseline,
-        lambda cls: _unparsed(cs, cls),
-    )
-
-
-def _head_row(r: Run) -> BoardRow:
-    # asked or text: a missing cell is one an encoder cannot fill
-    cannot = _tasks_of(r, "tasks") | _tasks_of(r, "tasks_text")
-    left = _tasks_of(r, "tasks_left_out")
-    return BoardRow(
-        r.model_name,
-        "GFM (linear head)",
-        _by_key(r.metrics.get("cells") or []),
-        lambda t, m: CANNOT if t in cannot else NOT_IN_CUBE if t in left else NOT_ASKED,
+        (lambda cls: _unparsed(cs, cls)) if vlm else (lambda cls: MISSING),
     )
 
 
 def _localiser_rows(res: Results, cube: Cube) -> list[BoardRow]:
     """Per model, its latest segmentation run on the board's cube that scored localisation."""
-    latest: dict[str, Run] = {}
-    for r in sorted(res.runs, key=lambda r: r.created):
-        if cube.holds(r) and r.record.get("localisation"):
-            latest[r.model] = r
+    runs = sorted(res.runs, key=lambda r: r.created)
+    latest = {r.model: r for r in runs if cube.holds(r) and r.record.get("localisation")}
     rows = []
     for r in sorted(latest.values(), key=lambda r: r.model_name):
         loc = r.record.fields["localisation"]
@@ -129,24 +115,23 @@ def _baseline_rows(vlms: list[Run], heads: list[Run]) -> list[BoardRow]:
         why = lambda t, m: NOT_IN_CUBE if t in left else "cannot answer (chance)"  # noqa: E731
         rows.append(BoardRow("chance", "baseline: chance", _by_key(chance), why, True))
     blind = [r for r in vlms if r.record.get("blind")]
-    rows += [_vlm_row(r, f"{r.model_name} (blind)", "baseline: blind", True) for r in blind]
+    rows += [_run_row(r, f"{r.model_name} (blind)", "baseline: blind", True) for r in blind]
     if not blind:
         why = lambda t, m: NOT_IN_CUBE if t in left else NOT_RUN  # noqa: E731
         rows.append(BoardRow("blind", "baseline: blind", {}, why, True))
     return rows
 
 
-def board_rows(res: Results, cube: "Cube | str") -> list[BoardRow]:
+def board_rows(res: Results, cube: Cube) -> list[BoardRow]:
     """The board's rows: chance, blind (or that it did not run), VLMs, heads, segmentation boxes."""
-    cube = _cube(res, cube)
     vlms, heads = (
         sorted((r for r in res.of(f) if cube.holds(r)), key=lambda r: (r.model_name, r.run_id))
         for f in ("vqa", "heads")
     )
     return (
         _baseline_rows(vlms, heads)
-        + [_vlm_row(r, r.model_name, "VLM", False) for r in vlms if not r.record.get("blind")]
-        + [_head_row(r) for r in heads]
+        + [_run_row(r, r.model_name, "VLM") for r in vlms if not r.record.get("blind")]
+        + [_run_row(r, r.model_name, "GFM (linear head)") for r in heads]
         + _localiser_rows(res, cube)
     )
 
@@ -197,8 +182,7 @@ def _layout(
                 if (task, m, c) not in ref:
                     ref[(task, m, c)] = (row.name, cell)
                     units.setdefault((task, m), set()).add(cell.get("unit", ""))
-                why = _refusal(cell, *ref[(task, m, c)])
-                if why:
+                if why := _refusal(cell, *ref[(task, m, c)]):
                     raw.append(None)
                     txt.append(f"refused (other {'samples' if 'samples' in why else 'unit'})")
                     notes.append(
@@ -237,17 +221,16 @@ NOTES = [
 
 
 def _answered(res: Results, cube: Cube) -> list[Run]:
-    """The vqa and heads runs on the board's cube."""
     return [r for r in res.of("vqa") + res.of("heads") if cube.holds(r)]
 
 
-def board(res: Results, cube: "Cube | str") -> "Board":
+def board(res: Results, cube: Cube) -> Board:
     """The board of every task file the cube's VLM and head runs answered, the dataset's own file's
     columns first (a Hephaestus cube: its file, then InSAR-VLM-Bench's); else InSAR-VLM-Bench's."""
     known = all_tasks()
     # file stem -> whether its tasks are this dataset's own (`datasets:`)
     stems: dict[str, bool] = {}
-    for r in _answered(res, _cube(res, cube)):
+    for r in _answered(res, cube):
         for name, d in (r.record.get("tasks") or {}).items():
             if d.get("source"):
                 stem = Path(str(d["source"])).stem
@@ -261,14 +244,11 @@ def board(res: Results, cube: "Cube | str") -> "Board":
             continue  # a file that moved: its tasks' cells have no column
     if len(boards) < 2:
         return boards[0] if boards else board_of("insar")
-    cols, probes = [], []
-    for b in boards:
-        for c, p in zip(b.columns, b.probes):
-            if c[:2] not in {x[:2] for x in cols}:
-                cols.append(c)
-                probes.append(p)
+    cols: dict[tuple, tuple] = {}  # (task, metric) -> its column: the first board's
+    for c in (c for b in boards for c in b.columns):
+        cols.setdefault(c[:2], c)
     title = "; ".join(b.title for b in boards)
-    return Board(title, tuple(cols), tuple(probes), any(b.per_class for b in boards))
+    return Board(title, tuple(cols.values()), any(b.per_class for b in boards))
 
 
 def leaderboard(res: Results, cube: "Cube | str") -> Table:
@@ -313,10 +293,8 @@ def _split_note(res: Results, cube: Cube) -> list[str]:
     return [f"test split per class: {'; '.join(parts)}"] if parts else []
 
 
-def split_table(res: Results, cube: "Cube | str") -> Table | None:
-    """A sample cube's answer classes per split, "too few to test" where a class cannot reach the
-    test split; None for a tile cube (a row per class on its board) or a record without them."""
-    cube = _cube(res, cube)
+def split_table(res: Results, cube: Cube) -> Table | None:
+    """A sample cube's answer classes per split ("too few to test"); None for a tile cube."""
     classes = _split_classes(res, cube)
     if not classes:
         return None
@@ -336,9 +314,8 @@ def split_table(res: Results, cube: "Cube | str") -> Table | None:
     return t
 
 
-def task_table(res: Results, cube: "Cube | str") -> Table:
+def task_table(res: Results, cube: Cube) -> Table:
     """Each VLM run's per-task metrics over every sample asked, prompt hash and generation cost."""
-    cube = _cube(res, cube)
     t = Table(
         f"tasks_{cube.slug}",
         f"Per task metrics on {cube.name} over every sample asked (the VLM's all-samples "
@@ -367,10 +344,8 @@ def _phrasings(p: list[dict]) -> str:
     )
 
 
-def phrasing_table(res: Results, cube: "Cube | str") -> Table | None:
-    """Per model and task asked in several phrasings (a task file's `prompts:`): the primary
-    metric's mean and spread over them (the board shows the first only); None: no such task."""
-    cube = _cube(res, cube)
+def phrasing_table(res: Results, cube: Cube) -> Table | None:
+    """Per model and task asked in several phrasings: the primary metric's mean and spread."""
     cols = columns(
         "model=Model; task=Task; metric=Metric; phrasings=Phrasings; mean=Mean; sd=SD;"
         " min=Min; max=Max; first=First (the board's phrasing);"
@@ -416,10 +391,10 @@ def generation_cost(r: Run) -> str:
     )
 
 
-def confusion_tables(res: Results, cube: "Cube | str") -> list[Table]:
+def confusion_tables(res: Results, cube: Cube) -> list[Table]:
     """A table per VLM run and class task: reference rows, answer columns, then the unparsed."""
     out = []
-    for r in _of(res, "vqa", _cube(res, cube)):
+    for r in _of(res, "vqa", cube):
         for task, d in (r.metrics.get("tasks") or {}).items():
             if c := d.get("confusion"):
                 t = Table(
@@ -439,9 +414,8 @@ def _fringe_pairs(r: Run) -> list:
     return ((r.metrics.get("tasks") or {}).get("fringe_counting") or {}).get("pairs") or []
 
 
-def fringe_plot(res: Results, cube: "Cube | str", stem: Path) -> list[Path]:
+def fringe_plot(res: Results, cube: Cube, stem: Path) -> list[Path]:
     """Answered against true fringe counts, a series per VLM run (unparsed in the legend), y = x."""
-    cube = _cube(res, cube)
     fig, ax = plots.panel((4.6, 4.2))
     hi = 1.0
     for r in _of(res, "vqa", cube):
@@ -519,8 +493,7 @@ def leaderboard_md(res: Results) -> str:
 
 
 def sections(page, res: Results) -> None:
-    """The family's section (`Vqa.report_sections`): a board per cube of generative models and
-    encoder heads on question tasks, its tables, and LEADERBOARD.md beside the report."""
+    """`Vqa.report_sections`: per cube a board and its tables; LEADERBOARD.md beside the report."""
     if not res.of("vqa") and not res.of("heads"):
         return
     for c in cubes(res):
@@ -531,12 +504,7 @@ def sections(page, res: Results) -> None:
             text="Each task's metric on the cube's test split with its 95 % bootstrap interval and"
             " n, beside the chance and blind baselines; unparsed answers count as wrong.",
         )
-        tables = [
-            leaderboard(res, c),
-            split_table(res, c),
-            task_table(res, c),
-            phrasing_table(res, c),
-        ]
+        tables = [f(res, c) for f in (leaderboard, split_table, task_table, phrasing_table)]
         page.table(sec, "vqa", *[t for t in tables + confusion_tables(res, c) if t is not None])
         if any(_fringe_pairs(r) for r in _of(res, "vqa", c)):
             stem = page.stem(f"vqa_fringes_{c.slug}")
