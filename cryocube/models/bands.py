@@ -1,14 +1,5 @@
-"""Band matching: which cube band feeds which encoder input slot, as a printable table.
-
-As the reference (PANGAEA BandFilter + BandPadding) it keys on band names (each cube band's
-`alias`: Cryo-Bench gives non-spectral layers S2 names, GLD's slope is "B5") and fills missing
-slots with 0 (the band mean); a pairing with no shared band is an error, not an all-zero input.
-Rules (a protocol's `bands:`): "named", as the reference configs; "cross_sensor", named, but an
-optical-only encoder on a dataset without optical bands gets its SAR/grey bands in the RGB slots
-(B4, B3, B2) cycled in cube order, as Cryo-Bench's `zone_mapping_optical` / `ai4arctic_rgb` configs;
-"rendered_rgb", a rendered picture's first three bands of role `rendering` (Hephaestus's InSAR.png)
-into red, green and blue, further ones (its coherence grey) listed as not fed.
-"""
+"""Band matching: which cube band feeds which encoder input slot, by band name as the reference
+does, under a protocol's rule (docs/models.md), as a printable table."""
 
 from __future__ import annotations
 
@@ -192,7 +183,7 @@ def _model_slots(spec: ModelSpec, bands: tuple[Band, ...]):
 
 
 def _dataset_slots(spec: ModelSpec, bands: tuple[Band, ...]):
-    """`` encoders take every band a Cryo-Bench config would declare."""
+    """`input_bands: dataset` encoders take every band a Cryo-Bench config would declare."""
     index, slots, modality, reasons = [], [], [], {}
     for i, b in enumerate(bands):
         m = reference_modality(b)
