@@ -6,17 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .upernet import conv_bn_relu
+
 
 def double_conv(cin: int, cout: int) -> nn.Sequential:
     """conv3x3-BN-ReLU twice; the U-Net baseline encoder (models/unet.py) builds on it too."""
-    return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-        nn.Conv2d(cout, cout, 3, padding=1),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-    )
+    return nn.Sequential(*conv_bn_relu(cin, cout, 3), *conv_bn_relu(cout, cout, 3))
 
 
 class Up(nn.Module):

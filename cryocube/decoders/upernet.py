@@ -107,12 +107,7 @@ def pool_matrix(out: int, size: int, like: Tensor) -> Tensor:
 class PPM(nn.ModuleList):
     def __init__(self, pool_scales, cin: int, channels: int):
         super().__init__(
-            nn.Sequential(
-                AdaptiveAvgPool2d(s),
-                nn.Conv2d(cin, channels, 1),
-                nn.BatchNorm2d(channels),
-                nn.ReLU(inplace=True),
-            )
+            nn.Sequential(AdaptiveAvgPool2d(s), *conv_bn_relu(cin, channels, 1))
             for s in pool_scales
         )
 
