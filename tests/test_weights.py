@@ -13,9 +13,10 @@ import torch
 
 from cryocube.catalog import load_dataset
 from cryocube.cli import main as cli_main
+from cryocube.fetch import file_digest
 from cryocube.models import build_encoder, list_models, model_spec
 from cryocube.models.registry import get_keymap
-from cryocube.models.weights import WeightsError, fetch_weights, load_weights, sha256_file
+from cryocube.models.weights import WeightsError, fetch_weights, load_weights
 
 GLD = load_dataset("gld").bands
 TINY_VIT = dict(embed_dim=64, depth=2, num_heads=4, output_layers=[0, 1])
@@ -197,8 +198,8 @@ def test_wrong_checksum_is_an_error(tmp_path):
     path = _saved(tmp_path, reference_checkpoint(small("ssl4eo_mae_sar")))
     with pytest.raises(WeightsError, match="sha256 .* does not match the expected 0000"):
         load_weights(small("ssl4eo_mae_sar"), path, sha256="0" * 64)
-    rep = load_weights(small("ssl4eo_mae_sar"), path, sha256=sha256_file(path))
-    assert rep.sha256 == sha256_file(path)
+    rep = load_weights(small("ssl4eo_mae_sar"), path, sha256=file_digest(path))
+    assert rep.sha256 == file_digest(path)
 
 
 def test_pickled_objects_need_the_catalog_flag(tmp_path):
@@ -243,7 +244,7 @@ def test_load_from_fsspec_url(tmp_path, monkeypatch):
     with fsspec.open("memory://weights/B13_vits16_dino_0099_ckpt.pth", "wb") as f:
         f.write(buf.read_bytes())
     b = small("ssl4eo_dino", seed=9)
-    rep = load_weights(b, "memory://weights/B13_vits16_dino_0099_ckpt.pth", sha256=sha256_file(buf))
+    rep = load_weights(b, "memory://weights/B13_vits16_dino_0099_ckpt.pth", sha256=file_digest(buf))
     assert rep.path.startswith(str(tmp_path / "cache"))
     for g, w in zip(outputs(b), outputs(a)):
         assert torch.equal(g, w)
@@ -266,7 +267,7 @@ def test_fetch_over_http_verifies_sha256(http_dir, tmp_path):
     path = fetch_weights(
         "ssl4eo_mae_sar", dest, url=f"{base}/B2_vits16_mae_ep99.pth", sha256=digest, progress=False
     )
-    assert path == dest / "B2_vits16_mae_ep99.pth" and sha256_file(path) == digest
+    assert path == dest / "B2_vits16_mae_ep99.pth" and file_digest(path) == digest
     load_weights(small("ssl4eo_mae_sar"), path)
     (root / "confirm.html").write_text(
         "<!DOCTYPE html><html><body>Google Drive can't scan this file</body></html>"

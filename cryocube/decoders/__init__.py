@@ -1,6 +1,5 @@
 """Segmentation heads on an encoder's feature list, `build_decoder(kind, encoder, num_classes)`: a
-decoder's forward is `(features, out_size) -> logits`, so frozen-encoder features can be cached.
-"""
+decoder's forward is `(features, out_size) -> logits`, so frozen-encoder features can be cached."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Linear probe head: a 1x1 conv on the last feature map, bilinear upsampling to the target size.
-
-The reference (`seg_linear`) sizes the conv from output_dim[0] but applies it to feat[-1], which
-crashes on pyramid encoders whose widths differ (GFM-Swin 256 vs 1024). Here the width is that of
-the map actually used, so the head works for every encoder.
-"""
+"""Linear probe head: a 1x1 conv on the last feature map, sized by that map's width, unlike the
+reference's (docs/models.md)."""
 
 from __future__ import annotations
 

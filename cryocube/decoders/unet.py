@@ -1,9 +1,4 @@
-"""U-Net up path for the U-Net baseline encoder (pangaea-models.md 2.3).
-
-Each level: ConvTranspose 2x2/2 (C -> C), pad to the skip's size, concatenate the skip, DoubleConv
-(conv3x3-BN-ReLU x2) to the next skip's width; a final 1x1 conv to the classes. The output is at
-the input resolution already; it is resized only if `out_size` differs.
-"""
+"""U-Net up path for the U-Net baseline encoder (docs/models.md, pangaea-models.md 2.3)."""
 
 from __future__ import annotations
 
@@ -11,17 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .upernet import conv_bn_relu
+
 
 def double_conv(cin: int, cout: int) -> nn.Sequential:
     """conv3x3-BN-ReLU twice; the U-Net baseline encoder (models/unet.py) builds on it too."""
-    return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-        nn.Conv2d(cout, cout, 3, padding=1),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-    )
+    return nn.Sequential(*conv_bn_relu(cin, cout, 3), *conv_bn_relu(cout, cout, 3))
 
 
 class Up(nn.Module):
@@ -46,13 +36,10 @@ class UNetDecoder(nn.Module):
         if len(in_channels) < 2:
             raise ValueError("the U-Net decoder needs at least two feature maps")
         skips = list(in_channels[1:])
-        ups, cur = [], in_channels[0]
-        for k, s in enumerate(skips):
-            out = skips[k + 1] if k + 1 < len(skips) else skips[-1]
-            ups.append(Up(cur, s, out))
-            cur = out
-        self.up_seq = nn.ModuleList(ups)
-        self.conv_seg = nn.Conv2d(cur, num_classes, 1)
+        outs = skips[1:] + skips[-1:]  # each level ends at the next skip's width
+        ins = [in_channels[0], *outs[:-1]]
+        self.up_seq = nn.ModuleList(Up(*widths) for widths in zip(ins, skips, outs))
+        self.conv_seg = nn.Conv2d(outs[-1], num_classes, 1)
         self.num_classes = num_classes
 
     def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:

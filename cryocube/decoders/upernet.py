@@ -1,11 +1,5 @@
-"""UPerNet head (PPM + FPN) with the Feature2Pyramid neck, as the PANGAEA/Cryo-Bench protocol uses
-it.
-
-Facts carried over (pangaea-models.md 2.1): 512 channels, pool scales (1, 2, 3, 6), neck rescales
-[4, 2, 1, 0.5][int(i / L * 4)] for non-pyramid encoders (identity for Swin-type pyramids),
-Dropout2d(0.1), 1x1 classifier, bilinear upsampling (align_corners=False) to the requested size.
-Norms are BatchNorm2d; wrap with torch.nn.SyncBatchNorm.convert_sync_batchnorm for DDP.
-"""
+"""UPerNet head (PPM + FPN) with the Feature2Pyramid neck, as the PANGAEA/Cryo-Bench protocol
+uses it (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -53,11 +47,6 @@ def conv_bn_relu(cin: int, cout: int, k: int) -> nn.Sequential:
     )
 
 
-def neck_rescales(n: int, pyramid: bool) -> list[float]:
-    """Per-level neck scales: identity for pyramids, else x4, x2, x1, x0.5 by depth."""
-    return [1] * n if pyramid else [NECK_SCALES[int(i / n * 4)] for i in range(n)]
-
-
 RESCALE = {  # neck rescale -> its op on a map of c channels
     4: lambda c: nn.Sequential(
         nn.ConvTranspose2d(c, c, 2, 2), nn.BatchNorm2d(c), nn.GELU(), nn.ConvTranspose2d(c, c, 2, 2)
@@ -78,8 +67,7 @@ class Feature2Pyramid(nn.Module):
         for k in self.rescales:
             if k not in RESCALE:
                 raise ValueError(f"invalid neck rescale {k}")
-        ops = [RESCALE[k](c) for c, k in zip(channels, rescales)]
-        self.ops = nn.ModuleList(ops)
+        self.ops = nn.ModuleList(RESCALE[k](c) for c, k in zip(channels, rescales))
 
     def forward(self, feats: list[Tensor]) -> list[Tensor]:
         """One op per level; a feature list of another length is a ValueError."""
@@ -102,10 +90,8 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
 def adaptive_avg_pool_mm(x: Tensor, output_size) -> Tensor:
     """Adaptive average pooling as P_h · x · P_wᵀ (backward: matrix products, no atomics)."""
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
-    ph, pw = (
-        pool_matrix(oh or x.shape[-2], x.shape[-2], x),
-        pool_matrix(ow or x.shape[-1], x.shape[-1], x),
-    )
+    h, w = x.shape[-2:]
+    ph, pw = pool_matrix(oh or h, h, x), pool_matrix(ow or w, w, x)
     return torch.einsum("ih,nchw,jw->ncij", ph, x, pw)
 
 
@@ -121,12 +107,7 @@ def pool_matrix(out: int, size: int, like: Tensor) -> Tensor:
 class PPM(nn.ModuleList):
     def __init__(self, pool_scales, cin: int, channels: int):
         super().__init__(
-            nn.Sequential(
-                AdaptiveAvgPool2d(s),
-                nn.Conv2d(cin, channels, 1),
-                nn.BatchNorm2d(channels),
-                nn.ReLU(inplace=True),
-            )
+            nn.Sequential(AdaptiveAvgPool2d(s), *conv_bn_relu(cin, channels, 1))
             for s in pool_scales
         )
 
@@ -149,11 +130,9 @@ class UPerNet(nn.Module):
         super().__init__()
         self.in_channels = list(in_channels)
         self.num_classes = num_classes
-        self.neck = (
-            Feature2Pyramid(self.in_channels, neck_rescales(len(in_channels), pyramid))
-            if neck
-            else None
-        )
+        n = len(in_channels)  # pyramids as they are, else x4, x2, x1, x0.5 by depth
+        rescales = [1] * n if pyramid else [NECK_SCALES[int(i / n * 4)] for i in range(n)]
+        self.neck = Feature2Pyramid(self.in_channels, rescales) if neck else None
         self.psp_modules = PPM(pool_scales, self.in_channels[-1], channels)
         self.bottleneck = conv_bn_relu(
             self.in_channels[-1] + len(pool_scales) * channels, channels, 3

@@ -1,13 +1,4 @@
-"""Encoders of the Cryo-Bench models, band matching, weights.
-
-In short:
-
-    spec = model_spec("dofa")
-    match = match_bands(spec, load_dataset("gld").bands)  # which cube band feeds which slot
-    enc = build_encoder("dofa", bands=load_dataset("gld").bands, weights="DOFA_ViT_base_e100.pth")
-    decoder = build_decoder("upernet", enc, num_classes=2)  # cryocube.decoders
-    logits = decoder(enc(x), out_size=x.shape[-2:])
-"""
+"""Encoders of the Cryo-Bench models, band matching, weights (docs/models.md shows their use)."""
 
 from ..plugins import lazy_exports
 

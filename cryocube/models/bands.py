@@ -1,14 +1,5 @@
-"""Band matching: which cube band feeds which encoder input slot, as a printable table.
-
-As the reference (PANGAEA BandFilter + BandPadding) it keys on band names (each cube band's
-`alias`: Cryo-Bench gives non-spectral layers S2 names, GLD's slope is "B5") and fills missing
-slots with 0 (the band mean); a pairing with no shared band is an error, not an all-zero input.
-Rules (a protocol's `bands:`): "named", as the reference configs; "cross_sensor", named, but an
-optical-only encoder on a dataset without optical bands gets its SAR/grey bands in the RGB slots
-(B4, B3, B2) cycled in cube order, as Cryo-Bench's `zone_mapping_optical` / `ai4arctic_rgb` configs;
-"rendered_rgb", a rendered picture's first three bands of role `rendering` (Hephaestus's InSAR.png)
-into red, green and blue, further ones (its coherence grey) listed as not fed.
-"""
+"""Band matching: which cube band feeds which encoder input slot, by band name as the reference
+does, under a protocol's rule (docs/models.md), as a printable table."""
 
 from __future__ import annotations
 
@@ -103,22 +94,6 @@ def _error(
     )
 
 
-def _cross_sensor_rgb(
-    spec: ModelSpec, bands: Sequence[Band], slots: list[str]
-) -> tuple[list[int], dict[int, str]] | None:
-    """RGB replication for an optical-only encoder on a dataset without optical bands."""
-    src = [i for i, b in enumerate(bands) if b.role != "optical"]
-    has_optical = any(reference_modality(b) == "optical" for b in bands)  # then protocol matching
-    if has_optical or not src or not all(s in slots for s in band_names().rgb_slots):
-        return None
-    fill = dict(zip(band_names().rgb_slots, cycle(src)))  # cycled until the slots are full
-    index = [fill.get(s, -1) for s in slots]
-    reasons = {
-        i: "more non-optical bands than RGB slots" for i in range(len(bands)) if i not in index
-    }
-    return index, reasons
-
-
 def _rendered_rgb(spec: ModelSpec, bands: tuple[Band, ...], rule: str) -> BandMatch:
     """The rendered_rgb rule (module docstring): rendered R, G, B into the encoder's RGB slots."""
     rgb_slots = list(band_names().rgb_slots)
@@ -162,13 +137,17 @@ def match_bands(
     if any(i >= 0 for i in index):
         return BandMatch(spec.id, rule, slots, index, False, bands, modality, reasons)
     no_optical = not any(reference_modality(b) == "optical" for b in bands)
-    if rule == "cross_sensor" and spec.optical_only:
-        rgb = list(band_names().rgb_slots)
-        slots = slots if slots else rgb
-        rep = _cross_sensor_rgb(spec, bands, slots)
-        if rep is not None:
-            modality = modality if modality else ["optical"] * len(rgb)
-            return BandMatch(spec.id, rule, slots, rep[0], True, bands, modality, rep[1])
+    rgb = list(band_names().rgb_slots)
+    src = [i for i, b in enumerate(bands) if b.role != "optical"]
+    if rule == "cross_sensor" and spec.optical_only and no_optical and src:
+        slots = slots or rgb
+        if all(s in slots for s in rgb):
+            fill = dict(zip(rgb, cycle(src)))  # cycled until the slots are full
+            index = [fill.get(s, -1) for s in slots]
+            why = "more non-optical bands than RGB slots"
+            reasons = {i: why for i in range(len(bands)) if i not in index}
+            modality = modality or ["optical"] * len(rgb)
+            return BandMatch(spec.id, rule, slots, index, True, bands, modality, reasons)
     hint = (
         "Use the cross_sensor protocol (bands rule cross_sensor) to feed SAR/grey bands into"
         " the RGB slots of an optical-only encoder."
@@ -192,7 +171,7 @@ def _model_slots(spec: ModelSpec, bands: tuple[Band, ...]):
 
 
 def _dataset_slots(spec: ModelSpec, bands: tuple[Band, ...]):
-    """`` encoders take every band a Cryo-Bench config would declare."""
+    """`input_bands: dataset` encoders take every band a Cryo-Bench config would declare."""
     index, slots, modality, reasons = [], [], [], {}
     for i, b in enumerate(bands):
         m = reference_modality(b)

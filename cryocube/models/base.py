@@ -1,7 +1,6 @@
 """The encoder contract every architecture implements (band-matched, normalised (B, in_chans, H, W)
 in, one (B, C_i, h_i, w_i) map per output layer out, sizes known without a forward pass), and the
-pieces architectures share: the timm block trunk, layer taps, patches, sin-cos embeddings.
-"""
+pieces architectures share: the timm block trunk, layer taps, patches, sin-cos embeddings."""
 
 from __future__ import annotations
 
@@ -202,46 +201,39 @@ def tokens_to_map(tokens: Tensor, grid: int) -> Tensor:
     return tokens.transpose(1, 2).reshape(b, c, grid, grid)
 
 
-def sincos_1d(dim: int, pos: Tensor) -> Tensor:
-    """MAE 1-D sin-cos: [sin(pos*w), cos(pos*w)], w = 1/10000^(k/(dim/2)); (M, dim)."""
+def _meshgrid(grid: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    r = torch.arange(grid, dtype=dtype)
+    return torch.meshgrid(r, r, indexing="ij")
+
+
+def sincos_1d(dim: int, pos: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """MAE 1-D sin-cos: [sin(pos*w), cos(pos*w)], w = 1/10000^(k/(dim/2)); (M, dim). DOFA's and
+    RAMEN's references compute in float32: pretrained kernels see the same inputs."""
     if dim % 2:
         raise ValueError("sin-cos embedding dimension must be even")
-    omega = torch.arange(dim // 2, dtype=torch.float64) / (dim / 2.0)
+    omega = torch.arange(dim // 2, dtype=dtype, device=pos.device) / (dim / 2.0)
     omega = 1.0 / 10000**omega
-    out = pos.reshape(-1).to(torch.float64)[:, None] * omega[None, :]
+    out = pos.reshape(-1).to(dtype)[:, None] * omega[None, :]
     return torch.cat([torch.sin(out), torch.cos(out)], dim=1).float()
 
 
 def sincos_2d(dim: int, grid: int, scale: float = 1.0, cls_token: bool = False) -> Tensor:
     """MAE 2-D sin-cos (first half the column, second the row; `scale`: Scale-MAE's GSD scaling of
     the coordinates); (1, [1+]grid^2, dim)."""
-    rows, cols = torch.meshgrid(
-        torch.arange(grid, dtype=torch.float64),
-        torch.arange(grid, dtype=torch.float64),
-        indexing="ij",
-    )
+    rows, cols = _meshgrid(grid, torch.float64)
     emb = torch.cat([sincos_1d(dim // 2, cols * scale), sincos_1d(dim // 2, rows * scale)], dim=1)
     if cls_token:
         emb = torch.cat([torch.zeros(1, dim), emb], dim=0)
     return emb.unsqueeze(0)
 
 
-def sincos_2d_mocov3(dim: int, grid: int, temperature: float = 10000.0) -> Tensor:
-    """MoCo-v3 2-D sin-cos (sin, cos of the row, then the column, dim/4 each); (1, grid^2, dim)."""
+def sincos_2d_mocov3(dim: int, grid: int) -> Tensor:
+    """MoCo-v3 2-D sin-cos in float32 (sin, cos of the row, then the column); (1, grid^2, dim)."""
     if dim % 4:
         raise ValueError("MoCo-v3 sin-cos embedding needs a dimension divisible by 4")
-    rows, cols = torch.meshgrid(
-        torch.arange(grid, dtype=torch.float32),
-        torch.arange(grid, dtype=torch.float32),
-        indexing="ij",
-    )
-    pos_dim = dim // 4
-    omega = 1.0 / (temperature ** (torch.arange(pos_dim, dtype=torch.float32) / pos_dim))
-    out_r = rows.reshape(-1)[:, None] * omega[None]
-    out_c = cols.reshape(-1)[:, None] * omega[None]
-    return torch.cat(
-        [torch.sin(out_r), torch.cos(out_r), torch.sin(out_c), torch.cos(out_c)], dim=1
-    ).unsqueeze(0)
+    rows, cols = _meshgrid(grid, torch.float32)
+    halves = [sincos_1d(dim // 2, x, torch.float32) for x in (rows, cols)]
+    return torch.cat(halves, dim=1).unsqueeze(0)
 
 
 def sincos_3d(dim: int, grid: tuple[int, int, int], cls_token: bool = False) -> Tensor:
@@ -251,9 +243,7 @@ def sincos_3d(dim: int, grid: tuple[int, int, int], cls_token: bool = False) -> 
     t, h, w = grid
     wd, hd, td = dim // 16 * 6, dim // 16 * 6, dim // 16 * 4
     tt, hh, ww = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
-    emb = torch.cat(
-        [sincos_1d(wd, ww.double()), sincos_1d(hd, hh.double()), sincos_1d(td, tt.double())], dim=1
-    )
+    emb = torch.cat([sincos_1d(wd, ww), sincos_1d(hd, hh), sincos_1d(td, tt)], dim=1)
     if cls_token:
         emb = torch.cat([torch.zeros(1, dim), emb], dim=0)
     return emb.unsqueeze(0)

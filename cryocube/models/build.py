@@ -37,15 +37,13 @@ def build_encoder(
     size = input_size or spec.input_size
     if size is None:
         raise UserError(f"model {spec.id!r} takes the dataset tile size: pass input_size=")
+    in_chans = overrides.pop("in_chans", None)
     if match is not None:
         in_chans = match.in_chans
-    elif "in_chans" in overrides:
-        in_chans = int(overrides.pop("in_chans"))
-    elif spec.takes_dataset_bands:
+    elif in_chans is None and spec.takes_dataset_bands:
         raise UserError(f"model {spec.id!r} takes the dataset's bands: pass bands= (or in_chans=)")
-    else:
+    elif in_chans is None:
         in_chans = len(spec.slots)
-    overrides.pop("in_chans", None)
     known = architectures()
     if spec.architecture not in known:
         raise UserError(

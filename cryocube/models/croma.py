@@ -1,8 +1,5 @@
-"""CROMA (optical and SAR) ViT encoders: linear 8x8 patch projection, no position embedding, 2-D
-ALiBi. The transformer blocks are timm Blocks (pre-norm, bias-free qkv, GELU MLP); ALiBi is an
-additive attention bias passed as `attn_mask`, which is exactly CROMA's `scores * scale + bias`
-softmax. The final LayerNorm is applied to the last returned map, as the reference does.
-"""
+"""CROMA (optical and SAR) ViT encoders: linear 8x8 patches, 2-D ALiBi as the blocks' attention
+mask (docs/models.md)."""
 
 from __future__ import annotations
 

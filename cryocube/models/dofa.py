@@ -1,10 +1,5 @@
-"""DOFA ViT-B/16 with its wavelength-conditioned (dynamic) patch embedding. Each input band's
-central wavelength (µm, x1000, 1-D sin-cos, 128 wide) goes through a residual MLP and a one-layer
-transformer with 128 learned weight tokens and a bias token; linear heads turn the outputs into a
-16x16 conv kernel per band and a bias (both scaled by 0.01), applied with stride 16 and padding 1
-as in the reference. The body is timm Blocks; the final LayerNorm follows the last block. Module
-names equal the reference's, so the key map only selects the encoder's keys.
-"""
+"""DOFA ViT-B/16: a patch embedding whose kernel is generated from each band's wavelength
+(docs/models.md); module names equal the reference's, so the key map only selects encoder keys."""
 
 from __future__ import annotations
 
@@ -13,40 +8,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
+from .base import Encoder, Trunk, sincos_1d, sincos_2d, tokens_to_map, with_cls_token
 from .registry import register_architecture
 
 
-def sincos_1d_f32(dim: int, pos: Tensor) -> Tensor:
-    """The reference's 1-D sin-cos, in float32 so pretrained kernels see the same inputs."""
-    omega = torch.arange(dim // 2, dtype=torch.float32, device=pos.device) / (dim / 2.0)
-    omega = 1.0 / 10000**omega
-    out = pos.reshape(-1).float()[:, None] * omega[None]
-    return torch.cat([torch.sin(out), torch.cos(out)], dim=1)
-
-
 class TransformerWeightGenerator(nn.Module):
-    def __init__(
-        self,
-        input_dim: int,
-        output_dim: int,
-        embed_dim: int,
-        num_heads: int = 4,
-        num_layers: int = 1,
-        wt_num: int = 128,
-    ):
+    def __init__(self, input_dim: int, output_dim: int, embed_dim: int, wt_num: int = 128):
         super().__init__()
-        layer = nn.TransformerEncoderLayer(
-            d_model=input_dim,
-            nhead=num_heads,
-            activation="gelu",
-            norm_first=False,
-            batch_first=False,
-            dropout=0.0,
-        )
-        self.transformer_encoder = nn.TransformerEncoder(
-            layer, num_layers=num_layers, enable_nested_tensor=False
-        )
+        layer = nn.TransformerEncoderLayer(input_dim, nhead=4, activation="gelu", dropout=0.0)
+        self.transformer_encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
         self.fc_weight = nn.Linear(input_dim, output_dim)
         self.fc_bias = nn.Linear(input_dim, embed_dim)
         self.wt_num = wt_num
@@ -74,13 +44,7 @@ class FCResLayer(nn.Module):
 
 
 class DynamicPatchEmbed(nn.Module):
-    def __init__(
-        self,
-        wv_planes: int = 128,
-        kernel_size: int = 16,
-        embed_dim: int = 768,
-        scaler: float = 0.01,
-    ):
+    def __init__(self, wv_planes: int, kernel_size: int, embed_dim: int, scaler: float = 0.01):
         super().__init__()
         self.wv_planes, self.kernel_size = wv_planes, kernel_size
         self.embed_dim, self.scaler = embed_dim, scaler
@@ -95,7 +59,7 @@ class DynamicPatchEmbed(nn.Module):
 
     def forward(self, img: Tensor, wavelengths_um: Tensor) -> Tensor:
         """Tokens (B, N, D) of a conv whose kernel is generated from `wavelengths_um`."""
-        waves = self.fclayer(sincos_1d_f32(self.wv_planes, wavelengths_um * 1000))
+        waves = self.fclayer(sincos_1d(self.wv_planes, wavelengths_um * 1000, torch.float32))
         weight, bias = self.weight_generator(waves)
         k = self.kernel_size
         kernel = (

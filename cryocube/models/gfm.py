@@ -1,8 +1,5 @@
-"""GFM-Swin (Swin-B, window 6, 192 px) on timm's SwinTransformer. GFM's outputs are taken *after*
-each stage's PatchMerging (the original Swin layout puts the merge at the end of a stage);
-timm puts it at the start of the next stage, so output k here is the output of timm stage k+1's
-downsample, and the last output is the final stage's blocks.
-"""
+"""GFM-Swin on timm's SwinTransformer, outputs taken after each stage's merge as GFM does
+(docs/models.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Checkpoint key maps: the published checkpoint layout <-> this package's module names, declared
 (the built-in ones in catalogs/keymaps.yaml, whose header explains each step) and invertible, so a
-test writes a checkpoint in the reference layout from a model (`to_reference`) and loads it back.
-"""
+test writes a checkpoint in the reference layout from a model (`to_reference`) and loads it back."""
 
 from __future__ import annotations
 
@@ -20,11 +19,10 @@ KEYMAP_FILE = CATALOG_DIR / "keymaps.yaml"
 
 
 def _template_regex(t: str) -> re.Pattern:
-    parts = re.split(r"(\{[a-z]\})", t)
-    rx = "".join(
-        f"(?P<{p[1]}>\\d+)" if re.fullmatch(r"\{[a-z]\}", p) else re.escape(p) for p in parts
+    parts = re.split(r"\{([a-z])\}", t)  # literal text and field names, alternating
+    return re.compile(
+        "".join(f"(?P<{p}>\\d+)" if i % 2 else re.escape(p) for i, p in enumerate(parts))
     )
-    return re.compile(rx)
 
 
 def _drop_dims(x: Tensor, dims: tuple[int, ...]) -> Tensor:

@@ -1,10 +1,5 @@
-"""Measured compute profile of the encoders (parameters, forward FLOPs per sample, samples/s, peak
-memory on this device and precision), cached per device for `cryocube list models --profile` and
-the report: the catalog's published figures were measured on the reference code, not on these
-modules, and say nothing about the user's device. Every table states its conventions
-(`CONVENTION`, `MEMORY_NOTE`); a cache entry's key holds everything the measurement depends on
-(`cache_key`), so any change measures again.
-"""
+"""Measured compute profile of the encoders on the user's device, cached per device under a key
+that holds everything the measurement depends on (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -119,28 +114,22 @@ def dry_run(s: Setup) -> tuple[int, dict[str, int], int]:
     only: the check before any work and the FLOP count in one). Refuses an input size its forward
     rejects or, where the catalog names a patch size, not a multiple of it (a strided patch
     embedding would silently drop the remainder)."""
-    spec = model_spec(s.model)
-    patch = spec.arch.get("patch_size")
+    patch = model_spec(s.model).arch.get("patch_size")
+    why = None
     if s.input_size < 1 or (patch and s.input_size % int(patch)):
-        raise UserError(
-            f"model {s.model!r} does not accept input size {s.input_size}: it must be a positive"
-            f" multiple of its patch size {patch}"
-        )
-    try:
-        with torch.device("meta"):
-            enc = s.build().eval()
-            flops, by_op = count_flops(
-                enc, torch.empty(1, enc.in_chans, s.input_size, s.input_size)
-            )
-    except UserError as e:
-        raise UserError(
-            f"model {s.model!r} does not accept input size {s.input_size}: {e}"
-        ) from None
-    except (RuntimeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(
-            f"model {s.model!r} does not accept input size {s.input_size}: {first}"
-        ) from None
+        why = f"it must be a positive multiple of its patch size {patch}"
+    else:
+        try:
+            with torch.device("meta"):
+                enc = s.build().eval()
+                x = torch.empty(1, enc.in_chans, s.input_size, s.input_size)
+                flops, by_op = count_flops(enc, x)
+        except UserError as e:
+            why = str(e)
+        except (RuntimeError, ValueError) as e:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if why is not None:
+        raise UserError(f"model {s.model!r} does not accept input size {s.input_size}: {why}")
     from .base import count_params
 
     return flops, by_op, count_params(enc)
@@ -306,10 +295,9 @@ def validate(
     unknown = [m for m in models if m not in known]
     if unknown:
         raise UserError(f"unknown model {unknown[0]!r}; known: {', '.join(known)}")
-    if batch < 1:
-        raise UserError(f"batch must be at least 1, got {batch}")
-    if iters < 1:
-        raise UserError(f"iters must be at least 1, got {iters}")
+    for name, value in (("batch", batch), ("iters", iters)):
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
     if input_size is not None and input_size < 1:
         raise UserError(f"input size must be a positive number of pixels, got {input_size}")
     if device.startswith("cuda"):

@@ -1,10 +1,5 @@
-"""RAMEN mono-temporal encoder: per-pixel spectral embedding, scale resampler, timm ViT-B blocks.
-No patches: each pixel's band vector is multiplied by a per-band embedding (optical: wavelength in
-nm -> 1-D sin-cos -> MLP; SAR: a learned vector per polarisation -> MLP), giving a 768-d map that a
-bilinear resize by input_res/res plus a mixture of four 1x1-conv experts turns into g x g tokens
-(g = int(input_size * input_res / res)). Modalities are separate token sequences sharing the
-GSD-scaled 2-D sin-cos positions; the outputs concatenate them on channels (768 x modalities).
-"""
+"""RAMEN mono-temporal encoder: per-pixel spectral embedding, scale resampler, timm ViT-B blocks
+(docs/models.md); the band of each channel, not its position, picks its embedding."""
 
 from __future__ import annotations
 
@@ -13,8 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .base import Encoder, Trunk, sincos_2d, tokens_to_map, with_cls_token
-from .dofa import sincos_1d_f32
+from .base import Encoder, Trunk, sincos_1d, sincos_2d, tokens_to_map, with_cls_token
 from .registry import register_architecture
 
 POLS = ("asc_vv", "asc_vh", "asc_hv", "asc_hh", "des_vv", "des_vh", "des_hv", "des_hh")
@@ -34,7 +28,7 @@ class SpectralProjector(nn.Module):
 
     def forward(self, wavelengths_nm: Tensor) -> Tensor:
         """Per-band embeddings (C, D) from wavelengths in nm (sin-cos, then MLP), for all pixels."""
-        return self.mlp(sincos_1d_f32(self.mlp[0].in_features, wavelengths_nm))
+        return self.mlp(sincos_1d(self.mlp[0].in_features, wavelengths_nm, torch.float32))
 
 
 class RadarProjector(nn.Module):
@@ -62,9 +56,8 @@ class ScaleResampler(nn.Module):
     def forward(self, x: Tensor, scale: float) -> Tensor:
         """Bilinear resize by `scale`, plus a residual mix of 1x1-conv experts chosen by scale."""
         x = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
-        emb = sincos_1d_f32(
-            self.dim, torch.log(torch.tensor([scale], device=x.device, dtype=torch.float32))
-        ).to(x.dtype)
+        log_scale = torch.log(torch.tensor([scale], device=x.device, dtype=torch.float32))
+        emb = sincos_1d(self.dim, log_scale, torch.float32).to(x.dtype)
         w = (self.mlp(emb) / self.temperature.clamp(min=1e-3)).softmax(dim=-1)
         out = torch.zeros_like(x)
         for i, expert in enumerate(self.experts):

@@ -1,12 +1,12 @@
 """Registries (a leaf: no architecture imported) of encoder architectures (`@register_architecture`
 in each architecture module, or a `cryocube.architectures` entry point) and of checkpoint key maps
 (catalogs/keymaps.yaml, or a plug-in's `register_keymap`): a model config's `architecture` and
-`weights.key_map` pick them, never an if-chain on model names.
-"""
+`weights.key_map` pick them, never an if-chain on model names."""
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Callable
 
 from ..plugins import Registry
@@ -28,11 +28,7 @@ for _km in catalog_keymaps():
 
 def register_architecture(name: str):
     """Decorator: `name` (a model config's `architecture:`) builds encoders with this function."""
-
-    def deco(fn: Builder) -> Builder:
-        return ARCHITECTURES.add(name, fn)
-
-    return deco
+    return partial(ARCHITECTURES.add, name)
 
 
 def register_keymap(km: KeyMap) -> KeyMap:

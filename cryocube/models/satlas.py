@@ -1,8 +1,5 @@
-"""SatlasNet Sentinel-2 multi-spectral single-image encoder: torchvision swin_v2_b with a 9-band
-stem. As in the reference, the torchvision model is kept whole (its unused classification head
-included, which is also in the checkpoint) and the four stage outputs (strides 4/8/16/32) are
-returned.
-"""
+"""SatlasNet Sentinel-2 encoder: torchvision swin_v2_b with a 9-band stem, kept whole as in the
+reference (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -18,11 +15,8 @@ class SatlasSwinEncoder(Encoder):
     def build(self, arch: str = "swin_v2_b"):
         """`arch` may name another torchvision Swin (default swin_v2_b)."""
         self.backbone = getattr(torchvision.models, arch)()
-        stem = self.backbone.features[0][0]
-        c = stem.out_channels
-        self.backbone.features[0][0] = nn.Conv2d(
-            self.in_chans, c, kernel_size=(4, 4), stride=(4, 4)
-        )
+        c = self.backbone.features[0][0].out_channels
+        self.backbone.features[0][0] = nn.Conv2d(self.in_chans, c, kernel_size=4, stride=4)
         self.output_channels = [c * 2**i for i in self.output_layers]
         self.output_reductions = [4.0 * 2**i for i in self.output_layers]
 

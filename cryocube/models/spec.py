@@ -1,6 +1,5 @@
 """Model specs: catalogs/models/<id>.yaml as typed, validated objects, the one truth `cryocube
-inspect`, the band matcher and the engine read.
-"""
+inspect`, the band matcher and the engine read."""
 
 from __future__ import annotations
 

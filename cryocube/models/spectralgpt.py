@@ -1,10 +1,5 @@
-"""SpectralGPT+ encoder: 3-D spectral-spatial tokens (groups of 3 bands x 8x8 px) and timm Blocks.
-The reference attention has separate q/k/v linears; timm's fused qkv is the same computation, so the
-key map concatenates them. Separate learned spatial and spectral position embeddings are summed. The
-outputs concatenate the spectral groups on channels (768 x 4 = 3072) group-major, channel = g * D +
-c, as the reference does (a seeded decoder or one trained on the reference's features sees the same
-channels).
-"""
+"""SpectralGPT+ encoder: 3-D spectral-spatial tokens (3 bands x 8x8 px) on timm Blocks, groups
+concatenated on channels group-major as the reference does (docs/models.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""TerraMind v1 encoders (base / large; S2L2A or S1GRD input) on timm Blocks. TerraMind's
-blocks are pre-norm ViT blocks without any bias (qkv, projection, MLP, LayerNorm) and a SwiGLU
-feed-forward (hidden = int(2/3 * 4 * dim), SiLU gate): timm's Block with proj_bias=False and its
-SwiGLU layer are that computation. The per-modality patch embedding is a bias-free linear map of
-(16*16*C) pixels (pixel-major, channel-minor) plus a modality embedding and MoCo-v3 2-D sin-cos
-positions. The final LayerNorm replaces the last returned map, as in the reference.
-"""
+"""TerraMind v1 encoders on timm Blocks: bias-free pre-norm blocks, SwiGLU, linear patches
+(docs/models.md)."""
 
 from __future__ import annotations
 
@@ -18,22 +13,9 @@ from .base import Encoder, Trunk, collect_layers, patches, sincos_2d_mocov3, tok
 from .registry import register_architecture
 
 
-def terramind_mlp(
-    in_features: int,
-    hidden_features: int | None = None,
-    act_layer=nn.SiLU,
-    bias: bool = False,
-    drop: float = 0.0,
-    **_,
-):
+def terramind_mlp(in_features: int, hidden_features: int, **kw) -> SwiGLU:
     """SwiGLU with TerraMind's width rule: 2/3 of the nominal 4x hidden width."""
-    return SwiGLU(
-        in_features=in_features,
-        hidden_features=int(2 * hidden_features / 3),
-        act_layer=act_layer,
-        bias=bias,
-        drop=drop,
-    )
+    return SwiGLU(in_features, int(2 * hidden_features / 3), **kw)
 
 
 class PatchEmbedLinear(nn.Module):

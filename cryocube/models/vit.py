@@ -1,20 +1,9 @@
-"""ViTs on timm: one architecture (`vit`, timm's VisionTransformer) for every plain ViT of the
-benchmark, and `ssl4eo_data2vec` (timm's BEiT).
-
-timm supplies the patch embedding, blocks and `forward_intermediates`; what differs between the
-ViT-based models (SSL4EO MoCo/DINO/MAE, Prithvi, RemoteCLIP, Scale-MAE, the scratch ViT: position
-embedding kind, pre-norm, final norm on the last output, eps, biases) is a few constructor
-arguments set from the catalog's `arch`, and the key map of their checkpoints
-(catalogs/keymaps.yaml). A new ViT model is one YAML (architecture: vit).
-
-Prithvi-100M is a 3-D ViT (Conv3d patch embedding, tubelet 1); with one frame the Conv3d is a Conv2d
-with the time axis squeezed, which its key map does, and the position embedding is the 3-D sin-cos
-for T=1 (recomputed). RemoteCLIP's OpenCLIP visual tower is timm's pre-norm CLIP ViT (bias-free
-patch conv, ln_pre). Scale-MAE's GSD-scaled sin-cos at the protocol's input_res=1.0 is the MAE one.
-"""
+"""ViTs on timm: `vit` (VisionTransformer) for every plain ViT of the benchmark, its `arch:` saying
+how they differ (docs/models.md), and `ssl4eo_data2vec` (BEiT)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from functools import partial
 
 import torch
@@ -30,32 +19,21 @@ POS_EMBEDS = ("learn", "sincos", "mocov3", "sincos3d", "zeros")
 
 def timm_args(enc: Encoder) -> dict:
     """The constructor arguments timm's VisionTransformer and Beit share, for `enc`."""
-    t = enc.trunk
+    trunk = asdict(enc.trunk)
+    eps = trunk.pop("norm_eps")
     return dict(
+        trunk,
         img_size=enc.input_size,
-        patch_size=t.patch_size,
         in_chans=enc.in_chans,
         num_classes=0,
         global_pool="token",
-        embed_dim=t.embed_dim,
-        depth=t.depth,
-        num_heads=t.num_heads,
-        mlp_ratio=t.mlp_ratio,
-        drop_path_rate=t.drop_path_rate,
-        norm_layer=partial(nn.LayerNorm, eps=t.norm_eps),
+        norm_layer=partial(nn.LayerNorm, eps=eps),
     )
 
 
 @register_architecture("vit")
 class TimmViTEncoder(Encoder):
-    """A timm VisionTransformer returning the maps of `output_layers` (B, C, g, g).
-
-    pos_embed: "learn" (trained, loaded), "sincos" (MAE 2-D), "mocov3" (MoCo-v3 2-D), "sincos3d"
-    (Prithvi, T=1), "zeros" (the reference's scratch ViT, which never fills its frozen zeros).
-    Fixed kinds are frozen parameters (as in the reference code) so checkpoints may carry them.
-    `norm_last`: apply the final LayerNorm to the last returned map (DOFA/ViT-scratch behaviour);
-    `final_norm`: keep the final LayerNorm at all (False when the reference encoder has none).
-    """
+    """A timm VisionTransformer returning the maps of `output_layers` (B, C, g, g)."""
 
     trunk = Trunk()
 
@@ -68,7 +46,7 @@ class TimmViTEncoder(Encoder):
         norm_last: bool = False,
         input_res: float = 1.0,
     ):
-        """The arguments of the models' `arch:`, as the class docstring explains them."""
+        """The model's `arch:` (docs/models.md says what each argument does)."""
         path = self.spec.path
         if pos_embed not in POS_EMBEDS:
             raise ValueError(f"{path}: pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")

@@ -50,13 +50,8 @@ class LoadReport:
         )
 
 
-def sha256_file(path: str | Path) -> str:
-    """The file's digest, read in full (checkpoint_digest remembers it for planning)."""
-    return file_digest(path, "sha256")
-
-
 def _check_sha(path: Path, sha256: str | None) -> str:
-    digest = sha256_file(path)
+    digest = file_digest(path)
     if sha256 and digest.lower() != sha256.lower():
         raise WeightsError(
             f"{path}: sha256 {digest} does not match the expected {sha256}; the file is corrupt, "
@@ -265,9 +260,7 @@ def load_decoder(
 class WeightsInfo:
     """What a run's encoder starts from; every record carries it."""
 
-    # checkpoint path/URL, "scratch" (trained from scratch by design) or "random" (a GFM without
-    # weights)
-    source: str
+    source: str  # checkpoint path/URL, "scratch" (by design) or "random" (a GFM without weights)
     sha256: str | None
     random_init: bool
     pretrained: bool  # the catalog calls this a pretrained model
@@ -291,7 +284,7 @@ def checkpoint_digest(path: Path) -> str:
         k, digest = side.read_text().split()
         if k == key:
             return digest
-    digest = sha256_file(path)
+    digest = file_digest(path)
     with suppress(OSError):  # a read-only weights folder: hash again next time
         side.write_text(f"{key} {digest}\n")
     return digest
