@@ -1,18 +1,9 @@
-"""`tune`: hyper-parameter studies (Optuna) whose trials are ordinary engine runs (docs/tuning.md).
-
-A trial is a run with its params as recipe overrides, so it is cached like any run; a batch of
-trials is one `evaluate` call (one feature extraction, shared passes). The objective is the best
-validation value of the family's primary metric; test metrics are never read for selection. A
-pruned study runs in rounds (successive halving without resuming): a batch trains first at
-1/`ETA` of the epochs, the pruner reads that curve (step = epoch), survivors train in full. The
-study is a journal in the results folder (through `DaskStorage` with a client), so a rerun resumes
-it; one tune process per study at a time. The default recipe is a trial when it lies in the space
-(its run is the baseline's); the best trial is planned again from its params and recorded with
-`sweep.best: true`.
-"""
+"""`tune`: hyper-parameter studies (Optuna) whose trials are ordinary, cached engine runs, a batch
+of trials one `evaluate` call; selection reads validation curves only (docs/tuning.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -87,10 +78,8 @@ def _number(text: str) -> int | float:
 def _value(v: Any, like: Any) -> Any:
     """A choice as the field takes it (YAML reads 1e-4 as a string)."""
     if isinstance(v, str) and isinstance(like, (int, float)) and not isinstance(like, bool):
-        try:
+        with contextlib.suppress(ValueError):
             return _number(v)
-        except ValueError:
-            return v
     return v
 
 
@@ -174,10 +163,8 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
 
 
 def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tuple[Param, ...]:
-    """`name=low:high[:log]` (float, or int when both ends and the field are) or `name=a,b,c`; a
-    YAML `space:` maps names to the same strings, to lists, or to {low, high, log}. Checked against
-    the recipe.
-    """
+    """`--space name=low:high[:log]` or `name=a,b,c`, and a YAML `space:` of the same strings,
+    lists or {low, high, log}, checked against the recipe."""
     specs: dict[str, Any] = {}
     if yaml_space is not None:
         if not isinstance(yaml_space, dict):
@@ -213,8 +200,7 @@ class StudyResult:
     study: str
     best: dict | None = None  # the best trial's record (sweep.best)
     baseline: dict | None = None  # the default recipe's record
-    # the trial that ran the default recipe (None: a separate run)
-    baseline_trial: int | None = None
+    baseline_trial: int | None = None  # the trial that ran it (None: a separate run)
     trials: list[dict] = field(default_factory=list)  # the latest record of each trial
     asked: int = 0  # trials asked by this call (a resumed study asks only the missing ones)
 
@@ -411,8 +397,8 @@ class _Study:
         )
 
     def _run(self, claims: list[tuple[RunSpec, dict | None]]) -> list[dict]:
-        """Evaluate runs in one call; each claim (spec, `_sweep` arguments, or None for a plain run)
-        ends with a results.jsonl line of its own sweep. Returns each claim's record."""
+        """Each claim's record (spec, `_sweep` arguments or None), evaluated in one call, each
+        ending with a results.jsonl line of its own sweep."""
         plans = [self._plan(s) for s, _ in claims]
         first: dict[str, dict | None] = {}
         for p, (_, c) in zip(plans, claims):
