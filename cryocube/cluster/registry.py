@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import socket
 import warnings
@@ -60,11 +61,7 @@ BACKENDS: Registry[Backend] = Registry("cluster backend")
 
 def backend(name: str) -> Callable[[Backend], Backend]:
     """Registers a backend under its `--cluster` name (a taken name is refused)."""
-
-    def register(fn: Backend) -> Backend:
-        return BACKENDS.add(name, fn)
-
-    return register
+    return functools.partial(BACKENDS.add, name)
 
 
 def parse_cluster_spec(spec: str) -> tuple[str, str]:

@@ -33,9 +33,6 @@ SAMPLERS = ("tpe", "grid", "random")
 PRUNERS = ("median", "hyperband", "none")
 
 
-# -- the search space ------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -192,9 +189,6 @@ def load_tune_config(path: str | None, sets: list[str]):
     return load_recipe(None, {**fields, **parse_overrides(sets)}), space
 
 
-# -- studies ---------------------------------------------------------------------------------------
-
-
 @dataclass
 class StudyResult:
     study: str
@@ -243,10 +237,9 @@ def open_storage(out: str, client=None):
 def make_sampler(name: str, space: tuple[Param, ...], seed: int):
     """The --sampler by name, seeded; grid takes listed values only."""
     optuna = _optuna()
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+    seeded = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}
+    if name in seeded:
+        return seeded[name](seed=seed)
     if name == "grid":
         if ranged := [p.name for p in space if p.kind != "choice"]:
             raise TuneError(
@@ -285,12 +278,8 @@ def refuse_untunable(protocols) -> None:
 
 def objective(rec: dict, metric: str, higher: bool) -> float | None:
     """The best validation value of the primary metric (the state the engine keeps and tests)."""
-    vals = [
-        float(p[metric])
-        for p in rec.get("val_curve") or []
-        if isinstance(p.get(metric), (int, float))
-    ]
-    vals = [v for v in vals if math.isfinite(v)]
+    vals = [p.get(metric) for p in rec.get("val_curve") or []]
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
     return (max(vals) if higher else min(vals)) if vals else None
 
 
@@ -306,19 +295,19 @@ def study_name(
 
 @dataclass
 class StudyOptions:
-    """What every study of one `tune` call shares."""
+    """What every study of one `tune` call shares (its keyword arguments, the context aside)."""
 
     space: tuple[Param, ...]
     out: str
     recipe: Any
     trials: int
-    sampler: str
-    pruner: str
-    batch: int
-    client: Any
-    progress: bool
-    seed: int
-    ctx: PlanContext
+    sampler: str = "tpe"
+    pruner: str = "median"
+    batch: int | None = None
+    client: Any = None
+    progress: bool = True
+    seed: int = 0
+    ctx: PlanContext | None = None
     cubes: dict = field(default_factory=dict)
 
 
@@ -327,6 +316,7 @@ class _Study:
 
     def __init__(self, base: RunSpec, o: StudyOptions):
         self.optuna, self.base, self.o = _optuna(), base, o
+        self.states = self.optuna.trial.TrialState
         self.space, self.out, self.recipe = o.space, o.out, o.recipe
         self.family = get(protocol_spec(base.protocol).family)
         self.metric = self.family.primary_metric
@@ -445,30 +435,28 @@ class _Study:
     def recover(self) -> None:
         """Trials left RUNNING by a killed process: failed, and their params asked again (a trial
         killed before its last `suggest` never started a run: the sampler asks anew)."""
-        TS = self.optuna.trial.TrialState
         names = {p.name for p in self.space}
-        for t in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
-            self.study.tell(t.number, state=TS.FAIL)
+        for t in self.study.get_trials(deepcopy=False, states=(self.states.RUNNING,)):
+            self.study.tell(t.number, state=self.states.FAIL)
             self._mark(t.number, "failed")
             if set(t.params) == names:
                 self.study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
 
     def finished(self) -> int:
         """Trials that count towards --trials: completed, pruned, or failed by their run."""
-        TS = self.optuna.trial.TrialState
+        states = self.states
         return sum(
-            t.state in (TS.COMPLETE, TS.PRUNED)
-            or (t.state == TS.FAIL and "run_error" in t.user_attrs)
+            t.state in (states.COMPLETE, states.PRUNED)
+            or (t.state == states.FAIL and "run_error" in t.user_attrs)
             for t in self.study.get_trials(deepcopy=False)
         )
 
     def _fail(self, t, rec: dict) -> None:
         t.set_user_attr("run_error", str(rec.get("error"))[:500])
-        self.study.tell(t, state=self.optuna.trial.TrialState.FAIL)
+        self.study.tell(t, state=self.states.FAIL)
 
     def run(self) -> StudyResult:
         """Asks, evaluates and tells batches until the study holds --trials finished trials."""
-        TS = self.optuna.trial.TrialState
         res = StudyResult(self.name)
         self.recover()
         grid = self.meta["sampler"] == "grid"
@@ -487,7 +475,7 @@ class _Study:
                     if rec.get("status") != "ok":
                         self._fail(t, rec)
                     elif self._prune(t, rec):
-                        self.study.tell(t, state=TS.PRUNED)
+                        self.study.tell(t, state=self.states.PRUNED)
                         self._append(rec, self._sweep(t.number, params[t.number], "pruned", rec))
                     else:
                         full.append(t)
@@ -509,11 +497,8 @@ class _Study:
 
     def _default_trial(self) -> int | None:
         """The first completed trial that ran the default recipe, or None (then it runs alone)."""
-        TS = self.optuna.trial.TrialState
-        for t in self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,)):
-            if t.params == self.default:
-                return t.number
-        return None
+        done = self.study.get_trials(deepcopy=False, states=(self.states.COMPLETE,))
+        return next((t.number for t in done if t.params == self.default), None)
 
     def _prune(self, t, rec: dict) -> bool:
         """Feed the rung's validation curve to the pruner point by point, as training would."""
@@ -536,10 +521,9 @@ class _Study:
             return {}
 
     def _finish(self, res: StudyResult) -> StudyResult:
-        TS = self.optuna.trial.TrialState
         n = {
             s.name.lower(): len(self.study.get_trials(deepcopy=False, states=(s,)))
-            for s in (TS.COMPLETE, TS.PRUNED, TS.FAIL)
+            for s in (self.states.COMPLETE, self.states.PRUNED, self.states.FAIL)
         }
         if not n["complete"]:
             states = f"{n['pruned']} pruned, {n['fail']} fail"
@@ -573,28 +557,21 @@ def tune(
     out: str,
     recipe,
     *,
-    trials: int,
-    sampler: str = "tpe",
-    pruner: str = "median",
-    batch: int | None = None,
-    client=None,
-    progress: bool = True,
     weights_dir: str | None = None,
     allow_random_weights: bool = False,
-    seed: int = 0,
+    **options,
 ) -> list[StudyResult]:
-    """One study per base run (model x cube x protocol [x fraction]), each one's outcome."""
-    if trials < 1:
-        raise TuneError(f"--trials must be >= 1, got {trials}")
+    """One study per base run (model x cube x protocol [x fraction]), each one's outcome; `options`
+    are `StudyOptions`' fields (trials, sampler, pruner, batch, client, progress, seed)."""
+    o = StudyOptions(space, out, recipe, **options)
+    if o.trials < 1:
+        raise TuneError(f"--trials must be >= 1, got {o.trials}")
     refuse_untunable({b.protocol for b in bases})
-    if batch is not None and batch < 1:
-        raise TuneError(f"--batch must be >= 1, got {batch}")
-    client = get_client(client)
-    ctx = cluster_context(
-        client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
+    if o.batch is not None and o.batch < 1:
+        raise TuneError(f"--batch must be >= 1, got {o.batch}")
+    o.client = get_client(o.client)
+    o.ctx = cluster_context(
+        o.client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
     )
-    batch = batch or min(trials, max(4, recipe.decoders_per_task))
-    o = StudyOptions(
-        space, out, recipe, trials, sampler, pruner, batch, client, progress, seed, ctx
-    )
+    o.batch = o.batch or min(o.trials, max(4, recipe.decoders_per_task))
     return [_Study(b, o).run() for b in bases]
