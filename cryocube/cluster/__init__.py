@@ -1,7 +1,5 @@
-"""Where Dask work runs: one registry of cluster backends (local, cuda, k8s, gateway, an address
-or a scheduler file: docs/usage.md), and what tasks need to know about workers (`runtime`). Only
-the CLI creates and owns clusters, through `open_cluster(spec)`; library functions take the
-caller's Client (`client.get_client`)."""
+"""Where Dask work runs: the cluster backends (docs/usage.md) and what tasks know of workers. Only
+the CLI creates clusters (`open_cluster`); library functions take the caller's Client."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ from typing import Iterator
 
 from distributed import Client
 
-# the package's public names are re-exported here (noqa: F401)
 from . import gateway, k8s, local, remote  # noqa: F401  (each registers its backend)
 from .client import cluster_info, dashboard_link, get_client, gpu_resources  # noqa: F401
 from .gateway import read_gateway_options  # noqa: F401

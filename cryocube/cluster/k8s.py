@@ -38,9 +38,8 @@ def k8s_cluster_spec(
     env: dict[str, str] | None = None,
     storage_secret: str | None = STORAGE_SECRET,
 ) -> dict:
-    """A DaskCluster resource whose workers request one GPU each: on the worker container only (as
-    strings, the CRD's type), since `make_cluster_spec`'s `resources` would apply to the scheduler
-    too; no nulls (the CRD rejects them)."""
+    """A DaskCluster whose workers request a GPU each, on the worker container only (the scheduler
+    would get `make_cluster_spec`'s `resources` too), as strings and without nulls (the CRD's)."""
     kube = require("dask_kubernetes.operator", "k8s", "k8s")
     torch_threads = max(1, worker_cpu // threads_per_worker)
     command = f"dask worker --nthreads {threads_per_worker} --memory-limit auto"

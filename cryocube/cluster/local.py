@@ -32,9 +32,8 @@ def local_sizing(
     parallel: int | None = None,
     cores: int | None = None,
 ) -> tuple[int, int, int]:
-    """(workers, Dask threads, torch threads per worker) of `--cluster local`, fitting the cores,
-    fewer workers for fewer `parallel` runs; never from the load, so the same plan gets the same
-    threads, and so the same bits."""
+    """(workers, Dask threads, torch threads per worker) fitting the cores, fewer workers for fewer
+    `parallel` runs; never from the load: the same plan gets the same threads, and so bits."""
     cores = cores or host_cores()
     tpw = threads_per_worker or 1
     n = n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS, parallel or MAX_LOCAL_WORKERS))

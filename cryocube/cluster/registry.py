@@ -24,9 +24,8 @@ WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, no
 @dataclass(frozen=True)
 class ClusterRequest:
     """What `open_cluster` was asked for; `target` follows "NAME:" in the spec (or the address).
-    The sizes fit local and cuda clusters and override k8s manifests and gateway options;
-    torch_threads: per worker (default: its share of the cores); parallel: runs the plan trains at
-    once (a local cluster gets no more workers)."""
+    The sizes fit local and cuda clusters and override k8s manifests and gateway options; parallel:
+    runs the plan trains at once (a local cluster gets no more workers)."""
 
     backend: str
     target: str

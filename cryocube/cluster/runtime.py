@@ -31,9 +31,8 @@ def thread_env(threads: int) -> dict[str, str]:
 
 @functools.cache
 def tune_malloc() -> bool:
-    """Let glibc reuse freed memory for large, short-lived buffers: Dask's MALLOC_TRIM_THRESHOLD_
-    made every array over 128 KiB a fresh, zeroed mmap, and conversion 2x slower
-    (benchmarks/bench_convert.py). Called by heavy tasks, any cluster's; False off glibc."""
+    """Let glibc reuse freed memory: Dask's MALLOC_TRIM_THRESHOLD_ made every array over 128 KiB a
+    fresh, zeroed mmap, conversion 2x slower (benchmarks/bench_convert.py); False off glibc."""
     if not sys.platform.startswith("linux"):
         return False
     try:

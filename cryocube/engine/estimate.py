@@ -3,6 +3,7 @@ measured by benchmarks/bench_reference.py (`evaluate --dry-run --budget FILE`, d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -85,10 +86,8 @@ def units_of(budget: dict) -> dict:
     if model := (budget.get("measured_with") or {}).get("model"):
         from ..models import model_spec
 
-        try:
+        with contextlib.suppress(UserError):  # a model this install does not know: GFLOPs scale
             cls = size_class(model_spec(model))
-        except UserError:  # a model this install does not know: its GFLOPs still scale
-            cls = "S"
     return {f"{cls}/frozen": _v1_unit(budget)}
 
 

@@ -394,10 +394,8 @@ def dry_run(
         )
     head = f"{len(planned)} runs: {todo} to run, {len(planned) - todo} cached{cache_txt}"
     if other:
-        how = []
-        for t in sorted(set(other.values())):
-            w = workers_for(t) if workers_for else None
-            how.append(f"--workers {w}" if w else f"--set threads={t}")
+        ws = {t: workers_for and workers_for(t) for t in sorted(set(other.values()))}
+        how = [f"--workers {w}" if w else f"--set threads={t}" for t, w in ws.items()]
         head += (
             f"\n{len(other)} runs are cached with other torch threads ({' or '.join(how)}); the"
             " threads are part of the run id, so this plan runs them again"
