@@ -1,7 +1,5 @@
-"""Where Dask work runs: one registry of cluster backends (local, cuda, k8s, gateway, an address
-or a scheduler file: docs/usage.md), and what tasks need to know about workers (`runtime`). Only
-the CLI creates and owns clusters, through `open_cluster(spec)`; library functions take the
-caller's Client (`client.get_client`)."""
+"""Where Dask work runs: the cluster backends (docs/usage.md) and what tasks know of workers. Only
+the CLI creates clusters (`open_cluster`); library functions take the caller's Client."""
 
 from __future__ import annotations
 
@@ -9,15 +7,12 @@ import contextlib
 import sys
 from typing import Iterator
 
-from dask.utils import parse_bytes
 from distributed import Client
 
-# the package's public names are re-exported here (noqa: F401)
 from . import gateway, k8s, local, remote  # noqa: F401  (each registers its backend)
 from .client import cluster_info, dashboard_link, get_client, gpu_resources  # noqa: F401
 from .gateway import read_gateway_options  # noqa: F401
 from .k8s import (  # noqa: F401
-    DEFAULT_IMAGE,
     DEFAULT_K8S_MANIFEST,
     ManifestError,
     k8s_cluster_spec,
@@ -27,13 +22,7 @@ from .k8s import (  # noqa: F401
 )
 from .local import local_sizing
 from .registry import BACKENDS, ClusterError, ClusterRequest, parse_cluster_spec  # noqa: F401
-from .runtime import (  # noqa: F401
-    TorchThreads,
-    configured_threads,
-    device_for_worker,
-    torch_task,
-    tune_malloc,
-)
+from .runtime import configured_threads, device_for_worker, tune_malloc  # noqa: F401
 from .timeouts import close_quietly, explain_timeout, patient
 from .worker_logs import quiet_shutdown, quiet_task_errors
 
@@ -62,58 +51,12 @@ def announce(spec: str, client: Client) -> None:
     )
 
 
-def _check_sizes(n_workers, threads_per_worker, torch_threads, memory_limit) -> None:
-    """Counts of at least 1 and a memory limit Dask reads, before anything starts."""
-    for label, v in (
-        ("n_workers", n_workers),
-        ("threads_per_worker", threads_per_worker),
-        ("torch_threads", torch_threads),
-    ):
-        if v is not None and v < 1:
-            raise ClusterError(f"{label} must be >= 1, got {v}")
-    if memory_limit is not None and memory_limit != "auto":
-        try:
-            parse_bytes(memory_limit)
-        except (ValueError, TypeError):
-            raise ClusterError(
-                f"--memory-limit {memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or auto)"
-            ) from None
-
-
 @contextlib.contextmanager
-def open_cluster(
-    spec: str = "local",
-    n_workers: int | None = None,
-    threads_per_worker: int | None = None,
-    memory_limit: str | None = None,
-    gateway_options: dict | None = None,
-    k8s_spec: str | None = None,
-    dashboard: bool = True,
-    torch_threads: int | None = None,
-    quiet: bool = False,
-    parallel: int | None = None,
-) -> Iterator[Client]:
-    """Yield a Client on the cluster named by `spec`; on exit close only what was created here.
-
-    n_workers/threads_per_worker/memory_limit size local and cuda clusters and override the
-    manifest/options of k8s and gateway clusters. torch_threads: per worker (default: its share of
-    the cores), the default threads of the runs planned on it. parallel: runs the plan trains at
-    once; a local cluster gets no more workers than that. quiet: no cluster line.
-    """
-    _check_sizes(n_workers, threads_per_worker, torch_threads, memory_limit)
+def open_cluster(spec: str = "local", quiet: bool = False, **sizes) -> Iterator[Client]:
+    """Yield a Client on the cluster named by `spec`, sized by `ClusterRequest`'s fields; on exit
+    close only what was created here. quiet: no cluster line."""
     name, target = parse_cluster_spec(spec)
-    req = ClusterRequest(
-        name,
-        target,
-        n_workers,
-        threads_per_worker,
-        memory_limit,
-        gateway_options,
-        k8s_spec,
-        dashboard,
-        torch_threads,
-        parallel,
-    )
+    req = ClusterRequest(name, target, **sizes)
     stack = contextlib.ExitStack()
     try:
         stack.enter_context(patient())  # load alone must not fail a worker start or a connection

@@ -1,6 +1,5 @@
-"""The client side of a cluster: which Client to use (`get_client`, never starting a cluster
-behind the user's back: in a hub notebook that would bypass their gateway cluster), what its
-workers offer, what a record says of it."""
+"""The client side of a cluster: which Client to use (never one started behind the user's back),
+what its workers offer, what a record says of it."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from .worker_logs import quiet_task_errors
 
 
 def get_client(client: Client | None = None) -> Client:
-    """The given client, else the default one (the Client a notebook or `open_cluster` holds). Its
-    workers keep cryocube's task failures off their logs (the caller reports them)."""
+    """The given client, else the default one (a notebook's or `open_cluster`'s), made quiet."""
     try:
         client = default_client() if client is None else client
     except ValueError:
@@ -29,8 +27,7 @@ def get_client(client: Client | None = None) -> Client:
 
 
 def gpu_resources(client: Client) -> dict | None:
-    """{"GPU": 1} to annotate tasks with when every worker advertises a GPU, else None: asked of the
-    scheduler, since a task requesting a resource no worker offers waits in `no-worker` forever."""
+    """{"GPU": 1} when every worker offers a GPU, else None (such a task would wait forever)."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     if workers and all(w.get("resources", {}).get(GPU, 0) >= 1 for w in workers.values()):
         return {GPU: 1}

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import dask
-import yaml
 from distributed import Client
 
-from ..errors import FieldError, yaml_problem
+from ..catalog import _read_yaml
+from ..errors import FieldError
 from ..mapping import from_mapping, rule
 from .registry import (
     WORKER_WAIT_S,
@@ -27,8 +27,7 @@ from .runtime import TorchThreads
 
 @dataclass(frozen=True)
 class GatewayOptions:
-    """The gateway options (a YAML file, see deployments/pangeo/gateway-options.yaml, or
-    `gateway_options=`); address and auth default to the hub's dask config."""
+    """deployments/pangeo/gateway-options.yaml's keys; address and auth default to dask config."""
 
     NOUN: ClassVar[str] = "gateway key"
     ERROR: ClassVar[type] = ClusterError
@@ -52,14 +51,8 @@ class GatewayOptions:
 
 def read_gateway_options(path: str | os.PathLike) -> dict:
     """The gateway options YAML as given (its keys checked by `GatewayOptions`)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ClusterError(f"gateway options file {p} does not exist")
-    try:
-        doc = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ClusterError(f"{p}: not valid YAML ({yaml_problem(e)})") from None
-    from_mapping(GatewayOptions, doc, str(p))
+    doc = _read_yaml(Path(path)) or {}
+    from_mapping(GatewayOptions, doc, str(path))
     return doc
 
 
@@ -73,8 +66,7 @@ def _gateway_auth(dask_gateway, auth):
 
 
 def _no_second_close(gateway) -> None:
-    """Keep a closed dask_gateway.Gateway's __del__ from closing it again: since distributed raises
-    on a stopped LoopRunner's loop, it would print a RuntimeError at garbage collection."""
+    """Keep a closed Gateway's __del__ from closing it again (a RuntimeError printed at exit)."""
     if gateway is not None:
         gateway.__dict__.pop("_loop_runner", None)  # what __del__ checks before closing
 

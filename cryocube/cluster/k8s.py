@@ -1,6 +1,5 @@
-"""`--cluster k8s`: a DaskCluster through the dask-kubernetes operator, and the manifests behind it,
-validated against the CRDs shipped in the installed dask-kubernetes wheel (the schema the API server
-enforces) before anything is submitted, so a typo fails here with its field path."""
+"""`--cluster k8s`: a DaskCluster through the dask-kubernetes operator, its manifests validated
+against the CRDs of the installed dask-kubernetes (what the API server enforces) first."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import yaml
 from distributed import Client
 
 from .. import __version__
-from ..catalog import packaged_dir
+from ..catalog import CATALOG_DIR, _read_yaml, packaged_dir
 from ..errors import ManifestError, yaml_problem
 from .registry import ClusterError, ClusterRequest, backend, own_client, require, wait_first_worker
 from .runtime import GPU, thread_env
@@ -39,12 +38,8 @@ def k8s_cluster_spec(
     env: dict[str, str] | None = None,
     storage_secret: str | None = STORAGE_SECRET,
 ) -> dict:
-    """A DaskCluster resource (operator CRD) whose worker group requests one GPU per worker.
-
-    `make_cluster_spec`'s `resources` would apply to the scheduler too, so GPU/CPU/memory go on the
-    worker container only, as strings (the CRD's type), and None fields are dropped (the CRD
-    rejects nulls). Workers take object-store credentials from the optional Secret `storage_secret`.
-    """
+    """A DaskCluster whose workers request a GPU each, on the worker container only (the scheduler
+    would get `make_cluster_spec`'s `resources` too), as strings and without nulls (the CRD's)."""
     kube = require("dask_kubernetes.operator", "k8s", "k8s")
     torch_threads = max(1, worker_cpu // threads_per_worker)
     command = f"dask worker --nthreads {threads_per_worker} --memory-limit auto"
@@ -102,17 +97,6 @@ def read_k8s_manifests(path: str | os.PathLike) -> list[dict]:
 
 
 _CRD_KINDS = ("DaskCluster", "DaskWorkerGroup", "DaskJob", "DaskAutoscaler")  # crds/<kind>.yaml
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-_OBJECT_META = {
-    "type": "object",
-    "required": ["name"],
-    "properties": {
-        "name": {"type": "string", "pattern": _DNS_LABEL},
-        "namespace": {"type": "string", "pattern": _DNS_LABEL},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-    },
-}
 
 
 @functools.lru_cache(maxsize=None)
@@ -146,6 +130,12 @@ def _strict(schema: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
+def _own_schemas() -> dict:
+    """catalogs/k8s-schemas.yaml: object metadata and batch/v1 Job."""
+    return _read_yaml(CATALOG_DIR / "k8s-schemas.yaml")
+
+
+@functools.lru_cache(maxsize=None)
 def _crd_schema(kind: str) -> dict:
     crd = _crd(kind)["spec"]
     version = next(v for v in crd["versions"] if v.get("served", True))
@@ -153,59 +143,21 @@ def _crd_schema(kind: str) -> dict:
     schema["properties"] = {
         "apiVersion": {"const": f"{crd['group']}/{version['name']}"},
         "kind": {"const": crd["names"]["kind"]},
-        "metadata": _OBJECT_META,
+        "metadata": _own_schemas()["object_meta"],
         **schema["properties"],
     }
     schema["required"] = ["apiVersion", "kind", "metadata", *schema.get("required", ["spec"])]
     return schema
 
 
-_JOB_FIELDS = {  # batch/v1 JobSpec, by type
-    "integer": "activeDeadlineSeconds backoffLimit backoffLimitPerIndex completions"
-    " maxFailedIndexes parallelism ttlSecondsAfterFinished",
-    "string": "completionMode podReplacementPolicy managedBy",
-    "object": "podFailurePolicy selector successPolicy",
-    "boolean": "suspend manualSelector",
-}
-
-
 @functools.lru_cache(maxsize=None)
 def _job_schema() -> dict:
     """batch/v1 Job, its pod spec checked against the PodSpec of the DaskCluster CRD."""
-    pod = _crd_schema("DaskCluster")["properties"]["spec"]["properties"]["worker"]["properties"][
-        "spec"
-    ]
-    job_fields = {
-        k: {"type": t, "minimum": 0} if t == "integer" else {"type": t}
-        for t, names in _JOB_FIELDS.items()
-        for k in names.split()
-    }
-    restart = {
-        "required": ["restartPolicy"],
-        "properties": {"restartPolicy": {"enum": ["Never", "OnFailure"]}},
-    }
-    template = {
-        "type": "object",
-        "required": ["spec"],
-        "additionalProperties": False,
-        "properties": {"metadata": {"type": "object"}, "spec": {"allOf": [pod, restart]}},
-    }
-    return {
-        "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "additionalProperties": False,
-        "properties": {
-            "apiVersion": {"const": "batch/v1"},
-            "kind": {"const": "Job"},
-            "metadata": _OBJECT_META,
-            "spec": {
-                "type": "object",
-                "required": ["template"],
-                "additionalProperties": False,
-                "properties": {**job_fields, "template": template},
-            },
-        },
-    }
+    job = copy.deepcopy(_own_schemas()["job"])
+    worker = _crd_schema("DaskCluster")["properties"]["spec"]["properties"]["worker"]
+    pod = job["properties"]["spec"]["properties"]["template"]["properties"]["spec"]
+    pod["allOf"].insert(0, worker["properties"]["spec"])
+    return job
 
 
 MANIFEST_SCHEMAS: dict[str, Callable[[], dict]] = {
@@ -215,8 +167,7 @@ MANIFEST_SCHEMAS: dict[str, Callable[[], dict]] = {
 
 
 def validate_k8s_manifest(doc: dict, source: str = "<manifest>") -> None:
-    """Raise ManifestError listing every field of `doc` that the cluster's schema would reject
-    (unknown fields too, as `kubectl apply` does)."""
+    """Raise ManifestError listing every field of `doc` its schema rejects, unknown ones too."""
     import jsonschema
 
     kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -258,8 +209,8 @@ def load_k8s_cluster_spec(
     threads_per_worker: int | None = None,
     memory_limit: str | None = None,
 ) -> dict:
-    """The DaskCluster `--cluster k8s` creates: from `path`, else deployments/k8s/daskcluster.yaml
-    (in a checkout or the image), else `k8s_cluster_spec()`; the CLI's sizes applied, validated."""
+    """The DaskCluster `--cluster k8s` creates (`path`, else DEFAULT_K8S_MANIFEST, else
+    `k8s_cluster_spec()`), the CLI's sizes applied, validated."""
     if path is None and DEFAULT_K8S_MANIFEST.is_file():
         path = DEFAULT_K8S_MANIFEST
     if path is None:

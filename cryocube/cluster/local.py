@@ -32,10 +32,8 @@ def local_sizing(
     parallel: int | None = None,
     cores: int | None = None,
 ) -> tuple[int, int, int]:
-    """(workers, Dask threads per worker, torch threads per worker) of `--cluster local`, fitting
-    the cores. A plan of fewer `parallel` runs than cores gets fewer workers with more torch threads
-    each (a single run computes on every core). Never from the load: the same plan on the same
-    machine gets the same threads, and so the same bits."""
+    """(workers, Dask threads, torch threads per worker) fitting the cores, fewer workers for fewer
+    `parallel` runs; never from the load: the same plan gets the same threads, and so bits."""
     cores = cores or host_cores()
     tpw = threads_per_worker or 1
     n = n_workers or max(1, min(cores // tpw, MAX_LOCAL_WORKERS, parallel or MAX_LOCAL_WORKERS))
@@ -43,9 +41,8 @@ def local_sizing(
 
 
 def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
-    """`--memory-limit`, else the machine's memory (cgroup-aware) shared among the workers. Dask's
-    "auto" follows Dask threads: the one-thread worker of a one-run plan, computing on every core,
-    got half the machine and was restarted at 95 % of that."""
+    """`--memory-limit`, else the machine's memory shared among the workers (Dask's "auto" gave a
+    one-run plan's one-thread worker, computing on every core, half the machine)."""
     if memory_limit and memory_limit != "auto":
         return memory_limit
     return int(MEMORY_LIMIT // max(1, n_workers))
@@ -53,8 +50,7 @@ def worker_memory(memory_limit: str | None, n_workers: int) -> str | int:
 
 @contextlib.contextmanager
 def ctrl_c_stays_here():
-    """Worker processes spawned inside inherit an ignored SIGINT (it survives exec): Ctrl-C in a
-    terminal reaches the process group, and only this process, which closes the cluster, acts."""
+    """Workers spawned inside ignore SIGINT: on Ctrl-C only this process, closing them, acts."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -87,8 +83,7 @@ def local(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
 
 
 def hidden_gpus() -> str | None:
-    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None: dask-cuda counts its comma-separated
-    entries, so "" would count as one GPU and "-1" (the usual way to hide them) as device -1."""
+    """Why CUDA_VISIBLE_DEVICES hides every GPU, or None ("" and "-1" would count as one GPU)."""
     v = os.environ.get("CUDA_VISIBLE_DEVICES")
     if v is None:
         return None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import socket
 import warnings
 from dataclasses import dataclass
 from typing import Callable
 
+from dask.utils import parse_bytes
 from distributed import Client
 
 from ..errors import ClusterError
@@ -21,19 +23,34 @@ WORKER_WAIT_S = 600  # for the first worker of a remote cluster (image pulls, no
 
 @dataclass(frozen=True)
 class ClusterRequest:
-    """What `open_cluster` was asked for; `target` follows "NAME:" in the spec (or the address)."""
+    """What `open_cluster` was asked for; `target` follows "NAME:" in the spec (or the address).
+    The sizes fit local and cuda clusters and override k8s manifests and gateway options; parallel:
+    runs the plan trains at once (a local cluster gets no more workers)."""
 
     backend: str
     target: str
-    n_workers: int | None
-    threads_per_worker: int | None
-    memory_limit: str | None
-    gateway_options: dict | None
-    k8s_spec: str | None
-    dashboard: bool
-    torch_threads: int | None
-    # runs the plan can train at once (sizes local clusters); None: unknown
+    n_workers: int | None = None
+    threads_per_worker: int | None = None
+    memory_limit: str | None = None
+    gateway_options: dict | None = None
+    k8s_spec: str | None = None
+    dashboard: bool = True
+    torch_threads: int | None = None
     parallel: int | None = None
+
+    def __post_init__(self):
+        """Counts of at least 1 and a memory limit Dask reads, before anything starts."""
+        for label in ("n_workers", "threads_per_worker", "torch_threads"):
+            if (v := getattr(self, label)) is not None and v < 1:
+                raise ClusterError(f"{label} must be >= 1, got {v}")
+        if self.memory_limit not in (None, "auto"):
+            try:
+                parse_bytes(self.memory_limit)
+            except (ValueError, TypeError):
+                raise ClusterError(
+                    f"--memory-limit {self.memory_limit!r} is not a size (e.g. 4GB, 4GiB, 500MB or"
+                    " auto)"
+                ) from None
 
 
 Backend = Callable[[ClusterRequest, contextlib.ExitStack], Client]
@@ -43,11 +60,7 @@ BACKENDS: Registry[Backend] = Registry("cluster backend")
 
 def backend(name: str) -> Callable[[Backend], Backend]:
     """Registers a backend under its `--cluster` name (a taken name is refused)."""
-
-    def register(fn: Backend) -> Backend:
-        return BACKENDS.add(name, fn)
-
-    return register
+    return functools.partial(BACKENDS.add, name)
 
 
 def parse_cluster_spec(spec: str) -> tuple[str, str]:
@@ -67,8 +80,7 @@ def parse_cluster_spec(spec: str) -> tuple[str, str]:
 
 
 def require(module: str, extra: str, what: str):
-    """Import an optional backend package, or say which extra installs it, or, where it is
-    installed but does not import, what it lacks (dask-cuda against an older cuda-core)."""
+    """Import an optional backend package, or say which extra installs it or why it fails."""
     top = module.split(".")[0]
     try:
         return importlib.import_module(module)
@@ -87,9 +99,8 @@ DASHBOARD_PORT = 8787  # Dask's usual port, kept where it is free
 
 
 def dashboard_port() -> int:
-    """DASHBOARD_PORT where the dashboard could listen on every interface (as Dask's does), else a
-    free port the system picks: chosen here, so that another Dask cluster on the machine (a shared
-    hub node) costs no warning, only the other link that the cluster line prints."""
+    """DASHBOARD_PORT where free on every interface, else one the system picks: another Dask
+    cluster on the machine (a shared hub node) costs no warning, only another link."""
     for port in (DASHBOARD_PORT, 0):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado listens
@@ -100,8 +111,7 @@ def dashboard_port() -> int:
 
 
 def dashboard_kwargs(dashboard: bool) -> dict:
-    """The dashboard on a free port (`dashboard_port`), or none, with the scheduler's HTTP
-    endpoints on a free port (else every extra cluster warns that 8787 is taken)."""
+    """The dashboard on a free port, or none, with the scheduler's HTTP endpoints on a free port."""
     # a port taken between the choice and the listen: Dask moves it, and the cluster line says where
     warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
     if dashboard:
@@ -110,8 +120,7 @@ def dashboard_kwargs(dashboard: bool) -> dict:
 
 
 def own_client(stack: contextlib.ExitStack, cluster, torch_threads: int | None) -> Client:
-    """The Client of a cluster cryocube started, closed with the command; its workers always get
-    `TorchThreads` (someone else's only when asked: remote.py)."""
+    """The Client of a cluster cryocube started, closed with the command, with `TorchThreads`."""
     client = stack.enter_context(Client(cluster))
     client.register_plugin(TorchThreads(torch_threads), name=TorchThreads.name)
     return client
@@ -133,7 +142,6 @@ CLOSE_TIMEOUT_S = 120
 
 
 def own_cluster(stack: contextlib.ExitStack, cluster):
-    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop (a close
-    that still fails is a warning: `timeouts.close_quietly` closes the stack)."""
+    """Close `cluster` when the command ends, giving its workers CLOSE_TIMEOUT_S to stop."""
     stack.callback(cluster.close, timeout=CLOSE_TIMEOUT_S)
     return cluster

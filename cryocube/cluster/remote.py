@@ -27,8 +27,7 @@ def _connect(stack: contextlib.ExitStack, req: ClusterRequest, silent: str, **wh
 
 @backend("address")
 def address(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
-    """`--cluster tcp://host:port` (any protocol distributed knows): refuses an unknown scheme, and
-    a scheduler that does not answer."""
+    """`--cluster tcp://host:port` (any protocol distributed knows)."""
     scheme = req.target.split("://", 1)[0]
     if scheme not in comm_backends:
         raise ClusterError(
@@ -40,8 +39,7 @@ def address(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
 
 @backend("scheduler-file")
 def scheduler_file(req: ClusterRequest, stack: contextlib.ExitStack) -> Client:
-    """`--cluster scheduler-file:PATH` (or PATH.json), as `dask scheduler --scheduler-file` writes
-    it: refuses a missing file, or a scheduler that does not answer."""
+    """`--cluster scheduler-file:PATH` (or PATH.json) of `dask scheduler --scheduler-file`."""
     path = Path(req.target).expanduser()
     if not path.is_file():
         raise ClusterError(

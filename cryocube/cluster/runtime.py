@@ -1,7 +1,6 @@
-"""What a task needs to know about the worker it runs on (memory allocator, device, torch threads)
-and the peak memory of what it ran. A torch task's threads are fixed from its run's own settings
-(`torch_task`): the float reduction order, and so the result, must not depend on what else runs;
-the cluster is sized so that workers x Dask threads x torch threads fit the cores."""
+"""What a task needs to know about its worker (allocator, device, torch threads) and the peak memory
+of what it ran. A torch task's threads come from its run (`torch_task`): the float reduction order,
+and so the result, must not depend on what else runs."""
 
 from __future__ import annotations
 
@@ -26,19 +25,14 @@ MALLOC_TRIM_THRESHOLD = 256 * 2**20  # freed heap a worker may keep instead of f
 
 
 def thread_env(threads: int) -> dict[str, str]:
-    """The OpenMP/MKL/OpenBLAS variables that fix a worker's math threads; they only take effect
-    when set before torch is first imported."""
+    """The variables that fix a worker's math threads (before torch's first import)."""
     return {v: str(threads) for v in THREAD_VARS}
 
 
 @functools.cache
 def tune_malloc() -> bool:
-    """Let glibc reuse freed memory for this worker's large, short-lived numpy/torch buffers.
-
-    Dask's MALLOC_TRIM_THRESHOLD_=64KiB freezes glibc's adaptive mmap threshold: every array over
-    128 KiB became a fresh, zeroed mmap, and conversion ran 2x slower (benchmarks/bench_convert.py).
-    Called by heavy tasks, so it holds on clusters cryocube did not create. False off glibc.
-    """
+    """Let glibc reuse freed memory: Dask's MALLOC_TRIM_THRESHOLD_ made every array over 128 KiB a
+    fresh, zeroed mmap, conversion 2x slower (benchmarks/bench_convert.py); False off glibc."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -58,7 +52,7 @@ def trim_malloc() -> None:
 
 
 def rss_bytes() -> int:
-    """This process's resident set now."""
+    """This process's resident set."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -91,8 +85,7 @@ def reset_hwm() -> bool:
 
 
 class PeakMemory:
-    """The peak memory of one span of a task (see `peak_memory`): `mb` (None where it cannot be
-    told apart from what ran before) and `scope`, what the figure covers, for the record."""
+    """The peak memory of one span of a task: `mb` (or None) and `scope`, what the figure covers."""
 
     def __init__(self, device: str):
         self.device, self.mb, self.scope, self.open = device, None, "task", False
@@ -153,10 +146,8 @@ _open_lock = threading.Lock()
 
 @contextlib.contextmanager
 def peak_memory(device: str):
-    """Measure the peak memory of the block (or until its `stop()`): CPU, the process's peak
-    resident set (VmHWM) reset at the start, so a worker's earlier, larger tasks never show in a
-    later run's figure; CUDA, torch's peak allocation since its reset. Yields a `PeakMemory`, filled
-    when it stops (also on an error)."""
+    """The `PeakMemory` of the block (or until its `stop()`): VmHWM or torch's peak allocation,
+    reset at the start, so a worker's earlier, larger tasks never show in a later run's figure."""
     m = PeakMemory(device)
     m.start()
     try:
@@ -178,8 +169,8 @@ def host_cores() -> int:
 
 
 def configured_threads(dask_worker=None) -> int:
-    """The torch threads this worker was started with (never the load): `TorchThreads`'s, else its
-    launcher's OMP_NUM_THREADS (Dask's nanny sets 1), else the host's cores / its Dask threads."""
+    """The torch threads this worker was started with (never the load): `TorchThreads`'s, else
+    OMP_NUM_THREADS, else the host's cores / its Dask threads."""
     for var in (THREADS_VAR, "OMP_NUM_THREADS"):
         v = os.environ.get(var, "")
         if v.isdigit() and int(v) >= 1:
@@ -192,9 +183,8 @@ def configured_threads(dask_worker=None) -> int:
 
 @contextlib.contextmanager
 def torch_task(threads: int | None = None):
-    """What every torch task does first: malloc tuning, a fixed thread count, deterministic
-    algorithms; yields (device, threads). `threads`: the run's own (part of its identity on CPU);
-    None (no result depends on it): the worker's configured threads."""
+    """What every torch task does first; yields (device, threads). `threads`: the run's own (its
+    identity on CPU), else the worker's configured ones."""
     import torch
 
     tune_malloc()
@@ -207,9 +197,7 @@ def torch_task(threads: int | None = None):
 
 class TorchThreads(WorkerPlugin):
     """Fix each worker's torch threads when it starts, without importing torch (conversion workers
-    need none): OMP/MKL variables set before torch's first import, read back by
-    `configured_threads`. threads=None: its container's CPUs / its Dask threads (one worker per
-    pod: k8s, gateway); local and cuda pass their share of the host's cores."""
+    need none); threads=None: its container's CPUs / its Dask threads (k8s, gateway)."""
 
     name = "cryocube-torch-threads"
 
@@ -217,8 +205,7 @@ class TorchThreads(WorkerPlugin):
         self.threads = threads
 
     def setup(self, worker) -> None:
-        """Runs in each worker as it starts or joins: the variables before torch's first import, or
-        torch's own count where it is already imported (dask-cuda's pre_import)."""
+        """The variables, or torch's own count where it is imported (dask-cuda's pre_import)."""
         n = self.threads or max(1, host_cores() // max(1, worker.state.nthreads))
         os.environ.update({**thread_env(n), THREADS_VAR: str(n)})
         if "torch" in sys.modules:
@@ -234,13 +221,11 @@ def _exit_now() -> None:
 
 
 class FastExit(WorkerPlugin):
-    """A local worker process ends without Python's finalization, which takes 1.2 s once torch and
-    timm are loaded (measured: `import torch, timm` exits in 4.2 s, 3.0 s with os._exit) and which
-    every command's cluster close waits for. It runs as the first exit handler (the last
-    registered), once the worker has closed: nothing it holds outlives its tasks."""
+    """A local worker ends without Python's finalization (1.2 s once torch and timm are loaded,
+    which every cluster close waits for), as the first exit handler, once the worker has closed."""
 
     name = "cryocube-fast-exit"
 
     def setup(self, worker) -> None:
-        """Registers the exit last, so that handlers registered before it are the ones skipped."""
+        """Registers the exit last, so that it runs first."""
         atexit.register(_exit_now)

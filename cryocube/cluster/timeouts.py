@@ -1,6 +1,5 @@
-"""Waiting on a loaded machine: load alone can make a worker start, a connection or a close slower
-than Dask's defaults (30 s), so the CLI's clusters wait longer (`PATIENT`, unless the user set
-them); a wait that still ends says what timed out and what to change; a close never fails work."""
+"""Waiting on a loaded machine: the CLI's clusters wait longer than Dask's 30 s (`PATIENT`); a wait
+that still ends says what timed out and what to change; a close never fails work."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""What workers print: a user error raised in a task reaches the user once, as its sentence, on the
-client. distributed logs every failed task on its worker (with its traceback) and one warning per
-task cancelled by a closing cluster; for cryocube's tasks the client already says what happened (a
-UserError's sentence; a run's traceback in OUT/logs/errors.log), so a worker plugin drops them."""
+"""What workers print: a task's failure reaches the user once, from the client (a UserError's
+sentence, a run's traceback in OUT/logs/errors.log), so a worker plugin drops distributed's."""
 
 from __future__ import annotations
 
@@ -17,20 +15,14 @@ from ..errors import UserError
 TASK_PREFIX = "cryocube-"
 
 
-def user_error_names() -> set[str]:
+def user_error_names(cls: type = UserError) -> set[str]:
     """Class names of UserError and its subclasses imported in this process (a task's error was)."""
-    names, todo = set(), [UserError]
-    while todo:
-        c = todo.pop()
-        names.add(c.__name__)
-        todo += c.__subclasses__()
-    return names
+    return {cls.__name__}.union(*map(user_error_names, cls.__subclasses__()))
 
 
 def reported_by_client(record: logging.LogRecord) -> bool:
-    """A worker log line the client reports better: a failed task of cryocube's, any user error, an
-    interrupt, and the cancellations of a cluster closing under running tasks (after an error or
-    Ctrl-C)."""
+    """A worker log line the client reports better: a failed cryocube task, a user error, an
+    interrupt, a cancellation by a closing cluster."""
     args = record.args
     if str(record.msg).startswith("Compute Failed") and isinstance(args, tuple) and len(args) >= 4:
         key, exc = str(args[0]), str(args[3])
@@ -66,10 +58,8 @@ MEMORY_LOGGERS = ("distributed.worker.memory", "distributed.nanny.memory")
 
 
 class _MemoryLine(logging.Filter):
-    """Dask's memory warnings as one line of cryocube's per process: the first says what the
-    worker holds against its limit and what Dask does about it; a worker restarted for memory is
-    said each time (it costs its task). Torch tasks hold no data Dask could spill, so the rest
-    would say the same again."""
+    """Dask's memory warnings as one line per process (torch tasks hold nothing Dask could spill,
+    so the rest would repeat it), and each restart (it costs its task)."""
 
     def __init__(self):
         super().__init__()
@@ -97,8 +87,7 @@ class _MemoryLine(logging.Filter):
 
 
 def install() -> None:
-    """In this process (a worker, or the client's process for in-process clusters): drop those
-    lines, and say Dask's memory warnings once."""
+    """The filters, in this process (a worker, or the client's for in-process clusters)."""
     for names, kind in ((LOGGERS, _Filter), (MEMORY_LOGGERS, _MemoryLine)):
         for lg in map(logging.getLogger, names):
             if not any(isinstance(f, kind) for f in lg.filters):
@@ -111,7 +100,7 @@ class QuietTaskErrors(WorkerPlugin):
     name = "cryocube-quiet-task-errors"
 
     def setup(self, worker) -> None:
-        """Runs in each worker's process as it joins: the filter sits where the worker logs."""
+        """Installs the filter where the worker logs."""
         install()
 
 
@@ -122,8 +111,7 @@ def quiet_task_errors(client) -> None:
 
 
 def quiet_shutdown() -> None:
-    """When a command ends on an error or Ctrl-C: closing busy workers ("still alive after 4.0
-    seconds, killing") and the data they held are expected, not worth a warning."""
+    """On an error or Ctrl-C closing busy workers is expected, not worth a warning."""
     for name in ("distributed.nanny", "distributed.core", "distributed.client"):
         logging.getLogger(name).setLevel(logging.ERROR)
     logging.getLogger("distributed.scheduler").setLevel(logging.CRITICAL)

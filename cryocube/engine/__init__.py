@@ -1,2 +1,1 @@
-"""The engine: planning runs (plan.py), scheduling their work on Dask (evaluate.py), run records
-(records.py)."""
+"""The engine: planning runs, scheduling their work on Dask, tune studies; it knows no family."""

@@ -100,8 +100,7 @@ def _families(specs) -> list[str]:
 
 
 def claim_for(args, specs, kind: str, threads: int | None = None):
-    """--out claimed for `kind` with the runs' cubes (their --storage-options registered) as its
-    inputs; returns the context the runs are planned in."""
+    """The runs' plan context, once --out is claimed for `kind` with their cubes as its inputs."""
     from ..families import PlanContext
 
     cubes = sorted({s.cube for s in specs})
@@ -122,12 +121,11 @@ def _checked(args, specs):
 
 
 def _evaluate(args) -> int:
-    """Checks and plans on this machine, every user error before anything is written. A local
-    cluster starts first, its workers importing what the first tasks need while this process
-    plans; any other starts once the plan passed."""
+    """Checks and plans here, every user error before anything is written; a local cluster starts
+    first, its workers importing while this process plans, any other once the plan passed."""
     from ..precision import this_device
     from .estimate import load_budget
-    from .evaluate import wait_warm, warm_workers
+    from .evaluate import evaluate, wait_warm, warm_workers
     from .plan import plan_runs
 
     specs = _specs(args)
@@ -158,7 +156,10 @@ def _evaluate(args) -> int:
             and wait_warm(client, warming) == ctx.device
             and cluster_threads(client) == ctx.threads
         )
-        return _run_and_show(args, planned if same else specs, recipe, client)
+        kw = weights_of(args) | {"progress": not args.quiet}
+        res = evaluate(planned if same else specs, args.out, recipe, client=client, **kw)
+        print_records(res.records, res.skipped)
+        return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
 
 def _show_plan(args, planned, budget) -> int:
@@ -170,7 +171,6 @@ def _show_plan(args, planned, budget) -> int:
     root = args.out.rstrip("/")
 
     def workers_for(t: int) -> int | None:
-        """The --workers whose local cluster gives t torch threads."""
         return next(
             (w for w in range(1, host_cores() + 1) if planned_threads(args.cluster, w, None) == t),
             None,
@@ -191,16 +191,6 @@ def _show_plan(args, planned, budget) -> int:
         " the cluster's configuration; this plan assumed this machine's)"
     )
     return 0
-
-
-def _run_and_show(args, runs, recipe, client) -> int:
-    """The runs (specs, or planned) through the engine, their records printed; 1 when one failed."""
-    from .evaluate import evaluate
-
-    progress = not args.quiet
-    res = evaluate(runs, args.out, recipe, client=client, progress=progress, **weights_of(args))
-    print_records(res.records, res.skipped)
-    return 1 if any(r.get("status") != "ok" for r in res.records) else 0
 
 
 def run_handed(job, args) -> int:

@@ -1,17 +1,9 @@
-"""Wall-time estimate of a plan (`evaluate --dry-run --budget FILE`), with the reference's beside
-it, for segmentation runs.
-
-The unit costs are measured budgets (`benchmarks/bench_reference.py --budget-out FILE`: per encoder
-size class (S, B, L, Swin) and protocol (frozen, finetune), a training step, a window and an encoder
-item on each side, and the fixed costs). A run is priced at its own class and protocol's unit, else
-the nearest measured one by encoder GFLOPs (a fine-tuning run with no fine-tuning unit: the frozen
-encoder's inference x3 per step), its encoder share scaled by GFLOPs and named as scaled. cryocube
-pays each feature cache once and runs one after the other on all cores; the reference runs its
-scripts one at a time, the encoder re-run in every step and validation.
-"""
+"""Wall-time estimate of a plan's segmentation runs, the reference's beside it, from unit costs
+measured by benchmarks/bench_reference.py (`evaluate --dry-run --budget FILE`, docs/usage.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -37,8 +29,7 @@ KINDS = ("frozen", "finetune")
 
 
 def size_class(spec) -> str:
-    """S, B, L or Swin of a model config: Swin by architecture, ViTs by width (384 / 768 / 1024),
-    the rest by published parameters (< 50 M, < 200 M, more)."""
+    """S, B, L or Swin: Swin by architecture, ViTs by width (384/768/1024), else by parameters."""
     if "swin" in spec.architecture:
         return "Swin"
     d = (spec.arch or {}).get("embed_dim")
@@ -88,18 +79,15 @@ def _v1_unit(b: dict) -> dict:
 
 
 def units_of(budget: dict) -> dict:
-    """The budget's units by "class/protocol"; a version-1 budget's one frozen unit under the class
-    of the model it was measured with."""
+    """The units by "class/protocol" (version 1: its frozen unit, at its model's class)."""
     if "units" in budget:
         return budget["units"]
     cls = "S"
     if model := (budget.get("measured_with") or {}).get("model"):
         from ..models import model_spec
 
-        try:
+        with contextlib.suppress(UserError):  # a model this install does not know: GFLOPs scale
             cls = size_class(model_spec(model))
-        except UserError:  # a model this install does not know: its GFLOPs still scale
-            cls = "S"
     return {f"{cls}/frozen": _v1_unit(budget)}
 
 
@@ -143,8 +131,7 @@ def _scaled(x: float, share: float, scale: float) -> float:
 
 
 def _unit_for(units: dict, cls: str, kind: str, gflops: float | None) -> tuple[str, str]:
-    """(unit key, how): the run's own class and protocol when measured, else the nearest measured
-    unit of its protocol by encoder GFLOPs, else (fine-tuning) the nearest frozen one."""
+    """(unit key, how): its own, else the nearest by GFLOPs of its protocol, else frozen."""
     own = f"{cls}/{kind}"
     if own in units:
         return own, "measured"
@@ -157,9 +144,8 @@ def _unit_for(units: dict, cls: str, kind: str, gflops: float | None) -> tuple[s
 
 
 def run_costs(p, units: dict) -> dict:
-    """The estimated costs of one planned segmentation run: {"key": its class/protocol, "unit":
-    the unit used, "how", "cc": {"shared", "own"}, "ref": seconds}; `shared` is its feature
-    cache's extraction, paid once per cache."""
+    """One segmentation run's seconds, by `key` (class/protocol) and `unit` (the one used); cc's
+    `shared` is its feature cache's extraction, paid once per cache."""
     w, e = p.work, p.estimate
     kind = "finetune" if w.trains_encoder else "frozen"
     cls = size_class(w.encoder.model)
@@ -198,9 +184,8 @@ def run_costs(p, units: dict) -> dict:
 
 
 def estimate(planned: list, budget: dict) -> dict:
-    """{"cryocube_s", "reference_s", "runs", "skipped", "groups"} for the segmentation runs of
-    `planned`; `groups` by class/protocol: runs, both sides' seconds, and the unit they came from
-    (measured in their own class and protocol, or scaled)."""
+    """Both sides' seconds for the segmentation runs of `planned`, in total and by class/protocol
+    (`groups`, each with the unit it came from)."""
     units = units_of(budget)
     startup = min(u["cryocube"]["startup_s"] for u in units.values())
     caches: set[str] = set()
@@ -235,8 +220,7 @@ def hms(s: float) -> str:
 
 
 def estimate_text(planned: list, budget: dict, path: str) -> str:
-    """What `evaluate --dry-run --budget` prints: both wall times and their ratio, then one line
-    per class/protocol saying whether its unit was measured there or scaled from which."""
+    """Both wall times and their ratio, then a line per class/protocol naming its unit."""
     est = estimate(planned, budget)
     m = budget.get("machine", {})
     where = (

@@ -1,7 +1,5 @@
-"""`evaluate`: the scheduler. The runs not done yet go through five stages, one method each of
-`Schedule` (prepare, fit, score, reduce, finish), every task through `Runner`; it knows no family.
-A run that fails is recorded as an error (traceback in OUT/logs/errors.log) and the others go on.
-"""
+"""`evaluate`: the scheduler, which knows no family. The runs not done yet go through the stages of
+`Schedule`, every task through `Runner`; a failed run is recorded as an error, the others go on."""
 
 from __future__ import annotations
 
@@ -54,8 +52,7 @@ class Runner:
         self.client, self.resources, self.progress = client, resources, progress
 
     def submit(self, fn: Callable, *args: Any, key: str, priority: int = 0):
-        """One task with the cluster's GPU annotation; a timestamp makes `key` unique, so a retried
-        run never reuses a finished task's result."""
+        """One task; the timestamped key keeps a retried run off a finished task's result."""
         key = f"{key}-{time.time_ns()}"
         return self.client.submit(
             fn, *args, pure=False, resources=self.resources, priority=priority, key=key
@@ -103,8 +100,8 @@ class Schedule:
         self.started = time.perf_counter()
 
     def run(self, todo: list[PlannedRun]) -> None:
-        """Prepare, submit every fit, then run each stage as its task completes; results.parquet is
-        rewritten at the end, interrupted or not, once a record is written."""
+        """Prepare, submit every fit, then each stage as its task completes; results.parquet is
+        rewritten at the end, interrupted or not."""
         by_family: dict[str, list[PlannedRun]] = {}
         for p in todo:
             by_family.setdefault(p.family, []).append(p)
@@ -229,8 +226,8 @@ def _warm(modules: tuple[str, ...]) -> DeviceInfo:
 
 
 def warm_workers(client, families: list[str]) -> list:
-    """One task per worker importing what the families' first tasks import, then naming its device
-    (`wait_warm`): submitted before the client plans, the workers' imports overlap planning."""
+    """A task per worker importing what the families' tasks need, then naming its device
+    (`wait_warm`): the workers' imports overlap planning."""
     modules = tuple(dict.fromkeys(m for f in families for m in get(f).warm_modules))
     tag = uuid.uuid4().hex[:8]
     return [
@@ -252,7 +249,7 @@ def errors_log(out: str) -> str:
 
 
 def log_hint(out: str) -> str:
-    """' (tracebacks in OUT/logs/errors.log)' where that file exists: never a file not written."""
+    """' (tracebacks in OUT/logs/errors.log)' where that file exists."""
     url = errors_log(out)
     return f" (tracebacks in {url})" if _store.file_exists(url) else ""
 
@@ -283,8 +280,8 @@ def evaluate(
     allow_random_weights: bool = False,
     extra: Callable[[PlannedRun, RunRecord], dict] | None = None,
 ) -> EvaluateResult:
-    """Run (or resume) the given runs (RunSpecs are planned here with the workers' device);
-    `extra(run, record)` adds fields to a record before it is written (a study's `sweep`)."""
+    """Run (or resume) the runs (specs planned with the workers' device); `extra(run, record)`
+    adds fields to a record before it is written (a study's `sweep`)."""
     client = get_client(client)
     _store.register_options(out, storage_options)
     _store.share_with(client)
@@ -313,9 +310,8 @@ def _gib(n: float) -> str:
 
 
 def check_memory(todo: list[PlannedRun], client) -> None:
-    """Refuse, before any task, a run whose family says it needs more memory in one worker
-    (`estimate["memory_bytes"]`) than the smallest worker may hold before its nanny restarts it: the
-    run would otherwise restart workers until Dask gives up (`KilledWorker`)."""
+    """Refuse, before any task, a run needing more memory than a worker may hold before its nanny
+    restarts it: it would restart workers until Dask gives up (`KilledWorker`)."""
     limits = [
         w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()
     ]
@@ -341,9 +337,7 @@ def _without_threads(identity: dict) -> str:
 
 
 def cached_with_other_threads(planned: list[PlannedRun], out: str) -> dict[str, int]:
-    """run_id -> the torch threads of an ok record in `out` that is the same run but for its threads
-    (the threads are part of the run id: a plan made with other --workers finds none of them
-    cached)."""
+    """run_id -> the torch threads of an ok record in `out` of the same run but for its threads."""
     ok = {
         _without_threads(r["identity"]): r["identity"]["threads"]
         for r in read_results(out)
@@ -366,10 +360,8 @@ def dry_run(
     prepared_exists: Callable[[str], bool] | None = None,
     workers_for: Callable[[int], int | None] | None = None,
 ) -> str:
-    """What `evaluate` would do: runs (cached or to do), weights, precision, estimated steps and
-    encoder items; runs cached under other torch threads are counted with the --workers that gives
-    them (`workers_for`).
-    """
+    """What `evaluate` would do, run by run; runs cached under other torch threads are counted with
+    the --workers that gives them (`workers_for`)."""
     lines, todo, items, other = [], 0, {}, {}
     for p in planned:
         cached = is_done(out, p)
@@ -402,10 +394,8 @@ def dry_run(
         )
     head = f"{len(planned)} runs: {todo} to run, {len(planned) - todo} cached{cache_txt}"
     if other:
-        how = []
-        for t in sorted(set(other.values())):
-            w = workers_for(t) if workers_for else None
-            how.append(f"--workers {w}" if w else f"--set threads={t}")
+        ws = {t: workers_for and workers_for(t) for t in sorted(set(other.values()))}
+        how = [f"--workers {w}" if w else f"--set threads={t}" for t, w in ws.items()]
         head += (
             f"\n{len(other)} runs are cached with other torch threads ({' or '.join(how)}); the"
             " threads are part of the run id, so this plan runs them again"

@@ -1,7 +1,5 @@
-"""Planning: run specs -> planned runs (each through its protocol's family), on the client before
-any work reaches a worker: complete cubes, bands that fit, recipe values, checkpoints and label
-fractions are checked here, so a user error never costs a cluster start (docs/usage.md).
-"""
+"""Planning: run specs -> planned runs (each through its protocol's family), every check on the
+client before any work reaches a worker, so a user error never costs a cluster start."""
 
 from __future__ import annotations
 
@@ -71,8 +69,7 @@ def runs_from_benchmark(
 def plan_runs(
     runs: list[RunSpec], recipe: Recipe, ctx: PlanContext, cubes: dict[str, CubeInfo] | None = None
 ) -> list[PlannedRun]:
-    """Plan every run up front (an incomplete cube or a model that does not fit fails before any
-    work); runs that plan to the same id are planned once."""
+    """Every run planned up front (a user error fails before any work), each run id once."""
     cubes = {} if cubes is None else cubes
     planned: dict[str, PlannedRun] = {}
     for r in runs:

@@ -98,8 +98,7 @@ def _check(args) -> tuple[list[str], list[str]]:
 
 
 def _sample_runs(args, out: Path, datasets, models, pretrained, client) -> tuple[list, list]:
-    """(cubes, runs): the sample datasets converted; every model frozen on each, and the pretrained
-    ones (else all) few-shot."""
+    """(cubes, runs): sample cubes, each model frozen, the pretrained (else all) few-shot too."""
     from ..convert.writer import convert
     from ..synthetic import RECIPES, make_raw
     from .plan import runs_from_grid
@@ -127,8 +126,7 @@ def _sample_runs(args, out: Path, datasets, models, pretrained, client) -> tuple
 
 
 def _insar_runs(args, out: Path, client) -> list:
-    """Synthetic interferograms as a cube, asked the InSAR-VLM-Bench questions by a tiny random VLM
-    (and blind), and by --gfm on the same board (heads, probe, and frozen localisation)."""
+    """Synthetic interferograms asked InSAR-VLM-Bench's questions by a VLM (and blind) and --gfm."""
     from ..convert.writer import convert
     from ..families import RunSpec
     from ..insar_synthetic import make_interferograms

@@ -1,6 +1,5 @@
-"""The engine's side of run records: the Parquet copy of results.jsonl, rewritten once per
-`evaluate` call. The record itself and its files live in cryocube/record.py (the bottom layer);
-the names the engine, tests and benchmarks read through here are re-exported."""
+"""The Parquet copy of results.jsonl, rewritten once per `evaluate` call; the records themselves
+live in cryocube/record.py (what the engine reads of it is re-exported)."""
 
 from __future__ import annotations
 

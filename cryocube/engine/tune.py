@@ -1,18 +1,9 @@
-"""`tune`: hyper-parameter studies (Optuna) whose trials are ordinary engine runs (docs/tuning.md).
-
-A trial is a run with its params as recipe overrides, so it is cached like any run; a batch of
-trials is one `evaluate` call (one feature extraction, shared passes). The objective is the best
-validation value of the family's primary metric; test metrics are never read for selection. A
-pruned study runs in rounds (successive halving without resuming): a batch trains first at
-1/`ETA` of the epochs, the pruner reads that curve (step = epoch), survivors train in full. The
-study is a journal in the results folder (through `DaskStorage` with a client), so a rerun resumes
-it; one tune process per study at a time. The default recipe is a trial when it lies in the space
-(its run is the baseline's); the best trial is planned again from its params and recorded with
-`sweep.best: true`.
-"""
+"""`tune`: hyper-parameter studies (Optuna) whose trials are ordinary, cached engine runs, a batch
+of trials one `evaluate` call; selection reads validation curves only (docs/tuning.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -40,9 +31,6 @@ ETA = 3  # rung = epochs // ETA; also Hyperband's reduction factor
 JOURNAL = "study.journal"
 SAMPLERS = ("tpe", "grid", "random")
 PRUNERS = ("median", "hyperband", "none")
-
-
-# -- the search space ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -87,10 +75,8 @@ def _number(text: str) -> int | float:
 def _value(v: Any, like: Any) -> Any:
     """A choice as the field takes it (YAML reads 1e-4 as a string)."""
     if isinstance(v, str) and isinstance(like, (int, float)) and not isinstance(like, bool):
-        try:
+        with contextlib.suppress(ValueError):
             return _number(v)
-        except ValueError:
-            return v
     return v
 
 
@@ -174,10 +160,8 @@ def _parse_one(name: str, spec: Any, recipe) -> Param:
 
 
 def parse_space(items: list[str] | None, yaml_space: dict | None, recipe) -> tuple[Param, ...]:
-    """`name=low:high[:log]` (float, or int when both ends and the field are) or `name=a,b,c`; a
-    YAML `space:` maps names to the same strings, to lists, or to {low, high, log}. Checked against
-    the recipe.
-    """
+    """`--space name=low:high[:log]` or `name=a,b,c`, and a YAML `space:` of the same strings,
+    lists or {low, high, log}, checked against the recipe."""
     specs: dict[str, Any] = {}
     if yaml_space is not None:
         if not isinstance(yaml_space, dict):
@@ -205,16 +189,12 @@ def load_tune_config(path: str | None, sets: list[str]):
     return load_recipe(None, {**fields, **parse_overrides(sets)}), space
 
 
-# -- studies ---------------------------------------------------------------------------------------
-
-
 @dataclass
 class StudyResult:
     study: str
     best: dict | None = None  # the best trial's record (sweep.best)
     baseline: dict | None = None  # the default recipe's record
-    # the trial that ran the default recipe (None: a separate run)
-    baseline_trial: int | None = None
+    baseline_trial: int | None = None  # the trial that ran it (None: a separate run)
     trials: list[dict] = field(default_factory=list)  # the latest record of each trial
     asked: int = 0  # trials asked by this call (a resumed study asks only the missing ones)
 
@@ -257,10 +237,9 @@ def open_storage(out: str, client=None):
 def make_sampler(name: str, space: tuple[Param, ...], seed: int):
     """The --sampler by name, seeded; grid takes listed values only."""
     optuna = _optuna()
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+    seeded = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler}
+    if name in seeded:
+        return seeded[name](seed=seed)
     if name == "grid":
         if ranged := [p.name for p in space if p.kind != "choice"]:
             raise TuneError(
@@ -299,12 +278,8 @@ def refuse_untunable(protocols) -> None:
 
 def objective(rec: dict, metric: str, higher: bool) -> float | None:
     """The best validation value of the primary metric (the state the engine keeps and tests)."""
-    vals = [
-        float(p[metric])
-        for p in rec.get("val_curve") or []
-        if isinstance(p.get(metric), (int, float))
-    ]
-    vals = [v for v in vals if math.isfinite(v)]
+    vals = [p.get(metric) for p in rec.get("val_curve") or []]
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
     return (max(vals) if higher else min(vals)) if vals else None
 
 
@@ -320,19 +295,19 @@ def study_name(
 
 @dataclass
 class StudyOptions:
-    """What every study of one `tune` call shares."""
+    """What every study of one `tune` call shares (its keyword arguments, the context aside)."""
 
     space: tuple[Param, ...]
     out: str
     recipe: Any
     trials: int
-    sampler: str
-    pruner: str
-    batch: int
-    client: Any
-    progress: bool
-    seed: int
-    ctx: PlanContext
+    sampler: str = "tpe"
+    pruner: str = "median"
+    batch: int | None = None
+    client: Any = None
+    progress: bool = True
+    seed: int = 0
+    ctx: PlanContext | None = None
     cubes: dict = field(default_factory=dict)
 
 
@@ -341,6 +316,7 @@ class _Study:
 
     def __init__(self, base: RunSpec, o: StudyOptions):
         self.optuna, self.base, self.o = _optuna(), base, o
+        self.states = self.optuna.trial.TrialState
         self.space, self.out, self.recipe = o.space, o.out, o.recipe
         self.family = get(protocol_spec(base.protocol).family)
         self.metric = self.family.primary_metric
@@ -411,8 +387,8 @@ class _Study:
         )
 
     def _run(self, claims: list[tuple[RunSpec, dict | None]]) -> list[dict]:
-        """Evaluate runs in one call; each claim (spec, `_sweep` arguments, or None for a plain run)
-        ends with a results.jsonl line of its own sweep. Returns each claim's record."""
+        """Each claim's record (spec, `_sweep` arguments or None), evaluated in one call, each
+        ending with a results.jsonl line of its own sweep."""
         plans = [self._plan(s) for s, _ in claims]
         first: dict[str, dict | None] = {}
         for p, (_, c) in zip(plans, claims):
@@ -459,30 +435,28 @@ class _Study:
     def recover(self) -> None:
         """Trials left RUNNING by a killed process: failed, and their params asked again (a trial
         killed before its last `suggest` never started a run: the sampler asks anew)."""
-        TS = self.optuna.trial.TrialState
         names = {p.name for p in self.space}
-        for t in self.study.get_trials(deepcopy=False, states=(TS.RUNNING,)):
-            self.study.tell(t.number, state=TS.FAIL)
+        for t in self.study.get_trials(deepcopy=False, states=(self.states.RUNNING,)):
+            self.study.tell(t.number, state=self.states.FAIL)
             self._mark(t.number, "failed")
             if set(t.params) == names:
                 self.study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
 
     def finished(self) -> int:
         """Trials that count towards --trials: completed, pruned, or failed by their run."""
-        TS = self.optuna.trial.TrialState
+        states = self.states
         return sum(
-            t.state in (TS.COMPLETE, TS.PRUNED)
-            or (t.state == TS.FAIL and "run_error" in t.user_attrs)
+            t.state in (states.COMPLETE, states.PRUNED)
+            or (t.state == states.FAIL and "run_error" in t.user_attrs)
             for t in self.study.get_trials(deepcopy=False)
         )
 
     def _fail(self, t, rec: dict) -> None:
         t.set_user_attr("run_error", str(rec.get("error"))[:500])
-        self.study.tell(t, state=self.optuna.trial.TrialState.FAIL)
+        self.study.tell(t, state=self.states.FAIL)
 
     def run(self) -> StudyResult:
         """Asks, evaluates and tells batches until the study holds --trials finished trials."""
-        TS = self.optuna.trial.TrialState
         res = StudyResult(self.name)
         self.recover()
         grid = self.meta["sampler"] == "grid"
@@ -501,7 +475,7 @@ class _Study:
                     if rec.get("status") != "ok":
                         self._fail(t, rec)
                     elif self._prune(t, rec):
-                        self.study.tell(t, state=TS.PRUNED)
+                        self.study.tell(t, state=self.states.PRUNED)
                         self._append(rec, self._sweep(t.number, params[t.number], "pruned", rec))
                     else:
                         full.append(t)
@@ -523,11 +497,8 @@ class _Study:
 
     def _default_trial(self) -> int | None:
         """The first completed trial that ran the default recipe, or None (then it runs alone)."""
-        TS = self.optuna.trial.TrialState
-        for t in self.study.get_trials(deepcopy=False, states=(TS.COMPLETE,)):
-            if t.params == self.default:
-                return t.number
-        return None
+        done = self.study.get_trials(deepcopy=False, states=(self.states.COMPLETE,))
+        return next((t.number for t in done if t.params == self.default), None)
 
     def _prune(self, t, rec: dict) -> bool:
         """Feed the rung's validation curve to the pruner point by point, as training would."""
@@ -550,10 +521,9 @@ class _Study:
             return {}
 
     def _finish(self, res: StudyResult) -> StudyResult:
-        TS = self.optuna.trial.TrialState
         n = {
             s.name.lower(): len(self.study.get_trials(deepcopy=False, states=(s,)))
-            for s in (TS.COMPLETE, TS.PRUNED, TS.FAIL)
+            for s in (self.states.COMPLETE, self.states.PRUNED, self.states.FAIL)
         }
         if not n["complete"]:
             states = f"{n['pruned']} pruned, {n['fail']} fail"
@@ -587,28 +557,21 @@ def tune(
     out: str,
     recipe,
     *,
-    trials: int,
-    sampler: str = "tpe",
-    pruner: str = "median",
-    batch: int | None = None,
-    client=None,
-    progress: bool = True,
     weights_dir: str | None = None,
     allow_random_weights: bool = False,
-    seed: int = 0,
+    **options,
 ) -> list[StudyResult]:
-    """One study per base run (model x cube x protocol [x fraction]), each one's outcome."""
-    if trials < 1:
-        raise TuneError(f"--trials must be >= 1, got {trials}")
+    """One study per base run (model x cube x protocol [x fraction]), each one's outcome; `options`
+    are `StudyOptions`' fields (trials, sampler, pruner, batch, client, progress, seed)."""
+    o = StudyOptions(space, out, recipe, **options)
+    if o.trials < 1:
+        raise TuneError(f"--trials must be >= 1, got {o.trials}")
     refuse_untunable({b.protocol for b in bases})
-    if batch is not None and batch < 1:
-        raise TuneError(f"--batch must be >= 1, got {batch}")
-    client = get_client(client)
-    ctx = cluster_context(
-        client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
+    if o.batch is not None and o.batch < 1:
+        raise TuneError(f"--batch must be >= 1, got {o.batch}")
+    o.client = get_client(o.client)
+    o.ctx = cluster_context(
+        o.client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
     )
-    batch = batch or min(trials, max(4, recipe.decoders_per_task))
-    o = StudyOptions(
-        space, out, recipe, trials, sampler, pruner, batch, client, progress, seed, ctx
-    )
+    o.batch = o.batch or min(o.trials, max(4, recipe.decoders_per_task))
     return [_Study(b, o).run() for b in bases]

@@ -71,20 +71,15 @@ def register(sub) -> None:
     p.set_defaults(func=_tune)
 
 
-def _check_counts(args) -> None:
-    """Counts first: before any cube is read or cluster started."""
-    for flag, v in (("--trials", args.trials), ("--batch", args.batch), ("--epochs", args.epochs)):
-        if v is not None and v < 1:
-            raise UserError(f"{flag} must be >= 1, got {v}")
-
-
 def _checked(args):
     """(bases, recipe, space) once every input passed, the default runs and every end of the space
     planned here: user errors surface before a cluster starts."""
     from .plan import plan_runs
     from .tune import load_tune_config, make_pruner, make_sampler, parse_space, refuse_untunable
 
-    _check_counts(args)
+    for flag, v in (("--trials", args.trials), ("--batch", args.batch), ("--epochs", args.epochs)):
+        if v is not None and v < 1:  # before any cube is read
+            raise UserError(f"{flag} must be >= 1, got {v}")
     protocols = names(args.protocol)
     refuse_untunable(protocols)  # before its space is read
     recipe, yaml_space = load_tune_config(args.config, harness.recipe_sets(args))
