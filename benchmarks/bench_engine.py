@@ -165,9 +165,9 @@ def _noop():
 
 def fixed_costs(root: Path, cube: str, model: str, cfg) -> dict:
     from cryocube.engine.plan import plan_runs
-    from cryocube.engine.records import write_record
     from cryocube.families import PlanContext, RunSpec
     from cryocube.families.encoders import encoder_facts
+    from cryocube.record import write_record
 
     t = time.perf_counter()
     cl, c = cluster(2)

@@ -112,7 +112,7 @@ def test_the_results_table_is_rebuilt_from_the_run_records(cube, tmp_path, clien
     import json
 
     from cryocube.cli import main
-    from cryocube.engine.records import read_results
+    from cryocube.record import read_results
     from cryocube.report.records import load_results
 
     out = tmp_path / "res"

@@ -17,11 +17,11 @@ from cryocube.convert.writer import convert
 from cryocube.cube import COMPLETE_ATTR, IncompleteCubeError
 from cryocube.engine.evaluate import evaluate
 from cryocube.engine.plan import runs_from_grid
-from cryocube.engine.records import read_results
 from cryocube.errors import UserError
 from cryocube.families import RunSpec
 from cryocube.families.recipes import load_recipe
 from cryocube.families.segmentation.metrics import confusion_matrix, metrics_from_confusion
+from cryocube.record import read_results
 from cryocube.synthetic import make_raw
 
 FAST = [

@@ -19,11 +19,11 @@ from cryocube.cli import main
 from cryocube.cube import DamagedCubeError, verify
 from cryocube.engine.evaluate import evaluate
 from cryocube.engine.plan import plan_runs
-from cryocube.engine.records import read_results, write_record
 from cryocube.errors import UserError
 from cryocube.families import PlanContext, RunSpec
 from cryocube.families.recipes import RecipeError, load_recipe
 from cryocube.models.weights import WeightsError
+from cryocube.record import read_results, write_record
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = [
@@ -428,7 +428,7 @@ def test_torn_results_line_is_moved_aside_and_the_run_is_not_cached(tmp_path):
     assert [r["run_id"] for r in read_results(out)] == ["a", "c"]
     assert (tmp_path / "results.jsonl.torn").read_text().startswith('{"run_id": "b"')
     # a record file that does not parse is not a cached run
-    from cryocube.engine.records import load_record
+    from cryocube.record import load_record
 
     rd = tmp_path / "runs" / "d"
     rd.mkdir(parents=True)

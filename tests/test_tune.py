@@ -15,10 +15,10 @@ import pytest
 
 from cryocube.cli import main
 from cryocube.engine.evaluate import evaluate
-from cryocube.engine.records import read_results
 from cryocube.engine.tune import JOURNAL, load_tune_config, parse_space, tune
 from cryocube.families import RunSpec
 from cryocube.families.recipes import RecipeError, load_recipe
+from cryocube.record import read_results
 
 optuna = pytest.importorskip("optuna")
 

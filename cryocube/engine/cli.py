@@ -195,8 +195,8 @@ def _show_plan(args, planned, budget) -> int:
 
 def run_handed(job, args) -> int:
     """A family command's runs (`EngineRuns`) through `evaluate`; the command shows records."""
+    from ..record import load_record
     from .evaluate import evaluate
-    from .records import load_record
 
     with harness.cluster_for(args) as client:
         evaluate(job.runs, job.out, client=client, progress=not args.quiet)

@@ -22,9 +22,9 @@ from ..families import PlanContext, PlannedRun, RunSpec, get
 from ..families.recipes import default_recipe
 from ..precision import DeviceInfo, this_device, weakest
 from ..progress import RunBoard, gather, show_dashboard
-from ..record import RunRecord
+from ..record import RunRecord, load_record, read_results, sync_results, write_record
 from .plan import plan_runs
-from .records import load_record, read_results, sync_results, write_parquet, write_record
+from .records import write_parquet
 
 PROGRESS_TOPIC = "cryocube-progress"
 KEY = "cryocube"  # prefix of every task key (their failures are logged here, not by workers)

@@ -1,19 +1,12 @@
 """The Parquet copy of results.jsonl, rewritten once per `evaluate` call; the records themselves
-live in cryocube/record.py (what the engine reads of it is re-exported)."""
+live in cryocube/record.py."""
 
 from __future__ import annotations
 
 import json
 
 from .. import store as _store
-from ..record import (  # noqa: F401  (re-exported)
-    TABLE_COLUMNS,
-    clean,
-    load_record,
-    read_results,
-    sync_results,
-    write_record,
-)
+from ..record import TABLE_COLUMNS, read_results
 
 PARQUET_COLUMNS = (*TABLE_COLUMNS, "samples_per_s", "peak_memory_mb", "device", "created")
 

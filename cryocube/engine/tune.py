@@ -23,9 +23,9 @@ from ..families.base import derive_seed
 from ..families.recipes import load_recipe
 from ..mapping import from_mapping
 from ..recipe import RecipeError, parse_overrides, read_config
+from ..record import clean, load_record, read_results, write_record
 from .evaluate import cluster_context, evaluate, log_hint
 from .plan import plan_runs
-from .records import clean, load_record, read_results, write_record
 
 ETA = 3  # rung = epochs // ETA; also Hyperband's reduction factor
 JOURNAL = "study.journal"
