@@ -1,13 +1,6 @@
-"""Run records as pandas and xarray objects, for notebooks.
-
-    df = cryocube.open_results("s3://bucket/results")   # one row per run
-    ds = df.cryocube.to_xarray()    # segmentation metrics on (model, dataset, protocol, seed)
-    cells = df.cryocube.cells()     # board cells, one row per (run, task, metric, class)
-
-Everything is read through the report's reader (report/records.py: records validated, migrated and
-de-duplicated the same way), so a notebook's numbers are the report's: `ds.mIoU.mean("seed")` is
-the leaderboard's cell. `ranked` marks the runs the protocol leaderboards average (ok, scored on
-mIoU, the cell's recipe); failed runs are rows too, with their error, never values."""
+"""Run records as pandas and xarray objects for notebooks (docs/usage.md), read through the
+report's reader so that a notebook's numbers are the report's; failed runs are rows too, with their
+error, never values."""
 
 from __future__ import annotations
 
@@ -47,12 +40,8 @@ def _row(r: Run, ranked: bool) -> dict[str, Any]:
 
 
 def open_results(path_or_url: str | Path, storage_options: dict | None = None) -> pd.DataFrame:
-    """The runs of a results folder (local or any fsspec URL), one row per run.
-
-    Columns: the run's identity (run_id, family, model, model_name, dataset, protocol, fraction,
-    seed), status and error, `ranked`, one column per scalar metric (mIoU, mF1, Q, ...), the cost
-    (total_s, samples_per_s, peak_memory_mb, gflops, device, precision), and `record`, the whole
-    record. A folder without records, or with a damaged one, is refused in one sentence."""
+    """The runs of a results folder (local or any fsspec URL), one row per run: its identity,
+    status, `ranked` (the leaderboards average it), scalar metrics, cost and whole `record`."""
     url = str(path_or_url)
     if storage_options is not None and store.is_remote(url):
         store.register_options(url, storage_options)
@@ -90,11 +79,8 @@ class ResultsAccessor:
         self._df = df
 
     def to_xarray(self, metrics: list[str] | None = None):
-        """The ranked runs' metrics (default: every scalar metric they have; mIoU, mF1, oAcc, mAcc)
-        as an xarray.Dataset on (model, dataset, protocol, seed), NaN where a run is missing.
-        `model` holds the report's row names (random init and deviations are rows of their own),
-        `model_id` the catalog ids; a protocol run at several label fractions adds a `fraction`
-        dimension."""
+        """The ranked runs' metrics (default: all scalar ones) on (model, dataset, protocol, seed;
+        `fraction` where a protocol ran at several), `model` holding the report's row names."""
         df = self._df[self._df["ranked"]]
         if df.empty:
             raise ResultsError(
@@ -125,9 +111,8 @@ class ResultsAccessor:
         return ds
 
     def cells(self) -> pd.DataFrame:
-        """The board cells of the rows' ok runs, one row per (run, task, metric, class): value, its
-        95 % interval, n, unit, split and the hash of the samples it was scored on (the report
-        compares only cells over the same samples and unit)."""
+        """The board cells of the rows' ok runs, one row per (run, task, metric, class), with the
+        95 % interval, unit and the hash of the samples it was scored on."""
         rows = []
         for _, r in self._df[self._df["status"] == "ok"].iterrows():
             for c in (r["record"].get("metrics") or {}).get("cells") or []:
