@@ -20,6 +20,7 @@ COST_COLUMNS = tuple(
     "total_s samples_per_s peak_memory_mb gflops device precision random_init created"
     " source".split()
 )
+NOT_METRICS = (*RUN_COLUMNS, *COST_COLUMNS, "record")
 # dims of the segmentation Dataset; `fraction` joins them where one protocol ran at several
 DIMS = ("model", "dataset", "protocol", "seed")
 CELL_FIELDS = ("task", "metric", "class", "unit", "split", "samples", "n", "value")
@@ -57,7 +58,7 @@ def open_results(path_or_url: str | Path, storage_options: dict | None = None) -
         raise ResultsError(f"{url}: holds no run records (results.jsonl is empty)")
     rows = [_row(r, id(r) in ranked) for r in runs]
     df = pd.DataFrame(rows)
-    metrics = [c for c in df.columns if c not in (*RUN_COLUMNS, *COST_COLUMNS, "record")]
+    metrics = [c for c in df.columns if c not in NOT_METRICS]
     df = df[[*RUN_COLUMNS, *metrics, *COST_COLUMNS, "record"]]
     return df.sort_values(
         ["family", "dataset", "protocol", "fraction", "model_name", "seed"], ignore_index=True
@@ -88,11 +89,7 @@ class ResultsAccessor:
                 " leaderboards rank): nothing to put on (model, dataset, protocol, seed)"
             )
         if metrics is None:
-            metrics = [
-                c
-                for c in df.columns
-                if c not in (*RUN_COLUMNS, *COST_COLUMNS, "record") and df[c].notna().any()
-            ]
+            metrics = [c for c in df.columns if c not in NOT_METRICS and df[c].notna().any()]
         dims = list(DIMS)
         if df.duplicated(dims).any():
             dims.insert(3, "fraction")
@@ -101,9 +98,8 @@ class ResultsAccessor:
         ids = frame.drop_duplicates("model").set_index("model")["model_id"]
         ds = ds.assign_coords(model_id=("model", [ids[m] for m in ds["model"].values]))
         if "fraction" not in dims:
-            frac = frame.drop_duplicates(["model", "dataset", "protocol"]).set_index(
-                ["model", "dataset", "protocol"]
-            )["fraction"]
+            cell = ["model", "dataset", "protocol"]
+            frac = frame.drop_duplicates(cell).set_index(cell)["fraction"]
             ds = ds.assign_coords(fraction=frac.to_xarray())
         for m in metrics:
             ds[m].attrs["long_name"] = f"test {m}"
