@@ -12,7 +12,8 @@ The notebook API (names load on first use, so `import cryocube` stays light):
 __version__ = "0.2.0"
 
 import warnings as _warnings
-from importlib import import_module as _import
+
+from .plugins import lazy_exports
 
 # zarr warns on every consolidated-metadata write for v3 stores; cubes rely on it deliberately
 # (one GET for all metadata on object stores) and xarray/zarr both read it.
@@ -20,33 +21,19 @@ _warnings.filterwarnings(
     "ignore", message="Consolidated metadata is currently not part", category=UserWarning
 )
 
-_API = {
-    "evaluate": "cryocube.engine.evaluate",
-    "plan_runs": "cryocube.engine.plan",
-    "runs_from_grid": "cryocube.engine.plan",
-    "runs_from_benchmark": "cryocube.engine.plan",
-    "RunSpec": "cryocube.families",
-    "load_recipe": "cryocube.families.recipes",
-    "convert": "cryocube.convert.writer",
-    "open_cube": "cryocube.cube",
-    "build_report": "cryocube.pages",
-    "cluster_info": "cryocube.cluster",
-    "gpu_resources": "cryocube.cluster",
-    "plan_embedding": "cryocube.embeddings.embed",
-    "embed": "cryocube.embeddings.embed",
-    "load_embeddings": "cryocube.embeddings.embed",
-    "probe_embeddings": "cryocube.families.embedding.work",
-    "probe_recipe": "cryocube.families.embedding.probe",
-    "open_results": "cryocube.results",
+_EXPORTS = {
+    "engine.evaluate": ("evaluate",),
+    "engine.plan": ("plan_runs", "runs_from_grid", "runs_from_benchmark"),
+    "families": ("RunSpec",),
+    "families.recipes": ("load_recipe",),
+    "convert.writer": ("convert",),
+    "cube": ("open_cube",),
+    "pages": ("build_report",),
+    "cluster": ("cluster_info", "gpu_resources"),
+    "embeddings.embed": ("plan_embedding", "embed", "load_embeddings"),
+    "families.embedding.work": ("probe_embeddings",),
+    "families.embedding.probe": ("probe_recipe",),
+    "results": ("open_results",),
 }
-__all__ = ["__version__", *sorted(_API)]
-
-
-def __getattr__(name: str):
-    if name in _API:
-        value = getattr(_import(_API[name]), name)
-        # bound here: importing cryocube.convert.writer binds the subpackage `cryocube.convert`
-        # as this name, and `from cryocube import convert` would hand out the module
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'cryocube' has no attribute {name!r}")
+_names, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = ["__version__", *_names]

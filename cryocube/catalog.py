@@ -1,9 +1,5 @@
-"""Typed specs for the YAML catalogs (datasets, models, protocols, benchmarks, the band vocabulary).
-
-The catalogs are facts (bands, classes, sources, layouts, orders, recipes); code reads them only
-through these specs so a malformed entry fails once, at load, with the file and field named.
-Catalog files are looked up in the folders of $CRYOCUBE_CATALOGS (os.pathsep-separated: a lab's own
-datasets and models) first, then in the catalogs shipped with cryocube."""
+"""Typed specs for the YAML catalogs, so a malformed entry fails once, at load, naming the file and
+field; files are looked up in the folders of $CRYOCUBE_CATALOGS first, then in cryocube's."""
 
 from __future__ import annotations
 
@@ -17,13 +13,12 @@ from typing import Any
 
 import yaml
 
-from .errors import CatalogError, FieldError, yaml_problem
+from .errors import CatalogError, FieldError, UserError, yaml_problem
 from .mapping import from_mapping, rule
 
 
 def packaged_dir(packaged: str, in_repo: str) -> Path:
-    """A data folder of the repository (`in_repo`, relative to its root) or, in an installed wheel,
-    its copy inside the package (`packaged`, see pyproject's package-dir)."""
+    """A data folder of the repository (`in_repo`) or its copy in an installed wheel."""
     here = Path(__file__).resolve().parent
     return here / packaged if (here / packaged).is_dir() else here.parent / in_repo
 
@@ -71,8 +66,7 @@ class ClassSpec:
 
 @dataclass(frozen=True)
 class Layout:
-    """One published raw layout of a dataset: which reader reads it (cryocube.convert), its options,
-    its labels."""
+    """One published raw layout of a dataset: its reader (cryocube.convert), options and labels."""
 
     name: str
     reader: str  # reader name (see `cryocube list readers`)
@@ -163,8 +157,7 @@ def _layout(name: str, d: Any, where: str) -> Layout:
 
 
 def parse_dataset(d: Any, where: str) -> DatasetSpec:
-    """A dataset YAML mapping checked as a whole (unique bands, statistics, label maps inside the
-    classes); `where` names the file."""
+    """A dataset YAML mapping checked as a whole (unique bands, statistics, label maps)."""
     if isinstance(d, dict) and isinstance(d.get("layouts"), dict):
         d = d | {
             "layouts": {k: _layout(k, v, f"{where}: layouts.{k}") for k, v in d["layouts"].items()}
@@ -189,13 +182,14 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
     return spec
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path, error: type[UserError] = CatalogError) -> Any:
+    """A YAML file's content; unreadable or not YAML is one sentence naming the file."""
     try:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise CatalogError(f"{path}: not valid YAML ({yaml_problem(e)})") from None
+        raise error(f"{path}: not valid YAML ({yaml_problem(e)})") from None
     except OSError as e:
-        raise CatalogError(f"{path}: cannot read ({e.strerror})") from None
+        raise error(f"{path}: cannot read ({e.strerror})") from None
 
 
 def find(kind: str, name: str) -> Path:
@@ -254,8 +248,6 @@ def _top_file(name: str) -> Path:
 
 
 # -- the band vocabulary ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class BandNames:
     """Band names of the Cryo-Bench / PANGAEA configs, which encoder slots and band aliases use."""
@@ -274,11 +266,7 @@ class BandNames:
 def band_names() -> BandNames:
     """The band vocabulary from the first bands.yaml in the search path, read once per process."""
     p = _top_file("bands.yaml")
-    d = _read_yaml(p)
-    where = str(p)
-    return BandNames(
-        *(tuple(str(b) for b in need(d, k, where, list)) for k in ("optical", "sar", "rgb_slots"))
-    )
+    return from_mapping(BandNames, _read_yaml(p), str(p))
 
 
 # -- protocols and benchmarks ---
@@ -298,10 +286,8 @@ class ProtocolSpec:
 
 
 def plugin_catalog_dirs() -> list[Path]:
-    """Catalog folders that installed packages ship, declared as entry points of the
-    `cryocube.catalogs` group (`mylab = "mylab.catalogs"`: the folder mylab/catalogs beside the
-    package's metadata). Found without importing the package, so reading the catalog never runs
-    plug-in code."""
+    """Catalog folders that packages declare in the `cryocube.catalogs` entry-point group, found
+    without importing them (reading the catalog never runs plug-in code)."""
     out = []
     for ep in entry_points(group="cryocube.catalogs"):
         where = ep.dist.locate_file(ep.value.replace(".", "/")) if ep.dist is not None else None
@@ -325,8 +311,7 @@ def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
 
 @lru_cache(maxsize=None)
 def protocols() -> dict[str, ProtocolSpec]:
-    """catalogs/protocols.yaml (the first found, in file order), then the protocols plug-in packages
-    ship (`plugin_catalog_dirs`): a family from another package brings its protocols along."""
+    """The first catalogs/protocols.yaml, then those plug-in packages ship with their families."""
     top = _top_file("protocols.yaml")
     out = _protocol_file(top)
     seen = {name: top for name in out}
@@ -369,8 +354,7 @@ class BenchmarkSpec:
         object.__setattr__(self, "models", rows)
 
     def model_for(self, row: str, dataset: str) -> str:
-        """The model id a benchmark row runs on a dataset: its per-dataset choice (CROMA's SAR
-        encoder on SICD), else its default."""
+        """A row's model id on a dataset: its own for it (CROMA's SAR on SICD), else default."""
         m = self.models[row]
         return m.get(dataset, m["default"])
 
@@ -381,8 +365,7 @@ class BenchmarkSpec:
 
 @lru_cache(maxsize=None)
 def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
-    """A benchmark's grid and training recipe (catalogs/benchmarks/<name>.yaml); a row is a model id
-    or {default: id, <dataset>: id}."""
+    """A benchmark's grid and training recipe (catalogs/benchmarks/<name>.yaml)."""
     p = find("benchmarks", name)
     spec = from_mapping(BenchmarkSpec, _read_yaml(p), str(p))
     return replace(spec, name=spec.name or p.stem, path=str(p))

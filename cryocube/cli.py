@@ -1,8 +1,7 @@
 """The `cryocube` command. Each concept module registers its own sub-commands.
 
-A module listed in COMMAND_MODULES exposes `register(subparsers)`, which adds its parsers and sets
-`func` (called with the parsed args; returns an exit code or None). User errors print one line and
-exit 2; warnings print one line each; a closed pipe (`| head`) ends the command quietly."""
+A module of COMMAND_MODULES has `register(subparsers)`, which sets each parser's `func` (the parsed
+args -> an exit code or None)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every command module's sub-commands on one parser; the tests walk it to check the README and
-    the error paths."""
+    """Every command module's sub-commands on one parser."""
     parser = argparse.ArgumentParser(prog="cryocube", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"cryocube {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -79,16 +77,13 @@ def _quiet_on_interrupt():
 
 
 def _sentence(e: Exception, args) -> tuple[str, int] | None:
-    """(one sentence, exit code) for an error that is the user's to fix or a wait that ended; None
-    for a bug (its traceback is shown)."""
+    """(one sentence, exit code) for an error that is the user's to fix; None for a bug."""
     if isinstance(e, UserError):
         return f"error: {e}", 2
     if isinstance(e, TimeoutError):  # say what it waited for and what to change
         from .cluster.timeouts import explain_timeout
 
         return f"failed: {explain_timeout(e)}", 1
-    # a full disk is the user's to fix (naming what was being written), and so is a connection
-    # failure (the user's network or endpoint)
     from .outputs import disk_full_message
 
     msg = disk_full_message(e, getattr(args, "out", None)) or network_message(e)

@@ -1,18 +1,16 @@
-"""Every error class of cryocube, in one module. A UserError is one the user can act on: the CLI
-prints its message as one sentence (no traceback) and exits 2. The concept modules re-export their
-classes from here, so `from cryocube.cube import DamagedCubeError` keeps working. RunFailed alone is
-internal (never raised)."""
+"""Every error class of cryocube. A UserError is one the user can act on: the CLI prints its message
+as one sentence (no traceback) and exits 2."""
 
 import functools
 import traceback
+from collections.abc import Iterator
 
 
 class UserError(Exception):
     """Bad input, configuration or state; the message names the file/band/sample/run at fault."""
 
     def __reduce__(self):
-        # Cross process boundaries (Dask workers -> client) with the message only: the chained cause
-        # may be a library exception that cannot be unpickled (e.g. rasterio's CPLE errors).
+        # the message only, across processes: a chained library cause may not unpickle
         return (type(self), self.args)
 
 
@@ -131,9 +129,8 @@ def yaml_problem(e: BaseException) -> str:
 
 
 def task_boundary(fn):
-    """Decorate functions that run as Dask tasks: a UserError leaves the worker as a clean copy
-    (distributed pickles an exception with its chained causes, and a library cause that cannot be
-    unpickled, as rasterio's CPLE errors, would turn our message into a bare Exception)."""
+    """For functions that run as Dask tasks: a UserError leaves the worker without its causes, which
+    distributed would pickle along (rasterio's CPLE errors do not unpickle)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -159,13 +156,8 @@ class RunFailed(Exception):
 
 def failure(e: BaseException) -> dict:
     """What a task returns for a run of it that failed (picklable, traceback kept for the log)."""
-    return {
-        "failed": {
-            "kind": type(e).__name__,
-            "message": str(e),
-            "traceback": "".join(traceback.format_exception(e)),
-        }
-    }
+    tb = "".join(traceback.format_exception(e))
+    return {"failed": {"kind": type(e).__name__, "message": str(e), "traceback": tb}}
 
 
 # connection-level failures, by class name (botocore, aiohttp, urllib3, requests, the socket
@@ -189,7 +181,8 @@ _NETWORK = {
 }
 
 
-def _chain(e: BaseException | None):
+def causes(e: BaseException | None) -> Iterator[BaseException]:
+    """`e`, then what it was raised from or during, each once."""
     seen: set[int] = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -199,7 +192,7 @@ def _chain(e: BaseException | None):
 
 def unreachable(e: BaseException) -> tuple[str, str] | None:
     """(where, why) when `e` (or an exception it came from) is a failure to connect; else None."""
-    hits = [x for x in _chain(e) if type(x).__name__ in _NETWORK]
+    hits = [x for x in causes(e) if type(x).__name__ in _NETWORK]
     if not hits:
         return None
     where = ""
@@ -211,25 +204,15 @@ def unreachable(e: BaseException) -> tuple[str, str] | None:
         if getattr(x, "host", None):  # aiohttp
             where = f"{x.host}:{x.port}" if getattr(x, "port", None) else str(x.host)
             break
-    why = next(
-        (
-            _NETWORK[type(x).__name__]
-            for x in reversed(list(_chain(e)))
-            if _NETWORK.get(type(x).__name__)
-        ),
-        "could not connect",
-    )
-    return where or str(hits[0]), why
+    whys = [_NETWORK[type(x).__name__] for x in reversed(hits)]  # the innermost that says one
+    return where or str(hits[0]), next(filter(None, whys), "could not connect")
 
 
 def network_message(e: BaseException, url: str | None = None) -> str | None:
     """One sentence for a connection failure, naming what was unreachable; else None."""
-    hit = unreachable(e)
-    if hit is None:
+    if (hit := unreachable(e)) is None:
         return None
-    where, why = hit
-    where = url or where
     return (
-        f"cannot reach {where} ({why}): check the address or endpoint (--storage-options, "
-        "$CRYOCUBE_STORAGE_OPTIONS) and the network"
+        f"cannot reach {url or hit[0]} ({hit[1]}): check the address or endpoint"
+        " (--storage-options, $CRYOCUBE_STORAGE_OPTIONS) and the network"
     )

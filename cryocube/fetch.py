@@ -1,8 +1,5 @@
-"""Downloads: any fsspec URL streamed into a `.part` file, renamed only once its checksum matches.
-
-One implementation for dataset archives (`cryocube download`) and model checkpoints (`cryocube
-weights fetch`): a crash never leaves a file that looks complete, a sign-in page served instead of
-the file is refused, and a checksum mismatch discards the download."""
+"""Downloads of dataset archives and checkpoints: any fsspec URL streamed into a `.part` file,
+renamed only once its checksum matches; a sign-in page served instead of the file is refused."""
 
 from __future__ import annotations
 
@@ -22,12 +19,6 @@ def file_digest(path: str | Path, algo: str = "sha256") -> str:
     """The hex digest, streamed (checkpoints run to gigabytes)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, algo).hexdigest()
-
-
-def _expected(sha256: str | None, md5: str | None) -> tuple[str, str | None]:
-    return (
-        ("sha256", sha256.lower()) if sha256 else ("md5", md5.lower()) if md5 else ("sha256", None)
-    )
 
 
 def _stream(url: str, part: Path, h, progress: bool, error: type[UserError]) -> int:
@@ -62,7 +53,8 @@ def fetch(
     error: type[UserError] = DownloadError,
 ) -> Path:
     """`url` to `dest` unless a verified copy is there; checksummed while streaming."""
-    algo, want = _expected(sha256, md5)
+    algo, want = ("md5", md5) if md5 and not sha256 else ("sha256", sha256 or None)
+    want = want and want.lower()
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists() and not force and (want is None or file_digest(dest, algo) == want):

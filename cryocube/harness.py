@@ -1,6 +1,5 @@
 """What every `cryocube` command shares, written once: its option groups, the cluster it opens and
-the `--out` it claims, both from the parsed options (cli.py runs the command and turns its errors
-into one sentence)."""
+the `--out` it claims."""
 
 from __future__ import annotations
 
@@ -113,8 +112,7 @@ def recipe_sets(args) -> list[str]:
 
 
 def resolve_cubes(cubes: str, data_root: str | None) -> list[str]:
-    """A --cubes item that is a catalog dataset id (and no local path) becomes
-    <data-root>/<id>.zarr; without --data-root such an id is refused."""
+    """--cubes, a catalog dataset id (and no local path) read as <data-root>/<id>.zarr."""
     from .catalog import dataset_ids
 
     out = []
@@ -136,8 +134,8 @@ def threads_for(args, parallel: int | None = None) -> int | None:
 
 
 def cluster_for(args, parallel: int | None = None, quiet: bool | None = None):
-    """The cluster the command's --cluster options ask for (a context manager yielding a Client),
-    sized to a plan of `parallel` runs; `quiet` defaults to --quiet."""
+    """The cluster of the --cluster options (a context manager yielding a Client), sized to a plan
+    of `parallel` runs."""
     return open_cluster(
         args.cluster,
         n_workers=args.workers,
@@ -150,7 +148,7 @@ def cluster_for(args, parallel: int | None = None, quiet: bool | None = None):
 
 def claim(args, kind: str, inputs=(), url: str | None = None, **kw) -> outputs.Found:
     """The command's output (`url`, default --out) passes the output contract before anything is
-    written; its --storage-options (if any) are registered for it first."""
+    written, its --storage-options registered."""
     url = args.out if url is None else url
     register_options(url, getattr(args, "storage_options", None))
     return outputs.claim(url, kind, args.command, inputs=inputs, **kw)

@@ -1,10 +1,6 @@
-"""Synthetic interferograms with known answers, for tests and the quickstart.
-
-Physics, small and seeded: a Mogi point source or a buried screw dislocation (u = s/pi *
-arctan(x/D)) projected on Sentinel-1's line of sight (d = -lambda/(4 pi) phase), a power-law
-(beta = 8/3) atmosphere, an orbital ramp, coherence-dependent phase noise and decorrelated patches.
-The manifest keeps the truth derived from the *noise-free* signal (coherence class, box, fringes);
-the converter derives the same labels from the noisy maps, so a test compares the two."""
+"""Synthetic interferograms with known answers, for tests and the quickstart (the physics:
+docs/insar-cube.md). The truth comes from the noise-free signal, the converter's labels from the
+noisy maps, so a test compares the two."""
 
 from __future__ import annotations
 
@@ -139,15 +135,11 @@ def _deformation(
     x, y = (xx - cx) * PIXEL_M, (yy - cy) * PIXEL_M
     if kind == "mogi":
         shape = project(mogi(x, y, depth=rng.uniform(0.08, 0.14) * size * PIXEL_M, dv=1.0))
-    # through the centre, so that after referencing both sides clear the threshold (a fault's far
-    # field never decays)
-    else:
+    else:  # through the centre: both sides clear the threshold (a fault's far field never decays)
         x, y = (xx - size / 2) * PIXEL_M, (yy - size / 2) * PIXEL_M
-        shape = project(
-            screw_dislocation(
-                x, y, rng.uniform(0, 180), 1.0, rng.uniform(0.05, 0.1) * size * PIXEL_M
-            )
-        )
+        strike = rng.uniform(0, 180)
+        locking = rng.uniform(0.05, 0.1) * size * PIXEL_M
+        shape = project(screw_dislocation(x, y, strike, 1.0, locking))
     # InSAR measures relative displacement: the truth is referenced as the converter does
     shape = shape - np.median(shape)
     shape = shape / np.abs(shape).max()
@@ -160,13 +152,11 @@ def _deformation(
         x0, y0, x1, y1 = (int(v) for v in box)
         return float(np.ptp(los_to_phase(d[y0:y1, x0:x1], wavelength))) / (2 * math.pi)
 
-    # span(hi) > fringes: more than fringes + 2 half-wavelengths of peak
-    lo, hi = 0.0, (fringes + 2) * wavelength
+    lo, hi = 0.0, (fringes + 2) * wavelength  # span(hi) > fringes
     for _ in range(60):  # bisection: the span grows with the amplitude
         amp = 0.5 * (lo + hi)
         lo, hi = (amp, hi) if span(amp) < fringes else (lo, amp)
-    amp = hi
-    return amp * shape
+    return hi * shape
 
 
 def _patches(rng, size: int, avoid: tuple | None, k: int) -> np.ndarray:
@@ -236,11 +226,8 @@ def synth_pair(
 
 def _answers(kind: str, box, atmo_level: int, patch: bool, coherence: str) -> dict[str, str]:
     """The reference answers of the two text tasks, from what the pair was made of."""
-    words = [
-        {"mogi": "a Mogi-type inflation ring", "dislocation": "a linear fault offset"}.get(
-            kind, "no deformation"
-        )
-    ]
+    shapes = {"mogi": "a Mogi-type inflation ring", "dislocation": "a linear fault offset"}
+    words = [shapes.get(kind, "no deformation")]
     if box is not None:
         words.append(f"centred near x={(box[0] + box[2]) / 2:.0f}, y={(box[1] + box[3]) / 2:.0f}")
     noise = [
@@ -299,13 +286,9 @@ def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None
 
 
 def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
-    path = p.paths["annotation"]
-    with open(path) as f:
-        d = json.load(f)
-    d.update(fields)
-    with open(path, "w") as f:
-        json.dump(d, f)
-    return path
+    path = Path(p.paths["annotation"])
+    path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+    return p.paths["annotation"]
 
 
 def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
@@ -325,12 +308,12 @@ def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
     return new
 
 
-def _scaled(band: str, factor: float = 1.0, crs: str = "EPSG:32633", fn=None):
+def _scaled(band: str, fn=lambda a: a, crs: str = "EPSG:32633"):
     """A damage that rewrites one band's GeoTIFF with its values changed."""
 
     def damage(m: IfgManifest, p: IfgPair) -> str:
         a = getattr(p, {"wrapped_phase": "wrapped", "unwrapped_phase": "unwrapped"}.get(band, band))
-        _rewrite(p.paths[band], fn(a) if fn else a * factor, crs)
+        _rewrite(p.paths[band], fn(a), crs)
         return p.paths[band]
 
     return damage
@@ -350,11 +333,11 @@ def _deleted(band: str):
 CORRUPTIONS = {
     "bad_date": _bad_date,  # month 13
     "heph_bad_date": lambda m, p: _bad_date(m, p, "20210230"),  # 30 February
-    "phase_range": _scaled("wrapped_phase", 1.5),
-    "phase_degrees": _scaled("wrapped_phase", fn=np.degrees),
-    "coherence_range": _scaled("coherence", 100),
+    "phase_range": _scaled("wrapped_phase", lambda a: a * 1.5),
+    "phase_degrees": _scaled("wrapped_phase", np.degrees),
+    "coherence_range": _scaled("coherence", lambda a: a * 100),
     "missing_coherence": _deleted("coherence"),
-    "shape_mismatch": _scaled("unwrapped_phase", fn=lambda a: a[:, :-3]),
+    "shape_mismatch": _scaled("unwrapped_phase", lambda a: a[:, :-3]),
     "crs_mismatch": _scaled("coherence", crs="EPSG:32632"),
     "missing_unwrapped": _deleted("unwrapped_phase"),
     "annotation_pair": lambda m, p: _annotation(m, p, pair="19990101_19990113"),

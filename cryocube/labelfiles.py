@@ -1,10 +1,6 @@
-"""NeuCo-Bench label folders, read strictly: one `<task>__<cls|regr>.csv` (id,label) per task.
-
-Every way a label file could silently change a score is refused in one sentence naming file, line
-and id: a label that is not a finite number, an id given twice, two files for one task name, a row
-whose field count is not the header's. An empty label cell means "unlabelled" (as NeuCo-Bench: the
-row is skipped and counted); Excel's UTF-8 byte-order mark is read. `probe --labels` and the SSL4EO
-converter read labels here, before any cluster starts."""
+"""NeuCo-Bench label folders, one `<task>__<cls|regr>.csv` (id,label) per task, read strictly: every
+way a label file could silently change a score is refused in one sentence naming file, line and id.
+An empty label cell means "unlabelled" (as NeuCo-Bench: the row is skipped and counted)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,6 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-import fsspec
-
 from . import store as _store
 from .errors import LabelError
 
@@ -26,8 +20,7 @@ _TYPES = {"cls": "cls", "classification": "cls", "regr": "regr", "regression": "
 def split_task_name(name: str) -> tuple[str, str]:
     """`<task>__<type>[.csv]` (a file name or path) -> (task, "cls" | "regr")."""
     stem = Path(str(name)).name
-    if stem.lower().endswith(".csv"):
-        stem = stem[: -len(".csv")]
+    stem = stem[: -len(".csv")] if stem.lower().endswith(".csv") else stem
     task, sep, suffix = stem.rpartition("__")
     kind = _TYPES.get(suffix.lower()) if sep else None
     if kind is None or not task:
@@ -116,7 +109,7 @@ def read_label_file(path: str, text: str) -> LabelFile:
 
 def read_label_folder(folder: str, storage_options: dict | None = None) -> dict[str, LabelFile]:
     """Every `*.csv` of a labels folder -> task -> LabelFile, strictly checked."""
-    fs, base = fsspec.core.url_to_fs(folder, **_store.options_for(folder, storage_options))
+    fs, base = _store.fs_path(folder, storage_options)
     base = base.rstrip("/")
     if not fs.isdir(base):
         raise LabelError(f"{folder}: no such labels folder")

@@ -1,5 +1,4 @@
-"""The read-only commands: `cryocube list` (what exists) and `cryocube inspect` (a cube, its
-integrity, or a band-matching table)."""
+"""The read-only commands: `cryocube list` and `cryocube inspect`."""
 
 from __future__ import annotations
 
@@ -73,10 +72,8 @@ def register(sub) -> None:
         "--threads",
         type=int,
         default=None,
-        help=(
-            "torch CPU threads (default: torch's; on a busy shared machine 1 is much faster: "
-            "OpenMP barriers stall on busy cores)"
-        ),
+        help="torch CPU threads (default: torch's; on a busy shared machine 1 is much faster: "
+        "OpenMP barriers stall on busy cores)",
     )
     g.add_argument(
         "--refresh", action="store_true", help="measure again even where the cache has the config"
@@ -165,30 +162,21 @@ def _datasets() -> list[tuple[str, ...]]:
 def _models() -> list[tuple[str, ...]]:
     from .models import list_models, model_spec
 
-    return [("id", "name", "architecture", "input", "bands", "weights")] + [
-        (
-            s.id,
-            s.display_name,
-            s.architecture,
-            str(s.input_size or "tile"),
-            "dataset" if s.takes_dataset_bands else ",".join(s.slots),
-            "pretrained" if s.pretrained else "from scratch",
-        )
-        for s in map(model_spec, list_models())
-    ]
+    rows = [("id", "name", "architecture", "input", "bands", "weights")]
+    for s in map(model_spec, list_models()):
+        size = str(s.input_size or "tile")
+        bands = "dataset" if s.takes_dataset_bands else ",".join(s.slots)
+        weights = "pretrained" if s.pretrained else "from scratch"
+        rows.append((s.id, s.display_name, s.architecture, size, bands, weights))
+    return rows
 
 
 def _protocols() -> list[tuple[str, ...]]:
-    return [("name", "family", "fraction", "encoder", "description")] + [
-        (
-            p.name,
-            p.family,
-            f"{p.fraction:g}",
-            "trained" if p.trains_encoder else "frozen",
-            p.description,
-        )
-        for p in catalog.protocols().values()
-    ]
+    rows = [("name", "family", "fraction", "encoder", "description")]
+    for p in catalog.protocols().values():
+        encoder = "trained" if p.trains_encoder else "frozen"
+        rows.append((p.name, p.family, f"{p.fraction:g}", encoder, p.description))
+    return rows
 
 
 def _readers() -> list[tuple[str, ...]]:
@@ -210,29 +198,23 @@ def _families() -> list[tuple[str, ...]]:
 def _tasks() -> list[tuple[str, ...]]:
     from .questions.tasks import all_tasks
 
-    return [("task", "cubes", "answer", "metrics", "source")] + [
-        (
-            t.name,
-            t.cube_kind,
-            t.answer + (f" ({'/'.join(t.labels)})" if t.labels else ""),
-            ", ".join(m for m, _, _ in t.metrics),
-            t.source,
-        )
-        for t in all_tasks().values()
-    ]
+    rows = [("task", "cubes", "answer", "metrics", "source")]
+    for t in all_tasks().values():
+        answer = t.answer + (f" ({'/'.join(t.labels)})" if t.labels else "")
+        metrics = ", ".join(m for m, _, _ in t.metrics)
+        rows.append((t.name, t.cube_kind, answer, metrics, t.source))
+    return rows
 
 
 def _adapters() -> list[tuple[str, ...]]:
     from . import adapters
 
-    return [("adapter", "random models (--allow-random-weights)", "what it loads")] + [
-        (
-            n,
-            ", ".join(adapters.get(n).random_models()) or "-",
-            (adapters.get(n).__doc__ or "").strip().splitlines()[0],
-        )
-        for n in adapters.names()
-    ]
+    rows = [("adapter", "random models (--allow-random-weights)", "what it loads")]
+    for n in adapters.names():
+        a = adapters.get(n)
+        doc = (a.__doc__ or "").strip().splitlines()[0]
+        rows.append((n, ", ".join(a.random_models()) or "-", doc))
+    return rows
 
 
 def _benchmarks() -> list[tuple[str, ...]]:

@@ -1,12 +1,7 @@
-"""One reader for every mapping a user writes: catalog entries (datasets, models, protocols,
-question tasks), recipes, tune search spaces, gateway options.
-
-A frozen dataclass declares the fields; a field's metadata (`rule`) adds what its type cannot say:
-choices, a range, a unit, the YAML key when it differs from the attribute (`key="phase.band"` reads
-a nested mapping). `from_mapping` refuses unknown, missing and mistyped fields in one sentence
-naming the file or option and the field, as xarray's one `_VALIDATORS` table does for its options.
-The class names its error and its noun (`ERROR`, `NOUN`): a recipe says RecipeError and "recipe
-field"."""
+"""One reader for every mapping a user writes (catalog entries, recipes, tune search spaces, gateway
+options), as xarray's one `_VALIDATORS` table is for its options: a frozen dataclass declares the
+fields, a field's metadata (`rule`) what its type cannot say, and the class its error and noun
+(`ERROR`, `NOUN`: a recipe says RecipeError and "recipe field")."""
 
 from __future__ import annotations
 
@@ -23,15 +18,15 @@ _UNIONS = (Union, types.UnionType)
 
 
 def names(value: Any) -> list[str]:
-    """A list of names as a user writes it: "a,b" (an option, `--set`) or a YAML list; blank items
-    and None give nothing."""
+    """A list of names as a user writes it: "a,b" (an option, `--set`) or a YAML list."""
     items = value.split(",") if isinstance(value, str) else (value or ())
     return [str(x).strip() for x in items if str(x).strip()]
 
 
 def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **meta) -> Any:
     """A field with its checks: `choices`, `lo`/`hi` (`lo_open`/`hi_open`), `what` (the sentence's
-    own words for what it takes), `msg` (the whole refusal, `{v}` the value), `key`, `unit`."""
+    own words for what it takes), `msg` (the whole refusal, `{v}` the value), `unit`, and `key`
+    (the YAML key where it differs; "phase.band" reads a nested mapping)."""
     return dataclasses.field(default=default, default_factory=factory, metadata=meta)
 
 
@@ -152,8 +147,7 @@ def _kind(tp: Any):
 
 
 def convert(v: Any, tp: Any, meta: dict, where: str = "", floats: bool = True) -> Any:
-    """`v` as a field of type `tp` takes it (YAML lists as tuples, numbers written as text as
-    numbers, a mapping as a nested dataclass), or FieldError. `floats=False` keeps ints in float
+    """`v` as a field of type `tp` takes it, or FieldError. `floats=False` keeps ints in float
     fields: a recipe's values enter run ids as written."""
     if tp is Any:
         return v
@@ -197,9 +191,8 @@ def _flatten(data: dict, groups: set[str]) -> dict:
 
 
 def from_mapping(cls: type, data: Any, where: str, floats: bool = True):
-    """An instance of dataclass `cls` from a YAML mapping, every field checked and converted; an
-    unknown, missing or mistyped field is one sentence (`cls.ERROR`) naming `where` and the field.
-    Cross-field rules stay in the class's `__post_init__`."""
+    """An instance of dataclass `cls` from a YAML mapping; an unknown, missing or mistyped field is
+    one sentence naming `where` and the field (cross-field rules: `cls.__post_init__`)."""
     noun, error = getattr(cls, "NOUN", "field"), getattr(cls, "ERROR", CatalogError)
     if not isinstance(data, dict):
         raise error(_at(where, f"must be a mapping of {noun}s, got {data!r}"))

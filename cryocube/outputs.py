@@ -1,10 +1,6 @@
-"""The output contract: what a command may write at its `--out`, checked before anything is written.
-
-Accepted: a new or empty path, or a cryocube output of the same kind (resumed, appended to, or
-replaced with `--overwrite`); anything else (the user's files, another kind of output, the command's
-own input, a path inside or around it) is refused in one sentence, `--overwrite` or not. Outputs are
-recognised by a marker written first (`.cryocube-output.json` in folders, a `cryocube_output` Zarr
-attribute), older ones by what they hold. Also here: folders swapped in whole, a full disk."""
+"""The output contract, checked before anything is written: a command writes at its `--out` only to
+a new or empty path or a cryocube output of the same kind, recognised by the marker it wrote first
+(older ones by what they hold); anything else is refused in one sentence, `--overwrite` or not."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import __version__
 from . import store as _store
-from .errors import UserError
+from .errors import UserError, causes
 
 MARKER = ".cryocube-output.json"  # in folders (results, studies, reports, quickstart)
 ZARR_MARKER = "cryocube_output"  # in a Zarr store's root attributes (cubes, embedding stores)
@@ -62,12 +58,8 @@ LEGACY: dict[str, Callable[[set[str]], bool]] = {
 
 def marker(kind: str, command: str) -> dict:
     """A new output's stamp, written first (marker file or Zarr attribute): identify reads it."""
-    return {
-        "kind": kind,
-        "command": command,
-        "cryocube": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-    }
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    return {"kind": kind, "command": command, "cryocube": __version__, "created": now}
 
 
 def _zarr_kind(attrs: dict) -> str | None:
@@ -76,11 +68,8 @@ def _zarr_kind(attrs: dict) -> str | None:
 
     if isinstance(attrs.get(ZARR_MARKER), dict) and attrs[ZARR_MARKER].get("kind") in KINDS:
         return attrs[ZARR_MARKER]["kind"]
-    if (
-        COMPLETE_ATTR in attrs
-        or PLAN_ATTR in attrs
-        or str(attrs.get("converter", "")).startswith("cryocube")
-    ):
+    converted = str(attrs.get("converter", "")).startswith("cryocube")
+    if converted or {COMPLETE_ATTR, PLAN_ATTR} & set(attrs):
         return "cube"
     if "cryocube_embedding_complete" in attrs or {"key", "source"} <= set(attrs):
         return "embeddings"
@@ -139,13 +128,8 @@ def identify(url: str, storage_options=None, expect: str | None = None) -> Found
         if test(names):
             return Found("ours", kind, KINDS[kind].what)
     shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-    return Found(
-        "foreign",
-        what=(
-            f"a folder cryocube did not write ({len(names)}"
-            f" entr{'y' if len(names) == 1 else 'ies'}: {shown})"
-        ),
-    )
+    entries = f"{len(names)} entr{'y' if len(names) == 1 else 'ies'}: {shown}"
+    return Found("foreign", what=f"a folder cryocube did not write ({entries})")
 
 
 def _norm(url: str) -> str:
@@ -164,8 +148,7 @@ def _inside(inner: str, outer: str) -> bool:
 def check_inputs(
     url: str, inputs: Iterable[tuple[str, str | None]], flag: str = "--out", inside_ok: bool = False
 ) -> None:
-    """Refuse an output that is one of the command's inputs, lies inside one (unless `inside_ok`),
-    or holds one."""
+    """Refuse an output that is, holds or (unless `inside_ok`) lies inside one of the inputs."""
     out = _norm(url)
     for name, given in inputs:
         if not given:
@@ -197,8 +180,8 @@ def claim(
     storage_options=None,
     write_marker: bool = True,
 ) -> Found:
-    """Check that `command` may write a `kind` output at `url` (module docstring) and mark it as
-    such; returns what was there. `write_marker=False` checks only (a dry run writes nothing)."""
+    """What is at `url`, once checked that `command` may write a `kind` output there, which is then
+    marked (`write_marker=False`: a dry run)."""
     k = KINDS[kind]
     check_inputs(url, inputs, flag)
     found = identify(url, storage_options, expect=kind)
@@ -237,13 +220,10 @@ def mark(url: str, kind: str, command: str, storage_options=None) -> None:
 
 
 # -- whole folders ---------------------------------------------------------------------------
-
-
 @contextlib.contextmanager
 def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
-    """Build a local folder output beside `out` and swap it in whole at the end: a build killed
-    midway leaves the previous output as it was, and no file of an earlier build survives a finished
-    one."""
+    """A local folder output built beside `out` and swapped in whole: a build killed midway leaves
+    the previous output as it was."""
     out = Path(out)
     parent = out.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -273,17 +253,10 @@ def staged_folder(out: str | Path, kind: str, command: str) -> Iterator[Path]:
 
 
 # -- full disk -------------------------------------------------------------------------------
-def _os_error(e: BaseException) -> OSError | None:
-    while e is not None:
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return e
-        e = e.__cause__ or e.__context__
-    return None
-
-
 def disk_full_message(e: BaseException, out: str | None) -> str | None:
     """One sentence for a full disk (or quota) naming the file or output written; else None."""
-    err = _os_error(e)
+    full = (errno.ENOSPC, errno.EDQUOT)
+    err = next((x for x in causes(e) if isinstance(x, OSError) and x.errno in full), None)
     if err is None:
         return None
     where = err.filename or out or "the output"

@@ -1,16 +1,6 @@
-"""Registries filled by modules: the built-in ones and those other packages declare as entry points.
-
-Every registry of cryocube (readers, architectures and key maps, evaluation families, adapters,
-cluster backends) is one `Registry`: names to entries, filled when their modules are imported, and
-refusing a second entry under a name already taken, naming the modules of both. As xarray finds its
-backends, a lab can add a reader, an encoder architecture, an evaluation family or an adapter from
-its own package, without forking cryocube, by declaring an entry point in the registry's group:
-
-    [project.entry-points."cryocube.readers"]
-    my_layout = "mylab.readers"          # a module that registers its reader(s) on import
-
-The `cryocube.catalogs` group names a folder of catalog files a package ships (its protocols, read
-by catalog.protocols without importing the package)."""
+"""Registries filled by modules: the built-in ones and those other packages declare as entry points
+(`[project.entry-points."cryocube.readers"] my_layout = "mylab.readers"`), as xarray finds its
+backends; docs/architecture.md says which registries there are."""
 
 from __future__ import annotations
 
@@ -46,14 +36,17 @@ def load(group: str, builtin: Iterable[str]) -> None:
 def lazy_exports(
     package: str, exports: dict[str, tuple[str, ...]]
 ) -> tuple[list[str], Callable, Callable]:
-    """(`__all__`, module `__getattr__`, module `__dir__`) of a package whose names are imported on
-    first use: its modules' heavy imports (torch, matplotlib) are paid by callers that use them,
-    not by the CLI's parser or `--help`. `exports` maps each module to the names it gives."""
+    """(`__all__`, `__getattr__`, `__dir__`) of a package whose names (`exports`: module -> names)
+    import on first use, so the CLI's `--help` never pays for torch or matplotlib."""
     where = {name: mod for mod, names in exports.items() for name in names}
 
     def __getattr__(name: str):
         if name in where:
-            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+            value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+            # bound: importing cryocube.convert.writer binds the subpackage `cryocube.convert` as
+            # this name, and `from cryocube import convert` would hand out the module
+            setattr(sys.modules[package], name, value)
+            return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:
@@ -68,10 +61,8 @@ def source_of(entry: object) -> str:
 
 
 class Registry(Mapping[str, T], Generic[T]):
-    """Names to entries of one kind of plug-in, read like a dict. `add` refuses a second, different
-    entry under a name already taken (a built-in and a plug-in, or two plug-ins, would otherwise
-    shadow each other by import order) in one sentence naming the modules of both; `load` imports
-    the built-in modules and the entry points of `group` first (once per process)."""
+    """Names to entries of one kind of plug-in, read like a dict; a second, different entry under a
+    taken name is refused, as two plug-ins would otherwise shadow each other by import order."""
 
     def __init__(self, kind: str, group: str | None = None, builtin: Iterable[str] = ()):
         self.kind, self.group, self.builtin = kind, group, tuple(builtin)
@@ -79,8 +70,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self._sources: dict[str, str] = {}
 
     def add(self, name: str, entry: T, source: str | None = None) -> T:
-        """Registers `entry` under `name` (`source`: the registering module, else the entry's);
-        the same entry again is a no-op."""
+        """Registers `entry` (`source`: the registering module, else the entry's); again: no-op."""
         source = source or source_of(entry)
         if name in self._entries and self._entries[name] is not entry:
             raise PluginError(

@@ -1,9 +1,6 @@
-"""Numeric precision: what a device computes fast, and the autocast/scaler that use it.
-
-`precision: auto` is bf16 where the device has matrix units for it (CUDA compute capability >= 8.0;
-a CPU with AMX or AVX512-BF16, as torch reports them) and fp32 elsewhere; bf16 and fp16 are autocast
-with fp32 master weights, optimiser state and loss (fp16 with a gradient scaler). `resolve` takes
-the device's reported capability as input, so both answers are testable on any machine."""
+"""Numeric precision: what a device computes fast, and the autocast/scaler that use it. bf16 and
+fp16 are autocast with fp32 master weights, optimiser state and loss; `resolve` takes the device's
+reported capability as input, so both answers are testable on any machine."""
 
 from __future__ import annotations
 
@@ -30,14 +27,12 @@ class DeviceInfo:
     cpu_amx: bool = False
 
     def describe(self) -> str:
-        """The device in one line, bf16 capability included: run records' `precision.device`, and
-        the name of its FLOP profile cache file (models/profile.py)."""
+        """The device in one line, bf16 capability included (records, the FLOP profile cache)."""
         if self.type == "cuda":
             cap = ".".join(map(str, self.cuda_capability or ()))
             return f"cuda {self.name} (compute capability {cap})"
-        return f"cpu {self.name}" + (
-            " with AMX/AVX512-BF16" if self.cpu_bf16 else " without bf16 matrix units"
-        )
+        units = "with AMX/AVX512-BF16" if self.cpu_bf16 else "without bf16 matrix units"
+        return f"cpu {self.name} {units}"
 
 
 def fast_bf16(info: DeviceInfo) -> bool:
@@ -97,15 +92,13 @@ def autocast(device: str, precision: str):
 
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(
-        "cuda" if device.startswith("cuda") else "cpu", dtype=getattr(torch, DTYPES[precision])
-    )
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return torch.autocast(kind, dtype=getattr(torch, DTYPES[precision]))
 
 
 def grad_scaler(device: str, precision: str):
     """A gradient scaler for fp16 (bf16 has fp32's range and needs none)."""
     import torch
 
-    return torch.amp.GradScaler(
-        "cuda" if device.startswith("cuda") else "cpu", enabled=(precision == "fp16")
-    )
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return torch.amp.GradScaler(kind, enabled=(precision == "fp16"))

@@ -1,9 +1,5 @@
-"""Progress of long work, on a terminal, when piped to a log, and in a Jupyter notebook.
-
-Terminal: rich bars and a live table of each training run's epoch, loss and validation mIoU. Piped:
-timestamped lines, one per 10 % of a phase and per few epochs of a run. Notebook (a Jupyter kernel):
-displays updated in place, and the Dask dashboard's link once. `enabled=False` (--quiet): nothing.
-"""
+"""Progress of long work: rich bars and a live run table on a terminal, timestamped lines when piped
+to a log, displays updated in place in a Jupyter notebook, nothing with --quiet."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ def in_notebook() -> bool:
 
 
 def mode(enabled: bool = True) -> str:
-    """quiet, or by stderr: tty (rich bars, live table), notebook (displays updated in place) or
-    plain (timestamped lines for logs)."""
+    """quiet, or by stderr: tty, notebook or plain (piped to a log)."""
     if not enabled:
         return "quiet"
     if sys.stderr.isatty():
@@ -38,8 +33,7 @@ _DASHBOARDS: set[str] = set()
 
 
 def show_dashboard(client, enabled: bool = True) -> None:
-    """In a notebook, the cluster's dashboard link, once per link and kernel (a terminal's command
-    says it as it opens the cluster)."""
+    """In a notebook, the cluster's dashboard link, once per link (a command says it on opening)."""
     if mode(enabled) != "notebook":
         return
     try:
@@ -52,8 +46,7 @@ def show_dashboard(client, enabled: bool = True) -> None:
 
 
 class _Display:
-    """One notebook display updated in place: `show(text, html)` at most every NOTEBOOK_REFRESH_S,
-    or now with `force` (the final state)."""
+    """One notebook display updated in place, at most every NOTEBOOK_REFRESH_S unless forced."""
 
     def __init__(self):
         self._handle, self._last = None, 0.0
@@ -100,16 +93,12 @@ class _PlainBar:
         while self.next <= STEPS and self.done >= self.total * self.next / STEPS - 1e-9:
             self.next, crossed = self.next + 1, True
         if crossed:  # one line per advance, at the highest tenth it reached
-            pct = 100 * (self.next - 1) // STEPS
-            say(
-                f"{self.label}: {pct}% ({self.done:g}/{self.total:g}),"
-                f" {time.perf_counter() - self.t0:.0f} s"
-            )
+            pct, elapsed = 100 * (self.next - 1) // STEPS, time.perf_counter() - self.t0
+            say(f"{self.label}: {pct}% ({self.done:g}/{self.total:g}), {elapsed:.0f} s")
 
 
 class _NotebookBar(_PlainBar):
-    """A notebook bar, one display updated in place: an HTML progress bar, and `label: 40% (12/30,
-    8 s)` where only text renders."""
+    """An HTML progress bar in a notebook (where only text renders: `label: 40% (12/30, 8 s)`)."""
 
     def __init__(self, label: str, total: float):
         super().__init__(label, total)
@@ -156,8 +145,8 @@ def progress_bar(label: str, total: float, enabled: bool = True):
 
 
 def gather(futures: list, label: str, total: float, enabled: bool, weight) -> list:
-    """Results of Dask futures in submission order, advancing the bar by `weight(i, result)` as each
-    arrives; a failure cancels the rest and re-raises the worker's error."""
+    """Results of Dask futures in submission order, the bar advanced by `weight(i, result)`; a
+    failure cancels the rest and re-raises the worker's error."""
     from distributed import as_completed
 
     index = {f: i for i, f in enumerate(futures)}
@@ -178,9 +167,8 @@ def gather(futures: list, label: str, total: float, enabled: bool, weight) -> li
 
 
 class RunBoard:
-    """Training progress of runs, fed by events their tasks publish (epoch, loss, validation mIoU):
-    a live table (terminal, notebook) or lines (piped). Events arrive on the Dask client's thread;
-    the board is thread-safe."""
+    """Training progress of runs from the events their tasks publish, as a live table or lines;
+    thread-safe, as events arrive on the Dask client's thread."""
 
     HEAD = ("run", "epoch", "loss", "val mIoU", "state")
 
@@ -208,10 +196,8 @@ class RunBoard:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._display is not None:
-            self._refresh(force=True)
+        self._update(force=True)
         if self._live is not None:
-            self._live.update(self._table())
             self._live.__exit__(*exc)
 
     def _rows(self) -> list[tuple[str, ...]]:
@@ -257,17 +243,12 @@ class RunBoard:
             return
         with self._lock:
             s = self.state[run]
-            s.update(
-                epoch=ev.get("epoch", s["epoch"]),
-                epochs=ev.get("epochs", s["epochs"]),
-                status="training",
-            )
+            s["epoch"], s["epochs"] = ev.get("epoch", s["epoch"]), ev.get("epochs", s["epochs"])
+            s["status"] = "testing" if ev.get("done") else "training"
             if ev.get("loss") is not None:
                 s["loss"] = ev["loss"]
             if ev.get("val_mIoU") is not None:
                 s["val"] = ev["val_mIoU"]
-            if ev.get("done"):
-                s["status"] = "testing"
             self._update(self._epoch_line(run, ev) if self.mode == "plain" else None)
 
     def _update(self, line: str | None = None, force: bool = False) -> None:
@@ -282,9 +263,8 @@ class RunBoard:
     def _epoch_line(self, run: str, ev: dict) -> str | None:
         """Piped: a line every ~10 % of a run's epochs, at every validation and when it is done."""
         epochs, e = ev.get("epochs") or 1, ev.get("epoch", 0)
-        if not (
-            ev.get("done") or ev.get("val_mIoU") is not None or e % max(1, epochs // STEPS) == 0
-        ):
+        due = ev.get("done") or ev.get("val_mIoU") is not None or e % max(1, epochs // STEPS) == 0
+        if not due:
             return None
         s = self.state[run]
         loss = f" loss {s['loss']:.4f}" if ev.get("loss") is not None else ""

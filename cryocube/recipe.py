@@ -1,17 +1,17 @@
-"""The recipe fields every evaluation family shares, their checks (before any work starts, one
-sentence naming field, value and what it may take), and the `--set` / `--config` readers. A family's
-recipe subclasses `BaseRecipe` (families/segmentation/recipe.py); fields without a default take the
-benchmark catalog's `recipe:`; all families' recipes from one set of values: `families.recipes`."""
+"""The recipe fields every evaluation family shares, checked before any work starts, and the
+`--set` / `--config` readers; a family's recipe subclasses `BaseRecipe`."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 
-from .errors import RecipeError, yaml_problem
+from .catalog import _read_yaml
+from .errors import RecipeError
 from .mapping import check_field, from_mapping, rule
 from .precision import PRECISIONS
 
@@ -22,8 +22,7 @@ _COUNT = {"lo": 1}  # an integer >= 1
 @dataclass(frozen=True, kw_only=True)
 class BaseRecipe:
     """The fields every family reads: how inputs are normalised and computed, and how tasks are
-    cut. Each field's checks are its metadata (`mapping.rule`); a family adds its own fields and
-    cross-field rules (`validate`)."""
+    cut; fields without a default take the benchmark catalog's `recipe:`."""
 
     NOUN: ClassVar[str] = "recipe field"
     ERROR: ClassVar[type] = RecipeError
@@ -55,8 +54,7 @@ class BaseRecipe:
         self.validate()
 
     def validate(self) -> None:
-        """Runs on construction, so no recipe holds a bad value: every field against its metadata;
-        a family's recipe adds its cross-field rules."""
+        """Every field against its rule, on construction; a family adds its cross-field rules."""
         for f in dataclasses.fields(self):
             check_field(type(self), f, getattr(self, f.name), floats=False)
 
@@ -78,8 +76,7 @@ class BaseRecipe:
         return dataclasses.replace(self, **coerce(type(self), values, where))
 
     def replace(self, **kw):
-        """A copy with fields the planner fixes itself (the run's threads): no key check or YAML
-        coercion, but checked again on construction."""
+        """A copy with fields the planner fixes (the run's threads), checked on construction."""
         return dataclasses.replace(self, **kw)
 
     def as_dict(self) -> dict[str, Any]:
@@ -98,8 +95,7 @@ class BaseRecipe:
 
 
 def coerce(cls: type[BaseRecipe], values: dict[str, Any], where: str = "") -> dict[str, Any]:
-    """YAML's types as the fields take them (lists -> tuples, numbers written as text -> numbers),
-    each checked; keys that are not fields of `cls` pass as they are."""
+    """YAML's types as the fields of `cls` take them, each checked; other keys pass as they are."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     return {
         k: check_field(cls, fields[k], v, where, floats=False) if k in fields else v
@@ -108,8 +104,7 @@ def coerce(cls: type[BaseRecipe], values: dict[str, Any], where: str = "") -> di
 
 
 def check_keys(values: dict, known, where: str) -> None:
-    """Refuses fields no recipe has, naming where they came from (--set, a config) and listing the
-    known ones."""
+    """Refuses fields no recipe has, naming where they came from (--set, a config)."""
     bad = sorted(set(values) - set(known))
     if bad:
         raise RecipeError(f"{where}: unknown recipe fields {bad}; known: {sorted(known)}")
@@ -131,13 +126,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def read_config(path: str) -> dict[str, Any]:
     """A --config YAML file as a mapping, fields unchecked (`tune` takes a `space:` section too)."""
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
-    except OSError as e:
-        raise RecipeError(f"{path}: cannot read the config ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{path}: not valid YAML ({yaml_problem(e)})") from None
+    data = _read_yaml(Path(path), RecipeError) or {}
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a config must be a mapping of recipe fields")
     return data

@@ -1,13 +1,10 @@
-"""The run record: what one run of any family was, typed and versioned, and the files that keep it.
-
-`RunRecord` is what plans, the scheduler and the report pass; dicts exist only in the files. Reading
-validates a record and migrates an older one (`record_version` 1: untyped dicts), so old results
-folders keep loading with the same run ids. On disk: `runs/<run_id>/record.json` (the truth, written
-whole or not at all) and results.jsonl, their index, grown by whole lines only (a torn line moves to
-results.jsonl.torn) and rebuilt from the records where it lacks one (`sync_results`)."""
+"""The run record: what one run of any family was, typed and versioned (older versions migrate on
+read, so old results folders keep loading), and its files: `runs/<run_id>/record.json`, the truth,
+written whole or not at all, and results.jsonl, their index, grown by whole lines only."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import hashlib
@@ -71,10 +68,7 @@ class RunRecord:
 
     def get(self, name: str, default: Any = None) -> Any:
         """A field by its name in the JSON form, common or the family's own, as `dict.get`."""
-        try:
-            return self[name]
-        except KeyError:
-            return default
+        return getattr(self, name) if name in COMMON else self.fields.get(name, default)
 
     def __getitem__(self, name: str) -> Any:
         """A field by its JSON name (notebooks, tests); KeyError names a field the record lacks."""
@@ -86,8 +80,7 @@ class RunRecord:
             raise KeyError(f"run record {self.run_id} has no field {name!r}") from None
 
     def merged(self, more: dict[str, Any]) -> RunRecord:
-        """A copy with `more` set (a family's finish fields, the scheduler's status): common fields
-        in place, the rest among the family's own."""
+        """A copy with `more` (a family's finish fields, the scheduler's status) set."""
         own = {k: v for k, v in more.items() if k not in COMMON}
         return replace(
             self, **{k: v for k, v in more.items() if k in COMMON}, fields=self.fields | own
@@ -177,10 +170,8 @@ def versions() -> dict[str, str]:
     """The package versions stamped on every record written, read once per process."""
     out = {"cryocube": __version__}
     for pkg in ("torch", "timm", "dask", "distributed", "zarr", "xarray", "numpy"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -220,8 +211,7 @@ def load_record(out: str, run_id: str) -> RunRecord | None:
 
 
 def repair_results(out: str) -> int:
-    """Move a torn last line of results.jsonl (a crash while appending) to results.jsonl.torn;
-    returns lines moved."""
+    """Move a torn end of results.jsonl (a crash while appending) to its .torn file; lines moved."""
     url = results_url(out)
     text = _store.read_text(url) if _store.file_exists(url) else ""
     if not text:
@@ -249,8 +239,8 @@ def repair_results(out: str) -> int:
 
 
 def missing_records(out: str, table: list[dict]) -> list[RunRecord]:
-    """Run records (runs/*/record.json) whose latest version the table lacks: a crash between a
-    record file and its line, or a line lost to a torn tail. Oldest first."""
+    """Run records (runs/*/record.json) whose latest version the table lacks, oldest first: a crash
+    between a record file and its line, or a line lost to a torn tail."""
     last = {r.get("run_id"): r.get("created") for r in table}
     found = []
     for rid in _store.list_dir(f"{out.rstrip('/')}/runs"):
@@ -264,8 +254,7 @@ def missing_records(out: str, table: list[dict]) -> list[RunRecord]:
 
 
 def sync_results(out: str) -> int:
-    """Make results.jsonl a complete view of the run records: repair a torn tail, re-add the records
-    it lacks. Returns the lines added."""
+    """Make results.jsonl a complete view of the run records, torn tail repaired; lines added."""
     repair_results(out)
     add = missing_records(out, read_results(out))
     if add:
@@ -300,8 +289,8 @@ def read_results(out: str) -> list[dict]:
 
 
 def table_lines(url: str) -> Iterator[tuple[int, Any]]:
-    """(line number, JSON) of a results.jsonl: a torn last line (a crash while appending, which the
-    engine moves aside next time) is skipped with a warning, any other bad line is a RecordError."""
+    """(line number, JSON) of a results.jsonl: a torn last line is skipped with a warning (the
+    engine moves it aside next time), any other bad line is a RecordError."""
     text = _store.read_text(url)
     lines = text.splitlines()
     for i, line in enumerate(lines, 1):

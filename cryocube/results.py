@@ -1,13 +1,6 @@
-"""Run records as pandas and xarray objects, for notebooks.
-
-    df = cryocube.open_results("s3://bucket/results")   # one row per run
-    ds = df.cryocube.to_xarray()    # segmentation metrics on (model, dataset, protocol, seed)
-    cells = df.cryocube.cells()     # board cells, one row per (run, task, metric, class)
-
-Everything is read through the report's reader (report/records.py: records validated, migrated and
-de-duplicated the same way), so a notebook's numbers are the report's: `ds.mIoU.mean("seed")` is
-the leaderboard's cell. `ranked` marks the runs the protocol leaderboards average (ok, scored on
-mIoU, the cell's recipe); failed runs are rows too, with their error, never values."""
+"""Run records as pandas and xarray objects for notebooks (docs/usage.md), read through the
+report's reader so that a notebook's numbers are the report's; failed runs are rows too, with their
+error, never values."""
 
 from __future__ import annotations
 
@@ -27,6 +20,7 @@ COST_COLUMNS = tuple(
     "total_s samples_per_s peak_memory_mb gflops device precision random_init created"
     " source".split()
 )
+NOT_METRICS = (*RUN_COLUMNS, *COST_COLUMNS, "record")
 # dims of the segmentation Dataset; `fraction` joins them where one protocol ran at several
 DIMS = ("model", "dataset", "protocol", "seed")
 CELL_FIELDS = ("task", "metric", "class", "unit", "split", "samples", "n", "value")
@@ -47,12 +41,8 @@ def _row(r: Run, ranked: bool) -> dict[str, Any]:
 
 
 def open_results(path_or_url: str | Path, storage_options: dict | None = None) -> pd.DataFrame:
-    """The runs of a results folder (local or any fsspec URL), one row per run.
-
-    Columns: the run's identity (run_id, family, model, model_name, dataset, protocol, fraction,
-    seed), status and error, `ranked`, one column per scalar metric (mIoU, mF1, Q, ...), the cost
-    (total_s, samples_per_s, peak_memory_mb, gflops, device, precision), and `record`, the whole
-    record. A folder without records, or with a damaged one, is refused in one sentence."""
+    """The runs of a results folder (local or any fsspec URL), one row per run: its identity,
+    status, `ranked` (the leaderboards average it), scalar metrics, cost and whole `record`."""
     url = str(path_or_url)
     if storage_options is not None and store.is_remote(url):
         store.register_options(url, storage_options)
@@ -68,7 +58,7 @@ def open_results(path_or_url: str | Path, storage_options: dict | None = None) -
         raise ResultsError(f"{url}: holds no run records (results.jsonl is empty)")
     rows = [_row(r, id(r) in ranked) for r in runs]
     df = pd.DataFrame(rows)
-    metrics = [c for c in df.columns if c not in (*RUN_COLUMNS, *COST_COLUMNS, "record")]
+    metrics = [c for c in df.columns if c not in NOT_METRICS]
     df = df[[*RUN_COLUMNS, *metrics, *COST_COLUMNS, "record"]]
     return df.sort_values(
         ["family", "dataset", "protocol", "fraction", "model_name", "seed"], ignore_index=True
@@ -90,11 +80,8 @@ class ResultsAccessor:
         self._df = df
 
     def to_xarray(self, metrics: list[str] | None = None):
-        """The ranked runs' metrics (default: every scalar metric they have; mIoU, mF1, oAcc, mAcc)
-        as an xarray.Dataset on (model, dataset, protocol, seed), NaN where a run is missing.
-        `model` holds the report's row names (random init and deviations are rows of their own),
-        `model_id` the catalog ids; a protocol run at several label fractions adds a `fraction`
-        dimension."""
+        """The ranked runs' metrics (default: all scalar ones) on (model, dataset, protocol, seed;
+        `fraction` where a protocol ran at several), `model` holding the report's row names."""
         df = self._df[self._df["ranked"]]
         if df.empty:
             raise ResultsError(
@@ -102,11 +89,7 @@ class ResultsAccessor:
                 " leaderboards rank): nothing to put on (model, dataset, protocol, seed)"
             )
         if metrics is None:
-            metrics = [
-                c
-                for c in df.columns
-                if c not in (*RUN_COLUMNS, *COST_COLUMNS, "record") and df[c].notna().any()
-            ]
+            metrics = [c for c in df.columns if c not in NOT_METRICS and df[c].notna().any()]
         dims = list(DIMS)
         if df.duplicated(dims).any():
             dims.insert(3, "fraction")
@@ -115,9 +98,8 @@ class ResultsAccessor:
         ids = frame.drop_duplicates("model").set_index("model")["model_id"]
         ds = ds.assign_coords(model_id=("model", [ids[m] for m in ds["model"].values]))
         if "fraction" not in dims:
-            frac = frame.drop_duplicates(["model", "dataset", "protocol"]).set_index(
-                ["model", "dataset", "protocol"]
-            )["fraction"]
+            cell = ["model", "dataset", "protocol"]
+            frac = frame.drop_duplicates(cell).set_index(cell)["fraction"]
             ds = ds.assign_coords(fraction=frac.to_xarray())
         for m in metrics:
             ds[m].attrs["long_name"] = f"test {m}"
@@ -125,9 +107,8 @@ class ResultsAccessor:
         return ds
 
     def cells(self) -> pd.DataFrame:
-        """The board cells of the rows' ok runs, one row per (run, task, metric, class): value, its
-        95 % interval, n, unit, split and the hash of the samples it was scored on (the report
-        compares only cells over the same samples and unit)."""
+        """The board cells of the rows' ok runs, one row per (run, task, metric, class), with the
+        95 % interval, unit and the hash of the samples it was scored on."""
         rows = []
         for _, r in self._df[self._df["status"] == "ok"].iterrows():
             for c in (r["record"].get("metrics") or {}).get("cells") or []:

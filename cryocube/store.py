@@ -1,8 +1,5 @@
-"""One way to reach storage from a path or URL (local, file://, s3://, any fsspec protocol).
-
-Options are resolved once, so the same URL works on the client and on Dask workers: those passed to
-a call, else those registered for the URL's bucket (shipped to workers by `share_with`), else
-$CRYOCUBE_STORAGE_OPTIONS. They never enter task graphs, records or messages."""
+"""One way to reach storage from a path or URL (local, file://, any fsspec protocol), with options
+resolved alike on the client and on Dask workers; options never enter graphs, records, messages."""
 
 from __future__ import annotations
 
@@ -77,11 +74,6 @@ def register_options(url: str, options: StorageOptions | None) -> None:
         _REGISTERED[_prefix(url) if not str(url).endswith("://") else str(url)] = dict(options)
 
 
-def registered() -> dict[str, StorageOptions]:
-    """A copy of this process's registered options: what `share_with` ships to the workers."""
-    return dict(_REGISTERED)
-
-
 def options_for(url: str, given: StorageOptions | None = None) -> StorageOptions:
     """Given, else registered for the bucket/protocol, else $CRYOCUBE_STORAGE_OPTIONS."""
     if given:
@@ -115,10 +107,10 @@ class StorageCredentials(WorkerPlugin):
 def share_with(client) -> None:
     """Give the client's workers the options registered in this process (no-op when none)."""
     if _REGISTERED:
-        client.register_plugin(StorageCredentials(registered()), name=StorageCredentials.name)
+        client.register_plugin(StorageCredentials(dict(_REGISTERED)), name=StorageCredentials.name)
 
 
-# -- zarr -------------------------------------------------------------------------------------
+# -- zarr ------------------------------------------------------------------------------------------
 def make_store(url: str, storage_options: StorageOptions | None = None, read_only: bool = False):
     """The Zarr store at `url`; a writable local one creates its folder first."""
     url = str(url)
@@ -191,8 +183,7 @@ def read_text(url: str, storage_options: StorageOptions | None = None) -> str:
 @contextlib.contextmanager
 def atomic_file(url: str, storage_options: StorageOptions | None = None) -> Iterator[IO[bytes]]:
     """A binary file that becomes `url` only when the block ends without error: old content or new,
-    never half (a temporary sibling, fsynced and renamed, locally; one PUT on object stores). Large
-    writers (checkpoints) stream into it instead of building the bytes first."""
+    never half (a temporary sibling, fsynced and renamed, locally; one PUT on object stores)."""
     if is_remote(url):
         buf = io.BytesIO()
         yield buf

@@ -1,10 +1,6 @@
-"""Sample datasets: small raw trees in each published layout, for tests and `cryocube quickstart`.
-
-The files are real and written by the layout's own reader (`Reader.write`), and the pixels carry
-structure a model can learn (lakes are dark smooth blobs, debris bright textured ground, sea-ice
-stages distinct HH/HV levels with speckle). `make_raw` returns a `RawManifest` with what was written
-(labels as class indices), so a test compares a converted cube with it; `corrupt` damages one file
-for bad-input tests. Everything is seeded."""
+"""Sample datasets, seeded: small raw trees in each published layout written by the layout's own
+reader, with pixels a model can learn from; the manifest keeps what was written, so a test compares
+a converted cube with it, and `corrupt` damages one file for bad-input tests."""
 
 from __future__ import annotations
 
@@ -19,9 +15,8 @@ from .catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
 from .convert.base import open_reader
 from .convert.splits import draw_val
 
+
 # -- the manifest --------------------------------------------------------------------------------
-
-
 @dataclass
 class RawItem:
     """One generated image (tile or scene) and its label."""
@@ -90,9 +85,8 @@ def synth_gsdd(rng, h, w):
     """Debris = brownish, textured, bright in SWIR; clean ice = bright visible, dark SWIR."""
     debris = blobs(rng, h, w, rng.uniform(0.12, 0.4), h / 8)
     tex = rng.normal(0, 0.06, (6, h, w)) + 0.04 * smooth_field(rng, h, w, 1.5)
-    ice = np.array([0.72, 0.70, 0.68, 0.58, 0.10, 0.08])[:, None, None] + 0.03 * smooth_field(
-        rng, h, w, h / 4
-    )
+    ice_level = np.array([0.72, 0.70, 0.68, 0.58, 0.10, 0.08])[:, None, None]
+    ice = ice_level + 0.03 * smooth_field(rng, h, w, h / 4)
     deb = np.array([0.24, 0.27, 0.31, 0.35, 0.42, 0.36])[:, None, None] + tex
     optical = _mix(debris, deb, ice)
     slope = 0.35 + 0.2 * smooth_field(rng, h, w, h / 5)
@@ -148,9 +142,8 @@ def synth_sicd(rng, h, w):
     k = int(rng.integers(6, 10))
     seeds = np.stack([rng.uniform(0, h, k), rng.uniform(0, w, k)], 1)
     yy, xx = np.mgrid[0:h, 0:w]
-    cell = np.argmin(
-        (yy[..., None] - seeds[:, 0]) ** 2 + (xx[..., None] - seeds[:, 1]) ** 2, axis=-1
-    )
+    d2 = (yy[..., None] - seeds[:, 0]) ** 2 + (xx[..., None] - seeds[:, 1]) ** 2
+    cell = np.argmin(d2, axis=-1)
     cls_of_cell = np.concatenate([rng.permutation(6), rng.integers(0, 6, k)])[:k]
     classes = cls_of_cell[cell].astype(np.int16)
     sar = SICD_BACKSCATTER[classes].transpose(2, 0, 1) + rng.normal(0, 0.25, (2, h, w))
@@ -195,19 +188,20 @@ def synth_caffe(rng, h, w):
 
 
 # -- recipes: sizes, names, georeferencing ---------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Recipe:
     synth: Callable
     size: int  # tile side, or the scene height for whole-scene datasets
     tile_size: int  # what tests convert with
-    n: dict[str, int]
     name: Callable[[np.random.Generator, int], str]
-    scenes: bool = False  # whole scenes of varying size (aspect below), not fixed tiles
-    aspect: float = 1.0
+    aspect: float | None = None  # width / height of whole scenes (of varying size); None: tiles
     crs: str | None = None
     pixel_m: float = 10.0
+
+    @property
+    def scenes(self) -> bool:
+        """Whole scenes of varying size (3/1/1 per split by default), not tiles (4/2/2)."""
+        return self.aspect is not None
 
 
 TILES_N = {"train": 4, "val": 2, "test": 2}
@@ -230,21 +224,11 @@ def _sicd_name(rng, i):
 
 
 RECIPES: dict[str, Recipe] = {
-    "gsdd": Recipe(synth_gsdd, 64, 64, TILES_N, lambda rng, i: f"gsdd_{i:05d}", crs="EPSG:32645"),
-    "glid": Recipe(synth_glid, 64, 64, TILES_N, lambda rng, i: str(i + 1)),
-    "gld": Recipe(synth_gld, 60, 60, TILES_N, lambda rng, i: f"glnet_{i:05d}", crs="EPSG:32645"),
-    "sicd": Recipe(
-        synth_sicd,
-        200,
-        64,
-        SCENES_N,
-        _sicd_name,
-        scenes=True,
-        aspect=1.3,
-        crs="EPSG:3413",
-        pixel_m=80.0,
-    ),
-    "caffe": Recipe(synth_caffe, 150, 64, SCENES_N, _caffe_name, scenes=True, aspect=1.53),
+    "gsdd": Recipe(synth_gsdd, 64, 64, lambda rng, i: f"gsdd_{i:05d}", crs="EPSG:32645"),
+    "glid": Recipe(synth_glid, 64, 64, lambda rng, i: str(i + 1)),
+    "gld": Recipe(synth_gld, 60, 60, lambda rng, i: f"glnet_{i:05d}", crs="EPSG:32645"),
+    "sicd": Recipe(synth_sicd, 200, 64, _sicd_name, aspect=1.3, crs="EPSG:3413", pixel_m=80.0),
+    "caffe": Recipe(synth_caffe, 150, 64, _caffe_name, aspect=1.53),
 }
 
 
@@ -301,7 +285,7 @@ def make_raw(
     reader = open_reader(spec, layout)
     lay = spec.layout(layout)
     root = Path(root)
-    counts = {**rec.n, **(n or {})}
+    counts = {**(SCENES_N if rec.scenes else TILES_N), **(n or {})}
     size = int(size or rec.size)
     rng = np.random.default_rng(seed)
 
@@ -335,19 +319,10 @@ def _separate_label_item(m: RawManifest) -> RawItem:
     raise ValueError(f"{m.dataset}/{m.layout}: no item with a separate label file")
 
 
-def _rewrite(
-    m: RawManifest, it: RawItem, image: np.ndarray | None = None, raw: np.ndarray | None = None
-) -> None:
-    """Write an item again through its reader, with a damaged image and/or label."""
-    open_reader(load_dataset(m.dataset), m.layout).write(
-        str(m.root),
-        it.split,
-        it.scene,
-        it.image if image is None else image,
-        it.raw_label if raw is None else raw,
-        it.crs,
-        it.transform,
-    )
+def _rewrite(m: RawManifest, it: RawItem) -> None:
+    """Write an item (a damaged copy of one) through its layout's reader."""
+    reader = open_reader(load_dataset(m.dataset), m.layout)
+    reader.write(str(m.root), it.split, it.scene, it.image, it.raw_label, it.crs, it.transform)
 
 
 def _truncate(m, it):
@@ -374,13 +349,13 @@ def _deleted(which: str):
 
 def _size_mismatch(m, it):
     it = _separate_label_item(m)
-    _rewrite(m, it, raw=it.raw_label[:-3, :-2])
+    _rewrite(m, replace(it, raw_label=it.raw_label[:-3, :-2]))
     return it.label_path
 
 
 def _band_count(m, it):
     img = it.image
-    _rewrite(m, it, image=img[:-1] if img.shape[0] > 1 else np.repeat(img, 3, axis=0))
+    _rewrite(m, replace(it, image=img[:-1] if img.shape[0] > 1 else np.repeat(img, 3, axis=0)))
     return it.image_path
 
 
@@ -389,7 +364,7 @@ def _label_value(m, it):
     bad = min(set(range(256)) - set(lay.label_map) - set(lay.ignore_values))
     raw = it.raw_label.copy()
     raw[1, 1] = bad
-    _rewrite(m, it, raw=raw)
+    _rewrite(m, replace(it, raw_label=raw))
     return it.label_path
 
 
@@ -398,7 +373,7 @@ def _nan(m, it):
         raise ValueError(f"{m.dataset} images are {it.image.dtype}: NaN cannot be stored")
     img = it.image.copy()
     img[0, 1, 1] = np.nan
-    _rewrite(m, replace(it, image=img), image=img)
+    _rewrite(m, replace(it, image=img))
     return it.image_path
 
 
@@ -422,8 +397,6 @@ def corrupt(manifest: RawManifest, kind: str, index: int = 0) -> str:
 
 
 # -- sample datasets (image-level tasks) ---------------------------------------------------------
-
-
 @dataclass
 class SampleManifest:
     dataset: str
