@@ -83,7 +83,7 @@ class TargetSpec:
     """One of a layout's `targets:`, an image-level task of the cube."""
 
     NOUN: ClassVar[str] = "target field"
-    ERROR: ClassVar[type] = ConvertError
+    ERROR: ClassVar = ConvertError  # bare: the field `type` shadows the builtin in the class
 
     name: str
     type: str = rule("cls", choices=("cls", "regr"))
