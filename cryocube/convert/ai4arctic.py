@@ -1,22 +1,14 @@
 """The AI4Arctic ready-to-train netCDF layout (SICD original): whole Sentinel-1 EW scenes with
-charts.
-
-`<root>/train/<scene>_prep.nc` holds the image variables and the charts;
-`<root>/test/<scene>_prep.nc` has its charts in `<scene>_prep_reference.nc` (or in the same file).
-Image variables lie on (sar_lines, sar_samples); the chart (SOD) is uint8 with fill 255. Which
-netCDF variable is which cube band, the dimensions and the chart come from the layout's options in
-the dataset catalog; the release has train/test only, and val is drawn from train by the layout's
-`val_from_train` rule.
-
-netCDF/HDF5 is not thread-safe, so every netCDF access in this process goes through one lock.
-"""
+charts, `train|test/<scene>_prep.nc` (test charts in `<scene>_prep_reference.nc`); which variable is
+which band, the dims and the chart come from the catalog. netCDF/HDF5 is not thread-safe, so every
+netCDF access in this process holds one lock."""
 
 from __future__ import annotations
 
 import math
 import os
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -59,13 +51,9 @@ def _shape(ds, url: str, name: str, dims: tuple[str, str]) -> tuple[int, int]:
 def _read_image_var(ds, name: str, win: Window) -> np.ndarray:
     r0, r1, c0, c1 = win
     a = ds.variables[name][r0:r1, c0:c1]  # auto-masking: _FillValue/missing_value -> masked
-    if np.ma.isMaskedArray(a):
-        a = (
-            a.astype(a.dtype if a.dtype.kind == "f" else np.float32).filled(np.nan)
-            if a.mask.any()
-            else a.data
-        )
-    return np.asarray(a)
+    if np.ma.isMaskedArray(a) and a.mask.any():
+        a = a.astype(a.dtype if a.dtype.kind == "f" else np.float32).filled(np.nan)
+    return np.asarray(a)  # an unmasked MaskedArray as its data
 
 
 def _read_chart(ds, chart: str, win: Window) -> np.ndarray:
@@ -160,32 +148,20 @@ class AI4ArcticReader(TileReader):
                 "pixels",
                 lambda: np.stack([_read_image_var(ds, v, win) for v in self.variables]),
             )
-            if item.label == item.image:
-                label = checked_read(item.label, "pixels", lambda: _read_chart(ds, self.chart, win))
-        if item.label != item.image:
-            with open_nc(self, item.label) as ds:
-                label = checked_read(item.label, "pixels", lambda: _read_chart(ds, self.chart, win))
+            with nullcontext(ds) if item.label == item.image else open_nc(self, item.label) as dl:
+                label = checked_read(item.label, "pixels", lambda: _read_chart(dl, self.chart, win))
         return image, label
 
     # -- sample data ---------------------------------------------------------------------------
-    def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
-        """Where `write` puts a scene: test charts lie beside their scene, as in the release."""
+    def write(self, root, split, scene, image, raw_label, crs=None, transform=None):
+        """Sample data: the release's netCDF files, so a generated tree pairs like a download
+        (test charts lie beside their scene)."""
         folder = join(str(root), self.disk_split(split))
         img = join(folder, f"{scene}{PREP_SUFFIX}.nc")
-        return img, (
-            join(folder, f"{scene}{PREP_SUFFIX}{REFERENCE_SUFFIX}.nc") if split == "test" else img
-        )
-
-    def write(
-        self, root, split, scene, image, raw_label, crs=None, transform=None
-    ) -> tuple[str, str]:
-        """Sample data: the release's netCDF files, so a generated tree pairs like a download."""
-        img, lbl = self.paths(root, split, scene)
+        lbl = join(folder, f"{scene}{PREP_SUFFIX}{REFERENCE_SUFFIX}.nc") if split == "test" else img
         os.makedirs(os.path.dirname(img), exist_ok=True)
-        charts = chart_set(self.chart, raw_label)
-        write_netcdf(
-            img, scene, dict(zip(self.variables, image)), charts if lbl == img else None, self.dims
-        )
+        charts, images = chart_set(self.chart, raw_label), dict(zip(self.variables, image))
+        write_netcdf(img, scene, images, charts if lbl == img else None, self.dims)
         if lbl != img:
             write_netcdf(lbl, scene, None, charts, self.dims)
         return img, lbl
@@ -200,12 +176,8 @@ def chart_set(chart: str, codes: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def write_netcdf(
-    path: str,
-    scene: str,
-    images: dict[str, np.ndarray] | None,
-    charts: dict[str, np.ndarray] | None,
-    dims: tuple[str, str] = ("sar_lines", "sar_samples"),
-) -> None:
+    path: str, scene, images: dict | None, charts: dict | None, dims=("sar_lines", "sar_samples")
+):
     """A ready-to-train AI4Arctic netCDF: images, uint8 charts (fill 255), AMSR2, attrs."""
     import netCDF4
 
@@ -218,15 +190,9 @@ def write_netcdf(
         ds.ice_service = scene.rsplit("_", 1)[-1]
         ds.flip = 0
         ds.pixel_spacing = 80
+        chunks = (min(64, shape[0]), min(64, shape[1]))
         for name, band in (images or {}).items():
-            v = ds.createVariable(
-                name,
-                "f4",
-                dims,
-                fill_value=np.float32(np.nan),
-                zlib=True,
-                chunksizes=(min(64, shape[0]), min(64, shape[1])),
-            )
+            v = ds.createVariable(name, "f4", dims, fill_value=np.nan, zlib=True, chunksizes=chunks)
             v[:] = band
         if images:
             ds.createDimension("2km_grid_lines", math.ceil(shape[0] / 25))

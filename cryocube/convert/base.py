@@ -1,12 +1,5 @@
-"""The reader contracts: one reader per kind of published raw layout, chosen by the catalog.
-
-A dataset's layout names its reader (`reader: paired_raster`) and gives it options, so a dataset
-whose files follow a layout cryocube already reads is one YAML. Every reader derives from one of two
-bases, by the cube it makes, each beside the code that writes its kind: `writer.TileReader` (tile
-cubes: `scan` headers, `read` windows on the workers) and `samples.SampleReader` (sample cubes:
-`plan` every target on the client, so bad input is found before a cluster starts). `write` puts
-sample data where `scan` finds it, so generated trees follow the reader's own declarations.
-"""
+"""The reader contract: one reader per kind of published raw layout, named by a catalog layout's
+`reader:` and configured by its options (docs/architecture.md: the two bases, by the cube made)."""
 
 from __future__ import annotations
 
@@ -90,9 +83,7 @@ class Reader(ABC):
     # its annotations flag damaged samples (`--keep-corrupted` applies)
     flags_samples: ClassVar[bool] = False
 
-    def __init__(
-        self, spec: DatasetSpec, layout: str, storage_options: dict[str, Any] | None = None
-    ):
+    def __init__(self, spec: DatasetSpec, layout: str, storage_options: dict | None = None):
         self.spec = spec
         self.layout: Layout = spec.layout(layout)
         self.storage_options = dict(storage_options or {})
@@ -107,10 +98,9 @@ class Reader(ABC):
         """The prefix of every option error, naming the YAML field to fix."""
         return f"{self.spec.path}: layouts.{self.layout.name}"
 
-    def option(
-        self, key: str, default: Any = ..., kind: type | tuple[type, ...] | None = None
-    ) -> Any:
-        """A layout option, checked; a missing required one names the catalog file and field."""
+    def option(self, key: str, default: Any = ..., kind=None) -> Any:
+        """A layout option, checked against `kind` (a type or a tuple of them); a missing required
+        one names the catalog file and field."""
         if key not in self.options:
             if default is ...:
                 raise ConvertError(f"{self.where}: reader {self.name!r} needs the option {key!r}")
@@ -125,17 +115,13 @@ class Reader(ABC):
     def detect(self, root: str) -> bool:
         """Whether `root` looks like this layout (used by --layout auto)."""
 
-    def precheck(
-        self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
-    ) -> Any:
+    def precheck(self, raw: str, on_error: str = "raise", **options) -> Any:
         """What can be checked before a cluster starts (None where headers are read on workers)."""
         return None
 
     @abstractmethod
-    def convert(
-        self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
-    ) -> ConvertResult:
-        """Write (or resume) this layout's cube at `out`."""
+    def convert(self, raw: str, out: str, client, opts: WriteOptions, prechecked) -> ConvertResult:
+        """Write (or resume) this layout's cube at `out`, from what `precheck` returned."""
 
     # -- shared helpers ---------------------------------------------------------------------
     def fs(self, url: str):
@@ -150,13 +136,9 @@ class Reader(ABC):
         out = {}
         proto = url.split("://")[0] + "://" if store.is_remote(url) else ""
         for p in sorted(fs.ls(path, detail=False)):
-            name = posixpath.basename(p.rstrip("/"))
-            if name.startswith("."):
-                continue
-            stem, ext = posixpath.splitext(name)
-            if suffixes and ext.lower() not in suffixes:
-                continue
-            out[stem] = (proto + p) if proto and not p.startswith(proto) else p
+            stem, ext = posixpath.splitext(posixpath.basename(p.rstrip("/")))
+            if not stem.startswith(".") and (not suffixes or ext.lower() in suffixes):
+                out[stem] = (proto + p) if proto and not p.startswith(proto) else p
         return out
 
     def glob(self, root: str, pattern: str) -> dict[str, str]:
@@ -211,9 +193,7 @@ def open_reader(spec: DatasetSpec, layout: str, storage_options: dict | None = N
     return known[lay.reader](spec, layout, storage_options)
 
 
-def pair_by_stem(
-    images: dict[str, str], labels: dict[str, str], where: str
-) -> list[tuple[str, str, str]]:
+def pair_by_stem(images: dict, labels: dict, where: str) -> list[tuple[str, str, str]]:
     """Pair image and label files by name (never by sort order); unpaired files are an error."""
     msg = [
         f"{what} without {other}: " + ", ".join(files[s] for s in lonely[:10])

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from .. import store
-from ..catalog import dataset_ids, load_dataset
+from ..catalog import dataset_ids
 from ..cube import COMPRESSORS
-from ..harness import add_cluster, add_out, add_quiet, add_storage, claim, cluster_for
+from ..harness import add_cluster, add_out, add_quiet, add_storage, cluster_for
 
 
 def register(sub) -> None:
@@ -17,13 +17,10 @@ def register(sub) -> None:
     p.add_argument("--raw", required=True, help="root of the raw download (path or fsspec URL)")
     add_out(p, "cube path or URL (e.g. s3://bucket/gsdd.zarr)")
     p.add_argument("--layout", default="auto", help="cryobench | original | auto (detect)")
-    p.add_argument("--tile", type=int, default=None, help="tile size (default: the catalog's)")
+    p.add_argument("--tile", type=int, help="tile size (default: the catalog's)")
     p.add_argument("--block", type=int, default=16, help="samples per write task")
     p.add_argument(
-        "--shard",
-        type=int,
-        default=None,
-        help="samples per Zarr shard (few large objects on object stores)",
+        "--shard", type=int, help="samples per Zarr shard (few large objects on object stores)"
     )
     p.add_argument(
         "--compressor",
@@ -53,10 +50,7 @@ def register(sub) -> None:
     )
     add_storage(p, "JSON fsspec options for --out")
     p.add_argument(
-        "--raw-storage-options",
-        type=store.options_arg,
-        default=None,
-        help="JSON fsspec options for --raw",
+        "--raw-storage-options", type=store.options_arg, help="JSON fsspec options for --raw"
     )
     p.add_argument(
         "--shift-s2",
@@ -83,53 +77,36 @@ def register(sub) -> None:
 
 
 def _convert(args) -> int:
-    from .base import open_reader
-    from .writer import check_request, convert
+    from .writer import prepare
 
-    spec = load_dataset(args.dataset)  # a bad id or catalog fails before a cluster starts
-    store.register_options(args.raw, args.raw_storage_options)
-    # an unknown raw layout or a bad option is refused here, not after a cluster has started
-    sizes = (args.tile, args.block, args.shard)
-    args.layout, _ = check_request(
-        spec, args.raw, args.layout, sizes, args.on_error, args.keep_corrupted
-    )
-    claim(args, "cube", inputs=[("--raw", args.raw)], storage_options=args.storage_options)
     shift = {"shift_s2": True} if args.shift_s2 else {}
-    # a sample reader's whole plan, so bad input is found here (None for tile readers, whose
-    # headers are read on the workers)
-    prechecked = open_reader(spec, args.layout, args.raw_storage_options).precheck(
-        args.raw, on_error=args.on_error, keep_corrupted=args.keep_corrupted, **shift
+    # a bad id, layout, option or raw file is refused here, before a cluster starts
+    conversion = prepare(
+        args.dataset,
+        args.raw,
+        args.out,
+        args.layout,
+        tile_size=args.tile,
+        block_samples=args.block,
+        shard_samples=args.shard,
+        on_error=args.on_error,
+        compressor=args.compressor,
+        overwrite=args.overwrite,
+        raw_storage_options=args.raw_storage_options,
+        storage_options=args.storage_options,
+        progress=not args.quiet,
+        keep_corrupted=args.keep_corrupted,
+        **shift,
     )
     with cluster_for(args) as client:
-        r = convert(
-            spec,
-            args.raw,
-            args.out,
-            layout=args.layout,
-            client=client,
-            tile_size=args.tile,
-            block_samples=args.block,
-            shard_samples=args.shard,
-            on_error=args.on_error,
-            compressor=args.compressor,
-            overwrite=args.overwrite,
-            raw_storage_options=args.raw_storage_options,
-            storage_options=args.storage_options,
-            progress=not args.quiet,
-            prechecked=prechecked,
-            **shift,
-        )
+        r = conversion.run(client)
     _show_converted(args, r)
     return 0
 
 
 def _show_converted(args, r) -> None:
-    what = (
-        "already complete"
-        if r.blocks_written == 0
-        else f"wrote {r.blocks_written}/{r.blocks_total} blocks"
-    )
-    mb = r.read_bytes / 1e6
+    wrote = f"wrote {r.blocks_written}/{r.blocks_total} blocks"
+    what, mb = wrote if r.blocks_written else "already complete", r.read_bytes / 1e6
     print(
         f"{args.out}: {r.n_samples} samples, {what} in {r.seconds:.1f} s"
         f" ({mb / max(r.seconds, 1e-9):.1f} MB/s raw), checksum {r.marker['checksum'][:16]}"
@@ -147,12 +124,11 @@ def _show_converted(args, r) -> None:
         )
     kept = attrs.get("kept_flagged_samples") or []
     if kept:
+        flags = ", ".join(sorted({f for d in kept for f in d["flags"]}))
+        shown = ", ".join(d["source"] for d in kept[:10]) + (" ..." if len(kept) > 10 else "")
         print(
-            f"  kept {len(kept)} samples the annotations flag"
-            f" ({', '.join(sorted({f for d in kept for f in d['flags']}))}), as --keep-corrupted"
-            " asked: "
-            + ", ".join(d["source"] for d in kept[:10])
-            + (" ..." if len(kept) > 10 else "")
+            f"  kept {len(kept)} samples the annotations flag ({flags}), as --keep-corrupted"
+            f" asked: {shown}"
         )
 
 

@@ -1,10 +1,5 @@
-"""Fetch a dataset's published archive (Hugging Face / Zenodo / PANGAEA), verify it, extract it
-safely.
-
-Downloads go through `cryocube.fetch` (fsspec, a `.part` file renamed once its checksum matches).
-Extraction refuses any archive member that would land outside the target folder (absolute paths,
-`..`, links pointing out).
-"""
+"""Fetch a dataset's published archive (through `cryocube.fetch`, checksum verified) and extract it,
+refusing any member that would land outside the target folder."""
 
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ from ..catalog import load_dataset
 from ..fetch import DownloadError, fetch
 
 __all__ = ["DownloadError", "download", "fetch", "safe_extract"]
+ARCHIVES = (".tar.gz", ".tgz", ".tar", ".zip", ".tar.xz", ".tar.bz2")
 
 
 def _inside(root: Path, name: str) -> bool:
@@ -57,11 +53,8 @@ def safe_extract(archive: str | Path, target: str | Path) -> Path:
                     f"{archive}: member {m.name!r} would be written outside {target}"
                 )
             if m.issym() or m.islnk():
-                link = (
-                    m.linkname
-                    if m.islnk()
-                    else posixpath.join(posixpath.dirname(m.name), m.linkname)
-                )
+                # a hard link names a member; a symbolic one is relative to its folder
+                link = posixpath.join("" if m.islnk() else posixpath.dirname(m.name), m.linkname)
                 if m.linkname.startswith("/") or not _inside(root, link):
                     raise DownloadError(
                         f"{archive}: link {m.name!r} -> {m.linkname!r} points outside {target}"
@@ -78,11 +71,7 @@ def safe_extract(archive: str | Path, target: str | Path) -> Path:
 
 
 def download(
-    dataset: str,
-    dest: str | Path,
-    source: str = "cryobench",
-    extract: bool = True,
-    progress: bool = True,
+    dataset: str, dest: str | Path, source: str = "cryobench", extract=True, progress=True
 ) -> Path:
     """Download and extract the dataset's archive(s) from the catalog source; the raw root."""
     spec = load_dataset(dataset)
@@ -102,11 +91,7 @@ def download(
     ]
     if not extract:
         return dest
-    archives = [
-        p
-        for p in paths
-        if p.name.endswith((".tar.gz", ".tgz", ".tar", ".zip", ".tar.xz", ".tar.bz2"))
-    ]
+    archives = [p for p in paths if p.name.endswith(ARCHIVES)]
     parts = sorted(p for p in paths if ".tar.gza" in p.name)
     if parts:  # split archive (AI4Arctic train.tar.gzaa + ab): byte-concatenate first
         whole = dest / parts[0].name[: parts[0].name.index(".tar.gz") + 7]

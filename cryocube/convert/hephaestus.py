@@ -1,10 +1,5 @@
-"""Hephaestus (CVPR 2022 EarthVision): LiCSAR interferogram renderings with human annotations.
-
-Raw layout: `<FrameID>/interferograms/<primary>_<secondary>/{InSAR.png, Coherence.png}` and
-`annotations/<uniqueID>.json`. Only annotated pairs become samples. The PNGs are renderings, not
-radians: the cube keeps them as rendered bands and every label comes from the annotation, mapped
-onto tasks by the catalog's `targets` (docs/insar-cube.md).
-"""
+"""Hephaestus (CVPR 2022 EarthVision): LiCSAR interferogram renderings with human annotations; only
+annotated pairs become samples, every label comes from the annotation (docs/insar-cube.md)."""
 
 from __future__ import annotations
 
@@ -20,6 +15,9 @@ from .base import ConvertError, register
 from .insar import Pair, PairReader, iso_date, pad_to, pair_dates, write_json
 from .insar_labels import polygon_mask
 from .rawio import read_raster, write_png
+
+# the release's `label` of a generated pair's deformation source
+RELEASE_LABELS = {"mogi": ["Mogi"], "dislocation": ["Earthquake"], "none": ["Non_Deformation"]}
 
 
 def render_phase(phase: np.ndarray) -> np.ndarray:
@@ -40,9 +38,7 @@ def polygons(polys: Any, url: str) -> list[list[tuple[float, float]]]:
     out = []
     for k, poly in enumerate(polys if isinstance(polys, list) else [polys] if polys else []):
         try:
-            flat = [
-                float(v) for pt in poly for v in (pt if isinstance(pt, (list, tuple)) else [pt])
-            ]
+            flat = [float(v) for p in poly for v in (p if isinstance(p, (list, tuple)) else [p])]
         except (TypeError, ValueError):
             flat = []
         if len(flat) < 6 or len(flat) % 2:
@@ -100,7 +96,7 @@ class HephaestusReader(PairReader):
             ).items()
         }
         whole = {
-            k: found[k] for k in sorted(found) if self.guard(k, self._complete, root, k, found[k])
+            k: f for k, f in sorted(found.items()) if self.guard(k, self._complete, root, k, f)
         }
         annotated = self._annotations(root, whole, set(found) - set(whole))
         return self.each(
@@ -143,13 +139,8 @@ class HephaestusReader(PairReader):
                 flagged.add(pid)
                 if not self.keep_flagged:
                     said = " and ".join(f"{f}: 1" for f in flags)
-                    self.skipped.append(
-                        {
-                            "source": pid,
-                            "reason": f"{url}: the annotation flags it {said} (left out;"
-                            " --keep-corrupted keeps it)",
-                        }
-                    )
+                    why = f"the annotation flags it {said} (left out; --keep-corrupted keeps it)"
+                    self.skipped.append({"source": pid, "reason": f"{url}: {why}"})
                     return
                 self.kept.append({"source": pid, "flags": flags, "annotation": url})
             if pid not in found:
@@ -194,9 +185,7 @@ class HephaestusReader(PairReader):
         """An integer annotation field in 0..top (a bool reads as 0/1; absent or null: None)."""
         if f not in d or d[f] is None:
             return None
-        v = d[f]
-        if isinstance(v, bool):
-            v = int(v)
+        v = int(d[f]) if isinstance(d[f], bool) else d[f]
         if not isinstance(v, int) or not 0 <= v <= top:
             raise ConvertError(f"{url}: field {f!r} must be an integer 0..{top}, got {v!r}")
         return v
@@ -230,10 +219,8 @@ class HephaestusReader(PairReader):
         pts = [p for poly in polys for p in poly]
         box = None
         if pts:
-            xs, ys = [x for x, _ in pts], [y for _, y in pts]
-            box = self.check_box(
-                (min(xs), min(ys), max(xs), max(ys)), pair, url, "segmentation_mask"
-            )
+            (x0, y0), (x1, y1) = np.min(pts, axis=0), np.max(pts, axis=0)
+            box = self.check_box((x0, y0, x1, y1), pair, url, "segmentation_mask")
         q = {
             "low_coherence": self.flag(d, "low_coherence", 1, url),
             "atmospheric_fringes": self.flag(d, "atmospheric_fringes", 3, url),
@@ -249,19 +236,17 @@ class HephaestusReader(PairReader):
         }
         # polygons rasterised; "no deformation" is all 0; a deformation label without polygons
         # says nothing about where (no mask label)
-        mask, mask_origin = None, "none"
+        mask = None
         if box is not None:
             mask = polygon_mask(polys, pair.height, pair.width)
         elif labels and not deformation:
             mask = np.zeros((pair.height, pair.width), np.int8)
-        if mask is not None:
-            mask_origin = "annotation_polygons"
         return {
             "quantities": q,
             "box": box,
             "box_origin": "annotation" if labels or box else "none",
             "mask": mask,
-            "mask_origin": mask_origin,
+            "mask_origin": "none" if mask is None else "annotation_polygons",
             "answers": self._answers(d, deformation),
             "wavelength_m": self.wavelength_m,
         }
@@ -275,13 +260,9 @@ class HephaestusReader(PairReader):
 
         answers = {}
         if deformation:
-            answers["deformation_localization"] = str(
-                self.option("description", "{label}", str)
-            ).format(
+            answers["deformation_localization"] = self.option("description", "{label}", str).format(
                 label=", ".join(deformation),
-                activity_type=words("activity_type"),
-                intensity_level=words("intensity_level"),
-                phase=words("phase"),
+                **{f: words(f) for f in ("activity_type", "intensity_level", "phase")},
             )
         caption = str(d.get("caption") or "").strip()
         if caption:
@@ -301,9 +282,7 @@ class HephaestusReader(PairReader):
         return pad_to(np.concatenate([rgb[:3], grey]), shape)
 
     # -- sample data ----------------------------------------------------------------------------
-    def write_pair(
-        self, root: str, pair, annotate: bool = True, boxes: bool = True, index: int = 0
-    ) -> tuple[str, dict]:
+    def write_pair(self, root, pair, annotate=True, boxes=True, index=0) -> tuple[str, dict]:
         """Sample data: one `insar_synthetic.IfgPair` rendered, annotated; (sample id, paths)."""
         ifg, png, coh, ann_dir = self.names
         name = self.folder_name(pair)
@@ -311,14 +290,10 @@ class HephaestusReader(PairReader):
         os.makedirs(folder, exist_ok=True)
         paths = {"insar": os.path.join(folder, png), "coherence": os.path.join(folder, coh)}
         write_png(paths["insar"], render_phase(pair.wrapped))
-        write_png(
-            paths["coherence"],
-            np.repeat(np.rint(pair.coherence * 255)[None], 3, axis=0).astype(np.uint8),
-        )
+        grey = np.rint(pair.coherence * 255).astype(np.uint8)
+        write_png(paths["coherence"], np.repeat(grey[None], 3, axis=0))
         if annotate:
-            label = {"mogi": ["Mogi"], "dislocation": ["Earthquake"], "none": ["Non_Deformation"]}[
-                pair.source
-            ]
+            label = RELEASE_LABELS[pair.source]
             x0, y0, x1, y1 = pair.box if pair.box is not None else (0, 0, 0, 0)
             ann = {
                 "uniqueID": index,

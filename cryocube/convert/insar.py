@@ -1,15 +1,10 @@
-"""Interferogram pairs -> one sample cube (docs/insar-cube.md).
-
-`PairReader` is what every interferogram layout shares: scanning pair folders, and the plan
-(targets, box, mask, answers per pair) built on the client *before any cluster starts*, so every bad
-file, pair or field is one sentence first. Which quantity feeds which task is catalog options
-(`targets`, `unavailable`, `derive`). `InSARReader` reads
-`<pair>/{wrapped_phase,coherence[,unwrapped_phase]}.tif` + `annotation.json`; `hephaestus.py` reads
-the Hephaestus PNG layout.
-"""
+"""Interferogram pairs -> one sample cube (docs/insar-cube.md): `PairReader` is what every
+interferogram layout shares (pair folders, the plan checked on the client before a cluster starts),
+`InSARReader` the GeoTIFF layout; `hephaestus.py` reads the Hephaestus PNG layout."""
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 import json
 import math
@@ -18,12 +13,13 @@ import posixpath
 import re
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import store as _store
 from ..cube import SamplePlan, _text, declared
+from ..mapping import from_mapping, rule
 from .base import ConvertError, Option, register, text_map, texts
 from .insar_labels import MASK_IGNORE, RULES_TEXT, Rules, derive
 from .rawio import map_threads, raster_header, read_raster, write_geotiff
@@ -43,8 +39,6 @@ MASK_ORIGINS = {
 
 def iso_date(s: str, where: str) -> str:
     """YYYYMMDD or YYYY-MM-DD -> YYYY-MM-DD; a day the calendar lacks is refused."""
-    import calendar
-
     d = str(s).replace("-", "")
     if not re.fullmatch(r"\d{8}", d):
         raise ConvertError(f"{where}: {s!r} is not a date (YYYYMMDD or YYYY-MM-DD)")
@@ -86,9 +80,15 @@ class Pair:
 
 @dataclass(frozen=True)
 class TargetSpec:
+    """One of a layout's `targets:`, an image-level task of the cube."""
+
+    NOUN: ClassVar[str] = "target field"
+    ERROR: ClassVar = ConvertError  # bare: the field `type` shadows the builtin in the class
+
     name: str
-    type: str  # cls | regr
-    source: str | None  # the reader quantity that feeds it; None: the layout cannot serve it
+    type: str = rule("cls", choices=("cls", "regr"))
+    # the reader quantity that feeds it; None (`from: null`): the layout cannot serve it
+    source: str | None = rule(None, key="from")
     classes: tuple[str, ...] = ()
 
 
@@ -118,20 +118,14 @@ class PairReader(SampleReader):
 
     @property
     def targets(self) -> list[TargetSpec]:
-        """The catalog's `targets:` in task order; `from: null` is a task this layout lacks."""
+        """The catalog's `targets:` in task order; coherence classes default to the rule's."""
         out = []
         for name, d in self.option("targets", {}, dict).items():
-            d = dict(d or {})
-            kind = str(d.get("type", "cls"))
-            if kind not in ("cls", "regr"):
-                raise ConvertError(
-                    f"{self.where}: targets.{name}.type must be cls or regr, not {kind!r}"
-                )
-            src = d.get("from")
-            classes = tuple(str(c) for c in d.get("classes", ()))
-            if src == "coherence_class" and not classes:
-                classes = self.rules.coherence_classes
-            out.append(TargetSpec(str(name), kind, None if src is None else str(src), classes))
+            where = f"{self.where}.targets.{name}"
+            t = from_mapping(TargetSpec, {"name": str(name), **(d or {})}, where)
+            if t.source == "coherence_class" and not t.classes:
+                t = dataclasses.replace(t, classes=self.rules.coherence_classes)
+            out.append(t)
         return out
 
     @property
@@ -139,10 +133,8 @@ class PairReader(SampleReader):
         """The `mask:` option: class names and the split a dense family draws (cube attrs)."""
         d = dict(self.option("mask", {}, dict))
         classes = [str(c) for c in d.get("classes", ("stable", "deformation"))]
-        split = {
-            str(k): float(v)
-            for k, v in dict(d.get("split") or {"train": 0.6, "val": 0.2, "test": 0.2}).items()
-        }
+        given = d.get("split") or {"train": 0.6, "val": 0.2, "test": 0.2}
+        split = {str(k): float(v) for k, v in dict(given).items()}
         if (
             len(classes) != 2
             or set(split) != {"train", "val", "test"}
@@ -198,10 +190,9 @@ class PairReader(SampleReader):
         return [x for x in got if x is not None]
 
     def pair_from_headers(
-        self, pid: str, dates: tuple[str, str], files: dict[str, str], ref: str, **kw
+        self, pid: str, dates: tuple, files: dict, ref: str, annotation=None, one_band=False
     ) -> Pair:
         """The pair of `files`, whose headers must agree with `files[ref]` in size and CRS."""
-        one_band = kw.pop("one_band", False)
         heads = {b: raster_header(self, u) for b, u in files.items()}
         r, rname = heads[ref], posixpath.basename(files[ref])
         for b, h in heads.items():
@@ -217,10 +208,8 @@ class PairReader(SampleReader):
                     f"{files[b]}: CRS {h.crs or 'none'} differs from {rname}'s {r.crs or 'none'}"
                     f" in pair {pid}"
                 )
-        frame = posixpath.dirname(pid)
-        return Pair(
-            pid, frame, *dates, tuple(files.items()), r.height, r.width, r.crs, r.transform, **kw
-        )
+        frame, items = posixpath.dirname(pid), tuple(files.items())
+        return Pair(pid, frame, *dates, items, r.height, r.width, r.crs, r.transform, annotation)
 
     def guard(self, pair: str, fn, *args):
         """fn(*args); with --on-error skip, a ConvertError leaves the pair out (noted): None."""
@@ -243,9 +232,7 @@ class PairReader(SampleReader):
             raise ConvertError(f"{url}: an annotation is a JSON object, got {type(d).__name__}")
         return d
 
-    def check_box(
-        self, box: Any, pair: Pair, url: str, field: str = "box"
-    ) -> tuple[float, ...] | None:
+    def check_box(self, box, pair: Pair, url: str, field: str = "box") -> tuple[float, ...] | None:
         """A box (x_min, y_min, x_max, y_max) inside the pair with min < max; None stays None."""
         if box is None:
             return None
@@ -285,22 +272,19 @@ class PairReader(SampleReader):
         self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **_
     ) -> tuple[list[Pair], SamplePlan]:
         """Every pair checked and labelled on the client, the one place bad input is found."""
-        self.on_error, self.skipped, self.kept = on_error, [], []
-        self.keep_flagged = bool(keep_corrupted)
+        self.on_error, self.keep_flagged = on_error, bool(keep_corrupted)
+        self.skipped, self.kept = [], []
         pairs, labels, bands = self._labelled(raw)
         skipped = sorted(self.skipped, key=lambda d: (d["source"], d["reason"]))
         tspecs = self.targets
         target, box, mask, answers = self._label_arrays(pairs, labels, tspecs)
         unavailable = self._unavailable(tspecs, bands, target, box, answers)
         self.narrow(bands)
+        pixels = np.stack([(mask == k).sum(axis=(1, 2)) for k in (0, 1)], axis=1).astype(np.int32)
         coords, data_vars = declared(
             {  # names and dims: cube.schema.SAMPLE_VARS
                 **self._pair_vars(pairs, labels),
-                "mask_pixels": (
-                    np.stack([(mask == k).sum(axis=(1, 2)) for k in (0, 1)], axis=1).astype(
-                        np.int32
-                    )
-                ),
+                "mask_pixels": pixels,
                 "mask_class": _text(self.mask_options["classes"]),
                 "task_classes": _text(["|".join(t.classes) for t in tspecs]),
                 "text_task": _text(self.text_tasks),
@@ -316,9 +300,8 @@ class PairReader(SampleReader):
             "bands": bands,
             "skipped": skipped,
             "files": [(p.id, p.files, p.annotation, p.height, p.width) for p in pairs],
+            **({"kept_flagged": kept} if kept else {}),
         }
-        if kept:
-            fingerprint["kept_flagged"] = kept
         return pairs, SamplePlan(
             ids=[p.id for p in pairs],
             shape=(len(bands), max(p.height for p in pairs), max(p.width for p in pairs)),
@@ -335,45 +318,30 @@ class PairReader(SampleReader):
         pairs, labels, bands = self.scan(raw), [], []
         if pairs:
             bands = self.cube_bands(pairs)
-            got = map_threads(lambda p: self.guard(p.id, self.pair_labels, p, bands), pairs, 4)
-            good = [(p, lab) for p, lab in zip(pairs, got) if lab is not None]
+            good = self.each(lambda p: (p, self.pair_labels(p, bands)), pairs, lambda p: p.id)
             pairs, labels = [p for p, _ in good], [lab for _, lab in good]
         if not pairs:
-            skipped = sorted(self.skipped, key=lambda d: (d["source"], d["reason"]))
-            why = (
-                f"; all {len(skipped)} were bad, e.g. {skipped[0]['source']}:"
-                f" {skipped[0]['reason']}"
-                if skipped
-                else ""
-            )
+            bad = sorted(self.skipped, key=lambda d: (d["source"], d["reason"]))
+            why = [f"; all {len(bad)} were bad, e.g. {d['source']}: {d['reason']}" for d in bad[:1]]
             raise ConvertError(
                 f"{raw}: no interferogram pairs found for {self.spec.id} layout"
-                f" {self.layout.name!r}{why}"
+                f" {self.layout.name!r}{''.join(why)}"
             )
         return pairs, labels, bands
 
     def _label_arrays(self, pairs: list[Pair], labels: list[dict], tspecs: list[TargetSpec]):
         """(target, box, mask, answer); no label is NaN, padding and unlabelled pixels ignore."""
-        target = np.array(
-            [
-                [lab["quantities"].get(t.source) if t.source else None for t in tspecs]
-                for lab in labels
-            ],
-            dtype=np.float32,
-        ).reshape(len(pairs), len(tspecs))
-        box = np.array(
-            [lab["box"] if lab["box"] is not None else (np.nan,) * 4 for lab in labels],
-            dtype=np.float32,
-        )
+        quantities = [lab["quantities"] for lab in labels]
+        rows = [[q.get(t.source) if t.source else None for t in tspecs] for q in quantities]
+        target = np.array(rows, dtype=np.float32).reshape(len(pairs), len(tspecs))
+        box = np.array([lab["box"] or (np.nan,) * 4 for lab in labels], dtype=np.float32)
         H, W = max(p.height for p in pairs), max(p.width for p in pairs)
         mask = np.full((len(pairs), H, W), MASK_IGNORE, dtype=np.int8)
-        for i, lab in enumerate(labels):
-            if lab.get("mask") is not None:
-                m = lab["mask"]
+        for i, m in enumerate(lab["mask"] for lab in labels):
+            if m is not None:
                 mask[i, : m.shape[0], : m.shape[1]] = m
-        answers = np.array(
-            [[lab["answers"].get(t, "") for t in self.text_tasks] for lab in labels], dtype=object
-        ).reshape(len(pairs), -1)
+        said = [[lab["answers"].get(t, "") for t in self.text_tasks] for lab in labels]
+        answers = np.array(said, dtype=object).reshape(len(pairs), -1)
         return target, box, mask, answers
 
     def _unavailable(self, tspecs, bands, target, box, answers) -> dict[str, str]:
@@ -387,15 +355,12 @@ class PairReader(SampleReader):
             if t.source is not None and not np.isfinite(target[:, j]).any():
                 out[t.name] = self.unavailable.get(t.name) or self.missing_reason(t, bands)
         if not np.isfinite(box).any():
-            out.setdefault(
-                f"{self.box_task} (box)",
-                self.missing_reason(TargetSpec("box", "box", "box"), bands),
-            )
+            why = self.missing_reason(TargetSpec("box", "box", "box"), bands)
+            out.setdefault(f"{self.box_task} (box)", why)
         for k, t in enumerate(self.text_tasks):
             if not any(answers[:, k]):
-                out.setdefault(
-                    f"{t} (text)", self.unavailable.get(t, "no annotation gives this answer")
-                )
+                why = self.unavailable.get(t, "no annotation gives this answer")
+                out.setdefault(f"{t} (text)", why)
         return out
 
     @staticmethod
@@ -405,31 +370,21 @@ class PairReader(SampleReader):
             "frame": _text([p.frame for p in pairs]),
             "primary_date": _text([p.primary for p in pairs]),
             "secondary_date": _text([p.secondary for p in pairs]),
-            "radar_wavelength_m": np.array(
-                [lab["wavelength_m"] for lab in labels], dtype=np.float64
-            ),
+            "radar_wavelength_m": np.array([lab["wavelength_m"] for lab in labels], np.float64),
             "height": np.array([p.height for p in pairs], dtype=np.int32),
             "width": np.array([p.width for p in pairs], dtype=np.int32),
             "crs": _text([p.crs or "" for p in pairs]),
-            "transform": np.array(
-                [p.transform if p.transform else (np.nan,) * 6 for p in pairs], dtype=np.float64
-            ),
+            "transform": np.array([p.transform or (np.nan,) * 6 for p in pairs], np.float64),
             "box_origin": _text([lab["box_origin"] for lab in labels]),
-            "mask_origin": _text(
-                [
-                    lab.get("mask_origin", "none") if lab.get("mask") is not None else "none"
-                    for lab in labels
-                ]
-            ),
+            "mask_origin": _text([lab["mask_origin"] for lab in labels]),
         }
 
     def _attrs(self, raw, pairs, unavailable, skipped, kept) -> dict:
         attrs = {
-            "derivation": (
-                {**self.rules.as_attrs(), "radar_wavelength_m": self.wavelength_m}
-                if not self.rendered
-                else {}
-            ),
+            # renderings carry no physical values, so nothing is derived from them
+            "derivation": {}
+            if self.rendered
+            else {**self.rules.as_attrs(), "radar_wavelength_m": self.wavelength_m},
             "unavailable": unavailable,
             "rendered": self.rendered,
             "box_task": self.box_task,
@@ -451,9 +406,8 @@ class PairReader(SampleReader):
     def narrow(self, bands: list[str]) -> None:
         """Optional bands absent from this tree leave the cube (and `check_image`)."""
         if bands != self.spec.band_names:
-            self.spec = dataclasses.replace(
-                self.spec, bands=tuple(b for b in self.spec.bands if b.name in bands)
-            )
+            kept = tuple(b for b in self.spec.bands if b.name in bands)
+            self.spec = dataclasses.replace(self.spec, bands=kept)
 
     def missing_reason(self, t: TargetSpec, bands: list[str]) -> str:
         """Why a task with a source has no label in any pair; layouts name the file they lack."""
@@ -463,9 +417,8 @@ class PairReader(SampleReader):
         """Layout-specific cube attrs: none here; Hephaestus counts its unannotated pairs."""
         return {}
 
-    def read_kwargs(self, plan: SamplePlan, **_) -> dict:
-        """The plan's bands (a prechecked plan came from another reader object) and shape."""
-        self.narrow(plan.fingerprint["bands"])
+    def read_kwargs(self, plan: SamplePlan) -> dict:
+        """The cube's image shape, which every sample is padded to."""
         return {"shape": plan.shape}
 
 
@@ -519,20 +472,14 @@ class InSARReader(PairReader):
             root, [(what, f"{depth}/{f}") for depth in ("*", "*/*") for what, f in names]
         )
         have = {b: [r for r, f in folders.items() if b in f] for b in self.optional}
-        jobs = [
-            (rel, dates, folders[rel])
-            for rel in sorted(folders)
-            if (dates := self.guard(rel, self._check_folder, root, rel, folders[rel], have))
+        jobs = [  # (pair, dates, band files, annotation)
+            (rel, dates, {b: f[b] for b in self.files if b in f}, f.get("annotation"))
+            for rel, f in sorted(folders.items())
+            if (dates := self.guard(rel, self._check_folder, root, rel, f, have))
         ]
+        ref = self.required[0]
         return self.each(
-            lambda j: self.pair_from_headers(
-                j[0],
-                j[1],
-                {b: j[2][b] for b in self.files if b in j[2]},
-                self.required[0],
-                annotation=j[2].get("annotation"),
-                one_band=True,
-            ),
+            lambda j: self.pair_from_headers(j[0], j[1], j[2], ref, annotation=j[3], one_band=True),
             jobs,
             lambda j: j[0],
         )
@@ -581,26 +528,20 @@ class InSARReader(PairReader):
     def check_values(self, pair: Pair, maps: dict[str, np.ndarray]) -> None:
         """Wrapped phase in [-pi, pi] rad, coherence in [0, 1], both finite."""
         for b, a in maps.items():
-            url = pair.file(b)
             bad = ~np.isfinite(a)
             if bad.any() and b != "unwrapped_phase":
                 raise ConvertError(
-                    f"{url}: {int(bad.sum())} NaN/inf pixels in the {b} of pair {pair.id}"
+                    f"{pair.file(b)}: {int(bad.sum())} NaN/inf pixels in the {b} of pair {pair.id}"
                 )
-        w = maps["wrapped_phase"]
-        hi = float(np.abs(w).max())
+        hi = float(np.abs(maps["wrapped_phase"]).max())
         if hi > math.pi + PHASE_TOL:
-            unit = (
-                " (it looks like degrees: convert to radians)"
-                if hi <= 180 + 1e-3 and hi > 2 * math.pi
-                else ""
-            )
+            degrees = 2 * math.pi < hi <= 180 + 1e-3
+            unit = " (it looks like degrees: convert to radians)" if degrees else ""
             raise ConvertError(
                 f"{pair.file('wrapped_phase')}: wrapped phase of pair {pair.id} reaches {hi:.4g},"
                 f" outside [-pi, pi] radians{unit}"
             )
-        c = maps["coherence"]
-        lo, up = float(c.min()), float(c.max())
+        lo, up = float(maps["coherence"].min()), float(maps["coherence"].max())
         if lo < -1e-6 or up > 1 + 1e-6:
             raise ConvertError(
                 f"{pair.file('coherence')}: coherence of pair {pair.id} spans {lo:.4g}..{up:.4g},"
@@ -624,15 +565,12 @@ class InSARReader(PairReader):
             raise ConvertError(
                 f"{url}: field 'radar_wavelength_m' must be a wavelength in metres, got {wl!r}"
             )
-        if "box" in ann:  # a human box wins over the derived one; null = no deformation
-            box = self.check_box(ann["box"], pair, url)
-            d = derive(
-                maps["coherence"], maps.get("unwrapped_phase"), float(wl), self.rules, box=box
-            )
-            origin = "annotation"
-        else:
-            d = derive(maps["coherence"], maps.get("unwrapped_phase"), float(wl), self.rules)
-            origin = "derived" if "unwrapped_phase" in maps else "none"
+        # a human box wins over the derived one (`...`: derive it); null = no deformation
+        box = self.check_box(ann["box"], pair, url) if "box" in ann else ...
+        d = derive(maps["coherence"], maps.get("unwrapped_phase"), float(wl), self.rules, box=box)
+        origin = (
+            "annotation" if "box" in ann else "derived" if "unwrapped_phase" in maps else "none"
+        )
         return {
             "quantities": {"coherence_class": d["coherence_class"], "fringes": d["fringes"]},
             "box": d["box"],
@@ -649,9 +587,7 @@ class InSARReader(PairReader):
         return pad_to(np.stack([self._read(pair.file(b)) for b in bands]), shape)
 
     # -- sample data ----------------------------------------------------------------------------
-    def write_pair(
-        self, root: str, pair, annotate: bool = True, boxes: bool = False, index: int = 0
-    ) -> tuple[str, dict]:
+    def write_pair(self, root, pair, annotate=True, boxes=False, index=0) -> tuple[str, dict]:
         """Sample data: one `insar_synthetic.IfgPair`; returns (sample id, paths)."""
         name = self.folder_name(pair)
         rel = f"{pair.frame}/{name}" if pair.frame else name
@@ -660,11 +596,7 @@ class InSARReader(PairReader):
         crs, tf = "EPSG:32633", (100.0, 0.0, 500000.0 + 10000.0 * index, 0.0, -100.0, 4000000.0)
         paths = {}
         for b, fname in self.files.items():
-            a = {
-                "wrapped_phase": pair.wrapped,
-                "coherence": pair.coherence,
-                "unwrapped_phase": pair.unwrapped,
-            }[b]
+            a = getattr(pair, b.removesuffix("_phase"))  # IfgPair's wrapped, unwrapped, coherence
             if a is None:
                 continue
             paths[b] = os.path.join(folder, fname)

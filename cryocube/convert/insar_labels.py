@@ -1,20 +1,16 @@
-"""Labels derived from interferogram maps at convert time, by rules whose parameters live in the
-catalog.
-
-Each rule takes numpy maps of one pair and the `derive:` parameters of the dataset's layout and
-returns a label; `RULES_TEXT` says in one sentence what each computes (written into the cube's attrs
-with the parameters). Sign convention: line-of-sight displacement d = -lambda / (4 pi) * phase,
-positive towards the satellite; one fringe (2 pi) is lambda / 2 of LOS change.
-"""
+"""Labels derived from interferogram maps at convert time, by rules whose parameters are the
+layout's `derive:`; `RULES_TEXT` and `LOS_CONVENTION` go into the cube's attrs with them."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ConvertError
+from ..errors import ConvertError, FieldError
+from ..mapping import from_mapping, rule
 
 LOS_CONVENTION = (
     "d_los = -lambda / (4 pi) * (phi_unwrapped - median over valid pixels), metres, positive"
@@ -45,56 +41,44 @@ MASK_IGNORE = -1  # catalog.CUBE_IGNORE_INDEX: every cube stores ignore pixels a
 class Rules:
     """The `derive:` parameters of a layout (defaults are the catalog's documented values)."""
 
-    coherence_statistic: str = "median"
-    coherence_thresholds: tuple[float, ...] = (0.3, 0.6)
-    coherence_classes: tuple[str, ...] = ("low", "medium", "high")
+    NOUN: ClassVar[str] = "derive: parameter"
+    ERROR: ClassVar[type] = ConvertError
+
+    coherence_statistic: str = rule(
+        "median", key="coherence_classification.statistic", choices=("median", "mean")
+    )
+    coherence_thresholds: tuple[float, ...] = rule(
+        (0.3, 0.6), key="coherence_classification.thresholds"
+    )
+    coherence_classes: tuple[str, ...] = rule(
+        ("low", "medium", "high"), key="coherence_classification.classes"
+    )
     mask_coherence: float = 0.3
-    threshold_m: float = 0.01
-    min_pixels: int = 4
+    threshold_m: float = rule(0.01, key="deformation_box.threshold_m")
+    min_pixels: int = rule(4, key="deformation_box.min_pixels")
+
+    def __post_init__(self):
+        t = self.coherence_thresholds
+        if len(self.coherence_classes) != len(t) + 1 or list(t) != sorted(t):
+            raise FieldError(
+                "derive.coherence_classification needs ascending thresholds and one class more"
+                " than thresholds"
+            )
 
     @classmethod
     def from_options(cls, d: dict, where: str) -> "Rules":
         """A layout's `derive:` block with the documented defaults, checked."""
-        c = dict(d.get("coherence_classification") or {})
-        b = dict(d.get("deformation_box") or {})
-        try:
-            r = cls(
-                str(c.get("statistic", "median")),
-                tuple(float(t) for t in c.get("thresholds", (0.3, 0.6))),
-                tuple(str(n) for n in c.get("classes", ("low", "medium", "high"))),
-                float(d.get("mask_coherence", 0.3)),
-                float(b.get("threshold_m", 0.01)),
-                int(b.get("min_pixels", 4)),
-            )
-        except (TypeError, ValueError) as e:
-            raise ConvertError(f"{where}: derive: parameters are not numbers ({e})") from None
-        if r.coherence_statistic not in ("median", "mean"):
-            raise ConvertError(
-                f"{where}: derive.coherence_classification.statistic must be median or mean, not"
-                f" {r.coherence_statistic!r}"
-            )
-        if len(r.coherence_classes) != len(r.coherence_thresholds) + 1 or list(
-            r.coherence_thresholds
-        ) != sorted(r.coherence_thresholds):
-            raise ConvertError(
-                f"{where}: derive.coherence_classification needs ascending thresholds and one class"
-                " more than thresholds"
-            )
-        return r
+        return from_mapping(cls, d, f"{where}.derive")
 
     def as_attrs(self) -> dict:
-        """The parameters, LOS convention and rule sentences: the cube says how labels were made."""
-        return {
-            "coherence_classification": {
-                "statistic": self.coherence_statistic,
-                "thresholds": list(self.coherence_thresholds),
-                "classes": list(self.coherence_classes),
-            },
-            "mask_coherence": self.mask_coherence,
-            "deformation_box": {"threshold_m": self.threshold_m, "min_pixels": self.min_pixels},
-            "los_convention": LOS_CONVENTION,
-            "rules": dict(RULES_TEXT),
-        }
+        """The parameters as the `derive:` block nests them, the LOS convention and the rule
+        sentences: the cube says how its labels were made."""
+        out: dict = {}
+        for f in fields(self):
+            group, _, key = f.metadata.get("key", f.name).rpartition(".")
+            v = getattr(self, f.name)
+            (out.setdefault(group, {}) if group else out)[key] = list(v) if type(v) is tuple else v
+        return {**out, "los_convention": LOS_CONVENTION, "rules": dict(RULES_TEXT)}
 
 
 def phase_to_los(phase: np.ndarray, wavelength_m: float) -> np.ndarray:
@@ -109,9 +93,8 @@ def los_to_phase(los_m: np.ndarray, wavelength_m: float) -> np.ndarray:
 
 def wrap(phase: np.ndarray) -> np.ndarray:
     """Phase wrapped into (-pi, pi]."""
-    return np.angle(np.exp(1j * phase)).astype(
-        np.asarray(phase).dtype if np.asarray(phase).dtype.kind == "f" else np.float64
-    )
+    dtype = np.asarray(phase).dtype
+    return np.angle(np.exp(1j * phase)).astype(dtype if dtype.kind == "f" else np.float64)
 
 
 def coherence_class(coherence: np.ndarray, rules: Rules) -> int:
@@ -153,15 +136,11 @@ def box_of(mask: np.ndarray, min_pixels: int) -> tuple[float, float, float, floa
     return float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)
 
 
-def deformation_pixels(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
-    """Valid pixels moving more than `threshold_m` in LOS, small regions dropped."""
-    return kept_regions(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)
-
-
 def deformation_mask(los_m: np.ndarray, valid: np.ndarray, rules: Rules) -> np.ndarray:
-    """int8: 1 deformation (the box rule's pixels), 0 other valid pixels, -1 ignore."""
+    """int8: 1 deformation (the box rule's pixels: valid ones moving more than `threshold_m` in
+    LOS, small regions dropped), 0 other valid pixels, -1 ignore."""
     out = np.where(valid, 0, MASK_IGNORE).astype(np.int8)
-    out[deformation_pixels(los_m, valid, rules)] = 1
+    out[kept_regions(valid & (np.abs(los_m) > rules.threshold_m), rules.min_pixels)] = 1
     return out
 
 

@@ -1,11 +1,5 @@
-"""The paired-folder layout: an image raster and a label raster per item, in split folders, paired
-by name.
-
-Four of the five datasets publish their files this way (GeoTIFF or PNG) and differ only in folder
-names, so this one reader serves them all, driven by the layout's options in the dataset catalog
-(docs/cube.md lists them with examples). Folders beside the split folders that hold images (a
-`val/` in a layout whose val is drawn from train) are not read, and a warning says which.
-"""
+"""The paired-folder layout: an image and a label raster per item in split folders, paired by name;
+four of the five Cryo-Bench datasets publish this way (its options: docs/cube.md)."""
 
 from __future__ import annotations
 
@@ -81,18 +75,15 @@ class PairedRasterReader(TileReader):
         extra = {k: str(v).format(i=i) for k, v in self.option("example_fields", {}, dict).items()}
         return self.image_name.format(stem=base, **extra)
 
+    def dirs(self, root: str, folder: str) -> tuple[str, str]:
+        """The image and the label folder of split folder `folder` on disk."""
+        return tuple(join(root, d.format(folder=folder)) for d in (self.image_dir, self.label_dir))
+
     def detect(self, root: str) -> bool:
         """Its folders exist and masks follow its naming (CaFFe's two layouts differ only there)."""
         for f in self.split_folders:
-            img_dir, lbl_dir = (
-                join(root, self.image_dir.format(folder=f)),
-                join(root, self.label_dir.format(folder=f)),
-            )
-            if self.isdir(img_dir) and self.isdir(lbl_dir):
-                images, labels = (
-                    self.listdir(img_dir, self.suffixes),
-                    self.listdir(lbl_dir, self.suffixes),
-                )
+            if all(self.isdir(d) for d in self.dirs(root, f)):
+                images, labels = (self.listdir(d, self.suffixes) for d in self.dirs(root, f))
                 if not images or not labels:
                     return True
                 try:
@@ -112,7 +103,7 @@ class PairedRasterReader(TileReader):
             name = p.rstrip("/").rsplit("/", 1)[-1]
             if name in self.split_folders or name.startswith("."):
                 continue
-            img_dir = join(root, self.image_dir.format(folder=name))
+            img_dir = self.dirs(root, name)[0]
             if self.isdir(img_dir) and self.listdir(img_dir, self.suffixes):
                 out.append(img_dir)
         return out
@@ -121,9 +112,7 @@ class PairedRasterReader(TileReader):
         """[(folder, split)] present under root; two folders for one split is ambiguous."""
         found: dict[str, str] = {}
         for folder, split in self.split_folders.items():
-            if self.isdir(join(root, self.image_dir.format(folder=folder))) or self.isdir(
-                join(root, self.label_dir.format(folder=folder))
-            ):
+            if any(self.isdir(d) for d in self.dirs(root, folder)):
                 if split in found:
                     raise ConvertError(
                         f"{root}: both {found[split]!r} and {folder!r} look like the {split} split;"
@@ -137,28 +126,23 @@ class PairedRasterReader(TileReader):
         unread = self._unread_folders(root)
         if unread:
             splits = ", ".join(sorted(set(self.split_folders)))
+            drawn = (
+                "; its val split is drawn from train" if self.options.get("val_from_train") else ""
+            )
             warnings.warn(
                 f"{', '.join(unread)}: not read (the {self.spec.id} {self.layout.name!r} layout"
-                f" reads the split folders {splits}"
-                + (
-                    "; its val split is drawn from train"
-                    if self.options.get("val_from_train")
-                    else ""
-                )
-                + "); pass --layout for a layout that has them",
+                f" reads the split folders {splits}{drawn}); pass --layout for a layout that has"
+                " them",
                 stacklevel=2,
             )
         jobs = []
         for folder, split in self._folders(root):
-            img_dir = join(root, self.image_dir.format(folder=folder))
-            lbl_dir = join(root, self.label_dir.format(folder=folder))
-            images = self.listdir(img_dir, self.suffixes)
-            labels = self.listdir(lbl_dir, self.suffixes)
+            img_dir, lbl_dir = self.dirs(root, folder)
+            images, labels = (self.listdir(d, self.suffixes) for d in (img_dir, lbl_dir))
             if self.label_name != "{stem}":  # key masks by the image stem they belong to
                 by_label = {self.label_stem(s, images[s]): s for s in images}
                 labels = {by_label.get(s, s): u for s, u in labels.items()}
-            for stem, img, lbl in pair_by_stem(images, labels, f"{img_dir} vs {lbl_dir}"):
-                jobs.append((split, stem, img, lbl))
+            jobs += [(split, *p) for p in pair_by_stem(images, labels, f"{img_dir} vs {lbl_dir}")]
         if not jobs:
             raise ConvertError(
                 f"{root}: no {self.spec.id} files in the {self.layout.name!r} layout (expected"
@@ -169,8 +153,7 @@ class PairedRasterReader(TileReader):
 
     def _item(self, job: tuple[str, str, str, str]) -> SourceItem:
         split, stem, img, lbl = job
-        hi = raster_header(self, img)
-        hl = raster_header(self, lbl)
+        hi, hl = raster_header(self, img), raster_header(self, lbl)
         want = len(self.spec.bands)
         if hi.bands != want and not (self.band_policy == "first" and hi.bands > want):
             need = f"at least {want}" if self.band_policy == "first" else str(want)
@@ -190,21 +173,13 @@ class PairedRasterReader(TileReader):
         return image, read_raster(self, item.label, window, bands=1)[0]
 
     # -- sample data ---------------------------------------------------------------------------
-    def paths(self, root: str, split: str, scene: str) -> tuple[str, str]:
-        """Where `write` puts a scene: its split's disk folder, the first suffix, `label_name`."""
-        disk = self.disk_split(split)
-        folder = next(f for f, s in self.split_folders.items() if s == disk)
+    def write(self, root, split, scene, image, raw_label, crs=None, transform=None):
+        """Sample data where `scan` finds it: its split's disk folder, the first suffix,
+        `label_name`; PNG layouts get no CRS or transform (PNG has none)."""
+        folder = next(f for f, s in self.split_folders.items() if s == self.disk_split(split))
+        img_dir, lbl_dir = self.dirs(str(root), folder)
         ext = self.suffixes[0]
-        return (
-            join(str(root), self.image_dir.format(folder=folder), f"{scene}{ext}"),
-            join(str(root), self.label_dir.format(folder=folder), f"{self.label_stem(scene)}{ext}"),
-        )
-
-    def write(
-        self, root, split, scene, image, raw_label, crs=None, transform=None
-    ) -> tuple[str, str]:
-        """Sample data where `scan` finds it; PNG layouts get no CRS or transform (PNG has none)."""
-        img, lbl = self.paths(root, split, scene)
+        img, lbl = join(img_dir, f"{scene}{ext}"), join(lbl_dir, f"{self.label_stem(scene)}{ext}")
         if not img.endswith((".tif", ".tiff")):
             crs = transform = None  # PNG carries no georeferencing
         for path, arr in ((img, image), (lbl, raw_label.astype(np.uint8))):

@@ -1,8 +1,5 @@
-"""Raster file I/O shared by the readers: header-only opens, windowed reads, sample-data writers.
-
-Formats are chosen by suffix (`FORMATS`). Remote files are opened lazily through fsspec, so a header
-or window read fetches only the bytes it needs.
-"""
+"""Raster file I/O shared by the readers: header-only opens and windowed reads by suffix
+(`FORMATS`, remote files lazily through fsspec), and the sample-data writers."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import posixpath
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,9 +15,11 @@ import numpy as np
 
 from ..errors import WindowError
 from ..store import is_remote
-from .base import SPLITS, ConvertError, Reader, SourceItem, Window
+from .base import ConvertError, Reader, Window
 
 HEADER_THREADS = 16  # header reads are I/O bound (one small GET each on object stores)
+# the pixel type of a PIL image mode (the others hold uint8)
+PIL_DTYPES = {"1": "uint8", "I;16": "uint16", "I;16B": "uint16", "I": "int32", "F": "float32"}
 
 
 @dataclass(frozen=True)
@@ -81,9 +80,7 @@ class RasterioFormat:
                 transform = None
             return Header(ds.count, ds.height, ds.width, str(ds.dtypes[0]), crs, transform)
 
-    def read(
-        self, reader: Reader, url: str, window: Window | None, bands: int | None
-    ) -> np.ndarray:
+    def read(self, reader: Reader, url: str, window, bands) -> np.ndarray:
         """A true windowed read: only the window's bytes are fetched, remote files too."""
         from rasterio.windows import Window as RWindow
 
@@ -113,11 +110,9 @@ class PILFormat:
         """Band count, size and dtype without decoding pixels; these formats carry no CRS."""
         with self._open(reader, url) as im:
             w, h = im.size
-            return Header(len(im.getbands()), h, w, _pil_dtype(im.mode))
+            return Header(len(im.getbands()), h, w, PIL_DTYPES.get(im.mode, "uint8"))
 
-    def read(
-        self, reader: Reader, url: str, window: Window | None, bands: int | None
-    ) -> np.ndarray:
+    def read(self, reader: Reader, url: str, window, bands) -> np.ndarray:
         """The whole image decoded, then the window cut; a truncated file fails here."""
         with self._open(reader, url) as im:
             w, h = im.size
@@ -129,12 +124,6 @@ class PILFormat:
         arr = arr[r0:r1, c0:c1]
         arr = arr[None] if arr.ndim == 2 else np.moveaxis(arr, -1, 0)
         return np.ascontiguousarray(arr[: bands or arr.shape[0]])
-
-
-def _pil_dtype(mode: str) -> str:
-    return {"1": "uint8", "I;16": "uint16", "I;16B": "uint16", "I": "int32", "F": "float32"}.get(
-        mode, "uint8"
-    )
 
 
 FORMATS: dict[str, Any] = {
@@ -168,17 +157,14 @@ def raster_header(reader: Reader, url: str) -> Header:
     return checked_read(url, "header", lambda: file_format(url).header(reader, url))
 
 
-def read_raster(
-    reader: Reader, url: str, window: Window | None = None, bands: int | None = None
-) -> np.ndarray:
+def read_raster(reader: Reader, url: str, window: Window | None = None, bands=None) -> np.ndarray:
     """(C, h, w) pixels of the first `bands` bands (all if None) in the window, source dtype."""
     return checked_read(url, "pixels", lambda: file_format(url).read(reader, url, window, bands))
 
 
 def header_threads(root: str) -> int:
-    """Threads per process for header reads: remote reads wait on the network; local ones cost CPU
-    (GDAL's open), where threads only contend (0.30 s with 1 thread vs 0.51 s with 16, 320 files).
-    """
+    """Threads per process for header reads: remote reads wait on the network; local ones cost
+    CPU (GDAL's open), where threads contend (0.30 s with 1 thread vs 0.51 s with 16, 320 files)."""
     return HEADER_THREADS if is_remote(root) else 1
 
 
@@ -190,40 +176,20 @@ def map_threads(fn: Callable, items: list, threads: int = HEADER_THREADS) -> lis
         return list(pool.map(fn, items))
 
 
-def order_items(items: list[SourceItem]) -> list[SourceItem]:
-    """Cube order: train, val, test, then scene name; tile plans and sample order follow it."""
-    return sorted(items, key=lambda it: (SPLITS.index(it.split), it.scene))
-
-
-def val_from_train(items: list[SourceItem], chosen: set[str]) -> list[SourceItem]:
-    """Move the train items whose scene is in `chosen` to the val split."""
-    return [
-        replace(it, split="val") if it.split == "train" and it.scene in chosen else it
-        for it in items
-    ]
-
-
 # -- writers (sample data) ------------------------------------------------------------------------
 
 
-def write_geotiff(
-    path: str | Path, arr: np.ndarray, crs: str | None = None, transform: tuple | None = None
-) -> None:
+def write_geotiff(path: str | Path, arr: np.ndarray, crs=None, transform=None) -> None:
     """Sample data: a 2-D array is one band; georeferenced when a CRS (and transform) is given."""
     import rasterio
     from rasterio.transform import Affine
 
     arr = arr[None] if arr.ndim == 2 else arr
-    profile = dict(
-        driver="GTiff",
-        count=arr.shape[0],
-        height=arr.shape[1],
-        width=arr.shape[2],
-        dtype=arr.dtype.name,
-    )
-    if crs is not None:
-        profile.update(crs=crs, transform=Affine(*transform))
-    with rasterio.open(path, "w", **profile) as ds:
+    c, h, w = arr.shape
+    geo = {} if crs is None else {"crs": crs, "transform": Affine(*transform)}
+    with rasterio.open(
+        path, "w", driver="GTiff", count=c, height=h, width=w, dtype=arr.dtype.name, **geo
+    ) as ds:
         ds.write(arr)
 
 

@@ -1,9 +1,5 @@
-"""Sample cubes (`kind: samples`): one whole image per sample and image-level targets.
-
-A `SampleReader` puts everything known before pixels are read in a `cube.SamplePlan`; this module
-reads and checks the images block by block on the workers and writes them through `cube.write`, so
-a killed conversion resumes block by block as tile cubes do.
-"""
+"""Sample cubes (`kind: samples`): whole images with image-level targets, planned on the client
+(`cube.SamplePlan`), read and written block by block on the workers (resumable as tile cubes)."""
 
 from __future__ import annotations
 
@@ -41,23 +37,19 @@ class SampleReader(Reader):
     def read_sample(self, item: Any, **read_kwargs) -> np.ndarray:
         """One sample's whole image, (C, H, W) or (T, C, H, W), on a worker."""
 
-    def read_kwargs(self, plan: SamplePlan, **options) -> dict:
+    def read_kwargs(self, plan: SamplePlan) -> dict:
         """What `read_sample` needs besides the item (the cube's image shape, a value offset)."""
         return {}
 
-    def precheck(
-        self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, **options
-    ) -> Any:
+    def precheck(self, raw: str, on_error: str = "raise", **options) -> Any:
         """Runs the whole `plan` on the client, so bad input is refused before a cluster starts."""
-        return self.plan(raw, on_error, keep_corrupted, **options)
+        return self.plan(raw, on_error, **options)
 
-    def convert(
-        self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
-    ) -> ConvertResult:
-        """The CLI's prechecked plan (else a new one), then the images block by block on workers."""
-        items, plan = prechecked or self.plan(raw, opts.on_error, **options)
+    def convert(self, raw: str, out: str, client, opts: WriteOptions, prechecked) -> ConvertResult:
+        """The prechecked plan's images, block by block on the workers."""
+        items, plan = prechecked
         t0, block = time.perf_counter(), opts.block
-        read_kwargs = self.read_kwargs(plan, **options)
+        read_kwargs = self.read_kwargs(plan)
         # bad raw samples left out (--on-error skip)
         skipped = len(plan.attrs.get("skipped_samples") or ())
         return write_blocks(
@@ -97,26 +89,16 @@ def write_sample_block(task: dict[str, Any]) -> dict[str, Any]:
         img = np.asarray(reader.read_sample(it, **task["read_kwargs"]))
         if img.shape != shape:
             raise ConvertError(f"sample {sid}: image {img.shape}, the cube's samples are {shape}")
-        if img.ndim == 4:
-            names = task["time"] or [str(t) for t in range(img.shape[0])]
-            img = np.stack(
-                [
-                    check_image(img[t], reader.spec, f"sample {sid} ({names[t]})")[0]
-                    for t in range(img.shape[0])
-                ]
-            )
-        else:
-            img = check_image(img, reader.spec, f"sample {sid}")[0]
-        imgs.append(img.astype(np.float32, copy=False))
-    images = np.stack(imgs)
-    g = _store.open_group(task["out"], "r+")
-    targets = np.asarray(g["target"][s0 : s0 + len(imgs)])
-    extras = [np.asarray(g[v][s0 : s0 + len(imgs)]) for v in digest_vars(g)]
-    c, h, w = images.shape[-3:]
+        # each time step of a multi-temporal sample is checked as one image, named by its step
+        names = [f" ({t})" for t in task["time"] or range(len(img))] if img.ndim == 4 else [""]
+        steps = img if img.ndim == 4 else img[None]
+        checked = [check_image(x, reader.spec, f"sample {sid}{n}")[0] for x, n in zip(steps, names)]
+        imgs.append(np.stack(checked).reshape(shape).astype(np.float32, copy=False))
+    images, g = np.stack(imgs), _store.open_group(task["out"], "r+")
+    parts = [np.asarray(g[v][s0 : s0 + len(imgs)]) for v in ("target", *digest_vars(g))]
     # every pixel of every time step counts (sample cubes have no split)
-    flat = images.reshape(-1, c, h, w)
-    stats = partial_stats(
-        flat, np.zeros((flat.shape[0], h, w), np.int8), np.ones(flat.shape[0], bool)
-    )
-    put_block(g, task["block"], s0, {"image": images}, (images, targets, *extras), stats)
+    flat = images.reshape(-1, *images.shape[-3:])
+    n, h, w = flat.shape[0], *flat.shape[-2:]
+    stats = partial_stats(flat, np.zeros((n, h, w), np.int8), np.ones(n, bool))
+    put_block(g, task["block"], s0, {"image": images}, (images, *parts), stats)
     return {"samples": len(imgs), "read_bytes": int(images.nbytes)}

@@ -1,8 +1,5 @@
-"""Rules for drawing a validation split from the training files of releases that publish none.
-
-A layout names its rule in the catalog (`val_from_train: {rule: ..., <options>}`); the readers and
-the sample-data generator both draw through here, so generated trees and conversions agree.
-"""
+"""Drawing a validation split from the train files of releases that publish none (`val_from_train`
+in a layout); readers and the sample-data generator both draw here, so they agree."""
 
 from __future__ import annotations
 
@@ -35,12 +32,8 @@ def choice(names: list[str], options: dict) -> set[str]:
     k = min(int(options.get("scenes", 10)), max(1, n // 5)) if n >= 2 else 0
     if k == 0:
         return set()
-    return {
-        str(s)
-        for s in np.random.RandomState(int(options.get("seed", 0))).choice(
-            np.array(names), size=k, replace=False
-        )
-    }
+    rng = np.random.RandomState(int(options.get("seed", 0)))
+    return {str(s) for s in rng.choice(np.array(names), size=k, replace=False)}
 
 
 # the `val_from_train` rules a catalog layout may name

@@ -1,12 +1,5 @@
 """SSL4EO-S12-downstream (Embed2Scale / NeuCo-Bench): zipped Zarr v2 stores per location and
-modality -> one multi-temporal sample cube.
-
-Raw layout: `data/<modality>/part-XXXXXX/<id>.zarr.zip` (variable `bands`, (1, time, band, y, x)),
-the same id in every modality folder, and `labels/<task>__<cls|regr>.csv`. The modalities sit side
-by side on `band`, in the catalog's order; `split` is "all" (the challenge has none). `--shift-s2`
-adds SSL4EO-S12 v1.1's +1000 DN to the S2 bands (the organisers' `shift_s2_channels`), and the cube
-then carries the v1.1 statistics as its published ones.
-"""
+modality -> one multi-temporal sample cube, modalities side by side (docs/embeddings.md)."""
 
 from __future__ import annotations
 
@@ -14,9 +7,11 @@ import csv
 import os
 import posixpath
 import tempfile
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import xarray as xr
 import zarr
 
 from .. import store as _store
@@ -94,11 +89,6 @@ class SSL4EOReader(SampleReader):
                 )
         return [Location(i, tuple((m, by_mod[m][i]) for m in self.modalities)) for i in ids]
 
-    def labels(self, root: str) -> dict[str, tuple[str, dict[str, float]]]:
-        """task -> (kind, {id: label}) by the probe's strict reader, so both see the same labels."""
-        found = read_label_folder(_store.join(root, "labels"), self.storage_options)
-        return {t: (f.kind, f.labels) for t, f in found.items()}
-
     def _pixels(self, url: str) -> np.ndarray:
         """A store's `variable` as float32; a remote zip is read from a temporary copy."""
         tmp = None
@@ -119,8 +109,9 @@ class SSL4EOReader(SampleReader):
             if tmp:
                 os.unlink(tmp)
 
-    def read(self, item: Location, window=None, shift_s2: bool = False) -> tuple[np.ndarray, None]:
-        """(time, band, y, x) float32, modalities side by side in catalog band order."""
+    def read_sample(self, item: Location, shift_s2: bool = False) -> np.ndarray:
+        """(time, band, y, x) float32, modalities side by side in catalog band order, S2 shifted
+        by +1000 DN when asked."""
         parts = []
         slices = self.band_slices()
         for m, url in item.files:
@@ -142,31 +133,20 @@ class SSL4EOReader(SampleReader):
                 f"location {item.id}: modalities differ in time steps or size"
                 f" {[p.shape for p in parts]}"
             )
-        return np.concatenate(parts, axis=1), None
+        return np.concatenate(parts, axis=1)
 
-    def write(
-        self, root, split, scene, image, raw_label=None, crs=None, transform=None
-    ) -> tuple[str, str]:
+    def write(self, root, split, scene, image, raw_label=None, crs=None, transform=None):
         """Sample data: one location's store per modality."""
-        import xarray as xr
-
         paths = []
         for m, sl in self.band_slices().items():
             path = os.path.join(str(root), "data", m, "part-000000", f"{scene}.zarr.zip")
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            arr = image[None, :, sl]
-            dtype = np.float16 if m == "s1" else np.uint16
-            ds = xr.Dataset(
-                {self.variable: (("sample", "time", "band", "y", "x"), arr.astype(dtype))}
-            )
-            st = zarr.storage.ZipStore(path, mode="w")
-            import warnings
-
-            with warnings.catch_warnings():
-                # zipfile warns about duplicate names of consolidated metadata
+            arr = image[None, :, sl].astype(np.float16 if m == "s1" else np.uint16)
+            ds = xr.Dataset({self.variable: (("sample", "time", "band", "y", "x"), arr)})
+            # zipfile warns about duplicate names of consolidated metadata
+            with zarr.storage.ZipStore(path, mode="w") as st, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ds.to_zarr(st, zarr_format=2, consolidated=True)
-            st.close()
             paths.append(path)
         return paths[0], paths[0]
 
@@ -174,34 +154,26 @@ class SSL4EOReader(SampleReader):
         """Sample data: `labels/<task>__<kind>.csv` as NeuCo-Bench publishes them."""
         os.makedirs(os.path.join(str(root), "labels"), exist_ok=True)
         for task, (kind, values) in tasks.items():
-            with open(
-                os.path.join(str(root), "labels", f"{task}__{kind}.csv"), "w", newline=""
-            ) as f:
+            path = os.path.join(str(root), "labels", f"{task}__{kind}.csv")
+            with open(path, "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(["id", "label"])
                 for i, v in values.items():
                     w.writerow([i, "" if v is None else repr(float(v))])
 
-    def read_sample(self, item: Location, shift_s2: bool = False) -> np.ndarray:
-        """One location's (time, band, y, x) float32, S2 shifted by +1000 DN when asked."""
-        return self.read(item, shift_s2=shift_s2)[0]
-
     # -- the sample cube -------------------------------------------------------------------------
-    def read_kwargs(self, plan: SamplePlan, shift_s2: bool = False, **_) -> dict:
+    def read_kwargs(self, plan: SamplePlan) -> dict:
         """The plan's `shift_s2`, so workers apply the offset its statistics were chosen for."""
         return {"shift_s2": bool(plan.attrs["shift_s2"])}
 
     def plan(
-        self,
-        raw: str,
-        on_error: str = "raise",
-        keep_corrupted: bool = False,
-        shift_s2: bool = False,
-        **_,
+        self, raw: str, on_error: str = "raise", keep_corrupted: bool = False, shift_s2=False, **_
     ) -> tuple[list[Location], SamplePlan]:
         """The first location sets the (square) shape; labels of unknown ids are ignored."""
         items = self.scan(raw)
-        tasks = self.labels(raw)
+        # task -> (kind, {id: label}) by the probe's strict reader, so both see the same labels
+        found = read_label_folder(_store.join(raw, "labels"), self.storage_options)
+        tasks = {t: (f.kind, f.labels) for t, f in found.items()}
         first = self.read_sample(items[0], shift_s2=shift_s2)
         T, C, H, W = first.shape
         if H != W:
@@ -211,11 +183,10 @@ class SSL4EOReader(SampleReader):
         index = {it.id: i for i, it in enumerate(items)}
         target = np.full((len(items), len(tasks)), np.nan, dtype=np.float32)
         for j, (_, values) in enumerate(tasks.values()):
-            for i, v in values.items():
-                if i in index:
-                    target[index[i], j] = v
+            for i in values.keys() & index.keys():
+                target[index[i], j] = values[i]
         pub = self.spec.statistics.get(SHIFTED_STATS) if shift_s2 else None
-        plan = SamplePlan(
+        return items, SamplePlan(
             ids=[it.id for it in items],
             shape=first.shape,
             tasks=[(t, kind) for t, (kind, _) in tasks.items()],
@@ -231,4 +202,3 @@ class SSL4EOReader(SampleReader):
             published_mean=[pub[b.name][0] for b in self.spec.bands] if pub else None,
             published_std=[pub[b.name][1] for b in self.spec.bands] if pub else None,
         )
-        return items, plan

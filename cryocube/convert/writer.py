@@ -1,8 +1,5 @@
-"""Tile cubes: the `TileReader` base, and the writer that plans tiles on the client and fills fixed
-blocks of samples on Dask workers, each through the cube's one block write (`cube.write.put_block`:
-the progress flag last), so a killed conversion redoes only the blocks whose flag is not set.
-`convert` is the front door for both kinds of cube.
-"""
+"""Tile cubes (`TileReader`, tiles planned on the client, blocks written on workers) and `convert`,
+the front door for both kinds of cube; a killed conversion redoes only its unflagged blocks."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import hashlib
 import json
 import time
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,27 +18,12 @@ from .. import store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
 from ..cluster.client import get_client
 from ..cluster.runtime import tune_malloc
-from ..cube import (
-    COMPLETE_ATTR,
-    SCHEMA_VERSION,
-    CubeLayout,
-    check_unique_ids,
-    derive_sample_ids,
-    partial_stats,
-)
-from ..cube.write import (
-    ConvertResult,
-    WriteOptions,
-    create,
-    encoding,
-    finalize,
-    put_block,
-    tile_template,
-)
+from ..cube import COMPLETE_ATTR, SCHEMA_VERSION, check_unique_ids, derive_sample_ids, partial_stats
+from ..cube.write import ConvertResult, WriteOptions, create, finalize, put_block, tile_template
 from ..errors import UserError, task_boundary
 from ..progress import gather
-from .base import ConvertError, Mapper, Reader, SourceItem, Window, open_reader
-from .rawio import map_threads, order_items, val_from_train
+from .base import SPLITS, ConvertError, Mapper, Reader, SourceItem, Window, open_reader
+from .rawio import map_threads
 from .splits import draw_val
 
 DEFAULT_BLOCK_SAMPLES = 16
@@ -55,7 +37,6 @@ class Plan:
     item_of: np.ndarray  # (n,) index into items
     tile_y: np.ndarray
     tile_x: np.ndarray
-    tile: int
 
     @property
     def n(self) -> int:
@@ -64,15 +45,10 @@ class Plan:
 
     def coords(self) -> dict[str, np.ndarray]:
         """Per-sample coordinates: ids from file names (duplicates refused), each tile's affine."""
-        it = self.items
-        io = self.item_of
-        tf = np.full((self.n, 6), np.nan)
-        for s in range(self.n):
-            t = it[io[s]].transform
-            if t is not None:
-                a, b, c, d, e, f = t
-                x0, y0 = self.tile_x[s], self.tile_y[s]
-                tf[s] = (a, b, c + a * x0 + b * y0, d, e, f + d * x0 + e * y0)
+        it, io, x0, y0 = self.items, self.item_of, self.tile_x, self.tile_y
+        tf = np.array([it[i].transform or (np.nan,) * 6 for i in io], dtype=np.float64)
+        a, b, c, d, e, f = tf.reshape(-1, 6).T
+        fix = "two files of one split folder share a name; rename one"
         split = np.array([it[i].split for i in io])
         source = np.array([it[i].image.rsplit("/", 1)[-1] for i in io])
         return {
@@ -80,14 +56,12 @@ class Plan:
             "scene": np.array([it[i].scene for i in io]),
             "source": source,
             "sample_id": check_unique_ids(
-                derive_sample_ids(source, split, self.tile_y, self.tile_x),
-                "the raw files",
-                "two files of one split folder share a name; rename one",
+                derive_sample_ids(source, split, y0, x0), "the raw files", fix
             ),
             "crs": np.array([it[i].crs or "" for i in io]),
             "tile_y": self.tile_y,
             "tile_x": self.tile_x,
-            "transform": tf,
+            "transform": np.stack([a, b, c + a * x0 + b * y0, d, e, f + d * x0 + e * y0], axis=1),
         }
 
     def fingerprint(self, extra: dict) -> str:
@@ -109,7 +83,7 @@ def plan_tiles(items: list[SourceItem], tile: int) -> Plan:
         for x in range(0, it.width, tile)
     ]
     item_of, ty, tx = np.array(cut, dtype=np.int64).reshape(-1, 3).T
-    return Plan(items, item_of, ty.astype(np.int32), tx.astype(np.int32), tile)
+    return Plan(items, item_of, ty.astype(np.int32), tx.astype(np.int32))
 
 
 class TileReader(Reader):
@@ -128,10 +102,14 @@ class TileReader(Reader):
         return "train" if split == "val" and self.options.get("val_from_train") else split
 
     def drawn(self, items: list[SourceItem]) -> list[SourceItem]:
-        """The items in cube order, val drawn from train where the layout says so."""
+        """The items in cube order (split, scene), val drawn from train where the layout says so."""
         train = [it.scene for it in items if it.split == "train"]
         val = draw_val(train, self.options.get("val_from_train"), self.where)
-        return order_items(val_from_train(items, val))
+        items = [
+            replace(it, split="val") if it.scene in val and it.split == "train" else it
+            for it in items
+        ]
+        return sorted(items, key=lambda it: (SPLITS.index(it.split), it.scene))
 
     def example_name(self, base: str, i: int) -> str:
         """The name generated item `i` gets in this layout, from a dataset-style name."""
@@ -139,20 +117,11 @@ class TileReader(Reader):
 
     @abstractmethod
     def write(
-        self,
-        root: str,
-        split: str,
-        scene: str,
-        image: np.ndarray,
-        raw_label: np.ndarray,
-        crs: str | None = None,
-        transform: tuple | None = None,
+        self, root, split, scene, image, raw_label, crs=None, transform=None
     ) -> tuple[str, str]:
         """Sample data: one image and raw label where `scan` finds them; (image, label) paths."""
 
-    def convert(
-        self, raw: str, out: str, client, opts: WriteOptions, prechecked: Any = None, **options
-    ) -> ConvertResult:
+    def convert(self, raw, out, client, opts: WriteOptions, prechecked=None) -> ConvertResult:
         """The shared tile writer; nothing is prechecked, as headers are read on the workers."""
         return convert_tiles(self, raw, out, client, opts)
 
@@ -167,8 +136,7 @@ def _lookup_table(layout: Layout, size: int) -> np.ndarray:
     """raw value -> class index; ignore -> -1; unknown -> -2 (an error)."""
     lut = np.full(max(size, *layout.label_map, *layout.ignore_values, 0) + 1, -2, dtype=np.int16)
     lut[list(layout.ignore_values)] = CUBE_IGNORE_INDEX
-    for k, v in layout.label_map.items():
-        lut[k] = v
+    lut[list(layout.label_map)] = list(layout.label_map.values())
     return lut
 
 
@@ -179,11 +147,7 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
         if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
             raise ConvertError(f"{where}: label has non-integer or non-finite values")
         raw = raw.astype(np.int64)
-    if (
-        min(layout.label_map, default=0) >= 0
-        and min(layout.ignore_values, default=0) >= 0
-        and raw.size
-    ):
+    if min([*layout.label_map, *layout.ignore_values, 0]) >= 0 and raw.size:
         lo, hi = int(raw.min()), int(raw.max())
         if lo >= 0 and hi < LUT_MAX:
             out = np.take(_lookup_table(layout, hi), raw)
@@ -240,30 +204,11 @@ def check_image(img: np.ndarray, spec: DatasetSpec, where: str) -> tuple[np.ndar
     return img.astype(target, copy=False), nodata
 
 
-def _tile_from(
-    window_img: np.ndarray, window_lbl: np.ndarray, oy: int, ox: int, tile: int, dtype
-) -> tuple[np.ndarray, np.ndarray]:
-    img = window_img[:, oy : oy + tile, ox : ox + tile]
-    lbl = window_lbl[oy : oy + tile, ox : ox + tile]
-    h, w = lbl.shape
-    if h == tile and w == tile:
-        return img, lbl
-    pi = np.zeros((img.shape[0], tile, tile), dtype=dtype)
-    pl = np.full((tile, tile), CUBE_IGNORE_INDEX, dtype=np.int16)
-    pi[:, :h, :w] = img
-    pl[:h, :w] = lbl
-    return pi, pl
-
-
 def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
     """Area fraction of each class among valid pixels of each sample (zeros if none valid)."""
     lab = label.reshape(label.shape[0], -1)
-    out = np.zeros((lab.shape[0], k), dtype=np.float32)
-    for i, row in enumerate(lab):
-        v = row[row >= 0]
-        if v.size:
-            out[i] = np.bincount(v, minlength=k)[:k] / v.size
-    return out
+    counts = np.stack([(lab == c).sum(axis=1) for c in range(k)], axis=1)
+    return (counts / np.maximum((lab >= 0).sum(axis=1, keepdims=True), 1)).astype(np.float32)
 
 
 # -- the block task (runs on a worker) ----------------------------------------------------------
@@ -272,7 +217,7 @@ def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
 def _fill_tiles(reader: TileReader, task: dict, ii: int, js: list[int], images, labels, reasons):
     """Tiles `js` of item `ii` from one windowed read (the bounding box of the block's tiles of it),
     checked and remapped; returns the bytes read. With --on-error skip a bad item's tiles stay
-    zeros with ignore labels and a reason."""
+    zeros with ignore labels and get a reason."""
     it, samples, tile = task["items"][ii], task["samples"], task["tile"]
     ys, xs = [samples[j][1] for j in js], [samples[j][2] for j in js]
     win = (min(ys), min(max(ys) + tile, it.height), min(xs), min(max(xs) + tile, it.width))
@@ -291,11 +236,12 @@ def _fill_tiles(reader: TileReader, task: dict, ii: int, js: list[int], images, 
             raise
         for j in js:
             reasons[j] = str(e)
-            images[j] = 0
         return 0
-    for j in js:
+    for j in js:  # edge tiles keep the zeros and ignore labels they start with past the edge
         oy, ox = samples[j][1] - win[0], samples[j][2] - win[2]
-        images[j], labels[j] = _tile_from(img, lbl, oy, ox, tile, images.dtype)
+        part = lbl[oy : oy + tile, ox : ox + tile]
+        h, w = part.shape
+        images[j, :, :h, :w], labels[j, :h, :w] = img[:, oy : oy + h, ox : ox + w], part
     return nbytes
 
 
@@ -305,10 +251,9 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
     tune_malloc()
     spec: DatasetSpec = task["spec"]
     reader: TileReader = open_reader(spec, task["layout"])
-    tile = task["tile"]
-    s0, s1 = task["range"]
+    tile, (s0, s1) = task["tile"], task["range"]
     n = s1 - s0
-    images = np.empty((n, len(spec.bands), tile, tile), dtype=spec.dtype)  # every row is written
+    images = np.zeros((n, len(spec.bands), tile, tile), dtype=spec.dtype)
     labels = np.full((n, tile, tile), CUBE_IGNORE_INDEX, dtype=np.int16)
     reasons = [""] * n
     by_item: dict[int, list[int]] = {}  # item index in task["items"] -> its samples in the block
@@ -354,8 +299,7 @@ def worker_mapper(client):
             return map_threads(fn, jobs, threads)
         n = min(len(jobs) // HEADERS_PER_TASK, 4 * workers)
         chunks = [jobs[i::n] for i in range(n)]
-        futures = client.map(_map_chunk, [fn] * n, chunks, [threads] * n, pure=False)
-        parts = client.gather(futures)
+        parts = client.gather(client.map(_map_chunk, [fn] * n, chunks, [threads] * n, pure=False))
         out = [None] * len(jobs)
         for i, part in enumerate(parts):
             out[i::n] = part  # chunks were strided: put every result back at its job's position
@@ -375,14 +319,46 @@ def detect_layout(spec: DatasetSpec, raw: str) -> str:
     return candidates[0]
 
 
-def check_request(
-    spec: DatasetSpec, raw: str, layout: str, sizes: tuple, on_error: str, keep_corrupted
-) -> tuple[str, int]:
-    """(layout, tile size) once the layout (detected for auto), --on-error, --keep-corrupted and
-    the sizes (--tile, --block, --shard: None or positive) are checked; `cryocube convert` asks
-    before its cluster starts."""
-    tile_size = sizes[0]
-    for what, v in zip(("--tile", "--block", "--shard"), sizes):
+@dataclass
+class Conversion:
+    """A conversion checked on the client (request, `--out`, a sample reader's whole plan), so bad
+    input is refused before a cluster starts."""
+
+    reader: Reader
+    raw: str
+    out: str
+    opts: WriteOptions
+    prechecked: Any
+
+    def run(self, client=None) -> ConvertResult:
+        """Writes (or resumes) the cube on the workers of `client` (default: the current one)."""
+        client = get_client(client)
+        _store.share_with(client)
+        return self.reader.convert(self.raw, self.out, client, self.opts, self.prechecked)
+
+
+def prepare(
+    dataset: str | DatasetSpec,
+    raw: str,
+    out: str,
+    layout: str = "auto",
+    tile_size: int | None = None,
+    block_samples: int = DEFAULT_BLOCK_SAMPLES,
+    shard_samples: int | None = None,
+    on_error: str = "raise",
+    compressor: str = "lz4",
+    overwrite: bool = False,
+    raw_storage_options: dict | None = None,
+    storage_options: dict | None = None,
+    progress: bool = True,
+    **reader_options,
+) -> Conversion:
+    """Everything `convert` checks before a cluster starts: the sizes (None or positive),
+    --on-error, the layout (detected for auto), --keep-corrupted, the output, the reader's plan."""
+    spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
+    _store.register_options(raw, raw_storage_options)
+    _store.register_options(out, storage_options)
+    for what, v in zip(("--tile", "--block", "--shard"), (tile_size, block_samples, shard_samples)):
         if v is not None and v < 1:
             raise UserError(f"{what} must be a positive number, got {v}")
     if on_error not in ("raise", "skip"):
@@ -394,68 +370,33 @@ def check_request(
             f"dataset {spec.id!r} has no layout {layout!r}; known:"
             f" {', '.join(sorted(spec.layouts))}"
         )
-    if keep_corrupted and not open_reader(spec, layout).flags_samples:
+    reader = open_reader(spec, layout, raw_storage_options)
+    if reader_options.get("keep_corrupted") and not reader.flags_samples:
         raise UserError(
             f"--keep-corrupted: the {spec.id} layout {layout!r} has no annotations that flag"
             " corrupted samples (only Hephaestus's do)"
         )
     # a layout of fixed patches (TorchGeo's CaFFe) may name its own tile size; --tile still decides
-    tile = int(
-        tile_size
-        if tile_size is not None
-        else spec.layout(layout).options.get("tile_size") or spec.tile_size
-    )
+    tile = int(tile_size or reader.options.get("tile_size") or spec.tile_size)
     if tile < 1:
         raise UserError(f"{spec.path}: layouts.{layout}.tile_size must be a positive number")
-    return layout, tile
+    # never replace what convert did not write
+    outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])
+    # a Dask task must write whole shards, never part of one
+    block = shard_samples or block_samples
+    opts = WriteOptions(block, overwrite, progress, on_error, tile, shard_samples, compressor)
+    return Conversion(reader, raw, out, opts, reader.precheck(raw, on_error, **reader_options))
 
 
 def convert(
-    dataset: str | DatasetSpec,
-    raw: str,
-    out: str,
-    layout: str = "auto",
-    client=None,
-    tile_size: int | None = None,
-    block_samples: int = DEFAULT_BLOCK_SAMPLES,
-    shard_samples: int | None = None,
-    on_error: str = "raise",
-    compressor: str = "lz4",
-    overwrite: bool = False,
-    raw_storage_options: dict | None = None,
-    storage_options: dict | None = None,
-    progress: bool = True,
-    **reader_options,
+    dataset: str | DatasetSpec, raw: str, out: str, layout: str = "auto", client=None, **options
 ) -> ConvertResult:
-    """Convert a dataset's raw layout into a cube at `out`, resuming an interrupted one."""
-    spec = dataset if isinstance(dataset, DatasetSpec) else load_dataset(dataset)
-    _store.register_options(raw, raw_storage_options)
-    _store.register_options(out, storage_options)
-    # a Dask task must write whole shards, never part of one
-    block_samples = shard_samples or block_samples
-    sizes, keep = (tile_size, block_samples, shard_samples), reader_options.get("keep_corrupted")
-    layout, tile = check_request(spec, raw, layout, sizes, on_error, keep)
-    # never replace what convert did not write
-    outputs.claim(out, "cube", "convert", inputs=[("--raw", raw)])
-    client = get_client(client)
-    _store.share_with(client)
-    opts = WriteOptions(
-        block=block_samples,
-        overwrite=overwrite,
-        progress=progress,
-        on_error=on_error,
-        tile=tile,
-        shard=shard_samples,
-        compressor=compressor,
-    )
-    # `cryocube convert` planned sample cubes before the cluster
-    prechecked = reader_options.pop("prechecked", None)
-    return open_reader(spec, layout).convert(raw, out, client, opts, prechecked, **reader_options)
+    """Convert a dataset's raw layout into a cube at `out`, resuming an interrupted one; `options`
+    are `prepare`'s."""
+    return prepare(dataset, raw, out, layout, **options).run(client)
 
 
-def convert_tiles(
-    reader: TileReader, raw: str, out: str, client, opts: WriteOptions
-) -> ConvertResult:
+def convert_tiles(reader: TileReader, raw: str, out, client, opts: WriteOptions) -> ConvertResult:
     """Scan (headers on the workers), plan the tiles, write blocks, finalise."""
     t0 = time.perf_counter()
     spec, layout = reader.spec, reader.layout.name
@@ -463,16 +404,6 @@ def convert_tiles(
     if not items:
         raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
     plan = plan_tiles(items, opts.tile)
-    lay = CubeLayout(
-        plan.n,
-        len(spec.bands),
-        opts.tile,
-        spec.num_classes,
-        spec.dtype,
-        opts.block,
-        opts.shard,
-        opts.compressor,
-    )
     # the options that shape the cube: a cube resumes only from the same ones
     shaping = ("tile", "block", "shard", "on_error", "compressor")
     fingerprint = plan.fingerprint(
@@ -490,19 +421,19 @@ def convert_tiles(
             classes=[{"name": c.name, "colour": c.colour} for c in spec.classes],
             class_distribution_published=list(spec.class_distribution),
             ignore_index=CUBE_IGNORE_INDEX,
-            tile_size=lay.tile,
-            block_samples=lay.block_size,
-            shard_samples=lay.shard_size,
-            compressor=lay.compressor,
+            tile_size=opts.tile,
+            block_samples=opts.block,
+            shard_samples=opts.shard,
+            compressor=opts.compressor,
             scan_dropped=[],
         )
         if len(crs) == 1:
             epsg = crs[0].upper().startswith("EPSG:")
             attrs["proj:code"], attrs["proj:wkt2"] = (crs[0], None) if epsg else (None, crs[0])
-        return tile_template(spec, lay, plan.coords(), attrs), encoding(lay)
+        return tile_template(spec, plan.n, opts, plan.coords(), attrs)
 
     def job(b: int) -> dict:
-        s0, s1 = lay.block_range(b)
+        s0, s1 = b * opts.block, min((b + 1) * opts.block, plan.n)
         iidx = plan.item_of[s0:s1]
         uniq = list(dict.fromkeys(iidx.tolist()))
         local = {ii: k for k, ii in enumerate(uniq)}
@@ -511,7 +442,7 @@ def convert_tiles(
             "range": (s0, s1),
             "spec": spec,
             "layout": layout,
-            "tile": lay.tile,
+            "tile": opts.tile,
             "items": [plan.items[i] for i in uniq],
             "samples": [
                 (local[int(ii)], int(y), int(x))
@@ -535,9 +466,8 @@ def write_blocks(
     try:
         g = create(out, make, fingerprint, opts.overwrite)
     except OSError as e:  # a full disk or an unwritable --out, in one sentence
-        raise UserError(
-            outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}"
-        ) from None
+        why = outputs.disk_full_message(e, out) or f"{out}: cannot write the cube: {e}"
+        raise UserError(why) from None
     block = opts.block
     nb = -(-n // block)
     if COMPLETE_ATTR in g.attrs:
@@ -548,20 +478,11 @@ def write_blocks(
     keys = [f"cryocube-{fn.__name__}-{out[-24:]}-{b}-{time.time_ns()}" for b in todo]
     futures = client.map(fn, [job(b) for b in todo], pure=False, key=keys) if todo else []
     total = sum(min((b + 1) * block, n) - b * block for b in todo)
-    results = gather(
-        futures, f"convert {g.attrs['dataset']}", total, opts.progress, lambda i, r: r["samples"]
-    )
-    marker = finalize(out)
-    return ConvertResult(
-        url=out,
-        n_samples=n,
-        blocks_written=len(todo),
-        blocks_total=nb,
-        read_bytes=sum(r["read_bytes"] for r in results),
-        seconds=time.perf_counter() - t0,
-        marker=marker,
-        skipped=sum(r["skipped"] for r in results) if skipped is None else skipped,
-    )
+    what = f"convert {g.attrs['dataset']}"
+    results = gather(futures, what, total, opts.progress, lambda i, r: r["samples"])
+    marker, read = finalize(out), sum(r["read_bytes"] for r in results)
+    skipped = sum(r["skipped"] for r in results) if skipped is None else skipped
+    return ConvertResult(out, n, len(todo), nb, read, time.perf_counter() - t0, marker, skipped)
 
 
 def cube_attrs(spec: DatasetSpec, layout: str, raw: str, **extra) -> dict[str, Any]:

@@ -1,11 +1,5 @@
-"""The cube: every write and read of a cube goes through this package.
-
-Everything a protocol needs to pick samples (split, scene, tile position, stratum, class fractions)
-and to normalise (train-split band statistics) lives in coordinates, so no label is read to plan a
-run. Modules: `schema` (markers, layout, codecs, errors), `ids`, `digests`, `stats` (moments,
-strata), `write`, `read` (open, plan facts, checked reads), `check` (verify), `describe`. Here are
-the names other packages use; the rest they import from the module.
-"""
+"""The cube: every write and read of a cube goes through this package; what a protocol needs to pick
+samples and normalise lives in coordinates, so no label is read to plan a run."""
 
 from .check import verify
 from .describe import summary
@@ -29,7 +23,6 @@ from .schema import (
     PLAN_ATTR,
     SAMPLE_VARS,
     SCHEMA_VERSION,
-    CubeLayout,
     DamagedCubeError,
     IncompleteCubeError,
     _text,
@@ -48,7 +41,6 @@ __all__ = [
     "SAMPLE_VARS",
     "SCHEMA_VERSION",
     "CubeInfo",
-    "CubeLayout",
     "DamagedCubeError",
     "IncompleteCubeError",
     "SampleCube",

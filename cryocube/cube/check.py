@@ -45,8 +45,7 @@ def verify(url: str, storage_options: dict | None = None, progress: bool = True)
     bs = int(g.attrs.get("block_samples") or 16)
     stored_blocks = np.asarray(g["block_digest"][:])
     sources = as_text(g["source"][:])
-    damaged: list[dict] = []
-    computed = []
+    damaged, computed = [], []  # {"sample", "source", "what"}; each block's digest
     with progress_bar(f"verify {url}", n, progress) as bar:
         for b in range(stored_blocks.shape[0]):
             s0, s1 = b * bs, min((b + 1) * bs, n)

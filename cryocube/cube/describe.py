@@ -11,14 +11,12 @@ from .schema import COMPLETE_ATTR, as_text
 
 
 def _tile_summary(ds, split, names) -> list[str]:
-    lines = []
-    scenes = as_text(ds["scene"].values)
-    lines.append(
+    scenes, cf = as_text(ds["scene"].values), ds["class_fraction"].values
+    lines = [
         f"scenes: {len(np.unique(scenes))}  tile: {ds.sizes['y']}x{ds.sizes['x']}  bands:"
-        f" {ds.sizes['band']}  dtype: {ds['image'].dtype}"
-    )
-    cf = ds["class_fraction"].values
-    lines.append("class balance (mean area fraction per split):")
+        f" {ds.sizes['band']}  dtype: {ds['image'].dtype}",
+        "class balance (mean area fraction per split):",
+    ]
     for n in names:
         m = cf[split == n].mean(axis=0) if (split == n).any() else np.zeros(cf.shape[1])
         lines.append(
@@ -38,17 +36,13 @@ def _sample_summary(ds) -> list[str]:
         for j, t in enumerate(as_text(ds["text_task"].values)):
             lines.append(f"  text {t}: {int((ans[:, j] != '').sum())} answers")
     if "box" in ds:
-        lines.append(
-            f"  box: {int(np.isfinite(np.asarray(ds['box'].values)).all(axis=1).sum())} samples"
-            " with a box"
-        )
+        boxed = int(np.isfinite(np.asarray(ds["box"].values)).all(axis=1).sum())
+        lines.append(f"  box: {boxed} samples with a box")
     # the per-pixel deformation target (segmentation): where each sample's came from
     if "mask_origin" in ds:
         origin = as_text(ds["mask_origin"].values)
-        lines.append(
-            "  mask (per pixel): "
-            + ", ".join(f"{o} {int((origin == o).sum())}" for o in sorted(set(origin.tolist())))
-        )
+        counts = ", ".join(f"{o} {int((origin == o).sum())}" for o in sorted(set(origin.tolist())))
+        lines.append(f"  mask (per pixel): {counts}")
     for t, why in (ds.attrs.get("unavailable") or {}).items():
         lines.append(f"  unavailable {t}: {why}")
     return lines
@@ -57,29 +51,22 @@ def _sample_summary(ds) -> list[str]:
 def summary(url: str, storage_options: dict | None = None) -> str:
     """Samples per split, class balance, band statistics beside the published, chunks, size."""
     ds = open_cube(url, storage_options, allow_incomplete=True)
-    lines = []
     a = ds.attrs
     state = "complete" if COMPLETE_ATTR in a else "INCOMPLETE (resume with `cryocube convert`)"
-    lines.append(f"cube {url}  [{state}]")
-    lines.append(
+    lines = [
+        f"cube {url}  [{state}]",
         f"dataset {a.get('dataset')}: {a.get('title', '')}  layout={a.get('layout')}  schema"
-        f" v{a.get('schema_version')}"
-    )
+        f" v{a.get('schema_version')}",
+    ]
     if COMPLETE_ATTR in a:
         lines.append(
             f"checksum {a[COMPLETE_ATTR]['checksum'][:16]}…  written {a[COMPLETE_ATTR]['time']}"
         )
     split = as_text(ds["split"].values)
     names, counts = np.unique(split, return_counts=True)
-    lines.append(
-        "samples: "
-        + ", ".join(f"{n}={c}" for n, c in zip(names, counts))
-        + f" (total {split.size})"
-    )
-    if a.get("kind") == "samples":
-        lines += _sample_summary(ds)
-    else:
-        lines += _tile_summary(ds, split, names)
+    shown = ", ".join(f"{n}={c}" for n, c in zip(names, counts))
+    lines.append(f"samples: {shown} (total {split.size})")
+    lines += _sample_summary(ds) if a.get("kind") == "samples" else _tile_summary(ds, split, names)
     lines.append(
         f"{'band':<17}{'alias':<17}{'role':<11}{'mean':>12}{'pub.mean':>12}{'std':>12}{'pub.std':>12}{'min':>10}{'max':>10}"
     )

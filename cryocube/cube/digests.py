@@ -1,8 +1,5 @@
-"""The crc32 maths of a cube: per-sample digests, block digests combined from them, the checksum.
-
-Every sample's digest is checked whenever a task reads it: a deleted or damaged chunk is an error
-naming the sample, never fill values.
-"""
+"""The crc32 maths of a cube: per-sample digests (checked on every read), block digests combined
+from them, the checksum."""
 
 from __future__ import annotations
 
@@ -24,22 +21,18 @@ def _crc(a: np.ndarray) -> int:
 
 
 def sample_digests(images: np.ndarray, labels: np.ndarray, *extras: np.ndarray) -> np.ndarray:
-    """(n, parts) uint32 crc32 of each sample's image, label and extra rows, without copies.
-
-    crc32 runs at ~2 GB/s here, where sha256 would cost a third of a plain read."""
+    """(n, parts) uint32 crc32 of each sample's image, label and extra rows, without copies (crc32
+    runs at ~2 GB/s here, where sha256 would cost a third of a plain read)."""
     parts = (images, labels, *(digest_rows(x) for x in extras))
-    return np.array(
-        [tuple(_crc(p[i]) for p in parts) for i in range(len(images))], dtype=np.uint32
-    ).reshape(-1, len(parts))
+    rows = [tuple(_crc(p[i]) for p in parts) for i in range(len(images))]
+    return np.array(rows, dtype=np.uint32).reshape(-1, len(parts))
 
 
 def digest_rows(values: np.ndarray) -> np.ndarray:
     """A per-sample variable as equal-sized byte rows (text as each string's crc32)."""
     a = np.asarray(values)
     if a.dtype.kind in "OUT":
-        a = np.array([zlib.crc32(str(v).encode()) for v in a.ravel()], dtype=np.uint32).reshape(
-            a.shape
-        )
+        a = np.array([zlib.crc32(str(v).encode()) for v in a.ravel()], np.uint32).reshape(a.shape)
     return np.ascontiguousarray(a).reshape(len(a), -1)
 
 

@@ -3,6 +3,10 @@ before ids."""
 
 from __future__ import annotations
 
+import collections
+import posixpath
+import warnings
+
 import numpy as np
 import xarray as xr
 
@@ -13,9 +17,6 @@ from .schema import _text, as_text
 def derive_sample_ids(source, split, tile_y, tile_x) -> np.ndarray:
     """One id per tile: the file stem, `<stem>__<row>_<col>` where a scene is cut into several,
     `<split>/<id>` where a stem is in two split folders (a scene's tiles share their source)."""
-    import collections
-    import posixpath
-
     source, split = as_text(source), as_text(split)
     ty, tx = np.asarray(tile_y).astype(int), np.asarray(tile_x).astype(int)
     stem = [posixpath.splitext(s)[0] for s in source]
@@ -54,8 +55,6 @@ def sample_ids(ds: xr.Dataset, url: str) -> np.ndarray:
     if ds.attrs.get("kind") == "samples":  # sample cubes: `source` is the location id
         return check_unique_ids(ds["source"].values, url)
     if url not in _IDS_WARNED:
-        import warnings
-
         _IDS_WARNED.add(url)
         warnings.warn(
             f"{url}: this cube has no stored sample ids (written before they existed); they are"
@@ -63,12 +62,8 @@ def sample_ids(ds: xr.Dataset, url: str) -> np.ndarray:
             " convert` stores them",
             stacklevel=2,
         )
-    return check_unique_ids(
-        derive_sample_ids(
-            ds["source"].values, ds["split"].values, ds["tile_y"].values, ds["tile_x"].values
-        ),
-        url,
-    )
+    cols = (ds[v].values for v in ("source", "split", "tile_y", "tile_x"))
+    return check_unique_ids(derive_sample_ids(*cols), url)
 
 
 _IDS_WARNED: set[str] = set()

@@ -25,9 +25,7 @@ from .schema import (
 )
 
 
-def open_cube(
-    url: str, storage_options: dict | None = None, allow_incomplete: bool = False
-) -> xr.Dataset:
+def open_cube(url: str, storage_options: dict | None = None, allow_incomplete=False) -> xr.Dataset:
     """The cube as an xarray Dataset (lazy). Refuses an incomplete cube unless asked."""
     if not _store.exists(url, storage_options):
         raise UserError(not_a_cube(url, storage_options))
@@ -122,36 +120,31 @@ def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
             )
             for i in range(ds.sizes["band"])
         )
-        common = dict(
+        samples, marker = ds.attrs.get("kind") == "samples", ds.attrs[COMPLETE_ATTR]
+        splits = as_text(ds["split"].values)
+        if samples:  # a sample is labelled by any task's target, a tile by any labelled pixel
+            labelled = np.isfinite(np.asarray(ds["target"].values)).any(axis=1)
+        else:
+            labelled = np.asarray(ds["class_fraction"].values).sum(axis=1) > 0
+        tasks = zip(as_text(ds["task"].values), as_text(ds["task_type"].values)) if samples else ()
+        return CubeInfo(
             url=url,
             dataset=str(ds.attrs["dataset"]),
-            checksum=str(ds.attrs[COMPLETE_ATTR]["checksum"]),
-            schema_version=int(
-                ds.attrs[COMPLETE_ATTR].get("schema_version", ds.attrs.get("schema_version", 0))
-            ),
+            checksum=str(marker["checksum"]),
+            schema_version=int(marker.get("schema_version", ds.attrs.get("schema_version", 0))),
             tile=int(ds.sizes["y"]),
             bands=bands,
-            splits=as_text(ds["split"].values),
+            class_names=[] if samples else [str(c) for c in ds["class"].values],
+            splits=splits,
+            strata=splits if samples else as_text(ds["stratum"].values),
             mean=ds["band_mean"].values.astype(float),
             std=ds["band_std"].values.astype(float),
             published_mean=ds["published_mean"].values.astype(float),
             published_std=ds["published_std"].values.astype(float),
-        )
-        if ds.attrs.get("kind") == "samples":
-            return CubeInfo(
-                **common,
-                class_names=[],
-                strata=common["splits"],
-                labelled=np.isfinite(np.asarray(ds["target"].values)).any(axis=1),
-                kind="samples",
-                time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
-                tasks=tuple(zip(as_text(ds["task"].values), as_text(ds["task_type"].values))),
-            )
-        return CubeInfo(
-            **common,
-            class_names=[str(c) for c in ds["class"].values],
-            strata=as_text(ds["stratum"].values),
-            labelled=np.asarray(ds["class_fraction"].values).sum(axis=1) > 0,
+            labelled=labelled,
+            kind="samples" if samples else "tiles",
+            time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
+            tasks=tuple(tasks),
         )
 
 
@@ -196,9 +189,7 @@ def _mismatch(g: zarr.Group, url: str, i: int, what: str, bad: int, read: int):
     )
 
 
-def read_samples(
-    url: str, idx, labels: bool = True, verify: bool = True
-) -> tuple[np.ndarray, np.ndarray | None]:
+def read_samples(url: str, idx, labels=True, verify=True) -> tuple[np.ndarray, np.ndarray | None]:
     """Images and labels (targets for sample cubes) of `idx`, checked against their digests."""
     g = _group(url)
     var = "target" if g.attrs.get("kind") == "samples" else "label"
@@ -245,9 +236,7 @@ def read_checked(url: str, name: str, idx=None) -> np.ndarray:
     parts = ("target", *digest_vars(g))
     if name in parts and "sample_digest" in g:
         want = _select(g["sample_digest"], sel)[:, 1 + parts.index(name)]
-        bad = np.flatnonzero(
-            np.array([_crc(r) for r in digest_rows(values)], dtype=np.uint32) != want
-        )
+        bad = np.flatnonzero(np.array([_crc(r) for r in digest_rows(values)], np.uint32) != want)
         if bad.size:
             raise _mismatch(g, url, int(sel[bad[0]]), name, bad.size, len(values))
     return values
@@ -326,20 +315,15 @@ class SampleCube(CubeView):
         """A declared coordinate or its default (text as str, height/width as the cube's size)."""
         var = SAMPLE_VARS[name]
         if name in self.ds:
-            v = self.ds[name].values
-            return (
-                as_text(v)
-                if np.asarray(v).dtype.kind in "OUT" or "String" in str(np.asarray(v).dtype)
-                else np.asarray(v)
-            )
+            v = np.asarray(self.ds[name].values)
+            return as_text(v) if v.dtype.kind in "OUT" or "String" in str(v.dtype) else v
         if name in ("height", "width"):
             return np.full(self.n, self.size[0 if name == "height" else 1], dtype=np.int64)
         if var.default is None:
             return np.array([], dtype=object)  # e.g. no text tasks: none
         length = self.n if var.dims[0] == "sample" else int(self.ds.sizes.get(var.dims[0], 0))
-        return np.full(
-            length, var.default, dtype=object if isinstance(var.default, str) else np.float64
-        )
+        dtype = object if isinstance(var.default, str) else np.float64
+        return np.full(length, var.default, dtype=dtype)
 
     @property
     def tasks(self) -> list[str]:

@@ -1,7 +1,5 @@
-"""What a cube is: its schema version and markers, its layout facts, its codecs, its two errors.
-
-A cube is complete only when the `cryocube_complete` attribute exists; it is written last.
-"""
+"""What a cube is: its schema version and markers (complete only once `cryocube_complete` is
+written, last), its codecs, its declared sample-cube variables."""
 
 from __future__ import annotations
 
@@ -22,32 +20,10 @@ STATS = ("count", "mean", "m2", "min", "max")  # per-block moments (Chan et al.)
 # the band coordinates every cube carries -> the catalog Band field each holds
 BAND_COORDS = {
     "band": "name",
-    "alias": "alias",
-    "role": "role",
-    "wavelength_um": "wavelength_um",
-    "sensor": "sensor",
-    "units": "units",
+    **{f: f for f in ("alias", "role", "wavelength_um", "sensor", "units")},
     "published_mean": "mean",
     "published_std": "std",
 }
-
-
-@dataclass(frozen=True)
-class CubeLayout:
-    """Shape facts of a cube, fixed at creation (so a resumed conversion can check it)."""
-
-    n_samples: int
-    n_bands: int
-    tile: int
-    n_classes: int
-    dtype: str
-    block_size: int
-    shard_size: int | None = None
-    compressor: str = "lz4"
-
-    def block_range(self, b: int) -> tuple[int, int]:
-        """The samples [start, stop) of block `b`, the last block cut at n_samples."""
-        return b * self.block_size, min((b + 1) * self.block_size, self.n_samples)
 
 
 def as_text(a) -> np.ndarray:

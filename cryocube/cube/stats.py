@@ -70,10 +70,5 @@ def combine_stats(parts: np.ndarray) -> dict[str, np.ndarray]:
     has = count > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         var = np.maximum(m2 / count, 0.0)
-    return {
-        "mean": np.where(has, mean, np.nan),
-        "std": np.where(has, np.sqrt(var), np.nan),
-        "min": np.where(has, mn, np.nan),
-        "max": np.where(has, mx, np.nan),
-        "count": count,
-    }
+    stats = {"mean": mean, "std": np.sqrt(var), "min": mn, "max": mx}
+    return {**{k: np.where(has, v, np.nan) for k, v in stats.items()}, "count": count}

@@ -26,7 +26,6 @@ from .schema import (
     PLAN_ATTR,
     SCHEMA_VERSION,
     STATS,
-    CubeLayout,
     IncompleteCubeError,
     _text,
     as_text,
@@ -36,7 +35,7 @@ from .stats import combine_stats, stratum_keys
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """How a cube is written: checked once by `convert.writer.convert`."""
+    """How a cube is written: checked once by `convert.writer.prepare`."""
 
     block: int = 16  # samples per write task (and per block digest)
     overwrite: bool = False
@@ -92,26 +91,19 @@ class SamplePlan:
 
     def key(self, block: int) -> str:
         """The resume fingerprint: `create` reopens only a store of the same plan and block."""
-        extra = {
-            k: (v[0], _fingerprint(v[1]))
-            for k, v in sorted({**self.coords, **self.data_vars}.items())
+        both = {**self.coords, **self.data_vars}
+        extra = {k: (v[0], _fingerprint(v[1])) for k, v in sorted(both.items())}
+        key = {
+            "ids": self.ids,
+            "shape": list(self.shape),
+            "tasks": self.tasks,
+            "target": np.nan_to_num(self.target, nan=-1e30).tolist(),
+            "extra": extra,
+            "options": self.fingerprint,
+            "block": block,
+            "schema": SCHEMA_VERSION,
         }
-        return hashlib.sha256(
-            json.dumps(
-                {
-                    "ids": self.ids,
-                    "shape": list(self.shape),
-                    "tasks": self.tasks,
-                    "target": np.nan_to_num(self.target, nan=-1e30).tolist(),
-                    "extra": extra,
-                    "options": self.fingerprint,
-                    "block": block,
-                    "schema": SCHEMA_VERSION,
-                },
-                default=str,
-                sort_keys=True,
-            ).encode()
-        ).hexdigest()
+        return hashlib.sha256(json.dumps(key, default=str, sort_keys=True).encode()).hexdigest()
 
 
 def _fingerprint(a) -> Any:
@@ -127,24 +119,17 @@ def _fingerprint(a) -> Any:
 
 
 def template(
-    bands,
-    n: int,
-    block: int,
-    image: tuple,
-    attrs: dict[str, Any],
-    coords: dict | None = None,
-    data_vars: dict | None = None,
-    parts: int = 2,
-    published: tuple | None = None,
+    bands, n: int, block: int, image: tuple, attrs: dict, coords, data_vars, parts=2, published=None
 ) -> xr.Dataset:
-    """Every cube's template: image, bookkeeping, band coordinates and statistics."""
+    """Every cube's template: image (a (dims, array) pair), bookkeeping, band coordinates and
+    statistics; `parts` per sample digest, `published` (mean, std) as a sample plan gives them."""
     import dask.array as da
 
     c, nb = len(bands), -(-n // block)
     return xr.Dataset(
         data_vars={
             "image": image,
-            **(data_vars or {}),
+            **data_vars,
             "progress": (("block",), da.zeros((nb,), dtype="uint8", chunks=1)),
             "block_digest": (
                 ("block", "digest_byte"),
@@ -160,7 +145,7 @@ def template(
             ),
         },
         coords={
-            **(coords or {}),
+            **coords,
             **{c: ("band", _band_coord(bands, f, published)) for c, f in BAND_COORDS.items()},
             **{f"band_{s}": ("band", np.full(c, np.nan)) for s in ("mean", "std", "min", "max")},
         },
@@ -177,71 +162,64 @@ def _band_coord(bands, field: str, published: tuple | None) -> np.ndarray:
 
 
 def tile_template(
-    spec: DatasetSpec, layout: CubeLayout, coords: dict[str, np.ndarray], attrs: dict[str, Any]
-) -> xr.Dataset:
-    """A tile cube: image, dense label, class fractions, where each tile lies."""
+    spec: DatasetSpec, n: int, opts: WriteOptions, tiles: dict[str, np.ndarray], attrs: dict
+) -> tuple[xr.Dataset, dict]:
+    """A tile cube and its encoding: image, dense label, class fractions, where each tile lies
+    (`tiles`: `Plan.coords`); one tile per chunk (in shards of `opts.shard`), bookkeeping per
+    block."""
     import dask.array as da
 
-    n, c, t, k = layout.n_samples, layout.n_bands, layout.tile, layout.n_classes
-    bs = layout.shard_size or 1
-    ds = template(
-        spec.bands,
-        n,
-        layout.block_size,
-        (
-            ("sample", "band", "y", "x"),
-            da.zeros((n, c, t, t), dtype=layout.dtype, chunks=(bs, c, t, t)),
-        ),
-        attrs,
-        data_vars={
-            "label": (
-                ("sample", "y", "x"),
-                da.full((n, t, t), CUBE_IGNORE_INDEX, dtype="int16", chunks=(bs, t, t)),
-            ),
-            "class_fraction": (
-                ("sample", "class"),
-                da.zeros((n, k), dtype="float32", chunks=(layout.block_size, k)),
-            ),
-        },
-        coords={
-            "split": ("sample", _text(coords["split"])),
-            "scene": ("sample", _text(coords["scene"])),
-            "tile_y": ("sample", coords["tile_y"].astype("int32")),
-            "tile_x": ("sample", coords["tile_x"].astype("int32")),
-            "source": ("sample", _text(coords["source"])),
-            "sample_id": ("sample", _text(coords["sample_id"])),
-            "crs": ("sample", _text(coords["crs"])),
-            "transform": (("sample", "affine"), coords["transform"].astype("float64")),
-            "stratum": ("sample", _text(np.full(n, ""))),
-            "skip_reason": ("sample", _text(np.full(n, ""))),
-            "class": ("class", _text([cl.name for cl in spec.classes])),
-        },
-    )
-    ds["image"].attrs.update(
-        long_name="image", grid_mapping_note="per-sample crs/transform coordinates"
-    )
+    if opts.compressor not in COMPRESSORS:
+        raise UserError(
+            f"unknown compressor {opts.compressor!r}; choose one of {', '.join(COMPRESSORS)}"
+        )
+    c, t, k, block = len(spec.bands), opts.tile, spec.num_classes, opts.block
+    bs = opts.shard or 1
+    image = da.zeros((n, c, t, t), dtype=spec.dtype, chunks=(bs, c, t, t))
+    label = da.full((n, t, t), CUBE_IGNORE_INDEX, dtype="int16", chunks=(bs, t, t))
+    fractions = da.zeros((n, k), dtype="float32", chunks=(block, k))
+    data_vars = {
+        "label": (("sample", "y", "x"), label),
+        "class_fraction": (("sample", "class"), fractions),
+    }
+    coords = {
+        **{v: ("sample", _text(tiles[v])) for v in ("split", "scene")},
+        "tile_y": ("sample", tiles["tile_y"].astype("int32")),
+        "tile_x": ("sample", tiles["tile_x"].astype("int32")),
+        **{v: ("sample", _text(tiles[v])) for v in ("source", "sample_id", "crs")},
+        "transform": (("sample", "affine"), tiles["transform"].astype("float64")),
+        **{v: ("sample", _text(np.full(n, ""))) for v in ("stratum", "skip_reason")},
+        "class": ("class", _text([cl.name for cl in spec.classes])),
+    }
+    dims = ("sample", "band", "y", "x")
+    ds = template(spec.bands, n, block, (dims, image), attrs, coords, data_vars)
+    note = "per-sample crs/transform coordinates"
+    ds["image"].attrs.update(long_name="image", grid_mapping_note=note)
     ds["label"].attrs.update(long_name="class index", ignore_index=CUBE_IGNORE_INDEX)
-    return ds
+    fast = COMPRESSORS[opts.compressor]()
+    enc = {
+        "image": {"chunks": (1, c, t, t), "compressors": fast},
+        "label": {"chunks": (1, t, t), "compressors": fast},
+        "class_fraction": {"chunks": (block, k)},
+        "sample_digest": {"chunks": (block, 2)},
+        "skip_reason": {"chunks": (block,)},
+    }
+    if opts.shard:
+        enc["image"]["shards"] = (opts.shard, c, t, t)
+        enc["label"]["shards"] = (opts.shard, t, t)
+    return ds, enc
 
 
-def sample_template(
-    bands, plan: SamplePlan, block: int, attrs: dict[str, Any]
-) -> tuple[xr.Dataset, dict]:
+def sample_template(bands, plan: SamplePlan, block: int, attrs: dict) -> tuple[xr.Dataset, dict]:
     """A sample cube and its encoding: images, targets, the plan's variables."""
     import dask.array as da
 
     n, k, parts = plan.n, len(plan.tasks), 2 + len(plan.digest_vars)  # parts: image, target, extras
-    dims = (
-        ("sample", "time", "band", "y", "x")
-        if len(plan.shape) == 4
-        else ("sample", "band", "y", "x")
-    )
+    dims = ("sample", *("time", "band", "y", "x")[-len(plan.shape) :])  # (time,) band, y, x
+    ids = check_unique_ids(plan.ids, "the raw samples", "rename the repeated samples")
     coords = {
         "source": ("sample", _text(plan.ids)),
-        "sample_id": (
-            "sample",
-            check_unique_ids(plan.ids, "the raw samples", "rename the repeated samples"),
-        ),
+        "sample_id": ("sample", ids),
         "split": ("sample", _text(["all"] * n)),
         "task": ("task", _text([t for t, _ in plan.tasks])),
         "task_type": ("task", _text([t for _, t in plan.tasks])),
@@ -249,26 +227,18 @@ def sample_template(
     }
     if len(plan.shape) == 4:
         coords["time"] = ("time", _text(plan.time or [str(t) for t in range(plan.shape[0])]))
-    ds = template(
-        bands,
-        n,
-        block,
-        (dims, da.zeros((n, *plan.shape), dtype="float32", chunks=(1, *plan.shape))),
-        {
-            **attrs,
-            "kind": "samples",
-            "block_samples": block,
-            "digest_vars": plan.digest_vars,
-            **plan.attrs,
-        },
-        coords=coords,
-        data_vars={"target": (("sample", "task"), plan.target.astype("float32")), **plan.data_vars},
-        parts=parts,
-        published=(
-            plan.published_mean or [b.mean for b in bands],
-            plan.published_std or [b.std for b in bands],
-        ),
-    )
+    image = da.zeros((n, *plan.shape), dtype="float32", chunks=(1, *plan.shape))
+    attrs = {
+        **attrs,
+        "kind": "samples",
+        "block_samples": block,
+        "digest_vars": plan.digest_vars,
+        **plan.attrs,
+    }
+    data_vars = {"target": (("sample", "task"), plan.target.astype("float32")), **plan.data_vars}
+    mean = plan.published_mean or [b.mean for b in bands]
+    std = plan.published_std or [b.std for b in bands]
+    ds = template(bands, n, block, (dims, image), attrs, coords, data_vars, parts, (mean, std))
     enc = {
         "image": {"chunks": (1, *plan.shape)},
         "target": {"chunks": (block, max(1, k))},
@@ -281,27 +251,6 @@ def sample_template(
         },
     }
     return ds, enc
-
-
-def encoding(layout: CubeLayout) -> dict[str, dict]:
-    """A tile cube's chunks, shards and codecs: one tile per chunk, bookkeeping per block."""
-    c, t = layout.n_bands, layout.tile
-    if layout.compressor not in COMPRESSORS:
-        raise UserError(
-            f"unknown compressor {layout.compressor!r}; choose one of {', '.join(COMPRESSORS)}"
-        )
-    fast = COMPRESSORS[layout.compressor]()
-    enc = {
-        "image": {"chunks": (1, c, t, t), "compressors": fast},
-        "label": {"chunks": (1, t, t), "compressors": fast},
-        "class_fraction": {"chunks": (layout.block_size, layout.n_classes)},
-        "sample_digest": {"chunks": (layout.block_size, 2)},
-        "skip_reason": {"chunks": (layout.block_size,)},
-    }
-    if layout.shard_size:
-        enc["image"]["shards"] = (layout.shard_size, c, t, t)
-        enc["label"]["shards"] = (layout.shard_size, t, t)
-    return enc
 
 
 def create(
@@ -322,15 +271,8 @@ def create(
                     " --overwrite to replace it"
                 )
             _store.remove(out)  # killed while writing metadata: nothing written yet
-    ds, enc = make()
-    ds.to_zarr(
-        _store.make_store(out),
-        mode="w",
-        compute=False,
-        zarr_format=3,
-        encoding=enc,
-        consolidated=True,
-    )
+    (ds, enc), store = make(), _store.make_store(out)
+    ds.to_zarr(store, mode="w", compute=False, zarr_format=3, encoding=enc, consolidated=True)
     g = _store.open_group(out, "r+")
     g.attrs[PLAN_ATTR] = fingerprint  # only now is the store a resumable cube
     zarr.consolidate_metadata(g.store)
@@ -338,12 +280,7 @@ def create(
 
 
 def put_block(
-    g: zarr.Group,
-    block: int,
-    s0: int,
-    region: dict[str, np.ndarray],
-    parts: tuple[np.ndarray, ...],
-    stats: np.ndarray,
+    g: zarr.Group, block: int, s0: int, region: dict, parts: tuple, stats: np.ndarray
 ) -> None:
     """One block's variables, digests and moments; its progress flag last, so it counts."""
     digests = sample_digests(*parts)
@@ -359,11 +296,9 @@ def put_block(
         g["progress"][block] = 1  # last: the block counts as written only now
 
 
-def finalize(
-    url: str, storage_options: dict | None = None, extra_attrs: dict | None = None
-) -> dict:
+def finalize(url: str) -> dict:
     """Strata, statistics, checksum and the completion marker last; idempotent."""
-    g = _store.open_group(url, "r+", storage_options)
+    g = _store.open_group(url, "r+")
     progress = np.asarray(g["progress"][:])
     missing = np.flatnonzero(progress == 0)
     if missing.size:
@@ -371,38 +306,32 @@ def finalize(
             f"{url}: {missing.size} of {progress.size} sample blocks not written yet (first:"
             f" {missing[:5].tolist()})"
         )
-    if g.attrs.get("kind") == "samples":  # no split: every pixel of every sample counts
-        return _mark_complete(
-            g, int(g["image"].shape[0]), {**(extra_attrs or {}), "statistics_split": "all"}
-        )
-    cf = np.asarray(g["class_fraction"][:])
-    g["stratum"][:] = stratum_keys(cf)
-    reasons = as_text(g["skip_reason"][:])
-    skipped = np.flatnonzero(reasons != "")
-    if skipped.size:
-        split = np.asarray(g["split"][:]).astype(object)
-        split[skipped] = "skipped"
-        g["split"][:] = split
     stats = combine_stats(np.asarray(g["block_stats"][:]))
-    source = as_text(g["source"][:])
-    attrs = dict(extra_attrs or {})
-    attrs["skipped_samples"] = [
-        {"sample": int(i), "source": str(source[i]), "reason": str(reasons[i])} for i in skipped
-    ]
-    attrs["statistics_split"] = "train"
-    attrs["statistics_valid_pixels"] = stats["count"].tolist()
-    return _mark_complete(g, int(cf.shape[0]), attrs, stats)
-
-
-def _mark_complete(g: zarr.Group, n: int, attrs: dict, stats: dict | None = None) -> dict:
-    """Band statistics, attrs, and last the completion marker with the cube checksum."""
-    stats = stats or combine_stats(np.asarray(g["block_stats"][:]))
+    if g.attrs.get("kind") == "samples":  # no split: every pixel of every sample counts
+        attrs = {"statistics_split": "all"}
+    else:
+        g["stratum"][:] = stratum_keys(np.asarray(g["class_fraction"][:]))
+        reasons = as_text(g["skip_reason"][:])
+        skipped = np.flatnonzero(reasons != "")
+        if skipped.size:
+            split = np.asarray(g["split"][:]).astype(object)
+            split[skipped] = "skipped"
+            g["split"][:] = split
+        source = as_text(g["source"][:])
+        attrs = {
+            "skipped_samples": [
+                {"sample": int(i), "source": str(source[i]), "reason": str(reasons[i])}
+                for i in skipped
+            ],
+            "statistics_split": "train",
+            "statistics_valid_pixels": stats["count"].tolist(),
+        }
     for k in ("mean", "std", "min", "max"):
         g[f"band_{k}"][:] = stats[k]
     g.attrs.update(attrs)
     marker = {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "n_samples": n,
+        "n_samples": int(g["image"].shape[0]),
         "checksum": cube_checksum(np.asarray(g["block_digest"][:])),
         "schema_version": SCHEMA_VERSION,
     }
