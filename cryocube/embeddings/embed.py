@@ -318,20 +318,18 @@ def _create(spec: EmbedSpec, cube, url: str, client, blocks: int) -> None:
 
 def _run_blocks(spec: EmbedSpec, tasks: list[EmbedBlock], client, progress: bool, n: int) -> set:
     """Every block task, here or on the cluster; the torch threads they ran with."""
-    threads: set[int] = set()
     if client is None:
+        results = []
         with progress_bar(f"embed {spec.source}", n, progress) as bar:
             for t in tasks:
-                r = embed_block(t)
-                threads |= set(r["threads"])
-                bar.advance(r["samples"])
-        return threads
-    keys = [f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks]
-    futs = client.map(embed_block, tasks, pure=False, key=keys)
-    todo = sum(t.samples.size for t in tasks)
-    for r in gather(futs, f"embed {spec.source}", todo, progress, lambda i, r: r["samples"]):
-        threads |= set(r["threads"])
-    return threads
+                results.append(embed_block(t))
+                bar.advance(results[-1]["samples"])
+    else:
+        keys = [f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks]
+        futs = client.map(embed_block, tasks, pure=False, key=keys)
+        todo = sum(t.samples.size for t in tasks)
+        results = gather(futs, f"embed {spec.source}", todo, progress, lambda i, r: r["samples"])
+    return {x for r in results for x in r["threads"]}
 
 
 def embed(

@@ -211,10 +211,7 @@ def _min_labelled(test_size: float, n_test: int) -> int:
     return n
 
 
-SET_TEST_SIZE = "--set test_size={}"  # how `cryocube probe` takes another test size
-
-
-def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET_TEST_SIZE) -> None:
+def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size="--set test_size={}") -> None:
     """Refuse, before any embedding, in one sentence naming the task, what NeuCo-Bench cannot score
     (docs/embeddings.md); the fix names the caller's way to another test size (`set_test_size`)."""
     for t in tasks:
