@@ -1,3 +1,2 @@
-"""One vector per sample, made once per (model, cube) and shared by the families that read it
-(embedding probes, heads) and by `cryocube embed`: extraction and its store (`embed`), the
-NeuCo-Bench submission files (`submission`)."""
+"""One vector per sample, made once per (model, cube) and shared by the families that read it and
+`cryocube embed`: extraction and its store (`embed`), NeuCo-Bench submissions (`submission`)."""

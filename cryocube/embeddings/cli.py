@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .. import harness, outputs
+from .. import harness
 from ..errors import UserError
 
 
@@ -170,20 +170,14 @@ def claim_outputs(args, url: str, csv: str | None) -> None:
 def _probe(args):
     """Plans the one run (every input read and checked before any cluster) for the engine."""
     from ..families.base import EngineRuns
-    from ..families.embedding.probe import load_probe_inputs, probe_inputs, probe_recipe
+    from ..families.embedding.probe import probe_recipe
     from ..families.embedding.work import probe_run
     from ..recipe import parse_overrides
 
     recipe = probe_recipe(
         args.probe, args.k, parse_overrides(args.set), dim=args.dim, standardize=args.standardize
     )
-    inputs = probe_inputs(args.embeddings, args.labels, args.tasks_from)
-    harness.claim(args, "results", inputs, write_marker=False)  # marked once its inputs are checked
-    inputs = load_probe_inputs(
-        args.embeddings, recipe, labels=args.labels, tasks_from=args.tasks_from
-    )
-    run = probe_run(args.embeddings, args.out, recipe, inputs, args.labels, args.tasks_from)
-    outputs.mark(args.out, "results", "probe")
+    run = probe_run(args.embeddings, args.out, recipe, args.labels, args.tasks_from)
     return EngineRuns([run], args.out, lambda records: _show_probe(records[0], recipe, args.out))
 
 

@@ -1,6 +1,5 @@
 """`cryocube embed`: one vector per cube sample from any registered encoder, or an organiser
-baseline; pooling, resuming, PCA and baselines: docs/embeddings.md ("How the vectors are made").
-"""
+baseline; pooling, resuming, PCA and baselines: docs/embeddings.md ("How the vectors are made")."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ from ..families.encoders import (
     window_offsets,
 )
 from ..models import model_spec
-from ..models.weights import resolve_weights
+from ..models.weights import resolve_weights, sha256_file
 from ..precision import autocast, resolve, this_device
 from ..progress import gather, progress_bar
 from ..recipe import BaseRecipe
@@ -116,9 +115,6 @@ class EmbedBlock:
     samples: np.ndarray
 
 
-# -- planning ------------------------------------------------------------------------------------
-
-
 def plan_embedding(
     source: str,
     cube,
@@ -128,12 +124,9 @@ def plan_embedding(
     dim: int | None = None,
     seed: int = 0,
 ) -> tuple[EmbedSpec, dict]:
-    """Check and fix one embedding (encoder or baseline) of one cube; returns its spec and
-    provenance. Every caller (the embedding and heads families, `cryocube embed`) passes its recipe
-    and context whole, so a recipe field reaches every embedding alike: precision, input size,
-    normalization, block and batch sizes, the checkpoint (`encoder_weights`, else one in
-    `ctx.weights_dir`), follow_reference; the torch threads of every block are
-    `ctx.run_threads(recipe.threads)`, on CPU part of the key. `seed` is the random baseline's."""
+    """One embedding (encoder or baseline) of one cube, checked and fixed -> (spec, provenance);
+    callers pass recipe and context whole, so each field reaches every embedding alike
+    (docs/architecture.md); `seed` is the random baseline's."""
     if dim is not None and dim < 1:
         raise UserError(f"--dim must be >= 1, got {dim}")
     plan = _plan_baseline if source in BASELINES else _plan_encoder
@@ -145,8 +138,8 @@ def plan_embedding(
 
 
 def _plan_baseline(source: str, cube, recipe: BaseRecipe, ctx, dim: int | None, seed: int):
-    """An organiser baseline's EmbedSpec fields: every band alone, or the catalog's `mean_baseline`
-    groups and grid (else a grid that keeps about `dim` or 1024 values)."""
+    """A baseline's EmbedSpec fields: the catalog's `mean_baseline` groups and grid, else every band
+    alone and a grid that keeps about `dim` (or 1024) values."""
     if recipe.follow_reference:
         raise RecipeError(
             f"follow_reference=true: the {source} baseline is no model and has no deviation"
@@ -175,8 +168,7 @@ def _plan_baseline(source: str, cube, recipe: BaseRecipe, ctx, dim: int | None, 
 
 
 def _plan_encoder(source: str, cube, recipe: BaseRecipe, ctx: PlanContext, dim, seed):
-    """A registered encoder's EmbedSpec fields, fed by the dataset catalog's band rule (embed has no
-    protocols), following the reference where the recipe says so (docs/deviations.md)."""
+    """An encoder's EmbedSpec fields, fed by the dataset catalog's band rule (no protocol here)."""
     mspec = model_spec(source)
     if recipe.follow_reference:
         mspec = mspec.following_reference()
@@ -219,9 +211,6 @@ def _band_mode(rule: str, match) -> str:
             for i, why in sorted(match.unused_reasons.items())
         )
     return mode
-
-
-# -- the block task --------------------------------------------------------------------------------
 
 
 def _pooled(enc, spec: EmbedSpec, x, device: str, batch: int) -> np.ndarray:
@@ -288,9 +277,6 @@ def embed_block(task: EmbedBlock) -> dict[str, Any]:
         return {"samples": n, "seconds": time.perf_counter() - t0, "threads": [threads]}
 
 
-# -- the store -------------------------------------------------------------------------------------
-
-
 @dataclass
 class EmbedResult:
     url: str
@@ -301,24 +287,20 @@ class EmbedResult:
     attrs: dict = field(default_factory=dict)
 
 
-def _width(spec: EmbedSpec, cube) -> int:
+def _width(spec: EmbedSpec, cube, client) -> int:
+    """The pooled width; an encoder's from its output levels, built on a worker where there are."""
     if spec.source == "random":
         return spec.dim or 1024
     if spec.source == "mean":
         return max(1, len(cube.time)) * len(spec.groups) * spec.grid**2
-    return 0  # encoders: from the first block's output (the encoder is never built on the client)
+    if client is None:
+        return sum(s[0] for s in encoder_facts(spec.encoder)[0])
+    return sum(s[0] for s in client.submit(encoder_facts, spec.encoder, pure=False).result()[0])
 
 
 def _create(spec: EmbedSpec, cube, url: str, client, blocks: int) -> None:
     """The empty store: `features` to fill, a progress flag per block, the key."""
-    width = _width(spec, cube)
-    if not width:
-        facts = (
-            encoder_facts(spec.encoder)
-            if client is None
-            else client.submit(encoder_facts, spec.encoder, pure=False).result()
-        )
-        width = sum(s[0] for s in facts[0])
+    width = _width(spec, cube, client)
     n, bs = cube.n_samples, spec.block_samples
     g = _store.open_group(url, "w")
     g.create_array(
@@ -336,20 +318,18 @@ def _create(spec: EmbedSpec, cube, url: str, client, blocks: int) -> None:
 
 def _run_blocks(spec: EmbedSpec, tasks: list[EmbedBlock], client, progress: bool, n: int) -> set:
     """Every block task, here or on the cluster; the torch threads they ran with."""
-    threads: set[int] = set()
     if client is None:
+        results = []
         with progress_bar(f"embed {spec.source}", n, progress) as bar:
             for t in tasks:
-                r = embed_block(t)
-                threads |= set(r["threads"])
-                bar.advance(r["samples"])
-        return threads
-    keys = [f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks]
-    futs = client.map(embed_block, tasks, pure=False, key=keys)
-    todo = sum(t.samples.size for t in tasks)
-    for r in gather(futs, f"embed {spec.source}", todo, progress, lambda i, r: r["samples"]):
-        threads |= set(r["threads"])
-    return threads
+                results.append(embed_block(t))
+                bar.advance(results[-1]["samples"])
+    else:
+        keys = [f"cryocube-embed-{spec.key}-{t.block}-{time.time_ns()}" for t in tasks]
+        futs = client.map(embed_block, tasks, pure=False, key=keys)
+        todo = sum(t.samples.size for t in tasks)
+        results = gather(futs, f"embed {spec.source}", todo, progress, lambda i, r: r["samples"])
+    return {x for r in results for x in r["threads"]}
 
 
 def embed(
@@ -369,8 +349,7 @@ def embed(
         g = _store.open_group(url, "r")
         key = g.attrs.get("key")
         if COMPLETE in g.attrs and key == spec.key and not overwrite:
-            width = int(g["embedding"].shape[1])
-            return EmbedResult(url, cube.n_samples, width, 0, 0.0, dict(g.attrs))
+            return _result(url, cube, 0, 0.0)
         if key != spec.key or overwrite:
             if not overwrite and key is not None:
                 raise UserError(
@@ -389,19 +368,14 @@ def embed(
         if not done[b]
     ]
     threads = _run_blocks(spec, tasks, client, progress, n) if tasks else set()
-    seconds = time.perf_counter() - t0
-    return _finish(spec, cube, url, len(tasks), seconds, provenance or {}, sorted(threads))
+    _finish(spec, cube, url, provenance or {}, sorted(threads))
+    return _result(url, cube, len(tasks), time.perf_counter() - t0)
 
 
-def pca_fit(X: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, components (k, F) and explained-variance ratios of the top min(dim, rank) axes."""
-    mu = X.mean(axis=0)
-    Xc = (X - mu).astype(np.float64)
-    _, s, vt = np.linalg.svd(Xc, full_matrices=False)
-    k = min(dim, vt.shape[0])
-    var = s**2
-    total = var.sum() or 1.0
-    return mu, vt[:k], var[:k] / total
+def _result(url: str, cube, blocks_run: int, seconds: float) -> EmbedResult:
+    g = _store.open_group(url, "r")
+    width = int(g["embedding"].shape[1])
+    return EmbedResult(url, cube.n_samples, width, blocks_run, seconds, dict(g.attrs))
 
 
 def _project(spec: EmbedSpec, F: np.ndarray, split: np.ndarray) -> tuple[np.ndarray, dict | None]:
@@ -413,25 +387,19 @@ def _project(spec: EmbedSpec, F: np.ndarray, split: np.ndarray) -> tuple[np.ndar
         return pad_to(F, spec.dim), None
     train = split == "train"
     fit_on, rows = ("train", F[train]) if train.any() else ("all", F)
-    mu, comp, ratio = pca_fit(rows, spec.dim)
+    mu = rows.mean(axis=0)
+    _, s, vt = np.linalg.svd((rows - mu).astype(np.float64), full_matrices=False)
+    comp, var = vt[: spec.dim], s**2  # the top min(dim, rank) axes
     pca = {
         "fitted_on": fit_on,
         "samples": int(rows.shape[0]),
         "components": int(comp.shape[0]),
-        "explained_variance": float(ratio.sum()),
+        "explained_variance": float((var[: spec.dim] / (var.sum() or 1.0)).sum()),
     }
     return pad_to(((F - mu) @ comp.T).astype(np.float32), spec.dim), pca
 
 
-def _finish(
-    spec: EmbedSpec,
-    cube,
-    url: str,
-    blocks_run: int,
-    seconds: float,
-    provenance: dict,
-    threads: list[int],
-) -> EmbedResult:
+def _finish(spec: EmbedSpec, cube, url: str, provenance: dict, threads: list[int]) -> None:
     """The vectors, sample ids and splits beside the features, then the attributes and marker."""
     g = _store.open_group(url, "r+")
     F = np.asarray(g["features"][:])
@@ -477,7 +445,6 @@ def _finish(
     )
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
     g.attrs[COMPLETE] = {"time": now, "n_samples": int(E.shape[0])}
-    return EmbedResult(url, int(E.shape[0]), int(E.shape[1]), blocks_run, seconds, dict(g.attrs))
 
 
 def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
@@ -494,37 +461,21 @@ def load_embeddings(url: str) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
         "an embedding store made before sample ids were unique: run `cryocube embed` "
         "again with --overwrite",
     )
-    return (
-        [str(i) for i in ids],
-        np.asarray(g["embedding"][:]),
-        as_text(g["split"][:]),
-        dict(g.attrs),
-    )
+    X = np.asarray(g["embedding"][:])
+    return [str(i) for i in ids], X, as_text(g["split"][:]), dict(g.attrs)
 
 
-# -- the submission CSV's provenance ---------------------------------------------------------------
-
+# what `<csv>.json` keeps of a submission CSV's provenance (beside it, so it travels with the CSV)
 SIDECAR_KEYS = tuple(
     "source key model_name cube weights precision dim pca embedding_sha256".split()
 )
 
 
-def sidecar_path(csv: str) -> str:
-    """Where a CSV's provenance lives: beside it (`<csv>.json`), so it travels with a submission."""
-    return f"{csv}.json"
-
-
-def _file_sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def write_sidecar(csv: str, attrs: dict) -> str:
-    """`<csv>.json`: what made the CSV (the cube's checksum, the model), with the CSV's own sha256
-    so an edited CSV is never credited to it; written then renamed."""
-    out = sidecar_path(csv)
+    """`<csv>.json`: what made the CSV, with its sha256 so an edited CSV is never credited to it."""
+    out = f"{csv}.json"
     doc = {k: attrs.get(k) for k in SIDECAR_KEYS} | {
-        "csv_sha256": _file_sha256(csv),
+        "csv_sha256": sha256_file(csv),
         "cryocube": __version__,
     }
     _store.write_atomic(out, json.dumps(doc, indent=1, sort_keys=True, default=str))
@@ -533,7 +484,7 @@ def write_sidecar(csv: str, attrs: dict) -> str:
 
 def read_sidecar(csv: str) -> dict:
     """The provenance `embed` wrote beside a CSV; {} without one or (warned) for an edited CSV."""
-    path = sidecar_path(csv)
+    path = f"{csv}.json"
     if not os.path.isfile(path):
         return {}
     try:
@@ -542,7 +493,7 @@ def read_sidecar(csv: str) -> dict:
     except (OSError, ValueError) as e:
         why = f"{path}: unreadable provenance ({e}); {csv} is treated as vectors made elsewhere"
     else:
-        if doc.get("csv_sha256") == _file_sha256(csv):
+        if doc.get("csv_sha256") == sha256_file(csv):
             return {k: v for k, v in doc.items() if k in SIDECAR_KEYS and v is not None}
         why = f"{csv} changed since `cryocube embed` wrote it, so its provenance in {path} is not"
         why += " used"
@@ -551,14 +502,12 @@ def read_sidecar(csv: str) -> dict:
 
 
 def embeddings_url(out: str, key: str) -> str:
-    """A run's vectors under the results root, named by the EmbedSpec key so runs on one model's
-    vectors share a store (the embedding family derives its run folder from it)."""
+    """A run's vectors under the results root, named by EmbedSpec key: one store for its runs."""
     return f"{out.rstrip('/')}/embeddings/{key}.zarr"
 
 
 def prepare_store(spec: EmbedSpec, cube, url: str, runner, weights) -> dict:
-    """Embeds (or resumes, or reuses) a run's store on the runner's cluster; returns what the run
-    records keep: timings, width, the vectors' sha256, PCA, threads."""
+    """Embeds (or resumes, or reuses) a run's store on the runner's cluster -> what records keep."""
     r = embed(spec, cube, url, runner.client, runner.progress, {"weights": weights})
     return {
         "embed_s": r.seconds,

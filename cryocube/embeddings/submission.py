@@ -1,9 +1,5 @@
-"""The Embed2Scale submission CSV: `id,0,1,...,D-1`, one embedding per sample.
-
-Writing produces what the challenge accepted; reading either applies the challenge's
-pre-submission checks (strict) or mirrors NeuCo-Bench as released (lenient), so a file that
-would have been rejected says why, with the first offending id and column.
-"""
+"""The Embed2Scale submission CSV (`id,0,1,...,D-1`), read with the challenge's checks (strict)
+or as NeuCo-Bench reads it (lenient): a file it would reject says why, naming id and column."""
 
 from __future__ import annotations
 
@@ -16,18 +12,17 @@ import numpy as np
 
 from cryocube.errors import NeuCoError, SubmissionError
 from cryocube.labelfiles import strip_id
+from cryocube.store import atomic_file
 
 _DIGITS = re.compile(r"^[0-9]+$")
 
 
 def _fmt_ids(ids: Sequence[str], limit: int = 5) -> str:
-    """Up to `limit` ids, quoted, for a message."""
     shown = ", ".join(repr(i) for i in ids[:limit])
     return shown + (", ..." if len(ids) > limit else "")
 
 
 def _quote(field: str) -> str:
-    """A CSV field, quoted only when it holds a comma, quote or line break."""
     if any(ch in field for ch in ',"\r\n'):
         return '"' + field.replace('"', '""') + '"'
     return field
@@ -54,16 +49,10 @@ def write_submission(path: str | os.PathLike, ids: Iterable[str], X: np.ndarray)
             f"{path}: the embedding of id {ids[r]!r} has a non-finite value in column {c}."
         )
     row_fmt = ",".join(["%.9g"] * X.shape[1])  # 9 significant digits round-trip float32 exactly
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(",".join(["id"] + [str(j) for j in range(X.shape[1])]) + "\n")
-            for i, row in zip(ids, X.astype(np.float64)):
-                f.write(f"{_quote(i)},{row_fmt % tuple(row)}\n")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_file(str(path)) as f:
+        f.write((",".join(["id"] + [str(j) for j in range(X.shape[1])]) + "\n").encode())
+        for i, row in zip(ids, X.astype(np.float64)):
+            f.write(f"{_quote(i)},{row_fmt % tuple(row)}\n".encode())
     return path
 
 
@@ -146,13 +135,8 @@ def read_submission(
     strict: bool = True,
     strict_values: bool | None = None,
 ) -> tuple[list[str], np.ndarray, dict[str, Any]]:
-    """Read a submission CSV -> (ids, float32 matrix, notes); strict applies the challenge's checks
-    in order.
-
-    `strict_values` (default: as `strict`) refuses a value that is not a finite number (text, NaN,
-    an empty cell, inf) and an empty id, naming the line, id and column, where NeuCo-Bench reads
-    such a value as 0.
-    """
+    """A submission CSV -> (ids, float32 matrix, notes), strict: the challenge's checks in order;
+    `strict_values` (default: `strict`) refuses what NeuCo-Bench reads as 0 (text, NaN, inf)."""
     strict_values = strict if strict_values is None else strict_values
     path = Path(path)
     df = _read_frame(path)  # 1. the id column
@@ -203,6 +187,4 @@ def pad_to(X: np.ndarray, dim: int) -> np.ndarray:
         raise NeuCoError(f"embeddings must be a 2-D matrix (samples x dims), got shape {X.shape}.")
     if X.shape[1] > dim:
         raise NeuCoError(f"embeddings have {X.shape[1]} dimensions, more than the expected {dim}.")
-    if X.shape[1] == dim:
-        return X
-    return np.pad(X, ((0, 0), (0, dim - X.shape[1])))
+    return X if X.shape[1] == dim else np.pad(X, ((0, 0), (0, dim - X.shape[1])))

@@ -1,6 +1,5 @@
 """The embedding family: one vector per sample, scored by cheap probes (NeuCo-Bench / Embed2Scale,
-PANGAEA); its two kinds of run (work.py) go through the scheduler, `finish` computes Q (neuco.py).
-"""
+PANGAEA); its two kinds of run (work.py) go through the scheduler, `finish` computes Q."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ class Embedding(FittedInScore):
         return recipe
 
     def resolve(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> Resolved:
-        """Refuses what the protocol cannot score (--fraction, tasks too small to split) before any
-        embedding; the run id hashes the embedding key, labels, probe recipe and seed."""
+        """Refuses what the protocol cannot score (--fraction, tiny tasks) before any embedding."""
         protocol_spec(spec.protocol)
         if spec.fraction not in (None, 1, 1.0):
             raise UserError(
@@ -53,9 +51,7 @@ class Embedding(FittedInScore):
         dim = ov.pop("dim", None)
         pr = probe_recipe(str(ov.pop("probe", "linear")), int(ov.pop("k", K_DEFAULT)), ov, dim=dim)
         tasks = tasks_from_cube(cube.url)
-        # too few labelled samples for a split, one class: said before any embedding. evaluate
-        # keeps NeuCo-Bench's splits (runs on one board share them), so another test size is
-        # `cryocube probe`'s, and the fix says so
+        # evaluate keeps NeuCo-Bench's splits (a board's runs share them): the fix is `probe`'s
         url = cube.url.replace("{", "{{").replace("}", "}}")
         check_tasks(
             tasks,
@@ -90,12 +86,11 @@ class Embedding(FittedInScore):
 
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
         """Embeds each store once, however many runs (probe recipes) share its prep_key."""
-        out: dict[str, dict] = {}
+        out: dict = {}
         for p in runs:
             if p.prep_key is None or p.prep_key not in out:
-                facts = p.work.prepare(runner, p)
-                if p.prep_key is not None:
-                    out[p.prep_key] = facts
+                out[p.prep_key] = p.work.prepare(runner, p)
+        out.pop(None, None)
         return out
 
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
@@ -109,10 +104,7 @@ class Embedding(FittedInScore):
             raise UserError(f"{run.label}: no probe tasks")
         return tasks
 
-    @staticmethod
-    def reduce(a, b):
-        """Fold scores concatenated per task (`probe.merge`); `finish` puts them in fold order."""
-        return merge(a, b)
+    reduce = staticmethod(merge)  # fold scores concatenated per task; `finish` orders them
 
     def report_key(self, record) -> tuple:
         """The probe and the label set: runs on other labels are never ranked together."""

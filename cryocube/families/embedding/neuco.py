@@ -1,8 +1,5 @@
-"""NeuCo-Bench (Embed2Scale challenge) scoring: the numbers that turn per-fold probe scores into Q.
-
-Pure functions over arrays and dicts, so the protocol runs in one process for a test and fold by
-fold on a Dask cluster for a full run.
-"""
+"""NeuCo-Bench (Embed2Scale challenge) scoring: the numbers that turn per-fold probe scores into Q,
+pure functions so that the protocol runs alike in one process and fold by fold on a cluster."""
 
 from __future__ import annotations
 
@@ -19,16 +16,14 @@ from cryocube.errors import NeuCoError
 from cryocube.labelfiles import LabelError, split_task_name
 
 from ... import store
+from ...record import clean
 
 Q_EPS = 0.02  # the FAQ's epsilon: Q_t = 2 * A_t / (0.02 + dA_t), capped at 100 when A_t = 1
 
-# --- embeddings and labels ---------------------------------------------------------------------
-
 
 def standardize(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all values of X,
-    or of X[rows] only (NeuCo-Bench's code keeps the labelled rows before it standardises; its docs
-    say the file)."""
+    """NaN -> 0, then (X - mu) / sigma with ONE scalar mean and population std over all of X, or of
+    X[rows] (NeuCo-Bench's code: the labelled rows; its docs: the file)."""
     X = np.asarray(X, dtype=np.float32)
     X = np.where(np.isnan(X), np.float32(0.0), X)
     ref = X if rows is None else X[np.asarray(rows, dtype=np.int64)]
@@ -66,14 +61,10 @@ def task_type(name: str) -> str:
         raise NeuCoError(str(e)) from None
 
 
-# --- splits --------------------------------------------------------------------------------------
-
-
 def shuffle_splits(
     n: int, k: int, test_size: float = 0.1, seed: int = 42
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Repeated random train/test splits, index for index sklearn's ShuffleSplit(k, test_size,
-    seed)."""
+    """Repeated random train/test splits, index for index sklearn's ShuffleSplit."""
     n, k = int(n), int(k)
     if k < 1:
         raise NeuCoError(f"the number of probe splits must be at least 1, got {k}.")
@@ -87,14 +78,8 @@ def shuffle_splits(
             f"{n} labelled samples are too few for a {1 - test_size:.0%}/{test_size:.0%} split."
         )
     rng = np.random.RandomState(seed)
-    out = []
-    for _ in range(k):
-        perm = rng.permutation(n)
-        out.append((perm[n_test : n_test + n_train], perm[:n_test]))
-    return out
-
-
-# --- per-task aggregation ------------------------------------------------------------------------
+    perms = [rng.permutation(n) for _ in range(k)]
+    return [(p[n_test : n_test + n_train], p[:n_test]) for p in perms]
 
 
 def _scores(scores: Iterable[float]) -> np.ndarray:
@@ -122,17 +107,13 @@ def q_score(scores: Iterable[float]) -> float:
 def q_draws(
     runs: list[dict[str, Iterable[float]]], draws: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Bootstrap draws (draws,) of a row's mean Q: each run's folds of each task resampled with
-    replacement, Q_t as `task_stats` computes it, averaged over runs (seeds), then tasks, as the
-    leaderboard's mean Q: the interval over folds NeuCo-Bench's Q lacks (docs/statistics.md)."""
+    """Bootstrap draws of a row's mean Q (folds resampled per run and task, averaged as the
+    leaderboard does): the interval over folds NeuCo-Bench's Q lacks (docs/statistics.md)."""
     tasks = sorted({t for r in runs for t in r})
     per_task = []
     for t in tasks:
         qs = []
-        for r in runs:
-            if t not in r:
-                continue
-            s = _scores(r[t])
+        for s in (_scores(r[t]) for r in runs if t in r):
             if s.size == 0:
                 continue
             x = s[rng.integers(0, s.size, size=(draws, s.size))]
@@ -146,8 +127,7 @@ def q_draws(
 
 
 def failed_probes(scores: Iterable[float]) -> int:
-    """How many of a task's probes failed (gave no finite score). A fold the metric defines, such as
-    R² 0.0 on a test fold whose targets are all equal, is a score, not a failure."""
+    """How many of a task's probes gave no finite score (R² 0.0 on equal targets is a score)."""
     return int(np.isnan(_scores(scores)).sum())
 
 
@@ -169,8 +149,7 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def summarize(task_scores: dict[str, list[float]], max_nan_fraction: float = 0.3) -> dict[str, Any]:
-    """The `results_summary.json` content: overall and per-task Q and A, per-task std, fold scores
-    and failed probes, and the tasks that break the challenge's failed-probe rule."""
+    """The `results_summary.json` content (Q, A, std, fold scores, failed probes, the NaN rule)."""
     q, a, sd, folds, failed, failing = {}, {}, {}, {}, {}, []
     for task, scores in task_scores.items():
         a[task], sd[task], q[task] = task_stats(scores)
@@ -190,30 +169,8 @@ def summarize(task_scores: dict[str, list[float]], max_nan_fraction: float = 0.3
     }
 
 
-def _jsonable(obj: Any) -> Any:
-    """Plain-JSON copy: NaN/inf -> None, numpy scalars and arrays -> Python."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.bool_, bool)):
-        return bool(obj)
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
-
-
 def _write_json(url: str, obj: Any) -> None:
-    """Write JSON atomically (local folder or object store)."""
-    store.write_atomic(url, json.dumps(_jsonable(obj), indent=2, allow_nan=False) + "\n")
-
-
-def _check_task_dir(task: str) -> None:
-    """A task name becomes a folder name: refuse empty names and path separators."""
-    if not task or task in (".", "..") or "/" in task or "\\" in task or os.sep in task:
-        raise NeuCoError(f"task name {task!r} cannot be used as a folder name in the results.")
+    store.write_atomic(url, json.dumps(clean(obj), indent=2, allow_nan=False) + "\n")
 
 
 def write_results(
@@ -222,11 +179,11 @@ def write_results(
     meta: dict | None = None,
     summary: dict | None = None,
 ):
-    """Write `results_summary.json` and `<task>/<task>_result.json` (q_stat, mean_score, std_dev,
-    q_t) into a folder or store URL; `summary` defaults to `summarize(task_scores)`. Returns the
-    summary file's path."""
-    for task in task_scores:
-        _check_task_dir(task)
+    """NeuCo-Bench's `results_summary.json` and `<task>/<task>_result.json` into a folder or store
+    URL (`summary`: default `summarize(task_scores)`) -> the summary file's path."""
+    for task in task_scores:  # a folder name each
+        if not task or task in (".", "..") or "/" in task or "\\" in task or os.sep in task:
+            raise NeuCoError(f"task name {task!r} cannot be used as a folder name in the results.")
     out = str(out_dir).rstrip("/")
     summary = dict(summary or summarize(task_scores))
     for task in task_scores:  # every name checked before any file is written
@@ -244,9 +201,6 @@ def write_results(
     path = f"{out}/results_summary.json"
     _write_json(path, summary)
     return path if store.is_remote(out) else Path(path)
-
-
-# --- leaderboard ---------------------------------------------------------------------------------
 
 
 class Leaderboard(NamedTuple):

@@ -1,16 +1,12 @@
-"""`cryocube probe`: NeuCo-Bench scoring of an embedding matrix, one Dask task per (task, split).
-
-Tasks come from a NeuCo-Bench labels folder or any cube; the protocol, and where it differs from
-NeuCo-Bench's evaluator: docs/embeddings.md. Inputs are read strictly (labels.py, submission.py)
-and the tasks checked against the protocol (`check_tasks`) before any work.
-"""
+"""`cryocube probe`: NeuCo-Bench scoring of an embedding matrix, one Dask task per (task, split);
+the protocol and where it differs from NeuCo-Bench's evaluator: docs/embeddings.md."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import hashlib
-import inspect
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
@@ -29,7 +25,7 @@ from ...progress import progress_bar
 from ..class_labels import class_labels
 from ..class_labels import slug as _slug
 from .neuco import NeuCoError, shuffle_splits, standardize, summarize
-from .probes import PROBES, SVM_DEFAULTS, TASK_PROBES, check_labels, fold_score
+from .probes import PROBES, TASK_PROBES, check_labels, fold_score, keywords
 
 # per worker: the standardised matrix of an embedding store, read once
 _X: dict[str, np.ndarray] = {}
@@ -37,7 +33,7 @@ LIST_FIELDS = ("degrees", "epsilons")  # svm fields that take a comma-separated 
 TEXT_FIELDS = ("standardize", "fold_order", "base_estimator")  # the rest are numbers
 DEFAULTS = {
     "linear": {"epochs": 10, "lr": 1e-3, "batch_size": 64},  # NeuCo-Bench's challenge probe
-    "svm": dict(SVM_DEFAULTS),  # its sample SVM config
+    "svm": keywords(TASK_PROBES["svm"]),  # its sample SVM config
 }
 FOLD_ORDER = {
     "id": "each task's rows ordered by id before the splits (the same folds whatever the label"
@@ -57,8 +53,7 @@ _ALL_PROBES = (*PROBES, *TASK_PROBES)
 
 @dataclass(frozen=True)
 class ProbeParams:
-    """The rules of the probes' own fields (each probe takes some of them: the keyword arguments of
-    its function in probes.py); a probe field without a rule here takes any value."""
+    """The probes' own fields (their functions' keywords); a field not here takes any value."""
 
     NOUN: ClassVar[str] = "probe field"
     ERROR: ClassVar[type] = ProbeError
@@ -118,21 +113,13 @@ class ProbeRecipe:
         """Refuses, in one sentence, a recipe the probe cannot run (svm without scikit-optimize)."""
         for f in dataclasses.fields(self):
             check_field(type(self), f, getattr(self, f.name), floats=False)
-        if self.probe in TASK_PROBES:
-            try:
-                import skopt  # noqa: F401
-            except ImportError:
-                raise ProbeError(
-                    f"--probe {self.probe} (NeuCo-Bench's Bayesian-searched SVM) needs"
-                    " scikit-optimize: pip install 'cryocube[neuco]'"
-                ) from None
-        fn = {**PROBES, **TASK_PROBES}[self.probe]
+        if self.probe in TASK_PROBES and importlib.util.find_spec("skopt") is None:
+            raise ProbeError(
+                f"--probe {self.probe} (NeuCo-Bench's Bayesian-searched SVM) needs"
+                " scikit-optimize: pip install 'cryocube[neuco]'"
+            )
         shown = {"k": "knn_k"} if self.probe == "knn" else {}  # --k is the number of splits
-        takes = [
-            shown.get(n, n)
-            for n, q in inspect.signature(fn).parameters.items()
-            if q.kind is q.KEYWORD_ONLY and n != "seed"
-        ]
+        takes = [shown.get(n, n) for n in keywords({**PROBES, **TASK_PROBES}[self.probe])]
         rules = {f.name: f for f in dataclasses.fields(ProbeParams)}
         p = self.probe_params()
         for name, v in p.items():
@@ -153,11 +140,8 @@ class ProbeRecipe:
 
     def as_dict(self) -> dict[str, Any]:
         """What the run id hashes; the default fold order left out, so older runs keep their ids."""
-        own = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("params", "fold_order")
-        }
+        own = dataclasses.asdict(self)
+        del own["params"], own["fold_order"]
         fold = {} if self.fold_order == "id" else {"fold_order": self.fold_order}
         return own | self.probe_params() | fold
 
@@ -203,9 +187,6 @@ def _number(key: str, v: Any) -> Any:
     raise ProbeError(f"probe field {key} must be a number, got {v!r}")
 
 
-# -- tasks -----------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Task:
     name: str  # <name>__<cls|regr>
@@ -230,16 +211,9 @@ def _min_labelled(test_size: float, n_test: int) -> int:
     return n
 
 
-SET_TEST_SIZE = "--set test_size={}"  # how `cryocube probe` takes another test size
-
-
-def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET_TEST_SIZE) -> None:
-    """Refuse, in one sentence naming the task, what the protocol cannot score, before any embedding
-    or cluster: a task with one value (NeuCo-Bench's min-max scaling divides by zero there and its
-    metrics then fail), a classification task with more than two classes (binary F1), and splits too
-    small to score (R² needs two test rows; every split needs a train row). `set_test_size` formats
-    the caller's command's way to another test size, so the fix it suggests is one that command
-    accepts."""
+def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size="--set test_size={}") -> None:
+    """Refuse, before any embedding, in one sentence naming the task, what NeuCo-Bench cannot score
+    (docs/embeddings.md); the fix names the caller's way to another test size (`set_test_size`)."""
     for t in tasks:
         values = np.unique(np.fromiter(t.labels.values(), dtype=np.float64, count=len(t.labels)))
         n = len(t.labels)
@@ -273,9 +247,7 @@ def check_tasks(tasks: list[Task], recipe: ProbeRecipe, set_test_size: str = SET
 
 
 def _one_vs_rest(task: str, labels: dict[str, float], classes: str) -> list[Task]:
-    """A multi-class target (coherence low/medium/high) as binary `<task>_<class>_vs_rest__cls`
-    tasks, since NeuCo-Bench scores binary F1; a class in every labelled sample or in none is no
-    task."""
+    """A multi-class target as `<task>_<class>_vs_rest__cls` tasks: NeuCo-Bench scores binary F1."""
     names = classes.split("|") if classes else []
     out = []
     for c in sorted(set(labels.values())):
@@ -325,10 +297,8 @@ def tasks_from_cube(url: str) -> list[Task]:
 def align(
     ids: list[str], tasks: list[Task], fold_order: str = "id"
 ) -> list[tuple[Task, np.ndarray, np.ndarray]]:
-    """(task, embedding rows, labels) per task, rows ordered by id (folds depend on which ids are
-    labelled, never on the order of a label file or a cube), or with `fold_order="file"` in the
-    label file's (the cube's) order, as NeuCo-Bench; a labelled id without an embedding is an
-    error."""
+    """(task, embedding rows, labels) per task, rows ordered by id (so the folds never depend on a
+    file's order) or, `fold_order="file"`, as NeuCo-Bench: in the label file's (cube's) order."""
     pos = {strip_id(i): r for r, i in enumerate(ids)}
     out = []
     for t in tasks:
@@ -351,9 +321,6 @@ def tasks_digest(tasks: list[Task]) -> str:
         for i, v in sorted(t.labels.items()):
             h.update(f"{i}={v!r};".encode())
     return h.hexdigest()[:16]
-
-
-# -- the fold tasks --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -408,25 +375,17 @@ def _matrix(t: FoldTask) -> np.ndarray:
 @task_boundary
 def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
     """One probe on one split of one task -> {task: [(fold, score)]} (the reduce merges these)."""
+    r = t.recipe
     with torch_task(1):  # a linear probe is tiny: one thread each, many tasks side by side
         X = _matrix(t) if X is None else X
         if t.splits:  # the SVM's search spans the task's splits: one score per split
             ys = check_labels(t.y, t.kind, t.task)
-            got = TASK_PROBES[t.recipe.probe](
-                X[t.rows], ys, t.kind, list(t.splits), seed=t.recipe.seed, **t.recipe.probe_params()
+            got = TASK_PROBES[r.probe](
+                X[t.rows], ys, t.kind, list(t.splits), seed=r.seed, **r.probe_params()
             )
             return {t.task: list(enumerate(got))}
-        s = fold_score(
-            X[t.rows],
-            t.y,
-            t.kind,
-            t.train,
-            t.test,
-            t.recipe.probe,
-            t.recipe.seed + t.fold,
-            task=t.task,
-            **t.recipe.probe_params(),
-        )
+        split = (X[t.rows], t.y, t.kind, t.train, t.test, r.probe, r.seed + t.fold)
+        s = fold_score(*split, task=t.task, **r.probe_params())
     return {t.task: [(t.fold, float(s))]}
 
 
@@ -439,8 +398,7 @@ def merge(a: dict, b: dict) -> dict:
 
 
 def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> list[FoldTask]:
-    """One FoldTask per (task, split), or per task for a task-level probe (svm); raises for a task
-    too small to split. `url` None: the matrix comes beside each task."""
+    """One FoldTask per (task, split), or per task for the svm; `url` None: the matrix beside."""
     srows = stats_rows(aligned, recipe)
     out = []
     for task, rows, y in aligned:
@@ -465,8 +423,7 @@ def task_scores(total: dict[str, list]) -> dict[str, list[float]]:
 
 
 def finish_scores(scores: dict[str, list[float]], recipe: ProbeRecipe) -> dict[str, Any]:
-    """NeuCo-Bench's summary with the challenge's rule applied: a task where more than
-    max_nan_fraction of the probes failed (no finite score) has Q NaN, and so has the run."""
+    """NeuCo-Bench's summary with the challenge's rule: too many failed probes make Q NaN."""
     summary = summarize(scores, recipe.max_nan_fraction)
     for t in summary["tasks_failing_nan_rule"]:
         summary["task_q_scores"][t] = math.nan
@@ -491,25 +448,27 @@ def run_probes(
     client=None,
     progress: bool = True,
 ) -> dict[str, list[float]]:
-    """k probes per task in this process (`client` must be None: on a cluster, `cryocube probe`
-    hands the run to the engine, whose scheduler scores it as it scores every run)."""
+    """k probes per task in this process; on a cluster the engine's scheduler scores probe runs."""
     if client is not None:
         raise TypeError(
             "run_probes scores in this process; on a cluster the engine scores probe runs"
         )
-    aligned, Xs, digest = standardized_matrix(X, ids, tasks, recipe)
+    return task_scores(score_here(*standardized_matrix(X, ids, tasks, recipe), recipe, progress))
+
+
+def score_here(aligned, Xs: np.ndarray, digest: str, recipe: ProbeRecipe, progress: bool) -> dict:
+    """Every fold task of a standardised matrix in this process -> the reduced total."""
     folds = fold_tasks(aligned, recipe, None, digest)
     total: dict = {}
     with progress_bar(f"probe ({recipe.probe})", len(folds), progress) as bar:
         for f in folds:
             total = merge(total, probe_fold(f, Xs))
             bar.advance(1)
-    return task_scores(total)
+    return total
 
 
 def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
-    """Embeddings scored against a cube's tasks must come from that cube: ids alone match across
-    cubes converted from other raw data or options (checked by the checksum `embed` recorded)."""
+    """Embeddings scored on a cube's tasks come from that cube (its checksum): ids alone match."""
     made = (prov.get("cube") or {}).get("checksum")
     have = cube_info(cube_url).checksum
     if made and made != have:
@@ -521,9 +480,8 @@ def same_cube(embeddings: str, prov: dict, cube_url: str) -> None:
 
 
 def read_embedding_input(path: str, dim: int | None) -> tuple[list[str], np.ndarray, dict]:
-    """A submission CSV or an embedding store -> (ids, X, provenance). A CSV's values must all be
-    finite numbers (NeuCo-Bench reads text, NaN and empty cells as 0), with a `dim` its column count
-    too; `embed`'s CSVs carry their provenance in a sidecar JSON."""
+    """A submission CSV (values all finite, NeuCo-Bench reads others as 0) or an embedding store ->
+    (ids, X, provenance)."""
     if path.rstrip("/").endswith(".csv"):
         ids, X, notes = read_submission(path, None, dim, strict=dim is not None, strict_values=True)
         prov = {"source": path, **read_sidecar(path), "format": "csv"}
@@ -550,28 +508,18 @@ def differences(recipe: ProbeRecipe, tasks: Sequence[Task] = ()) -> list[str]:
         f" {recipe.max_nan_fraction:.0%} failed probes make a task's Q NaN (NeuCo-Bench"
         " averages what it has)",
     ]
-    if recipe.probe not in ("linear", "svm"):
-        out.append(
-            f"probe {recipe.probe} is not NeuCo-Bench's (its probes: linear; svm with a Bayesian"
-            " search)"
-        )
-    if recipe.fold_order == "id":
-        out.append(
-            f"fold order id: {FOLD_ORDER['id']} (NeuCo-Bench: the label file's order;"
-            " fold_order=file)"
-        )
-    if recipe.test_size != 0.1 or recipe.split_seed != 42:
-        out.append(
-            f"splits: test_size {recipe.test_size:g}, seed {recipe.split_seed} (NeuCo-Bench:"
-            " 0.1, 42)"
-        )
-    ovr = sorted(t.name for t in tasks if t.name.endswith("_vs_rest__cls"))
-    if ovr:
-        out.append(
-            f"multi-class targets probed as one-vs-rest binary tasks ({', '.join(ovr)}):"
-            " NeuCo-Bench has binary classification only"
-        )
-    return out
+    ovr = ", ".join(sorted(t.name for t in tasks if t.name.endswith("_vs_rest__cls")))
+    where = {  # the differences a setting makes: text -> whether this run has it
+        f"probe {recipe.probe} is not NeuCo-Bench's (its probes: linear; svm with a Bayesian"
+        " search)": recipe.probe not in ("linear", "svm"),
+        f"fold order id: {FOLD_ORDER['id']} (NeuCo-Bench: the label file's order;"
+        " fold_order=file)": recipe.fold_order == "id",
+        f"splits: test_size {recipe.test_size:g}, seed {recipe.split_seed} (NeuCo-Bench:"
+        " 0.1, 42)": recipe.test_size != 0.1 or recipe.split_seed != 42,
+        f"multi-class targets probed as one-vs-rest binary tasks ({ovr}):"
+        " NeuCo-Bench has binary classification only": bool(ovr),
+    }
+    return out + [text for text, applies in where.items() if applies]
 
 
 @dataclass
@@ -587,8 +535,7 @@ class ProbeInputs:
 def load_probe_inputs(
     embeddings: str, recipe: ProbeRecipe, labels: str | None = None, tasks_from: str | None = None
 ) -> ProbeInputs:
-    """Read the vectors and the tasks strictly and check them against the protocol: every user error
-    here, in one sentence, before a cluster starts or a probe runs."""
+    """The vectors and tasks read strictly and checked: every user error before a cluster."""
     if (labels is None) == (tasks_from is None):
         raise ProbeError("probe needs exactly one of --labels DIR and --tasks-from CUBE")
     tasks = tasks_from_labels(labels) if labels else tasks_from_cube(tasks_from)
@@ -598,10 +545,3 @@ def load_probe_inputs(
         same_cube(embeddings, prov, tasks_from)
     align(ids, tasks, recipe.fold_order)  # every labelled id has a vector
     return ProbeInputs(ids, X, prov, tasks)
-
-
-def probe_inputs(
-    embeddings: str, labels: str | None, tasks_from: str | None
-) -> list[tuple[str, str | None]]:
-    """What `probe` reads, for the output contract (its --out must be none of them nor hold one)."""
-    return [("EMBEDDINGS", embeddings), ("--labels", labels), ("--tasks-from", tasks_from)]

@@ -1,9 +1,5 @@
-"""Cheap probes that score frozen embeddings on one scalar task, one train/test split at a time.
-
-Each probe is `fit_score(Xtr, ytr, Xte, yte, kind, *, seed, **params) -> float` and returns the
-split's metric (binary F1 for "cls", R² for "regr"). A split is self-contained and seeded by its
-own argument, so a fold gives the same score in this process or on any Dask worker.
-"""
+"""Cheap probes that score frozen embeddings on one scalar task: `fit_score(Xtr, ytr, Xte, yte,
+kind, *, seed, **params) -> float`, seeded by its argument so a fold scores alike on any worker."""
 
 from __future__ import annotations
 
@@ -20,9 +16,6 @@ from cryocube.families.embedding.neuco import NeuCoError, scale_labels, shuffle_
 KINDS = ("cls", "regr")
 
 
-# --- metrics -------------------------------------------------------------------------------------
-
-
 def binary_f1(preds: np.ndarray, target: np.ndarray, threshold: float = 0.5) -> float:
     """torchmetrics' BinaryF1Score: sigmoid if any value is outside [0,1], then `> threshold`."""
     p = np.asarray(preds, dtype=np.float64).ravel()
@@ -31,11 +24,8 @@ def binary_f1(preds: np.ndarray, target: np.ndarray, threshold: float = 0.5) -> 
         with np.errstate(over="ignore"):
             p = 1.0 / (1.0 + np.exp(-p))
     hard = p > threshold
-    tp = int(np.sum(hard & t))
-    fp = int(np.sum(hard & ~t))
-    fn = int(np.sum(~hard & t))
-    denom = 2 * tp + fp + fn
-    return 2 * tp / denom if denom else 0.0
+    denom = int(np.sum(hard)) + int(np.sum(t))  # 2 TP + FP + FN
+    return 2 * int(np.sum(hard & t)) / denom if denom else 0.0
 
 
 # torchmetrics' R2Score: a residual or total sum of squares within 1e-4 of zero counts as zero
@@ -43,10 +33,8 @@ R2_ATOL = 1e-4
 
 
 def r2(preds: np.ndarray, target: np.ndarray) -> float:
-    """R² as torchmetrics' R2Score (NeuCo-Bench's metric) computes it, sums in float32: 1 - RSS /
-    TSS, but 1.0 when RSS ~ 0 and 0.0 when only TSS ~ 0 (a test fold whose targets are all equal is
-    scored, not failed); NaN for fewer than two rows (torchmetrics refuses them; `check_tasks`
-    refuses such splits first)."""
+    """torchmetrics' R2Score (NeuCo-Bench's metric), float32 sums: 1.0 when RSS ~ 0, 0.0 when only
+    TSS ~ 0 (equal targets are scored, not failed), NaN below two rows."""
     p = torch.as_tensor(np.asarray(preds, dtype=np.float32).ravel())
     t = torch.as_tensor(np.asarray(target, dtype=np.float32).ravel())
     if t.numel() < 2:
@@ -61,19 +49,15 @@ def r2(preds: np.ndarray, target: np.ndarray) -> float:
     return 1.0 - rss / tss
 
 
-def _check_kind(kind: str) -> None:
-    """Refuse a task kind other than "cls" or "regr"."""
+def _check_kind(kind: str, task: str = "task") -> None:
     if kind not in KINDS:
-        raise ProbeError(f"task kind {kind!r} is neither 'cls' nor 'regr'.")
+        raise ProbeError(f"task {task!r} has kind {kind!r}; expected 'cls' or 'regr'.")
 
 
 def metric(preds: np.ndarray, target: np.ndarray, kind: str) -> float:
-    """The task kind's metric: binary F1 for "cls", R² for "regr"."""
+    """Binary F1 for "cls", R² for "regr"."""
     _check_kind(kind)
     return binary_f1(preds, target) if kind == "cls" else r2(preds, target)
-
-
-# --- probes --------------------------------------------------------------------------------------
 
 
 def linear_probe(
@@ -167,8 +151,7 @@ def linear_svm_probe(
     max_iter: int = 10_000,
     loss: str = "squared_epsilon_insensitive",
 ) -> float:
-    """scikit-learn LinearSVC (cls, hard predictions -> F1) or LinearSVR (regr -> R²) at a fixed C,
-    not NeuCo-Bench's SVM probe; the squared loss lets liblinear solve the primal quickly."""
+    """LinearSVC/SVR at a fixed C (not NeuCo-Bench's); the squared loss lets liblinear go fast."""
     from sklearn.svm import LinearSVC, LinearSVR
 
     ytr = np.asarray(ytr, dtype=np.float64).ravel()
@@ -204,10 +187,8 @@ def svm_search(
     n_initial_points: int = 5,
     base_estimator: str = "RF",
 ) -> list[float]:
-    """NeuCo-Bench's SVM probe for one task (its `SVMHPOptimizer`): ONE scikit-optimize
-    BayesSearchCV over a polynomial SVC (cls, labels -1/1, accuracy steers) or SVR (regr, negative
-    MSE steers), the task's k splits as its cv; a split scores the best test F1 or R² any setting
-    reached."""
+    """NeuCo-Bench's SVM probe for one task (its `SVMHPOptimizer`, docs/embeddings.md): one
+    BayesSearchCV over the task's k splits; a split scores the best test metric reached."""
     _check_kind(kind)
     try:
         from skopt import BayesSearchCV
@@ -253,12 +234,12 @@ def svm_search(
     return [float(max(opt.cv_results_[f"split{f}_test_metric"])) for f in range(len(splits))]
 
 
-# the search's settings a recipe may give (`probe.py`), at NeuCo-Bench's values
-SVM_DEFAULTS = {
-    n: p.default
-    for n, p in inspect.signature(svm_search).parameters.items()
-    if p.kind is p.KEYWORD_ONLY and n != "seed"
-}
+def keywords(fn: Callable) -> dict[str, object]:
+    """A probe's own fields (what a recipe may set) with their defaults: keywords but the seed."""
+    params = inspect.signature(fn).parameters.items()
+    return {n: p.default for n, p in params if p.kind is p.KEYWORD_ONLY and n != "seed"}
+
+
 ProbeFn = Callable[..., float]
 PROBES: dict[str, ProbeFn] = {
     "linear": linear_probe,
@@ -269,15 +250,11 @@ PROBES: dict[str, ProbeFn] = {
 TASK_PROBES: dict[str, Callable[..., list[float]]] = {"svm": svm_search}
 
 
-# --- the protocol for one task -------------------------------------------------------------------
-
-
 def _prepare(
     X: np.ndarray, y: np.ndarray, kind: str, probe: str, task: str
 ) -> tuple[np.ndarray, np.ndarray, ProbeFn]:
     """Check one task's inputs and return (X float32, labels scaled to [0,1], probe function)."""
-    if kind not in KINDS:
-        raise ProbeError(f"task {task!r} has kind {kind!r}; expected 'cls' or 'regr'.")
+    _check_kind(kind, task)
     fn = PROBES.get(probe)
     if fn is None:
         raise ProbeError(
@@ -299,13 +276,11 @@ def check_labels(y: np.ndarray, kind: str, task: str) -> np.ndarray:
     if n_nan:
         raise ProbeError(f"task {task!r} has {n_nan} empty labels; drop those rows before probing.")
     ys = scale_labels(y)
-    if kind == "cls":
-        extra = np.setdiff1d(np.unique(ys), [0.0, 1.0])
-        if extra.size:
-            raise ProbeError(
-                f"classification task {task!r} has {np.unique(y).size} distinct labels; binary F1"
-                " needs two."
-            )
+    if kind == "cls" and np.setdiff1d(np.unique(ys), [0.0, 1.0]).size:
+        raise ProbeError(
+            f"classification task {task!r} has {np.unique(y).size} distinct labels; binary F1"
+            " needs two."
+        )
     return ys
 
 
@@ -346,7 +321,7 @@ def probe_task_scores(
         splits = shuffle_splits(len(ys), k, test_size=test_size, seed=seed)
     except NeuCoError as e:
         raise ProbeError(f"task {task!r}: {e}") from None
-    out = []
-    for fold, (tr, te) in enumerate(splits):
-        out.append(float(fn(X[tr], ys[tr], X[te], ys[te], kind, seed=seed + fold, **params)))
-    return out
+    return [
+        float(fn(X[tr], ys[tr], X[te], ys[te], kind, seed=seed + f, **params))
+        for f, (tr, te) in enumerate(splits)
+    ]

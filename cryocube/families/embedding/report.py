@@ -1,7 +1,5 @@
-"""Embedding runs in the report: the NeuCo-Bench leaderboard per dataset (runs with a NaN Q dropped,
-tasks ranked by -Q, ranks weighted by each task's spread of Q across runs) and, per model, probe Q
-next to segmentation mIoU with their Spearman rank correlation: does the cheap probe predict the
-expensive ranking?"""
+"""Embedding runs in the report: NeuCo-Bench's leaderboard per dataset and, per model, probe Q next
+to segmentation mIoU (Spearman): does the cheap probe predict the expensive ranking?"""
 
 from __future__ import annotations
 
@@ -109,8 +107,7 @@ def _leaderboard(ds: str, label_set: str, runs: list[Run], sets: int) -> Table:
 
 
 def leaderboard_tables(res: Results) -> list[Table]:
-    """One NeuCo-Bench leaderboard per dataset and label set (runs scored on other labels are never
-    ranked together, whatever their dataset is called); rows are (model id, recipe)."""
+    """One NeuCo-Bench leaderboard per dataset and label set (never pooling other labels' runs)."""
     by_ds: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in res.of("embedding"):
         by_ds[(r.dataset, str(r.record.get("label_set") or ""))].append(r)
@@ -144,8 +141,8 @@ def _paired(emb: list[Run], seg: list[Run]) -> tuple[dict, dict, dict, set]:
 def probe_vs_segmentation(
     res: Results, protocol: str = "frozen"
 ) -> tuple[Table, list[tuple[str, float, float]]] | None:
-    """Per model: probe Q and segmentation mIoU (the same dataset where both ran, else each averaged
-    over its datasets), and the rank correlation between them."""
+    """Per model: probe Q and segmentation mIoU (on shared datasets, else means) and their rank
+    correlation."""
     seg = [r for r in res.runs if r.protocol == protocol and math.isclose(r.fraction, 1.0)]
     if not res.of("embedding") or not seg:
         return None

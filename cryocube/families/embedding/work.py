@@ -1,12 +1,5 @@
-"""The two kinds of probe run the embedding family takes through the engine's stages.
-
-`CubeProbe` (`evaluate --protocol probe`): a model's embeddings of a cube, made in `prepare`, probed
-on the cube's tasks. `MatrixProbe` (`cryocube probe`, planned by `probe_run`): vectors made
-elsewhere (a submission CSV or an embedding store), placed on the workers once in `prepare` and
-probed on the given tasks. Both score one Dask task per (task, split) and write NeuCo-Bench's result
-files into the run's folder. `probe_embeddings` scores a `MatrixProbe` in this process, for library
-use without a cluster.
-"""
+"""The embedding family's two kinds of run: `CubeProbe` (`evaluate --protocol probe`) embeds a cube
+in `prepare`, `MatrixProbe` (`cryocube probe`) scatters vectors made elsewhere to the workers."""
 
 from __future__ import annotations
 
@@ -32,8 +25,7 @@ from .probe import (
     fold_tasks,
     load_probe_inputs,
     probe_fold,
-    probe_inputs,
-    run_probes,
+    score_here,
     standardized_matrix,
     task_scores,
     tasks_digest,
@@ -60,12 +52,8 @@ class CubeProbe:
         """Fold tasks that read the store on the workers (once per worker, cached by its sha256)."""
         ids, _, _, attrs = load_embeddings(self.url)
         digest = str(attrs.get("embedding_sha256", ""))[:16]
-        return [
-            (probe_fold, t)
-            for t in fold_tasks(
-                align(ids, self.tasks, self.probe.fold_order), self.probe, self.url, digest
-            )
-        ]
+        aligned = align(ids, self.tasks, self.probe.fold_order)
+        return [(probe_fold, t) for t in fold_tasks(aligned, self.probe, self.url, digest)]
 
     def results(self, run) -> tuple[str, dict]:
         """(the run's folder, the meta of its results_summary.json)."""
@@ -107,10 +95,8 @@ class MatrixProbe:
 
     def folds(self) -> list:
         """Fold tasks taking the scattered matrix (`probe_fold_on`): vectors made elsewhere."""
-        return [
-            (probe_fold_on, (f, self.matrix))
-            for f in fold_tasks(self.aligned, self.probe, None, self.digest)
-        ]
+        folds = fold_tasks(self.aligned, self.probe, None, self.digest)
+        return [(probe_fold_on, (f, self.matrix)) for f in folds]
 
     def results(self, run) -> tuple[str, dict]:
         """A folder per run under `out`: a second probe never overwrites files a record names."""
@@ -148,29 +134,21 @@ def finish_fields(run, total: dict, prepared: dict) -> dict:
     }
 
 
-def matrix_probe(inputs, recipe, out: str, embeddings: str) -> MatrixProbe:
-    """The standardised matrix and its folds' rows; a task too small to split is refused here."""
-    aligned, Xs, digest = standardized_matrix(inputs.X, inputs.ids, inputs.tasks, recipe)
-    fold_tasks(aligned, recipe, None, digest)
-    return MatrixProbe(Xs, digest, aligned, recipe, out, embeddings)
-
-
-def probe_run(
-    embeddings: str,
-    out: str,
-    recipe,
-    inputs,
-    labels: str | None = None,
-    tasks_from: str | None = None,
-):
-    """`cryocube probe`'s one run, for the engine: its id hashes the vectors, tasks and recipe."""
+def probe_run(embeddings: str, out: str, recipe, labels: str | None, tasks_from: str | None):
+    """`cryocube probe`'s one run: `out` claimed and every input checked before any cluster; its id
+    hashes the vectors, tasks and recipe."""
     from .. import get
     from ..base import Resolved, RunSpec
 
+    reads = [("EMBEDDINGS", embeddings), ("--labels", labels), ("--tasks-from", tasks_from)]
+    outputs.claim(out, "results", "probe", inputs=reads, write_marker=False)  # marked once checked
+    inputs = load_probe_inputs(embeddings, recipe, labels, tasks_from)
     X, prov, tasks = inputs.X, inputs.prov, inputs.tasks
     digest = sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()
     source = prov.get("source", embeddings)
-    work = matrix_probe(inputs, recipe, out, embeddings)
+    aligned, Xs, key = standardized_matrix(X, inputs.ids, tasks, recipe)
+    fold_tasks(aligned, recipe, None, key)  # a task too small to split is refused here
+    work = MatrixProbe(Xs, key, aligned, recipe, out, embeddings)
     label_set = tasks_digest(tasks)
     cube = prov.get("cube") or {}
     folder = tasks_from.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zarr") if tasks_from else None
@@ -208,6 +186,7 @@ def probe_run(
     spec = RunSpec(
         source.rstrip("/").rsplit("/", 1)[-1], tasks_from or labels or "", "probe", seed=recipe.seed
     )
+    outputs.mark(out, "results", "probe")
     return get("embedding").planned(spec, resolved, seed=None)
 
 
@@ -218,18 +197,11 @@ def probe_embeddings(
     labels: str | None = None,
     tasks_from: str | None = None,
     progress: bool = True,
-    inputs=None,
 ):
-    """Score one embedding matrix in this process: NeuCo-Bench's result files into `out`, a run
-    record into `out`/results.jsonl, every input checked first (`inputs`: read already). `cryocube
-    probe` hands the same run (`probe_run`) to the engine."""
-    reads = probe_inputs(embeddings, labels, tasks_from)
-    outputs.claim(out, "results", "probe", inputs=reads, write_marker=False)
-    inputs = inputs or load_probe_inputs(embeddings, recipe, labels, tasks_from)
-    run = probe_run(embeddings, out, recipe, inputs, labels, tasks_from)
-    outputs.mark(out, "results", "probe")
-    scores = run_probes(inputs.X, inputs.ids, inputs.tasks, recipe, progress=progress)
-    total = {t: list(enumerate(v)) for t, v in scores.items()}
+    """`cryocube probe`'s run scored in this process (library use): results and record in `out`."""
+    run = probe_run(embeddings, out, recipe, labels, tasks_from)
+    w = run.work
+    total = score_here(w.aligned, w.X, w.digest, recipe, progress)
     rec = write_record(
         out, run.record.merged(finish_fields(run, total, {}) | {"status": "ok", "error": None})
     )
