@@ -34,8 +34,9 @@ from ..families.encoders import (
     match_cube_bands,
     window_offsets,
 )
+from ..fetch import file_digest
 from ..models import model_spec
-from ..models.weights import resolve_weights, sha256_file
+from ..models.weights import resolve_weights
 from ..precision import autocast, resolve, this_device
 from ..progress import gather, progress_bar
 from ..recipe import BaseRecipe
@@ -475,7 +476,7 @@ def write_sidecar(csv: str, attrs: dict) -> str:
     """`<csv>.json`: what made the CSV, with its sha256 so an edited CSV is never credited to it."""
     out = f"{csv}.json"
     doc = {k: attrs.get(k) for k in SIDECAR_KEYS} | {
-        "csv_sha256": sha256_file(csv),
+        "csv_sha256": file_digest(csv),
         "cryocube": __version__,
     }
     _store.write_atomic(out, json.dumps(doc, indent=1, sort_keys=True, default=str))
@@ -493,7 +494,7 @@ def read_sidecar(csv: str) -> dict:
     except (OSError, ValueError) as e:
         why = f"{path}: unreadable provenance ({e}); {csv} is treated as vectors made elsewhere"
     else:
-        if doc.get("csv_sha256") == sha256_file(csv):
+        if doc.get("csv_sha256") == file_digest(csv):
             return {k: v for k, v in doc.items() if k in SIDECAR_KEYS and v is not None}
         why = f"{csv} changed since `cryocube embed` wrote it, so its provenance in {path} is not"
         why += " used"
