@@ -30,8 +30,7 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        """The run as progress lines, logs and errors name it: model/cube/protocol@fraction/seedN,
-        then its overrides."""
+        """How progress lines, logs and errors name the run: model/cube/protocol@fraction/seedN."""
         f = "" if self.fraction is None else f"@{self.fraction:g}"
         o = "".join(f",{k}={v}" for k, v in self.overrides)
         cube = self.cube.rstrip("/").rsplit("/", 1)[-1]
@@ -51,8 +50,7 @@ class PlanContext:
     threads: int | None = None
 
     def run_threads(self, requested: int | None) -> int:
-        """A run's torch threads, fixed at planning: its recipe's, else the cluster's configured
-        threads per worker (never the load, so a rerun computes in the same order)."""
+        """Its recipe's, else the workers' configured threads (never the load: reruns repeat)."""
         from ..cluster.runtime import configured_threads
 
         return int(requested or self.threads or configured_threads())
@@ -85,8 +83,7 @@ class PlannedRun:
 
 @dataclass
 class Resolved:
-    """What a family's `resolve` fixes of one run, its own part only: `Family.plan` adds the family,
-    seed, threads and identity version, hashes them into the run id and starts the record."""
+    """What a family's `resolve` fixes of one run, its own part (`Family.planned` adds the rest)."""
 
     identity: dict[str, Any]  # the family's identity fields
     model_name: str
@@ -107,8 +104,7 @@ Task = tuple[Callable, Any]  # (a function the workers run, its one argument)
 
 
 class Family(ABC):
-    """Base of the evaluation families (see the module docstring for the order of the hooks); a
-    family implements plan, fit, score, reduce and finish."""
+    """Base of the evaluation families (the module docstring gives the order of the hooks)."""
 
     name: ClassVar[str]
     primary_metric: ClassVar[str]
@@ -128,9 +124,7 @@ class Family(ABC):
     warm_modules: ClassVar[tuple[str, ...]] = ()
 
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
-        """The template every run is planned by. `recipe` is this family's own (`recipe.of(name)`):
-        the run's overrides go over it and its torch threads are fixed (a rerun computes in the same
-        order); the family's `resolve` fixes the rest, `planned` hashes and records it."""
+        """The template every run is planned by: overrides, threads, `resolve`, `planned`."""
         recipe = self.with_overrides(spec, recipe)
         recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))
         r = self.resolve(spec, cube, recipe, ctx)
@@ -146,14 +140,12 @@ class Family(ABC):
 
     @abstractmethod
     def resolve(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> Resolved:
-        """Checks the run and fixes what is this family's own (`recipe`: the run's, threads fixed);
-        a user error is raised here, before any work."""
+        """Checks the run and fixes this family's part; user errors are raised here, before work."""
 
     def planned(
         self, spec: RunSpec, r: Resolved, *, seed: int | None, threads: int | None = None
     ) -> PlannedRun:
-        """The identity (family, the family's fields, seed, the threads where they change the bits,
-        `identity_version`), its hash as the run id, the record started, the planned run."""
+        """The identity (with seed, threads, `identity_version`), its hash as run id, the record."""
         identity = {
             "family": self.name,
             **r.identity,
@@ -179,8 +171,7 @@ class Family(ABC):
         )
 
     def base_record(self, spec: RunSpec, r: Resolved, run_id: str, identity: dict) -> RunRecord:
-        """The one way a run record starts: the fields every family's records share, typed, then
-        the family's own; the scheduler completes it with status and metrics."""
+        """The one way a run record starts (the scheduler completes it with status and metrics)."""
         info = None if isinstance(r.cube, dict) else r.cube  # a CubeInfo, its record, or None
         cube = r.cube or None
         if info is not None:
@@ -213,8 +204,7 @@ class Family(ABC):
 
     @abstractmethod
     def fit(self, group: list[PlannedRun]) -> Task:
-        """One task fitting the whole group; its result is a list in the group's order, one fitted
-        dict per run, or {"failed": ...} for a run that failed alone."""
+        """One task fitting the group: a fitted dict per run ({"failed": ...} for a failed one)."""
 
     @abstractmethod
     def score(self, run: PlannedRun, fitted: dict) -> list[Task]:
@@ -223,23 +213,18 @@ class Family(ABC):
     @staticmethod
     @abstractmethod
     def reduce(a, b):
-        """Combines two partial results on a worker; pairs are joined in a tree (log depth), so it
-        must be associative."""
+        """Combines two partial results on a worker; associative (pairs are joined in a tree)."""
 
     @abstractmethod
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        """The run's metrics and record fields from the reduced total (`primary_metric` among them
-        names the one shown); raising records the run as failed."""
+        """The run's metrics and record fields from the reduced total; raising fails the run."""
 
     def report_key(self, record: RunRecord) -> tuple:
-        """What keeps two of this family's records apart in a report beyond their model, dataset,
-        protocol, fraction, seed and identity (an older record may lack the identity): none."""
+        """What keeps two of this family's records apart in a report beyond the shared key: none."""
         return ()
 
     def report_sections(self, page, results) -> None:
-        """Add this family's sections to a report (`page`: pages/build.py's writer; its ok runs:
-        `results.of(self.name)`); by default one board per cube from its runs' `metrics.cells`. A
-        family whose primary metric is mIoU is ranked on the protocol leaderboards."""
+        """This family's report sections: by default one board per cube from `metrics.cells`."""
         from ..report.board import about, cells_table, cubes
 
         runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
@@ -263,11 +248,10 @@ def fit_nothing(group: list) -> list[dict]:
 
 
 class FittedInScore(Family):
-    """A family whose runs share no fit (probes, linear heads, VLM answers): each run's work is its
-    score tasks, started after one no-op fit task per group."""
+    """A family whose runs share no fit (probes, heads, VLM answers): its work is in score tasks."""
 
     def fit(self, group: list[PlannedRun]):
-        """The no-op fit (fit_nothing) over the group."""
+        """The no-op fit over the group."""
         return fit_nothing, group
 
 
@@ -284,8 +268,7 @@ def derive_seed(*parts: Any) -> int:
 
 @dataclass
 class EngineRuns:
-    """What a family's command hands the engine to schedule: runs it planned (every check done),
-    where they write, and how the command shows their records (its exit code)."""
+    """What a family's command hands the engine: its runs, their folder, how to show them."""
 
     runs: list[PlannedRun]
     out: str

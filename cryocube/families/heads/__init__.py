@@ -1,6 +1,5 @@
 """The heads family: encoders answer the question tasks whose answer is a class, a number, a
-fraction or a box, on the VLMs' test questions with their metrics and intervals (docs/vlm.md).
-"""
+fraction or a box, on the VLMs' test questions with their metrics and intervals (docs/vlm.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ class Heads(FittedInScore):
     threads_in_identity = False  # the embedding's key holds them
 
     def resolve(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> Resolved:
-        """Refuses the baseline embeddings (chance is on every board) and cubes with no answerable
-        task or test reference; runs share the embedding family's pooled features (prep_key)."""
+        """Refuses baselines and cubes with no answerable task; runs share pooled features."""
         protocol_spec(spec.protocol)
         if spec.model in BASELINES:
             raise UserError(
@@ -117,8 +115,7 @@ class Heads(FittedInScore):
         """None of its own: its cells are rows of the vqa family's boards, beside VLMs, chance."""
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        """Board cells of the answers, scored as VLM answers are, beside the chance baseline;
-        `answered` is the percentage of test questions answered."""
+        """Board cells of the answers, scored as VLM answers are, beside the chance baseline."""
         w = run.work
         rows = total["rows"]
         box_how = "box head (linear on pooled features)"
@@ -149,9 +146,7 @@ class Heads(FittedInScore):
 
 
 def _asked(spec: RunSpec, cube, recipe: HeadsRecipe):
-    """(the tasks selected, those a head answers, their questions, the tasks left out, the board
-    split, ids, its record); refuses a selection no head answers and a test split with no
-    reference."""
+    """(tasks selected, answered, questions, left out, split, ids, split record), checked."""
     every = select(recipe.task_names or None, cube.kind, cube.dataset)
     tasks = [t for t in every if answerable(t)]
     if not tasks:

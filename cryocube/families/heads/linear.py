@@ -115,24 +115,16 @@ def answer_heads(job: HeadsJob) -> dict:
             continue
 
         def xy(qq):
-            x = X[[pos[job.ids[q.sample]] for q in qq]] if qq else np.zeros((0, X.shape[1]))
             y = [target_of(t, q) for q in qq]
-            return x, (
-                np.asarray(y, dtype=object if t.answer == "class" else np.float64)
-                if qq
-                else np.zeros(0)
-            )
+            dtype = object if t.answer == "class" else np.float64
+            return X[[pos[job.ids[q.sample]] for q in qq]], np.asarray(y, dtype=dtype)
 
         predict, chosen[key] = fit_head(t, *xy(part["train"]), *xy(part["val"]))
         test = [q for q in qs if job.split[q.sample] == "test"]
         if test:
+            typed = {"box": lambda p: tuple(map(float, p)), "class": str}.get(t.answer, float)
             pred = predict(X[[pos[job.ids[q.sample]] for q in test]])
-            for q, p in zip(test, pred):
-                answers[(q.sample, name, subject)] = (
-                    tuple(float(c) for c in p)
-                    if t.answer == "box"
-                    else (str(p) if t.answer == "class" else float(p))
-                )
+            answers |= {(q.sample, name, subject): typed(p) for q, p in zip(test, pred)}
     test_qs = [q for q in job.questions if job.split[q.sample] == "test"]
     rows = scored_rows(test_qs, tasks, lambda q: answers.get((q.sample, q.task, q.subject)))
     return {"rows": rows, "heads": chosen}

@@ -1,12 +1,5 @@
 """Frozen-encoder feature cache: encoder outputs computed once per (model, cube, band rule, window
-set, precision), reused by every epoch, validation and seed.
-
-Training items: `crops_per_sample` random crops per train sample, fixed by its position in the split
-(epoch e uses crop e mod K; the reference draws a fresh crop per epoch); validation/test items: each
-tile's sliding windows. A `held` flag per sample, set once its items are written, lets a few-shot
-run extract its draw only and an interrupted one resume; the split's completion marker follows once
-all are held. Unwritten or lost chunks read as NaN features / label -2: `FeatureSplit` refuses them.
-"""
+set, precision), reused by every epoch, validation and seed (its items: docs/segmentation.md)."""
 
 from __future__ import annotations
 
@@ -31,8 +24,7 @@ MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never writte
 
 
 def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes) -> dict:
-    """Create (or reopen) one split's arrays for all of the split's `samples`; returns what the
-    extraction needs: items per sample and which samples are held already."""
+    """Creates or reopens a split's arrays; returns its items per sample and held samples."""
     g = _store.open_group(cache.url, "a")
     if split in g and COMPLETE in g[split].attrs:
         return {
@@ -55,16 +47,10 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
         sg = g.create_group(split)
         sg.create_array("sample", data=np.repeat(samples.astype(np.int64), per))
         sg.create_array("offset", data=offsets)
-        arrays = {
-            f"f{i}": (tuple(shape), cache.feature_dtype, float("nan"))
-            for i, shape in enumerate(feature_shapes)
-        }
-        for name, (shape, dtype, fill) in (
-            arrays | {"label": ((S, S), "int16", MISSING_LABEL)}
-        ).items():
-            sg.create_array(
-                name, shape=(n_items, *shape), chunks=(1, *shape), dtype=dtype, fill_value=fill
-            )
+        arrays = [(f"f{i}", s, cache.feature_dtype, np.nan) for i, s in enumerate(feature_shapes)]
+        for name, shape, dtype, fill in [*arrays, ("label", (S, S), "int16", MISSING_LABEL)]:
+            full, chunks = (n_items, *shape), (1, *shape)
+            sg.create_array(name, shape=full, chunks=chunks, dtype=dtype, fill_value=fill)
         # one chunk per sample: tasks writing different samples never share a flag's chunk
         sg.create_array(
             "held", shape=(max(samples.size, 1),), chunks=(1,), dtype="uint8", fill_value=0
@@ -91,9 +77,7 @@ def extraction_tasks(
     batch: int | None,
     threads: int | None = None,
 ) -> list[ExtractTask]:
-    """Tasks of up to `block_samples` samples over the positions in `needed` (positions in the
-    split's `samples`) that `create_split`'s plan does not list as held: a few-shot run extracts
-    its draw, a resumed or later run only what was lost or never drawn."""
+    """Tasks of up to `block_samples` samples for the `needed` positions the split lacks."""
     if plan["complete"]:
         return []
     todo = np.asarray(needed, dtype=np.int64)
@@ -110,26 +94,10 @@ def _items(positions: np.ndarray, per: int) -> np.ndarray:
 
 
 def _selection(items: np.ndarray):
-    """A slice when the items are one contiguous range (one zarr request per chunk either way,
-    but no orthogonal indexing), else the index array."""
+    """A slice for one contiguous range (a cheaper indexer), else the index array."""
     if items.size and items[-1] - items[0] + 1 == items.size:
         return slice(int(items[0]), int(items[-1]) + 1)
     return items
-
-
-def _write(array, items: np.ndarray, data: np.ndarray) -> None:
-    sel = _selection(items)
-    if isinstance(sel, slice):
-        array[sel] = data
-    else:
-        array.set_orthogonal_selection((sel,), data)
-
-
-def _read(array, items: np.ndarray) -> np.ndarray:
-    sel = _selection(items)
-    return np.asarray(
-        array[sel] if isinstance(sel, slice) else array.get_orthogonal_selection((sel,))
-    )
 
 
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
@@ -169,14 +137,12 @@ def _windows_threaded(
 
 
 def read_threads(device: str, threads: int) -> int:
-    """Reader threads of an extraction: on a GPU the host's cores are free to read; on a CPU they
-    run the encoder."""
+    """Reader threads: a GPU leaves the host's cores free to read, a CPU runs the encoder."""
     return max(1, min(8, threads)) if device.startswith("cuda") else 1
 
 
 def _chunks(task: ExtractTask, offsets: np.ndarray, chunk: int, readers: int, ph: dict):
-    """(first sample, windows, labels, bytes read) of each chunk of the block, the next read on a
-    second thread while the caller encodes this one."""
+    """(first sample, windows, labels, bytes) per chunk, the next one read meanwhile."""
     per, n = task.per, task.samples.size
 
     def read(s0: int):
@@ -218,14 +184,14 @@ def _encode(enc, task: ExtractTask, x: torch.Tensor, batch: int, device: str, s0
 
 @task_boundary
 def extract_block(task: ExtractTask) -> dict[str, Any]:
-    """Run the frozen encoder over one block of samples and write their items' features; the next
-    chunk is read while the encoder runs, and on GPU batches go through pinned memory."""
+    """Encodes one block of samples (the next chunk read meanwhile) and writes features."""
     t0 = time.perf_counter()
     cache, per = task.cache, task.per
     with torch_task(task.threads) as (device, threads):
         g = _store.open_group(cache.url, "r+")[task.split]
         items = _items(task.positions, per)
-        offsets = _read(g["offset"], items)
+        sel = _selection(items)
+        offsets = np.asarray(g["offset"].oindex[sel])
         enc = get_encoder(cache.encoder, device)
         batch = extract_batch_size(enc, cache.encoder, device, task.batch)
         chunk = max(1, batch // per)
@@ -242,11 +208,11 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
             ph["encode_s"] += time.perf_counter() - e0
         w0 = time.perf_counter()
         for lvl in range(len(outs[0])):
-            _write(g[f"f{lvl}"], items, np.concatenate([o[lvl] for o in outs]))
-        _write(g["label"], items, np.concatenate(labels))
+            g[f"f{lvl}"].oindex[sel] = np.concatenate([o[lvl] for o in outs])
+        g["label"].oindex[sel] = np.concatenate(labels)
         # last: a sample is held only once all its items are written
         positions = np.asarray(task.positions, dtype=np.int64)
-        _write(g["held"], positions, np.ones(positions.size, "uint8"))
+        g["held"].oindex[_selection(positions)] = np.ones(positions.size, "uint8")
         ph["write_s"] = time.perf_counter() - w0
         return {
             "items": sum(o[0].shape[0] for o in outs),
@@ -259,9 +225,7 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
 
 
 def settle(cache: CacheSpec, split: str, needed: np.ndarray, forwards: int) -> bool:
-    """After extraction: RuntimeError unless every sample at the `needed` positions is held; the
-    split's completion marker once every sample is (later runs then skip the flags). Returns
-    whether the split is complete."""
+    """Marks a split complete once every sample is held; a `needed` one missing raises."""
     g = _store.open_group(cache.url, "r+")[split]
     if COMPLETE in g.attrs:
         return True
@@ -281,11 +245,7 @@ def settle(cache: CacheSpec, split: str, needed: np.ndarray, forwards: int) -> b
 
 
 class FeatureSplit:
-    """Cached features of one split: held in memory when they fit `budget_mb` (one read per task,
-    shared by its decoders, instead of one zarr request per item and epoch), else read per batch.
-    Unwritten or damaged items are refused on read; a partly filled split (a few-shot draw) is
-    checked at its held samples' items, and taking an item of a sample it does not hold is refused.
-    """
+    """One split's cached features, read once per task where they fit `budget_mb`."""
 
     def __init__(self, group, budget_mb: float, where: str):
         self.group = group
@@ -308,10 +268,15 @@ class FeatureSplit:
             feats = [self.arrays[f"f{i}"][sel] for i in range(self.levels)]
             self._check(feats, self.arrays["label"][sel], at)
 
+    @classmethod
+    def open(cls, url: str, split: str, budget_mb: float = 0) -> "FeatureSplit":
+        """The split of the cache at `url` (budget 0: streamed)."""
+        return cls(_store.open_group(url, "r")[split], budget_mb, f"{url}/{split}")
+
     def _read(self, name: str, items: np.ndarray | None):
         try:
             a = self.group[name]
-            return np.asarray(a[:]) if items is None else _read(a, items)
+            return np.asarray(a[:] if items is None else a.oindex[_selection(items)])
         except Exception as e:  # a truncated chunk fails in its codec
             raise DamagedCacheError(
                 f"{self.where}: feature cache chunk of {name} cannot be read ({type(e).__name__}:"

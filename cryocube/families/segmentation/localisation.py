@@ -22,8 +22,7 @@ RULE = (
 def predicted_box(
     pred: np.ndarray, height: int, width: int, positive: int = 1, min_pixels: int = 1
 ):
-    """(x_min, y_min, x_max, y_max) end-exclusive of a predicted mask's positive pixels within the
-    pair's own extent (padding left out), or None."""
+    """End-exclusive box of a predicted mask's positive pixels within the pair's extent."""
     return box_of(np.asarray(pred)[:height, :width] == positive, min_pixels)
 
 

@@ -1,6 +1,5 @@
 """The segmentation family's recipe: the shared fields (cryocube/recipe.py) plus the training
-protocol's, whose defaults are the Cryo-Bench/PANGAEA recipe (catalogs/benchmarks/cryobench.yaml).
-"""
+protocol's, defaults the Cryo-Bench/PANGAEA recipe (catalogs/benchmarks/cryobench.yaml)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
 """Fitting segmentation runs (one Dask task per group of runs) and testing them (map tasks returning
-confusion matrices).
-
-Frozen runs train decoders on cached features; a group of frozen runs on one cache trains in one
-task: the features are read once (held in memory up to `cache_in_memory_mb`) and every decoder is
-stepped in turn, each with its own seed, batch order, optimiser and random-number state, so each
-ends exactly as it would trained alone. Fine-tuning and scratch baselines train encoder + decoder
-on crops streamed from the cube (read a batch ahead on a second thread). All share the recipe
-(AdamW, per-iteration multi-step LR, validation before epochs 0, val_every, ... and after the last,
-best state by val mIoU), autocast in the run's precision, and sliding-window evaluation."""
+confusion matrices); docs/segmentation.md tells how decoders trained together end as if alone."""
 
 from __future__ import annotations
 
@@ -22,6 +14,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
+from distributed import get_worker
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -42,12 +35,10 @@ PROGRESS_TOPIC = "cryocube-progress"
 
 
 class CrossEntropy(nn.CrossEntropyLoss):
-    """Mean cross-entropy over labelled pixels; on CUDA under deterministic algorithms it sums
-    per-pixel losses itself, since CUDA's 2-D NLL forward counts the labelled pixels with atomics
-    (equal runs, different bits)."""
+    """Mean cross-entropy over labelled pixels, atomic-free on deterministic CUDA."""
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """torch's loss, or the atomic-free mean (class docstring)."""
+        """torch's, but on deterministic CUDA, whose 2-D NLL counts labelled pixels with atomics."""
         if not (logits.is_cuda and torch.are_deterministic_algorithms_enabled()):
             return super().forward(logits, target)
         return masked_mean_cross_entropy(logits, target, self.ignore_index)
@@ -62,9 +53,7 @@ def masked_mean_cross_entropy(
 
 
 def deterministic_attention(device: str):
-    """Training forwards on CUDA use the math attention kernel: cuDNN's and flash attention's
-    backwards accumulate with atomics, so a fine-tuning run would not repeat bit for bit (inference
-    kernels are left as they are)."""
+    """Math attention when training on deterministic CUDA (the others' backwards use atomics)."""
     if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
         return contextlib.nullcontext()
     return sdpa_kernel(SDPBackend.MATH)
@@ -73,8 +62,6 @@ def deterministic_attention(device: str):
 def publish(event: dict) -> None:
     """A progress event to the client (a no-op outside a Dask worker)."""
     try:
-        from distributed import get_worker
-
         get_worker().log_event(PROGRESS_TOPIC, event)
     except ValueError:
         pass
@@ -86,8 +73,7 @@ FUSED_ADAMW = ("cpu", "cuda")
 
 
 def adamw(params: list, cfg, device: str) -> tuple[torch.optim.Optimizer, str]:
-    """AdamW as the reference configures it, fused where the device has the kernel; the name of
-    the implementation goes into the record (fused and per-tensor differ in the last bits)."""
+    """AdamW as the reference sets it, fused where it can be, and its name for the record."""
     fused = device.split(":")[0] in FUSED_ADAMW
     opt = torch.optim.AdamW(
         params,
@@ -106,8 +92,7 @@ def _decoder(run: SegRun, enc: nn.Module) -> nn.Module:
 def build_model(
     run: SegRun, device: str, pretrained: bool = True
 ) -> tuple[nn.Module, nn.Module | None]:
-    """(trainable module, frozen encoder or None). Frozen: the decoder; otherwise a Segmenter,
-    whose pretrained weights are not read when a checkpoint replaces them (`pretrained=False`)."""
+    """(trainable module, frozen encoder or None); `pretrained=False`: a checkpoint follows."""
     if not run.trains_encoder:
         frozen = get_encoder(run.encoder, device)
         # seeded after the encoder: whether this worker built it now or earlier must not matter
@@ -129,16 +114,13 @@ def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
 
 
 def save_state(state: dict[str, torch.Tensor], url: str) -> None:
-    """A state dict written atomically to the run's checkpoint URL (any store), streamed into the
-    file (a ViT-L's 1.2 GB is not copied twice on the way): a test task never loads a half-written
-    file."""
+    """Atomic (a test never loads half a file) and streamed (no second copy of 1.2 GB)."""
     with _store.atomic_file(url) as f:
         torch.save({k: v.detach().cpu() for k, v in state.items()}, f)
 
 
 def load_state(module: nn.Module, url: str) -> None:
-    """Strict and weights-only: a checkpoint that does not fit the model rebuilt from the run's spec
-    raises instead of testing a partial model. Local files are memory-mapped, not read first."""
+    """Strict and weights-only: a mismatched checkpoint raises instead of testing a part."""
     remote = _store.is_remote(url)
     src = io.BytesIO(_store.read_bytes(url)) if remote else _store.local_path(url)
     state = torch.load(src, map_location="cpu", weights_only=True, mmap=not remote)
@@ -165,10 +147,8 @@ def prefetched(it: Iterable, depth: int = 2) -> Iterator:
         yield x
 
 
-def _evaluate(forward, run: SegRun, device: str, tiles, predictions, per_tile) -> np.ndarray:
-    """Confusion matrix of `forward` over the tiles `tiles(offsets)` yields as (window inputs,
-    labels): window logits summed into the tile (averaging does not change the argmax); each
-    tile's prediction and matrix kept where asked (`per_tile`: the report's bootstrap)."""
+def _evaluate(forward, run: SegRun, device: str, tiles, kept: list | None) -> np.ndarray:
+    """Confusion matrix over `tiles(offsets)`, logits summed per tile; `kept`: (pred, matrix)s."""
     S, t, k = run.encoder.input_size, run.tile, run.num_classes
     side, offs = max(t, S), window_offsets(t, S)
     cm = np.zeros((k, k), dtype=np.int64)
@@ -183,10 +163,8 @@ def _evaluate(forward, run: SegRun, device: str, tiles, predictions, per_tile) -
             pred = acc.argmax(0).numpy()[:t, :t]
             c = confusion_matrix(pred, label[:t, :t], k)
             cm += c
-            if per_tile is not None:
-                per_tile.append(c)
-            if predictions is not None:
-                predictions.append(pred.astype(np.int16))
+            if kept is not None:
+                kept.append((pred.astype(np.int16), c))
     return cm
 
 
@@ -196,8 +174,7 @@ def eval_feature_tiles(
     split: FeatureSplit,
     positions: np.ndarray,
     device: str,
-    predictions: list | None = None,
-    per_tile: list | None = None,
+    kept: list | None = None,
 ) -> np.ndarray:
     """Confusion matrix of the decoder over the cached windows of the tiles at cache `positions`."""
     S, per, side = run.encoder.input_size, split.per, max(run.tile, run.encoder.input_size)
@@ -211,7 +188,7 @@ def eval_feature_tiles(
             yield [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays], tl
 
     decoder.eval()
-    return _evaluate(lambda f: decoder(f, (S, S)), run, device, tiles, predictions, per_tile)
+    return _evaluate(lambda f: decoder(f, (S, S)), run, device, tiles, kept)
 
 
 def eval_cube_tiles(
@@ -219,9 +196,8 @@ def eval_cube_tiles(
     run: SegRun,
     samples: np.ndarray,
     device: str,
-    predictions: list | None = None,
+    kept: list | None = None,
     chunk: int = 4,
-    per_tile: list | None = None,
 ) -> np.ndarray:
     """Confusion matrix of an end-to-end model over cube tiles (read `chunk` at a time)."""
     S = run.encoder.input_size
@@ -235,14 +211,11 @@ def eval_cube_tiles(
                 yield _fmt(wins.to(device), run), lab[j]
 
     model.eval()
-    return _evaluate(model, run, device, tiles, predictions, per_tile)
+    return _evaluate(model, run, device, tiles, kept)
 
 
 class Trainer:
-    """One run's optimiser, schedule, curve and random state, advanced an epoch at a time.
-
-    The global torch RNG (dropout) is swapped in and out around each epoch, so runs stepped in turn
-    in one process draw exactly the numbers they would alone."""
+    """One run's optimiser, schedule, curve and random state, an epoch at a time."""
 
     def __init__(
         self,
@@ -278,12 +251,12 @@ class Trainer:
             ("batches_s", "forward_s", "backward_s", "optimizer_s", "validate_s"), 0.0
         ) | {"validations": 0}
 
-    def _swap_in(self) -> None:
+    @contextlib.contextmanager
+    def _own_rng(self):
         torch.set_rng_state(self.rng_state)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state(self.cuda_rng)
-
-    def _swap_out(self) -> None:
+        yield
         self.rng_state = torch.get_rng_state()
         if self.cuda_rng is not None:
             self.cuda_rng = torch.cuda.get_rng_state()
@@ -305,8 +278,13 @@ class Trainer:
 
     def epoch(self, epoch: int) -> None:
         """Validate if due, then train one epoch."""
-        self._swap_in()
-        val = self._validate(epoch) if epoch % self.val_every == 0 else None
+        with self._own_rng():
+            val = self._validate(epoch) if epoch % self.val_every == 0 else None
+            self._train(epoch)
+        loss = float(np.mean(self.losses)) if self.losses else None
+        self._publish(epoch=epoch + 1, loss=loss, val_mIoU=val)
+
+    def _train(self, epoch: int) -> None:
         self.module.train()
         self.losses = []
         ph, clock = self.phases, time.perf_counter
@@ -314,10 +292,9 @@ class Trainer:
         for inputs, target in self.batches(epoch):
             ph["batches_s"] += clock() - t
             target = target.to(self.device).long()
-            # mean cross-entropy over no pixel is 0/0 = NaN
             self.seen += int(target.shape[0])
             self.steps += 1
-            if not bool((target != CUBE_IGNORE_INDEX).any()):
+            if not bool((target != CUBE_IGNORE_INDEX).any()):  # its mean loss: 0/0 = NaN
                 self.sched.step()
                 self.unlabelled_steps += 1
                 t = clock()
@@ -347,16 +324,11 @@ class Trainer:
             ph["optimizer_s"] += t3 - t2
             self.losses.append(loss.detach().item())
             t = clock()
-        self._swap_out()
-        loss = float(np.mean(self.losses)) if self.losses else None
-        self._publish(epoch=epoch + 1, loss=loss, val_mIoU=val)
 
     def finish(self) -> None:
-        """The validation after the last epoch (the best state may be the last one), published as
-        the run's done event."""
-        self._swap_in()
-        val = self._validate(self.epochs)
-        self._swap_out()
+        """The validation after the last epoch (the best state may be the last one), published."""
+        with self._own_rng():
+            val = self._validate(self.epochs)
         self._publish(epoch=self.epochs, loss=None, val_mIoU=val, best=self.best, done=True)
 
     def _publish(self, **event) -> None:
@@ -367,9 +339,7 @@ class Trainer:
 
 
 def _draws(rng: np.random.Generator, pool: np.ndarray, bs: int):
-    """One epoch's batches of `pool` in the run's seeded order: drop_last as the reference, at
-    least one batch; a batch of one sample takes it twice (BatchNorm needs two values per
-    channel)."""
+    """An epoch's batches: drop_last as the reference; a lone sample twice (BatchNorm)."""
     order = rng.permutation(pool)
     for b in range(max(1, pool.size // bs)):
         chosen = order[b * bs : (b + 1) * bs] if pool.size >= bs else order
@@ -411,8 +381,7 @@ def frozen_trainer(
 
 
 def finetune_trainer(run: SegRun, device: str) -> Trainer:
-    """Encoder and decoder on random crops read from the cube (prefetched a batch ahead):
-    fine-tuning and scratch runs, which no feature cache serves."""
+    """Encoder and decoder on random crops read from the cube, a batch ahead."""
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs = run.encoder.input_size, run.recipe.batch_size
@@ -450,10 +419,8 @@ def _trainers(runs: list[SegRun], device: str) -> list[Trainer]:
     if runs[0].trains_encoder:
         return [finetune_trainer(r, device) for r in runs]
     url, budget = runs[0].cache.url, runs[0].recipe.cache_in_memory_mb
-    root = _store.open_group(url, "r")
-    train = FeatureSplit(root["train"], budget, f"{url}/train")
-    val = FeatureSplit(root["val"], budget, f"{url}/val")
-    sample_of_pos = np.asarray(root["train"]["sample"][:: train.per])
+    train, val = (FeatureSplit.open(url, s, budget) for s in ("train", "val"))
+    sample_of_pos = np.asarray(train.group["sample"][:: train.per])
     return [frozen_trainer(r, device, train, val, sample_of_pos) for r in runs]
 
 
@@ -481,8 +448,7 @@ def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:
 
 @task_boundary
 def fit(task: FitTask) -> list[dict[str, Any]]:
-    """Train every run of the group on one worker; each best state goes to its run dir. Returns one
-    result per run (validation curve, steps, timings, device, threads)."""
+    """Trains the group's runs on one worker, each best state into its run dir."""
     t0 = time.perf_counter()
     runs = task.runs
     with torch_task(runs[0].recipe.threads) as (device, threads), peak_memory(device) as peak:
@@ -521,29 +487,19 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
 
 @task_boundary
 def test_block(task: TestTask) -> TileConfusions:
-    """Per-tile confusion matrices of the best state on one block of test tiles (predictions saved
-    alongside); their sum is the run's score, the tiles feed the report's bootstrap."""
+    """Per-tile confusion matrices of the best state on a block of test tiles."""
     run = task.run
     with torch_task(run.recipe.threads) as (device, _):
         module, _ = build_model(run, device, pretrained=False)
         load_state(module, run.checkpoint)
-        preds: list = []
-        tiles: list = []
+        kept: list = []
         if not run.trains_encoder:
-            # stream
-            split = FeatureSplit(
-                _store.open_group(run.cache.url, "r")["test"], 0, f"{run.cache.url}/test"
-            )
-            eval_feature_tiles(
-                module, run, split, np.asarray(task.positions), device, preds, per_tile=tiles
-            )
+            split = FeatureSplit.open(run.cache.url, "test")  # streamed
+            eval_feature_tiles(module, run, split, np.asarray(task.positions), device, kept)
         else:
-            eval_cube_tiles(module, run, np.asarray(task.samples), device, preds, per_tile=tiles)
-        if task.predictions_url and preds:
+            eval_cube_tiles(module, run, np.asarray(task.samples), device, kept)
+        preds, cms = zip(*kept)  # a block holds at least one tile
+        if task.predictions_url:
             g = _store.open_group(task.predictions_url, "r+")
-            g["pred"][task.pred_range[0] : task.pred_range[1]] = np.stack(preds)
-        k = run.num_classes
-        return TileConfusions(
-            np.asarray(task.positions, dtype=np.int64),
-            np.stack(tiles) if tiles else np.zeros((0, k, k), dtype=np.int64),
-        )
+            g["pred"][slice(*task.pred_range)] = np.stack(preds)
+        return TileConfusions(task.positions, np.stack(cms))

@@ -1,7 +1,5 @@
-"""Typed descriptions of segmentation work: what each Dask task receives (no untyped dicts).
-
-They carry whole specs (the model's catalog entry, the cube's bands) so workers need no catalog
-of their own: a lab's YAML-only model or dataset runs on any cluster."""
+"""What each segmentation task receives, typed: whole specs (the model's catalog entry, the cube's
+bands), so workers need no catalog and a lab's YAML-only model or dataset runs on any cluster."""
 
 from __future__ import annotations
 
@@ -27,32 +25,31 @@ class CacheSpec:
     feature_dtype: str
     root: str  # results root the cache lives under
 
+    def _ident(self, **more) -> dict:
+        return {
+            "model": self.encoder.model.id,
+            "cube": self.cube_checksum,
+            "index": self.inputs.index,
+            "mean": self.inputs.mean,
+            "std": self.inputs.std,
+            "S": self.encoder.input_size,
+            "K": self.crops_per_sample,
+            "dtype": self.feature_dtype,
+            **more,
+        }
+
     @property
     def key(self) -> str:
         """The cache's name and its runs' prep_key: what decides the features' bits (weights,
         inputs, input size, crops, dtype, arithmetic), not the decoder or seed."""
         e = self.encoder
-        ident = {
-            "model": e.model.id,
-            "arch": e.model.arch,
-            "cube": self.cube_checksum,
-            "index": self.inputs.index,
-            "mean": self.inputs.mean,
-            "std": self.inputs.std,
-            "rule": e.rule,
-            "S": e.input_size,
-            "K": self.crops_per_sample,
-            "dtype": self.feature_dtype,
-            "weights": e.weights_sha256 or e.weights,
-            **e.arithmetic(),
-            "v": 2,
-        }
+        weights = e.weights_sha256 or e.weights
+        ident = self._ident(arch=e.model.arch, rule=e.rule, weights=weights, **e.arithmetic(), v=2)
         return f"{e.model.id}-{e.rule}-{content_hash(ident, 16)}"
 
     @property
     def url(self) -> str:
-        """Under the results root's `features/`, named by the key: every run of one encoder on one
-        cube reuses it."""
+        """Under the results root's `features/`: every run of one encoder on one cube reuses it."""
         return f"{self.root.rstrip('/')}/features/{self.key}.zarr"
 
     @property
@@ -61,20 +58,8 @@ class CacheSpec:
         rule "named" was called "protocol" then), so the crops, and with them every frozen run's
         metrics, stayed the same when the engine moved into evaluation families."""
         e = self.encoder
-        ident = {
-            "model": e.model.id,
-            "cube": self.cube_checksum,
-            "index": self.inputs.index,
-            "mean": self.inputs.mean,
-            "std": self.inputs.std,
-            "mode": {"named": "protocol"}.get(e.rule, e.rule),
-            "S": e.input_size,
-            "K": self.crops_per_sample,
-            "dtype": self.feature_dtype,
-            "weights": e.weights,
-            "v": 1,
-        }
-        return int(content_hash(ident, 8), 16)
+        mode = {"named": "protocol"}.get(e.rule, e.rule)
+        return int(content_hash(self._ident(mode=mode, weights=e.weights, v=1), 8), 16)
 
 
 @dataclass(frozen=True)
