@@ -1,6 +1,5 @@
 """Evaluation families (`base.Family`), one registry: the built-in ones and those a lab's package
-registers through an entry point in the `cryocube.families` group (a module that calls `register`).
-"""
+registers through an entry point in the `cryocube.families` group (a module calling `register`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The contract between the scheduler (`cryocube.engine`) and an evaluation family.
-
-A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names
-the family. The scheduler knows no family: it calls the hooks in order (`plan`: `resolve` then the
-base's hashing and record; `prepare` once per `prep_key`; `group`; `fit` one task per group; `score`
+"""The contract between the scheduler (`cryocube.engine`), which knows no family, and a family: the
+hooks it calls in order (`plan`; `prepare` once per `prep_key`; `group`; `fit` per group; `score`
 map tasks that `reduce` pairwise on the workers; `finish`), as docs/architecture.md draws them."""
 
 from __future__ import annotations
@@ -11,6 +8,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, ClassVar
 
 from ..precision import DeviceInfo, this_device
@@ -25,8 +23,7 @@ class RunSpec:
     protocol: str = "frozen"
     fraction: float | None = None  # None: the protocol's default
     seed: int = 0
-    # recipe fields of this run only (e.g. a study's trial)
-    overrides: tuple[tuple[str, Any], ...] = ()
+    overrides: tuple[tuple[str, Any], ...] = ()  # recipe fields of this run only (a study's trial)
 
     @property
     def label(self) -> str:
@@ -44,10 +41,8 @@ class PlanContext:
     out: str = ""  # results root (run dirs, caches)
     weights_dir: str | None = None
     allow_random_weights: bool = False
-    # None: not known yet (no cluster); planning assumes this machine's
-    device: DeviceInfo | None = None
-    # the workers' configured torch threads; None: not known yet (this process's)
-    threads: int | None = None
+    device: DeviceInfo | None = None  # None: not known yet (no cluster), this machine's
+    threads: int | None = None  # the workers' configured torch threads (None: this process's)
 
     def run_threads(self, requested: int | None) -> int:
         """Its recipe's, else the workers' configured threads (never the load: reruns repeat)."""
@@ -63,17 +58,18 @@ class PlanContext:
 @dataclass
 class PlannedRun:
     spec: RunSpec
-    family: str
-    run_id: str
-    identity: dict[str, Any]  # everything the run id hashes (kept in the record)
-    dataset: str
-    model_name: str
-    fraction: float
-    record: RunRecord  # what every record of this run carries (config, weights, cube, ...)
+    record: RunRecord  # what every record of this run carries (run id, identity, config, ...)
     work: Any  # the family's typed description of the run's tasks
     cube: Any = None  # the CubeInfo the run reads
     prep_key: str | None = None  # runs with the same key share one `prepare`
     estimate: dict[str, Any] = field(default_factory=dict)  # what `--dry-run` prints (steps, items)
+    # its record's, read as the planned run's own
+    run_id = property(attrgetter("record.run_id"))
+    family = property(attrgetter("record.family"))
+    identity = property(attrgetter("record.identity"))  # everything the run id hashes
+    dataset = property(attrgetter("record.dataset"))
+    model_name = property(attrgetter("record.model_name"))
+    fraction = property(attrgetter("record.fraction"))
 
     @property
     def label(self) -> str:
@@ -113,14 +109,13 @@ class Family(ABC):
     not_tunable: ClassVar[str] = ""
     # printed after the primary metric on a run's result line
     shown_metrics: ClassVar[tuple[str, ...]] = ()
-    # its recipe fields (the shared ones and its own)
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe
     # the identity's "v": raised when a change moves this family's run ids
     identity_version: ClassVar[int] = 1
     # False: the run's threads are in what its identity names already (an embedding store's key)
     threads_in_identity: ClassVar[bool] = True
-    # modules its first tasks import (torch, timm, its task modules): a local cluster's workers
-    # import them while the client plans, so those seconds overlap planning instead of following it
+    # modules its first tasks import (torch, timm, its own): local workers import them while the
+    # client plans, so those seconds overlap planning instead of following it
     warm_modules: ClassVar[tuple[str, ...]] = ()
 
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
@@ -154,25 +149,18 @@ class Family(ABC):
             "v": self.identity_version,
         }
         run_id = content_hash(identity)
-        info = None if isinstance(r.cube, dict) else r.cube
         return PlannedRun(
             spec=spec,
-            family=self.name,
-            run_id=run_id,
-            identity=identity,
-            dataset=r.dataset or info.dataset,
-            model_name=r.model_name,
-            fraction=r.fraction,
             record=self.base_record(spec, r, run_id, identity),
             work=r.work(run_id) if callable(r.work) else r.work,
-            cube=info,
+            cube=None if isinstance(r.cube, dict) else r.cube,  # a CubeInfo, its record, or None
             prep_key=r.prep_key,
             estimate=r.estimate,
         )
 
     def base_record(self, spec: RunSpec, r: Resolved, run_id: str, identity: dict) -> RunRecord:
         """The one way a run record starts (the scheduler completes it with status and metrics)."""
-        info = None if isinstance(r.cube, dict) else r.cube  # a CubeInfo, its record, or None
+        info = None if isinstance(r.cube, dict) else r.cube
         cube = r.cube or None
         if info is not None:
             cube = {k: getattr(info, k) for k in ("url", "checksum", "schema_version")}

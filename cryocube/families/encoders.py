@@ -160,9 +160,8 @@ def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
     """Feature shapes and parameters of an encoder, from the worker that will extract."""
     with torch_task() as (device, _):
         enc = get_encoder(spec, device)
-        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(
-            sum(q.numel() for q in enc.parameters())
-        )
+        params = sum(q.numel() for q in enc.parameters())
+        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(params)
 
 
 def encoder_input_size(mspec: ModelSpec, tile: int, requested: int | None, where: str) -> int:

@@ -68,10 +68,8 @@ def default_recipe(benchmark: str = "cryobench", families: tuple[str, ...] | Non
     values = dict(b.recipe)
     if families:  # the benchmark's fields of other families are theirs, not errors
         check_keys(values, {f for t in recipe_types().values() for f in t.field_names()}, where)
-        types = recipe_types(families)
-        values = {
-            k: v for k, v in values.items() if any(k in t.field_names() for t in types.values())
-        }
+        mine = {f for t in recipe_types(families).values() for f in t.field_names()}
+        values = {k: v for k, v in values.items() if k in mine}
     return Recipe(values, recipe_types(families), where)
 
 

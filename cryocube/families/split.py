@@ -1,7 +1,5 @@
-"""The one split every family scores a cube's board on, and the identity of a set of scored samples.
-
-A tile cube's split is its published `split`; a sample cube's is drawn from its checksum (`RULE`),
-so every family's test samples are one set. A board cell names its samples by `samples_hash`."""
+"""The one split every family scores a cube's board on (a tile cube's published `split`, a sample
+cube's drawn from its checksum by `RULE`), and a board cell's samples' identity (`samples_hash`)."""
 
 from __future__ import annotations
 
@@ -88,12 +86,9 @@ def answer_classes(ds) -> tuple[np.ndarray, list[str], np.ndarray]:
         for j, (task, kind, cls) in enumerate(zip(tasks, kinds, named)):
             if str(kind) != "cls":
                 continue
-            labs = str(cls).split("|") if cls else []
-            col = np.full(n, "", dtype=object)
-            for i, v in enumerate(target[:, j]):
-                if np.isfinite(v):
-                    col[i] = labs[int(v)] if 0 <= int(v) < len(labs) else str(int(v))
-            cols.append(col)
+            labs = dict(enumerate(str(cls).split("|"))) if cls else {}
+            col = [labs.get(int(v), str(int(v))) if np.isfinite(v) else "" for v in target[:, j]]
+            cols.append(np.array(col, dtype=object))
             names.append(task)
     if "box" in ds:
         has_box = np.isfinite(np.asarray(ds["box"].values, np.float64)).all(axis=1)

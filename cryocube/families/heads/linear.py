@@ -1,5 +1,4 @@
-"""Answer heads: a linear model on pooled frozen features per (task, class asked), regularised on
-val by the task's own metric (docs/vlm.md, "Encoder heads")."""
+"""Linear heads on pooled features per (task, class), tuned on val (docs/vlm.md, Encoder heads)."""
 
 from __future__ import annotations
 
@@ -50,45 +49,34 @@ def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
     """(a fitted predictor X -> answers, what was chosen)."""
     from sklearn.linear_model import LogisticRegression, Ridge
 
-    mu, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
-    sd = np.where(sd > 0, sd, 1.0)
-
-    def z(X):
-        return (X - mu) / sd
-
-    # one class in train: nothing to learn, say so
-    if t.answer == "class" and len(set(ytr.tolist())) < 2:
+    classify = t.answer == "class"
+    if classify and len(set(ytr.tolist())) < 2:  # nothing to learn: say so
         only = ytr[0]
         return (lambda X: np.full(len(X), only, dtype=object)), {
             "head": "constant (one class in train)",
             "class": str(only),
         }
-    grid = C_GRID if t.answer == "class" else ALPHA_GRID
+    mu, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    grid, param = (C_GRID, "C") if classify else (ALPHA_GRID, "alpha")
 
     def make(g):
-        return (
-            LogisticRegression(C=g, max_iter=5000) if t.answer == "class" else Ridge(alpha=g)
-        ).fit(z(Xtr), ytr)
+        model = LogisticRegression(C=g, max_iter=5000) if classify else Ridge(alpha=g)
+        return model.fit((Xtr - mu) / sd, ytr)
+
+    def predict(m, X):
+        return _clip(t, m.predict((X - mu) / sd))
 
     if len(Xva):
-        scores = [
-            (_val_score(t, _clip(t, make(g).predict(z(Xva))), yva), -k) for k, g in enumerate(grid)
-        ]
+        scores = [(_val_score(t, predict(make(g), Xva), yva), -k) for k, g in enumerate(grid)]
         best = grid[-max(scores)[1]]
-        chosen = {
-            "chosen_on": f"val ({len(Xva)} samples)",
-            "val": {str(g): s for g, (s, _) in zip(grid, scores)},
-        }
+        val = {str(g): s for g, (s, _) in zip(grid, scores)}
+        chosen = {"chosen_on": f"val ({len(Xva)} samples)", "val": val}
     else:
         best, chosen = 1.0, {"chosen_on": "no val samples: the default"}
     m = make(best)
-    name = "logistic" if t.answer == "class" else "ridge"
-    return (lambda X: _clip(t, m.predict(z(X)))), {
-        "head": f"linear ({name})",
-        ("C" if t.answer == "class" else "alpha"): best,
-        **chosen,
-        "train": int(len(Xtr)),
-    }
+    head = f"linear ({'logistic' if classify else 'ridge'})"
+    return (lambda X: predict(m, X)), {"head": head, param: best, **chosen, "train": int(len(Xtr))}
 
 
 @task_boundary

@@ -1,5 +1,4 @@
-"""The heads family's own recipe field: which tasks to answer (`vqa_tasks`, the vqa family's field
-too, so a VLM and an encoder are asked the same tasks)."""
+"""The heads family's own recipe field, `vqa_tasks`: a VLM and an encoder answer the same tasks."""
 
 from __future__ import annotations
 

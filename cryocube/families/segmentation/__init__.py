@@ -1,6 +1,4 @@
-"""The segmentation family: dense prediction under the Cryo-Bench protocols (frozen encoder +
-decoder, few-shot, fine-tuning, cross-sensor), scored by mIoU from map-reduced int64 confusion
-matrices."""
+"""The segmentation family: the Cryo-Bench protocols, scored by mIoU (docs/segmentation.md)."""
 
 from __future__ import annotations
 
@@ -153,16 +151,11 @@ class Segmentation(Family):
 
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
         """Frozen runs on one feature cache train together (one read); fine-tuning runs alone."""
-        groups: list[list[PlannedRun]] = []
+        groups = [[p] for p in runs if p.work.trains_encoder]
         by_cache: dict[tuple, list[PlannedRun]] = {}
-        for p in runs:
-            w = p.work
-            if w.trains_encoder:
-                groups.append([p])
-            else:
-                by_cache.setdefault(
-                    (w.cache.key, w.recipe.threads, w.recipe.cache_in_memory_mb), []
-                ).append(p)
+        for w, p in ((p.work, p) for p in runs if not p.work.trains_encoder):
+            key = (w.cache.key, w.recipe.threads, w.recipe.cache_in_memory_mb)
+            by_cache.setdefault(key, []).append(p)
         for members in by_cache.values():
             cap = members[0].work.recipe.decoders_per_task
             n = len(members)
@@ -181,8 +174,7 @@ class Segmentation(Family):
         from .train import test_block
 
         w: SegRun = run.work
-        test = w.test_samples
-        bs = w.recipe.block_samples
+        test, bs = w.test_samples, w.recipe.block_samples
         purl = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         g = _store.open_group(purl, "w")
         g.create_array(

@@ -1,5 +1,4 @@
-"""Frozen-encoder feature cache: encoder outputs computed once per (model, cube, band rule, window
-set, precision), reused by every epoch, validation and seed (its items: docs/segmentation.md)."""
+"""The frozen-encoder feature cache, shared by every epoch, validation and seed of its runs."""
 
 from __future__ import annotations
 
@@ -27,11 +26,8 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
     """Creates or reopens a split's arrays; returns its items per sample and held samples."""
     g = _store.open_group(cache.url, "a")
     if split in g and COMPLETE in g[split].attrs:
-        return {
-            "complete": True,
-            "n_items": int(g[split]["sample"].shape[0]),
-            "held": np.ones(samples.size, dtype=bool),
-        }
+        n_items = int(g[split]["sample"].shape[0])
+        return {"complete": True, "n_items": n_items, "held": np.ones(samples.size, dtype=bool)}
     S = cache.encoder.input_size
     per = cache.crops_per_sample if split == "train" else len(window_offsets(cache.tile, S))
     n_items = samples.size * per
@@ -59,12 +55,8 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
         sg.attrs.update(
             dict(n_items=n_items, per_sample=per, tile=cache.tile, input_size=S, levels=levels)
         )
-    return {
-        "complete": False,
-        "n_items": n_items,
-        "per": per,
-        "held": np.asarray(sg["held"][: samples.size]).astype(bool),
-    }
+    held = np.asarray(sg["held"][: samples.size]).astype(bool)
+    return {"complete": False, "n_items": n_items, "per": per, "held": held}
 
 
 def extraction_tasks(
@@ -118,9 +110,8 @@ def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: in
 def _windows_threaded(
     cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int, readers: int
 ):
-    """`_windows` with the samples read on `readers` threads (zarr's decompression releases the
-    GIL), in order: one thread read 670 items/s on the H200 machine, 3 % of what its encoder takes
-    (docs/performance.md)."""
+    """`_windows` on `readers` threads (zarr decompresses without the GIL): one read 670 items/s on
+    the H200 machine, 3 % of what its encoder takes (docs/performance.md)."""
     parts = [
         i for i in np.array_split(np.arange(samples.size), min(readers, samples.size)) if i.size
     ]
@@ -229,9 +220,8 @@ def settle(cache: CacheSpec, split: str, needed: np.ndarray, forwards: int) -> b
     g = _store.open_group(cache.url, "r+")[split]
     if COMPLETE in g.attrs:
         return True
-    held = np.asarray(g["held"][:]).astype(bool)
-    per = int(g.attrs["per_sample"])
-    held = held[: int(g.attrs["n_items"]) // per]
+    n_samples = int(g.attrs["n_items"]) // int(g.attrs["per_sample"])
+    held = np.asarray(g["held"][:n_samples]).astype(bool)
     missing = np.asarray(needed, dtype=np.int64)[~held[needed]]
     if missing.size:
         raise RuntimeError(
@@ -248,16 +238,12 @@ class FeatureSplit:
     """One split's cached features, read once per task where they fit `budget_mb`."""
 
     def __init__(self, group, budget_mb: float, where: str):
-        self.group = group
-        self.where = where
-        self.attrs = group.attrs
+        self.group, self.where, self.attrs = group, where, group.attrs
         self.levels = int(group.attrs["levels"])
         self.per = int(group.attrs["per_sample"])
         names = [f"f{i}" for i in range(self.levels)] + ["label"]
         size = sum(group[n].nbytes for n in names)
-        self.arrays = None
-        # items of the samples held (None: all, the split is complete)
-        self.held = None
+        self.arrays, self.held = None, None  # held: the held samples' items (None: all)
         if COMPLETE not in group.attrs and "held" in group:
             n_samples = int(group.attrs["n_items"]) // self.per
             self.held = np.repeat(np.asarray(group["held"][:n_samples]).astype(bool), self.per)

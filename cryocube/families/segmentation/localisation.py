@@ -1,6 +1,5 @@
-"""Deformation localisation by a segmentation run on an interferogram cube: predicted test mask ->
-box -> IoU against the cube's `box`, the grounding score a VLM gets from its answer. The rule is
-`RULE`; test samples whose reference says "no deformation" are counted apart (`false_boxes`)."""
+"""Deformation localisation by a segmentation run on an interferogram cube, the grounding score a
+VLM gets: predicted test mask -> box (`RULE`) -> IoU against the cube's `box`."""
 
 from __future__ import annotations
 
@@ -42,9 +41,8 @@ def box_scores(
 
 
 def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: np.ndarray) -> dict:
-    """The record's `localisation` entry of a segmentation run: box IoU (%) with its 95 % bootstrap
-    interval and n. `scored`: per test sample, whether its reference mask has any labelled pixel
-    (unlabelled pairs say nothing)."""
+    """The record's `localisation` entry: box IoU (%), its 95 % interval and n, over the `scored`
+    test samples (a labelled reference mask); "no deformation" ones count apart (`false_boxes`)."""
     ds = open_cube(cube_url)
     pred = np.asarray(_store.open_group(predictions_url, "r")["pred"][:])
     box = np.asarray(ds["box"].values, np.float64)[test]

@@ -1,5 +1,4 @@
-"""Sample cubes with a per-pixel target (interferograms' deformation `mask`) seen as tile cubes,
-split as families/split.py draws it for every family (the record says so)."""
+"""Sample cubes with a per-pixel target (interferograms' `mask`) seen as tile cubes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Fitting segmentation runs (one Dask task per group of runs) and testing them (map tasks returning
-confusion matrices); docs/segmentation.md tells how decoders trained together end as if alone."""
+"""Fitting segmentation runs (one task per group) and testing them (docs/segmentation.md)."""
 
 from __future__ import annotations
 
@@ -61,10 +60,8 @@ def deterministic_attention(device: str):
 
 def publish(event: dict) -> None:
     """A progress event to the client (a no-op outside a Dask worker)."""
-    try:
+    with contextlib.suppress(ValueError):
         get_worker().log_event(PROGRESS_TOPIC, event)
-    except ValueError:
-        pass
 
 
 # devices with torch's fused AdamW kernel: one pass over each tensor instead of a dozen ops per
@@ -85,23 +82,21 @@ def adamw(params: list, cfg, device: str) -> tuple[torch.optim.Optimizer, str]:
     return opt, "adamw-fused" if fused else "adamw"
 
 
-def _decoder(run: SegRun, enc: nn.Module) -> nn.Module:
-    return build_decoder(run.decoder, enc, run.num_classes, **dict(run.decoder_kwargs))
-
-
 def build_model(
     run: SegRun, device: str, pretrained: bool = True
 ) -> tuple[nn.Module, nn.Module | None]:
     """(trainable module, frozen encoder or None); `pretrained=False`: a checkpoint follows."""
+    kw = dict(run.decoder_kwargs)
     if not run.trains_encoder:
         frozen = get_encoder(run.encoder, device)
         # seeded after the encoder: whether this worker built it now or earlier must not matter
         torch.manual_seed(run.seed)
-        module = _decoder(run, frozen).to(device)
+        module = build_decoder(run.decoder, frozen, run.num_classes, **kw).to(device)
     else:
         torch.manual_seed(run.seed)
         enc = run.encoder.build(pretrained)
-        module, frozen = Segmenter(enc, _decoder(run, enc)).to(device), None
+        decoder = build_decoder(run.decoder, enc, run.num_classes, **kw)
+        module, frozen = Segmenter(enc, decoder).to(device), None
     if run.memory_format == "channels_last":
         module = module.to(memory_format=torch.channels_last)
     return module, frozen
@@ -225,7 +220,6 @@ class Trainer:
         batches: Callable[[int], Iterable],
         forward: Callable,
         validate: Callable[[], np.ndarray],
-        iters_per_epoch: int,
     ):
         cfg = run.recipe
         self.run, self.module, self.device = run, module, device
@@ -233,7 +227,7 @@ class Trainer:
         self.epochs, self.val_every = cfg.epochs, cfg.val_every
         params = [p for p in module.parameters() if p.requires_grad]
         self.opt, self.optimizer = adamw(params, cfg, device)
-        total = max(1, iters_per_epoch * cfg.epochs)
+        total = max(1, len(run.train_samples) // cfg.batch_size) * cfg.epochs  # as `_draws`
         self.sched = torch.optim.lr_scheduler.MultiStepLR(
             self.opt, milestones=[int(m * total) for m in cfg.milestones], gamma=cfg.gamma
         )
@@ -346,18 +340,13 @@ def _draws(rng: np.random.Generator, pool: np.ndarray, bs: int):
         yield np.repeat(chosen, 2) if chosen.size == 1 else chosen
 
 
-def frozen_trainer(
-    run: SegRun,
-    device: str,
-    train: FeatureSplit,
-    val: FeatureSplit,
-    train_sample_of_pos: np.ndarray,
-) -> Trainer:
+def frozen_trainer(run: SegRun, device: str, train: FeatureSplit, val: FeatureSplit) -> Trainer:
     """A decoder on cached features: epoch e reads crop e mod K of each training sample."""
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs, K = run.encoder.input_size, run.recipe.batch_size, train.per
-    pos = np.searchsorted(train_sample_of_pos, np.asarray(run.train_samples))
+    sample_of_pos = np.asarray(train.group["sample"][:: train.per])
+    pos = np.searchsorted(sample_of_pos, np.asarray(run.train_samples))
     val_pos = np.arange(int(val.attrs["n_items"]) // val.per)[: run.recipe.max_val_samples]
 
     def batches(epoch):
@@ -376,7 +365,6 @@ def frozen_trainer(
         batches,
         lambda feats: module(feats, (S, S)),
         lambda: eval_feature_tiles(module, run, val, val_pos, device),
-        max(1, pos.size // bs),
     )
 
 
@@ -394,14 +382,10 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
             chosen = np.sort(chosen)
             image, label = read_dense(run.cube_url, chosen)
             x, lab = pad_to(run.inputs.apply(image), label, S)
-            ys, xs = rng.integers(0, side - S + 1, size=(2, chosen.size))
-            xb = torch.stack(
-                [x[j, :, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)]
-            )
-            lb = torch.from_numpy(
-                np.stack([lab[j, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)])
-            )
-            yield xb, lb
+            corners = rng.integers(0, side - S + 1, size=(2, chosen.size)).T  # (y, x) per sample
+            cuts = [(j, slice(y, y + S), slice(x0, x0 + S)) for j, (y, x0) in enumerate(corners)]
+            xb = torch.stack([x[j, :, ys, xs] for j, ys, xs in cuts])
+            yield xb, torch.from_numpy(np.stack([lab[j, ys, xs] for j, ys, xs in cuts]))
 
     return Trainer(
         run,
@@ -410,7 +394,6 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
         lambda epoch: ((_fmt(xb.to(device), run), lb) for xb, lb in prefetched(crops())),
         module,
         lambda: eval_cube_tiles(module, run, val_idx, device),
-        max(1, train_idx.size // bs),
     )
 
 
@@ -420,8 +403,7 @@ def _trainers(runs: list[SegRun], device: str) -> list[Trainer]:
         return [finetune_trainer(r, device) for r in runs]
     url, budget = runs[0].cache.url, runs[0].recipe.cache_in_memory_mb
     train, val = (FeatureSplit.open(url, s, budget) for s in ("train", "val"))
-    sample_of_pos = np.asarray(train.group["sample"][:: train.per])
-    return [frozen_trainer(r, device, train, val, sample_of_pos) for r in runs]
+    return [frozen_trainer(r, device, train, val) for r in runs]
 
 
 def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:

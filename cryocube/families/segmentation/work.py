@@ -54,9 +54,8 @@ class CacheSpec:
 
     @property
     def seed(self) -> int:
-        """Seed of the bank of training crops. It hashes the cache identity of cryocube 0.1 (band
-        rule "named" was called "protocol" then), so the crops, and with them every frozen run's
-        metrics, stayed the same when the engine moved into evaluation families."""
+        """Seed of the training crops' bank: cryocube 0.1's cache identity (rule "named" was
+        "protocol"), so the crops and every frozen run's metrics stayed as they were."""
         e = self.encoder
         mode = {"named": "protocol"}.get(e.rule, e.rule)
         return int(content_hash(self._ident(mode=mode, weights=e.weights, v=1), 8), 16)
@@ -68,8 +67,7 @@ class SegRun:
 
     run_id: str
     label: str
-    # fine-tuning and scratch baselines: encoder + decoder on crops from the cube
-    trains_encoder: bool
+    trains_encoder: bool  # fine-tuning and scratch baselines: on crops read from the cube
     encoder: EncoderSpec
     decoder: str
     decoder_kwargs: tuple[tuple[str, object], ...]
@@ -97,8 +95,7 @@ class ExtractTask:
     per: int  # items per sample (crops or windows)
     positions: np.ndarray  # the samples' positions in the cache's split (items: position * per + k)
     batch: int | None
-    # fixed torch threads (recipe), else the host's cores divided among tasks
-    threads: int | None = None
+    threads: int | None = None  # the recipe's torch threads, else the host's cores divided
 
 
 @dataclass(frozen=True)
