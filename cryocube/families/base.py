@@ -107,11 +107,9 @@ class Family(ABC):
     higher_is_better: ClassVar[bool] = True
     # why `tune` cannot study this family's protocols ("": it can, its runs record a val curve)
     not_tunable: ClassVar[str] = ""
-    # printed after the primary metric on a run's result line
-    shown_metrics: ClassVar[tuple[str, ...]] = ()
+    shown_metrics: ClassVar[tuple[str, ...]] = ()  # after the primary one on a result line
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe
-    # the identity's "v": raised when a change moves this family's run ids
-    identity_version: ClassVar[int] = 1
+    identity_version: ClassVar[int] = 1  # the identity's "v": raised when run ids move
     # False: the run's threads are in what its identity names already (an embedding store's key)
     threads_in_identity: ClassVar[bool] = True
     # modules its first tasks import (torch, timm, its own): local workers import them while the
@@ -218,16 +216,10 @@ class Family(ABC):
         runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
         for c in cubes(runs):
             sec = page.section(f"{self.name} on {c.name} ({c.dataset})")
-            page.table(
-                sec,
-                self.name,
-                cells_table(
-                    [r for r in runs if c.holds(r)],
-                    f"board_{c.slug}",
-                    f"{self.name} on {c.name} ({', '.join(x for x in (c.dataset, about(c)) if x)}):"
-                    " board cells",
-                ),
-            )
+            said = ", ".join(x for x in (c.dataset, about(c)) if x)
+            title = f"{self.name} on {c.name} ({said}): board cells"
+            table = cells_table([r for r in runs if c.holds(r)], f"board_{c.slug}", title)
+            page.table(sec, self.name, table)
 
 
 def fit_nothing(group: list) -> list[dict]:

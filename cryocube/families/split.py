@@ -18,8 +18,7 @@ RULE = (
     " (rarest first, never taking a class's last train sample), then each joint class is split by"
     " the fractions; unlabelled samples go to train"
 )
-# the box axis' two answers
-BOX, NO_BOX = "box", "no box"
+BOX, NO_BOX = "box", "no box"  # the box axis' two answers
 
 
 def draw_split(classes: np.ndarray, fractions: dict[str, float], seed: int) -> np.ndarray:
@@ -68,8 +67,7 @@ def draw_split(classes: np.ndarray, fractions: dict[str, float], seed: int) -> n
     return out.astype(str)
 
 
-# a sample cube whose catalog gives none (no mask)
-DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
+DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}  # of a cube whose mask gives none
 
 
 def answer_classes(ds) -> tuple[np.ndarray, list[str], np.ndarray]:

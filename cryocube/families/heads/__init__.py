@@ -22,8 +22,7 @@ N_BOOT = 1000
 class Heads(FittedInScore):
     name = "heads"
     warm_modules = ("timm", "cryocube.embeddings.embed", f"{__name__}.linear")
-    # share of test questions a head answered (each task's metrics are board cells)
-    primary_metric = "answered"
+    primary_metric = "answered"  # share of test questions answered (tasks: board cells)
     recipe = HeadsRecipe
     identity_version = 2  # 2: one question per sample and task (phrasings left to VLMs)
     threads_in_identity = False  # the embedding's key holds them
@@ -118,16 +117,7 @@ class Heads(FittedInScore):
         """Board cells of the answers, scored as VLM answers are, beside the chance baseline."""
         w = run.work
         rows = total["rows"]
-        box_how = "box head (linear on pooled features)"
-        board = cells(
-            rows,
-            w["tasks"],
-            w["split"],
-            w["ids"],
-            N_BOOT,
-            run.spec.seed,
-            how=lambda t, m: box_how if t.answer == "box" else f"linear head ({t.answer})",
-        )
+        board = cells(rows, w["tasks"], w["split"], w["ids"], N_BOOT, run.spec.seed, how=_how)
         answered = 100.0 * sum(r["ok"] for r in rows) / len(rows) if rows else float("nan")
         prep = prepared.get(run.prep_key, {})
         return {
@@ -135,14 +125,19 @@ class Heads(FittedInScore):
             "primary_metric": self.primary_metric,
             "heads": total["heads"],
             "summary_line": "; ".join(
-                f"{c['task']}{'/' + c['class'] if c['class'] else ''} {c['metric']} "
-                f"{c['value']:.2f} (n {c['n']})"
+                f"{c['task']} {c['metric']} {c['value']:.2f} (n {c['n']})"
                 for c in board
                 if c["class"] is None
             ),
             "embedding": run.record.fields["embedding"] | {"sha256": prep.get("embedding_sha256")},
             "timings": {"embed_s": prep.get("embed_s", 0.0), "train_s": 0.0},
         }
+
+
+def _how(t, metric: str) -> str:
+    return (
+        "box head (linear on pooled features)" if t.answer == "box" else f"linear head ({t.answer})"
+    )
 
 
 def _asked(spec: RunSpec, cube, recipe: HeadsRecipe):

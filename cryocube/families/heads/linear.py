@@ -11,10 +11,8 @@ from ...errors import task_boundary
 from ...questions.cells import answerable, scored_rows, target_of
 from ...questions.metrics import box_iou
 
-# logistic regression: inverse regularisation strength
-C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
-# ridge: regularisation strength (strongest first)
-ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)
+C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)  # logistic: inverse regularisation strength
+ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)  # ridge: regularisation, strongest first
 
 
 @dataclass(frozen=True)

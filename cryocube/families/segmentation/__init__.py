@@ -132,8 +132,7 @@ class Segmentation(Family):
                     want = np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
                 needed[k, split] = want
                 plan = create_split(c, split, samples, shapes)
-                batching = (cfg.block_samples, cfg.extract_batch, cfg.threads)
-                tasks += extraction_tasks(c, split, samples, want, plan, *batching)
+                tasks += extraction_tasks(c, split, samples, want, plan, cfg)
         if tasks:
             sizes = [t.samples.size for t in tasks]
             done = runner.map(
@@ -368,19 +367,15 @@ def _estimate(cube, run: SegRun) -> dict:
     size, bf16 = enc.input_size, enc.precision == "bf16"
     windows = len(window_offsets(cube.tile, size))
     held_out = run.val_samples.size + run.test_samples.size
+    items = 0 if run.trains_encoder else int(n * recipe.crops_per_sample + held_out * windows)
+    memory = finetune_bytes(enc.model.params_m, enc.model.arch, size, recipe.batch_size, bf16)
     return {
         "train_samples": int(n),
         "steps": max(1, n // recipe.batch_size) * recipe.epochs,
         "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1,
         "windows_per_tile": windows,
-        "encoder_items": (
-            0 if run.trains_encoder else int(n * recipe.crops_per_sample + held_out * windows)
-        ),
-        "memory_bytes": (
-            finetune_bytes(enc.model.params_m, enc.model.arch, size, recipe.batch_size, bf16)
-            if run.trains_encoder
-            else 0
-        ),
+        "encoder_items": items,
+        "memory_bytes": memory if run.trains_encoder else 0,  # frozen runs: not bounded
     }
 
 

@@ -16,6 +16,7 @@ from ...errors import DamagedCacheError, task_boundary
 from ...precision import autocast
 from ..encoders import extract_batch_size, get_encoder, window_offsets
 from .data import crop_offsets, pad_to
+from .recipe import SegmentationRecipe
 from .work import CacheSpec, ExtractTask
 
 COMPLETE = "cryocube_features_complete"
@@ -65,18 +66,17 @@ def extraction_tasks(
     samples: np.ndarray,
     needed: np.ndarray,
     plan: dict,
-    block_samples: int,
-    batch: int | None,
-    threads: int | None = None,
+    recipe: SegmentationRecipe,
 ) -> list[ExtractTask]:
     """Tasks of up to `block_samples` samples for the `needed` positions the split lacks."""
     if plan["complete"]:
         return []
     todo = np.asarray(needed, dtype=np.int64)
     todo = np.unique(todo[~plan["held"][todo]])
+    bs, batch, threads = recipe.block_samples, recipe.extract_batch, recipe.threads
     return [
         ExtractTask(cache, split, samples[pos], plan["per"], pos, batch, threads)
-        for pos in (todo[b : b + block_samples] for b in range(0, todo.size, block_samples))
+        for pos in (todo[b : b + bs] for b in range(0, todo.size, bs))
     ]
 
 

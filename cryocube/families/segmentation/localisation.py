@@ -51,9 +51,8 @@ def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: 
         np.asarray(ds[n].values)[test] if n in ds else np.full(test.size, pred.shape[a])
         for n, a in (("height", 1), ("width", 2))
     )
-    min_pixels = int(
-        ((ds.attrs.get("derivation") or {}).get("deformation_box") or {}).get("min_pixels", 1)
-    )
+    derivation = ds.attrs.get("derivation") or {}
+    min_pixels = int((derivation.get("deformation_box") or {}).get("min_pixels", 1))
     keep = np.flatnonzero(scored)
     refs = [tuple(b) if np.isfinite(b).all() else None for b in box[keep]]
     ious, false_boxes, no_ref = box_scores(

@@ -225,8 +225,8 @@ class Trainer:
         self.run, self.module, self.device = run, module, device
         self.batches, self.forward, self.validate_fn = batches, forward, validate
         self.epochs, self.val_every = cfg.epochs, cfg.val_every
-        params = [p for p in module.parameters() if p.requires_grad]
-        self.opt, self.optimizer = adamw(params, cfg, device)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.opt, self.optimizer = adamw(self.params, cfg, device)
         total = max(1, len(run.train_samples) // cfg.batch_size) * cfg.epochs  # as `_draws`
         self.sched = torch.optim.lr_scheduler.MultiStepLR(
             self.opt, milestones=[int(m * total) for m in cfg.milestones], gamma=cfg.gamma
@@ -236,8 +236,7 @@ class Trainer:
         self.curve: list[dict] = []
         self.best, self.best_state, self.best_epoch = -math.inf, None, -1
         self.steps, self.seen, self.losses = 0, 0, []
-        # batches whose every pixel is ignore (padding): no gradient, the schedule goes on
-        self.unlabelled_steps = 0
+        self.unlabelled_steps = 0  # padding-only batches: no gradient, the schedule goes on
         self.rng_state = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
         # where a run's time goes (seconds over epochs): the benchmark's budget against FLOP bounds
@@ -326,10 +325,9 @@ class Trainer:
         self._publish(epoch=self.epochs, loss=None, val_mIoU=val, best=self.best, done=True)
 
     def _publish(self, **event) -> None:
-        if self.run.events:
-            run = {"run": self.run.run_id, "label": self.run.label}
-            epoch = {"epoch": event.pop("epoch"), "epochs": self.epochs}
-            publish(run | epoch | event | {"t": time.time()})
+        run = {"run": self.run.run_id, "label": self.run.label}
+        epoch = {"epoch": event.pop("epoch"), "epochs": self.epochs}
+        publish(run | epoch | event | {"t": time.time()})
 
 
 def _draws(rng: np.random.Generator, pool: np.ndarray, bs: int):
@@ -418,9 +416,7 @@ def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:
             "unlabelled_steps": t.unlabelled_steps,
             "train_samples_per_s": seen,
             "optimizer": t.optimizer,
-            "trainable_params": int(
-                sum(p.numel() for p in t.module.parameters() if p.requires_grad)
-            ),
+            "trainable_params": int(sum(p.numel() for p in t.params)),
             "encoder_params": int(sum(p.numel() for p in enc.parameters())),
         }
         | common
@@ -436,8 +432,7 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
     with torch_task(runs[0].recipe.threads) as (device, threads), peak_memory(device) as peak:
         trainers = _trainers(runs, device)
         built = time.perf_counter()
-        # a run that fails (e.g. diverges) leaves the group; the others go on
-        failed: dict[int, dict] = {}
+        failed: dict[int, dict] = {}  # a run that fails (diverges) leaves the group
         for epoch in range(max(t.epochs for t in trainers)):
             for i, t in enumerate(trainers):
                 if epoch < t.epochs and i not in failed:

@@ -84,7 +84,6 @@ class SegRun:
     checkpoint: str  # where the best state goes
     cache: CacheSpec | None  # frozen runs: the feature cache they train on
     memory_format: str  # effective: channels_last | contiguous
-    events: bool = True  # publish per-epoch progress to the client
 
 
 @dataclass(frozen=True)
