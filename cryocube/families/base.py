@@ -151,14 +151,14 @@ class Family(ABC):
             spec=spec,
             record=self.base_record(spec, r, run_id, identity),
             work=r.work(run_id) if callable(r.work) else r.work,
-            cube=None if isinstance(r.cube, dict) else r.cube,  # a CubeInfo, its record, or None
+            cube=None if isinstance(r.cube, dict) else r.cube,
             prep_key=r.prep_key,
             estimate=r.estimate,
         )
 
     def base_record(self, spec: RunSpec, r: Resolved, run_id: str, identity: dict) -> RunRecord:
         """The one way a run record starts (the scheduler completes it with status and metrics)."""
-        info = None if isinstance(r.cube, dict) else r.cube
+        info = None if isinstance(r.cube, dict) else r.cube  # a CubeInfo, its record, or None
         cube = r.cube or None
         if info is not None:
             cube = {k: getattr(info, k) for k in ("url", "checksum", "schema_version")}
