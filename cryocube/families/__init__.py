@@ -1,6 +1,5 @@
 """Evaluation families (`base.Family`), one registry: the built-in ones and those a lab's package
-registers through an entry point in the `cryocube.families` group (a module that calls `register`).
-"""
+registers through an entry point in the `cryocube.families` group (a module calling `register`)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ __all__ = ["Family", "PlanContext", "PlannedRun", "Resolved", "RunSpec", "get", 
 
 
 def register(cls: type[Family]) -> type[Family]:
-    """Class decorator: one instance, made here, serves every run whose protocol names it; a
-    second class under a taken name is refused."""
+    """Class decorator: one instance per family; a second class under its name is refused."""
     old = FAMILIES.get(cls.name)
     FAMILIES.add(cls.name, old if type(old) is cls else cls(), plugins.source_of(cls))
     return cls
@@ -30,12 +28,10 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Family:
-    """The one instance of a family, whose hooks the scheduler calls; unknown names: one
-    sentence listing the known ones."""
+    """The one instance of a family; an unknown name is one sentence listing the known."""
     return FAMILIES.named(name)
 
 
 def report_key(record) -> tuple:
-    """Its family's part of a record's report key (`Family.report_key`); none for a family not
-    installed here, whose runs the report lists apart."""
+    """Its family's part of a record's report key; none for a family not installed here."""
     return get(record.family).report_key(record) if record.family in names() else ()

@@ -1,8 +1,5 @@
-"""The contract between the scheduler (`cryocube.engine`) and an evaluation family.
-
-A *run* is (model, cube, protocol, label fraction, seed [, recipe overrides]); its protocol names
-the family. The scheduler knows no family: it calls the hooks in order (`plan`: `resolve` then the
-base's hashing and record; `prepare` once per `prep_key`; `group`; `fit` one task per group; `score`
+"""The contract between the scheduler (`cryocube.engine`), which knows no family, and a family: the
+hooks it calls in order (`plan`; `prepare` once per `prep_key`; `group`; `fit` per group; `score`
 map tasks that `reduce` pairwise on the workers; `finish`), as docs/architecture.md draws them."""
 
 from __future__ import annotations
@@ -11,6 +8,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, ClassVar
 
 from ..precision import DeviceInfo, this_device
@@ -25,13 +23,11 @@ class RunSpec:
     protocol: str = "frozen"
     fraction: float | None = None  # None: the protocol's default
     seed: int = 0
-    # recipe fields of this run only (e.g. a study's trial)
-    overrides: tuple[tuple[str, Any], ...] = ()
+    overrides: tuple[tuple[str, Any], ...] = ()  # recipe fields of this run only (a study's trial)
 
     @property
     def label(self) -> str:
-        """The run as progress lines, logs and errors name it: model/cube/protocol@fraction/seedN,
-        then its overrides."""
+        """How progress lines, logs and errors name the run: model/cube/protocol@fraction/seedN."""
         f = "" if self.fraction is None else f"@{self.fraction:g}"
         o = "".join(f",{k}={v}" for k, v in self.overrides)
         cube = self.cube.rstrip("/").rsplit("/", 1)[-1]
@@ -45,14 +41,11 @@ class PlanContext:
     out: str = ""  # results root (run dirs, caches)
     weights_dir: str | None = None
     allow_random_weights: bool = False
-    # None: not known yet (no cluster); planning assumes this machine's
-    device: DeviceInfo | None = None
-    # the workers' configured torch threads; None: not known yet (this process's)
-    threads: int | None = None
+    device: DeviceInfo | None = None  # None: not known yet (no cluster), this machine's
+    threads: int | None = None  # the workers' configured torch threads (None: this process's)
 
     def run_threads(self, requested: int | None) -> int:
-        """A run's torch threads, fixed at planning: its recipe's, else the cluster's configured
-        threads per worker (never the load, so a rerun computes in the same order)."""
+        """Its recipe's, else the workers' configured threads (never the load: reruns repeat)."""
         from ..cluster.runtime import configured_threads
 
         return int(requested or self.threads or configured_threads())
@@ -65,17 +58,18 @@ class PlanContext:
 @dataclass
 class PlannedRun:
     spec: RunSpec
-    family: str
-    run_id: str
-    identity: dict[str, Any]  # everything the run id hashes (kept in the record)
-    dataset: str
-    model_name: str
-    fraction: float
-    record: RunRecord  # what every record of this run carries (config, weights, cube, ...)
+    record: RunRecord  # what every record of this run carries (run id, identity, config, ...)
     work: Any  # the family's typed description of the run's tasks
     cube: Any = None  # the CubeInfo the run reads
     prep_key: str | None = None  # runs with the same key share one `prepare`
     estimate: dict[str, Any] = field(default_factory=dict)  # what `--dry-run` prints (steps, items)
+    # its record's, read as the planned run's own
+    run_id = property(attrgetter("record.run_id"))
+    family = property(attrgetter("record.family"))
+    identity = property(attrgetter("record.identity"))  # everything the run id hashes
+    dataset = property(attrgetter("record.dataset"))
+    model_name = property(attrgetter("record.model_name"))
+    fraction = property(attrgetter("record.fraction"))
 
     @property
     def label(self) -> str:
@@ -85,8 +79,7 @@ class PlannedRun:
 
 @dataclass
 class Resolved:
-    """What a family's `resolve` fixes of one run, its own part only: `Family.plan` adds the family,
-    seed, threads and identity version, hashes them into the run id and starts the record."""
+    """What a family's `resolve` fixes of one run, its own part (`Family.planned` adds the rest)."""
 
     identity: dict[str, Any]  # the family's identity fields
     model_name: str
@@ -107,30 +100,24 @@ Task = tuple[Callable, Any]  # (a function the workers run, its one argument)
 
 
 class Family(ABC):
-    """Base of the evaluation families (see the module docstring for the order of the hooks); a
-    family implements plan, fit, score, reduce and finish."""
+    """Base of the evaluation families (the module docstring gives the order of the hooks)."""
 
     name: ClassVar[str]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
     # why `tune` cannot study this family's protocols ("": it can, its runs record a val curve)
     not_tunable: ClassVar[str] = ""
-    # printed after the primary metric on a run's result line
-    shown_metrics: ClassVar[tuple[str, ...]] = ()
-    # its recipe fields (the shared ones and its own)
+    shown_metrics: ClassVar[tuple[str, ...]] = ()  # after the primary one on a result line
     recipe: ClassVar[type[BaseRecipe]] = BaseRecipe
-    # the identity's "v": raised when a change moves this family's run ids
-    identity_version: ClassVar[int] = 1
+    identity_version: ClassVar[int] = 1  # the identity's "v": raised when run ids move
     # False: the run's threads are in what its identity names already (an embedding store's key)
     threads_in_identity: ClassVar[bool] = True
-    # modules its first tasks import (torch, timm, its task modules): a local cluster's workers
-    # import them while the client plans, so those seconds overlap planning instead of following it
+    # modules its first tasks import (torch, timm, its own): local workers import them while the
+    # client plans, so those seconds overlap planning instead of following it
     warm_modules: ClassVar[tuple[str, ...]] = ()
 
     def plan(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> PlannedRun:
-        """The template every run is planned by. `recipe` is this family's own (`recipe.of(name)`):
-        the run's overrides go over it and its torch threads are fixed (a rerun computes in the same
-        order); the family's `resolve` fixes the rest, `planned` hashes and records it."""
+        """The template every run is planned by: overrides, threads, `resolve`, `planned`."""
         recipe = self.with_overrides(spec, recipe)
         recipe = recipe.replace(threads=ctx.run_threads(recipe.threads))
         r = self.resolve(spec, cube, recipe, ctx)
@@ -146,14 +133,12 @@ class Family(ABC):
 
     @abstractmethod
     def resolve(self, spec: RunSpec, cube, recipe: BaseRecipe, ctx: PlanContext) -> Resolved:
-        """Checks the run and fixes what is this family's own (`recipe`: the run's, threads fixed);
-        a user error is raised here, before any work."""
+        """Checks the run and fixes this family's part; user errors are raised here, before work."""
 
     def planned(
         self, spec: RunSpec, r: Resolved, *, seed: int | None, threads: int | None = None
     ) -> PlannedRun:
-        """The identity (family, the family's fields, seed, the threads where they change the bits,
-        `identity_version`), its hash as the run id, the record started, the planned run."""
+        """The identity (with seed, threads, `identity_version`), its hash as run id, the record."""
         identity = {
             "family": self.name,
             **r.identity,
@@ -162,25 +147,17 @@ class Family(ABC):
             "v": self.identity_version,
         }
         run_id = content_hash(identity)
-        info = None if isinstance(r.cube, dict) else r.cube
         return PlannedRun(
             spec=spec,
-            family=self.name,
-            run_id=run_id,
-            identity=identity,
-            dataset=r.dataset or info.dataset,
-            model_name=r.model_name,
-            fraction=r.fraction,
             record=self.base_record(spec, r, run_id, identity),
             work=r.work(run_id) if callable(r.work) else r.work,
-            cube=info,
+            cube=None if isinstance(r.cube, dict) else r.cube,
             prep_key=r.prep_key,
             estimate=r.estimate,
         )
 
     def base_record(self, spec: RunSpec, r: Resolved, run_id: str, identity: dict) -> RunRecord:
-        """The one way a run record starts: the fields every family's records share, typed, then
-        the family's own; the scheduler completes it with status and metrics."""
+        """The one way a run record starts (the scheduler completes it with status and metrics)."""
         info = None if isinstance(r.cube, dict) else r.cube  # a CubeInfo, its record, or None
         cube = r.cube or None
         if info is not None:
@@ -213,8 +190,7 @@ class Family(ABC):
 
     @abstractmethod
     def fit(self, group: list[PlannedRun]) -> Task:
-        """One task fitting the whole group; its result is a list in the group's order, one fitted
-        dict per run, or {"failed": ...} for a run that failed alone."""
+        """One task fitting the group: a fitted dict per run ({"failed": ...} for a failed one)."""
 
     @abstractmethod
     def score(self, run: PlannedRun, fitted: dict) -> list[Task]:
@@ -223,38 +199,27 @@ class Family(ABC):
     @staticmethod
     @abstractmethod
     def reduce(a, b):
-        """Combines two partial results on a worker; pairs are joined in a tree (log depth), so it
-        must be associative."""
+        """Combines two partial results on a worker; associative (pairs are joined in a tree)."""
 
     @abstractmethod
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        """The run's metrics and record fields from the reduced total (`primary_metric` among them
-        names the one shown); raising records the run as failed."""
+        """The run's metrics and record fields from the reduced total; raising fails the run."""
 
     def report_key(self, record: RunRecord) -> tuple:
-        """What keeps two of this family's records apart in a report beyond their model, dataset,
-        protocol, fraction, seed and identity (an older record may lack the identity): none."""
+        """What keeps two of this family's records apart in a report beyond the shared key: none."""
         return ()
 
     def report_sections(self, page, results) -> None:
-        """Add this family's sections to a report (`page`: pages/build.py's writer; its ok runs:
-        `results.of(self.name)`); by default one board per cube from its runs' `metrics.cells`. A
-        family whose primary metric is mIoU is ranked on the protocol leaderboards."""
+        """This family's report sections: by default one board per cube from `metrics.cells`."""
         from ..report.board import about, cells_table, cubes
 
         runs = [r for r in results.of(self.name) if r.metrics.get("cells")]
         for c in cubes(runs):
             sec = page.section(f"{self.name} on {c.name} ({c.dataset})")
-            page.table(
-                sec,
-                self.name,
-                cells_table(
-                    [r for r in runs if c.holds(r)],
-                    f"board_{c.slug}",
-                    f"{self.name} on {c.name} ({', '.join(x for x in (c.dataset, about(c)) if x)}):"
-                    " board cells",
-                ),
-            )
+            said = ", ".join(x for x in (c.dataset, about(c)) if x)
+            title = f"{self.name} on {c.name} ({said}): board cells"
+            table = cells_table([r for r in runs if c.holds(r)], f"board_{c.slug}", title)
+            page.table(sec, self.name, table)
 
 
 def fit_nothing(group: list) -> list[dict]:
@@ -263,11 +228,10 @@ def fit_nothing(group: list) -> list[dict]:
 
 
 class FittedInScore(Family):
-    """A family whose runs share no fit (probes, linear heads, VLM answers): each run's work is its
-    score tasks, started after one no-op fit task per group."""
+    """A family whose runs share no fit (probes, heads, VLM answers): its work is in score tasks."""
 
     def fit(self, group: list[PlannedRun]):
-        """The no-op fit (fit_nothing) over the group."""
+        """The no-op fit over the group."""
         return fit_nothing, group
 
 
@@ -284,8 +248,7 @@ def derive_seed(*parts: Any) -> int:
 
 @dataclass
 class EngineRuns:
-    """What a family's command hands the engine to schedule: runs it planned (every check done),
-    where they write, and how the command shows their records (its exit code)."""
+    """What a family's command hands the engine: its runs, their folder, how to show them."""
 
     runs: list[PlannedRun]
     out: str

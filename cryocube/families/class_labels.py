@@ -1,7 +1,5 @@
-"""Image-level labels of a Cryo-Bench tile cube, derived from its per-tile class fractions: whether
-a class occurs in a tile and its share of the tile's labelled pixels. `probe --tasks-from` and the
-vqa family's Cryo-Bench questions both read them from here, so a VLM is scored against exactly the
-probe's labels."""
+"""Image-level labels of a Cryo-Bench tile cube from its per-tile class fractions, read by `probe
+--tasks-from` and the Cryo-Bench questions alike, so a VLM is scored against the probe's labels."""
 
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ def slug(name: str) -> str:
 
 def class_labels(ds) -> tuple[np.ndarray, list[ClassLabels]]:
     """(labelled, per class labels) of an open tile cube; a tile with no labelled pixel has none."""
-    # share of each class among labelled pixels
     frac = np.asarray(ds["class_fraction"].values, dtype=np.float64)
     labelled = frac.sum(axis=1) > 0
     return labelled, [

@@ -40,9 +40,7 @@ class InputMap:
 
 
 def dataset_band_rule(dataset: str, default: str = "named") -> str:
-    """The band-matching rule a dataset's catalog asks for where no protocol chooses one
-    (`embed_bands`: cross_sensor for interferograms, whose phase and coherence fit no encoder slot);
-    `default` for a cube whose dataset is not in the catalog."""
+    """The catalog's band rule of a dataset (`embed_bands`), `default` where it has none."""
     try:
         return load_dataset(dataset).embed_bands
     except UserError:
@@ -50,10 +48,8 @@ def dataset_band_rule(dataset: str, default: str = "named") -> str:
 
 
 def match_cube_bands(mspec: ModelSpec, bands, rule: str, offers_cross_sensor: bool = True):
-    """(rule, BandMatch): the one band rule of `evaluate` and `embed`. An optical-only encoder on a
-    cube with no optical band gets the SAR/grey bands in its RGB slots (the cross-sensor rule, as
-    Cryo-Bench feeds SAR to optical GFMs) instead of a refusal; anything else that fits no slot is
-    refused, naming the bands."""
+    """(rule, BandMatch) of `evaluate` and `embed`: an optical-only encoder on a cube with no
+    optical band gets its SAR/grey bands in the RGB slots (cross-sensor, as Cryo-Bench does)."""
     try:
         return rule, match_bands(mspec, bands, rule, offers_cross_sensor)
     except BandMatchError:
@@ -84,8 +80,7 @@ class EncoderSpec:
 
     @property
     def key(self) -> tuple:
-        """The built module's identity in the per-worker cache (get_encoder): precision and threads
-        are left out, autocast applies them."""
+        """The module's key in the per-worker cache (autocast applies precision, threads)."""
         # repr: Band fields may be NaN (NaN != NaN); arch: a YAML-only variant has its own module
         return (
             self.model.id,
@@ -99,8 +94,7 @@ class EncoderSpec:
         )
 
     def build(self, pretrained: bool = True) -> torch.nn.Module:
-        """The encoder module, weights loaded unless a checkpoint will replace them (seed torch
-        first for a random init)."""
+        """The module, weights loaded unless a checkpoint replaces them (seed torch first)."""
         return build_encoder(
             self.model,
             bands=list(self.bands),
@@ -144,17 +138,13 @@ def extract_batch_size(
 
 
 def input_map(cube, index: list[int], normalization: str) -> InputMap:
-    """Normalisation by the catalog's `published` mean/std or the cube's own; a fed band without a
-    finite mean and positive std is refused."""
+    """Normalisation by the catalog's or the cube's mean/std; unusable fed bands refused."""
     if normalization == "published":
         mean, std = cube.published_mean, cube.published_std
     else:
         mean, std = cube.mean, cube.std
-    bad = [
-        cube.bands[i].name
-        for i in range(len(cube.bands))
-        if i in index and (not np.isfinite(mean[i]) or not std[i] > 0)
-    ]
+    usable = np.isfinite(mean) & (np.asarray(std) > 0)
+    bad = [b.name for i, b in enumerate(cube.bands) if i in index and not usable[i]]
     if bad:
         hint = (
             "the dataset catalog gives no published mean/std for them: use --set normalization=cube"
@@ -167,13 +157,11 @@ def input_map(cube, index: list[int], normalization: str) -> InputMap:
 
 @task_boundary
 def encoder_facts(spec: EncoderSpec) -> tuple[list[tuple[int, int, int]], int]:
-    """Feature shapes and parameter count of an encoder, from a worker: it keeps the encoder for the
-    extraction (or embedding) that follows, and the client never builds it or loads its weights."""
+    """Feature shapes and parameters of an encoder, from the worker that will extract."""
     with torch_task() as (device, _):
         enc = get_encoder(spec, device)
-        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(
-            sum(q.numel() for q in enc.parameters())
-        )
+        params = sum(q.numel() for q in enc.parameters())
+        return [tuple(s) for s in enc.feature_shapes(spec.input_size)], int(params)
 
 
 def encoder_input_size(mspec: ModelSpec, tile: int, requested: int | None, where: str) -> int:
@@ -188,16 +176,8 @@ def encoder_input_size(mspec: ModelSpec, tile: int, requested: int | None, where
     return size
 
 
-def sliding_offsets(length: int, window: int) -> list[int]:
-    """Offsets along one axis: ceil(L / S) windows spread evenly, the last flush at the end."""
-    if length <= window:
-        return [0]
-    n = int(np.ceil(length / window))
-    return [int(round(v)) for v in np.linspace(0, length - window, n)]
-
-
 def window_offsets(tile: int, size: int) -> np.ndarray:
-    """(W, 2) top-left corners of the sliding windows over a (padded) tile."""
+    """(W, 2) corners of ceil(side / size)^2 windows spread evenly over a (padded) tile."""
     side = max(tile, size)
-    offs = sliding_offsets(side, size)
+    offs = [int(round(v)) for v in np.linspace(0, side - size, int(np.ceil(side / size)))]
     return np.array([(y, x) for y in offs for x in offs], dtype=np.int32)

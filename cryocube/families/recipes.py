@@ -1,7 +1,5 @@
-"""One set of recipe values as every registered family reads it: `--set`, `--config` and the
-benchmark's `recipe:` are one flat mapping; each family takes and checks the fields its recipe
-class declares, a field no family declares is refused, and the engine hands each family its part
-(`recipe.of(name)`) without knowing its fields."""
+"""One flat mapping of recipe values (`--set`, `--config`, the benchmark's `recipe:`) of which each
+family takes and checks its recipe class's fields; a field no family declares is refused."""
 
 from __future__ import annotations
 
@@ -70,10 +68,8 @@ def default_recipe(benchmark: str = "cryobench", families: tuple[str, ...] | Non
     values = dict(b.recipe)
     if families:  # the benchmark's fields of other families are theirs, not errors
         check_keys(values, {f for t in recipe_types().values() for f in t.field_names()}, where)
-        types = recipe_types(families)
-        values = {
-            k: v for k, v in values.items() if any(k in t.field_names() for t in types.values())
-        }
+        mine = {f for t in recipe_types(families).values() for f in t.field_names()}
+        values = {k: v for k, v in values.items() if k in mine}
     return Recipe(values, recipe_types(families), where)
 
 
@@ -83,10 +79,7 @@ def load_recipe(
     base: Recipe | None = None,
     families: tuple[str, ...] | None = None,
 ) -> Recipe:
-    """Recipe from the catalog's defaults (or `base`), then a YAML file, then `key=value` overrides.
-
-    `families` limits the known fields to those families' (`cryocube embed` takes the embedding
-    family's)."""
+    """The catalog's recipe (or `base`), then a YAML file, then `key=value` overrides."""
     cfg = base or default_recipe(families=families)
     values: dict[str, Any] = {}
     if path:
@@ -101,8 +94,7 @@ def load_recipe(
 
 
 def _check_used(values: dict, cfg: Recipe, families: tuple[str, ...] | None, where: str) -> None:
-    """A field another family reads but none of `families` does would be accepted and ignored:
-    refused, naming it; a field no family knows is refused as unknown."""
+    """Refuses a field none of `families` reads (it would be ignored) or no family knows."""
     if families:
         every = {f for t in recipe_types().values() for f in t.field_names()}
         unused = sorted(k for k in values if k in every and k not in cfg.fields())

@@ -1,7 +1,5 @@
-"""The one split every family scores a cube's board on, and the identity of a set of scored samples.
-
-A tile cube's split is its published `split`; a sample cube's is drawn from its checksum (`RULE`),
-so every family's test samples are one set. A board cell names its samples by `samples_hash`."""
+"""The one split every family scores a cube's board on (a tile cube's published `split`, a sample
+cube's drawn from its checksum by `RULE`), and a board cell's samples' identity (`samples_hash`)."""
 
 from __future__ import annotations
 
@@ -20,19 +18,12 @@ RULE = (
     " (rarest first, never taking a class's last train sample), then each joint class is split by"
     " the fractions; unlabelled samples go to train"
 )
-# the box axis' two answers
-BOX, NO_BOX = "box", "no box"
+BOX, NO_BOX = "box", "no box"  # the box axis' two answers
 
 
 def draw_split(classes: np.ndarray, fractions: dict[str, float], seed: int) -> np.ndarray:
-    """The split of samples whose answer classes are `classes` (n samples x k axes, "" where a
-    sample has no label on an axis; a row of "" is unlabelled and goes to train), seeded by `seed`:
-
-    1. per split (test, then val) and per (axis, class) with >= 3 samples (rarest first): when the
-       split holds none of it, one of its train samples moves there, the one naming the most
-       classes the split still lacks, never a class's last train sample;
-    2. per joint class (a row's classes together): round(n * fraction) to test and to val, less
-       what step 1 placed, at least one left in train; the rest stay in train."""
+    """The split, by `RULE` (its two steps: docs/segmentation.md), of samples whose answer classes
+    are `classes` (n samples x k axes, "" where a sample has no label on an axis)."""
     classes = np.asarray(classes, dtype=object).reshape(len(classes), -1)
     n, k = classes.shape
     out = np.full(n, "train", dtype=object)
@@ -76,15 +67,11 @@ def draw_split(classes: np.ndarray, fractions: dict[str, float], seed: int) -> n
     return out.astype(str)
 
 
-# a sample cube whose catalog gives none (no mask)
-DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
+DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}  # of a cube whose mask gives none
 
 
 def answer_classes(ds) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """(answer class per sample and axis, the axes' names, labelled per sample) of an open sample
-    cube: one axis per class task (its class name, "" where its target is missing) and, for a cube
-    with boxes, the box task ("box" / "no box"). A sample with a label for any task (a target, a
-    box, a labelled mask pixel, a reference answer) is labelled."""
+    """(answer class per sample and axis, axes' names, labelled per sample) of a sample cube."""
     n = int(ds.sizes["sample"])
     cols, names = [], []
     labelled = np.zeros(n, bool)
@@ -97,12 +84,9 @@ def answer_classes(ds) -> tuple[np.ndarray, list[str], np.ndarray]:
         for j, (task, kind, cls) in enumerate(zip(tasks, kinds, named)):
             if str(kind) != "cls":
                 continue
-            labs = str(cls).split("|") if cls else []
-            col = np.full(n, "", dtype=object)
-            for i, v in enumerate(target[:, j]):
-                if np.isfinite(v):
-                    col[i] = labs[int(v)] if 0 <= int(v) < len(labs) else str(int(v))
-            cols.append(col)
+            labs = dict(enumerate(str(cls).split("|"))) if cls else {}
+            col = [labs.get(int(v), str(int(v))) if np.isfinite(v) else "" for v in target[:, j]]
+            cols.append(np.array(col, dtype=object))
             names.append(task)
     if "box" in ds:
         has_box = np.isfinite(np.asarray(ds["box"].values, np.float64)).all(axis=1)
@@ -131,8 +115,7 @@ def class_counts(classes: np.ndarray, names: list[str], splits: np.ndarray) -> d
 
 
 def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(split per sample, joint answer class per sample, the split's record) of an open sample
-    cube, drawn from its checksum."""
+    """(split per sample, joint answer class per sample, the split's record) of a sample cube."""
     opts = dict(ds.attrs.get("mask") or {})
     fractions = dict(opts.get("split") or DEFAULT_FRACTIONS)
     n = int(ds.sizes["sample"])
@@ -145,18 +128,15 @@ def sample_split(ds, checksum: str) -> tuple[np.ndarray, np.ndarray, dict]:
         else ["labelled" if x else "unlabelled" for x in labelled]
     ).astype(str)
     origin = as_text(ds["mask_origin"].values) if "mask_origin" in ds else np.full(n, "")
-    return (
-        splits,
-        strata,
-        {
-            "rule": RULE,
-            "fractions": fractions,
-            "seed": seed,
-            **_facts(splits),
-            "classes": class_counts(classes, names, splits),
-            "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))},
-        },
-    )
+    record = {
+        "rule": RULE,
+        "fractions": fractions,
+        "seed": seed,
+        **_facts(splits),
+        "classes": class_counts(classes, names, splits),
+        "mask_origin": {str(o): int((origin == o).sum()) for o in sorted(set(origin.tolist()))},
+    }
+    return splits, strata, record
 
 
 def cube_split(url: str, checksum: str) -> tuple[np.ndarray, list[str], dict]:

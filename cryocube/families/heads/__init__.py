@@ -1,6 +1,5 @@
 """The heads family: encoders answer the question tasks whose answer is a class, a number, a
-fraction or a box, on the VLMs' test questions with their metrics and intervals (docs/vlm.md).
-"""
+fraction or a box, on the VLMs' test questions with their metrics and intervals (docs/vlm.md)."""
 
 from __future__ import annotations
 
@@ -23,15 +22,13 @@ N_BOOT = 1000
 class Heads(FittedInScore):
     name = "heads"
     warm_modules = ("timm", "cryocube.embeddings.embed", f"{__name__}.linear")
-    # share of test questions a head answered (each task's metrics are board cells)
-    primary_metric = "answered"
+    primary_metric = "answered"  # share of test questions answered (tasks: board cells)
     recipe = HeadsRecipe
     identity_version = 2  # 2: one question per sample and task (phrasings left to VLMs)
     threads_in_identity = False  # the embedding's key holds them
 
     def resolve(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> Resolved:
-        """Refuses the baseline embeddings (chance is on every board) and cubes with no answerable
-        task or test reference; runs share the embedding family's pooled features (prep_key)."""
+        """Refuses baselines and cubes with no answerable task; runs share pooled features."""
         protocol_spec(spec.protocol)
         if spec.model in BASELINES:
             raise UserError(
@@ -117,20 +114,10 @@ class Heads(FittedInScore):
         """None of its own: its cells are rows of the vqa family's boards, beside VLMs, chance."""
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        """Board cells of the answers, scored as VLM answers are, beside the chance baseline;
-        `answered` is the percentage of test questions answered."""
+        """Board cells of the answers, scored as VLM answers are, beside the chance baseline."""
         w = run.work
         rows = total["rows"]
-        box_how = "box head (linear on pooled features)"
-        board = cells(
-            rows,
-            w["tasks"],
-            w["split"],
-            w["ids"],
-            N_BOOT,
-            run.spec.seed,
-            how=lambda t, m: box_how if t.answer == "box" else f"linear head ({t.answer})",
-        )
+        board = cells(rows, w["tasks"], w["split"], w["ids"], N_BOOT, run.spec.seed, how=_how)
         answered = 100.0 * sum(r["ok"] for r in rows) / len(rows) if rows else float("nan")
         prep = prepared.get(run.prep_key, {})
         return {
@@ -138,8 +125,7 @@ class Heads(FittedInScore):
             "primary_metric": self.primary_metric,
             "heads": total["heads"],
             "summary_line": "; ".join(
-                f"{c['task']}{'/' + c['class'] if c['class'] else ''} {c['metric']} "
-                f"{c['value']:.2f} (n {c['n']})"
+                f"{c['task']} {c['metric']} {c['value']:.2f} (n {c['n']})"
                 for c in board
                 if c["class"] is None
             ),
@@ -148,10 +134,14 @@ class Heads(FittedInScore):
         }
 
 
+def _how(t, metric: str) -> str:
+    return (
+        "box head (linear on pooled features)" if t.answer == "box" else f"linear head ({t.answer})"
+    )
+
+
 def _asked(spec: RunSpec, cube, recipe: HeadsRecipe):
-    """(the tasks selected, those a head answers, their questions, the tasks left out, the board
-    split, ids, its record); refuses a selection no head answers and a test split with no
-    reference."""
+    """(tasks selected, answered, questions, left out, split, ids, split record), checked."""
     every = select(recipe.task_names or None, cube.kind, cube.dataset)
     tasks = [t for t in every if answerable(t)]
     if not tasks:

@@ -1,5 +1,4 @@
-"""Answer heads: a linear model on pooled frozen features per (task, class asked), regularised on
-val by the task's own metric (docs/vlm.md, "Encoder heads")."""
+"""Linear heads on pooled features per (task, class), tuned on val (docs/vlm.md, Encoder heads)."""
 
 from __future__ import annotations
 
@@ -12,10 +11,8 @@ from ...errors import task_boundary
 from ...questions.cells import answerable, scored_rows, target_of
 from ...questions.metrics import box_iou
 
-# logistic regression: inverse regularisation strength
-C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
-# ridge: regularisation strength (strongest first)
-ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)
+C_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)  # logistic: inverse regularisation strength
+ALPHA_GRID = (1000.0, 100.0, 10.0, 1.0, 0.1, 0.01)  # ridge: regularisation, strongest first
 
 
 @dataclass(frozen=True)
@@ -50,45 +47,34 @@ def fit_head(t, Xtr, ytr, Xva, yva) -> tuple[object, dict]:
     """(a fitted predictor X -> answers, what was chosen)."""
     from sklearn.linear_model import LogisticRegression, Ridge
 
-    mu, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
-    sd = np.where(sd > 0, sd, 1.0)
-
-    def z(X):
-        return (X - mu) / sd
-
-    # one class in train: nothing to learn, say so
-    if t.answer == "class" and len(set(ytr.tolist())) < 2:
+    classify = t.answer == "class"
+    if classify and len(set(ytr.tolist())) < 2:  # nothing to learn: say so
         only = ytr[0]
         return (lambda X: np.full(len(X), only, dtype=object)), {
             "head": "constant (one class in train)",
             "class": str(only),
         }
-    grid = C_GRID if t.answer == "class" else ALPHA_GRID
+    mu, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    grid, param = (C_GRID, "C") if classify else (ALPHA_GRID, "alpha")
 
     def make(g):
-        return (
-            LogisticRegression(C=g, max_iter=5000) if t.answer == "class" else Ridge(alpha=g)
-        ).fit(z(Xtr), ytr)
+        model = LogisticRegression(C=g, max_iter=5000) if classify else Ridge(alpha=g)
+        return model.fit((Xtr - mu) / sd, ytr)
+
+    def predict(m, X):
+        return _clip(t, m.predict((X - mu) / sd))
 
     if len(Xva):
-        scores = [
-            (_val_score(t, _clip(t, make(g).predict(z(Xva))), yva), -k) for k, g in enumerate(grid)
-        ]
+        scores = [(_val_score(t, predict(make(g), Xva), yva), -k) for k, g in enumerate(grid)]
         best = grid[-max(scores)[1]]
-        chosen = {
-            "chosen_on": f"val ({len(Xva)} samples)",
-            "val": {str(g): s for g, (s, _) in zip(grid, scores)},
-        }
+        val = {str(g): s for g, (s, _) in zip(grid, scores)}
+        chosen = {"chosen_on": f"val ({len(Xva)} samples)", "val": val}
     else:
         best, chosen = 1.0, {"chosen_on": "no val samples: the default"}
     m = make(best)
-    name = "logistic" if t.answer == "class" else "ridge"
-    return (lambda X: _clip(t, m.predict(z(X)))), {
-        "head": f"linear ({name})",
-        ("C" if t.answer == "class" else "alpha"): best,
-        **chosen,
-        "train": int(len(Xtr)),
-    }
+    head = f"linear ({'logistic' if classify else 'ridge'})"
+    return (lambda X: predict(m, X)), {"head": head, param: best, **chosen, "train": int(len(Xtr))}
 
 
 @task_boundary
@@ -115,24 +101,16 @@ def answer_heads(job: HeadsJob) -> dict:
             continue
 
         def xy(qq):
-            x = X[[pos[job.ids[q.sample]] for q in qq]] if qq else np.zeros((0, X.shape[1]))
             y = [target_of(t, q) for q in qq]
-            return x, (
-                np.asarray(y, dtype=object if t.answer == "class" else np.float64)
-                if qq
-                else np.zeros(0)
-            )
+            dtype = object if t.answer == "class" else np.float64
+            return X[[pos[job.ids[q.sample]] for q in qq]], np.asarray(y, dtype=dtype)
 
         predict, chosen[key] = fit_head(t, *xy(part["train"]), *xy(part["val"]))
         test = [q for q in qs if job.split[q.sample] == "test"]
         if test:
+            typed = {"box": lambda p: tuple(map(float, p)), "class": str}.get(t.answer, float)
             pred = predict(X[[pos[job.ids[q.sample]] for q in test]])
-            for q, p in zip(test, pred):
-                answers[(q.sample, name, subject)] = (
-                    tuple(float(c) for c in p)
-                    if t.answer == "box"
-                    else (str(p) if t.answer == "class" else float(p))
-                )
+            answers |= {(q.sample, name, subject): typed(p) for q, p in zip(test, pred)}
     test_qs = [q for q in job.questions if job.split[q.sample] == "test"]
     rows = scored_rows(test_qs, tasks, lambda q: answers.get((q.sample, q.task, q.subject)))
     return {"rows": rows, "heads": chosen}

@@ -1,6 +1,4 @@
-"""The heads family's own recipe field over the shared ones: which tasks to answer (`--set
-vqa_tasks=a,b`, the same field the vqa family reads, so a VLM and an encoder are asked the same
-tasks)."""
+"""The heads family's own recipe field, `vqa_tasks`: a VLM and an encoder answer the same tasks."""
 
 from __future__ import annotations
 

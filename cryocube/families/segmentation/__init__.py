@@ -1,6 +1,4 @@
-"""The segmentation family: dense prediction under the Cryo-Bench protocols (frozen encoder +
-decoder, few-shot, fine-tuning, cross-sensor), scored by mIoU from map-reduced int64 confusion
-matrices."""
+"""The segmentation family: the Cryo-Bench protocols, scored by mIoU (docs/segmentation.md)."""
 
 from __future__ import annotations
 
@@ -54,8 +52,7 @@ class Segmentation(Family):
     def resolve(
         self, spec: RunSpec, cube, recipe: SegmentationRecipe, ctx: PlanContext
     ) -> Resolved:
-        """Refuses empty or unlabelled splits, a fraction outside (0, 1], an unknown decoder before
-        any cluster work; the run id hashes precision and (CPU) threads too."""
+        """Every user error (splits, fraction, bands, decoder) before any cluster work."""
         proto = protocol_spec(spec.protocol)
         drawn = None  # a sample cube with a per-pixel target: the split this family draws for it
         if cube.kind != "tiles":
@@ -75,6 +72,8 @@ class Segmentation(Family):
         cube_key = cube.checksum if drawn is None else f"{cube.checksum}:split-{drawn['digest']}"
         inputs = input_map(cube, match.index, recipe.normalization)
         trains = proto.trains_encoder or not mspec.pretrained
+        crops, dtype = recipe.crops_per_sample, recipe.feature_dtype
+        cache = CacheSpec(enc, cube.url, cube_key, inputs, cube.tile, crops, dtype, ctx.out)
         run = SegRun(
             run_id="",  # `planned` names it and its folder
             label=spec.label,
@@ -95,27 +94,13 @@ class Segmentation(Family):
             recipe=recipe,
             seed=derive_seed(spec.model, cube.dataset, spec.protocol, fraction, spec.seed),
             checkpoint="",
-            cache=None
-            if trains
-            else CacheSpec(
-                enc,
-                cube.url,
-                cube_key,
-                inputs,
-                cube.tile,
-                recipe.crops_per_sample,
-                recipe.feature_dtype,
-                ctx.out,
-            ),
+            cache=None if trains else cache,
             memory_format=fmt,
         )
         return _resolved(spec, cube, run, cube_key, drawn, fraction, w, device, ctx.out)
 
-    # -- shared work: the feature caches ---
     def prepare(self, runner, runs: list[PlannedRun]) -> dict[str, dict]:
-        """Extracts each frozen-feature cache once for the runs sharing it (fine-tuning runs have
-        none): of the training split the union of their draws, and only what the cache lacks (a
-        killed run resumes, a few-shot run its draw); returns the facts records keep per cache."""
+        """Extracts once what each feature cache lacks of its runs' draws; the facts per cache."""
         from .features import create_split, extract_block, extraction_tasks, settle
 
         caches: dict[str, tuple[CacheSpec, PlannedRun]] = {}
@@ -147,15 +132,11 @@ class Segmentation(Family):
                     want = np.searchsorted(samples, np.unique(np.concatenate(drawn[k])))
                 needed[k, split] = want
                 plan = create_split(c, split, samples, shapes)
-                batching = (cfg.block_samples, cfg.extract_batch, cfg.threads)
-                tasks += extraction_tasks(c, split, samples, want, plan, *batching)
+                tasks += extraction_tasks(c, split, samples, want, plan, cfg)
         if tasks:
+            sizes = [t.samples.size for t in tasks]
             done = runner.map(
-                extract_block,
-                tasks,
-                "extract features",
-                [t.samples.size for t in tasks],
-                key="cryocube-extract",
+                extract_block, tasks, "extract features", sizes, key="cryocube-extract"
             )
             for t, r in zip(tasks, done):
                 _add_block(out[t.cache.key], t.split, r)
@@ -167,20 +148,13 @@ class Segmentation(Family):
             out[k] |= {x: sorted(out[k][x]) for x in ("threads", "devices")}
         return out
 
-    # -- fitting and scoring ---
     def group(self, runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
-        """Frozen runs on one feature cache train together (one pass over the features, up to
-        decoders_per_task decoders per task, spread over the workers); fine-tuning runs alone."""
-        groups: list[list[PlannedRun]] = []
+        """Frozen runs on one feature cache train together (one read); fine-tuning runs alone."""
+        groups = [[p] for p in runs if p.work.trains_encoder]
         by_cache: dict[tuple, list[PlannedRun]] = {}
-        for p in runs:
-            w = p.work
-            if w.trains_encoder:
-                groups.append([p])
-            else:
-                by_cache.setdefault(
-                    (w.cache.key, w.recipe.threads, w.recipe.cache_in_memory_mb), []
-                ).append(p)
+        for w, p in ((p.work, p) for p in runs if not p.work.trains_encoder):
+            key = (w.cache.key, w.recipe.threads, w.recipe.cache_in_memory_mb)
+            by_cache.setdefault(key, []).append(p)
         for members in by_cache.values():
             cap = members[0].work.recipe.decoders_per_task
             n = len(members)
@@ -195,13 +169,11 @@ class Segmentation(Family):
         return fit, FitTask(tuple(p.work for p in group))
 
     def score(self, run: PlannedRun, fitted: dict):
-        """One test task per block of test samples, each writing its masks into the run's
-        predictions.zarr (created here, empty) and returning its confusion matrix."""
+        """One test task per block of test samples, writing its masks into predictions.zarr."""
         from .train import test_block
 
         w: SegRun = run.work
-        test = w.test_samples
-        bs = w.recipe.block_samples
+        test, bs = w.test_samples, w.recipe.block_samples
         purl = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         g = _store.open_group(purl, "w")
         g.create_array(
@@ -219,22 +191,18 @@ class Segmentation(Family):
 
     @staticmethod
     def reduce(a, b):
-        """Per-tile confusion matrices join (`TileConfusions`); their int64 sum is the run's, so
-        the order of the reduce never changes mIoU."""
+        """Per-tile confusion matrices join; their int64 sum never depends on the reduce's order."""
         return a + b
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
-        """mIoU and the record's fields from the summed confusion matrix; a test split without a
-        labelled pixel is an error, not a zero score."""
+        """mIoU and the record fields; a test split without a labelled pixel is an error, not 0."""
         w: SegRun = run.work
-        tiles = total.ordered() if isinstance(total, TileConfusions) else None
-        cm = tiles.total() if tiles is not None else np.asarray(total, dtype=np.int64)
+        tiles: TileConfusions = total.ordered()
+        cm = tiles.total()
         if cm.sum() == 0:
             raise UserError(f"{run.label}: the test split has no labelled pixel to score")
-        metrics = metrics_from_confusion(cm, w.class_names)
-        extra = {"per_tile": write_per_tile(w, tiles)} if tiles is not None else {}
-        prep = prepared.get(run.prep_key, {}) if run.prep_key else {}
-        encoder_params = prep.get("encoder_params", fitted.get("encoder_params"))
+        extra = {"per_tile": write_per_tile(w, tiles)}
+        prep = prepared.get(run.prep_key, {})
         trainable = fitted["trainable_params"]
         predictions = w.checkpoint.rsplit("/", 1)[0] + "/predictions.zarr"
         # an interferogram cube: the predicted masks answer deformation localisation too
@@ -246,19 +214,14 @@ class Segmentation(Family):
             )
         return {
             **extra,
-            "metrics": metrics,
+            "metrics": metrics_from_confusion(cm, w.class_names),
             "primary_metric": self.primary_metric,
             "confusion_matrix": cm.tolist(),
-            "val_curve": fitted["val_curve"],
-            "best_epoch": fitted["best_epoch"],
-            "steps": fitted["steps"],
-            # batches of padding only, skipped (no NaN loss)
-            "unlabelled_steps": fitted.get("unlabelled_steps", 0),
+            # unlabelled_steps: batches of padding only, skipped (no NaN loss)
+            **{k: fitted[k] for k in ("val_curve", "best_epoch", "steps", "unlabelled_steps")},
             "samples_per_s": fitted["train_samples_per_s"],
-            "peak_memory_mb": fitted["peak_memory_mb"],
-            # what the peak covers (the fit task's own; "not measured: ..." where it cannot be)
-            "peak_memory_scope": fitted.get("peak_memory_scope"),
-            "device": fitted["device"],
+            # the scope: what the peak covers ("not measured: ..." where it cannot be)
+            **{k: fitted[k] for k in ("peak_memory_mb", "peak_memory_scope", "device")},
             "threads": {"fit": fitted["threads"], "features": prep.get("threads", [])},
             # where the encoder ran for the cache (none: cached before)
             "feature_devices": prep.get("devices", []),
@@ -270,7 +233,7 @@ class Segmentation(Family):
                 "encoder_items_by_split", dict.fromkeys(SPLITS, 0)
             ),
             "params": {
-                "encoder": encoder_params,
+                "encoder": prep.get("encoder_params", fitted["encoder_params"]),
                 "trainable": trainable,
                 "decoder": trainable - (fitted["encoder_params"] if w.trains_encoder else 0),
             },
@@ -305,8 +268,7 @@ def _timings(fitted: dict, prep: dict) -> dict:
 
 
 def _checked(spec: RunSpec, cube, recipe, proto, drawn):
-    """(model, fraction, band rule, band match, input size, training draw, decoder) of a run,
-    refusing a fraction outside (0, 1], bands the encoder cannot take, an unknown decoder."""
+    """(model, fraction, band rule, band match, input size, draw, decoder), each checked."""
     mspec = model_spec(spec.model)
     if recipe.follow_reference:
         mspec = mspec.following_reference()
@@ -330,8 +292,7 @@ def _checked(spec: RunSpec, cube, recipe, proto, drawn):
 
 
 def _training_subset(cube, spec: RunSpec, fraction: float, where: str):
-    """The run's draw of the training split; refuses an empty or unlabelled split (every split)
-    and a draw without a labelled pixel."""
+    """The run's draw of the training split; empty or unlabelled splits and draws are refused."""
     for split in SPLITS:
         if not cube.samples(split).size:
             raise UserError(
@@ -401,26 +362,20 @@ def _resolved(spec, cube, run: SegRun, cube_key, drawn, fraction, weights, devic
 
 
 def _estimate(cube, run: SegRun) -> dict:
-    """What `--dry-run` prints and `engine/estimate.py` prices: steps, validations, windows,
-    encoder items (a few-shot run extracts only its draw's crops) and the memory one worker must
-    hold at least (the engine refuses a run that cannot fit)."""
+    """What `--dry-run` prints and `engine/estimate.py` prices (memory: a worker's least)."""
     recipe, enc, n = run.recipe, run.encoder, run.train_samples.size
     size, bf16 = enc.input_size, enc.precision == "bf16"
     windows = len(window_offsets(cube.tile, size))
     held_out = run.val_samples.size + run.test_samples.size
+    items = 0 if run.trains_encoder else int(n * recipe.crops_per_sample + held_out * windows)
+    memory = finetune_bytes(enc.model.params_m, enc.model.arch, size, recipe.batch_size, bf16)
     return {
         "train_samples": int(n),
         "steps": max(1, n // recipe.batch_size) * recipe.epochs,
         "validations": len(range(0, recipe.epochs, recipe.val_every)) + 1,
         "windows_per_tile": windows,
-        "encoder_items": (
-            0 if run.trains_encoder else int(n * recipe.crops_per_sample + held_out * windows)
-        ),
-        "memory_bytes": (
-            finetune_bytes(enc.model.params_m, enc.model.arch, size, recipe.batch_size, bf16)
-            if run.trains_encoder
-            else 0
-        ),
+        "encoder_items": items,
+        "memory_bytes": memory if run.trains_encoder else 0,  # frozen runs: not bounded
     }
 
 
@@ -428,16 +383,12 @@ PER_TILE_FILE = "per_tile.npz"
 
 
 def write_per_tile(w: SegRun, tiles: TileConfusions) -> dict:
-    """The test split's per-tile confusion matrices and each tile's scene (the cube's `source`),
-    beside record.json; the record names the file and its sha256 (docs/statistics.md: the report's
-    bootstrap reads them). Small: tiles x classes x classes int64, compressed."""
+    """Per-tile matrices and scenes beside record.json, for the bootstrap (docs/statistics.md)."""
     samples = np.asarray(w.test_samples, dtype=np.int64)[tiles.positions]
     ds = open_cube(w.cube_url)
     source = as_text(ds["source"].values)[samples] if "source" in ds else samples.astype(str)
     buf = io.BytesIO()
-    np.savez_compressed(
-        buf, confusion=tiles.cms, sample=samples, source=np.asarray(source, dtype=str)
-    )
+    np.savez_compressed(buf, confusion=tiles.cms, sample=samples, source=np.asarray(source, str))
     data = buf.getvalue()
     url = w.checkpoint.rsplit("/", 1)[0] + "/" + PER_TILE_FILE
     _store.write_atomic(url, data)

@@ -1,5 +1,4 @@
-"""What segmentation tasks do to cube samples: pad, cut crops and draw few-shot subsets (the band
-map and the sliding windows, shared with the embeddings, are in `families/encoders.py`)."""
+"""What segmentation tasks do to cube samples: pad, cut crops, draw few-shot subsets."""
 
 from __future__ import annotations
 
@@ -36,9 +35,8 @@ def stratified_subset(strata: np.ndarray, fraction: float, seed: int) -> np.ndar
     if fraction >= 1.0:
         return np.arange(strata.size)
     rng = np.random.default_rng(seed)
-    order = list(dict.fromkeys(strata.tolist()))
     chosen = []
-    for s in order:
+    for s in dict.fromkeys(strata.tolist()):  # in order of first appearance
         members = np.flatnonzero(strata == s)
         take = int(max(1, members.size * fraction))
         chosen.append(np.sort(rng.choice(members, size=take, replace=False)))

@@ -1,12 +1,4 @@
-"""Frozen-encoder feature cache: encoder outputs computed once per (model, cube, band rule, window
-set, precision), reused by every epoch, validation and seed.
-
-Training items: `crops_per_sample` random crops per train sample, fixed by its position in the split
-(epoch e uses crop e mod K; the reference draws a fresh crop per epoch); validation/test items: each
-tile's sliding windows. A `held` flag per sample, set once its items are written, lets a few-shot
-run extract its draw only and an interrupted one resume; the split's completion marker follows once
-all are held. Unwritten or lost chunks read as NaN features / label -2: `FeatureSplit` refuses them.
-"""
+"""The frozen-encoder feature cache, shared by every epoch, validation and seed of its runs."""
 
 from __future__ import annotations
 
@@ -24,6 +16,7 @@ from ...errors import DamagedCacheError, task_boundary
 from ...precision import autocast
 from ..encoders import extract_batch_size, get_encoder, window_offsets
 from .data import crop_offsets, pad_to
+from .recipe import SegmentationRecipe
 from .work import CacheSpec, ExtractTask
 
 COMPLETE = "cryocube_features_complete"
@@ -31,15 +24,11 @@ MISSING_LABEL = -2  # fill value of cached labels: a chunk that was never writte
 
 
 def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shapes) -> dict:
-    """Create (or reopen) one split's arrays for all of the split's `samples`; returns what the
-    extraction needs: items per sample and which samples are held already."""
+    """Creates or reopens a split's arrays; returns its items per sample and held samples."""
     g = _store.open_group(cache.url, "a")
     if split in g and COMPLETE in g[split].attrs:
-        return {
-            "complete": True,
-            "n_items": int(g[split]["sample"].shape[0]),
-            "held": np.ones(samples.size, dtype=bool),
-        }
+        n_items = int(g[split]["sample"].shape[0])
+        return {"complete": True, "n_items": n_items, "held": np.ones(samples.size, dtype=bool)}
     S = cache.encoder.input_size
     per = cache.crops_per_sample if split == "train" else len(window_offsets(cache.tile, S))
     n_items = samples.size * per
@@ -55,16 +44,10 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
         sg = g.create_group(split)
         sg.create_array("sample", data=np.repeat(samples.astype(np.int64), per))
         sg.create_array("offset", data=offsets)
-        arrays = {
-            f"f{i}": (tuple(shape), cache.feature_dtype, float("nan"))
-            for i, shape in enumerate(feature_shapes)
-        }
-        for name, (shape, dtype, fill) in (
-            arrays | {"label": ((S, S), "int16", MISSING_LABEL)}
-        ).items():
-            sg.create_array(
-                name, shape=(n_items, *shape), chunks=(1, *shape), dtype=dtype, fill_value=fill
-            )
+        arrays = [(f"f{i}", s, cache.feature_dtype, np.nan) for i, s in enumerate(feature_shapes)]
+        for name, shape, dtype, fill in [*arrays, ("label", (S, S), "int16", MISSING_LABEL)]:
+            full, chunks = (n_items, *shape), (1, *shape)
+            sg.create_array(name, shape=full, chunks=chunks, dtype=dtype, fill_value=fill)
         # one chunk per sample: tasks writing different samples never share a flag's chunk
         sg.create_array(
             "held", shape=(max(samples.size, 1),), chunks=(1,), dtype="uint8", fill_value=0
@@ -73,12 +56,8 @@ def create_split(cache: CacheSpec, split: str, samples: np.ndarray, feature_shap
         sg.attrs.update(
             dict(n_items=n_items, per_sample=per, tile=cache.tile, input_size=S, levels=levels)
         )
-    return {
-        "complete": False,
-        "n_items": n_items,
-        "per": per,
-        "held": np.asarray(sg["held"][: samples.size]).astype(bool),
-    }
+    held = np.asarray(sg["held"][: samples.size]).astype(bool)
+    return {"complete": False, "n_items": n_items, "per": per, "held": held}
 
 
 def extraction_tasks(
@@ -87,20 +66,17 @@ def extraction_tasks(
     samples: np.ndarray,
     needed: np.ndarray,
     plan: dict,
-    block_samples: int,
-    batch: int | None,
-    threads: int | None = None,
+    recipe: SegmentationRecipe,
 ) -> list[ExtractTask]:
-    """Tasks of up to `block_samples` samples over the positions in `needed` (positions in the
-    split's `samples`) that `create_split`'s plan does not list as held: a few-shot run extracts
-    its draw, a resumed or later run only what was lost or never drawn."""
+    """Tasks of up to `block_samples` samples for the `needed` positions the split lacks."""
     if plan["complete"]:
         return []
     todo = np.asarray(needed, dtype=np.int64)
     todo = np.unique(todo[~plan["held"][todo]])
+    bs, batch, threads = recipe.block_samples, recipe.extract_batch, recipe.threads
     return [
         ExtractTask(cache, split, samples[pos], plan["per"], pos, batch, threads)
-        for pos in (todo[b : b + block_samples] for b in range(0, todo.size, block_samples))
+        for pos in (todo[b : b + bs] for b in range(0, todo.size, bs))
     ]
 
 
@@ -110,26 +86,10 @@ def _items(positions: np.ndarray, per: int) -> np.ndarray:
 
 
 def _selection(items: np.ndarray):
-    """A slice when the items are one contiguous range (one zarr request per chunk either way,
-    but no orthogonal indexing), else the index array."""
+    """A slice for one contiguous range (a cheaper indexer), else the index array."""
     if items.size and items[-1] - items[0] + 1 == items.size:
         return slice(int(items[0]), int(items[-1]) + 1)
     return items
-
-
-def _write(array, items: np.ndarray, data: np.ndarray) -> None:
-    sel = _selection(items)
-    if isinstance(sel, slice):
-        array[sel] = data
-    else:
-        array.set_orthogonal_selection((sel,), data)
-
-
-def _read(array, items: np.ndarray) -> np.ndarray:
-    sel = _selection(items)
-    return np.asarray(
-        array[sel] if isinstance(sel, slice) else array.get_orthogonal_selection((sel,))
-    )
 
 
 def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int):
@@ -150,9 +110,8 @@ def _windows(cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: in
 def _windows_threaded(
     cache: CacheSpec, samples: np.ndarray, offsets: np.ndarray, per: int, readers: int
 ):
-    """`_windows` with the samples read on `readers` threads (zarr's decompression releases the
-    GIL), in order: one thread read 670 items/s on the H200 machine, 3 % of what its encoder takes
-    (docs/performance.md)."""
+    """`_windows` on `readers` threads (zarr decompresses without the GIL): one read 670 items/s on
+    the H200 machine, 3 % of what its encoder takes (docs/performance.md)."""
     parts = [
         i for i in np.array_split(np.arange(samples.size), min(readers, samples.size)) if i.size
     ]
@@ -169,14 +128,12 @@ def _windows_threaded(
 
 
 def read_threads(device: str, threads: int) -> int:
-    """Reader threads of an extraction: on a GPU the host's cores are free to read; on a CPU they
-    run the encoder."""
+    """Reader threads: a GPU leaves the host's cores free to read, a CPU runs the encoder."""
     return max(1, min(8, threads)) if device.startswith("cuda") else 1
 
 
 def _chunks(task: ExtractTask, offsets: np.ndarray, chunk: int, readers: int, ph: dict):
-    """(first sample, windows, labels, bytes read) of each chunk of the block, the next read on a
-    second thread while the caller encodes this one."""
+    """(first sample, windows, labels, bytes) per chunk, the next one read meanwhile."""
     per, n = task.per, task.samples.size
 
     def read(s0: int):
@@ -218,14 +175,14 @@ def _encode(enc, task: ExtractTask, x: torch.Tensor, batch: int, device: str, s0
 
 @task_boundary
 def extract_block(task: ExtractTask) -> dict[str, Any]:
-    """Run the frozen encoder over one block of samples and write their items' features; the next
-    chunk is read while the encoder runs, and on GPU batches go through pinned memory."""
+    """Encodes one block of samples (the next chunk read meanwhile) and writes features."""
     t0 = time.perf_counter()
     cache, per = task.cache, task.per
     with torch_task(task.threads) as (device, threads):
         g = _store.open_group(cache.url, "r+")[task.split]
         items = _items(task.positions, per)
-        offsets = _read(g["offset"], items)
+        sel = _selection(items)
+        offsets = np.asarray(g["offset"].oindex[sel])
         enc = get_encoder(cache.encoder, device)
         batch = extract_batch_size(enc, cache.encoder, device, task.batch)
         chunk = max(1, batch // per)
@@ -242,11 +199,11 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
             ph["encode_s"] += time.perf_counter() - e0
         w0 = time.perf_counter()
         for lvl in range(len(outs[0])):
-            _write(g[f"f{lvl}"], items, np.concatenate([o[lvl] for o in outs]))
-        _write(g["label"], items, np.concatenate(labels))
+            g[f"f{lvl}"].oindex[sel] = np.concatenate([o[lvl] for o in outs])
+        g["label"].oindex[sel] = np.concatenate(labels)
         # last: a sample is held only once all its items are written
         positions = np.asarray(task.positions, dtype=np.int64)
-        _write(g["held"], positions, np.ones(positions.size, "uint8"))
+        g["held"].oindex[_selection(positions)] = np.ones(positions.size, "uint8")
         ph["write_s"] = time.perf_counter() - w0
         return {
             "items": sum(o[0].shape[0] for o in outs),
@@ -259,15 +216,12 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
 
 
 def settle(cache: CacheSpec, split: str, needed: np.ndarray, forwards: int) -> bool:
-    """After extraction: RuntimeError unless every sample at the `needed` positions is held; the
-    split's completion marker once every sample is (later runs then skip the flags). Returns
-    whether the split is complete."""
+    """Marks a split complete once every sample is held; a `needed` one missing raises."""
     g = _store.open_group(cache.url, "r+")[split]
     if COMPLETE in g.attrs:
         return True
-    held = np.asarray(g["held"][:]).astype(bool)
-    per = int(g.attrs["per_sample"])
-    held = held[: int(g.attrs["n_items"]) // per]
+    n_samples = int(g.attrs["n_items"]) // int(g.attrs["per_sample"])
+    held = np.asarray(g["held"][:n_samples]).astype(bool)
     missing = np.asarray(needed, dtype=np.int64)[~held[needed]]
     if missing.size:
         raise RuntimeError(
@@ -281,23 +235,15 @@ def settle(cache: CacheSpec, split: str, needed: np.ndarray, forwards: int) -> b
 
 
 class FeatureSplit:
-    """Cached features of one split: held in memory when they fit `budget_mb` (one read per task,
-    shared by its decoders, instead of one zarr request per item and epoch), else read per batch.
-    Unwritten or damaged items are refused on read; a partly filled split (a few-shot draw) is
-    checked at its held samples' items, and taking an item of a sample it does not hold is refused.
-    """
+    """One split's cached features, read once per task where they fit `budget_mb`."""
 
     def __init__(self, group, budget_mb: float, where: str):
-        self.group = group
-        self.where = where
-        self.attrs = group.attrs
+        self.group, self.where, self.attrs = group, where, group.attrs
         self.levels = int(group.attrs["levels"])
         self.per = int(group.attrs["per_sample"])
         names = [f"f{i}" for i in range(self.levels)] + ["label"]
         size = sum(group[n].nbytes for n in names)
-        self.arrays = None
-        # items of the samples held (None: all, the split is complete)
-        self.held = None
+        self.arrays, self.held = None, None  # held: the held samples' items (None: all)
         if COMPLETE not in group.attrs and "held" in group:
             n_samples = int(group.attrs["n_items"]) // self.per
             self.held = np.repeat(np.asarray(group["held"][:n_samples]).astype(bool), self.per)
@@ -308,10 +254,15 @@ class FeatureSplit:
             feats = [self.arrays[f"f{i}"][sel] for i in range(self.levels)]
             self._check(feats, self.arrays["label"][sel], at)
 
+    @classmethod
+    def open(cls, url: str, split: str, budget_mb: float = 0) -> "FeatureSplit":
+        """The split of the cache at `url` (budget 0: streamed)."""
+        return cls(_store.open_group(url, "r")[split], budget_mb, f"{url}/{split}")
+
     def _read(self, name: str, items: np.ndarray | None):
         try:
             a = self.group[name]
-            return np.asarray(a[:]) if items is None else _read(a, items)
+            return np.asarray(a[:] if items is None else a.oindex[_selection(items)])
         except Exception as e:  # a truncated chunk fails in its codec
             raise DamagedCacheError(
                 f"{self.where}: feature cache chunk of {name} cannot be read ({type(e).__name__}:"

@@ -1,6 +1,5 @@
-"""Deformation localisation by a segmentation run on an interferogram cube: predicted test mask ->
-box -> IoU against the cube's `box`, the grounding score a VLM gets from its answer. The rule is
-`RULE`; test samples whose reference says "no deformation" are counted apart (`false_boxes`)."""
+"""Deformation localisation by a segmentation run on an interferogram cube, the grounding score a
+VLM gets: predicted test mask -> box (`RULE`) -> IoU against the cube's `box`."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ RULE = (
 def predicted_box(
     pred: np.ndarray, height: int, width: int, positive: int = 1, min_pixels: int = 1
 ):
-    """(x_min, y_min, x_max, y_max) end-exclusive of a predicted mask's positive pixels within the
-    pair's own extent (padding left out), or None."""
+    """End-exclusive box of a predicted mask's positive pixels within the pair's extent."""
     return box_of(np.asarray(pred)[:height, :width] == positive, min_pixels)
 
 
@@ -43,9 +41,8 @@ def box_scores(
 
 
 def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: np.ndarray) -> dict:
-    """The record's `localisation` entry of a segmentation run: box IoU (%) with its 95 % bootstrap
-    interval and n. `scored`: per test sample, whether its reference mask has any labelled pixel
-    (unlabelled pairs say nothing)."""
+    """The record's `localisation` entry: box IoU (%), its 95 % interval and n, over the `scored`
+    test samples (a labelled reference mask); "no deformation" ones count apart (`false_boxes`)."""
     ds = open_cube(cube_url)
     pred = np.asarray(_store.open_group(predictions_url, "r")["pred"][:])
     box = np.asarray(ds["box"].values, np.float64)[test]
@@ -54,9 +51,8 @@ def localisation(cube_url: str, predictions_url: str, test: np.ndarray, scored: 
         np.asarray(ds[n].values)[test] if n in ds else np.full(test.size, pred.shape[a])
         for n, a in (("height", 1), ("width", 2))
     )
-    min_pixels = int(
-        ((ds.attrs.get("derivation") or {}).get("deformation_box") or {}).get("min_pixels", 1)
-    )
+    derivation = ds.attrs.get("derivation") or {}
+    min_pixels = int((derivation.get("deformation_box") or {}).get("min_pixels", 1))
     keep = np.flatnonzero(scored)
     refs = [tuple(b) if np.isfinite(b).all() else None for b in box[keep]]
     ious, false_boxes, no_ref = box_scores(

@@ -1,9 +1,6 @@
-"""The memory a fine-tuning run's fit task needs at least, known at planning: the engine refuses a
-run whose figure exceeds what a worker may hold (engine/evaluate.py `check_memory`), in one
-sentence before it starts, instead of the nanny restarting its worker until `KilledWorker`.
-
-A lower bound from the model config alone (no model is built to plan; docs/performance.md compares
-it with a measured peak). Frozen-protocol fits train only a decoder and are not bounded here."""
+"""The memory a fine-tuning run's fit task needs at least, from the model config alone: the engine
+refuses a run that exceeds a worker's (engine/evaluate.py `check_memory`) before it starts instead
+of the nanny restarting its worker until `KilledWorker` (docs/performance.md: against a peak)."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ SAVED_PER_TOKEN_WIDTH = 16
 def finetune_bytes(
     params_m: float | None, arch: dict, input_size: int, batch: int, bf16: bool
 ) -> int:
-    """At least this many bytes in the fit task of a run that trains its encoder; 0 where the model
-    config gives no parameter count."""
+    """At least this many bytes in the fit task of a run that trains its encoder (0: unknown)."""
     if not params_m:
         return 0
     params = params_m * 1e6

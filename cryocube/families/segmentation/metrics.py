@@ -55,9 +55,7 @@ def metrics_from_confusion(cm: np.ndarray, class_names: Iterable[str] | None = N
 
 
 class TileConfusions:
-    """Per-tile confusion matrices of some test positions (index in the test split): what a test
-    task returns. Two add by concatenation in any order (the pairwise reduce); `ordered` sorts them
-    back into test order and `total` is the run's confusion matrix, the same int64 sum as before."""
+    """Per-tile confusion matrices of some test positions; they add in any order."""
 
     __slots__ = ("positions", "cms")
 

@@ -1,6 +1,4 @@
-"""The segmentation family's recipe: the shared fields (cryocube/recipe.py) plus the training
-protocol's, whose defaults are the Cryo-Bench/PANGAEA recipe (catalogs/benchmarks/cryobench.yaml).
-"""
+"""The segmentation recipe: the shared fields plus the Cryo-Bench/PANGAEA training protocol's."""
 
 from __future__ import annotations
 

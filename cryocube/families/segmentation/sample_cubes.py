@@ -1,6 +1,4 @@
-"""Sample cubes with a per-pixel target (interferograms' deformation `mask`) seen as tile cubes by
-this family: their split (they have none, "all") is the one families/split.py draws for every
-family, which puts boxes to score in the test split, and the record says it."""
+"""Sample cubes with a per-pixel target (interferograms' `mask`) seen as tile cubes."""
 
 from __future__ import annotations
 
@@ -14,9 +12,7 @@ from ..split import sample_split
 
 
 def as_tiles(cube: CubeInfo) -> tuple[CubeInfo, dict]:
-    """(the cube as this family reads it: drawn split, mask classes, labelled = any non-ignore
-    pixel; the split's record). Refuses, in one sentence, a sample cube without a mask or with
-    non-square samples."""
+    """(the cube with the drawn split, mask classes, labelled samples; the split's record)."""
     ds = open_cube(cube.url)
     if "mask" not in ds or "mask_pixels" not in ds or not isinstance(ds.attrs.get("mask"), dict):
         raise UserError(
@@ -32,7 +28,6 @@ def as_tiles(cube: CubeInfo) -> tuple[CubeInfo, dict]:
         )
     opts = dict(ds.attrs["mask"])
     labelled = np.asarray(ds["mask_pixels"].values).sum(axis=1) > 0  # any pixel not ignore
-    # the split every family's board cells use
     splits, strata, record = sample_split(ds, cube.checksum)
     tiles = dataclasses.replace(
         cube,

@@ -1,13 +1,4 @@
-"""Fitting segmentation runs (one Dask task per group of runs) and testing them (map tasks returning
-confusion matrices).
-
-Frozen runs train decoders on cached features; a group of frozen runs on one cache trains in one
-task: the features are read once (held in memory up to `cache_in_memory_mb`) and every decoder is
-stepped in turn, each with its own seed, batch order, optimiser and random-number state, so each
-ends exactly as it would trained alone. Fine-tuning and scratch baselines train encoder + decoder
-on crops streamed from the cube (read a batch ahead on a second thread). All share the recipe
-(AdamW, per-iteration multi-step LR, validation before epochs 0, val_every, ... and after the last,
-best state by val mIoU), autocast in the run's precision, and sliding-window evaluation."""
+"""Fitting segmentation runs (one task per group) and testing them (docs/segmentation.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +13,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
+from distributed import get_worker
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -42,12 +34,10 @@ PROGRESS_TOPIC = "cryocube-progress"
 
 
 class CrossEntropy(nn.CrossEntropyLoss):
-    """Mean cross-entropy over labelled pixels; on CUDA under deterministic algorithms it sums
-    per-pixel losses itself, since CUDA's 2-D NLL forward counts the labelled pixels with atomics
-    (equal runs, different bits)."""
+    """Mean cross-entropy over labelled pixels, atomic-free on deterministic CUDA."""
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """torch's loss, or the atomic-free mean (class docstring)."""
+        """torch's, but on deterministic CUDA, whose 2-D NLL counts labelled pixels with atomics."""
         if not (logits.is_cuda and torch.are_deterministic_algorithms_enabled()):
             return super().forward(logits, target)
         return masked_mean_cross_entropy(logits, target, self.ignore_index)
@@ -62,9 +52,7 @@ def masked_mean_cross_entropy(
 
 
 def deterministic_attention(device: str):
-    """Training forwards on CUDA use the math attention kernel: cuDNN's and flash attention's
-    backwards accumulate with atomics, so a fine-tuning run would not repeat bit for bit (inference
-    kernels are left as they are)."""
+    """Math attention when training on deterministic CUDA (the others' backwards use atomics)."""
     if not (device.startswith("cuda") and torch.are_deterministic_algorithms_enabled()):
         return contextlib.nullcontext()
     return sdpa_kernel(SDPBackend.MATH)
@@ -72,12 +60,8 @@ def deterministic_attention(device: str):
 
 def publish(event: dict) -> None:
     """A progress event to the client (a no-op outside a Dask worker)."""
-    try:
-        from distributed import get_worker
-
+    with contextlib.suppress(ValueError):
         get_worker().log_event(PROGRESS_TOPIC, event)
-    except ValueError:
-        pass
 
 
 # devices with torch's fused AdamW kernel: one pass over each tensor instead of a dozen ops per
@@ -86,8 +70,7 @@ FUSED_ADAMW = ("cpu", "cuda")
 
 
 def adamw(params: list, cfg, device: str) -> tuple[torch.optim.Optimizer, str]:
-    """AdamW as the reference configures it, fused where the device has the kernel; the name of
-    the implementation goes into the record (fused and per-tensor differ in the last bits)."""
+    """AdamW as the reference sets it, fused where it can be, and its name for the record."""
     fused = device.split(":")[0] in FUSED_ADAMW
     opt = torch.optim.AdamW(
         params,
@@ -99,24 +82,21 @@ def adamw(params: list, cfg, device: str) -> tuple[torch.optim.Optimizer, str]:
     return opt, "adamw-fused" if fused else "adamw"
 
 
-def _decoder(run: SegRun, enc: nn.Module) -> nn.Module:
-    return build_decoder(run.decoder, enc, run.num_classes, **dict(run.decoder_kwargs))
-
-
 def build_model(
     run: SegRun, device: str, pretrained: bool = True
 ) -> tuple[nn.Module, nn.Module | None]:
-    """(trainable module, frozen encoder or None). Frozen: the decoder; otherwise a Segmenter,
-    whose pretrained weights are not read when a checkpoint replaces them (`pretrained=False`)."""
+    """(trainable module, frozen encoder or None); `pretrained=False`: a checkpoint follows."""
+    kw = dict(run.decoder_kwargs)
     if not run.trains_encoder:
         frozen = get_encoder(run.encoder, device)
         # seeded after the encoder: whether this worker built it now or earlier must not matter
         torch.manual_seed(run.seed)
-        module = _decoder(run, frozen).to(device)
+        module = build_decoder(run.decoder, frozen, run.num_classes, **kw).to(device)
     else:
         torch.manual_seed(run.seed)
         enc = run.encoder.build(pretrained)
-        module, frozen = Segmenter(enc, _decoder(run, enc)).to(device), None
+        decoder = build_decoder(run.decoder, enc, run.num_classes, **kw)
+        module, frozen = Segmenter(enc, decoder).to(device), None
     if run.memory_format == "channels_last":
         module = module.to(memory_format=torch.channels_last)
     return module, frozen
@@ -129,16 +109,13 @@ def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
 
 
 def save_state(state: dict[str, torch.Tensor], url: str) -> None:
-    """A state dict written atomically to the run's checkpoint URL (any store), streamed into the
-    file (a ViT-L's 1.2 GB is not copied twice on the way): a test task never loads a half-written
-    file."""
+    """Atomic (a test never loads half a file) and streamed (no second copy of 1.2 GB)."""
     with _store.atomic_file(url) as f:
         torch.save({k: v.detach().cpu() for k, v in state.items()}, f)
 
 
 def load_state(module: nn.Module, url: str) -> None:
-    """Strict and weights-only: a checkpoint that does not fit the model rebuilt from the run's spec
-    raises instead of testing a partial model. Local files are memory-mapped, not read first."""
+    """Strict and weights-only: a mismatched checkpoint raises instead of testing a part."""
     remote = _store.is_remote(url)
     src = io.BytesIO(_store.read_bytes(url)) if remote else _store.local_path(url)
     state = torch.load(src, map_location="cpu", weights_only=True, mmap=not remote)
@@ -165,10 +142,8 @@ def prefetched(it: Iterable, depth: int = 2) -> Iterator:
         yield x
 
 
-def _evaluate(forward, run: SegRun, device: str, tiles, predictions, per_tile) -> np.ndarray:
-    """Confusion matrix of `forward` over the tiles `tiles(offsets)` yields as (window inputs,
-    labels): window logits summed into the tile (averaging does not change the argmax); each
-    tile's prediction and matrix kept where asked (`per_tile`: the report's bootstrap)."""
+def _evaluate(forward, run: SegRun, device: str, tiles, kept: list | None) -> np.ndarray:
+    """Confusion matrix over `tiles(offsets)`, logits summed per tile; `kept`: (pred, matrix)s."""
     S, t, k = run.encoder.input_size, run.tile, run.num_classes
     side, offs = max(t, S), window_offsets(t, S)
     cm = np.zeros((k, k), dtype=np.int64)
@@ -183,10 +158,8 @@ def _evaluate(forward, run: SegRun, device: str, tiles, predictions, per_tile) -
             pred = acc.argmax(0).numpy()[:t, :t]
             c = confusion_matrix(pred, label[:t, :t], k)
             cm += c
-            if per_tile is not None:
-                per_tile.append(c)
-            if predictions is not None:
-                predictions.append(pred.astype(np.int16))
+            if kept is not None:
+                kept.append((pred.astype(np.int16), c))
     return cm
 
 
@@ -196,8 +169,7 @@ def eval_feature_tiles(
     split: FeatureSplit,
     positions: np.ndarray,
     device: str,
-    predictions: list | None = None,
-    per_tile: list | None = None,
+    kept: list | None = None,
 ) -> np.ndarray:
     """Confusion matrix of the decoder over the cached windows of the tiles at cache `positions`."""
     S, per, side = run.encoder.input_size, split.per, max(run.tile, run.encoder.input_size)
@@ -211,7 +183,7 @@ def eval_feature_tiles(
             yield [_fmt(torch.from_numpy(a).float().to(device), run) for a in arrays], tl
 
     decoder.eval()
-    return _evaluate(lambda f: decoder(f, (S, S)), run, device, tiles, predictions, per_tile)
+    return _evaluate(lambda f: decoder(f, (S, S)), run, device, tiles, kept)
 
 
 def eval_cube_tiles(
@@ -219,9 +191,8 @@ def eval_cube_tiles(
     run: SegRun,
     samples: np.ndarray,
     device: str,
-    predictions: list | None = None,
+    kept: list | None = None,
     chunk: int = 4,
-    per_tile: list | None = None,
 ) -> np.ndarray:
     """Confusion matrix of an end-to-end model over cube tiles (read `chunk` at a time)."""
     S = run.encoder.input_size
@@ -235,14 +206,11 @@ def eval_cube_tiles(
                 yield _fmt(wins.to(device), run), lab[j]
 
     model.eval()
-    return _evaluate(model, run, device, tiles, predictions, per_tile)
+    return _evaluate(model, run, device, tiles, kept)
 
 
 class Trainer:
-    """One run's optimiser, schedule, curve and random state, advanced an epoch at a time.
-
-    The global torch RNG (dropout) is swapped in and out around each epoch, so runs stepped in turn
-    in one process draw exactly the numbers they would alone."""
+    """One run's optimiser, schedule, curve and random state, an epoch at a time."""
 
     def __init__(
         self,
@@ -252,15 +220,14 @@ class Trainer:
         batches: Callable[[int], Iterable],
         forward: Callable,
         validate: Callable[[], np.ndarray],
-        iters_per_epoch: int,
     ):
         cfg = run.recipe
         self.run, self.module, self.device = run, module, device
         self.batches, self.forward, self.validate_fn = batches, forward, validate
         self.epochs, self.val_every = cfg.epochs, cfg.val_every
-        params = [p for p in module.parameters() if p.requires_grad]
-        self.opt, self.optimizer = adamw(params, cfg, device)
-        total = max(1, iters_per_epoch * cfg.epochs)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.opt, self.optimizer = adamw(self.params, cfg, device)
+        total = max(1, len(run.train_samples) // cfg.batch_size) * cfg.epochs  # as `_draws`
         self.sched = torch.optim.lr_scheduler.MultiStepLR(
             self.opt, milestones=[int(m * total) for m in cfg.milestones], gamma=cfg.gamma
         )
@@ -269,8 +236,7 @@ class Trainer:
         self.curve: list[dict] = []
         self.best, self.best_state, self.best_epoch = -math.inf, None, -1
         self.steps, self.seen, self.losses = 0, 0, []
-        # batches whose every pixel is ignore (padding): no gradient, the schedule goes on
-        self.unlabelled_steps = 0
+        self.unlabelled_steps = 0  # padding-only batches: no gradient, the schedule goes on
         self.rng_state = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state() if device.startswith("cuda") else None
         # where a run's time goes (seconds over epochs): the benchmark's budget against FLOP bounds
@@ -278,12 +244,12 @@ class Trainer:
             ("batches_s", "forward_s", "backward_s", "optimizer_s", "validate_s"), 0.0
         ) | {"validations": 0}
 
-    def _swap_in(self) -> None:
+    @contextlib.contextmanager
+    def _own_rng(self):
         torch.set_rng_state(self.rng_state)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state(self.cuda_rng)
-
-    def _swap_out(self) -> None:
+        yield
         self.rng_state = torch.get_rng_state()
         if self.cuda_rng is not None:
             self.cuda_rng = torch.cuda.get_rng_state()
@@ -305,8 +271,13 @@ class Trainer:
 
     def epoch(self, epoch: int) -> None:
         """Validate if due, then train one epoch."""
-        self._swap_in()
-        val = self._validate(epoch) if epoch % self.val_every == 0 else None
+        with self._own_rng():
+            val = self._validate(epoch) if epoch % self.val_every == 0 else None
+            self._train(epoch)
+        loss = float(np.mean(self.losses)) if self.losses else None
+        self._publish(epoch=epoch + 1, loss=loss, val_mIoU=val)
+
+    def _train(self, epoch: int) -> None:
         self.module.train()
         self.losses = []
         ph, clock = self.phases, time.perf_counter
@@ -314,10 +285,9 @@ class Trainer:
         for inputs, target in self.batches(epoch):
             ph["batches_s"] += clock() - t
             target = target.to(self.device).long()
-            # mean cross-entropy over no pixel is 0/0 = NaN
             self.seen += int(target.shape[0])
             self.steps += 1
-            if not bool((target != CUBE_IGNORE_INDEX).any()):
+            if not bool((target != CUBE_IGNORE_INDEX).any()):  # its mean loss: 0/0 = NaN
                 self.sched.step()
                 self.unlabelled_steps += 1
                 t = clock()
@@ -347,47 +317,34 @@ class Trainer:
             ph["optimizer_s"] += t3 - t2
             self.losses.append(loss.detach().item())
             t = clock()
-        self._swap_out()
-        loss = float(np.mean(self.losses)) if self.losses else None
-        self._publish(epoch=epoch + 1, loss=loss, val_mIoU=val)
 
     def finish(self) -> None:
-        """The validation after the last epoch (the best state may be the last one), published as
-        the run's done event."""
-        self._swap_in()
-        val = self._validate(self.epochs)
-        self._swap_out()
+        """The validation after the last epoch (the best state may be the last one), published."""
+        with self._own_rng():
+            val = self._validate(self.epochs)
         self._publish(epoch=self.epochs, loss=None, val_mIoU=val, best=self.best, done=True)
 
     def _publish(self, **event) -> None:
-        if self.run.events:
-            run = {"run": self.run.run_id, "label": self.run.label}
-            epoch = {"epoch": event.pop("epoch"), "epochs": self.epochs}
-            publish(run | epoch | event | {"t": time.time()})
+        run = {"run": self.run.run_id, "label": self.run.label}
+        epoch = {"epoch": event.pop("epoch"), "epochs": self.epochs}
+        publish(run | epoch | event | {"t": time.time()})
 
 
 def _draws(rng: np.random.Generator, pool: np.ndarray, bs: int):
-    """One epoch's batches of `pool` in the run's seeded order: drop_last as the reference, at
-    least one batch; a batch of one sample takes it twice (BatchNorm needs two values per
-    channel)."""
+    """An epoch's batches: drop_last as the reference; a lone sample twice (BatchNorm)."""
     order = rng.permutation(pool)
     for b in range(max(1, pool.size // bs)):
         chosen = order[b * bs : (b + 1) * bs] if pool.size >= bs else order
         yield np.repeat(chosen, 2) if chosen.size == 1 else chosen
 
 
-def frozen_trainer(
-    run: SegRun,
-    device: str,
-    train: FeatureSplit,
-    val: FeatureSplit,
-    train_sample_of_pos: np.ndarray,
-) -> Trainer:
+def frozen_trainer(run: SegRun, device: str, train: FeatureSplit, val: FeatureSplit) -> Trainer:
     """A decoder on cached features: epoch e reads crop e mod K of each training sample."""
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs, K = run.encoder.input_size, run.recipe.batch_size, train.per
-    pos = np.searchsorted(train_sample_of_pos, np.asarray(run.train_samples))
+    sample_of_pos = np.asarray(train.group["sample"][:: train.per])
+    pos = np.searchsorted(sample_of_pos, np.asarray(run.train_samples))
     val_pos = np.arange(int(val.attrs["n_items"]) // val.per)[: run.recipe.max_val_samples]
 
     def batches(epoch):
@@ -406,13 +363,11 @@ def frozen_trainer(
         batches,
         lambda feats: module(feats, (S, S)),
         lambda: eval_feature_tiles(module, run, val, val_pos, device),
-        max(1, pos.size // bs),
     )
 
 
 def finetune_trainer(run: SegRun, device: str) -> Trainer:
-    """Encoder and decoder on random crops read from the cube (prefetched a batch ahead):
-    fine-tuning and scratch runs, which no feature cache serves."""
+    """Encoder and decoder on random crops read from the cube, a batch ahead."""
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs = run.encoder.input_size, run.recipe.batch_size
@@ -425,14 +380,10 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
             chosen = np.sort(chosen)
             image, label = read_dense(run.cube_url, chosen)
             x, lab = pad_to(run.inputs.apply(image), label, S)
-            ys, xs = rng.integers(0, side - S + 1, size=(2, chosen.size))
-            xb = torch.stack(
-                [x[j, :, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)]
-            )
-            lb = torch.from_numpy(
-                np.stack([lab[j, ys[j] : ys[j] + S, xs[j] : xs[j] + S] for j in range(chosen.size)])
-            )
-            yield xb, lb
+            corners = rng.integers(0, side - S + 1, size=(2, chosen.size)).T  # (y, x) per sample
+            cuts = [(j, slice(y, y + S), slice(x0, x0 + S)) for j, (y, x0) in enumerate(corners)]
+            xb = torch.stack([x[j, :, ys, xs] for j, ys, xs in cuts])
+            yield xb, torch.from_numpy(np.stack([lab[j, ys, xs] for j, ys, xs in cuts]))
 
     return Trainer(
         run,
@@ -441,7 +392,6 @@ def finetune_trainer(run: SegRun, device: str) -> Trainer:
         lambda epoch: ((_fmt(xb.to(device), run), lb) for xb, lb in prefetched(crops())),
         module,
         lambda: eval_cube_tiles(module, run, val_idx, device),
-        max(1, train_idx.size // bs),
     )
 
 
@@ -450,11 +400,8 @@ def _trainers(runs: list[SegRun], device: str) -> list[Trainer]:
     if runs[0].trains_encoder:
         return [finetune_trainer(r, device) for r in runs]
     url, budget = runs[0].cache.url, runs[0].recipe.cache_in_memory_mb
-    root = _store.open_group(url, "r")
-    train = FeatureSplit(root["train"], budget, f"{url}/train")
-    val = FeatureSplit(root["val"], budget, f"{url}/val")
-    sample_of_pos = np.asarray(root["train"]["sample"][:: train.per])
-    return [frozen_trainer(r, device, train, val, sample_of_pos) for r in runs]
+    train, val = (FeatureSplit.open(url, s, budget) for s in ("train", "val"))
+    return [frozen_trainer(r, device, train, val) for r in runs]
 
 
 def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:
@@ -469,9 +416,7 @@ def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:
             "unlabelled_steps": t.unlabelled_steps,
             "train_samples_per_s": seen,
             "optimizer": t.optimizer,
-            "trainable_params": int(
-                sum(p.numel() for p in t.module.parameters() if p.requires_grad)
-            ),
+            "trainable_params": int(sum(p.numel() for p in t.params)),
             "encoder_params": int(sum(p.numel() for p in enc.parameters())),
         }
         | common
@@ -481,15 +426,13 @@ def _trained(t: Trainer, device: str, common: dict) -> dict[str, Any]:
 
 @task_boundary
 def fit(task: FitTask) -> list[dict[str, Any]]:
-    """Train every run of the group on one worker; each best state goes to its run dir. Returns one
-    result per run (validation curve, steps, timings, device, threads)."""
+    """Trains the group's runs on one worker, each best state into its run dir."""
     t0 = time.perf_counter()
     runs = task.runs
     with torch_task(runs[0].recipe.threads) as (device, threads), peak_memory(device) as peak:
         trainers = _trainers(runs, device)
         built = time.perf_counter()
-        # a run that fails (e.g. diverges) leaves the group; the others go on
-        failed: dict[int, dict] = {}
+        failed: dict[int, dict] = {}  # a run that fails (diverges) leaves the group
         for epoch in range(max(t.epochs for t in trainers)):
             for i, t in enumerate(trainers):
                 if epoch < t.epochs and i not in failed:
@@ -521,29 +464,19 @@ def fit(task: FitTask) -> list[dict[str, Any]]:
 
 @task_boundary
 def test_block(task: TestTask) -> TileConfusions:
-    """Per-tile confusion matrices of the best state on one block of test tiles (predictions saved
-    alongside); their sum is the run's score, the tiles feed the report's bootstrap."""
+    """Per-tile confusion matrices of the best state on a block of test tiles."""
     run = task.run
     with torch_task(run.recipe.threads) as (device, _):
         module, _ = build_model(run, device, pretrained=False)
         load_state(module, run.checkpoint)
-        preds: list = []
-        tiles: list = []
+        kept: list = []
         if not run.trains_encoder:
-            # stream
-            split = FeatureSplit(
-                _store.open_group(run.cache.url, "r")["test"], 0, f"{run.cache.url}/test"
-            )
-            eval_feature_tiles(
-                module, run, split, np.asarray(task.positions), device, preds, per_tile=tiles
-            )
+            split = FeatureSplit.open(run.cache.url, "test")  # streamed
+            eval_feature_tiles(module, run, split, np.asarray(task.positions), device, kept)
         else:
-            eval_cube_tiles(module, run, np.asarray(task.samples), device, preds, per_tile=tiles)
-        if task.predictions_url and preds:
+            eval_cube_tiles(module, run, np.asarray(task.samples), device, kept)
+        preds, cms = zip(*kept)  # a block holds at least one tile
+        if task.predictions_url:
             g = _store.open_group(task.predictions_url, "r+")
-            g["pred"][task.pred_range[0] : task.pred_range[1]] = np.stack(preds)
-        k = run.num_classes
-        return TileConfusions(
-            np.asarray(task.positions, dtype=np.int64),
-            np.stack(tiles) if tiles else np.zeros((0, k, k), dtype=np.int64),
-        )
+            g["pred"][slice(*task.pred_range)] = np.stack(preds)
+        return TileConfusions(task.positions, np.stack(cms))

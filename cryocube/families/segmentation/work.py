@@ -1,7 +1,5 @@
-"""Typed descriptions of segmentation work: what each Dask task receives (no untyped dicts).
-
-They carry whole specs (the model's catalog entry, the cube's bands) so workers need no catalog
-of their own: a lab's YAML-only model or dataset runs on any cluster."""
+"""What each segmentation task receives, typed: whole specs (the model's catalog entry, the cube's
+bands), so workers need no catalog and a lab's YAML-only model or dataset runs on any cluster."""
 
 from __future__ import annotations
 
@@ -27,54 +25,40 @@ class CacheSpec:
     feature_dtype: str
     root: str  # results root the cache lives under
 
+    def _ident(self, **more) -> dict:
+        return {
+            "model": self.encoder.model.id,
+            "cube": self.cube_checksum,
+            "index": self.inputs.index,
+            "mean": self.inputs.mean,
+            "std": self.inputs.std,
+            "S": self.encoder.input_size,
+            "K": self.crops_per_sample,
+            "dtype": self.feature_dtype,
+            **more,
+        }
+
     @property
     def key(self) -> str:
         """The cache's name and its runs' prep_key: what decides the features' bits (weights,
         inputs, input size, crops, dtype, arithmetic), not the decoder or seed."""
         e = self.encoder
-        ident = {
-            "model": e.model.id,
-            "arch": e.model.arch,
-            "cube": self.cube_checksum,
-            "index": self.inputs.index,
-            "mean": self.inputs.mean,
-            "std": self.inputs.std,
-            "rule": e.rule,
-            "S": e.input_size,
-            "K": self.crops_per_sample,
-            "dtype": self.feature_dtype,
-            "weights": e.weights_sha256 or e.weights,
-            **e.arithmetic(),
-            "v": 2,
-        }
+        weights = e.weights_sha256 or e.weights
+        ident = self._ident(arch=e.model.arch, rule=e.rule, weights=weights, **e.arithmetic(), v=2)
         return f"{e.model.id}-{e.rule}-{content_hash(ident, 16)}"
 
     @property
     def url(self) -> str:
-        """Under the results root's `features/`, named by the key: every run of one encoder on one
-        cube reuses it."""
+        """Under the results root's `features/`: every run of one encoder on one cube reuses it."""
         return f"{self.root.rstrip('/')}/features/{self.key}.zarr"
 
     @property
     def seed(self) -> int:
-        """Seed of the bank of training crops. It hashes the cache identity of cryocube 0.1 (band
-        rule "named" was called "protocol" then), so the crops, and with them every frozen run's
-        metrics, stayed the same when the engine moved into evaluation families."""
+        """Seed of the training crops' bank: cryocube 0.1's cache identity (rule "named" was
+        "protocol"), so the crops and every frozen run's metrics stayed as they were."""
         e = self.encoder
-        ident = {
-            "model": e.model.id,
-            "cube": self.cube_checksum,
-            "index": self.inputs.index,
-            "mean": self.inputs.mean,
-            "std": self.inputs.std,
-            "mode": {"named": "protocol"}.get(e.rule, e.rule),
-            "S": e.input_size,
-            "K": self.crops_per_sample,
-            "dtype": self.feature_dtype,
-            "weights": e.weights,
-            "v": 1,
-        }
-        return int(content_hash(ident, 8), 16)
+        mode = {"named": "protocol"}.get(e.rule, e.rule)
+        return int(content_hash(self._ident(mode=mode, weights=e.weights, v=1), 8), 16)
 
 
 @dataclass(frozen=True)
@@ -83,8 +67,7 @@ class SegRun:
 
     run_id: str
     label: str
-    # fine-tuning and scratch baselines: encoder + decoder on crops from the cube
-    trains_encoder: bool
+    trains_encoder: bool  # fine-tuning and scratch baselines: on crops read from the cube
     encoder: EncoderSpec
     decoder: str
     decoder_kwargs: tuple[tuple[str, object], ...]
@@ -101,7 +84,6 @@ class SegRun:
     checkpoint: str  # where the best state goes
     cache: CacheSpec | None  # frozen runs: the feature cache they train on
     memory_format: str  # effective: channels_last | contiguous
-    events: bool = True  # publish per-epoch progress to the client
 
 
 @dataclass(frozen=True)
@@ -112,8 +94,7 @@ class ExtractTask:
     per: int  # items per sample (crops or windows)
     positions: np.ndarray  # the samples' positions in the cache's split (items: position * per + k)
     batch: int | None
-    # fixed torch threads (recipe), else the host's cores divided among tasks
-    threads: int | None = None
+    threads: int | None = None  # the recipe's torch threads, else the host's cores divided
 
 
 @dataclass(frozen=True)
