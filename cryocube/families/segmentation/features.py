@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import time
 from typing import Any
 
@@ -258,6 +259,11 @@ class FeatureSplit:
     def open(cls, url: str, split: str, budget_mb: float = 0) -> "FeatureSplit":
         """The split of the cache at `url` (budget 0: streamed)."""
         return cls(_store.open_group(url, "r")[split], budget_mb, f"{url}/{split}")
+
+    @functools.cached_property
+    def sample_of_pos(self) -> np.ndarray:
+        """Each position's cube sample (sorted), read once for all the runs sharing the split."""
+        return np.asarray(self.group["sample"][:: self.per])
 
     def _read(self, name: str, items: np.ndarray | None):
         try:

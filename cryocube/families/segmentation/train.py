@@ -343,8 +343,7 @@ def frozen_trainer(run: SegRun, device: str, train: FeatureSplit, val: FeatureSp
     module, _ = build_model(run, device)
     rng = np.random.default_rng(run.seed)
     S, bs, K = run.encoder.input_size, run.recipe.batch_size, train.per
-    sample_of_pos = np.asarray(train.group["sample"][:: train.per])
-    pos = np.searchsorted(sample_of_pos, np.asarray(run.train_samples))
+    pos = np.searchsorted(train.sample_of_pos, np.asarray(run.train_samples))
     val_pos = np.arange(int(val.attrs["n_items"]) // val.per)[: run.recipe.max_val_samples]
 
     def batches(epoch):
