@@ -51,7 +51,7 @@ class GatewayOptions:
 
 def read_gateway_options(path: str | os.PathLike) -> dict:
     """The gateway options YAML as given (its keys checked by `GatewayOptions`)."""
-    doc = _read_yaml(Path(path)) or {}
+    doc = _read_yaml(Path(path), ClusterError) or {}
     from_mapping(GatewayOptions, doc, str(path))
     return doc
 
