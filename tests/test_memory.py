@@ -9,12 +9,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from cryocube.cluster import open_cluster
 from cryocube.cluster.registry import DASHBOARD_PORT
-from cryocube.engine.evaluate import evaluate
+from cryocube.engine.evaluate import check_memory, cluster_context, evaluate
+from cryocube.engine.plan import plan_runs
 from cryocube.errors import UserError
 from cryocube.families import RunSpec
 from cryocube.families.recipes import load_recipe
@@ -96,6 +98,31 @@ def test_a_run_that_cannot_fit_a_worker_is_refused_before_it_starts(tile_cube, t
         not (tmp_path / "out" / "results.jsonl").exists()
         or not (tmp_path / "out" / "results.jsonl").read_text().strip()
     )
+
+
+def _exit_soon():
+    import os
+    import threading
+
+    threading.Timer(0.2, os._exit, (1,)).start()
+
+
+def test_the_check_waits_for_a_worker_its_nanny_is_restarting(tile_cube, tmp_path):
+    """The only worker dies after planning (as a worker restarted for memory does): while its nanny
+    starts another the scheduler lists no worker, and the check waits for it instead of passing."""
+    url = tile_cube("glid", train=4, val=1, test=1, seed=3)
+    cfg = load_recipe(None, ["epochs=1", "batch_size=4"])
+    with open_cluster("local", n_workers=1, memory_limit="2GB", quiet=True, dashboard=False) as c:
+        ctx = cluster_context(c, str(tmp_path / "out"), allow_random_weights=True)
+        todo = plan_runs([RunSpec("terramind_large", url, "finetune")], cfg, ctx)
+        (old,) = c.scheduler_info(n_workers=-1)["workers"]
+        c.run(_exit_soon)
+        deadline = time.monotonic() + 60
+        while old in c.scheduler_info(n_workers=-1)["workers"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(UserError, match="needs at least"):
+            check_memory(todo, c)
+        assert _limits(c) == [2 * 10**9]
 
 
 def test_dasks_memory_warnings_are_one_line_of_cryocubes(tmp_path):

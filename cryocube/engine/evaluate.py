@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import time
@@ -30,6 +31,7 @@ PROGRESS_TOPIC = "cryocube-progress"
 KEY = "cryocube"  # prefix of every task key (their failures are logged here, not by workers)
 # ahead of queued fits: a fitted run is scored (and recorded) as soon as a worker is free
 SCORE_PRIORITY = 10
+RESTART_WAIT_S = 120  # for a nanny to restart a worker on a loaded machine
 
 
 @dataclass
@@ -312,9 +314,7 @@ def _gib(n: float) -> str:
 def check_memory(todo: list[PlannedRun], client) -> None:
     """Refuse, before any task, a run needing more memory than a worker may hold before its nanny
     restarts it: it would restart workers until Dask gives up (`KilledWorker`)."""
-    limits = [
-        w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()
-    ]
+    limits = _worker_limits(client)
     if not limits or not all(limits):  # a worker without a limit: nothing restarts it
         return
     frac = dask.config.get("distributed.worker.memory.terminate", 0.95) or 1.0
@@ -328,6 +328,16 @@ def check_memory(todo: list[PlannedRun], client) -> None:
                 f" may hold before Dask restarts it ({frac:.0%} of its {_gib(min(limits))} limit):"
                 " give workers more with --memory-limit or fewer --workers, or lower batch_size"
             )
+
+
+def _worker_limits(client) -> list:
+    """Each worker's memory limit, once the workers a local cluster was started with are back: one
+    its nanny is restarting is absent for seconds, and an empty list would skip the check."""
+    want = len(getattr(getattr(client, "cluster", None), "worker_spec", None) or ())
+    with contextlib.suppress(TimeoutError):
+        if want:
+            client.wait_for_workers(want, timeout=RESTART_WAIT_S)
+    return [w.get("memory_limit") for w in client.scheduler_info(n_workers=-1)["workers"].values()]
 
 
 def _without_threads(identity: dict) -> str:
