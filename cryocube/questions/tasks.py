@@ -7,8 +7,6 @@ never saw a lab's catalog folder. The file format: docs/vlm.md.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
 import math
 import string
 from dataclasses import asdict, dataclass, field
@@ -17,6 +15,7 @@ from typing import Any, ClassVar
 from ..catalog import CatalogError, _read_yaml, catalog_dirs
 from ..errors import FieldError
 from ..mapping import from_mapping, rule
+from ..record import content_hash
 from .metrics import FACTS, SCORES
 from .parsers import COUNT, PARSERS, Parsed, in_domain
 
@@ -143,7 +142,7 @@ class TaskSpec:
         for k in ("skip_classes", "variants", "domain"):
             if not d[k]:
                 d.pop(k)
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return content_hash(d, 16)
 
     def parser_options(self, variant: int = 0) -> dict[str, Any]:
         """What the parser needs besides the answer: labels (multiple choice: letters), a domain."""
