@@ -64,16 +64,9 @@ class Run:
     sweep = _own("sweep", _dict)  # a `cryocube tune` record's study, trial, state, best
     # where the run computed ("cuda:0", "cpu"; "" if unrecorded): GPU and CPU hours apart
     device = _own("device", lambda v: str(v or ""))
-
-    @property
-    def dataset(self) -> str:
-        """The dataset id, lower case as the catalog spells it (older records wrote GLID)."""
-        return self.record.dataset.lower()
-
-    @property
-    def created(self) -> str:
-        """When the record was written ("" if it does not say): the latest of a run wins."""
-        return self.record.created or ""
+    dataset = _own("dataset", str.lower)  # as the catalog spells it (older records wrote GLID)
+    created = _own("created", lambda v: v or "")  # "" where unsaid; a run's latest record wins
+    cube = _own("cube", lambda v: v or {})  # url, checksum; {} for vectors made elsewhere
 
     @property
     def miou(self) -> float | None:
@@ -109,11 +102,6 @@ class Run:
         """Effective precision (bf16, fp32, ...); an older record's plain string; else fp32."""
         p = self.record.precision
         return str(p.get("effective")) if isinstance(p, dict) else str(p or "fp32")
-
-    @property
-    def cube(self) -> dict[str, Any]:
-        """The cube the run read (url, checksum); {} for vectors made elsewhere (no cube)."""
-        return self.record.cube or {}
 
     @property
     def is_trial(self) -> bool:
