@@ -37,7 +37,7 @@ def _num(v: Any) -> float | None:
 
 
 def _own(name: str, check) -> property:
-    """A family field of the record as the tables read it (`check`: a number, a dict, ...)."""
+    """A field of the record as the tables read it (`check`: a number, a dict, ...)."""
     return property(lambda self: check(self.record.get(name)), doc=f"The record's {name}.")
 
 
