@@ -38,7 +38,7 @@ def _num(v: Any) -> float | None:
 
 def _own(name: str, check) -> property:
     """A field of the record as the tables read it (`check`: a number, a dict, ...)."""
-    return property(lambda self: check(self.record.get(name)), doc=f"The record's {name}.")
+    return property(lambda self: check(self.record.get(name)), doc=f"From the record's {name}.")
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,10 @@ class Run:
     dataset = _own("dataset", str.lower)  # as the catalog spells it (older records wrote GLID)
     created = _own("created", lambda v: v or "")  # "" where unsaid; a run's latest record wins
     cube = _own("cube", lambda v: v or {})  # url, checksum; {} for vectors made elsewhere
-
-    @property
-    def miou(self) -> float | None:
-        """Test mIoU, None unless a finite number: the leaderboards rank only runs that have one."""
-        return _num(self.metrics.get("mIoU"))
+    # test mIoU, None unless a finite number: the leaderboards rank only runs that have one
+    miou = _own("metrics", lambda m: _num(m.get("mIoU")))
+    # the run's own seconds (fit and scoring), summed into the cost table's device hours
+    total_s = _own("timings", lambda v: _num(_dict(v).get("total_s")))
 
     @property
     def class_iou(self) -> dict[str, float]:
@@ -86,11 +85,6 @@ class Run:
         return tuple(
             None if (n := _num(p.get(k))) is None else int(n) for k in ("encoder", "decoder")
         )
-
-    @property
-    def total_s(self) -> float | None:
-        """The run's own seconds (fit and scoring), summed into the cost table's device hours."""
-        return _num(_dict(self.record.get("timings")).get("total_s"))
 
     @property
     def random_init(self) -> bool:
