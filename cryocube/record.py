@@ -126,6 +126,11 @@ class RunRecord:
         return cls(**common, fields={k: v for k, v in d.items() if k not in COMMON})
 
 
+def content_hash(obj: Any, n: int = 20) -> str:
+    """The run id (and every other digest of JSON-like data): a sha256 of its sorted JSON."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
 # the fields every record has, typed above; the rest of a record's JSON is its family's own
 COMMON = frozenset(f.name for f in _fields(RunRecord)) - {"fields"}
 
@@ -147,8 +152,8 @@ def _v1_to_v2(d: dict) -> dict:
         # digest in its identity, else by its labels source and task names
         ident = d.get("identity")
         tasks = ident.get("tasks") if isinstance(ident, dict) else None
-        said = json.dumps({"labels": d.get("labels"), "tasks": d.get("tasks")}, sort_keys=True)
-        out["label_set"] = str(tasks) if tasks else hashlib.sha256(said.encode()).hexdigest()[:12]
+        said = {"labels": d.get("labels"), "tasks": d.get("tasks")}
+        out["label_set"] = str(tasks) if tasks else content_hash(said, 12)
     return out
 
 

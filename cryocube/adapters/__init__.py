@@ -12,16 +12,13 @@ ADAPTERS: plugins.Registry[type[Adapter]] = plugins.Registry(
 )
 
 __all__ = ["Adapter", "ModelRef", "get", "names", "register", "split_ref"]
+# every adapter's name, built-ins and entry points loaded (`cryocube list adapters`)
+names = ADAPTERS.names
 
 
 def register(cls: type[Adapter]) -> type[Adapter]:
     """Class decorator: `<name>:` in a model ref finds the class; a taken name is refused."""
     return ADAPTERS.add(cls.name, cls)
-
-
-def names() -> list[str]:
-    """Every adapter's name, built-ins and entry points loaded (`cryocube list adapters`)."""
-    return ADAPTERS.names()
 
 
 def get(name: str) -> type[Adapter]:

@@ -1,6 +1,5 @@
 """The adapter contract: `check` on the client before any work returns the model's provenance for
-the record; on a worker, `generate` answers pictures (H, W, 3 uint8) and prompts greedily.
-"""
+the record; on a worker, `generate` answers pictures (H, W, 3 uint8) and prompts greedily."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ map tasks that `reduce` pairwise on the workers; `finish`), as docs/architecture
 from __future__ import annotations
 
 import hashlib
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -13,7 +12,7 @@ from typing import Any, Callable, ClassVar
 
 from ..precision import DeviceInfo, this_device
 from ..recipe import BaseRecipe
-from ..record import RunRecord
+from ..record import RunRecord, content_hash
 
 
 @dataclass(frozen=True)
@@ -233,12 +232,6 @@ class FittedInScore(Family):
     def fit(self, group: list[PlannedRun]):
         """The no-op fit over the group."""
         return fit_nothing, group
-
-
-def content_hash(identity: dict, n: int = 20) -> str:
-    """The run id: a sha256 of everything that defines the run's result."""
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:n]
 
 
 def derive_seed(*parts: Any) -> int:

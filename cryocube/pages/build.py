@@ -189,16 +189,16 @@ def _protocol_sections(
         radar = plots.radar_chart(lb, w.stem(f"{key}_radar"))
         w.figure(sec, radar, f"{lb.title}: mIoU per dataset")
         w.table(sec, key, analysis.cost_table(lb, cost))
-        with_cost = [
-            r for r in lb.rows if r.name in cost and cost[r.name].gflops and r.avg is not None
+        pts = [
+            (r.name, c.gflops, r.avg, c.gflops_source)
+            for r in lb.rows
+            if (c := cost.get(r.name)) and c.gflops and r.avg is not None
         ]
-        pts = [(r.name, cost[r.name].gflops, r.avg) for r in with_cost]
         if pts:
-            srcs = [cost[r.name].gflops_source for r in with_cost]
             stem, title = w.stem(f"{key}_miou_vs_gflops"), f"{lb.title}: accuracy vs cost"
             w.figure(
                 sec,
-                plots.cost_scatter(pts, stem, title, srcs),
+                plots.cost_scatter(pts, stem, title),
                 "Average mIoU against GFLOPs per forward pass (measured where a profile exists; "
                 '"(catalog)": the published figure, copied)',
             )
@@ -211,11 +211,6 @@ def _protocol_sections(
     return lbs
 
 
-def _or(lo, hi, v):
-    """An interval's ends, the point itself where it has none (one seed per dataset)."""
-    return (v, v) if lo is None else (lo, hi)
-
-
 def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) -> None:
     """A board's uncertainty (docs/statistics.md): intervals; from two models, rliable's figures."""
     bi = intervals.board_intervals(lb, runs, draws=w.draws)
@@ -225,7 +220,7 @@ def _interval_tables(w: _Writer, sec: Section, key: str, lb: Leaderboard, runs) 
         return
     w.rep.printed += w.table(sec, key, intervals.improvement_table(bi))
     rows = [
-        (m, a.iqm, *_or(a.iqm_lo, a.iqm_hi, a.iqm), a.mean, *_or(a.mean_lo, a.mean_hi, a.mean))
+        (m, a.iqm, a.iqm_lo, a.iqm_hi, a.mean, a.mean_lo, a.mean_hi)
         for m, a in sorted(bi.aggregates.items(), key=lambda kv: -kv[1].iqm)
     ]
     w.figure(

@@ -95,19 +95,6 @@ def to_display(image: np.ndarray, band_names: Sequence[str]) -> np.ndarray:
     return np.repeat(rgb, 3, axis=2) if len(chans) == 1 else rgb
 
 
-def _predictions(url: str | None):
-    if url is None:
-        return None, {}
-    try:
-        g = store.open_group(str(url), "r")
-        pred, index = g["pred"], np.asarray(g["sample"][:]).astype(int)
-    except Exception as e:
-        raise CubeReadError(
-            f"{url}: cannot read predictions (needs arrays 'pred' and 'sample'): {e}"
-        ) from None
-    return pred, {int(s): k for k, s in enumerate(index)}
-
-
 def _prediction_panel(ax, pred, label: np.ndarray, colours: list) -> None:
     if pred is None:
         ax.text(0.5, 0.5, "no prediction\nfor this sample", ha="center", va="center", fontsize=8)
@@ -134,7 +121,17 @@ def qualitative_panels(
     n_samples = ds.sizes["sample"]
     if bad := [s for s in samples if not 0 <= s < n_samples]:
         raise CubeReadError(f"{cube_url}: sample(s) {bad} out of range (the cube has {n_samples})")
-    pred, pred_row = _predictions(predictions_url)
+    pred, pred_row = None, {}
+    if predictions_url is not None:
+        try:
+            g = store.open_group(str(predictions_url), "r")
+            pred, index = g["pred"], np.asarray(g["sample"][:]).astype(int)
+        except Exception as e:
+            raise CubeReadError(
+                f"{predictions_url}: cannot read predictions (needs arrays 'pred' and 'sample'):"
+                f" {e}"
+            ) from None
+        pred_row = {int(s): k for k, s in enumerate(index)}
     names, colours = _class_palette(ds)
     band_names = (
         ds["band"].values if "band" in ds.coords else [str(i) for i in range(ds.sizes["band"])]

@@ -96,48 +96,32 @@ def history_plot(trials: dict[int, Run], stem: Path, title: str) -> list[Path]:
     return plots.finish(ax, stem, title, "trial", metric, **_SMALL, grid={"alpha": 0.3})
 
 
-def fraction_curves(res: Results) -> dict[str, dict[tuple[str, str], dict[float, list[float]]]]:
-    """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed; a
-    curve is one model id and one recipe, two of either are two curves, labelled apart."""
-    out, rep = _fraction_groups(res)
-    curves = {}
-    for d, cs in out.items():
-        cs = {k: dict(v) for k, v in cs.items() if len(v) >= 2}  # a curve needs two fractions
-        if cs:
-            names = distinct_labels({k: rep[(d, *k)] for k in cs})
-            curves[d] = {(names[k], k[2]): pts for k, pts in cs.items()}
-    return curves
-
-
-def _fraction_groups(res: Results) -> tuple[dict, dict]:
-    """dataset -> (model, recipe digest, mode) -> fraction -> mIoUs, and a run per group."""
+def fraction_curves(res: Results) -> tuple[dict, list[str]]:
+    """dataset -> (model label, "frozen" | "fine-tuned") -> fraction -> test mIoU of each seed, a
+    curve per model id and recipe (two of either are two curves, labelled apart); and the runs no
+    curve shows: a recipe at one label fraction where the model ran others (said)."""
     out: dict[str, dict] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    rep: dict[tuple, Run] = {}
+    rep: dict[tuple, Run] = {}  # a run per (dataset, model, recipe digest, mode), for its label
     for r in res.runs + res.other_recipes:
-        if r.sweep or r.miou is None:
-            continue
-        if kind := ENCODER_MODE.get(r.protocol):
+        if not r.sweep and r.miou is not None and (kind := ENCODER_MODE.get(r.protocol)):
             key = (r.model, r.recipe_digest, kind)
             out[r.dataset][key][r.fraction].append(r.miou)
             rep[(r.dataset, *key)] = r
-    return out, rep
-
-
-def fraction_left_out(res: Results) -> list[str]:
-    """Runs no curve shows: a recipe at one label fraction where the model ran others (said)."""
-    out, rep = _fraction_groups(res)
-    lines = []
+    curves, left = {}, []
     for d, cs in sorted(out.items()):
         names = distinct_labels({k: rep[(d, *k)] for k in cs})
         for (model, digest, kind), pts in sorted(cs.items()):
             mates = [p for (m, _, k), p in cs.items() if (m, k) == (model, kind)]
             if len(pts) == 1 and len({f for p in mates for f in p}) >= 2:
                 f = next(iter(pts))
-                lines.append(
+                left.append(
                     f"{dataset_display_name(d)}: {names[(model, digest, kind)]} ({kind}, recipe"
                     f" {digest[:6]}) at fraction {f:g}, {len(pts[f])} run(s)"
                 )
-    return lines
+        if cs := {k: dict(v) for k, v in cs.items() if len(v) >= 2}:  # a curve: two fractions
+            names = distinct_labels({k: rep[(d, *k)] for k in cs})
+            curves[d] = {(names[k], k[2]): pts for k, pts in cs.items()}
+    return curves, left
 
 
 def fraction_table(curves: dict) -> Table:
@@ -193,8 +177,7 @@ def sections(w: Any, res: Results) -> None:
                 title = f"{study}: optimisation history"
                 plot = history_plot(trials, w.stem(f"tune_history_{i}"), title)
                 w.figure(sec, plot, f"{study}: validation objective per trial")
-    curves = fraction_curves(res)
-    left = fraction_left_out(res)
+    curves, left = fraction_curves(res)
     if curves or left:
         note = (
             f"Left out of the curves, {len(left)} point(s) whose recipe ran at one label"

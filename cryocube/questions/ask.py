@@ -14,7 +14,7 @@ from ..cube import TileCube, as_text, open_view, sample_ids
 from ..errors import UserError
 from ..families.class_labels import class_labels
 from .render import band_facts, tile_bands
-from .tasks import TaskSpec, fill, fill_tile
+from .tasks import TaskSpec, fill
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def tile_questions(
                 filled = sample | {"class_name": c.name, "picture": picture}
                 refs = tuple((m, ref(t, name, c, i)) for m, _, name in t.metrics)
                 out += [
-                    Question(i, ids[i], t.name, fill_tile(t, filled, k), refs, (w, h), c.name, k)
+                    Question(i, ids[i], t.name, fill(t, filled, k), refs, (w, h), c.name, k)
                     for k in range(len(t.phrasings))
                 ]
     return out, {}

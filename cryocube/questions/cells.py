@@ -121,7 +121,10 @@ def chance(questions, tasks: dict, split: np.ndarray) -> Callable[[Any], Any]:
 
 
 # how chance answers, by answer kind (numbers and fractions: the train mean)
-CHANCE_HOW = {"class": "majority train class", "box": "mean train box"}
+CHANCE_HOW = dict.fromkeys(ANSWER_KINDS, "train mean") | {
+    "class": "majority train class",
+    "box": "mean train box",
+}
 
 
 def chance_cells(
@@ -130,15 +133,6 @@ def chance_cells(
     """The chance baseline's cells: train-split guesses scored on the test questions."""
     # a sample once, however many phrasings
     questions = [q for q in questions if getattr(q, "variant", 0) == 0]
-    rows = scored_rows(
-        [q for q in questions if split[q.sample] == "test"], tasks, chance(questions, tasks, split)
-    )
-    return cells(
-        rows,
-        tasks,
-        split,
-        ids,
-        n_boot,
-        seed,
-        how=lambda t, m: CHANCE_HOW.get(t.answer, "train mean"),
-    )
+    test = [q for q in questions if split[q.sample] == "test"]
+    rows = scored_rows(test, tasks, chance(questions, tasks, split))
+    return cells(rows, tasks, split, ids, n_boot, seed, how=lambda t, m: CHANCE_HOW[t.answer])

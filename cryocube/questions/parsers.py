@@ -1,8 +1,6 @@
 """Answer parsers: a model's free text -> a class, a number, a fraction, a box or a cleaned text.
-
 A parser never raises: an answer it cannot read is `ok=False`, scored as wrong and counted. The
-rules: docs/vlm.md ("Answer parsing rules"), tested on tests/data/vqa_answers.yaml.
-"""
+rules: docs/vlm.md ("Answer parsing rules"), tested on tests/data/vqa_answers.yaml."""
 
 from __future__ import annotations
 
@@ -60,11 +58,6 @@ _REFUSAL = re.compile(
     r"^(?:it\s+is\s+|it's\s+)?(?:unclear|uncertain|unknown|n/a|indeterminate)\b",
     re.I,
 )
-
-
-def _words_to_digits(t: str) -> str:
-    """Number words as digits ("three or four" -> "3 or 4"), so ranges and bounds read alike."""
-    return _WORD_RE.sub(lambda m: str(WORDS[m.group(1).lower()]), t)
 
 
 # "half", "a half", "one half", ..., "two thirds", "three quarters"
@@ -345,8 +338,8 @@ def parse_number(
     if _REFUSAL.search(t):
         return Parsed(None, False)
     v, _pct, _ = _read_number(t)
-    if v is None:  # in words: read as the digits would be ("three or four" -> 3.5)
-        v, _pct, _ = _read_number(_words_to_digits(t))
+    if v is None:  # in words, as digits: "three or four" is the range "3 or 4" (3.5)
+        v, _pct, _ = _read_number(_WORD_RE.sub(lambda m: str(WORDS[m.group(1).lower()]), t))
     if v is None or v == REFUSED or not in_domain(v, domain):
         return Parsed(None, False)
     return Parsed(float(v), True)

@@ -1,14 +1,10 @@
 """Question-answering tasks as data: catalogs/tasks/*.yaml -> typed `TaskSpec`s, and their prompts.
-
 Checked when read, so a bad task never costs a cluster start; frozen specs travel to workers that
-never saw a lab's catalog folder. The file format: docs/vlm.md.
-"""
+never saw a lab's catalog folder. The file format: docs/vlm.md."""
 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
 import math
 import string
 from dataclasses import asdict, dataclass, field
@@ -17,6 +13,7 @@ from typing import Any, ClassVar
 from ..catalog import CatalogError, _read_yaml, catalog_dirs
 from ..errors import FieldError
 from ..mapping import from_mapping, rule
+from ..record import content_hash
 from .metrics import FACTS, SCORES
 from .parsers import COUNT, PARSERS, Parsed, in_domain
 
@@ -143,7 +140,7 @@ class TaskSpec:
         for k in ("skip_classes", "variants", "domain"):
             if not d[k]:
                 d.pop(k)
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return content_hash(d, 16)
 
     def parser_options(self, variant: int = 0) -> dict[str, Any]:
         """What the parser needs besides the answer: labels (multiple choice: letters), a domain."""
@@ -442,34 +439,31 @@ def choices(labels: tuple[str, ...]) -> str:
     return "; ".join(f"{chr(ord('A') + k)}. {lab}" for k, lab in enumerate(labels))
 
 
-def fill_tile(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
-    """A tile task's prompt for one (sample, class): class_name, dataset, picture, size."""
+def fill(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
+    """The prompt of `task` for one sample: a tile's (sample, class) class_name, dataset, picture
+    and size; an interferogram's dates, radar_wavelength_m, frame, size and rendering."""
     vals = {
-        "labels": " or ".join(task.labels),
         "choices": choices(task.labels),
-        "class_name": str(sample["class_name"]).replace("_", " "),
-        "dataset": sample.get("dataset", ""),
-        "picture": f"The picture shows {sample.get('picture', 'the tile')}.",
         "width": sample.get("width", "?"),
         "height": sample.get("height", "?"),
     }
-    return task.phrasings[variant].format(**vals)
-
-
-def fill(task: TaskSpec, sample: dict[str, Any], variant: int = 0) -> str:
-    """The prompt of `task` for one sample (dates, radar_wavelength_m, frame, size, rendered)."""
+    if task.cube_kind == "tiles":
+        vals |= {
+            "labels": " or ".join(task.labels),
+            "class_name": str(sample["class_name"]).replace("_", " "),
+            "dataset": sample.get("dataset", ""),
+            "picture": f"The picture shows {sample.get('picture', 'the tile')}.",
+        }
+        return task.phrasings[variant].format(**vals)
     lam = float(sample.get("radar_wavelength_m") or float("nan"))
-    vals = {
+    vals |= {
         "labels": ", ".join(task.labels),
-        "choices": choices(task.labels),
         "primary_date": sample.get("primary_date", "?"),
         "secondary_date": sample.get("secondary_date", "?"),
         "days": _days(sample.get("primary_date", ""), sample.get("secondary_date", "")),
         "wavelength_cm": f"{100 * lam:.2f}",
         "fringe_cm": f"{50 * lam:.2f}",
         "picture": picture_text(task.render, bool(sample.get("rendered"))),
-        "width": sample.get("width", "?"),
-        "height": sample.get("height", "?"),
         "frame": sample.get("frame") or "unknown",
     }
     return task.phrasings[variant].format(**vals)

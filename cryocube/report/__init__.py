@@ -4,21 +4,14 @@ assemble them: `cryocube.pages`); names load on first use (`--help` skips matplo
 from ..plugins import lazy_exports
 
 _EXPORTS = {
-    "leaderboard": (
-        "Leaderboard",
-        "build_leaderboard",
-        "competition_ranks",
-        "leaderboard_from_runs",
-        "stability_q",
-    ),
+    "leaderboard": ("competition_ranks", "stability_q"),
     "published": (
         "PUBLISHED_CSV",
-        "Mismatch",
         "check_consistency",
         "load_leaderboard_csv",
         "published_leaderboard",
     ),
-    "records": ("Results", "ResultsError", "Run", "load_results"),
+    "records": ("load_results",),
     "tables": ("best_two",),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

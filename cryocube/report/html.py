@@ -37,10 +37,8 @@ class Section:
 
 def data_uri(path: Path) -> str:
     """A figure as a data: URI (the page needs no file beside it); an unknown type: ValueError."""
-    mime = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}.get(
-        path.suffix.lower()
-    )
-    if mime is None:
+    types = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}
+    if (mime := types.get(path.suffix.lower())) is None:
         raise ValueError(f"{path}: cannot embed a {path.suffix} file")
     return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 

@@ -91,12 +91,10 @@ def board_intervals(
     return BoardIntervals(lb, cells, aggs, poi, scores)
 
 
-# what `_ranked` fills: best and worst rank (CSV/JSON only), their range, the ties
-RANK_COLUMNS = "rank_best=; rank_worst=; rank={}; ties=Tied with"
-
-
 def _rank_columns(title: str = "Rank interval") -> list[Column]:
-    return columns(RANK_COLUMNS.format(title), "rank ties", "rank_best rank_worst")
+    """What `_ranked` fills: best and worst rank (CSV/JSON only), their range, the ties."""
+    spec = f"rank_best=; rank_worst=; rank={title}; ties=Tied with"
+    return columns(spec, "rank ties", "rank_best rank_worst")
 
 
 def _ranked(rk: tuple[int, int] | None, ties: tuple[str, ...]) -> list:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from .names import dataset_sort_key, model_sort_key
-from .records import Run, _created_key
+from .records import Run, busiest
 from .tables import K, rounded
 
 Q_EPS = 0.02  # NeuCo-Bench: Q_t = 2 * A_t / (0.02 + dA_t)
@@ -211,13 +211,7 @@ def leaderboard_from_runs(
     samples, ids, notes = {}, {}, []
     order = {id(r): i for i, r in enumerate(runs)}
     for (m, d), variants in by_cell.items():
-        pick = max(
-            variants,
-            key=lambda mid: (
-                len(variants[mid]),
-                max(_created_key(r, order[id(r)]) for r in variants[mid]),
-            ),
-        )
+        pick = busiest(variants, order)
         if len(variants) > 1:
             others = ", ".join(sorted(set(variants) - {pick}))
             notes.append(

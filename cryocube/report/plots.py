@@ -121,18 +121,15 @@ def retention_bars(t: Table, stem: Path) -> list[Path]:
 
 
 def cost_scatter(
-    points: Sequence[tuple[str, float, float]], stem: Path, title: str, sources: Sequence[str] = ()
+    points: Sequence[tuple[str, float, float, str]], stem: Path, title: str
 ) -> list[Path]:
-    """Average mIoU against GFLOPs (log axis past a decade), a labelled point per model; `sources`
-    ("measured on <device>" | "catalog" per point) mark copied figures and name the device."""
-    gs = [g for _, g, _ in points]
+    """Average mIoU against GFLOPs (log axis past a decade), a labelled point per model; each
+    point's source ("measured on <device>" | "catalog") marks copied figures, names the device."""
+    gs = [g for _, g, _, _ in points]
     # GFLOPs span decades across the catalog
     log = bool(gs) and min(gs) > 0 and max(gs) / min(gs) > 10
-    if sources:
-        points = [
-            (n + (" (catalog)" if src == "catalog" else ""), g, a)
-            for (n, g, a), src in zip(points, sources)
-        ]
+    sources = [src for *_, src in points]
+    named = [(n + (" (catalog)" if src == "catalog" else ""), g, a) for n, g, a, src in points]
     measured = sorted(
         {src.removeprefix("measured on ") for src in sources if src.startswith("measured on ")}
     )
@@ -142,7 +139,7 @@ def cost_scatter(
         xlabel += f" (measured on {'; '.join(measured)}{others})"
     elif sources:
         xlabel += " (catalog)"
-    return labelled_scatter(points, stem, title, xlabel, "average mIoU (%)", log_x=log)
+    return labelled_scatter(named, stem, title, xlabel, "average mIoU (%)", log_x=log)
 
 
 def labelled_scatter(
@@ -191,10 +188,9 @@ def per_class_heatmap(tables: Sequence[Table], stem: Path, title: str) -> list[P
     return save(fig, stem)
 
 
-def interval_estimates(
-    rows: Sequence[tuple[str, float, float, float, float, float, float]], stem: Path, title: str
-) -> list[Path]:
-    """rliable's interval plot, IQM and mean panels; rows: (model, IQM, lo, hi, mean, lo, hi)."""
+def interval_estimates(rows: Sequence[tuple], stem: Path, title: str) -> list[Path]:
+    """rliable's interval plot, IQM and mean panels; rows: (model, IQM, lo, hi, mean, lo, hi), an
+    interval's ends None where it has none (one seed per dataset: the point alone)."""
     n = len(rows)
     fig = Figure(figsize=(8, 0.45 * n + 1.4), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
@@ -202,6 +198,7 @@ def interval_estimates(
     for k, (ax, name) in enumerate(zip(axes, ("IQM", "Mean"))):
         for i, row in enumerate(rows):
             v, lo, hi = row[1 + 3 * k : 4 + 3 * k]
+            lo, hi = (v, v) if lo is None else (lo, hi)
             ax.barh(i, hi - lo, left=lo, height=0.6, color=cs[i], alpha=0.75)
             ax.vlines(v, i - 0.3, i + 0.3, color="black", lw=1.2)
         ax.set_xlabel(f"{name} mIoU (%)")

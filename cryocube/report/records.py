@@ -3,8 +3,6 @@ runs listed, never averaged; random-init and tuned runs are rows of their own, t
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import warnings
 from collections import Counter
@@ -14,18 +12,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .. import store
-from ..errors import ResultsError
-from ..record import RESULTS_FILE, RecordError, RunRecord, missing_records, table_lines
+from ..errors import RecordError, ResultsError
+from ..record import RESULTS_FILE, RunRecord, content_hash, missing_records, table_lines
 from .names import model_display_name
 
 RANDOM_INIT = " (random init)"
 DEVIATES = " (deviates: "  # + the record's deviations in effect + ")": see docs/deviations.md
 # the best trial of a `cryocube tune` study: its own row, never averaged with default-recipe runs
 TUNED = " (tuned)"
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _dict(v: Any) -> dict:
@@ -43,8 +37,8 @@ def _num(v: Any) -> float | None:
 
 
 def _own(name: str, check) -> property:
-    """A family field of the record as the tables read it (`check`: a number, a dict, ...)."""
-    return property(lambda self: check(self.record.get(name)), doc=f"The record's {name}.")
+    """A field of the record as the tables read it (`check`: a number, a dict, ...)."""
+    return property(lambda self: check(self.record.get(name)), doc=f"From the record's {name}.")
 
 
 @dataclass(frozen=True)
@@ -70,21 +64,13 @@ class Run:
     sweep = _own("sweep", _dict)  # a `cryocube tune` record's study, trial, state, best
     # where the run computed ("cuda:0", "cpu"; "" if unrecorded): GPU and CPU hours apart
     device = _own("device", lambda v: str(v or ""))
-
-    @property
-    def dataset(self) -> str:
-        """The dataset id, lower case as the catalog spells it (older records wrote GLID)."""
-        return self.record.dataset.lower()
-
-    @property
-    def created(self) -> str:
-        """When the record was written ("" if it does not say): the latest of a run wins."""
-        return self.record.created or ""
-
-    @property
-    def miou(self) -> float | None:
-        """Test mIoU, None unless a finite number: the leaderboards rank only runs that have one."""
-        return _num(self.metrics.get("mIoU"))
+    dataset = _own("dataset", str.lower)  # as the catalog spells it (older records wrote GLID)
+    created = _own("created", lambda v: v or "")  # "" where unsaid; a run's latest record wins
+    cube = _own("cube", lambda v: v or {})  # url, checksum; {} for vectors made elsewhere
+    # test mIoU, None unless a finite number: the leaderboards rank only runs that have one
+    miou = _own("metrics", lambda m: _num(m.get("mIoU")))
+    # the run's own seconds (fit and scoring), summed into the cost table's device hours
+    total_s = _own("timings", lambda v: _num(_dict(v).get("total_s")))
 
     @property
     def class_iou(self) -> dict[str, float]:
@@ -101,11 +87,6 @@ class Run:
         )
 
     @property
-    def total_s(self) -> float | None:
-        """The run's own seconds (fit and scoring), summed into the cost table's device hours."""
-        return _num(_dict(self.record.get("timings")).get("total_s"))
-
-    @property
     def random_init(self) -> bool:
         """Pretrained model, random weights: a row of its own, never averaged with real weights."""
         return _random_init(self.record)
@@ -115,11 +96,6 @@ class Run:
         """Effective precision (bf16, fp32, ...); an older record's plain string; else fp32."""
         p = self.record.precision
         return str(p.get("effective")) if isinstance(p, dict) else str(p or "fp32")
-
-    @property
-    def cube(self) -> dict[str, Any]:
-        """The cube the run read (url, checksum); {} for vectors made elsewhere (no cube)."""
-        return self.record.cube or {}
 
     @property
     def is_trial(self) -> bool:
@@ -134,7 +110,7 @@ class Run:
     @property
     def recipe_digest(self) -> str:
         """What defines the run apart from fraction, seed and protocol: equal digests, one curve."""
-        return _digest(recipe_body(self.record))
+        return recipe_digest(self.record)
 
 
 @dataclass
@@ -192,15 +168,17 @@ def result_files(paths: Iterable[str | Path]) -> list[str]:
     return [f for f in files if not (key(f) in seen or seen.add(key(f)))]
 
 
-def recipe_body(rec: RunRecord) -> dict[str, Any]:
-    """What defines a record apart from fraction, seed and protocol (identity, else old fields)."""
-    return {k: v for k, v in rec.identity.items() if k not in NOT_RECIPE} or {
+def recipe_digest(rec: RunRecord) -> str:
+    """The digest of what defines a record apart from fraction, seed and protocol (its identity,
+    else an older record's fields)."""
+    body = {k: v for k, v in rec.identity.items() if k not in NOT_RECIPE} or {
         "model": rec.model,
         "config": rec.get("config"),
         "cube": (rec.cube or {}).get("checksum"),
         "random_init": _random_init(rec),
         "weights": (rec.weights or {}).get("sha256"),
     }
+    return content_hash(body, 12)
 
 
 def _random_init(rec: RunRecord) -> bool:
@@ -208,12 +186,7 @@ def _random_init(rec: RunRecord) -> bool:
     return bool(w.get("random_init") and w.get("pretrained"))
 
 
-def no_family_key(rec: RunRecord) -> tuple:
-    """The family's part of a run's key where no family is asked (`Family.report_key`)."""
-    return ()
-
-
-def parse_record(d: Any, where: str, family_key: FamilyKey = no_family_key) -> Run:
+def parse_record(d: Any, where: str, family_key: FamilyKey | None = None) -> Run:
     """A record of any version, validated and migrated (cryocube/record.py), as a report row."""
     try:
         return as_run(RunRecord.from_dict(d, where), where, family_key)
@@ -221,7 +194,7 @@ def parse_record(d: Any, where: str, family_key: FamilyKey = no_family_key) -> R
         raise ResultsError(str(e)) from None
 
 
-def as_run(rec: RunRecord, where: str, family_key: FamilyKey = no_family_key) -> Run:
+def as_run(rec: RunRecord, where: str, family_key: FamilyKey | None = None) -> Run:
     """A validated record as the report's row: the checks are the record's, none repeated here."""
     status, error, primary = rec.status, rec.error, str(rec.primary_metric)
     if (
@@ -239,10 +212,10 @@ def as_run(rec: RunRecord, where: str, family_key: FamilyKey = no_family_key) ->
         + (f"{DEVIATES}{', '.join(deviates)})" if deviates else "")
         + (TUNED if _dict(rec.get("sweep")).get("best") else "")
     )
-    recipe = _digest(recipe_body(rec))
+    recipe = recipe_digest(rec)
     key = (rec.model, name, rec.dataset.lower(), rec.protocol, rec.fraction, rec.seed, recipe)
     error = None if error is None else str(error)
-    return Run(rec, where, name, status, error, (*key, *family_key(rec)))
+    return Run(rec, where, name, status, error, (*key, *(family_key(rec) if family_key else ())))
 
 
 def _created_key(run: Run, order: int) -> tuple:
@@ -254,25 +227,7 @@ def _created_key(run: Run, order: int) -> tuple:
     return (stamp, order)  # same time (or none): the later line wins
 
 
-def read_runs(paths: Iterable[str | Path], family_key: FamilyKey = no_family_key) -> list[Run]:
-    """Every record of the files in read order, repeats kept; a torn last line is skipped with a
-    warning, any other bad line is a ResultsError."""
-    runs: list[Run] = []
-    for f in result_files(paths):
-        table = []
-        try:
-            for i, d in table_lines(f):
-                runs.append(parse_record(d, f"{f}:{i}", family_key))
-                table.append(d)
-        except OSError as e:
-            raise ResultsError(f"{f}: cannot read ({e})") from None
-        except RecordError as e:
-            raise ResultsError(str(e)) from None
-        runs += _records_not_in(f, table, family_key)
-    return runs
-
-
-def _records_not_in(f: str, table: list, family_key: FamilyKey) -> list[Run]:
+def _records_not_in(f: str, table: list, family_key: FamilyKey | None) -> list[Run]:
     """The runs of f's folder whose records the table lacks (the records are the truth), warned."""
     if f.rstrip("/").rsplit("/", 1)[-1] != RESULTS_FILE:
         return []
@@ -299,31 +254,45 @@ def dedupe(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     return [v[1] for v in latest.values()], replaced
 
 
-def one_recipe_per_cell(runs: list[Run]) -> tuple[list[Run], list[Run]]:
-    """(runs shown, runs left out): where a model, dataset, protocol and fraction ran several
-    recipes, the one with most runs (then newest) fills the cell; others are never seeds of it."""
-    cells: dict[tuple, dict[str, list[tuple[int, Run]]]] = {}
-    for order, r in enumerate(runs):
-        cells.setdefault((r.model, r.model_name, r.dataset, r.protocol, r.fraction), {}).setdefault(
-            r.recipe_digest, []
-        ).append((order, r))
-    shown: set[int] = set()
-    for recipes in cells.values():
-        pick = max(recipes.values(), key=lambda v: (len(v), max(_created_key(r, o) for o, r in v)))
-        shown.update(o for o, _ in pick)
-    return (
-        [r for o, r in enumerate(runs) if o in shown],
-        [r for o, r in enumerate(runs) if o not in shown],
+def busiest(groups: dict[Any, list[Run]], order: dict[int, int]) -> Any:
+    """The key of the group with most runs, then the newest run (`order`: id(run) -> read order)."""
+    return max(
+        groups,
+        key=lambda k: (len(groups[k]), max(_created_key(r, order[id(r)]) for r in groups[k])),
     )
 
 
+def one_recipe_per_cell(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """(runs shown, runs left out): where a model, dataset, protocol and fraction ran several
+    recipes, the one with most runs (then newest) fills the cell; others are never seeds of it."""
+    cells: dict[tuple, dict[str, list[Run]]] = {}
+    for r in runs:
+        cell = cells.setdefault((r.model, r.model_name, r.dataset, r.protocol, r.fraction), {})
+        cell.setdefault(r.recipe_digest, []).append(r)
+    order = {id(r): i for i, r in enumerate(runs)}
+    shown = {id(r) for recipes in cells.values() for r in recipes[busiest(recipes, order)]}
+    return [r for r in runs if id(r) in shown], [r for r in runs if id(r) not in shown]
+
+
 def load_results(
-    paths: str | Path | Iterable[str | Path], family_key: FamilyKey = no_family_key
+    paths: str | Path | Iterable[str | Path], family_key: FamilyKey | None = None
 ) -> Results:
-    """results.jsonl files (or folders holding them) as de-duplicated runs and failures;
-    `family_key`: a family's part of a run's key (the pages pass `Family.report_key`)."""
+    """results.jsonl files (or folders holding them) as de-duplicated runs and failures (a torn
+    last line is skipped with a warning, any other bad line is a ResultsError); `family_key`: a
+    family's part of a run's key (the pages pass `Family.report_key`)."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    every = read_runs(paths, family_key)
+    sources, every = result_files(paths), []
+    for f in sources:
+        table = []
+        try:
+            for i, d in table_lines(f):
+                every.append(parse_record(d, f"{f}:{i}", family_key))
+                table.append(d)
+        except OSError as e:
+            raise ResultsError(f"{f}: cannot read ({e})") from None
+        except RecordError as e:
+            raise ResultsError(str(e)) from None
+        every += _records_not_in(f, table, family_key)
     kept, replaced = dedupe([r for r in every if not r.is_trial])
     ranked = [r for r in kept if r.status == "ok" and r.primary_metric == LEADERBOARD_METRIC]
     ok, other = one_recipe_per_cell(ranked)
@@ -334,7 +303,7 @@ def load_results(
     return Results(
         runs=ok,
         failures=[r for r in kept if r.status != "ok"],
-        sources=result_files(paths),
+        sources=sources,
         replaced=replaced,
         other_recipes=other,
         trials=[r for r in every if r.is_trial],
@@ -360,7 +329,7 @@ def distinct_labels(groups: dict[Any, Run], base=lambda r: r.model_name) -> dict
             mates = [groups[j].recipe for j in keys if groups[j].model == r.model]
             if len(mates) > 1:
                 fields = sorted({f for rc in mates for f in rc})
-                differ = [f for f in fields if len({_digest(m.get(f)) for m in mates}) > 1]
+                differ = [f for f in fields if len({content_hash(m.get(f), 12) for m in mates}) > 1]
                 parts.append(
                     ", ".join(f"{f}={r.recipe.get(f)}" for f in differ[:3])
                     or f"recipe {r.recipe_digest[:6]}"

@@ -119,8 +119,6 @@ def fmt(v: Any, decimals: int = 2) -> str:
         return MISSING
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
     if isinstance(v, float):
         return f"{v:.{decimals}f}"
     return str(v)
