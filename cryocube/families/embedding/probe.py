@@ -445,14 +445,9 @@ def run_probes(
     ids: list[str],
     tasks: list[Task],
     recipe: ProbeRecipe,
-    client=None,
     progress: bool = True,
 ) -> dict[str, list[float]]:
     """k probes per task in this process; on a cluster the engine's scheduler scores probe runs."""
-    if client is not None:
-        raise TypeError(
-            "run_probes scores in this process; on a cluster the engine scores probe runs"
-        )
     return task_scores(score_here(*standardized_matrix(X, ids, tasks, recipe), recipe, progress))
 
 
