@@ -391,10 +391,7 @@ def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
 
 def merge(a: dict, b: dict) -> dict:
     """The probe runs' reduce: fold scores concatenated per task (`task_scores` sorts them)."""
-    out = {k: list(v) for k, v in a.items()}
-    for k, v in b.items():
-        out.setdefault(k, []).extend(v)
-    return out
+    return {k: [*a.get(k, ()), *b.get(k, ())] for k in a | b}
 
 
 def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> list[FoldTask]:

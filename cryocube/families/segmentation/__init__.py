@@ -30,14 +30,13 @@ from ..encoders import (
     match_cube_bands,
     window_offsets,
 )
+from ..split import SPLITS
 from .data import stratified_subset
 from .memory import finetune_bytes
 from .metrics import TileConfusions, metrics_from_confusion
 from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
 from .work import CacheSpec, FitTask, SegRun, TestTask
-
-SPLITS = ("train", "val", "test")
 
 
 @register
