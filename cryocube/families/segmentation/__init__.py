@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import operator
 import time
 from dataclasses import replace
 
@@ -188,10 +189,7 @@ class Segmentation(Family):
         blocks = [(b0, min(b0 + bs, test.size)) for b0 in range(0, test.size, bs)]
         return [(test_block, TestTask(w, np.arange(*b), test[slice(*b)], purl, b)) for b in blocks]
 
-    @staticmethod
-    def reduce(a, b):
-        """Per-tile confusion matrices join; their int64 sum never depends on the reduce's order."""
-        return a + b
+    reduce = staticmethod(operator.add)  # per-tile confusions join; their int64 sum is order-free
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """mIoU and the record fields; a test split without a labelled pixel is an error, not 0."""

@@ -205,7 +205,6 @@ def _blocks(cube, qs: list, tasks: list, ref, recipe: VqaRecipe, rdir: str) -> l
     ]
     return [
         Block(
-            index=i,
             cube=cube.url,
             bands=tuple(b.name for b in cube.bands),
             rendered=bool(ds.attrs.get("rendered", False)),

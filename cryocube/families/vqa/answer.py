@@ -25,7 +25,6 @@ from ...questions.tasks import TaskSpec
 
 @dataclass(frozen=True)
 class Block:
-    index: int
     cube: str
     bands: tuple[str, ...]
     rendered: bool
