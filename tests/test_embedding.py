@@ -421,7 +421,7 @@ def test_labelled_standardisation_is_the_same_on_workers_and_in_one_process(
     scores = {}
     for mode in ("all", "labelled"):
         recipe = probe_recipe("linear", 3, {"epochs": 2}, standardize=mode)
-        here = run_probes(X, ids, tasks, recipe, client=None, progress=False)
+        here = run_probes(X, ids, tasks, recipe, progress=False)
         folds = fold_tasks(
             align(ids, tasks), recipe, res.url, str(attrs.get("embedding_sha256", ""))[:16]
         )

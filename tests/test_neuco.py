@@ -13,10 +13,12 @@ import torch
 
 from cryocube.embeddings import submission
 from cryocube.embeddings.submission import SubmissionError
-from cryocube.errors import UserError
+from cryocube.errors import LabelError, UserError
 from cryocube.families.embedding import neuco, probes
 from cryocube.families.embedding.neuco import NeuCoError
+from cryocube.families.embedding.probe import Task, fold_tasks, probe_recipe, run_probes
 from cryocube.families.embedding.probes import ProbeError
+from cryocube.labelfiles import split_task_name
 
 torch.set_num_threads(1)
 
@@ -74,20 +76,20 @@ def test_scale_labels_min_max_per_task():
         ("x__CLS.csv", "cls"),
     ],
 )
-def test_task_type_from_suffix(name, kind):
-    assert neuco.task_type(name) == kind
+def test_task_kind_from_suffix(name, kind):
+    assert split_task_name(name)[1] == kind
 
 
 @pytest.mark.parametrize(
     "name", ["forest", "forest_regr", "forest__seg", "__cls", "forest__regr.txt"]
 )
-def test_task_type_rejects_unknown_suffix(name):
-    with pytest.raises(NeuCoError, match="must end in __cls"):
-        neuco.task_type(name)
+def test_task_kind_rejects_unknown_suffix(name):
+    with pytest.raises(LabelError, match="must end in __cls"):
+        split_task_name(name)
 
 
 def test_split_task_name():
-    assert neuco.split_task_name("labels/landcover_forest__regr.csv") == (
+    assert split_task_name("labels/landcover_forest__regr.csv") == (
         "landcover_forest",
         "regr",
     )
@@ -116,13 +118,17 @@ def test_shuffle_splits_too_few_rows():
 # --- neuco: Q and the NaN rule -------------------------------------------------------------------
 
 
+def q_score(scores) -> float:
+    return neuco.task_stats(scores)[2]
+
+
 def test_q_score_by_hand():
-    assert neuco.q_score([1.0, 1.0, 1.0]) == pytest.approx(100.0)  # the FAQ's cap
-    assert neuco.q_score([0.8, 0.8]) == pytest.approx(80.0)
-    assert neuco.q_score([0.5, 0.7]) == pytest.approx(2 * 0.6 / (0.02 + 0.1))  # population std 0.1
-    assert neuco.q_score([0.5, np.nan, 0.7, None]) == pytest.approx(10.0)  # NaN folds ignored
-    assert neuco.q_score([-0.2, -0.4]) == pytest.approx(-5.0)  # negative R² -> negative Q
-    assert math.isnan(neuco.q_score([np.nan, np.nan]))
+    assert q_score([1.0, 1.0, 1.0]) == pytest.approx(100.0)  # the FAQ's cap
+    assert q_score([0.8, 0.8]) == pytest.approx(80.0)
+    assert neuco.task_stats([0.5, 0.7]) == pytest.approx((0.6, 0.1, 2 * 0.6 / (0.02 + 0.1)))
+    assert q_score([0.5, np.nan, 0.7, None]) == pytest.approx(10.0)  # NaN folds ignored
+    assert q_score([-0.2, -0.4]) == pytest.approx(-5.0)  # negative R² -> negative Q
+    assert all(math.isnan(x) for x in neuco.task_stats([np.nan, np.nan]))
 
 
 def test_nan_rule_three_and_four_of_ten():
@@ -329,26 +335,35 @@ def planted():
 FAST = dict(epochs=20, lr=1e-2)
 
 
+def task_scores(X, y, kind, probe="linear", k=10, seed=42, **params) -> list[float]:
+    """One task's k ShuffleSplits, a probe per split seeded seed + fold, as `cryocube probe`."""
+    splits = neuco.shuffle_splits(len(y), k, seed=seed)
+    return [
+        probes.fold_score(X, y, kind, tr, te, probe, seed + f, **params)
+        for f, (tr, te) in enumerate(splits)
+    ]
+
+
 def test_linear_probe_scores_the_planted_regression_signal(planted):
     X, y, _, _ = planted
-    scores = probes.probe_task_scores(X, y, "regr", probe="linear", k=10, **FAST)
+    scores = task_scores(X, y, "regr", probe="linear", k=10, **FAST)
     assert len(scores) == 10
-    assert neuco.q_score(scores) > 20 and np.mean(scores) > 0.9
+    assert q_score(scores) > 20 and np.mean(scores) > 0.9
 
 
 def test_linear_probe_scores_the_planted_classification_signal(planted):
     X, _, yc, _ = planted
-    scores = probes.probe_task_scores(X, yc, "cls", probe="linear", k=10, **FAST)
+    scores = task_scores(X, yc, "cls", probe="linear", k=10, **FAST)
     assert all(0 <= s <= 1 for s in scores)
-    assert neuco.q_score(scores) > 20 and np.mean(scores) > 0.9
+    assert q_score(scores) > 20 and np.mean(scores) > 0.9
 
 
 def test_random_labels_score_near_zero(planted):
     X, _, _, noise = planted
     for probe, params in (("linear", FAST), ("knn", {}), ("linear-svm", {})):
-        scores = probes.probe_task_scores(X, noise, "regr", probe=probe, k=10, **params)
+        scores = task_scores(X, noise, "regr", probe=probe, k=10, **params)
         assert abs(np.mean(scores)) < 0.3, probe
-        assert abs(neuco.q_score(scores)) < 5, probe
+        assert abs(q_score(scores)) < 5, probe
 
 
 def test_linear_probe_is_deterministic_and_ignores_the_global_seed(planted):
@@ -375,36 +390,42 @@ def test_linear_probe_keeps_the_best_epoch(planted):
 
 def test_fold_score_matches_the_in_process_protocol(planted):
     X, y, _, _ = planted
-    scores = probes.probe_task_scores(X, y, "regr", probe="linear", k=3, seed=5, epochs=2)
+    ids = [f"s{i:04d}" for i in range(len(y))]
+    task = Task("sig__regr", "regr", dict(zip(ids, y.tolist())))
+    recipe = probe_recipe(k=3, overrides={"split_seed": 5, "seed": 5, "epochs": 2})
+    scores = run_probes(X, ids, [task], recipe, progress=False)["sig__regr"]
     tr, te = neuco.shuffle_splits(len(y), 3, seed=5)[2]
-    assert probes.fold_score(X, y, "regr", tr, te, "linear", seed=5 + 2, epochs=2) == scores[2]
+    Xs = neuco.standardize(X)
+    assert probes.fold_score(Xs, y, "regr", tr, te, "linear", seed=5 + 2, epochs=2) == scores[2]
 
 
 def test_knn_and_linear_svm_score_the_planted_signal(planted):
     X, y, yc, _ = planted
-    knn_cls = probes.probe_task_scores(X, yc, "cls", probe="knn", k=10)
-    knn_regr = probes.probe_task_scores(X, y, "regr", probe="knn", k=10)
+    knn_cls = task_scores(X, yc, "cls", probe="knn", k=10)
+    knn_regr = task_scores(X, y, "regr", probe="knn", k=10)
     # kNN in 32-D with 450 rows: smooth, not exact
     assert np.mean(knn_cls) > 0.8 and np.mean(knn_regr) > 0.3
-    svm_cls = probes.probe_task_scores(X, yc, "cls", probe="linear-svm", k=10)
-    svm_regr = probes.probe_task_scores(X, y, "regr", probe="linear-svm", k=10)
-    assert neuco.q_score(svm_cls) > 20 and neuco.q_score(svm_regr) > 20
+    svm_cls = task_scores(X, yc, "cls", probe="linear-svm", k=10)
+    svm_regr = task_scores(X, y, "regr", probe="linear-svm", k=10)
+    assert q_score(svm_cls) > 20 and q_score(svm_regr) > 20
     # k is capped at the number of training rows
     assert 0 <= probes.knn_probe(X[:20], yc[:20], X[20:40], yc[20:40], "cls") <= 1
 
 
 def test_probe_inputs_are_checked():
     X = np.zeros((20, 4), np.float32)
+    ((tr, te),) = neuco.shuffle_splits(20, 1)
     with pytest.raises(ProbeError, match="unknown probe 'mlp' for task 'cloud'"):
-        probes.probe_task_scores(X, np.zeros(20), "cls", probe="mlp", task="cloud")
+        probes.fold_score(X, np.zeros(20), "cls", tr, te, probe="mlp", task="cloud")
     with pytest.raises(ProbeError, match="kind 'seg'"):
-        probes.probe_task_scores(X, np.zeros(20), "seg")
+        probes.fold_score(X, np.zeros(20), "seg", tr, te)
     with pytest.raises(ProbeError, match="task 'forest' has 1 empty labels"):
-        probes.probe_task_scores(X, np.r_[np.zeros(19), np.nan], "regr", task="forest")
+        probes.fold_score(X, np.r_[np.zeros(19), np.nan], "regr", tr, te, task="forest")
     with pytest.raises(ProbeError, match="has 3 distinct labels"):
-        probes.probe_task_scores(X, np.arange(20) % 3, "cls")
-    with pytest.raises(ProbeError, match="task 'tiny'.*too few"):
-        probes.probe_task_scores(X[:1], np.zeros(1), "regr", task="tiny")
+        probes.fold_score(X, np.arange(20) % 3, "cls", tr, te)
+    tiny = [(Task("tiny__regr", "regr", {"a": 0.0}), np.zeros(1, np.int64), np.zeros(1))]
+    with pytest.raises(ProbeError, match="task tiny__regr: 1 labelled samples are too few"):
+        fold_tasks(tiny, probe_recipe(), None, "")
     assert issubclass(ProbeError, UserError) and issubclass(SubmissionError, UserError)
 
 

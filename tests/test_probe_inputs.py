@@ -351,7 +351,7 @@ def test_rare_targets_score_as_neuco_bench_instead_of_breaking_the_nan_rule():
     splits = neuco.shuffle_splits(40, 10)
     constant = [f for f, (_, te) in enumerate(splits) if np.ptp(y[te]) == 0]
     assert len(constant) > 3  # under the old NaN reading, this task broke the rule
-    scores = run_probes(X, IDS, [task], recipe, client=None, progress=False)
+    scores = run_probes(X, IDS, [task], recipe, progress=False)
     fold = scores["rare__regr"]
     assert all(math.isfinite(s) for s in fold)
     assert all(fold[f] in (0.0, 1.0) for f in constant)

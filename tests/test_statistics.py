@@ -371,7 +371,7 @@ def test_a_segmentation_run_keeps_its_test_tiles_confusion_matrices(tmp_path, cl
 
 
 def test_q_interval_over_folds_matches_a_loop_bootstrap_and_leaves_failed_folds_out():
-    from cryocube.families.embedding.neuco import q_draws, q_score
+    from cryocube.families.embedding.neuco import q_draws, task_stats
 
     rng = np.random.default_rng(7)
     runs = [
@@ -387,10 +387,10 @@ def test_q_interval_over_folds_matches_a_loop_bootstrap_and_leaves_failed_folds_
             qs = []
             for r in runs:
                 f = [x for x in r[t] if x is not None]
-                qs.append(q_score(list(rng.choice(f, size=len(r[t])))))
+                qs.append(task_stats(list(rng.choice(f, size=len(r[t]))))[2])
             per_task.append(np.mean(qs))
         loop.append(np.mean(per_task))
-    point = np.mean([np.mean([q_score(r[t]) for r in runs]) for t in ("a__cls", "b__regr")])
+    point = np.mean([np.mean([task_stats(r[t])[2] for r in runs]) for t in ("a__cls", "b__regr")])
     lo, hi = np.percentile(d, [2.5, 97.5])
     llo, lhi = np.percentile(loop, [2.5, 97.5])
     assert lo < point < hi
@@ -399,4 +399,4 @@ def test_q_interval_over_folds_matches_a_loop_bootstrap_and_leaves_failed_folds_
     assert abs(lo - llo) < 0.1 * (hi - lo) and abs(hi - lhi) < 0.1 * (hi - lo)
     # constant folds: no spread to resample
     same = q_draws([{"a__cls": [0.5] * 5}], 100, np.random.default_rng(0))
-    assert np.allclose(same, q_score([0.5] * 5))
+    assert np.allclose(same, task_stats([0.5] * 5)[2])

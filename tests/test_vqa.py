@@ -120,7 +120,7 @@ def _check_report(results, out, rec, rows):
     """`cryocube report` writes the vqa section, a LEADERBOARD.md in InSAR-VLM-Bench's shape and the
     gallery."""
     from cryocube.cli import main
-    from cryocube.families.vqa.report import CANNOT, leaderboard
+    from cryocube.families.vqa.report import CANNOT, cubes, leaderboard
     from cryocube.report.records import load_results
 
     assert main(["report", str(results), "--out", str(out)]) == 0
@@ -172,7 +172,7 @@ def _check_report(results, out, rec, rows):
     from cryocube.report.records import parse_record
 
     res.of("embedding").append(parse_record(emb, "test"))
-    t = leaderboard(res, rec["dataset"])
+    t = leaderboard(res, next(c for c in cubes(res) if c.dataset == rec["dataset"]))
     assert "DOFA" not in [r[0] for r in t.rows] and CANNOT not in str(t.texts)
 
 
@@ -532,12 +532,14 @@ def test_every_phrasing_is_asked_and_the_board_keeps_the_first(
     vals = [p["metrics"]["accuracy"]["value"] for p in ph]
     assert "Prompt phrasings on" in html and f"{np.mean(vals):.2f}" in html
     # the gallery: a row per phrasing, each with the model's answer to that phrasing
-    from cryocube.families.vqa.report import gallery
+    from cryocube.families.vqa.report import cubes, gallery
     from cryocube.report.records import load_results
 
     qa = rec["gallery"][0]["qa"]
     assert [q["variant"] for q in qa] == [0, 1, 2]
-    (_, _, table), *_ = gallery(load_results(tmp_path / "out"), rec["dataset"], tmp_path / "figs")
+    res = load_results(tmp_path / "out")
+    (cube,) = (c for c in cubes(res) if c.dataset == rec["dataset"])
+    (_, _, table), *_ = gallery(res, cube, tmp_path / "figs")
     assert [row[3] for row in table.rows] == [q["answer"] or "(empty)" for q in qa]
 
 

@@ -101,7 +101,8 @@ def _embed(args) -> int:
     from ..cube import cube_info
     from ..families.base import PlanContext
     from ..families.recipes import load_recipe
-    from .embed import embed, plan_embedding
+    from .embed import embed, load_embeddings, plan_embedding, write_sidecar
+    from .submission import write_submission
 
     store.register_options(args.cube, args.storage_options)
     url, csv = output_paths(args.out, args.format)
@@ -121,15 +122,6 @@ def _embed(args) -> int:
     with harness.cluster_for(args) as client:
         spec, prov = plan(cluster_threads(client))  # the threads the workers were started with
         res = embed(spec, cube, url, client, not args.quiet, prov, overwrite=args.overwrite)
-    _show_embedded(args, res, url, csv)
-    return 0
-
-
-def _show_embedded(args, res, url: str, csv: str | None) -> None:
-    """The store's line, and with --format csv the submission CSV written beside it."""
-    from .embed import load_embeddings, write_sidecar
-    from .submission import write_submission
-
     pca = res.attrs.get("pca")
     pca = f", PCA {pca['explained_variance']:.1%} of the variance" if pca else ""
     print(
@@ -141,6 +133,7 @@ def _show_embedded(args, res, url: str, csv: str | None) -> None:
         write_submission(csv, ids, X)
         write_sidecar(csv, attrs)
         print(f"{csv}: submission CSV (id + {X.shape[1]} value columns)")
+    return 0
 
 
 def output_paths(out: str, fmt: str) -> tuple[str, str | None]:

@@ -125,9 +125,8 @@ def plan_embedding(
     dim: int | None = None,
     seed: int = 0,
 ) -> tuple[EmbedSpec, dict]:
-    """One embedding (encoder or baseline) of one cube, checked and fixed -> (spec, provenance);
-    callers pass recipe and context whole, so each field reaches every embedding alike
-    (docs/architecture.md); `seed` is the random baseline's."""
+    """One embedding (encoder or baseline) of one cube, checked -> (spec, provenance); recipe and
+    context pass whole, so every field reaches every embedding; `seed` is the random baseline's."""
     if dim is not None and dim < 1:
         raise UserError(f"--dim must be >= 1, got {dim}")
     plan = _plan_baseline if source in BASELINES else _plan_encoder

@@ -3,11 +3,26 @@ family takes and checks its recipe class's fields; a field no family declares is
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from .. import mapping
 from ..catalog import load_benchmark
 from ..recipe import BaseRecipe, RecipeError, check_keys, parse_overrides, read_config
 from . import get, names
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuestionRecipe(BaseRecipe):
+    """The recipe of the families that answer the question tasks: heads, and vqa with its own."""
+
+    # () = every catalog task the cube can serve (heads: those with a class/number/box answer)
+    vqa_tasks: tuple[str, ...] | str = mapping.rule((), what="task names (a list or 'a,b')")
+
+    @property
+    def task_names(self) -> list[str]:
+        """vqa_tasks as a list, from 'a,b' (--set) or YAML; empty: every task the cube can serve."""
+        return mapping.names(self.vqa_tasks)
 
 
 def recipe_types(only: tuple[str, ...] | None = None) -> dict[str, type[BaseRecipe]]:
@@ -107,4 +122,11 @@ def _check_used(values: dict, cfg: Recipe, families: tuple[str, ...] | None, whe
     check_keys(values, cfg.fields(), where)
 
 
-__all__ = ["Recipe", "RecipeError", "default_recipe", "load_recipe", "recipe_types"]
+__all__ = [
+    "QuestionRecipe",
+    "Recipe",
+    "RecipeError",
+    "default_recipe",
+    "load_recipe",
+    "recipe_types",
+]

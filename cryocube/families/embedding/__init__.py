@@ -3,7 +3,6 @@ PANGAEA); its two kinds of run (work.py) go through the scheduler, `finish` comp
 
 from __future__ import annotations
 
-from ...catalog import protocol as protocol_spec
 from ...embeddings.embed import embeddings_url, plan_embedding
 from ...errors import UserError
 from .. import register
@@ -40,7 +39,6 @@ class Embedding(FittedInScore):
 
     def resolve(self, spec: RunSpec, cube, recipe, ctx: PlanContext) -> Resolved:
         """Refuses what the protocol cannot score (--fraction, tiny tasks) before any embedding."""
-        protocol_spec(spec.protocol)
         if spec.fraction not in (None, 1, 1.0):
             raise UserError(
                 f"{spec.label}: the {spec.protocol} protocol probes every label (k random 90/10"

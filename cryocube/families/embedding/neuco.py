@@ -13,7 +13,6 @@ from typing import Any, Iterable, NamedTuple
 import numpy as np
 
 from cryocube.errors import NeuCoError
-from cryocube.labelfiles import LabelError, split_task_name
 
 from ... import store
 from ...record import clean
@@ -53,14 +52,6 @@ def scale_labels(y: np.ndarray) -> np.ndarray:
     return out.reshape(y.shape)
 
 
-def task_type(name: str) -> str:
-    """ "cls" or "regr" from a task file/name suffix (`__cls`, `__regr`, or spelt out)."""
-    try:
-        return split_task_name(name)[1]
-    except LabelError as e:
-        raise NeuCoError(str(e)) from None
-
-
 def shuffle_splits(
     n: int, k: int, test_size: float = 0.1, seed: int = 42
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -97,11 +88,6 @@ def task_stats(scores: Iterable[float]) -> tuple[float, float, float]:
         return math.nan, math.nan, math.nan
     a, da = float(s.mean()), float(s.std())
     return a, da, 2.0 * a / (Q_EPS + da)
-
-
-def q_score(scores: Iterable[float]) -> float:
-    """Q_t = 2 * nanmean / (0.02 + nanstd) (ddof 0); NaN if every fold is NaN."""
-    return task_stats(scores)[2]
 
 
 def q_draws(

@@ -391,10 +391,7 @@ def probe_fold(t: FoldTask, X: np.ndarray | None = None) -> dict[str, list]:
 
 def merge(a: dict, b: dict) -> dict:
     """The probe runs' reduce: fold scores concatenated per task (`task_scores` sorts them)."""
-    out = {k: list(v) for k, v in a.items()}
-    for k, v in b.items():
-        out.setdefault(k, []).extend(v)
-    return out
+    return {k: [*a.get(k, ()), *b.get(k, ())] for k in a | b}
 
 
 def fold_tasks(aligned, recipe: ProbeRecipe, url: str | None, digest: str) -> list[FoldTask]:
@@ -445,14 +442,9 @@ def run_probes(
     ids: list[str],
     tasks: list[Task],
     recipe: ProbeRecipe,
-    client=None,
     progress: bool = True,
 ) -> dict[str, list[float]]:
     """k probes per task in this process; on a cluster the engine's scheduler scores probe runs."""
-    if client is not None:
-        raise TypeError(
-            "run_probes scores in this process; on a cluster the engine scores probe runs"
-        )
     return task_scores(score_here(*standardized_matrix(X, ids, tasks, recipe), recipe, progress))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from cryocube.errors import ProbeError
-from cryocube.families.embedding.neuco import NeuCoError, scale_labels, shuffle_splits
+from cryocube.families.embedding.neuco import scale_labels
 
 KINDS = ("cls", "regr")
 
@@ -301,27 +301,3 @@ def fold_score(
     return float(
         fn(X[train_idx], ys[train_idx], X[test_idx], ys[test_idx], kind, seed=seed, **params)
     )
-
-
-def probe_task_scores(
-    X: np.ndarray,
-    y: np.ndarray,
-    kind: str,
-    probe: str = "linear",
-    k: int = 10,
-    seed: int = 42,
-    *,
-    task: str = "task",
-    test_size: float = 0.1,
-    **params,
-) -> list[float]:
-    """The per-task protocol in-process: scaled labels, k ShuffleSplits, a probe per split."""
-    X, ys, fn = _prepare(X, y, kind, probe, task)
-    try:
-        splits = shuffle_splits(len(ys), k, test_size=test_size, seed=seed)
-    except NeuCoError as e:
-        raise ProbeError(f"task {task!r}: {e}") from None
-    return [
-        float(fn(X[tr], ys[tr], X[te], ys[te], kind, seed=seed + f, **params))
-        for f, (tr, te) in enumerate(splits)
-    ]

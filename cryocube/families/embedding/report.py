@@ -141,8 +141,7 @@ def _paired(emb: list[Run], seg: list[Run]) -> tuple[dict, dict, dict, set]:
 def probe_vs_segmentation(
     res: Results, protocol: str = "frozen"
 ) -> tuple[Table, list[tuple[str, float, float]]] | None:
-    """Per model: probe Q and segmentation mIoU (on shared datasets, else means) and their rank
-    correlation."""
+    """Per model: probe Q and segmentation mIoU (shared datasets, else means), rank-correlated."""
     seg = [r for r in res.runs if r.protocol == protocol and math.isclose(r.fraction, 1.0)]
     if not res.of("embedding") or not seg:
         return None

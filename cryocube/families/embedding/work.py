@@ -135,8 +135,7 @@ def finish_fields(run, total: dict, prepared: dict) -> dict:
 
 
 def probe_run(embeddings: str, out: str, recipe, labels: str | None, tasks_from: str | None):
-    """`cryocube probe`'s one run: `out` claimed and every input checked before any cluster; its id
-    hashes the vectors, tasks and recipe."""
+    """`cryocube probe`'s one run: `out` claimed and every input checked before any cluster."""
     from .. import get
     from ..base import Resolved, RunSpec
 

@@ -3,7 +3,6 @@ fraction or a box, on the VLMs' test questions with their metrics and intervals 
 
 from __future__ import annotations
 
-from ...catalog import protocol as protocol_spec
 from ...embeddings.embed import BASELINES, embeddings_url, plan_embedding, prepare_store
 from ...errors import UserError
 from ...questions.ask import questions
@@ -11,9 +10,9 @@ from ...questions.cells import answerable, cells, chance_cells
 from ...questions.tasks import select
 from .. import register
 from ..base import FittedInScore, PlanContext, PlannedRun, Resolved, RunSpec
+from ..recipes import QuestionRecipe
 from ..split import cube_split
 from .linear import ALPHA_GRID, C_GRID, HeadsJob, answer_heads
-from .recipe import HeadsRecipe
 
 N_BOOT = 1000
 
@@ -23,13 +22,12 @@ class Heads(FittedInScore):
     name = "heads"
     warm_modules = ("timm", "cryocube.embeddings.embed", f"{__name__}.linear")
     primary_metric = "answered"  # share of test questions answered (tasks: board cells)
-    recipe = HeadsRecipe
+    recipe = QuestionRecipe
     identity_version = 2  # 2: one question per sample and task (phrasings left to VLMs)
     threads_in_identity = False  # the embedding's key holds them
 
-    def resolve(self, spec: RunSpec, cube, recipe: HeadsRecipe, ctx: PlanContext) -> Resolved:
+    def resolve(self, spec: RunSpec, cube, recipe: QuestionRecipe, ctx: PlanContext) -> Resolved:
         """Refuses baselines and cubes with no answerable task; runs share pooled features."""
-        protocol_spec(spec.protocol)
         if spec.model in BASELINES:
             raise UserError(
                 f"{spec.label}: the heads protocol answers with an encoder's features; the chance"
@@ -140,7 +138,7 @@ def _how(t, metric: str) -> str:
     )
 
 
-def _asked(spec: RunSpec, cube, recipe: HeadsRecipe):
+def _asked(spec: RunSpec, cube, recipe: QuestionRecipe):
     """(tasks selected, answered, questions, left out, split, ids, split record), checked."""
     every = select(recipe.task_names or None, cube.kind, cube.dataset)
     tasks = [t for t in every if answerable(t)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import operator
 import time
 from dataclasses import replace
 
@@ -30,14 +31,13 @@ from ..encoders import (
     match_cube_bands,
     window_offsets,
 )
+from ..split import SPLITS
 from .data import stratified_subset
 from .memory import finetune_bytes
 from .metrics import TileConfusions, metrics_from_confusion
 from .recipe import SegmentationRecipe
 from .sample_cubes import as_tiles
 from .work import CacheSpec, FitTask, SegRun, TestTask
-
-SPLITS = ("train", "val", "test")
 
 
 @register
@@ -189,10 +189,7 @@ class Segmentation(Family):
         blocks = [(b0, min(b0 + bs, test.size)) for b0 in range(0, test.size, bs)]
         return [(test_block, TestTask(w, np.arange(*b), test[slice(*b)], purl, b)) for b in blocks]
 
-    @staticmethod
-    def reduce(a, b):
-        """Per-tile confusion matrices join; their int64 sum never depends on the reduce's order."""
-        return a + b
+    reduce = staticmethod(operator.add)  # per-tile confusions join; their int64 sum is order-free
 
     def finish(self, run: PlannedRun, fitted: dict, total, prepared: dict) -> dict:
         """mIoU and the record fields; a test split without a labelled pixel is an error, not 0."""

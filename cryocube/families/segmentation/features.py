@@ -81,11 +81,6 @@ def extraction_tasks(
     ]
 
 
-def _items(positions: np.ndarray, per: int) -> np.ndarray:
-    """Item indices of the samples at `positions` of a split (`per` items each, in order)."""
-    return (np.asarray(positions, dtype=np.int64)[:, None] * per + np.arange(per)).ravel()
-
-
 def _selection(items: np.ndarray):
     """A slice for one contiguous range (a cheaper indexer), else the index array."""
     if items.size and items[-1] - items[0] + 1 == items.size:
@@ -181,8 +176,8 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
     cache, per = task.cache, task.per
     with torch_task(task.threads) as (device, threads):
         g = _store.open_group(cache.url, "r+")[task.split]
-        items = _items(task.positions, per)
-        sel = _selection(items)
+        positions = np.asarray(task.positions, dtype=np.int64)
+        sel = _selection((positions[:, None] * per + np.arange(per)).ravel())  # items, in order
         offsets = np.asarray(g["offset"].oindex[sel])
         enc = get_encoder(cache.encoder, device)
         batch = extract_batch_size(enc, cache.encoder, device, task.batch)
@@ -203,7 +198,6 @@ def extract_block(task: ExtractTask) -> dict[str, Any]:
             g[f"f{lvl}"].oindex[sel] = np.concatenate([o[lvl] for o in outs])
         g["label"].oindex[sel] = np.concatenate(labels)
         # last: a sample is held only once all its items are written
-        positions = np.asarray(task.positions, dtype=np.int64)
         g["held"].oindex[_selection(positions)] = np.ones(positions.size, "uint8")
         ph["write_s"] = time.perf_counter() - w0
         return {

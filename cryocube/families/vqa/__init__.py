@@ -12,7 +12,6 @@ from ... import store
 from ...adapters import get as adapter
 from ...adapters import names as adapter_names
 from ...adapters import split_ref
-from ...catalog import protocol as protocol_spec
 from ...cube import open_cube
 from ...errors import RecipeError, UserError
 from ...precision import resolve, this_device
@@ -59,9 +58,7 @@ class Vqa(FittedInScore):
         return vr
 
     def resolve(self, spec: RunSpec, cube, recipe: VqaRecipe, ctx: PlanContext) -> Resolved:
-        """Refuses encoders (they answer through heads); the run id hashes the model, precision,
-        cube (and board split), each task's prompt digest, gen_batch, blind, seed and threads."""
-        protocol_spec(spec.protocol)
+        """Refuses encoders (they answer through heads); the run id hashes the identity below."""
         ref, prov, prec = _model(spec, recipe, ctx)
         tasks, qs, left_out = _tasks(cube, recipe)
         split, ids, split_record = cube_split(cube.url, cube.checksum)
@@ -208,7 +205,6 @@ def _blocks(cube, qs: list, tasks: list, ref, recipe: VqaRecipe, rdir: str) -> l
     ]
     return [
         Block(
-            index=i,
             cube=cube.url,
             bands=tuple(b.name for b in cube.bands),
             rendered=bool(ds.attrs.get("rendered", False)),
@@ -251,12 +247,11 @@ def summary_line(tasks: dict) -> str:
 
 def write_gallery(run: PlannedRun, rows: list[dict]) -> list[dict]:
     """The first samples' pictures (as the model saw them) with their questions and answers."""
-    tasks = run.work["tasks"]
     samples = sorted({r["sample"] for r in rows})[:GALLERY_SAMPLES]
     if not samples:
         return []
     sizes = {q.sample: q.size for b in run.work["blocks"] for q in b.questions}
-    spec = next(iter(tasks.values())).render
+    spec = next(iter(run.work["tasks"].values())).render
     pics = draw(run.work["blocks"][0], samples, sizes, [spec], blind=False)[spec]
     out = []
     for s in samples:

@@ -25,7 +25,6 @@ from ...questions.tasks import TaskSpec
 
 @dataclass(frozen=True)
 class Block:
-    index: int
     cube: str
     bands: tuple[str, ...]
     rendered: bool
@@ -53,12 +52,6 @@ def block_url(run_dir: str, index: int) -> str:
     return f"{run_dir.rstrip('/')}/answers/block-{index:05d}.json"
 
 
-def crop(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """The pair's own pixels: smaller pairs are padded bottom/right in the cube."""
-    w, h = size
-    return image[:, :h, :w] if w and h else image
-
-
 def draw(b: Block, samples: list[int], sizes: dict, specs, blind: bool) -> dict:
     """{spec: {sample: picture}}: the samples as the model is shown them under each way of drawing
     (task files may differ), or blank (the blind baseline)."""
@@ -68,7 +61,8 @@ def draw(b: Block, samples: list[int], sizes: dict, specs, blind: bool) -> dict:
     out: dict = {}
     for spec in specs:
         for k, s in enumerate(samples):
-            pic = crop(images[k], sizes[s])
+            w, h = sizes[s]  # the pair's own pixels: smaller pairs are padded bottom/right
+            pic = images[k][:, :h, :w] if w and h else images[k]
             pic = render(pic, list(b.bands), spec, b.rendered, f"{b.cube}: sample {s}", b.facts)
             out.setdefault(spec, {})[s] = blank_like(pic) if blind else pic
     return out
@@ -78,13 +72,12 @@ def _generate(b: Block) -> tuple[list[dict], float, str]:
     samples = sorted({q.sample for q in b.questions})
     sizes = {q.sample: q.size for q in b.questions}
     pictures = draw(b, samples, sizes, dict.fromkeys(t.render for t in b.tasks), b.blind)
-    by_task = {t.name: t for t in b.tasks}
     gens: list[dict | None] = [None] * len(b.questions)
     with torch_task(b.threads) as (device, _threads):
         adapter = get(b.model.adapter)(b.model, device)
         t0 = time.perf_counter()
-        for name, t in by_task.items():
-            idx = [i for i, q in enumerate(b.questions) if q.task == name]
+        for t in b.tasks:
+            idx = [i for i, q in enumerate(b.questions) if q.task == t.name]
             for k in range(0, len(idx), b.gen_batch):
                 part = idx[k : k + b.gen_batch]
                 imgs = [pictures[t.render][b.questions[i].sample] for i in part]

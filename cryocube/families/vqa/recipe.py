@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...mapping import names, rule
+from ...mapping import rule
 from ...recipe import BaseRecipe
+from ..recipes import QuestionRecipe
 
 
 @dataclass(frozen=True, kw_only=True)
-class VqaRecipe(BaseRecipe):
-    # () = every catalog task the cube can serve; "a,b" or [a, b]
-    vqa_tasks: tuple[str, ...] | str = rule((), what="task names (a list or 'a,b')")
+class VqaRecipe(QuestionRecipe):
     # prompts per generate() call (left-padded); batching can move the last bits: in the run id
     gen_batch: int = rule(8, lo=1)
     max_new_tokens: int | None = rule(None, lo=1)  # a cap on every task's own (None: theirs)
@@ -27,8 +26,3 @@ class VqaRecipe(BaseRecipe):
         "extract_batch": "prompts are batched by gen_batch, which is in the run id",
         "encoder_weights": "a generative model names its checkpoint in the model reference",
     }
-
-    @property
-    def task_names(self) -> list[str]:
-        """vqa_tasks as a list ('a,b' or a list); empty: every task the cube can serve."""
-        return names(self.vqa_tasks)

@@ -33,13 +33,6 @@ def cubes(res: Results) -> list[Cube]:
     return board_cubes(res.of("vqa") + res.of("heads"))
 
 
-def _cube(res: Results, cube: "Cube | str") -> Cube:
-    """A board's Cube; a dataset name stands for its first board (older callers)."""
-    if isinstance(cube, Cube):
-        return cube
-    return next((c for c in cubes(res) if c.dataset == cube), Cube(cube, "", "", cube, cube))
-
-
 def _of(res: Results, family: str, cube: Cube) -> list[Run]:
     return sorted((r for r in res.of(family) if cube.holds(r)), key=lambda r: r.model_name)
 
@@ -251,9 +244,8 @@ def board(res: Results, cube: Cube) -> Board:
     return Board(title, tuple(cols.values()), any(b.per_class for b in boards))
 
 
-def leaderboard(res: Results, cube: "Cube | str") -> Table:
+def leaderboard(res: Results, cube: Cube) -> Table:
     """One cube's board as a table: baselines, VLMs and GFMs, the task file's columns, per class."""
-    cube = _cube(res, cube)
     b = board(res, cube)
     rows = board_rows(res, cube)
     classes: list = [None]
@@ -436,11 +428,8 @@ def _question(q: dict, sample) -> tuple:
     return sample, q["task"], q.get("class"), q.get("variant", 0)
 
 
-def gallery(
-    res: Results, cube: "Cube | str", figures: Path
-) -> list[tuple[Path | None, str, Table]]:
+def gallery(res: Results, cube: Cube, figures: Path) -> list[tuple[Path | None, str, Table]]:
     """Per gallery sample: its picture (the first run's, in `figures`), a caption, the answers."""
-    cube = _cube(res, cube)
     runs = _of(res, "vqa", cube)
     if not runs:
         return []
