@@ -182,7 +182,7 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
     return spec
 
 
-def _read_yaml(path: Path, error: type[UserError] = CatalogError) -> Any:
+def read_yaml(path: Path, error: type[UserError] = CatalogError) -> Any:
     """A YAML file's content; unreadable or not YAML is one sentence naming the file."""
     try:
         return yaml.safe_load(path.read_text())
@@ -218,7 +218,7 @@ def ids(kind: str) -> list[str]:
 def load_yaml(kind: str, name: str) -> dict:
     """Raw mapping of catalogs/<kind>/<name>.yaml (models parse their own fields)."""
     p = find(kind, name)
-    d = _read_yaml(p)
+    d = read_yaml(p)
     if not isinstance(d, dict):
         raise CatalogError(f"{p}: top level must be a mapping")
     return d
@@ -229,7 +229,7 @@ def load_dataset(dataset_id: str) -> DatasetSpec:
     """The spec of a dataset by id (catalogs/datasets/<id>.yaml) or by a YAML path."""
     by_path = dataset_id.endswith((".yaml", ".yml"))
     p = find("datasets", dataset_id if by_path else dataset_id.lower())
-    spec = parse_dataset(_read_yaml(p), str(p))
+    spec = parse_dataset(read_yaml(p), str(p))
     if p.stem != spec.id and not by_path:
         raise CatalogError(f"{p}: id {spec.id!r} does not match the file name")
     return spec
@@ -266,7 +266,7 @@ class BandNames:
 def band_names() -> BandNames:
     """The band vocabulary from the first bands.yaml in the search path, read once per process."""
     p = _top_file("bands.yaml")
-    return from_mapping(BandNames, _read_yaml(p), str(p))
+    return from_mapping(BandNames, read_yaml(p), str(p))
 
 
 # -- protocols and benchmarks ---
@@ -300,7 +300,7 @@ def plugin_catalog_dirs() -> list[Path]:
 
 
 def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
-    raw = _read_yaml(p)
+    raw = read_yaml(p)
     if not isinstance(raw, dict):
         raise CatalogError(f"{p}: top level must be a mapping of protocol names")
     return {
@@ -367,5 +367,5 @@ class BenchmarkSpec:
 def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
     """A benchmark's grid and training recipe (catalogs/benchmarks/<name>.yaml)."""
     p = find("benchmarks", name)
-    spec = from_mapping(BenchmarkSpec, _read_yaml(p), str(p))
+    spec = from_mapping(BenchmarkSpec, read_yaml(p), str(p))
     return replace(spec, name=spec.name or p.stem, path=str(p))
