@@ -128,32 +128,13 @@ class DatasetSpec:
         return self.layouts[name]
 
 
-def need(d: dict, key: str, where: str, kind: type | tuple[type, ...] | None = None):
-    """A required field, type-checked, so a bad entry fails at load naming file and field."""
-    if key not in d:
-        raise CatalogError(f"{where}: missing field {key!r}")
-    v = d[key]
-    if kind is not None and not isinstance(v, kind):
-        raise CatalogError(
-            f"{where}: field {key!r} should be {kind}, got {type(v).__name__} ({v!r})"
-        )
-    return v
-
-
 def _layout(name: str, d: Any, where: str) -> Layout:
     """A layout's label map, ignored values and reader; every other key is the reader's option."""
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: layout must be a mapping")
-    lm = need(d, "label_map", where, dict)
-    try:
-        label_map = {int(k): int(v) for k, v in lm.items()}
-        ignore = tuple(int(v) for v in d.get("ignore_values") or [])
-    except (TypeError, ValueError):
-        raise CatalogError(
-            f"{where}: label_map and ignore_values must hold integers, got {lm!r}"
-        ) from None
-    opts = {k: v for k, v in d.items() if k not in ("label_map", "ignore_values", "reader")}
-    return Layout(name, need(d, "reader", where, str), label_map, ignore, opts)
+    own = {k: v for k, v in d.items() if k in ("label_map", "ignore_values", "reader")}
+    options = {k: v for k, v in d.items() if k not in own}
+    return from_mapping(Layout, {**own, "name": name, "options": options}, where)
 
 
 def parse_dataset(d: Any, where: str) -> DatasetSpec:

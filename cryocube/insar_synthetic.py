@@ -60,10 +60,6 @@ class IfgManifest:
     rules: Rules
     pairs: list[IfgPair] = field(default_factory=list)
 
-    def pair(self, pid: str) -> IfgPair:
-        """A pair's truth by its sample id (the cube's `source`)."""
-        return {p.id: p for p in self.pairs}[pid]
-
 
 # -- physics -----------------------------------------------------------------------------------
 def look_vector(
@@ -277,14 +273,6 @@ def make_interferograms(
 
 
 # -- damage for bad-input tests ----------------------------------------------------------------
-def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:
-    import rasterio
-
-    with rasterio.open(path) as ds:
-        tf = tuple(ds.transform)[:6]
-    write_geotiff(path, arr.astype(np.float32), crs, tf)
-
-
 def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
     path = Path(p.paths["annotation"])
     path.write_text(json.dumps(json.loads(path.read_text()) | fields))
@@ -309,11 +297,15 @@ def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
 
 
 def _scaled(band: str, fn=lambda a: a, crs: str = "EPSG:32633"):
-    """A damage that rewrites one band's GeoTIFF with its values changed."""
+    """A damage that rewrites one band's GeoTIFF (its transform kept) with its values changed."""
 
     def damage(m: IfgManifest, p: IfgPair) -> str:
+        import rasterio
+
         a = getattr(p, {"wrapped_phase": "wrapped", "unwrapped_phase": "unwrapped"}.get(band, band))
-        _rewrite(p.paths[band], fn(a), crs)
+        with rasterio.open(p.paths[band]) as ds:
+            tf = tuple(ds.transform)[:6]
+        write_geotiff(p.paths[band], fn(a).astype(np.float32), crs, tf)
         return p.paths[band]
 
     return damage
