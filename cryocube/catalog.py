@@ -293,19 +293,17 @@ def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
 @lru_cache(maxsize=None)
 def protocols() -> dict[str, ProtocolSpec]:
     """The first catalogs/protocols.yaml, then those plug-in packages ship with their families."""
+    out, seen = {}, {}
     top = _top_file("protocols.yaml")
-    out = _protocol_file(top)
-    seen = {name: top for name in out}
-    for d in plugin_catalog_dirs():
-        if not (d / "protocols.yaml").is_file():
-            continue
-        for name, spec in _protocol_file(d / "protocols.yaml").items():
+    shipped = [d / "protocols.yaml" for d in plugin_catalog_dirs()]
+    for p in [top, *(f for f in shipped if f.is_file())]:
+        for name, spec in _protocol_file(p).items():
             if name in seen:
                 raise CatalogError(
-                    f"{d / 'protocols.yaml'}: protocol {name!r} is defined in {seen[name]} already;"
-                    " give it another name"
+                    f"{p}: protocol {name!r} is defined in {seen[name]} already; give it another"
+                    " name"
                 )
-            out[name], seen[name] = spec, d / "protocols.yaml"
+            out[name], seen[name] = spec, p
     return out
 
 

@@ -62,14 +62,6 @@ class IfgManifest:
 
 
 # -- physics -----------------------------------------------------------------------------------
-def look_vector(
-    incidence_deg: float = INCIDENCE_DEG, heading_deg: float = HEADING_DEG
-) -> np.ndarray:
-    """Unit vector (east, north, up) from the ground to a right-looking satellite."""
-    th, az = math.radians(incidence_deg), math.radians(heading_deg + 90.0)
-    return np.array([-math.sin(th) * math.sin(az), -math.sin(th) * math.cos(az), math.cos(th)])
-
-
 def mogi(
     x: np.ndarray, y: np.ndarray, depth: float, dv: float, nu: float = 0.25
 ) -> tuple[np.ndarray, ...]:
@@ -92,7 +84,8 @@ def screw_dislocation(
 
 def project(u: tuple[np.ndarray, ...]) -> np.ndarray:
     """A displacement (east, north, up) onto the line of sight, positive towards the satellite."""
-    e = look_vector()
+    th, az = math.radians(INCIDENCE_DEG), math.radians(HEADING_DEG + 90.0)  # the look azimuth
+    e = (-math.sin(th) * math.sin(az), -math.sin(th) * math.cos(az), math.cos(th))  # unit (E, N, U)
     return u[0] * e[0] + u[1] * e[1] + u[2] * e[2]
 
 
