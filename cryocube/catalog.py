@@ -128,32 +128,13 @@ class DatasetSpec:
         return self.layouts[name]
 
 
-def need(d: dict, key: str, where: str, kind: type | tuple[type, ...] | None = None):
-    """A required field, type-checked, so a bad entry fails at load naming file and field."""
-    if key not in d:
-        raise CatalogError(f"{where}: missing field {key!r}")
-    v = d[key]
-    if kind is not None and not isinstance(v, kind):
-        raise CatalogError(
-            f"{where}: field {key!r} should be {kind}, got {type(v).__name__} ({v!r})"
-        )
-    return v
-
-
 def _layout(name: str, d: Any, where: str) -> Layout:
     """A layout's label map, ignored values and reader; every other key is the reader's option."""
     if not isinstance(d, dict):
         raise CatalogError(f"{where}: layout must be a mapping")
-    lm = need(d, "label_map", where, dict)
-    try:
-        label_map = {int(k): int(v) for k, v in lm.items()}
-        ignore = tuple(int(v) for v in d.get("ignore_values") or [])
-    except (TypeError, ValueError):
-        raise CatalogError(
-            f"{where}: label_map and ignore_values must hold integers, got {lm!r}"
-        ) from None
-    opts = {k: v for k, v in d.items() if k not in ("label_map", "ignore_values", "reader")}
-    return Layout(name, need(d, "reader", where, str), label_map, ignore, opts)
+    own = {k: v for k, v in d.items() if k in ("label_map", "ignore_values", "reader")}
+    options = {k: v for k, v in d.items() if k not in own}
+    return from_mapping(Layout, {**own, "name": name, "options": options}, where)
 
 
 def parse_dataset(d: Any, where: str) -> DatasetSpec:
@@ -182,7 +163,7 @@ def parse_dataset(d: Any, where: str) -> DatasetSpec:
     return spec
 
 
-def _read_yaml(path: Path, error: type[UserError] = CatalogError) -> Any:
+def read_yaml(path: Path, error: type[UserError] = CatalogError) -> Any:
     """A YAML file's content; unreadable or not YAML is one sentence naming the file."""
     try:
         return yaml.safe_load(path.read_text())
@@ -218,7 +199,7 @@ def ids(kind: str) -> list[str]:
 def load_yaml(kind: str, name: str) -> dict:
     """Raw mapping of catalogs/<kind>/<name>.yaml (models parse their own fields)."""
     p = find(kind, name)
-    d = _read_yaml(p)
+    d = read_yaml(p)
     if not isinstance(d, dict):
         raise CatalogError(f"{p}: top level must be a mapping")
     return d
@@ -229,7 +210,7 @@ def load_dataset(dataset_id: str) -> DatasetSpec:
     """The spec of a dataset by id (catalogs/datasets/<id>.yaml) or by a YAML path."""
     by_path = dataset_id.endswith((".yaml", ".yml"))
     p = find("datasets", dataset_id if by_path else dataset_id.lower())
-    spec = parse_dataset(_read_yaml(p), str(p))
+    spec = parse_dataset(read_yaml(p), str(p))
     if p.stem != spec.id and not by_path:
         raise CatalogError(f"{p}: id {spec.id!r} does not match the file name")
     return spec
@@ -266,7 +247,7 @@ class BandNames:
 def band_names() -> BandNames:
     """The band vocabulary from the first bands.yaml in the search path, read once per process."""
     p = _top_file("bands.yaml")
-    return from_mapping(BandNames, _read_yaml(p), str(p))
+    return from_mapping(BandNames, read_yaml(p), str(p))
 
 
 # -- protocols and benchmarks ---
@@ -300,7 +281,7 @@ def plugin_catalog_dirs() -> list[Path]:
 
 
 def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
-    raw = _read_yaml(p)
+    raw = read_yaml(p)
     if not isinstance(raw, dict):
         raise CatalogError(f"{p}: top level must be a mapping of protocol names")
     return {
@@ -312,19 +293,17 @@ def _protocol_file(p: Path) -> dict[str, ProtocolSpec]:
 @lru_cache(maxsize=None)
 def protocols() -> dict[str, ProtocolSpec]:
     """The first catalogs/protocols.yaml, then those plug-in packages ship with their families."""
+    out, seen = {}, {}
     top = _top_file("protocols.yaml")
-    out = _protocol_file(top)
-    seen = {name: top for name in out}
-    for d in plugin_catalog_dirs():
-        if not (d / "protocols.yaml").is_file():
-            continue
-        for name, spec in _protocol_file(d / "protocols.yaml").items():
+    shipped = [d / "protocols.yaml" for d in plugin_catalog_dirs()]
+    for p in [top, *(f for f in shipped if f.is_file())]:
+        for name, spec in _protocol_file(p).items():
             if name in seen:
                 raise CatalogError(
-                    f"{d / 'protocols.yaml'}: protocol {name!r} is defined in {seen[name]} already;"
-                    " give it another name"
+                    f"{p}: protocol {name!r} is defined in {seen[name]} already; give it another"
+                    " name"
                 )
-            out[name], seen[name] = spec, d / "protocols.yaml"
+            out[name], seen[name] = spec, p
     return out
 
 
@@ -367,5 +346,5 @@ class BenchmarkSpec:
 def load_benchmark(name: str = "cryobench") -> BenchmarkSpec:
     """A benchmark's grid and training recipe (catalogs/benchmarks/<name>.yaml)."""
     p = find("benchmarks", name)
-    spec = from_mapping(BenchmarkSpec, _read_yaml(p), str(p))
+    spec = from_mapping(BenchmarkSpec, read_yaml(p), str(p))
     return replace(spec, name=spec.name or p.stem, path=str(p))

@@ -60,20 +60,8 @@ class IfgManifest:
     rules: Rules
     pairs: list[IfgPair] = field(default_factory=list)
 
-    def pair(self, pid: str) -> IfgPair:
-        """A pair's truth by its sample id (the cube's `source`)."""
-        return {p.id: p for p in self.pairs}[pid]
-
 
 # -- physics -----------------------------------------------------------------------------------
-def look_vector(
-    incidence_deg: float = INCIDENCE_DEG, heading_deg: float = HEADING_DEG
-) -> np.ndarray:
-    """Unit vector (east, north, up) from the ground to a right-looking satellite."""
-    th, az = math.radians(incidence_deg), math.radians(heading_deg + 90.0)
-    return np.array([-math.sin(th) * math.sin(az), -math.sin(th) * math.cos(az), math.cos(th)])
-
-
 def mogi(
     x: np.ndarray, y: np.ndarray, depth: float, dv: float, nu: float = 0.25
 ) -> tuple[np.ndarray, ...]:
@@ -96,7 +84,8 @@ def screw_dislocation(
 
 def project(u: tuple[np.ndarray, ...]) -> np.ndarray:
     """A displacement (east, north, up) onto the line of sight, positive towards the satellite."""
-    e = look_vector()
+    th, az = math.radians(INCIDENCE_DEG), math.radians(HEADING_DEG + 90.0)  # the look azimuth
+    e = (-math.sin(th) * math.sin(az), -math.sin(th) * math.cos(az), math.cos(th))  # unit (E, N, U)
     return u[0] * e[0] + u[1] * e[1] + u[2] * e[2]
 
 
@@ -277,14 +266,6 @@ def make_interferograms(
 
 
 # -- damage for bad-input tests ----------------------------------------------------------------
-def _rewrite(path: str, arr: np.ndarray, crs: str | None = "EPSG:32633") -> None:
-    import rasterio
-
-    with rasterio.open(path) as ds:
-        tf = tuple(ds.transform)[:6]
-    write_geotiff(path, arr.astype(np.float32), crs, tf)
-
-
 def _annotation(m: IfgManifest, p: IfgPair, **fields) -> str:
     path = Path(p.paths["annotation"])
     path.write_text(json.dumps(json.loads(path.read_text()) | fields))
@@ -309,11 +290,15 @@ def _bad_date(m: IfgManifest, p: IfgPair, secondary: str = "20201301") -> str:
 
 
 def _scaled(band: str, fn=lambda a: a, crs: str = "EPSG:32633"):
-    """A damage that rewrites one band's GeoTIFF with its values changed."""
+    """A damage that rewrites one band's GeoTIFF (its transform kept) with its values changed."""
 
     def damage(m: IfgManifest, p: IfgPair) -> str:
+        import rasterio
+
         a = getattr(p, {"wrapped_phase": "wrapped", "unwrapped_phase": "unwrapped"}.get(band, band))
-        _rewrite(p.paths[band], fn(a), crs)
+        with rasterio.open(p.paths[band]) as ds:
+            tf = tuple(ds.transform)[:6]
+        write_geotiff(p.paths[band], fn(a).astype(np.float32), crs, tf)
         return p.paths[band]
 
     return damage

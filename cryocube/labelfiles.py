@@ -47,20 +47,6 @@ class LabelFile:
     n_unlabelled: int
 
 
-def _label(path: str, line: int, id_: str, text: str) -> float:
-    """A label cell as a finite float, else one sentence naming the file, line and id."""
-    try:
-        v = float(text)
-    except ValueError:
-        v = None
-    if v is None or not math.isfinite(v):
-        raise LabelError(
-            f"{path} line {line}: the label of id {id_!r} is {text!r}, not a finite number "
-            "(leave the cell empty to mark the sample unlabelled)"
-        )
-    return v
-
-
 def read_label_file(path: str, text: str) -> LabelFile:
     """Parse one label file's text (BOM already removed) strictly."""
     task, kind = split_task_name(path)
@@ -101,7 +87,15 @@ def read_label_file(path: str, text: str) -> LabelFile:
         if not cell:
             unlabelled += 1
             continue
-        labels[id_] = _label(path, line, id_, cell)
+        try:
+            labels[id_] = float(cell)
+        except ValueError:
+            labels[id_] = math.nan
+        if not math.isfinite(labels[id_]):
+            raise LabelError(
+                f"{path} line {line}: the label of id {id_!r} is {cell!r}, not a finite number "
+                "(leave the cell empty to mark the sample unlabelled)"
+            )
     if not labels:
         raise LabelError(f"{path}: no labelled rows ({unlabelled} rows with an empty label)")
     return LabelFile(task, kind, path, labels, unlabelled)

@@ -15,6 +15,7 @@ from typing import Any, Union
 from .errors import CatalogError, FieldError
 
 _UNIONS = (Union, types.UnionType)
+_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
 
 
 def names(value: Any) -> list[str]:
@@ -56,14 +57,8 @@ def describe(tp: Any, meta: dict) -> str:
     if typing.get_origin(tp) in _UNIONS:
         said = " or ".join(describe(a, meta) for a in args)
         return said + (" or null" if len(args) < len(typing.get_args(tp)) else "")
-    if tp is bool:
-        return "true or false"
-    if tp is int:
-        return "an integer" + _range(meta)
-    if tp is float:
-        return "a number" + _range(meta)
-    if tp is str:
-        return "text"
+    if tp in _WORDS:
+        return _WORDS[tp] + (_range(meta) if tp in (int, float) else "")
     if typing.get_origin(tp) in (tuple, list):
         first, _, rest = (
             describe(args[0], meta).removeprefix("an ").removeprefix("a ").partition(" ")
@@ -156,27 +151,20 @@ def convert(v: Any, tp: Any, meta: dict, where: str = "", floats: bool = True) -
     return _kind(tp)(v, tp, meta, where, floats)
 
 
-def refusal(cls: type, where: str, f: dataclasses.Field, v: Any) -> Exception:
-    """The one sentence for a value field `f` of `cls` cannot take."""
-    meta = f.metadata
-    if meta.get("msg"):
-        text = meta["msg"].format(v=v)
-    else:
-        what = describe(hints(cls)[f.name], meta)
-        text = f"{getattr(cls, 'NOUN', 'field')} {f.name} must be {what}, got {v!r}"
-    return getattr(cls, "ERROR", CatalogError)(_at(where, text))
-
-
 def _at(where: str, text: str) -> str:
     return f"{where}: {text}" if where else text
 
 
 def check_field(cls: type, f: dataclasses.Field, v: Any, where: str = "", floats: bool = True):
-    """`v` converted for field `f` of `cls`, or its refusal raised."""
+    """`v` converted for field `f` of `cls`, or the one sentence saying what it takes raised."""
     try:
         return convert(v, hints(cls)[f.name], f.metadata, f"{where}: {f.name}", floats)
     except FieldError:
-        raise refusal(cls, where, f, v) from None
+        what = describe(hints(cls)[f.name], f.metadata)
+        text = f"{getattr(cls, 'NOUN', 'field')} {f.name} must be {what}, got {v!r}"
+        if f.metadata.get("msg"):
+            text = f.metadata["msg"].format(v=v)
+        raise getattr(cls, "ERROR", CatalogError)(_at(where, text)) from None
 
 
 def _flatten(data: dict, groups: set[str]) -> dict:

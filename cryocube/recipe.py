@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from .catalog import _read_yaml
+from .catalog import read_yaml
 from .errors import RecipeError
 from .mapping import check_field, from_mapping, rule
 from .precision import PRECISIONS
@@ -126,7 +126,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def read_config(path: str) -> dict[str, Any]:
     """A --config YAML file as a mapping, fields unchecked (`tune` takes a `space:` section too)."""
-    data = _read_yaml(Path(path), RecipeError) or {}
+    data = read_yaml(Path(path), RecipeError) or {}
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a config must be a mapping of recipe fields")
     return data

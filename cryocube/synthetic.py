@@ -45,10 +45,6 @@ class RawManifest:
         """One split's items, in the cube's sample order (items are sorted by split, then scene)."""
         return [it for it in self.items if it.split == name]
 
-    def item(self, scene: str) -> RawItem:
-        """The item a reader reports as `scene`; KeyError for a scene the generator never wrote."""
-        return {it.scene: it for it in self.items}[scene]
-
     @property
     def counts(self) -> dict[str, int]:
         """Items per split: tests check that every split got some."""
@@ -319,10 +315,11 @@ def _separate_label_item(m: RawManifest) -> RawItem:
     raise ValueError(f"{m.dataset}/{m.layout}: no item with a separate label file")
 
 
-def _rewrite(m: RawManifest, it: RawItem) -> None:
-    """Write an item (a damaged copy of one) through its layout's reader."""
+def _rewrite(m: RawManifest, it: RawItem, which: str) -> str:
+    """Write a damaged copy of an item through its layout's reader; its `which` file's path."""
     reader = open_reader(load_dataset(m.dataset), m.layout)
     reader.write(str(m.root), it.split, it.scene, it.image, it.raw_label, it.crs, it.transform)
+    return getattr(it, f"{which}_path")
 
 
 def _truncate(m, it):
@@ -349,23 +346,20 @@ def _deleted(which: str):
 
 def _size_mismatch(m, it):
     it = _separate_label_item(m)
-    _rewrite(m, replace(it, raw_label=it.raw_label[:-3, :-2]))
-    return it.label_path
+    return _rewrite(m, replace(it, raw_label=it.raw_label[:-3, :-2]), "label")
 
 
 def _band_count(m, it):
     img = it.image
-    _rewrite(m, replace(it, image=img[:-1] if img.shape[0] > 1 else np.repeat(img, 3, axis=0)))
-    return it.image_path
+    fewer = img[:-1] if img.shape[0] > 1 else np.repeat(img, 3, axis=0)
+    return _rewrite(m, replace(it, image=fewer), "image")
 
 
 def _label_value(m, it):
     lay = load_dataset(m.dataset).layout(m.layout)
-    bad = min(set(range(256)) - set(lay.label_map) - set(lay.ignore_values))
     raw = it.raw_label.copy()
-    raw[1, 1] = bad
-    _rewrite(m, replace(it, raw_label=raw))
-    return it.label_path
+    raw[1, 1] = min(set(range(256)) - set(lay.label_map) - set(lay.ignore_values))
+    return _rewrite(m, replace(it, raw_label=raw), "label")
 
 
 def _nan(m, it):
@@ -373,8 +367,7 @@ def _nan(m, it):
         raise ValueError(f"{m.dataset} images are {it.image.dtype}: NaN cannot be stored")
     img = it.image.copy()
     img[0, 1, 1] = np.nan
-    _rewrite(m, replace(it, image=img))
-    return it.image_path
+    return _rewrite(m, replace(it, image=img), "image")
 
 
 CORRUPTIONS: dict[str, Callable[[RawManifest, RawItem], str]] = {

@@ -84,7 +84,7 @@ class StoreRoundTrip:
         fs, path = store.fs_path(url)
         chunks = sorted(p for p in fs.find(f"{path.rstrip('/')}/image") if "/image/c/" in p)
         fs.rm(chunks[-1])
-        from cryocube.cube import _GROUPS
+        from cryocube.cube.read import _GROUPS
 
         _GROUPS.clear()  # this process cached the group while converting
         rep = verify(url, progress=False)

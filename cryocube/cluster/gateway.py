@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import dask
 from distributed import Client
 
-from ..catalog import _read_yaml
+from ..catalog import read_yaml
 from ..errors import FieldError
 from ..mapping import from_mapping, rule
 from .registry import (
@@ -51,7 +51,7 @@ class GatewayOptions:
 
 def read_gateway_options(path: str | os.PathLike) -> dict:
     """The gateway options YAML as given (its keys checked by `GatewayOptions`)."""
-    doc = _read_yaml(Path(path), ClusterError) or {}
+    doc = read_yaml(Path(path), ClusterError) or {}
     from_mapping(GatewayOptions, doc, str(path))
     return doc
 

@@ -15,7 +15,7 @@ import yaml
 from distributed import Client
 
 from .. import __version__
-from ..catalog import CATALOG_DIR, _read_yaml, packaged_dir
+from ..catalog import CATALOG_DIR, packaged_dir, read_yaml
 from ..errors import ManifestError, yaml_problem
 from .registry import ClusterError, ClusterRequest, backend, own_client, require, wait_first_worker
 from .runtime import GPU, thread_env
@@ -132,7 +132,7 @@ def _strict(schema: Any) -> Any:
 @functools.lru_cache(maxsize=None)
 def _own_schemas() -> dict:
     """catalogs/k8s-schemas.yaml: object metadata and batch/v1 Job."""
-    return _read_yaml(CATALOG_DIR / "k8s-schemas.yaml")
+    return read_yaml(CATALOG_DIR / "k8s-schemas.yaml")
 
 
 @functools.lru_cache(maxsize=None)

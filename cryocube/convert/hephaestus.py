@@ -217,10 +217,8 @@ class HephaestusReader(PairReader):
         deformation = [x for x in labels if x != "Non_Deformation"]
         polys = polygons(d.get("segmentation_mask"), url)
         pts = [p for poly in polys for p in poly]
-        box = None
-        if pts:
-            (x0, y0), (x1, y1) = np.min(pts, axis=0), np.max(pts, axis=0)
-            box = self.check_box((x0, y0, x1, y1), pair, url, "segmentation_mask")
+        corners = (*np.min(pts, axis=0), *np.max(pts, axis=0)) if pts else None  # x0, y0, x1, y1
+        box = self.check_box(corners, pair, url, "segmentation_mask")
         q = {
             "low_coherence": self.flag(d, "low_coherence", 1, url),
             "atmospheric_fringes": self.flag(d, "atmospheric_fringes", 3, url),

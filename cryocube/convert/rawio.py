@@ -18,8 +18,6 @@ from ..store import is_remote
 from .base import ConvertError, Reader, Window
 
 HEADER_THREADS = 16  # header reads are I/O bound (one small GET each on object stores)
-# the pixel type of a PIL image mode (the others hold uint8)
-PIL_DTYPES = {"1": "uint8", "I;16": "uint16", "I;16B": "uint16", "I": "int32", "F": "float32"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,6 @@ class Header:
     bands: int
     height: int
     width: int
-    dtype: str
     crs: str | None = None
     transform: tuple[float, ...] | None = None
 
@@ -70,7 +67,7 @@ class RasterioFormat:
                 yield ds
 
     def header(self, reader: Reader, url: str) -> Header:
-        """Count, size, dtype, CRS and transform (None, not the identity, if ungeoreferenced)."""
+        """Count, size, CRS and transform (None, not the identity, if ungeoreferenced)."""
         import rasterio
 
         with self._open(reader, url) as ds:
@@ -78,7 +75,7 @@ class RasterioFormat:
             transform = tuple(float(v) for v in tuple(ds.transform)[:6])
             if crs is None and ds.transform == rasterio.Affine.identity():
                 transform = None
-            return Header(ds.count, ds.height, ds.width, str(ds.dtypes[0]), crs, transform)
+            return Header(ds.count, ds.height, ds.width, crs, transform)
 
     def read(self, reader: Reader, url: str, window, bands) -> np.ndarray:
         """A true windowed read: only the window's bytes are fetched, remote files too."""
@@ -107,10 +104,10 @@ class PILFormat:
                 yield im
 
     def header(self, reader: Reader, url: str) -> Header:
-        """Band count, size and dtype without decoding pixels; these formats carry no CRS."""
+        """Band count and size without decoding pixels; these formats carry no CRS."""
         with self._open(reader, url) as im:
             w, h = im.size
-            return Header(len(im.getbands()), h, w, PIL_DTYPES.get(im.mode, "uint8"))
+            return Header(len(im.getbands()), h, w)
 
     def read(self, reader: Reader, url: str, window, bands) -> np.ndarray:
         """The whole image decoded, then the window cut; a truncated file fails here."""

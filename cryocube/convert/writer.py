@@ -122,22 +122,69 @@ class TileReader(Reader):
         """Sample data: one image and raw label where `scan` finds them; (image, label) paths."""
 
     def convert(self, raw, out, client, opts: WriteOptions, prechecked=None) -> ConvertResult:
-        """The shared tile writer; nothing is prechecked, as headers are read on the workers."""
-        return convert_tiles(self, raw, out, client, opts)
+        """Scan (headers on the workers: nothing is prechecked), plan the tiles, write, finalise."""
+        t0 = time.perf_counter()
+        spec, layout = self.spec, self.layout.name
+        items = self.scan(raw, map_headers=worker_mapper(client))
+        if not items:
+            raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
+        plan = plan_tiles(items, opts.tile)
+        # the options that shape the cube: a cube resumes only from the same ones
+        shaping = ("tile", "block", "shard", "on_error", "compressor")
+        fingerprint = plan.fingerprint(
+            {"dataset": spec.id, "layout": layout, "schema": SCHEMA_VERSION}
+            | {k: getattr(opts, k) for k in shaping}
+        )
+
+        def make():
+            crs = sorted({it.crs for it in plan.items if it.crs})
+            attrs = cube_attrs(
+                spec,
+                layout,
+                raw,
+                doi=spec.doi,
+                classes=[{"name": c.name, "colour": c.colour} for c in spec.classes],
+                class_distribution_published=list(spec.class_distribution),
+                ignore_index=CUBE_IGNORE_INDEX,
+                tile_size=opts.tile,
+                block_samples=opts.block,
+                shard_samples=opts.shard,
+                compressor=opts.compressor,
+                scan_dropped=[],
+            )
+            if len(crs) == 1:
+                epsg = crs[0].upper().startswith("EPSG:")
+                attrs["proj:code"], attrs["proj:wkt2"] = (crs[0], None) if epsg else (None, crs[0])
+            return tile_template(spec, plan.n, opts, plan.coords(), attrs)
+
+        def job(b: int) -> dict:
+            s0, s1 = b * opts.block, min((b + 1) * opts.block, plan.n)
+            iidx = plan.item_of[s0:s1]
+            uniq = list(dict.fromkeys(iidx.tolist()))
+            local = {ii: k for k, ii in enumerate(uniq)}
+            return {
+                "block": b,
+                "range": (s0, s1),
+                "spec": spec,
+                "layout": layout,
+                "tile": opts.tile,
+                "items": [plan.items[i] for i in uniq],
+                "samples": [
+                    (local[int(ii)], int(y), int(x))
+                    for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])
+                ],
+                "out": out,
+                "on_error": opts.on_error,
+                "train": [plan.items[i].split == "train" for i in iidx],
+            }
+
+        return write_blocks(out, make, fingerprint, opts, client, write_block, job, plan.n, t0)
 
 
 # -- per-sample validation --------------------------------------------------------------------
 
 
 LUT_MAX = 1 << 16  # integer labels below this are remapped by table lookup (one pass)
-
-
-def _lookup_table(layout: Layout, size: int) -> np.ndarray:
-    """raw value -> class index; ignore -> -1; unknown -> -2 (an error)."""
-    lut = np.full(max(size, *layout.label_map, *layout.ignore_values, 0) + 1, -2, dtype=np.int16)
-    lut[list(layout.ignore_values)] = CUBE_IGNORE_INDEX
-    lut[list(layout.label_map)] = list(layout.label_map.values())
-    return lut
 
 
 def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
@@ -149,8 +196,11 @@ def remap_labels(raw: np.ndarray, layout: Layout, where: str) -> np.ndarray:
         raw = raw.astype(np.int64)
     if min([*layout.label_map, *layout.ignore_values, 0]) >= 0 and raw.size:
         lo, hi = int(raw.min()), int(raw.max())
-        if lo >= 0 and hi < LUT_MAX:
-            out = np.take(_lookup_table(layout, hi), raw)
+        if lo >= 0 and hi < LUT_MAX:  # a table: raw value -> class, ignore -1, unknown -2
+            lut = np.full(max(hi, *layout.label_map, *layout.ignore_values) + 1, -2, np.int16)
+            lut[list(layout.ignore_values)] = CUBE_IGNORE_INDEX
+            lut[list(layout.label_map)] = list(layout.label_map.values())
+            out = np.take(lut, raw)
             if (out == -2).any():
                 _unknown(np.unique(raw[out == -2]), layout, where)
             return out
@@ -394,66 +444,6 @@ def convert(
     """Convert a dataset's raw layout into a cube at `out`, resuming an interrupted one; `options`
     are `prepare`'s."""
     return prepare(dataset, raw, out, layout, **options).run(client)
-
-
-def convert_tiles(reader: TileReader, raw: str, out, client, opts: WriteOptions) -> ConvertResult:
-    """Scan (headers on the workers), plan the tiles, write blocks, finalise."""
-    t0 = time.perf_counter()
-    spec, layout = reader.spec, reader.layout.name
-    items = reader.scan(raw, map_headers=worker_mapper(client))
-    if not items:
-        raise ConvertError(f"{raw}: no {spec.id} images found for layout {layout!r}")
-    plan = plan_tiles(items, opts.tile)
-    # the options that shape the cube: a cube resumes only from the same ones
-    shaping = ("tile", "block", "shard", "on_error", "compressor")
-    fingerprint = plan.fingerprint(
-        {"dataset": spec.id, "layout": layout, "schema": SCHEMA_VERSION}
-        | {k: getattr(opts, k) for k in shaping}
-    )
-
-    def make():
-        crs = sorted({it.crs for it in plan.items if it.crs})
-        attrs = cube_attrs(
-            spec,
-            layout,
-            raw,
-            doi=spec.doi,
-            classes=[{"name": c.name, "colour": c.colour} for c in spec.classes],
-            class_distribution_published=list(spec.class_distribution),
-            ignore_index=CUBE_IGNORE_INDEX,
-            tile_size=opts.tile,
-            block_samples=opts.block,
-            shard_samples=opts.shard,
-            compressor=opts.compressor,
-            scan_dropped=[],
-        )
-        if len(crs) == 1:
-            epsg = crs[0].upper().startswith("EPSG:")
-            attrs["proj:code"], attrs["proj:wkt2"] = (crs[0], None) if epsg else (None, crs[0])
-        return tile_template(spec, plan.n, opts, plan.coords(), attrs)
-
-    def job(b: int) -> dict:
-        s0, s1 = b * opts.block, min((b + 1) * opts.block, plan.n)
-        iidx = plan.item_of[s0:s1]
-        uniq = list(dict.fromkeys(iidx.tolist()))
-        local = {ii: k for k, ii in enumerate(uniq)}
-        return {
-            "block": b,
-            "range": (s0, s1),
-            "spec": spec,
-            "layout": layout,
-            "tile": opts.tile,
-            "items": [plan.items[i] for i in uniq],
-            "samples": [
-                (local[int(ii)], int(y), int(x))
-                for ii, y, x in zip(iidx, plan.tile_y[s0:s1], plan.tile_x[s0:s1])
-            ],
-            "out": out,
-            "on_error": opts.on_error,
-            "train": [plan.items[i].split == "train" for i in iidx],
-        }
-
-    return write_blocks(out, make, fingerprint, opts, client, write_block, job, plan.n, t0)
 
 
 def write_blocks(

@@ -6,7 +6,6 @@ from .describe import summary
 from .digests import digest_vars
 from .ids import check_unique_ids, derive_sample_ids, sample_ids
 from .read import (
-    _GROUPS,
     CubeInfo,
     SampleCube,
     TileCube,
@@ -33,7 +32,6 @@ from .stats import combine_stats, partial_stats, stratum_keys
 from .write import SamplePlan
 
 __all__ = [
-    "_GROUPS",  # the store groups a cube holds (tests check a store round-trip against them)
     "_text",  # attrs as text, for the readers that build sample cubes
     "COMPLETE_ATTR",
     "COMPRESSORS",

@@ -10,7 +10,7 @@ import string
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from ..catalog import CatalogError, _read_yaml, catalog_dirs
+from ..catalog import CatalogError, catalog_dirs, read_yaml
 from ..errors import FieldError
 from ..mapping import from_mapping, rule
 from ..record import content_hash
@@ -330,7 +330,7 @@ class TaskFile:
 
 
 def _task_file(path) -> TaskFile:
-    return from_mapping(TaskFile, _read_yaml(path), str(path))
+    return from_mapping(TaskFile, read_yaml(path), str(path))
 
 
 def load_task_file(path) -> dict[str, TaskSpec]:
