@@ -105,7 +105,8 @@ class Schedule:
         by_family: dict[str, list[PlannedRun]] = {}
         for p in todo:
             by_family.setdefault(p.family, []).append(p)
-        self.prepare(by_family)
+        for name, members in by_family.items():  # shared work (feature caches, embeddings)
+            self.res.prepared.update(get(name).prepare(self.runner, members))
         self.started = time.perf_counter()
         for name, members in by_family.items():
             workers = max(1, len(self.runner.client.scheduler_info(n_workers=-1)["workers"]))
@@ -130,11 +131,6 @@ class Schedule:
     def _then(self, fut, stage: Callable, *args) -> None:
         self.pending[fut] = (stage, args)
         self.done.add(fut)
-
-    def prepare(self, by_family: dict[str, list[PlannedRun]]) -> None:
-        """Each family's shared work (feature caches, embeddings), before any fit."""
-        for name, members in by_family.items():
-            self.res.prepared.update(get(name).prepare(self.runner, members))
 
     def fit(self, name: str, group: list[PlannedRun]) -> None:
         """Submits one group's fit task (runs that share a pass); its result goes to `score`."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..catalog import Band, dataset_ids, load_dataset
+from ..harness import text_table
 from .bands import match_bands
 from .spec import list_models, model_spec
 
@@ -45,10 +46,7 @@ def weights_table() -> str:
         rows.append(
             (mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], lic, src)
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join(c.ljust(wd) for c, wd in zip(r[:-1], widths)) + "  " + r[-1] for r in rows
-    )
+    return text_table(rows)
 
 
 def _fetch(args) -> int:

@@ -155,11 +155,6 @@ def cache_key(s: Setup, threads: int, torch_version: str, digest: str) -> str:
     )
 
 
-def _cache_path(device: str, root: str | Path | None = None) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", this_device(device).describe()).strip("-").lower()
-    return Path(root or profile_dir()) / f"{slug}.json"
-
-
 def _read(path: Path) -> dict:
     if not path.exists():
         return {}
@@ -328,8 +323,10 @@ def profile(
 
     t0 = time.perf_counter()
     device = setups[0].device if setups else "cpu"
-    path = _cache_path(device, root)
-    data = _read(path) or {"device": this_device(device).describe(), "entries": {}}
+    described = this_device(device).describe()
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", described).strip("-").lower()
+    path = Path(root or profile_dir()) / f"{slug}.json"  # one cache per device
+    data = _read(path) or {"device": described, "entries": {}}
     threads = torch.get_num_threads()
     rows = []
     with progress_bar("profile", len(setups), progress) as bar:
