@@ -157,12 +157,9 @@ class Schedule:
                 for i, (fn, t) in enumerate(get(name).score(p, f))
             ]
             self.board.scoring(p.run_id, len(parts))
-            self.reduce(name, p, f, parts)
-
-    def reduce(self, name: str, run: PlannedRun, fitted: dict, parts: list) -> None:
-        """Sums a run's score tasks pairwise on the workers; `finish` times test_s from here."""
-        total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
-        self._then(total, self.finish, name, run, fitted, time.perf_counter())
+            # summed pairwise on the workers; `finish` times test_s from here
+            total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
+            self._then(total, self.finish, name, p, f, time.perf_counter())
 
     def finish(self, fut, name: str, run: PlannedRun, fitted: dict, scored: float) -> None:
         """The run's record from its reduced total."""

@@ -497,11 +497,6 @@ class _Study:
         """A pruned study's first round: 1/ETA of the trial's epochs."""
         return max(1, int(params.get("epochs", self.recipe.epochs)) // ETA)
 
-    def _default_trial(self) -> int | None:
-        """The first completed trial that ran the default recipe, or None (then it runs alone)."""
-        done = self.study.get_trials(deepcopy=False, states=(self.states.COMPLETE,))
-        return next((t.number for t in done if t.params == self.default), None)
-
     def _prune(self, t, rec: dict) -> bool:
         """Feed the rung's validation curve to the pruner point by point, as training would."""
         for pt in rec.get("val_curve") or []:
@@ -531,7 +526,9 @@ class _Study:
             states = f"{n['pruned']} pruned, {n['fail']} fail"
             raise TuneError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
         best = self.study.best_trial
-        res.baseline_trial = self._default_trial()
+        # the first completed trial that ran the default recipe (none: the baseline runs alone)
+        done = self.study.get_trials(deepcopy=False, states=(self.states.COMPLETE,))
+        res.baseline_trial = next((t.number for t in done if t.params == self.default), None)
         more = {
             "best": True,
             "importance": self._importance() if n["complete"] >= 2 else {},

@@ -214,7 +214,6 @@ DECODER_FORMAT = "cryocube-decoder/1"
 def save_decoder(decoder: nn.Module, path: str | Path, meta: dict | None = None) -> Path:
     """Save only the decoder (for frozen-encoder runs the 300M encoder is not written again)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": DECODER_FORMAT,
         "kind": getattr(decoder, "kind", type(decoder).__name__),
@@ -223,9 +222,8 @@ def save_decoder(decoder: nn.Module, path: str | Path, meta: dict | None = None)
         "meta": dict(meta or {}),
         "state_dict": decoder.state_dict(),
     }
-    tmp = path.with_name(path.name + ".part")
-    torch.save(payload, tmp)
-    tmp.replace(path)
+    with store.atomic_file(str(path)) as f:
+        torch.save(payload, f)
     return path
 
 
