@@ -32,7 +32,7 @@ def bands_table(
     return f"{spec.display_name} ({spec.id}) <- {title}\n{m.table()}"
 
 
-def weights_table() -> str:
+def _list(args) -> int:
     """`cryocube weights list`: checkpoint file, sha256 prefix, licence and source per model."""
     rows = [("model", "name", "file", "sha256", "licence", "source")]
     for mid in list_models():
@@ -46,7 +46,8 @@ def weights_table() -> str:
         rows.append(
             (mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], lic, src)
         )
-    return text_table(rows)
+    print(text_table(rows))
+    return 0
 
 
 def _fetch(args) -> int:
@@ -55,11 +56,6 @@ def _fetch(args) -> int:
     for mid in args.models:
         path = fetch_weights(mid, args.dest, force=args.force)
         print(f"{mid}: {path}")
-    return 0
-
-
-def _list(args) -> int:
-    print(weights_table())
     return 0
 
 
