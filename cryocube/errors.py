@@ -150,9 +150,6 @@ class RunFailed(Exception):
         super().__init__(message)
         self.kind, self.tb = kind, tb
 
-    def __str__(self) -> str:
-        return self.args[0]
-
 
 def failure(e: BaseException) -> dict:
     """What a task returns for a run of it that failed (picklable, traceback kept for the log)."""

@@ -157,3 +157,11 @@ def claim(args, kind: str, inputs=(), url: str | None = None, **kw) -> outputs.F
 def warn(text: str) -> None:
     """A warning line of the command's (not a Python warning: the user asked for it)."""
     print(f"cryocube: WARNING: {text}", file=sys.stderr)
+
+
+def text_table(rows: list[tuple[str, ...]]) -> str:
+    """Rows (header first) in aligned columns, the last left unpadded (`list`, `weights list`)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import catalog
 from .errors import UserError
-from .harness import add_quiet, add_storage
+from .harness import add_quiet, add_storage, text_table
 from .mapping import names
 
 
@@ -111,13 +111,6 @@ def _inspect(args) -> int:
         return 0 if rep.ok else 1
     print(cube.summary(args.url))
     return 0
-
-
-def _rows(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows
-    )
 
 
 def _profile(args) -> int:
@@ -244,5 +237,5 @@ def _list(args) -> int:
     given = [f"--{k.replace('_', '-')}" for k, v in args.measure.items() if getattr(args, k) != v]
     if given:
         raise UserError(f"{', '.join(given)} only apply to `cryocube list models --profile`")
-    print(_rows(LISTS[args.what]()))
+    print(text_table(LISTS[args.what]()))
     return 0

@@ -179,17 +179,14 @@ def validate_k8s_manifest(doc: dict, source: str = "<manifest>") -> None:
     )
     if errors:
         lines = [
-            f"  {'.'.join(str(p) for p in e.absolute_path) or '(top)'}: {_short(e.message)}"
+            f"  {'.'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message[:200]}"
+            + ("..." if len(e.message) > 200 else "")
             for e in errors
         ]
         raise ManifestError(
             f"{source}: {kind} {doc.get('metadata', {}).get('name', '?')!r} does not match its "
             f"schema ({len(errors)} problems):\n" + "\n".join(lines)
         )
-
-
-def _short(message: str, limit: int = 200) -> str:
-    return message if len(message) <= limit else message[:limit] + "..."
 
 
 def _set_flag(args: list[str], flag: str, value: str) -> list[str]:
@@ -230,10 +227,9 @@ def load_k8s_cluster_spec(
     if n_workers:
         worker["replicas"] = n_workers
     container = (worker.get("spec", {}).get("containers") or [{}])[0]
-    if threads_per_worker and "args" in container:
-        container["args"] = _set_flag(container["args"], "--nthreads", str(threads_per_worker))
-    if memory_limit and "args" in container:
-        container["args"] = _set_flag(container["args"], "--memory-limit", memory_limit)
+    for flag, value in (("--nthreads", threads_per_worker), ("--memory-limit", memory_limit)):
+        if value and "args" in container:
+            container["args"] = _set_flag(container["args"], flag, str(value))
     validate_k8s_manifest(doc, source)
     return doc
 

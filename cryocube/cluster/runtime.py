@@ -73,11 +73,8 @@ HWM_RESET_SLACK = 64 * 2**20
 def reset_hwm() -> bool:
     """Reset VmHWM to the current RSS (Linux 4.0+); False where that is refused or has no effect."""
     try:
-        fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
-        try:
-            os.write(fd, b"5")
-        finally:
-            os.close(fd)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
         hwm = hwm_bytes()
         return hwm is not None and hwm <= rss_bytes() + HWM_RESET_SLACK
     except OSError:

@@ -54,7 +54,6 @@ RESCALE = {  # neck rescale -> its op on a map of c channels
     2: lambda c: nn.Sequential(nn.ConvTranspose2d(c, c, 2, 2)),
     1: lambda c: nn.Identity(),
     0.5: lambda c: nn.MaxPool2d(2, 2),
-    0.25: lambda c: nn.MaxPool2d(4, 4),
 }
 
 
@@ -63,10 +62,7 @@ class Feature2Pyramid(nn.Module):
 
     def __init__(self, channels: list[int], rescales: list[float]):
         super().__init__()
-        self.rescales = list(rescales)
-        for k in self.rescales:
-            if k not in RESCALE:
-                raise ValueError(f"invalid neck rescale {k}")
+        self.rescales = list(rescales)  # each one of NECK_SCALES (or 1: a pyramid as it is)
         self.ops = nn.ModuleList(RESCALE[k](c) for c, k in zip(channels, rescales))
 
     def forward(self, feats: list[Tensor]) -> list[Tensor]:

@@ -107,7 +107,8 @@ class Schedule:
         by_family: dict[str, list[PlannedRun]] = {}
         for p in todo:
             by_family.setdefault(p.family, []).append(p)
-        self.prepare(by_family)
+        for name, members in by_family.items():  # shared work (feature caches, embeddings)
+            self.res.prepared.update(get(name).prepare(self.runner, members))
         self.started = time.perf_counter()
         for name, members in by_family.items():
             workers = max(1, len(self.runner.client.scheduler_info(n_workers=-1)["workers"]))
@@ -132,11 +133,6 @@ class Schedule:
     def _then(self, fut, stage: Callable, *args) -> None:
         self.pending[fut] = (stage, args)
         self.done.add(fut)
-
-    def prepare(self, by_family: dict[str, list[PlannedRun]]) -> None:
-        """Each family's shared work (feature caches, embeddings), before any fit."""
-        for name, members in by_family.items():
-            self.res.prepared.update(get(name).prepare(self.runner, members))
 
     def fit(self, name: str, group: list[PlannedRun]) -> None:
         """Submits one group's fit task (runs that share a pass); its result goes to `score`."""
@@ -163,12 +159,9 @@ class Schedule:
                 for i, (fn, t) in enumerate(get(name).score(p, f))
             ]
             self.board.scoring(p.run_id, len(parts))
-            self.reduce(name, p, f, parts)
-
-    def reduce(self, name: str, run: PlannedRun, fitted: dict, parts: list) -> None:
-        """Sums a run's score tasks pairwise on the workers; `finish` times test_s from here."""
-        total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
-        self._then(total, self.finish, name, run, fitted, time.perf_counter())
+            # summed pairwise on the workers; `finish` times test_s from here
+            total = self.runner.reduce(parts, get(name).reduce, priority=SCORE_PRIORITY)
+            self._then(total, self.finish, name, p, f, time.perf_counter())
 
     def finish(self, fut, name: str, run: PlannedRun, fitted: dict, scored: float) -> None:
         """The run's record from its reduced total."""

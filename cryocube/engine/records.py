@@ -30,7 +30,5 @@ def write_parquet(out: str) -> None:
                 "record": json.dumps(r),
             }
         )
-    url = f"{out.rstrip('/')}/results.parquet"
-    fs, path = _store.fs_path(url)
-    with fs.open(path, "wb") as f:
+    with _store.atomic_file(f"{out.rstrip('/')}/results.parquet") as f:  # never half a table
         pd.DataFrame(rows).to_parquet(f, index=False)

@@ -310,6 +310,12 @@ class StudyOptions:
     ctx: PlanContext | None = None
     cubes: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        for flag, v in (("--trials", self.trials), ("--batch", self.batch)):
+            if v is not None and v < 1:
+                raise TuneError(f"{flag} must be >= 1, got {v}")
+        self.batch = self.batch or min(self.trials, max(4, self.recipe.decoders_per_task))
+
 
 class _Study:
     """One (model, cube, protocol) study: the ask/evaluate/tell loop over the engine."""
@@ -418,11 +424,6 @@ class _Study:
         base = {k: v for k, v in rec.items() if k not in ("sweep", "created")}
         return write_record(self.out, base | ({"sweep": sweep} if sweep else {}))
 
-    def _mark(self, number: int, state: str) -> None:
-        """Append a line with a new state for a trial's latest record (a crashed trial: failed)."""
-        if rec := self._latest().get(number):
-            self._append(rec, rec["sweep"] | {"state": state})
-
     def _latest(self) -> dict[int, dict]:
         """Each trial's latest record line (the best trial's retrain aside)."""
         latest = {}
@@ -438,7 +439,8 @@ class _Study:
         names = {p.name for p in self.space}
         for t in self.study.get_trials(deepcopy=False, states=(self.states.RUNNING,)):
             self.study.tell(t.number, state=self.states.FAIL)
-            self._mark(t.number, "failed")
+            if rec := self._latest().get(t.number):  # its latest line, now failed
+                self._append(rec, rec["sweep"] | {"state": "failed"})
             if set(t.params) == names:
                 self.study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
 
@@ -495,11 +497,6 @@ class _Study:
         """A pruned study's first round: 1/ETA of the trial's epochs."""
         return max(1, int(params.get("epochs", self.recipe.epochs)) // ETA)
 
-    def _default_trial(self) -> int | None:
-        """The first completed trial that ran the default recipe, or None (then it runs alone)."""
-        done = self.study.get_trials(deepcopy=False, states=(self.states.COMPLETE,))
-        return next((t.number for t in done if t.params == self.default), None)
-
     def _prune(self, t, rec: dict) -> bool:
         """Feed the rung's validation curve to the pruner point by point, as training would."""
         for pt in rec.get("val_curve") or []:
@@ -529,7 +526,9 @@ class _Study:
             states = f"{n['pruned']} pruned, {n['fail']} fail"
             raise TuneError(f"study {self.name}: no trial completed ({states}){log_hint(self.out)}")
         best = self.study.best_trial
-        res.baseline_trial = self._default_trial()
+        # the first completed trial that ran the default recipe (none: the baseline runs alone)
+        done = self.study.get_trials(deepcopy=False, states=(self.states.COMPLETE,))
+        res.baseline_trial = next((t.number for t in done if t.params == self.default), None)
         more = {
             "best": True,
             "importance": self._importance() if n["complete"] >= 2 else {},
@@ -564,14 +563,9 @@ def tune(
     """One study per base run (model x cube x protocol [x fraction]), each one's outcome; `options`
     are `StudyOptions`' fields (trials, sampler, pruner, batch, client, progress, seed)."""
     o = StudyOptions(space, out, recipe, **options)
-    if o.trials < 1:
-        raise TuneError(f"--trials must be >= 1, got {o.trials}")
     refuse_untunable({b.protocol for b in bases})
-    if o.batch is not None and o.batch < 1:
-        raise TuneError(f"--batch must be >= 1, got {o.batch}")
     o.client = get_client(o.client)
     o.ctx = cluster_context(
         o.client, out, weights_dir=weights_dir, allow_random_weights=allow_random_weights
     )
-    o.batch = o.batch or min(o.trials, max(4, recipe.decoders_per_task))
     return [_Study(b, o).run() for b in bases]

@@ -104,10 +104,6 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor) -> list[Tensor]:
         """Refuses an input band matching would not produce (channels, side) before `features`."""
-        self._check_input(x)
-        return self.features(x)
-
-    def _check_input(self, x: Tensor) -> None:
         if x.ndim != 4 or x.shape[1] != self.in_chans:
             raise ValueError(
                 f"{self.spec.id}: expected input (B, {self.in_chans}, H, W) after band matching,"
@@ -123,6 +119,7 @@ class Encoder(nn.Module):
                 f"{self.spec.id}: input side must be a multiple of {self.size_multiple}, got"
                 f" {h}x{w}"
             )
+        return self.features(x)
 
     def feature_shapes(self, size: int | None = None) -> list[tuple[int, int, int]]:
         """(C, h, w) of every output at `size` (default input_size), without running the model."""

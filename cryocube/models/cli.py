@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..catalog import Band, dataset_ids, load_dataset
+from ..harness import text_table
 from .bands import match_bands
 from .spec import list_models, model_spec
 
@@ -31,7 +32,7 @@ def bands_table(
     return f"{spec.display_name} ({spec.id}) <- {title}\n{m.table()}"
 
 
-def weights_table() -> str:
+def _list(args) -> int:
     """`cryocube weights list`: checkpoint file, sha256 prefix, licence and source per model."""
     rows = [("model", "name", "file", "sha256", "licence", "source")]
     for mid in list_models():
@@ -45,10 +46,8 @@ def weights_table() -> str:
         rows.append(
             (mid, s.display_name, w.filename or "-", (w.sha256 or "unknown")[:12], lic, src)
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join(c.ljust(wd) for c, wd in zip(r[:-1], widths)) + "  " + r[-1] for r in rows
-    )
+    print(text_table(rows))
+    return 0
 
 
 def _fetch(args) -> int:
@@ -57,11 +56,6 @@ def _fetch(args) -> int:
     for mid in args.models:
         path = fetch_weights(mid, args.dest, force=args.force)
         print(f"{mid}: {path}")
-    return 0
-
-
-def _list(args) -> int:
-    print(weights_table())
     return 0
 
 

@@ -155,11 +155,6 @@ def cache_key(s: Setup, threads: int, torch_version: str, digest: str) -> str:
     )
 
 
-def _cache_path(device: str, root: str | Path | None = None) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", this_device(device).describe()).strip("-").lower()
-    return Path(root or profile_dir()) / f"{slug}.json"
-
-
 def _read(path: Path) -> dict:
     if not path.exists():
         return {}
@@ -210,7 +205,7 @@ def _time_forwards(enc, xb, s: Setup, iters: int, budget_s: float, sync) -> tupl
 def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     """`s` built with random weights (seed 0) and measured (`CONVENTION`, `MEMORY_NOTE`)."""
     # dask's distributed comes with cluster.runtime: imported only where memory is measured
-    from ..cluster.runtime import hwm_bytes, reset_hwm, rss_bytes, trim_malloc
+    from ..cluster.runtime import peak_memory, rss_bytes, trim_malloc
     from .base import count_params  # timm: loaded by the build anyway, not at `list` start-up
 
     flops, by_op, _ = dry_run(s)
@@ -219,26 +214,19 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    else:
-        # freed pages of earlier models go back to the system, so this model's rise shows in RSS
+    else:  # freed pages of earlier models go back to the system: this model's rise shows in RSS
         trim_malloc()
-        base, reset = rss_bytes(), reset_hwm()
-    torch.manual_seed(0)
-    t0 = time.perf_counter()
-    enc = s.build().eval().to(s.device)
-    build_s = time.perf_counter() - t0
-    params = count_params(enc)
-    x1 = torch.randn(1, enc.in_chans, s.input_size, s.input_size, device=s.device)
-    xb = x1.expand(s.batch, -1, -1, -1).contiguous()
-    warm_s, times = _time_forwards(enc, xb, s, iters, budget_s, sync)
-    if cuda:
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        hwm = hwm_bytes()
-        # without a reset VmHWM is the process's, not the model's
-        peak = (hwm - base) if (reset and hwm is not None) else None
+    base = torch.cuda.memory_allocated() if cuda else rss_bytes()
+    with peak_memory(s.device) as pm:  # None where VmHWM cannot be reset (the process's peak)
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        enc = s.build().eval().to(s.device)
+        build_s = time.perf_counter() - t0
+        params = count_params(enc)
+        x1 = torch.randn(1, enc.in_chans, s.input_size, s.input_size, device=s.device)
+        xb = x1.expand(s.batch, -1, -1, -1).contiguous()
+        warm_s, times = _time_forwards(enc, xb, s, iters, budget_s, sync)
+    peak = None if pm.mb is None else pm.mb * 2**20 - base
     sps = s.batch / statistics.median(times)
     spec = model_spec(s.model)
     return {
@@ -328,8 +316,10 @@ def profile(
 
     t0 = time.perf_counter()
     device = setups[0].device if setups else "cpu"
-    path = _cache_path(device, root)
-    data = _read(path) or {"device": this_device(device).describe(), "entries": {}}
+    described = this_device(device).describe()
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", described).strip("-").lower()
+    path = Path(root or profile_dir()) / f"{slug}.json"  # one cache per device
+    data = _read(path) or {"device": described, "entries": {}}
     threads = torch.get_num_threads()
     rows = []
     with progress_bar("profile", len(setups), progress) as bar:

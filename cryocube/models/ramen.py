@@ -90,12 +90,10 @@ def modality_groups(where: str, slots, wavelengths_nm: dict, polarisations: dict
 
 @register_architecture("ramen")
 class RamenEncoder(Encoder):
+    trunk = Trunk()
+
     def build(
         self,
-        embed_dim=768,
-        depth=12,
-        num_heads=12,
-        mlp_ratio=4.0,
         input_res: float = 10.0,
         res: float = 40.0,
         band_slots: list[str] | None = None,
@@ -127,13 +125,14 @@ class RamenEncoder(Encoder):
                 f"ramen: input_size {self.input_size} x input_res {input_res} / res {res} leaves no"
                 " token"
             )
+        embed_dim = self.trunk.embed_dim
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.spectral_projector = SpectralProjector(embed_dim, embed_dim * 2)
         if "sar" in self.modalities:
             self.radar_projector = RadarProjector(embed_dim, embed_dim * 2)
         self.resampler = ScaleResampler(embed_dim)
         self.in_norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.blocks = Trunk(embed_dim, depth, num_heads, mlp_ratio).blocks()
+        self.blocks = self.trunk.blocks()
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
         pos = sincos_2d(embed_dim, self.grid, scale=self.res, cls_token=True)
         self.register_buffer("pos_embed", pos, persistent=False)

@@ -214,7 +214,6 @@ DECODER_FORMAT = "cryocube-decoder/1"
 def save_decoder(decoder: nn.Module, path: str | Path, meta: dict | None = None) -> Path:
     """Save only the decoder (for frozen-encoder runs the 300M encoder is not written again)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": DECODER_FORMAT,
         "kind": getattr(decoder, "kind", type(decoder).__name__),
@@ -223,9 +222,8 @@ def save_decoder(decoder: nn.Module, path: str | Path, meta: dict | None = None)
         "meta": dict(meta or {}),
         "state_dict": decoder.state_dict(),
     }
-    tmp = path.with_name(path.name + ".part")
-    torch.save(payload, tmp)
-    tmp.replace(path)
+    with store.atomic_file(str(path)) as f:
+        torch.save(payload, f)
     return path
 
 
@@ -307,13 +305,14 @@ def find_checkpoint(model_id: str, weights_dir: str | Path | None = None) -> str
     return str(p) if p.is_file() else None
 
 
-def _explicit_weights(spec, explicit: str) -> WeightsInfo:
-    """The recipe's `encoder_weights`, checked against the catalog's sha256 if it is its file."""
+def _checkpoint_weights(spec, given: str) -> WeightsInfo:
+    """A checkpoint (the recipe's `encoder_weights` or one found), checked against the catalog's
+    sha256 if it is its file."""
     w = spec.weights
-    if store.is_remote(explicit):
-        path = _local(explicit, w.sha256 if w and explicit == w.url else None)
+    if store.is_remote(given):
+        path = _local(given, w.sha256 if w and given == w.url else None)
     else:
-        path = Path(store.local_path(explicit))
+        path = Path(store.local_path(given))
         if not path.is_file():
             raise WeightsError(
                 f"checkpoint {path} for {spec.id} (recipe field encoder_weights) does not exist"
@@ -321,9 +320,10 @@ def _explicit_weights(spec, explicit: str) -> WeightsInfo:
     digest = checkpoint_digest(path)
     if w and w.sha256 and digest != w.sha256.lower() and path.name == w.filename:
         raise WeightsError(
-            f"{path}: sha256 {digest} does not match the catalog's {w.sha256} for {spec.id}"
+            f"{path}: sha256 {digest} does not match the catalog's {w.sha256} for {spec.id}; fetch"
+            f" it again: cryocube weights fetch {spec.id} --force"
         )
-    source = str(explicit) if store.is_remote(explicit) else str(path.resolve())
+    source = str(given) if store.is_remote(given) else str(path.resolve())
     return WeightsInfo(source, digest, False, spec.pretrained)
 
 
@@ -338,20 +338,9 @@ def resolve_weights(
     spec = model_spec(model_id)
     if not spec.pretrained and explicit is None:
         return WeightsInfo("scratch", None, True, False)
-    if explicit is not None:
-        return _explicit_weights(spec, explicit)
-    found = find_checkpoint(model_id, weights_dir)
+    found = explicit if explicit is not None else find_checkpoint(model_id, weights_dir)
     if found is not None:
-        local = _local(found, None) if store.is_remote(found) else Path(found)
-        digest = checkpoint_digest(local)
-        if spec.weights.sha256 and digest != spec.weights.sha256.lower():
-            raise WeightsError(
-                f"{found}: sha256 {digest} does not match the catalog's {spec.weights.sha256} for"
-                f" {model_id}; fetch it again: cryocube weights fetch {model_id} --force"
-            )
-        return WeightsInfo(
-            found if store.is_remote(found) else str(local.resolve()), digest, False, True
-        )
+        return _checkpoint_weights(spec, found)
     if allow_random:
         return WeightsInfo("random", None, True, True)
     where = weights_dir or cache_dir()
