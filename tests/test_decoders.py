@@ -206,3 +206,37 @@ def test_resize_is_torchs_bilinear_and_its_gradient_keeps_channels_last(dtype):
         assert b.grad.is_contiguous(memory_format=layout)
         if layout == torch.contiguous_format:
             assert torch.equal(b.grad, a.grad)  # the same kernel on the same layout
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_upernets_fusion_mixes_the_coarse_maps_at_their_size_as_the_cat_would(layout):
+    """fused_conv equals the conv of the cat of the resized maps in float64, values and every
+    gradient, at odd sizes and non-integer scales (zero padding at each border); channels_last
+    (AMX) runs the cat itself."""
+    from cryocube.decoders.upernet import fused_conv, resize
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4 * 6, 5, 3, padding=1).double()
+    maps = [
+        torch.randn(2, 6, h, w, dtype=torch.float64).contiguous(memory_format=layout)
+        for h, w in ((13, 11), (7, 6), (4, 3), (2, 2))
+    ]
+
+    def run(form):
+        ms = [m.clone().requires_grad_() for m in maps]
+        conv.zero_grad()
+        y = form(ms)
+        g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=y.dtype)
+        (y * g).sum().backward()
+        return [y.detach(), *(m.grad for m in ms), conv.weight.grad.clone(), conv.bias.grad.clone()]
+
+    size = maps[0].shape[2:]
+    want = run(lambda ms: conv(torch.cat([ms[0], *(resize(m, size) for m in ms[1:])], 1)))
+    got = run(lambda ms: fused_conv(conv, ms))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    if layout == torch.contiguous_format:  # in bf16 as training runs it: rounding apart
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a = fused_conv(conv.float(), [m.float() for m in maps]).float()
+            b = conv(torch.cat([maps[0], *(resize(m, size) for m in maps[1:])], 1).float()).float()
+        assert ((a - b).norm() / b.norm()).item() < 2e-2
