@@ -220,7 +220,6 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
                 if warm_s + sum(times) > budget_s:
                     break
     peak = None if pm.mb is None else pm.mb * 2**20 - base
-    sps = s.batch / statistics.median(times)
     spec = model_spec(s.model)
     return {
         "model": s.model,
@@ -238,7 +237,7 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
         "published_params_m": spec.params_m,
         "published_gflops": spec.gflops,
         "published_setup": s.default,  # the published figures hold for the default setup only
-        "samples_per_s": sps,
+        "samples_per_s": s.batch / statistics.median(times),
         "forward_s": times,
         "warmup_s": warm_s,
         "peak_memory_mb": None if peak is None else max(peak, 0) / 2**20,
