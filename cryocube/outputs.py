@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import __version__
 from . import store as _store
+from .cube import COMPLETE_ATTR, PLAN_ATTR
 from .errors import UserError, causes
 
 MARKER = ".cryocube-output.json"  # in folders (results, studies, reports, quickstart)
@@ -64,8 +65,6 @@ def marker(kind: str, command: str) -> dict:
 
 def _zarr_kind(attrs: dict) -> str | None:
     """The kind of a Zarr store from its root attributes (None: a store cryocube did not write)."""
-    from .cube import COMPLETE_ATTR, PLAN_ATTR
-
     if isinstance(attrs.get(ZARR_MARKER), dict) and attrs[ZARR_MARKER].get("kind") in KINDS:
         return attrs[ZARR_MARKER]["kind"]
     converted = str(attrs.get("converter", "")).startswith("cryocube")

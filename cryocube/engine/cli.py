@@ -5,10 +5,19 @@ from __future__ import annotations
 import contextlib
 
 from .. import harness, outputs, store
-from ..cluster import announce, parse_cluster_spec
+from ..catalog import protocol
+from ..cluster import announce, parse_cluster_spec, planned_threads
 from ..cluster.client import cluster_threads
+from ..cluster.runtime import host_cores
 from ..errors import UserError
+from ..families import PlanContext, get
+from ..families.recipes import load_recipe
 from ..mapping import names
+from ..precision import this_device
+from ..record import load_record
+from .estimate import estimate_text, load_budget
+from .evaluate import dry_run, evaluate, is_done, wait_warm, warm_workers
+from .plan import plan_runs, runs_from_benchmark, runs_from_grid
 
 # clusters whose workers are processes of this machine: started while the command plans
 WARMED_WHILE_PLANNING = ("local",)
@@ -68,15 +77,11 @@ def weights_of(args) -> dict:
 
 def grid_runs(args, protocols: list[str], seeds: list[int]):
     """The runs of --cubes x --models x `protocols` x --fraction x `seeds`."""
-    from .plan import runs_from_grid
-
     cubes = harness.resolve_cubes(args.cubes, args.data_root)
     return runs_from_grid(names(args.models), cubes, protocols, args.fraction or [None], seeds)
 
 
 def _specs(args):
-    from .plan import runs_from_benchmark
-
     protocols = names(args.protocol)
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
@@ -94,15 +99,11 @@ def _specs(args):
 
 
 def _families(specs) -> list[str]:
-    from ..catalog import protocol
-
     return sorted({protocol(s.protocol).family for s in specs})
 
 
 def claim_for(args, specs, kind: str, threads: int | None = None):
     """The runs' plan context, once --out is claimed for `kind` with their cubes as its inputs."""
-    from ..families import PlanContext
-
     cubes = sorted({s.cube for s in specs})
     for url in cubes:
         store.register_options(url, args.storage_options)
@@ -110,24 +111,9 @@ def claim_for(args, specs, kind: str, threads: int | None = None):
     return PlanContext(out=args.out, threads=threads, **weights_of(args))
 
 
-def _checked(args, specs):
-    """(recipe, plan context) once the recipe and --out pass their checks (no cluster needed)."""
-    from ..families.recipes import load_recipe
-
-    # a field no requested family reads is refused, not accepted and ignored
-    recipe = load_recipe(args.config, harness.recipe_sets(args), families=tuple(_families(specs)))
-    # a plan of fewer runs than cores gets fewer workers, each with more threads
-    return recipe, claim_for(args, specs, "results", harness.threads_for(args, len(set(specs))))
-
-
 def _evaluate(args) -> int:
     """Checks and plans here, every user error before anything is written; a local cluster starts
     first, its workers importing while this process plans, any other once the plan passed."""
-    from ..precision import this_device
-    from .estimate import load_budget
-    from .evaluate import evaluate, wait_warm, warm_workers
-    from .plan import plan_runs
-
     specs = _specs(args)
     # a bad budget file is refused before any cluster or planning
     budget = load_budget(args.budget) if args.budget else None
@@ -138,7 +124,11 @@ def _evaluate(args) -> int:
             stack.enter_context(harness.cluster_for(args, parallel, quiet=True)) if warm else None
         )
         warming = warm_workers(client, _families(specs)) if warm else None
-        recipe, ctx = _checked(args, specs)
+        # a field no requested family reads is refused, not accepted and ignored
+        sets = harness.recipe_sets(args)
+        recipe = load_recipe(args.config, sets, families=tuple(_families(specs)))
+        # a plan of fewer runs than cores gets fewer workers, each with more threads
+        ctx = claim_for(args, specs, "results", harness.threads_for(args, parallel))
         if warm:
             ctx.device = this_device()
         planned = plan_runs(specs, recipe, ctx)
@@ -164,10 +154,6 @@ def _evaluate(args) -> int:
 
 def _show_plan(args, planned, budget) -> int:
     """`evaluate --dry-run`: the plan, and with --budget its estimated wall time."""
-    from ..cluster import planned_threads
-    from ..cluster.runtime import host_cores
-    from .evaluate import dry_run, is_done
-
     root = args.out.rstrip("/")
 
     def workers_for(t: int) -> int | None:
@@ -182,8 +168,6 @@ def _show_plan(args, planned, budget) -> int:
     workers = workers_for if args.threads_per_worker is None else None
     print(dry_run(planned, args.out, prepared, workers))
     if budget is not None:
-        from .estimate import estimate_text
-
         todo = [p for p in planned if not is_done(args.out, p)]
         print(estimate_text(todo, budget, args.budget))
     print(
@@ -195,9 +179,6 @@ def _show_plan(args, planned, budget) -> int:
 
 def run_handed(job, args) -> int:
     """A family command's runs (`EngineRuns`) through `evaluate`; the command shows records."""
-    from ..record import load_record
-    from .evaluate import evaluate
-
     with harness.cluster_for(args) as client:
         evaluate(job.runs, job.out, client=client, progress=not args.quiet)
     return job.show([load_record(job.out, p.run_id).to_dict() for p in job.runs])
@@ -206,8 +187,7 @@ def run_handed(job, args) -> int:
 def warn_random(planned) -> None:
     """Says which pretrained models run with random weights (--allow-random-weights)."""
     both = ("random_init", "pretrained")
-    rnd = sorted({p.spec.model for p in planned if all(p.record.weights[k] for k in both)})
-    if rnd:
+    if rnd := sorted({p.spec.model for p in planned if all(p.record.weights[k] for k in both)}):
         harness.warn(
             f"{', '.join(rnd)} run with RANDOM weights (--allow-random-weights): the results"
             " measure the pipeline, not the pretrained models; records and reports mark them"
@@ -217,8 +197,6 @@ def warn_random(planned) -> None:
 
 def metrics_text(r: dict) -> str:
     """A record's metrics as its family shows them, the primary metric (mIoU, Q, ...) first."""
-    from ..families import get
-
     fam = get(r.get("family") or "segmentation")
     names = [r.get("primary_metric") or fam.primary_metric, *fam.shown_metrics]
     m = r.get("metrics") or {}

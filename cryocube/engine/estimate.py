@@ -154,10 +154,8 @@ def run_costs(p, units: dict) -> dict:
     cc, ref = u["cryocube"], u["reference"]
     scale = float(w.encoder.model.gflops or u["encoder_gflops"]) / float(u["encoder_gflops"])
     bsr = w.recipe.batch_size / float(u["batch_size"])
-    windows = (e["validations"] * int(w.val_samples.size) + int(w.test_samples.size)) * e[
-        "windows_per_tile"
-    ]
-    steps = e["steps"]
+    tiles = e["validations"] * int(w.val_samples.size) + int(w.test_samples.size)
+    windows, steps = tiles * e["windows_per_tile"], e["steps"]
     enc = cc["encoder_s_per_item"] * scale
     r_window = _scaled(ref["window_s"], ref["window_encoder_share"], scale)
     if kind == "finetune" and key.endswith("/frozen"):
@@ -223,15 +221,13 @@ def estimate_text(planned: list, budget: dict, path: str) -> str:
     """Both wall times and their ratio, then a line per class/protocol naming its unit."""
     est = estimate(planned, budget)
     m = budget.get("machine", {})
-    where = (
-        f"measured {budget.get('date', '?')} on {m.get('cpu', '?')} ({m.get('cores', '?')} cores)"
-    )
     extra = f"; {est['skipped']} runs of other families not estimated" if est["skipped"] else ""
     ratio = est["reference_s"] / est["cryocube_s"] if est["cryocube_s"] else float("nan")
     lines = [
         f"estimated wall time of {est['runs']} segmentation runs: cryocube"
         f" {hms(est['cryocube_s'])}, the reference (one run at a time, as its scripts run)"
-        f" {hms(est['reference_s'])}, {ratio:.1f}x; from the budget {path} ({where}){extra}"
+        f" {hms(est['reference_s'])}, {ratio:.1f}x; from the budget {path} (measured"
+        f" {budget.get('date', '?')} on {m.get('cpu', '?')} ({m.get('cores', '?')} cores)){extra}"
     ]
     units = units_of(budget)
     for key in sorted(est["groups"], key=lambda k: (KINDS.index(k.split("/")[1]), k)):

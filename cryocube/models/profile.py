@@ -91,8 +91,8 @@ def setup_for(model: str, input_size: int | None, batch: int, precision: str, de
     sizes the setup its published figures were measured with; `input_size` overrides the size."""
     spec = model_spec(model)
     pub = spec.published_setup
-    size = spec.input_size or pub.get("input_size")
-    if size is None:
+    catalog_size = spec.input_size or pub.get("input_size")
+    if catalog_size is None:
         raise UserError(
             f"model {model!r} takes the dataset tile size and its catalog has no"
             " published.setup.input_size; pass --input-size"
@@ -104,8 +104,8 @@ def setup_for(model: str, input_size: int | None, batch: int, precision: str, de
             " published.setup.bands to profile with"
         )
     arch = tuple(sorted((pub.get("arch") or {}).items()))
-    size = int(input_size or size)
-    default = input_size in (None, spec.input_size or pub.get("input_size"))
+    default = input_size in (None, catalog_size)
+    size = int(input_size or catalog_size)
     return Setup(model, size, bands, arch, batch, precision, device, default)
 
 
@@ -184,8 +184,15 @@ def count_flops(enc, x) -> tuple[int, dict[str, int]]:
     return int(fc.get_total_flops()), by_op
 
 
-def _time_forwards(enc, xb, s: Setup, iters: int, budget_s: float, sync) -> tuple[float, list]:
-    """(warm-up seconds, seconds of each timed forward: up to `iters`, fewer past `budget_s`)."""
+def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
+    """`s` built with random weights (seed 0) and measured (`CONVENTION`, `MEMORY_NOTE`): up to
+    `iters` timed forwards after a warm-up, fewer past `budget_s`."""
+    # dask's distributed comes with cluster.runtime: imported only where memory is measured
+    from ..cluster.runtime import peak_memory, rss_bytes, trim_malloc
+
+    flops, by_op, params = dry_run(s)  # the meta build's parameters are the real build's
+    cuda = s.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def forward() -> float:
         t = time.perf_counter()
@@ -193,24 +200,6 @@ def _time_forwards(enc, xb, s: Setup, iters: int, budget_s: float, sync) -> tupl
         sync()
         return time.perf_counter() - t
 
-    with torch.no_grad(), autocast(s.device, s.precision):
-        warm_s, times = forward(), []  # warm-up: kernels chosen, caches filled
-        for _ in range(max(1, iters)):
-            times.append(forward())
-            if warm_s + sum(times) > budget_s:
-                break
-    return warm_s, times
-
-
-def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
-    """`s` built with random weights (seed 0) and measured (`CONVENTION`, `MEMORY_NOTE`)."""
-    # dask's distributed comes with cluster.runtime: imported only where memory is measured
-    from ..cluster.runtime import peak_memory, rss_bytes, trim_malloc
-    from .base import count_params  # timm: loaded by the build anyway, not at `list` start-up
-
-    flops, by_op, _ = dry_run(s)
-    cuda = s.device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
@@ -222,12 +211,15 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
         t0 = time.perf_counter()
         enc = s.build().eval().to(s.device)
         build_s = time.perf_counter() - t0
-        params = count_params(enc)
         x1 = torch.randn(1, enc.in_chans, s.input_size, s.input_size, device=s.device)
         xb = x1.expand(s.batch, -1, -1, -1).contiguous()
-        warm_s, times = _time_forwards(enc, xb, s, iters, budget_s, sync)
+        with torch.no_grad(), autocast(s.device, s.precision):
+            warm_s, times = forward(), []  # warm-up: kernels chosen, caches filled
+            for _ in range(max(1, iters)):
+                times.append(forward())
+                if warm_s + sum(times) > budget_s:
+                    break
     peak = None if pm.mb is None else pm.mb * 2**20 - base
-    sps = s.batch / statistics.median(times)
     spec = model_spec(s.model)
     return {
         "model": s.model,
@@ -245,7 +237,7 @@ def measure(s: Setup, iters: int = 3, budget_s: float = 20.0) -> dict[str, Any]:
         "published_params_m": spec.params_m,
         "published_gflops": spec.gflops,
         "published_setup": s.default,  # the published figures hold for the default setup only
-        "samples_per_s": sps,
+        "samples_per_s": s.batch / statistics.median(times),
         "forward_s": times,
         "warmup_s": warm_s,
         "peak_memory_mb": None if peak is None else max(peak, 0) / 2**20,
@@ -280,8 +272,7 @@ def validate(
     """Every requested setup, checked before measuring: one sentence for the first bad one."""
     known = list_models()
     models = list(models or known)
-    unknown = [m for m in models if m not in known]
-    if unknown:
+    if unknown := [m for m in models if m not in known]:
         raise UserError(f"unknown model {unknown[0]!r}; known: {', '.join(known)}")
     for name, value in (("batch", batch), ("iters", iters)):
         if value < 1:
@@ -349,9 +340,8 @@ def profile(
 
 
 def difference(r: dict[str, Any]) -> str:
-    """Why measured and published GFLOPs differ, where the row's own op split shows it: "=" (within
-    1 %), "+attention" (the difference is the attention matmuls, which the published count missed
-    inside fused kernels), else "other" (see the model's catalog notes)."""
+    """Why measured and published GFLOPs differ, by the row's own op split: "=", "+attention" or
+    "other" (the table's legend says what each means)."""
     pub = _pub(r, "published_gflops")
     if not pub:
         return "-"

@@ -167,8 +167,7 @@ def load_weights(
         sd, aside = km.to_model(ckpt, where=str(path))
     except (KeyError, ValueError) as e:
         raise WeightsError(str(e).strip("'\"")) from None
-    unused = getattr(encoder, "unused_checkpoint_keys", None)
-    if unused:
+    if unused := getattr(encoder, "unused_checkpoint_keys", None):
         for k in [k for k in sd if re.fullmatch(unused, k)]:
             sd.pop(k)
             aside.append(k)
