@@ -553,8 +553,7 @@ class InSARReader(PairReader):
         self.check_values(pair, maps)
         ann = self.load_annotation(pair.annotation) if pair.annotation else {}
         url = pair.annotation or ""
-        name = posixpath.basename(pair.id)
-        if "pair" in ann and str(ann["pair"]) not in (name, pair.id):
+        if "pair" in ann and str(ann["pair"]) not in (posixpath.basename(pair.id), pair.id):
             raise ConvertError(
                 f"{url}: field 'pair' names pair {ann['pair']!r}, but the annotation lies in the"
                 f" folder of pair {pair.id}; no pair {ann['pair']!r} is annotated by it"

@@ -51,13 +51,12 @@ class Plan:
         fix = "two files of one split folder share a name; rename one"
         split = np.array([it[i].split for i in io])
         source = np.array([it[i].image.rsplit("/", 1)[-1] for i in io])
+        ids = derive_sample_ids(source, split, y0, x0)
         return {
             "split": split,
             "scene": np.array([it[i].scene for i in io]),
             "source": source,
-            "sample_id": check_unique_ids(
-                derive_sample_ids(source, split, y0, x0), "the raw files", fix
-            ),
+            "sample_id": check_unique_ids(ids, "the raw files", fix),
             "crs": np.array([it[i].crs or "" for i in io]),
             "tile_y": self.tile_y,
             "tile_x": self.tile_x,
