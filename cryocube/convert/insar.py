@@ -331,8 +331,7 @@ class PairReader(SampleReader):
 
     def _label_arrays(self, pairs: list[Pair], labels: list[dict], tspecs: list[TargetSpec]):
         """(target, box, mask, answer); no label is NaN, padding and unlabelled pixels ignore."""
-        quantities = [lab["quantities"] for lab in labels]
-        rows = [[q.get(t.source) if t.source else None for t in tspecs] for q in quantities]
+        rows = [[lab["quantities"].get(t.source) for t in tspecs] for lab in labels]
         target = np.array(rows, dtype=np.float32).reshape(len(pairs), len(tspecs))
         box = np.array([lab["box"] or (np.nan,) * 4 for lab in labels], dtype=np.float32)
         H, W = max(p.height for p in pairs), max(p.width for p in pairs)
@@ -554,8 +553,7 @@ class InSARReader(PairReader):
         self.check_values(pair, maps)
         ann = self.load_annotation(pair.annotation) if pair.annotation else {}
         url = pair.annotation or ""
-        name = posixpath.basename(pair.id)
-        if "pair" in ann and str(ann["pair"]) not in (name, pair.id):
+        if "pair" in ann and str(ann["pair"]) not in (posixpath.basename(pair.id), pair.id):
             raise ConvertError(
                 f"{url}: field 'pair' names pair {ann['pair']!r}, but the annotation lies in the"
                 f" folder of pair {pair.id}; no pair {ann['pair']!r} is annotated by it"

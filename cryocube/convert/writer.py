@@ -51,13 +51,12 @@ class Plan:
         fix = "two files of one split folder share a name; rename one"
         split = np.array([it[i].split for i in io])
         source = np.array([it[i].image.rsplit("/", 1)[-1] for i in io])
+        ids = derive_sample_ids(source, split, y0, x0)
         return {
             "split": split,
             "scene": np.array([it[i].scene for i in io]),
             "source": source,
-            "sample_id": check_unique_ids(
-                derive_sample_ids(source, split, y0, x0), "the raw files", fix
-            ),
+            "sample_id": check_unique_ids(ids, "the raw files", fix),
             "crs": np.array([it[i].crs or "" for i in io]),
             "tile_y": self.tile_y,
             "tile_x": self.tile_x,
@@ -265,9 +264,8 @@ def class_fractions(label: np.ndarray, k: int) -> np.ndarray:
 
 
 def _fill_tiles(reader: TileReader, task: dict, ii: int, js: list[int], images, labels, reasons):
-    """Tiles `js` of item `ii` from one windowed read (the bounding box of the block's tiles of it),
-    checked and remapped; returns the bytes read. With --on-error skip a bad item's tiles stay
-    zeros with ignore labels and get a reason."""
+    """Tiles `js` of item `ii` from one read of their bounding box, checked and remapped -> bytes
+    read; with --on-error skip a bad item's tiles stay zeros with ignore labels and get a reason."""
     it, samples, tile = task["items"][ii], task["samples"], task["tile"]
     ys, xs = [samples[j][1] for j in js], [samples[j][2] for j in js]
     win = (min(ys), min(max(ys) + tile, it.height), min(xs), min(max(xs) + tile, it.width))
@@ -313,20 +311,11 @@ def write_block(task: dict[str, Any]) -> dict[str, Any]:
         _fill_tiles(reader, task, ii, js, images, labels, reasons) for ii, js in by_item.items()
     )
     cf = class_fractions(labels, spec.num_classes)
+    region = {"image": images, "label": labels, "class_fraction": cf}
+    region["skip_reason"] = np.array(reasons, dtype=object)
     stats = partial_stats(images, labels, np.asarray(task["train"], dtype=bool))
-    put_block(
-        _store.open_group(task["out"], "r+"),
-        task["block"],
-        s0,
-        {
-            "image": images,
-            "label": labels,
-            "class_fraction": cf,
-            "skip_reason": np.array(reasons, dtype=object),
-        },
-        (images, labels),
-        stats,
-    )
+    g = _store.open_group(task["out"], "r+")
+    put_block(g, task["block"], s0, region, (images, labels), stats)
     return {"samples": n, "read_bytes": read_bytes, "skipped": sum(1 for r in reasons if r)}
 
 
@@ -449,10 +438,9 @@ def convert(
 def write_blocks(
     out: str, make, fingerprint: str, opts: WriteOptions, client, fn, job, n: int, t0, skipped=None
 ) -> ConvertResult:
-    """Either kind: the cube `make()` describes created (or reopened to resume the same
-    `fingerprint`), `fn(job(b))` on the workers for every block whose progress flag is not set
-    (none in a complete cube), then `finalize`. `skipped`: the samples left out before writing
-    (None: those the block tasks report)."""
+    """Either kind: `make()`'s cube created (or resumed, same `fingerprint`), `fn(job(b))` on the
+    workers per unflagged block, then `finalize`; `skipped`: left out before writing (None: the
+    tasks report them)."""
     try:
         g = create(out, make, fingerprint, opts.overwrite)
     except OSError as e:  # a full disk or an unwritable --out, in one sentence

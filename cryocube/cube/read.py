@@ -216,9 +216,8 @@ def read_samples(url: str, idx, labels=True, verify=True) -> tuple[np.ndarray, n
         got = sample_digests(img, lab)
         bad = np.flatnonzero((got != want).any(axis=1))
         if bad.size:
-            i = int(idx[bad[0]])
             what = "image" if got[bad[0], 0] != want[bad[0], 0] else "label"
-            raise _mismatch(g, url, i, what, bad.size, idx.size)
+            raise _mismatch(g, url, int(idx[bad[0]]), what, bad.size, idx.size)
     return img, (lab if labels else None)
 
 

@@ -110,11 +110,8 @@ def _fingerprint(a) -> Any:
     """Small variables as values, per-pixel ones (3-D and more) as a digest."""
     a = np.asarray(a)
     if a.ndim >= 3:
-        return [
-            a.dtype.str,
-            list(a.shape),
-            hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest(),
-        ]
+        digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+        return [a.dtype.str, list(a.shape), digest]
     return a.tolist()
 
 
@@ -165,8 +162,7 @@ def tile_template(
     spec: DatasetSpec, n: int, opts: WriteOptions, tiles: dict[str, np.ndarray], attrs: dict
 ) -> tuple[xr.Dataset, dict]:
     """A tile cube and its encoding: image, dense label, class fractions, where each tile lies
-    (`tiles`: `Plan.coords`); one tile per chunk (in shards of `opts.shard`), bookkeeping per
-    block."""
+    (`tiles`: `Plan.coords`); one tile per chunk (in `opts.shard` shards), bookkeeping per block."""
     import dask.array as da
 
     if opts.compressor not in COMPRESSORS:
@@ -228,13 +224,8 @@ def sample_template(bands, plan: SamplePlan, block: int, attrs: dict) -> tuple[x
     if len(plan.shape) == 4:
         coords["time"] = ("time", _text(plan.time or [str(t) for t in range(plan.shape[0])]))
     image = da.zeros((n, *plan.shape), dtype="float32", chunks=(1, *plan.shape))
-    attrs = {
-        **attrs,
-        "kind": "samples",
-        "block_samples": block,
-        "digest_vars": plan.digest_vars,
-        **plan.attrs,
-    }
+    kind = {"kind": "samples", "block_samples": block, "digest_vars": plan.digest_vars}
+    attrs = {**attrs, **kind, **plan.attrs}
     data_vars = {"target": (("sample", "task"), plan.target.astype("float32")), **plan.data_vars}
     mean = plan.published_mean or [b.mean for b in bands]
     std = plan.published_std or [b.std for b in bands]

@@ -198,9 +198,7 @@ def _plan_encoder(source: str, cube, recipe: BaseRecipe, ctx: PlanContext, dim, 
 def _band_mode(rule: str, match) -> str:
     """What went into which input slot, for the record (rendered RGB: what did not go in too)."""
     fed = ", ".join(
-        f"{s}<-{b.name}"
-        for s, b in ((s, match.slot_band(k)) for k, s in enumerate(match.slots))
-        if b
+        f"{s}<-{b.name}" for k, s in enumerate(match.slots) if (b := match.slot_band(k))
     )
     mode = f"{rule}: {fed}" + (
         " (grey-like bands replicated into RGB slots)" if match.replicated else ""

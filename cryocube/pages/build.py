@@ -4,7 +4,7 @@ folder's layout: docs/report.md)."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -168,15 +168,13 @@ def _protocol_sections(
     w: _Writer, res: Results, protocols: set[str] | None
 ) -> dict[tuple[str, float], Leaderboard]:
     groups = group_runs(res.runs)
-    fractions = defaultdict(set)
-    for p, f in groups:
-        fractions[p].add(f)
+    fractions = Counter(p for p, _ in groups)  # boards (one per fraction) of each protocol
     lbs = {}
     for (proto, frac), runs in groups.items():
         base = proto.partition(":")[0]
         if protocols and base not in protocols:
             continue
-        key = proto if len(fractions[proto]) == 1 else f"{proto}-{round(frac * 100):g}pct"
+        key = proto if fractions[proto] == 1 else f"{proto}-{round(frac * 100):g}pct"
         key = key.replace(":", "-")
         lb = leaderboard_from_runs(
             runs, key=key, title=_title(proto, frac), protocol=base, fraction=frac

@@ -146,8 +146,7 @@ def _latex(t: str) -> str:
     t = re.sub(r"(\d)\\[,;!]\s*(?=\d)", r"\1", t)  # 1\,000
     for a, b in (("\\%", "%"), ("\\approx", " about "), ("\\sim", " about "), ("\\times", " x ")):
         t = t.replace(a, b)
-    t = re.sub(r"\\[()\[\]]|\$", " ", t)
-    return t
+    return re.sub(r"\\[()\[\]]|\$", " ", t)
 
 
 def _markdown(t: str) -> str:
@@ -260,12 +259,10 @@ def parse_class(
     t = t0.lower()
     if not t or _REFUSAL.search(t):
         return Parsed(None, False)
-    if letters:
-        got = _letter(t0, labels)
-        if got is not None:
-            lab, rest = got
-            others = [o for o in labels if o != lab and _word(o).search(rest.lower())]
-            return Parsed(lab, True) if not others else Parsed(None, False)
+    if letters and (got := _letter(t0, labels)) is not None:
+        lab, rest = got
+        others = [o for o in labels if o != lab and _word(o).search(rest.lower())]
+        return Parsed(lab, True) if not others else Parsed(None, False)
     names = {lab: (lab, *(aliases or {}).get(lab, ())) for lab in labels}
     hits = sorted(  # (start, end, label) of each label not negated
         (m.start(), m.end(), lab)
