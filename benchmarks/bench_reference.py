@@ -351,19 +351,31 @@ def flops(row: Row, cube: str, a) -> dict:
     x = torch.randn(1, len(w.inputs.index), S, S)
     with torch.no_grad(), FlopCounterMode(display=False) as fe:
         feats = enc(x)
-    featsb = [f.repeat(bs, 1, 1, 1) for f in feats]
     y = torch.randint(0, w.num_classes, (bs, S, S))
-    with FlopCounterMode(display=False) as fs:
-        torch.nn.functional.cross_entropy(dec(featsb, (S, S)), y).backward()
-    dec.eval()  # inference (BatchNorm on running statistics), one window
-    with torch.no_grad(), FlopCounterMode(display=False) as fd:
-        dec(feats, (S, S))
+
+    def decoder_flops(layout) -> tuple[int, int]:
+        """(training step, inference window): channels_last takes UPerNet's cat-form fusion (the
+        reference's), NCHW on CPU the tap form cryocube runs (decoders/upernet.py:fused_conv)."""
+        d = dec.to(memory_format=layout).train()
+        fb = [f.repeat(bs, 1, 1, 1).contiguous(memory_format=layout) for f in feats]
+        with FlopCounterMode(display=False) as fs:
+            torch.nn.functional.cross_entropy(d(fb, (S, S)), y).backward()
+        d.eval()  # inference (BatchNorm on running statistics), one window
+        with torch.no_grad(), FlopCounterMode(display=False) as fd:
+            d([f.contiguous(memory_format=layout) for f in feats], (S, S))
+        return fs.get_total_flops(), fd.get_total_flops()
+
+    (step, item), (ref_step, ref_item) = map(
+        decoder_flops, (torch.contiguous_format, torch.channels_last)
+    )
     from cryocube.families.encoders import window_offsets
 
     return {
         "encoder_item": fe.get_total_flops(),
-        "decoder_step": fs.get_total_flops(),
-        "decoder_item": fd.get_total_flops(),
+        "decoder_step": step,
+        "decoder_item": item,
+        "ref_decoder_step": ref_step,
+        "ref_decoder_item": ref_item,
         "windows": len(window_offsets(w.tile, S)),
         "tile": w.tile,
         "S": S,
@@ -392,10 +404,11 @@ def ref_budget(ref: dict, fl: dict, row: Row, a) -> list[tuple]:
     steps = sum(e["iterations"] for e in epochs)
     train_fl = (
         train_samples * fl["encoder_item"] * (3 if row.protocol == "finetune" else 1)
-        + steps * fl["decoder_step"]
+        + steps * fl.get("ref_decoder_step", fl["decoder_step"])
     )
-    val_fl = enc_calls["val"]["samples"] * (fl["encoder_item"] + fl["decoder_item"])
-    test_fl = enc_calls["test"]["samples"] * (fl["encoder_item"] + fl["decoder_item"])
+    item_fl = fl["encoder_item"] + fl.get("ref_decoder_item", fl["decoder_item"])
+    val_fl = enc_calls["val"]["samples"] * item_fl
+    test_fl = enc_calls["test"]["samples"] * item_fl
     saves = t.get("seconds_checkpoint_saves_total", 0.0)
     val_s = sum(v["seconds"] for v in vals)
     rest = (
@@ -577,8 +590,8 @@ def unit_budget(row: Row, ref: dict, cc: dict, fl: dict, a) -> dict:
             "setup_s": max(ref_rest, 0.0),
             "step_s": sum(e["seconds"] for e in t["train_epochs"]) / ref_steps,
             "window_s": sum(v["seconds"] for v in t["validations"]) / max(1, rv),
-            "step_encoder_share": train_enc / (train_enc + dstep),
-            "window_encoder_share": enc / (enc + ditem),
+            "step_encoder_share": train_enc / (train_enc + fl.get("ref_decoder_step", dstep)),
+            "window_encoder_share": enc / (enc + fl.get("ref_decoder_item", ditem)),
         },
     }
 
@@ -885,7 +898,8 @@ def main(argv=None) -> None:
             f"\n[{row.name}] time budget; FLOPs counted on the modules, peaks fp32"
             f" {pk['fp32'] / 1e12:.3f} / bf16 {pk['bf16'] / 1e12:.3f} TFLOP/s; encoder"
             f" {fl['encoder_item'] / 1e9:.1f} GFLOP per window, decoder step"
-            f" {fl['decoder_step'] / 1e9:.0f} GFLOP (batch {a.batch_size}, fwd+bwd)"
+            f" {fl['decoder_step'] / 1e9:.0f} GFLOP (batch {a.batch_size}, fwd+bwd; the"
+            f" reference's cat form {fl.get('ref_decoder_step', fl['decoder_step']) / 1e9:.0f})"
         )
         print_budget("reference", ref_budget(ref, fl, row, a), ref["wall_s"], pk)
         print_budget(

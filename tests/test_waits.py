@@ -55,6 +55,30 @@ def test_clusters_cryocube_opens_wait_longer(client):
             assert dask.config.get("distributed.comm.timeouts.connect") == "7s"
 
 
+def _worker_config() -> dict:
+    keys = ("distributed.admin.tick.interval", "distributed.worker.profile.enabled")
+    return {k: dask.config.get(k) for k in keys}
+
+
+def test_the_workers_of_a_local_cluster_wake_less_often(monkeypatch):
+    # the event-loop tick and the profiler stall torch's thread team on every core
+    with open_cluster("local", quiet=True, n_workers=1) as c:
+        got = c.submit(_worker_config, pure=False).result()
+    assert got == {
+        "distributed.admin.tick.interval": "1s",
+        "distributed.worker.profile.enabled": False,
+    }, got
+    # the user's own setting stands, even where it is Dask's default
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")
+    with dask.config.set({"distributed.admin.tick.interval": "50ms"}):
+        with open_cluster("local", quiet=True, n_workers=1) as c:
+            got = c.submit(_worker_config, pure=False).result()
+    assert got == {
+        "distributed.admin.tick.interval": "50ms",
+        "distributed.worker.profile.enabled": True,
+    }, got
+
+
 def test_an_unknown_raw_layout_is_refused_before_a_cluster(tmp_path, capsys):
     raw = tmp_path / "raw"
     (raw / "something").mkdir(parents=True)
