@@ -9,7 +9,7 @@ The notebook API (names load on first use, so `import cryocube` stays light):
     df = open_results("s3://bucket/results")    # pandas, one row per run; df.cryocube.to_xarray()
 """
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"
 
 import warnings as _warnings
 

@@ -240,3 +240,35 @@ def test_upernets_fusion_mixes_the_coarse_maps_at_their_size_as_the_cat_would(la
             a = fused_conv(conv.float(), [m.float() for m in maps]).float()
             b = conv(torch.cat([maps[0], *(resize(m, size) for m in maps[1:])], 1).float()).float()
         assert ((a - b).norm() / b.norm()).item() < 2e-2
+
+
+def test_the_necks_up_conv_and_the_lateral_conv_run_as_one_where_that_is_fewer_flops():
+    """A 2x2 transposed conv then a 1x1 conv equal one transposed conv of the composed weight:
+    values and every gradient in float64, and fewer FLOPs counted; where composing the weight
+    costs more than it saves (one small map), the two convs run as they are."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from cryocube.decoders.upernet import RESCALE, conv_bn_relu, up_lateral
+
+    torch.manual_seed(0)
+    op, lat = RESCALE[4](64).double().train(), conv_bn_relu(64, 32, 1).double().train()
+    x0 = torch.randn(4, 64, 7, 7, dtype=torch.float64)
+    g = torch.randn(4, 32, 28, 28, dtype=torch.float64)
+
+    def run(form):
+        x = x0.clone().requires_grad_()
+        for p in (*op.parameters(), *lat.parameters()):
+            p.grad = None
+        with FlopCounterMode(display=False) as fc:
+            y = form(x)
+        (y * g).sum().backward()
+        grads = [p.grad.clone() for p in (*op.parameters(), *lat.parameters())]
+        return fc.get_total_flops(), [y.detach(), x.grad, *grads]
+
+    (f_want, want), (f_got, got) = run(lambda x: lat(op(x))), run(lambda x: up_lateral(op, lat, x))
+    for a, b in zip(got, want):  # (the lateral's bias under BatchNorm: a gradient of ~1e-12)
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert f_got < 0.8 * f_want, (f_got, f_want)
+    small = torch.randn(1, 64, 2, 2, dtype=torch.float64)  # composing would cost more: as it is
+    with torch.no_grad():
+        assert torch.equal(up_lateral(op.eval(), lat.eval(), small), lat(op(small)))
