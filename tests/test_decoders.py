@@ -269,6 +269,8 @@ def test_the_necks_up_conv_and_the_lateral_conv_run_as_one_where_that_is_fewer_f
     for a, b in zip(got, want):  # (the lateral's bias under BatchNorm: a gradient of ~1e-12)
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     assert f_got < 0.8 * f_want, (f_got, f_want)
+    # in the input's layout: a channels_last output would send UPerNet's fusion to its cat form
+    assert got[0].is_contiguous()
     small = torch.randn(1, 64, 2, 2, dtype=torch.float64)  # composing would cost more: as it is
     with torch.no_grad():
         assert torch.equal(up_lateral(op.eval(), lat.eval(), small), lat(op(small)))

@@ -103,7 +103,8 @@ def up_lateral(op: nn.Module, lateral: nn.Sequential, x: Tensor) -> Tensor:
     if b * h * w * kk * cin * o + kk * cin * c * o >= separate:
         return lateral(up(x))
     w_lat = first.weight[:, :, 0, 0]
-    weight = torch.einsum("ichw,oc->iohw", up.weight, w_lat)
+    # einsum's strides would make the output channels_last, and the fusion then take the cat form
+    weight = torch.einsum("ichw,oc->iohw", up.weight, w_lat).contiguous()
     bias = first.bias
     if up.bias is not None:
         bias = w_lat @ up.bias if bias is None else bias + w_lat @ up.bias
