@@ -354,9 +354,11 @@ def flops(row: Row, cube: str, a) -> dict:
     y = torch.randint(0, w.num_classes, (bs, S, S))
 
     def decoder_flops(layout) -> tuple[int, int]:
-        """(training step, inference window): channels_last takes UPerNet's cat-form fusion (the
-        reference's), NCHW on CPU the tap form cryocube runs (decoders/upernet.py:fused_conv)."""
+        """(training step, inference window): channels_last takes UPerNet's cat-form fusion and, with
+        the lateral convs apart from the neck, is the reference's; NCHW on CPU is what cryocube runs
+        (decoders/upernet.py: fused_conv, up_lateral)."""
         d = dec.to(memory_format=layout).train()
+        upernet.up_lateral = composed if layout == torch.contiguous_format else apart
         fb = [f.repeat(bs, 1, 1, 1).contiguous(memory_format=layout) for f in feats]
         with FlopCounterMode(display=False) as fs:
             torch.nn.functional.cross_entropy(d(fb, (S, S)), y).backward()
@@ -365,9 +367,15 @@ def flops(row: Row, cube: str, a) -> dict:
             d([f.contiguous(memory_format=layout) for f in feats], (S, S))
         return fs.get_total_flops(), fd.get_total_flops()
 
-    (step, item), (ref_step, ref_item) = map(
-        decoder_flops, (torch.contiguous_format, torch.channels_last)
-    )
+    import cryocube.decoders.upernet as upernet
+
+    composed, apart = upernet.up_lateral, lambda op, lateral, x: lateral(op(x))
+    try:
+        (step, item), (ref_step, ref_item) = map(
+            decoder_flops, (torch.contiguous_format, torch.channels_last)
+        )
+    finally:
+        upernet.up_lateral = composed
     from cryocube.families.encoders import window_offsets
 
     return {
