@@ -100,6 +100,8 @@ ROWS = {
         epochs=3,
         val_every=3,
     ),
+    # the grid's most numerous fine-tunes: a ViT-B (DOFA, 12 x 768)
+    "finetune_vitb": Row("finetune_vitb", "dofa", "dofa", "finetune", epochs=3, val_every=3),
     "frozen_swin": Row("frozen_swin", "gfmswin", "gfmswin", epochs=3, val_every=3),
     "finetune_swin": Row("finetune_swin", "gfmswin", "gfmswin", "finetune", epochs=3, val_every=3),
 }
@@ -354,9 +356,9 @@ def flops(row: Row, cube: str, a) -> dict:
     y = torch.randint(0, w.num_classes, (bs, S, S))
 
     def decoder_flops(layout) -> tuple[int, int]:
-        """(training step, inference window): channels_last takes UPerNet's cat-form fusion and, with
-        the lateral convs apart from the neck, is the reference's; NCHW on CPU is what cryocube runs
-        (decoders/upernet.py: fused_conv, up_lateral)."""
+        """(training step, inference window): channels_last takes UPerNet's cat-form fusion, and
+        with the lateral convs apart from the neck it is the reference's; NCHW on CPU is what
+        cryocube runs (decoders/upernet.py: fused_conv, up_lateral)."""
         d = dec.to(memory_format=layout).train()
         upernet.up_lateral = composed if layout == torch.contiguous_format else apart
         fb = [f.repeat(bs, 1, 1, 1).contiguous(memory_format=layout) for f in feats]
@@ -410,10 +412,9 @@ def ref_budget(ref: dict, fl: dict, row: Row, a) -> list[tuple]:
     vals = t["validations"]
     train_samples = enc_calls["train"]["samples"]
     steps = sum(e["iterations"] for e in epochs)
-    train_fl = (
-        train_samples * fl["encoder_item"] * (3 if row.protocol == "finetune" else 1)
-        + steps * fl.get("ref_decoder_step", fl["decoder_step"])
-    )
+    train_fl = train_samples * fl["encoder_item"] * (
+        3 if row.protocol == "finetune" else 1
+    ) + steps * fl.get("ref_decoder_step", fl["decoder_step"])
     item_fl = fl["encoder_item"] + fl.get("ref_decoder_item", fl["decoder_item"])
     val_fl = enc_calls["val"]["samples"] * item_fl
     test_fl = enc_calls["test"]["samples"] * item_fl

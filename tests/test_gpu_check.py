@@ -64,8 +64,10 @@ def test_dry_check_measures_every_section(tmp_path):
         (w, b, p) for w in ("step", "val") for b in (2, 4) for p in ("bf16", "fp32")
     }
     gflop = {(x["what"], x["batch"]): x["gflop"] for x in rows}
-    for what in ("step", "val"):  # FLOPs are counted, not assumed: twice the batch, twice the work
-        assert 1.8 < gflop[(what, 4)] / gflop[(what, 2)] < 2.2
+    # FLOPs are counted, not assumed: twice the batch, more work but at most twice (UPerNet's
+    # up_lateral composes a weight once a call, where the larger batch makes that pay)
+    for what in ("step", "val"):
+        assert 1.2 < gflop[(what, 4)] / gflop[(what, 2)] < 2.2
     assert all(x["seconds"] > 0 and x["pct_peak"] > 0 for x in rows)
 
     runs = r["sections"]["evaluate"]["runs"]

@@ -140,7 +140,6 @@ class Feature2Pyramid(nn.Module):
         self.ops = nn.ModuleList(RESCALE[k](c) for c, k in zip(channels, rescales))
 
 
-
 class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
     """torch's adaptive average pool; on CUDA under deterministic algorithms the same bins as two
     matrix products, as CUDA's own backward adds with atomics (equal runs would differ in bits)."""
