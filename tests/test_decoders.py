@@ -274,3 +274,26 @@ def test_the_necks_up_conv_and_the_lateral_conv_run_as_one_where_that_is_fewer_f
     small = torch.randn(1, 64, 2, 2, dtype=torch.float64)  # composing would cost more: as it is
     with torch.no_grad():
         assert torch.equal(up_lateral(op.eval(), lat.eval(), small), lat(op(small)))
+
+
+def test_a_vits_transposed_token_maps_take_the_same_fusion_as_contiguous_ones():
+    """A ViT hands UPerNet its tokens transposed (not contiguous): the decoder still does the tap
+    form's work, not the cat's, and gives the same logits."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from cryocube.decoders.upernet import UPerNet
+
+    torch.manual_seed(0)
+    dec = UPerNet([32] * 4, 2, channels=16).double().eval()
+    tokens = [torch.randn(2, 1 + 64, 32, dtype=torch.float64) for _ in range(4)]
+    maps = [t[:, 1:].transpose(1, 2).reshape(2, 32, 8, 8) for t in tokens]
+    assert not maps[0].is_contiguous()
+
+    def run(feats):
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            y = dec(feats, (32, 32))
+        return y, fc.get_total_flops()
+
+    (y_t, f_t), (y_c, f_c) = run(maps), run([m.contiguous() for m in maps])
+    assert f_t == f_c
+    torch.testing.assert_close(y_t, y_c, rtol=1e-10, atol=1e-12)

@@ -213,7 +213,11 @@ class UPerNet(nn.Module):
 
     def forward(self, features: list[Tensor], out_size: tuple[int, int]) -> Tensor:
         """Neck, PPM on the last map, top-down FPN, fusion at the finest level, logits resized."""
-        feats = list(features)
+        # a ViT's maps are its tokens transposed (channels_last in memory); in the module's own
+        # layout, so that an NCHW decoder's fusion takes its tap form (fused_conv)
+        nchw = self.fpn_bottleneck[0].weight.is_contiguous()
+        fmt = torch.contiguous_format if nchw else torch.channels_last
+        feats = [f.contiguous(memory_format=fmt) for f in features]
         ops = list(self.neck.ops) if self.neck is not None else [nn.Identity()] * len(feats)
         if len(feats) != len(ops):
             raise ValueError(f"neck expects {len(ops)} feature maps, got {len(feats)}")
