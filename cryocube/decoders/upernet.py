@@ -67,9 +67,10 @@ def fused_conv(conv: nn.Conv2d, maps: list[Tensor]) -> Tensor:
     ):
         return conv(torch.cat([x, *(resize(m, (H, W)) for m in maps[1:])], dim=1))
     C, w, k = x.shape[1], conv.weight, conv.kernel_size[0]
-    per_tap = w.permute(2, 3, 0, 1).reshape(k * k * w.shape[0], w.shape[1], 1, 1)
+    coarse = w[:, C:]  # the coarse maps' input channels: only they become 1x1 taps
+    per_tap = coarse.permute(2, 3, 0, 1).reshape(k * k * w.shape[0], coarse.shape[1], 1, 1)
     cols, rows = [], []  # per map: (B, n, k*h, W) resized along W, (H, k*h) to resize along H
-    for i, m in enumerate(maps[1:], 1):
+    for i, m in enumerate(maps[1:]):
         taps = F.conv2d(m, per_tap[:, i * C : (i + 1) * C]).unflatten(1, (k, k, -1))
         along_w = shifted_resize(m.shape[3], W, k, m)
         cols.append(torch.einsum("bdxcij,xWj->bcdiW", taps, along_w).flatten(2, 3))
