@@ -60,10 +60,14 @@ def _worker_config() -> dict:
     return {k: dask.config.get(k) for k in keys}
 
 
+def _config_of_a_local_worker() -> dict:
+    with open_cluster("local", quiet=True, n_workers=1) as c:
+        return c.submit(_worker_config, pure=False).result()
+
+
 def test_the_workers_of_a_local_cluster_wake_less_often(monkeypatch):
     # the event-loop tick and the profiler stall torch's thread team on every core
-    with open_cluster("local", quiet=True, n_workers=1) as c:
-        got = c.submit(_worker_config, pure=False).result()
+    got = _config_of_a_local_worker()
     assert got == {
         "distributed.admin.tick.interval": "1s",
         "distributed.worker.profile.enabled": False,
@@ -71,8 +75,7 @@ def test_the_workers_of_a_local_cluster_wake_less_often(monkeypatch):
     # the user's own setting stands, even where it is Dask's default
     monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")
     with dask.config.set({"distributed.admin.tick.interval": "50ms"}):
-        with open_cluster("local", quiet=True, n_workers=1) as c:
-            got = c.submit(_worker_config, pure=False).result()
+        got = _config_of_a_local_worker()
     assert got == {
         "distributed.admin.tick.interval": "50ms",
         "distributed.worker.profile.enabled": True,
