@@ -329,6 +329,7 @@ def flops(row: Row, cube: str, a) -> dict:
     modules (the same architectures as the reference's)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    import cryocube.decoders.upernet as upernet
     from cryocube.engine.plan import plan_runs
     from cryocube.families import PlanContext, RunSpec
     from cryocube.families.recipes import load_recipe
@@ -354,6 +355,7 @@ def flops(row: Row, cube: str, a) -> dict:
     with torch.no_grad(), FlopCounterMode(display=False) as fe:
         feats = enc(x)
     y = torch.randint(0, w.num_classes, (bs, S, S))
+    composed, apart = upernet.up_lateral, lambda op, lateral, x: lateral(op(x))
 
     def decoder_flops(layout) -> tuple[int, int]:
         """(training step, inference window): channels_last takes UPerNet's cat-form fusion, and
@@ -369,9 +371,6 @@ def flops(row: Row, cube: str, a) -> dict:
             d([f.contiguous(memory_format=layout) for f in feats], (S, S))
         return fs.get_total_flops(), fd.get_total_flops()
 
-    import cryocube.decoders.upernet as upernet
-
-    composed, apart = upernet.up_lateral, lambda op, lateral, x: lateral(op(x))
     try:
         (step, item), (ref_step, ref_item) = map(
             decoder_flops, (torch.contiguous_format, torch.channels_last)
