@@ -1,6 +1,7 @@
 """A run's checkpoint: streamed into an atomic file, read back memory-mapped, locally and on S3."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -32,6 +33,24 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_part(tmp_path):
         f.write(b"new")
     assert open(url, "rb").read() == b"new"
     assert os.listdir(tmp_path / "run") == ["best.pt"]
+
+
+def test_a_file_renamed_before_its_fsync_is_whole_and_made_durable_later(tmp_path):
+    """A checkpoint's write starts the disk's writeback and returns; the test task's fsync waits."""
+    url = str(tmp_path / "run" / "best.pt")
+    store.write_atomic(url, b"old")
+    with pytest.raises(RuntimeError), store.atomic_file(url, durable=False) as f:
+        f.write(b"half of the new")
+        raise RuntimeError("the writer died")
+    assert open(url, "rb").read() == b"old" and os.listdir(tmp_path / "run") == ["best.pt"]
+    with store.atomic_file(url, durable=False) as f:
+        f.write(b"new" * 1000)
+    store.make_durable(url)
+    assert open(url, "rb").read() == b"new" * 1000
+    with open(url, "rb") as f:  # on Linux the kernel takes the request; else fsync does it all
+        assert store._start_writeback(f.fileno()) == sys.platform.startswith("linux")
+    with pytest.raises(FileNotFoundError):
+        store.make_durable(str(tmp_path / "missing.pt"))
 
 
 def test_a_checkpoint_round_trips_on_disk_and_refuses_another_model(tmp_path):
