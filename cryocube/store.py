@@ -214,7 +214,7 @@ SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start writing the dirty pages out, do no
 
 def _start_writeback(fd: int) -> bool:
     """The disk writes while the caller computes: a 1.4 GB checkpoint's fsync waited 1.4-4.3 s,
-    this returns in 0.4 s and a later fsync finds it done (Linux; elsewhere the later fsync waits)."""
+    this returns in 0.4 s and a later fsync finds it done (Linux; elsewhere that fsync waits)."""
     try:
         whole = ctypes.c_longlong(0)
         call = ctypes.CDLL(None, use_errno=True).sync_file_range
