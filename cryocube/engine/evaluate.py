@@ -229,14 +229,10 @@ def warm_workers(client, families: list[str]) -> list:
     """A task per worker importing what the families' tasks need, then naming its device
     (`wait_warm`): the workers' imports overlap planning. The worker resolves the families, so
     this process submits before importing them (torch, timm: seconds that would delay both)."""
-    tag = uuid.uuid4().hex[:8]
+    tag, fams = uuid.uuid4().hex[:8], tuple(families)
     return [
         client.submit(
-            _warm,
-            tuple(families),
-            key=f"cryocube-warm-{tag}-{i}",
-            workers=[w],
-            allow_other_workers=False,
+            _warm, fams, key=f"cryocube-warm-{tag}-{i}", workers=[w], allow_other_workers=False
         )
         for i, w in enumerate(client.scheduler_info(n_workers=-1)["workers"])
     ]
