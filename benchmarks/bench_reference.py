@@ -104,6 +104,10 @@ ROWS = {
     "finetune_vitb": Row("finetune_vitb", "dofa", "dofa", "finetune", epochs=3, val_every=3),
     "frozen_swin": Row("frozen_swin", "gfmswin", "gfmswin", epochs=3, val_every=3),
     "finetune_swin": Row("finetune_swin", "gfmswin", "gfmswin", "finetune", epochs=3, val_every=3),
+    # the B class's largest encoder (SpectralGPT), which the grid scales from DOFA by GFLOPs
+    "finetune_spectralgpt": Row(
+        "finetune_spectralgpt", "spectralgpt", "spectralgpt", "finetune", epochs=3, val_every=3
+    ),
 }
 
 
