@@ -196,6 +196,23 @@ def test_damaged_chunks_are_errors_naming_the_sample(cube, tmp_path, var, how):
     assert verify(cube, progress=False).ok and main(["inspect", cube, "--verify", "--quiet"]) == 0
 
 
+def test_a_damaged_coordinate_is_an_error_naming_it_when_the_cube_opens(cube, tmp_path):
+    """The labels `open_cube` reads at once (scenes, splits, strata): a truncated chunk is one
+    sentence naming the variable, never a codec's traceback from a later `.values`."""
+    import shutil
+
+    from cryocube.cube import open_cube
+
+    url = tmp_path / "bad.zarr"
+    shutil.copytree(cube, url)
+    (chunk,) = (url / "source" / "c").iterdir()
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
+    with pytest.raises(DamagedCubeError, match=r"bad.zarr: variable 'source' cannot be read"):
+        open_cube(str(url))
+    assert main(["inspect", str(url), "--quiet"]) == 2
+    assert open_cube(cube)["source"].size == 13
+
+
 def test_a_damaged_cube_fails_the_run_instead_of_scoring_fill_values(cube, tmp_path, client):
     from cryocube.cube import cube_info
 

@@ -117,3 +117,44 @@ def test_an_unknown_raw_layout_is_refused_before_a_cluster(tmp_path, capsys):
         ]
     )
     assert rc == 2 and "has no layout 'nope'" in capsys.readouterr().err
+
+
+def _held(name: str) -> bool:
+    from distributed import Event
+
+    return Event(name).wait(600)
+
+
+def test_a_cubes_labels_are_read_here_while_every_worker_is_busy(client, tile_cube):
+    """A notebook's default Client whose workers are all busy (or paused for memory): opening a
+    cube and reading its coordinates and planning facts puts no task on the cluster (a run's
+    record waited on its scenes for ever when they were read through it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed import Event
+
+    from cryocube.cube import as_text, cube_info, open_cube
+
+    cube = tile_cube("glid", train=8, val=2, test=2, seed=13)
+    name = f"cryocube-busy-{time.time_ns()}"
+    workers = list(client.scheduler_info(n_workers=-1)["workers"])
+    busy = [client.submit(_held, name, pure=False, workers=[w]) for w in workers]
+    pool = ThreadPoolExecutor(1)
+    try:
+        while len([k for ks in client.processing().values() for k in ks]) < len(workers):
+            time.sleep(0.05)
+
+        def read():
+            ds = open_cube(cube)
+            return ds, as_text(ds["source"].values), cube_info(cube)
+
+        # through the cluster, the reads would wait for the workers: here, never
+        ds, source, info = pool.submit(read).result(timeout=120)
+        assert len(source) == ds.sizes["sample"] == info.n_samples == 12
+        assert isinstance(ds["image"].data, dask.array.Array)  # pixels stay the cluster's
+        tasks = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
+        assert sorted(tasks) == sorted(f.key for f in busy)
+    finally:
+        Event(name, client=client).set()
+        client.gather(busy)
+        pool.shutdown()

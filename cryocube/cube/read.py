@@ -46,7 +46,38 @@ def open_cube(url: str, storage_options: dict | None = None, allow_incomplete=Fa
             f"{url}: cube is incomplete (no '{COMPLETE_ATTR}' marker); rerun `cryocube convert`"
             " with the same arguments to resume it"
         )
-    return ds.drop_vars([v for v in INTERNAL_VARS if v in ds.variables])
+    return _labels_here(ds.drop_vars([v for v in INTERNAL_VARS if v in ds.variables]), url)
+
+
+PIXEL_DIMS = {"y", "x"}
+
+
+def _labels_here(ds: xr.Dataset, url: str) -> xr.Dataset:
+    """Every variable but the pixels read now, in this process. They are small (per sample, band
+    or class) and planning, records and reports read them; lazily, a notebook's default Client ran
+    each `.values` on the cluster, queued behind its fits, or never where a worker was paused."""
+    import dask
+
+    lazy = [
+        k
+        for k, v in ds.variables.items()
+        if dask.is_dask_collection(v) and not PIXEL_DIMS & set(v.dims)
+    ]
+    try:  # local threads: a remote cube's chunks arrive in parallel, never through a Client
+        values = dask.compute(*(ds.variables[k].data for k in lazy), scheduler="threads")
+    except Exception:
+        for k in lazy:  # the variable at fault
+            try:
+                ds.variables[k].data.compute(scheduler="synchronous")
+            except Exception as e:  # noqa: BLE001 - a chunk failing in its codec, or its store read
+                raise DamagedCubeError(
+                    f"{url}: variable {k!r} cannot be read ({type(e).__name__}: {e}); the cube is"
+                    f" damaged: run `cryocube inspect --verify {url}`"
+                ) from None
+        raise
+    for k, v in zip(lazy, values):
+        ds.variables[k].data = v
+    return ds
 
 
 def not_a_cube(url: str, storage_options: dict | None = None) -> str:
@@ -107,45 +138,40 @@ class CubeInfo:
 
 
 def cube_info(url: str, storage_options: dict | None = None) -> CubeInfo:
-    """A complete cube's metadata, computed here: a default Client would queue these reads."""
-    import dask
-
+    """A complete cube's metadata (`open_cube` read it here, never through a Client)."""
     _store.register_options(url, storage_options)
-    with dask.config.set(scheduler="synchronous"):
-        ds = open_cube(url)
-        cols = {field: ds[coord].values for coord, field in BAND_COORDS.items()}
-        bands = tuple(
-            Band(
-                **{f: str(v[i]) if isinstance(v[i], str) else float(v[i]) for f, v in cols.items()}
-            )
-            for i in range(ds.sizes["band"])
-        )
-        samples, marker = ds.attrs.get("kind") == "samples", ds.attrs[COMPLETE_ATTR]
-        splits = as_text(ds["split"].values)
-        if samples:  # a sample is labelled by any task's target, a tile by any labelled pixel
-            labelled = np.isfinite(np.asarray(ds["target"].values)).any(axis=1)
-        else:
-            labelled = np.asarray(ds["class_fraction"].values).sum(axis=1) > 0
-        tasks = zip(as_text(ds["task"].values), as_text(ds["task_type"].values)) if samples else ()
-        return CubeInfo(
-            url=url,
-            dataset=str(ds.attrs["dataset"]),
-            checksum=str(marker["checksum"]),
-            schema_version=int(marker.get("schema_version", ds.attrs.get("schema_version", 0))),
-            tile=int(ds.sizes["y"]),
-            bands=bands,
-            class_names=[] if samples else [str(c) for c in ds["class"].values],
-            splits=splits,
-            strata=splits if samples else as_text(ds["stratum"].values),
-            mean=ds["band_mean"].values.astype(float),
-            std=ds["band_std"].values.astype(float),
-            published_mean=ds["published_mean"].values.astype(float),
-            published_std=ds["published_std"].values.astype(float),
-            labelled=labelled,
-            kind="samples" if samples else "tiles",
-            time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
-            tasks=tuple(tasks),
-        )
+    ds = open_cube(url)
+    cols = {field: ds[coord].values for coord, field in BAND_COORDS.items()}
+    bands = tuple(
+        Band(**{f: str(v[i]) if isinstance(v[i], str) else float(v[i]) for f, v in cols.items()})
+        for i in range(ds.sizes["band"])
+    )
+    samples, marker = ds.attrs.get("kind") == "samples", ds.attrs[COMPLETE_ATTR]
+    splits = as_text(ds["split"].values)
+    if samples:  # a sample is labelled by any task's target, a tile by any labelled pixel
+        labelled = np.isfinite(np.asarray(ds["target"].values)).any(axis=1)
+    else:
+        labelled = np.asarray(ds["class_fraction"].values).sum(axis=1) > 0
+    tasks = zip(as_text(ds["task"].values), as_text(ds["task_type"].values)) if samples else ()
+    return CubeInfo(
+        url=url,
+        dataset=str(ds.attrs["dataset"]),
+        checksum=str(marker["checksum"]),
+        schema_version=int(marker.get("schema_version", ds.attrs.get("schema_version", 0))),
+        tile=int(ds.sizes["y"]),
+        bands=bands,
+        class_names=[] if samples else [str(c) for c in ds["class"].values],
+        splits=splits,
+        strata=splits if samples else as_text(ds["stratum"].values),
+        mean=ds["band_mean"].values.astype(float),
+        std=ds["band_std"].values.astype(float),
+        published_mean=ds["published_mean"].values.astype(float),
+        published_std=ds["published_std"].values.astype(float),
+        labelled=labelled,
+        kind="samples" if samples else "tiles",
+        time=tuple(as_text(ds["time"].values)) if "time" in ds.coords else (),
+        tasks=tuple(tasks),
+    )
 
 
 _GROUPS: dict[str, zarr.Group] = {}  # per process: read-only groups of cubes tasks read from
