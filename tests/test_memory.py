@@ -11,13 +11,15 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 from cryocube.cluster import open_cluster
 from cryocube.cluster.registry import DASHBOARD_PORT
+from cryocube.cluster.runtime import rss_bytes, tune_malloc
 from cryocube.engine.evaluate import check_memory, cluster_context, evaluate
 from cryocube.engine.plan import plan_runs
-from cryocube.errors import UserError
+from cryocube.errors import UserError, task_boundary
 from cryocube.families import RunSpec
 from cryocube.families.recipes import load_recipe
 
@@ -207,3 +209,22 @@ def test_a_busy_dashboard_port_costs_no_dask_warning(tile_cube, tmp_path):
             timeout=300,
         )
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@task_boundary
+def _fills_and_frees_the_heap(mib: int) -> int:
+    tune_malloc()  # what a torch task sets: glibc keeps up to 256 MiB of freed heap
+    blocks = [np.ones(2**17) for _ in range(mib)]  # 1 MiB each, from the heap
+    peak = rss_bytes()
+    del blocks
+    return peak
+
+
+def test_a_task_gives_the_heap_it_freed_back_to_the_system():
+    """Dask pauses a worker by its resident memory: freed heap a finished task kept counted as use
+    (a 2 GiB gateway worker paused after a U-Net fit and a notebook waited on it for ever)."""
+    before = rss_bytes()
+    peak = _fills_and_frees_the_heap(200)
+    after = rss_bytes()
+    assert peak - before > 150 * 2**20, (before, peak)  # the blocks were resident
+    assert after - before < 50 * 2**20, (before, peak, after)
