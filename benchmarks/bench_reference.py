@@ -530,14 +530,13 @@ def cc_budget(cc: dict, fl: dict, row: Row) -> list[tuple]:
 
 
 def unit_kind(row: Row) -> str | None:
-    """The budget unit a row measures ("<class>/<protocol>"), None for rows that measure none
-    (fewshot: a frozen run whose cache covers draws it does not train on)."""
-    from cryocube.engine.estimate import size_class
-    from cryocube.models import model_spec
-
+    """The budget unit a row measures ("<model>/<protocol>": two rows of one size class, DOFA's
+    and SpectralGPT's fine-tunes, both kept; the estimate costs the class's other models from the
+    nearest in GFLOPs), None for rows that measure none (fewshot: a frozen run whose cache covers
+    draws it does not train on)."""
     if row.protocol not in ("frozen", "finetune"):
         return None
-    return f"{size_class(model_spec(row.model))}/{row.protocol}"
+    return f"{row.model}/{row.protocol}"
 
 
 def unit_budget(row: Row, ref: dict, cc: dict, fl: dict, a) -> dict:

@@ -463,8 +463,9 @@ def test_dry_run_estimate_per_class_and_protocol(tmp_path, cubes):
     b = load_budget(str(path))
     est = estimate(planned, b)
     g = est["groups"]
-    assert (g["L/finetune"]["how"], g["S/frozen"]["how"]) == ("measured", "measured")
-    assert (g["S/finetune"]["how"], g["S/finetune"]["unit"]) == ("scaled", "L/finetune")
+    assert g["L/finetune"]["units"] == {"measured L/finetune": 1}
+    assert g["S/frozen"]["units"] == {"measured S/frozen": 1}
+    assert g["S/finetune"]["units"] == {"scaled L/finetune": 1}
 
     def windows(p):
         e, w = p.estimate, p.work
@@ -502,10 +503,57 @@ def test_dry_run_estimate_per_class_and_protocol(tmp_path, cubes):
 
     bad = tmp_path / "bad2.json"
     bad.write_text(json.dumps({**budget, "units": {"XL/frozen": _unit("ssl4eo_moco")}}))
-    with pytest.raises(UserError, match="unit 'XL/frozen' is not <class>/<protocol>"):
+    with pytest.raises(UserError, match="unit 'XL/frozen' is not <class>/<protocol> or <model>/"):
         load_budget(str(bad))
     broken = _unit("ssl4eo_moco")
     del broken["cryocube"]["window_s"]
     bad.write_text(json.dumps({**budget, "units": {"S/frozen": broken}}))
     with pytest.raises(UserError, match=r"field units\.S/frozen\.cryocube\.window_s must be"):
+        load_budget(str(bad))
+
+
+def test_dry_run_estimate_per_model_units(tmp_path, cubes):
+    """A unit measured on a model costs that model's runs unscaled; another model of the class
+    takes the class's measured model nearest in GFLOPs, scaled (DOFA's and SpectralGPT's
+    fine-tunes are both B: each keeps its own), and the text counts the runs of each unit."""
+    import json
+
+    from cryocube.engine.estimate import estimate, estimate_text, load_budget, size_class
+    from cryocube.engine.plan import plan_runs
+    from cryocube.families import PlanContext
+    from cryocube.models import model_spec
+
+    # B encoders: DOFA 34 GFLOPs, SpectralGPT 213; Prithvi (34) is near DOFA, RAMEN (715) not
+    models = ("dofa", "spectralgpt", "prithvi", "ramen")
+    assert {size_class(model_spec(m)) for m in models} == {"B"}
+    planned = plan_runs(
+        [RunSpec(m, cubes["glid"], "finetune") for m in models],
+        load_config(None, FAST),
+        PlanContext(out=str(tmp_path), allow_random_weights=True),
+    )
+    units = {f"{m}/finetune": _unit(m, cc_step=0.8, ref_step=0.9) for m in models[:2]}
+    units["spectralgpt/finetune"]["cryocube"]["step_s"] = 1.5
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"version": 2, "date": "2026-12-07", "units": units}))
+    b = load_budget(str(path))
+    assert estimate(planned, b)["groups"]["B/finetune"]["units"] == {
+        "measured dofa/finetune": 1,
+        "measured spectralgpt/finetune": 1,
+        "scaled dofa/finetune": 1,
+        "scaled spectralgpt/finetune": 1,
+    }
+    # SpectralGPT at its own step cost (1.5 s), not DOFA's 3 s scaled by GFLOPs
+    p = planned[1]
+    windows = (
+        p.estimate["validations"] * p.work.val_samples.size + p.work.test_samples.size
+    ) * p.estimate["windows_per_tile"]
+    assert estimate([p], b)["groups"]["B/finetune"]["cryocube_s"] == pytest.approx(
+        2.0 + p.estimate["steps"] * 1.5 + windows * 0.4 + 1.0
+    )
+    text = estimate_text(planned, b, str(path))
+    assert "measured (spectralgpt) (1 runs)" in text and "measured (dofa) (1 runs)" in text
+    assert "SCALED from spectralgpt/finetune (spectralgpt) by encoder GFLOPs (1 runs)" in text
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 2, "units": {"dofa2/finetune": units["dofa/finetune"]}}))
+    with pytest.raises(UserError, match="unit 'dofa2/finetune' is not"):
         load_budget(str(bad))

@@ -112,12 +112,15 @@ def load_budget(path: str) -> dict:
     units = b.get("units")
     if not isinstance(units, dict) or not units:
         raise UserError(f"--budget {path}: field units must name at least one measured unit")
+    from ..models import list_models
+
     for key, u in units.items():
         cls, _, kind = str(key).partition("/")
-        if cls not in CLASSES or kind not in KINDS:
+        if (cls not in CLASSES and cls not in list_models()) or kind not in KINDS:
             raise UserError(
-                f"--budget {path}: unit {key!r} is not <class>/<protocol> with class one of"
-                f" {', '.join(CLASSES)} and protocol one of {', '.join(KINDS)}"
+                f"--budget {path}: unit {key!r} is not <class>/<protocol> or <model>/<protocol>"
+                f" with class one of {', '.join(CLASSES)}, model one of `cryocube list models`"
+                f" and protocol one of {', '.join(KINDS)}"
             )
         if not isinstance(u, dict):
             raise UserError(f"--budget {path}: unit {key} must be an object")
@@ -130,17 +133,34 @@ def _scaled(x: float, share: float, scale: float) -> float:
     return x * (share * scale + 1.0 - share)
 
 
-def _unit_for(units: dict, cls: str, kind: str, gflops: float | None) -> tuple[str, str]:
-    """(unit key, how): its own, else the nearest by GFLOPs of its protocol, else frozen."""
-    own = f"{cls}/{kind}"
-    if own in units:
-        return own, "measured"
+def unit_class(key: str) -> str:
+    """The size class a unit stands for: its key's, or its model's (a per-model unit)."""
+    name = key.split("/")[0]
+    if name in CLASSES:
+        return name
+    from ..models import model_spec
+
+    return size_class(model_spec(name))
+
+
+def _unit_for(units: dict, model: str, cls: str, kind: str, gflops: float | None) -> str:
+    """The unit a run is costed at: its model's own, else its class's (by key, or the measured
+    model of that class nearest in GFLOPs), else the nearest of its protocol, else frozen."""
+    if f"{model}/{kind}" in units:
+        return f"{model}/{kind}"
+    if f"{cls}/{kind}" in units:
+        return f"{cls}/{kind}"
+    g = gflops or 1.0
+
+    def nearest(keys: list[str]) -> str:
+        return min(keys, key=lambda k: abs(math.log(g / units[k]["encoder_gflops"])))
+
+    if same := [k for k in units if k.endswith(f"/{kind}") and unit_class(k) == cls]:
+        return nearest(same)
     for k in (kind, "frozen"):
         if cands := [key for key in units if key.endswith(f"/{k}")]:
-            g = gflops or 1.0
-            best = min(cands, key=lambda key: abs(math.log(g / units[key]["encoder_gflops"])))
-            return best, "scaled"
-    return next(iter(units)), "scaled"
+            return nearest(cands)
+    return next(iter(units))
 
 
 def run_costs(p, units: dict) -> dict:
@@ -149,8 +169,9 @@ def run_costs(p, units: dict) -> dict:
     w, e = p.work, p.estimate
     kind = "finetune" if w.trains_encoder else "frozen"
     cls = size_class(w.encoder.model)
-    key, how = _unit_for(units, cls, kind, w.encoder.model.gflops)
+    key = _unit_for(units, w.encoder.model.id, cls, kind, w.encoder.model.gflops)
     u = units[key]
+    how = "measured" if u.get("model") == w.encoder.model.id else "scaled"
     cc, ref = u["cryocube"], u["reference"]
     scale = float(w.encoder.model.gflops or u["encoder_gflops"]) / float(u["encoder_gflops"])
     bsr = w.recipe.batch_size / float(u["batch_size"])
@@ -196,10 +217,11 @@ def estimate(planned: list, budget: dict) -> dict:
             caches.add(p.prep_key)
             cc += c["cc"]["shared"]
         g = groups.setdefault(
-            c["key"],
-            {"runs": 0, "cryocube_s": 0.0, "reference_s": 0.0, "unit": c["unit"], "how": c["how"]},
+            c["key"], {"runs": 0, "cryocube_s": 0.0, "reference_s": 0.0, "units": {}}
         )
         g["runs"] += 1
+        src = f"{c['how']} {c['unit']}"  # runs by the unit they were costed at, and how
+        g["units"][src] = g["units"].get(src, 0) + 1
         g["cryocube_s"] += cc
         g["reference_s"] += c["ref"]
     return {
@@ -232,15 +254,19 @@ def estimate_text(planned: list, budget: dict, path: str) -> str:
     units = units_of(budget)
     for key in sorted(est["groups"], key=lambda k: (KINDS.index(k.split("/")[1]), k)):
         g = est["groups"][key]
-        u = units[g["unit"]]
-        src = (
-            f"measured ({u.get('model', '?')})"
-            if g["how"] == "measured"
-            else f"SCALED from {g['unit']} ({u.get('model', '?')}) by encoder GFLOPs"
-        )
+        srcs = []
+        for src, n in sorted(g["units"].items()):
+            how, unit = src.split(" ", 1)
+            model = units[unit].get("model", "?")
+            srcs.append(
+                f"measured ({model})"
+                if how == "measured"
+                else f"SCALED from {unit} ({model}) by encoder GFLOPs"
+            )
+            srcs[-1] += f" ({n} runs)" if len(g["units"]) > 1 else ""
         r = g["reference_s"] / g["cryocube_s"] if g["cryocube_s"] else float("nan")
         lines.append(
             f"  {key:<13} {g['runs']:>3} runs: cryocube {hms(g['cryocube_s'])}, reference"
-            f" {hms(g['reference_s'])}, {r:.1f}x; unit {src}"
+            f" {hms(g['reference_s'])}, {r:.1f}x; unit {'; '.join(srcs)}"
         )
     return "\n".join(lines)
