@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from ... import store as _store
-from ...cluster.runtime import torch_task
+from ...cluster.runtime import task_boundary, torch_task
 from ...cube import read_dense
-from ...errors import DamagedCacheError, task_boundary
+from ...errors import DamagedCacheError
 from ...precision import autocast
 from ..encoders import extract_batch_size, get_encoder, window_offsets
 from .data import crop_offsets, pad_to
@@ -151,14 +151,19 @@ def _chunks(task: ExtractTask, offsets: np.ndarray, chunk: int, readers: int, ph
 
 
 def _encode(enc, task: ExtractTask, x: torch.Tensor, batch: int, device: str, s0: int, chunk: int):
-    """Each level's features of the windows `x`, batch by batch; non-finite features are refused."""
+    """Each level's features of the windows `x`, batch by batch; non-finite features are refused.
+    A short last batch is padded with zeros to `batch`: AMX's bf16 kernels round by the batch's
+    size (not by a row's place or neighbours), and a sample's cached features must not depend on
+    which block extracted it (a partial cache filled by several runs equals a fresh one)."""
     cache = task.cache
     outs = []
     with torch.inference_mode(), autocast(device, cache.encoder.precision):
         for b in range(0, x.shape[0], batch):
-            outs.append(
-                [f.float().cpu().numpy().astype(cache.feature_dtype) for f in enc(x[b : b + batch])]
-            )
+            xb = x[b : b + batch]
+            m = xb.shape[0]
+            if m < batch:
+                xb = torch.cat([xb, xb.new_zeros(batch - m, *xb.shape[1:])])
+            outs.append([f[:m].float().cpu().numpy().astype(cache.feature_dtype) for f in enc(xb)])
             if not all(np.isfinite(o).all() for o in outs[-1]):
                 raise FloatingPointError(
                     f"{cache.encoder.model.id}: non-finite features for samples"
