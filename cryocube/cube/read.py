@@ -64,18 +64,23 @@ def _labels_here(ds: xr.Dataset, url: str) -> xr.Dataset:
         if dask.is_dask_collection(v) and not PIXEL_DIMS & set(v.dims)
     ]
     try:  # local threads: a remote cube's chunks arrive in parallel, never through a Client
-        values = dask.compute(*(ds.variables[k].data for k in lazy), scheduler="threads")
-    except Exception:
-        for k in lazy:  # the variable at fault
+        values = dict(
+            zip(lazy, dask.compute(*(ds.variables[k].data for k in lazy), scheduler="threads"))
+        )
+    except Exception:  # noqa: BLE001 - a chunk failing in its codec, or its store read: which?
+        values = {}
+        checked = {"target", *(ds.attrs.get("digest_vars") or ())}
+        for k in lazy:
             try:
-                ds.variables[k].data.compute(scheduler="synchronous")
-            except Exception as e:  # noqa: BLE001 - a chunk failing in its codec, or its store read
+                values[k] = ds.variables[k].data.compute(scheduler="synchronous")
+            except Exception as e:  # noqa: BLE001
+                if k in checked:  # left lazy: its checked reads name the damaged sample
+                    continue
                 raise DamagedCubeError(
                     f"{url}: variable {k!r} cannot be read ({type(e).__name__}: {e}); the cube is"
                     f" damaged: run `cryocube inspect --verify {url}`"
                 ) from None
-        raise
-    for k, v in zip(lazy, values):
+    for k, v in values.items():
         ds.variables[k].data = v
     return ds
 
