@@ -1,7 +1,6 @@
 """Every error class of cryocube. A UserError is one the user can act on: the CLI prints its message
 as one sentence (no traceback) and exits 2."""
 
-import functools
 import traceback
 from collections.abc import Iterator
 
@@ -126,28 +125,6 @@ def yaml_problem(e: BaseException) -> str:
     if mark is not None and problem:
         return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
     return " ".join(str(e).split())
-
-
-def task_boundary(fn):
-    """For functions that run as Dask tasks: a UserError leaves the worker without its causes, which
-    distributed would pickle along (rasterio's CPLE errors do not unpickle); the heap the task freed
-    goes back to the system, as Dask pauses a worker by its resident memory, not by what it uses
-    (a 2 GiB worker sat paused at 1.7 GiB after a U-Net fit, 1.2 GiB in use, and a notebook
-    waited on it; a trim takes 6 ms)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from .cluster.runtime import trim_malloc
-
-        try:
-            return fn(*args, **kwargs)
-        except UserError as e:
-            clean = type(e)(*e.args)
-        finally:
-            trim_malloc()
-        raise clean  # outside the except block: no __context__ to drag along
-
-    return wrapper
 
 
 class RunFailed(Exception):

@@ -16,10 +16,10 @@ import pytest
 
 from cryocube.cluster import open_cluster
 from cryocube.cluster.registry import DASHBOARD_PORT
-from cryocube.cluster.runtime import rss_bytes, tune_malloc
+from cryocube.cluster.runtime import rss_bytes, task_boundary, tune_malloc
 from cryocube.engine.evaluate import check_memory, cluster_context, evaluate
 from cryocube.engine.plan import plan_runs
-from cryocube.errors import UserError, task_boundary
+from cryocube.errors import UserError
 from cryocube.families import RunSpec
 from cryocube.families.recipes import load_recipe
 

@@ -10,10 +10,9 @@ from typing import Any
 import numpy as np
 
 from .. import store as _store
-from ..cluster.runtime import tune_malloc
+from ..cluster.runtime import task_boundary, tune_malloc
 from ..cube import digest_vars, partial_stats
 from ..cube.write import ConvertResult, SamplePlan, WriteOptions, put_block, sample_template
-from ..errors import task_boundary
 from .base import ConvertError, Reader
 from .writer import check_image, cube_attrs, write_blocks
 

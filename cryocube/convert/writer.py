@@ -17,10 +17,10 @@ from .. import __version__, outputs
 from .. import store as _store
 from ..catalog import CUBE_IGNORE_INDEX, DatasetSpec, Layout, load_dataset
 from ..cluster.client import get_client
-from ..cluster.runtime import tune_malloc
+from ..cluster.runtime import task_boundary, tune_malloc
 from ..cube import COMPLETE_ATTR, SCHEMA_VERSION, check_unique_ids, derive_sample_ids, partial_stats
 from ..cube.write import ConvertResult, WriteOptions, create, finalize, put_block, tile_template
-from ..errors import UserError, task_boundary
+from ..errors import UserError
 from ..progress import gather
 from .base import SPLITS, ConvertError, Mapper, Reader, SourceItem, Window, open_reader
 from .rawio import map_threads

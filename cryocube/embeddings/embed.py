@@ -19,9 +19,9 @@ import torch
 from .. import __version__, outputs
 from .. import store as _store
 from ..catalog import load_dataset
-from ..cluster.runtime import torch_task
+from ..cluster.runtime import task_boundary, torch_task
 from ..cube import _text, as_text, check_unique_ids, open_cube, read_samples, sample_ids
-from ..errors import RecipeError, UserError, task_boundary
+from ..errors import RecipeError, UserError
 from ..families.base import PlanContext
 from ..families.encoders import (
     EncoderSpec,

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from ..catalog import Band, load_dataset
-from ..cluster.runtime import torch_task
-from ..errors import UserError, task_boundary
+from ..cluster.runtime import task_boundary, torch_task
+from ..errors import UserError
 from ..models import BandMatchError, build_encoder, match_bands
 from ..models.spec import ModelSpec
 from ..precision import autocast

@@ -14,11 +14,11 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ... import store as _store
-from ...cluster.runtime import torch_task
+from ...cluster.runtime import task_boundary, torch_task
 from ...cube import as_text, cube_info, open_cube, sample_ids
 from ...embeddings.embed import load_embeddings, read_sidecar
 from ...embeddings.submission import pad_to, read_submission, strip_id
-from ...errors import ProbeError, task_boundary
+from ...errors import ProbeError
 from ...labelfiles import read_label_folder
 from ...mapping import check_field, rule
 from ...progress import progress_bar

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...cluster.runtime import task_boundary
 from ...embeddings.embed import load_embeddings
-from ...errors import task_boundary
 from ...questions.cells import answerable, scored_rows, target_of
 from ...questions.metrics import box_iou
 

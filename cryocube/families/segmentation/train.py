@@ -19,10 +19,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ... import store as _store
 from ...catalog import CUBE_IGNORE_INDEX
-from ...cluster.runtime import peak_memory, torch_task
+from ...cluster.runtime import peak_memory, task_boundary, torch_task
 from ...cube import read_dense
 from ...decoders import Segmenter, build_decoder
-from ...errors import NonFiniteLoss, UserError, failure, task_boundary
+from ...errors import NonFiniteLoss, UserError, failure
 from ...precision import autocast, grad_scaler
 from ..encoders import window_offsets
 from .data import pad_to

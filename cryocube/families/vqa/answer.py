@@ -13,9 +13,8 @@ import numpy as np
 from ... import store as _store
 from ...adapters import get
 from ...adapters.base import ModelRef
-from ...cluster.runtime import torch_task
+from ...cluster.runtime import task_boundary, torch_task
 from ...cube import read_samples
-from ...errors import task_boundary
 from ...questions.ask import Question
 from ...questions.metrics import confusion, score, summarize
 from ...questions.parsers import parse
