@@ -4,6 +4,7 @@ alone."""
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -203,6 +204,36 @@ def test_auto_memory_format_is_channels_last_only_where_it_measured_faster():
     assert auto_memory_format(DeviceInfo("cpu", "epyc", cpu_bf16=True), "bf16") == "contiguous"
     assert auto_memory_format(AVX2, "fp32") == "contiguous"
     assert auto_memory_format(A100, "bf16") == "channels_last"
+
+
+def test_channels_last_leaves_a_3d_convolution_as_it_is():
+    """SpectralGPT embeds patches with a 3-D convolution: `Module.to(memory_format=channels_last)`
+    refuses its 5-D weight, so its fine-tune failed on AMX (where `auto` picks channels_last). The
+    conversion takes the 4-D weights only, and the encoder computes what it did."""
+    from cryocube.families.segmentation.train import channels_last
+    from cryocube.models import build_encoder
+
+    torch.manual_seed(0)
+    enc = build_encoder("spectralgpt", input_size=32).eval()
+    with pytest.raises(RuntimeError, match="rank 4"):
+        copy.deepcopy(enc).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 12, 32, 32)
+    with torch.no_grad():
+        want = [f.clone() for f in enc(x)]
+        five = [t for t in enc.parameters() if t.dim() == 5]
+        assert five and channels_last(enc) is enc
+        assert all(t.is_contiguous() for t in five)
+        four = [t for t in enc.parameters() if t.dim() == 4]
+        assert all(t.is_contiguous(memory_format=torch.channels_last) for t in four)
+        got = enc(x)
+    for a, b in zip(want, got):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # a decoder's 2-D convolutions do turn channels_last
+    from cryocube.decoders.upernet import UPerNet
+
+    dec = channels_last(UPerNet([32] * 4, 2, pyramid=True, channels=16))
+    four = [t for t in dec.parameters() if t.dim() == 4]
+    assert four and all(t.is_contiguous(memory_format=torch.channels_last) for t in four)
 
 
 def test_fused_adamw_steps_as_the_per_tensor_adamw():

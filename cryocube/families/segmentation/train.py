@@ -98,8 +98,18 @@ def build_model(
         decoder = build_decoder(run.decoder, enc, run.num_classes, **kw)
         module, frozen = Segmenter(enc, decoder).to(device), None
     if run.memory_format == "channels_last":
-        module = module.to(memory_format=torch.channels_last)
+        channels_last(module)
     return module, frozen
+
+
+def channels_last(module: nn.Module) -> nn.Module:
+    """Its 4-D weights channels_last. `Module.to(memory_format=)` refuses 5-D ones, and SpectralGPT
+    embeds patches with a 3-D convolution: its fine-tune failed on AMX, where `auto` picks this."""
+    with torch.no_grad():
+        for t in (*module.parameters(), *module.buffers()):
+            if t.dim() == 4:
+                t.data = t.data.contiguous(memory_format=torch.channels_last)
+    return module
 
 
 def _fmt(x: torch.Tensor, run: SegRun) -> torch.Tensor:
