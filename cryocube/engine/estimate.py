@@ -114,9 +114,10 @@ def load_budget(path: str) -> dict:
         raise UserError(f"--budget {path}: field units must name at least one measured unit")
     from ..models import list_models
 
+    names = {*CLASSES, *list_models()}  # a unit stands for a size class or one model
     for key, u in units.items():
         cls, _, kind = str(key).partition("/")
-        if (cls not in CLASSES and cls not in list_models()) or kind not in KINDS:
+        if cls not in names or kind not in KINDS:
             raise UserError(
                 f"--budget {path}: unit {key!r} is not <class>/<protocol> or <model>/<protocol>"
                 f" with class one of {', '.join(CLASSES)}, model one of `cryocube list models`"
